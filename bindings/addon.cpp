@@ -1,0 +1,18 @@
+// addon.cpp: module init only. Each kernel family registers its functions from bindings/<stem>.cpp.
+#include <napi.h>
+
+#include "args.h"
+
+namespace maporl_js {
+void InitBackend(Napi::Env env, Napi::Object exports);
+void InitGae(Napi::Env env, Napi::Object exports);
+}  // namespace maporl_js
+
+static Napi::Object Init(Napi::Env env, Napi::Object exports) {
+    env.SetInstanceData(new maporl_js::AddonData());
+    maporl_js::InitBackend(env, exports);
+    maporl_js::InitGae(env, exports);
+    return exports;
+}
+
+NODE_API_MODULE(maporl, Init)

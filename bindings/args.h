@@ -1,0 +1,41 @@
+// args.h: argument unpacking for the N-API functions. The TypeScript layer validates first and gives the
+// user-facing messages; these checks are the last line that keeps a wrong call from reaching native code
+// (a wrong type is a TypeError, a wrong length or range a RangeError, never a crash).
+#pragma once
+
+#include <napi.h>
+
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+
+#include "maporl.h"
+
+namespace maporl_js {
+
+const char * TypedArrayTypeName(napi_typedarray_type t);
+
+// The typed array at info[i]: one of `types`, attached, with exactly `length` elements.
+Napi::TypedArray RequireTypedArray(const Napi::CallbackInfo & info, size_t i, const char * name,
+                                   std::initializer_list<napi_typedarray_type> types, size_t length);
+
+double RequireNumber(const Napi::CallbackInfo & info, size_t i, const char * name);
+// A safe integer in [lo, hi].
+int64_t RequireInt(const Napi::CallbackInfo & info, size_t i, const char * name, int64_t lo, int64_t hi);
+bool RequireBool(const Napi::CallbackInfo & info, size_t i, const char * name);
+
+inline void * DataOf(const Napi::TypedArray & a) {
+    return static_cast<uint8_t *>(a.ArrayBuffer().Data()) + a.ByteOffset();
+}
+
+// Throws the MaporlError (given to the addon at init) for a non-OK status, with maporl_last_error().
+[[noreturn]] void ThrowStatus(Napi::Env env, maporl_status status, const char * where);
+// The same error as a value, for rejecting promises.
+Napi::Value MakeStatusError(Napi::Env env, maporl_status status, const std::string & message);
+
+// Holds the MaporlError constructor (better-sqlite3's pattern: JS hands it over at init).
+struct AddonData {
+    Napi::FunctionReference error_ctor;
+};
+
+}  // namespace maporl_js

@@ -1,0 +1,66 @@
+// async.h: a Promise-returning AsyncWorker for kernel calls. The inputs are not copied: the worker keeps a
+// reference to every TypedArray it reads or writes so none can be collected while Execute() runs on a
+// libuv thread, and Execute() touches no JS value. The kernel's own parallelism is the native pool's.
+#pragma once
+
+#include <napi.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "args.h"
+
+namespace maporl_js {
+
+class KernelWorker : public Napi::AsyncWorker {
+public:
+    // `keep` are the JS values (TypedArrays) that must stay alive; `compute` runs off the main thread.
+    KernelWorker(Napi::Env env, const char * where, std::vector<Napi::Value> keep,
+                 std::function<maporl_status()> compute)
+        : Napi::AsyncWorker(env, "maporl"), deferred_(Napi::Promise::Deferred::New(env)), where_(where),
+          compute_(std::move(compute)) {
+        for (auto & v : keep) refs_.push_back(Napi::Persistent(v));
+    }
+
+    Napi::Promise Promise() const { return deferred_.Promise(); }
+
+    void Execute() override {
+        try {
+            status_ = compute_();
+        } catch (...) {
+            status_ = MAPORL_ERR_INTERNAL;
+        }
+        if (status_ != MAPORL_OK) message_ = std::string(where_) + ": " + maporl_last_error();
+    }
+
+    void OnOK() override {
+        Napi::Env env = Env();
+        Napi::HandleScope scope(env);
+        if (status_ == MAPORL_OK)
+            deferred_.Resolve(env.Undefined());
+        else
+            deferred_.Reject(MakeStatusError(env, status_, message_));
+    }
+
+    void OnError(const Napi::Error & e) override { deferred_.Reject(e.Value()); }
+
+private:
+    Napi::Promise::Deferred deferred_;
+    const char * where_;
+    std::function<maporl_status()> compute_;
+    std::vector<Napi::Reference<Napi::Value>> refs_;
+    maporl_status status_ = MAPORL_OK;
+    std::string message_;
+};
+
+// Queues compute() and returns its promise.
+inline Napi::Value QueueKernel(Napi::Env env, const char * where, std::vector<Napi::Value> keep,
+                               std::function<maporl_status()> compute) {
+    auto * w = new KernelWorker(env, where, std::move(keep), std::move(compute));
+    Napi::Promise p = w->Promise();
+    w->Queue();
+    return p;
+}
+
+}  // namespace maporl_js

@@ -1,0 +1,70 @@
+// backend.cpp: N-API glue for build info, threads, devices and the copy-bandwidth probe.
+#include <napi.h>
+
+#include "args.h"
+
+namespace maporl_js {
+namespace {
+
+Napi::Value JsBackendInfo(const Napi::CallbackInfo & info) {
+    Napi::Env env = info.Env();
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("version", maporl_version());
+    o.Set("threads", maporl_get_threads());
+    o.Set("simd", maporl_simd());
+    Napi::Object cuda = Napi::Object::New(env);
+    cuda.Set("compiled", maporl_cuda_compiled() != 0);
+    Napi::Array devices = Napi::Array::New(env);
+    int count = 0;
+    if (maporl_cuda_device_count(&count) != MAPORL_OK) count = 0;
+    for (int i = 0; i < count; ++i) {
+        maporl_device_info d;
+        maporl_status st = maporl_cuda_device_info(i, &d);
+        if (st != MAPORL_OK) ThrowStatus(env, st, "backend");
+        Napi::Object dev = Napi::Object::New(env);
+        dev.Set("index", i);
+        dev.Set("name", d.name);
+        dev.Set("totalMemory", (double)d.total_memory);
+        dev.Set("computeCapability", std::to_string(d.compute_major) + "." + std::to_string(d.compute_minor));
+        dev.Set("multiprocessors", d.multiprocessors);
+        devices.Set((uint32_t)i, dev);
+    }
+    cuda.Set("devices", devices);
+    o.Set("cuda", cuda);
+    return o;
+}
+
+Napi::Value JsSetThreads(const Napi::CallbackInfo & info) {
+    int n = (int)RequireInt(info, 0, "threads", 0, 1024);
+    maporl_status st = maporl_set_threads(n);
+    if (st != MAPORL_OK) ThrowStatus(info.Env(), st, "setThreads");
+    return Napi::Number::New(info.Env(), maporl_get_threads());
+}
+
+Napi::Value JsCopyBandwidth(const Napi::CallbackInfo & info) {
+    int64_t bytes = RequireInt(info, 0, "bytes", 4096, (int64_t)1 << 34);
+    int reps = (int)RequireInt(info, 1, "reps", 1, 1000);
+    double rate = 0;
+    maporl_status st = maporl_measure_copy_bandwidth((size_t)bytes, reps, &rate);
+    if (st != MAPORL_OK) ThrowStatus(info.Env(), st, "measureCopyBandwidth");
+    return Napi::Number::New(info.Env(), rate);
+}
+
+Napi::Value JsSetErrorClass(const Napi::CallbackInfo & info) {
+    if (info.Length() < 1 || !info[0].IsFunction())
+        throw Napi::TypeError::New(info.Env(), "setErrorClass: expected a constructor");
+    AddonData * data = info.Env().GetInstanceData<AddonData>();
+    data->error_ctor = Napi::Persistent(info[0].As<Napi::Function>());
+    return info.Env().Undefined();
+}
+
+}  // namespace
+
+void InitBackend(Napi::Env env, Napi::Object exports) {
+    exports.Set("backendInfo", Napi::Function::New(env, JsBackendInfo, "backendInfo"));
+    exports.Set("setThreads", Napi::Function::New(env, JsSetThreads, "setThreads"));
+    exports.Set("measureCopyBandwidth", Napi::Function::New(env, JsCopyBandwidth, "measureCopyBandwidth"));
+    exports.Set("setErrorClass", Napi::Function::New(env, JsSetErrorClass, "setErrorClass"));
+}
+
+}  // namespace maporl_js

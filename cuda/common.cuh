@@ -1,0 +1,48 @@
+// common.cuh: shared CUDA helpers. MAPORL_CUDA_CALL returns a status with CUDA's message (it never exits,
+// unlike llm.c's cudaCheck); DeviceBuffer frees on every path; require_device answers MAPORL_ERR_NO_DEVICE
+// when no GPU or driver is present.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "../native/core.h"
+
+#define MAPORL_CUDA_CALL(expr)                                                                        \
+    do {                                                                                              \
+        cudaError_t maporl_e_ = (expr);                                                               \
+        if (maporl_e_ != cudaSuccess) {                                                               \
+            (void)cudaGetLastError();                                                                 \
+            return ::maporl::set_error(MAPORL_ERR_CUDA, "%s failed: %s (%s)", #expr,                  \
+                                       cudaGetErrorName(maporl_e_), cudaGetErrorString(maporl_e_));  \
+        }                                                                                             \
+    } while (0)
+
+#define MAPORL_RETURN_IF_ERROR(expr)                   \
+    do {                                               \
+        maporl_status maporl_s_ = (expr);              \
+        if (maporl_s_ != MAPORL_OK) return maporl_s_;  \
+    } while (0)
+
+namespace maporl {
+
+// MAPORL_OK when at least one device is usable; else MAPORL_ERR_NO_DEVICE naming `what`.
+maporl_status cuda_require_device(const char * what);
+
+// Owns a device allocation; frees it on scope exit.
+struct DeviceBuffer {
+    void * ptr = nullptr;
+    DeviceBuffer() = default;
+    DeviceBuffer(const DeviceBuffer &) = delete;
+    DeviceBuffer & operator=(const DeviceBuffer &) = delete;
+    ~DeviceBuffer() {
+        if (ptr) cudaFree(ptr);
+    }
+    maporl_status alloc(size_t bytes) {
+        MAPORL_CUDA_CALL(cudaMalloc(&ptr, bytes == 0 ? 1 : bytes));
+        return MAPORL_OK;
+    }
+    template <typename X>
+    X * as() const { return static_cast<X *>(ptr); }
+};
+
+}  // namespace maporl

@@ -1,0 +1,48 @@
+// cuda_stubs.cpp: the device layer of a build without CUDA. Every CUDA entry point answers
+// MAPORL_ERR_NO_DEVICE and the device count is 0. Compiled only when MAPORL_WITH_CUDA is not defined;
+// the CUDA build gets these from cuda/device.cu and cuda/<kernel>.cu instead.
+#ifndef MAPORL_WITH_CUDA
+
+#include "core.h"
+#include "gae.h"
+
+namespace maporl {
+
+static maporl_status no_device(const char * what) {
+    return set_error(MAPORL_ERR_NO_DEVICE, "%s: this build of maporl has no CUDA support (rebuild with MAPORL_CUDA=1)",
+                     what);
+}
+
+maporl_status gae_cuda(const float *, const float *, const void *, maporl_mask_type, int64_t, int64_t, float, float,
+                       bool, float *, float *) {
+    return no_device("gae");
+}
+
+}  // namespace maporl
+
+extern "C" {
+
+int maporl_cuda_compiled(void) { return 0; }
+
+maporl_status maporl_cuda_device_count(int * count_out) {
+    maporl::clear_error();
+    if (count_out == nullptr)
+        return maporl::set_error(MAPORL_ERR_INVALID_ARG, "count_out: expected a non-NULL pointer, got NULL");
+    *count_out = 0;
+    return MAPORL_OK;
+}
+
+maporl_status maporl_cuda_device_info(int index, maporl_device_info *) {
+    return maporl::set_error(MAPORL_ERR_NO_DEVICE, "index: no CUDA device %d (this build has no CUDA support)", index);
+}
+
+maporl_status maporl_device_malloc(size_t, void **) { return maporl::no_device("device_malloc"); }
+maporl_status maporl_device_free(void * ptr) {
+    return ptr == nullptr ? MAPORL_OK : maporl::no_device("device_free");
+}
+maporl_status maporl_memcpy_to_device(void *, const void *, size_t) { return maporl::no_device("memcpy_to_device"); }
+maporl_status maporl_memcpy_to_host(void *, const void *, size_t) { return maporl::no_device("memcpy_to_host"); }
+
+}  // extern "C"
+
+#endif  // MAPORL_WITH_CUDA

@@ -1,0 +1,123 @@
+/* maporl.h: the whole C interface of the maporl core (CPU kernels, optional CUDA kernels, device layer).
+ * Usable from C, the C++ tests and the N-API bindings. Not a place for templates or CUDA types.
+ *
+ * Conventions
+ *   - Every function returns maporl_status (0 = ok, < 0 = error). On error, maporl_last_error() holds a
+ *     message for the calling thread that names the parameter, what was expected and what was given.
+ *   - No exception crosses this interface and nothing here calls exit() or abort().
+ *   - Arrays are row-major and contiguous. With MAPORL_DEVICE_CPU every pointer is host memory; with
+ *     MAPORL_DEVICE_CUDA every array pointer is device memory (see maporl_device_malloc / maporl_memcpy).
+ *   - Outputs are written (=), never accumulated, unless a comment says "+=".
+ *   - Shape letters: B rows/sequences, T steps/tokens, N tokens, V vocab, G group size, A agents, Q questions.
+ *   - Masks are 0/1 (any other value is MAPORL_ERR_INVALID_ARG). Masked positions are skipped by scans,
+ *     excluded from reductions, and written as 0 in outputs.
+ */
+#ifndef MAPORL_H
+#define MAPORL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MAPORL_VERSION_MAJOR 0
+#define MAPORL_VERSION_MINOR 1
+#define MAPORL_VERSION_PATCH 0
+
+typedef enum maporl_status {
+    MAPORL_OK                =  0,
+    MAPORL_ERR_INVALID_ARG   = -1,  /* a shape, pointer, value or hyperparameter is out of range */
+    MAPORL_ERR_OUT_OF_MEMORY = -2,
+    MAPORL_ERR_NO_DEVICE     = -3,  /* built without CUDA, or no GPU visible */
+    MAPORL_ERR_CUDA          = -4,  /* a CUDA call failed; maporl_last_error() has CUDA's message */
+    MAPORL_ERR_ABORTED       = -5,  /* a cancel flag was raised or a progress callback returned false */
+    MAPORL_ERR_INTERNAL      = -6   /* a bug: please report with maporl_last_error() */
+} maporl_status;
+
+typedef enum maporl_device {
+    MAPORL_DEVICE_CPU  = 0,
+    MAPORL_DEVICE_CUDA = 1
+} maporl_device;
+
+/* Element type of a mask argument. */
+typedef enum maporl_mask_type {
+    MAPORL_MASK_U8  = 0,   /* uint8_t, 0 or 1 */
+    MAPORL_MASK_F32 = 1    /* float, 0.0f or 1.0f */
+} maporl_mask_type;
+
+/* ---- errors and build info ---------------------------------------------------------------------- */
+
+/* Message for the last non-OK status returned on this thread; "" when none. Never NULL. */
+const char * maporl_last_error(void);
+/* "MAPORL_ERR_INVALID_ARG" etc.; "MAPORL_ERR_UNKNOWN" for a value outside the enum. Never NULL. */
+const char * maporl_status_name(maporl_status status);
+/* "0.1.0" */
+const char * maporl_version(void);
+/* Best SIMD level the CPU kernels dispatch to on this machine: "avx512", "avx2", "sse2", "neon" or "scalar". */
+const char * maporl_simd(void);
+
+/* ---- CPU thread pool (shared by every CPU kernel) ------------------------------------------------ */
+
+/* Sets the number of threads the CPU kernels use, the calling thread included. n = 0 means the number of
+ * hardware threads. 1 <= n <= 1024 otherwise. Results never depend on the thread count. */
+maporl_status maporl_set_threads(int n);
+int           maporl_get_threads(void);
+
+/* ---- devices ------------------------------------------------------------------------------------ */
+
+typedef struct maporl_device_info {
+    char    name[256];          /* e.g. "NVIDIA H200" */
+    int64_t total_memory;       /* bytes */
+    int     compute_major;      /* compute capability, e.g. 9 */
+    int     compute_minor;      /* e.g. 0 */
+    int     multiprocessors;    /* SM count */
+} maporl_device_info;
+
+/* 1 when the core was built with CUDA kernels, else 0. */
+int           maporl_cuda_compiled(void);
+/* Number of usable CUDA devices. 0 (and MAPORL_OK) without CUDA, without a driver or without a GPU. */
+maporl_status maporl_cuda_device_count(int * count_out);
+maporl_status maporl_cuda_device_info(int index, maporl_device_info * info_out);
+
+/* Device memory for MAPORL_DEVICE_CUDA arguments. Without a device these return MAPORL_ERR_NO_DEVICE. */
+maporl_status maporl_device_malloc(size_t bytes, void ** ptr_out);
+maporl_status maporl_device_free(void * ptr);                                   /* NULL-safe */
+maporl_status maporl_memcpy_to_device(void * dst_device, const void * src_host, size_t bytes);
+maporl_status maporl_memcpy_to_host(void * dst_host, const void * src_device, size_t bytes);
+
+/* ---- GAE: generalized advantage estimation, verl's compute_gae_advantage_return ----------------- */
+
+typedef struct maporl_gae_params {
+    float gamma;    /* discount, finite, in [0, 1]. Default 1.0 */
+    float lambda;   /* GAE lambda, finite, in [0, 1]. Default 0.95 */
+    int   whiten;   /* 1: whiten advantages over all unmasked tokens of the batch (unbiased var, eps 1e-8). Default 0 */
+} maporl_gae_params;
+
+maporl_gae_params maporl_gae_default_params(void);
+
+/* Scans each row from t = T-1 down to 0 with bootstrap 0 after the last step:
+ *   delta_t = r_t + gamma * nextvalue - V_t;  A_t = delta_t + gamma * lambda * A_{t+1}
+ * where nextvalue and A_{t+1} come from the next unmasked position (masked positions are skipped: the
+ * carries pass through them unchanged). returns = A + V (before whitening). Outputs at masked positions are 0.
+ *   rewards, values: [B, T] float;  mask: [B, T] of mask_type;  advantages_out, returns_out: [B, T] float (=).
+ * B >= 0, T >= 0. A mask value other than 0 or 1 is MAPORL_ERR_INVALID_ARG (outputs then unspecified).
+ * NaN or Inf in rewards/values at unmasked positions propagate; at masked positions they are never read. */
+maporl_status maporl_gae(maporl_device device,
+                         const float * rewards, const float * values,
+                         const void * mask, maporl_mask_type mask_type,
+                         int64_t B, int64_t T, maporl_gae_params params,
+                         float * advantages_out, float * returns_out);
+
+/* ---- benchmarking helpers ----------------------------------------------------------------------- */
+
+/* Measures host copy bandwidth with the thread pool: copies `bytes` `reps` times and reports the median
+ * rate in bytes per second counted as read + write (2 * bytes / time). */
+maporl_status maporl_measure_copy_bandwidth(size_t bytes, int reps, double * bytes_per_second_out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MAPORL_H */
