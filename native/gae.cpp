@@ -1,8 +1,8 @@
-// gae.cpp: CPU GAE (the reference for CUDA) and the maporl_gae C entry point.
-// The recursion is serial in T, so the kernel runs it for kGaeLanes rows at once, one row per SIMD lane:
-// a tile of TT steps x 16 rows is transposed into a small buffer, scanned with blends (no branches), and
-// transposed back. Rows are split over the thread pool in whole blocks, so every row is computed by the
-// same code whatever the thread count, and the whitening sums are reduced per row in a fixed order.
+// gae.cpp: CPU GAE (the reference for CUDA) and the maporl_gae C entry point. Float batches go to the
+// vector row kernel of the active ISA (gae_vec.inc, built as gae_avx512.cpp / gae_avx2.cpp); the plain
+// recursion below is the scalar path, the double-precision path and the spec the vector paths are tested
+// against. Rows are split over the thread pool; every row runs the same code whatever the thread count
+// (bit-identical results), and the whitening sums are reduced per row, then over rows in a fixed order.
 #include "gae.h"
 
 #include <algorithm>
@@ -15,125 +15,65 @@
 #include "core.h"
 #include "threadpool.h"
 
-#if defined(__GNUC__) && !defined(__clang__) && defined(__linux__) && defined(__x86_64__)
-#define MAPORL_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define MAPORL_CLONES
-#endif
-#if defined(__GNUC__)
-#define MAPORL_ALWAYS_INLINE inline __attribute__((always_inline))
-#else
-#define MAPORL_ALWAYS_INLINE inline
-#endif
+#include "isa.h"
 
 namespace maporl {
 namespace {
 
-constexpr int W = kGaeLanes;
-constexpr int TT = 32;  // time steps per tile
 
-inline bool mask_bad(uint8_t m) { return m > 1; }
-inline bool mask_bad(float m) { return !(m == 0.0f || m == 1.0f); }
-
-struct RowSums {
-    double * sum;     // [B]
-    double * sum_sq;  // [B]
-    double * count;   // [B]
-};
-
-// One block of up to W rows starting at b0. Returns the smallest flat index of a bad mask value, or -1.
-template <typename F, typename M, bool Whiten>
-MAPORL_ALWAYS_INLINE int64_t gae_block_impl(const F * r, const F * v, const M * mask, int64_t B, int64_t T,
-                                            int64_t b0, F gamma, F gl, F * adv, F * ret, RowSums sums) {
-    const int lanes = (int)std::min<int64_t>(W, B - b0);
-    alignas(64) F tr[TT][W], tv[TT][W], tm[TT][W], ta[TT][W], tR[TT][W];
-    alignas(64) F nv[W], lg[W];
-    alignas(64) double s[W], s2[W], cnt[W];
-    for (int l = 0; l < W; ++l) { nv[l] = F(0); lg[l] = F(0); s[l] = 0; s2[l] = 0; cnt[l] = 0; }
-    int64_t bad_index = -1;
-
-    for (int64_t t1 = T; t1 > 0; t1 -= TT) {
-        const int64_t t0 = std::max<int64_t>(0, t1 - TT);
-        const int len = (int)(t1 - t0);
-        bool any_bad = false;
-        for (int l = 0; l < lanes; ++l) {
-            const int64_t off = (b0 + l) * T + t0;
-            for (int j = 0; j < len; ++j) {
-                tr[j][l] = r[off + j];
-                tv[j][l] = v[off + j];
-                const M m = mask[off + j];
-                any_bad |= mask_bad(m);
-                tm[j][l] = m == M(1) ? F(1) : F(0);
-            }
-        }
-        for (int l = lanes; l < W; ++l)
-            for (int j = 0; j < len; ++j) { tr[j][l] = F(0); tv[j][l] = F(0); tm[j][l] = F(0); }
-        if (any_bad && bad_index < 0) {
-            for (int l = 0; l < lanes && bad_index < 0; ++l)
-                for (int j = 0; j < len; ++j)
-                    if (mask_bad(mask[(b0 + l) * T + t0 + j])) { bad_index = (b0 + l) * T + t0 + j; break; }
-        }
-        for (int j = len - 1; j >= 0; --j) {
-            for (int l = 0; l < W; ++l) {
-                const bool valid = tm[j][l] != F(0);
-                const F delta = tr[j][l] + gamma * nv[l] - tv[j][l];
-                const F cand = delta + gl * lg[l];
-                lg[l] = valid ? cand : lg[l];
-                nv[l] = valid ? tv[j][l] : nv[l];
-                ta[j][l] = valid ? cand : F(0);
-                tR[j][l] = valid ? cand + tv[j][l] : F(0);
-                if constexpr (Whiten) {
-                    const double a = valid ? (double)cand : 0.0;
-                    s[l] += a;
-                    s2[l] += a * a;
-                    cnt[l] += valid ? 1.0 : 0.0;
-                }
-            }
-        }
-        for (int l = 0; l < lanes; ++l) {
-            const int64_t off = (b0 + l) * T + t0;
-            for (int j = 0; j < len; ++j) {
-                adv[off + j] = ta[j][l];
-                ret[off + j] = tR[j][l];
-            }
-        }
-    }
-    if constexpr (Whiten) {
-        for (int l = 0; l < lanes; ++l) {
-            sums.sum[b0 + l] = s[l];
-            sums.sum_sq[b0 + l] = s2[l];
-            sums.count[b0 + l] = cnt[l];
-        }
-    }
-    return bad_index;
+// Smallest t in the row with a mask value other than 0/1, or -1.
+template <typename M>
+int64_t first_bad(const M * m, int64_t T) {
+    for (int64_t t = 0; t < T; ++t)
+        if (bad_mask_value(m[t])) return t;
+    return -1;
 }
 
-// Float entry points, compiled once per SIMD level and dispatched at load time (no -march=native).
-#define MAPORL_GAE_BLOCK_F32(NAME, M, WHITEN)                                                                  \
-    MAPORL_CLONES int64_t NAME(const float * r, const float * v, const M * mask, int64_t B, int64_t T,       \
-                               int64_t b0, float gamma, float gl, float * adv, float * ret, RowSums sums) {  \
-        return gae_block_impl<float, M, WHITEN>(r, v, mask, B, T, b0, gamma, gl, adv, ret, sums);            \
-    }
-MAPORL_GAE_BLOCK_F32(gae_block_f32_u8, uint8_t, false)
-MAPORL_GAE_BLOCK_F32(gae_block_f32_u8_w, uint8_t, true)
-MAPORL_GAE_BLOCK_F32(gae_block_f32_f32, float, false)
-MAPORL_GAE_BLOCK_F32(gae_block_f32_f32_w, float, true)
-#undef MAPORL_GAE_BLOCK_F32
-
+// The plain recursion, one row: the spec the vector path is tested against, and the path for double.
 template <typename F, typename M>
-int64_t gae_block(const F * r, const F * v, const M * mask, int64_t B, int64_t T, int64_t b0, F gamma, F gl,
-                  bool whiten, F * adv, F * ret, RowSums sums) {
-    if constexpr (std::is_same<F, float>::value) {
-        if constexpr (std::is_same<M, uint8_t>::value)
-            return whiten ? gae_block_f32_u8_w(r, v, mask, B, T, b0, gamma, gl, adv, ret, sums)
-                          : gae_block_f32_u8(r, v, mask, B, T, b0, gamma, gl, adv, ret, sums);
-        else
-            return whiten ? gae_block_f32_f32_w(r, v, mask, B, T, b0, gamma, gl, adv, ret, sums)
-                          : gae_block_f32_f32(r, v, mask, B, T, b0, gamma, gl, adv, ret, sums);
-    } else {
-        return whiten ? gae_block_impl<F, M, true>(r, v, mask, B, T, b0, gamma, gl, adv, ret, sums)
-                      : gae_block_impl<F, M, false>(r, v, mask, B, T, b0, gamma, gl, adv, ret, sums);
+int64_t gae_row_scalar(const F * r, const F * v, const M * m, int64_t T, F gamma, F gl, F * A, F * R, GaeRowSums sums,
+                       int64_t row) {
+    F nv = F(0), lg = F(0);
+    double s = 0, s2 = 0, n = 0;
+    bool bad = false;
+    for (int64_t t = T - 1; t >= 0; --t) {
+        bad |= bad_mask_value(m[t]);
+        if (m[t] == M(1)) {
+            const F delta = r[t] + gamma * nv - v[t];
+            lg = delta + gl * lg;
+            nv = v[t];
+            A[t] = lg;
+            R[t] = lg + v[t];
+            s += (double)lg;
+            s2 += (double)lg * (double)lg;
+            n += 1;
+        } else {
+            A[t] = F(0);
+            R[t] = F(0);
+        }
     }
+    if (sums.sum) { sums.sum[row] = s; sums.sum_sq[row] = s2; sums.count[row] = n; }
+    return bad ? first_bad(m, T) : -1;
+}
+
+// Rows [b0, b1); returns the smallest bad flat index in them or -1.
+template <typename F, typename M>
+int64_t gae_rows(const F * r, const F * v, const M * m, int64_t T, int64_t b0, int64_t b1, F gamma, F gl, F * A, F * R,
+                 GaeRowSums sums) {
+    if constexpr (std::is_same<F, float>::value) {
+        const Isa isa = active_isa();
+        if (isa != Isa::Scalar) {
+            const GaeRowsArgs g{r, v, m, std::is_same<M, uint8_t>::value ? MAPORL_MASK_U8 : MAPORL_MASK_F32, T,
+                                gamma, gl, A, R, sums};
+            return isa == Isa::Avx512 ? avx512::gae_rows_f32(g, b0, b1) : avx2::gae_rows_f32(g, b0, b1);
+        }
+    }
+    for (int64_t b = b0; b < b1; ++b) {
+        const int64_t o = b * T;
+        const int64_t t = gae_row_scalar<F, M>(r + o, v + o, m + o, T, gamma, gl, A + o, R + o, sums, b);
+        if (t >= 0) return o + t;
+    }
+    return -1;
 }
 
 template <typename F, typename M>
@@ -147,16 +87,14 @@ void gae_typed(const F * r, const F * v, const M * mask, int64_t B, int64_t T, F
         sum_sq.assign((size_t)B, 0.0);
         count.assign((size_t)B, 0.0);
     }
-    RowSums sums{sum.data(), sum_sq.data(), count.data()};
+    GaeRowSums sums{sum.data(), sum_sq.data(), count.data()};
+    if (!whiten) sums = GaeRowSums{nullptr, nullptr, nullptr};
     std::atomic<int64_t> bad{std::numeric_limits<int64_t>::max()};
-    const int64_t blocks = (B + W - 1) / W;
-    parallel_for(blocks, 1, [&](int64_t k0, int64_t k1) {
-        for (int64_t k = k0; k < k1; ++k) {
-            int64_t b = gae_block<F, M>(r, v, mask, B, T, k * W, gamma, gl, whiten, adv, ret, sums);
-            if (b >= 0) {
-                int64_t cur = bad.load();
-                while (b < cur && !bad.compare_exchange_weak(cur, b)) {}
-            }
+    parallel_for(B, 1, [&](int64_t b0, int64_t b1) {
+        const int64_t i = gae_rows<F, M>(r, v, mask, T, b0, b1, gamma, gl, adv, ret, sums);
+        if (i >= 0) {
+            int64_t cur = bad.load();
+            while (i < cur && !bad.compare_exchange_weak(cur, i)) {}
         }
     });
     if (bad.load() != std::numeric_limits<int64_t>::max()) {

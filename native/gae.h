@@ -11,10 +11,7 @@
 
 namespace maporl {
 
-// Rows per CPU block: the kernel runs the recursion for this many rows at once, one per SIMD lane.
-constexpr int kGaeLanes = 16;
-
-// Host pointers. T_ is the storage and compute type (float, or double for reference tests).
+// Host pointers. F is the storage and compute type (float, or double for reference tests).
 // Throws Error on a mask value other than 0/1.
 template <typename F>
 void gae_cpu(const F * rewards, const F * values, const void * mask, maporl_mask_type mask_type, int64_t B,
@@ -26,6 +23,32 @@ maporl_status gae_cuda(const float * rewards, const float * values, const void *
                        float * returns);
 
 // Whitening statistics (maporl::whiten_stats) live in gae_scan.h, shared with CUDA.
+
+// ---- internal: the CPU row kernels (gae.cpp dispatches to the per-ISA ones) ----
+inline bool bad_mask_value(uint8_t m) { return m > 1; }
+inline bool bad_mask_value(float m) { return !(m == 0.0f || m == 1.0f); }
+
+struct GaeRowSums {
+    double * sum;     // [B] sum of unmasked advantages per row, or null when not whitening (=)
+    double * sum_sq;  // [B] sum of their squares (=)
+    double * count;   // [B] unmasked tokens (=)
+};
+
+struct GaeRowsArgs {
+    const float * r;
+    const float * v;
+    const void * mask;
+    maporl_mask_type mask_type;
+    int64_t T;
+    float gamma, gl;  // gl = gamma * lambda
+    float * A;
+    float * R;
+    GaeRowSums sums;
+};
+
+// Rows [b0, b1) of a float batch; returns the smallest flat index of a bad mask value in them, or -1.
+namespace avx512 { int64_t gae_rows_f32(const GaeRowsArgs & g, int64_t b0, int64_t b1); }
+namespace avx2 { int64_t gae_rows_f32(const GaeRowsArgs & g, int64_t b0, int64_t b1); }
 
 
 }  // namespace maporl

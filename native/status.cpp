@@ -58,17 +58,4 @@ const char * maporl_version(void) {
     return MAPORL_STR(MAPORL_VERSION_MAJOR) "." MAPORL_STR(MAPORL_VERSION_MINOR) "." MAPORL_STR(MAPORL_VERSION_PATCH);
 }
 
-const char * maporl_simd(void) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f")) return "avx512";
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "avx2";
-    return "sse2";
-#elif defined(__aarch64__) || defined(__ARM_NEON)
-    return "neon";
-#else
-    return "scalar";
-#endif
-}
-
 }  // extern "C"

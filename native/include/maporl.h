@@ -55,8 +55,13 @@ const char * maporl_last_error(void);
 const char * maporl_status_name(maporl_status status);
 /* "0.1.0" */
 const char * maporl_version(void);
-/* Best SIMD level the CPU kernels dispatch to on this machine: "avx512", "avx2", "sse2", "neon" or "scalar". */
+/* SIMD level the CPU kernels use now: "avx512", "avx2" or "scalar". The best the CPU supports, unless lowered
+ * by maporl_set_simd() or the environment variable MAPORL_SIMD (read once, at first use). */
 const char * maporl_simd(void);
+/* Lowers (or restores, with "best") the SIMD level: "scalar", "avx2", "avx512" or "best". A level the CPU
+ * lacks is MAPORL_ERR_INVALID_ARG. Meant for tests and for reproducing another machine's code path; every
+ * level gives results within float rounding of the others. */
+maporl_status maporl_set_simd(const char * level);
 
 /* ---- CPU thread pool (shared by every CPU kernel) ------------------------------------------------ */
 
