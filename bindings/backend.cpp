@@ -1,6 +1,8 @@
 // backend.cpp: N-API glue for build info, threads, devices and the copy-bandwidth probe.
 #include <napi.h>
 
+#include <string>
+
 #include "args.h"
 
 namespace maporl_js {
@@ -41,6 +43,15 @@ Napi::Value JsSetThreads(const Napi::CallbackInfo & info) {
     return Napi::Number::New(info.Env(), maporl_get_threads());
 }
 
+Napi::Value JsSetSimd(const Napi::CallbackInfo & info) {
+    if (info.Length() < 1 || !info[0].IsString())
+        throw Napi::TypeError::New(info.Env(), "setSimd: level: expected a string");
+    std::string level = info[0].As<Napi::String>().Utf8Value();
+    maporl_status st = maporl_set_simd(level.c_str());
+    if (st != MAPORL_OK) ThrowStatus(info.Env(), st, "setSimd");
+    return Napi::String::New(info.Env(), maporl_simd());
+}
+
 Napi::Value JsCopyBandwidth(const Napi::CallbackInfo & info) {
     int64_t bytes = RequireInt(info, 0, "bytes", 4096, (int64_t)1 << 34);
     int reps = (int)RequireInt(info, 1, "reps", 1, 1000);
@@ -63,6 +74,7 @@ Napi::Value JsSetErrorClass(const Napi::CallbackInfo & info) {
 void InitBackend(Napi::Env env, Napi::Object exports) {
     exports.Set("backendInfo", Napi::Function::New(env, JsBackendInfo, "backendInfo"));
     exports.Set("setThreads", Napi::Function::New(env, JsSetThreads, "setThreads"));
+    exports.Set("setSimd", Napi::Function::New(env, JsSetSimd, "setSimd"));
     exports.Set("measureCopyBandwidth", Napi::Function::New(env, JsCopyBandwidth, "measureCopyBandwidth"));
     exports.Set("setErrorClass", Napi::Function::New(env, JsSetErrorClass, "setErrorClass"));
 }

@@ -20,7 +20,7 @@ export interface BackendInfo {
     version: string;
     /** Threads the CPU kernels use, the calling thread included. */
     threads: number;
-    /** SIMD level the CPU kernels dispatch to: `"avx512"`, `"avx2"`, `"sse2"`, `"neon"` or `"scalar"`. */
+    /** SIMD level the CPU kernels use: `"avx512"`, `"avx2"` or `"scalar"` (see {@link setSimd}). */
     simd: string;
     cuda: {
         /** Whether this binary contains the CUDA kernels (`MAPORL_CUDA=1` build). */
@@ -50,6 +50,21 @@ export function backend(): BackendInfo {
 export function setThreads(threads: number): number {
     requireInteger("setThreads", "threads", threads, 0, 1024);
     return native.setThreads(threads);
+}
+
+/** SIMD levels of the CPU kernels, lowest first. */
+export type SimdLevel = "scalar" | "avx2" | "avx512";
+const SIMD_LEVELS = ["scalar", "avx2", "avx512", "best"] as const;
+
+/**
+ * Lowers the SIMD level of the CPU kernels (or restores it with `'best'`), e.g. to test every code path or to
+ * reproduce another machine's rounding. Every level agrees with the others to float rounding. A level this
+ * CPU lacks is a MaporlError (`MAPORL_ERR_INVALID_ARG`). The `MAPORL_SIMD` environment variable sets the
+ * starting level. Returns the level now in use.
+ */
+export function setSimd(level: SimdLevel | "best"): SimdLevel {
+    requireChoice("setSimd", "level", level, SIMD_LEVELS, "best");
+    return native.setSimd(level) as SimdLevel;
 }
 
 function cudaDeviceCount(): number {

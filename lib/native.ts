@@ -26,6 +26,7 @@ export interface NativeBackendInfo {
 export interface NativeBinding {
     backendInfo(): NativeBackendInfo;
     setThreads(n: number): number;
+    setSimd(level: string): string;
     measureCopyBandwidth(bytes: number, reps: number): number;
     setErrorClass(ctor: typeof MaporlError): void;
     gae(rewards: Float32Array, values: Float32Array, mask: MaskArray, B: number, T: number, gamma: number,

@@ -119,3 +119,17 @@ export function requireOptions<O extends object>(fn: string, name: string, x: un
     }
     return x as Partial<O>;
 }
+
+/**
+ * Checks that each output view shares no byte with any other named view (outputs are written while inputs
+ * are still being read). Entries with the same name are the same parameter and are not compared.
+ */
+export function requireDisjoint(fn: string, outputs: Record<string, ArrayBufferView>, others: Record<string, ArrayBufferView>): void {
+    for (const [on, o] of Object.entries(outputs)) {
+        for (const [xn, x] of Object.entries(others)) {
+            if (on === xn || o.buffer !== x.buffer || o.byteLength === 0 || x.byteLength === 0) continue;
+            if (o.byteOffset < x.byteOffset + x.byteLength && x.byteOffset < o.byteOffset + o.byteLength)
+                throw new RangeError(`${fn}: ${on}: expected memory that does not overlap ${xn}, got an overlapping view`);
+        }
+    }
+}

@@ -70,7 +70,7 @@ MAPORL_HD GaeCarryMap<T> gae_map_combine(GaeCarryMap<T> L, GaeCarryMap<T> R) {
 
 // Whitening statistics as verl's masked_whiten computes them: mean = sum / (n + 1e-8),
 // var = (sum_sq_dev / (n + 1e-8)) * n / (n - 1). NOTE(whiten): with n < 2 verl raises; we take the variance
-// as 0, so a single valid token whitens to 0 and an empty batch is left as it is.
+// as 0 and the mean as exact, so a single valid token whitens to exactly 0; an empty batch is left as it is.
 struct WhitenStats {
     double mean;
     double rstd;  // 1 / sqrt(var + 1e-8)
@@ -78,7 +78,7 @@ struct WhitenStats {
 
 MAPORL_HD WhitenStats whiten_stats(double sum, double sum_sq, double count) {
     WhitenStats st;
-    st.mean = sum / (count + 1e-8);
+    st.mean = count >= 2 ? sum / (count + 1e-8) : sum / (count > 0 ? count : 1.0);
     double var = 0.0;
     if (count >= 2) {
         double dev = sum_sq - 2.0 * st.mean * sum + count * st.mean * st.mean;  // sum of (x - mean)^2

@@ -101,8 +101,15 @@ private:
     }
 
     void start_workers() {
-        stopping_ = false;
-        for (int i = 1; i < threads_; ++i) workers_.emplace_back([this] { worker_loop(); });
+        uint64_t gen;
+        {
+            std::lock_guard<std::mutex> lk(wake_mu_);
+            stopping_ = false;
+            gen = generation_;
+        }
+        // The starting generation is taken here, not in the new thread: a stop issued before the thread first
+        // runs must still be seen (the predicate also checks stopping_).
+        for (int i = 1; i < threads_; ++i) workers_.emplace_back([this, gen] { worker_loop(gen); });
         started_ = true;
     }
 
@@ -137,16 +144,11 @@ private:
         t_inside_pool = was_inside;
     }
 
-    void worker_loop() {
-        uint64_t seen = 0;
-        {
-            std::lock_guard<std::mutex> lk(wake_mu_);
-            seen = generation_;
-        }
+    void worker_loop(uint64_t seen) {
         for (;;) {
             {
                 std::unique_lock<std::mutex> lk(wake_mu_);
-                wake_cv_.wait(lk, [&] { return generation_ != seen; });
+                wake_cv_.wait(lk, [&] { return stopping_ || generation_ != seen; });
                 seen = generation_;
                 if (stopping_) return;
                 if (!open_) continue;  // woke after the job closed
