@@ -38,7 +38,7 @@ __global__ void gae_kernel(const float * __restrict__ r, const float * __restric
     const int64_t row = (int64_t)blockIdx.x * kWarpsPerBlock + (threadIdx.x >> 5);
     if (row >= B) return;  // whole warps exit together
     const int64_t chunk = (T + 31) / 32;
-    const int64_t t_begin = min<int64_t>(T, lane * chunk), t_end = min<int64_t>(T, t_begin + chunk);
+    const int64_t t_begin = ::min(T, (int64_t)lane * chunk), t_end = ::min(T, t_begin + chunk);
     const float * rr = r + row * T;
     const float * vv = v + row * T;
     const M * mm = mask + row * T;

@@ -1,0 +1,42 @@
+// backend.test.ts: the backend report, threads and SIMD levels, and the error class wiring.
+import { describe, expect, it } from "vitest";
+
+import { backend, MaporlError, setSimd, setThreads } from "../../lib/index.js";
+
+describe("backend", () => {
+    it("reports version, threads, SIMD and CUDA", () => {
+        const b = backend();
+        expect(b.version).toMatch(/^\d+\.\d+\.\d+$/);
+        expect(b.threads).toBeGreaterThanOrEqual(1);
+        expect(["scalar", "avx2", "avx512"]).toContain(b.simd);
+        expect(typeof b.cuda.compiled).toBe("boolean");
+        expect(Array.isArray(b.cuda.devices)).toBe(true);
+        if (!b.cuda.compiled) expect(b.cuda.devices).toEqual([]);
+        for (const d of b.cuda.devices) {
+            expect(d.totalMemory).toBeGreaterThan(0);
+            expect(d.computeCapability).toMatch(/^\d+\.\d+$/);
+        }
+    });
+
+    it("setThreads sets and validates", () => {
+        expect(setThreads(3)).toBe(3);
+        expect(backend().threads).toBe(3);
+        expect(setThreads(1)).toBe(1);
+        expect(setThreads(0)).toBeGreaterThanOrEqual(1);
+        expect(() => setThreads(-1)).toThrow(RangeError);
+        expect(() => setThreads(2000)).toThrow(RangeError);
+        expect(() => setThreads(1.5)).toThrow(RangeError);
+        expect(() => setThreads("2" as never)).toThrow(TypeError);
+    });
+
+    it("setSimd lowers and restores the level; an unsupported level is a MaporlError", () => {
+        const best = setSimd("best");
+        expect(setSimd("scalar")).toBe("scalar");
+        expect(backend().simd).toBe("scalar");
+        expect(setSimd("best")).toBe(best);
+        expect(() => setSimd("sse9" as never)).toThrow(RangeError);
+        if (best !== "avx512") {
+            expect(() => setSimd("avx512")).toThrow(MaporlError);
+        }
+    });
+});
