@@ -107,13 +107,18 @@ void gae_typed(const F * r, const F * v, const M * mask, int64_t B, int64_t T, F
     for (int64_t b = 0; b < B; ++b) { s += sum[b]; s2 += sum_sq[b]; n += count[b]; }
     if (n == 0) return;
     const WhitenStats st = whiten_stats(s, s2, n);
+    const Isa isa = active_isa();
     parallel_for(B, 1, [&](int64_t b0, int64_t b1) {
-        for (int64_t b = b0; b < b1; ++b) {
-            F * a = adv + b * T;
-            const M * m = mask + b * T;
-            for (int64_t t = 0; t < T; ++t)
-                a[t] = m[t] == M(1) ? (F)(((double)a[t] - st.mean) * st.rstd) : F(0);
+        F * a = adv + b0 * T;
+        const M * m = mask + b0 * T;
+        const int64_t n = (b1 - b0) * T;
+        if constexpr (std::is_same<F, float>::value) {
+            const maporl_mask_type mt = std::is_same<M, uint8_t>::value ? MAPORL_MASK_U8 : MAPORL_MASK_F32;
+            if (isa == Isa::Avx512) return avx512::gae_whiten_f32(a, m, mt, n, (float)st.mean, (float)st.rstd);
+            if (isa == Isa::Avx2) return avx2::gae_whiten_f32(a, m, mt, n, (float)st.mean, (float)st.rstd);
         }
+        const F mean = (F)st.mean, rstd = (F)st.rstd;
+        for (int64_t i = 0; i < n; ++i) a[i] = m[i] == M(1) ? (a[i] - mean) * rstd : F(0);
     });
 }
 

@@ -47,8 +47,15 @@ struct GaeRowsArgs {
 };
 
 // Rows [b0, b1) of a float batch; returns the smallest flat index of a bad mask value in them, or -1.
-namespace avx512 { int64_t gae_rows_f32(const GaeRowsArgs & g, int64_t b0, int64_t b1); }
-namespace avx2 { int64_t gae_rows_f32(const GaeRowsArgs & g, int64_t b0, int64_t b1); }
+// gae_whiten_f32: A[i] = mask ? (A[i] - mean) * rstd : 0 over [0, n), in float.
+namespace avx512 {
+int64_t gae_rows_f32(const GaeRowsArgs & g, int64_t b0, int64_t b1);
+void gae_whiten_f32(float * A, const void * mask, maporl_mask_type mask_type, int64_t n, float mean, float rstd);
+}  // namespace avx512
+namespace avx2 {
+int64_t gae_rows_f32(const GaeRowsArgs & g, int64_t b0, int64_t b1);
+void gae_whiten_f32(float * A, const void * mask, maporl_mask_type mask_type, int64_t n, float mean, float rstd);
+}  // namespace avx2
 
 
 }  // namespace maporl

@@ -1,0 +1,50 @@
+// gae.ts (bench): GAE at B=256, T=4096 against the verl-style PyTorch loop (bench/python/gae.py), which
+// whitens as verl's compute_gae_advantage_return does; our rows with whiten are the like-for-like ones.
+import { gae } from "../rl/gae.js";
+import { type BenchContext, type BenchRow } from "./types.js";
+import { peakExtraBytes, timeMedian } from "./measure.js";
+import { type PythonResult, runPython } from "./python.js";
+
+export async function benchGae(ctx: BenchContext): Promise<BenchRow[]> {
+    const B = 256, T = 4096, n = B * T;
+    const size = `B=${B} T=${T}`;
+    let seed = 1;
+    const next = () => ((seed = (seed * 1664525 + 1013904223) >>> 0) / 4294967296);
+    const rewards = new Float32Array(n).map(next), values = new Float32Array(n).map(next);
+    const mask = new Float32Array(n).fill(1);
+    const batch = { rewards, values, mask, shape: [B, T] as [number, number] };
+    const out = { advantages: new Float32Array(n), returns: new Float32Array(n) };
+    // Bytes per token: read r, V, mask (f32), write A, R; whitening re-reads the mask and A and rewrites A.
+    const bytes = (whiten: boolean) => n * (whiten ? 32 : 20);
+
+    const baselines = [true, false].map((whiten) => ctx.python
+        ? runPython({ kernel: "gae", B, T, gamma: 1, lambda: 0.95, whiten, threads: ctx.threads, reps: ctx.pythonReps })
+        : { ok: false, error: "skipped (--no-python)" } as PythonResult);
+    const rows: BenchRow[] = [];
+    const variants: [string, boolean, object][] = [
+        ["maporl gae, whiten", true, {}],
+        ["maporl gae, whiten, out= reused", true, { out }],
+        ["maporl gae", false, {}],
+        ["maporl gae, out= reused", false, { out }],
+    ];
+    for (const [impl, whiten, extra] of variants) {
+        const opts = { gamma: 1, lambda: 0.95, whiten, device: "cpu" as const, ...extra };
+        const t = await timeMedian(() => gae(batch, opts), ctx.reps);
+        rows.push({
+            kernel: "gae", size, impl, medianMs: t.medianMs,
+            peakExtraBytes: await peakExtraBytes(() => gae(batch, opts)),
+            bytesMoved: bytes(whiten),
+            baselineMs: baselines[whiten ? 0 : 1]!.ok ? baselines[whiten ? 0 : 1]!.median_ms! : null,
+        });
+    }
+    [true, false].forEach((whiten, k) => {
+        const b = baselines[k]!;
+        rows.push({
+            kernel: "gae", size, impl: `PyTorch verl-style loop${whiten ? ", whiten" : ""}`,
+            medianMs: b.ok ? b.median_ms! : null,
+            peakExtraBytes: b.ok ? b.peak_extra_bytes ?? null : null,
+            bytesMoved: bytes(whiten), baselineMs: null, note: b.ok ? `torch ${b.torch}, ${b.threads} threads` : b.error,
+        });
+    });
+    return rows;
+}

@@ -1,0 +1,76 @@
+// index.ts (bench): the benchmark harness behind `npm run bench` / `npx maporl bench [kernel...]`. Times this
+// package's kernels and the PyTorch baselines in the same run, at fixed sizes, with the same thread count;
+// prints a table of medians, ratios (baseline / ours), peak memory and the memory floor (bytes moved over a
+// copy bandwidth measured at the start), and writes the JSON to bench/results/.
+import { mkdirSync, writeFileSync } from "node:fs";
+import { cpus } from "node:os";
+import { join } from "node:path";
+
+import { backend, setThreads } from "../backend.js";
+import { native } from "../native.js";
+import { benchGae } from "./gae.js";
+import { type BenchContext, type BenchRow } from "./types.js";
+
+export type { BenchContext, BenchRow } from "./types.js";
+
+export const BENCHMARKS: Record<string, (ctx: BenchContext) => Promise<BenchRow[]>> = {
+    gae: benchGae,
+};
+
+export interface BenchOptions {
+    kernels?: string[];
+    threads?: number;
+    reps?: number;
+    pythonReps?: number;
+    python?: boolean;
+    /** Directory for the JSON results. Defaults to `bench/results`. */
+    outDir?: string;
+    log?: (line: string) => void;
+}
+
+export interface BenchReport {
+    date: string;
+    machine: { cpu: string; threads: number; simd: string; node: string; copyBandwidthGBps: number };
+    rows: (BenchRow & { ratio: number | null; floorMs: number; xFloor: number | null })[];
+    file: string;
+}
+
+const fmt = (x: number | null, d = 3) => (x === null ? "-" : x.toFixed(d));
+
+export async function runBench(options: BenchOptions = {}): Promise<BenchReport> {
+    const log = options.log ?? ((l: string) => console.log(l));
+    const kernels = options.kernels && options.kernels.length ? options.kernels : Object.keys(BENCHMARKS);
+    for (const k of kernels)
+        if (!(k in BENCHMARKS)) throw new RangeError(`bench: unknown kernel "${k}". Registered: ${Object.keys(BENCHMARKS).join(", ")}`);
+    const threads = setThreads(options.threads ?? 2);
+    const ctx: BenchContext = { threads, reps: options.reps ?? 30, pythonReps: options.pythonReps ?? 5, python: options.python ?? true };
+    const copyBps = native.measureCopyBandwidth(256 << 20, 9);
+    const info = backend();
+    const machine = { cpu: cpus()[0]?.model ?? "unknown", threads, simd: info.simd, node: process.version, copyBandwidthGBps: copyBps / 1e9 };
+    log(`maporl ${info.version} bench: ${machine.cpu}, ${threads} threads, SIMD ${info.simd}, copy bandwidth ${(copyBps / 1e9).toFixed(1)} GB/s (read+write)`);
+    const rows: BenchReport["rows"] = [];
+    for (const k of kernels) {
+        for (const r of await BENCHMARKS[k]!(ctx)) {
+            const floorMs = r.bytesMoved / copyBps * 1e3;
+            rows.push({ ...r, ratio: r.medianMs !== null && r.baselineMs !== null ? r.baselineMs / r.medianMs : null,
+                floorMs, xFloor: r.medianMs === null ? null : r.medianMs / floorMs });
+        }
+    }
+    const header = ["kernel", "size", "implementation", "median ms", "baseline/ours", "peak extra MB", "floor ms", "x floor"];
+    const table = rows.map((r) => [r.kernel, r.size, r.impl, fmt(r.medianMs), r.ratio === null ? "-" : r.ratio.toFixed(1) + "x",
+        r.peakExtraBytes === null ? "-" : (r.peakExtraBytes / 2 ** 20).toFixed(1), fmt(r.floorMs), r.xFloor === null ? "-" : r.xFloor.toFixed(2)]);
+    const widths = header.map((h, i) => Math.max(h.length, ...table.map((row) => row[i]!.length)));
+    const line = (cells: string[]) => "| " + cells.map((c, i) => c.padEnd(widths[i]!)).join(" | ") + " |";
+    log(line(header));
+    log("|" + widths.map((w) => "-".repeat(w + 2)).join("|") + "|");
+    for (const row of table) log(line(row));
+    for (const r of rows) if (r.note) log(`  ${r.impl}: ${r.note}`);
+    const outDir = options.outDir ?? join(process.cwd(), "bench", "results");
+    mkdirSync(outDir, { recursive: true });
+    const date = new Date().toISOString();
+    const file = join(outDir, `${date.replace(/[:.]/g, "-")}-${kernels.join("-")}.json`);
+    const report: BenchReport = { date, machine, rows, file };
+    writeFileSync(file, JSON.stringify(report, null, 2) + "\n");
+    log(`results: ${file}`);
+    return report;
+}

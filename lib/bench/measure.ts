@@ -1,0 +1,49 @@
+// measure.ts: timing and memory probes of the benchmark harness, the same method as bench/python/common.py:
+// median of wall-clock repetitions after a warm-up, and the growth of the resident set's high-water mark
+// (VmHWM reset through /proc/self/clear_refs) during one run. Linux-only for memory; null elsewhere.
+import { readFileSync, writeFileSync } from "node:fs";
+
+export interface Timing {
+    medianMs: number;
+    samplesMs: number[];
+}
+
+export async function timeMedian(fn: () => unknown | Promise<unknown>, reps: number, warmup = 2): Promise<Timing> {
+    for (let i = 0; i < warmup; i++) await fn();
+    const samples: number[] = [];
+    for (let i = 0; i < reps; i++) {
+        const t0 = process.hrtime.bigint();
+        await fn();
+        samples.push(Number(process.hrtime.bigint() - t0) / 1e6);
+    }
+    return { medianMs: median(samples), samplesMs: samples };
+}
+
+export function median(xs: readonly number[]): number {
+    const s = [...xs].sort((a, b) => a - b);
+    const m = s.length >> 1;
+    return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
+}
+
+function statusKiB(field: string): number | null {
+    try {
+        const line = readFileSync("/proc/self/status", "utf8").split("\n").find((l) => l.startsWith(field + ":"));
+        return line ? Number(line.split(/\s+/)[1]) : null;
+    } catch {
+        return null;
+    }
+}
+
+/** Peak resident-set growth in bytes while `fn` runs once, or null where it cannot be read. */
+export async function peakExtraBytes(fn: () => unknown | Promise<unknown>): Promise<number | null> {
+    try {
+        writeFileSync("/proc/self/clear_refs", "5");
+    } catch {
+        await fn();
+        return null;
+    }
+    const before = statusKiB("VmRSS");
+    await fn();
+    const peak = statusKiB("VmHWM");
+    return before === null || peak === null ? null : Math.max(0, peak - before) * 1024;
+}

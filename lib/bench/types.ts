@@ -1,0 +1,25 @@
+// types.ts (bench): what a benchmark entry receives and returns.
+export interface BenchContext {
+    threads: number;
+    /** Repetitions of our kernels (median reported). */
+    reps: number;
+    /** Repetitions of the Python baselines. */
+    pythonReps: number;
+    /** Run the PyTorch baselines. */
+    python: boolean;
+}
+
+export interface BenchRow {
+    kernel: string;
+    size: string;
+    impl: string;
+    /** Median wall time, null when the implementation did not run. */
+    medianMs: number | null;
+    /** Peak resident-set growth during one call, null when unknown. */
+    peakExtraBytes: number | null;
+    /** Bytes the kernel must move at minimum (the memory floor's numerator). */
+    bytesMoved: number;
+    /** The same-run baseline's median this row is compared with, if any. */
+    baselineMs: number | null;
+    note?: string;
+}

@@ -1,0 +1,71 @@
+#!/usr/bin/env node
+// cli.ts: `maporl info` (the backend report) and `maporl bench [kernel...]` (the benchmark harness).
+import { backend } from "./backend.js";
+import { BENCHMARKS, runBench } from "./bench/index.js";
+
+const USAGE = `usage: maporl <command> [options]
+
+commands:
+  info                     print the native backend: version, threads, SIMD, CUDA build and devices
+  bench [kernel...]        time the kernels against the PyTorch baselines in the same run
+      --threads N          threads for both sides (default 2)
+      --reps N             repetitions of our kernels (default 30); --python-reps N for the baselines (default 5)
+      --no-python          skip the baselines
+      --out DIR            where the JSON goes (default bench/results)
+    kernels: ${Object.keys(BENCHMARKS).join(", ")}
+  help                     this text`;
+
+function info(): void {
+    const b = backend();
+    console.log(`maporl ${b.version}`);
+    console.log(`threads: ${b.threads}`);
+    console.log(`simd:    ${b.simd}`);
+    console.log(`cuda:    ${b.cuda.compiled ? "compiled" : "not compiled (rebuild with MAPORL_CUDA=1 for CUDA)"}`);
+    if (b.cuda.compiled) {
+        if (b.cuda.devices.length === 0) console.log("devices: none (no GPU or no driver visible)");
+        for (const d of b.cuda.devices)
+            console.log(`device ${d.index}: ${d.name}, compute ${d.computeCapability}, ${(d.totalMemory / 2 ** 30).toFixed(1)} GiB, ${d.multiprocessors} SMs`);
+    }
+}
+
+function intFlag(args: string[], i: number, name: string): number {
+    const v = Number(args[i + 1]);
+    if (!Number.isInteger(v) || v < 1) throw new RangeError(`${name}: expected a positive integer, got ${JSON.stringify(args[i + 1])}`);
+    return v;
+}
+
+async function main(argv: string[]): Promise<number> {
+    const [cmd, ...args] = argv;
+    if (cmd === undefined || cmd === "help" || cmd === "--help" || cmd === "-h") {
+        console.log(USAGE);
+        return cmd === undefined ? 1 : 0;
+    }
+    if (cmd === "info") {
+        info();
+        return 0;
+    }
+    if (cmd === "bench") {
+        const kernels: string[] = [];
+        const opts: Parameters<typeof runBench>[0] = {};
+        for (let i = 0; i < args.length; i++) {
+            const a = args[i]!;
+            if (a === "--threads") opts.threads = intFlag(args, i++, a);
+            else if (a === "--reps") opts.reps = intFlag(args, i++, a);
+            else if (a === "--python-reps") opts.pythonReps = intFlag(args, i++, a);
+            else if (a === "--no-python") opts.python = false;
+            else if (a === "--out") opts.outDir = args[++i];
+            else if (a.startsWith("-")) throw new RangeError(`bench: unknown option ${a}\n\n${USAGE}`);
+            else kernels.push(a);
+        }
+        opts.kernels = kernels;
+        await runBench(opts);
+        return 0;
+    }
+    console.error(`maporl: unknown command "${cmd}"\n\n${USAGE}`);
+    return 1;
+}
+
+main(process.argv.slice(2)).then((code) => { process.exitCode = code; }, (e: unknown) => {
+    console.error(e instanceof Error ? e.message : String(e));
+    process.exitCode = 1;
+});
