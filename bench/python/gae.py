@@ -38,9 +38,10 @@ def gae_verl_style(rewards, values, mask, gamma, lam, whiten):
 
 def run(spec):
     B, T = spec["B"], spec["T"]
+    device = spec.get("device", "cpu")
     g = torch.Generator().manual_seed(1)
-    rewards = torch.rand(B, T, generator=g)
-    values = torch.rand(B, T, generator=g)
-    mask = torch.ones(B, T)
+    rewards = torch.rand(B, T, generator=g).to(device)
+    values = torch.rand(B, T, generator=g).to(device)
+    mask = torch.ones(B, T, device=device)
     gamma, lam, whiten = spec.get("gamma", 1.0), spec.get("lambda", 0.95), spec.get("whiten", True)
     return lambda: gae_verl_style(rewards, values, mask, gamma, lam, whiten)

@@ -279,7 +279,7 @@ describe("gae errors", () => {
         const a = ok();
         structuredClone(a.rewards.buffer, { transfer: [a.rewards.buffer] });
         expect(() => gae(a)).toThrow(/rewards: .*detached/);
-        const rb = new ArrayBuffer(24, { maxByteLength: 48 });
+        const rb = new (ArrayBuffer as unknown as new (n: number, o: object) => ArrayBuffer)(24, { maxByteLength: 48 });  // resizable (ES2024 typings not enabled)
         expect(() => gae({ ...ok(), values: new Float32Array(rb) })).toThrow(/values: expected a fixed-length buffer/);
     });
 

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# device-check.sh: the GPU check, for a machine with a GPU, CMake, nvcc and PyTorch but no Node (the device
+# machine). Builds the core with CUDA through CMake, runs the C++ tests (which compare every CUDA kernel with
+# the CPU one when a device is visible), then times CUDA against PyTorch on the same GPU. Under 5 minutes.
+#   usage: bash scripts/device-check.sh [build-dir]     (env: CUDA_ARCHS, default 80-real;90-real;90-virtual)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build-device}
+archs=${CUDA_ARCHS:-"80-real;90-real;90-virtual"}
+export PATH="$PATH:/usr/local/cuda/bin"
+gen=()
+command -v ninja >/dev/null 2>&1 && gen=(-G Ninja)
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo "nvidia-smi: not available"
+
+t0=$(date +%s)
+cmake -S . -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DMAPORL_CUDA=ON "-DCMAKE_CUDA_ARCHITECTURES=$archs" >/dev/null || exit 1
+cmake --build "$build" --parallel || exit 1
+echo "build: $(( $(date +%s) - t0 )) s"
+
+status=0
+passed=0
+failed=0
+for t in "$build"/test_*; do
+    [ -x "$t" ] || continue
+    case "$t" in *.*) continue ;; esac
+    if [ "$(basename "$t")" = test_gae ]; then out=$("$t" --bench); rc=$?; else out=$("$t"); rc=$?; fi
+    echo "$out"
+    [ $rc -eq 0 ] || status=1
+    line=$(echo "$out" | grep -E '^# .*: [0-9]+ passed, [0-9]+ failed' | tail -1)
+    p=$(echo "$line" | sed -E 's/.*: ([0-9]+) passed.*/\1/'); f=$(echo "$line" | sed -E 's/.* ([0-9]+) failed.*/\1/')
+    passed=$((passed + ${p:-0})); failed=$((failed + ${f:-1}))
+done
+echo "C++ tests: $passed passed, $failed failed"
+
+echo "== PyTorch baselines on the GPU (verl-style loop, same sizes)"
+for whiten in true false; do
+    echo "{\"kernel\": \"gae\", \"B\": 256, \"T\": 4096, \"gamma\": 1.0, \"lambda\": 0.95, \"whiten\": $whiten, \"device\": \"cuda\", \"reps\": 5, \"threads\": 16}" \
+        | "${MAPORL_PYTHON:-python3}" bench/python/run.py | sed "s/^/torch gae cuda whiten=$whiten: /"
+done
+echo "total: $(( $(date +%s) - t0 )) s"
+exit $status
