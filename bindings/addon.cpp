@@ -6,12 +6,14 @@
 namespace maporl_js {
 void InitBackend(Napi::Env env, Napi::Object exports);
 void InitGae(Napi::Env env, Napi::Object exports);
+void InitGroupAdvantages(Napi::Env env, Napi::Object exports);
 }  // namespace maporl_js
 
 static Napi::Object Init(Napi::Env env, Napi::Object exports) {
     env.SetInstanceData(new maporl_js::AddonData());
     maporl_js::InitBackend(env, exports);
     maporl_js::InitGae(env, exports);
+    maporl_js::InitGroupAdvantages(env, exports);
     return exports;
 }
 

@@ -2,3 +2,8 @@
 export { MaporlError, type MaporlErrorCode } from "./errors.js";
 export { backend, setSimd, setThreads, type BackendInfo, type DeviceInfo, type Device, type SimdLevel } from "./backend.js";
 export { gae, gaeAsync, type GaeBatch, type GaeOptions, type GaeAsyncOptions, type GaeResult } from "./rl/gae.js";
+export {
+    groupAdvantages, groupAdvantagesAsync, groupEstimators, type GroupBatch, type GroupAdvantageOptions,
+    type GroupAdvantageAsyncOptions, type GroupConvention, type GroupEstimator, type GroupKernelParams, type MagrpoBaseline,
+} from "./rl/groupAdvantages.js";
+export { createRegistry, type Registry } from "./rl/registry.js";

@@ -5,6 +5,7 @@
 
 #include "core.h"
 #include "gae.h"
+#include "group_advantages.h"
 
 namespace maporl {
 
@@ -16,6 +17,15 @@ static maporl_status no_device(const char * what) {
 maporl_status gae_cuda(const float *, const float *, const void *, maporl_mask_type, int64_t, int64_t, float, float,
                        bool, float *, float *) {
     return no_device("gae");
+}
+
+maporl_status group_advantages_cuda(const float *, const int32_t *, const float *, int64_t, const maporl_group_params &,
+                                    float *) {
+    return no_device("group_advantages");
+}
+
+maporl_status broadcast_rows_cuda(const float *, const void *, maporl_mask_type, int64_t, int64_t, float *) {
+    return no_device("broadcast_rows");
 }
 
 }  // namespace maporl

@@ -115,6 +115,43 @@ maporl_status maporl_gae(maporl_device device,
                          int64_t B, int64_t T, maporl_gae_params params,
                          float * advantages_out, float * returns_out);
 
+/* ---- group-relative advantages (GRPO, Dr.GRPO, RLOO, REINFORCE++-baseline, MAGRPO) ---------------- */
+
+typedef enum maporl_group_baseline {
+    MAPORL_BASELINE_MEAN = 0,   /* A = s - mean_g                      (GRPO, Dr.GRPO, MAGRPO 'mean') */
+    MAPORL_BASELINE_RLOO = 1,   /* A = s - mean of the other members   (RLOO, MAGRPO 'rloo') */
+    MAPORL_BASELINE_MAX  = 2,   /* A = s - max_g                       (MAGRPO 'max', MA-ReMax) */
+    MAPORL_BASELINE_NONE = 3    /* A = s                               (MAGRPO 'none', MA-REINFORCE) */
+} maporl_group_baseline;
+
+typedef struct maporl_group_params {
+    maporl_group_baseline baseline;  /* default MAPORL_BASELINE_MEAN */
+    int   scale_by_std;    /* 1: divide by (std_g + eps), GRPO. Default 1 */
+    int   std_unbiased;    /* 1: std with n - 1 (verl, TRL, OpenRLHF); 0: with n. Default 1 */
+    float eps;             /* finite, >= 0, added to std. verl 1e-6 (default), TRL 1e-4, OpenRLHF 1e-9 */
+    int   singleton_zero;  /* a group with one counted member: 0 -> its raw score (verl, default), 1 -> 0 */
+    int   nan_exclude;     /* 1: NaN scores are left out of group statistics and get 0 (TRL); 0: NaN propagates
+                              through its group (default) */
+    int   whiten;          /* 1: then whiten over the batch (REINFORCE++-baseline): mean and unbiased variance
+                              weighted by `weights` (e.g. token counts, as verl's token-level masked_whiten), eps
+                              1e-8; rows of weight 0 and excluded NaN rows get 0. Default 0 */
+} maporl_group_params;
+
+maporl_group_params maporl_group_default_params(void);
+
+/* One advantage per response from its outcome score and its group id (any int32, in any order, groups need not
+ * be contiguous). scores, weights: [N] float (weights may be NULL: all 1; only used with whiten, finite >= 0);
+ * groups: [N] int32; advantages_out: [N] float (=). Group statistics are summed in index order in double, so the
+ * result does not depend on the thread count. */
+maporl_status maporl_group_advantages(maporl_device device, const float * scores, const int32_t * groups,
+                                      const float * weights, int64_t N, maporl_group_params params,
+                                      float * advantages_out);
+
+/* out[n, t] = values[n] where mask[n, t] = 1, else 0. values: [N]; mask: [N, T] of mask_type (0/1 only);
+ * out: [N, T] float (=). For per-response advantages expanded to tokens. */
+maporl_status maporl_broadcast_rows(maporl_device device, const float * values, const void * mask,
+                                    maporl_mask_type mask_type, int64_t N, int64_t T, float * out);
+
 /* ---- benchmarking helpers ----------------------------------------------------------------------- */
 
 /* Measures host copy bandwidth with the thread pool: copies `bytes` `reps` times and reports the median

@@ -1,0 +1,160 @@
+// groupAdvantages.ts: group-relative advantages from outcome scores, on the native kernel, with the
+// conventions of verl (default), TRL and OpenRLHF selectable. Formulas: shared/reference/kernels.md A
+// (verl compute_grpo_outcome_advantage / rloo / reinforce_plus_plus_baseline, TRL nanstd, OpenRLHF group_norm)
+// and algorithms.md B.3 (MAGRPO's mean / max / rloo / none baselines).
+import { withSignal } from "../abort.js";
+import { outputFloat32 } from "../alloc.js";
+import { type Device, resolveDevice } from "../backend.js";
+import { native } from "../native.js";
+import { requireArray, requireBoolean, requireChoice, requireNumber, requireOptions, requireShape2 } from "../validate.js";
+import { createRegistry } from "./registry.js";
+
+export interface GroupBatch {
+    /** One outcome score per response, [N]. NaN marks an unscorable response (see `convention`). */
+    scores: Float32Array;
+    /** Group id per response (e.g. the prompt index), [N]; any order, groups need not be contiguous. */
+    groups: Int32Array;
+}
+
+export type GroupConvention = "verl" | "trl" | "openrlhf";
+export type MagrpoBaseline = "mean" | "max" | "rloo" | "none";
+
+export interface GroupAdvantageOptions {
+    /** `'grpo'`, `'drgrpo'`, `'rloo'`, `'reinforce++-baseline'`, `'magrpo'` or a registered name. Defaults to `'grpo'`. */
+    estimator?: "grpo" | "drgrpo" | "rloo" | "reinforce++-baseline" | "magrpo" | (string & {});
+    /** MAGRPO's baseline: `'mean'` (R − mean), `'max'` (R − max), `'rloo'` (R − mean of others), `'none'` (R). Defaults to `'mean'`. */
+    baseline?: MagrpoBaseline;
+    /**
+     * Sets `std`, `eps`, `singleton` and the NaN policy as each system does. `'verl'`: unbiased std, eps 1e-6,
+     * a singleton keeps its raw score, NaN propagates. `'trl'`: unbiased std, eps 1e-4, singleton 0, NaN scores
+     * are left out of the group statistics and get 0. `'openrlhf'`: unbiased std, eps 1e-9, singleton 0, NaN
+     * propagates. Defaults to `'verl'`.
+     */
+    convention?: GroupConvention;
+    /** `'unbiased'` (n − 1) or `'biased'` (n). Defaults to the convention's. */
+    std?: "unbiased" | "biased";
+    /** Added to the group std, in [0, 1]. Defaults to the convention's. */
+    eps?: number;
+    /** What a one-member group gets: `'raw'` (its score, as verl: mean 0, std 1) or `'zero'`. Defaults to the convention's. */
+    singleton?: "raw" | "zero";
+    /**
+     * Per-response whitening weights for `'reinforce++-baseline'`, e.g. token counts, which reproduces verl's
+     * token-level masked_whiten. With `broadcast` the mask's row sums are used. Defaults to 1 each.
+     */
+    weights?: Float32Array;
+    /** Expand the advantages to a token tensor [N, T] (A[n] where mask = 1, else 0). */
+    broadcast?: { mask: Uint8Array | Float32Array; shape: readonly [number, number] };
+    /** Defaults to `'auto'` (CUDA only for N of at least 2^22). */
+    device?: Device;
+}
+
+export interface GroupAdvantageAsyncOptions extends GroupAdvantageOptions {
+    signal?: AbortSignal;
+}
+
+/** The native parameters an estimator resolves to. */
+export interface GroupKernelParams {
+    baseline: 0 | 1 | 2 | 3;
+    scaleByStd: boolean;
+    whiten: boolean;
+}
+
+export interface GroupEstimator {
+    readonly name: string;
+    /** Resolves the options into the kernel's parameters. */
+    params(options: GroupAdvantageOptions): GroupKernelParams;
+}
+
+export const groupEstimators = createRegistry<GroupEstimator>("group advantage estimator");
+
+const BASELINES: Record<MagrpoBaseline, 0 | 1 | 2 | 3> = { mean: 0, rloo: 1, max: 2, none: 3 };
+
+groupEstimators.register({ name: "grpo", params: () => ({ baseline: 0, scaleByStd: true, whiten: false }) });
+groupEstimators.register({ name: "drgrpo", params: () => ({ baseline: 0, scaleByStd: false, whiten: false }) });
+groupEstimators.register({ name: "rloo", params: () => ({ baseline: 1, scaleByStd: false, whiten: false }) });
+groupEstimators.register({ name: "reinforce++-baseline", params: () => ({ baseline: 0, scaleByStd: false, whiten: true }) });
+groupEstimators.register({
+    name: "magrpo",
+    params: (o) => ({
+        baseline: BASELINES[requireChoice("groupAdvantages", "baseline", o.baseline, ["mean", "max", "rloo", "none"], "mean")],
+        scaleByStd: false, whiten: false,
+    }),
+});
+
+const CONVENTIONS: Record<GroupConvention, { std: "unbiased" | "biased"; eps: number; singleton: "raw" | "zero"; nanExclude: boolean }> = {
+    verl: { std: "unbiased", eps: 1e-6, singleton: "raw", nanExclude: false },
+    trl: { std: "unbiased", eps: 1e-4, singleton: "zero", nanExclude: true },
+    openrlhf: { std: "unbiased", eps: 1e-9, singleton: "zero", nanExclude: false },
+};
+
+const OPTION_KEYS = ["estimator", "baseline", "convention", "std", "eps", "singleton", "weights", "broadcast", "device"];
+const AUTO_CUDA = 1 << 22;
+
+interface Call {
+    args: Parameters<typeof native.groupAdvantages>;
+    out: Float32Array;
+    broadcast?: { mask: Uint8Array | Float32Array; N: number; T: number; device: 0 | 1 };
+}
+
+function prepare(fn: string, batch: GroupBatch, options: unknown, extra: string[]): Call {
+    if (batch === null || typeof batch !== "object") throw new TypeError(`${fn}: batch: expected an object with scores and groups, got ${typeof batch}`);
+    const o = requireOptions<GroupAdvantageOptions>(fn, "options", options, [...OPTION_KEYS, ...extra]);
+    const N = Array.isArray(batch.scores) || ArrayBuffer.isView(batch.scores) ? (batch.scores as { length: number }).length : -1;
+    const scores = requireArray(fn, "scores", batch.scores, [Float32Array], Math.max(N, 0));
+    const groups = requireArray(fn, "groups", batch.groups, [Int32Array], N);
+    const estimator = groupEstimators.get(o.estimator ?? "grpo");
+    const k = estimator.params(o);
+    const conv = CONVENTIONS[requireChoice(fn, "convention", o.convention, ["verl", "trl", "openrlhf"], "verl")];
+    const std = requireChoice(fn, "std", o.std, ["unbiased", "biased"], conv.std);
+    const eps = requireNumber(fn, "eps", o.eps, conv.eps, 0, 1);
+    const singleton = requireChoice(fn, "singleton", o.singleton, ["raw", "zero"], conv.singleton);
+    const device = resolveDevice(fn, o.device, N, AUTO_CUDA) === "cuda" ? 1 : 0;
+    let weights: Float32Array | null = o.weights === undefined ? null : requireArray(fn, "weights", o.weights, [Float32Array], N);
+    let broadcast: Call["broadcast"];
+    if (o.broadcast !== undefined) {
+        const b = requireOptions<NonNullable<GroupAdvantageOptions["broadcast"]>>(fn, "broadcast", o.broadcast, ["mask", "shape"]);
+        const [bn, T] = requireShape2(fn, b.shape, ["N", "T"]);
+        if (bn !== N) throw new RangeError(`${fn}: broadcast.shape[0]: expected ${N} (one row per score), got ${bn}`);
+        const mask = requireArray(fn, "broadcast.mask", b.mask, [Uint8Array, Float32Array], N * T);
+        broadcast = { mask, N, T, device };
+        if (k.whiten && weights === null) {  // verl whitens over tokens: weight each response by its token count
+            weights = new Float32Array(N);
+            for (let n = 0; n < N; n++) {
+                let c = 0;
+                for (let t = 0; t < T; t++) c += mask[n * T + t] === 1 ? 1 : 0;
+                weights[n] = c;
+            }
+        }
+    }
+    const out = outputFloat32(N);
+    return {
+        args: [scores, groups, weights, N, k.baseline, k.scaleByStd, std === "unbiased", eps, singleton === "zero",
+            conv.nanExclude, k.whiten, device, out],
+        out, broadcast,
+    };
+}
+
+function finish(c: Call): Float32Array {
+    if (c.broadcast === undefined) return c.out;
+    const tokens = outputFloat32(c.broadcast.N * c.broadcast.T);
+    native.broadcastRows(c.out, c.broadcast.mask, c.broadcast.N, c.broadcast.T, c.broadcast.device, tokens);
+    return tokens;
+}
+
+/**
+ * Group-relative advantages: one per response ([N]), or per token ([N, T], row-major) with `broadcast`.
+ * @throws TypeError / RangeError on bad arguments (an unknown estimator lists the registered ones),
+ * MaporlError on a native failure (e.g. a mask value other than 0/1, or `device: 'cuda'` without a GPU).
+ */
+export function groupAdvantages(batch: GroupBatch, options?: GroupAdvantageOptions): Float32Array {
+    const c = prepare("groupAdvantages", batch, options, []);
+    native.groupAdvantages(...c.args);
+    return finish(c);
+}
+
+/** {@link groupAdvantages} off the main thread. */
+export async function groupAdvantagesAsync(batch: GroupBatch, options?: GroupAdvantageAsyncOptions): Promise<Float32Array> {
+    const c = prepare("groupAdvantagesAsync", batch, options, ["signal"]);
+    await withSignal(() => native.groupAdvantagesAsync(...c.args), options?.signal);
+    return finish(c);
+}

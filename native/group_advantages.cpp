@@ -1,0 +1,238 @@
+// group_advantages.cpp: CPU group-relative advantages and the row broadcast, plus their C entry points.
+// Group statistics are accumulated in double, in index order (so the result never depends on the thread
+// count), into a table indexed by (group id - min id) when the ids span a small range, else by dense ids
+// from a sort. The per-member formula and the batch whitening run on the thread pool.
+#include "group_advantages.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <vector>
+
+#include "core.h"
+#include "gae_scan.h"  // whiten_stats
+#include "threadpool.h"
+
+namespace maporl {
+namespace {
+
+constexpr int64_t kChunk = 1 << 16;  // fixed reduction chunk: partial sums never depend on the thread count
+
+// Maps each element to a slot of the statistics tables.
+struct GroupSlots {
+    bool direct = true;
+    int64_t min_id = 0;
+    int64_t slots = 0;
+    std::vector<int32_t> dense;  // per element, when !direct
+
+    int64_t of(const int32_t * g, int64_t i) const { return direct ? (int64_t)g[i] - min_id : (int64_t)dense[i]; }
+};
+
+GroupSlots index_groups(const int32_t * g, int64_t N) {
+    GroupSlots s;
+    int64_t lo = std::numeric_limits<int64_t>::max(), hi = std::numeric_limits<int64_t>::min();
+    for (int64_t i = 0; i < N; ++i) {
+        lo = std::min<int64_t>(lo, g[i]);
+        hi = std::max<int64_t>(hi, g[i]);
+    }
+    const int64_t range = hi - lo + 1;
+    if (range <= 2 * N + 1024) {
+        s.min_id = lo;
+        s.slots = range;
+        return s;
+    }
+    s.direct = false;
+    std::vector<int64_t> order((size_t)N);
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return g[a] < g[b]; });
+    s.dense.resize((size_t)N);
+    int64_t next = -1;
+    for (int64_t k = 0; k < N; ++k) {
+        if (k == 0 || g[order[k]] != g[order[k - 1]]) ++next;
+        s.dense[order[k]] = (int32_t)next;
+    }
+    s.slots = next + 1;
+    return s;
+}
+
+inline double member_advantage(double s, double n, double sum, double aux, const maporl_group_params & p) {
+    if (p.baseline == MAPORL_BASELINE_NONE) return s;
+    double a, stdv;
+    if (n == 1.0) {  // singleton: verl treats it as mean 0, std 1
+        if (p.singleton_zero) return 0.0;
+        a = s;
+        stdv = 1.0;
+    } else {
+        const double mean = sum / n;
+        switch (p.baseline) {
+            case MAPORL_BASELINE_RLOO: a = s - (sum - s) / (n - 1.0); break;
+            case MAPORL_BASELINE_MAX: a = s - aux; break;
+            default: a = s - mean; break;
+        }
+        stdv = 0.0;
+        if (p.scale_by_std) {
+            stdv = std::sqrt(aux / (p.std_unbiased ? n - 1.0 : n));  // aux holds the squared deviations
+        }
+    }
+    return p.scale_by_std ? a / (stdv + (double)p.eps) : a;
+}
+
+}  // namespace
+
+void group_advantages_cpu(const float * scores, const int32_t * groups, const float * weights, int64_t N,
+                          const maporl_group_params & p, float * out) {
+    if (N == 0) return;
+    if (weights != nullptr)
+        for (int64_t i = 0; i < N; ++i)
+            if (!(weights[i] >= 0.0f && weights[i] <= std::numeric_limits<float>::max()))
+                throw_error(MAPORL_ERR_INVALID_ARG, "weights: expected finite values >= 0, got %g at index %lld",
+                            (double)weights[i], (long long)i);
+    const GroupSlots slots = index_groups(groups, N);
+    const bool use_max = p.baseline == MAPORL_BASELINE_MAX;
+    std::vector<double> cnt((size_t)slots.slots, 0.0), sum((size_t)slots.slots, 0.0);
+    // aux: the group max (MAX baseline) or the sum of squared deviations (std scaling).
+    std::vector<double> aux((size_t)slots.slots, use_max ? -std::numeric_limits<double>::infinity() : 0.0);
+    auto counted = [&](float s) { return !(p.nan_exclude && std::isnan(s)); };
+    for (int64_t i = 0; i < N; ++i) {
+        const float s = scores[i];
+        if (!counted(s)) continue;
+        const int64_t k = slots.of(groups, i);
+        cnt[k] += 1.0;
+        sum[k] += (double)s;
+        if (use_max && (std::isnan(s) || (double)s > aux[k])) aux[k] = std::isnan(aux[k]) ? aux[k] : (double)s;
+    }
+    if (p.scale_by_std && !use_max) {
+        for (int64_t i = 0; i < N; ++i) {
+            const float s = scores[i];
+            if (!counted(s)) continue;
+            const int64_t k = slots.of(groups, i);
+            const double d = (double)s - sum[k] / cnt[k];
+            aux[k] += d * d;
+        }
+    }
+    parallel_for(N, 4096, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) {
+            const float s = scores[i];
+            if (!counted(s)) { out[i] = 0.0f; continue; }
+            const int64_t k = slots.of(groups, i);
+            out[i] = (float)member_advantage((double)s, cnt[k], sum[k], aux[k], p);
+        }
+    });
+    if (!p.whiten) return;
+    // Weighted batch whitening; excluded rows (NaN excluded, weight 0) do not count and get 0.
+    auto w_of = [&](int64_t i) -> double {
+        if (!counted(scores[i])) return 0.0;
+        return weights ? (double)weights[i] : 1.0;
+    };
+    const int64_t chunks = (N + kChunk - 1) / kChunk;
+    std::vector<double> ps((size_t)chunks), ps2((size_t)chunks), pw((size_t)chunks);
+    parallel_for(chunks, 1, [&](int64_t c0, int64_t c1) {
+        for (int64_t c = c0; c < c1; ++c) {
+            double s = 0, s2 = 0, w = 0;
+            for (int64_t i = c * kChunk, e = std::min(N, (c + 1) * kChunk); i < e; ++i) {
+                const double wi = w_of(i);
+                if (wi == 0.0) continue;
+                const double a = out[i];
+                s += wi * a;
+                s2 += wi * a * a;
+                w += wi;
+            }
+            ps[c] = s; ps2[c] = s2; pw[c] = w;
+        }
+    });
+    double s = 0, s2 = 0, w = 0;
+    for (int64_t c = 0; c < chunks; ++c) { s += ps[c]; s2 += ps2[c]; w += pw[c]; }
+    const WhitenStats st = whiten_stats(s, s2, w);
+    parallel_for(N, 4096, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i)
+            out[i] = w_of(i) == 0.0 ? 0.0f : (float)(((double)out[i] - st.mean) * st.rstd);
+    });
+}
+
+void broadcast_rows_cpu(const float * values, const void * mask, maporl_mask_type mask_type, int64_t N, int64_t T,
+                        float * out) {
+    std::vector<int64_t> bad_row((size_t)std::max<int64_t>(N, 1), -1);
+    auto rows = [&](auto * m) {
+        parallel_for(N, 16, [&](int64_t b, int64_t e) {
+            for (int64_t n = b; n < e; ++n) {
+                const float v = values[n];
+                bool bad = false;
+                for (int64_t t = 0; t < T; ++t) {
+                    const auto mv = m[n * T + t];
+                    bad |= !(mv == 0 || mv == 1);
+                    out[n * T + t] = mv == 1 ? v : 0.0f;
+                }
+                if (bad)
+                    for (int64_t t = 0; t < T; ++t)
+                        if (!(m[n * T + t] == 0 || m[n * T + t] == 1)) { bad_row[n] = t; break; }
+            }
+        });
+        for (int64_t n = 0; n < N; ++n)
+            if (bad_row[n] >= 0)
+                throw_error(MAPORL_ERR_INVALID_ARG,
+                            "mask: expected 0 or 1 at every position, got %g at index %lld (row %lld, t %lld)",
+                            (double)m[n * T + bad_row[n]], (long long)(n * T + bad_row[n]), (long long)n,
+                            (long long)bad_row[n]);
+    };
+    if (mask_type == MAPORL_MASK_U8) rows(static_cast<const uint8_t *>(mask));
+    else rows(static_cast<const float *>(mask));
+}
+
+}  // namespace maporl
+
+extern "C" {
+
+maporl_group_params maporl_group_default_params(void) {
+    maporl_group_params p;
+    p.baseline = MAPORL_BASELINE_MEAN;
+    p.scale_by_std = 1;
+    p.std_unbiased = 1;
+    p.eps = 1e-6f;
+    p.singleton_zero = 0;
+    p.nan_exclude = 0;
+    p.whiten = 0;
+    return p;
+}
+
+maporl_status maporl_group_advantages(maporl_device device, const float * scores, const int32_t * groups,
+                                      const float * weights, int64_t N, maporl_group_params p, float * out) {
+    using namespace maporl;
+    return guarded([&] {
+        require_device(device);
+        if (N < 0) throw_error(MAPORL_ERR_INVALID_ARG, "N: expected >= 0, got %lld", (long long)N);
+        require_ptr(scores, "scores", N);
+        require_ptr(groups, "groups", N);
+        require_ptr(out, "advantages_out", N);
+        if ((unsigned)p.baseline > (unsigned)MAPORL_BASELINE_NONE)
+            throw_error(MAPORL_ERR_INVALID_ARG, "baseline: expected MAPORL_BASELINE_MEAN..NONE (0..3), got %d", (int)p.baseline);
+        if (p.baseline == MAPORL_BASELINE_MAX && p.scale_by_std)
+            throw_error(MAPORL_ERR_INVALID_ARG, "scale_by_std: the max baseline has no std scaling (use 0), got 1");
+        if (!(p.eps >= 0.0f && p.eps <= 1.0f))
+            throw_error(MAPORL_ERR_INVALID_ARG, "eps: expected a finite number in [0, 1], got %g", (double)p.eps);
+        for (auto [flag, name] : {std::pair<int, const char *>{p.scale_by_std, "scale_by_std"}, {p.std_unbiased, "std_unbiased"},
+                                  {p.singleton_zero, "singleton_zero"}, {p.nan_exclude, "nan_exclude"}, {p.whiten, "whiten"}})
+            if (flag != 0 && flag != 1) throw_error(MAPORL_ERR_INVALID_ARG, "%s: expected 0 or 1, got %d", name, flag);
+        if (device == MAPORL_DEVICE_CUDA) return group_advantages_cuda(scores, groups, weights, N, p, out);
+        group_advantages_cpu(scores, groups, weights, N, p, out);
+        return MAPORL_OK;
+    });
+}
+
+maporl_status maporl_broadcast_rows(maporl_device device, const float * values, const void * mask,
+                                    maporl_mask_type mask_type, int64_t N, int64_t T, float * out) {
+    using namespace maporl;
+    return guarded([&] {
+        require_device(device);
+        require_mask_type(mask_type);
+        require_dims(N, T, "N", "T");
+        require_ptr(values, "values", N);
+        require_ptr(mask, "mask", N * T);
+        require_ptr(out, "out", N * T);
+        if (device == MAPORL_DEVICE_CUDA) return broadcast_rows_cuda(values, mask, mask_type, N, T, out);
+        broadcast_rows_cpu(values, mask, mask_type, N, T, out);
+        return MAPORL_OK;
+    });
+}
+
+}  // extern "C"
