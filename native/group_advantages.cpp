@@ -56,26 +56,40 @@ GroupSlots index_groups(const int32_t * g, int64_t N) {
     return s;
 }
 
-inline double member_advantage(double s, double n, double sum, double aux, const maporl_group_params & p) {
-    if (p.baseline == MAPORL_BASELINE_NONE) return s;
-    double a, stdv;
-    if (n == 1.0) {  // singleton: verl treats it as mean 0, std 1
-        if (p.singleton_zero) return 0.0;
-        a = s;
-        stdv = 1.0;
-    } else {
-        const double mean = sum / n;
-        switch (p.baseline) {
-            case MAPORL_BASELINE_RLOO: a = s - (sum - s) / (n - 1.0); break;
-            case MAPORL_BASELINE_MAX: a = s - aux; break;
-            default: a = s - mean; break;
-        }
-        stdv = 0.0;
-        if (p.scale_by_std) {
-            stdv = std::sqrt(aux / (p.std_unbiased ? n - 1.0 : n));  // aux holds the squared deviations
-        }
+// Per-group accumulators. Two passes, both in index order: n and sum (or the max), then the squared
+// deviations from mean = sum / n. No division per element (Welford's would put one on each group's
+// dependency chain) and no cancellation. The adjacent-run path sums each run with four interleaved partials
+// and the table path sums in index order, so the two paths agree to rounding, not to the bit.
+struct alignas(32) Slot {
+    double n;     // counted members
+    double sum;   // sum of scores
+    double mean;  // sum / n, set between the passes
+    double aux;   // sum of squared deviations, or the max (MAPORL_BASELINE_MAX)
+};
+
+// A member's advantage is (s - center) * factor, both folded per group and applied in double (a float center
+// would cost up to half an ulp of the mean, amplified by 1/std for tight groups). RLOO: s - (sum - s)/(n - 1)
+// = (s - sum/n) * n/(n - 1). factor = 0 marks "advantage 0" (a singleton under 'zero'), NaN-safe.
+struct Fold {
+    double center;
+    double factor;
+};
+
+inline Fold fold(const Slot & g, const maporl_group_params & p) {
+    if (p.baseline == MAPORL_BASELINE_NONE) return {0.0, 1.0};
+    if (g.n == 1.0) {  // singleton: verl treats it as mean 0, std 1
+        if (p.singleton_zero) return {0.0, 0.0};
+        return {0.0, p.scale_by_std ? 1.0 / (1.0 + (double)p.eps) : 1.0};
     }
-    return p.scale_by_std ? a / (stdv + (double)p.eps) : a;
+    double center = g.mean, factor = 1.0;
+    if (p.baseline == MAPORL_BASELINE_RLOO) {
+        center = g.sum / g.n;
+        factor = g.n / (g.n - 1.0);
+    } else if (p.baseline == MAPORL_BASELINE_MAX) {
+        center = g.aux;
+    }
+    if (p.scale_by_std) factor /= std::sqrt(g.aux / (p.std_unbiased ? g.n - 1.0 : g.n)) + (double)p.eps;
+    return {center, factor};
 }
 
 }  // namespace
@@ -88,37 +102,111 @@ void group_advantages_cpu(const float * scores, const int32_t * groups, const fl
             if (!(weights[i] >= 0.0f && weights[i] <= std::numeric_limits<float>::max()))
                 throw_error(MAPORL_ERR_INVALID_ARG, "weights: expected finite values >= 0, got %g at index %lld",
                             (double)weights[i], (long long)i);
-    const GroupSlots slots = index_groups(groups, N);
     const bool use_max = p.baseline == MAPORL_BASELINE_MAX;
-    std::vector<double> cnt((size_t)slots.slots, 0.0), sum((size_t)slots.slots, 0.0);
-    // aux: the group max (MAX baseline) or the sum of squared deviations (std scaling).
-    std::vector<double> aux((size_t)slots.slots, use_max ? -std::numeric_limits<double>::infinity() : 0.0);
+    const double aux0 = use_max ? -std::numeric_limits<double>::infinity() : 0.0;
     auto counted = [&](float s) { return !(p.nan_exclude && std::isnan(s)); };
-    for (int64_t i = 0; i < N; ++i) {
+    auto accumulate = [&](Slot & g, float s) {  // pass 1
+        const double x = (double)s;
+        g.n += 1.0;
+        g.sum += x;
+        if (use_max && (std::isnan(x) || x > g.aux)) g.aux = std::isnan(g.aux) ? g.aux : x;
+    };
+    const bool need_dev = p.scale_by_std != 0;
+    auto deviate = [&](Slot & g, float s) {  // pass 2, after g.mean = g.sum / g.n
+        const double d = (double)s - g.mean;
+        g.aux += d * d;
+    };
+    auto write = [&](int64_t i, Fold f) {
         const float s = scores[i];
-        if (!counted(s)) continue;
-        const int64_t k = slots.of(groups, i);
-        cnt[k] += 1.0;
-        sum[k] += (double)s;
-        if (use_max && (std::isnan(s) || (double)s > aux[k])) aux[k] = std::isnan(aux[k]) ? aux[k] : (double)s;
+        out[i] = (!counted(s) || f.factor == 0.0) ? 0.0f : (float)(((double)s - f.center) * f.factor);
+    };
+    bool sorted = true;
+    for (int64_t i = 1; i < N; ++i) sorted &= groups[i] >= groups[i - 1];
+    if (sorted) {
+        // verl's layout (the G responses of a prompt are adjacent, ids ascending): every group is one run.
+        // Chunks are widened to run boundaries. Locals and __restrict__ let the compiler keep everything in
+        // registers (a float store could otherwise alias the params).
+        const float * __restrict__ S = scores;
+        const int32_t * __restrict__ Gi = groups;
+        float * __restrict__ O = out;
+        const bool excl = p.nan_exclude != 0;
+        const maporl_group_params pp = p;
+        parallel_for(N, 8192, [S, Gi, O, N, excl, pp, use_max, need_dev, aux0](int64_t b, int64_t e) {
+            while (b > 0 && b < N && Gi[b] == Gi[b - 1]) ++b;
+            while (e < N && Gi[e] == Gi[e - 1]) ++e;
+            for (int64_t r = b; r < e;) {
+                const int32_t id = Gi[r];
+                int64_t q = r + 1;
+                while (q < e && Gi[q] == id) ++q;
+                // Eight interleaved partial sums (element r + j goes to partial j % 8) break the add-latency
+                // chain and vectorise; the pattern depends only on the run, never on the thread count.
+                Slot g{0.0, 0.0, 0.0, aux0};
+                auto in = [excl](float x) { return !excl || x == x; };
+                auto val = [excl](float x) { return (!excl || x == x) ? (double)x : 0.0; };
+                double n8[8] = {}, s8[8] = {};
+                int64_t i = r;
+                for (; i + 8 <= q; i += 8)
+                    for (int j = 0; j < 8; ++j) {
+                        const float x = S[i + j];
+                        const bool c = !excl || x == x;
+                        n8[j] += c ? 1.0 : 0.0;
+                        s8[j] += c ? (double)x : 0.0;
+                    }
+                for (int j = 0; i < q; ++i, ++j) { n8[j] += in(S[i]) ? 1.0 : 0.0; s8[j] += val(S[i]); }
+                if (use_max)
+                    for (int64_t k = r; k < q; ++k) {
+                        const float x = S[k];
+                        if (in(x) && (std::isnan(x) || (double)x > g.aux)) g.aux = std::isnan(g.aux) ? g.aux : (double)x;
+                    }
+                g.n = ((n8[0] + n8[1]) + (n8[2] + n8[3])) + ((n8[4] + n8[5]) + (n8[6] + n8[7]));
+                g.sum = ((s8[0] + s8[1]) + (s8[2] + s8[3])) + ((s8[4] + s8[5]) + (s8[6] + s8[7]));
+                g.mean = g.sum / g.n;
+                if (need_dev) {
+                    const double m = g.mean;
+                    auto dev = [excl, m](float x) { const double d = (double)x - m; return (!excl || x == x) ? d * d : 0.0; };
+                    double d8[8] = {};
+                    i = r;
+                    for (; i + 8 <= q; i += 8)
+                        for (int j = 0; j < 8; ++j) d8[j] += dev(S[i + j]);
+                    for (int j = 0; i < q; ++i, ++j) d8[j] += dev(S[i]);
+                    g.aux = ((d8[0] + d8[1]) + (d8[2] + d8[3])) + ((d8[4] + d8[5]) + (d8[6] + d8[7]));
+                }
+                const Fold f = fold(g, pp);
+                for (int64_t k = r; k < q; ++k) {
+                    const float x = S[k];
+                    O[k] = (!in(x) || f.factor == 0.0) ? 0.0f : (float)(((double)x - f.center) * f.factor);
+                }
+                r = q;
+            }
+        });
     }
-    if (p.scale_by_std && !use_max) {
-        for (int64_t i = 0; i < N; ++i) {
-            const float s = scores[i];
-            if (!counted(s)) continue;
-            const int64_t k = slots.of(groups, i);
-            const double d = (double)s - sum[k] / cnt[k];
-            aux[k] += d * d;
-        }
+    if (!sorted) {
+        const GroupSlots slots = index_groups(groups, N);
+        std::vector<Slot> table((size_t)slots.slots, Slot{0.0, 0.0, 0.0, aux0});
+        // One pass over the elements per owner thread; each owner updates only its own range of slots, so every
+        // group is still accumulated in index order (the same result for any thread count).
+        const int64_t owners = std::min<int64_t>(pool_threads(), std::max<int64_t>(1, slots.slots / 64));
+        auto by_owner = [&](auto && update) {
+            parallel_for(owners, 1, [&](int64_t o0, int64_t o1) {
+                const int64_t k0 = o0 * slots.slots / owners, k1 = o1 * slots.slots / owners;
+                for (int64_t i = 0; i < N; ++i) {
+                    const int64_t k = slots.of(groups, i);
+                    if (k < k0 || k >= k1) continue;
+                    if (counted(scores[i])) update(table[(size_t)k], scores[i]);
+                }
+            });
+        };
+        by_owner(accumulate);
+        for (auto & g : table) g.mean = g.sum / g.n;
+        if (need_dev) by_owner(deviate);
+        std::vector<Fold> folds((size_t)slots.slots);
+        parallel_for(slots.slots, 4096, [&](int64_t b, int64_t e) {
+            for (int64_t k = b; k < e; ++k) folds[(size_t)k] = fold(table[(size_t)k], p);
+        });
+        parallel_for(N, 4096, [&](int64_t b, int64_t e) {
+            for (int64_t i = b; i < e; ++i) write(i, folds[(size_t)slots.of(groups, i)]);
+        });
     }
-    parallel_for(N, 4096, [&](int64_t b, int64_t e) {
-        for (int64_t i = b; i < e; ++i) {
-            const float s = scores[i];
-            if (!counted(s)) { out[i] = 0.0f; continue; }
-            const int64_t k = slots.of(groups, i);
-            out[i] = (float)member_advantage((double)s, cnt[k], sum[k], aux[k], p);
-        }
-    });
     if (!p.whiten) return;
     // Weighted batch whitening; excluded rows (NaN excluded, weight 0) do not count and get 0.
     auto w_of = [&](int64_t i) -> double {

@@ -9,12 +9,14 @@ import { join } from "node:path";
 import { backend, setThreads } from "../backend.js";
 import { native } from "../native.js";
 import { benchGae } from "./gae.js";
+import { benchGroupAdvantages } from "./groupAdvantages.js";
 import { type BenchContext, type BenchRow } from "./types.js";
 
 export type { BenchContext, BenchRow } from "./types.js";
 
 export const BENCHMARKS: Record<string, (ctx: BenchContext) => Promise<BenchRow[]>> = {
     gae: benchGae,
+    groupAdvantages: benchGroupAdvantages,
 };
 
 export interface BenchOptions {

@@ -22,7 +22,7 @@ function refOptions(est: Est, conv: keyof typeof CONV, baseline: GroupRefOptions
 }
 
 // Groups of mixed sizes (1, 2, 3, 8), ids shuffled and non-contiguous; optional NaN and constant groups.
-function makeBatch(N: number, seed: number, opts: { nan?: boolean; constant?: boolean; sparse?: boolean } = {}) {
+function makeBatch(N: number, seed: number, opts: { nan?: boolean; constant?: boolean; sparse?: boolean; sorted?: boolean } = {}) {
     const next = rng(seed);
     const scores = new Float32Array(N), groups = new Int32Array(N);
     let i = 0, gid = 0;
@@ -39,6 +39,7 @@ function makeBatch(N: number, seed: number, opts: { nan?: boolean; constant?: bo
         }
         gid++;
     }
+    if (opts.sorted) return { scores, groups };  // verl's layout: groups adjacent, ids ascending
     for (let k = N - 1; k > 0; k--) {  // shuffle: groups are not contiguous
         const j = Math.floor(next() * (k + 1));
         [scores[k], scores[j]] = [scores[j]!, scores[k]!];
@@ -59,7 +60,7 @@ describe("groupAdvantages matches the float64 reference", () => {
         it(`every estimator, convention ${conv}, with NaN, constant, singleton and sparse groups`, () => {
             let seed = 10;
             for (const N of [1, 2, 3, 7, 31, 257, 4099]) {
-                for (const flags of [{}, { nan: true }, { constant: true }, { sparse: true }]) {
+                for (const flags of [{}, { nan: true }, { constant: true }, { sparse: true }, { sorted: true }, { sorted: true, nan: true }]) {
                     const b = makeBatch(N, seed++, flags);
                     for (const est of ests) {
                         const baselines = est === "magrpo" ? (["mean", "max", "rloo", "none"] as const) : (["mean"] as const);
@@ -137,6 +138,28 @@ describe("groupAdvantages properties", () => {
         const sparse = b.groups.map((g) => { if (!remap.has(g)) remap.set(g, (remap.size * 2_654_435_761) | 0); return remap.get(g)!; });
         const viaSort = groupAdvantages({ scores: b.scores, groups: sparse }, { estimator: "reinforce++-baseline", convention: "trl" });
         expect(Buffer.from(viaSort.buffer).equals(Buffer.from(runs[0]!.buffer))).toBe(true);
+    });
+
+    it("adjacent, ascending groups (the fast path) agree with the same groups shuffled (the table path)", () => {
+        const b = makeBatch(20_000, 27, { sorted: true, nan: true });
+        const next = rng(5);
+        const shuffled = { scores: new Float32Array(b.scores.length), groups: new Int32Array(b.scores.length) };
+        // Interleave the groups at random, keeping each group's members in their original order.
+        const byGroup = new Map<number, number[]>();
+        b.groups.forEach((g, i) => byGroup.set(g, [...(byGroup.get(g) ?? []), i]));
+        const queues = [...byGroup.values()];
+        const placed: number[] = [];
+        while (queues.some((q) => q.length)) {
+            const live = queues.filter((q) => q.length);
+            placed.push(live[Math.floor(next() * live.length)]!.shift()!);
+        }
+        placed.forEach((src, dst) => { shuffled.scores[dst] = b.scores[src]!; shuffled.groups[dst] = b.groups[src]!; });
+        for (const opts of [{ estimator: "grpo" }, { estimator: "rloo", convention: "trl" }, { estimator: "magrpo", baseline: "max" }] as const) {
+            const fast = groupAdvantages(b, opts), general = groupAdvantages(shuffled, opts);
+            const moved = new Float32Array(fast.length);
+            placed.forEach((src, dst) => { moved[dst] = fast[src]!; });
+            expect(firstMismatch(moved, general, 1e-6, 1e-6), JSON.stringify(opts)).toBeNull();
+        }
     });
 
     it("broadcast expands to [N, T] under the mask; reinforce++-baseline then whitens over tokens as verl", () => {

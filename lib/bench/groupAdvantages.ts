@@ -1,0 +1,38 @@
+// groupAdvantages.ts (bench): GRPO advantages at N=4096, G=8 (the JS call overhead included) and at
+// N=1,048,576, G=16, against the PyTorch mirror of verl's grpo_vectorized (bench/python/grpo.py). Two layouts:
+// 'adjacent' (verl's: the G responses of a prompt next to each other, ids ascending; our fast path) and
+// 'shuffled' (ids a random permutation // G; the general path with a statistics table).
+import { groupAdvantages } from "../rl/groupAdvantages.js";
+import { peakExtraBytes, timeMedian } from "./measure.js";
+import { runPython } from "./python.js";
+import { type BenchContext, type BenchRow } from "./types.js";
+
+export async function benchGroupAdvantages(ctx: BenchContext): Promise<BenchRow[]> {
+    const rows: BenchRow[] = [];
+    for (const [N, G] of [[4096, 8], [1 << 20, 16]] as const) {
+        for (const layout of ["adjacent", "shuffled"] as const) {
+            let seed = 7;
+            const next = () => ((seed = (seed * 1664525 + 1013904223) >>> 0) / 4294967296);
+            const scores = new Float32Array(N).map(next);
+            const perm = Int32Array.from({ length: N }, (_, i) => i);
+            if (layout === "shuffled")
+                for (let i = N - 1; i > 0; i--) { const j = Math.floor(next() * (i + 1)); [perm[i], perm[j]] = [perm[j]!, perm[i]!]; }
+            const groups = perm.map((p) => Math.floor(p / G));
+            const batch = { scores, groups };
+            const base = ctx.python
+                ? runPython({ kernel: "grpo", N, G, layout, threads: ctx.threads, reps: Math.max(ctx.pythonReps, 10) })
+                : { ok: false as const, error: "skipped" };
+            const size = `N=${N} G=${G} ${layout}`;
+            const t = await timeMedian(() => groupAdvantages(batch, { device: "cpu" }), N > 100_000 ? Math.max(10, ctx.reps / 3) : ctx.reps * 10);
+            // Floor: read scores and ids once, write A (the statistics tables are cache-resident or per run).
+            const bytes = N * 12;
+            rows.push({ kernel: "groupAdvantages", size, impl: "maporl grpo (from JS)", medianMs: t.medianMs,
+                peakExtraBytes: await peakExtraBytes(() => groupAdvantages(batch, { device: "cpu" })), bytesMoved: bytes,
+                baselineMs: base.ok ? base.median_ms! : null });
+            rows.push({ kernel: "groupAdvantages", size, impl: "PyTorch grpo_vectorized mirror", medianMs: base.ok ? base.median_ms! : null,
+                peakExtraBytes: base.ok ? base.peak_extra_bytes ?? null : null, bytesMoved: bytes, baselineMs: null,
+                note: base.ok ? `torch ${base.torch}, ${base.threads} threads` : base.error });
+        }
+    }
+    return rows;
+}
