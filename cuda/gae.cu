@@ -2,7 +2,8 @@
 // chunk's carry map (native/gae_scan.h), a warp suffix scan over the 32 maps gives every lane its incoming
 // carry, pass 2 reruns the chunk with that carry and writes the outputs. Whitening: per-row partial sums
 // (double), a one-block reduction in fixed order (deterministic), then an elementwise rewrite.
-// The CPU kernel (native/gae.cpp) is the reference; test/native/test_gae.cpp compares the two.
+// REINFORCE++ returns (reinforce_returns_cuda) live here too, to share the whitening kernels.
+// The CPU kernels (native/gae.cpp) are the reference; test/native/test_gae.cpp compares the two.
 #include <algorithm>
 #include <cstdint>
 
@@ -167,7 +168,84 @@ maporl_status gae_cuda_typed(const float * r, const float * v, const M * mask, i
     return MAPORL_OK;
 }
 
+// REINFORCE++ returns: one thread per row, the plain recursion (rows are independent; a chunked warp scan as
+// in gae_kernel is the next step if this shows up in profiles). Per-row whitening partials as above.
+template <typename M>
+__global__ void returns_kernel(const float * __restrict__ r, const M * __restrict__ mask, int64_t B, int64_t T,
+                               float gamma, float * __restrict__ G, float * __restrict__ A,
+                               double * __restrict__ partials, unsigned long long * __restrict__ bad) {
+    const int64_t row = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (row >= B) return;
+    const float * rr = r + row * T;
+    const M * mm = mask + row * T;
+    float run = 0.0f;
+    double s = 0.0, s2 = 0.0, cnt = 0.0;
+    for (int64_t t = T - 1; t >= 0; --t) {
+        const M m = mm[t];
+        if (mask_bad(m)) atomicMin(bad, (unsigned long long)(row * T + t));
+        if (m == M(1)) {
+            run = rr[t] + gamma * run;
+            s += run;
+            s2 += (double)run * run;
+            cnt += 1.0;
+        } else {
+            run = 0.0f;
+        }
+        const float out = m == M(1) ? run : 0.0f;
+        G[row * T + t] = out;
+        A[row * T + t] = out;
+    }
+    if (partials != nullptr) {
+        partials[row] = s;
+        partials[B + row] = s2;
+        partials[2 * B + row] = cnt;
+    }
+}
+
+template <typename M>
+maporl_status returns_cuda_typed(const float * r, const M * mask, int64_t B, int64_t T, float gamma, bool whiten,
+                                 float * G, float * A) {
+    DeviceBuffer bad_buf, partials, stats;
+    MAPORL_RETURN_IF_ERROR(bad_buf.alloc(sizeof(unsigned long long)));
+    MAPORL_CUDA_CALL(cudaMemset(bad_buf.ptr, 0xff, sizeof(unsigned long long)));
+    if (whiten) {
+        MAPORL_RETURN_IF_ERROR(partials.alloc(sizeof(double) * 3 * (size_t)B));
+        MAPORL_RETURN_IF_ERROR(stats.alloc(sizeof(double) * 3));
+    }
+    returns_kernel<M><<<(unsigned)((B + 255) / 256), 256>>>(r, mask, B, T, gamma, G, A, partials.as<double>(),
+                                                           bad_buf.as<unsigned long long>());
+    MAPORL_CUDA_CALL(cudaGetLastError());
+    unsigned long long bad = 0;
+    MAPORL_CUDA_CALL(cudaMemcpy(&bad, bad_buf.ptr, sizeof bad, cudaMemcpyDeviceToHost));
+    if (bad != ~0ull) {
+        M value;
+        MAPORL_CUDA_CALL(cudaMemcpy(&value, mask + bad, sizeof value, cudaMemcpyDeviceToHost));
+        return set_error(MAPORL_ERR_INVALID_ARG,
+                         "mask: expected 0 or 1 at every position, got %g at index %llu (row %lld, t %lld)",
+                         (double)value, bad, (long long)(bad / (unsigned long long)T),
+                         (long long)(bad % (unsigned long long)T));
+    }
+    if (whiten) {
+        whiten_stats_kernel<<<1, 256>>>(partials.as<double>(), B, stats.as<double>());
+        MAPORL_CUDA_CALL(cudaGetLastError());
+        const int64_t n = B * T;
+        whiten_apply_kernel<M><<<(unsigned)std::min<int64_t>((n + 255) / 256, 65535), 256>>>(A, mask, n, stats.as<double>());
+        MAPORL_CUDA_CALL(cudaGetLastError());
+    }
+    MAPORL_CUDA_CALL(cudaDeviceSynchronize());
+    return MAPORL_OK;
+}
+
 }  // namespace
+
+maporl_status reinforce_returns_cuda(const float * rewards, const void * mask, maporl_mask_type mask_type, int64_t B,
+                                     int64_t T, float gamma, bool whiten, float * returns, float * advantages) {
+    MAPORL_RETURN_IF_ERROR(cuda_require_device("reinforce_returns"));
+    if (B == 0 || T == 0) return MAPORL_OK;
+    if (mask_type == MAPORL_MASK_U8)
+        return returns_cuda_typed(rewards, static_cast<const uint8_t *>(mask), B, T, gamma, whiten, returns, advantages);
+    return returns_cuda_typed(rewards, static_cast<const float *>(mask), B, T, gamma, whiten, returns, advantages);
+}
 
 maporl_status gae_cuda(const float * rewards, const float * values, const void * mask, maporl_mask_type mask_type,
                        int64_t B, int64_t T, float gamma, float lambda, bool whiten, float * advantages,

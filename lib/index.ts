@@ -7,3 +7,6 @@ export {
     type GroupAdvantageAsyncOptions, type GroupConvention, type GroupEstimator, type GroupKernelParams, type MagrpoBaseline,
 } from "./rl/groupAdvantages.js";
 export { createRegistry, type Registry } from "./rl/registry.js";
+export {
+    reinforceReturns, reinforceReturnsAsync, type ReturnsBatch, type ReturnsOptions, type ReturnsResult,
+} from "./rl/reinforceReturns.js";

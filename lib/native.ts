@@ -38,6 +38,10 @@ export interface NativeBinding {
         baseline: 0 | 1 | 2 | 3, scaleByStd: boolean, stdUnbiased: boolean, eps: number, singletonZero: boolean,
         nanExclude: boolean, whiten: boolean, device: 0 | 1, out: Float32Array): Promise<void>;
     broadcastRows(values: Float32Array, mask: MaskArray, N: number, T: number, device: 0 | 1, out: Float32Array): void;
+    reinforceReturns(rewards: Float32Array, mask: MaskArray, B: number, T: number, gamma: number, whiten: boolean,
+        device: 0 | 1, returns: Float32Array, advantages: Float32Array): void;
+    reinforceReturnsAsync(rewards: Float32Array, mask: MaskArray, B: number, T: number, gamma: number, whiten: boolean,
+        device: 0 | 1, returns: Float32Array, advantages: Float32Array): Promise<void>;
     gaeAsync(rewards: Float32Array, values: Float32Array, mask: MaskArray, B: number, T: number, gamma: number,
         lambda: number, whiten: boolean, device: 0 | 1, advantages: Float32Array,
         returns: Float32Array): Promise<void>;

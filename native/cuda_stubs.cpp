@@ -19,6 +19,11 @@ maporl_status gae_cuda(const float *, const float *, const void *, maporl_mask_t
     return no_device("gae");
 }
 
+maporl_status reinforce_returns_cuda(const float *, const void *, maporl_mask_type, int64_t, int64_t, float, bool,
+                                     float *, float *) {
+    return no_device("reinforce_returns");
+}
+
 maporl_status group_advantages_cuda(const float *, const int32_t *, const float *, int64_t, const maporl_group_params &,
                                     float *) {
     return no_device("group_advantages");

@@ -76,22 +76,23 @@ int64_t gae_rows(const F * r, const F * v, const M * m, int64_t T, int64_t b0, i
     return -1;
 }
 
-template <typename F, typename M>
-void gae_typed(const F * r, const F * v, const M * mask, int64_t B, int64_t T, F gamma, F lambda, bool whiten,
-               F * adv, F * ret) {
+// Shared driver of the reverse scans (GAE, REINFORCE++ returns): runs rows(b0, b1, sums) over the pool,
+// reports the smallest bad mask index, then, with whiten, whitens `target` over all unmasked tokens from
+// the per-row sums (reduced in row order: no dependence on the thread count).
+template <typename F, typename M, typename Rows>
+void scan_driver(const M * mask, int64_t B, int64_t T, bool whiten, F * target, Rows && rows) {
     if (B == 0 || T == 0) return;
-    const F gl = gamma * lambda;
     std::vector<double> sum, sum_sq, count;
+    GaeRowSums sums{nullptr, nullptr, nullptr};
     if (whiten) {
         sum.assign((size_t)B, 0.0);
         sum_sq.assign((size_t)B, 0.0);
         count.assign((size_t)B, 0.0);
+        sums = GaeRowSums{sum.data(), sum_sq.data(), count.data()};
     }
-    GaeRowSums sums{sum.data(), sum_sq.data(), count.data()};
-    if (!whiten) sums = GaeRowSums{nullptr, nullptr, nullptr};
     std::atomic<int64_t> bad{std::numeric_limits<int64_t>::max()};
     parallel_for(B, 1, [&](int64_t b0, int64_t b1) {
-        const int64_t i = gae_rows<F, M>(r, v, mask, T, b0, b1, gamma, gl, adv, ret, sums);
+        const int64_t i = rows(b0, b1, sums);
         if (i >= 0) {
             int64_t cur = bad.load();
             while (i < cur && !bad.compare_exchange_weak(cur, i)) {}
@@ -109,7 +110,7 @@ void gae_typed(const F * r, const F * v, const M * mask, int64_t B, int64_t T, F
     const WhitenStats st = whiten_stats(s, s2, n);
     const Isa isa = active_isa();
     parallel_for(B, 1, [&](int64_t b0, int64_t b1) {
-        F * a = adv + b0 * T;
+        F * a = target + b0 * T;
         const M * m = mask + b0 * T;
         const int64_t n = (b1 - b0) * T;
         if constexpr (std::is_same<F, float>::value) {
@@ -119,6 +120,64 @@ void gae_typed(const F * r, const F * v, const M * mask, int64_t B, int64_t T, F
         }
         const F mean = (F)st.mean, rstd = (F)st.rstd;
         for (int64_t i = 0; i < n; ++i) a[i] = m[i] == M(1) ? (a[i] - mean) * rstd : F(0);
+    });
+}
+
+template <typename F, typename M>
+void gae_typed(const F * r, const F * v, const M * mask, int64_t B, int64_t T, F gamma, F lambda, bool whiten,
+               F * adv, F * ret) {
+    const F gl = gamma * lambda;
+    scan_driver<F, M>(mask, B, T, whiten, adv, [&](int64_t b0, int64_t b1, GaeRowSums sums) {
+        return gae_rows<F, M>(r, v, mask, T, b0, b1, gamma, gl, adv, ret, sums);
+    });
+}
+
+// The plain REINFORCE++ recursion for one row (scalar and double path; the spec of reinforce_rows_f32).
+template <typename F, typename M>
+int64_t returns_row_scalar(const F * r, const M * m, int64_t T, F gamma, F * G, GaeRowSums sums, int64_t row) {
+    F run = F(0);
+    double s = 0, s2 = 0, n = 0;
+    bool bad = false;
+    for (int64_t t = T - 1; t >= 0; --t) {
+        bad |= bad_mask_value(m[t]);
+        if (m[t] == M(1)) {
+            run = r[t] + gamma * run;
+            G[t] = run;
+            s += (double)run;
+            s2 += (double)run * (double)run;
+            n += 1;
+        } else {
+            G[t] = F(0);
+            run = F(0);
+        }
+    }
+    if (sums.sum) { sums.sum[row] = s; sums.sum_sq[row] = s2; sums.count[row] = n; }
+    return bad ? first_bad(m, T) : -1;
+}
+
+template <typename F, typename M>
+void returns_typed(const F * r, const M * mask, int64_t B, int64_t T, F gamma, bool whiten, F * G, F * adv) {
+    // Each row is scanned into the advantages buffer and copied to the returns while still in cache; the
+    // driver then whitens the advantages in place.
+    scan_driver<F, M>(mask, B, T, whiten, adv, [&](int64_t b0, int64_t b1, GaeRowSums sums) -> int64_t {
+        if constexpr (std::is_same<F, float>::value) {
+            const Isa isa = active_isa();
+            const maporl_mask_type mt = std::is_same<M, uint8_t>::value ? MAPORL_MASK_U8 : MAPORL_MASK_F32;
+            int64_t bad = -1;
+            if (isa == Isa::Avx512) bad = avx512::reinforce_rows_f32(r, mask, mt, T, gamma, adv, sums, b0, b1);
+            else if (isa == Isa::Avx2) bad = avx2::reinforce_rows_f32(r, mask, mt, T, gamma, adv, sums, b0, b1);
+            if (isa != Isa::Scalar) {
+                if (bad < 0) std::memcpy(G + b0 * T, adv + b0 * T, sizeof(F) * (size_t)((b1 - b0) * T));
+                return bad;
+            }
+        }
+        for (int64_t b = b0; b < b1; ++b) {
+            const int64_t o = b * T;
+            const int64_t t = returns_row_scalar<F, M>(r + o, mask + o, T, gamma, adv + o, sums, b);
+            if (t >= 0) return o + t;
+            std::memcpy(G + o, adv + o, sizeof(F) * (size_t)T);
+        }
+        return -1;
     });
 }
 
@@ -137,6 +196,20 @@ void gae_cpu(const F * rewards, const F * values, const void * mask, maporl_mask
 
 template void gae_cpu<float>(const float *, const float *, const void *, maporl_mask_type, int64_t, int64_t, float,
                              float, bool, float *, float *);
+template <typename F>
+void reinforce_returns_cpu(const F * rewards, const void * mask, maporl_mask_type mask_type, int64_t B, int64_t T,
+                           F gamma, bool whiten, F * returns, F * advantages) {
+    if (mask_type == MAPORL_MASK_U8)
+        returns_typed<F, uint8_t>(rewards, static_cast<const uint8_t *>(mask), B, T, gamma, whiten, returns, advantages);
+    else
+        returns_typed<F, float>(rewards, static_cast<const float *>(mask), B, T, gamma, whiten, returns, advantages);
+}
+
+template void reinforce_returns_cpu<float>(const float *, const void *, maporl_mask_type, int64_t, int64_t, float, bool,
+                                           float *, float *);
+template void reinforce_returns_cpu<double>(const double *, const void *, maporl_mask_type, int64_t, int64_t, double,
+                                            bool, double *, double *);
+
 template void gae_cpu<double>(const double *, const double *, const void *, maporl_mask_type, int64_t, int64_t,
                               double, double, bool, double *, double *);
 
@@ -175,6 +248,40 @@ maporl_status maporl_gae(maporl_device device, const float * rewards, const floa
                             advantages_out, returns_out);
         gae_cpu<float>(rewards, values, mask, mask_type, B, T, params.gamma, params.lambda, params.whiten != 0,
                        advantages_out, returns_out);
+        return MAPORL_OK;
+    });
+}
+
+maporl_returns_params maporl_returns_default_params(void) {
+    maporl_returns_params p;
+    p.gamma = 1.0f;
+    p.whiten = 1;
+    return p;
+}
+
+maporl_status maporl_reinforce_returns(maporl_device device, const float * rewards, const void * mask,
+                                       maporl_mask_type mask_type, int64_t B, int64_t T, maporl_returns_params params,
+                                       float * returns_out, float * advantages_out) {
+    using namespace maporl;
+    return guarded([&] {
+        require_device(device);
+        require_mask_type(mask_type);
+        require_dims(B, T, "B", "T");
+        const int64_t n = B * T;
+        require_ptr(rewards, "rewards", n);
+        require_ptr(mask, "mask", n);
+        require_ptr(returns_out, "returns_out", n);
+        require_ptr(advantages_out, "advantages_out", n);
+        require_unit_interval(params.gamma, "gamma");
+        if (params.whiten != 0 && params.whiten != 1)
+            throw_error(MAPORL_ERR_INVALID_ARG, "whiten: expected 0 or 1, got %d", params.whiten);
+        if (returns_out == advantages_out && n > 0)
+            throw_error(MAPORL_ERR_INVALID_ARG, "advantages_out: expected a buffer distinct from returns_out");
+        if (device == MAPORL_DEVICE_CUDA)
+            return reinforce_returns_cuda(rewards, mask, mask_type, B, T, params.gamma, params.whiten != 0, returns_out,
+                                          advantages_out);
+        reinforce_returns_cpu<float>(rewards, mask, mask_type, B, T, params.gamma, params.whiten != 0, returns_out,
+                                     advantages_out);
         return MAPORL_OK;
     });
 }

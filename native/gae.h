@@ -17,6 +17,13 @@ template <typename F>
 void gae_cpu(const F * rewards, const F * values, const void * mask, maporl_mask_type mask_type, int64_t B,
              int64_t T, F gamma, F lambda, bool whiten, F * advantages, F * returns);
 
+// REINFORCE++ returns on host pointers (F = float or double); see maporl_reinforce_returns.
+template <typename F>
+void reinforce_returns_cpu(const F * rewards, const void * mask, maporl_mask_type mask_type, int64_t B, int64_t T,
+                           F gamma, bool whiten, F * returns, F * advantages);
+maporl_status reinforce_returns_cuda(const float * rewards, const void * mask, maporl_mask_type mask_type, int64_t B,
+                                     int64_t T, float gamma, bool whiten, float * returns, float * advantages);
+
 // Device pointers; same semantics. Returns MAPORL_ERR_NO_DEVICE in a build without CUDA.
 maporl_status gae_cuda(const float * rewards, const float * values, const void * mask, maporl_mask_type mask_type,
                        int64_t B, int64_t T, float gamma, float lambda, bool whiten, float * advantages,
@@ -48,11 +55,16 @@ struct GaeRowsArgs {
 
 // Rows [b0, b1) of a float batch; returns the smallest flat index of a bad mask value in them, or -1.
 // gae_whiten_f32: A[i] = mask ? (A[i] - mean) * rstd : 0 over [0, n), in float.
+// reinforce_rows_f32: REINFORCE++ returns for rows [b0, b1) (see maporl_reinforce_returns); same contract.
 namespace avx512 {
+int64_t reinforce_rows_f32(const float * r, const void * mask, maporl_mask_type mask_type, int64_t T, float gamma,
+                           float * G, GaeRowSums sums, int64_t b0, int64_t b1);
 int64_t gae_rows_f32(const GaeRowsArgs & g, int64_t b0, int64_t b1);
 void gae_whiten_f32(float * A, const void * mask, maporl_mask_type mask_type, int64_t n, float mean, float rstd);
 }  // namespace avx512
 namespace avx2 {
+int64_t reinforce_rows_f32(const float * r, const void * mask, maporl_mask_type mask_type, int64_t T, float gamma,
+                           float * G, GaeRowSums sums, int64_t b0, int64_t b1);
 int64_t gae_rows_f32(const GaeRowsArgs & g, int64_t b0, int64_t b1);
 void gae_whiten_f32(float * A, const void * mask, maporl_mask_type mask_type, int64_t n, float mean, float rstd);
 }  // namespace avx2

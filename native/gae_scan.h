@@ -11,11 +11,7 @@
 
 #include <math.h>
 
-#if defined(__CUDACC__)
-#define MAPORL_HD __host__ __device__ __forceinline__
-#else
-#define MAPORL_HD inline
-#endif
+#include "hd.h"
 
 namespace maporl {
 

@@ -56,42 +56,6 @@ GroupSlots index_groups(const int32_t * g, int64_t N) {
     return s;
 }
 
-// Per-group accumulators. Two passes, both in index order: n and sum (or the max), then the squared
-// deviations from mean = sum / n. No division per element (Welford's would put one on each group's
-// dependency chain) and no cancellation. The adjacent-run path sums each run with four interleaved partials
-// and the table path sums in index order, so the two paths agree to rounding, not to the bit.
-struct alignas(32) Slot {
-    double n;     // counted members
-    double sum;   // sum of scores
-    double mean;  // sum / n, set between the passes
-    double aux;   // sum of squared deviations, or the max (MAPORL_BASELINE_MAX)
-};
-
-// A member's advantage is (s - center) * factor, both folded per group and applied in double (a float center
-// would cost up to half an ulp of the mean, amplified by 1/std for tight groups). RLOO: s - (sum - s)/(n - 1)
-// = (s - sum/n) * n/(n - 1). factor = 0 marks "advantage 0" (a singleton under 'zero'), NaN-safe.
-struct Fold {
-    double center;
-    double factor;
-};
-
-inline Fold fold(const Slot & g, const maporl_group_params & p) {
-    if (p.baseline == MAPORL_BASELINE_NONE) return {0.0, 1.0};
-    if (g.n == 1.0) {  // singleton: verl treats it as mean 0, std 1
-        if (p.singleton_zero) return {0.0, 0.0};
-        return {0.0, p.scale_by_std ? 1.0 / (1.0 + (double)p.eps) : 1.0};
-    }
-    double center = g.mean, factor = 1.0;
-    if (p.baseline == MAPORL_BASELINE_RLOO) {
-        center = g.sum / g.n;
-        factor = g.n / (g.n - 1.0);
-    } else if (p.baseline == MAPORL_BASELINE_MAX) {
-        center = g.aux;
-    }
-    if (p.scale_by_std) factor /= std::sqrt(g.aux / (p.std_unbiased ? g.n - 1.0 : g.n)) + (double)p.eps;
-    return {center, factor};
-}
-
 }  // namespace
 
 void group_advantages_cpu(const float * scores, const int32_t * groups, const float * weights, int64_t N,

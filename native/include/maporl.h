@@ -115,6 +115,23 @@ maporl_status maporl_gae(maporl_device device,
                          int64_t B, int64_t T, maporl_gae_params params,
                          float * advantages_out, float * returns_out);
 
+/* ---- REINFORCE++ discounted returns ------------------------------------------------------------ */
+
+typedef struct maporl_returns_params {
+    float gamma;   /* discount, finite, in [0, 1]. Default 1.0 */
+    int   whiten;  /* 1: advantages = returns whitened over all unmasked tokens (verl's masked_whiten). Default 1 */
+} maporl_returns_params;
+
+maporl_returns_params maporl_returns_default_params(void);
+
+/* verl's reinforce_plus_plus: per row from t = T-1 down, G_t = r_t + gamma * G_{t+1} at unmasked positions;
+ * a masked position resets the running return to 0 (so a sequence's return never reaches past its end, and
+ * nothing at or after a masked position, NaN included, flows across it). returns_out = G (0 where masked);
+ * advantages_out = G, whitened when params.whiten. rewards: [B, T] float; mask: [B, T] of mask_type. */
+maporl_status maporl_reinforce_returns(maporl_device device, const float * rewards, const void * mask,
+                                       maporl_mask_type mask_type, int64_t B, int64_t T, maporl_returns_params params,
+                                       float * returns_out, float * advantages_out);
+
 /* ---- group-relative advantages (GRPO, Dr.GRPO, RLOO, REINFORCE++-baseline, MAGRPO) ---------------- */
 
 typedef enum maporl_group_baseline {
