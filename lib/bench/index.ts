@@ -10,6 +10,7 @@ import { backend, setThreads } from "../backend.js";
 import { native } from "../native.js";
 import { benchGae } from "./gae.js";
 import { benchGroupAdvantages } from "./groupAdvantages.js";
+import { benchReinforceReturns } from "./reinforceReturns.js";
 import { type BenchContext, type BenchRow } from "./types.js";
 
 export type { BenchContext, BenchRow } from "./types.js";
@@ -17,6 +18,7 @@ export type { BenchContext, BenchRow } from "./types.js";
 export const BENCHMARKS: Record<string, (ctx: BenchContext) => Promise<BenchRow[]>> = {
     gae: benchGae,
     groupAdvantages: benchGroupAdvantages,
+    reinforceReturns: benchReinforceReturns,
 };
 
 export interface BenchOptions {

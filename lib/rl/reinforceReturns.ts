@@ -5,7 +5,7 @@ import { withSignal } from "../abort.js";
 import { outputFloat32 } from "../alloc.js";
 import { type Device, resolveDevice } from "../backend.js";
 import { native } from "../native.js";
-import { requireArray, requireBoolean, requireNumber, requireOptions, requireShape2 } from "../validate.js";
+import { requireArray, requireBoolean, requireDisjoint, requireNumber, requireOptions, requireShape2 } from "../validate.js";
 
 export interface ReturnsBatch {
     /** Per-token rewards, [B, T] (e.g. the score at the last token minus a KL penalty). */
@@ -22,6 +22,8 @@ export interface ReturnsOptions {
     whiten?: boolean;
     /** Defaults to `'auto'` (CUDA only for at least 2^24 tokens). */
     device?: Device;
+    /** Buffers to write into instead of allocating ([B, T] each, not overlapping the inputs or each other), as for gae. */
+    out?: { returns?: Float32Array; advantages?: Float32Array };
 }
 
 export interface ReturnsResult {
@@ -34,7 +36,7 @@ export interface ReturnsResult {
 
 function prepare(fn: string, batch: ReturnsBatch, options: unknown, extra: string[]) {
     if (batch === null || typeof batch !== "object") throw new TypeError(`${fn}: batch: expected an object with rewards, mask and shape, got ${typeof batch}`);
-    const o = requireOptions<ReturnsOptions>(fn, "options", options, ["gamma", "whiten", "device", ...extra]);
+    const o = requireOptions<ReturnsOptions>(fn, "options", options, ["gamma", "whiten", "device", "out", ...extra]);
     const [B, T] = requireShape2(fn, batch.shape, ["B", "T"]);
     const n = B * T;
     const rewards = requireArray(fn, "rewards", batch.rewards, [Float32Array], n);
@@ -42,7 +44,11 @@ function prepare(fn: string, batch: ReturnsBatch, options: unknown, extra: strin
     const gamma = requireNumber(fn, "gamma", o.gamma, 1, 0, 1);
     const whiten = requireBoolean(fn, "whiten", o.whiten, true);
     const device = resolveDevice(fn, o.device, n, 1 << 24);
-    const returns = outputFloat32(n), advantages = outputFloat32(n);  // the kernel writes every element
+    const out = requireOptions<NonNullable<ReturnsOptions["out"]>>(fn, "out", o.out, ["returns", "advantages"]);
+    const returns = out.returns === undefined ? outputFloat32(n) : requireArray(fn, "out.returns", out.returns, [Float32Array], n);
+    const advantages = out.advantages === undefined ? outputFloat32(n)  // the kernel writes every element
+        : requireArray(fn, "out.advantages", out.advantages, [Float32Array], n);
+    requireDisjoint(fn, { "out.returns": returns, "out.advantages": advantages }, { rewards, mask, "out.returns": returns });
     return { args: [rewards, mask, B, T, gamma, whiten, device === "cuda" ? 1 : 0, returns, advantages] as const,
         result: { returns, advantages, device } as ReturnsResult };
 }

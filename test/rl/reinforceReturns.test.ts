@@ -81,6 +81,10 @@ describe("reinforceReturns", () => {
         expect(() => reinforceReturns({ ...ok(), mask: new Uint8Array(5) })).toThrow(/mask: expected Uint8Array or Float32Array of 6 elements/);
         expect(() => reinforceReturns(ok(), { gamma: 2 })).toThrow(RangeError);
         expect(() => reinforceReturns(ok(), { whitening: true } as never)).toThrow(/Did you mean "whiten"/);
+        const o = ok();
+        expect(() => reinforceReturns(o, { out: { returns: o.rewards } })).toThrow(/out.returns: expected memory that does not overlap rewards/);
+        const out = { returns: new Float32Array(6), advantages: new Float32Array(6) };
+        expect(reinforceReturns(ok(), { out }).returns).toBe(out.returns);
         const bad = ok();
         bad.mask[5] = 3;
         expect(() => reinforceReturns(bad)).toThrow(MaporlError);

@@ -1,0 +1,27 @@
+"""REINFORCE++ returns baseline: verl's reinforce_plus_plus as kernels.md describes it (reverse Python loop over T,
+vectorised over B: running = r_t + gamma * running; returns[:, t] = running; running *= mask[:, t]; then
+masked_whiten(returns) * mask). Written for this benchmark."""
+import torch
+
+from gae import masked_whiten
+
+
+def reinforce_plus_plus(rewards, mask, gamma, whiten):
+    with torch.no_grad():
+        returns = torch.zeros_like(rewards)
+        running = torch.zeros_like(rewards[:, 0])
+        for t in reversed(range(rewards.shape[1])):
+            running = rewards[:, t] + gamma * running
+            returns[:, t] = running
+            running = running * mask[:, t]
+        advantages = masked_whiten(returns, mask) * mask if whiten else returns
+    return advantages, returns
+
+
+def run(spec):
+    B, T = spec["B"], spec["T"]
+    device = spec.get("device", "cpu")
+    g = torch.Generator().manual_seed(1)
+    rewards = torch.rand(B, T, generator=g).to(device)
+    mask = torch.ones(B, T, device=device)
+    return lambda: reinforce_plus_plus(rewards, mask, spec.get("gamma", 1.0), spec.get("whiten", True))

@@ -1,0 +1,33 @@
+// reinforceReturns.ts (bench): REINFORCE++ returns + whitening at B=256, T=4096 against the verl-style PyTorch
+// loop (bench/python/reinforce.py), in the same run.
+import { reinforceReturns } from "../rl/reinforceReturns.js";
+import { peakExtraBytes, timeMedian } from "./measure.js";
+import { runPython } from "./python.js";
+import { type BenchContext, type BenchRow } from "./types.js";
+
+export async function benchReinforceReturns(ctx: BenchContext): Promise<BenchRow[]> {
+    const B = 256, T = 4096, n = B * T;
+    let seed = 3;
+    const next = () => ((seed = (seed * 1664525 + 1013904223) >>> 0) / 4294967296);
+    const batch = { rewards: new Float32Array(n).map(next), mask: new Float32Array(n).fill(1), shape: [B, T] as [number, number] };
+    const base = ctx.python ? runPython({ kernel: "reinforce", B, T, gamma: 1, whiten: true, threads: ctx.threads, reps: ctx.pythonReps })
+        : { ok: false as const, error: "skipped" };
+    const opts = { gamma: 1, whiten: true, device: "cpu" as const };
+    const t = await timeMedian(() => reinforceReturns(batch, opts), ctx.reps);
+    const out = { returns: new Float32Array(n), advantages: new Float32Array(n) };
+    const tOut = await timeMedian(() => reinforceReturns(batch, { ...opts, out }), ctx.reps);
+    // Read r and the f32 mask, write G and A; whitening re-reads the mask and A and rewrites A.
+    const bytes = n * (16 + 12);
+    const size = `B=${B} T=${T}`;
+    return [
+        { kernel: "reinforceReturns", size, impl: "maporl reinforceReturns, whiten", medianMs: t.medianMs,
+            peakExtraBytes: await peakExtraBytes(() => reinforceReturns(batch, opts)), bytesMoved: bytes,
+            baselineMs: base.ok ? base.median_ms! : null },
+        { kernel: "reinforceReturns", size, impl: "maporl reinforceReturns, whiten, out= reused", medianMs: tOut.medianMs,
+            peakExtraBytes: await peakExtraBytes(() => reinforceReturns(batch, { ...opts, out })), bytesMoved: bytes,
+            baselineMs: base.ok ? base.median_ms! : null },
+        { kernel: "reinforceReturns", size, impl: "PyTorch verl-style loop, whiten", medianMs: base.ok ? base.median_ms! : null,
+            peakExtraBytes: base.ok ? base.peak_extra_bytes ?? null : null, bytesMoved: bytes, baselineMs: null,
+            note: base.ok ? `torch ${base.torch}, ${base.threads} threads` : base.error },
+    ];
+}
