@@ -10,3 +10,9 @@ export { createRegistry, type Registry } from "./rl/registry.js";
 export {
     reinforceReturns, reinforceReturnsAsync, type ReturnsBatch, type ReturnsOptions, type ReturnsResult,
 } from "./rl/reinforceReturns.js";
+export {
+    influenceRewards, influenceRewardsAsync, collaborationBonus, collaborationBonusAsync, type InfluenceOptions, type InfluenceRule, type InfluenceScope,
+    type BonusCoefficients, type BonusOptions,
+} from "./rl/influence.js";
+export { tdAdvantages, tdAdvantagesAsync, type TdBatch, type TdOptions, type TdResult } from "./rl/td.js";
+export { treeReturns, treeReturnsAsync, type TreeBatch, type TreeOptions, type TreeResult } from "./rl/tree.js";
