@@ -23,7 +23,10 @@ failed=0
 for t in "$build"/test_*; do
     [ -x "$t" ] || continue
     case "$t" in *.*) continue ;; esac
-    if [ "$(basename "$t")" = test_gae ]; then out=$("$t" --bench); rc=$?; else out=$("$t"); rc=$?; fi
+    case "$(basename "$t")" in
+        test_gae|test_group_advantages) out=$("$t" --bench); rc=$? ;;
+        *) out=$("$t"); rc=$? ;;
+    esac
     echo "$out"
     [ $rc -eq 0 ] || status=1
     line=$(echo "$out" | grep -E '^# .*: [0-9]+ passed, [0-9]+ failed' | tail -1)
@@ -33,9 +36,16 @@ done
 echo "C++ tests: $passed passed, $failed failed"
 
 echo "== PyTorch baselines on the GPU (verl-style loop, same sizes)"
+py=${MAPORL_PYTHON:-python3}
 for whiten in true false; do
     echo "{\"kernel\": \"gae\", \"B\": 256, \"T\": 4096, \"gamma\": 1.0, \"lambda\": 0.95, \"whiten\": $whiten, \"device\": \"cuda\", \"reps\": 5, \"threads\": 16}" \
-        | "${MAPORL_PYTHON:-python3}" bench/python/run.py | sed "s/^/torch gae cuda whiten=$whiten: /"
+        | "$py" bench/python/run.py | sed "s/^/torch gae cuda whiten=$whiten: /"
+done
+echo '{"kernel": "reinforce", "B": 256, "T": 4096, "gamma": 1.0, "whiten": true, "device": "cuda", "reps": 5, "threads": 16}' \
+    | "$py" bench/python/run.py | sed "s/^/torch reinforce++ cuda whiten=true: /"
+for layout in adjacent shuffled; do
+    echo "{\"kernel\": \"grpo\", \"N\": 1048576, \"G\": 16, \"layout\": \"$layout\", \"device\": \"cuda\", \"reps\": 20, \"threads\": 16}" \
+        | "$py" bench/python/run.py | sed "s/^/torch grpo cuda N=1048576 G=16 $layout: /"
 done
 echo "total: $(( $(date +%s) - t0 )) s"
 exit $status

@@ -9,9 +9,9 @@ def grpo_vectorized(scores, index, eps=1e-6):
         uniq, gidx = torch.unique(index, return_inverse=True)
         G = uniq.numel()
         ones = torch.ones_like(scores)
-        n = torch.zeros(G).index_add_(0, gidx, ones)
-        s1 = torch.zeros(G).index_add_(0, gidx, scores)
-        s2 = torch.zeros(G).index_add_(0, gidx, scores * scores)
+        n = torch.zeros(G, device=scores.device).index_add_(0, gidx, ones)
+        s1 = torch.zeros(G, device=scores.device).index_add_(0, gidx, scores)
+        s2 = torch.zeros(G, device=scores.device).index_add_(0, gidx, scores * scores)
         mean = s1 / n.clamp_min(1)
         var = (s2 - s1 * s1 / n.clamp_min(1)) / (n - 1).clamp_min(1)
         std = torch.sqrt(var.clamp_min(1e-6))
@@ -29,4 +29,6 @@ def run(spec):
         index = torch.arange(N) // G  # verl's layout: the G responses of a prompt are adjacent
     else:
         index = torch.randperm(N, generator=g) // G  # groups of G, not contiguous
+    device = spec.get("device", "cpu")
+    scores, index = scores.to(device), index.to(device)
     return lambda: grpo_vectorized(scores, index)

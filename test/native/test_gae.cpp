@@ -294,6 +294,58 @@ TEST(cuda_matches_cpu_or_reports_no_device) {
                 }
 }
 
+// REINFORCE++ returns: a plain double loop from verl's formula (running *= mask resets the chain).
+TEST(reinforce_returns_match_reference_at_every_simd_level_and_on_cuda) {
+    int count = 0;
+    maporl_cuda_device_count(&count);
+    for (const char * level : {"scalar", "avx2", "avx512"}) {
+        if (maporl_set_simd(level) != MAPORL_OK) continue;
+        uint32_t seed = 3000;
+        for (auto & sh : kShapes)
+            for (float gamma : {1.0f, 0.9f, 0.0f})
+                for (int whiten = 0; whiten < 2; ++whiten) {
+                    Batch x = make_batch(sh[0], sh[1], seed++);
+                    const int64_t n = x.B * x.T;
+                    std::vector<double> G(n, 0.0), S(n, 0.0);
+                    for (int64_t b = 0; b < x.B; ++b) {
+                        double run = 0, abs = 0;
+                        for (int64_t t = x.T - 1; t >= 0; --t) {
+                            const int64_t i = b * x.T + t;
+                            if (!x.mu[i]) { run = 0; abs = 0; continue; }
+                            run = x.r[i] + gamma * run;
+                            abs = std::fabs(x.r[i]) + gamma * abs;
+                            G[i] = run;
+                            S[i] = abs;
+                        }
+                    }
+                    std::vector<float> Rg(n), Ra(n);
+                    maporl_returns_params p{gamma, whiten};
+                    CHECK(maporl_reinforce_returns(MAPORL_DEVICE_CPU, x.r.data(), x.mu.data(), MAPORL_MASK_U8, x.B, x.T, p,
+                                                   Rg.data(), Ra.data()) == MAPORL_OK, "%s", maporl_last_error());
+                    int64_t at = first_mismatch(Rg, G, S, 1e-5, 1e-6);
+                    CHECK(at < 0, "%s B=%lld T=%lld gamma=%g at %lld", level, (long long)x.B, (long long)x.T, gamma, (long long)at);
+                    if (!whiten) CHECK(std::memcmp(Rg.data(), Ra.data(), 4 * n) == 0, "advantages != returns without whitening");
+                    if (count > 0 && std::strcmp(level, "scalar") == 0) {
+                        void *dr, *dm, *dg, *da;
+                        maporl_device_malloc(4 * n, &dr); maporl_device_malloc(n, &dm);
+                        maporl_device_malloc(4 * n, &dg); maporl_device_malloc(4 * n, &da);
+                        maporl_memcpy_to_device(dr, x.r.data(), 4 * n);
+                        maporl_memcpy_to_device(dm, x.mu.data(), n);
+                        CHECK(maporl_reinforce_returns(MAPORL_DEVICE_CUDA, (float *)dr, dm, MAPORL_MASK_U8, x.B, x.T, p, (float *)dg,
+                                                       (float *)da) == MAPORL_OK, "%s", maporl_last_error());
+                        std::vector<float> cg(n), ca(n);
+                        maporl_memcpy_to_host(cg.data(), dg, 4 * n);
+                        maporl_memcpy_to_host(ca.data(), da, 4 * n);
+                        CHECK(first_mismatch(cg, G, S, 1e-5, 1e-6) < 0, "CUDA returns B=%lld T=%lld", (long long)x.B, (long long)x.T);
+                        std::vector<double> cpu_a(Ra.begin(), Ra.end()), ones(n, 1.0);
+                        CHECK(first_mismatch(ca, cpu_a, ones, 1e-4, 1e-5) < 0, "CUDA advantages B=%lld T=%lld", (long long)x.B, (long long)x.T);
+                        for (void * q : {dr, dm, dg, da}) maporl_device_free(q);
+                    }
+                }
+    }
+    maporl_set_simd("best");
+}
+
 static double time_ms(const std::function<void()> & fn, int reps) {
     std::vector<double> ts;
     fn();
@@ -335,6 +387,11 @@ static void bench() {
         std::printf("BENCH gae cuda B=%lld T=%lld whiten=%d median_ms=%.4f effective_GBps=%.1f\n", (long long)B,
                     (long long)T, whiten, gpu, bytes / (gpu * 1e-3) / 1e9);
     }
+    maporl_returns_params rp{1.0f, 1};
+    double ret = time_ms([&] {
+        maporl_reinforce_returns(MAPORL_DEVICE_CUDA, (float *)dr, dm, MAPORL_MASK_F32, B, T, rp, (float *)dA, (float *)dR);
+    }, 50);
+    std::printf("BENCH reinforce_returns cuda B=%lld T=%lld whiten=1 median_ms=%.4f\n", (long long)B, (long long)T, ret);
     for (void * q : {dr, dv, dm, dA, dR}) maporl_device_free(q);
 }
 
