@@ -54,19 +54,21 @@ struct GaeRowsArgs {
 };
 
 // Rows [b0, b1) of a float batch; returns the smallest flat index of a bad mask value in them, or -1.
-// gae_whiten_f32: A[i] = mask ? (A[i] - mean) * rstd : 0 over [0, n), in float.
+// gae_whiten_f32: A[i] = mask ? (X[i] - mean) * rstd : 0 over [0, n), in float (X may be A).
 // reinforce_rows_f32: REINFORCE++ returns for rows [b0, b1) (see maporl_reinforce_returns); same contract.
 namespace avx512 {
 int64_t reinforce_rows_f32(const float * r, const void * mask, maporl_mask_type mask_type, int64_t T, float gamma,
                            float * G, GaeRowSums sums, int64_t b0, int64_t b1);
 int64_t gae_rows_f32(const GaeRowsArgs & g, int64_t b0, int64_t b1);
-void gae_whiten_f32(float * A, const void * mask, maporl_mask_type mask_type, int64_t n, float mean, float rstd);
+void gae_whiten_f32(const float * X, float * A, const void * mask, maporl_mask_type mask_type, int64_t n, float mean,
+                    float rstd);
 }  // namespace avx512
 namespace avx2 {
 int64_t reinforce_rows_f32(const float * r, const void * mask, maporl_mask_type mask_type, int64_t T, float gamma,
                            float * G, GaeRowSums sums, int64_t b0, int64_t b1);
 int64_t gae_rows_f32(const GaeRowsArgs & g, int64_t b0, int64_t b1);
-void gae_whiten_f32(float * A, const void * mask, maporl_mask_type mask_type, int64_t n, float mean, float rstd);
+void gae_whiten_f32(const float * X, float * A, const void * mask, maporl_mask_type mask_type, int64_t n, float mean,
+                    float rstd);
 }  // namespace avx2
 
 

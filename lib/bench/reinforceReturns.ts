@@ -16,8 +16,8 @@ export async function benchReinforceReturns(ctx: BenchContext): Promise<BenchRow
     const t = await timeMedian(() => reinforceReturns(batch, opts), ctx.reps);
     const out = { returns: new Float32Array(n), advantages: new Float32Array(n) };
     const tOut = await timeMedian(() => reinforceReturns(batch, { ...opts, out }), ctx.reps);
-    // Read r and the f32 mask, write G and A; whitening re-reads the mask and A and rewrites A.
-    const bytes = n * (16 + 12);
+    // Read r and the f32 mask, write G; the whitening pass reads G and the mask and writes A.
+    const bytes = n * (12 + 12);
     const size = `B=${B} T=${T}`;
     return [
         { kernel: "reinforceReturns", size, impl: "maporl reinforceReturns, whiten", medianMs: t.medianMs,

@@ -43,6 +43,12 @@ describe("reinforceReturns", () => {
         });
     }
 
+    it("an all-masked batch gives zeros, whitened or not", () => {
+        const z = reinforceReturns({ rewards: new Float32Array(12).fill(NaN), mask: new Uint8Array(12), shape: [3, 4] });
+        expect([...z.returns]).toEqual(new Array(12).fill(0));
+        expect([...z.advantages]).toEqual(new Array(12).fill(0));
+    });
+
     it("gamma = 1 with a full mask is the reverse cumulative sum", () => {
         const c = makeCase(4, 50, 7, false);
         c.mask.fill(1);
