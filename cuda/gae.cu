@@ -132,6 +132,33 @@ __global__ void whiten_apply_kernel(float * __restrict__ adv, const M * __restri
         if (mask[i] == M(1)) adv[i] = (float)(((double)adv[i] - mean) * rstd);
 }
 
+// After a scan kernel: reports the first bad mask value (bad_buf holds its index or ~0), then, when partials
+// is given, whitens A over the unmasked tokens, and waits for the device.
+template <typename M>
+maporl_status finish_scan(const DeviceBuffer & bad_buf, const M * mask, int64_t B, int64_t T, double * partials,
+                          double * stats, float * A) {
+    MAPORL_CUDA_CALL(cudaGetLastError());
+    unsigned long long bad = 0;
+    MAPORL_CUDA_CALL(cudaMemcpy(&bad, bad_buf.ptr, sizeof bad, cudaMemcpyDeviceToHost));
+    if (bad != ~0ull) {
+        M value;
+        MAPORL_CUDA_CALL(cudaMemcpy(&value, mask + bad, sizeof value, cudaMemcpyDeviceToHost));
+        return set_error(MAPORL_ERR_INVALID_ARG,
+                         "mask: expected 0 or 1 at every position, got %g at index %llu (row %lld, t %lld)",
+                         (double)value, bad, (long long)(bad / (unsigned long long)T),
+                         (long long)(bad % (unsigned long long)T));
+    }
+    if (partials != nullptr) {
+        whiten_stats_kernel<<<1, 256>>>(partials, B, stats);
+        MAPORL_CUDA_CALL(cudaGetLastError());
+        const int64_t n = B * T;
+        whiten_apply_kernel<M><<<(unsigned)std::min<int64_t>((n + 255) / 256, 65535), 256>>>(A, mask, n, stats);
+        MAPORL_CUDA_CALL(cudaGetLastError());
+    }
+    MAPORL_CUDA_CALL(cudaDeviceSynchronize());
+    return MAPORL_OK;
+}
+
 template <typename M>
 maporl_status gae_cuda_typed(const float * r, const float * v, const M * mask, int64_t B, int64_t T, float gamma,
                              float lambda, bool whiten, float * adv, float * ret) {
@@ -145,27 +172,7 @@ maporl_status gae_cuda_typed(const float * r, const float * v, const M * mask, i
     const int64_t blocks = (B + kWarpsPerBlock - 1) / kWarpsPerBlock;
     gae_kernel<M><<<(unsigned)blocks, kWarpsPerBlock * 32>>>(r, v, mask, B, T, gamma, gamma * lambda, adv, ret,
                                                              partials.as<double>(), bad_buf.as<unsigned long long>());
-    MAPORL_CUDA_CALL(cudaGetLastError());
-    unsigned long long bad = 0;
-    MAPORL_CUDA_CALL(cudaMemcpy(&bad, bad_buf.ptr, sizeof bad, cudaMemcpyDeviceToHost));
-    if (bad != ~0ull) {
-        M value;
-        MAPORL_CUDA_CALL(cudaMemcpy(&value, mask + bad, sizeof value, cudaMemcpyDeviceToHost));
-        return set_error(MAPORL_ERR_INVALID_ARG,
-                         "mask: expected 0 or 1 at every position, got %g at index %llu (row %lld, t %lld)",
-                         (double)value, bad, (long long)(bad / (unsigned long long)T),
-                         (long long)(bad % (unsigned long long)T));
-    }
-    if (whiten) {
-        whiten_stats_kernel<<<1, 256>>>(partials.as<double>(), B, stats.as<double>());
-        MAPORL_CUDA_CALL(cudaGetLastError());
-        const int64_t n = B * T;
-        const int64_t apply_blocks = std::min<int64_t>((n + 255) / 256, 65535);
-        whiten_apply_kernel<M><<<(unsigned)apply_blocks, 256>>>(adv, mask, n, stats.as<double>());
-        MAPORL_CUDA_CALL(cudaGetLastError());
-    }
-    MAPORL_CUDA_CALL(cudaDeviceSynchronize());
-    return MAPORL_OK;
+    return finish_scan<M>(bad_buf, mask, B, T, partials.as<double>(), stats.as<double>(), adv);
 }
 
 // REINFORCE++ returns: one thread per row, the plain recursion (rows are independent; a chunked warp scan as
@@ -214,26 +221,7 @@ maporl_status returns_cuda_typed(const float * r, const M * mask, int64_t B, int
     }
     returns_kernel<M><<<(unsigned)((B + 255) / 256), 256>>>(r, mask, B, T, gamma, G, A, partials.as<double>(),
                                                            bad_buf.as<unsigned long long>());
-    MAPORL_CUDA_CALL(cudaGetLastError());
-    unsigned long long bad = 0;
-    MAPORL_CUDA_CALL(cudaMemcpy(&bad, bad_buf.ptr, sizeof bad, cudaMemcpyDeviceToHost));
-    if (bad != ~0ull) {
-        M value;
-        MAPORL_CUDA_CALL(cudaMemcpy(&value, mask + bad, sizeof value, cudaMemcpyDeviceToHost));
-        return set_error(MAPORL_ERR_INVALID_ARG,
-                         "mask: expected 0 or 1 at every position, got %g at index %llu (row %lld, t %lld)",
-                         (double)value, bad, (long long)(bad / (unsigned long long)T),
-                         (long long)(bad % (unsigned long long)T));
-    }
-    if (whiten) {
-        whiten_stats_kernel<<<1, 256>>>(partials.as<double>(), B, stats.as<double>());
-        MAPORL_CUDA_CALL(cudaGetLastError());
-        const int64_t n = B * T;
-        whiten_apply_kernel<M><<<(unsigned)std::min<int64_t>((n + 255) / 256, 65535), 256>>>(A, mask, n, stats.as<double>());
-        MAPORL_CUDA_CALL(cudaGetLastError());
-    }
-    MAPORL_CUDA_CALL(cudaDeviceSynchronize());
-    return MAPORL_OK;
+    return finish_scan<M>(bad_buf, mask, B, T, partials.as<double>(), stats.as<double>(), A);
 }
 
 }  // namespace
