@@ -132,6 +132,17 @@ __global__ void whiten_apply_kernel(float * __restrict__ adv, const M * __restri
         if (mask[i] == M(1)) adv[i] = (float)(((double)adv[i] - mean) * rstd);
 }
 
+// Temporaries of a scan: the bad-mask index (set to ~0) and, with whitening, per-row partials and the stats.
+maporl_status scan_buffers(int64_t B, bool whiten, DeviceBuffer & bad_buf, DeviceBuffer & partials, DeviceBuffer & stats) {
+    MAPORL_RETURN_IF_ERROR(bad_buf.alloc(sizeof(unsigned long long)));
+    MAPORL_CUDA_CALL(cudaMemset(bad_buf.ptr, 0xff, sizeof(unsigned long long)));
+    if (whiten) {
+        MAPORL_RETURN_IF_ERROR(partials.alloc(sizeof(double) * 3 * (size_t)B));
+        MAPORL_RETURN_IF_ERROR(stats.alloc(sizeof(double) * 3));
+    }
+    return MAPORL_OK;
+}
+
 // After a scan kernel: reports the first bad mask value (bad_buf holds its index or ~0), then, when partials
 // is given, whitens A over the unmasked tokens, and waits for the device.
 template <typename M>
@@ -163,12 +174,7 @@ template <typename M>
 maporl_status gae_cuda_typed(const float * r, const float * v, const M * mask, int64_t B, int64_t T, float gamma,
                              float lambda, bool whiten, float * adv, float * ret) {
     DeviceBuffer bad_buf, partials, stats;
-    MAPORL_RETURN_IF_ERROR(bad_buf.alloc(sizeof(unsigned long long)));
-    MAPORL_CUDA_CALL(cudaMemset(bad_buf.ptr, 0xff, sizeof(unsigned long long)));
-    if (whiten) {
-        MAPORL_RETURN_IF_ERROR(partials.alloc(sizeof(double) * 3 * (size_t)B));
-        MAPORL_RETURN_IF_ERROR(stats.alloc(sizeof(double) * 3));
-    }
+    MAPORL_RETURN_IF_ERROR(scan_buffers(B, whiten, bad_buf, partials, stats));
     const int64_t blocks = (B + kWarpsPerBlock - 1) / kWarpsPerBlock;
     gae_kernel<M><<<(unsigned)blocks, kWarpsPerBlock * 32>>>(r, v, mask, B, T, gamma, gamma * lambda, adv, ret,
                                                              partials.as<double>(), bad_buf.as<unsigned long long>());
@@ -213,12 +219,7 @@ template <typename M>
 maporl_status returns_cuda_typed(const float * r, const M * mask, int64_t B, int64_t T, float gamma, bool whiten,
                                  float * G, float * A) {
     DeviceBuffer bad_buf, partials, stats;
-    MAPORL_RETURN_IF_ERROR(bad_buf.alloc(sizeof(unsigned long long)));
-    MAPORL_CUDA_CALL(cudaMemset(bad_buf.ptr, 0xff, sizeof(unsigned long long)));
-    if (whiten) {
-        MAPORL_RETURN_IF_ERROR(partials.alloc(sizeof(double) * 3 * (size_t)B));
-        MAPORL_RETURN_IF_ERROR(stats.alloc(sizeof(double) * 3));
-    }
+    MAPORL_RETURN_IF_ERROR(scan_buffers(B, whiten, bad_buf, partials, stats));
     returns_kernel<M><<<(unsigned)((B + 255) / 256), 256>>>(r, mask, B, T, gamma, G, A, partials.as<double>(),
                                                            bad_buf.as<unsigned long long>());
     return finish_scan<M>(bad_buf, mask, B, T, partials.as<double>(), stats.as<double>(), A);

@@ -225,6 +225,22 @@ template void gae_cpu<double>(const double *, const double *, const void *, mapo
 
 }  // namespace maporl
 
+namespace maporl {
+// The argument checks the two scans share; returns B * T.
+static int64_t require_scan_args(maporl_device device, maporl_mask_type mask_type, int64_t B, int64_t T,
+                                 const float * rewards, const void * mask, float gamma, int whiten) {
+    require_device(device);
+    require_mask_type(mask_type);
+    require_dims(B, T, "B", "T");
+    const int64_t n = B * T;
+    require_ptr(rewards, "rewards", n);
+    require_ptr(mask, "mask", n);
+    require_unit_interval(gamma, "gamma");
+    if (whiten != 0 && whiten != 1) throw_error(MAPORL_ERR_INVALID_ARG, "whiten: expected 0 or 1, got %d", whiten);
+    return n;
+}
+}  // namespace maporl
+
 extern "C" {
 
 maporl_gae_params maporl_gae_default_params(void) {
@@ -240,19 +256,11 @@ maporl_status maporl_gae(maporl_device device, const float * rewards, const floa
                          float * advantages_out, float * returns_out) {
     using namespace maporl;
     return guarded([&] {
-        require_device(device);
-        require_mask_type(mask_type);
-        require_dims(B, T, "B", "T");
-        const int64_t n = B * T;
-        require_ptr(rewards, "rewards", n);
+        const int64_t n = require_scan_args(device, mask_type, B, T, rewards, mask, params.gamma, params.whiten);
         require_ptr(values, "values", n);
-        require_ptr(mask, "mask", n);
         require_ptr(advantages_out, "advantages_out", n);
         require_ptr(returns_out, "returns_out", n);
-        require_unit_interval(params.gamma, "gamma");
         require_unit_interval(params.lambda, "lambda");
-        if (params.whiten != 0 && params.whiten != 1)
-            throw_error(MAPORL_ERR_INVALID_ARG, "whiten: expected 0 or 1, got %d", params.whiten);
         if (device == MAPORL_DEVICE_CUDA)
             return gae_cuda(rewards, values, mask, mask_type, B, T, params.gamma, params.lambda, params.whiten != 0,
                             advantages_out, returns_out);
@@ -274,17 +282,9 @@ maporl_status maporl_reinforce_returns(maporl_device device, const float * rewar
                                        float * returns_out, float * advantages_out) {
     using namespace maporl;
     return guarded([&] {
-        require_device(device);
-        require_mask_type(mask_type);
-        require_dims(B, T, "B", "T");
-        const int64_t n = B * T;
-        require_ptr(rewards, "rewards", n);
-        require_ptr(mask, "mask", n);
+        const int64_t n = require_scan_args(device, mask_type, B, T, rewards, mask, params.gamma, params.whiten);
         require_ptr(returns_out, "returns_out", n);
         require_ptr(advantages_out, "advantages_out", n);
-        require_unit_interval(params.gamma, "gamma");
-        if (params.whiten != 0 && params.whiten != 1)
-            throw_error(MAPORL_ERR_INVALID_ARG, "whiten: expected 0 or 1, got %d", params.whiten);
         if (returns_out == advantages_out && n > 0)
             throw_error(MAPORL_ERR_INVALID_ARG, "advantages_out: expected a buffer distinct from returns_out");
         if (device == MAPORL_DEVICE_CUDA)
