@@ -12,6 +12,7 @@
 
 #include "core.h"
 #include "gae_scan.h"  // whiten_stats
+#include "isa.h"
 #include "threadpool.h"
 
 namespace maporl {
@@ -84,62 +85,43 @@ void group_advantages_cpu(const float * scores, const int32_t * groups, const fl
         const float s = scores[i];
         out[i] = (!counted(s) || f.factor == 0.0) ? 0.0f : (float)(((double)s - f.center) * f.factor);
     };
-    bool sorted = true;
-    for (int64_t i = 1; i < N; ++i) sorted &= groups[i] >= groups[i - 1];
-    if (sorted) {
-        // verl's layout (the G responses of a prompt are adjacent, ids ascending): every group is one run.
-        // Chunks are widened to run boundaries. Locals and __restrict__ let the compiler keep everything in
-        // registers (a float store could otherwise alias the params).
-        const float * __restrict__ S = scores;
-        const int32_t * __restrict__ Gi = groups;
-        float * __restrict__ O = out;
-        const bool excl = p.nan_exclude != 0;
-        const maporl_group_params pp = p;
-        parallel_for(N, 8192, [S, Gi, O, N, excl, pp, use_max, need_dev, aux0](int64_t b, int64_t e) {
-            while (b > 0 && b < N && Gi[b] == Gi[b - 1]) ++b;
-            while (e < N && Gi[e] == Gi[e - 1]) ++e;
+    // One pass: are the ids ascending, and how many group boundaries are there? (Integer counts: any split of
+    // the range gives the same totals.)
+    const int64_t id_chunks = (N + kChunk - 1) / kChunk;
+    std::vector<int64_t> part_desc((size_t)id_chunks), part_steps((size_t)id_chunks);
+    parallel_for(id_chunks, 1, [&](int64_t c0, int64_t c1) {
+        for (int64_t c = c0; c < c1; ++c) {
+            int32_t d = 0, st = 0;  // at most kChunk each
+            for (int64_t i = std::max<int64_t>(1, c * kChunk), e = std::min(N, (c + 1) * kChunk); i < e; ++i) {
+                d += groups[i] < groups[i - 1];
+                st += groups[i] != groups[i - 1];
+            }
+            part_desc[(size_t)c] = d;
+            part_steps[(size_t)c] = st;
+        }
+    });
+    int64_t descents = 0, steps = 0;
+    for (int64_t c = 0; c < id_chunks; ++c) { descents += part_desc[(size_t)c]; steps += part_steps[(size_t)c]; }
+    const bool sorted = descents == 0;
+    int64_t G = 1;
+    while (sorted && G < N && groups[G] == groups[0]) ++G;
+    // Uniform: N / G runs of exactly G (N / G - 1 boundaries, all at multiples of G).
+    bool uniform = sorted && !use_max && N % G == 0 && steps == N / G - 1 && active_isa() == Isa::Avx512;
+    for (int64_t k = G; uniform && k < N; k += G) uniform = groups[k] != groups[k - 1];
+    if (uniform) {
+        parallel_for(N / G, std::max<int64_t>(16, 8192 / G), [&](int64_t k0, int64_t k1) {
+            avx512::group_uniform_f32(scores, out, G, k0, k1, p);
+        });
+    } else if (sorted) {
+        // verl's layout (the responses of a prompt adjacent, ids ascending): every group is one run. Chunks are
+        // widened to run boundaries; each run in index order.
+        parallel_for(N, 8192, [&](int64_t b, int64_t e) {
+            while (b > 0 && b < N && groups[b] == groups[b - 1]) ++b;
+            while (e < N && groups[e] == groups[e - 1]) ++e;
             for (int64_t r = b; r < e;) {
-                const int32_t id = Gi[r];
                 int64_t q = r + 1;
-                while (q < e && Gi[q] == id) ++q;
-                // Eight interleaved partial sums (element r + j goes to partial j % 8) break the add-latency
-                // chain and vectorise; the pattern depends only on the run, never on the thread count.
-                Slot g{0.0, 0.0, 0.0, aux0};
-                auto in = [excl](float x) { return !excl || x == x; };
-                auto val = [excl](float x) { return (!excl || x == x) ? (double)x : 0.0; };
-                double n8[8] = {}, s8[8] = {};
-                int64_t i = r;
-                for (; i + 8 <= q; i += 8)
-                    for (int j = 0; j < 8; ++j) {
-                        const float x = S[i + j];
-                        const bool c = !excl || x == x;
-                        n8[j] += c ? 1.0 : 0.0;
-                        s8[j] += c ? (double)x : 0.0;
-                    }
-                for (int j = 0; i < q; ++i, ++j) { n8[j] += in(S[i]) ? 1.0 : 0.0; s8[j] += val(S[i]); }
-                if (use_max)
-                    for (int64_t k = r; k < q; ++k) {
-                        const float x = S[k];
-                        if (in(x) && (std::isnan(x) || (double)x > g.aux)) g.aux = std::isnan(g.aux) ? g.aux : (double)x;
-                    }
-                g.n = ((n8[0] + n8[1]) + (n8[2] + n8[3])) + ((n8[4] + n8[5]) + (n8[6] + n8[7]));
-                g.sum = ((s8[0] + s8[1]) + (s8[2] + s8[3])) + ((s8[4] + s8[5]) + (s8[6] + s8[7]));
-                g.mean = g.sum / g.n;
-                if (need_dev) {
-                    const double m = g.mean;
-                    auto dev = [excl, m](float x) { const double d = (double)x - m; return (!excl || x == x) ? d * d : 0.0; };
-                    double d8[8] = {};
-                    i = r;
-                    for (; i + 8 <= q; i += 8)
-                        for (int j = 0; j < 8; ++j) d8[j] += dev(S[i + j]);
-                    for (int j = 0; i < q; ++i, ++j) d8[j] += dev(S[i]);
-                    g.aux = ((d8[0] + d8[1]) + (d8[2] + d8[3])) + ((d8[4] + d8[5]) + (d8[6] + d8[7]));
-                }
-                const Fold f = fold(g, pp);
-                for (int64_t k = r; k < q; ++k) {
-                    const float x = S[k];
-                    O[k] = (!in(x) || f.factor == 0.0) ? 0.0f : (float)(((double)x - f.center) * f.factor);
-                }
+                while (q < e && groups[q] == groups[r]) ++q;
+                group_run_sequential(scores + r, out + r, q - r, p);
                 r = q;
             }
         });

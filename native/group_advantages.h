@@ -62,4 +62,39 @@ MAPORL_HD Fold fold(const Slot & g, const maporl_group_params & p) {
 }
 
 
+// One group stored contiguously, x[0..n): the statistics in index order (the same order as the table path, so
+// every path gives the same bits), then the members' advantages. Used by the adjacent-run paths.
+inline void group_run_sequential(const float * x, float * out, int64_t n, const maporl_group_params & p) {
+    const bool excl = p.nan_exclude != 0;
+    const bool use_max = p.baseline == MAPORL_BASELINE_MAX;
+    Slot g{0.0, 0.0, 0.0, use_max ? -INFINITY : 0.0};
+    for (int64_t i = 0; i < n; ++i) {
+        const float s = x[i];
+        if (excl && s != s) continue;
+        g.n += 1.0;
+        g.sum += (double)s;
+        if (use_max && (s != s || (double)s > g.aux)) g.aux = g.aux != g.aux ? g.aux : (double)s;
+    }
+    g.mean = g.sum / g.n;
+    if (p.scale_by_std && !use_max)
+        for (int64_t i = 0; i < n; ++i) {
+            const float s = x[i];
+            if (excl && s != s) continue;
+            const double d = (double)s - g.mean;
+            g.aux += d * d;
+        }
+    const Fold f = fold(g, p);
+    for (int64_t i = 0; i < n; ++i) {
+        const float s = x[i];
+        out[i] = ((excl && s != s) || f.factor == 0.0) ? 0.0f : (float)(((double)s - f.center) * f.factor);
+    }
+}
+
+// Groups [k0, k1) of exactly G members stored one after the other (ids ascending), 16 groups at a time with one
+// group per AVX-512 lane (gathers), in the same arithmetic order as the scalar run path (bit-identical). Not for
+// the max baseline. Defined in group_advantages_avx512.cpp (x86-64, GCC/Clang).
+namespace avx512 {
+void group_uniform_f32(const float * S, float * O, int64_t G, int64_t k0, int64_t k1, const maporl_group_params & p);
+}
+
 }  // namespace maporl

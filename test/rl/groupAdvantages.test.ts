@@ -2,11 +2,11 @@
 // thread invariance, async, and error paths.
 import { afterAll, describe, expect, it } from "vitest";
 
-import { groupAdvantages, groupAdvantagesAsync, groupEstimators, MaporlError, setThreads } from "../../lib/index.js";
+import { groupAdvantages, groupAdvantagesAsync, groupEstimators, MaporlError, setSimd, setThreads } from "../../lib/index.js";
 import { groupReference, type GroupRefOptions } from "../reference/group.ref.js";
 import { firstMismatch, rng } from "../helpers/rng.js";
 
-afterAll(() => setThreads(0));
+afterAll(() => { setThreads(0); setSimd("best"); });
 
 type Est = "grpo" | "drgrpo" | "rloo" | "reinforce++-baseline" | "magrpo";
 const CONV = {
@@ -22,13 +22,13 @@ function refOptions(est: Est, conv: keyof typeof CONV, baseline: GroupRefOptions
 }
 
 // Groups of mixed sizes (1, 2, 3, 8), ids shuffled and non-contiguous; optional NaN and constant groups.
-function makeBatch(N: number, seed: number, opts: { nan?: boolean; constant?: boolean; sparse?: boolean; sorted?: boolean } = {}) {
+function makeBatch(N: number, seed: number, opts: { nan?: boolean; constant?: boolean; sparse?: boolean; sorted?: boolean; uniform?: number } = {}) {
     const next = rng(seed);
     const scores = new Float32Array(N), groups = new Int32Array(N);
     let i = 0, gid = 0;
     const sizes = [1, 2, 3, 8];
     while (i < N) {
-        const size = Math.min(N - i, sizes[Math.floor(next() * sizes.length)]!);
+        const size = Math.min(N - i, opts.uniform ?? sizes[Math.floor(next() * sizes.length)]!);
         const constant = opts.constant && next() < 0.3;
         const c = Math.floor(next() * 5);
         const id = opts.sparse ? Math.floor((next() - 0.5) * 2e9) : gid * 3 - 7;
@@ -60,7 +60,8 @@ describe("groupAdvantages matches the float64 reference", () => {
         it(`every estimator, convention ${conv}, with NaN, constant, singleton and sparse groups`, () => {
             let seed = 10;
             for (const N of [1, 2, 3, 7, 31, 257, 4099]) {
-                for (const flags of [{}, { nan: true }, { constant: true }, { sparse: true }, { sorted: true }, { sorted: true, nan: true }]) {
+                for (const flags of [{}, { nan: true }, { constant: true }, { sparse: true }, { sorted: true }, { sorted: true, nan: true },
+                    { sorted: true, uniform: 8 }, { sorted: true, uniform: 16, nan: true }, { sorted: true, uniform: 3, constant: true }]) {
                     const b = makeBatch(N, seed++, flags);
                     for (const est of ests) {
                         const baselines = est === "magrpo" ? (["mean", "max", "rloo", "none"] as const) : (["mean"] as const);
@@ -159,6 +160,19 @@ describe("groupAdvantages properties", () => {
             const moved = new Float32Array(fast.length);
             placed.forEach((src, dst) => { moved[dst] = fast[src]!; });
             expect(firstMismatch(moved, general, 1e-6, 1e-6), JSON.stringify(opts)).toBeNull();
+        }
+    });
+
+    it("groups of one size stored in order (the AVX-512 gather path) give the same bits as the scalar path", () => {
+        for (const [N, G] of [[16 * 8 * 5, 8], [4096 * 3, 16], [17 * 7, 7], [5, 1], [48, 48]] as [number, number][]) {
+            const b = makeBatch(N, 31 + G, { sorted: true, uniform: G, nan: true });
+            for (const opts of [{}, { convention: "trl" }, { estimator: "rloo" }, { estimator: "reinforce++-baseline" }] as const) {
+                const fast = groupAdvantages(b, opts);
+                setSimd("scalar");
+                const plain = groupAdvantages(b, opts);
+                setSimd("best");
+                expect(Buffer.from(fast.buffer).equals(Buffer.from(plain.buffer)), `N=${N} G=${G} ${JSON.stringify(opts)}`).toBe(true);
+            }
         }
     });
 
