@@ -27,6 +27,13 @@ export async function benchGae(ctx: BenchContext): Promise<BenchRow[]> {
         ["maporl gae", false, {}],
         ["maporl gae, out= reused", false, { out }],
     ];
+    const maskU8 = new Uint8Array(n).fill(1);
+    {  // our compact mask form (verl's response_mask is int64), outputs reused: the lowest-traffic call
+        const opts = { gamma: 1, lambda: 0.95, whiten: true, device: "cpu" as const, out };
+        const t = await timeMedian(() => gae({ ...batch, mask: maskU8 }, opts), ctx.reps);
+        rows.push({ kernel: "gae", size, impl: "maporl gae, whiten, u8 mask, out= reused", medianMs: t.medianMs,
+            peakExtraBytes: null, bytesMoved: n * 26, baselineMs: baselines[0]!.ok ? baselines[0]!.median_ms! : null });
+    }
     for (const [impl, whiten, extra] of variants) {
         const opts = { gamma: 1, lambda: 0.95, whiten, device: "cpu" as const, ...extra };
         const t = await timeMedian(() => gae(batch, opts), ctx.reps);

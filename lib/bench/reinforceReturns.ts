@@ -16,6 +16,9 @@ export async function benchReinforceReturns(ctx: BenchContext): Promise<BenchRow
     const t = await timeMedian(() => reinforceReturns(batch, opts), ctx.reps);
     const out = { returns: new Float32Array(n), advantages: new Float32Array(n) };
     const tOut = await timeMedian(() => reinforceReturns(batch, { ...opts, out }), ctx.reps);
+    // The same with a Uint8Array mask, the compact form the API takes (verl's response_mask is int64).
+    const batchU8 = { ...batch, mask: new Uint8Array(n).fill(1) };
+    const tU8 = await timeMedian(() => reinforceReturns(batchU8, { ...opts, out }), ctx.reps);
     // Read r and the f32 mask, write G; the whitening pass reads G and the mask and writes A.
     const bytes = n * (12 + 12);
     const size = `B=${B} T=${T}`;
@@ -26,6 +29,8 @@ export async function benchReinforceReturns(ctx: BenchContext): Promise<BenchRow
         { kernel: "reinforceReturns", size, impl: "maporl reinforceReturns, whiten, out= reused", medianMs: tOut.medianMs,
             peakExtraBytes: await peakExtraBytes(() => reinforceReturns(batch, { ...opts, out })), bytesMoved: bytes,
             baselineMs: base.ok ? base.median_ms! : null },
+        { kernel: "reinforceReturns", size, impl: "maporl reinforceReturns, whiten, u8 mask, out= reused", medianMs: tU8.medianMs,
+            peakExtraBytes: null, bytesMoved: n * (9 + 9), baselineMs: base.ok ? base.median_ms! : null },
         { kernel: "reinforceReturns", size, impl: "PyTorch verl-style loop, whiten", medianMs: base.ok ? base.median_ms! : null,
             peakExtraBytes: base.ok ? base.peak_extra_bytes ?? null : null, bytesMoved: bytes, baselineMs: null,
             note: base.ok ? `torch ${base.torch}, ${base.threads} threads` : base.error },
