@@ -25,7 +25,12 @@ class Pool {
 public:
     ~Pool() { stop_workers(); }
 
+    // Lock-free once set: a kernel may ask from any thread, even while another thread's parallel_for holds
+    // the dispatch lock (or from inside a chunk, where taking that lock would deadlock).
     int threads() {
+        const int n = published_.load(std::memory_order_acquire);
+        if (n > 0) return n;
+        if (t_inside_pool) return hardware_threads();
         std::lock_guard<std::mutex> lk(dispatch_);
         ensure_started();
         return threads_;
@@ -111,6 +116,7 @@ private:
         // runs must still be seen (the predicate also checks stopping_).
         for (int i = 1; i < threads_; ++i) workers_.emplace_back([this, gen] { worker_loop(gen); });
         started_ = true;
+        published_.store(threads_, std::memory_order_release);
     }
 
     void stop_workers() {
@@ -172,6 +178,7 @@ private:
     bool stopping_ = false;
     bool started_ = false;
     int threads_ = 1;
+    std::atomic<int> published_{0};  // threads_ once the workers run, for threads()
     std::vector<std::thread> workers_;
     Job job_;
 };
