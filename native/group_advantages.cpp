@@ -1,7 +1,9 @@
 // group_advantages.cpp: CPU group-relative advantages and the row broadcast, plus their C entry points.
-// Group statistics are accumulated in double, in index order (so the result never depends on the thread
-// count), into a table indexed by (group id - min id) when the ids span a small range, else by dense ids
-// from a sort. The per-member formula and the batch whitening run on the thread pool.
+// Group statistics are accumulated in double, member by member in index order, on one of three paths that
+// give the same bits: ids ascending with every group of one size (verl's layout) -> the AVX-512 gather
+// kernel, 16 groups per lane (group_advantages_avx512.cpp); ids ascending otherwise -> one run per group;
+// anything else -> a statistics table indexed by (id - min id), or by dense ids from a sort when the ids
+// span a wide range. Nothing depends on the thread count. The batch whitening runs on the pool too.
 #include "group_advantages.h"
 
 #include <algorithm>
