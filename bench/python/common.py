@@ -44,3 +44,14 @@ def median_ms(fn, reps, warmup=1):
         fn()
         samples.append((time.perf_counter() - t0) * 1e3)
     return statistics.median(samples), samples
+
+
+def token_batch(spec, arrays):
+    """`arrays` uniform [B, T] tensors (seeded) and an all-ones mask, on spec["device"] (default cpu)."""
+    import torch
+
+    B, T = spec["B"], spec["T"]
+    device = spec.get("device", "cpu")
+    g = torch.Generator().manual_seed(1)
+    xs = [torch.rand(B, T, generator=g).to(device) for _ in range(arrays)]
+    return xs, torch.ones(B, T, device=device)

@@ -3,6 +3,8 @@ Python loop over T, vectorised over B, masked carries, torch.stack, then masked_
 unbiased variance and eps 1e-8). Written for this benchmark from that description; not verl's code."""
 import torch
 
+from common import token_batch
+
 
 def masked_mean(x, mask):
     return (x * mask).sum() / (mask.sum() + 1e-8)
@@ -37,11 +39,6 @@ def gae_verl_style(rewards, values, mask, gamma, lam, whiten):
 
 
 def run(spec):
-    B, T = spec["B"], spec["T"]
-    device = spec.get("device", "cpu")
-    g = torch.Generator().manual_seed(1)
-    rewards = torch.rand(B, T, generator=g).to(device)
-    values = torch.rand(B, T, generator=g).to(device)
-    mask = torch.ones(B, T, device=device)
+    (rewards, values), mask = token_batch(spec, 2)
     gamma, lam, whiten = spec.get("gamma", 1.0), spec.get("lambda", 0.95), spec.get("whiten", True)
     return lambda: gae_verl_style(rewards, values, mask, gamma, lam, whiten)

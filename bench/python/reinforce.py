@@ -3,6 +3,7 @@ vectorised over B: running = r_t + gamma * running; returns[:, t] = running; run
 masked_whiten(returns) * mask). Written for this benchmark."""
 import torch
 
+from common import token_batch
 from gae import masked_whiten
 
 
@@ -19,9 +20,5 @@ def reinforce_plus_plus(rewards, mask, gamma, whiten):
 
 
 def run(spec):
-    B, T = spec["B"], spec["T"]
-    device = spec.get("device", "cpu")
-    g = torch.Generator().manual_seed(1)
-    rewards = torch.rand(B, T, generator=g).to(device)
-    mask = torch.ones(B, T, device=device)
+    (rewards,), mask = token_batch(spec, 1)
     return lambda: reinforce_plus_plus(rewards, mask, spec.get("gamma", 1.0), spec.get("whiten", True))
