@@ -8,6 +8,7 @@ import { join } from "node:path";
 
 import { backend, setThreads } from "../backend.js";
 import { native } from "../native.js";
+import { crossCheckBaselines, type CrossCheck } from "./crosscheck.js";
 import { benchGae } from "./gae.js";
 import { benchGroupAdvantages } from "./groupAdvantages.js";
 import { benchReinforceReturns } from "./reinforceReturns.js";
@@ -35,6 +36,8 @@ export interface BenchOptions {
 export interface BenchReport {
     date: string;
     machine: { cpu: string; threads: number; simd: string; node: string; copyBandwidthGBps: number };
+    /** The baselines checked against our results on a small batch before timing. */
+    baselineCheck: CrossCheck;
     rows: (BenchRow & { ratio: number | null; floorMs: number; xFloor: number | null })[];
     file: string;
 }
@@ -52,6 +55,13 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchReport>
     const info = backend();
     const machine = { cpu: cpus()[0]?.model ?? "unknown", threads, simd: info.simd, node: process.version, copyBandwidthGBps: copyBps / 1e9 };
     log(`maporl ${info.version} bench: ${machine.cpu}, ${threads} threads, SIMD ${info.simd}, copy bandwidth ${(copyBps / 1e9).toFixed(1)} GB/s (read+write)`);
+    const baselineCheck: CrossCheck = ctx.python ? crossCheckBaselines() : { ok: false, error: "skipped (--no-python)" };
+    if (baselineCheck.ok) {
+        const worst = Object.entries(baselineCheck.maxAbsDiff!).map(([k, d]) => `${k} ${d.toExponential(1)}`).join(", ");
+        log(`baselines agree with maporl on a ragged 6x40 batch (max |diff|): ${worst}`);
+        if (Object.values(baselineCheck.maxAbsDiff!).some((d) => !(d < 1e-4)))
+            log("WARNING: a baseline disagrees with maporl by more than 1e-4; its timing compares different work");
+    } else log(`baseline check: ${baselineCheck.error}`);
     const rows: BenchReport["rows"] = [];
     for (const k of kernels) {
         for (const r of await BENCHMARKS[k]!(ctx)) {
@@ -73,7 +83,7 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchReport>
     mkdirSync(outDir, { recursive: true });
     const date = new Date().toISOString();
     const file = join(outDir, `${date.replace(/[:.]/g, "-")}-${kernels.join("-")}.json`);
-    const report: BenchReport = { date, machine, rows, file };
+    const report: BenchReport = { date, machine, baselineCheck, rows, file };
     writeFileSync(file, JSON.stringify(report, null, 2) + "\n");
     log(`results: ${file}`);
     return report;

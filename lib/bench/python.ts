@@ -6,7 +6,8 @@ import { fileURLToPath } from "node:url";
 
 const here = dirname(fileURLToPath(import.meta.url));
 // dist/bench or lib/bench -> package root
-const runner = join(here, "..", "..", "bench", "python", "run.py");
+const pythonDir = join(here, "..", "..", "bench", "python");
+const runner = join(pythonDir, "run.py");
 
 export interface PythonResult {
     ok: boolean;
@@ -49,5 +50,17 @@ export function runPython(spec: Record<string, unknown>): PythonResult {
         return JSON.parse(line) as PythonResult;
     } catch {
         return { ok: false, error: `baseline failed (exit ${r.status}): ${(r.stderr ?? "").trim().slice(-500)}` };
+    }
+}
+
+/** Runs bench/python/<script> with a JSON input; returns the parsed JSON output, or an error string. */
+export function runPythonScript(script: string, input: unknown): { ok: true; value: unknown } | { ok: false; error: string } {
+    const py = findPython();
+    if (py === null) return { ok: false, error: INSTALL_HINT };
+    const r = spawnSync(py, [join(pythonDir, script)], { input: JSON.stringify(input), encoding: "utf8", maxBuffer: 64 << 20 });
+    try {
+        return { ok: true, value: JSON.parse((r.stdout ?? "").trim().split("\n").pop() ?? "") };
+    } catch {
+        return { ok: false, error: `${script} failed (exit ${r.status}): ${(r.stderr ?? "").trim().slice(-500)}` };
     }
 }

@@ -1,0 +1,32 @@
+"""Cross-check of the baselines: reads {"B", "T", "r", "v", "m", "s", "g"} (small arrays) on stdin, runs each
+baseline on them and prints their outputs as JSON, so the harness can confirm that every baseline computes what
+the package computes before timing it (masked positions zeroed, our convention)."""
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import torch  # noqa: E402
+
+from gae import gae_verl_style  # noqa: E402
+from grpo import grpo_vectorized  # noqa: E402
+from reinforce import reinforce_plus_plus  # noqa: E402
+
+
+def main():
+    d = json.loads(sys.stdin.read())
+    B, T = d["B"], d["T"]
+    r = torch.tensor(d["r"]).view(B, T)
+    v = torch.tensor(d["v"]).view(B, T)
+    m = torch.tensor(d["m"]).view(B, T)
+    gae_a, gae_R = gae_verl_style(r, v, m, d["gamma"], d["lambda"], True)
+    rpp_a, rpp_G = reinforce_plus_plus(r, m, d["gamma"], True)
+    grpo = grpo_vectorized(torch.tensor(d["s"]), torch.tensor(d["g"]))
+    print(json.dumps({"gae_advantages": (gae_a * m).flatten().tolist(), "gae_returns": (gae_R * m).flatten().tolist(),
+                      "rpp_advantages": rpp_a.flatten().tolist(), "rpp_returns": (rpp_G * m).flatten().tolist(),
+                      "grpo": grpo.tolist()}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,43 @@
+// crosscheck.ts (bench): before timing, confirm that each PyTorch baseline computes what the package computes, on
+// a small batch with ragged masks (bench/python/crosscheck.py). The harness prints the largest difference per
+// kernel, so a fast number can never come from a baseline that does different work.
+import { gae } from "../rl/gae.js";
+import { groupAdvantages } from "../rl/groupAdvantages.js";
+import { reinforceReturns } from "../rl/reinforceReturns.js";
+import { runPythonScript } from "./python.js";
+
+export interface CrossCheck {
+    ok: boolean;
+    /** Largest |ours − baseline| per output, when ok. */
+    maxAbsDiff?: Record<string, number>;
+    error?: string;
+}
+
+export function crossCheckBaselines(): CrossCheck {
+    const B = 6, T = 40, n = B * T;
+    let seed = 11;
+    const next = () => ((seed = (seed * 1664525 + 1013904223) >>> 0) / 4294967296);
+    const r = new Float32Array(n).map(next), v = new Float32Array(n).map(next), m = new Float32Array(n);
+    for (let b = 0; b < B; b++) {
+        const len = 5 + Math.floor(next() * (T - 5));
+        for (let t = 0; t < len; t++) m[b * T + t] = 1;
+    }
+    const s = new Float32Array(64).map(next), g = Int32Array.from({ length: 64 }, (_, i) => Math.floor(i / 8));
+    const gamma = 0.99, lambda = 0.95;
+    const res = runPythonScript("crosscheck.py", { B, T, gamma, lambda, r: [...r], v: [...v], m: [...m], s: [...s], g: [...g] });
+    if (!res.ok) return { ok: false, error: res.error };
+    const py = res.value as Record<string, number[]>;
+    const ours = gae({ rewards: r, values: v, mask: m, shape: [B, T] }, { gamma, lambda, whiten: true, device: "cpu" });
+    const rpp = reinforceReturns({ rewards: r, mask: m, shape: [B, T] }, { gamma, whiten: true, device: "cpu" });
+    const grpo = groupAdvantages({ scores: s, groups: g }, { device: "cpu" });
+    const diff = (a: Float32Array, b: number[] | undefined) =>
+        b === undefined || b.length !== a.length ? Infinity : Math.max(...Array.from(a, (x, i) => Math.abs(x - b[i]!)));
+    return {
+        ok: true,
+        maxAbsDiff: {
+            "gae.advantages": diff(ours.advantages, py.gae_advantages), "gae.returns": diff(ours.returns, py.gae_returns),
+            "reinforce++.advantages": diff(rpp.advantages, py.rpp_advantages), "reinforce++.returns": diff(rpp.returns, py.rpp_returns),
+            grpo: diff(grpo, py.grpo),
+        },
+    };
+}
