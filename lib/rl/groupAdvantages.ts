@@ -6,7 +6,7 @@ import { withSignal } from "../abort.js";
 import { outputFloat32 } from "../alloc.js";
 import { type Device, resolveDevice } from "../backend.js";
 import { native } from "../native.js";
-import { requireArray, requireBoolean, requireChoice, requireNumber, requireOptions, requireShape2 } from "../validate.js";
+import { requireArray, requireChoice, requireDisjoint, requireNumber, requireOptions, requireShape2 } from "../validate.js";
 import { createRegistry } from "./registry.js";
 
 export interface GroupBatch {
@@ -46,6 +46,11 @@ export interface GroupAdvantageOptions {
     broadcast?: { mask: Uint8Array | Float32Array; shape: readonly [number, number] };
     /** Defaults to `'auto'` (CUDA only for N of at least 2^22). */
     device?: Device;
+    /**
+     * A buffer to write the result into ([N], or [N, T] with `broadcast`; not overlapping the inputs) instead of
+     * allocating one. Defaults to a new buffer.
+     */
+    out?: Float32Array;
 }
 
 export interface GroupAdvantageAsyncOptions extends GroupAdvantageOptions {
@@ -87,13 +92,13 @@ const CONVENTIONS: Record<GroupConvention, { std: "unbiased" | "biased"; eps: nu
     openrlhf: { std: "unbiased", eps: 1e-9, singleton: "zero", nanExclude: false },
 };
 
-const OPTION_KEYS = ["estimator", "baseline", "convention", "std", "eps", "singleton", "weights", "broadcast", "device"];
+const OPTION_KEYS = ["estimator", "baseline", "convention", "std", "eps", "singleton", "weights", "broadcast", "device", "out"];
 const AUTO_CUDA = 1 << 22;
 
 interface Call {
     args: Parameters<typeof native.groupAdvantages>;
     out: Float32Array;
-    broadcast?: { mask: Uint8Array | Float32Array; N: number; T: number; device: 0 | 1 };
+    broadcast?: { mask: Uint8Array | Float32Array; N: number; T: number; device: 0 | 1; tokens: Float32Array };
 }
 
 function prepare(fn: string, batch: GroupBatch, options: unknown, extra: string[]): Call {
@@ -116,7 +121,9 @@ function prepare(fn: string, batch: GroupBatch, options: unknown, extra: string[
         const [bn, T] = requireShape2(fn, b.shape, ["N", "T"]);
         if (bn !== N) throw new RangeError(`${fn}: broadcast.shape[0]: expected ${N} (one row per score), got ${bn}`);
         const mask = requireArray(fn, "broadcast.mask", b.mask, [Uint8Array, Float32Array], N * T);
-        broadcast = { mask, N, T, device };
+        const tokens = o.out === undefined ? outputFloat32(N * T) : requireArray(fn, "out", o.out, [Float32Array], N * T);
+        requireDisjoint(fn, { out: tokens }, { scores, groups, "broadcast.mask": mask, ...(o.weights ? { weights: o.weights } : {}) });
+        broadcast = { mask, N, T, device, tokens };
         if (k.whiten && weights === null) {  // verl whitens over tokens: weight each response by its token count
             weights = new Float32Array(N);
             for (let n = 0; n < N; n++) {
@@ -126,7 +133,9 @@ function prepare(fn: string, batch: GroupBatch, options: unknown, extra: string[
             }
         }
     }
-    const out = outputFloat32(N);
+    const out = broadcast !== undefined || o.out === undefined ? outputFloat32(N) : requireArray(fn, "out", o.out, [Float32Array], N);
+    if (broadcast === undefined && o.out !== undefined)
+        requireDisjoint(fn, { out }, { scores, groups, ...(weights ? { weights } : {}) });
     return {
         args: [scores, groups, weights, N, k.baseline, k.scaleByStd, std === "unbiased", eps, singleton === "zero",
             conv.nanExclude, k.whiten, device, out],
@@ -136,8 +145,8 @@ function prepare(fn: string, batch: GroupBatch, options: unknown, extra: string[
 
 function finish(c: Call): Float32Array {
     if (c.broadcast === undefined) return c.out;
-    const tokens = outputFloat32(c.broadcast.N * c.broadcast.T);
-    native.broadcastRows(c.out, c.broadcast.mask, c.broadcast.N, c.broadcast.T, c.broadcast.device, tokens);
+    const { mask, N, T, device, tokens } = c.broadcast;
+    native.broadcastRows(c.out, mask, N, T, device, tokens);
     return tokens;
 }
 

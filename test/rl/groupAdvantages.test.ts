@@ -198,6 +198,19 @@ describe("groupAdvantages properties", () => {
         }
     });
 
+    it("writes into `out` when given (also the [N, T] broadcast), refusing overlaps", () => {
+        const b = makeBatch(50, 28);
+        const out = new Float32Array(50);
+        expect(groupAdvantages(b, { out })).toBe(out);
+        expect([...out]).toEqual([...groupAdvantages(b)]);
+        const mask = new Uint8Array(50 * 3).fill(1);
+        const tokens = new Float32Array(150);
+        expect(groupAdvantages(b, { out: tokens, broadcast: { mask, shape: [50, 3] } })).toBe(tokens);
+        expect(tokens[3]).toBe(out[1]);
+        expect(() => groupAdvantages(b, { out: new Float32Array(49) })).toThrow(RangeError);
+        expect(() => groupAdvantages(b, { out: b.scores })).toThrow(/out: expected memory that does not overlap scores/);
+    });
+
     it("async equals sync", async () => {
         const b = makeBatch(10_000, 25, { nan: true });
         const sync = groupAdvantages(b, { convention: "trl" });
