@@ -1,7 +1,7 @@
 // group_advantages.cpp: CPU group-relative advantages and the row broadcast, plus their C entry points.
 // Group statistics are accumulated in double, member by member in index order, on one of three paths that
-// give the same bits: ids ascending with every group of one size (verl's layout) -> the AVX-512 gather
-// kernel, 16 groups per lane (group_advantages_avx512.cpp); ids ascending otherwise -> one run per group;
+// give the same bits: ids ascending with every group of one size (verl's layout) -> the gather
+// kernels, 16 or 8 groups per lane (group_advantages_avx512.cpp, _avx2.cpp); ids ascending otherwise -> one run per group;
 // anything else -> a statistics table indexed by (id - min id), or by dense ids from a sort when the ids
 // span a wide range. Nothing depends on the thread count. The batch whitening runs on the pool too.
 #include "group_advantages.h"
@@ -108,11 +108,13 @@ void group_advantages_cpu(const float * scores, const int32_t * groups, const fl
     int64_t G = 1;
     while (sorted && G < N && groups[G] == groups[0]) ++G;
     // Uniform: N / G runs of exactly G (N / G - 1 boundaries, all at multiples of G).
-    bool uniform = sorted && !use_max && N % G == 0 && steps == N / G - 1 && active_isa() == Isa::Avx512;
+    const Isa isa = active_isa();
+    bool uniform = sorted && !use_max && N % G == 0 && steps == N / G - 1 && isa != Isa::Scalar;
     for (int64_t k = G; uniform && k < N; k += G) uniform = groups[k] != groups[k - 1];
     if (uniform) {
         parallel_for(N / G, std::max<int64_t>(16, 8192 / G), [&](int64_t k0, int64_t k1) {
-            avx512::group_uniform_f32(scores, out, G, k0, k1, p);
+            if (isa == Isa::Avx512) avx512::group_uniform_f32(scores, out, G, k0, k1, p);
+            else avx2::group_uniform_f32(scores, out, G, k0, k1, p);
         });
     } else if (sorted) {
         // verl's layout (the responses of a prompt adjacent, ids ascending): every group is one run. Chunks are

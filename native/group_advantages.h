@@ -90,9 +90,12 @@ inline void group_run_sequential(const float * x, float * out, int64_t n, const 
     }
 }
 
-// Groups [k0, k1) of exactly G members stored one after the other (ids ascending), 16 groups at a time with one
-// group per AVX-512 lane (gathers), in the same arithmetic order as the scalar run path (bit-identical). Not for
-// the max baseline. Defined in group_advantages_avx512.cpp (x86-64, GCC/Clang).
+// Groups [k0, k1) of exactly G members stored one after the other (ids ascending), 16 (AVX-512) or 8 (AVX2)
+// groups at a time with one group per lane (gathers), in the same arithmetic order as the scalar run path
+// (bit-identical). Not for the max baseline. group_advantages_avx512.cpp / _avx2.cpp (x86-64, GCC/Clang).
+namespace avx2 {
+void group_uniform_f32(const float * S, float * O, int64_t G, int64_t k0, int64_t k1, const maporl_group_params & p);
+}
 namespace avx512 {
 void group_uniform_f32(const float * S, float * O, int64_t G, int64_t k0, int64_t k1, const maporl_group_params & p);
 }

@@ -132,9 +132,11 @@ TEST(uniform_adjacent_groups_are_bit_identical_across_paths) {
             for (int excl = 0; excl < 2; ++excl) {
                 maporl_group_params p = maporl_group_default_params();
                 p.nan_exclude = excl;
-                std::vector<float> best(N), scalar(N), table(N);
+                std::vector<float> best(N), avx2(N), scalar(N), table(N);
                 maporl_set_simd("best");
                 maporl_group_advantages(MAPORL_DEVICE_CPU, s.data(), g.data(), nullptr, N, p, best.data());
+                const bool has_avx2 = maporl_set_simd("avx2") == MAPORL_OK;
+                maporl_group_advantages(MAPORL_DEVICE_CPU, s.data(), g.data(), nullptr, N, p, avx2.data());
                 maporl_set_simd("scalar");
                 maporl_group_advantages(MAPORL_DEVICE_CPU, s.data(), g.data(), nullptr, N, p, scalar.data());
                 maporl_set_simd("best");
@@ -150,6 +152,8 @@ TEST(uniform_adjacent_groups_are_bit_identical_across_paths) {
                 for (int64_t i = 0; i < N; ++i) table[order[i]] = t2[i];
                 CHECK(std::memcmp(best.data(), scalar.data(), 4 * N) == 0, "gather vs scalar G=%lld groups=%lld excl=%d",
                       (long long)G, (long long)groups_n, excl);
+                CHECK(!has_avx2 || std::memcmp(avx2.data(), scalar.data(), 4 * N) == 0, "avx2 gather vs scalar G=%lld groups=%lld",
+                      (long long)G, (long long)groups_n);
                 CHECK(std::memcmp(best.data(), table.data(), 4 * N) == 0, "gather vs table G=%lld groups=%lld excl=%d",
                       (long long)G, (long long)groups_n, excl);
             }

@@ -1,0 +1,75 @@
+// group_advantages_avx2.cpp: the AVX2 twin of group_advantages_avx512.cpp: groups of exactly G members stored one
+// after the other, 8 groups at a time with one group per lane (member t of the 8 groups is one gather), each lane
+// doing the scalar run path's arithmetic in the same order (bit-identical). Built with the AVX2 flags.
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12 false positive inside its own intrinsics
+#endif
+#include <immintrin.h>
+
+#include <cmath>
+
+#include "group_advantages.h"
+
+namespace maporl {
+namespace avx2 {
+
+void group_uniform_f32(const float * __restrict__ S, float * __restrict__ O, int64_t G, int64_t k0, int64_t k1,
+                       const maporl_group_params & p) {
+    const bool excl = p.nan_exclude != 0;
+    const __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32((int)G));
+    const __m256 all = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
+    int64_t k = k0;
+    if (G <= (int64_t)1 << 24)  // offsets fit the 32-bit gather indices
+        for (; k + 8 <= k1; k += 8) {
+            const float * base = S + k * G;
+            __m256d n_lo = _mm256_setzero_pd(), n_hi = _mm256_setzero_pd();
+            __m256d s_lo = _mm256_setzero_pd(), s_hi = _mm256_setzero_pd();
+            for (int64_t t = 0; t < G; ++t) {
+                const __m256 x = _mm256_i32gather_ps(base + t, idx, 4);
+                const __m256 c = excl ? _mm256_cmp_ps(x, x, _CMP_ORD_Q) : all;  // all-ones where counted
+                const __m256 xz = _mm256_and_ps(x, c);
+                const __m256 one = _mm256_and_ps(_mm256_set1_ps(1.0f), c);
+                s_lo = _mm256_add_pd(s_lo, _mm256_cvtps_pd(_mm256_castps256_ps128(xz)));
+                s_hi = _mm256_add_pd(s_hi, _mm256_cvtps_pd(_mm256_extractf128_ps(xz, 1)));
+                n_lo = _mm256_add_pd(n_lo, _mm256_cvtps_pd(_mm256_castps256_ps128(one)));
+                n_hi = _mm256_add_pd(n_hi, _mm256_cvtps_pd(_mm256_extractf128_ps(one, 1)));
+            }
+            const __m256d m_lo = _mm256_div_pd(s_lo, n_lo), m_hi = _mm256_div_pd(s_hi, n_hi);
+            __m256d d_lo = _mm256_setzero_pd(), d_hi = _mm256_setzero_pd();
+            if (p.scale_by_std)
+                for (int64_t t = 0; t < G; ++t) {
+                    const __m256 x = _mm256_i32gather_ps(base + t, idx, 4);
+                    const __m256 c = excl ? _mm256_cmp_ps(x, x, _CMP_ORD_Q) : all;
+                    const __m256d el = _mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(x)), m_lo);
+                    const __m256d eh = _mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(x, 1)), m_hi);
+                    // Widen the 32-bit lane masks to 64-bit ones for the double halves.
+                    const __m256d cl = _mm256_castsi256_pd(_mm256_cvtepi32_epi64(_mm_castps_si128(_mm256_castps256_ps128(c))));
+                    const __m256d ch = _mm256_castsi256_pd(_mm256_cvtepi32_epi64(_mm_castps_si128(_mm256_extractf128_ps(c, 1))));
+                    d_lo = _mm256_add_pd(d_lo, _mm256_and_pd(_mm256_mul_pd(el, el), cl));
+                    d_hi = _mm256_add_pd(d_hi, _mm256_and_pd(_mm256_mul_pd(eh, eh), ch));
+                }
+            alignas(32) double n[8], sum[8], mean[8], dev[8];
+            _mm256_store_pd(n, n_lo); _mm256_store_pd(n + 4, n_hi);
+            _mm256_store_pd(sum, s_lo); _mm256_store_pd(sum + 4, s_hi);
+            _mm256_store_pd(mean, m_lo); _mm256_store_pd(mean + 4, m_hi);
+            _mm256_store_pd(dev, d_lo); _mm256_store_pd(dev + 4, d_hi);
+            for (int j = 0; j < 8; ++j) {
+                const Fold f = fold(Slot{n[j], sum[j], mean[j], dev[j]}, p);
+                const float * __restrict__ x = base + j * G;
+                float * __restrict__ o = O + (k + j) * G;
+                const double c = f.center, fa = f.factor;
+                if (fa == 0.0)
+                    for (int64_t t = 0; t < G; ++t) o[t] = 0.0f;
+                else if (excl)
+                    for (int64_t t = 0; t < G; ++t) o[t] = x[t] != x[t] ? 0.0f : (float)(((double)x[t] - c) * fa);
+                else
+                    for (int64_t t = 0; t < G; ++t) o[t] = (float)(((double)x[t] - c) * fa);
+            }
+        }
+    for (; k < k1; ++k) group_run_sequential(S + k * G, O + k * G, G, p);
+}
+
+}  // namespace avx2
+}  // namespace maporl
+#endif
