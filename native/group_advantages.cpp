@@ -132,23 +132,56 @@ void group_advantages_cpu(const float * scores, const int32_t * groups, const fl
     }
     if (!sorted) {
         const GroupSlots slots = index_groups(groups, N);
-        std::vector<Slot> table((size_t)slots.slots, Slot{0.0, 0.0, 0.0, aux0});
-        // One pass over the elements per owner thread; each owner updates only its own range of slots, so every
-        // group is still accumulated in index order (the same result for any thread count).
-        const int64_t owners = std::min<int64_t>(pool_threads(), std::max<int64_t>(1, slots.slots / 64));
-        auto by_owner = [&](auto && update) {
-            parallel_for(owners, 1, [&](int64_t o0, int64_t o1) {
-                const int64_t k0 = o0 * slots.slots / owners, k1 = o1 * slots.slots / owners;
-                for (int64_t i = 0; i < N; ++i) {
-                    const int64_t k = slots.of(groups, i);
-                    if (k < k0 || k >= k1) continue;
-                    if (counted(scores[i])) update(table[(size_t)k], scores[i]);
-                }
-            });
+        const int64_t K = slots.slots;
+        std::vector<Slot> table((size_t)K, Slot{0.0, 0.0, 0.0, aux0});
+        // Bucket the members by slot range first (a stable partition into at most 64 sequential streams), so
+        // that each bucket's statistics live in a table small enough for L1/L2 instead of random updates all
+        // over a multi-MiB table. Buckets keep index order (stable), so every group is still accumulated member
+        // by member in index order: the same bits as the adjacent paths, for any thread count.
+        int shift = 0;
+        while (((K - 1) >> shift) >= 64) ++shift;  // <= 64 buckets: 64 write streams stay write-combinable
+        const int64_t nb = ((K - 1) >> shift) + 1;
+        const int64_t P = std::max<int64_t>(1, std::min<int64_t>(pool_threads(), 8));
+        std::vector<int64_t> cursor((size_t)(P * nb), 0);
+        parallel_for(P, 1, [&](int64_t q0, int64_t q1) {
+            for (int64_t q = q0; q < q1; ++q)
+                for (int64_t i = q * N / P, e = (q + 1) * N / P; i < e; ++i) ++cursor[(size_t)(q * nb + (slots.of(groups, i) >> shift))];
+        });
+        std::vector<int64_t> bucket_start((size_t)nb + 1, 0);
+        int64_t at = 0;
+        for (int64_t b = 0; b < nb; ++b) {
+            bucket_start[(size_t)b] = at;
+            for (int64_t q = 0; q < P; ++q) {
+                const int64_t c = cursor[(size_t)(q * nb + b)];
+                cursor[(size_t)(q * nb + b)] = at;
+                at += c;
+            }
+        }
+        bucket_start[(size_t)nb] = at;
+        struct Member {
+            int32_t slot;
+            float score;
         };
-        by_owner(accumulate);
-        for (auto & g : table) g.mean = g.sum / g.n;
-        if (need_dev) by_owner(deviate);
+        std::vector<Member> members((size_t)N);
+        parallel_for(P, 1, [&](int64_t q0, int64_t q1) {
+            for (int64_t q = q0; q < q1; ++q)
+                for (int64_t i = q * N / P, e = (q + 1) * N / P; i < e; ++i) {
+                    const int64_t k = slots.of(groups, i);
+                    const int64_t pos = cursor[(size_t)(q * nb + (k >> shift))]++;
+                    members[(size_t)pos] = Member{(int32_t)k, scores[i]};
+                }
+        });
+        parallel_for(nb, 1, [&](int64_t b0, int64_t b1) {
+            for (int64_t b = b0; b < b1; ++b) {
+                const int64_t e0 = bucket_start[(size_t)b], e1 = bucket_start[(size_t)b + 1];
+                for (int64_t j = e0; j < e1; ++j)
+                    if (counted(members[(size_t)j].score)) accumulate(table[(size_t)members[(size_t)j].slot], members[(size_t)j].score);
+                for (int64_t k = b << shift, ke = std::min(K, (b + 1) << shift); k < ke; ++k) table[(size_t)k].mean = table[(size_t)k].sum / table[(size_t)k].n;
+                if (need_dev)
+                    for (int64_t j = e0; j < e1; ++j)
+                        if (counted(members[(size_t)j].score)) deviate(table[(size_t)members[(size_t)j].slot], members[(size_t)j].score);
+            }
+        });
         std::vector<Fold> folds((size_t)slots.slots);
         parallel_for(slots.slots, 4096, [&](int64_t b, int64_t e) {
             for (int64_t k = b; k < e; ++k) folds[(size_t)k] = fold(table[(size_t)k], p);
