@@ -34,12 +34,12 @@ struct GroupSlots {
 
 GroupSlots index_groups(const int32_t * g, int64_t N) {
     GroupSlots s;
-    int64_t lo = std::numeric_limits<int64_t>::max(), hi = std::numeric_limits<int64_t>::min();
-    for (int64_t i = 0; i < N; ++i) {
-        lo = std::min<int64_t>(lo, g[i]);
-        hi = std::max<int64_t>(hi, g[i]);
+    int32_t lo = std::numeric_limits<int32_t>::max(), hi = std::numeric_limits<int32_t>::min();
+    for (int64_t i = 0; i < N; ++i) {  // int32 min/max: vectorises
+        lo = std::min(lo, g[i]);
+        hi = std::max(hi, g[i]);
     }
-    const int64_t range = hi - lo + 1;
+    const int64_t range = (int64_t)hi - (int64_t)lo + 1;
     if (range <= 2 * N + 1024) {
         s.min_id = lo;
         s.slots = range;
