@@ -62,6 +62,18 @@ MAPORL_HD Fold fold(const Slot & g, const maporl_group_params & p) {
 }
 
 
+// A group's advantages from its fold: (s − center) · factor in double; 0 for excluded NaN members and when the
+// fold says 0 (a singleton under 'zero').
+inline void write_group(const float * __restrict__ x, float * __restrict__ out, int64_t n, const Fold & f, bool excl) {
+    const double c = f.center, fa = f.factor;
+    if (fa == 0.0)
+        for (int64_t t = 0; t < n; ++t) out[t] = 0.0f;
+    else if (excl)
+        for (int64_t t = 0; t < n; ++t) out[t] = x[t] != x[t] ? 0.0f : (float)(((double)x[t] - c) * fa);
+    else
+        for (int64_t t = 0; t < n; ++t) out[t] = (float)(((double)x[t] - c) * fa);
+}
+
 // One group stored contiguously, x[0..n): the statistics in index order (the same order as the table path, so
 // every path gives the same bits), then the members' advantages. Used by the adjacent-run paths.
 inline void group_run_sequential(const float * x, float * out, int64_t n, const maporl_group_params & p) {
@@ -83,11 +95,7 @@ inline void group_run_sequential(const float * x, float * out, int64_t n, const 
             const double d = (double)s - g.mean;
             g.aux += d * d;
         }
-    const Fold f = fold(g, p);
-    for (int64_t i = 0; i < n; ++i) {
-        const float s = x[i];
-        out[i] = ((excl && s != s) || f.factor == 0.0) ? 0.0f : (float)(((double)s - f.center) * f.factor);
-    }
+    write_group(x, out, n, fold(g, p), excl);
 }
 
 // Groups [k0, k1) of exactly G members stored one after the other (ids ascending), 16 (AVX-512) or 8 (AVX2)

@@ -55,16 +55,7 @@ void group_uniform_f32(const float * __restrict__ S, float * __restrict__ O, int
             _mm256_store_pd(mean, m_lo); _mm256_store_pd(mean + 4, m_hi);
             _mm256_store_pd(dev, d_lo); _mm256_store_pd(dev + 4, d_hi);
             for (int j = 0; j < 8; ++j) {
-                const Fold f = fold(Slot{n[j], sum[j], mean[j], dev[j]}, p);
-                const float * __restrict__ x = base + j * G;
-                float * __restrict__ o = O + (k + j) * G;
-                const double c = f.center, fa = f.factor;
-                if (fa == 0.0)
-                    for (int64_t t = 0; t < G; ++t) o[t] = 0.0f;
-                else if (excl)
-                    for (int64_t t = 0; t < G; ++t) o[t] = x[t] != x[t] ? 0.0f : (float)(((double)x[t] - c) * fa);
-                else
-                    for (int64_t t = 0; t < G; ++t) o[t] = (float)(((double)x[t] - c) * fa);
+                write_group(base + j * G, O + (k + j) * G, G, fold(Slot{n[j], sum[j], mean[j], dev[j]}, p), excl);
             }
         }
     for (; k < k1; ++k) group_run_sequential(S + k * G, O + k * G, G, p);
