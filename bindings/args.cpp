@@ -67,6 +67,17 @@ int64_t RequireInt(const Napi::CallbackInfo & info, size_t i, const char * name,
     return (int64_t)d;
 }
 
+int64_t RequireDims(const Napi::CallbackInfo & info, size_t i, const char * a, const char * b, int64_t * a_out,
+                    int64_t * b_out) {
+    const int64_t limit = (int64_t)1 << 40;
+    const int64_t x = RequireInt(info, i, a, 0, limit), y = RequireInt(info, i + 1, b, 0, limit);
+    if (y > 0 && x > limit / y)
+        throw Napi::RangeError::New(info.Env(), std::string("shape: ") + a + "*" + b + " is too large");
+    *a_out = x;
+    *b_out = y;
+    return x * y;
+}
+
 bool RequireBool(const Napi::CallbackInfo & info, size_t i, const char * name) {
     if (i >= info.Length() || !info[i].IsBoolean())
         throw Napi::TypeError::New(info.Env(), std::string(name) + ": expected a boolean");

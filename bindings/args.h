@@ -22,6 +22,9 @@ Napi::TypedArray RequireTypedArray(const Napi::CallbackInfo & info, size_t i, co
 double RequireNumber(const Napi::CallbackInfo & info, size_t i, const char * name);
 // A safe integer in [lo, hi].
 int64_t RequireInt(const Napi::CallbackInfo & info, size_t i, const char * name, int64_t lo, int64_t hi);
+// Two dimensions at info[i], info[i + 1], each in [0, 2^40], whose product stays under 2^40; returns the product.
+int64_t RequireDims(const Napi::CallbackInfo & info, size_t i, const char * a, const char * b, int64_t * a_out,
+                    int64_t * b_out);
 bool RequireBool(const Napi::CallbackInfo & info, size_t i, const char * name);
 
 inline void * DataOf(const Napi::TypedArray & a) {

@@ -63,4 +63,24 @@ inline Napi::Value QueueKernel(Napi::Env env, const char * where, std::vector<Na
     return p;
 }
 
+// The two entry points of a kernel call, from one unpacker `Call unpack(info, keep)` where Call has run():
+// RunCall runs it on the calling thread and throws on failure; QueueCall runs it off the main thread, keeping
+// the arrays that unpack collected in `keep` alive, and returns the promise.
+template <typename Call>
+Napi::Value RunCall(const Napi::CallbackInfo & info, const char * where,
+                    Call (*unpack)(const Napi::CallbackInfo &, std::vector<Napi::Value> *)) {
+    const Call c = unpack(info, nullptr);
+    const maporl_status st = c.run();
+    if (st != MAPORL_OK) ThrowStatus(info.Env(), st, where);
+    return info.Env().Undefined();
+}
+
+template <typename Call>
+Napi::Value QueueCall(const Napi::CallbackInfo & info, const char * where,
+                      Call (*unpack)(const Napi::CallbackInfo &, std::vector<Napi::Value> *)) {
+    std::vector<Napi::Value> keep;
+    const Call c = unpack(info, &keep);
+    return QueueKernel(info.Env(), where, std::move(keep), [c] { return c.run(); });
+}
+
 }  // namespace maporl_js

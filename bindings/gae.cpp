@@ -38,11 +38,8 @@ struct GaeCall {
 };
 
 GaeCall Unpack(const Napi::CallbackInfo & info, std::vector<Napi::Value> * keep) {
-    const int64_t B = RequireInt(info, 3, "B", 0, (int64_t)1 << 40);
-    const int64_t T = RequireInt(info, 4, "T", 0, (int64_t)1 << 40);
-    if (T > 0 && B > ((int64_t)1 << 40) / T)
-        throw Napi::RangeError::New(info.Env(), "shape: B*T is too large");
-    const size_t n = (size_t)(B * T);
+    int64_t B, T;
+    const size_t n = (size_t)RequireDims(info, 3, "B", "T", &B, &T);
     Napi::TypedArray r = RequireTypedArray(info, 0, "rewards", {napi_float32_array}, n);
     Napi::TypedArray v = RequireTypedArray(info, 1, "values", {napi_float32_array}, n);
     Napi::TypedArray m = RequireTypedArray(info, 2, "mask", {napi_uint8_array, napi_float32_array}, n);
@@ -67,18 +64,8 @@ GaeCall Unpack(const Napi::CallbackInfo & info, std::vector<Napi::Value> * keep)
     return c;
 }
 
-Napi::Value JsGae(const Napi::CallbackInfo & info) {
-    GaeCall c = Unpack(info, nullptr);
-    maporl_status st = c.run();
-    if (st != MAPORL_OK) ThrowStatus(info.Env(), st, "gae");
-    return info.Env().Undefined();
-}
-
-Napi::Value JsGaeAsync(const Napi::CallbackInfo & info) {
-    std::vector<Napi::Value> keep;
-    GaeCall c = Unpack(info, &keep);
-    return QueueKernel(info.Env(), "gae", std::move(keep), [c] { return c.run(); });
-}
+Napi::Value JsGae(const Napi::CallbackInfo & info) { return RunCall(info, "gae", Unpack); }
+Napi::Value JsGaeAsync(const Napi::CallbackInfo & info) { return QueueCall(info, "gae", Unpack); }
 
 // reinforceReturns(rewards, mask, B, T, gamma, whiten, device, returnsOut, advantagesOut) [+ Async]
 struct ReturnsCall {
@@ -106,10 +93,8 @@ struct ReturnsCall {
 };
 
 ReturnsCall UnpackReturns(const Napi::CallbackInfo & info, std::vector<Napi::Value> * keep) {
-    const int64_t B = RequireInt(info, 2, "B", 0, (int64_t)1 << 40);
-    const int64_t T = RequireInt(info, 3, "T", 0, (int64_t)1 << 40);
-    if (T > 0 && B > ((int64_t)1 << 40) / T) throw Napi::RangeError::New(info.Env(), "shape: B*T is too large");
-    const size_t n = (size_t)(B * T);
+    int64_t B, T;
+    const size_t n = (size_t)RequireDims(info, 2, "B", "T", &B, &T);
     Napi::TypedArray r = RequireTypedArray(info, 0, "rewards", {napi_float32_array}, n);
     Napi::TypedArray m = RequireTypedArray(info, 1, "mask", {napi_uint8_array, napi_float32_array}, n);
     Napi::TypedArray G = RequireTypedArray(info, 7, "returns", {napi_float32_array}, n);
@@ -131,18 +116,8 @@ ReturnsCall UnpackReturns(const Napi::CallbackInfo & info, std::vector<Napi::Val
     return c;
 }
 
-Napi::Value JsReinforceReturns(const Napi::CallbackInfo & info) {
-    ReturnsCall c = UnpackReturns(info, nullptr);
-    maporl_status st = c.run();
-    if (st != MAPORL_OK) ThrowStatus(info.Env(), st, "reinforceReturns");
-    return info.Env().Undefined();
-}
-
-Napi::Value JsReinforceReturnsAsync(const Napi::CallbackInfo & info) {
-    std::vector<Napi::Value> keep;
-    ReturnsCall c = UnpackReturns(info, &keep);
-    return QueueKernel(info.Env(), "reinforceReturns", std::move(keep), [c] { return c.run(); });
-}
+Napi::Value JsReinforceReturns(const Napi::CallbackInfo & info) { return RunCall(info, "reinforceReturns", UnpackReturns); }
+Napi::Value JsReinforceReturnsAsync(const Napi::CallbackInfo & info) { return QueueCall(info, "reinforceReturns", UnpackReturns); }
 
 }  // namespace
 

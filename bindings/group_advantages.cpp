@@ -63,23 +63,12 @@ GroupCall Unpack(const Napi::CallbackInfo & info, std::vector<Napi::Value> * kee
     return c;
 }
 
-Napi::Value JsGroupAdvantages(const Napi::CallbackInfo & info) {
-    GroupCall c = Unpack(info, nullptr);
-    maporl_status st = c.run();
-    if (st != MAPORL_OK) ThrowStatus(info.Env(), st, "groupAdvantages");
-    return info.Env().Undefined();
-}
-
-Napi::Value JsGroupAdvantagesAsync(const Napi::CallbackInfo & info) {
-    std::vector<Napi::Value> keep;
-    GroupCall c = Unpack(info, &keep);
-    return QueueKernel(info.Env(), "groupAdvantages", std::move(keep), [c] { return c.run(); });
-}
+Napi::Value JsGroupAdvantages(const Napi::CallbackInfo & info) { return RunCall(info, "groupAdvantages", Unpack); }
+Napi::Value JsGroupAdvantagesAsync(const Napi::CallbackInfo & info) { return QueueCall(info, "groupAdvantages", Unpack); }
 
 Napi::Value JsBroadcastRows(const Napi::CallbackInfo & info) {
-    const int64_t N = RequireInt(info, 2, "N", 0, (int64_t)1 << 40);
-    const int64_t T = RequireInt(info, 3, "T", 0, (int64_t)1 << 40);
-    if (T > 0 && N > ((int64_t)1 << 40) / T) throw Napi::RangeError::New(info.Env(), "shape: N*T is too large");
+    int64_t N, T;
+    RequireDims(info, 2, "N", "T", &N, &T);
     Napi::TypedArray v = RequireTypedArray(info, 0, "values", {napi_float32_array}, (size_t)N);
     Napi::TypedArray m = RequireTypedArray(info, 1, "mask", {napi_uint8_array, napi_float32_array}, (size_t)(N * T));
     const maporl_device device = (maporl_device)RequireInt(info, 4, "device", 0, 1);
