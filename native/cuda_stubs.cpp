@@ -6,6 +6,7 @@
 #include "core.h"
 #include "gae.h"
 #include "group_advantages.h"
+#include "policy_loss.h"
 
 namespace maporl {
 
@@ -31,6 +32,23 @@ maporl_status group_advantages_cuda(const float *, const int32_t *, const float 
 
 maporl_status broadcast_rows_cuda(const float *, const void *, maporl_mask_type, int64_t, int64_t, float *) {
     return no_device("broadcast_rows");
+}
+
+maporl_status policy_loss_cuda(const PolicyLossArgs<float> &, maporl_policy_loss_stats *) {
+    return no_device("policy_loss");
+}
+
+maporl_status value_loss_cuda(const float *, const float *, const float *, const void *, maporl_mask_type, int64_t,
+                              int64_t, float, maporl_loss_agg, double, float *, maporl_value_loss_stats *) {
+    return no_device("value_loss");
+}
+
+maporl_status logprobs_cuda(const float *, const int32_t *, int64_t, int64_t, float, float *, float *) {
+    return no_device("logprobs");
+}
+
+maporl_status fused_policy_loss_cuda(const FusedArgs<float> &, maporl_policy_loss_stats *) {
+    return no_device("fused_policy_loss");
 }
 
 }  // namespace maporl

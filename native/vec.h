@@ -79,5 +79,53 @@ MAPORL_INLINE vf shift_down(vf x, vf fill) {
 MAPORL_INLINE vd low_half(vf x) { return detail::low_half(x, std::make_index_sequence<W / 2>{}); }
 MAPORL_INLINE vd high_half(vf x) { return detail::high_half(x, std::make_index_sequence<W / 2>{}); }
 
+// exp on every lane, Cephes' single-precision reduction and polynomial (relative error ~2e-7 against the
+// correctly rounded result). Below -87.33 (under the smallest normal) it gives 0, above 88.376 +Inf; NaN
+// stays NaN. Round-to-nearest through the 1.5 * 2^23 trick (needs -ffp-contract=off, which the build sets).
+MAPORL_INLINE vf vexp(vf x) {
+    const vf big = splat(12582912.0f);
+    const vf xc = x < -87.3365447f ? splat(-87.3365447f) : (x > 88.3762626f ? splat(88.3762626f) : x);
+    const vf n = (xc * 1.44269504088896341f + big) - big;
+    const vf r = (xc - n * 0.693359375f) - n * -2.12194440e-4f;
+    const vf z = r * r;
+    vf y = splat(1.9875691500e-4f);
+    y = y * r + 1.3981999507e-3f;
+    y = y * r + 8.3334519073e-3f;
+    y = y * r + 4.1665795894e-2f;
+    y = y * r + 1.6666665459e-1f;
+    y = y * r + 5.0000001201e-1f;
+    y = y * z + r + 1.0f;
+    const vi e = (__builtin_convertvector(n, vi) + 127) << 23;
+    vf scale;
+    __builtin_memcpy(&scale, &e, sizeof scale);
+    vf out = y * scale;
+    out = x < -87.3365447f ? splat(0.0f) : out;
+    out = x > 88.3762626f ? splat(__builtin_inff()) : out;
+    return x != x ? x : out;
+}
+MAPORL_INLINE vf vabs(vf x) {
+    vi b;
+    __builtin_memcpy(&b, &x, sizeof b);
+    b &= 0x7fffffff;
+    vf o;
+    __builtin_memcpy(&o, &b, sizeof o);
+    return o;
+}
+MAPORL_INLINE float hsum(vf x) {
+    float s = 0.0f;
+    for (int i = 0; i < W; ++i) s += x[i];
+    return s;
+}
+MAPORL_INLINE double hsum_d(vf x) {
+    double s = 0.0;
+    for (int i = 0; i < W; ++i) s += (double)x[i];
+    return s;
+}
+MAPORL_INLINE float hmax(vf x) {
+    float s = x[0];
+    for (int i = 1; i < W; ++i) s = x[i] > s ? x[i] : s;
+    return s;
+}
+
 }  // namespace MAPORL_ISA
 }  // namespace maporl

@@ -169,6 +169,110 @@ maporl_status maporl_group_advantages(maporl_device device, const float * scores
 maporl_status maporl_broadcast_rows(maporl_device device, const float * values, const void * mask,
                                     maporl_mask_type mask_type, int64_t N, int64_t T, float * out);
 
+/* ---- policy losses (PPO clip family, GSPO, CISPO, REINFORCE) with their gradients -------------------- */
+
+typedef enum maporl_loss_type {
+    MAPORL_LOSS_PPO       = 0,  /* verl compute_policy_loss_vanilla: clipped surrogate, optional dual clip */
+    MAPORL_LOSS_GSPO      = 1,  /* verl gspo: sequence-level ratio exp(mean_t(logp - old)), standard clip */
+    MAPORL_LOSS_CISPO     = 2,  /* verl cispo: -sg(clamp(rho, 1 - low, 1 + high)) * A * logp */
+    MAPORL_LOSS_REINFORCE = 3   /* -A * logp (MAGRPO / CoLLM actor loss, verl bypass mode) */
+} maporl_loss_type;
+
+typedef enum maporl_kl_estimator {
+    MAPORL_KL_NONE = 0,
+    MAPORL_KL_K1   = 1,   /* d = logp - ref */
+    MAPORL_KL_ABS  = 2,   /* |d| */
+    MAPORL_KL_K2   = 3,   /* 0.5 d^2 */
+    MAPORL_KL_K3   = 4    /* e = clamp(ref - logp, -20, 20); clamp(exp(e) - e - 1, -10, 10) (verl low_var_kl) */
+} maporl_kl_estimator;
+
+typedef enum maporl_loss_agg {
+    MAPORL_AGG_TOKEN_MEAN              = 0,  /* sum(L m) / normalizer (default: local sum(m)) */
+    MAPORL_AGG_SEQ_MEAN_TOKEN_SUM      = 1,  /* sum_b(sum_t L m) / normalizer (default: rows with a valid token) */
+    MAPORL_AGG_SEQ_MEAN_TOKEN_MEAN     = 2,  /* sum_b(sum_t L m / len_b) / normalizer (same default) */
+    MAPORL_AGG_SEQ_MEAN_TOKEN_SUM_NORM = 3   /* sum_b(sum_t L m) / normalizer (default: T), no division by B */
+} maporl_loss_agg;
+
+typedef struct maporl_policy_loss_params {
+    maporl_loss_type type;         /* default MAPORL_LOSS_PPO */
+    float clip_low, clip_high;     /* ratio clip range [1 - low, 1 + high], finite, low in [0, 1), high >= 0. 0.2 */
+    float dual_clip;               /* ppo: cap -A*c on A < 0 tokens, c > 1; 0 = off. Default 3 (verl) */
+    float log_ratio_clamp;         /* > 0: ppo/cispo clamp logp - old to [-x, x] (20); gspo: upper clamp (10) */
+    maporl_kl_estimator kl;        /* default MAPORL_KL_NONE; needs ref_logp */
+    int   kl_straight_through;     /* 1: value of `kl`, gradient of k2 (verl's "+" suffix). Default 0 */
+    float kl_coef;                 /* finite. Default 0 */
+    float entropy_coef;            /* finite; loss -= coef * agg(entropy). Default 0; needs entropy */
+    maporl_loss_agg agg;           /* default MAPORL_AGG_TOKEN_MEAN */
+    double normalizer;             /* > 0: the global count (tokens, sequences) or scale factor of `agg`, so that
+                                      micro-batches sum to the full-batch loss and gradient; 0: local default */
+} maporl_policy_loss_params;
+
+maporl_policy_loss_params maporl_policy_loss_default_params(void);
+
+typedef struct maporl_policy_loss_stats {
+    double loss;            /* pg_loss + kl_coef * kl_loss - entropy_coef * entropy_loss */
+    double pg_loss;         /* agg(policy-gradient term) */
+    double kl_loss;         /* agg(kl); 0 without kl */
+    double entropy_loss;    /* agg(entropy); 0 without entropy */
+    double clip_frac;       /* masked mean of "the clipped term is active" (cispo: the IS weight was clamped) */
+    double clip_frac_lower; /* masked mean of "the dual-clip cap is active" (ppo, A < 0) */
+    double approx_kl;       /* masked mean of old - logp (verl's ppo_kl) */
+    double kl_mean;         /* masked mean of the kl estimator's value */
+    double entropy_mean;    /* masked mean of the entropy */
+    double ratio_mean;      /* masked mean of the ratio (gspo: the sequence ratio per token) */
+    double ratio_max;       /* its max; -Inf (ratio_mean NaN) when no token is valid */
+    double tokens;          /* unmasked tokens */
+    double sequences;       /* rows with at least one unmasked token */
+} maporl_policy_loss_stats;
+
+/* Loss and d loss / d logp over a [B, T] batch, verl's formulas (see lib/rl/policyLoss.ts for the list).
+ *   logp, old_logp: [B, T] (old_logp may be NULL only for REINFORCE: ratio 1); advantages: [B, T], or [B] with
+ *   adv_per_seq = 1; mask: [B, T]; ref_logp: [B, T] or NULL (required when kl != NONE); entropy: [B, T] or NULL
+ *   (required when entropy_coef != 0; otherwise only summarised in stats).
+ *   grad_logp_out: [B, T] or NULL (=): 0 at masked tokens and wherever a clip is active.
+ *   grad_entropy_out: [B, T] or NULL (=): d loss / d entropy (= -entropy_coef * weight, 0 at masked tokens).
+ * Values at masked positions are never read (NaN there is harmless). NaN at unmasked positions propagates. */
+maporl_status maporl_policy_loss(maporl_device device, const float * logp, const float * old_logp,
+                                 const float * advantages, int adv_per_seq, const void * mask,
+                                 maporl_mask_type mask_type, const float * ref_logp, const float * entropy, int64_t B,
+                                 int64_t T, maporl_policy_loss_params params, float * grad_logp_out,
+                                 float * grad_entropy_out, maporl_policy_loss_stats * stats_out);
+
+typedef struct maporl_value_loss_stats {
+    double loss;       /* 0.5 * agg(max((v - R)^2, (clip(v, old +- clip) - R)^2)) (verl compute_value_loss) */
+    double clip_frac;  /* masked mean of "the clipped branch is larger" */
+    double value_mean; /* masked mean of v */
+    double tokens;
+} maporl_value_loss_stats;
+
+/* Clipped value loss and d loss / d values. clip <= 0: unclipped 0.5 * agg((v - R)^2). values, old_values (may be
+ * NULL when clip <= 0), returns: [B, T]; grad_values_out: [B, T] or NULL (=). agg and normalizer as above. */
+maporl_status maporl_value_loss(maporl_device device, const float * values, const float * old_values,
+                                const float * returns, const void * mask, maporl_mask_type mask_type, int64_t B,
+                                int64_t T, float clip, maporl_loss_agg agg, double normalizer,
+                                float * grad_values_out, maporl_value_loss_stats * stats_out);
+
+/* ---- log-probs from logits, and the fused logits -> loss -> dlogits kernel ------------------------------ */
+
+/* Selective log-softmax: logp_out[n] = z[n, y_n]/temp - logsumexp(z[n, :]/temp), one online pass per row;
+ * entropy_out[n] (or NULL) = H of softmax(z[n, :]/temp). logits: [N, V] float; targets: [N] int32 in [0, V).
+ * temperature: finite > 0. A row whose logits are all -Inf gives NaN. */
+maporl_status maporl_logprobs(maporl_device device, const float * logits, const int32_t * targets, int64_t N,
+                              int64_t V, float temperature, float * logp_out, float * entropy_out);
+
+/* Policy loss from logits. Rows n = b * T + t of logits [B*T, V] are the tokens of `maporl_policy_loss`; the other
+ * arguments are as there. Writes logp_out [B*T] and entropy_out [B*T] (entropy only when entropy_coef != 0 or
+ * entropy_out != NULL; 0 at masked rows, whose logits and targets are not read), optionally grad_logp_out [B*T],
+ * and grad_logits_out [B*T, V] = (1[v = y] - p_v) * dlogp / temp + dentropy * dH/dz_v (0 rows where masked).
+ * grad_logits_out may equal logits (in place). Each valid row is read twice and written once. */
+maporl_status maporl_fused_policy_loss(maporl_device device, const float * logits, const int32_t * targets,
+                                       const float * old_logp, const float * advantages, int adv_per_seq,
+                                       const void * mask, maporl_mask_type mask_type, const float * ref_logp,
+                                       int64_t B, int64_t T, int64_t V, float temperature,
+                                       maporl_policy_loss_params params, float * grad_logits_out, float * logp_out,
+                                       float * entropy_out, float * grad_logp_out,
+                                       maporl_policy_loss_stats * stats_out);
+
 /* ---- benchmarking helpers ----------------------------------------------------------------------- */
 
 /* Measures host copy bandwidth with the thread pool: copies `bytes` `reps` times and reports the median
