@@ -19,13 +19,23 @@ namespace maporl {
 namespace {
 
 template <typename F>
-RowStats row_stats(const F * z, int64_t V, int32_t y, F temp, bool entropy) {
+RowStats row_stats(const F * z, int64_t V, int32_t y, F temp, bool entropy, F * e = nullptr, F * ms = nullptr) {
     if constexpr (std::is_same<F, float>::value) {
         const Isa isa = active_isa();
-        if (isa == Isa::Avx512) return avx512::row_stats_f32(z, V, y, temp, entropy);
-        if (isa == Isa::Avx2) return avx2::row_stats_f32(z, V, y, temp, entropy);
+        if (isa == Isa::Avx512) return avx512::row_stats_f32(z, V, y, temp, entropy, e, ms);
+        if (isa == Isa::Avx2) return avx2::row_stats_f32(z, V, y, temp, entropy, e, ms);
     }
-    return row_stats_t<ScalarLoad<F>, F>(z, V, y, temp, entropy);
+    return row_stats_t<ScalarLoad<F>, F>(z, V, y, temp, entropy, e, ms);
+}
+
+template <typename F>
+void row_grad_e(const F * z, F * e, const F * ms, int64_t V, int32_t y, F temp, F lse, F H, F gl, F ge, F * g) {
+    if constexpr (std::is_same<F, float>::value) {
+        const Isa isa = active_isa();
+        if (isa == Isa::Avx512) return avx512::row_grad_e_f32(z, e, ms, V, y, temp, lse, H, gl, ge, g);
+        if (isa == Isa::Avx2) return avx2::row_grad_e_f32(z, e, ms, V, y, temp, lse, H, gl, ge, g);
+    }
+    row_grad_e_t<ScalarLoad<F>, F>(z, e, ms, V, y, temp, lse, H, gl, ge, g);
 }
 
 template <typename F>
@@ -103,7 +113,12 @@ void fused_policy_loss_cpu(const FusedArgs<F> & fa, maporl_policy_loss_stats * s
         return a.mask_type == MAPORL_MASK_U8 ? static_cast<const uint8_t *>(a.mask)[n] == 1
                                              : static_cast<const float *>(a.mask)[n] == 1.0f;
     };
-    auto pass_a = [&](int64_t n) {
+    // Per-thread scratch for one row: e = exp(x - running max) and the chunk maxima (row_stats_t), so that the
+    // gradient pass needs no second exp per element and reads only cache-resident data (non-GSPO path).
+    struct Scratch {
+        std::vector<F> e, ms;
+    };
+    auto pass_a = [&](int64_t n, Scratch * sc) {
         F * lp = const_cast<F *>(a.logp);
         if (!valid(n)) {
             lp[n] = F(0);
@@ -111,14 +126,15 @@ void fused_policy_loss_cpu(const FusedArgs<F> & fa, maporl_policy_loss_stats * s
             lse[n] = F(0);
             return;
         }
-        const RowStats r = row_stats<F>(fa.logits + n * V, V, fa.targets[n], temp, want_entropy);
+        const RowStats r = row_stats<F>(fa.logits + n * V, V, fa.targets[n], temp, want_entropy,
+                                        sc ? sc->e.data() : nullptr, sc ? sc->ms.data() : nullptr);
         lp[n] = (F)r.logp;
         lse[n] = (F)r.lse;
         if (ent) ent[n] = (F)r.entropy;
     };
     std::vector<PgSums> sums((size_t)N);
     std::vector<int64_t> row_of((size_t)N);
-    auto seg_and_pass_c = [&](int64_t n) {
+    auto seg_and_pass_c = [&](int64_t n, Scratch * sc) {
         const int64_t b = n / T, t = n % T;
         row_of[n] = b;
         run_segment(c, row_segment(a, b, t, t + 1, p.seq[b], p.w[b]), sums[n]);
@@ -128,21 +144,25 @@ void fused_policy_loss_cpu(const FusedArgs<F> & fa, maporl_policy_loss_stats * s
             return;
         }
         const F gl = glp[n] / temp, ge = gent ? gent[n] / temp : F(0), h = ent ? ent[n] : F(0);
-        row_grad<F>(fa.logits + n * V, V, fa.targets[n], temp, lse[n], h, gl, ge, g);
+        if (sc)
+            row_grad_e<F>(fa.logits + n * V, sc->e.data(), sc->ms.data(), V, fa.targets[n], temp, lse[n], h, gl, ge, g);
+        else
+            row_grad<F>(fa.logits + n * V, V, fa.targets[n], temp, lse[n], h, gl, ge, g);
     };
     if (P.type == MAPORL_LOSS_GSPO) {
         parallel_for(N, 1, [&](int64_t n0, int64_t n1) {
-            for (int64_t n = n0; n < n1; ++n) pass_a(n);
+            for (int64_t n = n0; n < n1; ++n) pass_a(n, nullptr);
         });
         p = plan_rows(a, true);
         parallel_for(N, 1, [&](int64_t n0, int64_t n1) {
-            for (int64_t n = n0; n < n1; ++n) seg_and_pass_c(n);
+            for (int64_t n = n0; n < n1; ++n) seg_and_pass_c(n, nullptr);
         });
     } else {
         parallel_for(N, 1, [&](int64_t n0, int64_t n1) {
+            Scratch sc{std::vector<F>((size_t)V), std::vector<F>((size_t)(V / 8 + 64))};
             for (int64_t n = n0; n < n1; ++n) {
-                pass_a(n);
-                seg_and_pass_c(n);
+                pass_a(n, &sc);
+                seg_and_pass_c(n, &sc);
             }
         });
     }

@@ -121,20 +121,37 @@ RowPlan plan_rows(const PolicyLossArgs<F> & a, bool with_seq) {
     std::vector<int64_t> bad((size_t)a.B, -1);
     parallel_for(a.B, 1, [&](int64_t b0, int64_t b1) {
         for (int64_t b = b0; b < b1; ++b) {
-            double n = 0, d = 0;
-            for (int64_t t = 0; t < T; ++t) {
-                const int64_t i = b * T + t;
-                const float m = a.mask_type == MAPORL_MASK_U8 ? (float)static_cast<const uint8_t *>(a.mask)[i]
-                                                              : static_cast<const float *>(a.mask)[i];
-                if (m == 1.0f) {
-                    n += 1;
-                    if (gspo) d += (double)a.logp[i] - (double)a.old_logp[i];
-                } else if (m != 0.0f && bad[b] < 0) {
-                    bad[b] = i;
-                }
+            // Branch-free counting loops (the compiler vectorises them); the slow search runs only on a bad row.
+            int64_t n = 0;
+            bool any_bad = false;
+            if (a.mask_type == MAPORL_MASK_U8) {
+                const uint8_t * m = static_cast<const uint8_t *>(a.mask) + b * T;
+                uint8_t hi = 0;
+                for (int64_t t = 0; t < T; ++t) { n += m[t] == 1; hi |= m[t]; }
+                any_bad = hi > 1;
+            } else {
+                const float * m = static_cast<const float *>(a.mask) + b * T;
+                int64_t z = 0;
+                for (int64_t t = 0; t < T; ++t) { n += m[t] == 1.0f; z += m[t] == 0.0f; }
+                any_bad = n + z != T;
             }
-            p.len[b] = n;
-            p.seq[b] = n > 0 ? d / n : 0.0;
+            if (any_bad)
+                for (int64_t t = 0; t < T; ++t) {
+                    const int64_t i = b * T + t;
+                    const float m = a.mask_type == MAPORL_MASK_U8 ? (float)static_cast<const uint8_t *>(a.mask)[i]
+                                                                  : static_cast<const float *>(a.mask)[i];
+                    if (m != 0.0f && m != 1.0f) { bad[b] = i; break; }
+                }
+            double d = 0;
+            if (gspo)
+                for (int64_t t = 0; t < T; ++t) {
+                    const int64_t i = b * T + t;
+                    const bool on = a.mask_type == MAPORL_MASK_U8 ? static_cast<const uint8_t *>(a.mask)[i] == 1
+                                                                  : static_cast<const float *>(a.mask)[i] == 1.0f;
+                    if (on) d += (double)a.logp[i] - (double)a.old_logp[i];
+                }
+            p.len[b] = (double)n;
+            p.seq[b] = n > 0 ? d / (double)n : 0.0;
         }
     });
     for (int64_t b = 0; b < a.B; ++b)

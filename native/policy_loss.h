@@ -51,10 +51,14 @@ struct ScalarLoad : ScalarOps<F> {
     static V loadm(const uint8_t * p) { return (F)*p; }
     static V loadm(const float * p) { return (F)*p; }
     static void store(F * p, V v) { *p = v; }
+    static void stream(F * p, V v) { *p = v; }
+    static void fence() {}
     static double hsum(V v) { return (double)v; }
     static double hmax(V v) { return (double)v; }
     static bool any(bool k) { return k; }
     static double lane(V v, int) { return (double)v; }
+    static V exp_nonpos(V x) { return ScalarOps<F>::exp(x); }
+    static V max(V a, V b) { return a > b ? a : b; }
 };
 
 // Applies token_terms to elements [i0, i1) of the segment (i1 - i0 a multiple of Ops::W), adding the sums to
@@ -194,9 +198,12 @@ maporl_status fused_policy_loss_cuda(const FusedArgs<float> & a, maporl_policy_l
 // ---- per-ISA vector kernels (policy_loss_vec.inc) ----
 #define MAPORL_PL_ISA_DECLS                                                                                       \
     bool pg_segment_f32(const LossCfg & c, const PgSeg<float> & s, PgSums & out);                               \
-    RowStats row_stats_f32(const float * z, int64_t V, int32_t y, float temp, bool entropy);                   \
+    RowStats row_stats_f32(const float * z, int64_t V, int32_t y, float temp, bool entropy, float * e,         \
+                           float * ms);                                                                       \
     void row_grad_f32(const float * z, int64_t V, int32_t y, float temp, float lse, float H, float gl, float ge, \
-                      float * g);
+                      float * g);                                                                                \
+    void row_grad_e_f32(const float * z, float * e, const float * ms, int64_t V, int32_t y, float temp,    \
+                        float lse, float H, float gl, float ge, float * g);
 namespace avx512 { MAPORL_PL_ISA_DECLS }
 namespace avx2 { MAPORL_PL_ISA_DECLS }
 #undef MAPORL_PL_ISA_DECLS

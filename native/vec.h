@@ -79,29 +79,60 @@ MAPORL_INLINE vf shift_down(vf x, vf fill) {
 MAPORL_INLINE vd low_half(vf x) { return detail::low_half(x, std::make_index_sequence<W / 2>{}); }
 MAPORL_INLINE vd high_half(vf x) { return detail::high_half(x, std::make_index_sequence<W / 2>{}); }
 
-// exp on every lane, Cephes' single-precision reduction and polynomial (relative error ~2e-7 against the
-// correctly rounded result). Below -87.33 (under the smallest normal) it gives 0, above 88.376 +Inf; NaN
-// stays NaN. Round-to-nearest through the 1.5 * 2^23 trick (needs -ffp-contract=off, which the build sets).
-MAPORL_INLINE vf vexp(vf x) {
+// a * b + c with one rounding (explicit FMA instructions: the same result on every run and thread count).
+MAPORL_INLINE vf vfma(vf a, vf b, vf c) {
+#if defined(__AVX512F__) && MAPORL_VEC_W == 16
+    return (vf)_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)c);
+#elif defined(__FMA__) && MAPORL_VEC_W == 8
+    return (vf)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)c);
+#else
+    return a * b + c;
+#endif
+}
+// max(a, x) that returns x when x is NaN (maxps returns its second operand when either is NaN).
+MAPORL_INLINE vf vmax_keep_nan(vf a, vf x) {
+#if defined(__AVX512F__) && MAPORL_VEC_W == 16
+    return (vf)_mm512_max_ps((__m512)a, (__m512)x);
+#elif defined(__AVX__) && MAPORL_VEC_W == 8
+    return (vf)_mm256_max_ps((__m256)a, (__m256)x);
+#else
+    return a > x ? a : x;
+#endif
+}
+// exp for x <= 0 (softmax terms x - max), -Inf and NaN, Cephes' single-precision reduction and polynomial
+// (relative error ~2e-7) with FMA. Below -87.33 (under the smallest normal) it gives 0; NaN stays NaN.
+// Round-to-nearest through the 1.5 * 2^23 trick.
+MAPORL_INLINE vf vexp_nonpos(vf x) {
     const vf big = splat(12582912.0f);
-    const vf xc = x < -87.3365447f ? splat(-87.3365447f) : (x > 88.3762626f ? splat(88.3762626f) : x);
-    const vf n = (xc * 1.44269504088896341f + big) - big;
-    const vf r = (xc - n * 0.693359375f) - n * -2.12194440e-4f;
-    const vf z = r * r;
+    const vf xc = vmax_keep_nan(splat(-87.3365447f), x);
+    const vf n = vfma(xc, splat(1.44269504088896341f), big) - big;
+    vf r = vfma(n, splat(-0.693359375f), xc);
+    r = vfma(n, splat(2.12194440e-4f), r);
     vf y = splat(1.9875691500e-4f);
-    y = y * r + 1.3981999507e-3f;
-    y = y * r + 8.3334519073e-3f;
-    y = y * r + 4.1665795894e-2f;
-    y = y * r + 1.6666665459e-1f;
-    y = y * r + 5.0000001201e-1f;
-    y = y * z + r + 1.0f;
+    y = vfma(y, r, splat(1.3981999507e-3f));
+    y = vfma(y, r, splat(8.3334519073e-3f));
+    y = vfma(y, r, splat(4.1665795894e-2f));
+    y = vfma(y, r, splat(1.6666665459e-1f));
+    y = vfma(y, r, splat(5.0000001201e-1f));
+    y = vfma(y, r * r, r) + 1.0f;
     const vi e = (__builtin_convertvector(n, vi) + 127) << 23;
     vf scale;
     __builtin_memcpy(&scale, &e, sizeof scale);
-    vf out = y * scale;
-    out = x < -87.3365447f ? splat(0.0f) : out;
-    out = x > 88.3762626f ? splat(__builtin_inff()) : out;
-    return x != x ? x : out;
+    const vf out = y * scale;
+    return x < -87.3365447f ? splat(0.0f) : out;
+}
+// exp on every lane (relative error ~2e-7): vexp_nonpos's kernel on the input clamped to [-87.33, 88.38],
+// then 0 below and +Inf above that range; NaN stays NaN.
+MAPORL_INLINE vf vexp(vf x) {
+#if defined(__AVX512F__) && MAPORL_VEC_W == 16
+    const vf xc = (vf)_mm512_min_ps(_mm512_set1_ps(88.3762626f), (__m512)x);
+#elif defined(__AVX__) && MAPORL_VEC_W == 8
+    const vf xc = (vf)_mm256_min_ps(_mm256_set1_ps(88.3762626f), (__m256)x);
+#else
+    const vf xc = x > 88.3762626f ? splat(88.3762626f) : x;
+#endif
+    const vf out = vexp_nonpos(xc);
+    return x > 88.3762626f ? splat(__builtin_inff()) : out;
 }
 MAPORL_INLINE vf vabs(vf x) {
     vi b;

@@ -6,8 +6,11 @@
 //     fused result against logprobs + policy_loss composed by the chain rule (every SIMD level);
 //   - every SIMD level of the float path against the double path; thread-count invariance;
 //   - error statuses; and, when a GPU is visible, CUDA against the CPU.
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -279,6 +282,245 @@ TEST(logprobs_every_simd_level_matches_long_double) {
     CHECK(std::isnan(lp[0]), "an all -Inf row gives NaN, got %g", lp[0]);
 }
 
+std::vector<float> to_f(const std::vector<double> & v) { return std::vector<float>(v.begin(), v.end()); }
+
+struct FloatRun {
+    maporl_policy_loss_stats st;
+    std::vector<float> g, ge;
+};
+
+FloatRun run_float(maporl_device dev, const Batch & x, const maporl_policy_loss_params & p) {
+    const std::vector<float> lp = to_f(x.lp), old = to_f(x.old), adv = to_f(x.adv), ref = to_f(x.ref), ent = to_f(x.ent);
+    FloatRun r{{}, std::vector<float>(lp.size()), std::vector<float>(lp.size())};
+    const maporl_status s = maporl_policy_loss(dev, lp.data(), old.data(), adv.data(), 0, x.m.data(), MAPORL_MASK_U8,
+                                               ref.data(), ent.data(), x.B, x.T, p, r.g.data(), r.ge.data(), &r.st);
+    CHECK(s == MAPORL_OK, "%s", maporl_last_error());
+    return r;
+}
+
+TEST(float_paths_match_double_and_thread_count) {
+    const Batch x = make_batch(37, 301, 9);  // rows not a multiple of any vector width
+    for (maporl_loss_type type : kTypes)
+        for (int kl : {0, 1, 4}) {
+            maporl_policy_loss_params p = maporl_policy_loss_default_params();
+            p.type = type;
+            p.kl = (maporl_kl_estimator)kl;
+            p.kl_coef = 0.1f;
+            p.entropy_coef = 0.01f;
+            p.agg = MAPORL_AGG_SEQ_MEAN_TOKEN_MEAN;
+            std::vector<double> g(x.lp.size()), ge(x.lp.size());
+            maporl::PolicyLossArgs<double> a{x.lp.data(), x.old.data(), x.adv.data(), 0, x.m.data(), MAPORL_MASK_U8,
+                                             x.ref.data(), x.ent.data(), x.B, x.T, p, g.data(), ge.data()};
+            maporl_policy_loss_stats want;
+            maporl::policy_loss_cpu<double>(a, &want);
+            for (const char * level : {"scalar", "avx2", "avx512"}) {
+                if (maporl_set_simd(level) != MAPORL_OK) continue;
+                maporl_set_threads(1);
+                const FloatRun one = run_float(MAPORL_DEVICE_CPU, x, p);
+                maporl_set_threads(3);
+                const FloatRun three = run_float(MAPORL_DEVICE_CPU, x, p);
+                CHECK(std::memcmp(&one.st, &three.st, sizeof one.st) == 0 && one.g == three.g,
+                      "%s type %d: results depend on the thread count", level, (int)type);
+                int bad = 0;
+                for (size_t i = 0; i < g.size(); ++i) bad += !check::close(one.g[i], g[i], 2e-5, 1e-9, std::fabs(g[i]));
+                CHECK(bad == 0, "%s type %d kl %d: %d gradient entries differ from double", level, (int)type, kl, bad);
+                const double * wv = &want.loss;
+                const double * gv = &one.st.loss;
+                for (int k = 0; k < 13; ++k)
+                    CHECK(check::close(gv[k], wv[k], 2e-5, 1e-7, std::fabs(wv[k])), "%s type %d kl %d stat %d: %g vs %g",
+                          level, (int)type, kl, k, gv[k], wv[k]);
+            }
+        }
+    maporl_set_simd("best");
+    maporl_set_threads(0);
+}
+
+// fused = logprobs + policy_loss composed by the chain rule, on every SIMD level, in place and not.
+// V = 4103: rows over 16 KiB take the non-temporal store path with a misaligned head and a ragged tail.
+TEST(fused_equals_composition) {
+  for (int64_t V : {37, 4103}) {
+    const int64_t B = 3, T = 5, N = B * T;
+    const Fused fd = make_fused(B, T, V, 21);
+    const std::vector<float> z = to_f(fd.z), old = to_f(fd.old), adv = to_f(fd.adv);
+    for (maporl_loss_type type : kTypes)
+        for (const char * level : {"scalar", "avx2", "avx512"}) {
+            if (maporl_set_simd(level) != MAPORL_OK) continue;
+            maporl_policy_loss_params p = maporl_policy_loss_default_params();
+            p.type = type;
+            p.entropy_coef = 0.03f;
+            p.kl = MAPORL_KL_K2;
+            p.kl_coef = 0.1f;
+            const float temp = 0.8f;
+            std::vector<float> lp(N), H(N), gl(N), ge(N), gz(N * V), flp(N), fH(N), fgl(N);
+            CHECK(maporl_logprobs(MAPORL_DEVICE_CPU, z.data(), fd.y.data(), N, V, temp, lp.data(), H.data()) == MAPORL_OK,
+                  "%s", maporl_last_error());
+            for (int64_t n = 0; n < N; ++n)
+                if (!fd.m[n]) lp[n] = H[n] = 0.0f;
+            maporl_policy_loss_stats s1, s2, s3;
+            CHECK(maporl_policy_loss(MAPORL_DEVICE_CPU, lp.data(), old.data(), adv.data(), 0, fd.m.data(), MAPORL_MASK_U8,
+                                     old.data(), H.data(), B, T, p, gl.data(), ge.data(), &s1) == MAPORL_OK,
+                  "%s", maporl_last_error());
+            CHECK(maporl_fused_policy_loss(MAPORL_DEVICE_CPU, z.data(), fd.y.data(), old.data(), adv.data(), 0,
+                                           fd.m.data(), MAPORL_MASK_U8, old.data(), B, T, V, temp, p, gz.data(),
+                                           flp.data(), fH.data(), fgl.data(), &s2) == MAPORL_OK,
+                  "%s", maporl_last_error());
+            std::vector<float> zin = z;  // in place
+            CHECK(maporl_fused_policy_loss(MAPORL_DEVICE_CPU, zin.data(), fd.y.data(), old.data(), adv.data(), 0,
+                                           fd.m.data(), MAPORL_MASK_U8, old.data(), B, T, V, temp, p, zin.data(),
+                                           nullptr, nullptr, nullptr, &s3) == MAPORL_OK,
+                  "%s", maporl_last_error());
+            CHECK(zin == gz, "%s type %d: in place differs from out of place", level, (int)type);
+            CHECK(check::close(s2.loss, s1.loss, 1e-5, 1e-7, std::fabs(s1.loss)), "%s type %d: loss %g vs %g", level,
+                  (int)type, s2.loss, s1.loss);
+            int bad = 0;
+            for (int64_t n = 0; n < N; ++n) {
+                bad += !check::close(flp[n], lp[n], 1e-6, 1e-6, std::fabs(lp[n]));
+                bad += !check::close(fgl[n], gl[n], 1e-5, 1e-8, std::fabs(gl[n]));
+                double S = 0;
+                for (int64_t v = 0; v < V; ++v) S += std::exp((double)z[n * V + v] / temp);
+                for (int64_t v = 0; v < V; ++v) {
+                    const double x = (double)z[n * V + v] / temp, pr = std::exp(x) / S;
+                    const double lse = std::log(S);
+                    double want = ((v == fd.y[n] ? 1.0 : 0.0) - pr) * gl[n] / temp;
+                    want += ge[n] * (-pr * (x - lse + H[n])) / temp;
+                    if (!fd.m[n]) want = 0;
+                    bad += !check::close(gz[n * V + v], want, 1e-4, 1e-8, std::fabs(gl[n]) + std::fabs(ge[n]));
+                }
+            }
+            CHECK(bad == 0, "%s V %lld type %d: %d entries differ from the composition", level, (long long)V, (int)type,
+                  bad);
+        }
+  }
+    maporl_set_simd("best");
+}
+
+TEST(errors_name_the_argument_and_leave_inputs_untouched) {
+    const Fused fd = make_fused(1, 4, 9, 2);
+    std::vector<float> z = to_f(fd.z), old = to_f(fd.old), adv = to_f(fd.adv);
+    std::vector<int32_t> y = fd.y;
+    std::vector<uint8_t> m(4, 1);
+    y[2] = 9;  // == V
+    const std::vector<float> z0 = z;
+    maporl_policy_loss_params p = maporl_policy_loss_default_params();
+    maporl_status s = maporl_fused_policy_loss(MAPORL_DEVICE_CPU, z.data(), y.data(), old.data(), adv.data(), 0, m.data(),
+                                               MAPORL_MASK_U8, nullptr, 1, 4, 9, 1.0f, p, z.data(), nullptr, nullptr,
+                                               nullptr, nullptr);
+    CHECK(s == MAPORL_ERR_INVALID_ARG && std::strstr(maporl_last_error(), "targets") != nullptr, "%s", maporl_last_error());
+    CHECK(z == z0, "a rejected in-place call must not touch the logits");
+    m[2] = 0;  // a masked target is never read
+    s = maporl_fused_policy_loss(MAPORL_DEVICE_CPU, z.data(), y.data(), old.data(), adv.data(), 0, m.data(),
+                                 MAPORL_MASK_U8, nullptr, 1, 4, 9, 1.0f, p, z.data(), nullptr, nullptr, nullptr, nullptr);
+    CHECK(s == MAPORL_OK, "%s", maporl_last_error());
+    m[1] = 2;
+    std::vector<float> g(4);
+    s = maporl_policy_loss(MAPORL_DEVICE_CPU, old.data(), old.data(), adv.data(), 0, m.data(), MAPORL_MASK_U8, nullptr,
+                           nullptr, 1, 4, p, g.data(), nullptr, nullptr);
+    CHECK(s == MAPORL_ERR_INVALID_ARG && std::strstr(maporl_last_error(), "mask") != nullptr, "%s", maporl_last_error());
+    m[1] = 1;
+    struct Case { const char * field; void (*set)(maporl_policy_loss_params &); };
+    const Case cases[] = {
+        {"params.clip_low", [](maporl_policy_loss_params & q) { q.clip_low = NAN; }},
+        {"params.clip_high", [](maporl_policy_loss_params & q) { q.clip_high = -0.1f; }},
+        {"params.dual_clip", [](maporl_policy_loss_params & q) { q.dual_clip = 0.5f; }},
+        {"params.type", [](maporl_policy_loss_params & q) { q.type = (maporl_loss_type)9; }},
+        {"params.agg", [](maporl_policy_loss_params & q) { q.agg = (maporl_loss_agg)9; }},
+        {"params.normalizer", [](maporl_policy_loss_params & q) { q.normalizer = INFINITY; }},
+        {"ref_logp", [](maporl_policy_loss_params & q) { q.kl = MAPORL_KL_K3; }},
+        {"entropy", [](maporl_policy_loss_params & q) { q.entropy_coef = 0.1f; }},
+        {"params.kl_coef", [](maporl_policy_loss_params & q) { q.kl_coef = NAN; }},
+    };
+    for (const Case & c : cases) {
+        maporl_policy_loss_params q = maporl_policy_loss_default_params();
+        c.set(q);
+        s = maporl_policy_loss(MAPORL_DEVICE_CPU, old.data(), old.data(), adv.data(), 0, m.data(), MAPORL_MASK_U8,
+                               nullptr, nullptr, 1, 4, q, g.data(), nullptr, nullptr);
+        CHECK(s == MAPORL_ERR_INVALID_ARG && std::strstr(maporl_last_error(), c.field) != nullptr, "%s: %s", c.field,
+              maporl_last_error());
+    }
+    s = maporl_logprobs(MAPORL_DEVICE_CPU, z.data(), y.data(), 1, 9, 0.0f, old.data(), nullptr);
+    CHECK(s == MAPORL_ERR_INVALID_ARG && std::strstr(maporl_last_error(), "temperature") != nullptr, "%s",
+          maporl_last_error());
+}
+
 }  // namespace
 
-int main() { return check::run_all("test_policy_loss"); }
+template <typename Fn>
+static double time_ms(Fn && fn, int reps) {
+    std::vector<double> ts;
+    for (int r = 0; r < reps; ++r) {
+        const auto t0 = std::chrono::steady_clock::now();
+        fn();
+        ts.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    }
+    std::sort(ts.begin(), ts.end());
+    return ts[ts.size() / 2];
+}
+
+// --bench: policy loss at B=64, T=4096 and the fused loss at N=2048, V=32768, CPU and (with a GPU) CUDA, with
+// the effective bandwidth (bytes a single pass must move / time).
+static void bench() {
+    const int64_t B = 64, T = 4096, n = B * T, NB = 1, NT = 2048, V = 32768, NV = NB * NT * V;
+    Batch x = make_batch(B, T, 1);
+    std::fill(x.m.begin(), x.m.end(), 1);
+    for (size_t i = 0; i < x.lp.size(); ++i) { x.lp[i] = -1.0; x.old[i] = -1.0 + 0.1 * std::sin((double)i); x.ref[i] = -1.1; }
+    const std::vector<float> lp = to_f(x.lp), old = to_f(x.old), adv = to_f(x.adv), ref = to_f(x.ref);
+    std::vector<float> g(n);
+    maporl_policy_loss_params p = maporl_policy_loss_default_params();
+    p.kl = MAPORL_KL_K3;
+    p.kl_coef = 0.001f;
+    maporl_policy_loss_stats st;
+    const double pl = time_ms([&] {
+        maporl_policy_loss(MAPORL_DEVICE_CPU, lp.data(), old.data(), adv.data(), 0, x.m.data(), MAPORL_MASK_U8,
+                           ref.data(), nullptr, B, T, p, g.data(), nullptr, &st);
+    }, 30);
+    std::printf("BENCH policy_loss cpu B=%lld T=%lld threads=%d simd=%s median_ms=%.4f GBps=%.1f\n", (long long)B,
+                (long long)T, maporl_get_threads(), maporl_simd(), pl, 21.0 * n / (pl * 1e-3) / 1e9);
+    std::mt19937 rg(1);
+    std::normal_distribution<float> nd(0.0f, 2.0f);
+    std::vector<float> z(NV), gz(NV), flp(NT), fold(NT, -3.0f), fadv(NT, 0.5f);
+    for (auto & v : z) v = nd(rg);
+    std::vector<int32_t> y(NT);
+    for (auto & t : y) t = (int32_t)(rg() % (uint32_t)V);
+    std::vector<uint8_t> fm(NT, 1);
+    maporl_policy_loss_params fp = maporl_policy_loss_default_params();
+    const double fu = time_ms([&] {
+        maporl_fused_policy_loss(MAPORL_DEVICE_CPU, z.data(), y.data(), fold.data(), fadv.data(), 0, fm.data(),
+                                 MAPORL_MASK_U8, nullptr, NB, NT, V, 1.0f, fp, gz.data(), flp.data(), nullptr, nullptr, &st);
+    }, 10);
+    std::printf("BENCH fused_policy_loss cpu N=%lld V=%lld median_ms=%.3f GBps=%.1f (read + write of the logits)\n",
+                (long long)NT, (long long)V, fu, 8.0 * NV / (fu * 1e-3) / 1e9);
+    int count = 0;
+    maporl_cuda_device_count(&count);
+    if (count == 0) return;
+    void *dlp, *dold, *dadv, *dref, *dm, *dg, *dz, *dgz, *dy, *dflp, *dfold, *dfadv, *dfm;
+    maporl_device_malloc(4 * n, &dlp); maporl_device_malloc(4 * n, &dold); maporl_device_malloc(4 * n, &dadv);
+    maporl_device_malloc(4 * n, &dref); maporl_device_malloc(n, &dm); maporl_device_malloc(4 * n, &dg);
+    maporl_device_malloc(4 * NV, &dz); maporl_device_malloc(4 * NV, &dgz); maporl_device_malloc(4 * NT, &dy);
+    maporl_device_malloc(4 * NT, &dflp); maporl_device_malloc(4 * NT, &dfold); maporl_device_malloc(4 * NT, &dfadv);
+    maporl_device_malloc(NT, &dfm);
+    maporl_memcpy_to_device(dlp, lp.data(), 4 * n); maporl_memcpy_to_device(dold, old.data(), 4 * n);
+    maporl_memcpy_to_device(dadv, adv.data(), 4 * n); maporl_memcpy_to_device(dref, ref.data(), 4 * n);
+    maporl_memcpy_to_device(dm, x.m.data(), n); maporl_memcpy_to_device(dz, z.data(), 4 * NV);
+    maporl_memcpy_to_device(dy, y.data(), 4 * NT); maporl_memcpy_to_device(dfold, fold.data(), 4 * NT);
+    maporl_memcpy_to_device(dfadv, fadv.data(), 4 * NT); maporl_memcpy_to_device(dfm, fm.data(), NT);
+    const double cpl = time_ms([&] {
+        maporl_policy_loss(MAPORL_DEVICE_CUDA, (float *)dlp, (float *)dold, (float *)dadv, 0, dm, MAPORL_MASK_U8,
+                           (float *)dref, nullptr, B, T, p, (float *)dg, nullptr, &st);
+    }, 50);
+    std::printf("BENCH policy_loss cuda B=%lld T=%lld median_ms=%.4f GBps=%.1f\n", (long long)B, (long long)T, cpl,
+                21.0 * n / (cpl * 1e-3) / 1e9);
+    const double cfu = time_ms([&] {
+        maporl_fused_policy_loss(MAPORL_DEVICE_CUDA, (float *)dz, (int32_t *)dy, (float *)dfold, (float *)dfadv, 0, dfm,
+                                 MAPORL_MASK_U8, nullptr, NB, NT, V, 1.0f, fp, (float *)dgz, (float *)dflp, nullptr,
+                                 nullptr, &st);
+    }, 30);
+    std::printf("BENCH fused_policy_loss cuda N=%lld V=%lld median_ms=%.4f GBps=%.1f\n", (long long)NT, (long long)V,
+                cfu, 8.0 * NV / (cfu * 1e-3) / 1e9);
+    for (void * q : {dlp, dold, dadv, dref, dm, dg, dz, dgz, dy, dflp, dfold, dfadv, dfm}) maporl_device_free(q);
+}
+
+int main(int argc, char ** argv) {
+    const int rc = check::run_all("test_policy_loss");
+    if (argc > 1 && std::strcmp(argv[1], "--bench") == 0) bench();
+    return rc;
+}
