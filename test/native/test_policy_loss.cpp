@@ -444,6 +444,95 @@ TEST(errors_name_the_argument_and_leave_inputs_untouched) {
 
 }  // namespace
 
+// Device copy of a host vector (freed by the caller's list).
+template <typename X>
+void * to_dev(const std::vector<X> & v, std::vector<void *> & owned) {
+    void * d = nullptr;
+    maporl_device_malloc(sizeof(X) * (v.empty() ? 1 : v.size()), &d);
+    if (!v.empty()) maporl_memcpy_to_device(d, v.data(), sizeof(X) * v.size());
+    owned.push_back(d);
+    return d;
+}
+template <typename X>
+std::vector<X> from_dev(const void * d, size_t n) {
+    std::vector<X> v(n);
+    maporl_memcpy_to_host(v.data(), d, sizeof(X) * n);
+    return v;
+}
+
+TEST(cuda_matches_cpu_or_reports_no_device) {
+    int count = 0;
+    CHECK(maporl_cuda_device_count(&count) == MAPORL_OK, "%s", maporl_last_error());
+    if (count == 0) {
+        float x = -1.0f, g = 0.0f;
+        uint8_t m = 1;
+        const maporl_status s = maporl_policy_loss(MAPORL_DEVICE_CUDA, &x, &x, &x, 0, &m, MAPORL_MASK_U8, nullptr, nullptr,
+                                                   1, 1, maporl_policy_loss_default_params(), &g, nullptr, nullptr);
+        CHECK(s == MAPORL_ERR_NO_DEVICE, "policy loss on CUDA without a device: status %d", (int)s);
+        std::printf("  (no CUDA device: compiled=%d; CUDA-vs-CPU comparison not run)\n", maporl_cuda_compiled());
+        return;
+    }
+    const Batch x = make_batch(37, 301, 13);
+    const std::vector<float> lp = to_f(x.lp), old = to_f(x.old), adv = to_f(x.adv), ref = to_f(x.ref), ent = to_f(x.ent);
+    const size_t n = lp.size();
+    for (maporl_loss_type type : kTypes) {
+        maporl_policy_loss_params p = maporl_policy_loss_default_params();
+        p.type = type;
+        p.kl = MAPORL_KL_K3;
+        p.kl_coef = 0.1f;
+        p.entropy_coef = 0.01f;
+        p.agg = MAPORL_AGG_SEQ_MEAN_TOKEN_SUM;
+        const FloatRun cpu = run_float(MAPORL_DEVICE_CPU, x, p);
+        std::vector<void *> own;
+        void * dg = to_dev(std::vector<float>(n), own);
+        void * dge = to_dev(std::vector<float>(n), own);
+        maporl_policy_loss_stats st;
+        const maporl_status s = maporl_policy_loss(
+            MAPORL_DEVICE_CUDA, (float *)to_dev(lp, own), (float *)to_dev(old, own), (float *)to_dev(adv, own), 0,
+            to_dev(x.m, own), MAPORL_MASK_U8, (float *)to_dev(ref, own), (float *)to_dev(ent, own), x.B, x.T, p,
+            (float *)dg, (float *)dge, &st);
+        CHECK(s == MAPORL_OK, "%s", maporl_last_error());
+        const std::vector<float> g = from_dev<float>(dg, n);
+        int bad = 0;
+        for (size_t i = 0; i < n; ++i) bad += !check::close(g[i], cpu.g[i], 1e-5, 1e-9, std::fabs(cpu.g[i]));
+        CHECK(bad == 0, "CUDA type %d: %d gradient entries differ from the CPU", (int)type, bad);
+        const double * a = &st.loss;
+        const double * b = &cpu.st.loss;
+        for (int k = 0; k < 13; ++k)
+            CHECK(check::close(a[k], b[k], 1e-5, 1e-7, std::fabs(b[k])), "CUDA type %d stat %d: %g vs %g", (int)type, k,
+                  a[k], b[k]);
+        for (void * q : own) maporl_device_free(q);
+    }
+    // fused and logprobs
+    for (int64_t V : {37, 4103}) {
+        const Fused fd = make_fused(3, 5, V, 31);
+        const std::vector<float> z = to_f(fd.z), fo = to_f(fd.old), fa = to_f(fd.adv);
+        const int64_t N = 15;
+        maporl_policy_loss_params p = maporl_policy_loss_default_params();
+        p.entropy_coef = 0.02f;
+        std::vector<float> gz(N * V), flp(N), fH(N);
+        maporl_policy_loss_stats cs, gs;
+        CHECK(maporl_fused_policy_loss(MAPORL_DEVICE_CPU, z.data(), fd.y.data(), fo.data(), fa.data(), 0, fd.m.data(),
+                                       MAPORL_MASK_U8, nullptr, 3, 5, V, 0.9f, p, gz.data(), flp.data(), fH.data(),
+                                       nullptr, &cs) == MAPORL_OK, "%s", maporl_last_error());
+        std::vector<void *> own;
+        void * dz = to_dev(z, own);
+        void * dlp = to_dev(std::vector<float>(N), own);
+        void * dH = to_dev(std::vector<float>(N), own);
+        CHECK(maporl_fused_policy_loss(MAPORL_DEVICE_CUDA, (float *)dz, (int32_t *)to_dev(fd.y, own),
+                                       (float *)to_dev(fo, own), (float *)to_dev(fa, own), 0, to_dev(fd.m, own),
+                                       MAPORL_MASK_U8, nullptr, 3, 5, V, 0.9f, p, (float *)dz, (float *)dlp, (float *)dH,
+                                       nullptr, &gs) == MAPORL_OK, "%s", maporl_last_error());
+        const std::vector<float> g2 = from_dev<float>(dz, (size_t)(N * V)), lp2 = from_dev<float>(dlp, N);
+        int bad = 0;
+        for (int64_t i = 0; i < N * V; ++i) bad += !check::close(g2[i], gz[i], 1e-4, 1e-9, 1e-4);
+        for (int64_t i = 0; i < N; ++i) bad += !check::close(lp2[i], flp[i], 1e-5, 1e-6, std::fabs(flp[i]));
+        CHECK(bad == 0 && check::close(gs.loss, cs.loss, 1e-5, 1e-7, std::fabs(cs.loss)), "CUDA fused V %lld: %d off",
+              (long long)V, bad);
+        for (void * q : own) maporl_device_free(q);
+    }
+}
+
 template <typename Fn>
 static double time_ms(Fn && fn, int reps) {
     std::vector<double> ts;
