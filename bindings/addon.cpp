@@ -7,6 +7,7 @@ namespace maporl_js {
 void InitBackend(Napi::Env env, Napi::Object exports);
 void InitGae(Napi::Env env, Napi::Object exports);
 void InitGroupAdvantages(Napi::Env env, Napi::Object exports);
+void InitPolicyLoss(Napi::Env env, Napi::Object exports);
 }  // namespace maporl_js
 
 static Napi::Object Init(Napi::Env env, Napi::Object exports) {
@@ -14,6 +15,7 @@ static Napi::Object Init(Napi::Env env, Napi::Object exports) {
     maporl_js::InitBackend(env, exports);
     maporl_js::InitGae(env, exports);
     maporl_js::InitGroupAdvantages(env, exports);
+    maporl_js::InitPolicyLoss(env, exports);
     return exports;
 }
 

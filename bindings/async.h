@@ -7,6 +7,8 @@
 
 #include <functional>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "args.h"
@@ -16,10 +18,11 @@ namespace maporl_js {
 class KernelWorker : public Napi::AsyncWorker {
 public:
     // `keep` are the JS values (TypedArrays) that must stay alive; `compute` runs off the main thread.
+    // `result`, when given, makes the value the promise resolves with (on the main thread, after compute).
     KernelWorker(Napi::Env env, const char * where, std::vector<Napi::Value> keep,
-                 std::function<maporl_status()> compute)
+                 std::function<maporl_status()> compute, std::function<Napi::Value(Napi::Env)> result = nullptr)
         : Napi::AsyncWorker(env, "maporl"), deferred_(Napi::Promise::Deferred::New(env)), where_(where),
-          compute_(std::move(compute)) {
+          compute_(std::move(compute)), result_(std::move(result)) {
         for (auto & v : keep) refs_.push_back(Napi::Persistent(v));
     }
 
@@ -38,7 +41,7 @@ public:
         Napi::Env env = Env();
         Napi::HandleScope scope(env);
         if (status_ == MAPORL_OK)
-            deferred_.Resolve(env.Undefined());
+            deferred_.Resolve(result_ ? result_(env) : env.Undefined());
         else
             deferred_.Reject(MakeStatusError(env, status_, message_));
     }
@@ -49,6 +52,7 @@ private:
     Napi::Promise::Deferred deferred_;
     const char * where_;
     std::function<maporl_status()> compute_;
+    std::function<Napi::Value(Napi::Env)> result_;
     std::vector<Napi::Reference<Napi::Value>> refs_;
     maporl_status status_ = MAPORL_OK;
     std::string message_;
@@ -56,23 +60,34 @@ private:
 
 // Queues compute() and returns its promise.
 inline Napi::Value QueueKernel(Napi::Env env, const char * where, std::vector<Napi::Value> keep,
-                               std::function<maporl_status()> compute) {
-    auto * w = new KernelWorker(env, where, std::move(keep), std::move(compute));
+                               std::function<maporl_status()> compute,
+                               std::function<Napi::Value(Napi::Env)> result = nullptr) {
+    auto * w = new KernelWorker(env, where, std::move(keep), std::move(compute), std::move(result));
     Napi::Promise p = w->Promise();
     w->Queue();
     return p;
 }
 
-// The two entry points of a kernel call, from one unpacker `Call unpack(info, keep)` where Call has run():
-// RunCall runs it on the calling thread and throws on failure; QueueCall runs it off the main thread, keeping
-// the arrays that unpack collected in `keep` alive, and returns the promise.
+// Whether Call has `Napi::Value result(Napi::Env) const` (a call that returns something, e.g. loss statistics
+// kept in a shared_ptr that the copies of the call share).
+template <typename C, typename = void>
+struct HasResult : std::false_type {};
+template <typename C>
+struct HasResult<C, std::void_t<decltype(std::declval<const C &>().result(std::declval<Napi::Env>()))>>
+    : std::true_type {};
+
+// The two entry points of a kernel call, from one unpacker `Call unpack(info, keep)` where Call has run() (and
+// optionally result()): RunCall runs it on the calling thread, throws on failure and returns result() or
+// undefined; QueueCall runs it off the main thread, keeping the arrays that unpack collected in `keep` alive,
+// and returns the promise of the same value.
 template <typename Call>
 Napi::Value RunCall(const Napi::CallbackInfo & info, const char * where,
                     Call (*unpack)(const Napi::CallbackInfo &, std::vector<Napi::Value> *)) {
     const Call c = unpack(info, nullptr);
     const maporl_status st = c.run();
     if (st != MAPORL_OK) ThrowStatus(info.Env(), st, where);
-    return info.Env().Undefined();
+    if constexpr (HasResult<Call>::value) return c.result(info.Env());
+    else return info.Env().Undefined();
 }
 
 template <typename Call>
@@ -80,7 +95,11 @@ Napi::Value QueueCall(const Napi::CallbackInfo & info, const char * where,
                       Call (*unpack)(const Napi::CallbackInfo &, std::vector<Napi::Value> *)) {
     std::vector<Napi::Value> keep;
     const Call c = unpack(info, &keep);
-    return QueueKernel(info.Env(), where, std::move(keep), [c] { return c.run(); });
+    if constexpr (HasResult<Call>::value)
+        return QueueKernel(info.Env(), where, std::move(keep), [c] { return c.run(); },
+                           [c](Napi::Env env) { return c.result(env); });
+    else
+        return QueueKernel(info.Env(), where, std::move(keep), [c] { return c.run(); });
 }
 
 }  // namespace maporl_js

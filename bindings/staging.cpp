@@ -51,4 +51,24 @@ maporl_status RunStaged(const std::vector<StagedArg> & args,
     return MAPORL_OK;
 }
 
+maporl_status RunOn(maporl_device device, const std::vector<ArrayArg> & args,
+                    const std::function<maporl_status(const std::vector<void *> &)> & fn) {
+    std::vector<void *> ptrs(args.size(), nullptr);
+    if (device == MAPORL_DEVICE_CPU) {
+        for (size_t i = 0; i < args.size(); ++i) ptrs[i] = args[i].host;
+        return fn(ptrs);
+    }
+    std::vector<StagedArg> staged;
+    std::vector<int> at(args.size(), -1);
+    for (size_t i = 0; i < args.size(); ++i) {
+        if (!args[i].host) continue;
+        at[i] = (int)staged.size();
+        staged.push_back({args[i].host, args[i].bytes, args[i].input, args[i].output});
+    }
+    return RunStaged(staged, [&](const std::vector<void *> & d) {
+        for (size_t i = 0; i < args.size(); ++i) ptrs[i] = at[i] < 0 ? nullptr : d[(size_t)at[i]];
+        return fn(ptrs);
+    });
+}
+
 }  // namespace maporl_js

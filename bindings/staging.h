@@ -21,4 +21,16 @@ struct StagedArg {
 maporl_status RunStaged(const std::vector<StagedArg> & args,
                         const std::function<maporl_status(const std::vector<void *> &)> & fn);
 
+// One array argument of RunOn: host memory or null (an optional array that was not given).
+struct ArrayArg {
+    void * host;
+    size_t bytes;
+    bool input, output;
+};
+
+// Calls fn with one pointer per arg: the host pointers on the CPU, device copies (RunStaged) on CUDA. Null args
+// stay null on both.
+maporl_status RunOn(maporl_device device, const std::vector<ArrayArg> & args,
+                    const std::function<maporl_status(const std::vector<void *> &)> & fn);
+
 }  // namespace maporl_js

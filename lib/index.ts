@@ -16,3 +16,12 @@ export {
 } from "./rl/influence.js";
 export { tdAdvantages, tdAdvantagesAsync, type TdBatch, type TdOptions, type TdResult } from "./rl/td.js";
 export { treeReturns, treeReturnsAsync, type TreeBatch, type TreeOptions, type TreeResult } from "./rl/tree.js";
+export {
+    policyLoss, policyLossAsync, valueLoss, valueLossAsync, type PolicyLossBatch, type PolicyLossOptions, type PolicyLossResult,
+    type PolicyLossStats, type PolicyLossType, type KlEstimator, type LossAggregation, type LossOptions, type ValueLossBatch,
+    type ValueLossOptions, type ValueLossResult,
+} from "./rl/policyLoss.js";
+export {
+    logprobs, logprobsAsync, fusedPolicyLoss, fusedPolicyLossAsync, type LogprobsBatch, type LogprobsOptions, type LogprobsResult,
+    type FusedBatch, type FusedOptions, type FusedResult, type LogitsShape,
+} from "./rl/logits.js";

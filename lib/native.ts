@@ -22,6 +22,41 @@ export interface NativeBackendInfo {
     cuda: { compiled: boolean; devices: NativeDeviceInfo[] };
 }
 
+/** Loss parameters as bindings/policy_loss.cpp reads them (enums as their C values). */
+export interface NativeLossParams {
+    type: number;
+    clipLow: number;
+    clipHigh: number;
+    dualClip: number;
+    logRatioClamp: number;
+    kl: number;
+    klStraightThrough: number;
+    klCoef: number;
+    entropyCoef: number;
+    agg: number;
+    normalizer: number;
+}
+
+export interface NativeLossStats {
+    loss: number; pgLoss: number; klLoss: number; entropyLoss: number; clipFrac: number; clipFracLower: number;
+    approxKl: number; klMean: number; entropyMean: number; ratioMean: number; ratioMax: number; tokens: number;
+    sequences: number;
+}
+
+export interface NativeValueStats { loss: number; clipFrac: number; valueMean: number; tokens: number }
+
+type F32 = Float32Array;
+type PolicyLossArgs = [logp: F32, oldLogp: F32 | null, advantages: F32, advPerSeq: boolean, mask: MaskArray,
+    refLogp: F32 | null, entropy: F32 | null, B: number, T: number, params: NativeLossParams, device: 0 | 1,
+    gradLogp: F32 | null, gradEntropy: F32 | null];
+type ValueLossArgs = [values: F32, oldValues: F32 | null, returns: F32, mask: MaskArray, B: number, T: number, clip: number,
+    agg: number, normalizer: number, device: 0 | 1, gradValues: F32 | null];
+type LogprobsArgs = [logits: F32, targets: Int32Array, N: number, V: number, temperature: number, device: 0 | 1, logp: F32,
+    entropy: F32 | null];
+type FusedArgs = [logits: F32, targets: Int32Array, oldLogp: F32 | null, advantages: F32, advPerSeq: boolean, mask: MaskArray,
+    refLogp: F32 | null, B: number, T: number, V: number, temperature: number, params: NativeLossParams, device: 0 | 1,
+    gradLogits: F32, logp: F32 | null, entropy: F32 | null, gradLogp: F32 | null];
+
 /** The addon's functions (bindings/*.cpp). Device: 0 = CPU, 1 = CUDA. */
 export interface NativeBinding {
     backendInfo(): NativeBackendInfo;
@@ -42,6 +77,14 @@ export interface NativeBinding {
         device: 0 | 1, returns: Float32Array, advantages: Float32Array): void;
     reinforceReturnsAsync(rewards: Float32Array, mask: MaskArray, B: number, T: number, gamma: number, whiten: boolean,
         device: 0 | 1, returns: Float32Array, advantages: Float32Array): Promise<void>;
+    policyLoss(...args: PolicyLossArgs): NativeLossStats;
+    policyLossAsync(...args: PolicyLossArgs): Promise<NativeLossStats>;
+    valueLoss(...args: ValueLossArgs): NativeValueStats;
+    valueLossAsync(...args: ValueLossArgs): Promise<NativeValueStats>;
+    logprobs(...args: LogprobsArgs): void;
+    logprobsAsync(...args: LogprobsArgs): Promise<void>;
+    fusedPolicyLoss(...args: FusedArgs): NativeLossStats;
+    fusedPolicyLossAsync(...args: FusedArgs): Promise<NativeLossStats>;
     gaeAsync(rewards: Float32Array, values: Float32Array, mask: MaskArray, B: number, T: number, gamma: number,
         lambda: number, whiten: boolean, device: 0 | 1, advantages: Float32Array,
         returns: Float32Array): Promise<void>;
