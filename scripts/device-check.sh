@@ -24,7 +24,7 @@ for t in "$build"/test_*; do
     [ -x "$t" ] || continue
     case "$t" in *.*) continue ;; esac
     case "$(basename "$t")" in
-        test_gae|test_group_advantages) out=$("$t" --bench); rc=$? ;;
+        test_gae|test_group_advantages|test_policy_loss) out=$("$t" --bench); rc=$? ;;
         *) out=$("$t"); rc=$? ;;
     esac
     echo "$out"
@@ -47,5 +47,9 @@ for layout in adjacent shuffled; do
     echo "{\"kernel\": \"grpo\", \"N\": 1048576, \"G\": 16, \"layout\": \"$layout\", \"device\": \"cuda\", \"reps\": 20, \"threads\": 16}" \
         | "$py" bench/python/run.py | sed "s/^/torch grpo cuda N=1048576 G=16 $layout: /"
 done
+echo '{"kernel": "policy_loss", "B": 64, "T": 4096, "device": "cuda", "reps": 20, "threads": 16}' \
+    | "$py" bench/python/run.py | sed "s/^/torch policy_loss (vanilla+k3, autograd) cuda B=64 T=4096: /"
+echo '{"kernel": "fused_policy_loss", "N": 2048, "V": 32768, "device": "cuda", "reps": 10, "threads": 16}' \
+    | "$py" bench/python/run.py | sed "s/^/torch fused (log_softmax+gather+loss, autograd) cuda N=2048 V=32768: /"
 echo "total: $(( $(date +%s) - t0 )) s"
 exit $status

@@ -12,6 +12,7 @@ import torch  # noqa: E402
 from gae import gae_verl_style  # noqa: E402
 from grpo import grpo_vectorized  # noqa: E402
 from reinforce import reinforce_plus_plus  # noqa: E402
+from policy_loss import ppo_loss  # noqa: E402
 
 
 def main():
@@ -23,9 +24,19 @@ def main():
     gae_a, gae_R = gae_verl_style(r, v, m, d["gamma"], d["lambda"], True)
     rpp_a, rpp_G = reinforce_plus_plus(r, m, d["gamma"], True)
     grpo = grpo_vectorized(torch.tensor(d["s"]), torch.tensor(d["g"]))
+    f = lambda k: torch.tensor(d[k]).view(B, T)  # noqa: E731
+    lp = f("lp").requires_grad_(True)
+    pl = ppo_loss(lp, f("old"), f("adv"), m, f("ref"))
+    pl.backward()
+    N, V = d["N"], d["V"]
+    z = torch.tensor(d["z"]).view(N, V).requires_grad_(True)
+    zlp = torch.log_softmax(z, dim=-1).gather(-1, torch.tensor(d["y"]).unsqueeze(-1)).squeeze(-1)
+    fl = ppo_loss(zlp, torch.tensor(d["zold"]), torch.tensor(d["zadv"]), torch.ones(N))
+    fl.backward()
     print(json.dumps({"gae_advantages": (gae_a * m).flatten().tolist(), "gae_returns": (gae_R * m).flatten().tolist(),
                       "rpp_advantages": rpp_a.flatten().tolist(), "rpp_returns": (rpp_G * m).flatten().tolist(),
-                      "grpo": grpo.tolist()}))
+                      "grpo": grpo.tolist(), "pl_loss": [pl.item()], "pl_grad": lp.grad.flatten().tolist(),
+                      "fused_loss": [fl.item()], "fused_grad": z.grad.flatten().tolist()}))
 
 
 if __name__ == "__main__":

@@ -3,6 +3,8 @@
 // kernel, so a fast number can never come from a baseline that does different work.
 import { gae } from "../rl/gae.js";
 import { groupAdvantages } from "../rl/groupAdvantages.js";
+import { fusedPolicyLoss } from "../rl/logits.js";
+import { policyLoss } from "../rl/policyLoss.js";
 import { reinforceReturns } from "../rl/reinforceReturns.js";
 import { runPythonScript } from "./python.js";
 
@@ -24,12 +26,23 @@ export function crossCheckBaselines(): CrossCheck {
     }
     const s = new Float32Array(64).map(next), g = Int32Array.from({ length: 64 }, (_, i) => Math.floor(i / 8));
     const gamma = 0.99, lambda = 0.95;
-    const res = runPythonScript("crosscheck.py", { B, T, gamma, lambda, r: [...r], v: [...v], m: [...m], s: [...s], g: [...g] });
+    // Policy loss (ppo + k3 KL, as bench/python/policy_loss.py) on the same ragged mask, and the fused loss on 6 x 33 logits.
+    const lp = r.map((x) => -1 - x), old = lp.map((x, i) => x + 0.1 * (v[i]! - 0.5)), adv = v.map((x) => x - 0.5);
+    const ref = lp.map((x, i) => x - 0.1 * r[i]!);
+    const N = 6, V = 33;
+    const z = new Float32Array(N * V).map(() => 4 * next() - 2), y = Int32Array.from({ length: N }, (_, i) => (i * 7) % V);
+    const zold = new Float32Array(N).map(() => -3.5 + next()), zadv = new Float32Array(N).map(() => next() - 0.5);
+    const res = runPythonScript("crosscheck.py", { B, T, gamma, lambda, r: [...r], v: [...v], m: [...m], s: [...s], g: [...g],
+        lp: [...lp], old: [...old], adv: [...adv], ref: [...ref], N, V, z: [...z], y: [...y], zold: [...zold], zadv: [...zadv] });
     if (!res.ok) return { ok: false, error: res.error };
     const py = res.value as Record<string, number[]>;
     const ours = gae({ rewards: r, values: v, mask: m, shape: [B, T] }, { gamma, lambda, whiten: true, device: "cpu" });
     const rpp = reinforceReturns({ rewards: r, mask: m, shape: [B, T] }, { gamma, whiten: true, device: "cpu" });
     const grpo = groupAdvantages({ scores: s, groups: g }, { device: "cpu" });
+    const pl = policyLoss({ logp: lp, oldLogp: old, advantages: adv, mask: m, refLogp: ref, shape: [B, T] },
+        { kl: { coef: 0.001, estimator: "k3" }, device: "cpu" });
+    const fl = fusedPolicyLoss({ logits: z, targets: y, oldLogp: zold, advantages: zadv, mask: new Uint8Array(N).fill(1), shape: [N, V] },
+        { device: "cpu" });
     const diff = (a: Float32Array, b: number[] | undefined) =>
         b === undefined || b.length !== a.length ? Infinity : Math.max(...Array.from(a, (x, i) => Math.abs(x - b[i]!)));
     return {
@@ -38,6 +51,9 @@ export function crossCheckBaselines(): CrossCheck {
             "gae.advantages": diff(ours.advantages, py.gae_advantages), "gae.returns": diff(ours.returns, py.gae_returns),
             "reinforce++.advantages": diff(rpp.advantages, py.rpp_advantages), "reinforce++.returns": diff(rpp.returns, py.rpp_returns),
             grpo: diff(grpo, py.grpo),
+            "policyLoss.loss": diff(Float32Array.of(pl.loss), py.pl_loss), "policyLoss.gradLogp": diff(pl.gradLogp, py.pl_grad),
+            "fusedPolicyLoss.loss": diff(Float32Array.of(fl.loss), py.fused_loss),
+            "fusedPolicyLoss.gradLogits": diff(fl.gradLogits, py.fused_grad),
         },
     };
 }

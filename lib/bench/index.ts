@@ -11,6 +11,7 @@ import { native } from "../native.js";
 import { crossCheckBaselines, type CrossCheck } from "./crosscheck.js";
 import { benchGae } from "./gae.js";
 import { benchGroupAdvantages } from "./groupAdvantages.js";
+import { benchFusedPolicyLoss, benchPolicyLoss } from "./policyLoss.js";
 import { benchReinforceReturns } from "./reinforceReturns.js";
 import { type BenchContext, type BenchRow } from "./types.js";
 
@@ -20,6 +21,8 @@ export const BENCHMARKS: Record<string, (ctx: BenchContext) => Promise<BenchRow[
     gae: benchGae,
     groupAdvantages: benchGroupAdvantages,
     reinforceReturns: benchReinforceReturns,
+    policyLoss: benchPolicyLoss,
+    fusedPolicyLoss: benchFusedPolicyLoss,
 };
 
 export interface BenchOptions {
