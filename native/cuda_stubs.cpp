@@ -7,6 +7,7 @@
 #include "gae.h"
 #include "group_advantages.h"
 #include "policy_loss.h"
+#include "sampling.h"
 
 namespace maporl {
 
@@ -49,6 +50,11 @@ maporl_status logprobs_cuda(const float *, const int32_t *, int64_t, int64_t, fl
 
 maporl_status fused_policy_loss_cuda(const FusedArgs<float> &, maporl_policy_loss_stats *) {
     return no_device("fused_policy_loss");
+}
+
+maporl_status sample_cuda(const float *, int64_t, int64_t, const maporl_sample_params &, const int32_t *, int32_t *, float *,
+                          float *, uint8_t *) {
+    return no_device("sample");
 }
 
 }  // namespace maporl

@@ -11,7 +11,8 @@
 
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wpsabi"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12 false positive inside its own AVX-512 intrinsics
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12 false positives inside its own AVX-512 intrinsics
+#pragma GCC diagnostic ignored "-Wuninitialized"        // (_mm512_undefined_ps in _mm512_max_ps)
 #endif
 #define MAPORL_INLINE inline __attribute__((always_inline))
 #if defined(__x86_64__)
@@ -26,6 +27,8 @@ typedef float vf __attribute__((vector_size(4 * W)));
 typedef int32_t vi __attribute__((vector_size(4 * W)));
 typedef uint8_t vb __attribute__((vector_size(W)));
 typedef double vd __attribute__((vector_size(8 * W / 2)));  // half the lanes, in double
+typedef uint32_t vu __attribute__((vector_size(4 * W)));
+typedef uint64_t vu64 __attribute__((vector_size(8 * W)));
 
 MAPORL_INLINE vf splat(float x) { return vf{} + x; }
 
@@ -133,6 +136,48 @@ MAPORL_INLINE vf vexp(vf x) {
 #endif
     const vf out = vexp_nonpos(xc);
     return x > 88.3762626f ? splat(__builtin_inff()) : out;
+}
+// Lane-wise 32 x 32 -> 64-bit product of a and b: high and low words (Philox's mulhilo).
+// vpmuludq on the even lanes and on the odd lanes shifted down, then the high words blended (GCC's generic
+// 64-bit product would use the slow vpmullq).
+MAPORL_INLINE void vmulhilo(vu a, uint32_t b, vu & hi, vu & lo) {
+#if defined(__AVX512F__) && MAPORL_VEC_W == 16
+    const __m512i A = (__m512i)a, Bv = _mm512_set1_epi32((int)b);
+    const __m512i even = _mm512_mul_epu32(A, Bv), odd = _mm512_mul_epu32(_mm512_srli_epi64(A, 32), Bv);
+    hi = (vu)_mm512_mask_blend_epi32((__mmask16)0xAAAA, _mm512_srli_epi64(even, 32), odd);
+#elif defined(__AVX2__) && MAPORL_VEC_W == 8
+    const __m256i A = (__m256i)a, Bv = _mm256_set1_epi32((int)b);
+    const __m256i even = _mm256_mul_epu32(A, Bv), odd = _mm256_mul_epu32(_mm256_srli_epi64(A, 32), Bv);
+    hi = (vu)_mm256_blend_epi32(_mm256_srli_epi64(even, 32), odd, 0xAA);
+#else
+    const vu64 p = __builtin_convertvector(a, vu64) * (uint64_t)b;
+    hi = __builtin_convertvector(p >> 32, vu);
+#endif
+    lo = a * b;
+}
+// philox.h's det_log on every lane, with the same operations in the same order (so the same floats).
+MAPORL_INLINE vf vdet_log(vf x) {
+    vu b;
+    __builtin_memcpy(&b, &x, sizeof b);
+    vi e = (vi)((b >> 23) & 0xFFu) - 127;
+    const vu mb = (b & 0x007FFFFFu) | 0x3F800000u;
+    vf m;
+    __builtin_memcpy(&m, &mb, sizeof m);
+    const vi big = m > 1.41421356f;
+    m = big ? m * 0.5f : m;
+    e = e - big;  // big is -1 where true
+    const vf s = (m - 1.0f) / (m + 1.0f);
+    const vf s2 = s * s;
+    vf p = splat(0.0769230769f);
+    p = p * s2 + 0.0909090909f;
+    p = p * s2 + 0.1111111111f;
+    p = p * s2 + 0.1428571429f;
+    p = p * s2 + 0.2f;
+    p = p * s2 + 0.3333333333f;
+    p = p * s2 + 1.0f;
+    const vf logm = (s * 2.0f) * p;
+    const vf fe = __builtin_convertvector(e, vf);
+    return (fe * 0.693145752f + logm) + fe * 1.42860677e-6f;
 }
 MAPORL_INLINE vf vabs(vf x) {
     vi b;

@@ -273,6 +273,45 @@ maporl_status maporl_fused_policy_loss(maporl_device device, const float * logit
                                        float * entropy_out, float * grad_logp_out,
                                        maporl_policy_loss_stats * stats_out);
 
+/* ---- token sampling ------------------------------------------------------------------------------- */
+
+typedef enum maporl_filter_order {
+    MAPORL_FILTER_TOP_K_FIRST = 0,  /* top-p applies to the top-k set renormalised (FlashInfer "top_k_first") */
+    MAPORL_FILTER_JOINT       = 1   /* a token must be in the top-k and in the top-p set of the full distribution */
+} maporl_filter_order;
+
+/* Per-row sampling parameters: each is an array of B values, or NULL to use the scalar that follows it. */
+typedef struct maporl_sample_params {
+    const float * temperature;   float temperature_all;   /* finite >= 0; 0 = greedy. Default 1 */
+    const int32_t * top_k;       int32_t top_k_all;       /* >= 0; 0 or >= V = off. Default 0 */
+    const float * top_p;         float top_p_all;         /* in [0, 1]; 0 or 1 = off. Default 1 */
+    const float * min_p;         float min_p_all;         /* in [0, 1]; 0 = off. Default 0 */
+    const uint64_t * seed;       uint64_t seed_all;       /* Philox key. Default 0 */
+    const int64_t * position;    int64_t position_all;    /* Philox counter (e.g. the token's index). Default 0 */
+    maporl_filter_order filter_order;                     /* default MAPORL_FILTER_TOP_K_FIRST */
+} maporl_sample_params;
+
+maporl_sample_params maporl_sample_default_params(void);
+
+/* Samples one token per row of logits [B, V] (float). The support is the top-k (total order: logit, then the
+ * lower index first), then the top-p prefix of that order (a token is kept while the probability mass ranked
+ * before it is < p), intersected with the min-p set (p_i >= min_p * p_max); the token is the Gumbel-max
+ * argmax over the support of z / temperature + Gumbel(seed, position, index), ties to the lower index.
+ *   tokens_out [B] int32, logprobs_out [B]: log-prob under the renormalised support at that temperature
+ *   (0 when greedy), raw_logprobs_out [B]: under softmax(z), valid_out [B] (uint8, may be NULL).
+ * A row with a NaN or +Inf logit, or with every logit -Inf, gets valid 0, token -1 and NaN log-probs; it is
+ * not an error. Parameters out of range are MAPORL_ERR_INVALID_ARG (nothing written). */
+maporl_status maporl_sample(maporl_device device, const float * logits, int64_t B, int64_t V,
+                            const maporl_sample_params * params, int32_t * tokens_out, float * logprobs_out,
+                            float * raw_logprobs_out, uint8_t * valid_out);
+
+/* Log-probs of given tokens [B] under the same processed distribution as maporl_sample (the seed and position
+ * are unused): -Inf for a token outside the support, 0 / -Inf under greedy (the argmax / any other), NaN for
+ * an invalid row. raw_logprobs_out under softmax(z). A token outside [0, V) is MAPORL_ERR_INVALID_ARG. */
+maporl_status maporl_sample_logprobs(maporl_device device, const float * logits, int64_t B, int64_t V,
+                                     const maporl_sample_params * params, const int32_t * tokens,
+                                     float * logprobs_out, float * raw_logprobs_out);
+
 /* ---- benchmarking helpers ----------------------------------------------------------------------- */
 
 /* Measures host copy bandwidth with the thread pool: copies `bytes` `reps` times and reports the median

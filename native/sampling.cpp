@@ -1,0 +1,310 @@
+// sampling.cpp: the CPU sampler (the reference for CUDA) and the maporl_sample / maporl_sample_logprobs C entry
+// points. Per row, with x = z / temperature and M = max x:
+//   1. one pass over the row: max, first argmax, NaN / +Inf check (then the row stays in cache);
+//   2. raw log-sum-exp (for rawLogprobs) and, when needed, the sum of exp(x - M) at the temperature;
+//   3. the support: top-k by a threshold scan (a candidate buffer of 2k + 64, compacted with nth_element: the
+//      k-th best logit only rises, so most of the row is rejected by one vector compare), the top-p prefix of
+//      the sorted candidates (without top-k: a 1024-candidate window, or every finite element if the window
+//      holds less than p of the mass: exact either way), and the min-p predicate exp(x - M) >= min_p;
+//   4. Gumbel-max over the support with counter-based noise (philox.h), ties to the lower index. Elements with
+//      x < M - 20.5 cannot win whatever their noise and get none.
+// No full sort except that top-p fallback. Rows run in parallel; each row's result depends only on the row
+// and its parameters.
+#include "sampling.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "core.h"
+#include "isa.h"
+#include "philox.h"
+#include "threadpool.h"
+
+namespace maporl {
+namespace {
+
+struct Passes {
+    RowMax (*max)(const float *, int64_t);
+    double (*sum_exp)(const float *, int64_t, float, float, float);
+    float (*exp_one)(float, float);
+    int64_t (*next)(const float *, int64_t, int64_t, float, float, bool);
+    CandPass (*cands)(const float *, int64_t, float, float, float, bool, float, int32_t *);
+    int64_t (*gumbel)(const float *, const int32_t *, int64_t, float, uint64_t, int64_t);
+};
+
+RowMax scalar_max(const float * z, int64_t V) { return row_max_t<ScalarLoad<float>>(z, V); }
+double scalar_sum_exp(const float * z, int64_t V, float t, float M, float e) { return row_sum_exp_t<ScalarLoad<float>>(z, V, t, M, e); }
+float scalar_exp_one(float x, float M) { return exp_one_t<ScalarLoad<float>>(x, M); }
+int64_t scalar_next(const float * z, int64_t f, int64_t V, float t, float thr, bool s) {
+    return next_at_least_t<ScalarLoad<float>>(z, f, V, t, thr, s);
+}
+CandPass scalar_cands(const float * z, int64_t V, float t, float M, float fl, bool ws, float me, int32_t * idx) {
+    return cand_pass_t<ScalarLoad<float>>(z, V, t, M, fl, ws, me, idx);
+}
+// The scalar Gumbel-max over candidates: the same keys as the vector one, one element at a time.
+int64_t scalar_gumbel(const float * z, const int32_t * idx, int64_t n, float temp, uint64_t seed, int64_t position) {
+    int64_t best = -1;
+    float best_key = -INFINITY;
+    for (int64_t j = 0; j < n; ++j) {
+        const int64_t i = idx[j];
+        const float x = temp == 1.0f ? z[i] : z[i] / temp;
+        const float key = MAPORL_FADD(x, gumbel(seed, position, i));
+        if (best < 0 || key > best_key) {
+            best = i;
+            best_key = key;
+        }
+    }
+    return best;
+}
+
+Passes passes() {
+    switch (active_isa()) {
+    case Isa::Avx512:
+        return {avx512::row_max_f32, avx512::row_sum_exp_f32, avx512::exp_one_f32, avx512::next_at_least_f32,
+                avx512::cand_pass_f32, avx512::gumbel_cands_f32};
+    case Isa::Avx2:
+        return {avx2::row_max_f32, avx2::row_sum_exp_f32, avx2::exp_one_f32, avx2::next_at_least_f32,
+                avx2::cand_pass_f32, avx2::gumbel_cands_f32};
+    default: return {scalar_max, scalar_sum_exp, scalar_exp_one, scalar_next, scalar_cands, scalar_gumbel};
+    }
+}
+
+struct Cand {
+    float z;
+    int32_t i;
+};
+inline bool better(const Cand & a, const Cand & b) { return a.z > b.z || (a.z == b.z && a.i < b.i); }
+
+constexpr int64_t kWindow = 1024;
+
+// The k best finite logits by (z desc, index asc), best first.
+std::vector<Cand> top_candidates(const Passes & P, const float * z, int64_t V, int64_t k) {
+    std::vector<Cand> buf;
+    const size_t cap = (size_t)(2 * k + 64);
+    buf.reserve(cap);
+    float thr = -INFINITY;
+    for (int64_t i = P.next(z, 0, V, 1.0f, thr, true); i < V; i = P.next(z, i + 1, V, 1.0f, thr, true)) {
+        buf.push_back({z[i], (int32_t)i});
+        if (buf.size() >= cap) {
+            std::nth_element(buf.begin(), buf.begin() + (k - 1), buf.end(), better);
+            buf.resize((size_t)k);
+            // Everything kept ranks at or above buf[k-1]; a later element enters only if strictly greater
+            // (an equal one has a higher index, so it ranks below).
+            thr = std::min_element(buf.begin(), buf.end(), [](const Cand & a, const Cand & b) { return better(b, a); })->z;
+        }
+    }
+    std::sort(buf.begin(), buf.end(), better);
+    if ((int64_t)buf.size() > k) buf.resize((size_t)k);
+    return buf;
+}
+
+struct RowOut {
+    int32_t token;
+    float lp, raw;
+    uint8_t valid;
+};
+
+// Samples row z (given < 0), or scores token `given`.
+RowOut sample_one(const Passes & P, const float * z, int64_t V, const SampleRow & r, int32_t given,
+                  std::vector<int32_t> & scratch) {
+    RowOut o{-1, NAN, NAN, 0};
+    const RowMax mx = P.max(z, V);
+    if (mx.bad || mx.max == -INFINITY) return o;
+    o.valid = 1;
+    const double raw_sum = mx.sum;
+    const double lse_raw = (double)mx.max + std::log(raw_sum);
+    auto raw_of = [&](int64_t t) { return (float)((double)z[t] - lse_raw); };
+    if (r.temperature == 0.0f) {  // greedy: a point mass on the first argmax
+        o.token = given >= 0 ? given : (int32_t)mx.argmax;
+        o.lp = o.token == mx.argmax ? 0.0f : -INFINITY;
+        o.raw = raw_of(o.token);
+        return o;
+    }
+    const float T = r.temperature;
+    const float M = T == 1.0f ? mx.max : mx.max / T;
+    auto x_of = [&](int64_t i) { return T == 1.0f ? z[i] : z[i] / T; };
+    const bool has_k = r.top_k > 0 && r.top_k < V, has_p = r.top_p > 0.0f && r.top_p < 1.0f, has_min = r.min_p > 0.0f;
+    const float min_e = has_min ? r.min_p : 0.0f;
+    double s_full = -1.0;
+    auto full_sum = [&] {
+        if (s_full < 0) s_full = P.sum_exp(z, V, T, M, 0.0f);  // the same e values as exp_one's
+        return s_full;
+    };
+    const float floor_x = M - kGumbelSpan;  // below: no noise can make it win
+    int64_t best = -1;
+    std::vector<int32_t> & idx = scratch;  // candidates of the Gumbel race, ascending
+    double S = 0.0;
+    bool given_in = false;
+    if (has_k || has_p) {
+        std::vector<Cand> cand = top_candidates(P, z, V, has_k ? r.top_k : std::min<int64_t>(V, kWindow));
+        if (has_p) {
+            const bool renorm = has_k && r.order == MAPORL_FILTER_TOP_K_FIRST;
+            auto prefix = [&](const std::vector<Cand> & c, double total, bool * reached) {
+                const double target = (double)r.top_p * total;
+                double before = 0.0;
+                for (size_t j = 0; j < c.size(); ++j) {
+                    if (!(before < target)) { *reached = true; return j; }
+                    before += (double)P.exp_one(x_of(c[j].i), M);
+                }
+                *reached = !(before < target);
+                return c.size();
+            };
+            double total = 0.0;
+            if (renorm)
+                for (const Cand & c : cand) total += (double)P.exp_one(x_of(c.i), M);
+            else
+                total = full_sum();
+            bool reached = false;
+            size_t keep = prefix(cand, total, &reached);
+            if (!has_k && !reached && (int64_t)cand.size() < V) {  // the window held less than p: every finite element
+                cand = top_candidates(P, z, V, V);
+                keep = prefix(cand, total, &reached);
+            }
+            cand.resize(std::max<size_t>(keep, 1));
+        }
+        std::sort(cand.begin(), cand.end(), [](const Cand & a, const Cand & b) { return a.i < b.i; });
+        int64_t n = 0;
+        for (const Cand & c : cand) {
+            const float e = P.exp_one(x_of(c.i), M);
+            if (has_min && e < min_e) continue;
+            S += (double)e;
+            given_in |= c.i == given;
+            if (x_of(c.i) >= floor_x) idx[(size_t)n++] = c.i;
+        }
+        if (given < 0) best = P.gumbel(z, idx.data(), n, T, r.seed, r.position);
+    } else {
+        // One pass at the temperature: the support's sum (unless it is the raw one) and the race's candidates.
+        const bool with_sum = T != 1.0f || has_min;
+        const CandPass cp = P.cands(z, V, T, M, floor_x, with_sum, min_e, idx.data());
+        S = with_sum ? cp.sum : raw_sum;
+        if (given >= 0) given_in = z[given] > -INFINITY && !(has_min && P.exp_one(x_of(given), M) < min_e);
+        else best = P.gumbel(z, idx.data(), cp.count, T, r.seed, r.position);
+    }
+    if (given >= 0) {
+        o.token = given;
+        o.lp = given_in ? (float)((double)x_of(given) - (double)M - std::log(S)) : -INFINITY;
+    } else {
+        o.token = (int32_t)best;
+        o.lp = (float)((double)x_of(best) - (double)M - std::log(S));
+    }
+    o.raw = raw_of(o.token);
+    return o;
+}
+
+template <typename T>
+T pick(const T * arr, T all, int64_t b) { return arr ? arr[b] : all; }
+
+void run_rows(const float * logits, int64_t B, int64_t V, const maporl_sample_params & p, const int32_t * given,
+              int32_t * tokens, float * logprobs, float * raw, uint8_t * valid) {
+    const Passes P = passes();
+    parallel_for(B, 1, [&](int64_t b0, int64_t b1) {
+        std::vector<int32_t> scratch((size_t)V);
+        for (int64_t b = b0; b < b1; ++b) {
+            const RowOut o = sample_one(P, logits + b * V, V, sample_row(p, b), given ? given[b] : -1, scratch);
+            if (tokens) tokens[b] = o.token;
+            if (logprobs) logprobs[b] = o.lp;
+            if (raw) raw[b] = o.raw;
+            if (valid) valid[b] = o.valid;
+        }
+    });
+}
+
+}  // namespace
+
+SampleRow sample_row(const maporl_sample_params & p, int64_t b) {
+    return SampleRow{pick(p.temperature, p.temperature_all, b), pick(p.top_k, p.top_k_all, b), pick(p.top_p, p.top_p_all, b),
+                     pick(p.min_p, p.min_p_all, b), pick(p.seed, p.seed_all, b), pick(p.position, p.position_all, b),
+                     (int)p.filter_order};
+}
+
+void check_sample_params(const maporl_sample_params & p, int64_t B) {
+    if (p.filter_order != MAPORL_FILTER_TOP_K_FIRST && p.filter_order != MAPORL_FILTER_JOINT)
+        throw_error(MAPORL_ERR_INVALID_ARG, "params.filter_order: expected MAPORL_FILTER_TOP_K_FIRST (0) or MAPORL_FILTER_JOINT (1), got %d",
+                    (int)p.filter_order);
+    const bool per_row = p.temperature || p.top_k || p.top_p || p.min_p;
+    const int64_t rows = per_row ? B : 1;  // scalars only: one check covers every row
+    for (int64_t b = 0; b < rows; ++b) {
+        const SampleRow r = sample_row(p, b);
+        auto at = [&](const void * arr) { return arr ? "[" + std::to_string(b) + "]" : std::string(); };
+        if (!(r.temperature >= 0.0f && std::isfinite(r.temperature)))
+            throw_error(MAPORL_ERR_INVALID_ARG, "params.temperature%s: expected a finite number >= 0, got %g",
+                        at(p.temperature).c_str(), (double)r.temperature);
+        if (r.top_k < 0)
+            throw_error(MAPORL_ERR_INVALID_ARG, "params.top_k%s: expected an integer >= 0 (0: off), got %d",
+                        at(p.top_k).c_str(), (int)r.top_k);
+        if (!(r.top_p >= 0.0f && r.top_p <= 1.0f))
+            throw_error(MAPORL_ERR_INVALID_ARG, "params.top_p%s: expected a number in [0, 1] (0 or 1: off), got %g",
+                        at(p.top_p).c_str(), (double)r.top_p);
+        if (!(r.min_p >= 0.0f && r.min_p <= 1.0f))
+            throw_error(MAPORL_ERR_INVALID_ARG, "params.min_p%s: expected a number in [0, 1] (0: off), got %g",
+                        at(p.min_p).c_str(), (double)r.min_p);
+    }
+}
+
+}  // namespace maporl
+
+using namespace maporl;
+
+extern "C" {
+
+maporl_sample_params maporl_sample_default_params(void) {
+    maporl_sample_params p;
+    p.temperature = nullptr;
+    p.temperature_all = 1.0f;
+    p.top_k = nullptr;
+    p.top_k_all = 0;
+    p.top_p = nullptr;
+    p.top_p_all = 1.0f;
+    p.min_p = nullptr;
+    p.min_p_all = 0.0f;
+    p.seed = nullptr;
+    p.seed_all = 0;
+    p.position = nullptr;
+    p.position_all = 0;
+    p.filter_order = MAPORL_FILTER_TOP_K_FIRST;
+    return p;
+}
+
+maporl_status maporl_sample(maporl_device device, const float * logits, int64_t B, int64_t V,
+                            const maporl_sample_params * params, int32_t * tokens_out, float * logprobs_out,
+                            float * raw_logprobs_out, uint8_t * valid_out) {
+    return guarded([&] {
+        require_device(device);
+        require_dims(B, V, "B", "V");
+        if (B > 0 && V < 1) throw_error(MAPORL_ERR_INVALID_ARG, "V: expected >= 1 when B > 0, got %lld", (long long)V);
+        require_ptr(params, "params", 1);
+        require_ptr(logits, "logits", B * V);
+        require_ptr(tokens_out, "tokens_out", B);
+        if (device == MAPORL_DEVICE_CUDA)
+            return sample_cuda(logits, B, V, *params, nullptr, tokens_out, logprobs_out, raw_logprobs_out, valid_out);
+        check_sample_params(*params, B);
+        run_rows(logits, B, V, *params, nullptr, tokens_out, logprobs_out, raw_logprobs_out, valid_out);
+        return MAPORL_OK;
+    });
+}
+
+maporl_status maporl_sample_logprobs(maporl_device device, const float * logits, int64_t B, int64_t V,
+                                     const maporl_sample_params * params, const int32_t * tokens,
+                                     float * logprobs_out, float * raw_logprobs_out) {
+    return guarded([&] {
+        require_device(device);
+        require_dims(B, V, "B", "V");
+        require_ptr(params, "params", 1);
+        require_ptr(logits, "logits", B * V);
+        require_ptr(tokens, "tokens", B);
+        require_ptr(logprobs_out, "logprobs_out", B);
+        if (device == MAPORL_DEVICE_CUDA)
+            return sample_cuda(logits, B, V, *params, tokens, nullptr, logprobs_out, raw_logprobs_out, nullptr);
+        check_sample_params(*params, B);
+        for (int64_t b = 0; b < B; ++b)
+            if (tokens[b] < 0 || tokens[b] >= V)
+                throw_error(MAPORL_ERR_INVALID_ARG, "tokens: expected token ids in [0, %lld) (V), got %d at index %lld",
+                            (long long)V, (int)tokens[b], (long long)b);
+        run_rows(logits, B, V, *params, tokens, nullptr, logprobs_out, raw_logprobs_out, nullptr);
+        return MAPORL_OK;
+    });
+}
+
+}  // extern "C"

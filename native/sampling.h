@@ -1,0 +1,45 @@
+// sampling.h: internals of maporl_sample / maporl_sample_logprobs (see maporl.h for the contract). CPU:
+// sampling.cpp (rows over the thread pool; the row passes of sampling_row.h per ISA). CUDA: cuda/sampling.cu.
+#pragma once
+
+#include <stdint.h>
+
+#include "maporl.h"
+#include "sampling_row.h"
+
+namespace maporl {
+
+// One row's parameters, resolved from the per-row arrays / scalars.
+struct SampleRow {
+    float temperature;
+    int32_t top_k;
+    float top_p;
+    float min_p;
+    uint64_t seed;
+    int64_t position;
+    int order;
+};
+
+// Checks every row's parameters (names the field and row); throws Error.
+void check_sample_params(const maporl_sample_params & p, int64_t B);
+SampleRow sample_row(const maporl_sample_params & p, int64_t b);
+
+maporl_status sample_cuda(const float * logits, int64_t B, int64_t V, const maporl_sample_params & p, const int32_t * given,
+                          int32_t * tokens, float * logprobs, float * raw_logprobs, uint8_t * valid);
+
+// cand_pass_f32 / gumbel_cands_f32: the unfiltered path's candidate pass (sampling_row.h) and the Gumbel-max
+// over its candidates.
+#define MAPORL_SAMPLING_ISA_DECLS                                                                            \
+    RowMax row_max_f32(const float * z, int64_t V);                                                         \
+    double row_sum_exp_f32(const float * z, int64_t V, float temp, float M, float min_e);                    \
+    float exp_one_f32(float x, float M);                                                                    \
+    int64_t next_at_least_f32(const float * z, int64_t from, int64_t V, float temp, float thr, bool strict); \
+    CandPass cand_pass_f32(const float * z, int64_t V, float temp, float M, float floor_x, bool with_sum,     \
+                           float min_e, int32_t * idx);                                                     \
+    int64_t gumbel_cands_f32(const float * z, const int32_t * idx, int64_t n, float temp, uint64_t seed,      \
+                             int64_t position);
+namespace avx512 { MAPORL_SAMPLING_ISA_DECLS }
+namespace avx2 { MAPORL_SAMPLING_ISA_DECLS }
+#undef MAPORL_SAMPLING_ISA_DECLS
+
+}  // namespace maporl

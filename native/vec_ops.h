@@ -1,0 +1,68 @@
+// vec_ops.h: the SIMD "Ops" of the shared row templates (policy_loss.h, logits_row.h, sampling_row.h): the
+// vector type of vec.h with load/store/exp/select and the lane reductions, in the interface ScalarLoad<float>
+// gives the scalar paths. Include only from a per-ISA unit (see vec.h).
+#pragma once
+
+#include "vec.h"
+
+namespace maporl {
+namespace MAPORL_ISA {
+
+struct VecOps {
+    typedef vf V;
+    typedef vi K;
+    static constexpr int W = maporl::MAPORL_ISA::W;
+    static MAPORL_INLINE V splat(double x) { return maporl::MAPORL_ISA::splat((float)x); }
+    static MAPORL_INLINE V exp(V x) { return vexp(x); }
+    static MAPORL_INLINE V exp_nonpos(V x) { return vexp_nonpos(x); }
+    static MAPORL_INLINE V max(V a, V b) { return vmax_keep_nan(a, b); }
+    static MAPORL_INLINE V abs(V x) { return vabs(x); }
+    static MAPORL_INLINE V sel(K k, V a, V b) { return k ? a : b; }
+    static MAPORL_INLINE V load(const float * p) { return maporl::MAPORL_ISA::load(p); }
+    static MAPORL_INLINE V loadm(const uint8_t * p) { return maporl::MAPORL_ISA::load(p); }
+    static MAPORL_INLINE V loadm(const float * p) { return maporl::MAPORL_ISA::load(p); }
+    static MAPORL_INLINE void store(float * p, V v) { maporl::MAPORL_ISA::store(p, v); }
+    // Non-temporal store (no read-for-ownership of the line); p must be aligned to the vector size.
+    static MAPORL_INLINE void stream(float * p, V v) {
+#if defined(__AVX512F__) && MAPORL_VEC_W == 16
+        _mm512_stream_ps(p, (__m512)v);
+#elif defined(__AVX__) && MAPORL_VEC_W == 8
+        _mm256_stream_ps(p, (__m256)v);
+#else
+        store(p, v);
+#endif
+    }
+    static MAPORL_INLINE void fence() { _mm_sfence(); }
+    static MAPORL_INLINE double hsum(V v) { return hsum_d(v); }
+    static MAPORL_INLINE double hmax(V v) { return (double)maporl::MAPORL_ISA::hmax(v); }
+    static MAPORL_INLINE bool any(K k) {
+#if defined(__AVX512F__) && MAPORL_VEC_W == 16
+        return _mm512_test_epi32_mask((__m512i)k, (__m512i)k) != 0;
+#elif defined(__AVX__) && MAPORL_VEC_W == 8
+        return !_mm256_testz_si256((__m256i)k, (__m256i)k);
+#else
+        for (int i = 0; i < W; ++i)
+            if (k[i]) return true;
+        return false;
+#endif
+    }
+    static MAPORL_INLINE double lane(V v, int i) { return (double)v[i]; }
+    // Writes base + l for every lane l set in k to out, in lane order; returns how many.
+    static MAPORL_INLINE int compress(K k, int64_t base, int32_t * out) {
+#if defined(__AVX512F__) && MAPORL_VEC_W == 16
+        const __mmask16 m = _mm512_cmpneq_epi32_mask((__m512i)k, _mm512_setzero_si512());
+        const __m512i ids = _mm512_add_epi32(_mm512_set1_epi32((int)base),
+                                             _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+        _mm512_mask_compressstoreu_epi32(out, m, ids);
+        return __builtin_popcount((unsigned)m);
+#else
+        int n = 0;
+        for (int l = 0; l < W; ++l)
+            if (k[l]) out[n++] = (int32_t)(base + l);
+        return n;
+#endif
+    }
+};
+
+}  // namespace MAPORL_ISA
+}  // namespace maporl
