@@ -26,23 +26,23 @@ namespace maporl {
 namespace {
 
 struct Passes {
-    RowMax (*max)(const float *, int64_t);
+    RowMax (*max)(const float *, int64_t, float, bool, bool);
     double (*sum_exp)(const float *, int64_t, float, float, float);
     float (*exp_one)(float, float);
     int64_t (*next)(const float *, int64_t, int64_t, float, float, bool);
-    CandPass (*cands)(const float *, int64_t, float, float, float, bool, float, int32_t *);
+    int64_t (*cands)(const float *, int64_t, float, int32_t *);
     int64_t (*gumbel)(const float *, const int32_t *, int64_t, float, uint64_t, int64_t);
 };
 
-RowMax scalar_max(const float * z, int64_t V) { return row_max_t<ScalarLoad<float>>(z, V); }
+RowMax scalar_max(const float * z, int64_t V, float t, bool wr, bool wt) {
+    return row_max_t<ScalarLoad<float>>(z, V, t, wr, wt);
+}
 double scalar_sum_exp(const float * z, int64_t V, float t, float M, float e) { return row_sum_exp_t<ScalarLoad<float>>(z, V, t, M, e); }
 float scalar_exp_one(float x, float M) { return exp_one_t<ScalarLoad<float>>(x, M); }
 int64_t scalar_next(const float * z, int64_t f, int64_t V, float t, float thr, bool s) {
     return next_at_least_t<ScalarLoad<float>>(z, f, V, t, thr, s);
 }
-CandPass scalar_cands(const float * z, int64_t V, float t, float M, float fl, bool ws, float me, int32_t * idx) {
-    return cand_pass_t<ScalarLoad<float>>(z, V, t, M, fl, ws, me, idx);
-}
+int64_t scalar_cands(const float * z, int64_t V, float z0, int32_t * idx) { return cand_scan_t<ScalarLoad<float>>(z, V, z0, idx); }
 // The scalar Gumbel-max over candidates: the same keys as the vector one, one element at a time.
 int64_t scalar_gumbel(const float * z, const int32_t * idx, int64_t n, float temp, uint64_t seed, int64_t position) {
     int64_t best = -1;
@@ -63,10 +63,10 @@ Passes passes() {
     switch (active_isa()) {
     case Isa::Avx512:
         return {avx512::row_max_f32, avx512::row_sum_exp_f32, avx512::exp_one_f32, avx512::next_at_least_f32,
-                avx512::cand_pass_f32, avx512::gumbel_cands_f32};
+                avx512::cand_scan_f32, avx512::gumbel_cands_f32};
     case Isa::Avx2:
         return {avx2::row_max_f32, avx2::row_sum_exp_f32, avx2::exp_one_f32, avx2::next_at_least_f32,
-                avx2::cand_pass_f32, avx2::gumbel_cands_f32};
+                avx2::cand_scan_f32, avx2::gumbel_cands_f32};
     default: return {scalar_max, scalar_sum_exp, scalar_exp_one, scalar_next, scalar_cands, scalar_gumbel};
     }
 }
@@ -107,16 +107,18 @@ struct RowOut {
 };
 
 // Samples row z (given < 0), or scores token `given`.
-RowOut sample_one(const Passes & P, const float * z, int64_t V, const SampleRow & r, int32_t given,
+RowOut sample_one(const Passes & P, const float * z, int64_t V, const SampleRow & r, int32_t given, bool want_raw,
                   std::vector<int32_t> & scratch) {
     RowOut o{-1, NAN, NAN, 0};
-    const RowMax mx = P.max(z, V);
+    const bool greedy = r.temperature == 0.0f;
+    const bool t1 = greedy || r.temperature == 1.0f;
+    const RowMax mx = P.max(z, V, greedy ? 1.0f : r.temperature, want_raw || t1, !t1);
     if (mx.bad || mx.max == -INFINITY) return o;
     o.valid = 1;
     const double raw_sum = mx.sum;
     const double lse_raw = (double)mx.max + std::log(raw_sum);
-    auto raw_of = [&](int64_t t) { return (float)((double)z[t] - lse_raw); };
-    if (r.temperature == 0.0f) {  // greedy: a point mass on the first argmax
+    auto raw_of = [&](int64_t t) { return want_raw || t1 ? (float)((double)z[t] - lse_raw) : NAN; };
+    if (greedy) {  // a point mass on the first argmax
         o.token = given >= 0 ? given : (int32_t)mx.argmax;
         o.lp = o.token == mx.argmax ? 0.0f : -INFINITY;
         o.raw = raw_of(o.token);
@@ -175,12 +177,26 @@ RowOut sample_one(const Passes & P, const float * z, int64_t V, const SampleRow 
         }
         if (given < 0) best = P.gumbel(z, idx.data(), n, T, r.seed, r.position);
     } else {
-        // One pass at the temperature: the support's sum (unless it is the raw one) and the race's candidates.
-        const bool with_sum = T != 1.0f || has_min;
-        const CandPass cp = P.cands(z, V, T, M, floor_x, with_sum, min_e, idx.data());
-        S = with_sum ? cp.sum : raw_sum;
-        if (given >= 0) given_in = z[given] > -INFINITY && !(has_min && P.exp_one(x_of(given), M) < min_e);
-        else best = P.gumbel(z, idx.data(), cp.count, T, r.seed, r.position);
+        // Every element that can win the race, or pass min-p, is at or above floor_x (min-p below e^-20.5 excepted).
+        const int64_t n = P.cands(z, V, z_threshold(floor_x, T), idx.data());
+        const double s_t = T == 1.0f ? raw_sum : mx.sum_t;
+        if (!has_min) {
+            S = s_t;
+            given_in = z[given >= 0 ? given : 0] > -INFINITY;
+            if (given < 0) best = P.gumbel(z, idx.data(), n, T, r.seed, r.position);
+        } else {
+            const bool covered = (double)min_e >= std::exp(-(double)kGumbelSpan);
+            S = covered ? 0.0 : P.sum_exp(z, V, T, M, min_e);
+            int64_t m = 0;
+            for (int64_t j = 0; j < n; ++j) {
+                const float e = P.exp_one(x_of(idx[j]), M);
+                if (e < min_e) continue;
+                if (covered) S += (double)e;
+                idx[(size_t)m++] = idx[j];
+            }
+            if (given >= 0) given_in = z[given] > -INFINITY && !(P.exp_one(x_of(given), M) < min_e);
+            else best = P.gumbel(z, idx.data(), m, T, r.seed, r.position);
+        }
     }
     if (given >= 0) {
         o.token = given;
@@ -202,7 +218,7 @@ void run_rows(const float * logits, int64_t B, int64_t V, const maporl_sample_pa
     parallel_for(B, 1, [&](int64_t b0, int64_t b1) {
         std::vector<int32_t> scratch((size_t)V);
         for (int64_t b = b0; b < b1; ++b) {
-            const RowOut o = sample_one(P, logits + b * V, V, sample_row(p, b), given ? given[b] : -1, scratch);
+            const RowOut o = sample_one(P, logits + b * V, V, sample_row(p, b), given ? given[b] : -1, raw != nullptr, scratch);
             if (tokens) tokens[b] = o.token;
             if (logprobs) logprobs[b] = o.lp;
             if (raw) raw[b] = o.raw;

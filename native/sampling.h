@@ -27,15 +27,14 @@ SampleRow sample_row(const maporl_sample_params & p, int64_t b);
 maporl_status sample_cuda(const float * logits, int64_t B, int64_t V, const maporl_sample_params & p, const int32_t * given,
                           int32_t * tokens, float * logprobs, float * raw_logprobs, uint8_t * valid);
 
-// cand_pass_f32 / gumbel_cands_f32: the unfiltered path's candidate pass (sampling_row.h) and the Gumbel-max
-// over its candidates.
+// cand_scan_f32 / gumbel_cands_f32: the candidates of the Gumbel race (sampling_row.h) and the Gumbel-max over
+// them.
 #define MAPORL_SAMPLING_ISA_DECLS                                                                            \
-    RowMax row_max_f32(const float * z, int64_t V);                                                         \
+    RowMax row_max_f32(const float * z, int64_t V, float temp, bool with_raw, bool with_t);                  \
     double row_sum_exp_f32(const float * z, int64_t V, float temp, float M, float min_e);                    \
     float exp_one_f32(float x, float M);                                                                    \
     int64_t next_at_least_f32(const float * z, int64_t from, int64_t V, float temp, float thr, bool strict); \
-    CandPass cand_pass_f32(const float * z, int64_t V, float temp, float M, float floor_x, bool with_sum,     \
-                           float min_e, int32_t * idx);                                                     \
+    int64_t cand_scan_f32(const float * z, int64_t V, float z0, int32_t * idx);                              \
     int64_t gumbel_cands_f32(const float * z, const int32_t * idx, int64_t n, float temp, uint64_t seed,      \
                              int64_t position);
 namespace avx512 { MAPORL_SAMPLING_ISA_DECLS }

@@ -16,6 +16,7 @@ struct RowMax {
     int64_t argmax;  // its first index
     bool bad;        // a NaN or +Inf logit
     double sum;      // sum of exp(z - max) (the raw softmax denominator)
+    double sum_t;    // sum of exp(x - max / temp), x = z / temp (when asked; else 0)
 };
 
 template <class Ops>
@@ -32,14 +33,16 @@ typename Ops::V scaled(typename Ops::V x, float temp) {
     return temp == 1.0f ? x : x / Ops::splat((double)temp);
 }
 
-// One read of the row: max, NaN / +Inf, and the raw softmax denominator by an online sum (one exp per element,
-// the running max rescaled once per chunk of 8 vectors); then the first argmax from cache.
+// One read of the row: max, NaN / +Inf, and the softmax denominators by online sums (the running max rescaled
+// once per chunk of 8 vectors): raw when with_raw, and at the temperature when with_t (x = z / temp; its
+// running max is the raw one divided by temp, as division is monotone). Then the first argmax, from cache.
 template <class Ops>
-RowMax row_max_t(const float * z, int64_t V) {
+RowMax row_max_t(const float * z, int64_t V, float temp, bool with_raw, bool with_t) {
     typedef typename Ops::V Vv;
     constexpr int W = Ops::W, CH = 8 * W;
-    const Vv ninf = Ops::splat(-INFINITY), inf = Ops::splat(INFINITY), zero = Ops::splat(0.0);
-    Vv m = ninf, s = zero;
+    const Vv ninf = Ops::splat(-INFINITY), inf = Ops::splat(INFINITY), zero = Ops::splat(0.0),
+             tv = Ops::splat((double)temp);
+    Vv m = ninf, s = zero, st = zero, mst = zero;
     bool bad = false;
     for (int64_t i0 = 0; i0 < V; i0 += CH) {
         Vv x[8];
@@ -51,16 +54,27 @@ RowMax row_max_t(const float * z, int64_t V) {
         }
         const Vv mn = Ops::sel(cm > m, cm, m);
         const Vv ms = Ops::sel(mn == ninf, zero, mn);
-        s = s * Ops::exp_nonpos(m - ms);
-        for (int k = 0; k < 8; ++k) s += Ops::exp_nonpos(x[k] - ms);
+        if (with_raw) {
+            s = s * Ops::exp_nonpos(m - ms);
+            for (int k = 0; k < 8; ++k) s += Ops::exp_nonpos(x[k] - ms);
+        }
+        if (with_t) {
+            const Vv mt = ms / tv;
+            st = st * Ops::exp_nonpos(Ops::sel(m == ninf, ninf, mst - mt));
+            for (int k = 0; k < 8; ++k) st += Ops::exp_nonpos(x[k] / tv - mt);
+            mst = mt;
+        }
         m = mn;
     }
-    RowMax r{-INFINITY, -1, bad, 0.0};
+    RowMax r{-INFINITY, -1, bad, 0.0, 0.0};
     for (int l = 0; l < W; ++l) r.max = (float)Ops::lane(m, l) > r.max ? (float)Ops::lane(m, l) : r.max;
     if (bad || r.max == -INFINITY) return r;
+    const double Mt = (double)(r.max / temp);
     for (int l = 0; l < W; ++l) {
         const double sl = Ops::lane(s, l);
         if (sl > 0) r.sum += sl * ::exp(Ops::lane(m, l) - (double)r.max);
+        const double tl = Ops::lane(st, l);
+        if (with_t && tl > 0) r.sum_t += tl * ::exp(Ops::lane(mst, l) - Mt);
     }
     const Vv mx = Ops::splat((double)r.max);
     for (int64_t i = 0; i < V; i += W)
@@ -73,40 +87,28 @@ RowMax row_max_t(const float * z, int64_t V) {
     return r;
 }
 
-// One pass at the temperature: the sum of e = exp(x - M) over the elements with e >= min_e (when with_sum or
-// min_e > 0), and the indices of the candidates of the Gumbel race (x >= floor_x, and e >= min_e), in order.
-struct CandPass {
-    double sum;
-    int64_t count;
-};
+// The smallest float z0 with fl(z0 / temp) >= x_floor: {z : z / temp >= x_floor} = {z >= z0}, as rounded
+// division is monotone, so candidate scans compare raw logits without dividing.
+inline float z_threshold(float x_floor, float temp) {
+    if (temp == 1.0f) return x_floor;
+    float z0 = x_floor * temp;
+    while (z0 / temp < x_floor) z0 = nextafterf(z0, INFINITY);
+    for (float d = nextafterf(z0, -INFINITY); d / temp >= x_floor; d = nextafterf(z0, -INFINITY)) z0 = d;
+    return z0;
+}
 
+// Indices (ascending) of the elements with z >= z0: the candidates of the Gumbel race.
 template <class Ops>
-CandPass cand_pass_t(const float * z, int64_t V, float temp, float M, float floor_x, bool with_sum, float min_e,
-                     int32_t * idx) {
+int64_t cand_scan_t(const float * z, int64_t V, float z0, int32_t * idx) {
     typedef typename Ops::V Vv;
-    typedef typename Ops::K Kk;
     constexpr int W = Ops::W;
-    const Vv mv = Ops::splat((double)M), lim = Ops::splat((double)min_e), fl = Ops::splat((double)floor_x),
-             zero = Ops::splat(0.0);
-    const bool need_e = with_sum || min_e > 0.0f;
-    CandPass c{0.0, 0};
-    for (int64_t b0 = 0; b0 < V; b0 += 64 * W) {
-        const int64_t b1 = b0 + 64 * W < V ? b0 + 64 * W : V;
-        Vv acc = zero;
-        for (int64_t i = b0; i < b1; i += W) {
-            const Vv x = scaled<Ops>(load_padded<Ops>(z, i, V), temp);
-            Kk cand = x >= fl;
-            if (need_e) {
-                const Vv e = Ops::exp_nonpos(x - mv);
-                const Kk in = e >= lim;
-                acc += Ops::sel(in, e, zero);
-                cand = cand & in;
-            }
-            if (Ops::any(cand)) c.count += Ops::compress(cand, i, idx + c.count);  // padded lanes are -Inf: never set
-        }
-        c.sum += Ops::hsum(acc);
+    const Vv t = Ops::splat((double)z0);
+    int64_t n = 0;
+    for (int64_t i = 0; i < V; i += W) {
+        const auto k = load_padded<Ops>(z, i, V) >= t;  // padded lanes are -Inf: never set
+        if (Ops::any(k)) n += Ops::compress(k, i, idx + n);
     }
-    return c;
+    return n;
 }
 
 // Sum over the row of e = exp(x - M) for the elements with e >= min_e (min_e = 0: all), in double.

@@ -298,7 +298,8 @@ maporl_sample_params maporl_sample_default_params(void);
  * before it is < p), intersected with the min-p set (p_i >= min_p * p_max); the token is the Gumbel-max
  * argmax over the support of z / temperature + Gumbel(seed, position, index), ties to the lower index.
  *   tokens_out [B] int32, logprobs_out [B]: log-prob under the renormalised support at that temperature
- *   (0 when greedy), raw_logprobs_out [B]: under softmax(z), valid_out [B] (uint8, may be NULL).
+ *   (0 when greedy), raw_logprobs_out [B]: under softmax(z) (may be NULL, which saves a second exp per element
+ *   when the temperature is not 1), valid_out [B] (uint8, may be NULL). logprobs_out may be NULL.
  * A row with a NaN or +Inf logit, or with every logit -Inf, gets valid 0, token -1 and NaN log-probs; it is
  * not an error. Parameters out of range are MAPORL_ERR_INVALID_ARG (nothing written). */
 maporl_status maporl_sample(maporl_device device, const float * logits, int64_t B, int64_t V,
