@@ -25,3 +25,7 @@ export {
     logprobs, logprobsAsync, fusedPolicyLoss, fusedPolicyLossAsync, type LogprobsBatch, type LogprobsOptions, type LogprobsResult,
     type FusedBatch, type FusedOptions, type FusedResult, type LogitsShape,
 } from "./rl/logits.js";
+export {
+    sample, sampleAsync, logprobsOfTokens, logprobsOfTokensAsync, type SampleBatch, type SampleOptions, type SampleResult,
+    type TokensBatch, type LogprobsOfTokensResult, type FilterOrder,
+} from "./rl/sampling.js";

@@ -57,6 +57,21 @@ type FusedArgs = [logits: F32, targets: Int32Array, oldLogp: F32 | null, advanta
     refLogp: F32 | null, B: number, T: number, V: number, temperature: number, params: NativeLossParams, device: 0 | 1,
     gradLogits: F32, logp: F32 | null, entropy: F32 | null, gradLogp: F32 | null];
 
+/** Sampling parameters as bindings/sampling.cpp reads them: scalars or per-row typed arrays. */
+export interface NativeSampleParams {
+    temperature: number | Float32Array;
+    topK: number | Int32Array;
+    topP: number | Float32Array;
+    minP: number | Float32Array;
+    seed: bigint | BigUint64Array;
+    position: bigint | BigInt64Array;
+    filterOrder: 0 | 1;
+}
+type SampleArgs = [logits: F32, B: number, V: number, params: NativeSampleParams, device: 0 | 1, tokens: Int32Array,
+    logprobs: F32 | null, rawLogprobs: F32 | null, valid: Uint8Array | null];
+type SampleLogprobsArgs = [logits: F32, B: number, V: number, params: NativeSampleParams, device: 0 | 1, tokens: Int32Array,
+    logprobs: F32, rawLogprobs: F32 | null];
+
 /** The addon's functions (bindings/*.cpp). Device: 0 = CPU, 1 = CUDA. */
 export interface NativeBinding {
     backendInfo(): NativeBackendInfo;
@@ -85,6 +100,10 @@ export interface NativeBinding {
     logprobsAsync(...args: LogprobsArgs): Promise<void>;
     fusedPolicyLoss(...args: FusedArgs): NativeLossStats;
     fusedPolicyLossAsync(...args: FusedArgs): Promise<NativeLossStats>;
+    sample(...args: SampleArgs): void;
+    sampleAsync(...args: SampleArgs): Promise<void>;
+    sampleLogprobs(...args: SampleLogprobsArgs): void;
+    sampleLogprobsAsync(...args: SampleLogprobsArgs): Promise<void>;
     gaeAsync(rewards: Float32Array, values: Float32Array, mask: MaskArray, B: number, T: number, gamma: number,
         lambda: number, whiten: boolean, device: 0 | 1, advantages: Float32Array,
         returns: Float32Array): Promise<void>;

@@ -112,12 +112,13 @@ RowOut sample_one(const Passes & P, const float * z, int64_t V, const SampleRow 
     RowOut o{-1, NAN, NAN, 0};
     const bool greedy = r.temperature == 0.0f;
     const bool t1 = greedy || r.temperature == 1.0f;
-    const RowMax mx = P.max(z, V, greedy ? 1.0f : r.temperature, want_raw || t1, !t1);
+    const bool listed = (r.top_k > 0 && r.top_k < V) || (r.top_p > 0.0f && r.top_p < 1.0f);  // support sums come later
+    const RowMax mx = P.max(z, V, greedy ? 1.0f : r.temperature, want_raw || (t1 && !listed), !t1 && !listed && !greedy);
     if (mx.bad || mx.max == -INFINITY) return o;
     o.valid = 1;
     const double raw_sum = mx.sum;
     const double lse_raw = (double)mx.max + std::log(raw_sum);
-    auto raw_of = [&](int64_t t) { return want_raw || t1 ? (float)((double)z[t] - lse_raw) : NAN; };
+    auto raw_of = [&](int64_t t) { return want_raw ? (float)((double)z[t] - lse_raw) : NAN; };
     if (greedy) {  // a point mass on the first argmax
         o.token = given >= 0 ? given : (int32_t)mx.argmax;
         o.lp = o.token == mx.argmax ? 0.0f : -INFINITY;

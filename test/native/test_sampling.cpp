@@ -296,6 +296,30 @@ TEST(invalid_rows_greedy_and_token_logprobs) {
               std::strstr(maporl_last_error(), "params.temperature") != nullptr, "%s", maporl_last_error());
 }
 
+// Four equal logits and p = 0.5: the mass before the third is exactly 0.5, not < 0.5, so the support is exactly
+// the first two indices (the total order puts the lower index first). With top-k 2 first and p = 0.5, the mass
+// before the second is exactly half of the top-k set: only index 0 remains.
+TEST(top_p_boundary_with_exact_ties) {
+    const int V = 4, N = 4000;
+    std::vector<float> z((size_t)N * V, 0.75f);
+    std::vector<int64_t> pos(N);
+    std::iota(pos.begin(), pos.end(), 0);
+    for (const Filter f : {Filter{1.0, 0, 0.5, 0, 0}, Filter{0.5, 0, 0.5, 0, 1}, Filter{1.0, 2, 0.5, 0, 0}}) {
+        maporl_sample_params p = params_of(f, 77);
+        p.position = pos.data();
+        std::vector<int32_t> tok(N);
+        std::vector<float> lp(N);
+        CHECK(maporl_sample(MAPORL_DEVICE_CPU, z.data(), N, V, &p, tok.data(), lp.data(), nullptr, nullptr) == MAPORL_OK, "%s",
+              maporl_last_error());
+        int seen[V] = {0, 0, 0, 0};
+        for (int32_t t : tok) seen[t >= 0 && t < V ? t : 0]++;
+        const bool one = f.k == 2;
+        CHECK(seen[2] == 0 && seen[3] == 0 && (one ? seen[1] == 0 && seen[0] == N : seen[0] > N / 3 && seen[1] > N / 3),
+              "k=%d p=%g: counts %d %d %d %d", f.k, f.p, seen[0], seen[1], seen[2], seen[3]);
+        CHECK(std::fabs(lp[0] - (one ? 0.0f : std::log(0.5f))) < 1e-6, "log-prob %g", lp[0]);
+    }
+}
+
 TEST(top_p_fallback_beyond_the_window_is_exact) {
     // Flat logits at a high temperature: the top-1024 window holds < 0.9 of the mass, so every finite element is
     // ranked; the support must still be the exact prefix.
