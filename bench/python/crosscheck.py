@@ -13,6 +13,7 @@ from gae import gae_verl_style  # noqa: E402
 from grpo import grpo_vectorized  # noqa: E402
 from reinforce import reinforce_plus_plus  # noqa: E402
 from policy_loss import ppo_loss  # noqa: E402
+from sampling import apply_top_k_top_p  # noqa: E402
 
 
 def main():
@@ -33,7 +34,11 @@ def main():
     zlp = torch.log_softmax(z, dim=-1).gather(-1, torch.tensor(d["y"]).unsqueeze(-1)).squeeze(-1)
     fl = ppo_loss(zlp, torch.tensor(d["zold"]), torch.tensor(d["zadv"]), torch.ones(N))
     fl.backward()
-    print(json.dumps({"gae_advantages": (gae_a * m).flatten().tolist(), "gae_returns": (gae_R * m).flatten().tolist(),
+    SB, SV = d["SB"], d["SV"]
+    sz = torch.tensor(d["sz"]).view(SB, SV) / d["stemp"]
+    processed = apply_top_k_top_p(sz, torch.full((SB,), d["sk"]), torch.full((SB,), d["sp"]))
+    s_lp = torch.log_softmax(processed, dim=-1).gather(-1, torch.tensor(d["stok"]).unsqueeze(-1)).squeeze(-1)
+    print(json.dumps({"sample_logprobs": s_lp.tolist(), "gae_advantages": (gae_a * m).flatten().tolist(), "gae_returns": (gae_R * m).flatten().tolist(),
                       "rpp_advantages": rpp_a.flatten().tolist(), "rpp_returns": (rpp_G * m).flatten().tolist(),
                       "grpo": grpo.tolist(), "pl_loss": [pl.item()], "pl_grad": lp.grad.flatten().tolist(),
                       "fused_loss": [fl.item()], "fused_grad": z.grad.flatten().tolist()}))

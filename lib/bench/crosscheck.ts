@@ -6,6 +6,7 @@ import { groupAdvantages } from "../rl/groupAdvantages.js";
 import { fusedPolicyLoss } from "../rl/logits.js";
 import { policyLoss } from "../rl/policyLoss.js";
 import { reinforceReturns } from "../rl/reinforceReturns.js";
+import { logprobsOfTokens, sample } from "../rl/sampling.js";
 import { runPythonScript } from "./python.js";
 
 export interface CrossCheck {
@@ -32,7 +33,11 @@ export function crossCheckBaselines(): CrossCheck {
     const N = 6, V = 33;
     const z = new Float32Array(N * V).map(() => 4 * next() - 2), y = Int32Array.from({ length: N }, (_, i) => (i * 7) % V);
     const zold = new Float32Array(N).map(() => -3.5 + next()), zadv = new Float32Array(N).map(() => next() - 0.5);
-    const res = runPythonScript("crosscheck.py", { B, T, gamma, lambda, r: [...r], v: [...v], m: [...m], s: [...s], g: [...g],
+    // Sampling: the processed distribution's log-probs of sampled tokens (top-k 20, top-p 0.8, temperature 0.7).
+    const SB = 8, SV = 300, sz = new Float32Array(SB * SV).map(() => 6 * next() - 3);
+    const sopts = { temperature: 0.7, topK: 20, topP: 0.8, device: "cpu" as const };
+    const stok = sample({ logits: sz, shape: [SB, SV] }, { ...sopts, seed: 3 }).tokens;
+    const res = runPythonScript("crosscheck.py", { SB, SV, sz: [...sz], stemp: 0.7, sk: 20, sp: 0.8, stok: [...stok], B, T, gamma, lambda, r: [...r], v: [...v], m: [...m], s: [...s], g: [...g],
         lp: [...lp], old: [...old], adv: [...adv], ref: [...ref], N, V, z: [...z], y: [...y], zold: [...zold], zadv: [...zadv] });
     if (!res.ok) return { ok: false, error: res.error };
     const py = res.value as Record<string, number[]>;
@@ -43,6 +48,7 @@ export function crossCheckBaselines(): CrossCheck {
         { kl: { coef: 0.001, estimator: "k3" }, device: "cpu" });
     const fl = fusedPolicyLoss({ logits: z, targets: y, oldLogp: zold, advantages: zadv, mask: new Uint8Array(N).fill(1), shape: [N, V] },
         { device: "cpu" });
+    const slp = logprobsOfTokens({ logits: sz, tokens: stok, shape: [SB, SV] }, sopts).logprobs;
     const diff = (a: Float32Array, b: number[] | undefined) =>
         b === undefined || b.length !== a.length ? Infinity : Math.max(...Array.from(a, (x, i) => Math.abs(x - b[i]!)));
     return {
@@ -54,6 +60,7 @@ export function crossCheckBaselines(): CrossCheck {
             "policyLoss.loss": diff(Float32Array.of(pl.loss), py.pl_loss), "policyLoss.gradLogp": diff(pl.gradLogp, py.pl_grad),
             "fusedPolicyLoss.loss": diff(Float32Array.of(fl.loss), py.fused_loss),
             "fusedPolicyLoss.gradLogits": diff(fl.gradLogits, py.fused_grad),
+            "sample.logprobs (top-k, top-p)": diff(slp, py.sample_logprobs),
         },
     };
 }

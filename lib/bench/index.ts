@@ -13,6 +13,7 @@ import { benchGae } from "./gae.js";
 import { benchGroupAdvantages } from "./groupAdvantages.js";
 import { benchFusedPolicyLoss, benchPolicyLoss } from "./policyLoss.js";
 import { benchReinforceReturns } from "./reinforceReturns.js";
+import { benchSampling } from "./sampling.js";
 import { type BenchContext, type BenchRow } from "./types.js";
 
 export type { BenchContext, BenchRow } from "./types.js";
@@ -23,6 +24,7 @@ export const BENCHMARKS: Record<string, (ctx: BenchContext) => Promise<BenchRow[
     reinforceReturns: benchReinforceReturns,
     policyLoss: benchPolicyLoss,
     fusedPolicyLoss: benchFusedPolicyLoss,
+    sample: benchSampling,
 };
 
 export interface BenchOptions {
