@@ -24,7 +24,7 @@ for t in "$build"/test_*; do
     [ -x "$t" ] || continue
     case "$t" in *.*) continue ;; esac
     case "$(basename "$t")" in
-        test_gae|test_group_advantages|test_policy_loss) out=$("$t" --bench); rc=$? ;;
+        test_gae|test_group_advantages|test_policy_loss|test_sampling) out=$("$t" --bench); rc=$? ;;
         *) out=$("$t"); rc=$? ;;
     esac
     echo "$out"
@@ -51,5 +51,9 @@ echo '{"kernel": "policy_loss", "B": 64, "T": 4096, "device": "cuda", "reps": 20
     | "$py" bench/python/run.py | sed "s/^/torch policy_loss (vanilla+k3, autograd) cuda B=64 T=4096: /"
 echo '{"kernel": "fused_policy_loss", "N": 2048, "V": 32768, "device": "cuda", "reps": 10, "threads": 16}' \
     | "$py" bench/python/run.py | sed "s/^/torch fused (log_softmax+gather+loss, autograd) cuda N=2048 V=32768: /"
+for filt in '"top_k": 50, "top_p": 0.9, ' ''; do
+    echo "{\"kernel\": \"sampling\", \"B\": 64, \"V\": 151936, \"temperature\": 0.7, $filt\"device\": \"cuda\", \"reps\": 10, \"threads\": 16}" \
+        | "$py" bench/python/run.py | sed "s/^/torch sampling (vLLM-native mirror) cuda B=64 V=151936 $filt: /"
+done
 echo "total: $(( $(date +%s) - t0 )) s"
 exit $status

@@ -346,6 +346,62 @@ TEST(top_p_fallback_beyond_the_window_is_exact) {
     CHECK(bad == 0, "%d rows wrong", bad);
 }
 
+// With a GPU: CUDA against the CPU on random rows and every filter (tokens equal, log-probs to 1e-5); a
+// boundary decided within float rounding may go either way, so a handful of differences in 4800 rows would be
+// tolerated (none are expected). Without one: the status says so.
+TEST(cuda_matches_cpu_or_reports_no_device) {
+    int count = 0;
+    CHECK(maporl_cuda_device_count(&count) == MAPORL_OK, "%s", maporl_last_error());
+    const int B = 96, V = 777;
+    std::vector<float> z((size_t)B * V);
+    std::mt19937 g(21);
+    std::normal_distribution<float> nd(0.0f, 2.5f);
+    for (auto & v : z) v = nd(g);
+    std::vector<int32_t> tok(B);
+    if (count == 0) {
+        const maporl_sample_params p = maporl_sample_default_params();
+        const maporl_status s = maporl_sample(MAPORL_DEVICE_CUDA, z.data(), B, V, &p, tok.data(), nullptr, nullptr, nullptr);
+        CHECK(s == MAPORL_ERR_NO_DEVICE || s == MAPORL_ERR_INVALID_ARG, "status %d", (int)s);
+        std::printf("  (no CUDA device: compiled=%d; CUDA-vs-CPU comparison not run)\n", maporl_cuda_compiled());
+        return;
+    }
+    void *dz, *dt, *dl, *dr, *dv, *dp;
+    maporl_device_malloc(4 * z.size(), &dz);
+    maporl_device_malloc(4 * B, &dt);
+    maporl_device_malloc(4 * B, &dl);
+    maporl_device_malloc(4 * B, &dr);
+    maporl_device_malloc(B, &dv);
+    maporl_device_malloc(8 * B, &dp);
+    maporl_memcpy_to_device(dz, z.data(), 4 * z.size());
+    std::vector<int64_t> pos(B);
+    std::iota(pos.begin(), pos.end(), 1000);
+    maporl_memcpy_to_device(dp, pos.data(), 8 * B);
+    int diff = 0, lpdiff = 0, rows = 0;
+    const Filter filters[] = {{1, 0, 1, 0, 0}, {0.7, 50, 1, 0, 0}, {0.7, 50, 0.9, 0, 0}, {1.3, 0, 0.8, 0, 0},
+                              {0.9, 0, 1, 0.05, 0}, {1.0, 20, 0.7, 0.02, 1}, {0.0, 0, 1, 0, 0}};
+    for (const Filter & f : filters)
+        for (uint64_t seed = 0; seed < 4; ++seed) {
+            maporl_sample_params p = params_of(f, seed);
+            std::vector<float> lp(B), lp2(B);
+            std::vector<int32_t> t2(B);
+            p.position = pos.data();
+            CHECK(maporl_sample(MAPORL_DEVICE_CPU, z.data(), B, V, &p, tok.data(), lp.data(), nullptr, nullptr) == MAPORL_OK,
+                  "%s", maporl_last_error());
+            p.position = (const int64_t *)dp;
+            CHECK(maporl_sample(MAPORL_DEVICE_CUDA, (float *)dz, B, V, &p, (int32_t *)dt, (float *)dl, (float *)dr,
+                                (uint8_t *)dv) == MAPORL_OK, "%s", maporl_last_error());
+            maporl_memcpy_to_host(t2.data(), dt, 4 * B);
+            maporl_memcpy_to_host(lp2.data(), dl, 4 * B);
+            for (int b = 0; b < B; ++b) {
+                ++rows;
+                diff += t2[b] != tok[b];
+                lpdiff += t2[b] == tok[b] && !(std::fabs(lp2[b] - lp[b]) <= 1e-5 + 1e-5 * std::fabs(lp[b]));
+            }
+        }
+    CHECK(diff <= 3 && lpdiff == 0, "CUDA vs CPU: %d of %d tokens differ, %d log-probs", diff, rows, lpdiff);
+    for (void * q : {dz, dt, dl, dr, dv, dp}) maporl_device_free(q);
+}
+
 }  // namespace
 
 static void bench() {
@@ -372,6 +428,31 @@ static void bench() {
                     (long long)V, filtered ? "top-k 50 top-p 0.9" : "unfiltered", maporl_get_threads(), ts[ts.size() / 2],
                     4.0 * B * V / (ts[ts.size() / 2] * 1e-3) / 1e9);
     }
+    int count = 0;
+    maporl_cuda_device_count(&count);
+    if (count == 0) return;
+    void *dz, *dt, *dl;
+    maporl_device_malloc(4 * z.size(), &dz);
+    maporl_device_malloc(4 * B, &dt);
+    maporl_device_malloc(4 * B, &dl);
+    maporl_memcpy_to_device(dz, z.data(), 4 * z.size());
+    for (int filtered = 0; filtered < 2; ++filtered)
+        for (int64_t rows : {(int64_t)1, B}) {
+            maporl_sample_params p = maporl_sample_default_params();
+            p.temperature_all = 0.7f;
+            if (filtered) { p.top_k_all = 50; p.top_p_all = 0.9f; }
+            std::vector<double> ts;
+            for (int r = 0; r < 20; ++r) {
+                p.position_all = r;
+                const auto t0 = std::chrono::steady_clock::now();
+                maporl_sample(MAPORL_DEVICE_CUDA, (float *)dz, rows, V, &p, (int32_t *)dt, (float *)dl, nullptr, nullptr);
+                ts.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+            }
+            std::sort(ts.begin(), ts.end());
+            std::printf("BENCH sample cuda B=%lld V=%lld T=0.7 %s median_ms=%.4f\n", (long long)rows, (long long)V,
+                        filtered ? "top-k 50 top-p 0.9" : "unfiltered", ts[ts.size() / 2]);
+        }
+    for (void * q : {dz, dt, dl}) maporl_device_free(q);
 }
 
 int main(int argc, char ** argv) {
