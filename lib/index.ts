@@ -29,3 +29,14 @@ export {
     sample, sampleAsync, logprobsOfTokens, logprobsOfTokensAsync, type SampleBatch, type SampleOptions, type SampleResult,
     type TokensBatch, type LogprobsOfTokensResult, type FilterOrder,
 } from "./rl/sampling.js";
+export {
+    extractFinalNumber, extractLabel, lastBoxed, parseNumber, sameNumber, type ExtractedNumber,
+} from "./rewards/extract.js";
+export {
+    gsm8kVerifier, labelVerifier, exactVerifier, regexVerifier, fnVerifier, HttpVerifier, scoreAll, type Verifier,
+    type VerifyItem, type Verdict, type HttpVerifierOptions, type ScoreOutcome,
+} from "./rewards/verifiers.js";
+export { readGsm8k, readAnli, type Gsm8kRecord, type AnliRecord } from "./debate/datasets.js";
+export {
+    debateMetrics, majorityCredit, answerKey, type DebateMetrics, type EpisodeRecord, type AnswerRecord, type Transitions,
+} from "./debate/metrics.js";
