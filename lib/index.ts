@@ -40,3 +40,9 @@ export { readGsm8k, readAnli, type Gsm8kRecord, type AnliRecord } from "./debate
 export {
     debateMetrics, majorityCredit, answerKey, type DebateMetrics, type EpisodeRecord, type AnswerRecord, type Transitions,
 } from "./debate/metrics.js";
+export { type Policy, type ChatMessage, type GenerateRequest, type Generation, type SamplingOptions } from "./policy/types.js";
+export { OpenAICompatiblePolicy, type OpenAICompatibleOptions } from "./policy/openai.js";
+export { Debate, topologyMatrix, type DebateOptions, type DebateItem, type Topology } from "./debate/debate.js";
+export { defaultPrompts, feedbackBin, type DebatePrompts, type DebateTask, type FollowUpContext, type QuestionContext, type PeerAnswer } from "./debate/prompts.js";
+export { transcriptToJSON, transcriptFromJSON, type Transcript, type TurnEntry } from "./debate/transcript.js";
+export { JsonlTracer, type Span, type Tracer } from "./debate/trace.js";

@@ -1,0 +1,173 @@
+// debate.ts: MAPoRL's multi-agent discussion protocol over any Policy (reference/algorithms.md A.2).
+//   - A agents, each with its own Policy (heterogeneous teams work), T turns;
+//   - turn 0: every agent sees the question alone;
+//   - turn t >= 1: agent i's context is its own full history (its answers as assistant messages) plus one user
+//     message per turn with the previous-turn answers of the agents it is connected to (simultaneous moves:
+//     nobody sees a same-turn answer), and, with `feedback`, the verifier's score of its own and their answers;
+//   - topology 'full' (everyone sees everyone), 'ring' (each agent sees its predecessor), 'star' (agent 0 sees
+//     all, the others see agent 0) or an adjacency matrix (adj[i][j]: i sees j);
+//   - optional early stop by consensus (a share of agents agree, and, with a verifier, the majority's mean score
+//     passes a threshold; MAPoRL's check_agent_consensus).
+// The result is a Transcript (transcript.ts); every agent turn is also a span for the tracer (trace.ts).
+import { answerKey } from "./metrics.js";
+import { defaultPrompts, type DebatePrompts, type DebateTask, type PeerAnswer } from "./prompts.js";
+import type { Tracer } from "./trace.js";
+import type { Transcript, TurnEntry } from "./transcript.js";
+import type { ChatMessage, Policy, SamplingOptions } from "../policy/types.js";
+import { extractFinalNumber, extractLabel } from "../rewards/extract.js";
+import type { Verifier } from "../rewards/verifiers.js";
+
+export type Topology = "full" | "ring" | "star" | boolean[][];
+
+export interface DebateOptions {
+    agents: Policy[];
+    turns: number;
+    /** Picks the default prompts and answer extraction. Defaults to 'math'. */
+    task?: DebateTask;
+    topology?: Topology;
+    /** Scores every answer (the score lands on the transcript). */
+    verifier?: Verifier;
+    /** Show the verifier's scores to the agents at the next turn (needs `verifier`). Defaults to false. */
+    feedback?: boolean;
+    prompts?: Partial<DebatePrompts>;
+    sampling?: SamplingOptions;
+    /** Base seed; agent a at turn t gets seed + 1000 * t + a. */
+    seed?: number;
+    /** Stop before turn T when at least `share` of the agents give the same answer (and, with a verifier, the
+     * majority's mean score is >= minScore). Off by default, as in MAPoRL's configs. */
+    consensus?: { share: number; minScore?: number } | null;
+    /** Answer extraction; defaults by task (the final number, or the NLI label). */
+    extract?: (text: string) => string | null;
+    tracer?: Tracer;
+    runId?: string;
+}
+
+export interface DebateItem {
+    id?: string;
+    question: string;
+    reference: string | number;
+}
+
+/** The adjacency matrix of a topology for A agents (adj[i][j]: i sees j; never itself). */
+export function topologyMatrix(topology: Topology, A: number): boolean[][] {
+    const m = Array.from({ length: A }, () => new Array<boolean>(A).fill(false));
+    if (topology === "full") for (let i = 0; i < A; i++) for (let j = 0; j < A; j++) m[i]![j] = i !== j;
+    else if (topology === "ring") for (let i = 0; i < A; i++) { if (A > 1) m[i]![(i + A - 1) % A] = true; }
+    else if (topology === "star") for (let i = 1; i < A; i++) { m[0]![i] = true; m[i]![0] = true; }
+    else if (Array.isArray(topology)) {
+        if (topology.length !== A || topology.some((r) => !Array.isArray(r) || r.length !== A || r.some((x) => typeof x !== "boolean")))
+            throw new TypeError(`Debate: topology: expected an ${A} x ${A} boolean matrix (one row per agent)`);
+        for (let i = 0; i < A; i++) for (let j = 0; j < A; j++) m[i]![j] = i !== j && topology[i]![j]!;
+    } else throw new RangeError(`Debate: topology: expected 'full', 'ring', 'star' or an adjacency matrix, got ${JSON.stringify(topology)}`);
+    return m;
+}
+
+const NLI_LABELS = ["entailment", "neutral", "contradiction"];
+
+export class Debate {
+    private readonly o: DebateOptions & { task: DebateTask; prompts: DebatePrompts; extract: (t: string) => string | null };
+    readonly adjacency: boolean[][];
+
+    constructor(options: DebateOptions) {
+        if (options === null || typeof options !== "object") throw new TypeError("Debate: options: expected an object");
+        const { agents, turns } = options;
+        if (!Array.isArray(agents) || agents.length === 0 || agents.some((a) => !a || typeof a.generate !== "function"))
+            throw new TypeError("Debate: agents: expected a non-empty array of Policy objects (with generate())");
+        if (!Number.isInteger(turns) || turns < 1) throw new RangeError(`Debate: turns: expected an integer >= 1, got ${String(turns)}`);
+        const task = options.task ?? "math";
+        if (task !== "math" && task !== "nli") throw new RangeError(`Debate: task: expected 'math' or 'nli', got ${JSON.stringify(task)}`);
+        if (options.feedback && !options.verifier) throw new TypeError("Debate: feedback: needs a verifier");
+        const c = options.consensus;
+        if (c != null && !(typeof c.share === "number" && c.share > 0 && c.share <= 1))
+            throw new RangeError(`Debate: consensus.share: expected a number in (0, 1], got ${String(c.share)}`);
+        this.adjacency = topologyMatrix(options.topology ?? "full", agents.length);
+        const extract = options.extract ?? (task === "nli" ? (t: string) => extractLabel(t, NLI_LABELS)
+            : (t: string) => extractFinalNumber(t)?.text ?? null);
+        this.o = { ...options, task, extract, prompts: { ...defaultPrompts, ...(options.prompts ?? {}) } };
+    }
+
+    /** Runs one episode. Rejects promptly on abort (with signal.reason) and when a policy fails. */
+    async run(item: DebateItem, options: { signal?: AbortSignal } = {}): Promise<Transcript> {
+        if (!item || typeof item.question !== "string") throw new TypeError("Debate.run: item.question: expected a string");
+        if (typeof item.reference !== "string" && typeof item.reference !== "number")
+            throw new TypeError("Debate.run: item.reference: expected a string or number");
+        const { agents, turns } = this.o, A = agents.length, signal = options.signal;
+        const id = item.id ?? `q${Date.now().toString(36)}`;
+        const histories: ChatMessage[][] = Array.from({ length: A }, () => []);
+        const out: TurnEntry[][] = [];
+        let stoppedEarly = false;
+        for (let t = 0; t < turns; t++) {
+            signal?.throwIfAborted();
+            const prompts = agents.map((_, a) => {
+                const content = t === 0 ? this.o.prompts.question({ task: this.o.task, question: item.question })
+                    : this.o.prompts.followUp(this.followUpContext(item.question, t, a, out[t - 1]!));
+                return [...histories[a]!, { role: "user" as const, content }];
+            });
+            const entries = await Promise.all(agents.map((policy, a) => this.turn(policy, id, item, t, a, prompts[a]!, signal)));
+            out.push(entries);
+            entries.forEach((e, a) => histories[a]!.push(e.prompt[e.prompt.length - 1]!, { role: "assistant", content: e.text }));
+            if (t + 1 < turns && this.consensusReached(entries)) {
+                stoppedEarly = true;
+                break;
+            }
+        }
+        return { version: 1, id, question: item.question, reference: item.reference, agents: A, adjacency: this.adjacency,
+            turns: out, stoppedEarly };
+    }
+
+    private followUpContext(question: string, t: number, a: number, prev: TurnEntry[]) {
+        const fb = this.o.feedback === true;
+        const peers: PeerAnswer[] = [];
+        prev.forEach((p, j) => {
+            if (this.adjacency[a]![j]) peers.push({ agent: j, text: p.text, ...(fb && p.score !== undefined ? { score: p.score } : {}) });
+        });
+        const own = prev[a]!;
+        return { task: this.o.task, question, turn: t, agent: a, peers, ...(fb && own.score !== undefined ? { ownScore: own.score } : {}) };
+    }
+
+    private async turn(policy: Policy, id: string, item: DebateItem, t: number, a: number, prompt: ChatMessage[],
+        signal?: AbortSignal): Promise<TurnEntry> {
+        const start = Date.now(), t0 = performance.now();
+        const span = (extra: { completionTokens?: number; promptTokens?: number; finishReason: string; error?: string }) =>
+            this.o.tracer?.span({ name: "debate.turn", runId: this.o.runId ?? "run", episode: id, agent: a, turn: t, parent: 0,
+                startMs: start, latencyMs: performance.now() - t0, promptTokens: extra.promptTokens ?? 0,
+                completionTokens: extra.completionTokens ?? 0, finishReason: extra.finishReason, ...(extra.error ? { error: extra.error } : {}) });
+        let g;
+        try {
+            [g] = await policy.generate([{ messages: prompt, sampling: this.o.sampling,
+                ...(this.o.seed !== undefined ? { seed: this.o.seed + 1000 * t + a } : {}) }], { signal });
+            if (!g || typeof g.text !== "string") throw new TypeError(`${policy.name}: generate() returned no generation`);
+        } catch (e) {
+            if (!signal?.aborted) span({ finishReason: "error", error: e instanceof Error ? e.message : String(e) });
+            throw signal?.aborted ? signal.reason : e;
+        }
+        const entry: TurnEntry = { turn: t, agent: a, prompt, text: g.text, ...(g.tokens ? { tokens: g.tokens } : {}),
+            ...(g.logprobs ? { logprobs: g.logprobs } : {}), extracted: this.o.extract(g.text), finishReason: g.finishReason,
+            usage: g.usage, latencyMs: g.latencyMs };
+        if (this.o.verifier) {
+            try {
+                entry.score = (await this.o.verifier.score({ question: item.question, response: g.text, reference: item.reference }, { signal })).score;
+            } catch (e) {
+                if (signal?.aborted) throw signal.reason;
+                entry.verifierError = e instanceof Error ? e.message : String(e);
+            }
+        }
+        span({ promptTokens: g.usage.promptTokens, completionTokens: g.usage.completionTokens, finishReason: g.finishReason });
+        return entry;
+    }
+
+    private consensusReached(entries: TurnEntry[]): boolean {
+        const c = this.o.consensus;
+        if (!c) return false;
+        const groups = new Map<string, TurnEntry[]>();
+        for (const e of entries) {
+            const k = answerKey(e.extracted);
+            if (k !== null) groups.set(k, [...(groups.get(k) ?? []), e]);
+        }
+        const top = [...groups.values()].sort((x, y) => y.length - x.length)[0];
+        if (!top || top.length / entries.length < c.share) return false;
+        if (c.minScore === undefined || !this.o.verifier) return true;
+        const scores = top.map((e) => e.score).filter((s): s is number => s !== undefined);
+        return scores.length > 0 && scores.reduce((s, x) => s + x, 0) / scores.length >= c.minScore;
+    }
+}

@@ -1,0 +1,147 @@
+// openai.ts: a Policy over any OpenAI-compatible chat-completions server (vLLM, SGLang, llama.cpp server,
+// Ollama): POST {baseUrl}/chat/completions with logprobs, per-request timeout, retries with exponential backoff
+// on network errors, timeouts, 429 and 5xx, a concurrency limit, and AbortSignal. A malformed reply is an error
+// that says what was missing.
+import { type GenerateRequest, type Generation, type Policy, requestMessages } from "./types.js";
+
+export interface OpenAICompatibleOptions {
+    /** e.g. "http://127.0.0.1:8000/v1" */
+    baseUrl: string;
+    model: string;
+    apiKey?: string;
+    name?: string;
+    /** Per request. Defaults to 120,000 ms. */
+    timeoutMs?: number;
+    /** Defaults to 3. */
+    retries?: number;
+    /** First backoff; doubles per retry. Defaults to 250 ms. */
+    backoffMs?: number;
+    /** Requests in flight at once. Defaults to 8. */
+    concurrency?: number;
+    /** Ask for token log-probs. Defaults to true. */
+    logprobs?: boolean;
+}
+
+function wait(ms: number, signal?: AbortSignal): Promise<void> {
+    return new Promise((resolve, reject) => {
+        if (signal?.aborted) return reject(signal.reason);
+        const t = setTimeout(() => { signal?.removeEventListener("abort", stop); resolve(); }, ms);
+        const stop = () => { clearTimeout(t); reject(signal!.reason); };
+        signal?.addEventListener("abort", stop, { once: true });
+    });
+}
+
+export class OpenAICompatiblePolicy implements Policy {
+    readonly name: string;
+    private readonly o: Required<Omit<OpenAICompatibleOptions, "apiKey" | "name">> & { apiKey?: string };
+
+    constructor(options: OpenAICompatibleOptions) {
+        if (options === null || typeof options !== "object") throw new TypeError("OpenAICompatiblePolicy: options: expected an object");
+        if (typeof options.baseUrl !== "string") throw new TypeError("OpenAICompatiblePolicy: baseUrl: expected a URL string");
+        new URL(options.baseUrl);
+        if (typeof options.model !== "string" || !options.model) throw new TypeError("OpenAICompatiblePolicy: model: expected a model name");
+        const num = (v: unknown, d: number, what: string, min: number) => {
+            if (v === undefined) return d;
+            if (typeof v !== "number" || !Number.isFinite(v) || v < min) throw new RangeError(`OpenAICompatiblePolicy: ${what}: expected a number >= ${min}, got ${String(v)}`);
+            return v;
+        };
+        this.name = options.name ?? `openai:${options.model}`;
+        this.o = { baseUrl: options.baseUrl.replace(/\/+$/, ""), model: options.model, apiKey: options.apiKey,
+            timeoutMs: num(options.timeoutMs, 120_000, "timeoutMs", 1), retries: num(options.retries, 3, "retries", 0),
+            backoffMs: num(options.backoffMs, 250, "backoffMs", 0), concurrency: num(options.concurrency, 8, "concurrency", 1),
+            logprobs: options.logprobs ?? true };
+    }
+
+    async generate(requests: GenerateRequest[], options: { signal?: AbortSignal } = {}): Promise<Generation[]> {
+        if (!Array.isArray(requests)) throw new TypeError(`${this.name}: requests: expected an array`);
+        const bodies = requests.map((r, i) => this.body(r, i));
+        const out: Generation[] = new Array(requests.length);
+        let next = 0;
+        const worker = async () => {
+            while (next < bodies.length) {
+                const i = next++;
+                out[i] = await this.one(bodies[i]!, options.signal);
+            }
+        };
+        await Promise.all(Array.from({ length: Math.min(this.o.concurrency, bodies.length) }, worker));
+        return out;
+    }
+
+    private body(r: GenerateRequest, i: number): string {
+        const messages = requestMessages(this.name, r, i);
+        const s = r.sampling ?? {};
+        const b: Record<string, unknown> = { model: this.o.model, messages };
+        if (s.temperature !== undefined) b.temperature = s.temperature;
+        if (s.topP !== undefined) b.top_p = s.topP;
+        if (s.topK !== undefined) b.top_k = s.topK;  // vLLM / SGLang extension
+        if (s.maxTokens !== undefined) b.max_tokens = s.maxTokens;
+        if (s.stop !== undefined) b.stop = s.stop;
+        if (r.seed !== undefined) b.seed = r.seed;
+        if (this.o.logprobs) b.logprobs = true;
+        return JSON.stringify(b);
+    }
+
+    private async one(body: string, signal?: AbortSignal): Promise<Generation> {
+        let last = "";
+        for (let attempt = 0; attempt <= this.o.retries; attempt++) {
+            if (attempt > 0) await wait(this.o.backoffMs * 2 ** (attempt - 1), signal);
+            signal?.throwIfAborted();
+            const timeout = AbortSignal.timeout(this.o.timeoutMs);
+            const t0 = performance.now();
+            let res: Response;
+            try {
+                res = await fetch(`${this.o.baseUrl}/chat/completions`, {
+                    method: "POST", body, signal: signal ? AbortSignal.any([signal, timeout]) : timeout,
+                    headers: { "content-type": "application/json", ...(this.o.apiKey ? { authorization: `Bearer ${this.o.apiKey}` } : {}) },
+                });
+            } catch (e) {
+                if (signal?.aborted) throw signal.reason;
+                last = timeout.aborted ? `timed out after ${this.o.timeoutMs} ms` : (e as Error).message;
+                continue;
+            }
+            if (res.status === 429 || res.status >= 500) {
+                last = `HTTP ${res.status}`;
+                await res.body?.cancel();
+                continue;
+            }
+            let text: string;
+            try {
+                text = await res.text();
+            } catch (e) {
+                if (signal?.aborted) throw signal.reason;
+                last = (e as Error).message;
+                continue;
+            }
+            if (!res.ok) throw new Error(`${this.name}: HTTP ${res.status}: ${text.slice(0, 300)}`);
+            return this.parse(text, performance.now() - t0);
+        }
+        throw new Error(`${this.name}: ${this.o.baseUrl}/chat/completions failed after ${this.o.retries + 1} attempts: ${last}`);
+    }
+
+    private parse(text: string, latencyMs: number): Generation {
+        const bad = (what: string) => new SyntaxError(`${this.name}: malformed reply: ${what}; got ${JSON.stringify(text.slice(0, 160))}`);
+        let j: unknown;
+        try {
+            j = JSON.parse(text);
+        } catch {
+            throw bad("expected JSON");
+        }
+        const choice = (j as { choices?: unknown[] })?.choices?.[0] as Record<string, unknown> | undefined;
+        const msg = choice?.message as { content?: unknown } | undefined;
+        if (!choice || !msg || typeof msg.content !== "string") throw bad("expected choices[0].message.content as a string");
+        const content = (choice.logprobs as { content?: { token?: unknown; logprob?: unknown }[] } | null | undefined)?.content;
+        let tokens: string[] | undefined, logprobs: number[] | undefined;
+        if (Array.isArray(content)) {
+            tokens = content.map((c, i) => { if (typeof c?.token !== "string") throw bad(`expected logprobs.content[${i}].token`); return c.token; });
+            logprobs = content.map((c, i) => { if (typeof c?.logprob !== "number") throw bad(`expected logprobs.content[${i}].logprob`); return c.logprob; });
+        }
+        const usage = (j as { usage?: { prompt_tokens?: unknown; completion_tokens?: unknown } }).usage;
+        return {
+            text: msg.content, ...(tokens ? { tokens, logprobs } : {}),
+            finishReason: typeof choice.finish_reason === "string" ? choice.finish_reason : "unknown",
+            usage: { promptTokens: typeof usage?.prompt_tokens === "number" ? usage.prompt_tokens : 0,
+                completionTokens: typeof usage?.completion_tokens === "number" ? usage.completion_tokens : (tokens?.length ?? 0) },
+            latencyMs,
+        };
+    }
+}
