@@ -1,0 +1,64 @@
+// jointRollout.test.ts: MAGRPO's joint-action tree for A=2, G=2, T=2, aligned and cross: sizes (G^T and G^(A·T)
+// leaves), joint-action composition, the transition's inputs, early termination pruning, and that the tree feeds
+// treeReturns.
+import { describe, expect, it } from "vitest";
+
+import { JointRollout, treeReturns, type GenerateRequest, type Generation, type Policy } from "../../lib/index.js";
+
+// A deterministic in-process policy: completion g of a request is "<name>:<prompt>#<g>" (g from the seed).
+function fakePolicy(name: string): Policy {
+    return {
+        name,
+        async generate(reqs: GenerateRequest[]): Promise<Generation[]> {
+            return reqs.map((r, i) => ({ text: `${name}:${r.prompt ?? r.messages?.at(-1)?.content}#${i}`, finishReason: "stop",
+                usage: { promptTokens: 1, completionTokens: 1 }, latencyMs: 0 }));
+        },
+    };
+}
+
+const base = {
+    agents: [fakePolicy("a"), fakePolicy("b")],
+    generations: 2,
+    turns: 2,
+    prompt: (item: string, agent: number) => `${item}/${agent}`,
+    transition: ({ completions, turn }: { completions: string[]; turn: number }) => completions.map((c) => `t${turn + 1}(${c.split("#")[1]})`),
+    reward: (completions: string[]) => completions.filter((c) => c.endsWith("#1")).length / completions.length,
+};
+
+describe("JointRollout", () => {
+    it("aligned: G joint actions per state and G^T leaves", async () => {
+        const tree = await new JointRollout<string>({ ...base, joint: "aligned", seed: 3 }).run("q");
+        expect(tree.actions.length).toBe(2 + 4);
+        expect(tree.leaves).toBe(4);  // G^T
+        expect(tree.actions[0]!.sample).toEqual([0, 0]);
+        expect(tree.actions[0]!.generations.map((g) => g.text)).toEqual(["a:q/0#0", "b:q/1#0"]);
+        // a state's joint actions first, then each one's subtree
+        expect(Array.from(tree.parent)).toEqual([-1, -1, 0, 0, 1, 1]);
+        expect(tree.actions[2]!.prompts).toEqual(["t1(0)", "t1(0)"]);
+        expect(tree.actions[4]!.prompts).toEqual(["t1(1)", "t1(1)"]);
+        const r = treeReturns({ parent: tree.parent, rewards: tree.rewards }, { gamma: 0.9 });
+        expect(r.returns[0]).toBeCloseTo(0 + 0.9 * 0.5);  // children rewards 0 and 1
+    });
+
+    it("cross: G^A joint actions per state and G^(A·T) leaves; early termination prunes", async () => {
+        const tree = await new JointRollout<string>({ ...base, joint: "cross" }).run("q");
+        expect(tree.actions.filter((a) => a.depth === 0).length).toBe(4);
+        expect(tree.leaves).toBe(16);  // G^(A·T)
+        expect(tree.actions.slice(0, 4).map((a) => a.sample)).toEqual([[0, 0], [0, 1], [1, 0], [1, 1]]);
+        // mean immediate reward at the first state is 0.5 > 0.4: it is not expanded
+        const pruned = await new JointRollout<string>({ ...base, joint: "cross", terminationThreshold: 0.4 }).run("q");
+        expect(pruned.actions.length).toBe(4);
+        expect(pruned.terminated).toBe(1);
+        expect(pruned.leaves).toBe(4);
+    });
+
+    it("passes the branch history to the transition and validates", async () => {
+        const seen: unknown[] = [];
+        await new JointRollout<string>({ ...base, turns: 3, generations: 1,
+            transition: (x) => { seen.push(x.history); return x.completions.map((c) => `n${x.turn}`); } }).run("q");
+        expect(seen[1]).toEqual({ prompts: [["q/0"], ["q/1"]], responses: [["a:q/0#0"], ["b:q/1#0"]] });
+        expect(() => new JointRollout<string>({ ...base, transition: undefined })).toThrow(/transition: required when turns > 1/);
+        expect(() => new JointRollout<string>({ ...base, joint: "zip" as "cross" })).toThrow(/joint: expected 'aligned' or 'cross'/);
+        await expect(new JointRollout<string>({ ...base, reward: () => NaN }).run("q")).rejects.toThrow(/reward: expected a number/);
+    });
+});
