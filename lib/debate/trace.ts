@@ -48,3 +48,36 @@ export class JsonlTracer implements Tracer {
         this.fd = null;
     }
 }
+
+/** Sends every span to several tracers (e.g. the JSONL file and OpenTelemetry). */
+export function teeTracer(...tracers: Tracer[]): Tracer {
+    return { span: (s) => tracers.forEach((t) => t.span(s)), close: () => tracers.forEach((t) => t.close()) };
+}
+
+/**
+ * A tracer that exports spans through `@opentelemetry/api` (an optional peer dependency) to whatever SDK the
+ * application configured; without an SDK the API's no-op tracer drops them. Rejects with a clear error when the
+ * package is not installed.
+ */
+export async function otelTracer(name = "maporl"): Promise<Tracer> {
+    let api: typeof import("@opentelemetry/api");
+    try {
+        api = await import("@opentelemetry/api");
+    } catch {
+        throw new Error("otelTracer: @opentelemetry/api is not installed (npm install @opentelemetry/api, then configure an SDK)");
+    }
+    const tracer = api.trace.getTracer(name);
+    return {
+        span(s) {
+            const span = tracer.startSpan(s.name, {
+                startTime: s.startMs,
+                attributes: { "maporl.run": s.runId, "maporl.episode": s.episode, "maporl.agent": s.agent, "maporl.turn": s.turn,
+                    "maporl.parent": s.parent, "maporl.prompt_tokens": s.promptTokens, "maporl.completion_tokens": s.completionTokens,
+                    "maporl.finish_reason": s.finishReason },
+            });
+            if (s.error) span.setStatus({ code: api.SpanStatusCode.ERROR, message: s.error });
+            span.end(s.startMs + s.latencyMs);
+        },
+        close() {},
+    };
+}
