@@ -114,6 +114,20 @@ describe("Debate over the OpenAI-compatible backend", () => {
         expect(topologyMatrix("star", 3)).toEqual([[false, true, true], [true, false, false], [true, false, false]]);
     });
 
+    it("keeps at most `concurrency` requests in flight", async () => {
+        let inFlight = 0, peak = 0;
+        const delayed: Handler = (body, res) => {
+            inFlight++;
+            peak = Math.max(peak, inFlight);
+            setTimeout(() => { inFlight--; scripted(body, res); }, 30);
+        };
+        overrides.push(delayed, delayed, delayed, delayed, delayed, delayed);
+        const p = new OpenAICompatiblePolicy({ baseUrl: base, model: "agent-1", concurrency: 2 });
+        const out = await p.generate(Array.from({ length: 6 }, (_, i) => ({ prompt: `p${i}`, seed: i })));
+        expect(out.length).toBe(6);
+        expect(peak).toBe(2);
+    });
+
     it("survives a 500 then success, reports a malformed reply and a timeout, and aborts promptly", async () => {
         const p = new OpenAICompatiblePolicy({ baseUrl: base, model: "agent-1", retries: 1, backoffMs: 5, timeoutMs: 300 });
         overrides.push((_, res) => { res.writeHead(500); res.end("overloaded"); });
