@@ -45,4 +45,31 @@ struct DeviceBuffer {
     X * as() const { return static_cast<X *>(ptr); }
 };
 
+// Block-wide reductions (every thread gets the result); `sh` holds one value per warp (32 entries). The sum is
+// over warps in a fixed order, so it does not depend on scheduling.
+template <typename T>
+__device__ T block_sum(T v, T * sh) {
+    for (int d = 16; d > 0; d >>= 1) v += __shfl_down_sync(0xffffffffu, v, d);
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = v;
+    __syncthreads();
+    T s = 0;
+    for (int w = 0; w < (int)(blockDim.x >> 5); ++w) s += sh[w];
+    return s;
+}
+
+template <typename T>
+__device__ T block_max(T v, T * sh) {
+    for (int d = 16; d > 0; d >>= 1) {
+        const T o = __shfl_down_sync(0xffffffffu, v, d);
+        v = o > v ? o : v;
+    }
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = v;
+    __syncthreads();
+    T s = sh[0];
+    for (int w = 1; w < (int)(blockDim.x >> 5); ++w) s = sh[w] > s ? sh[w] : s;
+    return s;
+}
+
 }  // namespace maporl

@@ -17,7 +17,6 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kBlocks = 512;  // fixed: the partial sums, and so the statistics, do not depend on the device
-constexpr unsigned kFull = 0xffffffffu;
 enum { kPg, kKl, kEnt, kClip, kLower, kNkl, kKlv, kEntv, kRatio, kTokens, kMax, kStats };
 
 template <typename M> __device__ __forceinline__ float mval(const void * m, int64_t i) {
@@ -25,28 +24,6 @@ template <typename M> __device__ __forceinline__ float mval(const void * m, int6
 }
 __device__ __forceinline__ float mask_at(const void * m, int mt, int64_t i) {
     return mt == MAPORL_MASK_U8 ? mval<uint8_t>(m, i) : mval<float>(m, i);
-}
-
-// Block-wide sum of a double (every thread gets the result).
-__device__ double block_sum(double v, double * sh) {
-    for (int d = 16; d > 0; d >>= 1) v += __shfl_down_sync(kFull, v, d);
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    __syncthreads();
-    if (lane == 0) sh[warp] = v;
-    __syncthreads();
-    double s = 0;
-    for (int w = 0; w < (int)(blockDim.x >> 5); ++w) s += sh[w];
-    return s;
-}
-__device__ double block_max(double v, double * sh) {
-    for (int d = 16; d > 0; d >>= 1) v = fmax(v, __shfl_down_sync(kFull, v, d));
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    __syncthreads();
-    if (lane == 0) sh[warp] = v;
-    __syncthreads();
-    double s = -INFINITY;
-    for (int w = 0; w < (int)(blockDim.x >> 5); ++w) s = fmax(s, sh[w]);
-    return s;
 }
 
 __global__ void plan_kernel(const void * __restrict__ mask, int mt, const float * __restrict__ lp,
@@ -109,7 +86,7 @@ __global__ void token_kernel(PolicyLossArgs<float> a, LossCfg c, const double * 
         acc[kMax] = fmax(acc[kMax], (double)t.ratio);
     }
     for (int k = 0; k < kStats; ++k) {
-        const double v = k == kMax ? block_max(acc[k], sh) : block_sum(acc[k], sh);
+        const double v = k == kMax ? block_max<double>(acc[k], sh) : block_sum<double>(acc[k], sh);
         if (threadIdx.x == 0) partials[(int64_t)blockIdx.x * kStats + k] = v;
     }
 }

@@ -29,27 +29,6 @@ __device__ __forceinline__ uint32_t okey(float z) {
     return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
 }
 
-template <typename T>
-__device__ T block_sum(T v, T * sh) {
-    for (int d = 16; d > 0; d >>= 1) v += __shfl_down_sync(kFull, v, d);
-    __syncthreads();
-    if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = v;
-    __syncthreads();
-    T s = 0;
-    for (int w = 0; w < (int)(blockDim.x >> 5); ++w) s += sh[w];
-    return s;
-}
-
-__device__ float block_max(float v, float * sh) {
-    for (int d = 16; d > 0; d >>= 1) v = fmaxf(v, __shfl_down_sync(kFull, v, d));
-    __syncthreads();
-    if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = v;
-    __syncthreads();
-    float s = -INFINITY;
-    for (int w = 0; w < (int)(blockDim.x >> 5); ++w) s = fmaxf(s, sh[w]);
-    return s;
-}
-
 __device__ long long block_min(long long v, long long * sh) {
     for (int d = 16; d > 0; d >>= 1) v = min(v, __shfl_down_sync(kFull, v, d));
     __syncthreads();
@@ -122,7 +101,7 @@ __global__ void sample_kernel(const float * __restrict__ logits, int64_t V, mapo
         m = fmaxf(m, v);
     }
     bad = __syncthreads_or(bad);
-    m = block_max(m, shf);
+    m = block_max<float>(m, shf);
     if (bad || m == -INFINITY) {
         if (tid == 0) {
             if (tok && !given) tok[b] = -1;
@@ -226,7 +205,7 @@ __global__ void sample_kernel(const float * __restrict__ logits, int64_t V, mapo
         }
         f = block_sum(f, shd);
         ties = block_sum(ties, shl);
-        et = block_max(et, shf);  // every tie has the same logit, so the same e
+        et = block_max<float>(et, shf);  // every tie has the same logit, so the same e
         long long keep = 0;
         for (double before = f; keep < ties && before < target; ++keep) before += (double)et;
         if (keep < 1) keep = 1;
@@ -262,7 +241,7 @@ __global__ void sample_kernel(const float * __restrict__ logits, int64_t V, mapo
         finish(g, given_in ? (float)((double)x_of(g) - (double)M - log(S)) : -INFINITY);
         return;
     }
-    const float bk = block_max(best_key, shf);
+    const float bk = block_max<float>(best_key, shf);
     best = block_min(best_key == bk ? best : LLONG_MAX, shl);
     finish((int32_t)best, (float)((double)x_of(best) - (double)M - log(S)));
 }

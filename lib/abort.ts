@@ -21,3 +21,13 @@ export async function withSignal<T>(work: () => Promise<T>, signal: AbortSignal 
         promise.catch(() => undefined);  // a late failure after an abort is not an unhandled rejection
     }
 }
+
+/** Resolves after `ms`, or rejects with signal.reason as soon as the signal aborts. */
+export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+    return new Promise((resolve, reject) => {
+        if (signal?.aborted) return reject(signal.reason);
+        const t = setTimeout(() => { signal?.removeEventListener("abort", stop); resolve(); }, ms);
+        const stop = () => { clearTimeout(t); reject(signal!.reason); };
+        signal?.addEventListener("abort", stop, { once: true });
+    });
+}

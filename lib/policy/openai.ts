@@ -2,6 +2,7 @@
 // Ollama): POST {baseUrl}/chat/completions with logprobs, per-request timeout, retries with exponential backoff
 // on network errors, timeouts, 429 and 5xx, a concurrency limit, and AbortSignal. A malformed reply is an error
 // that says what was missing.
+import { sleep } from "../abort.js";
 import { type GenerateRequest, type Generation, type Policy, requestMessages } from "./types.js";
 
 export interface OpenAICompatibleOptions {
@@ -20,15 +21,6 @@ export interface OpenAICompatibleOptions {
     concurrency?: number;
     /** Ask for token log-probs. Defaults to true. */
     logprobs?: boolean;
-}
-
-function wait(ms: number, signal?: AbortSignal): Promise<void> {
-    return new Promise((resolve, reject) => {
-        if (signal?.aborted) return reject(signal.reason);
-        const t = setTimeout(() => { signal?.removeEventListener("abort", stop); resolve(); }, ms);
-        const stop = () => { clearTimeout(t); reject(signal!.reason); };
-        signal?.addEventListener("abort", stop, { once: true });
-    });
 }
 
 export class OpenAICompatiblePolicy implements Policy {
@@ -84,7 +76,7 @@ export class OpenAICompatiblePolicy implements Policy {
     private async one(body: string, signal?: AbortSignal): Promise<Generation> {
         let last = "";
         for (let attempt = 0; attempt <= this.o.retries; attempt++) {
-            if (attempt > 0) await wait(this.o.backoffMs * 2 ** (attempt - 1), signal);
+            if (attempt > 0) await sleep(this.o.backoffMs * 2 ** (attempt - 1), signal);
             signal?.throwIfAborted();
             const timeout = AbortSignal.timeout(this.o.timeoutMs);
             const t0 = performance.now();

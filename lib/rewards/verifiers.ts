@@ -3,6 +3,7 @@
 // gsm8kVerifier, labelVerifier, exactVerifier, regexVerifier, fnVerifier, and HttpVerifier for a remote service.
 // `scoreAll` runs a verifier over a batch with a concurrency limit and records failures as failures (never as a
 // silent 0), which is what the debate transcript stores.
+import { sleep } from "../abort.js";
 import { extractFinalNumber, extractLabel, parseNumber, sameNumber } from "./extract.js";
 
 export interface VerifyItem {
@@ -213,15 +214,6 @@ function parseReply(name: string, text: string, n: number): Verdict[] {
         if (typeof s !== "number" || !(s >= 0 && s <= 1)) throw new SyntaxError(`${name}: malformed reply: results[${i}].score: expected a number in [0, 1], got ${JSON.stringify(s)}`);
         const ex = (r as { extracted?: unknown }).extracted, reason = (r as { reason?: unknown }).reason;
         return { score: s, extracted: typeof ex === "string" ? ex : null, ...(typeof reason === "string" ? { reason } : {}) };
-    });
-}
-
-function sleep(ms: number, signal?: AbortSignal): Promise<void> {
-    return new Promise((resolve, reject) => {
-        if (signal?.aborted) return reject(signal.reason);
-        const t = setTimeout(() => { signal?.removeEventListener("abort", onAbort); resolve(); }, ms);
-        const onAbort = () => { clearTimeout(t); reject(signal!.reason); };
-        signal?.addEventListener("abort", onAbort, { once: true });
     });
 }
 
