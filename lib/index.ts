@@ -44,6 +44,6 @@ export { type Policy, type ChatMessage, type GenerateRequest, type Generation, t
 export { OpenAICompatiblePolicy, type OpenAICompatibleOptions } from "./policy/openai.js";
 export { Debate, topologyMatrix, type DebateOptions, type DebateItem, type Topology } from "./debate/debate.js";
 export { defaultPrompts, feedbackBin, type DebatePrompts, type DebateTask, type FollowUpContext, type QuestionContext, type PeerAnswer } from "./debate/prompts.js";
-export { transcriptToJSON, transcriptFromJSON, type Transcript, type TurnEntry } from "./debate/transcript.js";
+export { transcriptToJSON, transcriptFromJSON, transcriptScores, type Transcript, type TurnEntry } from "./debate/transcript.js";
 export { JsonlTracer, otelTracer, teeTracer, type Span, type Tracer } from "./debate/trace.js";
 export { JointRollout, type JointRolloutOptions, type JointTree, type JointAction, type TransitionInput } from "./debate/jointRollout.js";

@@ -12,7 +12,7 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 
 import {
-    Debate, gsm8kVerifier, JsonlTracer, OpenAICompatiblePolicy, topologyMatrix, transcriptFromJSON, transcriptToJSON,
+    collaborationBonus, influenceRewards, transcriptScores, Debate, gsm8kVerifier, JsonlTracer, OpenAICompatiblePolicy, topologyMatrix, transcriptFromJSON, transcriptToJSON,
     type ChatMessage,
 } from "../../lib/index.js";
 
@@ -100,6 +100,18 @@ describe("Debate over the OpenAI-compatible backend", () => {
         const back = transcriptFromJSON(transcriptToJSON({ ...tr, turns: [[{ ...tr.turns[0]![0]!, logprobs: [-Infinity, -1] }]] }));
         expect(back.turns[0]![0]!.logprobs).toEqual([-Infinity, -1]);
         expect(transcriptFromJSON(transcriptToJSON(tr))).toEqual(tr);
+    });
+
+    it("turns transcripts into the [Q, T, A] tensors of influenceRewards and collaborationBonus", async () => {
+        const d = new Debate({ agents: agents(), turns: 2, verifier: gsm8kVerifier() });
+        const trs = [await d.run({ ...item, reference: 12 }), await d.run({ ...item, reference: 21 })];
+        const { scores, correct, shape, lastTurn } = transcriptScores(trs);
+        expect(shape).toEqual([2, 2, 3]);
+        expect(Array.from(scores)).toEqual([0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0]);  // 12 = agent 2 at turn 0; 21 = agent 1 at turn 1
+        expect(Array.from(lastTurn)).toEqual([1, 1]);
+        // discount 0: each agent's own current score (Definition 1)
+        expect(Array.from(influenceRewards({ scores, shape }, { discount: 0, lastTurn }))).toEqual(Array.from(scores));
+        expect(collaborationBonus({ correct, shape }).length).toBe(12);
     });
 
     it("stops early on consensus and validates its options", async () => {
