@@ -46,7 +46,7 @@ describe("debateMetrics", () => {
 describe("datasets", () => {
     it("streams the real GSM8K test file", async () => {
         let n = 0, first = null as null | { answer: number; line: number };
-        for await (const r of readGsm8k(new URL("../../../shared/data/gsm8k/test.jsonl", import.meta.url).pathname)) {
+        for await (const r of readGsm8k(new URL("../fixtures/gsm8k/test.jsonl", import.meta.url).pathname)) {
             if (!first) first = r;
             expect(Number.isFinite(r.answer)).toBe(true);
             n++;

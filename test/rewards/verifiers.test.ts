@@ -11,7 +11,7 @@ import {
     exactVerifier, extractFinalNumber, fnVerifier, gsm8kVerifier, HttpVerifier, labelVerifier, regexVerifier, scoreAll,
 } from "../../lib/index.js";
 
-const DATA = new URL("../../../shared/data/gsm8k/example_model_solutions.jsonl", import.meta.url);
+const DATA = new URL("../fixtures/gsm8k/example_model_solutions.jsonl", import.meta.url);
 
 describe("gsm8kVerifier", () => {
     it("agrees with the labels of the 5,276 real model solutions (>= 99.5%)", async () => {

@@ -1,0 +1,69 @@
+// gpt_ops.h: the forward / backward pairs of the embedded GPT policy's layers (one op per file stem:
+// encoder.cpp, layernorm.cpp, matmul.cpp, attention.cpp, gelu.cpp, residual.cpp, adamw.cpp), in the style of a
+// plain-C training loop: activations and parameters are flat row-major arrays, every backward ADDS into its
+// gradient outputs (so gradients accumulate over micro-batches until the caller zeroes them), and nothing
+// allocates except fixed-size scratch. F is float (the model) or double (the reference the finite-difference
+// tests use). Work is split over the shared pool in blocks whose boundaries do not depend on the thread count,
+// and every reduction runs in a fixed order: results are bit-identical for any number of threads.
+// Shapes: B batch, T time, C channels, V vocabulary, NH heads (C % NH == 0), OC output channels, N = B*T rows.
+#pragma once
+
+#include <stdint.h>
+
+namespace maporl {
+namespace gpt {
+
+// out[b,t,:] = wte[inp[b,t],:] + wpe[t,:]. Token ids must lie in [0, V) (checked by the caller).
+template <typename F>
+void encoder_forward(F * out, const int32_t * inp, const F * wte, const F * wpe, int64_t B, int64_t T, int64_t C);
+// dwte[inp[b,t],:] += dout[b,t,:]; dwpe[t,:] += dout[b,t,:].
+template <typename F>
+void encoder_backward(F * dwte, F * dwpe, const F * dout, const int32_t * inp, int64_t B, int64_t T, int64_t C);
+
+// LayerNorm over the last dimension (eps 1e-5, biased variance): out = (x - mean) * rstd * w + b; mean and rstd
+// [N] are saved for the backward.
+template <typename F>
+void layernorm_forward(F * out, F * mean, F * rstd, const F * inp, const F * weight, const F * bias, int64_t N, int64_t C);
+template <typename F>
+void layernorm_backward(F * dinp, F * dweight, F * dbias, const F * dout, const F * inp, const F * weight, const F * mean,
+                        const F * rstd, int64_t N, int64_t C);
+
+// out[n,o] = bias[o] + sum_c inp[n,c] * weight[o,c]  (weight [OC, C], as nn.Linear; bias may be null).
+template <typename F>
+void matmul_forward(F * out, const F * inp, const F * weight, const F * bias, int64_t N, int64_t C, int64_t OC);
+// dinp += dout @ weight; dweight += dout^T @ inp; dbias += sum_n dout (dbias may be null).
+template <typename F>
+void matmul_backward(F * dinp, F * dweight, F * dbias, const F * dout, const F * inp, const F * weight, int64_t N,
+                     int64_t C, int64_t OC);
+
+// Causal multi-head attention from packed qkv [B, T, 3C] (q, k, v each C = NH * hs): out [B, T, C];
+// att [B, NH, T, T] keeps the softmax probabilities (row t uses columns 0..t) for the backward.
+template <typename F>
+void attention_forward(F * out, F * att, const F * qkv, int64_t B, int64_t T, int64_t C, int64_t NH);
+// dqkv += d loss / d qkv, from dout [B, T, C] and the forward's att.
+template <typename F>
+void attention_backward(F * dqkv, const F * dout, const F * qkv, const F * att, int64_t B, int64_t T, int64_t C,
+                        int64_t NH);
+
+// GELU, tanh approximation (GPT-2): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+template <typename F>
+void gelu_forward(F * out, const F * inp, int64_t n);
+template <typename F>
+void gelu_backward(F * dinp, const F * inp, const F * dout, int64_t n);
+
+// out = a + b; backward: da += dout, db += dout.
+template <typename F>
+void residual_forward(F * out, const F * a, const F * b, int64_t n);
+template <typename F>
+void residual_backward(F * da, F * db, const F * dout, int64_t n);
+
+struct AdamW {
+    float lr, beta1, beta2, eps, weight_decay;
+};
+// One AdamW step (decoupled weight decay, bias correction with step t >= 1) over n parameters; m, v are the
+// moment buffers (zero before the first step). grad_scale multiplies every gradient first (e.g. a clip factor).
+template <typename F>
+void adamw_update(F * params, const F * grads, F * m, F * v, int64_t n, const AdamW & h, int64_t t, F grad_scale);
+
+}  // namespace gpt
+}  // namespace maporl
