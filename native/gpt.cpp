@@ -1,0 +1,204 @@
+// gpt.cpp: the embedded GPT model (gpt.h): parameter layout, initialisation, forward, backward and the AdamW
+// update, composed from the ops of gpt_ops.h. Backward follows the forward in reverse; residual branches add
+// their gradients into the stream's. Every sum runs in a fixed order, so a training step gives the same
+// parameters for any thread count.
+#include "gpt.h"
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "core.h"
+
+namespace maporl {
+namespace gpt {
+
+void check_config(const Config & c) {
+    auto need = [](bool ok, const char * what, long long got) {
+        if (!ok) throw_error(MAPORL_ERR_INVALID_ARG, "config.%s: got %lld", what, got);
+    };
+    need(c.vocab >= 2 && c.vocab <= (1 << 24), "vocab: expected an integer in [2, 2^24]", (long long)c.vocab);
+    need(c.context >= 1 && c.context <= 65536, "context: expected an integer in [1, 65536]", (long long)c.context);
+    need(c.layers >= 1 && c.layers <= 256, "layers: expected an integer in [1, 256]", (long long)c.layers);
+    need(c.d_model >= 1 && c.d_model <= 65536, "dModel: expected an integer in [1, 65536]", (long long)c.d_model);
+    need(c.heads >= 1 && c.d_model % c.heads == 0, "heads: expected a divisor of dModel", (long long)c.heads);
+    need(c.mlp_ratio >= 1 && c.mlp_ratio <= 16, "mlpRatio: expected an integer in [1, 16]", (long long)c.mlp_ratio);
+}
+
+Layout make_layout(const Config & c) {
+    check_config(c);
+    Layout L;
+    const int64_t C = c.d_model, H = c.mlp_ratio * C;
+    auto add = [&](const std::string & name, std::vector<int64_t> shape) {
+        int64_t n = 1;
+        for (int64_t d : shape) n *= d;
+        L.tensors.push_back({name, shape, L.total, n});
+        L.total += n;
+        return (int64_t)L.tensors.size() - 1;
+    };
+    L.wte = add("wte", {c.vocab, C});
+    L.wpe = add("wpe", {c.context, C});
+    for (int64_t l = 0; l < c.layers; ++l) {
+        const std::string p = "h." + std::to_string(l) + ".";
+        Layout::Block b;
+        b.ln1w = add(p + "ln_1.weight", {C});
+        b.ln1b = add(p + "ln_1.bias", {C});
+        b.qkvw = add(p + "attn.c_attn.weight", {3 * C, C});
+        b.qkvb = add(p + "attn.c_attn.bias", {3 * C});
+        b.attprojw = add(p + "attn.c_proj.weight", {C, C});
+        b.attprojb = add(p + "attn.c_proj.bias", {C});
+        b.ln2w = add(p + "ln_2.weight", {C});
+        b.ln2b = add(p + "ln_2.bias", {C});
+        b.fcw = add(p + "mlp.c_fc.weight", {H, C});
+        b.fcb = add(p + "mlp.c_fc.bias", {H});
+        b.fcprojw = add(p + "mlp.c_proj.weight", {C, H});
+        b.fcprojb = add(p + "mlp.c_proj.bias", {C});
+        L.blocks.push_back(b);
+    }
+    L.lnfw = add("ln_f.weight", {C});
+    L.lnfb = add("ln_f.bias", {C});
+    L.lm_head = c.tie_embeddings ? L.wte : add("lm_head.weight", {c.vocab, C});
+    L.vw = add("value_head.weight", {C});
+    L.vb = add("value_head.bias", {1});
+    return L;
+}
+
+namespace {
+
+// A normal deviate from two uniforms (Box-Muller), independent of the standard library's distributions, so the
+// initial weights are the same with any libstdc++ / libc++.
+double normal(std::mt19937_64 & g) {
+    const double u1 = ((double)(g() >> 11) + 0.5) / 9007199254740992.0, u2 = (double)(g() >> 11) / 9007199254740992.0;
+    return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+}
+
+}  // namespace
+
+template <typename F>
+Model<F>::Model(const Config & c) : cfg(c), layout(make_layout(c)) {
+    params.assign((size_t)layout.total, F(0));
+    grads.assign((size_t)layout.total, F(0));
+    m.assign((size_t)layout.total, F(0));
+    v.assign((size_t)layout.total, F(0));
+}
+
+template <typename F>
+void Model<F>::init(uint64_t seed) {
+    std::mt19937_64 gen(seed);
+    const double resid_scale = 1.0 / std::sqrt(2.0 * (double)cfg.layers);
+    for (size_t t = 0; t < layout.tensors.size(); ++t) {
+        const auto & ten = layout.tensors[t];
+        const std::string & n = ten.name;
+        F * x = params.data() + ten.offset;
+        const bool bias = n.size() >= 4 && n.compare(n.size() - 4, 4, "bias") == 0;
+        const bool ln = n.find("ln_") != std::string::npos;
+        if (ln && !bias) { for (int64_t i = 0; i < ten.size; ++i) x[i] = F(1); continue; }
+        if (bias) { for (int64_t i = 0; i < ten.size; ++i) x[i] = F(0); continue; }
+        const double sd = 0.02 * (n.find("c_proj.weight") != std::string::npos ? resid_scale : 1.0);
+        for (int64_t i = 0; i < ten.size; ++i) x[i] = (F)(sd * normal(gen));
+    }
+    step = 0;
+    std::fill(m.begin(), m.end(), F(0));
+    std::fill(v.begin(), v.end(), F(0));
+}
+
+template <typename F>
+void Model<F>::forward(const int32_t * tok, int64_t B_, int64_t T_) {
+    if (T_ < 1 || T_ > cfg.context) throw_error(MAPORL_ERR_INVALID_ARG, "T: expected 1..%lld (context), got %lld", (long long)cfg.context, (long long)T_);
+    if (B_ < 1) throw_error(MAPORL_ERR_INVALID_ARG, "B: expected >= 1, got %lld", (long long)B_);
+    for (int64_t i = 0; i < B_ * T_; ++i)
+        if (tok[i] < 0 || tok[i] >= cfg.vocab)
+            throw_error(MAPORL_ERR_INVALID_ARG, "tokens: expected ids in [0, %lld), got %d at index %lld", (long long)cfg.vocab, (int)tok[i], (long long)i);
+    B = B_;
+    T = T_;
+    const int64_t N = B * T, C = cfg.d_model, H = cfg.mlp_ratio * C, NH = cfg.heads, V = cfg.vocab;
+    tokens.assign(tok, tok + N);
+    Acts<F> & a = acts;
+    a.layers.resize((size_t)cfg.layers);
+    a.encoded.resize((size_t)(N * C));
+    encoder_forward(a.encoded.data(), tok, p(layout.wte), p(layout.wpe), B, T, C);
+    const F * resid = a.encoded.data();
+    for (int64_t l = 0; l < cfg.layers; ++l) {
+        const auto & bl = layout.blocks[(size_t)l];
+        LayerActs<F> & x = a.layers[(size_t)l];
+        x.ln1.resize((size_t)(N * C)); x.ln1m.resize((size_t)N); x.ln1r.resize((size_t)N);
+        x.qkv.resize((size_t)(N * 3 * C)); x.att.resize((size_t)(B * NH * T * T)); x.atty.resize((size_t)(N * C));
+        x.attproj.resize((size_t)(N * C)); x.res2.resize((size_t)(N * C));
+        x.ln2.resize((size_t)(N * C)); x.ln2m.resize((size_t)N); x.ln2r.resize((size_t)N);
+        x.fch.resize((size_t)(N * H)); x.fchg.resize((size_t)(N * H)); x.fcproj.resize((size_t)(N * C)); x.res3.resize((size_t)(N * C));
+        layernorm_forward(x.ln1.data(), x.ln1m.data(), x.ln1r.data(), resid, p(bl.ln1w), p(bl.ln1b), N, C);
+        matmul_forward(x.qkv.data(), x.ln1.data(), p(bl.qkvw), p(bl.qkvb), N, C, 3 * C);
+        attention_forward(x.atty.data(), x.att.data(), x.qkv.data(), B, T, C, NH);
+        matmul_forward(x.attproj.data(), x.atty.data(), p(bl.attprojw), p(bl.attprojb), N, C, C);
+        residual_forward(x.res2.data(), resid, x.attproj.data(), N * C);
+        layernorm_forward(x.ln2.data(), x.ln2m.data(), x.ln2r.data(), x.res2.data(), p(bl.ln2w), p(bl.ln2b), N, C);
+        matmul_forward(x.fch.data(), x.ln2.data(), p(bl.fcw), p(bl.fcb), N, C, H);
+        gelu_forward(x.fchg.data(), x.fch.data(), N * H);
+        matmul_forward(x.fcproj.data(), x.fchg.data(), p(bl.fcprojw), p(bl.fcprojb), N, H, C);
+        residual_forward(x.res3.data(), x.res2.data(), x.fcproj.data(), N * C);
+        resid = x.res3.data();
+    }
+    a.lnf.resize((size_t)(N * C)); a.lnfm.resize((size_t)N); a.lnfr.resize((size_t)N);
+    layernorm_forward(a.lnf.data(), a.lnfm.data(), a.lnfr.data(), resid, p(layout.lnfw), p(layout.lnfb), N, C);
+    logits.resize((size_t)(N * V));
+    matmul_forward(logits.data(), a.lnf.data(), p(layout.lm_head), (const F *)nullptr, N, C, V);
+    values.resize((size_t)N);
+    matmul_forward(values.data(), a.lnf.data(), p(layout.vw), p(layout.vb), N, C, 1);
+}
+
+template <typename F>
+void Model<F>::backward(const F * dlogits, const F * dvalues) {
+    if (B == 0) throw_error(MAPORL_ERR_INVALID_ARG, "backward: no forward to go back through");
+    const int64_t N = B * T, C = cfg.d_model, H = cfg.mlp_ratio * C, NH = cfg.heads, V = cfg.vocab;
+    Acts<F> & a = acts;
+    std::vector<F> dlnf((size_t)(N * C), F(0)), dres((size_t)(N * C), F(0));
+    if (dlogits) matmul_backward(dlnf.data(), g(layout.lm_head), (F *)nullptr, dlogits, a.lnf.data(), p(layout.lm_head), N, C, V);
+    if (dvalues) matmul_backward(dlnf.data(), g(layout.vw), g(layout.vb), dvalues, a.lnf.data(), p(layout.vw), N, C, 1);
+    const F * last = cfg.layers > 0 ? a.layers.back().res3.data() : a.encoded.data();
+    layernorm_backward(dres.data(), g(layout.lnfw), g(layout.lnfb), dlnf.data(), last, p(layout.lnfw), a.lnfm.data(), a.lnfr.data(), N, C);
+    std::vector<F> dtmp((size_t)(N * H)), dfch((size_t)(N * H)), dln((size_t)(N * C)), datty((size_t)(N * C)), dqkv((size_t)(N * 3 * C));
+    for (int64_t l = cfg.layers - 1; l >= 0; --l) {
+        const auto & bl = layout.blocks[(size_t)l];
+        LayerActs<F> & x = a.layers[(size_t)l];
+        const F * resid = l == 0 ? a.encoded.data() : a.layers[(size_t)(l - 1)].res3.data();
+        // res3 = res2 + fcproj: dres is the gradient of both.
+        std::fill(dtmp.begin(), dtmp.end(), F(0));
+        matmul_backward(dtmp.data(), g(bl.fcprojw), g(bl.fcprojb), dres.data(), x.fchg.data(), p(bl.fcprojw), N, H, C);
+        std::fill(dfch.begin(), dfch.end(), F(0));
+        gelu_backward(dfch.data(), x.fch.data(), dtmp.data(), N * H);
+        std::fill(dln.begin(), dln.end(), F(0));
+        matmul_backward(dln.data(), g(bl.fcw), g(bl.fcb), dfch.data(), x.ln2.data(), p(bl.fcw), N, C, H);
+        layernorm_backward(dres.data(), g(bl.ln2w), g(bl.ln2b), dln.data(), x.res2.data(), p(bl.ln2w), x.ln2m.data(), x.ln2r.data(), N, C);
+        // res2 = resid + attproj.
+        std::fill(datty.begin(), datty.end(), F(0));
+        matmul_backward(datty.data(), g(bl.attprojw), g(bl.attprojb), dres.data(), x.atty.data(), p(bl.attprojw), N, C, C);
+        std::fill(dqkv.begin(), dqkv.end(), F(0));
+        attention_backward(dqkv.data(), datty.data(), x.qkv.data(), x.att.data(), B, T, C, NH);
+        std::fill(dln.begin(), dln.end(), F(0));
+        matmul_backward(dln.data(), g(bl.qkvw), g(bl.qkvb), dqkv.data(), x.ln1.data(), p(bl.qkvw), N, C, 3 * C);
+        layernorm_backward(dres.data(), g(bl.ln1w), g(bl.ln1b), dln.data(), resid, p(bl.ln1w), x.ln1m.data(), x.ln1r.data(), N, C);
+    }
+    encoder_backward(g(layout.wte), g(layout.wpe), dres.data(), tokens.data(), B, T, C);
+}
+
+template <typename F>
+void Model<F>::zero_grad() {
+    std::fill(grads.begin(), grads.end(), F(0));
+}
+
+template <typename F>
+double Model<F>::update(const AdamW & h, double max_norm) {
+    double s = 0;
+    for (F x : grads) s += (double)x * (double)x;
+    const double norm = std::sqrt(s);
+    const double scale = max_norm > 0 && norm > max_norm ? max_norm / (norm + 1e-6) : 1.0;
+    ++step;
+    adamw_update(params.data(), grads.data(), m.data(), v.data(), layout.total, h, step, (F)scale);
+    return norm;
+}
+
+template struct Model<float>;
+template struct Model<double>;
+
+}  // namespace gpt
+}  // namespace maporl
