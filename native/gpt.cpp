@@ -197,6 +197,82 @@ double Model<F>::update(const AdamW & h, double max_norm) {
     return norm;
 }
 
+template <typename F>
+void Model<F>::cache_reset(int64_t batch, int64_t max_len) {
+    if (batch < 1) throw_error(MAPORL_ERR_INVALID_ARG, "batch: expected >= 1, got %lld", (long long)batch);
+    if (max_len < 1 || max_len > cfg.context)
+        throw_error(MAPORL_ERR_INVALID_ARG, "max_len: expected 1..%lld (context), got %lld", (long long)cfg.context, (long long)max_len);
+    cache_batch = batch;
+    cache_len = max_len;
+    const size_t n = (size_t)(cfg.layers * batch * max_len * cfg.d_model);
+    kcache.assign(n, F(0));
+    vcache.assign(n, F(0));
+}
+
+template <typename F>
+void Model<F>::decode(const int32_t * tok, int64_t pos) {
+    const int64_t Bc = cache_batch, C = cfg.d_model, H = cfg.mlp_ratio * C, NH = cfg.heads, hs = C / NH, V = cfg.vocab;
+    if (Bc == 0) throw_error(MAPORL_ERR_INVALID_ARG, "decode: call cache_reset first");
+    if (pos < 0 || pos >= cache_len) throw_error(MAPORL_ERR_INVALID_ARG, "pos: expected 0..%lld, got %lld", (long long)(cache_len - 1), (long long)pos);
+    for (int64_t b = 0; b < Bc; ++b)
+        if (tok[b] < 0 || tok[b] >= V)
+            throw_error(MAPORL_ERR_INVALID_ARG, "tokens: expected ids in [0, %lld), got %d at index %lld", (long long)V, (int)tok[b], (long long)b);
+    std::vector<F> x((size_t)(Bc * C)), ln((size_t)(Bc * C)), qkv((size_t)(Bc * 3 * C)), y((size_t)(Bc * C)), proj((size_t)(Bc * C)),
+        h((size_t)(Bc * H)), hg((size_t)(Bc * H)), mean((size_t)Bc), rstd((size_t)Bc), sc((size_t)(pos + 1));
+    for (int64_t b = 0; b < Bc; ++b)
+        for (int64_t c = 0; c < C; ++c) x[(size_t)(b * C + c)] = p(layout.wte)[tok[b] * C + c] + p(layout.wpe)[pos * C + c];
+    const F scale = F(1) / (F)std::sqrt((double)hs);
+    for (int64_t l = 0; l < cfg.layers; ++l) {
+        const auto & bl = layout.blocks[(size_t)l];
+        layernorm_forward(ln.data(), mean.data(), rstd.data(), x.data(), p(bl.ln1w), p(bl.ln1b), Bc, C);
+        matmul_forward(qkv.data(), ln.data(), p(bl.qkvw), p(bl.qkvb), Bc, C, 3 * C);
+        for (int64_t b = 0; b < Bc; ++b)
+            for (int64_t hh = 0; hh < NH; ++hh) {
+                const size_t base = (size_t)((((l * Bc + b) * NH + hh) * cache_len) * hs);
+                F * kc = kcache.data() + base;
+                F * vc = vcache.data() + base;
+                const F * q = qkv.data() + b * 3 * C + hh * hs;
+                for (int64_t i = 0; i < hs; ++i) {
+                    kc[pos * hs + i] = qkv[(size_t)(b * 3 * C + C + hh * hs + i)];
+                    vc[pos * hs + i] = qkv[(size_t)(b * 3 * C + 2 * C + hh * hs + i)];
+                }
+                // The same arithmetic, in the same order, as attention_forward's row `pos`.
+                F mx = -INFINITY;
+                for (int64_t t2 = 0; t2 <= pos; ++t2) {
+                    F d = F(0);
+                    for (int64_t i = 0; i < hs; ++i) d += q[i] * kc[t2 * hs + i];
+                    d *= scale;
+                    sc[(size_t)t2] = d;
+                    mx = d > mx ? d : mx;
+                }
+                F sum = F(0);
+                for (int64_t t2 = 0; t2 <= pos; ++t2) {
+                    sc[(size_t)t2] = (F)std::exp((double)(sc[(size_t)t2] - mx));
+                    sum += sc[(size_t)t2];
+                }
+                const F inv = F(1) / sum;
+                F * o = y.data() + b * C + hh * hs;
+                for (int64_t i = 0; i < hs; ++i) o[i] = F(0);
+                for (int64_t t2 = 0; t2 <= pos; ++t2) {
+                    const F w = sc[(size_t)t2] * inv;
+                    for (int64_t i = 0; i < hs; ++i) o[i] += w * vc[t2 * hs + i];
+                }
+            }
+        matmul_forward(proj.data(), y.data(), p(bl.attprojw), p(bl.attprojb), Bc, C, C);
+        for (size_t i = 0; i < x.size(); ++i) x[i] = x[i] + proj[i];
+        layernorm_forward(ln.data(), mean.data(), rstd.data(), x.data(), p(bl.ln2w), p(bl.ln2b), Bc, C);
+        matmul_forward(h.data(), ln.data(), p(bl.fcw), p(bl.fcb), Bc, C, H);
+        gelu_forward(hg.data(), h.data(), Bc * H);
+        matmul_forward(proj.data(), hg.data(), p(bl.fcprojw), p(bl.fcprojb), Bc, H, C);
+        for (size_t i = 0; i < x.size(); ++i) x[i] = x[i] + proj[i];
+    }
+    layernorm_forward(ln.data(), mean.data(), rstd.data(), x.data(), p(layout.lnfw), p(layout.lnfb), Bc, C);
+    step_logits.resize((size_t)(Bc * V));
+    matmul_forward(step_logits.data(), ln.data(), p(layout.lm_head), (const F *)nullptr, Bc, C, V);
+    step_values.resize((size_t)Bc);
+    matmul_forward(step_values.data(), ln.data(), p(layout.vw), p(layout.vb), Bc, C, 1);
+}
+
 template struct Model<float>;
 template struct Model<double>;
 

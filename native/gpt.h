@@ -80,6 +80,16 @@ struct Model {
     void zero_grad();
     // Global gradient-norm clip (max_norm <= 0: none), then one AdamW step; returns the norm before clipping.
     double update(const AdamW & h, double max_norm);
+
+    // Incremental decoding with a key/value cache for `batch` rows and up to `max_len` positions. decode() runs the
+    // tokens of position `pos` (the same position for every row; positions 0..pos-1 must have been decoded)
+    // and writes step_logits [batch, V] and step_values [batch]; the result equals the full forward's at that
+    // position (to float rounding).
+    void cache_reset(int64_t batch, int64_t max_len);
+    void decode(const int32_t * tokens, int64_t pos);
+    std::vector<F> kcache, vcache;  // [L, batch, NH, max_len, hs]
+    int64_t cache_batch = 0, cache_len = 0;
+    std::vector<F> step_logits, step_values;
 };
 
 }  // namespace gpt

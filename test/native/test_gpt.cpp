@@ -2,6 +2,7 @@
 // L = sum(logits * R) + sum(values * Rv) for every parameter of a tiny model (tied and untied heads); and a
 // float model that memorises a fixed batch with the fused policy-loss kernel as its cross-entropy
 // (REINFORCE with advantage 1 is -mean log p), identically for 1 and 3 threads.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -99,6 +100,44 @@ TEST(a_small_model_memorises_a_batch_the_same_for_any_thread_count) {
     CHECK(p1 == p3, "parameters after 120 steps differ between 1 and 3 threads");
     std::printf("  cross-entropy: step 0 %.4f, 30 %.4f, 60 %.4f, 119 %.4f\n", curve[0], curve[30], curve[60], curve.back());
     CHECK(curve[0] > 2.2 && curve.back() < 0.5 * curve[0], "loss %g -> %g: the model did not learn", curve[0], curve.back());
+}
+
+// KV-cache decoding equals the full forward at every position, and greedy decoding from the cache picks the
+// argmax of the full forward's logits at every step.
+TEST(kv_cache_decoding_equals_the_full_forward) {
+    g::Config c;
+    c.vocab = 11; c.context = 12; c.layers = 2; c.heads = 2; c.d_model = 16;
+    g::Model<float> m(c);
+    m.init(5);
+    const int64_t B = 3, T = 10, V = c.vocab;
+    std::vector<int32_t> seq((size_t)(B * T));
+    for (int64_t b = 0; b < B; ++b) seq[(size_t)(b * T)] = (int32_t)(b + 1);
+    m.cache_reset(B, T);
+    float worst = 0;
+    for (int64_t t = 0; t < T; ++t) {
+        std::vector<int32_t> cur((size_t)B);
+        for (int64_t b = 0; b < B; ++b) cur[(size_t)b] = seq[(size_t)(b * T + t)];
+        m.decode(cur.data(), t);
+        std::vector<float> step = m.step_logits, sv = m.step_values;
+        // greedy: the next token is the argmax (first on ties) of the cached step
+        if (t + 1 < T)
+            for (int64_t b = 0; b < B; ++b) {
+                int64_t best = 0;
+                for (int64_t v = 1; v < V; ++v) if (step[(size_t)(b * V + v)] > step[(size_t)(b * V + best)]) best = v;
+                seq[(size_t)(b * T + t + 1)] = (int32_t)best;
+            }
+        // the full forward over the prefix 0..t gives the same logits at position t
+        std::vector<int32_t> prefix((size_t)(B * (t + 1)));
+        for (int64_t b = 0; b < B; ++b)
+            for (int64_t u = 0; u <= t; ++u) prefix[(size_t)(b * (t + 1) + u)] = seq[(size_t)(b * T + u)];
+        m.forward(prefix.data(), B, t + 1);
+        for (int64_t b = 0; b < B; ++b) {
+            for (int64_t v = 0; v < V; ++v)
+                worst = std::max(worst, std::fabs(m.logits[(size_t)((b * (t + 1) + t) * V + v)] - step[(size_t)(b * V + v)]));
+            worst = std::max(worst, std::fabs(m.values[(size_t)(b * (t + 1) + t)] - sv[(size_t)b]));
+        }
+    }
+    CHECK(worst < 1e-5f, "cached decode differs from the full forward by %g", worst);
 }
 
 }  // namespace
