@@ -313,6 +313,57 @@ maporl_status maporl_sample_logprobs(maporl_device device, const float * logits,
                                      const maporl_sample_params * params, const int32_t * tokens,
                                      float * logprobs_out, float * raw_logprobs_out);
 
+/* ---- the embedded GPT policy (CPU) ----------------------------------------------------------------- */
+
+typedef struct maporl_gpt maporl_gpt;  /* opaque; one call at a time per handle */
+
+typedef struct maporl_gpt_config {
+    int64_t vocab;       /* 2 .. 2^24 */
+    int64_t context;     /* maximum sequence length, 1 .. 65536 */
+    int64_t layers;      /* 1 .. 256 */
+    int64_t heads;       /* divides d_model */
+    int64_t d_model;
+    int64_t mlp_ratio;   /* hidden = mlp_ratio * d_model; default 4 */
+    int tie_embeddings;  /* 1: the LM head is the token embedding (default) */
+} maporl_gpt_config;
+
+typedef struct maporl_adamw_params {
+    float lr, beta1, beta2, eps, weight_decay;  /* defaults 3e-4, 0.9, 0.95, 1e-8, 0.0 */
+} maporl_adamw_params;
+
+maporl_gpt_config maporl_gpt_default_config(void);
+maporl_adamw_params maporl_adamw_default_params(void);
+
+/* A model with GPT-2 initialisation from `seed` (normal(0, 0.02), residual projections / sqrt(2 layers)). */
+maporl_status maporl_gpt_create(const maporl_gpt_config * config, uint64_t seed, maporl_gpt ** out);
+void          maporl_gpt_free(maporl_gpt * gpt);  /* NULL-safe */
+/* Number of parameters, and the tensors in checkpoint order: name (NUL-terminated, <= 63 chars), up to 2 dims
+ * (dims[1] = 0 for a vector), and the element offset into the flat parameter array. */
+maporl_status maporl_gpt_param_count(const maporl_gpt * gpt, int64_t * count_out);
+maporl_status maporl_gpt_tensor_count(const maporl_gpt * gpt, int64_t * count_out);
+maporl_status maporl_gpt_tensor_info(const maporl_gpt * gpt, int64_t index, char name_out[64], int64_t dims_out[2],
+                                     int64_t * offset_out);
+/* Copy the flat parameters (or the AdamW moments and step) out of / into the model: `which` 0 params, 1 m, 2 v. */
+maporl_status maporl_gpt_get(const maporl_gpt * gpt, int which, float * out, int64_t count);
+maporl_status maporl_gpt_set(maporl_gpt * gpt, int which, const float * in, int64_t count);
+maporl_status maporl_gpt_get_step(const maporl_gpt * gpt, int64_t * step_out);
+maporl_status maporl_gpt_set_step(maporl_gpt * gpt, int64_t step);
+/* Forward over tokens [B, T] (T <= context): logits_out [B, T, vocab] and values_out [B, T], either may be NULL.
+ * The activations are kept for maporl_gpt_backward. */
+maporl_status maporl_gpt_forward(maporl_gpt * gpt, const int32_t * tokens, int64_t B, int64_t T, float * logits_out,
+                                 float * values_out);
+/* Adds d loss / d params from dlogits [B, T, vocab] and dvalues [B, T] of the last forward (either may be NULL). */
+maporl_status maporl_gpt_backward(maporl_gpt * gpt, const float * dlogits, const float * dvalues);
+maporl_status maporl_gpt_zero_grad(maporl_gpt * gpt);
+/* Clips the global gradient norm to max_grad_norm (<= 0: no clip), then one AdamW step. grad_norm_out may be NULL. */
+maporl_status maporl_gpt_step(maporl_gpt * gpt, const maporl_adamw_params * params, double max_grad_norm,
+                              double * grad_norm_out);
+/* KV-cache decoding: reset for `batch` rows and up to max_len positions, then decode the tokens [batch] of
+ * position pos (0, 1, 2, ... in order) into logits_out [batch, vocab] and values_out [batch] (either may be NULL). */
+maporl_status maporl_gpt_cache_reset(maporl_gpt * gpt, int64_t batch, int64_t max_len);
+maporl_status maporl_gpt_decode(maporl_gpt * gpt, const int32_t * tokens, int64_t pos, float * logits_out,
+                                float * values_out);
+
 /* ---- benchmarking helpers ----------------------------------------------------------------------- */
 
 /* Measures host copy bandwidth with the thread pool: copies `bytes` `reps` times and reports the median

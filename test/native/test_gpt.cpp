@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -138,6 +139,44 @@ TEST(kv_cache_decoding_equals_the_full_forward) {
         }
     }
     CHECK(worst < 1e-5f, "cached decode differs from the full forward by %g", worst);
+}
+
+TEST(c_api_round_trips_and_rejects_bad_input) {
+    maporl_gpt_config c = maporl_gpt_default_config();
+    c.vocab = 9; c.context = 8; c.layers = 1; c.heads = 3; c.d_model = 8;
+    maporl_gpt * m = nullptr;
+    CHECK(maporl_gpt_create(&c, 1, &m) == MAPORL_ERR_INVALID_ARG && std::strstr(maporl_last_error(), "config.heads") != nullptr,
+          "%s", maporl_last_error());
+    c.heads = 2;
+    CHECK(maporl_gpt_create(&c, 1, &m) == MAPORL_OK && m != nullptr, "%s", maporl_last_error());
+    int64_t n = 0, nt = 0;
+    maporl_gpt_param_count(m, &n);
+    maporl_gpt_tensor_count(m, &nt);
+    char name[64];
+    int64_t dims[2], off = -1;
+    CHECK(maporl_gpt_tensor_info(m, 0, name, dims, &off) == MAPORL_OK && std::strcmp(name, "wte") == 0 && dims[0] == 9 && dims[1] == 8 && off == 0,
+          "tensor 0: %s [%lld, %lld] at %lld", name, (long long)dims[0], (long long)dims[1], (long long)off);
+    std::vector<float> p((size_t)n), q((size_t)n);
+    CHECK(maporl_gpt_get(m, 0, p.data(), n) == MAPORL_OK, "%s", maporl_last_error());
+    for (auto & x : p) x *= 0.5f;
+    maporl_gpt_set(m, 0, p.data(), n);
+    maporl_gpt_get(m, 0, q.data(), n);
+    CHECK(p == q, "parameters do not round-trip");
+    CHECK(maporl_gpt_get(m, 0, p.data(), n - 1) == MAPORL_ERR_INVALID_ARG, "a wrong count is rejected");
+    const int32_t bad[2] = {3, 9};
+    CHECK(maporl_gpt_forward(m, bad, 1, 2, nullptr, nullptr) == MAPORL_ERR_INVALID_ARG && std::strstr(maporl_last_error(), "tokens") != nullptr,
+          "%s", maporl_last_error());
+    CHECK(maporl_gpt_backward(m, nullptr, nullptr) == MAPORL_ERR_INVALID_ARG, "backward before any forward");
+    maporl_adamw_params h = maporl_adamw_default_params();
+    h.lr = NAN;
+    CHECK(maporl_gpt_step(m, &h, 1.0, nullptr) == MAPORL_ERR_INVALID_ARG && std::strstr(maporl_last_error(), "params.lr") != nullptr,
+          "%s", maporl_last_error());
+    const int32_t one[1] = {2};
+    CHECK(maporl_gpt_decode(m, one, 0, nullptr, nullptr) == MAPORL_ERR_INVALID_ARG, "decode before cache_reset");
+    CHECK(maporl_gpt_cache_reset(m, 1, 9) == MAPORL_ERR_INVALID_ARG, "max_len beyond the context");
+    maporl_gpt_free(m);
+    maporl_gpt_free(nullptr);
+    CHECK(nt == 4 + 12 + 2, "tensor count %lld", (long long)nt);
 }
 
 }  // namespace
