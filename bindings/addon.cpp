@@ -9,6 +9,7 @@ void InitGae(Napi::Env env, Napi::Object exports);
 void InitGroupAdvantages(Napi::Env env, Napi::Object exports);
 void InitPolicyLoss(Napi::Env env, Napi::Object exports);
 void InitSampling(Napi::Env env, Napi::Object exports);
+void InitGpt(Napi::Env env, Napi::Object exports);
 }  // namespace maporl_js
 
 static Napi::Object Init(Napi::Env env, Napi::Object exports) {
@@ -18,6 +19,7 @@ static Napi::Object Init(Napi::Env env, Napi::Object exports) {
     maporl_js::InitGroupAdvantages(env, exports);
     maporl_js::InitPolicyLoss(env, exports);
     maporl_js::InitSampling(env, exports);
+    maporl_js::InitGpt(env, exports);
     return exports;
 }
 

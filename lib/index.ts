@@ -47,3 +47,6 @@ export { defaultPrompts, feedbackBin, type DebatePrompts, type DebateTask, type 
 export { transcriptToJSON, transcriptFromJSON, transcriptScores, type Transcript, type TurnEntry } from "./debate/transcript.js";
 export { JsonlTracer, otelTracer, teeTracer, type Span, type Tracer } from "./debate/trace.js";
 export { JointRollout, type JointRolloutOptions, type JointTree, type JointAction, type TransitionInput } from "./debate/jointRollout.js";
+export { NativePolicy, type NativePolicyConfig, type TrainBatch, type TrainOptions, type TrainResult } from "./policy/nativePolicy.js";
+export { CharTokenizer, SPECIAL_TOKENS, type TokenizerJSON } from "./policy/tokenizer.js";
+export { readSafetensors, writeSafetensors, type TensorEntry } from "./policy/safetensors.js";

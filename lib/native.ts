@@ -72,6 +72,10 @@ type SampleArgs = [logits: F32, B: number, V: number, params: NativeSampleParams
 type SampleLogprobsArgs = [logits: F32, B: number, V: number, params: NativeSampleParams, device: 0 | 1, tokens: Int32Array,
     logprobs: F32, rawLogprobs: F32 | null];
 
+/** An embedded-GPT model handle (bindings/gpt.cpp). */
+export type GptHandle = { readonly __gpt: unique symbol };
+export interface NativeGptConfig { vocab: number; context: number; layers: number; heads: number; dModel: number; mlpRatio: number; tieEmbeddings: boolean }
+
 /** The addon's functions (bindings/*.cpp). Device: 0 = CPU, 1 = CUDA. */
 export interface NativeBinding {
     backendInfo(): NativeBackendInfo;
@@ -104,6 +108,24 @@ export interface NativeBinding {
     sampleAsync(...args: SampleArgs): Promise<void>;
     sampleLogprobs(...args: SampleLogprobsArgs): void;
     sampleLogprobsAsync(...args: SampleLogprobsArgs): Promise<void>;
+    gptCreate(config: NativeGptConfig, seed: number): GptHandle;
+    gptFree(h: GptHandle): void;
+    gptTensors(h: GptHandle): { name: string; shape: number[]; offset: number }[];
+    gptParamCount(h: GptHandle): number;
+    gptGet(h: GptHandle, which: 0 | 1 | 2, out: F32): void;
+    gptSet(h: GptHandle, which: 0 | 1 | 2, input: F32): void;
+    gptGetStep(h: GptHandle): number;
+    gptSetStep(h: GptHandle, step: number): void;
+    gptForward(h: GptHandle, tokens: Int32Array, B: number, T: number, logits: F32 | null, values: F32 | null): void;
+    gptForwardAsync(h: GptHandle, tokens: Int32Array, B: number, T: number, logits: F32 | null, values: F32 | null): Promise<void>;
+    gptBackward(h: GptHandle, dlogits: F32 | null, dvalues: F32 | null): void;
+    gptBackwardAsync(h: GptHandle, dlogits: F32 | null, dvalues: F32 | null): Promise<void>;
+    gptZeroGrad(h: GptHandle): void;
+    gptStep(h: GptHandle, lr: number, beta1: number, beta2: number, eps: number, weightDecay: number, maxGradNorm: number): number;
+    gptStepAsync(h: GptHandle, lr: number, beta1: number, beta2: number, eps: number, weightDecay: number, maxGradNorm: number): Promise<number>;
+    gptCacheReset(h: GptHandle, batch: number, maxLen: number): void;
+    gptDecode(h: GptHandle, tokens: Int32Array, pos: number, logits: F32 | null, values: F32 | null): void;
+    gptDecodeAsync(h: GptHandle, tokens: Int32Array, pos: number, logits: F32 | null, values: F32 | null): Promise<void>;
     gaeAsync(rewards: Float32Array, values: Float32Array, mask: MaskArray, B: number, T: number, gamma: number,
         lambda: number, whiten: boolean, device: 0 | 1, advantages: Float32Array,
         returns: Float32Array): Promise<void>;

@@ -1,0 +1,313 @@
+// nativePolicy.ts: the embedded GPT as a Policy (native/gpt.h through bindings/gpt.cpp). Generation decodes with
+// the KV cache and draws every token with the `sample` kernel (per-request seeds, the token's position as the
+// counter, the processed log-prob returned); training runs forward, a loss from the loss kernels (cross-entropy
+// for SFT, or any policy loss), backward and AdamW off the main thread. Calls on one model are serialised.
+// Checkpoints are directories: model.safetensors, optimizer.safetensors, config.json, tokenizer.json, written to
+// a temporary directory that replaces the old one by rename, so a crash never leaves a half-written checkpoint.
+import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+
+import { native, type GptHandle } from "../native.js";
+import { fusedPolicyLoss } from "../rl/logits.js";
+import { type LossOptions, type PolicyLossStats } from "../rl/policyLoss.js";
+import { sample } from "../rl/sampling.js";
+import { readSafetensors, writeSafetensors } from "./safetensors.js";
+import { CharTokenizer } from "./tokenizer.js";
+import { type GenerateRequest, type Generation, type Policy, requestMessages } from "./types.js";
+
+export interface NativePolicyConfig {
+    /** The model's maximum sequence length. */
+    contextLength: number;
+    layers: number;
+    heads: number;
+    dModel: number;
+    /** MLP hidden size / dModel. Defaults to 4. */
+    mlpRatio?: number;
+    /** Tie the LM head to the token embedding. Defaults to true. */
+    tieEmbeddings?: boolean;
+    /** Defaults to CharTokenizer.ascii(). */
+    tokenizer?: CharTokenizer;
+    /** Initialisation seed. Defaults to 0. */
+    seed?: number;
+    name?: string;
+}
+
+export interface TrainBatch {
+    /** Input ids [B, T]. */
+    tokens: Int32Array;
+    /** The id each position should predict [B, T] (the next token). */
+    targets: Int32Array;
+    /** 1 where a position is trained [B, T]. */
+    mask: Uint8Array | Float32Array;
+    shape: readonly [number, number];
+    /** Per token [B, T] or per sequence [B]; omitted for SFT. */
+    advantages?: Float32Array;
+    oldLogp?: Float32Array;
+    refLogp?: Float32Array;
+}
+
+export interface TrainOptions {
+    /** 'sft': cross-entropy (mean over masked tokens); or the policy-loss options of fusedPolicyLoss. */
+    loss?: "sft" | LossOptions;
+    lr?: number;
+    beta1?: number;
+    beta2?: number;
+    eps?: number;
+    weightDecay?: number;
+    /** Global gradient-norm clip. Defaults to 1; <= 0 turns it off. */
+    maxGradNorm?: number;
+    /** Only accumulate gradients (no optimizer step, gradients kept for the next call). Defaults to false. */
+    accumulate?: boolean;
+    signal?: AbortSignal;
+}
+
+export interface TrainResult {
+    loss: number;
+    /** The gradient norm before clipping (NaN when accumulate). */
+    gradNorm: number;
+    stats: PolicyLossStats;
+    step: number;
+}
+
+function requireInt(what: string, x: unknown, lo: number, hi: number): number {
+    if (typeof x !== "number" || !Number.isInteger(x) || x < lo || x > hi)
+        throw new RangeError(`NativePolicy: ${what}: expected an integer in [${lo}, ${hi}], got ${String(x)}`);
+    return x;
+}
+
+export class NativePolicy implements Policy {
+    readonly name: string;
+    readonly tokenizer: CharTokenizer;
+    readonly config: Required<Omit<NativePolicyConfig, "tokenizer" | "name">>;
+    private handle: GptHandle | null;
+    private queue: Promise<unknown> = Promise.resolve();
+    private readonly V: number;
+    private needZero = true;
+
+    private constructor(config: NativePolicyConfig, handle?: GptHandle) {
+        this.tokenizer = config.tokenizer ?? CharTokenizer.ascii();
+        this.config = {
+            contextLength: requireInt("contextLength", config.contextLength, 1, 65536), layers: requireInt("layers", config.layers, 1, 256),
+            heads: requireInt("heads", config.heads, 1, 65536), dModel: requireInt("dModel", config.dModel, 1, 65536),
+            mlpRatio: requireInt("mlpRatio", config.mlpRatio ?? 4, 1, 16), tieEmbeddings: config.tieEmbeddings ?? true,
+            seed: requireInt("seed", config.seed ?? 0, 0, Number.MAX_SAFE_INTEGER),
+        };
+        this.V = this.tokenizer.vocabSize;
+        this.name = config.name ?? `native-gpt-${this.config.layers}x${this.config.dModel}`;
+        this.handle = handle ?? native.gptCreate({ vocab: this.V, context: this.config.contextLength, layers: this.config.layers,
+            heads: this.config.heads, dModel: this.config.dModel, mlpRatio: this.config.mlpRatio, tieEmbeddings: this.config.tieEmbeddings },
+        this.config.seed);
+    }
+
+    /** A freshly initialised model. */
+    static async create(config: NativePolicyConfig): Promise<NativePolicy> {
+        if (config === null || typeof config !== "object") throw new TypeError("NativePolicy.create: config: expected an object");
+        return new NativePolicy(config);
+    }
+
+    get parameterCount(): number { return native.gptParamCount(this.h()); }
+
+    private h(): GptHandle {
+        if (!this.handle) throw new Error(`${this.name}: the model was disposed`);
+        return this.handle;
+    }
+
+    // Runs calls on this model one at a time.
+    private serial<T>(fn: () => Promise<T>): Promise<T> {
+        const run = this.queue.then(fn, fn);
+        this.queue = run.catch(() => undefined);
+        return run;
+    }
+
+    /** Batched generation with the KV cache; requests with the same prompt length decode together. */
+    async generate(requests: GenerateRequest[], options: { signal?: AbortSignal; onProgress?: (done: number, total: number) => void } = {}): Promise<Generation[]> {
+        if (!Array.isArray(requests)) throw new TypeError(`${this.name}: requests: expected an array`);
+        const prompts = requests.map((r, i) => this.tokenizer.encodeChat(requestMessages(this.name, r, i)));
+        prompts.forEach((p, i) => {
+            if (p.length >= this.config.contextLength)
+                throw new RangeError(`${this.name}: requests[${i}]: the prompt is ${p.length} tokens, the context is ${this.config.contextLength}`);
+        });
+        return this.serial(async () => {
+            const out: Generation[] = new Array(requests.length);
+            const groups = new Map<number, number[]>();
+            prompts.forEach((p, i) => groups.set(p.length, [...(groups.get(p.length) ?? []), i]));
+            let done = 0;
+            for (const [len, idx] of groups) {
+                const t0 = performance.now();
+                const gens = await this.decodeGroup(idx.map((i) => prompts[i]!), idx.map((i) => requests[i]!), len, options.signal);
+                idx.forEach((i, k) => { out[i] = { ...gens[k]!, latencyMs: performance.now() - t0 }; });
+                done += idx.length;
+                options.onProgress?.(done, requests.length);
+            }
+            return out;
+        });
+    }
+
+    private async decodeGroup(prompts: number[][], reqs: GenerateRequest[], len: number, signal?: AbortSignal): Promise<Generation[]> {
+        const B = prompts.length, V = this.V, h = this.h();
+        const maxNew = Math.max(...reqs.map((r) => r.sampling?.maxTokens ?? 64));
+        const total = Math.min(this.config.contextLength, len + Math.max(1, maxNew));
+        native.gptCacheReset(h, B, total);
+        const logits = new Float32Array(B * V), cur = new Int32Array(B);
+        for (let pos = 0; pos < len; pos++) {
+            signal?.throwIfAborted();
+            for (let b = 0; b < B; b++) cur[b] = prompts[b]![pos]!;
+            await native.gptDecodeAsync(h, cur, pos, logits, null);
+        }
+        const temperature = Float32Array.from(reqs, (r) => r.sampling?.temperature ?? 1);
+        const topK = Int32Array.from(reqs, (r) => r.sampling?.topK ?? 0);
+        const topP = Float32Array.from(reqs, (r) => r.sampling?.topP ?? 1);
+        const seed = BigUint64Array.from(reqs, (r) => BigInt(r.seed ?? 0));
+        const limit = reqs.map((r) => Math.min(r.sampling?.maxTokens ?? 64, total - len));
+        const toks: number[][] = reqs.map(() => []), lps: number[][] = reqs.map(() => []);
+        const finished = reqs.map(() => "");
+        for (let pos = len; ; pos++) {
+            signal?.throwIfAborted();
+            const s = sample({ logits, shape: [B, V] }, { temperature, topK, topP, seed, position: BigInt64Array.from(reqs, () => BigInt(pos)),
+                rawLogprobs: false, device: "cpu" });
+            for (let b = 0; b < B; b++) {
+                if (finished[b]) continue;
+                const t = s.tokens[b]!;
+                if (t === this.tokenizer.eos) { finished[b] = "stop"; continue; }
+                toks[b]!.push(t);
+                lps[b]!.push(s.logprobs[b]!);
+                if (toks[b]!.length >= limit[b]!) finished[b] = "length";
+            }
+            if (finished.every((f) => f) || pos + 1 >= total) break;
+            for (let b = 0; b < B; b++) cur[b] = finished[b] ? this.tokenizer.pad : toks[b]!.at(-1)!;
+            await native.gptDecodeAsync(h, cur, pos, logits, null);
+        }
+        return reqs.map((_, b) => ({ text: this.tokenizer.decode(toks[b]!), tokens: toks[b]!, logprobs: lps[b]!,
+            finishReason: finished[b] || "length", usage: { promptTokens: len, completionTokens: toks[b]!.length }, latencyMs: 0 }));
+    }
+
+    /** log p(tokens[b, t + 1] | tokens[b, <= t]) at temperature 1, [B, T] (0 at the last position). */
+    async logprobs(batch: { tokens: Int32Array; shape: readonly [number, number] }): Promise<Float32Array> {
+        const [B, T] = batch.shape;
+        this.checkTokens("logprobs", batch.tokens, B, T);
+        return this.serial(async () => {
+            const logits = new Float32Array(B * T * this.V);
+            await native.gptForwardAsync(this.h(), batch.tokens, B, T, logits, null);
+            const out = new Float32Array(B * T);
+            const targets = new Int32Array(B * T), mask = new Uint8Array(B * T);
+            for (let b = 0; b < B; b++)
+                for (let t = 0; t + 1 < T; t++) { targets[b * T + t] = batch.tokens[b * T + t + 1]!; mask[b * T + t] = 1; }
+            const r = fusedPolicyLoss({ logits, targets, advantages: new Float32Array(B * T), mask, shape: [B, T, this.V] },
+                { type: "reinforce", aggregation: "token-mean", inPlace: true, device: "cpu" });
+            out.set(r.logp);
+            return out;
+        });
+    }
+
+    private checkTokens(fn: string, tokens: Int32Array, B: number, T: number): void {
+        if (!(tokens instanceof Int32Array) || tokens.length !== B * T) throw new TypeError(`${this.name}.${fn}: tokens: expected Int32Array of ${B * T} elements`);
+        if (!(T >= 1 && T <= this.config.contextLength)) throw new RangeError(`${this.name}.${fn}: shape[1] (T): expected 1..${this.config.contextLength}, got ${T}`);
+    }
+
+    /**
+     * One training step: forward, the loss's gradient w.r.t. the logits from the fused kernel (SFT = cross-entropy),
+     * backward, global-norm clip and AdamW. With `accumulate`, gradients add up over calls until a step.
+     */
+    async trainStep(batch: TrainBatch, options: TrainOptions = {}): Promise<TrainResult> {
+        const [B, T] = batch.shape;
+        this.checkTokens("trainStep", batch.tokens, B, T);
+        if (!(batch.targets instanceof Int32Array) || batch.targets.length !== B * T) throw new TypeError(`${this.name}.trainStep: targets: expected Int32Array of ${B * T} elements`);
+        const loss = options.loss ?? "sft";
+        return this.serial(async () => {
+            const h = this.h();
+            options.signal?.throwIfAborted();
+            const logits = new Float32Array(B * T * this.V);
+            await native.gptForwardAsync(h, batch.tokens, B, T, logits, null);
+            const sft = loss === "sft";
+            const r = fusedPolicyLoss({ logits, targets: batch.targets, mask: batch.mask, shape: [B, T, this.V],
+                advantages: sft ? new Float32Array(B * T).fill(1) : batch.advantages!, ...(batch.oldLogp ? { oldLogp: batch.oldLogp } : {}),
+                ...(batch.refLogp ? { refLogp: batch.refLogp } : {}) },
+            sft ? { type: "reinforce", aggregation: "token-mean", inPlace: true, device: "cpu" } : { ...loss, inPlace: true, device: "cpu" });
+            if (this.needZero) native.gptZeroGrad(h);
+            await native.gptBackwardAsync(h, r.gradLogits, null);
+            if (options.accumulate) {
+                this.needZero = false;
+                return { loss: r.loss, gradNorm: NaN, stats: r.stats, step: native.gptGetStep(h) };
+            }
+            const gradNorm = await native.gptStepAsync(h, options.lr ?? 3e-4, options.beta1 ?? 0.9, options.beta2 ?? 0.95, options.eps ?? 1e-8,
+                options.weightDecay ?? 0, options.maxGradNorm ?? 1);
+            this.needZero = true;
+            return { loss: r.loss, gradNorm, stats: r.stats, step: native.gptGetStep(h) };
+        });
+    }
+
+    /** A copy with the same weights (and tokenizer): e.g. the frozen reference policy. Optimizer state is not copied. */
+    async clone(name?: string): Promise<NativePolicy> {
+        return this.serial(async () => {
+            const c = new NativePolicy({ ...this.config, tokenizer: this.tokenizer, name: name ?? `${this.name}-clone` });
+            const p = new Float32Array(this.parameterCount);
+            native.gptGet(this.h(), 0, p);
+            native.gptSet(c.h(), 0, p);
+            return c;
+        });
+    }
+
+    /** Writes the checkpoint directory `dir` (replacing it atomically). */
+    async save(dir: string): Promise<void> {
+        return this.serial(async () => {
+            const h = this.h(), n = this.parameterCount;
+            const tmp = `${dir}.tmp-${process.pid}-${Date.now()}`;
+            mkdirSync(tmp, { recursive: true });
+            const all = (which: 0 | 1 | 2) => { const a = new Float32Array(n); native.gptGet(h, which, a); return a; };
+            const p = all(0), m = all(1), v = all(2);
+            const tensors = native.gptTensors(h);
+            writeSafetensors(join(tmp, "model.safetensors"), tensors.map((t) => ({ name: t.name, shape: t.shape,
+                data: p.subarray(t.offset, t.offset + t.shape.reduce((a, b) => a * b, 1)) })), { format: "pt" });
+            writeSafetensors(join(tmp, "optimizer.safetensors"), [{ name: "m", shape: [n], data: m }, { name: "v", shape: [n], data: v }]);
+            writeFileSync(join(tmp, "tokenizer.json"), JSON.stringify(this.tokenizer.toJSON()));
+            writeFileSync(join(tmp, "config.json"), JSON.stringify({ format: "maporl-gpt", version: 1, name: this.name, ...this.config,
+                vocab: this.V, step: native.gptGetStep(h) }, null, 2));
+            const old = `${dir}.old-${process.pid}-${Date.now()}`;
+            if (existsSync(dir)) renameSync(dir, old);
+            renameSync(tmp, dir);
+            rmSync(old, { recursive: true, force: true });
+        });
+    }
+
+    /** Loads a checkpoint directory written by save(). */
+    static async load(dir: string): Promise<NativePolicy> {
+        const read = (f: string) => {
+            try { return readFileSync(join(dir, f), "utf8"); } catch { throw new Error(`NativePolicy.load: ${join(dir, f)}: missing (not a checkpoint directory?)`); }
+        };
+        let cfg: Record<string, unknown>;
+        try { cfg = JSON.parse(read("config.json")); } catch (e) { throw e instanceof SyntaxError ? new SyntaxError(`NativePolicy.load: ${dir}/config.json: not JSON`) : e; }
+        if (cfg.format !== "maporl-gpt" || cfg.version !== 1) throw new SyntaxError(`NativePolicy.load: ${dir}/config.json: not a maporl-gpt checkpoint (version 1)`);
+        const tokenizer = CharTokenizer.fromJSON(JSON.parse(read("tokenizer.json")));
+        const policy = new NativePolicy({ contextLength: cfg.contextLength as number, layers: cfg.layers as number, heads: cfg.heads as number,
+            dModel: cfg.dModel as number, mlpRatio: cfg.mlpRatio as number, tieEmbeddings: cfg.tieEmbeddings as boolean, seed: cfg.seed as number,
+            tokenizer, name: cfg.name as string });
+        const h = policy.h(), n = policy.parameterCount;
+        const model = readSafetensors(join(dir, "model.safetensors"));
+        const byName = new Map(model.tensors.map((t) => [t.name, t]));
+        const p = new Float32Array(n);
+        for (const t of native.gptTensors(h)) {
+            const src = byName.get(t.name);
+            const size = t.shape.reduce((a, b) => a * b, 1);
+            if (!src || src.data.length !== size) throw new SyntaxError(`NativePolicy.load: ${dir}/model.safetensors: tensor ${t.name} missing or of the wrong size`);
+            p.set(src.data, t.offset);
+        }
+        native.gptSet(h, 0, p);
+        const opt = readSafetensors(join(dir, "optimizer.safetensors"));
+        for (const [which, name] of [[1, "m"], [2, "v"]] as const) {
+            const t = opt.tensors.find((x) => x.name === name);
+            if (!t || t.data.length !== n) throw new SyntaxError(`NativePolicy.load: ${dir}/optimizer.safetensors: ${name} missing or of the wrong size`);
+            native.gptSet(h, which, t.data);
+        }
+        native.gptSetStep(h, requireInt("config.json step", cfg.step, 0, Number.MAX_SAFE_INTEGER));
+        return policy;
+    }
+
+    /** Frees the native model after the calls in flight. */
+    async dispose(): Promise<void> {
+        await this.queue;
+        if (this.handle) native.gptFree(this.handle);
+        this.handle = null;
+    }
+
+    async [Symbol.asyncDispose](): Promise<void> { await this.dispose(); }
+}

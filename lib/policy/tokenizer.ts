@@ -1,0 +1,82 @@
+// tokenizer.ts: the embedded policy's character-level tokenizer. Ids 0..S-1 are the special tokens (pad, bos, eos,
+// and the role separators of the chat template), then one id per character of the alphabet. Unknown characters
+// map to <unk> (there is one) instead of failing, and are counted. It serialises to tokenizer.json.
+import type { ChatMessage } from "./types.js";
+
+export const SPECIAL_TOKENS = ["<pad>", "<bos>", "<eos>", "<unk>", "<|system|>", "<|user|>", "<|assistant|>"] as const;
+export type SpecialToken = typeof SPECIAL_TOKENS[number];
+
+export interface TokenizerJSON {
+    type: "maporl-char";
+    version: 1;
+    specials: string[];
+    alphabet: string[];
+}
+
+export class CharTokenizer {
+    readonly alphabet: readonly string[];
+    private readonly index = new Map<string, number>();
+
+    /** `alphabet`: the characters (each a single code point, no duplicates). */
+    constructor(alphabet: string | readonly string[]) {
+        const chars = typeof alphabet === "string" ? [...alphabet] : [...alphabet];
+        chars.forEach((c, i) => {
+            if (typeof c !== "string" || [...c].length !== 1) throw new TypeError(`CharTokenizer: alphabet[${i}]: expected one character, got ${JSON.stringify(c)}`);
+            if (this.index.has(c)) throw new RangeError(`CharTokenizer: alphabet: ${JSON.stringify(c)} appears twice`);
+            this.index.set(c, SPECIAL_TOKENS.length + i);
+        });
+        this.alphabet = chars;
+    }
+
+    /** A tokenizer for printable ASCII plus newline (the shipped tasks' vocabulary). */
+    static ascii(): CharTokenizer {
+        let s = "\n";
+        for (let c = 32; c < 127; c++) s += String.fromCharCode(c);
+        return new CharTokenizer(s);
+    }
+
+    get vocabSize(): number { return SPECIAL_TOKENS.length + this.alphabet.length; }
+    id(special: SpecialToken): number { return SPECIAL_TOKENS.indexOf(special); }
+    get pad(): number { return 0; }
+    get bos(): number { return 1; }
+    get eos(): number { return 2; }
+    get unk(): number { return 3; }
+
+    encode(text: string): number[] {
+        if (typeof text !== "string") throw new TypeError(`CharTokenizer.encode: text: expected a string, got ${typeof text}`);
+        const out: number[] = [];
+        for (const c of text) out.push(this.index.get(c) ?? this.unk);
+        return out;
+    }
+
+    /** Special tokens other than <unk> are dropped; <unk> becomes U+FFFD. */
+    decode(ids: ArrayLike<number>): string {
+        let s = "";
+        for (let i = 0; i < ids.length; i++) {
+            const id = ids[i]!;
+            if (id === this.unk) s += "\uFFFD";
+            else if (id >= SPECIAL_TOKENS.length && id < this.vocabSize) s += this.alphabet[id - SPECIAL_TOKENS.length];
+        }
+        return s;
+    }
+
+    /** <bos> then, per message, its role separator and text; ends with <|assistant|> for the reply. */
+    encodeChat(messages: readonly ChatMessage[]): number[] {
+        const out = [this.bos];
+        for (const m of messages) out.push(this.id(`<|${m.role}|>` as SpecialToken), ...this.encode(m.content));
+        out.push(this.id("<|assistant|>"));
+        return out;
+    }
+
+    toJSON(): TokenizerJSON {
+        return { type: "maporl-char", version: 1, specials: [...SPECIAL_TOKENS], alphabet: [...this.alphabet] };
+    }
+
+    static fromJSON(j: unknown): CharTokenizer {
+        const t = j as Partial<TokenizerJSON>;
+        if (!t || t.type !== "maporl-char" || t.version !== 1 || !Array.isArray(t.alphabet) || !Array.isArray(t.specials) ||
+            t.specials.join("\u0000") !== SPECIAL_TOKENS.join("\u0000"))
+            throw new SyntaxError("CharTokenizer.fromJSON: expected a maporl-char tokenizer (version 1) with the standard special tokens");
+        return new CharTokenizer(t.alphabet);
+    }
+}

@@ -1,0 +1,127 @@
+// nativePolicy.test.ts: the embedded GPT end to end from TS: SFT learns to reverse 6-character strings (>= 95 %
+// exact match, the curve printed), a golden 10-step AdamW loss sequence identical for 1 and 3 threads, seeded
+// generation reproducible, checkpoints bit-exact and readable by a safetensors parser written here from the
+// spec, clear errors on truncated or corrupted files, clone independence, dispose.
+import { readFileSync, writeFileSync, existsSync, mkdtempSync, truncateSync, statSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+
+import { afterAll, describe, expect, it } from "vitest";
+
+import { CharTokenizer, NativePolicy, setSimd, setThreads } from "../../lib/index.js";
+
+afterAll(() => { setSimd("best"); setThreads(0); });
+
+const alphabet = "abcdefgh";
+const tok = new CharTokenizer(alphabet);
+function lcg(seed: number) { return () => ((seed = (seed * 1664525 + 1013904223) >>> 0) / 4294967296); }
+
+// <bos> <|user|> w <|assistant|> reverse(w) <eos>: 16 tokens; positions 8.. (the answer) are trained.
+function reversalBatch(B: number, next: () => number) {
+    const T = 15;
+    const tokens = new Int32Array(B * T), targets = new Int32Array(B * T), mask = new Uint8Array(B * T);
+    for (let b = 0; b < B; b++) {
+        const w = Array.from({ length: 6 }, () => alphabet[Math.floor(next() * alphabet.length)]).join("");
+        const ids = [...tok.encodeChat([{ role: "user", content: w }]), ...tok.encode([...w].reverse().join("")), tok.eos];
+        for (let t = 0; t < T; t++) { tokens[b * T + t] = ids[t]!; targets[b * T + t] = ids[t + 1]!; mask[b * T + t] = t >= 8 ? 1 : 0; }
+    }
+    return { tokens, targets, mask, shape: [B, T] as [number, number] };
+}
+
+describe("NativePolicy", () => {
+    it("learns to reverse 6-character strings by SFT (>= 95 % exact match)", async () => {
+        setThreads(2);
+        const p = await NativePolicy.create({ contextLength: 16, layers: 2, heads: 4, dModel: 64, seed: 1, tokenizer: tok });
+        const next = lcg(1), t0 = Date.now();
+        let acc = 0;
+        const curve: string[] = [];
+        for (let s = 0; s <= 1000 && acc < 0.95; s++) {
+            const r = await p.trainStep(reversalBatch(64, next), { lr: 2e-3 });
+            if (s % 100 === 0) {
+                const words = Array.from({ length: 200 }, () => Array.from({ length: 6 }, () => alphabet[Math.floor(next() * 8)]).join(""));
+                const out = await p.generate(words.map((w) => ({ messages: [{ role: "user", content: w }], sampling: { temperature: 0, maxTokens: 7 } })));
+                acc = out.filter((o, i) => o.text === [...words[i]!].reverse().join("") && o.finishReason === "stop").length / words.length;
+                curve.push(`step ${s}: loss ${r.loss.toFixed(4)}, exact match ${(100 * acc).toFixed(1)} %, ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+            }
+        }
+        console.log("SFT reversal curve:\n  " + curve.join("\n  "));
+        expect(acc).toBeGreaterThanOrEqual(0.95);
+        expect(Date.now() - t0).toBeLessThan(120_000);
+        await p.dispose();
+    }, 180_000);
+
+    it("trains 10 AdamW steps to the golden loss sequence, the same for 1 and 3 threads", async () => {
+        setSimd("scalar");  // no FMA / vector reassociation: the fixture holds on any x86-64
+        const runs: number[][] = [];
+        for (const threads of [1, 3]) {
+            setThreads(threads);
+            const p = await NativePolicy.create({ contextLength: 16, layers: 2, heads: 2, dModel: 16, seed: 42, tokenizer: tok });
+            const batch = reversalBatch(8, lcg(7));
+            const losses: number[] = [];
+            for (let s = 0; s < 10; s++) losses.push((await p.trainStep(batch, { lr: 1e-2, weightDecay: 0.01 })).loss);
+            runs.push(losses);
+            await p.dispose();
+        }
+        setSimd("best");
+        expect(runs[1]).toEqual(runs[0]);
+        const file = new URL("./golden/train10.json", import.meta.url);
+        if (process.env.MAPORL_UPDATE_GOLDEN === "1" || !existsSync(file)) writeFileSync(file, JSON.stringify(runs[0]) + "\n");
+        expect(runs[0]).toEqual(JSON.parse(readFileSync(file, "utf8")));
+        expect(runs[0]![9]!).toBeLessThan(runs[0]![0]!);
+    });
+
+    it("reproduces seeded generation; checkpoints round-trip bit-exactly and follow the safetensors spec", async () => {
+        const p = await NativePolicy.create({ contextLength: 24, layers: 1, heads: 2, dModel: 16, seed: 3 });
+        const req = (seed: number) => ({ prompt: "abc", sampling: { temperature: 1, maxTokens: 10 }, seed });
+        const [a] = await p.generate([req(5)]);
+        const [b] = await p.generate([req(5)]);
+        const [c] = await p.generate([req(6)]);
+        expect(b!.text).toBe(a!.text);
+        expect(b!.logprobs).toEqual(a!.logprobs);
+        expect(c!.tokens).not.toEqual(a!.tokens);
+        await p.trainStep({ tokens: Int32Array.from({ length: 10 }, (_, i) => 10 + i), targets: Int32Array.from({ length: 10 }, (_, i) => 11 + i),
+            mask: new Uint8Array(10).fill(1), shape: [1, 10] });
+        const dir = join(mkdtempSync(join(tmpdir(), "maporl-ckpt-")), "ckpt");
+        await p.save(dir);
+        await p.save(dir);  // replaces the old directory
+        const q = await NativePolicy.load(dir);
+        const probe = { tokens: Int32Array.from({ length: 12 }, (_, i) => 20 + i), shape: [1, 12] as [number, number] };
+        expect(Array.from(await q.logprobs(probe))).toEqual(Array.from(await p.logprobs(probe)));
+        expect((await q.generate([req(9)]))[0]!.text).toBe((await p.generate([req(9)]))[0]!.text);
+        // A reader written here from the spec: u64 LE header size, JSON header, little-endian F32 data.
+        const buf = readFileSync(join(dir, "model.safetensors"));
+        const n = Number(buf.readBigUInt64LE(0));
+        const header = JSON.parse(buf.subarray(8, 8 + n).toString("utf8")) as Record<string, { dtype: string; shape: number[]; data_offsets: [number, number] }>;
+        const wte = header.wte!;
+        expect(wte.dtype).toBe("F32");
+        expect(wte.shape).toEqual([p.tokenizer.vocabSize, 16]);
+        const first = buf.readFloatLE(8 + n + wte.data_offsets[0]);
+        expect(Number.isFinite(first)).toBe(true);
+        expect(Object.keys(header).filter((k) => k !== "__metadata__").length).toBe(2 + 12 + 2 + 2);
+        // Truncated and corrupted files are clear errors.
+        truncateSync(join(dir, "model.safetensors"), statSync(join(dir, "model.safetensors")).size - 10);
+        await expect(NativePolicy.load(dir)).rejects.toThrow(/model.safetensors: .*(truncated|do not match)/);
+        writeFileSync(join(dir, "model.safetensors"), Buffer.from([200, 0, 0, 0, 0, 0, 0, 0, 123, 34]));
+        await expect(NativePolicy.load(dir)).rejects.toThrow(/header length 200 does not fit/);
+        writeFileSync(join(dir, "config.json"), "{ not json");
+        await expect(NativePolicy.load(dir)).rejects.toThrow(/config.json: not JSON/);
+        await expect(NativePolicy.load(join(dir, "nope"))).rejects.toThrow(/missing \(not a checkpoint directory\?\)/);
+        await p.dispose();
+        await q.dispose();
+    });
+
+    it("clones independently and refuses use after dispose", async () => {
+        const p = await NativePolicy.create({ contextLength: 16, layers: 1, heads: 1, dModel: 8, seed: 4 });
+        const ref = await p.clone("ref");
+        const probe = { tokens: Int32Array.from({ length: 8 }, (_, i) => 12 + i), shape: [1, 8] as [number, number] };
+        const before = Array.from(await ref.logprobs(probe));
+        expect(Array.from(await p.logprobs(probe))).toEqual(before);
+        await p.trainStep({ ...probe, targets: Int32Array.from({ length: 8 }, (_, i) => 13 + i), mask: new Uint8Array(8).fill(1) }, { lr: 1e-2 });
+        expect(Array.from(await ref.logprobs(probe))).toEqual(before);
+        expect(Array.from(await p.logprobs(probe))).not.toEqual(before);
+        await p.dispose();
+        await expect(p.logprobs(probe)).rejects.toThrow(/disposed/);
+        await expect(NativePolicy.create({ contextLength: 16, layers: 1, heads: 3, dModel: 8 })).rejects.toThrow(/config.heads/);
+        await ref.dispose();
+    });
+});
