@@ -10,6 +10,7 @@ import { backend, setThreads } from "../backend.js";
 import { native } from "../native.js";
 import { crossCheckBaselines, type CrossCheck } from "./crosscheck.js";
 import { benchGae } from "./gae.js";
+import { benchGpt } from "./gpt.js";
 import { benchGroupAdvantages } from "./groupAdvantages.js";
 import { benchFusedPolicyLoss, benchPolicyLoss } from "./policyLoss.js";
 import { benchReinforceReturns } from "./reinforceReturns.js";
@@ -25,6 +26,7 @@ export const BENCHMARKS: Record<string, (ctx: BenchContext) => Promise<BenchRow[
     policyLoss: benchPolicyLoss,
     fusedPolicyLoss: benchFusedPolicyLoss,
     sample: benchSampling,
+    gpt: benchGpt,
 };
 
 export interface BenchOptions {
