@@ -1,10 +1,21 @@
-// gelu.cpp: GELU with the tanh approximation (GPT-2), forward and backward (gpt_ops.h). Elementwise.
+// gelu.cpp: GELU with the tanh approximation (GPT-2), forward and backward (gpt_ops.h). Elementwise. Float on
+// AVX2 / AVX-512 runs gelu_vec.inc (tanh from the polynomial exp); the libm path below is the reference.
 #include <cmath>
+#include <type_traits>
 
 #include "gpt_ops.h"
+#include "isa.h"
 #include "threadpool.h"
 
 namespace maporl {
+namespace avx512 {
+void gelu_forward_f32(float * out, const float * inp, int64_t i0, int64_t i1);
+void gelu_backward_f32(float * dinp, const float * inp, const float * dout, int64_t i0, int64_t i1);
+}
+namespace avx2 {
+void gelu_forward_f32(float * out, const float * inp, int64_t i0, int64_t i1);
+void gelu_backward_f32(float * dinp, const float * inp, const float * dout, int64_t i0, int64_t i1);
+}
 namespace gpt {
 
 namespace {
@@ -14,6 +25,15 @@ constexpr double kA = 0.044715;
 
 template <typename F>
 void gelu_forward(F * out, const F * inp, int64_t n) {
+    if constexpr (std::is_same<F, float>::value) {
+        const Isa isa = active_isa();
+        if (isa != Isa::Scalar) {
+            parallel_for(n, 1024, [&](int64_t i0, int64_t i1) {
+                (isa == Isa::Avx512 ? avx512::gelu_forward_f32 : avx2::gelu_forward_f32)(out, inp, i0, i1);
+            });
+            return;
+        }
+    }
     parallel_for(n, 1024, [&](int64_t i0, int64_t i1) {
         for (int64_t i = i0; i < i1; ++i) {
             const F x = inp[i];
@@ -24,6 +44,15 @@ void gelu_forward(F * out, const F * inp, int64_t n) {
 
 template <typename F>
 void gelu_backward(F * dinp, const F * inp, const F * dout, int64_t n) {
+    if constexpr (std::is_same<F, float>::value) {
+        const Isa isa = active_isa();
+        if (isa != Isa::Scalar) {
+            parallel_for(n, 1024, [&](int64_t i0, int64_t i1) {
+                (isa == Isa::Avx512 ? avx512::gelu_backward_f32 : avx2::gelu_backward_f32)(dinp, inp, dout, i0, i1);
+            });
+            return;
+        }
+    }
     parallel_for(n, 1024, [&](int64_t i0, int64_t i1) {
         for (int64_t i = i0; i < i1; ++i) {
             const F x = inp[i];

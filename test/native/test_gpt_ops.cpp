@@ -1,6 +1,7 @@
 // test_gpt_ops.cpp: every layer of the embedded GPT (native/gpt_ops.h) checked in double against central finite
 // differences of L = sum(out * R) (R fixed random weights), on tiny shapes; AdamW against the update written
 // here from torch.optim.AdamW's definition; and bit-identical float results for 1 and 3 threads.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -174,6 +175,26 @@ TEST(float_matmul_matches_double_at_every_simd_level) {
         for (size_t i = 0; i < dw.size(); ++i) worst = std::max(worst, std::fabs(fdw[i] - dw[i]));
         for (size_t i = 0; i < db.size(); ++i) worst = std::max(worst, std::fabs(fdb[i] - db[i]));
         CHECK(worst < 2e-5, "%s: float matmul differs from double by %g", level, worst);
+    }
+    maporl_set_simd("best");
+}
+
+TEST(float_gelu_matches_double_at_every_simd_level) {
+    const int64_t n = 1037;
+    Vec x = rnd(n, 40, 6.0), d = rnd(n, 41), out(n), dx(n, 0.0);
+    x[0] = 0.0; x[1] = 1e-4; x[2] = -1e-4; x[3] = 30.0; x[4] = -30.0;
+    g::gelu_forward(out.data(), x.data(), n);
+    g::gelu_backward(dx.data(), x.data(), d.data(), n);
+    const std::vector<float> fx(x.begin(), x.end()), fd(d.begin(), d.end());
+    for (const char * level : {"scalar", "avx2", "avx512"}) {
+        if (maporl_set_simd(level) != MAPORL_OK) continue;
+        std::vector<float> fo(n), fdx(n, 0.f);
+        g::gelu_forward(fo.data(), fx.data(), n);
+        g::gelu_backward(fdx.data(), fx.data(), fd.data(), n);
+        double worst = 0;
+        for (int64_t i = 0; i < n; ++i)
+            worst = std::max({worst, std::fabs(fo[i] - out[i]) / std::max(1.0, std::fabs(out[i])), std::fabs(fdx[i] - dx[i])});
+        CHECK(worst < 2e-6, "%s: float GELU differs from double by %g", level, worst);
     }
     maporl_set_simd("best");
 }
