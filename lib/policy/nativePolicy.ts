@@ -8,7 +8,7 @@ import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync 
 import { join } from "node:path";
 
 import { native, type GptHandle } from "../native.js";
-import { fusedPolicyLoss } from "../rl/logits.js";
+import { fusedPolicyLoss, logprobs } from "../rl/logits.js";
 import { type LossOptions, type PolicyLossStats } from "../rl/policyLoss.js";
 import { sample } from "../rl/sampling.js";
 import { readSafetensors, writeSafetensors } from "./safetensors.js";
@@ -188,13 +188,12 @@ export class NativePolicy implements Policy {
         return this.serial(async () => {
             const logits = new Float32Array(B * T * this.V);
             await native.gptForwardAsync(this.h(), batch.tokens, B, T, logits, null);
-            const out = new Float32Array(B * T);
-            const targets = new Int32Array(B * T), mask = new Uint8Array(B * T);
+            // Position t is scored against token t + 1; the last position of a row against itself, then zeroed.
+            const targets = new Int32Array(B * T);
             for (let b = 0; b < B; b++)
-                for (let t = 0; t + 1 < T; t++) { targets[b * T + t] = batch.tokens[b * T + t + 1]!; mask[b * T + t] = 1; }
-            const r = fusedPolicyLoss({ logits, targets, advantages: new Float32Array(B * T), mask, shape: [B, T, this.V] },
-                { type: "reinforce", aggregation: "token-mean", inPlace: true, device: "cpu" });
-            out.set(r.logp);
+                for (let t = 0; t < T; t++) targets[b * T + t] = batch.tokens[b * T + Math.min(t + 1, T - 1)]!;
+            const out = logprobs({ logits, targets, shape: [B * T, this.V] }, { device: "cpu" }).logp;
+            for (let b = 0; b < B; b++) out[b * T + T - 1] = 0;
             return out;
         });
     }
@@ -213,6 +212,8 @@ export class NativePolicy implements Policy {
         this.checkTokens("trainStep", batch.tokens, B, T);
         if (!(batch.targets instanceof Int32Array) || batch.targets.length !== B * T) throw new TypeError(`${this.name}.trainStep: targets: expected Int32Array of ${B * T} elements`);
         const loss = options.loss ?? "sft";
+        if (loss !== "sft" && !(batch.advantages instanceof Float32Array))
+            throw new TypeError(`${this.name}.trainStep: advantages: expected a Float32Array ([B] or [B, T]) for a policy loss`);
         return this.serial(async () => {
             const h = this.h();
             options.signal?.throwIfAborted();
