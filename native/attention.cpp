@@ -3,18 +3,44 @@
 // diagonal are 0). Both passes split over (batch, head) pairs: a pair touches only its own head's columns, so
 // there are no races and every sum runs in index order.
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "gpt_ops.h"
+#include "isa.h"
 #include "threadpool.h"
 
 namespace maporl {
 namespace gpt {
 
+AttentionRows attention_rows() {
+    switch (active_isa()) {
+    case Isa::Avx512: return {avx512::attention_row_f32, avx512::attention_row_backward_f32};
+    case Isa::Avx2: return {avx2::attention_row_f32, avx2::attention_row_backward_f32};
+    default: return {nullptr, nullptr};
+    }
+}
+
 template <typename F>
 void attention_forward(F * out, F * att, const F * qkv, int64_t B, int64_t T, int64_t C, int64_t NH) {
     const int64_t hs = C / NH, C3 = 3 * C;
     const F scale = F(1) / (F)std::sqrt((double)hs);
+    if constexpr (std::is_same<F, float>::value) {
+        if (const auto row = attention_rows().forward) {
+            parallel_for(B * NH, 1, [&](int64_t p0, int64_t p1) {
+                for (int64_t p = p0; p < p1; ++p) {
+                    const int64_t b = p / NH, h = p % NH;
+                    for (int64_t t = 0; t < T; ++t) {
+                        F * a = att + ((b * NH + h) * T + t) * T;
+                        row(qkv + (b * T + t) * C3 + h * hs, qkv + b * T * C3 + C + h * hs, C3, qkv + b * T * C3 + 2 * C + h * hs, C3,
+                            t + 1, hs, scale, a, out + (b * T + t) * C + h * hs);
+                        for (int64_t t2 = t + 1; t2 < T; ++t2) a[t2] = F(0);
+                    }
+                }
+            });
+            return;
+        }
+    }
     parallel_for(B * NH, 1, [&](int64_t p0, int64_t p1) {
         for (int64_t p = p0; p < p1; ++p) {
             const int64_t b = p / NH, h = p % NH;
@@ -56,6 +82,21 @@ void attention_backward(F * dqkv, const F * dout, const F * qkv, const F * att, 
                         int64_t NH) {
     const int64_t hs = C / NH, C3 = 3 * C;
     const F scale = F(1) / (F)std::sqrt((double)hs);
+    if constexpr (std::is_same<F, float>::value) {
+        if (const auto row = attention_rows().backward) {
+            parallel_for(B * NH, 1, [&](int64_t p0, int64_t p1) {
+                std::vector<F> datt((size_t)T);
+                for (int64_t p = p0; p < p1; ++p) {
+                    const int64_t b = p / NH, h = p % NH;
+                    const int64_t q0 = b * T * C3 + h * hs;
+                    for (int64_t t = 0; t < T; ++t)
+                        row(qkv + q0 + t * C3, dqkv + q0 + t * C3, qkv + q0 + C, dqkv + q0 + C, C3, qkv + q0 + 2 * C, dqkv + q0 + 2 * C, C3,
+                            att + ((b * NH + h) * T + t) * T, dout + (b * T + t) * C + h * hs, t + 1, hs, scale, datt.data());
+                }
+            });
+            return;
+        }
+    }
     parallel_for(B * NH, 1, [&](int64_t p0, int64_t p1) {
         std::vector<F> datt((size_t)T);
         for (int64_t p = p0; p < p1; ++p) {

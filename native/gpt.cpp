@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <type_traits>
 
 #include "core.h"
 
@@ -237,6 +238,13 @@ void Model<F>::decode(const int32_t * tok, int64_t pos) {
                     vc[pos * hs + i] = qkv[(size_t)(b * 3 * C + 2 * C + hh * hs + i)];
                 }
                 // The same arithmetic, in the same order, as attention_forward's row `pos`.
+                F * o = y.data() + b * C + hh * hs;
+                if constexpr (std::is_same<F, float>::value) {
+                    if (const auto row = attention_rows().forward) {
+                        row(q, kc, hs, vc, hs, pos + 1, hs, scale, sc.data(), o);
+                        continue;
+                    }
+                }
                 F mx = -INFINITY;
                 for (int64_t t2 = 0; t2 <= pos; ++t2) {
                     F d = F(0);
@@ -251,7 +259,6 @@ void Model<F>::decode(const int32_t * tok, int64_t pos) {
                     sum += sc[(size_t)t2];
                 }
                 const F inv = F(1) / sum;
-                F * o = y.data() + b * C + hh * hs;
                 for (int64_t i = 0; i < hs; ++i) o[i] = F(0);
                 for (int64_t t2 = 0; t2 <= pos; ++t2) {
                     const F w = sc[(size_t)t2] * inv;

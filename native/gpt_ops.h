@@ -11,7 +11,28 @@
 #include <stdint.h>
 
 namespace maporl {
+
+// One query row of attention for float with SIMD (attention_vec.inc, per ISA), shared by the training forward /
+// backward and the KV-cache decoder so that both compute the same floats.
+#define MAPORL_ATTN_ROW_DECLS                                                                                        \
+    void attention_row_f32(const float * q, const float * k, int64_t kstride, const float * v, int64_t vstride,       \
+                           int64_t len, int64_t hs, float scale, float * att, float * out);                            \
+    void attention_row_backward_f32(const float * q, float * dq, const float * k, float * dk, int64_t kstride,        \
+                                    const float * v, float * dv, int64_t vstride, const float * att, const float * dout, \
+                                    int64_t len, int64_t hs, float scale, float * datt);
+namespace avx512 { MAPORL_ATTN_ROW_DECLS }
+namespace avx2 { MAPORL_ATTN_ROW_DECLS }
+#undef MAPORL_ATTN_ROW_DECLS
+
 namespace gpt {
+
+// The active ISA's attention rows for float, or nulls on the scalar level.
+struct AttentionRows {
+    void (*forward)(const float *, const float *, int64_t, const float *, int64_t, int64_t, int64_t, float, float *, float *);
+    void (*backward)(const float *, float *, const float *, float *, int64_t, const float *, float *, int64_t, const float *,
+                     const float *, int64_t, int64_t, float, float *);
+};
+AttentionRows attention_rows();
 
 // out[b,t,:] = wte[inp[b,t],:] + wpe[t,:]. Token ids must lie in [0, V) (checked by the caller).
 template <typename F>

@@ -199,6 +199,29 @@ TEST(float_gelu_matches_double_at_every_simd_level) {
     maporl_set_simd("best");
 }
 
+TEST(float_attention_matches_double_at_every_simd_level) {
+    for (int64_t hs : {3, 16, 20}) {  // head sizes below, at and above a vector width
+        const int64_t B = 2, T = 19, NH = 2, C = NH * hs;
+        const Vec qkv = rnd(B * T * 3 * C, 50), d = rnd(B * T * C, 51);
+        Vec out(B * T * C), att(B * NH * T * T), dqkv(qkv.size(), 0.0);
+        g::attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+        g::attention_backward(dqkv.data(), d.data(), qkv.data(), att.data(), B, T, C, NH);
+        const std::vector<float> fq(qkv.begin(), qkv.end()), fd(d.begin(), d.end());
+        for (const char * level : {"scalar", "avx2", "avx512"}) {
+            if (maporl_set_simd(level) != MAPORL_OK) continue;
+            std::vector<float> fo(out.size()), fa(att.size()), fdq(qkv.size(), 0.f);
+            g::attention_forward(fo.data(), fa.data(), fq.data(), B, T, C, NH);
+            g::attention_backward(fdq.data(), fd.data(), fq.data(), fa.data(), B, T, C, NH);
+            double worst = 0;
+            for (size_t i = 0; i < out.size(); ++i) worst = std::max(worst, std::fabs(fo[i] - out[i]));
+            for (size_t i = 0; i < att.size(); ++i) worst = std::max(worst, std::fabs(fa[i] - att[i]));
+            for (size_t i = 0; i < dqkv.size(); ++i) worst = std::max(worst, std::fabs(fdq[i] - dqkv[i]));
+            CHECK(worst < 1e-5, "%s hs=%lld: float attention differs from double by %g", level, (long long)hs, worst);
+        }
+    }
+    maporl_set_simd("best");
+}
+
 TEST(float_results_do_not_depend_on_the_thread_count) {
     const int64_t B = 3, T = 37, C = 24, NH = 4, N = B * T, OC = 3 * C, V = 11;
     std::mt19937 r(20);
