@@ -142,12 +142,7 @@ ForwardCall UnpackForward(const Napi::CallbackInfo & info, std::vector<Napi::Val
     Napi::TypedArray t = RequireTypedArray(info, 1, "tokens", {napi_int32_array}, n);
     c.tokens = (const int32_t *)DataOf(t);
     int64_t V = 0;
-    {
-        char name[64];
-        int64_t dims[2], off;
-        maporl_gpt_tensor_info(h->gpt, 0, name, dims, &off);  // wte: [vocab, dModel]
-        V = dims[0];
-    }
+    maporl_gpt_cache_info(h->gpt, nullptr, nullptr, &V);
     if (keep) *keep = {info[0], t};
     c.logits = OptionalF32(info, 4, "logits", n * (size_t)V, keep);
     c.values = OptionalF32(info, 5, "values", n, keep);
@@ -163,19 +158,21 @@ struct BackwardCall {
 
 BackwardCall UnpackBackward(const Napi::CallbackInfo & info, std::vector<Napi::Value> * keep) {
     Handle * h = Get(info);
+    int64_t B = 0, T = 0, V = 0;
+    maporl_gpt_forward_shape(h->gpt, &B, &T);
+    maporl_gpt_cache_info(h->gpt, nullptr, nullptr, &V);
+    if (B == 0) throw Napi::Error::New(info.Env(), "gptBackward: no forward to go back through");
     if (keep) keep->push_back(info[0]);
     BackwardCall c;
     c.gpt = h->gpt;
-    // Lengths are checked against the last forward's shape by the TS layer; here only the type.
-    auto opt = [&](size_t i, const char * name) -> const float * {
+    auto opt = [&](size_t i, const char * name, size_t n) -> const float * {
         if (i >= info.Length() || info[i].IsNull() || info[i].IsUndefined()) return nullptr;
-        if (!info[i].IsTypedArray() || info[i].As<Napi::TypedArray>().TypedArrayType() != napi_float32_array)
-            throw Napi::TypeError::New(info.Env(), std::string("gptBackward: ") + name + ": expected a Float32Array");
-        if (keep) keep->push_back(info[i]);
-        return (const float *)DataOf(info[i].As<Napi::TypedArray>());
+        Napi::TypedArray a = RequireTypedArray(info, i, name, {napi_float32_array}, n);  // the last forward's shape
+        if (keep) keep->push_back(a);
+        return (const float *)DataOf(a);
     };
-    c.dlogits = opt(1, "dlogits");
-    c.dvalues = opt(2, "dvalues");
+    c.dlogits = opt(1, "dlogits", (size_t)(B * T * V));
+    c.dvalues = opt(2, "dvalues", (size_t)(B * T));
     return c;
 }
 
@@ -223,23 +220,17 @@ struct DecodeCall {
 
 DecodeCall UnpackDecode(const Napi::CallbackInfo & info, std::vector<Napi::Value> * keep) {
     Handle * h = Get(info);
-    if (!info[1].IsTypedArray() || info[1].As<Napi::TypedArray>().TypedArrayType() != napi_int32_array)
-        throw Napi::TypeError::New(info.Env(), "gptDecode: tokens: expected an Int32Array");
-    Napi::TypedArray t = info[1].As<Napi::TypedArray>();
+    int64_t batch = 0, max_len = 0, V = 0;
+    maporl_gpt_cache_info(h->gpt, &batch, &max_len, &V);
+    if (batch == 0) throw Napi::Error::New(info.Env(), "gptDecode: call gptCacheReset first");
+    Napi::TypedArray t = RequireTypedArray(info, 1, "tokens", {napi_int32_array}, (size_t)batch);
     DecodeCall c;
     c.gpt = h->gpt;
     c.tokens = (const int32_t *)DataOf(t);
-    c.pos = RequireInt(info, 2, "pos", 0, (int64_t)1 << 24);
+    c.pos = RequireInt(info, 2, "pos", 0, max_len - 1);
     if (keep) *keep = {info[0], t};
-    auto opt = [&](size_t i) -> float * {
-        if (i >= info.Length() || info[i].IsNull() || info[i].IsUndefined()) return nullptr;
-        if (!info[i].IsTypedArray() || info[i].As<Napi::TypedArray>().TypedArrayType() != napi_float32_array)
-            throw Napi::TypeError::New(info.Env(), "gptDecode: outputs: expected Float32Array");
-        if (keep) keep->push_back(info[i]);
-        return (float *)DataOf(info[i].As<Napi::TypedArray>());
-    };
-    c.logits = opt(3);
-    c.values = opt(4);
+    c.logits = OptionalF32(info, 3, "logits", (size_t)(batch * V), keep);
+    c.values = OptionalF32(info, 4, "values", (size_t)batch, keep);
     return c;
 }
 

@@ -220,4 +220,23 @@ maporl_status maporl_gpt_decode(maporl_gpt * gpt, const int32_t * tokens, int64_
     });
 }
 
+maporl_status maporl_gpt_cache_info(const maporl_gpt * gpt, int64_t * batch_out, int64_t * max_len_out, int64_t * vocab_out) {
+    return guarded([&] {
+        require_gpt(gpt);
+        if (batch_out) *batch_out = gpt->model.cache_batch;
+        if (max_len_out) *max_len_out = gpt->model.cache_len;
+        if (vocab_out) *vocab_out = gpt->model.cfg.vocab;
+        return MAPORL_OK;
+    });
+}
+
+maporl_status maporl_gpt_forward_shape(const maporl_gpt * gpt, int64_t * B_out, int64_t * T_out) {
+    return guarded([&] {
+        require_gpt(gpt);
+        if (B_out) *B_out = gpt->model.B;
+        if (T_out) *T_out = gpt->model.T;
+        return MAPORL_OK;
+    });
+}
+
 }  // extern "C"

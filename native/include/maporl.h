@@ -363,6 +363,10 @@ maporl_status maporl_gpt_step(maporl_gpt * gpt, const maporl_adamw_params * para
 maporl_status maporl_gpt_cache_reset(maporl_gpt * gpt, int64_t batch, int64_t max_len);
 maporl_status maporl_gpt_decode(maporl_gpt * gpt, const int32_t * tokens, int64_t pos, float * logits_out,
                                 float * values_out);
+/* The cache's batch and max_len (0, 0 before maporl_gpt_cache_reset), and the model's vocabulary size. */
+maporl_status maporl_gpt_cache_info(const maporl_gpt * gpt, int64_t * batch_out, int64_t * max_len_out, int64_t * vocab_out);
+/* B and T of the last forward (0, 0 before any): the shapes maporl_gpt_backward reads. */
+maporl_status maporl_gpt_forward_shape(const maporl_gpt * gpt, int64_t * B_out, int64_t * T_out);
 
 /* ---- benchmarking helpers ----------------------------------------------------------------------- */
 

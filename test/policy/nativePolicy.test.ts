@@ -9,6 +9,7 @@ import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 
 import { CharTokenizer, NativePolicy, setSimd, setThreads } from "../../lib/index.js";
+import { native } from "../../lib/native.js";
 
 afterAll(() => { setSimd("best"); setThreads(0); });
 
@@ -123,5 +124,21 @@ describe("NativePolicy", () => {
         await expect(p.logprobs(probe)).rejects.toThrow(/disposed/);
         await expect(NativePolicy.create({ contextLength: 16, layers: 1, heads: 3, dModel: 8 })).rejects.toThrow(/config.heads/);
         await ref.dispose();
+    });
+
+    it("the native layer rejects wrong lengths instead of reading past a buffer", () => {
+        const h = native.gptCreate({ vocab: 10, context: 8, layers: 1, heads: 1, dModel: 4, mlpRatio: 4, tieEmbeddings: true }, 1);
+        expect(() => native.gptDecode(h, new Int32Array(3), 0, null, null)).toThrow(/gptCacheReset first/);
+        native.gptCacheReset(h, 2, 4);
+        expect(() => native.gptDecode(h, new Int32Array(1), 0, null, null)).toThrow(/tokens: expected 2 elements/);
+        expect(() => native.gptDecode(h, new Int32Array(2), 4, null, null)).toThrow(/pos: expected an integer in \[0, 3\]/);
+        expect(() => native.gptDecode(h, new Int32Array(2), 0, new Float32Array(3), null)).toThrow(/logits: expected 20 elements, got 3/);
+        expect(() => native.gptBackward(h, new Float32Array(5), null)).toThrow(/no forward/);
+        expect(() => native.gptForward(h, new Int32Array(6), 2, 3, new Float32Array(59), null)).toThrow(/logits: expected 60 elements, got 59/);
+        native.gptForward(h, new Int32Array(6), 2, 3, null, null);
+        expect(() => native.gptBackward(h, new Float32Array(5), null)).toThrow(/dlogits: expected 60 elements, got 5/);
+        expect(() => native.gptForward(h, Int32Array.of(0, 10), 1, 2, null, null)).toThrow(/tokens: expected ids in \[0, 10\)/);
+        native.gptFree(h);
+        expect(() => native.gptParamCount(h)).toThrow(/freed/);
     });
 });
