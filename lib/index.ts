@@ -50,3 +50,4 @@ export { JointRollout, type JointRolloutOptions, type JointTree, type JointActio
 export { NativePolicy, type NativePolicyConfig, type TrainBatch, type TrainOptions, type TrainResult } from "./policy/nativePolicy.js";
 export { CharTokenizer, SPECIAL_TOKENS, type TokenizerJSON } from "./policy/tokenizer.js";
 export { readSafetensors, writeSafetensors, type TensorEntry } from "./policy/safetensors.js";
+export { splitSumTask, arithDebateTask, type Task, type TaskItem } from "./train/tasks.js";

@@ -1,0 +1,115 @@
+// tasks.ts: collaboration tasks for the embedded policy, each a deterministic generator of items plus its
+// verifier (issue 8's trainers consume them; the debate layer runs them).
+//   split-sum:    a decentralised task: agent i sees only operand i; the answer (the sum) needs every agent's
+//                 operand, so a lone agent cannot beat chance.
+//   arith-debate: procedurally generated multi-step arithmetic word problems; every agent sees the whole
+//                 problem; errors are independent, so reading the others' answers helps.
+// Items carry a per-agent view (what that agent is shown at turn 0) and the reference answer.
+import { gsm8kVerifier, type Verifier } from "../rewards/verifiers.js";
+
+export interface TaskItem {
+    id: string;
+    /** The whole problem (what an observer or a solo agent with full information sees). */
+    question: string;
+    /** What agent a sees at turn 0: views[a]. */
+    views: string[];
+    /** The answer, as text the verifier reads ("42"). */
+    reference: string;
+}
+
+export interface Task {
+    readonly name: string;
+    readonly agents: number;
+    readonly verifier: Verifier;
+    /** `count` items, the same for the same seed. */
+    generate(count: number, seed: number): TaskItem[];
+}
+
+/** mulberry32: a small seeded PRNG (the same stream everywhere). */
+function prng(seed: number): () => number {
+    let a = seed >>> 0;
+    return () => {
+        a = (a + 0x6d2b79f5) >>> 0;
+        let t = a;
+        t = Math.imul(t ^ (t >>> 15), t | 1);
+        t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+        return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+    };
+}
+
+function requireCount(where: string, count: unknown, seed: unknown): void {
+    if (!Number.isInteger(count) || (count as number) < 0) throw new RangeError(`${where}: count: expected an integer >= 0, got ${String(count)}`);
+    if (!Number.isInteger(seed) || (seed as number) < 0) throw new RangeError(`${where}: seed: expected an integer >= 0, got ${String(seed)}`);
+}
+
+/** split-sum: each of `agents` agents holds one operand of `digits` digits; the answer is their sum. */
+export function splitSumTask(options: { agents?: number; digits?: number } = {}): Task {
+    const agents = options.agents ?? 2, digits = options.digits ?? 1;
+    if (!Number.isInteger(agents) || agents < 2 || agents > 16) throw new RangeError(`splitSumTask: agents: expected an integer in [2, 16], got ${String(agents)}`);
+    if (!Number.isInteger(digits) || digits < 1 || digits > 6) throw new RangeError(`splitSumTask: digits: expected an integer in [1, 6], got ${String(digits)}`);
+    const hi = 10 ** digits;
+    return {
+        name: "split-sum",
+        agents,
+        verifier: gsm8kVerifier({ name: "split-sum" }),
+        generate(count, seed) {
+            requireCount("split-sum", count, seed);
+            const next = prng(seed ^ 0x51ab);
+            return Array.from({ length: count }, (_, i) => {
+                const ops = Array.from({ length: agents }, () => Math.floor(next() * hi));
+                return {
+                    id: `split-sum-${seed}-${i}`,
+                    question: `What is ${ops.join(" + ")}?`,
+                    views: ops.map((x, a) => `You are agent ${a + 1} of ${agents}. Your number is ${x}. ` +
+                        `The answer is the sum of all ${agents} agents' numbers. What is the sum?`),
+                    reference: String(ops.reduce((s, x) => s + x, 0)),
+                };
+            });
+        },
+    };
+}
+
+const NAMES = ["Ana", "Ben", "Chen", "Dana", "Eli", "Fay", "Gus", "Hana"];
+const THINGS = ["apples", "books", "coins", "marbles", "stamps", "shells"];
+
+/** arith-debate: word problems of `steps` operations (+, -, x) on small whole numbers; answers stay >= 0. */
+export function arithDebateTask(options: { agents?: number; steps?: number; maxOperand?: number } = {}): Task {
+    const agents = options.agents ?? 3, steps = options.steps ?? 3, maxOperand = options.maxOperand ?? 9;
+    if (!Number.isInteger(agents) || agents < 1 || agents > 16) throw new RangeError(`arithDebateTask: agents: expected an integer in [1, 16], got ${String(agents)}`);
+    if (!Number.isInteger(steps) || steps < 1 || steps > 8) throw new RangeError(`arithDebateTask: steps: expected an integer in [1, 8], got ${String(steps)}`);
+    if (!Number.isInteger(maxOperand) || maxOperand < 2 || maxOperand > 99) throw new RangeError(`arithDebateTask: maxOperand: expected an integer in [2, 99], got ${String(maxOperand)}`);
+    return {
+        name: "arith-debate",
+        agents,
+        verifier: gsm8kVerifier({ name: "arith-debate" }),
+        generate(count, seed) {
+            requireCount("arith-debate", count, seed);
+            const next = prng(seed ^ 0xa417);
+            const int = (lo: number, hi: number) => lo + Math.floor(next() * (hi - lo + 1));
+            return Array.from({ length: count }, (_, i) => {
+                const who = NAMES[int(0, NAMES.length - 1)]!, what = THINGS[int(0, THINGS.length - 1)]!;
+                let value = int(2, maxOperand);
+                const parts = [`${who} has ${value} ${what}.`];
+                for (let s = 0; s < steps; s++) {
+                    const op = int(0, 2);
+                    if (op === 0) {
+                        const x = int(1, maxOperand);
+                        value += x;
+                        parts.push(`Then ${who} gets ${x} more.`);
+                    } else if (op === 1 && value > 1) {
+                        const x = int(1, Math.min(maxOperand, value - 1));
+                        value -= x;
+                        parts.push(`Then ${who} gives away ${x}.`);
+                    } else {
+                        const x = int(2, 3);
+                        value *= x;
+                        parts.push(`Then the number of ${what} is multiplied by ${x}.`);
+                    }
+                }
+                parts.push(`How many ${what} does ${who} have now?`);
+                const question = parts.join(" ");
+                return { id: `arith-debate-${seed}-${i}`, question, views: Array.from({ length: agents }, () => question), reference: String(value) };
+            });
+        },
+    };
+}
