@@ -1,7 +1,10 @@
 #!/usr/bin/env node
-// cli.ts: `maporl info` (the backend report) and `maporl bench [kernel...]` (the benchmark harness).
+// cli.ts: `maporl info` (the backend report), `maporl bench [kernel...]` (the benchmark harness) and
+// `maporl serve --checkpoint dir` (an OpenAI-compatible server for a saved embedded policy).
 import { backend } from "./backend.js";
 import { BENCHMARKS, runBench } from "./bench/index.js";
+import { NativePolicy } from "./policy/nativePolicy.js";
+import { servePolicy } from "./policy/server.js";
 
 const USAGE = `usage: maporl <command> [options]
 
@@ -13,6 +16,8 @@ commands:
       --no-python          skip the baselines
       --out DIR            where the JSON goes (default bench/results)
     kernels: ${Object.keys(BENCHMARKS).join(", ")}
+  serve --checkpoint DIR   serve a saved embedded policy as OpenAI-compatible chat completions (with logprobs)
+      --port N             default 8000;  --host H  default 127.0.0.1
   help                     this text`;
 
 function info(): void {
@@ -60,6 +65,21 @@ async function main(argv: string[]): Promise<number> {
         opts.kernels = kernels;
         await runBench(opts);
         return 0;
+    }
+    if (cmd === "serve") {
+        let checkpoint: string | undefined, port = 8000, host = "127.0.0.1";
+        for (let i = 0; i < args.length; i++) {
+            const a = args[i]!;
+            if (a === "--checkpoint") checkpoint = args[++i];
+            else if (a === "--port") port = intFlag(args, i++, a);
+            else if (a === "--host") host = args[++i] ?? host;
+            else throw new RangeError(`serve: unknown option ${a}\n\n${USAGE}`);
+        }
+        if (!checkpoint) throw new RangeError(`serve: --checkpoint DIR is required\n\n${USAGE}`);
+        const policy = await NativePolicy.load(checkpoint);
+        const s = await servePolicy(policy, { port, host });
+        console.log(`maporl: serving ${policy.name} (${policy.parameterCount} parameters) at ${s.baseUrl}/chat/completions`);
+        await new Promise(() => undefined);  // until killed
     }
     console.error(`maporl: unknown command "${cmd}"\n\n${USAGE}`);
     return 1;

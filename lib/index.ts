@@ -51,3 +51,4 @@ export { NativePolicy, type NativePolicyConfig, type TrainBatch, type TrainOptio
 export { CharTokenizer, SPECIAL_TOKENS, type TokenizerJSON } from "./policy/tokenizer.js";
 export { readSafetensors, writeSafetensors, type TensorEntry } from "./policy/safetensors.js";
 export { splitSumTask, arithDebateTask, type Task, type TaskItem } from "./train/tasks.js";
+export { servePolicy, type ServeOptions, type RunningServer } from "./policy/server.js";

@@ -1,0 +1,108 @@
+// server.ts: an OpenAI-compatible chat-completions server over any Policy (e.g. a trained NativePolicy), so
+// OpenAICompatiblePolicy, the debate layer or any OpenAI client can talk to it. Endpoints:
+//   GET  /v1/models                 -> { object: "list", data: [{ id, object: "model" }] }
+//   POST /v1/chat/completions       -> { id, object: "chat.completion", model, choices: [{ index, message,
+//                                        finish_reason, logprobs: { content: [{ token, logprob }] } }], usage }
+// Requests are validated (a bad body is a 400 with a message); streaming is not supported (a 400 says so).
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import type { AddressInfo } from "node:net";
+
+import type { ChatMessage, Policy } from "./types.js";
+
+export interface ServeOptions {
+    /** Defaults to 127.0.0.1. */
+    host?: string;
+    /** Defaults to 8000; 0 picks a free port. */
+    port?: number;
+    /** The model id reported and accepted. Defaults to the policy's name. */
+    model?: string;
+    /** Largest accepted body. Defaults to 1 MiB. */
+    maxBodyBytes?: number;
+}
+
+export interface RunningServer {
+    server: Server;
+    /** e.g. "http://127.0.0.1:8000/v1" */
+    baseUrl: string;
+    close(): Promise<void>;
+}
+
+function send(res: ServerResponse, status: number, body: unknown): void {
+    const text = JSON.stringify(body);
+    res.writeHead(status, { "content-type": "application/json", "content-length": Buffer.byteLength(text) });
+    res.end(text);
+}
+
+function fail(res: ServerResponse, status: number, message: string): void {
+    send(res, status, { error: { message, type: status === 400 ? "invalid_request_error" : "server_error" } });
+}
+
+function readBody(req: IncomingMessage, limit: number): Promise<string> {
+    return new Promise((resolve, reject) => {
+        let size = 0;
+        const chunks: Buffer[] = [];
+        req.on("data", (c: Buffer) => {
+            size += c.length;
+            if (size > limit) { reject(new RangeError(`request body over ${limit} bytes`)); req.destroy(); return; }
+            chunks.push(c);
+        });
+        req.on("end", () => resolve(Buffer.concat(chunks).toString("utf8")));
+        req.on("error", reject);
+    });
+}
+
+/** Starts serving `policy`; resolves once listening. */
+export async function servePolicy(policy: Policy, options: ServeOptions = {}): Promise<RunningServer> {
+    const model = options.model ?? policy.name, limit = options.maxBodyBytes ?? 1 << 20;
+    let counter = 0;
+    const server = createServer(async (req, res) => {
+        try {
+            const url = (req.url ?? "").split("?")[0];
+            if (req.method === "GET" && url === "/v1/models") return send(res, 200, { object: "list", data: [{ id: model, object: "model", owned_by: "maporl" }] });
+            if (req.method !== "POST" || url !== "/v1/chat/completions") return fail(res, 404, `no route ${req.method} ${url}`);
+            let body: Record<string, unknown>;
+            try {
+                body = JSON.parse(await readBody(req, limit));
+            } catch (e) {
+                return fail(res, 400, e instanceof RangeError ? e.message : "the body is not JSON");
+            }
+            const messages = body.messages as ChatMessage[];
+            if (!Array.isArray(messages) || messages.length === 0 || messages.some((m) => !m || typeof m.content !== "string" || !["system", "user", "assistant"].includes(m.role)))
+                return fail(res, 400, "messages: expected a non-empty array of { role: 'system' | 'user' | 'assistant', content: string }");
+            if (body.stream) return fail(res, 400, "stream: not supported by this server");
+            const num = (k: string) => (body[k] === undefined || body[k] === null ? undefined : Number(body[k]));
+            const sampling = { temperature: num("temperature"), topP: num("top_p"), topK: num("top_k"), maxTokens: num("max_tokens") };
+            for (const [k, v] of Object.entries(sampling)) if (v !== undefined && !Number.isFinite(v)) return fail(res, 400, `${k}: expected a number`);
+            const seed = num("seed");
+            let g;
+            try {
+                [g] = await policy.generate([{ messages, sampling: Object.fromEntries(Object.entries(sampling).filter(([, v]) => v !== undefined)),
+                    ...(seed !== undefined ? { seed } : {}) }]);
+            } catch (e) {
+                return fail(res, e instanceof RangeError || e instanceof TypeError ? 400 : 500, e instanceof Error ? e.message : String(e));
+            }
+            // Token pieces as text: a policy with a tokenizer (NativePolicy) decodes its ids; others give strings already.
+            const tk = (policy as { tokenizer?: { decode?: (ids: number[]) => string } }).tokenizer;
+            const tokens = (g!.tokens ?? []).map((t) => (typeof t === "number" && typeof tk?.decode === "function" ? tk.decode([t]) : String(t)));
+            send(res, 200, {
+                id: `chatcmpl-maporl-${++counter}`, object: "chat.completion", created: Math.floor(Date.now() / 1000), model,
+                choices: [{ index: 0, message: { role: "assistant", content: g!.text }, finish_reason: g!.finishReason,
+                    logprobs: body.logprobs ? { content: tokens.map((t, i) => ({ token: t, logprob: g!.logprobs?.[i] ?? 0 })) } : null }],
+                usage: { prompt_tokens: g!.usage.promptTokens, completion_tokens: g!.usage.completionTokens,
+                    total_tokens: g!.usage.promptTokens + g!.usage.completionTokens },
+            });
+        } catch (e) {
+            if (!res.headersSent) fail(res, 500, e instanceof Error ? e.message : String(e));
+        }
+    });
+    await new Promise<void>((resolve, reject) => {
+        server.once("error", reject);
+        server.listen(options.port ?? 8000, options.host ?? "127.0.0.1", () => resolve());
+    });
+    const addr = server.address() as AddressInfo;
+    return {
+        server,
+        baseUrl: `http://${addr.address}:${addr.port}/v1`,
+        close: () => new Promise<void>((r) => server.close(() => r())),
+    };
+}

@@ -1,0 +1,44 @@
+// server.test.ts: a NativePolicy served over the OpenAI-compatible protocol on loopback, driven by
+// OpenAICompatiblePolicy (the debate backend): text, token log-probs and usage come back and match the policy's
+// own generation for the same seed; a debate runs over it; bad requests get 400s with a message.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+
+import { Debate, NativePolicy, OpenAICompatiblePolicy, servePolicy, type RunningServer } from "../../lib/index.js";
+
+let policy: NativePolicy;
+let srv: RunningServer;
+
+beforeAll(async () => {
+    policy = await NativePolicy.create({ contextLength: 1024, layers: 1, heads: 2, dModel: 16, seed: 2 });
+    srv = await servePolicy(policy, { port: 0, model: "tiny" });
+});
+afterAll(async () => { await srv.close(); await policy.dispose(); });
+
+describe("servePolicy", () => {
+    it("answers chat completions with log-probs, the same as the policy itself", async () => {
+        const client = new OpenAICompatiblePolicy({ baseUrl: srv.baseUrl, model: "tiny" });
+        const req = { messages: [{ role: "user" as const, content: "hello" }], sampling: { temperature: 0.9, maxTokens: 6 }, seed: 11 };
+        const [remote] = await client.generate([req]);
+        const [local] = await policy.generate([req]);
+        expect(remote!.text).toBe(local!.text);
+        expect(remote!.logprobs).toEqual(local!.logprobs);
+        expect(remote!.usage).toEqual(local!.usage);
+        expect(remote!.tokens).toEqual(local!.tokens!.map((t) => policy.tokenizer.decode([t as number])));  // text pieces, as OpenAI gives
+        const models = await (await fetch(`${srv.baseUrl}/models`)).json() as { data: { id: string }[] };
+        expect(models.data[0]!.id).toBe("tiny");
+    });
+
+    it("serves a debate and rejects bad requests with 400", async () => {
+        const agents = [0, 1].map(() => new OpenAICompatiblePolicy({ baseUrl: srv.baseUrl, model: "tiny" }));
+        const tr = await new Debate({ agents, turns: 2, sampling: { maxTokens: 4 }, seed: 1 }).run({ question: "1+1?", reference: 2 });
+        expect(tr.turns.length).toBe(2);
+        const post = (body: unknown) => fetch(`${srv.baseUrl}/chat/completions`, { method: "POST", body: typeof body === "string" ? body : JSON.stringify(body) });
+        const bad = await post("{oops");
+        expect(bad.status).toBe(400);
+        expect(((await bad.json()) as { error: { message: string } }).error.message).toMatch(/not JSON/);
+        expect((await post({ messages: [] })).status).toBe(400);
+        expect((await post({ messages: [{ role: "user", content: "x" }], stream: true })).status).toBe(400);
+        expect((await post({ messages: [{ role: "user", content: "x".repeat(1100) }] })).status).toBe(400);  // longer than the context
+        expect((await fetch(`${srv.baseUrl}/nope`)).status).toBe(404);
+    });
+});
