@@ -160,8 +160,8 @@ export class NativePolicy implements Policy {
         const seed = BigUint64Array.from(reqs, (r) => BigInt(r.seed ?? 0));
         const limit = reqs.map((r) => Math.min(r.sampling?.maxTokens ?? 64, total - len));
         const toks: number[][] = reqs.map(() => []), lps: number[][] = reqs.map(() => []);
-        const finished = reqs.map(() => "");
-        for (let pos = len; ; pos++) {
+        const finished: string[] = limit.map((l) => (l > 0 ? "" : "length"));  // maxTokens 0: nothing to generate
+        for (let pos = len; !finished.every((f) => f); pos++) {
             signal?.throwIfAborted();
             const s = sample({ logits, shape: [B, V] }, { temperature, topK, topP, seed, position: BigInt64Array.from(reqs, () => BigInt(pos)),
                 rawLogprobs: false, device: "cpu" });

@@ -80,6 +80,8 @@ describe("NativePolicy", () => {
         expect(b!.text).toBe(a!.text);
         expect(b!.logprobs).toEqual(a!.logprobs);
         expect(c!.tokens).not.toEqual(a!.tokens);
+        const [none] = await p.generate([{ prompt: "abc", sampling: { maxTokens: 0 } }]);
+        expect(none).toMatchObject({ text: "", tokens: [], finishReason: "length" });
         await p.trainStep({ tokens: Int32Array.from({ length: 10 }, (_, i) => 10 + i), targets: Int32Array.from({ length: 10 }, (_, i) => 11 + i),
             mask: new Uint8Array(10).fill(1), shape: [1, 10] });
         const dir = join(mkdtempSync(join(tmpdir(), "maporl-ckpt-")), "ckpt");
