@@ -8,6 +8,7 @@ import { policyLoss } from "../rl/policyLoss.js";
 import { reinforceReturns } from "../rl/reinforceReturns.js";
 import { logprobsOfTokens, sample } from "../rl/sampling.js";
 import { runPythonScript } from "./python.js";
+import { lcg } from "../random.js";
 
 export interface CrossCheck {
     ok: boolean;
@@ -18,8 +19,7 @@ export interface CrossCheck {
 
 export function crossCheckBaselines(): CrossCheck {
     const B = 6, T = 40, n = B * T;
-    let seed = 11;
-    const next = () => ((seed = (seed * 1664525 + 1013904223) >>> 0) / 4294967296);
+    const next = lcg(11);
     const r = new Float32Array(n).map(next), v = new Float32Array(n).map(next), m = new Float32Array(n);
     for (let b = 0; b < B; b++) {
         const len = 5 + Math.floor(next() * (T - 5));

@@ -4,12 +4,12 @@ import { gae } from "../rl/gae.js";
 import { type BenchContext, type BenchRow } from "./types.js";
 import { peakExtraBytes, timeMedian } from "./measure.js";
 import { type PythonResult, runPython } from "./python.js";
+import { lcg } from "../random.js";
 
 export async function benchGae(ctx: BenchContext): Promise<BenchRow[]> {
     const B = 256, T = 4096, n = B * T;
     const size = `B=${B} T=${T}`;
-    let seed = 1;
-    const next = () => ((seed = (seed * 1664525 + 1013904223) >>> 0) / 4294967296);
+    const next = lcg(1);
     const rewards = new Float32Array(n).map(next), values = new Float32Array(n).map(next);
     const mask = new Float32Array(n).fill(1);
     const batch = { rewards, values, mask, shape: [B, T] as [number, number] };

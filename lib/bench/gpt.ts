@@ -6,14 +6,14 @@ import { CharTokenizer } from "../policy/tokenizer.js";
 import { timeMedian } from "./measure.js";
 import { runPython } from "./python.js";
 import { type BenchContext, type BenchRow } from "./types.js";
+import { lcg } from "../random.js";
 
 export async function benchGpt(ctx: BenchContext): Promise<BenchRow[]> {
     // 57 alphabet characters + 7 special tokens = vocabulary 64
     const tok = new CharTokenizer("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ01234");
     const L = 4, C = 128, H = 4, T = 128, B = 32, V = tok.vocabSize;
     const p = await NativePolicy.create({ contextLength: T, layers: L, heads: H, dModel: C, seed: 0, tokenizer: tok });
-    let seed = 5;
-    const next = () => ((seed = (seed * 1664525 + 1013904223) >>> 0) / 4294967296);
+    const next = lcg(5);
     const batch = { tokens: Int32Array.from({ length: B * T }, () => Math.floor(next() * V)), targets: Int32Array.from({ length: B * T }, () => Math.floor(next() * V)),
         mask: new Uint8Array(B * T).fill(1), shape: [B, T] as [number, number] };
     const reps = Math.max(3, Math.floor(ctx.reps / 10));

@@ -6,13 +6,13 @@ import { groupAdvantages } from "../rl/groupAdvantages.js";
 import { peakExtraBytes, timeMedian } from "./measure.js";
 import { runPython } from "./python.js";
 import { type BenchContext, type BenchRow } from "./types.js";
+import { lcg } from "../random.js";
 
 export async function benchGroupAdvantages(ctx: BenchContext): Promise<BenchRow[]> {
     const rows: BenchRow[] = [];
     for (const [N, G] of [[4096, 8], [1 << 20, 16]] as const) {
         for (const layout of ["adjacent", "shuffled"] as const) {
-            let seed = 7;
-            const next = () => ((seed = (seed * 1664525 + 1013904223) >>> 0) / 4294967296);
+            const next = lcg(7);
             const scores = new Float32Array(N).map(next);
             const perm = Int32Array.from({ length: N }, (_, i) => i);
             if (layout === "shuffled")

@@ -6,10 +6,7 @@ import { policyLoss } from "../rl/policyLoss.js";
 import { peakExtraBytes, timeMedian } from "./measure.js";
 import { runPython } from "./python.js";
 import { type BenchContext, type BenchRow } from "./types.js";
-
-function lcg(seed: number) {
-    return () => ((seed = (seed * 1664525 + 1013904223) >>> 0) / 4294967296);
-}
+import { lcg } from "../random.js";
 
 export async function benchPolicyLoss(ctx: BenchContext): Promise<BenchRow[]> {
     const B = 64, T = 4096, n = B * T, next = lcg(5);

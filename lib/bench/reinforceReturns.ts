@@ -4,11 +4,11 @@ import { reinforceReturns } from "../rl/reinforceReturns.js";
 import { peakExtraBytes, timeMedian } from "./measure.js";
 import { runPython } from "./python.js";
 import { type BenchContext, type BenchRow } from "./types.js";
+import { lcg } from "../random.js";
 
 export async function benchReinforceReturns(ctx: BenchContext): Promise<BenchRow[]> {
     const B = 256, T = 4096, n = B * T;
-    let seed = 3;
-    const next = () => ((seed = (seed * 1664525 + 1013904223) >>> 0) / 4294967296);
+    const next = lcg(3);
     const batch = { rewards: new Float32Array(n).map(next), mask: new Float32Array(n).fill(1), shape: [B, T] as [number, number] };
     const base = ctx.python ? runPython({ kernel: "reinforce", B, T, gamma: 1, whiten: true, threads: ctx.threads, reps: ctx.pythonReps })
         : { ok: false as const, error: "skipped" };

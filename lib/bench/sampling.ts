@@ -6,10 +6,10 @@ import { sample } from "../rl/sampling.js";
 import { peakExtraBytes, timeMedian } from "./measure.js";
 import { runPython } from "./python.js";
 import { type BenchContext, type BenchRow } from "./types.js";
+import { lcg } from "../random.js";
 
 function benchLogits(B: number, V: number): Float32Array {
-    let seed = 7;
-    const next = () => ((seed = (seed * 1664525 + 1013904223) >>> 0) / 4294967296);
+    const next = lcg(7);
     const z = new Float32Array(B * V);
     for (let i = 0; i < z.length; i += 2) {  // Box-Muller, two normals per draw
         const r = Math.sqrt(-2 * Math.log(next() + 1e-12)), a = 2 * Math.PI * next();

@@ -12,6 +12,7 @@ import { fusedPolicyLoss, logprobs } from "../rl/logits.js";
 import { type LossOptions, type PolicyLossStats } from "../rl/policyLoss.js";
 import { sample } from "../rl/sampling.js";
 import { readSafetensors, writeSafetensors } from "./safetensors.js";
+import { requireInteger } from "../validate.js";
 import { CharTokenizer } from "./tokenizer.js";
 import { type GenerateRequest, type Generation, type Policy, requestMessages } from "./types.js";
 
@@ -69,11 +70,7 @@ export interface TrainResult {
     step: number;
 }
 
-function requireInt(what: string, x: unknown, lo: number, hi: number): number {
-    if (typeof x !== "number" || !Number.isInteger(x) || x < lo || x > hi)
-        throw new RangeError(`NativePolicy: ${what}: expected an integer in [${lo}, ${hi}], got ${String(x)}`);
-    return x;
-}
+const requireInt = (what: string, x: unknown, lo: number, hi: number) => requireInteger("NativePolicy", what, x, lo, hi);
 
 export class NativePolicy implements Policy {
     readonly name: string;

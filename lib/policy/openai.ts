@@ -2,7 +2,7 @@
 // Ollama): POST {baseUrl}/chat/completions with logprobs, per-request timeout, retries with exponential backoff
 // on network errors, timeouts, 429 and 5xx, a concurrency limit, and AbortSignal. A malformed reply is an error
 // that says what was missing.
-import { sleep } from "../abort.js";
+import { postJson } from "../http.js";
 import { type GenerateRequest, type Generation, type Policy, requestMessages } from "./types.js";
 
 export interface OpenAICompatibleOptions {
@@ -74,40 +74,10 @@ export class OpenAICompatiblePolicy implements Policy {
     }
 
     private async one(body: string, signal?: AbortSignal): Promise<Generation> {
-        let last = "";
-        for (let attempt = 0; attempt <= this.o.retries; attempt++) {
-            if (attempt > 0) await sleep(this.o.backoffMs * 2 ** (attempt - 1), signal);
-            signal?.throwIfAborted();
-            const timeout = AbortSignal.timeout(this.o.timeoutMs);
-            const t0 = performance.now();
-            let res: Response;
-            try {
-                res = await fetch(`${this.o.baseUrl}/chat/completions`, {
-                    method: "POST", body, signal: signal ? AbortSignal.any([signal, timeout]) : timeout,
-                    headers: { "content-type": "application/json", ...(this.o.apiKey ? { authorization: `Bearer ${this.o.apiKey}` } : {}) },
-                });
-            } catch (e) {
-                if (signal?.aborted) throw signal.reason;
-                last = timeout.aborted ? `timed out after ${this.o.timeoutMs} ms` : (e as Error).message;
-                continue;
-            }
-            if (res.status === 429 || res.status >= 500) {
-                last = `HTTP ${res.status}`;
-                await res.body?.cancel();
-                continue;
-            }
-            let text: string;
-            try {
-                text = await res.text();
-            } catch (e) {
-                if (signal?.aborted) throw signal.reason;
-                last = (e as Error).message;
-                continue;
-            }
-            if (!res.ok) throw new Error(`${this.name}: HTTP ${res.status}: ${text.slice(0, 300)}`);
-            return this.parse(text, performance.now() - t0);
-        }
-        throw new Error(`${this.name}: ${this.o.baseUrl}/chat/completions failed after ${this.o.retries + 1} attempts: ${last}`);
+        const r = await postJson(this.name, `${this.o.baseUrl}/chat/completions`, body, { timeoutMs: this.o.timeoutMs, retries: this.o.retries,
+            backoffMs: this.o.backoffMs, signal, headers: this.o.apiKey ? { authorization: `Bearer ${this.o.apiKey}` } : {} });
+        if (!r.ok) throw new Error(`${this.name}: HTTP ${r.status}: ${r.text.slice(0, 300)}`);
+        return this.parse(r.text, r.latencyMs);
     }
 
     private parse(text: string, latencyMs: number): Generation {

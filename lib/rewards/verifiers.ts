@@ -3,7 +3,7 @@
 // gsm8kVerifier, labelVerifier, exactVerifier, regexVerifier, fnVerifier, and HttpVerifier for a remote service.
 // `scoreAll` runs a verifier over a batch with a concurrency limit and records failures as failures (never as a
 // silent 0), which is what the debate transcript stores.
-import { sleep } from "../abort.js";
+import { postJson } from "../http.js";
 import { extractFinalNumber, extractLabel, parseNumber, sameNumber } from "./extract.js";
 
 export interface VerifyItem {
@@ -172,30 +172,10 @@ export class HttpVerifier implements Verifier {
     async scoreBatch(items: VerifyItem[], options?: { signal?: AbortSignal }): Promise<Verdict[]> {
         items.forEach((it) => requireItem(this.name, it));
         const body = JSON.stringify({ items: items.map((it) => ({ question: it.question ?? null, response: it.response, reference: it.reference })) });
-        let lastError: unknown = null;
-        for (let attempt = 0; attempt <= this.o.retries; attempt++) {
-            if (attempt > 0) await sleep(this.o.backoffMs * 2 ** (attempt - 1), options?.signal);
-            options?.signal?.throwIfAborted();
-            const timeout = AbortSignal.timeout(this.o.timeoutMs);
-            const signal = options?.signal ? AbortSignal.any([options.signal, timeout]) : timeout;
-            let res: Response;
-            try {
-                res = await fetch(this.o.url, { method: "POST", body, signal, headers: { "content-type": "application/json", ...this.o.headers } });
-            } catch (e) {
-                if (options?.signal?.aborted) throw options.signal.reason;
-                lastError = e;
-                continue;  // network error or timeout: retry
-            }
-            if (res.status === 429 || res.status >= 500) {
-                lastError = new Error(`HTTP ${res.status}`);
-                await res.body?.cancel();
-                continue;
-            }
-            const text = await res.text();
-            if (!res.ok) throw new Error(`${this.name}: ${this.o.url} answered HTTP ${res.status}: ${text.slice(0, 200)}`);
-            return parseReply(this.name, text, items.length);
-        }
-        throw new Error(`${this.name}: ${this.o.url} failed after ${this.o.retries + 1} attempts: ${lastError instanceof Error ? lastError.message : String(lastError)}`);
+        const r = await postJson(this.name, this.o.url, body, { timeoutMs: this.o.timeoutMs, retries: this.o.retries,
+            backoffMs: this.o.backoffMs, headers: this.o.headers, signal: options?.signal });
+        if (!r.ok) throw new Error(`${this.name}: ${this.o.url} answered HTTP ${r.status}: ${r.text.slice(0, 200)}`);
+        return parseReply(this.name, r.text, items.length);
     }
 }
 

@@ -5,6 +5,7 @@
 //   arith-debate: procedurally generated multi-step arithmetic word problems; every agent sees the whole
 //                 problem; errors are independent, so reading the others' answers helps.
 // Items carry a per-agent view (what that agent is shown at turn 0) and the reference answer.
+import { mulberry32 } from "../random.js";
 import { gsm8kVerifier, type Verifier } from "../rewards/verifiers.js";
 
 export interface TaskItem {
@@ -25,18 +26,6 @@ export interface Task {
     generate(count: number, seed: number): TaskItem[];
 }
 
-/** mulberry32: a small seeded PRNG (the same stream everywhere). */
-function prng(seed: number): () => number {
-    let a = seed >>> 0;
-    return () => {
-        a = (a + 0x6d2b79f5) >>> 0;
-        let t = a;
-        t = Math.imul(t ^ (t >>> 15), t | 1);
-        t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-        return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-    };
-}
-
 function requireCount(where: string, count: unknown, seed: unknown): void {
     if (!Number.isInteger(count) || (count as number) < 0) throw new RangeError(`${where}: count: expected an integer >= 0, got ${String(count)}`);
     if (!Number.isInteger(seed) || (seed as number) < 0) throw new RangeError(`${where}: seed: expected an integer >= 0, got ${String(seed)}`);
@@ -54,7 +43,7 @@ export function splitSumTask(options: { agents?: number; digits?: number } = {})
         verifier: gsm8kVerifier({ name: "split-sum" }),
         generate(count, seed) {
             requireCount("split-sum", count, seed);
-            const next = prng(seed ^ 0x51ab);
+            const next = mulberry32(seed ^ 0x51ab);
             return Array.from({ length: count }, (_, i) => {
                 const ops = Array.from({ length: agents }, () => Math.floor(next() * hi));
                 return {
@@ -84,7 +73,7 @@ export function arithDebateTask(options: { agents?: number; steps?: number; maxO
         verifier: gsm8kVerifier({ name: "arith-debate" }),
         generate(count, seed) {
             requireCount("arith-debate", count, seed);
-            const next = prng(seed ^ 0xa417);
+            const next = mulberry32(seed ^ 0xa417);
             const int = (lo: number, hi: number) => lo + Math.floor(next() * (hi - lo + 1));
             return Array.from({ length: count }, (_, i) => {
                 const who = NAMES[int(0, NAMES.length - 1)]!, what = THINGS[int(0, THINGS.length - 1)]!;

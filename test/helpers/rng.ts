@@ -1,14 +1,7 @@
-// rng.ts: a small seeded PRNG for tests (mulberry32); never Math.random, so failures reproduce.
-export function rng(seed: number): () => number {
-    let a = seed >>> 0;
-    return () => {
-        a = (a + 0x6d2b79f5) >>> 0;
-        let t = a;
-        t = Math.imul(t ^ (t >>> 15), t | 1);
-        t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-        return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-    };
-}
+// rng.ts: the seeded PRNG for tests (mulberry32, lib/random.ts); never Math.random, so failures reproduce.
+import { mulberry32 } from "../../lib/random.js";
+
+export const rng = mulberry32;
 
 export function uniformArray(n: number, next: () => number, lo = -1, hi = 1): Float32Array {
     const a = new Float32Array(n);

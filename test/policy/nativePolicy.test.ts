@@ -10,12 +10,12 @@ import { afterAll, describe, expect, it } from "vitest";
 
 import { CharTokenizer, NativePolicy, setSimd, setThreads } from "../../lib/index.js";
 import { native } from "../../lib/native.js";
+import { lcg } from "../../lib/random.js";
 
 afterAll(() => { setSimd("best"); setThreads(0); });
 
 const alphabet = "abcdefgh";
 const tok = new CharTokenizer(alphabet);
-function lcg(seed: number) { return () => ((seed = (seed * 1664525 + 1013904223) >>> 0) / 4294967296); }
 
 // <bos> <|user|> w <|assistant|> reverse(w) <eos>: 16 tokens; positions 8.. (the answer) are trained.
 function reversalBatch(B: number, next: () => number) {
