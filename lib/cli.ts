@@ -5,6 +5,7 @@ import { backend } from "./backend.js";
 import { BENCHMARKS, runBench } from "./bench/index.js";
 import { NativePolicy } from "./policy/nativePolicy.js";
 import { servePolicy } from "./policy/server.js";
+import { runToy } from "./train/toyCli.js";
 
 const USAGE = `usage: maporl <command> [options]
 
@@ -18,6 +19,8 @@ commands:
     kernels: ${Object.keys(BENCHMARKS).join(", ")}
   serve --checkpoint DIR   serve a saved embedded policy as OpenAI-compatible chat completions (with logprobs)
       --port N             default 8000;  --host H  default 127.0.0.1
+  toy [--seed N]           MAPoRL's toy game: collaboration-rate curves at T = 10 and 20, and the agreement of
+                           the learned behaviour with Observations 1 and 2 over a payoff grid
   help                     this text`;
 
 function info(): void {
@@ -64,6 +67,15 @@ async function main(argv: string[]): Promise<number> {
         }
         opts.kernels = kernels;
         await runBench(opts);
+        return 0;
+    }
+    if (cmd === "toy") {
+        let seed = 0;
+        for (let i = 0; i < args.length; i++) {
+            if (args[i] === "--seed") seed = intFlag(args, i++, "--seed");
+            else throw new RangeError(`toy: unknown option ${args[i]}\n\n${USAGE}`);
+        }
+        runToy({ seed });
         return 0;
     }
     if (cmd === "serve") {

@@ -51,4 +51,5 @@ export { NativePolicy, type NativePolicyConfig, type TrainBatch, type TrainOptio
 export { CharTokenizer, SPECIAL_TOKENS, type TokenizerJSON } from "./policy/tokenizer.js";
 export { readSafetensors, writeSafetensors, type TensorEntry } from "./policy/safetensors.js";
 export { splitSumTask, arithDebateTask, type Task, type TaskItem } from "./train/tasks.js";
+export { toyGame, observation1, observation2, toyPayoffGrid, type ToyOptions, type ToyPayoffs, type ToyResult } from "./train/toy.js";
 export { servePolicy, type ServeOptions, type RunningServer } from "./policy/server.js";
