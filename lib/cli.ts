@@ -5,11 +5,22 @@ import { backend } from "./backend.js";
 import { BENCHMARKS, runBench } from "./bench/index.js";
 import { NativePolicy } from "./policy/nativePolicy.js";
 import { servePolicy } from "./policy/server.js";
+import { runTrain } from "./train/trainCli.js";
 import { runToy } from "./train/toyCli.js";
 
 const USAGE = `usage: maporl <command> [options]
 
 commands:
+  train                    co-train a team of embedded agents (the main job; about 10 minutes on 2 cores):
+                           warm start, MAPoRL co-training, the independent control, a before/after table
+      --task T             arith-debate (default)
+      --algo A             maporl (default) | magrpo | collm-cc | collm-dc
+      --agents N --turns N --iterations N --seed N --schedule joint|independent|alternating|turn-based
+      --config FILE        a JSON config (keys as in the README; unknown keys are errors)
+      --set key=value      any config key, dotted for nested ones (e.g. --set maporl.klCoef=0.01)
+      --out DIR            the run directory (default runs/<time>)
+      --resume DIR         continue a killed or interrupted run with identical results
+      --device cpu         the device (the embedded policy runs on the CPU)
   info                     print the native backend: version, threads, SIMD, CUDA build and devices
   bench [kernel...]        time the kernels against the PyTorch baselines in the same run
       --threads N          threads for both sides (default 2)
@@ -69,6 +80,7 @@ async function main(argv: string[]): Promise<number> {
         await runBench(opts);
         return 0;
     }
+    if (cmd === "train") return runTrain(args, USAGE);
     if (cmd === "toy") {
         let seed = 0;
         for (let i = 0; i < args.length; i++) {

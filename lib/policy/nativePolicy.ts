@@ -9,7 +9,7 @@ import { join } from "node:path";
 
 import { native, type GptHandle } from "../native.js";
 import { fusedPolicyLoss, logprobs } from "../rl/logits.js";
-import { type LossOptions, type PolicyLossStats } from "../rl/policyLoss.js";
+import { type LossOptions, type PolicyLossStats, valueLoss } from "../rl/policyLoss.js";
 import { sample } from "../rl/sampling.js";
 import { readSafetensors, writeSafetensors } from "./safetensors.js";
 import { requireInteger } from "../validate.js";
@@ -41,15 +41,21 @@ export interface TrainBatch {
     /** 1 where a position is trained [B, T]. */
     mask: Uint8Array | Float32Array;
     shape: readonly [number, number];
-    /** Per token [B, T] or per sequence [B]; omitted for SFT. */
+    /** Per token [B, T] or per sequence [B]; omitted for SFT and 'value'. */
     advantages?: Float32Array;
+    /** 'value' only: regression targets [B, T], and the values at rollout time for the clip. */
+    returns?: Float32Array;
+    oldValues?: Float32Array;
     oldLogp?: Float32Array;
     refLogp?: Float32Array;
 }
 
 export interface TrainOptions {
-    /** 'sft': cross-entropy (mean over masked tokens); or the policy-loss options of fusedPolicyLoss. */
-    loss?: "sft" | LossOptions;
+    /** 'sft': cross-entropy (mean over masked tokens); 'value': the model as a critic (see values()), verl's clipped
+     * value loss on `returns`; or the policy-loss options of fusedPolicyLoss. */
+    loss?: "sft" | "value" | LossOptions;
+    /** 'value' only: the value clip around `oldValues` (verl's cliprange_value); null = unclipped. Defaults to null. */
+    valueClip?: number | null;
     lr?: number;
     beta1?: number;
     beta2?: number;
@@ -195,6 +201,21 @@ export class NativePolicy implements Policy {
         });
     }
 
+    /**
+     * The model read as a critic: V[b, t] = the logit of the reserved <pad> id at position t (the value of the state
+     * after tokens[b, <= t]), [B, T]. A critic is a separate NativePolicy trained with `loss: 'value'`: the <pad>
+     * row of the tied LM head is its linear value head, so never use the actor itself as its critic.
+     */
+    async values(batch: { tokens: Int32Array; shape: readonly [number, number] }): Promise<Float32Array> {
+        const [B, T] = batch.shape;
+        this.checkTokens("values", batch.tokens, B, T);
+        return this.serial(async () => {
+            const logits = new Float32Array(B * T * this.V);
+            await native.gptForwardAsync(this.h(), batch.tokens, B, T, logits, null);
+            return Float32Array.from({ length: B * T }, (_, i) => logits[i * this.V + this.tokenizer.pad]!);
+        });
+    }
+
     private checkTokens(fn: string, tokens: Int32Array, B: number, T: number): void {
         if (!(tokens instanceof Int32Array) || tokens.length !== B * T) throw new TypeError(`${this.name}.${fn}: tokens: expected Int32Array of ${B * T} elements`);
         if (!(T >= 1 && T <= this.config.contextLength)) throw new RangeError(`${this.name}.${fn}: shape[1] (T): expected 1..${this.config.contextLength}, got ${T}`);
@@ -209,7 +230,10 @@ export class NativePolicy implements Policy {
         this.checkTokens("trainStep", batch.tokens, B, T);
         if (!(batch.targets instanceof Int32Array) || batch.targets.length !== B * T) throw new TypeError(`${this.name}.trainStep: targets: expected Int32Array of ${B * T} elements`);
         const loss = options.loss ?? "sft";
-        if (loss !== "sft" && !(batch.advantages instanceof Float32Array))
+        if (loss === "value") {
+            if (!(batch.returns instanceof Float32Array) || batch.returns.length !== B * T)
+                throw new TypeError(`${this.name}.trainStep: returns: expected a Float32Array of ${B * T} elements for loss 'value'`);
+        } else if (loss !== "sft" && !(batch.advantages instanceof Float32Array))
             throw new TypeError(`${this.name}.trainStep: advantages: expected a Float32Array ([B] or [B, T]) for a policy loss`);
         return this.serial(async () => {
             const h = this.h();
@@ -217,7 +241,7 @@ export class NativePolicy implements Policy {
             const logits = new Float32Array(B * T * this.V);
             await native.gptForwardAsync(h, batch.tokens, B, T, logits, null);
             const sft = loss === "sft";
-            const r = fusedPolicyLoss({ logits, targets: batch.targets, mask: batch.mask, shape: [B, T, this.V],
+            const r = loss === "value" ? this.valueGrad(logits, batch, options.valueClip ?? null) : fusedPolicyLoss({ logits, targets: batch.targets, mask: batch.mask, shape: [B, T, this.V],
                 advantages: sft ? new Float32Array(B * T).fill(1) : batch.advantages!, ...(batch.oldLogp ? { oldLogp: batch.oldLogp } : {}),
                 ...(batch.refLogp ? { refLogp: batch.refLogp } : {}) },
             sft ? { type: "reinforce", aggregation: "token-mean", inPlace: true, device: "cpu" } : { ...loss, inPlace: true, device: "cpu" });
@@ -232,6 +256,21 @@ export class NativePolicy implements Policy {
             this.needZero = true;
             return { loss: r.loss, gradNorm, stats: r.stats, step: native.gptGetStep(h) };
         });
+    }
+
+    // verl's value loss on V = logits[..., <pad>]; the gradient goes to that logit only (written over `logits`).
+    private valueGrad(logits: Float32Array, batch: TrainBatch, clip: number | null): { loss: number; gradLogits: Float32Array; stats: PolicyLossStats } {
+        const [B, T] = batch.shape, V = this.V, pad = this.tokenizer.pad;
+        const values = Float32Array.from({ length: B * T }, (_, i) => logits[i * V + pad]!);
+        const r = valueLoss({ values, returns: batch.returns!, mask: batch.mask, shape: [B, T], ...(batch.oldValues ? { oldValues: batch.oldValues } : {}) },
+            { clip, device: "cpu" });
+        logits.fill(0);
+        for (let i = 0; i < B * T; i++) logits[i * V + pad] = r.gradValues[i]!;
+        let sequences = 0;
+        for (let b = 0; b < B; b++) for (let t = 0; t < T; t++) if (batch.mask[b * T + t]) { sequences++; break; }
+        const stats: PolicyLossStats = { pgLoss: r.loss, klLoss: 0, entropyLoss: 0, clipFrac: r.stats.clipFrac, clipFracLower: 0, approxKl: 0,
+            klMean: 0, entropyMean: 0, ratioMean: 1, ratioMax: 1, tokens: r.stats.tokens, sequences };
+        return { loss: r.loss, gradLogits: logits, stats };
     }
 
     /** A copy with the same weights (and tokenizer): e.g. the frozen reference policy. Optimizer state is not copied. */

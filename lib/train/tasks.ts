@@ -16,6 +16,8 @@ export interface TaskItem {
     views: string[];
     /** The answer, as text the verifier reads ("42"). */
     reference: string;
+    /** A worked solution ending in the answer, for the SFT warm start (tasks that have one). */
+    solution?: string;
 }
 
 export interface Task {
@@ -61,9 +63,14 @@ export function splitSumTask(options: { agents?: number; digits?: number } = {})
 const NAMES = ["Ana", "Ben", "Chen", "Dana", "Eli", "Fay", "Gus", "Hana"];
 const THINGS = ["apples", "books", "coins", "marbles", "stamps", "shells"];
 
-/** arith-debate: word problems of `steps` operations (+, -, x) on small whole numbers; answers stay >= 0. */
-export function arithDebateTask(options: { agents?: number; steps?: number; maxOperand?: number } = {}): Task {
-    const agents = options.agents ?? 3, steps = options.steps ?? 3, maxOperand = options.maxOperand ?? 9;
+/**
+ * arith-debate: problems of `steps` operations (+, -, x) on small whole numbers, evaluated left to right; answers
+ * stay >= 0. Format 'words' (default): word problems for LLMs. Format 'compact': "7+2*3-4" with the solution
+ * "7+2=9,9*3=27,27-4=23;23", for the embedded character-level policy. The same seed gives the same problems in both.
+ */
+export function arithDebateTask(options: { agents?: number; steps?: number; maxOperand?: number; format?: "words" | "compact" } = {}): Task {
+    const agents = options.agents ?? 3, steps = options.steps ?? 3, maxOperand = options.maxOperand ?? 9, format = options.format ?? "words";
+    if (format !== "words" && format !== "compact") throw new RangeError(`arithDebateTask: format: expected 'words' or 'compact', got ${JSON.stringify(format)}`);
     if (!Number.isInteger(agents) || agents < 1 || agents > 16) throw new RangeError(`arithDebateTask: agents: expected an integer in [1, 16], got ${String(agents)}`);
     if (!Number.isInteger(steps) || steps < 1 || steps > 8) throw new RangeError(`arithDebateTask: steps: expected an integer in [1, 8], got ${String(steps)}`);
     if (!Number.isInteger(maxOperand) || maxOperand < 2 || maxOperand > 99) throw new RangeError(`arithDebateTask: maxOperand: expected an integer in [2, 99], got ${String(maxOperand)}`);
@@ -78,26 +85,33 @@ export function arithDebateTask(options: { agents?: number; steps?: number; maxO
             return Array.from({ length: count }, (_, i) => {
                 const who = NAMES[int(0, NAMES.length - 1)]!, what = THINGS[int(0, THINGS.length - 1)]!;
                 let value = int(2, maxOperand);
-                const parts = [`${who} has ${value} ${what}.`];
+                const parts = [`${who} has ${value} ${what}.`], chain: string[] = [];
+                let compact = String(value);
+                const apply = (sym: string, x: number, next: number) => {
+                    chain.push(`${value}${sym}${x}=${next}`);
+                    compact += `${sym}${x}`;
+                    value = next;
+                };
                 for (let s = 0; s < steps; s++) {
                     const op = int(0, 2);
                     if (op === 0) {
                         const x = int(1, maxOperand);
-                        value += x;
+                        apply("+", x, value + x);
                         parts.push(`Then ${who} gets ${x} more.`);
                     } else if (op === 1 && value > 1) {
                         const x = int(1, Math.min(maxOperand, value - 1));
-                        value -= x;
+                        apply("-", x, value - x);
                         parts.push(`Then ${who} gives away ${x}.`);
                     } else {
                         const x = int(2, 3);
-                        value *= x;
+                        apply("*", x, value * x);
                         parts.push(`Then the number of ${what} is multiplied by ${x}.`);
                     }
                 }
                 parts.push(`How many ${what} does ${who} have now?`);
-                const question = parts.join(" ");
-                return { id: `arith-debate-${seed}-${i}`, question, views: Array.from({ length: agents }, () => question), reference: String(value) };
+                const question = format === "compact" ? compact : parts.join(" ");
+                return { id: `arith-debate-${seed}-${i}`, question, views: Array.from({ length: agents }, () => question), reference: String(value),
+                    solution: `${chain.join(",")};${value}` };
             });
         },
     };

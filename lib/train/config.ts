@@ -1,0 +1,171 @@
+// config.ts: the training job's configuration: defaults, merging of a config file and CLI flags, and validation.
+// Every key is checked against the defaults' shape; an unknown or misspelled key is an error that names its path
+// (and the closest known key), and every value is checked for its type and range.
+
+export type Algo = "maporl" | "magrpo" | "collm-cc" | "collm-dc";
+export type Schedule = "joint" | "independent" | "alternating" | "turn-based";
+
+export interface TrainConfig {
+    /** The embedded policy's task (split-sum has no warm-start solutions yet; see the README). */
+    task: "arith-debate";
+    /** arith-debate: operations per problem and the largest operand. */
+    taskOptions: { steps: number; maxOperand: number };
+    algo: Algo;
+    agents: number;
+    turns: number;
+    schedule: Schedule;
+    /** One model for every trained agent (MAPoRL's homogeneous setting), or one per agent (diff_model_training). */
+    shareParameters: boolean;
+    seed: number;
+    iterations: number;
+    /** Questions per iteration (each runs a whole debate). */
+    episodesPerIteration: number;
+    evalEpisodes: number;
+    /** Evaluate on the held-out split every N iterations (and always before and after). */
+    evalEvery: number;
+    /** Also train the `independent` control (one agent against frozen partners) for the final table. */
+    controls: boolean;
+    sampling: { temperature: number; maxTokens: number };
+    model: { layers: number; heads: number; dModel: number; contextLength: number };
+    critic: { layers: number; heads: number; dModel: number };
+    sft: { steps: number; batchSize: number; lr: number };
+    lr: number;
+    criticLr: number;
+    maporl: {
+        klCoef: number; discount: number; gamma: number; lambda: number; ppoEpochs: number; clip: number; valueClip: number;
+        bonus: { correctedAlone: number; persuadedCorrectly: number; wrongButUseful: number; persuasive: number; signs: "paper" | "reference-code" };
+    };
+    magrpo: { generations: number; baseline: "mean" | "max" | "rloo" | "none"; discount: number; klCoef: number };
+    collm: { gamma: number; normalize: boolean };
+    /** 'alternating': each agent in turn is frozen for this many iterations. */
+    alternatingPeriod: number;
+    /** 'turn-based': the first `initialIterations` train turn 1, then the trained turn cycles T-1, ..., 1 every `period`. */
+    turnBased: { initialIterations: number; period: number };
+}
+
+export const DEFAULT_CONFIG: TrainConfig = {
+    task: "arith-debate",
+    taskOptions: { steps: 3, maxOperand: 9 },
+    algo: "maporl",
+    agents: 3,
+    turns: 3,
+    schedule: "joint",
+    shareParameters: true,
+    seed: 0,
+    iterations: 120,
+    episodesPerIteration: 32,
+    evalEpisodes: 200,
+    evalEvery: 40,
+    controls: true,
+    sampling: { temperature: 1, maxTokens: 30 },
+    model: { layers: 2, heads: 4, dModel: 64, contextLength: 64 },
+    critic: { layers: 1, heads: 4, dModel: 64 },
+    sft: { steps: 800, batchSize: 32, lr: 2e-3 },
+    lr: 1e-4,
+    criticLr: 1e-3,
+    maporl: {
+        klCoef: 0.002, discount: 0.3, gamma: 1, lambda: 0.95, ppoEpochs: 2, clip: 0.2, valueClip: 0.2,
+        bonus: { correctedAlone: 0, persuadedCorrectly: 0, wrongButUseful: 0, persuasive: 0, signs: "paper" },
+    },
+    magrpo: { generations: 4, baseline: "mean", discount: 0.9, klCoef: 0 },
+    collm: { gamma: 1, normalize: true },
+    alternatingPeriod: 10,
+    turnBased: { initialIterations: 20, period: 40 },
+};
+
+type Rule = { int?: [number, number]; num?: [number, number]; choices?: readonly string[] };
+const RULES: Record<string, Rule> = {
+    task: { choices: ["arith-debate"] }, algo: { choices: ["maporl", "magrpo", "collm-cc", "collm-dc"] },
+    schedule: { choices: ["joint", "independent", "alternating", "turn-based"] },
+    "taskOptions.steps": { int: [1, 8] }, "taskOptions.maxOperand": { int: [2, 99] },
+    agents: { int: [2, 8] }, turns: { int: [1, 8] }, seed: { int: [0, 2 ** 31 - 1] }, iterations: { int: [0, 1e7] },
+    episodesPerIteration: { int: [1, 4096] }, evalEpisodes: { int: [1, 100000] }, evalEvery: { int: [1, 1e7] },
+    "sampling.temperature": { num: [0, 10] }, "sampling.maxTokens": { int: [1, 4096] },
+    "model.layers": { int: [1, 64] }, "model.heads": { int: [1, 64] }, "model.dModel": { int: [8, 4096] }, "model.contextLength": { int: [16, 8192] },
+    "critic.layers": { int: [1, 64] }, "critic.heads": { int: [1, 64] }, "critic.dModel": { int: [8, 4096] },
+    "sft.steps": { int: [0, 1e7] }, "sft.batchSize": { int: [1, 4096] }, "sft.lr": { num: [0, 1] }, lr: { num: [0, 1] }, criticLr: { num: [0, 1] },
+    "maporl.klCoef": { num: [0, 100] }, "maporl.discount": { num: [0, 1] }, "maporl.gamma": { num: [0, 1] }, "maporl.lambda": { num: [0, 1] },
+    "maporl.ppoEpochs": { int: [1, 100] }, "maporl.clip": { num: [0, 10] }, "maporl.valueClip": { num: [0, 100] },
+    "maporl.bonus.correctedAlone": { num: [0, 100] }, "maporl.bonus.persuadedCorrectly": { num: [0, 100] },
+    "maporl.bonus.wrongButUseful": { num: [0, 100] }, "maporl.bonus.persuasive": { num: [0, 100] },
+    "maporl.bonus.signs": { choices: ["paper", "reference-code"] },
+    "magrpo.generations": { int: [2, 64] }, "magrpo.baseline": { choices: ["mean", "max", "rloo", "none"] }, "magrpo.discount": { num: [0, 1] },
+    "magrpo.klCoef": { num: [0, 100] }, "collm.gamma": { num: [0, 1] },
+    alternatingPeriod: { int: [1, 1e7] }, "turnBased.initialIterations": { int: [0, 1e7] }, "turnBased.period": { int: [1, 1e7] },
+};
+
+function distance(a: string, b: string): number {
+    const d = Array.from({ length: a.length + 1 }, (_, i) => [i, ...new Array<number>(b.length).fill(0)]);
+    for (let j = 1; j <= b.length; j++) d[0]![j] = j;
+    for (let i = 1; i <= a.length; i++)
+        for (let j = 1; j <= b.length; j++)
+            d[i]![j] = Math.min(d[i - 1]![j]! + 1, d[i]![j - 1]! + 1, d[i - 1]![j - 1]! + (a[i - 1]!.toLowerCase() === b[j - 1]!.toLowerCase() ? 0 : 1));
+    return d[a.length]![b.length]!;
+}
+
+// Checks `x` against the shape of `dflt` and returns the merged value.
+function merge(where: string, dflt: unknown, x: unknown, path: string): unknown {
+    if (x === undefined) return dflt;
+    if (dflt !== null && typeof dflt === "object") {
+        if (x === null || typeof x !== "object" || Array.isArray(x)) throw new TypeError(`${where}: ${path}: expected an object, got ${Array.isArray(x) ? "an array" : x === null ? "null" : typeof x}`);
+        const out: Record<string, unknown> = {};
+        const known = Object.keys(dflt);
+        for (const k of Object.keys(x)) {
+            if (!known.includes(k)) {
+                const best = known.map((c) => [c, distance(k, c)] as const).sort((p, q) => p[1] - q[1])[0];
+                throw new RangeError(`${where}: ${path ? path + "." : ""}${k}: unknown key${best && best[1] <= 3 ? ` (did you mean ${best[0]}?)` : ""}; known: ${known.join(", ")}`);
+            }
+        }
+        for (const k of known) out[k] = merge(where, (dflt as Record<string, unknown>)[k], (x as Record<string, unknown>)[k], path ? `${path}.${k}` : k);
+        return out;
+    }
+    const rule = RULES[path];
+    const got = typeof x === "number" ? (Number.isNaN(x) ? "NaN" : String(x)) : JSON.stringify(x);
+    if (typeof dflt === "boolean") {
+        if (typeof x !== "boolean") throw new TypeError(`${where}: ${path}: expected true or false, got ${got}`);
+    } else if (rule?.choices) {
+        if (typeof x !== "string" || !rule.choices.includes(x)) throw new RangeError(`${where}: ${path}: expected one of ${rule.choices.map((c) => `'${c}'`).join(", ")}, got ${got}`);
+    } else if (rule?.int) {
+        if (typeof x !== "number" || !Number.isInteger(x) || x < rule.int[0] || x > rule.int[1])
+            throw new RangeError(`${where}: ${path}: expected an integer in [${rule.int[0]}, ${rule.int[1]}], got ${got}`);
+    } else if (rule?.num) {
+        if (typeof x !== "number" || !(x >= rule.num[0] && x <= rule.num[1]))
+            throw new RangeError(`${where}: ${path}: expected a number in [${rule.num[0]}, ${rule.num[1]}], got ${got}`);
+    } else if (typeof x !== typeof dflt) throw new TypeError(`${where}: ${path}: expected a ${typeof dflt}, got ${got}`);
+    return x;
+}
+
+/** Validates a (partial) config against the defaults and returns the resolved config. */
+export function resolveConfig(partial: unknown, where = "config"): TrainConfig {
+    const c = merge(where, DEFAULT_CONFIG, partial ?? {}, "") as TrainConfig;
+    if (c.model.dModel % c.model.heads !== 0) throw new RangeError(`${where}: model.dModel: expected a multiple of model.heads (${c.model.heads}), got ${c.model.dModel}`);
+    if (c.critic.dModel % c.critic.heads !== 0) throw new RangeError(`${where}: critic.dModel: expected a multiple of critic.heads (${c.critic.heads}), got ${c.critic.dModel}`);
+    if (c.schedule === "alternating" && c.shareParameters)
+        throw new RangeError(`${where}: schedule: 'alternating' freezes one agent at a time and needs shareParameters: false`);
+    if (c.schedule === "turn-based" && c.turns < 2) throw new RangeError(`${where}: schedule: 'turn-based' needs turns >= 2, got ${c.turns}`);
+    return c;
+}
+
+/** Parses `--key value` CLI flags of `maporl train` into a partial config (dotted keys reach nested ones). */
+export function configFromFlags(flags: Record<string, string>): Record<string, unknown> {
+    const out: Record<string, unknown> = {};
+    for (const [key, raw] of Object.entries(flags)) {
+        const parts = key.split(".");
+        let node = out;
+        parts.slice(0, -1).forEach((p) => { node = (node[p] ??= {}) as Record<string, unknown>; });
+        const v = raw === "true" ? true : raw === "false" ? false : raw !== "" && !Number.isNaN(Number(raw)) ? Number(raw) : raw;
+        node[parts.at(-1)!] = v;
+    }
+    return out;
+}
+
+/** Deep-merges `b` over `a` (plain objects only). */
+export function mergePartial(a: Record<string, unknown>, b: Record<string, unknown>): Record<string, unknown> {
+    const out: Record<string, unknown> = { ...a };
+    for (const [k, v] of Object.entries(b)) {
+        const prev = out[k];
+        out[k] = prev && typeof prev === "object" && !Array.isArray(prev) && v && typeof v === "object" && !Array.isArray(v)
+            ? mergePartial(prev as Record<string, unknown>, v as Record<string, unknown>) : v;
+    }
+    return out;
+}

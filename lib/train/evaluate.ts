@@ -1,0 +1,33 @@
+// evaluate.ts: the held-out evaluation of a team: per-turn majority accuracy (MAPoRL's stat_all, ties credited
+// 1/k), per-agent accuracy per turn, solo accuracy (each agent's turn-0 answer, given with empty discussion slots:
+// the agent alone, the knowledge-vs-collaboration control) and the turn-to-turn transitions.
+import { debateMetrics, type Transitions } from "../debate/metrics.js";
+import type { NativePolicy } from "../policy/nativePolicy.js";
+import { rolloutTeam, type TeamRollout } from "./rollout.js";
+import type { Task, TaskItem } from "./tasks.js";
+
+export interface EvalResult {
+    majorityAccuracy: number[];
+    agentAccuracy: number[][];
+    soloAccuracy: number[];
+    /** [t]: transitions of every agent's answer from turn t to t + 1. */
+    transitions: Transitions[];
+    /** Final-turn majority accuracy minus turn-0 majority accuracy. */
+    gain: number;
+    episodes: number;
+}
+
+export function teamMetrics(r: TeamRollout): EvalResult {
+    const m = debateMetrics(r.entries.map((ep, i) => ({
+        reference: r.items[i]!.reference,
+        turns: ep.map((turn) => turn.map((x) => ({ extracted: x.extracted, correct: x.correct, completionTokens: x.completion.length }))),
+    })));
+    const maj = m.majorityAccuracy;
+    return { majorityAccuracy: maj, agentAccuracy: m.agentAccuracy, soloAccuracy: m.agentAccuracy[0] ?? [],
+        transitions: m.transitions.map((x) => x.all), gain: maj[maj.length - 1]! - maj[0]!, episodes: m.episodes };
+}
+
+export async function evaluateTeam(task: Task, items: TaskItem[], agents: NativePolicy[],
+    o: { turns: number; temperature: number; maxTokens: number; seed: number; signal?: AbortSignal }): Promise<EvalResult> {
+    return teamMetrics(await rolloutTeam(task, items, agents, o));
+}

@@ -1,0 +1,168 @@
+// job.ts: `maporl train`, the main job. Stages, each resumable from the run directory's checkpoint:
+//   sft            the warm start of the base model on the task's solutions;
+//   <algo>         co-training of the team from the base (config.schedule, 'joint' by default), with held-out
+//                  evaluations before, every `evalEvery` iterations and after;
+//   independent    the negative control: agent 0 trained the same way against frozen partners (config.controls);
+// then the before/after table, summary.json and report.html. The run directory holds config.json (resolved),
+// metrics.jsonl, traces.jsonl, checkpoint/ and models/. Every random draw comes from (seed, stage, step), and the
+// checkpoint after every step records the byte length of the two logs, so `resume` truncates what a killed
+// process wrote after it and continues with the same numbers as an uninterrupted run.
+import { appendFileSync, existsSync, mkdirSync, readFileSync, truncateSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+
+import { NativePolicy } from "../policy/nativePolicy.js";
+import { loadModel, readCheckpoint, writeCheckpoint } from "./checkpoint.js";
+import { resolveConfig, type TrainConfig } from "./config.js";
+import { evaluateTeam, type EvalResult } from "./evaluate.js";
+import { writeReport } from "./report.js";
+import { sftWarmStart } from "./sft.js";
+import { runIteration, stageModels } from "./stage.js";
+import { arithDebateTask, type Task } from "./tasks.js";
+
+export interface TrainJobOptions {
+    /** A partial config (validated and completed with the defaults). Ignored with `resume`. */
+    config?: unknown;
+    /** The run directory. */
+    out: string;
+    /** Continue the run in `out` from its last checkpoint. */
+    resume?: boolean;
+    signal?: AbortSignal;
+    /** Progress lines (the CLI draws a bar from `onProgress`). Defaults to none. */
+    log?: (line: string) => void;
+    onProgress?: (p: { stage: string; step: number; total: number; reward: number; accuracy: number[]; elapsedMs: number }) => void;
+}
+
+export interface TrainSummary {
+    config: TrainConfig;
+    rows: { name: string; majorityAccuracy: number[]; gain: number; soloAccuracy: number }[];
+    evals: Record<string, EvalResult>;
+}
+
+interface JobState {
+    version: 1;
+    stage: string;
+    step: number;
+    evals: Record<string, EvalResult>;
+    metricsBytes: number;
+    tracesBytes: number;
+}
+
+export function makeTask(cfg: TrainConfig): Task {
+    return arithDebateTask({ agents: cfg.agents, steps: cfg.taskOptions.steps, maxOperand: cfg.taskOptions.maxOperand, format: "compact" });
+}
+
+const size = (f: string) => (existsSync(f) ? readFileSync(f).length : 0);
+
+export async function trainJob(o: TrainJobOptions): Promise<TrainSummary> {
+    const out = o.out, log = o.log ?? (() => undefined), signal = o.signal;
+    const metricsFile = join(out, "metrics.jsonl"), tracesFile = join(out, "traces.jsonl");
+    let cfg: TrainConfig, state: JobState, ckpt: ReturnType<typeof readCheckpoint> = null;
+    if (o.resume) {
+        if (!existsSync(join(out, "config.json"))) throw new Error(`train: --resume ${out}: no config.json there (not a run directory?)`);
+        cfg = resolveConfig(JSON.parse(readFileSync(join(out, "config.json"), "utf8")), `${out}/config.json`);
+        ckpt = readCheckpoint(out);
+        state = ckpt ? ckpt.state as unknown as JobState : { version: 1, stage: "sft", step: 0, evals: {}, metricsBytes: 0, tracesBytes: 0 };
+        for (const [f, n] of [[metricsFile, state.metricsBytes], [tracesFile, state.tracesBytes]] as const)
+            if (existsSync(f)) truncateSync(f, n);
+        log(`resuming ${out} at stage ${state.stage}, step ${state.step}`);
+    } else {
+        cfg = resolveConfig(o.config ?? {});
+        if (existsSync(join(out, "config.json"))) throw new Error(`train: ${out} already holds a run; use --resume ${out} or another --out`);
+        mkdirSync(out, { recursive: true });
+        writeFileSync(join(out, "config.json"), JSON.stringify(cfg, null, 2));
+        writeFileSync(metricsFile, "");
+        writeFileSync(tracesFile, "");
+        state = { version: 1, stage: "sft", step: 0, evals: {}, metricsBytes: 0, tracesBytes: 0 };
+    }
+    const task = makeTask(cfg);
+    const metric = (x: object) => appendFileSync(metricsFile, JSON.stringify(x) + "\n");
+    const save = async (models: Record<string, NativePolicy>, stage: string, step: number) => {
+        state = { ...state, stage, step, metricsBytes: size(metricsFile), tracesBytes: size(tracesFile) };
+        await writeCheckpoint(out, models, state);
+    };
+    const t0 = performance.now();
+    const evalItems = task.generate(cfg.evalEpisodes, cfg.seed * 7 + 999_983);
+    const evaluate = async (name: string, agents: NativePolicy[], iteration: number, stage: string) => {
+        const r = await evaluateTeam(task, evalItems, agents, { turns: cfg.turns, temperature: cfg.sampling.temperature, maxTokens: cfg.sampling.maxTokens,
+            seed: cfg.seed * 13 + 500_009, ...(signal ? { signal } : {}) });
+        metric({ kind: "eval", stage, name, iteration, ...r });
+        log(`  eval ${name.padEnd(24)} majority accuracy by turn ${r.majorityAccuracy.map((x) => x.toFixed(3)).join(" / ")}, solo ${mean(r.soloAccuracy).toFixed(3)}`);
+        return r;
+    };
+
+    // Stage 1: the warm start.
+    const ctx = { contextLength: cfg.model.contextLength, layers: cfg.model.layers, heads: cfg.model.heads, dModel: cfg.model.dModel };
+    let base = ckpt && existsSync(join(ckpt.dir, "base", "config.json")) ? await loadModel(ckpt.dir, "base")
+        : await NativePolicy.create({ ...ctx, seed: cfg.seed + 1, name: "base" });
+    if (state.stage === "sft") {
+        log(`sft: ${cfg.sft.steps} steps of ${cfg.sft.batchSize} solutions (${base.parameterCount} parameters)`);
+        const every = Math.max(1, Math.floor(cfg.sft.steps / 20));
+        for (let s = state.step; s < cfg.sft.steps; s += every) {
+            const end = Math.min(cfg.sft.steps, s + every);
+            let last = 0;
+            await sftWarmStart(base, task, { steps: end, from: s, batchSize: cfg.sft.batchSize, lr: cfg.sft.lr, turns: cfg.turns, seed: cfg.seed,
+                onStep: (_k, loss) => { last = loss; }, ...(signal ? { signal } : {}) });
+            metric({ kind: "sft", step: end, loss: last });
+            o.onProgress?.({ stage: "sft", step: end, total: cfg.sft.steps, reward: NaN, accuracy: [], elapsedMs: performance.now() - t0 });
+            await save({ base }, "sft", end);
+        }
+        state.evals.untrained = await evaluate("untrained team", [...Array(cfg.agents)].map(() => base), 0, "sft");
+        await save({ base }, cfg.algo, 0);
+    }
+    // Stages 2 and 3: the method, then the control.
+    const stages: { name: string; schedule: TrainConfig["schedule"] }[] = [{ name: cfg.algo, schedule: cfg.schedule }];
+    if (cfg.controls && cfg.schedule !== "independent") stages.push({ name: "independent", schedule: "independent" });
+    const at = state.stage === "done" ? stages.length : Math.max(0, stages.findIndex((x) => x.name === state.stage));
+    for (const [k, st] of stages.entries()) {
+        if (at > k) continue;
+        const resuming = state.stage === st.name && state.step > 0 && ckpt !== null;
+        const m = await stageModels(cfg, st.schedule, base, resuming ? (n) => loadModel(ckpt!.dir, n) : undefined);
+        const label = st.name === "independent" ? "independent control" : `co-trained (${cfg.algo}, ${st.schedule})`;
+        log(`${st.name}: ${cfg.iterations} iterations of ${cfg.episodesPerIteration} debates, ${label}`);
+        for (let it = resuming ? state.step : 0; it < cfg.iterations; it++) {
+            signal?.throwIfAborted();
+            const seed = cfg.seed * 1_000_003 + (k + 1) * 100_003 + it;
+            const items = task.generate(cfg.episodesPerIteration, seed);
+            const r = await runIteration(cfg, task, items, st.schedule, m, base, it, seed, signal);
+            const reward = mean(r.stats.map((s) => s.reward));
+            metric({ kind: "train", stage: st.name, iteration: it + 1, reward, accuracy: r.train.majorityAccuracy, agents: r.stats });
+            appendFileSync(tracesFile, JSON.stringify({ stage: st.name, iteration: it + 1, ...r.trace }) + "\n");
+            o.onProgress?.({ stage: st.name, step: it + 1, total: cfg.iterations, reward, accuracy: r.train.majorityAccuracy, elapsedMs: performance.now() - t0 });
+            if ((it + 1) % cfg.evalEvery === 0 && it + 1 < cfg.iterations) await evaluate(label, m.agents, it + 1, st.name);
+            await save({ base, ...m.named }, st.name, it + 1);
+        }
+        state.evals[st.name] = await evaluate(label, m.agents, cfg.iterations, st.name);
+        for (const [name, model] of Object.entries(m.named)) await model.save(join(out, "models", `${st.name}-${name}`));
+        const next = stages[k + 1]?.name ?? "done";
+        await save({ base }, next, 0);
+        for (const model of new Set(Object.values(m.named))) await model.dispose();
+    }
+    const summary = summarize(cfg, state.evals);
+    writeFileSync(join(out, "summary.json"), JSON.stringify(summary, null, 2));
+    writeReport(out, summary);
+    await base.dispose();
+    return summary;
+}
+
+function mean(xs: number[]): number {
+    return xs.length ? xs.reduce((s, x) => s + x, 0) / xs.length : NaN;
+}
+
+function summarize(cfg: TrainConfig, evals: Record<string, EvalResult>): TrainSummary {
+    const names: [string, string][] = [["untrained", "untrained team"], [cfg.algo, `team co-trained by ${cfg.algo}`], ["independent", "independent control"]];
+    const rows = names.filter(([k]) => evals[k]).map(([k, name]) => {
+        const e = evals[k]!;
+        return { name, majorityAccuracy: e.majorityAccuracy, gain: e.gain, soloAccuracy: mean(e.soloAccuracy) };
+    });
+    return { config: cfg, rows, evals };
+}
+
+/** The before/after table as text. */
+export function formatSummary(s: TrainSummary): string {
+    const T = s.config.turns;
+    const head = ["team", ...Array.from({ length: T }, (_, t) => `turn ${t + 1}`), `gain 1->${T}`, "solo"];
+    const body = s.rows.map((r) => [r.name, ...r.majorityAccuracy.map((x) => x.toFixed(3)), (r.gain >= 0 ? "+" : "") + r.gain.toFixed(3), r.soloAccuracy.toFixed(3)]);
+    const w = head.map((h, i) => Math.max(h.length, ...body.map((b) => b[i]!.length)));
+    const line = (cells: string[]) => cells.map((c, i) => (i === 0 ? c.padEnd(w[i]!) : c.padStart(w[i]!))).join("  ");
+    return [line(head), line(w.map((n) => "-".repeat(n))), ...body.map(line)].join("\n");
+}

@@ -1,0 +1,92 @@
+// magrpo.ts: one MAGRPO iteration (algorithms.md B.2-B.3, CoMLRL's MAGRPOTrainer) on the embedded policy:
+//   - per question, a joint-action tree: at every state each agent samples G answers, paired 'aligned' (the g-th
+//     of every agent) into G joint actions, each of which branches to the next turn (G^T leaves);
+//   - the joint reward of a joint action is the team's mean verifier score; returns R = r + gamma * mean(children);
+//   - advantages are group-relative within each sibling set (baseline mean | max | rloo | none, no std);
+//   - loss -A * log pi(answer), the sequence log-prob summed over its tokens ('seq-mean-token-sum'), no ratio, no
+//     clip; an optional KL to the reference policy (Schulman k3, `klCoef`), in the loss rather than the reward.
+import { JointRollout, type JointTree } from "../debate/jointRollout.js";
+import type { NativePolicy } from "../policy/nativePolicy.js";
+import { treeReturns } from "../rl/tree.js";
+import type { TrainConfig } from "./config.js";
+import { teamMetrics } from "./evaluate.js";
+import type { AgentStats } from "./maporl.js";
+import { extractAnswer, packRows, turnPrompt, type RolloutEntry, type TeamRollout } from "./rollout.js";
+import type { IterationResult } from "./stage.js";
+import type { Task, TaskItem } from "./tasks.js";
+import { answerKey } from "../debate/metrics.js";
+
+const right = (text: string, item: TaskItem) => {
+    const x = extractAnswer(text);
+    return x !== null && answerKey(x) === answerKey(item.reference);
+};
+
+// The debate along the first sample of every state (joint action 0, its child 0, ...), for the training metrics.
+function firstPath(tree: JointTree, item: TaskItem, turns: number, tokenize: (s: string) => number[]): RolloutEntry[][] {
+    const path: RolloutEntry[][] = [];
+    let parent = -1;
+    for (let d = 0; d < turns; d++) {
+        const id = tree.actions.findIndex((x) => x.parent === parent && x.depth === d);
+        if (id < 0) break;
+        const act = tree.actions[id]!;
+        path.push(act.generations.map((g, a) => ({ prompt: tokenize(act.prompts[a] as string), completion: (g.tokens ?? []) as number[],
+            stopped: g.finishReason === "stop", text: g.text, extracted: extractAnswer(g.text), correct: right(g.text, item), score: right(g.text, item) ? 1 : 0 })));
+        parent = id;
+    }
+    return path;
+}
+
+export async function magrpoIteration(cfg: TrainConfig, task: Task, items: TaskItem[], agents: NativePolicy[], trainable: (NativePolicy | null)[],
+    trainTurn: (t: number) => boolean, ref: NativePolicy, roll: { turns: number; temperature: number; maxTokens: number; seed: number; signal?: AbortSignal }):
+    Promise<IterationResult> {
+    const A = agents.length, mg = cfg.magrpo, tok = agents[0]!.tokenizer;
+    const rows = new Map<NativePolicy, { prompt: number[]; completion: number[]; stopped: boolean; adv: number; a: number }[]>();
+    const paths: RolloutEntry[][][] = [];
+    const rewardSum = new Float64Array(A), rewardN = new Float64Array(A);
+    for (const [i, item] of items.entries()) {
+        const rollout = new JointRollout<TaskItem>({
+            agents, generations: mg.generations, turns: roll.turns, joint: "aligned",
+            prompt: (it, a) => turnPrompt(it.views[a]!, a, A, null),
+            transition: ({ item: it, completions }) => completions.map((_, a) => turnPrompt(it.views[a]!, a, A, completions.map(extractAnswer))),
+            reward: async (completions, it) => {
+                let s = 0;
+                for (const c of completions) s += (await task.verifier.score({ question: it.question, response: c, reference: it.reference })).score;
+                return s / A;
+            },
+            sampling: { temperature: roll.temperature, maxTokens: roll.maxTokens }, seed: roll.seed * 1_000_003 + i * 100_003,
+        });
+        const tree = await rollout.run(item, roll.signal ? { signal: roll.signal } : {});
+        const { advantages } = treeReturns({ parent: tree.parent, rewards: tree.rewards }, { gamma: mg.discount, baseline: mg.baseline });
+        tree.actions.forEach((act, n) => {
+            act.generations.forEach((g, a) => {
+                rewardSum[a] = rewardSum[a]! + act.reward;
+                rewardN[a] = rewardN[a]! + 1;
+                const model = trainable[a];
+                if (!model || !trainTurn(act.depth)) return;
+                const list = rows.get(model) ?? [];
+                list.push({ prompt: tok.encodeChat([{ role: "user", content: act.prompts[a] as string }]), completion: (g.tokens ?? []) as number[],
+                    stopped: g.finishReason === "stop", adv: advantages[n]!, a });
+                rows.set(model, list);
+            });
+        });
+        paths.push(firstPath(tree, item, roll.turns, (s) => tok.encodeChat([{ role: "user", content: s }])));
+    }
+    const stats: AgentStats[] = Array.from({ length: A }, (_, a) => ({ reward: rewardN[a] ? rewardSum[a]! / rewardN[a]! : 0, kl: 0, clipFrac: 0, entropy: 0,
+        valueLoss: 0, policyLoss: 0, updates: 0 }));
+    for (const [model, list] of rows) {
+        roll.signal?.throwIfAborted();
+        const b = packRows(list, tok.eos, model.config.contextLength);
+        const kl = mg.klCoef > 0 ? { refLogp: await ref.logprobs(b) } : {};
+        const r = await model.trainStep({ tokens: b.tokens, targets: b.targets, mask: b.mask, shape: b.shape, advantages: Float32Array.from(list, (x) => x.adv), ...kl },
+            { loss: { type: "reinforce", aggregation: "seq-mean-token-sum", ...(mg.klCoef > 0 ? { kl: { coef: mg.klCoef, estimator: "k3" as const } } : {}) },
+                lr: cfg.lr, ...(roll.signal ? { signal: roll.signal } : {}) });
+        for (const a of new Set(list.map((x) => x.a))) {
+            const st = stats[a]!;
+            st.policyLoss = r.loss; st.entropy = r.stats.entropyMean; st.kl = r.stats.klMean; st.updates++;
+        }
+    }
+    const team: TeamRollout = { items, entries: paths, agents: A, turns: roll.turns };
+    const first = paths[0]!;
+    return { stats, train: teamMetrics(team), trace: { question: items[0]!.question, reference: items[0]!.reference,
+        turns: first.map((turn) => turn.map((x) => ({ text: x.text, correct: x.correct }))) } };
+}

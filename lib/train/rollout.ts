@@ -1,0 +1,123 @@
+// rollout.ts: batched debate rollouts of the embedded policy for the trainers, and the packing of answers into
+// training batches. The protocol is MAPoRL's (algorithms.md A.2) in a compact form a character-level model can
+// read: agent a sees its view of the item, then "|" and the previous turn's answers of every agent, its own first,
+// each as a 3-digit number ("???" when none was given, and at turn 0, so that answering alone and in a discussion
+// differ only in what the slots hold). Every prompt then has the same length, so the A x E requests of a turn
+// decode as one batch per distinct model. Answers end in ";" and the same 3 digits, so agreeing with a peer is a copy.
+import type { NativePolicy } from "../policy/nativePolicy.js";
+import { answerKey } from "../debate/metrics.js";
+import type { Task, TaskItem } from "./tasks.js";
+
+export interface RolloutEntry {
+    prompt: number[];
+    /** The sampled tokens (without the EOS) and whether the answer ended with EOS. */
+    completion: number[];
+    stopped: boolean;
+    text: string;
+    extracted: string | null;
+    correct: boolean;
+    /** The verifier's score. */
+    score: number;
+}
+
+export interface TeamRollout {
+    items: TaskItem[];
+    /** entries[item][turn][agent]. */
+    entries: RolloutEntry[][][];
+    agents: number;
+    turns: number;
+}
+
+export interface RolloutOptions {
+    turns: number;
+    temperature: number;
+    maxTokens: number;
+    /** Seed of the episode batch; agent a of item i at turn t draws with seed*1e6 + i*1000 + t*16 + a. */
+    seed: number;
+    signal?: AbortSignal;
+}
+
+const ANSWER_WIDTH = 3;
+
+/** The final answer of a compact solution: the number after the last ';' (else the last number). */
+export function extractAnswer(text: string): string | null {
+    const m = /;\s*(-?\d+)\s*$/.exec(text) ?? /(-?\d+)(?!.*\d)/s.exec(text);
+    return m ? m[1]! : null;
+}
+
+function formatAnswer(x: string | null): string {
+    if (x === null || !/^\d+$/.test(x) || x.length > ANSWER_WIDTH) return "?".repeat(ANSWER_WIDTH);
+    return x.padStart(ANSWER_WIDTH, "0");
+}
+
+/** The user message agent a of `agents` sees: its view, then everyone's previous answers (own first), or empty slots at turn 0. */
+export function turnPrompt(view: string, agent: number, agents: number, previous: (string | null)[] | null): string {
+    const order = [agent, ...Array.from({ length: agents }, (_, j) => j).filter((j) => j !== agent)];
+    return `${view}|${order.map((j) => formatAnswer(previous ? previous[j]! : null)).join(",")}`;
+}
+
+/** A task solution "chain;42" in the protocol's answer format "chain;042". */
+export function protocolSolution(solution: string): string {
+    const m = /^(.*;)(\d+)$/s.exec(solution);
+    return m ? m[1]! + formatAnswer(m[2]!) : solution;
+}
+
+/** Runs E debates of `turns` turns; agents[a] answers for agent a (the same model may appear several times). */
+export async function rolloutTeam(task: Task, items: TaskItem[], agents: NativePolicy[], o: RolloutOptions): Promise<TeamRollout> {
+    const A = agents.length, E = items.length;
+    const entries: RolloutEntry[][][] = items.map(() => []);
+    for (let t = 0; t < o.turns; t++) {
+        o.signal?.throwIfAborted();
+        const turn: RolloutEntry[][] = items.map(() => new Array(A));
+        const byModel = new Map<NativePolicy, { i: number; a: number }[]>();
+        for (let a = 0; a < A; a++) byModel.set(agents[a]!, [...(byModel.get(agents[a]!) ?? []), ...items.map((_, i) => ({ i, a }))]);
+        for (const [model, who] of byModel) {
+            const content = who.map(({ i, a }) => turnPrompt(items[i]!.views[a]!, a, A, t === 0 ? null : entries[i]![t - 1]!.map((e) => e.extracted)));
+            const gens = await model.generate(who.map(({ i, a }, k) => ({
+                messages: [{ role: "user" as const, content: content[k]! }],
+                sampling: { temperature: o.temperature, maxTokens: o.maxTokens },
+                seed: o.seed * 1_000_000 + i * 1000 + t * 16 + a,
+            })), { ...(o.signal ? { signal: o.signal } : {}) });
+            for (let k = 0; k < who.length; k++) {
+                const { i, a } = who[k]!, g = gens[k]!, item = items[i]!;
+                const extracted = extractAnswer(g.text);
+                const verdict = await task.verifier.score({ question: item.question, response: g.text, reference: item.reference });
+                turn[i]![a] = {
+                    prompt: model.tokenizer.encodeChat([{ role: "user", content: content[k]! }]),
+                    completion: (g.tokens ?? []) as number[], stopped: g.finishReason === "stop", text: g.text, extracted,
+                    correct: extracted !== null && answerKey(extracted) === answerKey(item.reference), score: verdict.score,
+                };
+            }
+        }
+        turn.forEach((row, i) => entries[i]!.push(row));
+    }
+    return { items, entries, agents: A, turns: o.turns };
+}
+
+export interface PackedBatch {
+    tokens: Int32Array;
+    targets: Int32Array;
+    /** 1 at the positions that predict an answer token (and its EOS), [B, T]. */
+    mask: Float32Array;
+    /** Per row, the position predicting its last answer token (where the outcome reward lands). */
+    last: Int32Array;
+    shape: [number, number];
+}
+
+/** Packs (prompt, answer) rows into [B, T] next-token batches; T is the longest row, at most `context`. */
+export function packRows(rows: { prompt: number[]; completion: number[]; stopped: boolean }[], eos: number, context: number): PackedBatch {
+    const seqs = rows.map((r) => {
+        const s = [...r.prompt, ...r.completion, ...(r.stopped ? [eos] : [])];
+        return s.length > context ? s.slice(0, context) : s;
+    });
+    const B = rows.length, T = Math.max(2, ...seqs.map((s) => s.length));
+    const tokens = new Int32Array(B * T), targets = new Int32Array(B * T), mask = new Float32Array(B * T), last = new Int32Array(B);
+    seqs.forEach((s, b) => {
+        const p = rows[b]!.prompt.length;
+        for (let t = 0; t < s.length; t++) tokens[b * T + t] = s[t]!;
+        for (let t = 0; t + 1 < s.length; t++) targets[b * T + t] = s[t + 1]!;
+        for (let t = p - 1; t + 1 < s.length; t++) mask[b * T + t] = 1;
+        last[b] = Math.max(p - 1, s.length - 2);
+    });
+    return { tokens, targets, mask, last, shape: [B, T] };
+}

@@ -1,0 +1,43 @@
+// sft.ts: the warm start. A weak base stays weak together, so the embedded policy first learns the task from
+// its worked solutions (cross-entropy on the answer tokens). Follow-up turns are shown with *uninformative* previous
+// answers (random numbers), so the warm-started model answers every turn on its own: an untrained team that does
+// not yet use the discussion, which is what co-training has to teach.
+import type { NativePolicy } from "../policy/nativePolicy.js";
+import { mulberry32 } from "../random.js";
+import { packRows, protocolSolution, turnPrompt } from "./rollout.js";
+import type { Task } from "./tasks.js";
+
+export interface SftOptions {
+    steps: number;
+    batchSize: number;
+    lr: number;
+    turns: number;
+    seed: number;
+    /** Called after every step. */
+    onStep?: (step: number, loss: number) => void;
+    signal?: AbortSignal;
+    /** Start at this step (resume). Defaults to 0. */
+    from?: number;
+}
+
+/** Trains `policy` on the task's solutions; the items of step s come from seed (seed, s), so a resumed run repeats them. */
+export async function sftWarmStart(policy: NativePolicy, task: Task, o: SftOptions): Promise<void> {
+    const tok = policy.tokenizer;
+    for (let s = o.from ?? 0; s < o.steps; s++) {
+        o.signal?.throwIfAborted();
+        const items = task.generate(o.batchSize, o.seed * 100_003 + s);
+        const rng = mulberry32(o.seed * 7919 + s);
+        const rows = items.map((item, k) => {
+            if (!item.solution) throw new TypeError(`sft: task ${task.name}: item ${item.id} has no solution to learn from`);
+            const a = k % task.agents, turn = Math.floor(rng() * o.turns);
+            const noise = turn === 0 ? null : Array.from({ length: task.agents }, () => String(Math.floor(rng() * 200)));
+            return { prompt: tok.encodeChat([{ role: "user", content: turnPrompt(item.views[a]!, a, task.agents, noise) }]),
+                completion: tok.encode(protocolSolution(item.solution)),
+                stopped: true };
+        });
+        const b = packRows(rows, tok.eos, policy.config.contextLength);
+        const warm = Math.min(1, (s + 1) / Math.max(1, Math.floor(o.steps / 10)));
+        const r = await policy.trainStep({ tokens: b.tokens, targets: b.targets, mask: b.mask, shape: b.shape }, { lr: o.lr * warm, ...(o.signal ? { signal: o.signal } : {}) });
+        o.onStep?.(s + 1, r.loss);
+    }
+}
