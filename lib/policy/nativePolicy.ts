@@ -51,8 +51,8 @@ export interface TrainBatch {
 }
 
 export interface TrainOptions {
-    /** 'sft': cross-entropy (mean over masked tokens); 'value': the model as a critic (see values()), verl's clipped
-     * value loss on `returns`; or the policy-loss options of fusedPolicyLoss. */
+    /** 'sft': cross-entropy (mean over masked tokens); 'value': verl's (clipped) value loss of the value head (see
+     * values()) on `returns`; or the policy-loss options of fusedPolicyLoss. */
     loss?: "sft" | "value" | LossOptions;
     /** 'value' only: the value clip around `oldValues` (verl's cliprange_value); null = unclipped. Defaults to null. */
     valueClip?: number | null;
@@ -202,17 +202,17 @@ export class NativePolicy implements Policy {
     }
 
     /**
-     * The model read as a critic: V[b, t] = the logit of the reserved <pad> id at position t (the value of the state
-     * after tokens[b, <= t]), [B, T]. A critic is a separate NativePolicy trained with `loss: 'value'`: the <pad>
-     * row of the tied LM head is its linear value head, so never use the actor itself as its critic.
+     * The scalar value head on the final hidden state, V[b, t] for the state after tokens[b, <= t], [B, T]. A critic
+     * is a NativePolicy trained with `loss: 'value'` (the trainers keep critics separate from the actors, as
+     * MAPoRL's value adapters and CoMLRL's separate critics are).
      */
     async values(batch: { tokens: Int32Array; shape: readonly [number, number] }): Promise<Float32Array> {
         const [B, T] = batch.shape;
         this.checkTokens("values", batch.tokens, B, T);
         return this.serial(async () => {
-            const logits = new Float32Array(B * T * this.V);
-            await native.gptForwardAsync(this.h(), batch.tokens, B, T, logits, null);
-            return Float32Array.from({ length: B * T }, (_, i) => logits[i * this.V + this.tokenizer.pad]!);
+            const values = new Float32Array(B * T);
+            await native.gptForwardAsync(this.h(), batch.tokens, B, T, null, values);
+            return values;
         });
     }
 
@@ -238,15 +238,22 @@ export class NativePolicy implements Policy {
         return this.serial(async () => {
             const h = this.h();
             options.signal?.throwIfAborted();
-            const logits = new Float32Array(B * T * this.V);
-            await native.gptForwardAsync(h, batch.tokens, B, T, logits, null);
+            const isValue = loss === "value";
+            const logits = isValue ? null : new Float32Array(B * T * this.V), values = isValue ? new Float32Array(B * T) : null;
+            await native.gptForwardAsync(h, batch.tokens, B, T, logits, values);
             const sft = loss === "sft";
-            const r = loss === "value" ? this.valueGrad(logits, batch, options.valueClip ?? null) : fusedPolicyLoss({ logits, targets: batch.targets, mask: batch.mask, shape: [B, T, this.V],
+            const r = isValue ? this.valueGrad(values!, batch, options.valueClip ?? null) : fusedPolicyLoss({ logits: logits!, targets: batch.targets, mask: batch.mask, shape: [B, T, this.V],
                 advantages: sft ? new Float32Array(B * T).fill(1) : batch.advantages!, ...(batch.oldLogp ? { oldLogp: batch.oldLogp } : {}),
                 ...(batch.refLogp ? { refLogp: batch.refLogp } : {}) },
             sft ? { type: "reinforce", aggregation: "token-mean", inPlace: true, device: "cpu" } : { ...loss, inPlace: true, device: "cpu" });
+            if ("entropy" in r && r.entropy instanceof Float32Array && r.stats.entropyMean === 0) {  // the kernel reports it only with an entropy bonus; the rows have it
+                let s = 0, n = 0;
+                const ent = r.entropy;
+                for (let i = 0; i < B * T; i++) if (batch.mask[i]) { s += ent[i]!; n++; }
+                r.stats.entropyMean = n ? s / n : 0;
+            }
             if (this.needZero) native.gptZeroGrad(h);
-            await native.gptBackwardAsync(h, r.gradLogits, null);
+            await native.gptBackwardAsync(h, "gradValues" in r ? null : r.gradLogits, "gradValues" in r ? r.gradValues : null);
             if (options.accumulate) {
                 this.needZero = false;
                 return { loss: r.loss, gradNorm: NaN, stats: r.stats, step: native.gptGetStep(h) };
@@ -258,19 +265,16 @@ export class NativePolicy implements Policy {
         });
     }
 
-    // verl's value loss on V = logits[..., <pad>]; the gradient goes to that logit only (written over `logits`).
-    private valueGrad(logits: Float32Array, batch: TrainBatch, clip: number | null): { loss: number; gradLogits: Float32Array; stats: PolicyLossStats } {
-        const [B, T] = batch.shape, V = this.V, pad = this.tokenizer.pad;
-        const values = Float32Array.from({ length: B * T }, (_, i) => logits[i * V + pad]!);
+    // verl's (clipped) value loss on the value head's outputs, and its gradient w.r.t. them.
+    private valueGrad(values: Float32Array, batch: TrainBatch, clip: number | null): { loss: number; gradLogits: Float32Array; gradValues: Float32Array; stats: PolicyLossStats } {
+        const [B, T] = batch.shape;
         const r = valueLoss({ values, returns: batch.returns!, mask: batch.mask, shape: [B, T], ...(batch.oldValues ? { oldValues: batch.oldValues } : {}) },
             { clip, device: "cpu" });
-        logits.fill(0);
-        for (let i = 0; i < B * T; i++) logits[i * V + pad] = r.gradValues[i]!;
         let sequences = 0;
         for (let b = 0; b < B; b++) for (let t = 0; t < T; t++) if (batch.mask[b * T + t]) { sequences++; break; }
         const stats: PolicyLossStats = { pgLoss: r.loss, klLoss: 0, entropyLoss: 0, clipFrac: r.stats.clipFrac, clipFracLower: 0, approxKl: 0,
             klMean: 0, entropyMean: 0, ratioMean: 1, ratioMax: 1, tokens: r.stats.tokens, sequences };
-        return { loss: r.loss, gradLogits: logits, stats };
+        return { loss: r.loss, gradLogits: new Float32Array(0), gradValues: r.gradValues, stats };
     }
 
     /** A copy with the same weights (and tokenizer): e.g. the frozen reference policy. Optimizer state is not copied. */

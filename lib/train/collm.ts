@@ -13,9 +13,10 @@ import type { AgentStats } from "./maporl.js";
 import { packRows, turnPrompt, type TeamRollout } from "./rollout.js";
 
 /** The centralised critic's input at turn t of episode e: every distinct view, then every previous answer. */
-function jointPrompt(r: TeamRollout, e: number, t: number): string {
+function jointPrompt(r: TeamRollout, e: number, t: number, feedback: boolean): string {
     const views = [...new Set(r.items[e]!.views)].join("&");
-    return turnPrompt(views, 0, r.agents, t === 0 ? null : r.entries[e]![t - 1]!.map((x) => x.extracted));
+    const prev = t === 0 ? null : r.entries[e]![t - 1]!;
+    return turnPrompt(views, 0, r.agents, prev ? prev.map((x) => x.extracted) : null, feedback ? (prev ? prev.map((x) => x.score) : "empty") : undefined);
 }
 
 export async function collmIteration(cfg: TrainConfig, r: TeamRollout, trainable: (NativePolicy | null)[], critics: (NativePolicy | null)[],
@@ -47,7 +48,7 @@ export async function collmIteration(cfg: TrainConfig, r: TeamRollout, trainable
         const c = critics.find((x) => x);
         if (c) {
             const tok = c.tokenizer;
-            const s = await critic(c, Array.from({ length: E * T }, (_, i) => tok.encodeChat([{ role: "user", content: jointPrompt(r, Math.floor(i / T), i % T) }])));
+            const s = await critic(c, Array.from({ length: E * T }, (_, i) => tok.encodeChat([{ role: "user", content: jointPrompt(r, Math.floor(i / T), i % T, cfg.feedback) }])));
             shared = { s, td: tdAdvantages({ rewards: reward, values: s.values, lengths }, { gamma: cfg.collm.gamma, normalize: cfg.collm.normalize }) };
         }
     }

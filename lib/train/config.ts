@@ -16,6 +16,11 @@ export interface TrainConfig {
     schedule: Schedule;
     /** One model for every trained agent (MAPoRL's homogeneous setting), or one per agent (diff_model_training). */
     shareParameters: boolean;
+    /** MAPoRL's collaboration_separation with task_training off: turn 0 is answered by the frozen warm-started model
+     * (the "policy" adapter), turns >= 1 by the trained model (the "col" adapter); turn 0 is never trained. */
+    separateTurn0: boolean;
+    /** Show every previous answer's verifier verdict in the prompts (MAPoRL's reward_feedback). */
+    feedback: boolean;
     seed: number;
     iterations: number;
     /** Questions per iteration (each runs a whole debate). */
@@ -51,6 +56,8 @@ export const DEFAULT_CONFIG: TrainConfig = {
     turns: 3,
     schedule: "joint",
     shareParameters: true,
+    separateTurn0: true,
+    feedback: true,
     seed: 0,
     iterations: 120,
     episodesPerIteration: 32,
@@ -142,6 +149,7 @@ export function resolveConfig(partial: unknown, where = "config"): TrainConfig {
     if (c.critic.dModel % c.critic.heads !== 0) throw new RangeError(`${where}: critic.dModel: expected a multiple of critic.heads (${c.critic.heads}), got ${c.critic.dModel}`);
     if (c.schedule === "alternating" && c.shareParameters)
         throw new RangeError(`${where}: schedule: 'alternating' freezes one agent at a time and needs shareParameters: false`);
+    if (c.separateTurn0 && c.turns < 2) throw new RangeError(`${where}: separateTurn0: needs turns >= 2 (turn 0 is frozen), got turns ${c.turns}`);
     if (c.schedule === "turn-based" && c.turns < 2) throw new RangeError(`${where}: schedule: 'turn-based' needs turns >= 2, got ${c.turns}`);
     return c;
 }

@@ -14,6 +14,8 @@ export interface EvalResult {
     transitions: Transitions[];
     /** Final-turn majority accuracy minus turn-0 majority accuracy. */
     gain: number;
+    /** With a separate turn-0 model: each agent's trained (turns >= 1) model answering alone, empty slots. */
+    trainedAlone?: number[];
     episodes: number;
 }
 
@@ -28,6 +30,11 @@ export function teamMetrics(r: TeamRollout): EvalResult {
 }
 
 export async function evaluateTeam(task: Task, items: TaskItem[], agents: NativePolicy[],
-    o: { turns: number; temperature: number; maxTokens: number; seed: number; signal?: AbortSignal }): Promise<EvalResult> {
-    return teamMetrics(await rolloutTeam(task, items, agents, o));
+    o: { turns: number; temperature: number; maxTokens: number; seed: number; turn0?: NativePolicy[]; feedback?: boolean; signal?: AbortSignal }): Promise<EvalResult> {
+    const r = teamMetrics(await rolloutTeam(task, items, agents, o));
+    if (o.turn0 && o.turn0.some((m, a) => m !== agents[a])) {
+        const { turn0: _, ...alone } = o;
+        r.trainedAlone = teamMetrics(await rolloutTeam(task, items, agents, { ...alone, turns: 1 })).agentAccuracy[0]!;
+    }
+    return r;
 }

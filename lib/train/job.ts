@@ -34,7 +34,7 @@ export interface TrainJobOptions {
 
 export interface TrainSummary {
     config: TrainConfig;
-    rows: { name: string; majorityAccuracy: number[]; gain: number; soloAccuracy: number }[];
+    rows: { name: string; majorityAccuracy: number[]; gain: number; soloAccuracy: number; trainedAlone: number }[];
     evals: Record<string, EvalResult>;
 }
 
@@ -84,9 +84,10 @@ export async function trainJob(o: TrainJobOptions): Promise<TrainSummary> {
     const evalItems = task.generate(cfg.evalEpisodes, cfg.seed * 7 + 999_983);
     const evaluate = async (name: string, agents: NativePolicy[], iteration: number, stage: string) => {
         const r = await evaluateTeam(task, evalItems, agents, { turns: cfg.turns, temperature: cfg.sampling.temperature, maxTokens: cfg.sampling.maxTokens,
-            seed: cfg.seed * 13 + 500_009, ...(signal ? { signal } : {}) });
+            seed: cfg.seed * 13 + 500_009, feedback: cfg.feedback, ...(cfg.separateTurn0 ? { turn0: agents.map(() => base) } : {}), ...(signal ? { signal } : {}) });
         metric({ kind: "eval", stage, name, iteration, ...r });
-        log(`  eval ${name.padEnd(24)} majority accuracy by turn ${r.majorityAccuracy.map((x) => x.toFixed(3)).join(" / ")}, solo ${mean(r.soloAccuracy).toFixed(3)}`);
+        log(`  eval ${name.padEnd(24)} majority accuracy by turn ${r.majorityAccuracy.map((x) => x.toFixed(3)).join(" / ")}, solo ${mean(r.soloAccuracy).toFixed(3)}` +
+            (r.trainedAlone ? `, trained model alone ${mean(r.trainedAlone).toFixed(3)}` : ""));
         return r;
     };
 
@@ -100,7 +101,7 @@ export async function trainJob(o: TrainJobOptions): Promise<TrainSummary> {
         for (let s = state.step; s < cfg.sft.steps; s += every) {
             const end = Math.min(cfg.sft.steps, s + every);
             let last = 0;
-            await sftWarmStart(base, task, { steps: end, from: s, batchSize: cfg.sft.batchSize, lr: cfg.sft.lr, turns: cfg.turns, seed: cfg.seed,
+            await sftWarmStart(base, task, { steps: end, from: s, batchSize: cfg.sft.batchSize, lr: cfg.sft.lr, turns: cfg.turns, seed: cfg.seed, feedback: cfg.feedback,
                 onStep: (_k, loss) => { last = loss; }, ...(signal ? { signal } : {}) });
             metric({ kind: "sft", step: end, loss: last });
             o.onProgress?.({ stage: "sft", step: end, total: cfg.sft.steps, reward: NaN, accuracy: [], elapsedMs: performance.now() - t0 });
@@ -152,7 +153,8 @@ function summarize(cfg: TrainConfig, evals: Record<string, EvalResult>): TrainSu
     const names: [string, string][] = [["untrained", "untrained team"], [cfg.algo, `team co-trained by ${cfg.algo}`], ["independent", "independent control"]];
     const rows = names.filter(([k]) => evals[k]).map(([k, name]) => {
         const e = evals[k]!;
-        return { name, majorityAccuracy: e.majorityAccuracy, gain: e.gain, soloAccuracy: mean(e.soloAccuracy) };
+        return { name, majorityAccuracy: e.majorityAccuracy, gain: e.gain, soloAccuracy: mean(e.soloAccuracy),
+            trainedAlone: e.trainedAlone ? mean(e.trainedAlone) : mean(e.soloAccuracy) };
     });
     return { config: cfg, rows, evals };
 }
@@ -160,8 +162,9 @@ function summarize(cfg: TrainConfig, evals: Record<string, EvalResult>): TrainSu
 /** The before/after table as text. */
 export function formatSummary(s: TrainSummary): string {
     const T = s.config.turns;
-    const head = ["team", ...Array.from({ length: T }, (_, t) => `turn ${t + 1}`), `gain 1->${T}`, "solo"];
-    const body = s.rows.map((r) => [r.name, ...r.majorityAccuracy.map((x) => x.toFixed(3)), (r.gain >= 0 ? "+" : "") + r.gain.toFixed(3), r.soloAccuracy.toFixed(3)]);
+    const head = ["team", ...Array.from({ length: T }, (_, t) => `turn ${t + 1}`), `gain 1->${T}`, "solo", "trained alone"];
+    const body = s.rows.map((r) => [r.name, ...r.majorityAccuracy.map((x) => x.toFixed(3)), (r.gain >= 0 ? "+" : "") + r.gain.toFixed(3), r.soloAccuracy.toFixed(3),
+        r.trainedAlone.toFixed(3)]);
     const w = head.map((h, i) => Math.max(h.length, ...body.map((b) => b[i]!.length)));
     const line = (cells: string[]) => cells.map((c, i) => (i === 0 ? c.padEnd(w[i]!) : c.padStart(w[i]!))).join("  ");
     return [line(head), line(w.map((n) => "-".repeat(n))), ...body.map(line)].join("\n");

@@ -37,7 +37,7 @@ function firstPath(tree: JointTree, item: TaskItem, turns: number, tokenize: (s:
 }
 
 export async function magrpoIteration(cfg: TrainConfig, task: Task, items: TaskItem[], agents: NativePolicy[], trainable: (NativePolicy | null)[],
-    trainTurn: (t: number) => boolean, ref: NativePolicy, roll: { turns: number; temperature: number; maxTokens: number; seed: number; signal?: AbortSignal }):
+    trainTurn: (t: number) => boolean, ref: NativePolicy, roll: { turns: number; temperature: number; maxTokens: number; seed: number; turn0?: NativePolicy[]; signal?: AbortSignal }):
     Promise<IterationResult> {
     const A = agents.length, mg = cfg.magrpo, tok = agents[0]!.tokenizer;
     const rows = new Map<NativePolicy, { prompt: number[]; completion: number[]; stopped: boolean; adv: number; a: number }[]>();
@@ -46,8 +46,13 @@ export async function magrpoIteration(cfg: TrainConfig, task: Task, items: TaskI
     for (const [i, item] of items.entries()) {
         const rollout = new JointRollout<TaskItem>({
             agents, generations: mg.generations, turns: roll.turns, joint: "aligned",
-            prompt: (it, a) => turnPrompt(it.views[a]!, a, A, null),
-            transition: ({ item: it, completions }) => completions.map((_, a) => turnPrompt(it.views[a]!, a, A, completions.map(extractAnswer))),
+            ...(roll.turn0 ? { policyAt: (a: number, depth: number) => (depth === 0 ? roll.turn0![a]! : agents[a]!) } : {}),
+            prompt: (it, a) => turnPrompt(it.views[a]!, a, A, null, cfg.feedback ? "empty" : undefined),
+            transition: async ({ item: it, completions }) => {
+                const scores: number[] = [];
+                for (const c of completions) scores.push((await task.verifier.score({ question: it.question, response: c, reference: it.reference })).score);
+                return completions.map((_, a) => turnPrompt(it.views[a]!, a, A, completions.map(extractAnswer), cfg.feedback ? scores : undefined));
+            },
             reward: async (completions, it) => {
                 let s = 0;
                 for (const c of completions) s += (await task.verifier.score({ question: it.question, response: c, reference: it.reference })).score;

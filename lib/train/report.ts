@@ -59,9 +59,11 @@ export function writeReport(out: string, s: TrainSummary): void {
         lineChart("Clip fraction", stages.map((st) => ({ label: st, points: by((l) => avg(l.agents.map((a) => a.clipFrac)), st) })), "clip fraction"),
     ];
     const T = s.config.turns;
-    const table = `<table><tr><th>team</th>${Array.from({ length: T }, (_, t) => `<th>turn ${t + 1}</th>`).join("")}<th>gain 1&rarr;${T}</th><th>solo</th></tr>` +
+    const table = `<table><tr><th>team</th>${Array.from({ length: T }, (_, t) => `<th>turn ${t + 1}</th>`).join("")}<th>gain 1&rarr;${T}</th><th>solo</th><th>trained alone</th></tr>` +
         s.rows.map((r) => `<tr><td>${esc(r.name)}</td>${r.majorityAccuracy.map((x) => `<td>${x.toFixed(3)}</td>`).join("")}` +
-            `<td>${r.gain >= 0 ? "+" : ""}${r.gain.toFixed(3)}</td><td>${r.soloAccuracy.toFixed(3)}</td></tr>`).join("") + "</table>";
+            `<td>${r.gain >= 0 ? "+" : ""}${r.gain.toFixed(3)}</td><td>${r.soloAccuracy.toFixed(3)}</td><td>${r.trainedAlone.toFixed(3)}</td></tr>`).join("") +
+        "</table><p>solo: each agent answering alone (turn 0). trained alone: with a separate turn-0 model, the trained discussion model " +
+        "answering alone, which separates what it learned about the task from what it learned about the discussion.</p>";
     const transitions = Object.entries(s.evals).map(([name, e]) => {
         const cells = e.transitions.map((x, t) => {
             const n = x.rightToRight + x.rightToWrong + x.wrongToRight + x.wrongToWrong || 1;

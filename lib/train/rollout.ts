@@ -34,6 +34,10 @@ export interface RolloutOptions {
     maxTokens: number;
     /** Seed of the episode batch; agent a of item i at turn t draws with seed*1e6 + i*1000 + t*16 + a. */
     seed: number;
+    /** The models that answer turn 0 (MAPoRL's separate turn-0 "policy" adapter); defaults to `agents`. */
+    turn0?: NativePolicy[];
+    /** Show the verifier's verdict on every previous answer (MAPoRL's reward feedback). Defaults to false. */
+    feedback?: boolean;
     signal?: AbortSignal;
 }
 
@@ -50,10 +54,16 @@ function formatAnswer(x: string | null): string {
     return x.padStart(ANSWER_WIDTH, "0");
 }
 
-/** The user message agent a of `agents` sees: its view, then everyone's previous answers (own first), or empty slots at turn 0. */
-export function turnPrompt(view: string, agent: number, agents: number, previous: (string | null)[] | null): string {
+/**
+ * The user message agent a of `agents` sees: its view, then everyone's previous answers (own first), or empty slots
+ * at turn 0. With `scores` (MAPoRL's reward feedback) each answer is followed by the verifier's verdict, "+" for a
+ * score >= 0.5 and "-" below ("?" in an empty slot).
+ */
+export function turnPrompt(view: string, agent: number, agents: number, previous: (string | null)[] | null,
+    scores?: number[] | "empty"): string {
     const order = [agent, ...Array.from({ length: agents }, (_, j) => j).filter((j) => j !== agent)];
-    return `${view}|${order.map((j) => formatAnswer(previous ? previous[j]! : null)).join(",")}`;
+    const mark = (j: number) => (scores === undefined ? "" : scores === "empty" || !previous ? "?" : scores[j]! >= 0.5 ? "+" : "-");
+    return `${view}|${order.map((j) => formatAnswer(previous ? previous[j]! : null) + mark(j)).join(",")}`;
 }
 
 /** A task solution "chain;42" in the protocol's answer format "chain;042". */
@@ -70,9 +80,14 @@ export async function rolloutTeam(task: Task, items: TaskItem[], agents: NativeP
         o.signal?.throwIfAborted();
         const turn: RolloutEntry[][] = items.map(() => new Array(A));
         const byModel = new Map<NativePolicy, { i: number; a: number }[]>();
-        for (let a = 0; a < A; a++) byModel.set(agents[a]!, [...(byModel.get(agents[a]!) ?? []), ...items.map((_, i) => ({ i, a }))]);
+        const who = t === 0 && o.turn0 ? o.turn0 : agents;
+        for (let a = 0; a < A; a++) byModel.set(who[a]!, [...(byModel.get(who[a]!) ?? []), ...items.map((_, i) => ({ i, a }))]);
         for (const [model, who] of byModel) {
-            const content = who.map(({ i, a }) => turnPrompt(items[i]!.views[a]!, a, A, t === 0 ? null : entries[i]![t - 1]!.map((e) => e.extracted)));
+            const content = who.map(({ i, a }) => {
+                const prev = t === 0 ? null : entries[i]![t - 1]!;
+                return turnPrompt(items[i]!.views[a]!, a, A, prev ? prev.map((e) => e.extracted) : null,
+                    o.feedback ? (prev ? prev.map((e) => e.score) : "empty") : undefined);
+            });
             const gens = await model.generate(who.map(({ i, a }, k) => ({
                 messages: [{ role: "user" as const, content: content[k]! }],
                 sampling: { temperature: o.temperature, maxTokens: o.maxTokens },

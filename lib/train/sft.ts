@@ -13,6 +13,8 @@ export interface SftOptions {
     lr: number;
     turns: number;
     seed: number;
+    /** The prompts carry verifier verdicts (see turnPrompt); the warm start shows random ones. */
+    feedback?: boolean;
     /** Called after every step. */
     onStep?: (step: number, loss: number) => void;
     signal?: AbortSignal;
@@ -31,7 +33,8 @@ export async function sftWarmStart(policy: NativePolicy, task: Task, o: SftOptio
             if (!item.solution) throw new TypeError(`sft: task ${task.name}: item ${item.id} has no solution to learn from`);
             const a = k % task.agents, turn = Math.floor(rng() * o.turns);
             const noise = turn === 0 ? null : Array.from({ length: task.agents }, () => String(Math.floor(rng() * 200)));
-            return { prompt: tok.encodeChat([{ role: "user", content: turnPrompt(item.views[a]!, a, task.agents, noise) }]),
+            const marks = !o.feedback ? undefined : noise ? noise.map(() => rng()) : "empty" as const;
+            return { prompt: tok.encodeChat([{ role: "user", content: turnPrompt(item.views[a]!, a, task.agents, noise, marks) }]),
                 completion: tok.encode(protocolSolution(item.solution)),
                 stopped: true };
         });

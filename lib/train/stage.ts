@@ -65,14 +65,14 @@ export async function stageModels(cfg: TrainConfig, schedule: TrainConfig["sched
 /** The models trained at `iteration` (schedules freeze some). */
 export function scheduled(cfg: TrainConfig, schedule: TrainConfig["schedule"], m: StageModels, iteration: number):
     { trainable: (NativePolicy | null)[]; trainTurn: (t: number) => boolean } {
-    let trainable = m.trainable, trainTurn = (_t: number) => true;
+    let trainable = m.trainable, trainTurn = (t: number) => !cfg.separateTurn0 || t > 0;
     if (schedule === "alternating") {
         const frozen = Math.floor(iteration / cfg.alternatingPeriod) % cfg.agents;
         trainable = m.trainable.map((x, a) => (a === frozen ? null : x));
     } else if (schedule === "turn-based") {
         const { initialIterations, period } = cfg.turnBased;
         const k = iteration < initialIterations ? 1 : cfg.turns - 1 - (Math.floor((iteration - initialIterations) / period) % (cfg.turns - 1));
-        trainTurn = (t: number) => t === k;
+        trainTurn = (t: number) => t === k;  // never turn 0
     }
     return { trainable, trainTurn };
 }
@@ -86,7 +86,8 @@ function traceOf(r: TeamRollout): IterationResult["trace"] {
 export async function runIteration(cfg: TrainConfig, task: Task, items: TaskItem[], schedule: TrainConfig["schedule"], m: StageModels,
     ref: NativePolicy, iteration: number, seed: number, signal?: AbortSignal): Promise<IterationResult> {
     const { trainable, trainTurn } = scheduled(cfg, schedule, m, iteration);
-    const roll = { turns: cfg.turns, temperature: cfg.sampling.temperature, maxTokens: cfg.sampling.maxTokens, seed, ...(signal ? { signal } : {}) };
+    const roll = { turns: cfg.turns, temperature: cfg.sampling.temperature, maxTokens: cfg.sampling.maxTokens, seed, ...(signal ? { signal } : {}),
+        ...(cfg.separateTurn0 ? { turn0: m.agents.map(() => ref) } : {}), feedback: cfg.feedback };
     if (cfg.algo === "magrpo") return magrpoIteration(cfg, task, items, m.agents, trainable, trainTurn, ref, roll);
     const r = await rolloutTeam(task, items, m.agents, roll);
     let stats: AgentStats[];

@@ -1,0 +1,45 @@
+// config.test.ts: the training config is validated key by key: an unknown or misspelled key is an error naming its
+// path (with the closest known key), and wrong types, ranges and combinations are errors naming the parameter.
+import { describe, expect, it } from "vitest";
+
+import { configFromFlags, DEFAULT_CONFIG, mergePartial, resolveConfig } from "../../lib/train/config.js";
+
+describe("train config", () => {
+    it("fills the defaults and keeps what is given", () => {
+        expect(resolveConfig({})).toEqual(DEFAULT_CONFIG);
+        const c = resolveConfig({ algo: "magrpo", maporl: { klCoef: 0.01 }, model: { layers: 3 } });
+        expect(c.algo).toBe("magrpo");
+        expect(c.maporl.klCoef).toBe(0.01);
+        expect(c.maporl.discount).toBe(DEFAULT_CONFIG.maporl.discount);
+        expect(c.model).toEqual({ ...DEFAULT_CONFIG.model, layers: 3 });
+    });
+
+    it("rejects unknown or misspelled keys by path, suggesting the closest", () => {
+        expect(() => resolveConfig({ iteration: 5 })).toThrow(/config: iteration: unknown key \(did you mean iterations\?\)/);
+        expect(() => resolveConfig({ maporl: { klcoef: 1 } })).toThrow(/config: maporl\.klcoef: unknown key \(did you mean klCoef\?\)/);
+        expect(() => resolveConfig({ maporl: { bonus: { persuade: 1 } } })).toThrow(/maporl\.bonus\.persuade: unknown key/);
+        expect(() => resolveConfig({ zzzzzzzz: 1 })).toThrow(/zzzzzzzz: unknown key; known: task,/);
+    });
+
+    it("rejects wrong types, ranges and combinations naming the parameter", () => {
+        expect(() => resolveConfig({ agents: 1 })).toThrow(/agents: expected an integer in \[2, 8\], got 1/);
+        expect(() => resolveConfig({ lr: NaN })).toThrow(/lr: expected a number in \[0, 1\], got NaN/);
+        expect(() => resolveConfig({ lr: "0.1" })).toThrow(/lr: expected a number in \[0, 1\], got "0.1"/);
+        expect(() => resolveConfig({ algo: "ppo" })).toThrow(/algo: expected one of 'maporl', 'magrpo', 'collm-cc', 'collm-dc', got "ppo"/);
+        expect(() => resolveConfig({ controls: 1 })).toThrow(/controls: expected true or false, got 1/);
+        expect(() => resolveConfig({ model: 3 })).toThrow(/model: expected an object, got number/);
+        expect(() => resolveConfig({ model: { dModel: 66, heads: 4 } })).toThrow(/model\.dModel: expected a multiple of model\.heads \(4\), got 66/);
+        expect(() => resolveConfig({ schedule: "alternating" })).toThrow(/'alternating' freezes one agent at a time and needs shareParameters: false/);
+        expect(resolveConfig({ schedule: "alternating", shareParameters: false }).schedule).toBe("alternating");
+        expect(() => resolveConfig({ schedule: "turn-based", turns: 1 })).toThrow(/'turn-based' needs turns >= 2/);
+        expect(() => resolveConfig([])).toThrow(/config: : expected an object, got an array|expected an object/);
+    });
+
+    it("CLI flags: dotted keys reach nested ones, numbers and booleans are parsed", () => {
+        const p = configFromFlags({ "maporl.klCoef": "0.01", agents: "2", controls: "false", algo: "collm-cc" });
+        expect(p).toEqual({ maporl: { klCoef: 0.01 }, agents: 2, controls: false, algo: "collm-cc" });
+        const merged = mergePartial({ maporl: { discount: 0.5 }, seed: 3 }, p);
+        expect(resolveConfig(merged).maporl).toMatchObject({ klCoef: 0.01, discount: 0.5 });
+        expect(() => resolveConfig(configFromFlags({ "maporl.klCoeff": "1" }))).toThrow(/maporl\.klCoeff: unknown key \(did you mean klCoef\?\)/);
+    });
+});
