@@ -114,7 +114,8 @@ function distance(a: string, b: string): number {
 function merge(where: string, dflt: unknown, x: unknown, path: string): unknown {
     if (x === undefined) return dflt;
     if (dflt !== null && typeof dflt === "object") {
-        if (x === null || typeof x !== "object" || Array.isArray(x)) throw new TypeError(`${where}: ${path}: expected an object, got ${Array.isArray(x) ? "an array" : x === null ? "null" : typeof x}`);
+        if (x === null || typeof x !== "object" || Array.isArray(x))
+            throw new TypeError(`${where}: ${path ? path + ": " : ""}expected an object, got ${Array.isArray(x) ? "an array" : x === null ? "null" : typeof x}`);
         const out: Record<string, unknown> = {};
         const known = Object.keys(dflt);
         for (const k of Object.keys(x)) {

@@ -40,7 +40,7 @@ function readJsonl(file: string): Record<string, unknown>[] {
     return readFileSync(file, "utf8").split("\n").filter((l) => l.trim()).map((l) => JSON.parse(l) as Record<string, unknown>);
 }
 
-type TrainLine = { stage: string; iteration: number; reward: number; accuracy: number[]; agents: { kl: number; clipFrac: number }[] };
+type TrainLine = { stage: string; iteration: number; reward: number; accuracy: number[]; agents: { kl: number; clipFrac: number; updates: number }[] };
 
 export function writeReport(out: string, s: TrainSummary): void {
     const lines = readJsonl(join(out, "metrics.jsonl"));
@@ -51,12 +51,13 @@ export function writeReport(out: string, s: TrainSummary): void {
     const by = (f: (l: TrainLine) => number, stage: string): [number, number][] =>
         smooth(train.filter((l) => l.stage === stage).map((l) => [l.iteration, f(l)]));
     const avg = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / Math.max(1, xs.length);
+    const trained = (l: TrainLine) => l.agents.filter((a) => a.updates > 0);  // frozen partners would dilute the means
     const charts = [
         lineChart("Reward per iteration (mean over agents, 5-iteration moving average)", stages.map((st) => ({ label: st, points: by((l) => l.reward, st) })), "reward"),
         ...stages.map((st) => lineChart(`Training accuracy per turn, ${st} (majority vote, moving average)`,
             Array.from({ length: s.config.turns }, (_, t) => ({ label: `turn ${t + 1}`, points: by((l) => l.accuracy[t] ?? NaN, st) })), "accuracy")),
-        lineChart("KL to the reference policy (per token)", stages.map((st) => ({ label: st, points: by((l) => avg(l.agents.map((a) => a.kl)), st) })), "KL"),
-        lineChart("Clip fraction", stages.map((st) => ({ label: st, points: by((l) => avg(l.agents.map((a) => a.clipFrac)), st) })), "clip fraction"),
+        lineChart("KL to the reference policy (per token, trained agents)", stages.map((st) => ({ label: st, points: by((l) => avg(trained(l).map((a) => a.kl)), st) })), "KL"),
+        lineChart("Clip fraction (trained agents)", stages.map((st) => ({ label: st, points: by((l) => avg(trained(l).map((a) => a.clipFrac)), st) })), "clip fraction"),
     ];
     const T = s.config.turns;
     const table = `<table><tr><th>team</th>${Array.from({ length: T }, (_, t) => `<th>turn ${t + 1}</th>`).join("")}<th>gain 1&rarr;${T}</th><th>solo</th><th>trained alone</th></tr>` +

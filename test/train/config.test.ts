@@ -31,8 +31,10 @@ describe("train config", () => {
         expect(() => resolveConfig({ model: { dModel: 66, heads: 4 } })).toThrow(/model\.dModel: expected a multiple of model\.heads \(4\), got 66/);
         expect(() => resolveConfig({ schedule: "alternating" })).toThrow(/'alternating' freezes one agent at a time and needs shareParameters: false/);
         expect(resolveConfig({ schedule: "alternating", shareParameters: false }).schedule).toBe("alternating");
-        expect(() => resolveConfig({ schedule: "turn-based", turns: 1 })).toThrow(/'turn-based' needs turns >= 2/);
-        expect(() => resolveConfig([])).toThrow(/config: : expected an object, got an array|expected an object/);
+        expect(() => resolveConfig({ schedule: "turn-based", turns: 1, separateTurn0: false })).toThrow(/'turn-based' needs turns >= 2/);
+        expect(() => resolveConfig({ turns: 1 })).toThrow(/separateTurn0: needs turns >= 2/);
+        expect(resolveConfig({ turns: 1, separateTurn0: false }).turns).toBe(1);
+        expect(() => resolveConfig([])).toThrow(/^config: expected an object, got an array$/);
     });
 
     it("CLI flags: dotted keys reach nested ones, numbers and booleans are parsed", () => {
