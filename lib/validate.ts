@@ -94,7 +94,8 @@ export function requireChoice<T extends string>(fn: string, name: string, x: unk
     return x as T;
 }
 
-function editDistance(a: string, b: string): number {
+/** Levenshtein distance, case-insensitive: how the 'did you mean' hints pick the closest known name. */
+export function editDistance(a: string, b: string): number {
     const d = Array.from({ length: a.length + 1 }, (_, i) => [i, ...new Array<number>(b.length).fill(0)]);
     for (let j = 1; j <= b.length; j++) d[0]![j] = j;
     for (let i = 1; i <= a.length; i++)

@@ -2,6 +2,8 @@
 // Every key is checked against the defaults' shape; an unknown or misspelled key is an error that names its path
 // (and the closest known key), and every value is checked for its type and range.
 
+import { editDistance } from "../validate.js";
+
 export type Algo = "maporl" | "magrpo" | "collm-cc" | "collm-dc";
 export type Schedule = "joint" | "independent" | "alternating" | "turn-based";
 
@@ -101,15 +103,6 @@ const RULES: Record<string, Rule> = {
     alternatingPeriod: { int: [1, 1e7] }, "turnBased.initialIterations": { int: [0, 1e7] }, "turnBased.period": { int: [1, 1e7] },
 };
 
-function distance(a: string, b: string): number {
-    const d = Array.from({ length: a.length + 1 }, (_, i) => [i, ...new Array<number>(b.length).fill(0)]);
-    for (let j = 1; j <= b.length; j++) d[0]![j] = j;
-    for (let i = 1; i <= a.length; i++)
-        for (let j = 1; j <= b.length; j++)
-            d[i]![j] = Math.min(d[i - 1]![j]! + 1, d[i]![j - 1]! + 1, d[i - 1]![j - 1]! + (a[i - 1]!.toLowerCase() === b[j - 1]!.toLowerCase() ? 0 : 1));
-    return d[a.length]![b.length]!;
-}
-
 // Checks `x` against the shape of `dflt` and returns the merged value.
 function merge(where: string, dflt: unknown, x: unknown, path: string): unknown {
     if (x === undefined) return dflt;
@@ -120,7 +113,7 @@ function merge(where: string, dflt: unknown, x: unknown, path: string): unknown 
         const known = Object.keys(dflt);
         for (const k of Object.keys(x)) {
             if (!known.includes(k)) {
-                const best = known.map((c) => [c, distance(k, c)] as const).sort((p, q) => p[1] - q[1])[0];
+                const best = known.map((c) => [c, editDistance(k, c)] as const).sort((p, q) => p[1] - q[1])[0];
                 throw new RangeError(`${where}: ${path ? path + "." : ""}${k}: unknown key${best && best[1] <= 3 ? ` (did you mean ${best[0]}?)` : ""}; known: ${known.join(", ")}`);
             }
         }
