@@ -24,11 +24,8 @@ export async function collmIteration(cfg: TrainConfig, r: TeamRollout, trainable
     const { turns: T, agents: A } = r, E = r.items.length, central = cfg.algo === "collm-cc";
     const reward = new Float32Array(E * T);
     r.entries.forEach((ep, e) => ep.forEach((turn, t) => { reward[e * T + t] = turn.reduce((s, x) => s + x.score, 0) / A; }));
-    const stats: AgentStats[] = Array.from({ length: A }, (_, a) => {
-        let s = 0;
-        for (let i = 0; i < E * T; i++) s += reward[i]!;
-        return { reward: s / (E * T), kl: 0, clipFrac: 0, entropy: 0, valueLoss: 0, policyLoss: 0, updates: trainable[a] ? 0 : 0 };
-    });
+    const meanReward = reward.reduce((s, x) => s + x, 0) / (E * T);  // the joint reward: the same for every agent
+    const stats: AgentStats[] = Array.from({ length: A }, () => ({ reward: meanReward, kl: 0, clipFrac: 0, entropy: 0, valueLoss: 0, policyLoss: 0, updates: 0 }));
     const sig = signal ? { signal } : {};
     // Critic inputs [E * T] for one critic: the states h_t (prompt only); the value is read at the last prompt token.
     const critic = async (c: NativePolicy, prompts: number[][]) => {

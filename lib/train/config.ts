@@ -8,10 +8,11 @@ export type Algo = "maporl" | "magrpo" | "collm-cc" | "collm-dc";
 export type Schedule = "joint" | "independent" | "alternating" | "turn-based";
 
 export interface TrainConfig {
-    /** The embedded policy's task (split-sum has no warm-start solutions yet; see the README). */
-    task: "arith-debate";
-    /** arith-debate: operations per problem and the largest operand. */
-    taskOptions: { steps: number; maxOperand: number };
+    /** The embedded policy's task. */
+    task: "arith-debate" | "split-sum";
+    /** arith-debate: operations per problem and the largest operand; split-sum: digits per operand and the warm
+     * start's tendency to build on a peer's previous answer (splitSumTask's peerUse). */
+    taskOptions: { steps: number; maxOperand: number; digits: number; peerUse: number };
     algo: Algo;
     agents: number;
     turns: number;
@@ -52,7 +53,7 @@ export interface TrainConfig {
 
 export const DEFAULT_CONFIG: TrainConfig = {
     task: "arith-debate",
-    taskOptions: { steps: 3, maxOperand: 9 },
+    taskOptions: { steps: 3, maxOperand: 9, digits: 1, peerUse: 0.3 },
     algo: "maporl",
     agents: 3,
     turns: 3,
@@ -84,9 +85,9 @@ export const DEFAULT_CONFIG: TrainConfig = {
 
 type Rule = { int?: [number, number]; num?: [number, number]; choices?: readonly string[] };
 const RULES: Record<string, Rule> = {
-    task: { choices: ["arith-debate"] }, algo: { choices: ["maporl", "magrpo", "collm-cc", "collm-dc"] },
+    task: { choices: ["arith-debate", "split-sum"] }, algo: { choices: ["maporl", "magrpo", "collm-cc", "collm-dc"] },
     schedule: { choices: ["joint", "independent", "alternating", "turn-based"] },
-    "taskOptions.steps": { int: [1, 8] }, "taskOptions.maxOperand": { int: [2, 99] },
+    "taskOptions.steps": { int: [1, 8] }, "taskOptions.maxOperand": { int: [2, 99] }, "taskOptions.digits": { int: [1, 2] }, "taskOptions.peerUse": { num: [0, 1] },
     agents: { int: [2, 8] }, turns: { int: [1, 8] }, seed: { int: [0, 2 ** 31 - 1] }, iterations: { int: [0, 1e7] },
     episodesPerIteration: { int: [1, 4096] }, evalEpisodes: { int: [1, 100000] }, evalEvery: { int: [1, 1e7] },
     "sampling.temperature": { num: [0, 10] }, "sampling.maxTokens": { int: [1, 4096] },
@@ -143,6 +144,7 @@ export function resolveConfig(partial: unknown, where = "config"): TrainConfig {
     if (c.critic.dModel % c.critic.heads !== 0) throw new RangeError(`${where}: critic.dModel: expected a multiple of critic.heads (${c.critic.heads}), got ${c.critic.dModel}`);
     if (c.schedule === "alternating" && c.shareParameters)
         throw new RangeError(`${where}: schedule: 'alternating' freezes one agent at a time and needs shareParameters: false`);
+    if (c.task === "split-sum" && c.agents !== 2) throw new RangeError(`${where}: agents: split-sum's warm start is written for 2 agents, got ${c.agents}`);
     if (c.separateTurn0 && c.turns < 2) throw new RangeError(`${where}: separateTurn0: needs turns >= 2 (turn 0 is frozen), got turns ${c.turns}`);
     if (c.schedule === "turn-based" && c.turns < 2) throw new RangeError(`${where}: schedule: 'turn-based' needs turns >= 2, got ${c.turns}`);
     return c;

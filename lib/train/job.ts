@@ -17,7 +17,7 @@ import { evaluateTeam, type EvalResult } from "./evaluate.js";
 import { writeReport } from "./report.js";
 import { sftWarmStart } from "./sft.js";
 import { runIteration, stageModels } from "./stage.js";
-import { arithDebateTask, type Task } from "./tasks.js";
+import { arithDebateTask, splitSumTask, type Task } from "./tasks.js";
 
 export interface TrainJobOptions {
     /** A partial config (validated and completed with the defaults). Ignored with `resume`. */
@@ -48,6 +48,7 @@ interface JobState {
 }
 
 export function makeTask(cfg: TrainConfig): Task {
+    if (cfg.task === "split-sum") return splitSumTask({ agents: cfg.agents, digits: cfg.taskOptions.digits, peerUse: cfg.taskOptions.peerUse, format: "compact" });
     return arithDebateTask({ agents: cfg.agents, steps: cfg.taskOptions.steps, maxOperand: cfg.taskOptions.maxOperand, format: "compact" });
 }
 

@@ -30,12 +30,12 @@ export async function sftWarmStart(policy: NativePolicy, task: Task, o: SftOptio
         const items = task.generate(o.batchSize, o.seed * 100_003 + s);
         const rng = mulberry32(o.seed * 7919 + s);
         const rows = items.map((item, k) => {
-            if (!item.solution) throw new TypeError(`sft: task ${task.name}: item ${item.id} has no solution to learn from`);
+            if (!item.solution && !task.warmStart) throw new TypeError(`sft: task ${task.name}: item ${item.id} has no solution to learn from`);
             const a = k % task.agents, turn = Math.floor(rng() * o.turns);
             const noise = turn === 0 ? null : Array.from({ length: task.agents }, () => String(Math.floor(rng() * 200)));
             const marks = !o.feedback ? undefined : noise ? noise.map(() => rng()) : "empty" as const;
             return { prompt: tok.encodeChat([{ role: "user", content: turnPrompt(item.views[a]!, a, task.agents, noise, marks) }]),
-                completion: tok.encode(protocolSolution(item.solution)),
+                completion: tok.encode(protocolSolution(task.warmStart ? task.warmStart(item, a, turn, noise, rng) : item.solution!)),
                 stopped: true };
         });
         const b = packRows(rows, tok.eos, policy.config.contextLength);

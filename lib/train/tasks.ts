@@ -26,6 +26,11 @@ export interface Task {
     readonly verifier: Verifier;
     /** `count` items, the same for the same seed. */
     generate(count: number, seed: number): TaskItem[];
+    /**
+     * A warm-start demonstration for agent `agent` at `turn`, shown `previous` (the previous turn's answers by
+     * agent, or null at turn 0); `rng` is uniform in [0, 1). Tasks without one are warm-started on `solution`.
+     */
+    warmStart?(item: TaskItem, agent: number, turn: number, previous: string[] | null, rng: () => number): string;
 }
 
 function requireCount(where: string, count: unknown, seed: unknown): void {
@@ -33,9 +38,17 @@ function requireCount(where: string, count: unknown, seed: unknown): void {
     if (!Number.isInteger(seed) || (seed as number) < 0) throw new RangeError(`${where}: seed: expected an integer >= 0, got ${String(seed)}`);
 }
 
-/** split-sum: each of `agents` agents holds one operand of `digits` digits; the answer is their sum. */
-export function splitSumTask(options: { agents?: number; digits?: number } = {}): Task {
-    const agents = options.agents ?? 2, digits = options.digits ?? 1;
+/**
+ * split-sum: each of `agents` agents holds one operand of `digits` digits; the answer is their sum. Format 'words'
+ * (default) for LLMs; 'compact' for the embedded policy: agent a's view is "b=7" (its letter and its number).
+ * The compact warm start is a weak base: an answer is "7+r=s;s" with r a guess of the other operand, uniform,
+ * except that at a follow-up turn it builds on a peer's previous answer (r = that answer mod 10^digits) with
+ * probability `peerUse`. Nobody announces its number on purpose: co-training has to find that protocol.
+ */
+export function splitSumTask(options: { agents?: number; digits?: number; format?: "words" | "compact"; peerUse?: number } = {}): Task {
+    const agents = options.agents ?? 2, digits = options.digits ?? 1, format = options.format ?? "words", peerUse = options.peerUse ?? 0.3;
+    if (format !== "words" && format !== "compact") throw new RangeError(`splitSumTask: format: expected 'words' or 'compact', got ${JSON.stringify(format)}`);
+    if (!(peerUse >= 0 && peerUse <= 1)) throw new RangeError(`splitSumTask: peerUse: expected a number in [0, 1], got ${String(peerUse)}`);
     if (!Number.isInteger(agents) || agents < 2 || agents > 16) throw new RangeError(`splitSumTask: agents: expected an integer in [2, 16], got ${String(agents)}`);
     if (!Number.isInteger(digits) || digits < 1 || digits > 6) throw new RangeError(`splitSumTask: digits: expected an integer in [1, 6], got ${String(digits)}`);
     const hi = 10 ** digits;
@@ -50,13 +63,22 @@ export function splitSumTask(options: { agents?: number; digits?: number } = {})
                 const ops = Array.from({ length: agents }, () => Math.floor(next() * hi));
                 return {
                     id: `split-sum-${seed}-${i}`,
-                    question: `What is ${ops.join(" + ")}?`,
-                    views: ops.map((x, a) => `You are agent ${a + 1} of ${agents}. Your number is ${x}. ` +
+                    question: format === "compact" ? ops.join("+") : `What is ${ops.join(" + ")}?`,
+                    views: ops.map((x, a) => format === "compact" ? `${"abcdefghijklmnop"[a]}=${x}` : `You are agent ${a + 1} of ${agents}. Your number is ${x}. ` +
                         `The answer is the sum of all ${agents} agents' numbers. What is the sum?`),
                     reference: String(ops.reduce((s, x) => s + x, 0)),
                 };
             });
         },
+        ...(format === "compact" ? {
+            warmStart(item: TaskItem, agent: number, turn: number, previous: string[] | null, rng: () => number): string {
+                const x = Number(/=(\d+)$/.exec(item.views[agent]!)![1]);
+                const peers = previous ? previous.filter((_, j) => j !== agent) : [];
+                const r = turn > 0 && peers.length && rng() < peerUse
+                    ? Number(peers[Math.floor(rng() * peers.length)]!) % hi : Math.floor(rng() * hi);
+                return `${x}+${r}=${x + r};${x + r}`;
+            },
+        } : {}),
     };
 }
 
