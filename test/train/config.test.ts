@@ -33,6 +33,8 @@ describe("train config", () => {
         expect(resolveConfig({ schedule: "alternating", shareParameters: false }).schedule).toBe("alternating");
         expect(() => resolveConfig({ schedule: "turn-based", turns: 1, separateTurn0: false })).toThrow(/'turn-based' needs turns >= 2/);
         expect(() => resolveConfig({ turns: 1 })).toThrow(/separateTurn0: needs turns >= 2/);
+        expect(() => resolveConfig({ task: "split-sum" })).toThrow(/agents: split-sum.s warm start is written for 2 agents, got 3/);
+        expect(resolveConfig({ task: "split-sum", agents: 2 }).task).toBe("split-sum");
         expect(resolveConfig({ turns: 1, separateTurn0: false }).turns).toBe(1);
         expect(() => resolveConfig([])).toThrow(/^config: expected an object, got an array$/);
     });

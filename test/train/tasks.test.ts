@@ -45,4 +45,50 @@ describe("tasks", () => {
         }
         expect(new Set(items.map((i) => i.question)).size).toBeGreaterThan(190);
     });
+
+    it("arith-debate compact: the same problems as the words format, with a left-to-right worked solution", () => {
+        const words = arithDebateTask({ steps: 3 }).generate(100, 9), compact = arithDebateTask({ steps: 3, format: "compact" }).generate(100, 9);
+        compact.forEach((item, i) => {
+            expect(item.reference).toBe(words[i]!.reference);
+            // Evaluate "7+2*3-4" left to right, and check every step of the solution.
+            const toks = item.question.match(/\d+|[+*-]/g)!;
+            let v = Number(toks[0]);
+            for (let k = 1; k < toks.length; k += 2) v = toks[k] === "+" ? v + Number(toks[k + 1]) : toks[k] === "-" ? v - Number(toks[k + 1]) : v * Number(toks[k + 1]);
+            expect(String(v)).toBe(item.reference);
+            const [chain, answer] = item.solution!.split(";");
+            expect(answer).toBe(item.reference);
+            for (const step of chain!.split(",")) {
+                const m = /^(\d+)([+*-])(\d+)=(\d+)$/.exec(step)!;
+                const [a, op, b, r] = [Number(m[1]), m[2], Number(m[3]), Number(m[4])];
+                expect(op === "+" ? a + b : op === "-" ? a - b : a * b).toBe(r);
+            }
+        });
+        expect(() => arithDebateTask({ format: "json" as "words" })).toThrow(/format: expected 'words' or 'compact'/);
+    });
+
+    it("split-sum compact: each view holds only its digit; the weak warm start guesses, and builds on a peer at the given rate", () => {
+        const task = splitSumTask({ agents: 2, format: "compact", peerUse: 0.4 });
+        const items = task.generate(50, 2);
+        for (const item of items) {
+            const [x, y] = item.question.split("+").map(Number);
+            expect(item.views).toEqual([`a=${x}`, `b=${y}`]);
+            expect(item.reference).toBe(String(x! + y!));
+        }
+        let s = 5;
+        const rng = () => ((s = (s * 1103515245 + 12345) >>> 0) / 2 ** 32);
+        const item = items[0]!, x = Number(item.views[0]!.slice(2));
+        let onPeer0 = 0, onPeer1 = 0;
+        const n = 20000;
+        for (let k = 0; k < n; k++) {
+            const d0 = /^(\d+)\+(\d+)=(\d+);(\d+)$/.exec(task.warmStart!(item, 0, 0, null, rng))!;
+            expect(Number(d0[1])).toBe(x);
+            expect(Number(d0[3])).toBe(x + Number(d0[2]));
+            if (Number(d0[2]) === 7) onPeer0++;
+            const d1 = /^(\d+)\+(\d+)=/.exec(task.warmStart!(item, 0, 1, ["3", "17"], rng))!;
+            if (Number(d1[2]) === 7) onPeer1++;  // 17 mod 10: the peer's answer
+        }
+        expect(Math.abs(onPeer0 / n - 0.1)).toBeLessThan(0.01);             // turn 0: a uniform guess
+        expect(Math.abs(onPeer1 / n - (0.4 + 0.6 * 0.1))).toBeLessThan(0.015);  // follow-up: the peer 40 % of the time
+        expect(() => splitSumTask({ peerUse: 2 })).toThrow(/peerUse: expected a number in \[0, 1\], got 2/);
+    });
 });
