@@ -40,8 +40,6 @@ export interface JointRolloutOptions<Item> {
     sampling?: SamplingOptions;
     /** Base seed: completion g of agent a at a state gets a distinct seed derived from it. */
     seed?: number;
-    /** The policy agent a uses at a depth (e.g. a frozen first-turn model); defaults to agents[a]. */
-    policyAt?: (agent: number, depth: number) => Policy;
 }
 
 export interface JointAction {
@@ -93,7 +91,7 @@ export class JointRollout<Item> {
         const expand = async (prompts: (string | ChatMessage[])[], parent: number, depth: number,
             history: { prompts: (string | ChatMessage[])[][]; responses: string[][] }, state: number): Promise<void> => {
             options.signal?.throwIfAborted();
-            const gens = await Promise.all(agents.map((p, a) => (this.o.policyAt?.(a, depth) ?? p).generate(
+            const gens = await Promise.all(agents.map((policy, a) => policy.generate(
                 Array.from({ length: this.o.generations }, (_, g) => ({
                     ...(typeof prompts[a] === "string" ? { prompt: prompts[a] as string } : { messages: prompts[a] as ChatMessage[] }),
                     sampling: this.o.sampling,

@@ -1,11 +1,13 @@
 // magrpo.ts: one MAGRPO iteration (algorithms.md B.2-B.3, CoMLRL's MAGRPOTrainer) on the embedded policy:
 //   - per question, a joint-action tree: at every state each agent samples G answers, paired 'aligned' (the g-th
-//     of every agent) into G joint actions, each of which branches to the next turn (G^T leaves);
+//     of every agent) into G joint actions, each of which branches to the next turn (G^T leaves); the trees of
+//     all questions grow breadth first, one batched decode per depth and model;
 //   - the joint reward of a joint action is the team's mean verifier score; returns R = r + gamma * mean(children);
 //   - advantages are group-relative within each sibling set (baseline mean | max | rloo | none, no std);
 //   - loss -A * log pi(answer), the sequence log-prob summed over its tokens ('seq-mean-token-sum'), no ratio, no
 //     clip; an optional KL to the reference policy (Schulman k3, `klCoef`), in the loss rather than the reward.
-import { JointRollout, type JointTree } from "../debate/jointRollout.js";
+import { type JointTree } from "../debate/jointRollout.js";
+import type { Generation } from "../policy/types.js";
 import type { NativePolicy } from "../policy/nativePolicy.js";
 import { treeReturns } from "../rl/tree.js";
 import type { TrainConfig } from "./config.js";
@@ -36,31 +38,66 @@ function firstPath(tree: JointTree, item: TaskItem, turns: number, tokenize: (s:
     return path;
 }
 
+type Roll = { turns: number; temperature: number; maxTokens: number; seed: number; turn0?: NativePolicy[]; signal?: AbortSignal };
+
+/**
+ * The joint-action trees of every item, grown breadth first so that each depth decodes in one batched call per
+ * model (every state x agent x G answers), instead of one small call per state and agent (what JointRollout does for
+ * any Policy). Same semantics: aligned joint actions, the team's mean score as the joint reward, every joint action
+ * branching into the next turn's prompts (with the verdicts when `feedback`).
+ */
+async function batchedTrees(cfg: TrainConfig, task: Task, items: TaskItem[], agents: NativePolicy[], roll: Roll): Promise<JointTree[]> {
+    const A = agents.length, G = cfg.magrpo.generations;
+    const trees: JointTree["actions"][] = items.map(() => []);
+    const score = async (item: TaskItem, text: string) => (await task.verifier.score({ question: item.question, response: text, reference: item.reference })).score;
+    let frontier = items.map((it, i) => ({ i, parent: -1, prompts: agents.map((_, a) => turnPrompt(it.views[a]!, a, A, null, cfg.feedback ? "empty" : undefined)) }));
+    for (let depth = 0; depth < roll.turns && frontier.length; depth++) {
+        roll.signal?.throwIfAborted();
+        const who = depth === 0 && roll.turn0 ? roll.turn0 : agents;
+        const gens: Generation[][][] = frontier.map(() => agents.map(() => []));  // [state][agent][g]
+        const byModel = new Map<NativePolicy, { s: number; a: number; g: number }[]>();
+        frontier.forEach((_, st) => agents.forEach((_, a) => {
+            for (let g = 0; g < G; g++) byModel.set(who[a]!, [...(byModel.get(who[a]!) ?? []), { s: st, a, g }]);
+        }));
+        for (const [model, reqs] of byModel) {
+            const out = await model.generate(reqs.map(({ s: st, a, g }) => ({ prompt: frontier[st]!.prompts[a]!,
+                sampling: { temperature: roll.temperature, maxTokens: roll.maxTokens },
+                seed: roll.seed * 1_000_003 + frontier[st]!.i * 100_003 + trees[frontier[st]!.i]!.length * 7919 + depth * 613 + 131 * a + g })),
+            roll.signal ? { signal: roll.signal } : {});
+            reqs.forEach(({ s: st, a, g }, k) => { gens[st]![a]![g] = out[k]!; });
+        }
+        const next: typeof frontier = [];
+        for (const [st, state] of frontier.entries()) {
+            const item = items[state.i]!, list = trees[state.i]!;
+            for (let g = 0; g < G; g++) {
+                const generations = agents.map((_, a) => gens[st]![a]![g]!);
+                const scores: number[] = [];
+                for (const x of generations) scores.push(await score(item, x.text));
+                list.push({ parent: state.parent, depth, sample: agents.map(() => g), generations, prompts: state.prompts,
+                    reward: scores.reduce((x, y) => x + y, 0) / A });
+                if (depth + 1 < roll.turns) {
+                    const answers = generations.map((x) => extractAnswer(x.text));
+                    next.push({ i: state.i, parent: list.length - 1,
+                        prompts: agents.map((_, a) => turnPrompt(item.views[a]!, a, A, answers, cfg.feedback ? scores : undefined)) });
+                }
+            }
+        }
+        frontier = next;
+    }
+    return trees.map((actions) => ({ actions, parent: Int32Array.from(actions, (x) => x.parent), rewards: Float32Array.from(actions, (x) => x.reward),
+        leaves: actions.filter((_, n) => !actions.some((y) => y.parent === n)).length, terminated: 0 }));
+}
+
 export async function magrpoIteration(cfg: TrainConfig, task: Task, items: TaskItem[], agents: NativePolicy[], trainable: (NativePolicy | null)[],
-    trainTurn: (t: number) => boolean, ref: NativePolicy, roll: { turns: number; temperature: number; maxTokens: number; seed: number; turn0?: NativePolicy[]; signal?: AbortSignal }):
+    trainTurn: (t: number) => boolean, ref: NativePolicy, roll: Roll):
     Promise<IterationResult> {
     const A = agents.length, mg = cfg.magrpo, tok = agents[0]!.tokenizer;
     const rows = new Map<NativePolicy, { prompt: number[]; completion: number[]; stopped: boolean; adv: number; a: number }[]>();
     const paths: RolloutEntry[][][] = [];
     const rewardSum = new Float64Array(A), rewardN = new Float64Array(A);
+    const trees = await batchedTrees(cfg, task, items, agents, roll);
     for (const [i, item] of items.entries()) {
-        const rollout = new JointRollout<TaskItem>({
-            agents, generations: mg.generations, turns: roll.turns, joint: "aligned",
-            ...(roll.turn0 ? { policyAt: (a: number, depth: number) => (depth === 0 ? roll.turn0![a]! : agents[a]!) } : {}),
-            prompt: (it, a) => turnPrompt(it.views[a]!, a, A, null, cfg.feedback ? "empty" : undefined),
-            transition: async ({ item: it, completions }) => {
-                const scores: number[] = [];
-                for (const c of completions) scores.push((await task.verifier.score({ question: it.question, response: c, reference: it.reference })).score);
-                return completions.map((_, a) => turnPrompt(it.views[a]!, a, A, completions.map(extractAnswer), cfg.feedback ? scores : undefined));
-            },
-            reward: async (completions, it) => {
-                let s = 0;
-                for (const c of completions) s += (await task.verifier.score({ question: it.question, response: c, reference: it.reference })).score;
-                return s / A;
-            },
-            sampling: { temperature: roll.temperature, maxTokens: roll.maxTokens }, seed: roll.seed * 1_000_003 + i * 100_003,
-        });
-        const tree = await rollout.run(item, roll.signal ? { signal: roll.signal } : {});
+        const tree = trees[i]!;
         const { advantages } = treeReturns({ parent: tree.parent, rewards: tree.rewards }, { gamma: mg.discount, baseline: mg.baseline });
         tree.actions.forEach((act, n) => {
             act.generations.forEach((g, a) => {

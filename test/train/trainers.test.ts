@@ -6,7 +6,7 @@
 //     stay bit-identical) and reports finite statistics.
 import { describe, expect, it } from "vitest";
 
-import { NativePolicy } from "../../lib/index.js";
+import { fnVerifier, NativePolicy } from "../../lib/index.js";
 import { native } from "../../lib/native.js";
 import { resolveConfig, type Algo } from "../../lib/train/config.js";
 import { makeTask } from "../../lib/train/job.js";
@@ -101,7 +101,9 @@ describe("one iteration of every algorithm", () => {
         it(`${algo}, independent schedule: agent 0 and its critic change; the frozen partners and the reference do not`, async () => {
             const cfg = resolveConfig({ algo, agents: 3, turns: 2, episodesPerIteration: 3, magrpo: { generations: 2, baseline: "mean", discount: 0.9, klCoef: 0.01 },
                 model: { layers: 1, heads: 2, dModel: 32, contextLength: 64 }, critic: { layers: 1, heads: 2, dModel: 32 }, lr: 1e-2, criticLr: 1e-2 });
-            const task = makeTask(cfg);
+            // An untrained model is never right, which gives every answer the same reward and zero advantages; a
+            // verifier that scores the answer's length parity gives the update something to follow.
+            const task = { ...makeTask(cfg), verifier: fnVerifier("parity", ({ response }) => response.length % 2) };
             const base = await NativePolicy.create({ contextLength: 64, layers: 1, heads: 2, dModel: 32, seed: 3 });
             const before = params(base);
             const m = await stageModels(cfg, "independent", base);
