@@ -94,7 +94,7 @@ export async function trainJob(o: TrainJobOptions): Promise<TrainSummary> {
 
     // Stage 1: the warm start.
     const ctx = { contextLength: cfg.model.contextLength, layers: cfg.model.layers, heads: cfg.model.heads, dModel: cfg.model.dModel };
-    let base = ckpt && existsSync(join(ckpt.dir, "base", "config.json")) ? await loadModel(ckpt.dir, "base")
+    const base = ckpt && existsSync(join(ckpt.dir, "base", "config.json")) ? await loadModel(ckpt.dir, "base")
         : await NativePolicy.create({ ...ctx, seed: cfg.seed + 1, name: "base" });
     if (state.stage === "sft") {
         log(`sft: ${cfg.sft.steps} steps of ${cfg.sft.batchSize} solutions (${base.parameterCount} parameters)`);
