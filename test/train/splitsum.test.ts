@@ -1,0 +1,28 @@
+// splitsum.test.ts: split-sum needs collaboration: each of 2 agents sees only its own digit, so alone it is at
+// chance (~0.1). Co-trained with MAPoRL (3 turns, the wrongButUseful incentive: an agent whose wrong answer lets a
+// peer turn right is paid), the team discovers a protocol (announce your digit, then add the peer's) and far
+// exceeds chance; the independent control (agent 0 trained against a frozen partner) stays well below it.
+// The recipe is the README's; numbers are deterministic for a seed (this is the README's run).
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+
+import { formatSummary, trainJob } from "../../lib/train/job.js";
+
+const work = mkdtempSync(join(tmpdir(), "maporl-splitsum-"));
+afterAll(() => rmSync(work, { recursive: true, force: true }));
+
+describe("train: split-sum (2 agents, 3 turns)", () => {
+    it("co-trained agents far exceed chance; the independent control does not come close", async () => {
+        const s = await trainJob({ out: join(work, "run"), config: { task: "split-sum", agents: 2, turns: 3, iterations: 300, evalEvery: 1000,
+            sft: { steps: 400, batchSize: 32, lr: 2e-3 }, taskOptions: { steps: 3, maxOperand: 9, digits: 1, peerUse: 0.5 },
+            maporl: { bonus: { correctedAlone: 0, persuadedCorrectly: 0, wrongButUseful: 2, persuasive: 0, signs: "paper" } } } });
+        console.log(formatSummary(s));
+        const [untrained, maporl, independent] = s.rows.map((r) => r.majorityAccuracy[2]!);
+        const chance = 0.1;  // one digit alone: the other is uniform over 10
+        expect(untrained!).toBeLessThan(chance + 0.05);
+        expect(maporl!).toBeGreaterThan(3.5 * chance);
+        expect(maporl! - independent!).toBeGreaterThan(0.15);
+    }, 900_000);
+});
