@@ -20,7 +20,7 @@ function jointPrompt(r: TeamRollout, e: number, t: number, feedback: boolean): s
 }
 
 export async function collmIteration(cfg: TrainConfig, r: TeamRollout, trainable: (NativePolicy | null)[], critics: (NativePolicy | null)[],
-    trainTurn: (t: number) => boolean, _seed: number, signal?: AbortSignal): Promise<AgentStats[]> {
+    trainTurn: (t: number) => boolean, signal?: AbortSignal): Promise<AgentStats[]> {
     const { turns: T, agents: A } = r, E = r.items.length, central = cfg.algo === "collm-cc";
     const reward = new Float32Array(E * T);
     r.entries.forEach((ep, e) => ep.forEach((turn, t) => { reward[e * T + t] = turn.reduce((s, x) => s + x.score, 0) / A; }));

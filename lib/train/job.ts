@@ -7,7 +7,7 @@
 // metrics.jsonl, traces.jsonl, checkpoint/ and models/. Every random draw comes from (seed, stage, step), and the
 // checkpoint after every step records the byte length of the two logs, so `resume` truncates what a killed
 // process wrote after it and continues with the same numbers as an uninterrupted run.
-import { appendFileSync, existsSync, mkdirSync, readFileSync, truncateSync, writeFileSync } from "node:fs";
+import { appendFileSync, existsSync, mkdirSync, readFileSync, statSync, truncateSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 
 import { NativePolicy } from "../policy/nativePolicy.js";
@@ -52,7 +52,7 @@ export function makeTask(cfg: TrainConfig): Task {
     return arithDebateTask({ agents: cfg.agents, steps: cfg.taskOptions.steps, maxOperand: cfg.taskOptions.maxOperand, format: "compact" });
 }
 
-const size = (f: string) => (existsSync(f) ? readFileSync(f).length : 0);
+const size = (f: string) => (existsSync(f) ? statSync(f).size : 0);
 
 export async function trainJob(o: TrainJobOptions): Promise<TrainSummary> {
     const out = o.out, log = o.log ?? (() => undefined), signal = o.signal;

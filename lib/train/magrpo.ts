@@ -57,7 +57,9 @@ async function batchedTrees(cfg: TrainConfig, task: Task, items: TaskItem[], age
         const gens: Generation[][][] = frontier.map(() => agents.map(() => []));  // [state][agent][g]
         const byModel = new Map<NativePolicy, { s: number; a: number; g: number }[]>();
         frontier.forEach((_, st) => agents.forEach((_, a) => {
-            for (let g = 0; g < G; g++) byModel.set(who[a]!, [...(byModel.get(who[a]!) ?? []), { s: st, a, g }]);
+            const list = byModel.get(who[a]!) ?? [];
+            for (let g = 0; g < G; g++) list.push({ s: st, a, g });
+            byModel.set(who[a]!, list);
         }));
         for (const [model, reqs] of byModel) {
             const out = await model.generate(reqs.map(({ s: st, a, g }) => ({ prompt: frontier[st]!.prompts[a]!,

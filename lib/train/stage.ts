@@ -96,6 +96,6 @@ export async function runIteration(cfg: TrainConfig, task: Task, items: TaskItem
         stats = await maporlUpdate(r, trainable, m.critics, ref, trainTurn, { klCoef: mp.klCoef, discount: mp.discount, bonus: mp.bonus,
             gamma: mp.gamma, lambda: mp.lambda, ppoEpochs: mp.ppoEpochs, clip: mp.clip, valueClip: mp.valueClip, lr: cfg.lr, criticLr: cfg.criticLr,
             seed, ...(signal ? { signal } : {}) });
-    } else stats = await collmIteration(cfg, r, trainable, m.critics, trainTurn, seed, signal);
+    } else stats = await collmIteration(cfg, r, trainable, m.critics, trainTurn, signal);
     return { stats, train: teamMetrics(r), trace: traceOf(r) };
 }

@@ -7,6 +7,7 @@
 // Items carry a per-agent view (what that agent is shown at turn 0) and the reference answer.
 import { mulberry32 } from "../random.js";
 import { gsm8kVerifier, type Verifier } from "../rewards/verifiers.js";
+import { requireInteger, requireNumber } from "../validate.js";
 
 export interface TaskItem {
     id: string;
@@ -33,6 +34,11 @@ export interface Task {
     warmStart?(item: TaskItem, agent: number, turn: number, previous: string[] | null, rng: () => number): string;
 }
 
+function requireFormat(where: string, format: unknown): "words" | "compact" {
+    if (format !== "words" && format !== "compact") throw new RangeError(`${where}: format: expected 'words' or 'compact', got ${JSON.stringify(format)}`);
+    return format;
+}
+
 function requireCount(where: string, count: unknown, seed: unknown): void {
     if (!Number.isInteger(count) || (count as number) < 0) throw new RangeError(`${where}: count: expected an integer >= 0, got ${String(count)}`);
     if (!Number.isInteger(seed) || (seed as number) < 0) throw new RangeError(`${where}: seed: expected an integer >= 0, got ${String(seed)}`);
@@ -46,11 +52,9 @@ function requireCount(where: string, count: unknown, seed: unknown): void {
  * probability `peerUse`. Nobody announces its number on purpose: co-training has to find that protocol.
  */
 export function splitSumTask(options: { agents?: number; digits?: number; format?: "words" | "compact"; peerUse?: number } = {}): Task {
-    const agents = options.agents ?? 2, digits = options.digits ?? 1, format = options.format ?? "words", peerUse = options.peerUse ?? 0.3;
-    if (format !== "words" && format !== "compact") throw new RangeError(`splitSumTask: format: expected 'words' or 'compact', got ${JSON.stringify(format)}`);
-    if (!(peerUse >= 0 && peerUse <= 1)) throw new RangeError(`splitSumTask: peerUse: expected a number in [0, 1], got ${String(peerUse)}`);
-    if (!Number.isInteger(agents) || agents < 2 || agents > 16) throw new RangeError(`splitSumTask: agents: expected an integer in [2, 16], got ${String(agents)}`);
-    if (!Number.isInteger(digits) || digits < 1 || digits > 6) throw new RangeError(`splitSumTask: digits: expected an integer in [1, 6], got ${String(digits)}`);
+    const fn = "splitSumTask", format = requireFormat(fn, options.format ?? "words");
+    const peerUse = requireNumber(fn, "peerUse", options.peerUse, 0.3, 0, 1);
+    const agents = requireInteger(fn, "agents", options.agents ?? 2, 2, 16), digits = requireInteger(fn, "digits", options.digits ?? 1, 1, 6);
     const hi = 10 ** digits;
     return {
         name: "split-sum",
@@ -91,11 +95,9 @@ const THINGS = ["apples", "books", "coins", "marbles", "stamps", "shells"];
  * "7+2=9,9*3=27,27-4=23;23", for the embedded character-level policy. The same seed gives the same problems in both.
  */
 export function arithDebateTask(options: { agents?: number; steps?: number; maxOperand?: number; format?: "words" | "compact" } = {}): Task {
-    const agents = options.agents ?? 3, steps = options.steps ?? 3, maxOperand = options.maxOperand ?? 9, format = options.format ?? "words";
-    if (format !== "words" && format !== "compact") throw new RangeError(`arithDebateTask: format: expected 'words' or 'compact', got ${JSON.stringify(format)}`);
-    if (!Number.isInteger(agents) || agents < 1 || agents > 16) throw new RangeError(`arithDebateTask: agents: expected an integer in [1, 16], got ${String(agents)}`);
-    if (!Number.isInteger(steps) || steps < 1 || steps > 8) throw new RangeError(`arithDebateTask: steps: expected an integer in [1, 8], got ${String(steps)}`);
-    if (!Number.isInteger(maxOperand) || maxOperand < 2 || maxOperand > 99) throw new RangeError(`arithDebateTask: maxOperand: expected an integer in [2, 99], got ${String(maxOperand)}`);
+    const fn = "arithDebateTask", format = requireFormat(fn, options.format ?? "words");
+    const agents = requireInteger(fn, "agents", options.agents ?? 3, 1, 16), steps = requireInteger(fn, "steps", options.steps ?? 3, 1, 8);
+    const maxOperand = requireInteger(fn, "maxOperand", options.maxOperand ?? 9, 2, 99);
     return {
         name: "arith-debate",
         agents,

@@ -20,7 +20,7 @@ import { groupAdvantages } from "../rl/groupAdvantages.js";
 import { fusedPolicyLoss } from "../rl/logits.js";
 import { reinforceReturns } from "../rl/reinforceReturns.js";
 import { sample } from "../rl/sampling.js";
-import { requireChoice, requireNumber, requireOptions } from "../validate.js";
+import { requireChoice, requireInteger, requireNumber, requireOptions } from "../validate.js";
 
 export interface ToyPayoffs { rCol: number; rInd: number; rSyn: number }
 
@@ -73,9 +73,7 @@ export function observation2(p: ToyPayoffs, reward: "own" | "team" = "team"): bo
 }
 
 function requireInt(what: string, x: unknown, dflt: number, lo: number, hi: number): number {
-    const v = x ?? dflt;
-    if (!Number.isInteger(v) || (v as number) < lo || (v as number) > hi) throw new RangeError(`toyGame: ${what}: expected an integer in [${lo}, ${hi}], got ${String(x)}`);
-    return v as number;
+    return requireInteger("toyGame", what, x ?? dflt, lo, hi);
 }
 
 /** Trains tabular softmax policies on the toy game and returns the collaboration-rate curve. */
