@@ -17,6 +17,20 @@
         }                                                                                             \
     } while (0)
 
+// The throwing twin, for host code that runs inside maporl::guarded (the GPT ops and model).
+#define MAPORL_CUDA_THROW(expr)                                                                       \
+    do {                                                                                              \
+        cudaError_t maporl_e_ = (expr);                                                               \
+        if (maporl_e_ != cudaSuccess) {                                                               \
+            (void)cudaGetLastError();                                                                 \
+            ::maporl::throw_error(MAPORL_ERR_CUDA, "%s failed: %s (%s)", #expr,                       \
+                                  cudaGetErrorName(maporl_e_), cudaGetErrorString(maporl_e_));       \
+        }                                                                                             \
+    } while (0)
+
+// After a kernel launch: a bad launch configuration throws here (execution errors surface at the next sync).
+#define MAPORL_CUDA_LAUNCHED(what) MAPORL_CUDA_THROW(cudaPeekAtLastError())
+
 #define MAPORL_RETURN_IF_ERROR(expr)                   \
     do {                                               \
         maporl_status maporl_s_ = (expr);              \
@@ -70,6 +84,16 @@ __device__ T block_max(T v, T * sh) {
     T s = sh[0];
     for (int w = 1; w < (int)(blockDim.x >> 5); ++w) s = sh[w] > s ? sh[w] : s;
     return s;
+}
+
+}  // namespace maporl
+
+namespace maporl {
+
+// Blocks for a grid-stride loop over n elements with `threads` per block (at least 1, at most 65535 * 16).
+inline unsigned grid_for(int64_t n, int threads) {
+    const int64_t b = (n + threads - 1) / threads;
+    return (unsigned)(b < 1 ? 1 : (b > 1048560 ? 1048560 : b));
 }
 
 }  // namespace maporl

@@ -5,6 +5,7 @@
 
 #include "core.h"
 #include "gae.h"
+#include "gpt_cuda.h"
 #include "group_advantages.h"
 #include "policy_loss.h"
 #include "sampling.h"
@@ -57,6 +58,24 @@ maporl_status sample_cuda(const float *, int64_t, int64_t, const maporl_sample_p
     return no_device("sample");
 }
 
+namespace gpt {
+
+// The device model: creation answers "no CUDA in this build"; the rest is unreachable without a model.
+[[noreturn]] static void no_gpt_device() {
+    throw_error(MAPORL_ERR_NO_DEVICE, "device: 'cuda' requested, but this build of maporl has no CUDA support (rebuild with MAPORL_CUDA=1)");
+}
+CudaModel * cuda_model_create(const Config &) { no_gpt_device(); }
+void cuda_model_free(CudaModel *) {}
+void cuda_model_upload(CudaModel *, int, const float *, int64_t) { no_gpt_device(); }
+void cuda_model_download(const CudaModel *, int, float *, int64_t) { no_gpt_device(); }
+void cuda_model_forward(CudaModel *, const int32_t *, int64_t, int64_t, float *, float *) { no_gpt_device(); }
+void cuda_model_backward(CudaModel *, const float *, const float *) { no_gpt_device(); }
+void cuda_model_zero_grad(CudaModel *) { no_gpt_device(); }
+double cuda_model_update(CudaModel *, const AdamW &, double, int64_t) { no_gpt_device(); }
+void cuda_model_cache_reset(CudaModel *, int64_t, int64_t) { no_gpt_device(); }
+void cuda_model_decode(CudaModel *, const int32_t *, int64_t, float *, float *) { no_gpt_device(); }
+
+}  // namespace gpt
 }  // namespace maporl
 
 extern "C" {

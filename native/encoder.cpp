@@ -3,6 +3,7 @@
 // the accumulation order over tokens is always b, t.
 #include <algorithm>
 
+#include "gpt_cuda.h"
 #include "gpt_ops.h"
 #include "threadpool.h"
 
@@ -35,6 +36,31 @@ void encoder_backward(F * dwte, F * dwpe, const F * dout, const int32_t * inp, i
         }
     });
 }
+
+namespace cuda {
+
+// Host code (also in builds without CUDA, where the tests check it): a counting sort of the token ids.
+TokenBuckets bucket_tokens(const int32_t * tokens, int64_t N) {
+    TokenBuckets tb;
+    int32_t mx = -1;
+    for (int64_t n = 0; n < N; ++n) mx = std::max(mx, tokens[n]);
+    std::vector<int32_t> count((size_t)(mx + 1), 0);
+    for (int64_t n = 0; n < N; ++n) ++count[(size_t)tokens[n]];
+    std::vector<int32_t> slot((size_t)(mx + 1), -1);
+    tb.offsets.push_back(0);
+    for (int32_t v = 0; v <= mx; ++v)
+        if (count[(size_t)v] > 0) {
+            slot[(size_t)v] = (int32_t)tb.ids.size();
+            tb.ids.push_back(v);
+            tb.offsets.push_back(tb.offsets.back() + count[(size_t)v]);
+        }
+    std::vector<int32_t> next(tb.offsets.begin(), tb.offsets.end() - 1);
+    tb.positions.resize((size_t)N);
+    for (int64_t n = 0; n < N; ++n) tb.positions[(size_t)next[(size_t)slot[(size_t)tokens[n]]]++] = (int32_t)n;
+    return tb;
+}
+
+}  // namespace cuda
 
 #define MAPORL_INSTANTIATE(F)                                                                                     \
     template void encoder_forward<F>(F *, const int32_t *, const F *, const F *, int64_t, int64_t, int64_t);     \

@@ -26,6 +26,14 @@ void check_config(const Config & c) {
     need(c.mlp_ratio >= 1 && c.mlp_ratio <= 16, "mlpRatio: expected an integer in [1, 16]", (long long)c.mlp_ratio);
 }
 
+void check_forward(const Config & cfg, const int32_t * tok, int64_t B, int64_t T) {
+    if (T < 1 || T > cfg.context) throw_error(MAPORL_ERR_INVALID_ARG, "T: expected 1..%lld (context), got %lld", (long long)cfg.context, (long long)T);
+    if (B < 1) throw_error(MAPORL_ERR_INVALID_ARG, "B: expected >= 1, got %lld", (long long)B);
+    for (int64_t i = 0; i < B * T; ++i)
+        if (tok[i] < 0 || tok[i] >= cfg.vocab)
+            throw_error(MAPORL_ERR_INVALID_ARG, "tokens: expected ids in [0, %lld), got %d at index %lld", (long long)cfg.vocab, (int)tok[i], (long long)i);
+}
+
 Layout make_layout(const Config & c) {
     check_config(c);
     Layout L;
@@ -105,11 +113,7 @@ void Model<F>::init(uint64_t seed) {
 
 template <typename F>
 void Model<F>::forward(const int32_t * tok, int64_t B_, int64_t T_) {
-    if (T_ < 1 || T_ > cfg.context) throw_error(MAPORL_ERR_INVALID_ARG, "T: expected 1..%lld (context), got %lld", (long long)cfg.context, (long long)T_);
-    if (B_ < 1) throw_error(MAPORL_ERR_INVALID_ARG, "B: expected >= 1, got %lld", (long long)B_);
-    for (int64_t i = 0; i < B_ * T_; ++i)
-        if (tok[i] < 0 || tok[i] >= cfg.vocab)
-            throw_error(MAPORL_ERR_INVALID_ARG, "tokens: expected ids in [0, %lld), got %d at index %lld", (long long)cfg.vocab, (int)tok[i], (long long)i);
+    check_forward(cfg, tok, B_, T_);
     B = B_;
     T = T_;
     const int64_t N = B * T, C = cfg.d_model, H = cfg.mlp_ratio * C, NH = cfg.heads, V = cfg.vocab;

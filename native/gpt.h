@@ -23,6 +23,8 @@ struct Config {
 
 // Throws Error(MAPORL_ERR_INVALID_ARG) naming the field when the config is unusable.
 void check_config(const Config & c);
+// Throws naming the argument unless 1 <= T <= context, B >= 1 and every token id lies in [0, vocab).
+void check_forward(const Config & c, const int32_t * tokens, int64_t B, int64_t T);
 
 // Offsets of every parameter tensor in the flat parameter array, in a fixed order (that order is the checkpoint's).
 struct Layout {

@@ -1,15 +1,22 @@
-// gpt_api.cpp: the C entry points of the embedded GPT (maporl.h) over gpt::Model<float> (gpt.cpp). Every call is
-// guarded: a bad argument is a status with a message, never an exception across the C boundary.
+// gpt_api.cpp: the C entry points of the embedded GPT (maporl.h) over gpt::Model<float> (gpt.cpp), or over
+// gpt::CudaModel (cuda/gpt.cu) once the model is moved to CUDA: then the host Model keeps the config, layout,
+// step counter and shapes, and its parameter vectors serve as staging for get / set. Every call is guarded: a bad
+// argument is a status with a message, never an exception across the C boundary.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "core.h"
 #include "gpt.h"
+#include "gpt_cuda.h"
 
 struct maporl_gpt {
     maporl::gpt::Model<float> model;
+    maporl::gpt::CudaModel * cuda = nullptr;  // non-null: the model lives on the device
     explicit maporl_gpt(const maporl::gpt::Config & c) : model(c) {}
+    ~maporl_gpt() { maporl::gpt::cuda_model_free(cuda); }
+    maporl_gpt(const maporl_gpt &) = delete;
+    maporl_gpt & operator=(const maporl_gpt &) = delete;
 };
 
 using namespace maporl;
@@ -117,6 +124,10 @@ maporl_status maporl_gpt_get(const maporl_gpt * gpt, int which, float * out, int
         if (count != (int64_t)b.size())
             throw_error(MAPORL_ERR_INVALID_ARG, "count: expected %lld (the parameter count), got %lld", (long long)b.size(), (long long)count);
         require_ptr(out, "out", count);
+        if (gpt->cuda) {
+            gpt::cuda_model_download(gpt->cuda, which, out, count);
+            return MAPORL_OK;
+        }
         std::memcpy(out, b.data(), sizeof(float) * b.size());
         return MAPORL_OK;
     });
@@ -129,6 +140,10 @@ maporl_status maporl_gpt_set(maporl_gpt * gpt, int which, const float * in, int6
         if (count != (int64_t)b.size())
             throw_error(MAPORL_ERR_INVALID_ARG, "count: expected %lld (the parameter count), got %lld", (long long)b.size(), (long long)count);
         require_ptr(in, "in", count);
+        if (gpt->cuda) {
+            gpt::cuda_model_upload(gpt->cuda, which, in, count);
+            return MAPORL_OK;
+        }
         std::memcpy(b.data(), in, sizeof(float) * b.size());
         return MAPORL_OK;
     });
@@ -158,6 +173,12 @@ maporl_status maporl_gpt_forward(maporl_gpt * gpt, const int32_t * tokens, int64
         require_gpt(gpt);
         require_dims(B, T, "B", "T");
         require_ptr(tokens, "tokens", B * T);
+        if (gpt->cuda) {
+            gpt::cuda_model_forward(gpt->cuda, tokens, B, T, logits_out, values_out);
+            gpt->model.B = B;
+            gpt->model.T = T;
+            return MAPORL_OK;
+        }
         gpt->model.forward(tokens, B, T);
         if (logits_out) std::memcpy(logits_out, gpt->model.logits.data(), sizeof(float) * gpt->model.logits.size());
         if (values_out) std::memcpy(values_out, gpt->model.values.data(), sizeof(float) * gpt->model.values.size());
@@ -168,7 +189,10 @@ maporl_status maporl_gpt_forward(maporl_gpt * gpt, const int32_t * tokens, int64
 maporl_status maporl_gpt_backward(maporl_gpt * gpt, const float * dlogits, const float * dvalues) {
     return guarded([&] {
         require_gpt(gpt);
-        gpt->model.backward(dlogits, dvalues);
+        if (gpt->cuda)
+            gpt::cuda_model_backward(gpt->cuda, dlogits, dvalues);
+        else
+            gpt->model.backward(dlogits, dvalues);
         return MAPORL_OK;
     });
 }
@@ -176,7 +200,10 @@ maporl_status maporl_gpt_backward(maporl_gpt * gpt, const float * dlogits, const
 maporl_status maporl_gpt_zero_grad(maporl_gpt * gpt) {
     return guarded([&] {
         require_gpt(gpt);
-        gpt->model.zero_grad();
+        if (gpt->cuda)
+            gpt::cuda_model_zero_grad(gpt->cuda);
+        else
+            gpt->model.zero_grad();
         return MAPORL_OK;
     });
 }
@@ -194,7 +221,14 @@ maporl_status maporl_gpt_step(maporl_gpt * gpt, const maporl_adamw_params * para
         if (!(p.weight_decay >= 0.0f && std::isfinite(p.weight_decay)))
             throw_error(MAPORL_ERR_INVALID_ARG, "params.weight_decay: expected a finite number >= 0, got %g", (double)p.weight_decay);
         if (std::isnan(max_grad_norm)) throw_error(MAPORL_ERR_INVALID_ARG, "max_grad_norm: expected a number (<= 0: no clip), got NaN");
-        const double n = gpt->model.update(gpt::AdamW{p.lr, p.beta1, p.beta2, p.eps, p.weight_decay}, max_grad_norm);
+        const gpt::AdamW h{p.lr, p.beta1, p.beta2, p.eps, p.weight_decay};
+        double n;
+        if (gpt->cuda) {
+            n = gpt::cuda_model_update(gpt->cuda, h, max_grad_norm, gpt->model.step + 1);
+            ++gpt->model.step;
+        } else {
+            n = gpt->model.update(h, max_grad_norm);
+        }
         if (grad_norm_out) *grad_norm_out = n;
         return MAPORL_OK;
     });
@@ -203,7 +237,13 @@ maporl_status maporl_gpt_step(maporl_gpt * gpt, const maporl_adamw_params * para
 maporl_status maporl_gpt_cache_reset(maporl_gpt * gpt, int64_t batch, int64_t max_len) {
     return guarded([&] {
         require_gpt(gpt);
-        gpt->model.cache_reset(batch, max_len);
+        if (gpt->cuda) {
+            gpt::cuda_model_cache_reset(gpt->cuda, batch, max_len);
+            gpt->model.cache_batch = batch;
+            gpt->model.cache_len = max_len;
+        } else {
+            gpt->model.cache_reset(batch, max_len);
+        }
         return MAPORL_OK;
     });
 }
@@ -213,6 +253,10 @@ maporl_status maporl_gpt_decode(maporl_gpt * gpt, const int32_t * tokens, int64_
     return guarded([&] {
         require_gpt(gpt);
         require_ptr(tokens, "tokens", gpt->model.cache_batch);
+        if (gpt->cuda) {
+            gpt::cuda_model_decode(gpt->cuda, tokens, pos, logits_out, values_out);
+            return MAPORL_OK;
+        }
         gpt->model.decode(tokens, pos);
         if (logits_out) std::memcpy(logits_out, gpt->model.step_logits.data(), sizeof(float) * gpt->model.step_logits.size());
         if (values_out) std::memcpy(values_out, gpt->model.step_values.data(), sizeof(float) * gpt->model.step_values.size());
@@ -235,6 +279,60 @@ maporl_status maporl_gpt_forward_shape(const maporl_gpt * gpt, int64_t * B_out, 
         require_gpt(gpt);
         if (B_out) *B_out = gpt->model.B;
         if (T_out) *T_out = gpt->model.T;
+        return MAPORL_OK;
+    });
+}
+
+maporl_status maporl_gpt_set_device(maporl_gpt * gpt, maporl_device device) {
+    return guarded([&] {
+        require_gpt(gpt);
+        require_device(device);
+        gpt::Model<float> & m = gpt->model;
+        const int64_t n = m.layout.total;
+        if ((device == MAPORL_DEVICE_CUDA) == (gpt->cuda != nullptr)) return MAPORL_OK;
+        if (device == MAPORL_DEVICE_CUDA) {
+            gpt::CudaModel * c = gpt::cuda_model_create(m.cfg);
+            try {
+                gpt::cuda_model_upload(c, 0, m.params.data(), n);
+                gpt::cuda_model_upload(c, 1, m.m.data(), n);
+                gpt::cuda_model_upload(c, 2, m.v.data(), n);
+                gpt::cuda_model_upload(c, 3, m.grads.data(), n);
+            } catch (...) {
+                gpt::cuda_model_free(c);
+                throw;
+            }
+            gpt->cuda = c;
+        } else {
+            // Download into temporaries first: a failure leaves the model on the device, intact.
+            std::vector<float> p((size_t)n), mm((size_t)n), vv((size_t)n), g((size_t)n);
+            gpt::cuda_model_download(gpt->cuda, 0, p.data(), n);
+            gpt::cuda_model_download(gpt->cuda, 1, mm.data(), n);
+            gpt::cuda_model_download(gpt->cuda, 2, vv.data(), n);
+            gpt::cuda_model_download(gpt->cuda, 3, g.data(), n);
+            m.params.swap(p);
+            m.m.swap(mm);
+            m.v.swap(vv);
+            m.grads.swap(g);
+            gpt::cuda_model_free(gpt->cuda);
+            gpt->cuda = nullptr;
+        }
+        // The last forward and the cache belong to the other device.
+        m.B = m.T = 0;
+        m.cache_batch = m.cache_len = 0;
+        m.acts = gpt::Acts<float>();
+        m.logits = std::vector<float>();
+        m.values = std::vector<float>();
+        m.kcache = std::vector<float>();
+        m.vcache = std::vector<float>();
+        return MAPORL_OK;
+    });
+}
+
+maporl_status maporl_gpt_get_device(const maporl_gpt * gpt, maporl_device * device_out) {
+    return guarded([&] {
+        require_gpt(gpt);
+        require_ptr(device_out, "device_out", 1);
+        *device_out = gpt->cuda ? MAPORL_DEVICE_CUDA : MAPORL_DEVICE_CPU;
         return MAPORL_OK;
     });
 }

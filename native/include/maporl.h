@@ -313,7 +313,7 @@ maporl_status maporl_sample_logprobs(maporl_device device, const float * logits,
                                      const maporl_sample_params * params, const int32_t * tokens,
                                      float * logprobs_out, float * raw_logprobs_out);
 
-/* ---- the embedded GPT policy (CPU) ----------------------------------------------------------------- */
+/* ---- the embedded GPT policy (CPU, or CUDA after maporl_gpt_set_device) ------------------------------ */
 
 typedef struct maporl_gpt maporl_gpt;  /* opaque; one call at a time per handle */
 
@@ -367,6 +367,12 @@ maporl_status maporl_gpt_decode(maporl_gpt * gpt, const int32_t * tokens, int64_
 maporl_status maporl_gpt_cache_info(const maporl_gpt * gpt, int64_t * batch_out, int64_t * max_len_out, int64_t * vocab_out);
 /* B and T of the last forward (0, 0 before any): the shapes maporl_gpt_backward reads. */
 maporl_status maporl_gpt_forward_shape(const maporl_gpt * gpt, int64_t * B_out, int64_t * T_out);
+/* Moves the model (parameters, AdamW moments, gradients) to MAPORL_DEVICE_CUDA or back to MAPORL_DEVICE_CPU.
+ * Every other call keeps its host-array interface: tokens, logits, dlogits and parameters cross to the device and
+ * back. The last forward and the KV cache are dropped. Without a GPU (or CUDA in the build) moving to CUDA is
+ * MAPORL_ERR_NO_DEVICE and the model stays on the CPU, unchanged. */
+maporl_status maporl_gpt_set_device(maporl_gpt * gpt, maporl_device device);
+maporl_status maporl_gpt_get_device(const maporl_gpt * gpt, maporl_device * device_out);
 
 /* ---- benchmarking helpers ----------------------------------------------------------------------- */
 
