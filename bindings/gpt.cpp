@@ -8,6 +8,7 @@
 //   gptBackward(handle, dlogits|null, dvalues|null) [+ Async]; gptZeroGrad(handle)
 //   gptStep(handle, lr, beta1, beta2, eps, weightDecay, maxGradNorm) -> grad norm [+ Async]
 //   gptCacheReset(handle, batch, maxLen); gptDecode(handle, tokens: Int32Array, pos, logits|null, values|null)
+//   gptSetDevice(handle, 0 cpu | 1 cuda); gptGetDevice(handle) -> 0 | 1
 #include <napi.h>
 
 #include <memory>
@@ -198,8 +199,23 @@ StepCall UnpackStep(const Napi::CallbackInfo & info, std::vector<Napi::Value> * 
 }
 
 Napi::Value ZeroGrad(const Napi::CallbackInfo & info) {
-    maporl_gpt_zero_grad(Get(info)->gpt);
+    const maporl_status st = maporl_gpt_zero_grad(Get(info)->gpt);
+    if (st != MAPORL_OK) ThrowStatus(info.Env(), st, "gptZeroGrad");
     return info.Env().Undefined();
+}
+
+Napi::Value SetDevice(const Napi::CallbackInfo & info) {
+    Handle * h = Get(info);
+    const maporl_status st = maporl_gpt_set_device(h->gpt, (maporl_device)RequireInt(info, 1, "device", 0, 1));
+    if (st != MAPORL_OK) ThrowStatus(info.Env(), st, "gptSetDevice");
+    return info.Env().Undefined();
+}
+
+Napi::Value GetDevice(const Napi::CallbackInfo & info) {
+    maporl_device d = MAPORL_DEVICE_CPU;
+    const maporl_status st = maporl_gpt_get_device(Get(info)->gpt, &d);
+    if (st != MAPORL_OK) ThrowStatus(info.Env(), st, "gptGetDevice");
+    return Napi::Number::New(info.Env(), (double)d);
 }
 
 Napi::Value CacheReset(const Napi::CallbackInfo & info) {
@@ -264,6 +280,8 @@ void InitGpt(Napi::Env env, Napi::Object exports) {
     exports.Set("gptCacheReset", Napi::Function::New(env, CacheReset, "gptCacheReset"));
     exports.Set("gptDecode", Napi::Function::New(env, JsDecode, "gptDecode"));
     exports.Set("gptDecodeAsync", Napi::Function::New(env, JsDecodeAsync, "gptDecodeAsync"));
+    exports.Set("gptSetDevice", Napi::Function::New(env, SetDevice, "gptSetDevice"));
+    exports.Set("gptGetDevice", Napi::Function::New(env, GetDevice, "gptGetDevice"));
 }
 
 }  // namespace maporl_js

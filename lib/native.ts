@@ -126,6 +126,9 @@ export interface NativeBinding {
     gptCacheReset(h: GptHandle, batch: number, maxLen: number): void;
     gptDecode(h: GptHandle, tokens: Int32Array, pos: number, logits: F32 | null, values: F32 | null): void;
     gptDecodeAsync(h: GptHandle, tokens: Int32Array, pos: number, logits: F32 | null, values: F32 | null): Promise<void>;
+    /** 0 = CPU, 1 = CUDA (MaporlError MAPORL_ERR_NO_DEVICE without a GPU; the model then stays on the CPU). */
+    gptSetDevice(h: GptHandle, device: 0 | 1): void;
+    gptGetDevice(h: GptHandle): 0 | 1;
     gaeAsync(rewards: Float32Array, values: Float32Array, mask: MaskArray, B: number, T: number, gamma: number,
         lambda: number, whiten: boolean, device: 0 | 1, advantages: Float32Array,
         returns: Float32Array): Promise<void>;

@@ -7,6 +7,7 @@
 import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 
+import { type Device, resolveDevice } from "../backend.js";
 import { native, type GptHandle } from "../native.js";
 import { fusedPolicyLoss, logprobs } from "../rl/logits.js";
 import { type LossOptions, type PolicyLossStats, valueLoss } from "../rl/policyLoss.js";
@@ -31,6 +32,12 @@ export interface NativePolicyConfig {
     /** Initialisation seed. Defaults to 0. */
     seed?: number;
     name?: string;
+    /**
+     * Where the weights, optimizer state and activations live: 'cpu' (default: bit-identical for any thread count),
+     * 'cuda' (a MaporlError MAPORL_ERR_NO_DEVICE without a GPU or a CUDA build), or 'auto' (CUDA when a device is
+     * visible). Tokens, logits and their gradients still cross to the host, where sampling and the loss kernels run.
+     */
+    device?: Device;
 }
 
 export interface TrainBatch {
@@ -65,7 +72,11 @@ export interface TrainOptions {
     maxGradNorm?: number;
     /** Only accumulate gradients (no optimizer step, gradients kept for the next call). Defaults to false. */
     accumulate?: boolean;
+    /** Checked before the forward, the loss and the backward: an abort rejects with the gradients untouched (once the
+     * backward has run, the step completes). */
     signal?: AbortSignal;
+    /** Called after each phase with (phases done, phases in this step): 3 with `accumulate`, else 4. */
+    onProgress?: (done: number, total: number) => void;
 }
 
 export interface TrainResult {
@@ -81,7 +92,7 @@ const requireInt = (what: string, x: unknown, lo: number, hi: number) => require
 export class NativePolicy implements Policy {
     readonly name: string;
     readonly tokenizer: CharTokenizer;
-    readonly config: Required<Omit<NativePolicyConfig, "tokenizer" | "name">>;
+    readonly config: Required<Omit<NativePolicyConfig, "tokenizer" | "name" | "device">>;
     private handle: GptHandle | null;
     private queue: Promise<unknown> = Promise.resolve();
     private readonly V: number;
@@ -102,13 +113,41 @@ export class NativePolicy implements Policy {
         this.config.seed);
     }
 
-    /** A freshly initialised model. */
+    /** A freshly initialised model (on `config.device`). */
     static async create(config: NativePolicyConfig): Promise<NativePolicy> {
         if (config === null || typeof config !== "object") throw new TypeError("NativePolicy.create: config: expected an object");
-        return new NativePolicy(config);
+        return new NativePolicy(config).placed("NativePolicy.create", config.device);
+    }
+
+    // Moves a new model to `device`, freeing it if that fails (the caller never sees a half-made policy).
+    private placed(fn: string, device: unknown): NativePolicy {
+        const d = resolveDevice(fn, device ?? "cpu", 1, 0);
+        try {
+            if (d === "cuda") native.gptSetDevice(this.h(), 1);
+        } catch (e) {
+            native.gptFree(this.h());
+            this.handle = null;
+            throw e;
+        }
+        return this;
     }
 
     get parameterCount(): number { return native.gptParamCount(this.h()); }
+
+    /** Where the model lives now. */
+    get device(): "cpu" | "cuda" { return native.gptGetDevice(this.h()) === 1 ? "cuda" : "cpu"; }
+
+    /**
+     * Moves the model (weights, AdamW moments, accumulated gradients) to `device` after the calls in flight. A failed
+     * move (no GPU) rejects and leaves the model where it was. The KV cache and the last forward are dropped.
+     */
+    async to(device: Device): Promise<this> {
+        const d = resolveDevice(`${this.name}.to`, device, 1, 0);
+        return this.serial(async () => {
+            native.gptSetDevice(this.h(), d === "cuda" ? 1 : 0);
+            return this;
+        });
+    }
 
     private h(): GptHandle {
         if (!this.handle) throw new Error(`${this.name}: the model was disposed`);
@@ -235,12 +274,18 @@ export class NativePolicy implements Policy {
                 throw new TypeError(`${this.name}.trainStep: returns: expected a Float32Array of ${B * T} elements for loss 'value'`);
         } else if (loss !== "sft" && !(batch.advantages instanceof Float32Array))
             throw new TypeError(`${this.name}.trainStep: advantages: expected a Float32Array ([B] or [B, T]) for a policy loss`);
+        if (options.onProgress !== undefined && typeof options.onProgress !== "function")
+            throw new TypeError(`${this.name}.trainStep: onProgress: expected a function`);
         return this.serial(async () => {
             const h = this.h();
+            const phases = options.accumulate ? 3 : 4;
+            const phase = (done: number) => { options.onProgress?.(done, phases); };
             options.signal?.throwIfAborted();
             const isValue = loss === "value";
             const logits = isValue ? null : new Float32Array(B * T * this.V), values = isValue ? new Float32Array(B * T) : null;
             await native.gptForwardAsync(h, batch.tokens, B, T, logits, values);
+            phase(1);
+            options.signal?.throwIfAborted();
             const sft = loss === "sft";
             const r = isValue ? this.valueGrad(values!, batch, options.valueClip ?? null) : fusedPolicyLoss({ logits: logits!, targets: batch.targets, mask: batch.mask, shape: [B, T, this.V],
                 advantages: sft ? new Float32Array(B * T).fill(1) : batch.advantages!, ...(batch.oldLogp ? { oldLogp: batch.oldLogp } : {}),
@@ -252,8 +297,11 @@ export class NativePolicy implements Policy {
                 for (let i = 0; i < B * T; i++) if (batch.mask[i]) { s += ent[i]!; n++; }
                 r.stats.entropyMean = n ? s / n : 0;
             }
+            phase(2);
+            options.signal?.throwIfAborted();
             if (this.needZero) native.gptZeroGrad(h);
             await native.gptBackwardAsync(h, "gradValues" in r ? null : r.gradLogits, "gradValues" in r ? r.gradValues : null);
+            phase(3);
             if (options.accumulate) {
                 this.needZero = false;
                 return { loss: r.loss, gradNorm: NaN, stats: r.stats, step: native.gptGetStep(h) };
@@ -261,6 +309,7 @@ export class NativePolicy implements Policy {
             const gradNorm = await native.gptStepAsync(h, options.lr ?? 3e-4, options.beta1 ?? 0.9, options.beta2 ?? 0.95, options.eps ?? 1e-8,
                 options.weightDecay ?? 0, options.maxGradNorm ?? 1);
             this.needZero = true;
+            phase(4);
             return { loss: r.loss, gradNorm, stats: r.stats, step: native.gptGetStep(h) };
         });
     }
@@ -277,14 +326,15 @@ export class NativePolicy implements Policy {
         return { loss: r.loss, gradLogits: new Float32Array(0), gradValues: r.gradValues, stats };
     }
 
-    /** A copy with the same weights (and tokenizer): e.g. the frozen reference policy. Optimizer state is not copied. */
+    /** A copy with the same weights (and tokenizer) on the same device: e.g. the frozen reference policy. Optimizer
+     * state is not copied. */
     async clone(name?: string): Promise<NativePolicy> {
         return this.serial(async () => {
             const c = new NativePolicy({ ...this.config, tokenizer: this.tokenizer, name: name ?? `${this.name}-clone` });
             const p = new Float32Array(this.parameterCount);
             native.gptGet(this.h(), 0, p);
             native.gptSet(c.h(), 0, p);
-            return c;
+            return c.placed(`${this.name}.clone`, this.device);
         });
     }
 
@@ -310,8 +360,9 @@ export class NativePolicy implements Policy {
         });
     }
 
-    /** Loads a checkpoint directory written by save(). */
-    static async load(dir: string): Promise<NativePolicy> {
+    /** Loads a checkpoint directory written by save() (checkpoints do not record a device: `options.device`,
+     * default 'cpu'). */
+    static async load(dir: string, options: { device?: Device } = {}): Promise<NativePolicy> {
         const read = (f: string) => {
             try { return readFileSync(join(dir, f), "utf8"); } catch { throw new Error(`NativePolicy.load: ${join(dir, f)}: missing (not a checkpoint directory?)`); }
         };
@@ -340,7 +391,7 @@ export class NativePolicy implements Policy {
             native.gptSet(h, which, t.data);
         }
         native.gptSetStep(h, requireInt("config.json step", cfg.step, 0, Number.MAX_SAFE_INTEGER));
-        return policy;
+        return policy.placed("NativePolicy.load", options.device);
     }
 
     /** Frees the native model after the calls in flight. */
