@@ -3,7 +3,8 @@ token + position embeddings, pre-LayerNorm blocks with causal multi-head attenti
 LayerNorm, LM head tied to the token embedding). Two kernels:
 - gpt_train: one AdamW training step (cross-entropy) on a [batch, context] batch;
 - gpt_generate: greedy generation of `new` tokens for `batch` prompts with a KV cache, token by token (an eager
-  Python loop, as a plain PyTorch implementation does)."""
+  Python loop, as a plain PyTorch implementation does).
+spec["device"]: "cpu" (default) or "cuda" (the model and batches on the GPU, for scripts/device-check.sh)."""
 import math
 
 import torch
@@ -28,7 +29,7 @@ class Block(torch.nn.Module):
             cache["k"], cache["v"] = k, v
         att = (q @ k.transpose(-2, -1)) / math.sqrt(C // H)
         Tk = k.shape[2]
-        mask = torch.ones(T, Tk, dtype=torch.bool).tril(Tk - T)
+        mask = torch.ones(T, Tk, dtype=torch.bool, device=x.device).tril(Tk - T)
         att = att.masked_fill(~mask, float("-inf")).softmax(-1)
         y = (att @ v).transpose(1, 2).reshape(B, T, C)
         x = x + self.proj(y)
@@ -44,7 +45,7 @@ class GPT(torch.nn.Module):
 
     def forward(self, idx, start=0, caches=None):
         B, T = idx.shape
-        x = self.wte(idx) + self.wpe(torch.arange(start, start + T))
+        x = self.wte(idx) + self.wpe(torch.arange(start, start + T, device=idx.device))
         for i, b in enumerate(self.h):
             x = b(x, None if caches is None else caches[i])
         return self.lnf(x) @ self.wte.weight.T
@@ -52,10 +53,11 @@ class GPT(torch.nn.Module):
 
 def run(spec):
     V, T, L, C, H, B = spec["vocab"], spec["context"], spec["layers"], spec["dModel"], spec["heads"], spec["batch"]
+    dev = spec.get("device", "cpu")
     torch.manual_seed(0)
-    m = GPT(V, T, L, C, H)
+    m = GPT(V, T, L, C, H).to(dev)
     if spec.get("mode") == "generate":
-        prompt = torch.randint(0, V, (B, spec["prompt"]))
+        prompt = torch.randint(0, V, (B, spec["prompt"]), device=dev)
         new = spec["new"]
 
         @torch.no_grad()
@@ -69,8 +71,8 @@ def run(spec):
             return tok
         return gen
     opt = torch.optim.AdamW(m.parameters(), lr=3e-4)
-    idx = torch.randint(0, V, (B, T))
-    tgt = torch.randint(0, V, (B, T))
+    idx = torch.randint(0, V, (B, T), device=dev)
+    tgt = torch.randint(0, V, (B, T), device=dev)
 
     def step():
         loss = torch.nn.functional.cross_entropy(m(idx).view(-1, V), tgt.view(-1))

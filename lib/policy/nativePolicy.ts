@@ -161,7 +161,11 @@ export class NativePolicy implements Policy {
         return run;
     }
 
-    /** Batched generation with the KV cache; requests with the same prompt length decode together. */
+    /**
+     * Batched generation with the KV cache: every request decodes in one batch whatever its prompt length (a row reads
+     * its prompt while longer prompts are still being read, and samples from the step after its last prompt token),
+     * so the tokens are the same as decoding each request alone. onProgress(done, total) counts finished requests.
+     */
     async generate(requests: GenerateRequest[], options: { signal?: AbortSignal; onProgress?: (done: number, total: number) => void } = {}): Promise<Generation[]> {
         if (!Array.isArray(requests)) throw new TypeError(`${this.name}: requests: expected an array`);
         const prompts = requests.map((r, i) => this.tokenizer.encodeChat(requestMessages(this.name, r, i)));
@@ -169,58 +173,52 @@ export class NativePolicy implements Policy {
             if (p.length >= this.config.contextLength)
                 throw new RangeError(`${this.name}: requests[${i}]: the prompt is ${p.length} tokens, the context is ${this.config.contextLength}`);
         });
+        if (requests.length === 0) return [];
         return this.serial(async () => {
-            const out: Generation[] = new Array(requests.length);
-            const groups = new Map<number, number[]>();
-            prompts.forEach((p, i) => groups.set(p.length, [...(groups.get(p.length) ?? []), i]));
-            let done = 0;
-            for (const [len, idx] of groups) {
-                const t0 = performance.now();
-                const gens = await this.decodeGroup(idx.map((i) => prompts[i]!), idx.map((i) => requests[i]!), len, options.signal);
-                idx.forEach((i, k) => { out[i] = { ...gens[k]!, latencyMs: performance.now() - t0 }; });
-                done += idx.length;
-                options.onProgress?.(done, requests.length);
-            }
-            return out;
+            const t0 = performance.now();
+            const gens = await this.decodeBatch(prompts, requests, options);
+            const ms = performance.now() - t0;
+            return gens.map((g) => ({ ...g, latencyMs: ms }));
         });
     }
 
-    private async decodeGroup(prompts: number[][], reqs: GenerateRequest[], len: number, signal?: AbortSignal): Promise<Generation[]> {
-        const B = prompts.length, V = this.V, h = this.h();
-        const maxNew = Math.max(...reqs.map((r) => r.sampling?.maxTokens ?? 64));
-        const total = Math.min(this.config.contextLength, len + Math.max(1, maxNew));
+    private async decodeBatch(prompts: number[][], reqs: GenerateRequest[], options: { signal?: AbortSignal; onProgress?: (done: number, total: number) => void }): Promise<Generation[]> {
+        const B = prompts.length, V = this.V, h = this.h(), ctx = this.config.contextLength, signal = options.signal;
+        const lens = prompts.map((p) => p.length);
+        // A row generates at most min(maxTokens, context - prompt) tokens (at least the prompt's next-token slot).
+        const limit = reqs.map((r, b) => Math.min(r.sampling?.maxTokens ?? 64, ctx - lens[b]!));
+        const total = Math.max(...lens.map((l, b) => l + Math.max(1, limit[b]!)));
         native.gptCacheReset(h, B, total);
         const logits = new Float32Array(B * V), cur = new Int32Array(B);
-        for (let pos = 0; pos < len; pos++) {
-            signal?.throwIfAborted();
-            for (let b = 0; b < B; b++) cur[b] = prompts[b]![pos]!;
-            await native.gptDecodeAsync(h, cur, pos, logits, null);
-        }
         const temperature = Float32Array.from(reqs, (r) => r.sampling?.temperature ?? 1);
         const topK = Int32Array.from(reqs, (r) => r.sampling?.topK ?? 0);
         const topP = Float32Array.from(reqs, (r) => r.sampling?.topP ?? 1);
         const seed = BigUint64Array.from(reqs, (r) => BigInt(r.seed ?? 0));
-        const limit = reqs.map((r) => Math.min(r.sampling?.maxTokens ?? 64, total - len));
         const toks: number[][] = reqs.map(() => []), lps: number[][] = reqs.map(() => []);
         const finished: string[] = limit.map((l) => (l > 0 ? "" : "length"));  // maxTokens 0: nothing to generate
-        for (let pos = len; !finished.every((f) => f); pos++) {
+        let done = finished.filter((f) => f).length;
+        for (let pos = 0; pos < total && done < B; pos++) {
             signal?.throwIfAborted();
-            const s = sample({ logits, shape: [B, V] }, { temperature, topK, topP, seed, position: BigInt64Array.from(reqs, () => BigInt(pos)),
+            for (let b = 0; b < B; b++) cur[b] = pos < lens[b]! ? prompts[b]![pos]! : finished[b] ? this.tokenizer.pad : toks[b]!.at(-1)!;
+            await native.gptDecodeAsync(h, cur, pos, logits, null);
+            if (!lens.some((l, b) => !finished[b] && pos >= l - 1)) continue;  // every live row is still reading its prompt
+            // The token at position pos + 1 (the sampler's counter, as when each request decodes alone).
+            const s = sample({ logits, shape: [B, V] }, { temperature, topK, topP, seed, position: new BigInt64Array(B).fill(BigInt(pos + 1)),
                 rawLogprobs: false, device: "cpu" });
             for (let b = 0; b < B; b++) {
-                if (finished[b]) continue;
+                if (finished[b] || pos < lens[b]! - 1) continue;
                 const t = s.tokens[b]!;
-                if (t === this.tokenizer.eos) { finished[b] = "stop"; continue; }
-                toks[b]!.push(t);
-                lps[b]!.push(s.logprobs[b]!);
-                if (toks[b]!.length >= limit[b]!) finished[b] = "length";
+                if (t === this.tokenizer.eos) finished[b] = "stop";
+                else {
+                    toks[b]!.push(t);
+                    lps[b]!.push(s.logprobs[b]!);
+                    if (toks[b]!.length >= limit[b]!) finished[b] = "length";
+                }
+                if (finished[b]) options.onProgress?.(++done, B);
             }
-            if (finished.every((f) => f) || pos + 1 >= total) break;
-            for (let b = 0; b < B; b++) cur[b] = finished[b] ? this.tokenizer.pad : toks[b]!.at(-1)!;
-            await native.gptDecodeAsync(h, cur, pos, logits, null);
         }
         return reqs.map((_, b) => ({ text: this.tokenizer.decode(toks[b]!), tokens: toks[b]!, logprobs: lps[b]!,
-            finishReason: finished[b] || "length", usage: { promptTokens: len, completionTokens: toks[b]!.length }, latencyMs: 0 }));
+            finishReason: finished[b] || "length", usage: { promptTokens: lens[b]!, completionTokens: toks[b]!.length }, latencyMs: 0 }));
     }
 
     /** log p(tokens[b, t + 1] | tokens[b, <= t]) at temperature 1, [B, T] (0 at the last position). */

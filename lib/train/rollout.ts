@@ -2,8 +2,8 @@
 // training batches. The protocol is MAPoRL's (algorithms.md A.2) in a compact form a character-level model can
 // read: agent a sees its view of the item, then "|" and the previous turn's answers of every agent, its own first,
 // each as a 3-digit number ("???" when none was given, and at turn 0, so that answering alone and in a discussion
-// differ only in what the slots hold). Every prompt then has the same length, so the A x E requests of a turn
-// decode as one batch per distinct model. Answers end in ";" and the same 3 digits, so agreeing with a peer is a copy.
+// differ only in what the slots hold). The A x E requests of a turn decode as one batch per distinct model (NativePolicy
+// batches prompts of any length; fixed-width slots keep the rows' lengths close, so little of a batch idles). Answers end in ";" and the same 3 digits, so agreeing with a peer is a copy.
 import type { NativePolicy } from "../policy/nativePolicy.js";
 import { answerKey } from "../debate/metrics.js";
 import type { Task, TaskItem } from "./tasks.js";

@@ -113,6 +113,27 @@ describe("NativePolicy", () => {
         await q.dispose();
     });
 
+    it("decodes prompts of different lengths in one batch exactly as each alone", async () => {
+        const p = await NativePolicy.create({ contextLength: 40, layers: 2, heads: 2, dModel: 32, seed: 4, tokenizer: tok });
+        // Lengths 1..9 characters, sampled (temperature 1, top-k, top-p) and greedy, different maxTokens, one maxTokens 0.
+        const reqs = ["a", "bcd", "hgfedcba", "ab", "cdefgha", "", "eeeeeeeee"].map((w, i) => ({ prompt: w, seed: 100 + i,
+            sampling: i % 2 ? { temperature: 0, maxTokens: 12 } : { temperature: 1, topK: 5, topP: 0.9, maxTokens: 6 + i } }));
+        reqs.push({ prompt: "abc", seed: 1, sampling: { temperature: 1, topK: 0, topP: 1, maxTokens: 0 } });
+        const progress: number[] = [];
+        const together = await p.generate(reqs, { onProgress: (d, t) => { expect(t).toBe(reqs.length); progress.push(d); } });
+        expect(progress).toEqual(Array.from({ length: progress.length }, (_, i) => i + 1 + (reqs.length - progress.length)));
+        for (let i = 0; i < reqs.length; i++) {
+            const [alone] = await p.generate([reqs[i]!]);
+            expect(together[i]!.tokens).toEqual(alone!.tokens);
+            expect(together[i]!.logprobs).toEqual(alone!.logprobs);
+            expect(together[i]!.finishReason).toBe(alone!.finishReason);
+            expect(together[i]!.usage).toEqual(alone!.usage);
+        }
+        expect(together.at(-1)!.tokens).toEqual([]);
+        expect(new Set(together.map((g) => g.usage.promptTokens)).size).toBeGreaterThan(5);
+        await p.dispose();
+    });
+
     it("clones independently and refuses use after dispose", async () => {
         const p = await NativePolicy.create({ contextLength: 16, layers: 1, heads: 1, dModel: 8, seed: 4 });
         const ref = await p.clone("ref");
