@@ -5,8 +5,12 @@
 //   - Multi-turn: every joint action branches; `transition` gives each agent's next prompt; a state whose mean
 //     immediate reward is above `terminationThreshold` is not expanded (its joint actions are leaves).
 //   - The tree has G^T leaves (aligned) or G^(N·T) (cross) without early termination.
-// The output lists the joint actions in creation order with their parent joint action, ready for treeReturns
-// (parent, rewards), plus every agent's generation (text, tokens, log-probs) for the per-agent losses.
+// The tree grows breadth first: all states of a depth (of every item, with runBatch) are sampled by ONE generate
+// call per distinct Policy, so a batching backend (NativePolicy, a vLLM-style server) sees G x states requests at
+// once instead of G. The output lists the joint actions depth by depth with their parent joint action, ready for
+// treeReturns (parent, rewards), plus every agent's generation (text, tokens, log-probs) for the per-agent losses.
+// Seeds depend on the state's path from the root (not on the traversal), so run(item) and runBatch([.., item, ..])
+// draw the same samples.
 import type { ChatMessage, Generation, Policy, SamplingOptions } from "../policy/types.js";
 
 export interface TransitionInput<Item> {
@@ -23,6 +27,9 @@ export interface TransitionInput<Item> {
 
 export interface JointRolloutOptions<Item> {
     agents: Policy[];
+    /** Who answers at the first state instead of `agents` (one per agent), e.g. MAPoRL's frozen turn-0 model when only
+     * the discussion turns are trained. Defaults to `agents`. */
+    firstTurnAgents?: Policy[];
     /** Completions per agent per state (CoMLRL's num_generations), >= 1. */
     generations: number;
     /** Turns (tree depth), >= 1. */
@@ -38,8 +45,9 @@ export interface JointRolloutOptions<Item> {
     /** A state whose mean immediate reward is above this is not expanded. Defaults to none. */
     terminationThreshold?: number;
     sampling?: SamplingOptions;
-    /** Base seed: completion g of agent a at a state gets a distinct seed derived from it. */
-    seed?: number;
+    /** Base seed (or one per item): completion g of agent a at a state gets a distinct seed derived from it and from
+     * the state's path from the root. A function lets the items of a batch sample independently. */
+    seed?: number | ((item: Item) => number);
 }
 
 export interface JointAction {
@@ -78,68 +86,92 @@ export class JointRollout<Item> {
         if (!Number.isInteger(turns) || turns < 1) throw new RangeError(`JointRollout: turns: expected an integer >= 1, got ${String(turns)}`);
         const joint = options.joint ?? "aligned";
         if (joint !== "aligned" && joint !== "cross") throw new RangeError(`JointRollout: joint: expected 'aligned' or 'cross', got ${JSON.stringify(joint)}`);
+        if (options.firstTurnAgents !== undefined && (!Array.isArray(options.firstTurnAgents) || options.firstTurnAgents.length !== agents.length ||
+            options.firstTurnAgents.some((a) => !a || typeof a.generate !== "function")))
+            throw new TypeError(`JointRollout: firstTurnAgents: expected ${agents.length} Policy objects (one per agent)`);
         if (typeof options.prompt !== "function") throw new TypeError("JointRollout: prompt: expected a function (item, agent) => prompt");
         if (typeof options.reward !== "function") throw new TypeError("JointRollout: reward: expected a function (completions, item) => number");
         if (turns > 1 && typeof options.transition !== "function") throw new TypeError("JointRollout: transition: required when turns > 1");
+        if (options.seed !== undefined && typeof options.seed !== "function" && !Number.isSafeInteger(options.seed))
+            throw new TypeError(`JointRollout: seed: expected an integer or a function (item) => integer, got ${String(options.seed)}`);
         this.o = { ...options, joint };
     }
 
+    /** The tree of one item. */
     async run(item: Item, options: { signal?: AbortSignal } = {}): Promise<JointTree> {
-        const { agents } = this.o, N = agents.length;
-        const actions: JointAction[] = [];
-        let terminated = 0;
-        const expand = async (prompts: (string | ChatMessage[])[], parent: number, depth: number,
-            history: { prompts: (string | ChatMessage[])[][]; responses: string[][] }, state: number): Promise<void> => {
+        return (await this.runBatch([item], options))[0]!;
+    }
+
+    /** The trees of several items, grown together (one generate call per distinct Policy per depth). */
+    async runBatch(items: Item[], options: { signal?: AbortSignal } = {}): Promise<JointTree[]> {
+        if (!Array.isArray(items)) throw new TypeError("JointRollout.runBatch: items: expected an array");
+        const { agents } = this.o, N = agents.length, G = this.o.generations;
+        type History = { prompts: (string | ChatMessage[])[][]; responses: string[][] };
+        type State = { i: number; parent: number; depth: number; key: number; prompts: (string | ChatMessage[])[]; history: History };
+        const trees = items.map(() => ({ actions: [] as JointAction[], terminated: 0 }));
+        const combos = this.o.joint === "aligned" ? Array.from({ length: G }, (_, g) => new Array<number>(N).fill(g)) : cartesian(N, G);
+        let frontier: State[] = items.map((item, i) => ({ i, parent: -1, depth: 0, key: 0, prompts: agents.map((_, a) => this.o.prompt(item, a)),
+            history: { prompts: agents.map(() => []), responses: agents.map(() => []) } }));
+        while (frontier.length > 0) {
             options.signal?.throwIfAborted();
-            const gens = await Promise.all(agents.map((policy, a) => policy.generate(
-                Array.from({ length: this.o.generations }, (_, g) => ({
-                    ...(typeof prompts[a] === "string" ? { prompt: prompts[a] as string } : { messages: prompts[a] as ChatMessage[] }),
-                    sampling: this.o.sampling,
-                    ...(this.o.seed !== undefined ? { seed: this.o.seed + 7919 * state + 131 * a + g } : {}),
-                })), { signal: options.signal })));
-            gens.forEach((list, a) => {
-                if (!Array.isArray(list) || list.length !== this.o.generations)
-                    throw new TypeError(`JointRollout: agent ${a}: generate() returned ${Array.isArray(list) ? list.length : "no"} generations, expected ${this.o.generations}`);
+            // One call per distinct policy: every (state, agent of that policy, g), in state order.
+            const gens: Generation[][][] = frontier.map(() => agents.map(() => []));  // [state][agent][g]
+            const byPolicy = new Map<Policy, { s: number; a: number }[]>();
+            frontier.forEach((state, st) => (state.depth === 0 && this.o.firstTurnAgents ? this.o.firstTurnAgents : agents).forEach((p, a) => {
+                const list = byPolicy.get(p);
+                if (list) list.push({ s: st, a }); else byPolicy.set(p, [{ s: st, a }]);
+            }));
+            const seeds = this.o.seed === undefined ? null : frontier.map((st) => {
+                const base = typeof this.o.seed === "function" ? this.o.seed(items[st.i]!) : this.o.seed!;
+                if (!Number.isSafeInteger(base)) throw new TypeError(`JointRollout: seed(item): expected an integer, got ${String(base)}`);
+                return base + 7919 * st.key;
             });
-            const combos = this.o.joint === "aligned"
-                ? Array.from({ length: this.o.generations }, (_, g) => new Array<number>(N).fill(g))
-                : cartesian(N, this.o.generations);
-            const ids: number[] = [];
-            for (const sample of combos) {
-                const generations = sample.map((g, a) => gens[a]![g]!);
-                const reward = await this.o.reward(generations.map((x) => x.text), item);
-                if (typeof reward !== "number" || Number.isNaN(reward)) throw new TypeError(`JointRollout: reward: expected a number, got ${String(reward)}`);
-                ids.push(actions.length);
-                actions.push({ parent, depth, sample, generations, prompts, reward });
+            await Promise.all([...byPolicy].map(async ([policy, slots]) => {
+                const reqs = slots.flatMap(({ s, a }) => Array.from({ length: G }, (_, g) => {
+                    const pr = frontier[s]!.prompts[a]!;
+                    return { ...(typeof pr === "string" ? { prompt: pr } : { messages: pr }), sampling: this.o.sampling,
+                        ...(seeds ? { seed: seeds[s]! + 131 * a + g } : {}) };
+                }));
+                const out = await policy.generate(reqs, { signal: options.signal });
+                if (!Array.isArray(out) || out.length !== reqs.length)
+                    throw new TypeError(`JointRollout: ${policy.name ?? "a policy"}: generate() returned ${Array.isArray(out) ? out.length : "no"} generations, expected ${reqs.length}`);
+                slots.forEach(({ s, a }, k) => { gens[s]![a] = out.slice(k * G, (k + 1) * G); });
+            }));
+            const next: State[] = [];
+            for (let st = 0; st < frontier.length; st++) {
+                const state = frontier[st]!, tree = trees[state.i]!, item = items[state.i]!;
+                const ids: number[] = [];
+                for (const sample of combos) {
+                    const generations = sample.map((g, a) => gens[st]![a]![g]!);
+                    const reward = await this.o.reward(generations.map((x) => x.text), item);
+                    if (typeof reward !== "number" || Number.isNaN(reward)) throw new TypeError(`JointRollout: reward: expected a number, got ${String(reward)}`);
+                    ids.push(tree.actions.length);
+                    tree.actions.push({ parent: state.parent, depth: state.depth, sample, generations, prompts: state.prompts, reward });
+                }
+                if (state.depth + 1 >= this.o.turns) continue;
+                const mean = ids.reduce((s, i) => s + tree.actions[i]!.reward, 0) / ids.length;
+                if (this.o.terminationThreshold !== undefined && mean > this.o.terminationThreshold) {
+                    tree.terminated++;
+                    continue;
+                }
+                for (let c = 0; c < ids.length; c++) {
+                    const act = tree.actions[ids[c]!]!;
+                    const completions = act.generations.map((g) => g.text);
+                    const prompts = await this.o.transition!({ item, turn: state.depth, prompts: state.prompts, completions, history: state.history });
+                    if (!Array.isArray(prompts) || prompts.length !== N) throw new TypeError(`JointRollout: transition: expected one prompt per agent (${N}), got ${Array.isArray(prompts) ? prompts.length : typeof prompts}`);
+                    next.push({ i: state.i, parent: ids[c]!, depth: state.depth + 1, key: (state.key * 1000003 + c + 1) % 2147483647, prompts,
+                        history: { prompts: state.history.prompts.map((h, a) => [...h, state.prompts[a]!]),
+                            responses: state.history.responses.map((h, a) => [...h, completions[a]!]) } });
+                }
             }
-            const mean = ids.reduce((s, i) => s + actions[i]!.reward, 0) / ids.length;
-            if (depth + 1 >= this.o.turns) return;
-            if (this.o.terminationThreshold !== undefined && mean > this.o.terminationThreshold) {
-                terminated++;
-                return;
-            }
-            for (const id of ids) {
-                const act = actions[id]!;
-                const completions = act.generations.map((g) => g.text);
-                const next = await this.o.transition!({ item, turn: depth, prompts, completions, history });
-                if (!Array.isArray(next) || next.length !== N) throw new TypeError(`JointRollout: transition: expected one prompt per agent (${N}), got ${Array.isArray(next) ? next.length : typeof next}`);
-                await expand(next, id, depth + 1, {
-                    prompts: history.prompts.map((h, a) => [...h, prompts[a]!]),
-                    responses: history.responses.map((h, a) => [...h, completions[a]!]),
-                }, actions.length);
-            }
-        };
-        const first = agents.map((_, a) => this.o.prompt(item, a));
-        await expand(first, -1, 0, { prompts: agents.map(() => []), responses: agents.map(() => []) }, 0);
-        const hasChild = new Uint8Array(actions.length);
-        for (const a of actions) if (a.parent >= 0) hasChild[a.parent] = 1;
-        return {
-            actions,
-            parent: Int32Array.from(actions, (a) => a.parent),
-            rewards: Float32Array.from(actions, (a) => a.reward),
-            leaves: hasChild.reduce((s, h) => s + (h ? 0 : 1), 0),
-            terminated,
-        };
+            frontier = next;
+        }
+        return trees.map(({ actions, terminated }) => {
+            const hasChild = new Uint8Array(actions.length);
+            for (const a of actions) if (a.parent >= 0) hasChild[a.parent] = 1;
+            return { actions, parent: Int32Array.from(actions, (a) => a.parent), rewards: Float32Array.from(actions, (a) => a.reward),
+                leaves: hasChild.reduce((s, h) => s + (h ? 0 : 1), 0), terminated };
+        });
     }
 }
 

@@ -1,13 +1,12 @@
 // magrpo.ts: one MAGRPO iteration (algorithms.md B.2-B.3, CoMLRL's MAGRPOTrainer) on the embedded policy:
-//   - per question, a joint-action tree: at every state each agent samples G answers, paired 'aligned' (the g-th
-//     of every agent) into G joint actions, each of which branches to the next turn (G^T leaves); the trees of
-//     all questions grow breadth first, one batched decode per depth and model;
+//   - per question, a joint-action tree (JointRollout): at every state each agent samples G answers, paired 'aligned'
+//     (the g-th of every agent) into G joint actions, each of which branches to the next turn (G^T leaves); the trees
+//     of all questions grow breadth first, one batched decode per depth and model;
 //   - the joint reward of a joint action is the team's mean verifier score; returns R = r + gamma * mean(children);
 //   - advantages are group-relative within each sibling set (baseline mean | max | rloo | none, no std);
 //   - loss -A * log pi(answer), the sequence log-prob summed over its tokens ('seq-mean-token-sum'), no ratio, no
 //     clip; an optional KL to the reference policy (Schulman k3, `klCoef`), in the loss rather than the reward.
-import { type JointTree } from "../debate/jointRollout.js";
-import type { Generation } from "../policy/types.js";
+import { JointRollout, type JointTree } from "../debate/jointRollout.js";
 import type { NativePolicy } from "../policy/nativePolicy.js";
 import { treeReturns } from "../rl/tree.js";
 import type { TrainConfig } from "./config.js";
@@ -40,54 +39,24 @@ function firstPath(tree: JointTree, item: TaskItem, turns: number, tokenize: (s:
 
 type Roll = { turns: number; temperature: number; maxTokens: number; seed: number; turn0?: NativePolicy[]; signal?: AbortSignal };
 
-/**
- * The joint-action trees of every item, grown breadth first so that each depth decodes in one batched call per
- * model (every state x agent x G answers), instead of one small call per state and agent (what JointRollout does for
- * any Policy). Same semantics: aligned joint actions, the team's mean score as the joint reward, every joint action
- * branching into the next turn's prompts (with the verdicts when `feedback`).
- */
-async function batchedTrees(cfg: TrainConfig, task: Task, items: TaskItem[], agents: NativePolicy[], roll: Roll): Promise<JointTree[]> {
-    const A = agents.length, G = cfg.magrpo.generations;
-    const trees: JointTree["actions"][] = items.map(() => []);
-    const score = async (item: TaskItem, text: string) => (await task.verifier.score({ question: item.question, response: text, reference: item.reference })).score;
-    let frontier = items.map((it, i) => ({ i, parent: -1, prompts: agents.map((_, a) => turnPrompt(it.views[a]!, a, A, null, cfg.feedback ? "empty" : undefined)) }));
-    for (let depth = 0; depth < roll.turns && frontier.length; depth++) {
-        roll.signal?.throwIfAborted();
-        const who = depth === 0 && roll.turn0 ? roll.turn0 : agents;
-        const gens: Generation[][][] = frontier.map(() => agents.map(() => []));  // [state][agent][g]
-        const byModel = new Map<NativePolicy, { s: number; a: number; g: number }[]>();
-        frontier.forEach((_, st) => agents.forEach((_, a) => {
-            const list = byModel.get(who[a]!) ?? [];
-            for (let g = 0; g < G; g++) list.push({ s: st, a, g });
-            byModel.set(who[a]!, list);
-        }));
-        for (const [model, reqs] of byModel) {
-            const out = await model.generate(reqs.map(({ s: st, a, g }) => ({ prompt: frontier[st]!.prompts[a]!,
-                sampling: { temperature: roll.temperature, maxTokens: roll.maxTokens },
-                seed: roll.seed * 1_000_003 + frontier[st]!.i * 100_003 + trees[frontier[st]!.i]!.length * 7919 + depth * 613 + 131 * a + g })),
-            roll.signal ? { signal: roll.signal } : {});
-            reqs.forEach(({ s: st, a, g }, k) => { gens[st]![a]![g] = out[k]!; });
-        }
-        const next: typeof frontier = [];
-        for (const [st, state] of frontier.entries()) {
-            const item = items[state.i]!, list = trees[state.i]!;
-            for (let g = 0; g < G; g++) {
-                const generations = agents.map((_, a) => gens[st]![a]![g]!);
-                const scores: number[] = [];
-                for (const x of generations) scores.push(await score(item, x.text));
-                list.push({ parent: state.parent, depth, sample: agents.map(() => g), generations, prompts: state.prompts,
-                    reward: scores.reduce((x, y) => x + y, 0) / A });
-                if (depth + 1 < roll.turns) {
-                    const answers = generations.map((x) => extractAnswer(x.text));
-                    next.push({ i: state.i, parent: list.length - 1,
-                        prompts: agents.map((_, a) => turnPrompt(item.views[a]!, a, A, answers, cfg.feedback ? scores : undefined)) });
-                }
-            }
-        }
-        frontier = next;
-    }
-    return trees.map((actions) => ({ actions, parent: Int32Array.from(actions, (x) => x.parent), rewards: Float32Array.from(actions, (x) => x.reward),
-        leaves: actions.filter((_, n) => !actions.some((y) => y.parent === n)).length, terminated: 0 }));
+// The joint-action trees of every item through JointRollout.runBatch (breadth first: one batched decode per depth
+// and model): aligned joint actions, the team's mean score as the joint reward, every joint action branching into
+// the next turn's prompts (with the verdicts when `feedback`), the frozen turn-0 models at depth 0 when given.
+async function trees(cfg: TrainConfig, task: Task, items: TaskItem[], agents: NativePolicy[], roll: Roll): Promise<JointTree[]> {
+    const A = agents.length;
+    const scores = (item: TaskItem, texts: string[]) => Promise.all(texts.map(async (text) =>
+        (await task.verifier.score({ question: item.question, response: text, reference: item.reference })).score));
+    const rollout = new JointRollout<TaskItem>({
+        agents, ...(roll.turn0 ? { firstTurnAgents: roll.turn0 } : {}), generations: cfg.magrpo.generations, turns: roll.turns, joint: "aligned",
+        prompt: (item, a) => turnPrompt(item.views[a]!, a, A, null, cfg.feedback ? "empty" : undefined),
+        transition: async ({ item, completions }) => {
+            const answers = completions.map(extractAnswer), s = cfg.feedback ? await scores(item, completions) : undefined;
+            return agents.map((_, a) => turnPrompt(item.views[a]!, a, A, answers, s));
+        },
+        reward: async (texts, item) => (await scores(item, texts)).reduce((x, y) => x + y, 0) / A,
+        sampling: { temperature: roll.temperature, maxTokens: roll.maxTokens }, seed: (item) => (roll.seed % 1_000_000_007) * 1_000_003 + items.indexOf(item) * 100_003,  // < 2^53
+    });
+    return rollout.runBatch(items, roll.signal ? { signal: roll.signal } : {});
 }
 
 export async function magrpoIteration(cfg: TrainConfig, task: Task, items: TaskItem[], agents: NativePolicy[], trainable: (NativePolicy | null)[],
@@ -97,9 +66,9 @@ export async function magrpoIteration(cfg: TrainConfig, task: Task, items: TaskI
     const rows = new Map<NativePolicy, { prompt: number[]; completion: number[]; stopped: boolean; adv: number; a: number }[]>();
     const paths: RolloutEntry[][][] = [];
     const rewardSum = new Float64Array(A), rewardN = new Float64Array(A);
-    const trees = await batchedTrees(cfg, task, items, agents, roll);
+    const forest = await trees(cfg, task, items, agents, roll);
     for (const [i, item] of items.entries()) {
-        const tree = trees[i]!;
+        const tree = forest[i]!;
         const { advantages } = treeReturns({ parent: tree.parent, rewards: tree.rewards }, { gamma: mg.discount, baseline: mg.baseline });
         tree.actions.forEach((act, n) => {
             act.generations.forEach((g, a) => {
