@@ -26,16 +26,18 @@ namespace maporl {
 namespace {
 
 struct Passes {
-    RowMax (*max)(const float *, int64_t, float, bool, bool);
+    RowMax (*max)(const float *, int64_t, float, bool, bool, bool);
     double (*sum_exp)(const float *, int64_t, float, float, float);
     float (*exp_one)(float, float);
     int64_t (*next)(const float *, int64_t, int64_t, float, float, bool);
     int64_t (*cands)(const float *, int64_t, float, int32_t *);
     int64_t (*gumbel)(const float *, const int32_t *, int64_t, float, uint64_t, int64_t);
+    // The race over a whole row (no filter): the gumbel winner over the candidates x >= floor_x.
+    int64_t (*race)(const float *, int64_t, float, float, int64_t, uint64_t, int64_t, int32_t *);
 };
 
-RowMax scalar_max(const float * z, int64_t V, float t, bool wr, bool wt) {
-    return row_max_t<ScalarLoad<float>>(z, V, t, wr, wt);
+RowMax scalar_max(const float * z, int64_t V, float t, bool wr, bool wt, bool wa) {
+    return row_max_t<ScalarLoad<float>>(z, V, t, wr, wt, wa);
 }
 double scalar_sum_exp(const float * z, int64_t V, float t, float M, float e) { return row_sum_exp_t<ScalarLoad<float>>(z, V, t, M, e); }
 float scalar_exp_one(float x, float M) { return exp_one_t<ScalarLoad<float>>(x, M); }
@@ -59,15 +61,21 @@ int64_t scalar_gumbel(const float * z, const int32_t * idx, int64_t n, float tem
     return best;
 }
 
+// The scalar race: the candidate list, then the race over it (the definition the vector race must match).
+int64_t scalar_race(const float * z, int64_t V, float temp, float floor_x, int64_t, uint64_t seed, int64_t position, int32_t * idx) {
+    const int64_t n = scalar_cands(z, V, z_threshold(floor_x, temp), idx);
+    return scalar_gumbel(z, idx, n, temp, seed, position);
+}
+
 Passes passes() {
     switch (active_isa()) {
     case Isa::Avx512:
         return {avx512::row_max_f32, avx512::row_sum_exp_f32, avx512::exp_one_f32, avx512::next_at_least_f32,
-                avx512::cand_scan_f32, avx512::gumbel_cands_f32};
+                avx512::cand_scan_f32, avx512::gumbel_cands_f32, avx512::gumbel_row_f32};
     case Isa::Avx2:
         return {avx2::row_max_f32, avx2::row_sum_exp_f32, avx2::exp_one_f32, avx2::next_at_least_f32,
-                avx2::cand_scan_f32, avx2::gumbel_cands_f32};
-    default: return {scalar_max, scalar_sum_exp, scalar_exp_one, scalar_next, scalar_cands, scalar_gumbel};
+                avx2::cand_scan_f32, avx2::gumbel_cands_f32, avx2::gumbel_row_f32};
+    default: return {scalar_max, scalar_sum_exp, scalar_exp_one, scalar_next, scalar_cands, scalar_gumbel, scalar_race};
     }
 }
 
@@ -113,7 +121,7 @@ RowOut sample_one(const Passes & P, const float * z, int64_t V, const SampleRow 
     const bool greedy = r.temperature == 0.0f;
     const bool t1 = greedy || r.temperature == 1.0f;
     const bool listed = (r.top_k > 0 && r.top_k < V) || (r.top_p > 0.0f && r.top_p < 1.0f);  // support sums come later
-    const RowMax mx = P.max(z, V, greedy ? 1.0f : r.temperature, want_raw || (t1 && !listed), !t1 && !listed && !greedy);
+    const RowMax mx = P.max(z, V, greedy ? 1.0f : r.temperature, want_raw || (t1 && !listed && !greedy), !t1 && !listed && !greedy, greedy);
     if (mx.bad || mx.max == -INFINITY) return o;
     o.valid = 1;
     const double raw_sum = mx.sum;
@@ -179,13 +187,13 @@ RowOut sample_one(const Passes & P, const float * z, int64_t V, const SampleRow 
         if (given < 0) best = P.gumbel(z, idx.data(), n, T, r.seed, r.position);
     } else {
         // Every element that can win the race, or pass min-p, is at or above floor_x (min-p below e^-20.5 excepted).
-        const int64_t n = P.cands(z, V, z_threshold(floor_x, T), idx.data());
         const double s_t = T == 1.0f ? raw_sum : mx.sum_t;
         if (!has_min) {
             S = s_t;
             given_in = z[given >= 0 ? given : 0] > -INFINITY;
-            if (given < 0) best = P.gumbel(z, idx.data(), n, T, r.seed, r.position);
+            if (given < 0) best = P.race(z, V, T, floor_x, mx.hint, r.seed, r.position, idx.data());
         } else {
+            const int64_t n = P.cands(z, V, z_threshold(floor_x, T), idx.data());
             const bool covered = (double)min_e >= std::exp(-(double)kGumbelSpan);
             S = covered ? 0.0 : P.sum_exp(z, V, T, M, min_e);
             int64_t m = 0;

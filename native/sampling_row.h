@@ -13,7 +13,8 @@ namespace maporl {
 
 struct RowMax {
     float max;       // max of z (-Inf when every logit is -Inf)
-    int64_t argmax;  // its first index
+    int64_t argmax;  // its first index (when asked; else -1)
+    int64_t hint;    // the first index of a chunk of the row that holds a max element (a place to start a race)
     bool bad;        // a NaN or +Inf logit
     double sum;      // sum of exp(z - max) (the raw softmax denominator)
     double sum_t;    // sum of exp(x - max / temp), x = z / temp (when asked; else 0)
@@ -34,24 +35,27 @@ typename Ops::V scaled(typename Ops::V x, float temp) {
 }
 
 // One read of the row: max, NaN / +Inf, and the softmax denominators by online sums (the running max rescaled
-// once per chunk of 8 vectors): raw when with_raw, and at the temperature when with_t (x = z / temp; its
-// running max is the raw one divided by temp, as division is monotone). Then the first argmax, from cache.
+// once per chunk of 8 vectors): raw when with_raw, and at the temperature when with_t (x = z * (1 / temp) here:
+// the denominator only scales log-probs, so the reciprocal's rounding (an ulp of x) is far inside their 1e-5, and
+// it spares a division per element; the running max at the temperature is the raw one times 1 / temp). The
+// chunk where each lane first reached its max gives `hint`. Then the first argmax from cache, when asked.
 template <class Ops>
-RowMax row_max_t(const float * z, int64_t V, float temp, bool with_raw, bool with_t) {
+RowMax row_max_t(const float * z, int64_t V, float temp, bool with_raw, bool with_t, bool with_argmax) {
     typedef typename Ops::V Vv;
     constexpr int W = Ops::W, CH = 8 * W;
     const Vv ninf = Ops::splat(-INFINITY), inf = Ops::splat(INFINITY), zero = Ops::splat(0.0),
-             tv = Ops::splat((double)temp);
-    Vv m = ninf, s = zero, st = zero, mst = zero;
-    bool bad = false;
+             itv = Ops::splat(1.0 / (double)temp);
+    Vv m = ninf, s = zero, st = zero, mst = zero, mc = zero;
+    auto badk = ninf != ninf;  // all false
     for (int64_t i0 = 0; i0 < V; i0 += CH) {
         Vv x[8];
         Vv cm = ninf;
         for (int k = 0; k < 8; ++k) {
             x[k] = load_padded<Ops>(z, i0 + k * W, V);
-            bad |= Ops::any((x[k] != x[k]) | (x[k] == inf));
+            badk = badk | (x[k] != x[k]) | (x[k] == inf);
             cm = Ops::max(cm, x[k]);
         }
+        mc = Ops::sel(cm > m, Ops::splat((double)(i0 / CH)), mc);
         const Vv mn = Ops::sel(cm > m, cm, m);
         const Vv ms = Ops::sel(mn == ninf, zero, mn);
         if (with_raw) {
@@ -59,25 +63,30 @@ RowMax row_max_t(const float * z, int64_t V, float temp, bool with_raw, bool wit
             for (int k = 0; k < 8; ++k) s += Ops::exp_nonpos(x[k] - ms);
         }
         if (with_t) {
-            const Vv mt = ms / tv;
+            const Vv mt = ms * itv;
             st = st * Ops::exp_nonpos(Ops::sel(m == ninf, ninf, mst - mt));
-            for (int k = 0; k < 8; ++k) st += Ops::exp_nonpos(x[k] / tv - mt);
+            for (int k = 0; k < 8; ++k) st += Ops::exp_nonpos(x[k] * itv - mt);
             mst = mt;
         }
         m = mn;
     }
-    RowMax r{-INFINITY, -1, bad, 0.0, 0.0};
+    RowMax r{-INFINITY, -1, 0, Ops::any(badk), 0.0, 0.0};
     for (int l = 0; l < W; ++l) r.max = (float)Ops::lane(m, l) > r.max ? (float)Ops::lane(m, l) : r.max;
-    if (bad || r.max == -INFINITY) return r;
-    const double Mt = (double)(r.max / temp);
+    if (r.bad || r.max == -INFINITY) return r;
+    int64_t hint_chunk = -1;
+    for (int l = 0; l < W; ++l)
+        if ((float)Ops::lane(m, l) == r.max && (hint_chunk < 0 || (int64_t)Ops::lane(mc, l) < hint_chunk)) hint_chunk = (int64_t)Ops::lane(mc, l);
+    r.hint = hint_chunk * CH;
+    const double Mt = (double)r.max * (1.0 / (double)temp);
     for (int l = 0; l < W; ++l) {
         const double sl = Ops::lane(s, l);
         if (sl > 0) r.sum += sl * ::exp(Ops::lane(m, l) - (double)r.max);
         const double tl = Ops::lane(st, l);
         if (with_t && tl > 0) r.sum_t += tl * ::exp(Ops::lane(mst, l) - Mt);
     }
+    if (!with_argmax) return r;
     const Vv mx = Ops::splat((double)r.max);
-    for (int64_t i = 0; i < V; i += W)
+    for (int64_t i = r.hint; i < V; i += W)  // the first max lies in the hint's chunk
         if (Ops::any(load_padded<Ops>(z, i, V) == mx))
             for (int64_t k = i; k < i + W && k < V; ++k)
                 if (z[k] == r.max) {

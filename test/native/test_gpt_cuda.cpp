@@ -84,17 +84,24 @@ TEST(token_buckets_group_positions_by_id_in_order) {
     CHECK(ok && std::all_of(seen.begin(), seen.end(), [](int s) { return s == 1; }), "random buckets");
 }
 
-maporl_gpt * tiny_model(uint64_t seed) {
+maporl_gpt_config config_of(int64_t V, int64_t ctx, int64_t L, int64_t NH, int64_t C, int tie = 1) {
     maporl_gpt_config c = maporl_gpt_default_config();
-    c.vocab = 11;
-    c.context = 16;
-    c.layers = 2;
-    c.heads = 2;
-    c.d_model = 8;
+    c.vocab = V;
+    c.context = ctx;
+    c.layers = L;
+    c.heads = NH;
+    c.d_model = C;
+    c.tie_embeddings = tie;
+    return c;
+}
+
+maporl_gpt * model_of(const maporl_gpt_config & c, uint64_t seed) {
     maporl_gpt * m = nullptr;
     maporl_gpt_create(&c, seed, &m);
     return m;
 }
+
+maporl_gpt * tiny_model(uint64_t seed) { return model_of(config_of(11, 16, 2, 2, 8), seed); }
 
 TEST(set_device_without_a_gpu_is_a_clear_error_and_leaves_the_model_alone) {
     maporl_gpt * m = tiny_model(5);
@@ -287,29 +294,11 @@ GPU_TEST(cuda_attention_matches_cpu) {
     }
 }
 
-maporl_gpt * bench_model(int64_t V, int64_t ctx, int64_t L, int64_t NH, int64_t C, uint64_t seed) {
-    maporl_gpt_config c = maporl_gpt_default_config();
-    c.vocab = V;
-    c.context = ctx;
-    c.layers = L;
-    c.heads = NH;
-    c.d_model = C;
-    maporl_gpt * m = nullptr;
-    maporl_gpt_create(&c, seed, &m);
-    return m;
-}
-
 GPU_TEST(cuda_model_trains_and_decodes_like_cpu) {
     for (int tie : {1, 0}) {
-        maporl_gpt_config c = maporl_gpt_default_config();
-        c.vocab = 37;
-        c.context = 40;
-        c.layers = 2;
-        c.heads = 4;
-        c.d_model = 64;
-        c.tie_embeddings = tie;
-        maporl_gpt *cpu = nullptr, *gpu = nullptr;
-        CHECK(maporl_gpt_create(&c, 11, &cpu) == MAPORL_OK && maporl_gpt_create(&c, 11, &gpu) == MAPORL_OK, "create");
+        const maporl_gpt_config c = config_of(37, 40, 2, 4, 64, tie);
+        maporl_gpt *cpu = model_of(c, 11), *gpu = model_of(c, 11);
+        CHECK(cpu && gpu, "create");
         CHECK(maporl_gpt_set_device(gpu, MAPORL_DEVICE_CUDA) == MAPORL_OK, "%s", maporl_last_error());
         maporl_device d;
         CHECK(maporl_gpt_get_device(gpu, &d) == MAPORL_OK && d == MAPORL_DEVICE_CUDA, "on CUDA");
@@ -400,7 +389,7 @@ void bench() {
         return;
     }
     const int64_t V = 64, ctx = 128, L = 4, NH = 4, C = 128, B = 32;
-    maporl_gpt * m = bench_model(V, ctx, L, NH, C, 1);
+    maporl_gpt * m = model_of(config_of(V, ctx, L, NH, C), 1);
     if (maporl_gpt_set_device(m, MAPORL_DEVICE_CUDA) != MAPORL_OK) {
         std::printf("BENCH gpt cuda: %s\n", maporl_last_error());
         maporl_gpt_free(m);
