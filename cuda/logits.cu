@@ -192,7 +192,7 @@ maporl_status fused_policy_loss_cuda(const FusedArgs<float> & fa, maporl_policy_
     MAPORL_RETURN_IF_ERROR(check_bad_target(bad_dev, fa.targets, V));
     PolicyLossArgs<float> a = fa.loss;
     a.logp = logp;
-    a.entropy = P.entropy_coef != 0.0f ? H : nullptr;
+    a.entropy = H;  // when computed, also for the stats (entropy_mean) without an entropy bonus
     a.grad_logp = dlogp;
     a.grad_entropy = dent;
     MAPORL_RETURN_IF_ERROR(policy_loss_cuda(a, st));  // checks the mask before pass C writes

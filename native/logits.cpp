@@ -99,7 +99,7 @@ void fused_policy_loss_cpu(const FusedArgs<F> & fa, maporl_policy_loss_stats * s
     PolicyLossArgs<F> a = fa.loss;
     a.logp = fa.logp_out ? fa.logp_out : (logp_s.resize((size_t)N), logp_s.data());
     F * ent = want_entropy ? (fa.entropy_out ? fa.entropy_out : (ent_s.resize((size_t)N), ent_s.data())) : nullptr;
-    a.entropy = P.entropy_coef != 0.0f ? ent : nullptr;
+    a.entropy = ent;  // when computed, also for the stats (entropy_mean) without an entropy bonus
     F * glp = fa.grad_logp_out ? fa.grad_logp_out : (glp_s.resize((size_t)N), glp_s.data());
     a.grad_logp = glp;
     F * gent = nullptr;

@@ -289,12 +289,6 @@ export class NativePolicy implements Policy {
                 advantages: sft ? new Float32Array(B * T).fill(1) : batch.advantages!, ...(batch.oldLogp ? { oldLogp: batch.oldLogp } : {}),
                 ...(batch.refLogp ? { refLogp: batch.refLogp } : {}) },
             sft ? { type: "reinforce", aggregation: "token-mean", inPlace: true, device: "cpu" } : { ...loss, inPlace: true, device: "cpu" });
-            if ("entropy" in r && r.entropy instanceof Float32Array && r.stats.entropyMean === 0) {  // the kernel reports it only with an entropy bonus; the rows have it
-                let s = 0, n = 0;
-                const ent = r.entropy;
-                for (let i = 0; i < B * T; i++) if (batch.mask[i]) { s += ent[i]!; n++; }
-                r.stats.entropyMean = n ? s / n : 0;
-            }
             phase(2);
             options.signal?.throwIfAborted();
             if (this.needZero) native.gptZeroGrad(h);

@@ -213,7 +213,7 @@ typedef struct maporl_policy_loss_stats {
     double loss;            /* pg_loss + kl_coef * kl_loss - entropy_coef * entropy_loss */
     double pg_loss;         /* agg(policy-gradient term) */
     double kl_loss;         /* agg(kl); 0 without kl */
-    double entropy_loss;    /* agg(entropy); 0 without entropy */
+    double entropy_loss;    /* agg(entropy); 0 without entropy (the fused kernel computes it whenever it returns it) */
     double clip_frac;       /* masked mean of "the clipped term is active" (cispo: the IS weight was clamped) */
     double clip_frac_lower; /* masked mean of "the dual-clip cap is active" (ppo, A < 0) */
     double approx_kl;       /* masked mean of old - logp (verl's ppo_kl) */

@@ -121,6 +121,22 @@ describe("fusedPolicyLoss", () => {
                 }
         });
 
+    it("reports the masked mean entropy in stats with or without an entropy bonus, and the bonus alone changes the loss", () => {
+        const V = 40, B = 2, T = 5, N = B * T;
+        const { logits, targets } = makeLogits(N, V, 11);
+        const mask = new Uint8Array(N).map((_, i) => (i % 3 === 2 ? 0 : 1));
+        const batch = { logits, targets, oldLogp: new Float32Array(N).fill(-3.5), advantages: new Float32Array(N).map((_, i) => (i % 2 ? 0.7 : -0.4)),
+            mask, shape: [B, T, V] as [number, number, number] };
+        const plain = fusedPolicyLoss(batch), bonus = fusedPolicyLoss(batch, { entropyCoef: 0.1 });
+        let s = 0, n = 0;
+        for (let i = 0; i < N; i++) if (mask[i]) { s += plain.entropy[i]!; n++; }
+        expect(plain.stats.entropyMean).toBeCloseTo(s / n, 6);
+        expect(plain.stats.entropyMean).toBeGreaterThan(0);
+        expect(bonus.stats.entropyMean).toBeCloseTo(plain.stats.entropyMean, 9);
+        expect(plain.stats.entropyLoss).toBeGreaterThan(0);  // agg(entropy), reported either way
+        expect(bonus.loss).toBeCloseTo(plain.loss - 0.1 * plain.stats.entropyLoss, 6);
+    });
+
     it("async equals sync; a rejected in-place call leaves the logits untouched", async () => {
         const V = 50, N = 6;
         const { logits, targets } = makeLogits(N, V, 5);
