@@ -20,7 +20,7 @@ commands:
       --set key=value      any config key, dotted for nested ones (e.g. --set maporl.klCoef=0.01)
       --out DIR            the run directory (default runs/<time>)
       --resume DIR         continue a killed or interrupted run with identical results
-      --device cpu         the device (the embedded policy runs on the CPU)
+      --device cpu|cuda|auto  where the models live (default cpu; cuda needs a GPU and a CUDA build)
   info                     print the native backend: version, threads, SIMD, CUDA build and devices
   bench [kernel...]        time the kernels against the PyTorch baselines in the same run
       --threads N          threads for both sides (default 2)

@@ -33,6 +33,6 @@ export function readCheckpoint(out: string): { dir: string; state: Record<string
     return null;
 }
 
-export function loadModel(dir: string, name: string): Promise<NativePolicy> {
-    return NativePolicy.load(join(dir, name));
+export function loadModel(dir: string, name: string, device: "cpu" | "cuda" | "auto" = "cpu"): Promise<NativePolicy> {
+    return NativePolicy.load(join(dir, name), { device });
 }

@@ -10,6 +10,8 @@
 import { appendFileSync, existsSync, mkdirSync, readFileSync, statSync, truncateSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 
+import { backend } from "../backend.js";
+import { MaporlError } from "../errors.js";
 import { NativePolicy } from "../policy/nativePolicy.js";
 import { loadModel, readCheckpoint, writeCheckpoint } from "./checkpoint.js";
 import { resolveConfig, type TrainConfig } from "./config.js";
@@ -54,6 +56,15 @@ export function makeTask(cfg: TrainConfig): Task {
 
 const size = (f: string) => (existsSync(f) ? statSync(f).size : 0);
 
+// 'cuda' without a usable GPU fails here, before a run directory exists (the models would fail at creation).
+function requireDevice(cfg: TrainConfig): void {
+    if (cfg.device !== "cuda") return;
+    const b = backend();
+    if (b.cuda.devices.length === 0)
+        throw new MaporlError(`train: device: 'cuda' requested, but ${b.cuda.compiled ? "no CUDA device is visible (no GPU, or no driver)"
+            : "this build of maporl has no CUDA support (reinstall with MAPORL_CUDA=1)"}`, "MAPORL_ERR_NO_DEVICE");
+}
+
 export async function trainJob(o: TrainJobOptions): Promise<TrainSummary> {
     const out = o.out, log = o.log ?? (() => undefined), signal = o.signal;
     const metricsFile = join(out, "metrics.jsonl"), tracesFile = join(out, "traces.jsonl");
@@ -61,6 +72,7 @@ export async function trainJob(o: TrainJobOptions): Promise<TrainSummary> {
     if (o.resume) {
         if (!existsSync(join(out, "config.json"))) throw new Error(`train: --resume ${out}: no config.json there (not a run directory?)`);
         cfg = resolveConfig(JSON.parse(readFileSync(join(out, "config.json"), "utf8")), `${out}/config.json`);
+        requireDevice(cfg);
         ckpt = readCheckpoint(out);
         state = ckpt ? ckpt.state as unknown as JobState : { version: 1, stage: "sft", step: 0, evals: {}, metricsBytes: 0, tracesBytes: 0 };
         for (const [f, n] of [[metricsFile, state.metricsBytes], [tracesFile, state.tracesBytes]] as const)
@@ -68,6 +80,7 @@ export async function trainJob(o: TrainJobOptions): Promise<TrainSummary> {
         log(`resuming ${out} at stage ${state.stage}, step ${state.step}`);
     } else {
         cfg = resolveConfig(o.config ?? {});
+        requireDevice(cfg);
         if (existsSync(join(out, "config.json"))) throw new Error(`train: ${out} already holds a run; use --resume ${out} or another --out`);
         mkdirSync(out, { recursive: true });
         writeFileSync(join(out, "config.json"), JSON.stringify(cfg, null, 2));
@@ -94,8 +107,8 @@ export async function trainJob(o: TrainJobOptions): Promise<TrainSummary> {
 
     // Stage 1: the warm start.
     const ctx = { contextLength: cfg.model.contextLength, layers: cfg.model.layers, heads: cfg.model.heads, dModel: cfg.model.dModel };
-    const base = ckpt && existsSync(join(ckpt.dir, "base", "config.json")) ? await loadModel(ckpt.dir, "base")
-        : await NativePolicy.create({ ...ctx, seed: cfg.seed + 1, name: "base" });
+    const base = ckpt && existsSync(join(ckpt.dir, "base", "config.json")) ? await loadModel(ckpt.dir, "base", cfg.device)
+        : await NativePolicy.create({ ...ctx, seed: cfg.seed + 1, name: "base", device: cfg.device });
     if (state.stage === "sft") {
         log(`sft: ${cfg.sft.steps} steps of ${cfg.sft.batchSize} solutions (${base.parameterCount} parameters)`);
         const every = Math.max(1, Math.floor(cfg.sft.steps / 20));
@@ -118,7 +131,7 @@ export async function trainJob(o: TrainJobOptions): Promise<TrainSummary> {
     for (const [k, st] of stages.entries()) {
         if (at > k) continue;
         const resuming = state.stage === st.name && state.step > 0 && ckpt !== null;
-        const m = await stageModels(cfg, st.schedule, base, resuming ? (n) => loadModel(ckpt!.dir, n) : undefined);
+        const m = await stageModels(cfg, st.schedule, base, resuming ? (n) => loadModel(ckpt!.dir, n, cfg.device) : undefined);
         const label = st.name === "independent" ? "independent control" : `co-trained (${cfg.algo}, ${st.schedule})`;
         log(`${st.name}: ${cfg.iterations} iterations of ${cfg.episodesPerIteration} debates, ${label}`);
         for (let it = resuming ? state.step : 0; it < cfg.iterations; it++) {

@@ -25,7 +25,7 @@ export async function runTrain(args: string[], usage: string): Promise<number> {
         else if (a === "--config") configFile = need();
         else if (a === "--out") out = need();
         else if (a === "--resume") resume = need();
-        else if (a === "--device") { const d = need(); if (d !== "cpu") throw new RangeError(`train: --device: expected cpu (the embedded policy's kernels run on the CPU), got ${d}`); }
+        else if (a === "--device") flags.device = need();  // checked by the config (cpu | cuda | auto)
         else if (a === "--set") {
             const kv = need(), eq = kv.indexOf("=");
             if (eq <= 0) throw new RangeError(`train: --set: expected key=value, got ${kv}`);

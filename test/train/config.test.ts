@@ -2,7 +2,13 @@
 // path (with the closest known key), and wrong types, ranges and combinations are errors naming the parameter.
 import { describe, expect, it } from "vitest";
 
+import { mkdtempSync, existsSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+
+import { backend } from "../../lib/backend.js";
 import { configFromFlags, DEFAULT_CONFIG, mergePartial, resolveConfig } from "../../lib/train/config.js";
+import { trainJob } from "../../lib/train/job.js";
 
 describe("train config", () => {
     it("fills the defaults and keeps what is given", () => {
@@ -45,5 +51,15 @@ describe("train config", () => {
         const merged = mergePartial({ maporl: { discount: 0.5 }, seed: 3 }, p);
         expect(resolveConfig(merged).maporl).toMatchObject({ klCoef: 0.01, discount: 0.5 });
         expect(() => resolveConfig(configFromFlags({ "maporl.klCoeff": "1" }))).toThrow(/maporl\.klCoeff: unknown key \(did you mean klCoef\?\)/);
+    });
+
+    it("device: cpu by default, cuda and auto accepted, anything else named; cuda without a GPU fails before the run directory", async () => {
+        expect(resolveConfig({}).device).toBe("cpu");
+        expect(resolveConfig({ device: "auto" }).device).toBe("auto");
+        expect(() => resolveConfig(configFromFlags({ device: "gpu" }))).toThrow(/device: expected one of 'cpu', 'cuda', 'auto', got "gpu"/);
+        if (backend().cuda.devices.length > 0) return;  // (a GPU machine can run it; the trainers' tests cover the rest)
+        const out = join(mkdtempSync(join(tmpdir(), "maporl-dev-")), "run");
+        await expect(trainJob({ out, config: { device: "cuda", iterations: 1 } })).rejects.toMatchObject({ code: "MAPORL_ERR_NO_DEVICE" });
+        expect(existsSync(out)).toBe(false);
     });
 });
