@@ -13,7 +13,7 @@ import { answerKey } from "./metrics.js";
 import { defaultPrompts, type DebatePrompts, type DebateTask, type PeerAnswer } from "./prompts.js";
 import type { Tracer } from "./trace.js";
 import type { Transcript, TurnEntry } from "./transcript.js";
-import type { ChatMessage, Policy, SamplingOptions } from "../policy/types.js";
+import type { ChatMessage, Generation, Policy, SamplingOptions } from "../policy/types.js";
 import { extractFinalNumber, extractLabel } from "../rewards/extract.js";
 import type { Verifier } from "../rewards/verifiers.js";
 
@@ -88,59 +88,86 @@ export class Debate {
 
     /** Runs one episode. Rejects promptly on abort (with signal.reason) and when a policy fails. */
     async run(item: DebateItem, options: { signal?: AbortSignal } = {}): Promise<Transcript> {
-        if (!item || typeof item.question !== "string") throw new TypeError("Debate.run: item.question: expected a string");
-        if (typeof item.reference !== "string" && typeof item.reference !== "number")
-            throw new TypeError("Debate.run: item.reference: expected a string or number");
+        return (await this.runBatch([item], options))[0]!;
+    }
+
+    /**
+     * Runs several episodes together: at each turn, every live episode's requests to one Policy go in ONE generate
+     * call (a batching backend such as NativePolicy decodes them as one batch; an HTTP policy sends them under its
+     * concurrency limit). Episodes that reach consensus drop out. Each transcript equals what run(item) gives (the
+     * seeds depend on the turn and agent only).
+     */
+    async runBatch(items: DebateItem[], options: { signal?: AbortSignal } = {}): Promise<Transcript[]> {
+        if (!Array.isArray(items)) throw new TypeError("Debate.runBatch: items: expected an array");
+        items.forEach((item, i) => {
+            const where = items.length === 1 ? "Debate.run: item" : `Debate.runBatch: items[${i}]`;
+            if (!item || typeof item.question !== "string") throw new TypeError(`${where}.question: expected a string`);
+            if (typeof item.reference !== "string" && typeof item.reference !== "number") throw new TypeError(`${where}.reference: expected a string or number`);
+        });
         const { agents, turns } = this.o, A = agents.length, signal = options.signal;
-        const id = item.id ?? `q${Date.now().toString(36)}`;
-        const histories: ChatMessage[][] = Array.from({ length: A }, () => []);
-        const out: TurnEntry[][] = [];
-        let stoppedEarly = false;
+        const eps = items.map((item) => ({ item, id: item.id ?? `q${Date.now().toString(36)}`, out: [] as TurnEntry[][], stopped: false,
+            histories: Array.from({ length: A }, () => [] as ChatMessage[]) }));
         for (let t = 0; t < turns; t++) {
             signal?.throwIfAborted();
-            const prompts = agents.map((_, a) => {
-                const content = t === 0 ? this.o.prompts.question({ task: this.o.task, question: item.question })
-                    : this.o.prompts.followUp(this.followUpContext(item.question, t, a, out[t - 1]!));
-                return [...histories[a]!, { role: "user" as const, content }];
+            const live = eps.filter((e) => !e.stopped);
+            if (live.length === 0) break;
+            const prompts = live.map((e) => agents.map((_, a) => {
+                const content = t === 0 ? this.o.prompts.question({ task: this.o.task, question: e.item.question })
+                    : this.o.prompts.followUp(this.followUpContext(e.item.question, t, a, e.out[t - 1]!));
+                return [...e.histories[a]!, { role: "user" as const, content }];
+            }));
+            const entries = await this.turnBatch(live, prompts, t, signal);
+            live.forEach((e, k) => {
+                const row = entries[k]!;
+                e.out.push(row);
+                row.forEach((x, a) => e.histories[a]!.push(x.prompt[x.prompt.length - 1]!, { role: "assistant", content: x.text }));
+                if (t + 1 < turns && this.consensusReached(row)) e.stopped = true;
             });
-            const entries = await Promise.all(agents.map((policy, a) => this.turn(policy, id, item, t, a, prompts[a]!, signal)));
-            out.push(entries);
-            entries.forEach((e, a) => histories[a]!.push(e.prompt[e.prompt.length - 1]!, { role: "assistant", content: e.text }));
-            if (t + 1 < turns && this.consensusReached(entries)) {
-                stoppedEarly = true;
-                break;
+        }
+        return eps.map((e) => ({ version: 1, id: e.id, question: e.item.question, reference: e.item.reference, agents: A,
+            adjacency: this.adjacency, turns: e.out, stoppedEarly: e.stopped }));
+    }
+
+    // One turn of the live episodes: one generate call per distinct policy, then verification of every answer.
+    private async turnBatch(live: { item: DebateItem; id: string }[], prompts: ChatMessage[][][], t: number,
+        signal?: AbortSignal): Promise<TurnEntry[][]> {
+        const { agents } = this.o;
+        const byPolicy = new Map<Policy, { k: number; a: number }[]>();
+        live.forEach((_, k) => agents.forEach((p, a) => {
+            const list = byPolicy.get(p);
+            if (list) list.push({ k, a }); else byPolicy.set(p, [{ k, a }]);
+        }));
+        const entries: TurnEntry[][] = live.map(() => new Array<TurnEntry>(agents.length));
+        await Promise.all([...byPolicy].map(async ([policy, slots]) => {
+            const start = Date.now(), t0 = performance.now();
+            let gens: Generation[];
+            try {
+                gens = await policy.generate(slots.map(({ k, a }) => ({ messages: prompts[k]![a]!, sampling: this.o.sampling,
+                    ...(this.o.seed !== undefined ? { seed: this.o.seed + 1000 * t + a } : {}) })), { signal });
+                if (!Array.isArray(gens) || gens.length !== slots.length || gens.some((g) => !g || typeof g.text !== "string"))
+                    throw new TypeError(`${policy.name}: generate() returned no generation`);
+            } catch (e) {
+                if (!signal?.aborted)
+                    for (const { k, a } of slots)
+                        this.span(live[k]!.id, t, a, start, t0, { finishReason: "error", error: e instanceof Error ? e.message : String(e) });
+                throw signal?.aborted ? signal.reason : e;
             }
-        }
-        return { version: 1, id, question: item.question, reference: item.reference, agents: A, adjacency: this.adjacency,
-            turns: out, stoppedEarly };
+            await Promise.all(slots.map(async ({ k, a }, j) => {
+                entries[k]![a] = await this.entry(live[k]!.item, live[k]!.id, t, a, prompts[k]![a]!, gens[j]!, start, t0, signal);
+            }));
+        }));
+        return entries;
     }
 
-    private followUpContext(question: string, t: number, a: number, prev: TurnEntry[]) {
-        const fb = this.o.feedback === true;
-        const peers: PeerAnswer[] = [];
-        prev.forEach((p, j) => {
-            if (this.adjacency[a]![j]) peers.push({ agent: j, text: p.text, ...(fb && p.score !== undefined ? { score: p.score } : {}) });
-        });
-        const own = prev[a]!;
-        return { task: this.o.task, question, turn: t, agent: a, peers, ...(fb && own.score !== undefined ? { ownScore: own.score } : {}) };
+    private span(id: string, t: number, a: number, start: number, t0: number,
+        extra: { completionTokens?: number; promptTokens?: number; finishReason: string; error?: string }): void {
+        this.o.tracer?.span({ name: "debate.turn", runId: this.o.runId ?? "run", episode: id, agent: a, turn: t, parent: 0,
+            startMs: start, latencyMs: performance.now() - t0, promptTokens: extra.promptTokens ?? 0,
+            completionTokens: extra.completionTokens ?? 0, finishReason: extra.finishReason, ...(extra.error ? { error: extra.error } : {}) });
     }
 
-    private async turn(policy: Policy, id: string, item: DebateItem, t: number, a: number, prompt: ChatMessage[],
+    private async entry(item: DebateItem, id: string, t: number, a: number, prompt: ChatMessage[], g: Generation, start: number, t0: number,
         signal?: AbortSignal): Promise<TurnEntry> {
-        const start = Date.now(), t0 = performance.now();
-        const span = (extra: { completionTokens?: number; promptTokens?: number; finishReason: string; error?: string }) =>
-            this.o.tracer?.span({ name: "debate.turn", runId: this.o.runId ?? "run", episode: id, agent: a, turn: t, parent: 0,
-                startMs: start, latencyMs: performance.now() - t0, promptTokens: extra.promptTokens ?? 0,
-                completionTokens: extra.completionTokens ?? 0, finishReason: extra.finishReason, ...(extra.error ? { error: extra.error } : {}) });
-        let g;
-        try {
-            [g] = await policy.generate([{ messages: prompt, sampling: this.o.sampling,
-                ...(this.o.seed !== undefined ? { seed: this.o.seed + 1000 * t + a } : {}) }], { signal });
-            if (!g || typeof g.text !== "string") throw new TypeError(`${policy.name}: generate() returned no generation`);
-        } catch (e) {
-            if (!signal?.aborted) span({ finishReason: "error", error: e instanceof Error ? e.message : String(e) });
-            throw signal?.aborted ? signal.reason : e;
-        }
         const entry: TurnEntry = { turn: t, agent: a, prompt, text: g.text, ...(g.tokens ? { tokens: g.tokens } : {}),
             ...(g.logprobs ? { logprobs: g.logprobs } : {}), extracted: this.o.extract(g.text), finishReason: g.finishReason,
             usage: g.usage, latencyMs: g.latencyMs };
@@ -152,8 +179,18 @@ export class Debate {
                 entry.verifierError = e instanceof Error ? e.message : String(e);
             }
         }
-        span({ promptTokens: g.usage.promptTokens, completionTokens: g.usage.completionTokens, finishReason: g.finishReason });
+        this.span(id, t, a, start, t0, { promptTokens: g.usage.promptTokens, completionTokens: g.usage.completionTokens, finishReason: g.finishReason });
         return entry;
+    }
+
+    private followUpContext(question: string, t: number, a: number, prev: TurnEntry[]) {
+        const fb = this.o.feedback === true;
+        const peers: PeerAnswer[] = [];
+        prev.forEach((p, j) => {
+            if (this.adjacency[a]![j]) peers.push({ agent: j, text: p.text, ...(fb && p.score !== undefined ? { score: p.score } : {}) });
+        });
+        const own = prev[a]!;
+        return { task: this.o.task, question, turn: t, agent: a, peers, ...(fb && own.score !== undefined ? { ownScore: own.score } : {}) };
     }
 
     private consensusReached(entries: TurnEntry[]): boolean {
