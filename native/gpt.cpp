@@ -107,6 +107,7 @@ void Model<F>::init(uint64_t seed) {
         for (int64_t i = 0; i < ten.size; ++i) x[i] = (F)(sd * normal(gen));
     }
     step = 0;
+    wt_stale = true;
     std::fill(m.begin(), m.end(), F(0));
     std::fill(v.begin(), v.end(), F(0));
 }
@@ -199,7 +200,36 @@ double Model<F>::update(const AdamW & h, double max_norm) {
     const double scale = max_norm > 0 && norm > max_norm ? max_norm / (norm + 1e-6) : 1.0;
     ++step;
     adamw_update(params.data(), grads.data(), m.data(), v.data(), layout.total, h, step, (F)scale);
+    wt_stale = true;
     return norm;
+}
+
+template <typename F>
+const F * Model<F>::wt(int64_t tensor) {
+    if (wt_stale) {
+        // Every 2-D weight the decoder multiplies by: the blocks' four and the LM head (the value head is [1, C],
+        // its own transpose).
+        std::vector<int64_t> ids;
+        for (const auto & bl : layout.blocks) ids.insert(ids.end(), {bl.qkvw, bl.attprojw, bl.fcw, bl.fcprojw});
+        ids.push_back(layout.lm_head);
+        wt_off.assign(layout.tensors.size(), -1);
+        int64_t n = 0;
+        for (int64_t id : ids) {
+            if (wt_off[(size_t)id] >= 0) continue;
+            wt_off[(size_t)id] = n;
+            n += layout.tensors[(size_t)id].size;
+        }
+        wt_cache.resize((size_t)n);
+        for (size_t id = 0; id < wt_off.size(); ++id)
+            if (wt_off[id] >= 0) {
+                const auto & t = layout.tensors[id];
+                transpose_weight(wt_cache.data() + wt_off[id], params.data() + t.offset, t.shape[1], t.shape[0]);
+            }
+        wt_stale = false;
+    }
+    const int64_t o = wt_off[(size_t)tensor];
+    if (o < 0) throw_error(MAPORL_ERR_INTERNAL, "gpt: no transposed copy of tensor %lld", (long long)tensor);
+    return wt_cache.data() + o;
 }
 
 template <typename F>
@@ -230,7 +260,7 @@ void Model<F>::decode(const int32_t * tok, int64_t pos) {
     for (int64_t l = 0; l < cfg.layers; ++l) {
         const auto & bl = layout.blocks[(size_t)l];
         layernorm_forward(ln.data(), mean.data(), rstd.data(), x.data(), p(bl.ln1w), p(bl.ln1b), Bc, C);
-        matmul_forward(qkv.data(), ln.data(), p(bl.qkvw), p(bl.qkvb), Bc, C, 3 * C);
+        matmul_forward_wt(qkv.data(), ln.data(), wt(bl.qkvw), p(bl.qkvb), Bc, C, 3 * C);
         for (int64_t b = 0; b < Bc; ++b)
             for (int64_t hh = 0; hh < NH; ++hh) {
                 const size_t base = (size_t)((((l * Bc + b) * NH + hh) * cache_len) * hs);
@@ -269,17 +299,17 @@ void Model<F>::decode(const int32_t * tok, int64_t pos) {
                     for (int64_t i = 0; i < hs; ++i) o[i] += w * vc[t2 * hs + i];
                 }
             }
-        matmul_forward(proj.data(), y.data(), p(bl.attprojw), p(bl.attprojb), Bc, C, C);
+        matmul_forward_wt(proj.data(), y.data(), wt(bl.attprojw), p(bl.attprojb), Bc, C, C);
         for (size_t i = 0; i < x.size(); ++i) x[i] = x[i] + proj[i];
         layernorm_forward(ln.data(), mean.data(), rstd.data(), x.data(), p(bl.ln2w), p(bl.ln2b), Bc, C);
-        matmul_forward(h.data(), ln.data(), p(bl.fcw), p(bl.fcb), Bc, C, H);
+        matmul_forward_wt(h.data(), ln.data(), wt(bl.fcw), p(bl.fcb), Bc, C, H);
         gelu_forward(hg.data(), h.data(), Bc * H);
-        matmul_forward(proj.data(), hg.data(), p(bl.fcprojw), p(bl.fcprojb), Bc, H, C);
+        matmul_forward_wt(proj.data(), hg.data(), wt(bl.fcprojw), p(bl.fcprojb), Bc, H, C);
         for (size_t i = 0; i < x.size(); ++i) x[i] = x[i] + proj[i];
     }
     layernorm_forward(ln.data(), mean.data(), rstd.data(), x.data(), p(layout.lnfw), p(layout.lnfb), Bc, C);
     step_logits.resize((size_t)(Bc * V));
-    matmul_forward(step_logits.data(), ln.data(), p(layout.lm_head), (const F *)nullptr, Bc, C, V);
+    matmul_forward_wt(step_logits.data(), ln.data(), wt(layout.lm_head), (const F *)nullptr, Bc, C, V);
     step_values.resize((size_t)Bc);
     matmul_forward(step_values.data(), ln.data(), p(layout.vw), p(layout.vb), Bc, C, 1);
 }

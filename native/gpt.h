@@ -89,6 +89,13 @@ struct Model {
     // position (to float rounding).
     void cache_reset(int64_t batch, int64_t max_len);
     void decode(const int32_t * tokens, int64_t pos);
+    // The decoder multiplies by transposed copies of the weights ([C, OC], built on first use); init(), update()
+    // and weights_changed() (call it after writing `params` directly) make them stale.
+    void weights_changed() { wt_stale = true; }
+    std::vector<F> wt_cache;
+    std::vector<int64_t> wt_off;  // per tensor: offset in wt_cache, or -1
+    bool wt_stale = true;
+    const F * wt(int64_t tensor);
     std::vector<F> kcache, vcache;  // [L, batch, NH, max_len, hs]
     int64_t cache_batch = 0, cache_len = 0;
     std::vector<F> step_logits, step_values;

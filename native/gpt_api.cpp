@@ -145,6 +145,7 @@ maporl_status maporl_gpt_set(maporl_gpt * gpt, int which, const float * in, int6
             return MAPORL_OK;
         }
         std::memcpy(b.data(), in, sizeof(float) * b.size());
+        if (which == 0) gpt->model.weights_changed();
         return MAPORL_OK;
     });
 }
@@ -310,6 +311,7 @@ maporl_status maporl_gpt_set_device(maporl_gpt * gpt, maporl_device device) {
             gpt::cuda_model_download(gpt->cuda, 2, vv.data(), n);
             gpt::cuda_model_download(gpt->cuda, 3, g.data(), n);
             m.params.swap(p);
+            m.weights_changed();
             m.m.swap(mm);
             m.v.swap(vv);
             m.grads.swap(g);

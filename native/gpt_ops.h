@@ -52,6 +52,12 @@ void layernorm_backward(F * dinp, F * dweight, F * dbias, const F * dout, const 
 // out[n,o] = bias[o] + sum_c inp[n,c] * weight[o,c]  (weight [OC, C], as nn.Linear; bias may be null).
 template <typename F>
 void matmul_forward(F * out, const F * inp, const F * weight, const F * bias, int64_t N, int64_t C, int64_t OC);
+// The same from a transposed weight wt [C, OC] (transpose_weight), for callers that reuse one weight many times
+// (the KV-cache decoder); identical results.
+template <typename F>
+void matmul_forward_wt(F * out, const F * inp, const F * wt, const F * bias, int64_t N, int64_t C, int64_t OC);
+template <typename F>
+void transpose_weight(F * wt, const F * weight, int64_t C, int64_t OC);
 // dinp += dout @ weight; dweight += dout^T @ inp; dbias += sum_n dout (dbias may be null).
 template <typename F>
 void matmul_backward(F * dinp, F * dweight, F * dbias, const F * dout, const F * inp, const F * weight, int64_t N,

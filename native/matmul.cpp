@@ -36,24 +36,15 @@ auto simd_gemm() -> void (*)(int64_t, int64_t, int64_t, const float *, int64_t, 
 }  // namespace
 
 template <typename F>
-void matmul_forward(F * out, const F * inp, const F * weight, const F * bias, int64_t N, int64_t C, int64_t OC) {
-    std::vector<F> wt((size_t)(C * OC));  // [C, OC]
+void matmul_forward_wt(F * out, const F * inp, const F * wt, const F * bias, int64_t N, int64_t C, int64_t OC) {
     if (auto gemm = simd_gemm<F>()) {
-        parallel_for(OC, 16, [&](int64_t o0, int64_t o1) {
-            for (int64_t o = o0; o < o1; ++o)
-                for (int64_t c = 0; c < C; ++c) wt[(size_t)(c * OC + o)] = weight[o * C + c];
-        });
         parallel_for(N, 16, [&](int64_t n0, int64_t n1) {
             for (int64_t n = n0; n < n1; ++n)
                 for (int64_t k = 0; k < OC; ++k) out[n * OC + k] = bias ? bias[k] : F(0);
         });
-        gemm((int64_t)N, OC, C, (const float *)inp, C, 1, (const float *)wt.data(), OC, (float *)out, OC);
+        gemm((int64_t)N, OC, C, (const float *)inp, C, 1, (const float *)wt, OC, (float *)out, OC);
         return;
     }
-    parallel_for(OC, 16, [&](int64_t o0, int64_t o1) {
-        for (int64_t o = o0; o < o1; ++o)
-            for (int64_t c = 0; c < C; ++c) wt[(size_t)(c * OC + o)] = weight[o * C + c];
-    });
     parallel_for(N, 4, [&](int64_t n0, int64_t n1) {
         for (int64_t n = n0; n < n1; ++n) {
             F * __restrict__ o = out + n * OC;
@@ -61,11 +52,26 @@ void matmul_forward(F * out, const F * inp, const F * weight, const F * bias, in
             for (int64_t k = 0; k < OC; ++k) o[k] = bias ? bias[k] : F(0);
             for (int64_t c = 0; c < C; ++c) {
                 const F a = x[c];
-                const F * __restrict__ w = wt.data() + c * OC;
+                const F * __restrict__ w = wt + c * OC;
                 for (int64_t k = 0; k < OC; ++k) o[k] += a * w[k];
             }
         }
     });
+}
+
+template <typename F>
+void transpose_weight(F * wt, const F * weight, int64_t C, int64_t OC) {
+    parallel_for(OC, 16, [&](int64_t o0, int64_t o1) {
+        for (int64_t o = o0; o < o1; ++o)
+            for (int64_t c = 0; c < C; ++c) wt[c * OC + o] = weight[o * C + c];
+    });
+}
+
+template <typename F>
+void matmul_forward(F * out, const F * inp, const F * weight, const F * bias, int64_t N, int64_t C, int64_t OC) {
+    std::vector<F> wt((size_t)(C * OC));  // [C, OC]
+    transpose_weight(wt.data(), weight, C, OC);
+    matmul_forward_wt(out, inp, wt.data(), bias, N, C, OC);
 }
 
 template <typename F>
@@ -118,6 +124,8 @@ void matmul_backward(F * dinp, F * dweight, F * dbias, const F * dout, const F *
 
 #define MAPORL_INSTANTIATE(F)                                                                              \
     template void matmul_forward<F>(F *, const F *, const F *, const F *, int64_t, int64_t, int64_t);     \
+    template void matmul_forward_wt<F>(F *, const F *, const F *, const F *, int64_t, int64_t, int64_t);  \
+    template void transpose_weight<F>(F *, const F *, int64_t, int64_t);                                  \
     template void matmul_backward<F>(F *, F *, F *, const F *, const F *, const F *, int64_t, int64_t, int64_t);
 MAPORL_INSTANTIATE(float)
 MAPORL_INSTANTIATE(double)
