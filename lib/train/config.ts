@@ -46,7 +46,9 @@ export interface TrainConfig {
         klCoef: number; discount: number; gamma: number; lambda: number; ppoEpochs: number; clip: number; valueClip: number;
         bonus: { correctedAlone: number; persuadedCorrectly: number; wrongButUseful: number; persuasive: number; signs: "paper" | "reference-code" };
     };
-    magrpo: { generations: number; baseline: "mean" | "max" | "rloo" | "none"; discount: number; klCoef: number };
+    /** joint: 'aligned' (the g-th sample of every agent, G joint actions per state) or 'cross' (every combination, G^agents:
+     * mind the tree's size, G^(agents * turns) leaves). */
+    magrpo: { generations: number; baseline: "mean" | "max" | "rloo" | "none"; discount: number; klCoef: number; joint: "aligned" | "cross" };
     collm: { gamma: number; normalize: boolean };
     /** 'alternating': each agent in turn is frozen for this many iterations. */
     alternatingPeriod: number;
@@ -81,7 +83,7 @@ export const DEFAULT_CONFIG: TrainConfig = {
         klCoef: 0.002, discount: 0.3, gamma: 1, lambda: 0.95, ppoEpochs: 2, clip: 0.2, valueClip: 0.2,
         bonus: { correctedAlone: 0, persuadedCorrectly: 0, wrongButUseful: 0, persuasive: 0, signs: "paper" },
     },
-    magrpo: { generations: 4, baseline: "mean", discount: 0.9, klCoef: 0 },
+    magrpo: { generations: 4, baseline: "mean", discount: 0.9, klCoef: 0, joint: "aligned" },
     collm: { gamma: 1, normalize: true },
     alternatingPeriod: 10,
     turnBased: { initialIterations: 20, period: 40 },
@@ -103,7 +105,7 @@ const RULES: Record<string, Rule> = {
     "maporl.bonus.correctedAlone": { num: [0, 100] }, "maporl.bonus.persuadedCorrectly": { num: [0, 100] },
     "maporl.bonus.wrongButUseful": { num: [0, 100] }, "maporl.bonus.persuasive": { num: [0, 100] },
     "maporl.bonus.signs": { choices: ["paper", "reference-code"] },
-    "magrpo.generations": { int: [2, 64] }, "magrpo.baseline": { choices: ["mean", "max", "rloo", "none"] }, "magrpo.discount": { num: [0, 1] },
+    "magrpo.generations": { int: [2, 64] }, "magrpo.baseline": { choices: ["mean", "max", "rloo", "none"] }, "magrpo.joint": { choices: ["aligned", "cross"] }, "magrpo.discount": { num: [0, 1] },
     "magrpo.klCoef": { num: [0, 100] }, "collm.gamma": { num: [0, 1] },
     alternatingPeriod: { int: [1, 1e7] }, "turnBased.initialIterations": { int: [0, 1e7] }, "turnBased.period": { int: [1, 1e7] },
 };

@@ -1,12 +1,16 @@
 // magrpo.ts: one MAGRPO iteration (algorithms.md B.2-B.3, CoMLRL's MAGRPOTrainer) on the embedded policy:
 //   - per question, a joint-action tree (JointRollout): at every state each agent samples G answers, paired 'aligned'
-//     (the g-th of every agent) into G joint actions, each of which branches to the next turn (G^T leaves); the trees
-//     of all questions grow breadth first, one batched decode per depth and model;
+//     (the g-th of every agent: G joint actions, G^T leaves) or 'cross' (every combination: G^A joint actions), each
+//     of which branches to the next turn; the trees of all questions grow breadth first, one batched decode per
+//     depth and model;
 //   - the joint reward of a joint action is the team's mean verifier score; returns R = r + gamma * mean(children);
-//   - advantages are group-relative within each sibling set (baseline mean | max | rloo | none, no std);
+//   - advantages are group-relative within each sibling set (baseline mean | max | rloo | none, no std); with cross
+//     joint actions per completion, over the sum of the returns of the joint actions that hold it (CoMLRL's rule);
 //   - loss -A * log pi(answer), the sequence log-prob summed over its tokens ('seq-mean-token-sum'), no ratio, no
 //     clip; an optional KL to the reference policy (Schulman k3, `klCoef`), in the loss rather than the reward.
 import { JointRollout, type JointTree } from "../debate/jointRollout.js";
+import type { Generation } from "../policy/types.js";
+import { groupAdvantages } from "../rl/groupAdvantages.js";
 import type { NativePolicy } from "../policy/nativePolicy.js";
 import { treeReturns } from "../rl/tree.js";
 import type { TrainConfig } from "./config.js";
@@ -47,7 +51,7 @@ async function trees(cfg: TrainConfig, task: Task, items: TaskItem[], agents: Na
     const scores = (item: TaskItem, texts: string[]) => Promise.all(texts.map(async (text) =>
         (await task.verifier.score({ question: item.question, response: text, reference: item.reference })).score));
     const rollout = new JointRollout<TaskItem>({
-        agents, ...(roll.turn0 ? { firstTurnAgents: roll.turn0 } : {}), generations: cfg.magrpo.generations, turns: roll.turns, joint: "aligned",
+        agents, ...(roll.turn0 ? { firstTurnAgents: roll.turn0 } : {}), generations: cfg.magrpo.generations, turns: roll.turns, joint: cfg.magrpo.joint,
         prompt: (item, a) => turnPrompt(item.views[a]!, a, A, null, cfg.feedback ? "empty" : undefined),
         transition: async ({ item, completions }) => {
             const answers = completions.map(extractAnswer), s = cfg.feedback ? await scores(item, completions) : undefined;
@@ -59,6 +63,35 @@ async function trees(cfg: TrainConfig, task: Task, items: TaskItem[], agents: Na
     return rollout.runBatch(items, roll.signal ? { signal: roll.signal } : {});
 }
 
+/**
+ * Cross joint actions (CoMLRL's joint_mode="cross", algorithms.md B.3): agent a's completion k at a state takes part
+ * in G^(A-1) joint actions; it gets the SUM of their returns, baselined over the agent's own G completions at that
+ * state (mean | max | rloo | none, as the aligned case). One entry per (state, agent, completion), naming a joint
+ * action that holds the completion.
+ */
+export function crossCompletions(tree: JointTree, returns: Float32Array, A: number, G: number, baseline: TrainConfig["magrpo"]["baseline"]):
+    { action: number; agent: number; adv: number }[] {
+    const states = new Map<number, number[]>();  // a state's joint actions share their parent
+    tree.actions.forEach((act, n) => {
+        const list = states.get(act.parent);
+        if (list) list.push(n); else states.set(act.parent, [n]);
+    });
+    const scores: number[] = [], groups: number[] = [], where: { action: number; agent: number }[] = [];
+    for (const ids of states.values())
+        for (let a = 0; a < A; a++) {
+            const group = groups.length ? groups[groups.length - 1]! + 1 : 0;
+            for (let k = 0; k < G; k++) {
+                const holding = ids.filter((n) => tree.actions[n]!.sample[a] === k);
+                if (holding.length === 0) continue;
+                scores.push(holding.reduce((sum, n) => sum + returns[n]!, 0));
+                groups.push(group);
+                where.push({ action: holding[0]!, agent: a });
+            }
+        }
+    const adv = groupAdvantages({ scores: Float32Array.from(scores), groups: Int32Array.from(groups) }, { estimator: "magrpo", baseline, device: "cpu" });
+    return where.map((w, j) => ({ ...w, adv: adv[j]! }));
+}
+
 export async function magrpoIteration(cfg: TrainConfig, task: Task, items: TaskItem[], agents: NativePolicy[], trainable: (NativePolicy | null)[],
     trainTurn: (t: number) => boolean, ref: NativePolicy, roll: Roll):
     Promise<IterationResult> {
@@ -67,21 +100,28 @@ export async function magrpoIteration(cfg: TrainConfig, task: Task, items: TaskI
     const paths: RolloutEntry[][][] = [];
     const rewardSum = new Float64Array(A), rewardN = new Float64Array(A);
     const forest = await trees(cfg, task, items, agents, roll);
+    const push = (a: number, depth: number, prompt: string, g: Generation, adv: number) => {
+        const model = trainable[a];
+        if (!model || !trainTurn(depth)) return;
+        const list = rows.get(model) ?? [];
+        list.push({ prompt: tok.encodeChat([{ role: "user", content: prompt }]), completion: (g.tokens ?? []) as number[],
+            stopped: g.finishReason === "stop", adv, a });
+        rows.set(model, list);
+    };
     for (const [i, item] of items.entries()) {
         const tree = forest[i]!;
-        const { advantages } = treeReturns({ parent: tree.parent, rewards: tree.rewards }, { gamma: mg.discount, baseline: mg.baseline });
-        tree.actions.forEach((act, n) => {
-            act.generations.forEach((g, a) => {
-                rewardSum[a] = rewardSum[a]! + act.reward;
-                rewardN[a] = rewardN[a]! + 1;
-                const model = trainable[a];
-                if (!model || !trainTurn(act.depth)) return;
-                const list = rows.get(model) ?? [];
-                list.push({ prompt: tok.encodeChat([{ role: "user", content: act.prompts[a] as string }]), completion: (g.tokens ?? []) as number[],
-                    stopped: g.finishReason === "stop", adv: advantages[n]!, a });
-                rows.set(model, list);
-            });
-        });
+        const { returns, advantages } = treeReturns({ parent: tree.parent, rewards: tree.rewards }, { gamma: mg.discount, baseline: mg.baseline });
+        tree.actions.forEach((act) => act.generations.forEach((_, a) => {
+            rewardSum[a] = rewardSum[a]! + act.reward;
+            rewardN[a] = rewardN[a]! + 1;
+        }));
+        if (mg.joint === "aligned")  // joint action n is every agent's n-th sample: one advantage for all of them
+            tree.actions.forEach((act, n) => act.generations.forEach((g, a) => push(a, act.depth, act.prompts[a] as string, g, advantages[n]!)));
+        else
+            for (const c of crossCompletions(tree, returns, A, mg.generations, mg.baseline)) {
+                const act = tree.actions[c.action]!;
+                push(c.agent, act.depth, act.prompts[c.agent] as string, act.generations[c.agent]!, c.adv);
+            }
         paths.push(firstPath(tree, item, roll.turns, (s) => tok.encodeChat([{ role: "user", content: s }])));
     }
     const stats: AgentStats[] = Array.from({ length: A }, (_, a) => ({ reward: rewardN[a] ? rewardSum[a]! / rewardN[a]! : 0, kl: 0, clipFrac: 0, entropy: 0,

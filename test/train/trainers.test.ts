@@ -8,6 +8,7 @@ import { describe, expect, it } from "vitest";
 
 import { fnVerifier, NativePolicy } from "../../lib/index.js";
 import { native } from "../../lib/native.js";
+import { crossCompletions } from "../../lib/train/magrpo.js";
 import { resolveConfig, type Algo } from "../../lib/train/config.js";
 import { makeTask } from "../../lib/train/job.js";
 import { maporlTurnRewards } from "../../lib/train/maporl.js";
@@ -97,9 +98,9 @@ describe("schedules", () => {
 });
 
 describe("one iteration of every algorithm", () => {
-    for (const algo of ["maporl", "magrpo", "collm-cc", "collm-dc"] as Algo[]) {
-        it(`${algo}, independent schedule: agent 0 and its critic change; the frozen partners and the reference do not`, async () => {
-            const cfg = resolveConfig({ algo, agents: 3, turns: 2, episodesPerIteration: 3, magrpo: { generations: 2, baseline: "mean", discount: 0.9, klCoef: 0.01 },
+    for (const [algo, joint] of [["maporl", "aligned"], ["magrpo", "aligned"], ["magrpo", "cross"], ["collm-cc", "aligned"], ["collm-dc", "aligned"]] as [Algo, "aligned" | "cross"][]) {
+        it(`${algo}${algo === "magrpo" ? ` (${joint})` : ""}, independent schedule: agent 0 and its critic change; the frozen partners and the reference do not`, async () => {
+            const cfg = resolveConfig({ algo, agents: 3, turns: 2, episodesPerIteration: 3, magrpo: { generations: 2, baseline: "mean", discount: 0.9, klCoef: 0.01, joint },
                 model: { layers: 1, heads: 2, dModel: 32, contextLength: 64 }, critic: { layers: 1, heads: 2, dModel: 32 }, lr: 1e-2, criticLr: 1e-2 });
             // An untrained model is never right, which gives every answer the same reward and zero advantages; a
             // verifier that scores the answer's length parity gives the update something to follow.
@@ -123,4 +124,23 @@ describe("one iteration of every algorithm", () => {
             expect(r.trace.turns.length).toBe(2);
         });
     }
+});
+
+describe("MAGRPO cross joint actions", () => {
+    it("each completion gets the sum of the returns of the joint actions holding it, baselined over the agent's own G", () => {
+        // One state, 2 agents, G = 2, cross: joint actions (0,0) (0,1) (1,0) (1,1) with returns 1, 2, 4, 8 (leaves).
+        const gen = (text: string) => ({ text, finishReason: "stop", usage: { promptTokens: 1, completionTokens: 1 }, latencyMs: 0 });
+        const samples = [[0, 0], [0, 1], [1, 0], [1, 1]];
+        const tree = { actions: samples.map((sample, n) => ({ parent: -1, depth: 0, sample, generations: sample.map((k, a) => gen(`a${a}k${k}`)),
+            prompts: ["p0", "p1"], reward: [1, 2, 4, 8][n]! })), parent: new Int32Array(4).fill(-1), rewards: Float32Array.from([1, 2, 4, 8]), leaves: 4, terminated: 0 };
+        const returns = Float32Array.from([1, 2, 4, 8]);
+        const got = crossCompletions(tree, returns, 2, 2, "mean");
+        // agent 0: k0 holds 1+2 = 3, k1 holds 4+8 = 12 (mean 7.5); agent 1: k0 holds 1+4 = 5, k1 holds 2+8 = 10 (mean 7.5)
+        expect(got.map((c) => [c.agent, tree.actions[c.action]!.generations[c.agent]!.text, c.adv])).toEqual([
+            [0, "a0k0", -4.5], [0, "a0k1", 4.5], [1, "a1k0", -2.5], [1, "a1k1", 2.5]]);
+        const none = crossCompletions(tree, returns, 2, 2, "none");
+        expect(none.map((c) => c.adv)).toEqual([3, 12, 5, 10]);
+        const max = crossCompletions(tree, returns, 2, 2, "max");
+        expect(max.map((c) => c.adv)).toEqual([-9, 0, -5, 0]);
+    });
 });
