@@ -105,7 +105,8 @@ export class Debate {
             if (typeof item.reference !== "string" && typeof item.reference !== "number") throw new TypeError(`${where}.reference: expected a string or number`);
         });
         const { agents, turns } = this.o, A = agents.length, signal = options.signal;
-        const eps = items.map((item) => ({ item, id: item.id ?? `q${Date.now().toString(36)}`, out: [] as TurnEntry[][], stopped: false,
+        const stamp = Date.now().toString(36);  // default ids: unique within the batch
+        const eps = items.map((item, i) => ({ item, id: item.id ?? (items.length > 1 ? `q${stamp}-${i}` : `q${stamp}`), out: [] as TurnEntry[][], stopped: false,
             histories: Array.from({ length: A }, () => [] as ChatMessage[]) }));
         for (let t = 0; t < turns; t++) {
             signal?.throwIfAborted();

@@ -307,7 +307,7 @@ export class NativePolicy implements Policy {
     }
 
     // verl's (clipped) value loss on the value head's outputs, and its gradient w.r.t. them.
-    private valueGrad(values: Float32Array, batch: TrainBatch, clip: number | null): { loss: number; gradLogits: Float32Array; gradValues: Float32Array; stats: PolicyLossStats } {
+    private valueGrad(values: Float32Array, batch: TrainBatch, clip: number | null): { loss: number; gradValues: Float32Array; stats: PolicyLossStats } {
         const [B, T] = batch.shape;
         const r = valueLoss({ values, returns: batch.returns!, mask: batch.mask, shape: [B, T], ...(batch.oldValues ? { oldValues: batch.oldValues } : {}) },
             { clip, device: "cpu" });
@@ -315,7 +315,7 @@ export class NativePolicy implements Policy {
         for (let b = 0; b < B; b++) for (let t = 0; t < T; t++) if (batch.mask[b * T + t]) { sequences++; break; }
         const stats: PolicyLossStats = { pgLoss: r.loss, klLoss: 0, entropyLoss: 0, clipFrac: r.stats.clipFrac, clipFracLower: 0, approxKl: 0,
             klMean: 0, entropyMean: 0, ratioMean: 1, ratioMax: 1, tokens: r.stats.tokens, sequences };
-        return { loss: r.loss, gradLogits: new Float32Array(0), gradValues: r.gradValues, stats };
+        return { loss: r.loss, gradValues: r.gradValues, stats };
     }
 
     /** A copy with the same weights (and tokenizer) on the same device: e.g. the frozen reference policy. Optimizer

@@ -53,6 +53,8 @@ describe("Debate.runBatch", () => {
         await expect(debate.runBatch("x" as never)).rejects.toThrow(/items: expected an array/);
         await expect(debate.runBatch([items[0]!, { question: 3 } as never])).rejects.toThrow(/items\[1\]\.question: expected a string/);
         expect(await debate.runBatch([])).toEqual([]);
+        const anonymous = await debate.runBatch([{ question: "1 + 1?", reference: "2" }, { question: "2 + 2?", reference: "4" }]);
+        expect(new Set(anonymous.map((t) => t.id)).size).toBe(2);  // default ids stay unique within a batch
     });
 
     it("a NativePolicy team: the batch gives the episodes of one-at-a-time runs, token for token", async () => {
