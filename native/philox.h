@@ -68,8 +68,15 @@ MAPORL_HD uint32_t philox_bits(uint64_t seed, int64_t position, int64_t i) {
     return r.v[(u >> 4) & 3];
 }
 
-// Uniform in (0, 1) from the top 24 bits: (k + 0.5) * 2^-24, exact in float, never 0 or 1.
-MAPORL_HD float uniform24(uint32_t bits) { return ((float)(bits >> 8) + 0.5f) * (1.0f / 16777216.0f); }
+// Uniform in (0, 1) from the top 24 bits: (k + 0.5) * 2^-24 rounded to float (exact for k < 2^23, to even
+// above). The top k = 2^24 - 1 would round to exactly 1, where -log(-log(u)) blows up (to ~88 with det_log):
+// it maps to the largest float below 1 instead, so u is never 0 or 1 and the noise stays in [-2.86, 17.33].
+// The same expression, clamp included, is the vector code's (sampling_vec.inc); the two must agree to the bit.
+constexpr float kUniformTop = 0.99999994f;  // 1 - 2^-24
+MAPORL_HD float uniform24(uint32_t bits) {
+    const float u = ((float)(bits >> 8) + 0.5f) * (1.0f / 16777216.0f);
+    return u < 1.0f ? u : kUniformTop;
+}
 
 MAPORL_HD uint32_t float_bits(float x) {
     uint32_t b;

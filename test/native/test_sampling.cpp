@@ -250,6 +250,36 @@ TEST(same_seed_and_position_give_the_same_token_everywhere) {
     CHECK(diff == 0, "%d rows differ in reversed order", diff);
 }
 
+// Regression: the top 24-bit value used to round to u = 1 in float, where the noise blew up to ~88 (det_log(1) is
+// not exactly 0), so an element far below the floor could win on the vector paths, which give noise to whole
+// vectors. Element 10 at seed 7060, position 5 draws that value (found by search).
+TEST(the_top_random_value_never_breaks_the_noise_bound) {
+    CHECK((maporl::philox_bits(7060, 5, 10) >> 8) == 0xFFFFFFu, "the search's element draws the top value");
+    CHECK(maporl::uniform24(0xFFFFFFFFu) < 1.0f && maporl::uniform24(0xFFFFFFFFu) > maporl::uniform24(0xFFFFFEFFu), "uniform24 top");
+    const float g = maporl::gumbel(7060, 5, 10);
+    CHECK(std::isfinite(g) && g <= 17.34f, "noise %g", (double)g);
+    const int64_t V = 103;
+    std::vector<float> z((size_t)V);
+    std::mt19937 gen(3);
+    std::uniform_real_distribution<float> u(-8.0f, 5.0f);
+    for (auto & x : z) x = u(gen);
+    z[26] = 13.0f;   // the row's max
+    z[10] = -10.0f;  // more than kGumbelSpan below it: can never win
+    maporl_sample_params p = maporl_sample_default_params();
+    p.seed_all = 7060;
+    p.position_all = 5;
+    int32_t want = -2;
+    for (const char * lvl : {"scalar", "avx2", "avx512"}) {
+        if (maporl_set_simd(lvl) != MAPORL_OK) continue;  // a level this CPU lacks
+        int32_t tok = -1;
+        CHECK(maporl_sample(MAPORL_DEVICE_CPU, z.data(), 1, V, &p, &tok, nullptr, nullptr, nullptr) == MAPORL_OK, "%s", maporl_last_error());
+        CHECK(tok != 10, "%s drew the element below the floor", lvl);
+        if (want == -2) want = tok;
+        CHECK(tok == want, "%s: token %d, scalar %d", lvl, (int)tok, (int)want);
+    }
+    maporl_set_simd("best");
+}
+
 TEST(invalid_rows_greedy_and_token_logprobs) {
     const int V = 6;
     std::vector<float> z = {0.f, 1.f, 3.f, 3.f, -1.f, 2.f,                                          // greedy tie -> 2
