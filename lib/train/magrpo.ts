@@ -44,12 +44,20 @@ function firstPath(tree: JointTree, item: TaskItem, turns: number, tokenize: (s:
 type Roll = { turns: number; temperature: number; maxTokens: number; seed: number; turn0?: NativePolicy[]; signal?: AbortSignal };
 
 // The joint-action trees of every item through JointRollout.runBatch (breadth first: one batched decode per depth
-// and model): aligned joint actions, the team's mean score as the joint reward, every joint action branching into
-// the next turn's prompts (with the verdicts when `feedback`), the frozen turn-0 models at depth 0 when given.
+// and model): `magrpo.joint` joint actions, the team's mean score as the joint reward, every joint action branching
+// into the next turn's prompts (with the verdicts when `feedback`), the frozen turn-0 models at depth 0 when given.
+// Each answer is verified once: the reward and the next turn's verdicts share the score.
 async function trees(cfg: TrainConfig, task: Task, items: TaskItem[], agents: NativePolicy[], roll: Roll): Promise<JointTree[]> {
     const A = agents.length;
-    const scores = (item: TaskItem, texts: string[]) => Promise.all(texts.map(async (text) =>
-        (await task.verifier.score({ question: item.question, response: text, reference: item.reference })).score));
+    const verified = new Map<TaskItem, Map<string, Promise<number>>>();
+    const scoreOf = (item: TaskItem, text: string) => {
+        let m = verified.get(item);
+        if (!m) verified.set(item, (m = new Map()));
+        let s = m.get(text);
+        if (!s) m.set(text, (s = task.verifier.score({ question: item.question, response: text, reference: item.reference }).then((r) => r.score)));
+        return s;
+    };
+    const scores = (item: TaskItem, texts: string[]) => Promise.all(texts.map((text) => scoreOf(item, text)));
     const rollout = new JointRollout<TaskItem>({
         agents, ...(roll.turn0 ? { firstTurnAgents: roll.turn0 } : {}), generations: cfg.magrpo.generations, turns: roll.turns, joint: cfg.magrpo.joint,
         prompt: (item, a) => turnPrompt(item.views[a]!, a, A, null, cfg.feedback ? "empty" : undefined),
