@@ -271,6 +271,16 @@ struct SlicePart {
 };
 
 
+// The row's max and NaN / +Inf flag from its slices' pass-1 parts.
+__device__ float row_max_of(const SlicePart * q, int S, int * bad) {
+    float m = -INFINITY;
+    for (int k = 0; k < S; ++k) {
+        m = fmaxf(m, q[k].max);
+        *bad |= q[k].bad;
+    }
+    return m;
+}
+
 __global__ void split_pass1_kernel(const float * __restrict__ logits, int64_t V, int S, SlicePart * parts) {
     __shared__ double shd[32];
     __shared__ float shf[32];
@@ -311,12 +321,8 @@ __global__ void split_pass2_kernel(const float * __restrict__ logits, int64_t V,
     __shared__ long long shl[32];
     const int64_t b = blockIdx.y, sl = blockIdx.x, len = (V + S - 1) / S, i0 = sl * len, i1 = min(V, i0 + len);
     const float * z = logits + b * V;
-    float m = -INFINITY;
     int bad = 0;
-    for (int k = 0; k < S; ++k) {
-        m = fmaxf(m, parts[b * S + k].max);
-        bad |= parts[b * S + k].bad;
-    }
+    const float m = row_max_of(parts + b * S, S, &bad);
     const RowP r = row_params(P, b);
     if (bad || m == -INFINITY || r.T == 0.0f) return;  // invalid or greedy: pass 3 needs pass 1 only
     const int32_t g = given ? given[b] : -1;
@@ -362,12 +368,8 @@ __global__ void split_pass3_kernel(const float * __restrict__ logits, int64_t B,
     if (b >= B) return;
     const SlicePart * q = parts + b * S;
     const float * z = logits + b * V;
-    float m = -INFINITY;
     int bad = 0;
-    for (int k = 0; k < S; ++k) {
-        m = fmaxf(m, q[k].max);
-        bad |= q[k].bad;
-    }
+    const float m = row_max_of(q, S, &bad);
     if (bad || m == -INFINITY) {
         if (tok && !given) tok[b] = -1;
         if (lp) lp[b] = NAN;
