@@ -16,6 +16,7 @@ import type { Transcript, TurnEntry } from "./transcript.js";
 import type { ChatMessage, Generation, Policy, SamplingOptions } from "../policy/types.js";
 import { extractFinalNumber, extractLabel } from "../rewards/extract.js";
 import type { Verifier } from "../rewards/verifiers.js";
+import { pushTo } from "../collections.js";
 
 export type Topology = "full" | "ring" | "star" | boolean[][];
 
@@ -135,8 +136,7 @@ export class Debate {
         const { agents } = this.o;
         const byPolicy = new Map<Policy, { k: number; a: number }[]>();
         live.forEach((_, k) => agents.forEach((p, a) => {
-            const list = byPolicy.get(p);
-            if (list) list.push({ k, a }); else byPolicy.set(p, [{ k, a }]);
+            pushTo(byPolicy, p, { k, a });
         }));
         const entries: TurnEntry[][] = live.map(() => new Array<TurnEntry>(agents.length));
         await Promise.all([...byPolicy].map(async ([policy, slots]) => {
@@ -200,7 +200,7 @@ export class Debate {
         const groups = new Map<string, TurnEntry[]>();
         for (const e of entries) {
             const k = answerKey(e.extracted);
-            if (k !== null) groups.set(k, [...(groups.get(k) ?? []), e]);
+            if (k !== null) pushTo(groups, k, e);
         }
         const top = [...groups.values()].sort((x, y) => y.length - x.length)[0];
         if (!top || top.length / entries.length < c.share) return false;

@@ -12,6 +12,7 @@
 // Seeds depend on the state's path from the root (not on the traversal), so run(item) and runBatch([.., item, ..])
 // draw the same samples.
 import type { ChatMessage, Generation, Policy, SamplingOptions } from "../policy/types.js";
+import { pushTo } from "../collections.js";
 
 export interface TransitionInput<Item> {
     item: Item;
@@ -117,10 +118,8 @@ export class JointRollout<Item> {
             // One call per distinct policy: every (state, agent of that policy, g), in state order.
             const gens: Generation[][][] = frontier.map(() => agents.map(() => []));  // [state][agent][g]
             const byPolicy = new Map<Policy, { s: number; a: number }[]>();
-            frontier.forEach((state, st) => (state.depth === 0 && this.o.firstTurnAgents ? this.o.firstTurnAgents : agents).forEach((p, a) => {
-                const list = byPolicy.get(p);
-                if (list) list.push({ s: st, a }); else byPolicy.set(p, [{ s: st, a }]);
-            }));
+            frontier.forEach((state, st) => (state.depth === 0 && this.o.firstTurnAgents ? this.o.firstTurnAgents : agents)
+                .forEach((p, a) => pushTo(byPolicy, p, { s: st, a })));
             const seeds = this.o.seed === undefined ? null : frontier.map((st) => {
                 const base = typeof this.o.seed === "function" ? this.o.seed(items[st.i]!) : this.o.seed!;
                 if (!Number.isSafeInteger(base)) throw new TypeError(`JointRollout: seed(item): expected an integer, got ${String(base)}`);

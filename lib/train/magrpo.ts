@@ -20,6 +20,7 @@ import { extractAnswer, packRows, turnPrompt, type RolloutEntry, type TeamRollou
 import type { IterationResult } from "./stage.js";
 import type { Task, TaskItem } from "./tasks.js";
 import { answerKey } from "../debate/metrics.js";
+import { pushTo } from "../collections.js";
 
 const right = (text: string, item: TaskItem) => {
     const x = extractAnswer(text);
@@ -81,8 +82,7 @@ export function crossCompletions(tree: JointTree, returns: Float32Array, A: numb
     { action: number; agent: number; adv: number }[] {
     const states = new Map<number, number[]>();  // a state's joint actions share their parent
     tree.actions.forEach((act, n) => {
-        const list = states.get(act.parent);
-        if (list) list.push(n); else states.set(act.parent, [n]);
+        pushTo(states, act.parent, n);
     });
     const scores: number[] = [], groups: number[] = [], where: { action: number; agent: number }[] = [];
     for (const ids of states.values())
@@ -111,10 +111,8 @@ export async function magrpoIteration(cfg: TrainConfig, task: Task, items: TaskI
     const push = (a: number, depth: number, prompt: string, g: Generation, adv: number) => {
         const model = trainable[a];
         if (!model || !trainTurn(depth)) return;
-        const list = rows.get(model) ?? [];
-        list.push({ prompt: tok.encodeChat([{ role: "user", content: prompt }]), completion: (g.tokens ?? []) as number[],
+        pushTo(rows, model, { prompt: tok.encodeChat([{ role: "user", content: prompt }]), completion: (g.tokens ?? []) as number[],
             stopped: g.finishReason === "stop", adv, a });
-        rows.set(model, list);
     };
     for (const [i, item] of items.entries()) {
         const tree = forest[i]!;

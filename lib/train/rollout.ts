@@ -7,6 +7,7 @@
 import type { NativePolicy } from "../policy/nativePolicy.js";
 import { answerKey } from "../debate/metrics.js";
 import type { Task, TaskItem } from "./tasks.js";
+import { pushTo } from "../collections.js";
 
 export interface RolloutEntry {
     prompt: number[];
@@ -81,7 +82,7 @@ export async function rolloutTeam(task: Task, items: TaskItem[], agents: NativeP
         const turn: RolloutEntry[][] = items.map(() => new Array(A));
         const byModel = new Map<NativePolicy, { i: number; a: number }[]>();
         const who = t === 0 && o.turn0 ? o.turn0 : agents;
-        for (let a = 0; a < A; a++) byModel.set(who[a]!, [...(byModel.get(who[a]!) ?? []), ...items.map((_, i) => ({ i, a }))]);
+        for (let a = 0; a < A; a++) pushTo(byModel, who[a]!, ...items.map((_, i) => ({ i, a })));
         for (const [model, who] of byModel) {
             const content = who.map(({ i, a }) => {
                 const prev = t === 0 ? null : entries[i]![t - 1]!;
