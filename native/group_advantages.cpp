@@ -15,6 +15,7 @@
 #include "core.h"
 #include "gae_scan.h"  // whiten_stats
 #include "isa.h"
+#include "scratch.h"
 #include "threadpool.h"
 
 namespace maporl {
@@ -22,41 +23,175 @@ namespace {
 
 constexpr int64_t kChunk = 1 << 16;  // fixed reduction chunk: partial sums never depend on the thread count
 
-// Maps each element to a slot of the statistics tables.
-struct GroupSlots {
-    bool direct = true;
-    int64_t min_id = 0;
-    int64_t slots = 0;
-    std::vector<int32_t> dense;  // per element, when !direct
-
-    int64_t of(const int32_t * g, int64_t i) const { return direct ? (int64_t)g[i] - min_id : (int64_t)dense[i]; }
+// The first pass over the ids: descents and steps (adjacent pairs with id[i] < id[i-1], id[i] != id[i-1],
+// counting the pair across the start of [b, e)) and the id range.
+struct IdScan {
+    int64_t descents = 0, steps = 0;
+    int32_t lo = std::numeric_limits<int32_t>::max(), hi = std::numeric_limits<int32_t>::min();
+    void merge(const IdScan & o) {
+        descents += o.descents;
+        steps += o.steps;
+        lo = std::min(lo, o.lo);
+        hi = std::max(hi, o.hi);
+    }
 };
 
-GroupSlots index_groups(const int32_t * g, int64_t N) {
-    GroupSlots s;
-    int32_t lo = std::numeric_limits<int32_t>::max(), hi = std::numeric_limits<int32_t>::min();
-    for (int64_t i = 0; i < N; ++i) {  // int32 min/max: vectorises
+IdScan scan_ids(const int32_t * g, int64_t b, int64_t e) {  // e - b <= kChunk: int32 counts (vectorises)
+    IdScan s;
+    int32_t d = 0, st = 0, lo = s.lo, hi = s.hi;
+    if (b > 0) {
+        d += g[b] < g[b - 1];
+        st += g[b] != g[b - 1];
+    }
+    for (int64_t i = b; i < e; ++i) {
         lo = std::min(lo, g[i]);
         hi = std::max(hi, g[i]);
     }
-    const int64_t range = (int64_t)hi - (int64_t)lo + 1;
-    if (range <= 2 * N + 1024) {
-        s.min_id = lo;
-        s.slots = range;
-        return s;
+    for (int64_t i = b + 1; i < e; ++i) {
+        d += g[i] < g[i - 1];
+        st += g[i] != g[i - 1];
     }
-    s.direct = false;
+    s.descents = d;
+    s.steps = st;
+    s.lo = lo;
+    s.hi = hi;
+    return s;
+}
+
+// Slot of element i in the statistics table: ids[i] - lo, with the ids themselves when they span at most about
+// 2N values (lo = min id), else their dense ranks from a sort (dense_ids; lo = 0).
+struct SlotOf {
+    const int32_t * ids;
+    int32_t lo;
+    int64_t operator()(int64_t i) const { return (int64_t)ids[i] - (int64_t)lo; }
+};
+
+std::vector<int32_t> dense_ids(const int32_t * g, int64_t N) {
     std::vector<int64_t> order((size_t)N);
     std::iota(order.begin(), order.end(), 0);
     std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return g[a] < g[b]; });
-    s.dense.resize((size_t)N);
-    int64_t next = -1;
+    std::vector<int32_t> dense((size_t)N);
+    int32_t next = -1;
     for (int64_t k = 0; k < N; ++k) {
         if (k == 0 || g[order[k]] != g[order[k - 1]]) ++next;
-        s.dense[order[k]] = (int32_t)next;
+        dense[order[k]] = next;
     }
-    s.slots = next + 1;
-    return s;
+    return dense;
+}
+
+// A member in its bucket: its slot within the bucket and its score (8 B: one write stream per bucket).
+struct Member {
+    uint32_t slot;
+    float score;
+};
+
+// One bucket's statistics, from its members in index order, then its folds.
+void bucket_stats(const Member * m, int64_t count, Slot * t, int64_t nslots, const maporl_group_params & p, Fold * folds) {
+    const bool excl = p.nan_exclude != 0, use_max = p.baseline == MAPORL_BASELINE_MAX;
+    for (int64_t j = 0; j < nslots; ++j) t[j] = Slot{0.0, 0.0, 0.0, use_max ? -INFINITY : 0.0};
+    if (use_max) {
+        for (int64_t j = 0; j < count; ++j) {
+            const float s = m[j].score;
+            if (excl && s != s) continue;
+            Slot & g = t[m[j].slot];
+            g.n += 1.0;
+            g.sum += (double)s;
+            if (s != s || (double)s > g.aux) g.aux = g.aux != g.aux ? g.aux : (double)s;
+        }
+    } else if (excl) {
+        for (int64_t j = 0; j < count; ++j) {
+            const float s = m[j].score;
+            if (s != s) continue;
+            Slot & g = t[m[j].slot];
+            g.n += 1.0;
+            g.sum += (double)s;
+        }
+    } else {
+        for (int64_t j = 0; j < count; ++j) {
+            Slot & g = t[m[j].slot];
+            g.n += 1.0;
+            g.sum += (double)m[j].score;
+        }
+    }
+    for (int64_t j = 0; j < nslots; ++j) t[j].mean = t[j].sum / t[j].n;
+    if (p.scale_by_std && !use_max)
+        for (int64_t j = 0; j < count; ++j) {
+            const float s = m[j].score;
+            if (excl && s != s) continue;
+            Slot & g = t[m[j].slot];
+            const double d = (double)s - g.mean;
+            g.aux += d * d;
+        }
+    for (int64_t j = 0; j < nslots; ++j) folds[j] = fold(t[j], p);
+}
+
+// Arbitrary ids: a statistics table of K slots. The members are first bucketed by slot range (a stable
+// counting partition into at most kBuckets sequential streams of 8 B members; two streams per bucket, 4 B
+// each, cost 3x more here: past ~64 streams the stores stop combining), so that each bucket's statistics live
+// in a table small enough for L1 instead of random updates all over a multi-MiB table. Buckets keep index
+// order, so every group is still accumulated member by member in index order: the same bits as the adjacent
+// paths, for any thread count. Then one pass over the elements writes the advantages from the folds (16 B per
+// slot, L2-resident at K = 65536). The buffers are leased (scratch.h): fresh ones would fault in 11 MiB of pages
+// at N = 2^20.
+constexpr int64_t kBuckets = 64;
+
+void table_path(const float * scores, int64_t N, const maporl_group_params & p, float * out, SlotOf slot_of, int64_t K) {
+    int shift = 0;
+    while (((K - 1) >> shift) >= kBuckets) ++shift;
+    const int64_t nb = ((K - 1) >> shift) + 1;
+    const size_t at_table = (size_t)K * sizeof(Fold), at_members = at_table + (size_t)K * sizeof(Slot);
+    ScratchLease lease(at_members + (size_t)N * sizeof(Member));
+    unsigned char * base = static_cast<unsigned char *>(lease.data());
+    Fold * folds = reinterpret_cast<Fold *>(base);
+    Slot * table = reinterpret_cast<Slot *>(base + at_table);
+    Member * members = reinterpret_cast<Member *>(base + at_members);
+    // Counts per (index part, bucket); the parts are fixed fractions of [0, N), and the partition is stable, so
+    // nothing depends on how many there are.
+    const int64_t P = std::max<int64_t>(1, std::min<int64_t>(pool_threads(), 8));
+    std::vector<int64_t> cursor((size_t)(P * nb), 0);
+    parallel_for(P, 1, [&](int64_t q0, int64_t q1) {
+        for (int64_t q = q0; q < q1; ++q) {
+            int64_t c[kBuckets] = {0};
+            for (int64_t i = q * N / P, e = (q + 1) * N / P; i < e; ++i) ++c[slot_of(i) >> shift];
+            std::copy(c, c + nb, cursor.begin() + q * nb);
+        }
+    });
+    std::vector<int64_t> bucket_start((size_t)nb + 1, 0);
+    int64_t at = 0;
+    for (int64_t b = 0; b < nb; ++b) {
+        bucket_start[(size_t)b] = at;
+        for (int64_t q = 0; q < P; ++q) {
+            const int64_t c = cursor[(size_t)(q * nb + b)];
+            cursor[(size_t)(q * nb + b)] = at;
+            at += c;
+        }
+    }
+    bucket_start[(size_t)nb] = at;
+    parallel_for(P, 1, [&](int64_t q0, int64_t q1) {
+        for (int64_t q = q0; q < q1; ++q) {
+            int64_t cur[kBuckets];
+            std::copy(cursor.begin() + q * nb, cursor.begin() + (q + 1) * nb, cur);
+            for (int64_t i = q * N / P, e = (q + 1) * N / P; i < e; ++i) {
+                const int64_t k = slot_of(i), b = k >> shift;
+                members[cur[b]++] = Member{(uint32_t)(k - (b << shift)), scores[i]};
+            }
+        }
+    });
+    parallel_for(nb, 1, [&](int64_t b0, int64_t b1) {
+        for (int64_t b = b0; b < b1; ++b) {
+            const int64_t e0 = bucket_start[(size_t)b], k0 = b << shift;
+            bucket_stats(members + e0, bucket_start[(size_t)b + 1] - e0, table + k0, std::min(K, (b + 1) << shift) - k0,
+                         p, folds + k0);
+        }
+    });
+    const bool excl = p.nan_exclude != 0;
+    const Isa isa = K < ((int64_t)1 << 30) ? active_isa() : Isa::Scalar;  // 32-bit gather offsets
+    parallel_for(N, 4096, [&](int64_t b, int64_t e) {
+        if (isa == Isa::Avx512) avx512::write_from_folds(scores, slot_of.ids, slot_of.lo, folds, out, b, e, excl);
+        else if (isa == Isa::Avx2) avx2::write_from_folds(scores, slot_of.ids, slot_of.lo, folds, out, b, e, excl);
+        else
+            for (int64_t i = b; i < e; ++i) out[i] = write_one(scores[i], folds[slot_of(i)], excl);
+    });
 }
 
 }  // namespace
@@ -70,46 +205,22 @@ void group_advantages_cpu(const float * scores, const int32_t * groups, const fl
                 throw_error(MAPORL_ERR_INVALID_ARG, "weights: expected finite values >= 0, got %g at index %lld",
                             (double)weights[i], (long long)i);
     const bool use_max = p.baseline == MAPORL_BASELINE_MAX;
-    const double aux0 = use_max ? -std::numeric_limits<double>::infinity() : 0.0;
     auto counted = [&](float s) { return !(p.nan_exclude && std::isnan(s)); };
-    auto accumulate = [&](Slot & g, float s) {  // pass 1
-        const double x = (double)s;
-        g.n += 1.0;
-        g.sum += x;
-        if (use_max && (std::isnan(x) || x > g.aux)) g.aux = std::isnan(g.aux) ? g.aux : x;
-    };
-    const bool need_dev = p.scale_by_std != 0;
-    auto deviate = [&](Slot & g, float s) {  // pass 2, after g.mean = g.sum / g.n
-        const double d = (double)s - g.mean;
-        g.aux += d * d;
-    };
-    auto write = [&](int64_t i, Fold f) {
-        const float s = scores[i];
-        out[i] = (!counted(s) || f.factor == 0.0) ? 0.0f : (float)(((double)s - f.center) * f.factor);
-    };
-    // One pass: are the ids ascending, and how many group boundaries are there? (Integer counts: any split of
-    // the range gives the same totals.)
+    // One pass: are the ids ascending, how many group boundaries are there, and the id range? (Integer
+    // results: any split of the range gives the same totals.)
     const int64_t id_chunks = (N + kChunk - 1) / kChunk;
-    std::vector<int64_t> part_desc((size_t)id_chunks), part_steps((size_t)id_chunks);
+    std::vector<IdScan> part((size_t)id_chunks);
     parallel_for(id_chunks, 1, [&](int64_t c0, int64_t c1) {
-        for (int64_t c = c0; c < c1; ++c) {
-            int32_t d = 0, st = 0;  // at most kChunk each
-            for (int64_t i = std::max<int64_t>(1, c * kChunk), e = std::min(N, (c + 1) * kChunk); i < e; ++i) {
-                d += groups[i] < groups[i - 1];
-                st += groups[i] != groups[i - 1];
-            }
-            part_desc[(size_t)c] = d;
-            part_steps[(size_t)c] = st;
-        }
+        for (int64_t c = c0; c < c1; ++c) part[(size_t)c] = scan_ids(groups, c * kChunk, std::min(N, (c + 1) * kChunk));
     });
-    int64_t descents = 0, steps = 0;
-    for (int64_t c = 0; c < id_chunks; ++c) { descents += part_desc[(size_t)c]; steps += part_steps[(size_t)c]; }
-    const bool sorted = descents == 0;
+    IdScan ids = part[0];
+    for (int64_t c = 1; c < id_chunks; ++c) ids.merge(part[(size_t)c]);
+    const bool sorted = ids.descents == 0;
     int64_t G = 1;
     while (sorted && G < N && groups[G] == groups[0]) ++G;
     // Uniform: N / G runs of exactly G (N / G - 1 boundaries, all at multiples of G).
     const Isa isa = active_isa();
-    bool uniform = sorted && !use_max && N % G == 0 && steps == N / G - 1 && isa != Isa::Scalar;
+    bool uniform = sorted && !use_max && N % G == 0 && ids.steps == N / G - 1 && isa != Isa::Scalar;
     for (int64_t k = G; uniform && k < N; k += G) uniform = groups[k] != groups[k - 1];
     if (uniform) {
         parallel_for(N / G, std::max<int64_t>(16, 8192 / G), [&](int64_t k0, int64_t k1) {
@@ -129,66 +240,16 @@ void group_advantages_cpu(const float * scores, const int32_t * groups, const fl
                 r = q;
             }
         });
-    }
-    if (!sorted) {
-        const GroupSlots slots = index_groups(groups, N);
-        const int64_t K = slots.slots;
-        std::vector<Slot> table((size_t)K, Slot{0.0, 0.0, 0.0, aux0});
-        // Bucket the members by slot range first (a stable partition into at most 64 sequential streams), so
-        // that each bucket's statistics live in a table small enough for L1/L2 instead of random updates all
-        // over a multi-MiB table. Buckets keep index order (stable), so every group is still accumulated member
-        // by member in index order: the same bits as the adjacent paths, for any thread count.
-        int shift = 0;
-        while (((K - 1) >> shift) >= 64) ++shift;  // <= 64 buckets: 64 write streams stay write-combinable
-        const int64_t nb = ((K - 1) >> shift) + 1;
-        const int64_t P = std::max<int64_t>(1, std::min<int64_t>(pool_threads(), 8));
-        std::vector<int64_t> cursor((size_t)(P * nb), 0);
-        parallel_for(P, 1, [&](int64_t q0, int64_t q1) {
-            for (int64_t q = q0; q < q1; ++q)
-                for (int64_t i = q * N / P, e = (q + 1) * N / P; i < e; ++i) ++cursor[(size_t)(q * nb + (slots.of(groups, i) >> shift))];
-        });
-        std::vector<int64_t> bucket_start((size_t)nb + 1, 0);
-        int64_t at = 0;
-        for (int64_t b = 0; b < nb; ++b) {
-            bucket_start[(size_t)b] = at;
-            for (int64_t q = 0; q < P; ++q) {
-                const int64_t c = cursor[(size_t)(q * nb + b)];
-                cursor[(size_t)(q * nb + b)] = at;
-                at += c;
-            }
+    } else {
+        const int64_t range = (int64_t)ids.hi - (int64_t)ids.lo + 1;
+        if (range <= 2 * N + 1024) {
+            table_path(scores, N, p, out, SlotOf{groups, ids.lo}, range);
+        } else {
+            const std::vector<int32_t> dense = dense_ids(groups, N);
+            int32_t K = 0;
+            for (int32_t d : dense) K = std::max(K, d + 1);
+            table_path(scores, N, p, out, SlotOf{dense.data(), 0}, K);
         }
-        bucket_start[(size_t)nb] = at;
-        struct Member {
-            int32_t slot;
-            float score;
-        };
-        std::vector<Member> members((size_t)N);
-        parallel_for(P, 1, [&](int64_t q0, int64_t q1) {
-            for (int64_t q = q0; q < q1; ++q)
-                for (int64_t i = q * N / P, e = (q + 1) * N / P; i < e; ++i) {
-                    const int64_t k = slots.of(groups, i);
-                    const int64_t pos = cursor[(size_t)(q * nb + (k >> shift))]++;
-                    members[(size_t)pos] = Member{(int32_t)k, scores[i]};
-                }
-        });
-        parallel_for(nb, 1, [&](int64_t b0, int64_t b1) {
-            for (int64_t b = b0; b < b1; ++b) {
-                const int64_t e0 = bucket_start[(size_t)b], e1 = bucket_start[(size_t)b + 1];
-                for (int64_t j = e0; j < e1; ++j)
-                    if (counted(members[(size_t)j].score)) accumulate(table[(size_t)members[(size_t)j].slot], members[(size_t)j].score);
-                for (int64_t k = b << shift, ke = std::min(K, (b + 1) << shift); k < ke; ++k) table[(size_t)k].mean = table[(size_t)k].sum / table[(size_t)k].n;
-                if (need_dev)
-                    for (int64_t j = e0; j < e1; ++j)
-                        if (counted(members[(size_t)j].score)) deviate(table[(size_t)members[(size_t)j].slot], members[(size_t)j].score);
-            }
-        });
-        std::vector<Fold> folds((size_t)slots.slots);
-        parallel_for(slots.slots, 4096, [&](int64_t b, int64_t e) {
-            for (int64_t k = b; k < e; ++k) folds[(size_t)k] = fold(table[(size_t)k], p);
-        });
-        parallel_for(N, 4096, [&](int64_t b, int64_t e) {
-            for (int64_t i = b; i < e; ++i) write(i, folds[(size_t)slots.of(groups, i)]);
-        });
     }
     if (!p.whiten) return;
     // Weighted batch whitening; excluded rows (NaN excluded, weight 0) do not count and get 0.

@@ -74,6 +74,11 @@ inline void write_group(const float * __restrict__ x, float * __restrict__ out, 
         for (int64_t t = 0; t < n; ++t) out[t] = (float)(((double)x[t] - c) * fa);
 }
 
+// One member's advantage from its group's fold (the table path's last pass).
+inline float write_one(float s, const Fold & f, bool excl) {
+    return ((excl && s != s) || f.factor == 0.0) ? 0.0f : (float)(((double)s - f.center) * f.factor);
+}
+
 // One group stored contiguously, x[0..n): the statistics in index order (the same order as the table path, so
 // every path gives the same bits), then the members' advantages. Used by the adjacent-run paths.
 inline void group_run_sequential(const float * x, float * out, int64_t n, const maporl_group_params & p) {
@@ -101,11 +106,18 @@ inline void group_run_sequential(const float * x, float * out, int64_t n, const 
 // Groups [k0, k1) of exactly G members stored one after the other (ids ascending), 16 (AVX-512) or 8 (AVX2)
 // groups at a time with one group per lane (gathers), in the same arithmetic order as the scalar run path
 // (bit-identical). Not for the max baseline. group_advantages_avx512.cpp / _avx2.cpp (x86-64, GCC/Clang).
+//
+// write_from_folds: the table path's last pass, O[i] = write_one(S[i], folds[ids[i] - lo]) for i in [b, e), with
+// gathers of the folds (bit-identical to the scalar loop; needs 2 * (ids[i] - lo) + 1 < 2^31).
 namespace avx2 {
 void group_uniform_f32(const float * S, float * O, int64_t G, int64_t k0, int64_t k1, const maporl_group_params & p);
+void write_from_folds(const float * S, const int32_t * ids, int32_t lo, const Fold * folds, float * O, int64_t b,
+                      int64_t e, bool excl);
 }
 namespace avx512 {
 void group_uniform_f32(const float * S, float * O, int64_t G, int64_t k0, int64_t k1, const maporl_group_params & p);
+void write_from_folds(const float * S, const int32_t * ids, int32_t lo, const Fold * folds, float * O, int64_t b,
+                      int64_t e, bool excl);
 }
 
 }  // namespace maporl

@@ -61,6 +61,23 @@ void group_uniform_f32(const float * __restrict__ S, float * __restrict__ O, int
     for (; k < k1; ++k) group_run_sequential(S + k * G, O + k * G, G, p);
 }
 
+void write_from_folds(const float * __restrict__ S, const int32_t * __restrict__ ids, int32_t lo, const Fold * folds,
+                      float * __restrict__ O, int64_t b, int64_t e, bool excl) {
+    const double * f = &folds[0].center;  // center at 2k, factor at 2k + 1
+    const __m128i vlo = _mm_set1_epi32(lo), one = _mm_set1_epi32(1);
+    int64_t i = b;
+    for (; i + 4 <= e; i += 4) {
+        const __m128i k2 = _mm_slli_epi32(_mm_sub_epi32(_mm_loadu_si128((const __m128i *)(ids + i)), vlo), 1);
+        const __m256d c = _mm256_i32gather_pd(f, k2, 8), fa = _mm256_i32gather_pd(f, _mm_add_epi32(k2, one), 8);
+        const __m128 x = _mm_loadu_ps(S + i);
+        __m256d keep = _mm256_cmp_pd(fa, _mm256_setzero_pd(), _CMP_NEQ_UQ);  // factor 0: advantage 0
+        if (excl) keep = _mm256_and_pd(keep, _mm256_castsi256_pd(_mm256_cvtepi32_epi64(_mm_castps_si128(_mm_cmp_ps(x, x, _CMP_ORD_Q)))));
+        const __m256d a = _mm256_and_pd(_mm256_mul_pd(_mm256_sub_pd(_mm256_cvtps_pd(x), c), fa), keep);
+        _mm_storeu_ps(O + i, _mm256_cvtpd_ps(a));
+    }
+    for (; i < e; ++i) O[i] = write_one(S[i], folds[(int64_t)ids[i] - lo], excl);
+}
+
 }  // namespace avx2
 }  // namespace maporl
 #endif

@@ -61,6 +61,23 @@ void group_uniform_f32(const float * __restrict__ S, float * __restrict__ O, int
     for (; k < k1; ++k) group_run_sequential(S + k * G, O + k * G, G, p);
 }
 
+void write_from_folds(const float * __restrict__ S, const int32_t * __restrict__ ids, int32_t lo, const Fold * folds,
+                      float * __restrict__ O, int64_t b, int64_t e, bool excl) {
+    const double * f = &folds[0].center;  // center at 2k, factor at 2k + 1
+    const __m256i vlo = _mm256_set1_epi32(lo), one = _mm256_set1_epi32(1);
+    int64_t i = b;
+    for (; i + 8 <= e; i += 8) {
+        const __m256i k2 = _mm256_slli_epi32(_mm256_sub_epi32(_mm256_loadu_si256((const __m256i *)(ids + i)), vlo), 1);
+        const __m512d c = _mm512_i32gather_pd(k2, f, 8), fa = _mm512_i32gather_pd(_mm256_add_epi32(k2, one), f, 8);
+        const __m256 x = _mm256_loadu_ps(S + i);
+        __mmask8 keep = _mm512_cmp_pd_mask(fa, _mm512_setzero_pd(), _CMP_NEQ_UQ);  // factor 0: advantage 0
+        if (excl) keep &= (__mmask8)_mm256_cmp_ps_mask(x, x, _CMP_ORD_Q);
+        const __m512d a = _mm512_maskz_mul_pd(keep, _mm512_sub_pd(_mm512_cvtps_pd(x), c), fa);
+        _mm256_storeu_ps(O + i, _mm512_cvtpd_ps(a));
+    }
+    for (; i < e; ++i) O[i] = write_one(S[i], folds[(int64_t)ids[i] - lo], excl);
+}
+
 }  // namespace avx512
 }  // namespace maporl
 #endif

@@ -160,6 +160,33 @@ TEST(uniform_adjacent_groups_are_bit_identical_across_paths) {
         }
 }
 
+// The table path (shuffled or sparse ids) writes the advantages with fold gathers on AVX-512 / AVX2; every SIMD
+// level must give the scalar loop's bits, NaN members, singletons and the max baseline included.
+TEST(table_path_is_bit_identical_across_simd_levels) {
+    uint32_t seed = 500;
+    for (int64_t N : {1, 9, 1000, 70001})
+        for (int sparse = 0; sparse < 2; ++sparse) {
+            Batch b = make(N, seed++, true, true, sparse == 1);
+            for (auto & p : param_sets()) {
+                std::vector<float> scalar(N), avx2(N), best(N);
+                maporl_set_simd("scalar");
+                CHECK(maporl_group_advantages(MAPORL_DEVICE_CPU, b.s.data(), b.g.data(), nullptr, N, p, scalar.data()) == MAPORL_OK,
+                      "%s", maporl_last_error());
+                const bool has_avx2 = maporl_set_simd("avx2") == MAPORL_OK;
+                maporl_group_advantages(MAPORL_DEVICE_CPU, b.s.data(), b.g.data(), nullptr, N, p, avx2.data());
+                maporl_set_simd("best");
+                maporl_group_advantages(MAPORL_DEVICE_CPU, b.s.data(), b.g.data(), nullptr, N, p, best.data());
+                CHECK(!has_avx2 || std::memcmp(avx2.data(), scalar.data(), 4 * N) == 0, "avx2 vs scalar N=%lld sparse=%d baseline=%d excl=%d",
+                      (long long)N, sparse, (int)p.baseline, p.nan_exclude);
+                CHECK(std::memcmp(best.data(), scalar.data(), 4 * N) == 0, "best vs scalar N=%lld sparse=%d baseline=%d excl=%d",
+                      (long long)N, sparse, (int)p.baseline, p.nan_exclude);
+                int64_t at = -1;
+                CHECK(matches(best, reference(b, p), 1e-5, &at), "N=%lld sparse=%d baseline=%d at %lld", (long long)N, sparse,
+                      (int)p.baseline, (long long)at);
+            }
+        }
+}
+
 TEST(results_do_not_depend_on_thread_count) {
     for (int layout = 0; layout < 2; ++layout) {
         Batch b = make(30000, 77, layout == 1, true, false);
