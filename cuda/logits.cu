@@ -18,40 +18,43 @@ namespace {
 constexpr int kThreads = 256;
 constexpr unsigned kFull = 0xffffffffu;
 
+// The sums are double: a thread adds V / 256 terms (593 at V = 151,936), where float sums drift toward the
+// log-probs' 1e-5 (the CPU path's float lanes did, and now move into double every 128 terms).
 struct Online {
-    float m, s, t;  // running max, sum of exp(x - m), sum of exp(x - m) * (x - m)
+    float m;      // running max
+    double s, t;  // sum of exp(x - m), sum of exp(x - m) * (x - m)
 };
 
 __device__ __forceinline__ Online merge(Online a, Online b) {
     const float M = fmaxf(a.m, b.m);
-    if (M == -INFINITY) return Online{M, 0.0f, 0.0f};
-    const float ea = a.s == 0.0f ? 0.0f : expf(a.m - M);
-    const float eb = b.s == 0.0f ? 0.0f : expf(b.m - M);
+    if (M == -INFINITY) return Online{M, 0.0, 0.0};
+    const double ea = a.s == 0.0 ? 0.0 : (double)expf(a.m - M);
+    const double eb = b.s == 0.0 ? 0.0 : (double)expf(b.m - M);
     Online o;
     o.m = M;
     o.s = a.s * ea + b.s * eb;
-    o.t = (a.s == 0.0f ? 0.0f : ea * (a.t + a.s * (a.m - M))) + (b.s == 0.0f ? 0.0f : eb * (b.t + b.s * (b.m - M)));
+    o.t = (a.s == 0.0 ? 0.0 : ea * (a.t + a.s * (double)(a.m - M))) + (b.s == 0.0 ? 0.0 : eb * (b.t + b.s * (double)(b.m - M)));
     return o;
 }
 
 // Softmax statistics of row z (length V) over the block; every thread gets {lse, entropy}.
 __device__ float2 row_softmax(const float * __restrict__ z, int64_t V, float temp, bool entropy) {
     __shared__ Online sh[32];
-    Online o{-INFINITY, 0.0f, 0.0f};
+    Online o{-INFINITY, 0.0, 0.0};
     bool nan = false;
     for (int64_t v = threadIdx.x; v < V; v += blockDim.x) {
         const float x = temp == 1.0f ? z[v] : z[v] / temp;
         if (x == -INFINITY) continue;
         if (isnan(x) || x == INFINITY) { nan = true; continue; }
         if (x > o.m) {
-            const float sc = o.s == 0.0f ? 0.0f : expf(o.m - x);
-            if (entropy) o.t = sc * (o.t + o.s * (o.m - x));
-            o.s = o.s * sc + 1.0f;
+            const double sc = o.s == 0.0 ? 0.0 : (double)expf(o.m - x);
+            if (entropy) o.t = sc * (o.t + o.s * (double)(o.m - x));
+            o.s = o.s * sc + 1.0;
             o.m = x;
         } else {
             const float q = x - o.m, e = expf(q);
-            o.s += e;
-            if (entropy && e > 0.0f) o.t += e * q;
+            o.s += (double)e;
+            if (entropy && e > 0.0f) o.t += (double)(e * q);
         }
     }
     for (int d = 16; d > 0; d >>= 1) {
@@ -64,8 +67,8 @@ __device__ float2 row_softmax(const float * __restrict__ z, int64_t V, float tem
     Online r = sh[0];
     for (int w = 1; w < (int)(blockDim.x >> 5); ++w) r = merge(r, sh[w]);
     if (any_nan || r.m == -INFINITY) return make_float2(NAN, NAN);
-    const float logS = logf(r.s);
-    return make_float2(r.m + logS, entropy ? logS - r.t / r.s : 0.0f);
+    const double logS = log(r.s);
+    return make_float2((float)((double)r.m + logS), entropy ? (float)(logS - r.t / r.s) : 0.0f);
 }
 
 __device__ __forceinline__ bool row_on(const void * mask, int mt, int64_t n) {

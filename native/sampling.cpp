@@ -225,7 +225,7 @@ void run_rows(const float * logits, int64_t B, int64_t V, const maporl_sample_pa
               int32_t * tokens, float * logprobs, float * raw, uint8_t * valid) {
     const Passes P = passes();
     parallel_for(B, 1, [&](int64_t b0, int64_t b1) {
-        std::vector<int32_t> scratch((size_t)V);
+        std::vector<int32_t> scratch((size_t)race_scratch_size(V));
         for (int64_t b = b0; b < b1; ++b) {
             const RowOut o = sample_one(P, logits + b * V, V, sample_row(p, b), given ? given[b] : -1, raw != nullptr, scratch);
             if (tokens) tokens[b] = o.token;

@@ -137,6 +137,18 @@ MAPORL_INLINE vf vexp(vf x) {
     const vf out = vexp_nonpos(xc);
     return x > 88.3762626f ? splat(__builtin_inff()) : out;
 }
+// p[idx[l]] on every lane (idx >= 0).
+MAPORL_INLINE vf vgather(const float * p, vi idx) {
+#if defined(__AVX512F__) && MAPORL_VEC_W == 16
+    return (vf)_mm512_i32gather_ps((__m512i)idx, p, 4);
+#elif defined(__AVX2__) && MAPORL_VEC_W == 8
+    return (vf)_mm256_i32gather_ps(p, (__m256i)idx, 4);
+#else
+    vf v;
+    for (int l = 0; l < W; ++l) v[l] = p[idx[l]];
+    return v;
+#endif
+}
 // Lane-wise 32 x 32 -> 64-bit product of a and b: high and low words (Philox's mulhilo).
 // vpmuludq on the even lanes and on the odd lanes shifted down, then the high words blended (GCC's generic
 // 64-bit product would use the slow vpmullq).
