@@ -57,9 +57,9 @@ struct ScalarLoad : ScalarOps<F> {
     static double hmax(V v) { return (double)v; }
     static bool any(bool k) { return k; }
     static double lane(V v, int) { return (double)v; }
-    static int compress(bool k, int64_t base, int32_t * out) {
-        if (k) *out = (int32_t)base;
-        return k ? 1 : 0;
+    static unsigned bits(bool k) { return k ? 1u : 0u; }
+    static void compress_bits(unsigned m, int64_t base, int32_t * out) {
+        if (m) *out = (int32_t)base;
     }
     static V exp_nonpos(V x) { return ScalarOps<F>::exp(x); }
     static V max(V a, V b) { return a > b ? a : b; }

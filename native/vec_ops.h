@@ -47,40 +47,47 @@ struct VecOps {
 #endif
     }
     static MAPORL_INLINE double lane(V v, int i) { return (double)v[i]; }
-    // Writes base + l for every lane l set in k to out, in lane order; returns how many. Branch-free: a whole
-    // vector is stored at out (the W - 1 slots past the count are scratch), so out needs W slots of room.
-    static MAPORL_INLINE int compress(K k, int64_t base, int32_t * out) {
+    // The lanes set in k as bits (lane l -> bit l).
+    static MAPORL_INLINE unsigned bits(K k) {
+#if defined(__AVX512F__) && MAPORL_VEC_W == 16
+        return (unsigned)_mm512_movepi32_mask((__m512i)k);
+#elif defined(__AVX__) && MAPORL_VEC_W == 8
+        return (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps((__m256i)k));
+#else
+        unsigned m = 0;
+        for (int l = 0; l < W; ++l) m |= (k[l] ? 1u : 0u) << l;
+        return m;
+#endif
+    }
+    // Writes base + l for every bit l set in m to out, in lane order (popcount(m) of them). Branch-free: a whole
+    // vector is stored at out (the slots past the count are scratch), so out needs W slots of room.
+    static MAPORL_INLINE void compress_bits(unsigned m, int64_t base, int32_t * out) {
 #if defined(__AVX512F__) && MAPORL_VEC_W == 16
         // A register compress and a plain store: vpcompressd to memory is microcoded on several cores.
-        const __mmask16 m = _mm512_cmpneq_epi32_mask((__m512i)k, _mm512_setzero_si512());
         const __m512i ids = _mm512_add_epi32(_mm512_set1_epi32((int)base),
                                              _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
-        _mm512_storeu_si512(out, _mm512_maskz_compress_epi32(m, ids));
-        return __builtin_popcount((unsigned)m);
+        _mm512_storeu_si512(out, _mm512_maskz_compress_epi32((__mmask16)m, ids));
 #elif defined(__AVX2__) && MAPORL_VEC_W == 8
         // The lane indices of each 8-bit mask, packed 4 bits apiece, spread by a shift per lane.
         static const struct Lut {
             uint32_t v[256];
             constexpr Lut() : v() {
-                for (int m = 0; m < 256; ++m) {
+                for (int k = 0; k < 256; ++k) {
                     uint32_t x = 0;
                     int n = 0;
                     for (int l = 0; l < 8; ++l)
-                        if (m >> l & 1) x |= (uint32_t)l << (4 * n++);
-                    v[m] = x;
+                        if (k >> l & 1) x |= (uint32_t)l << (4 * n++);
+                    v[k] = x;
                 }
             }
         } lut;
-        const unsigned m = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps((__m256i)k));
-        const __m256i sh = _mm256_srlv_epi32(_mm256_set1_epi32((int)lut.v[m]), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28));
+        const __m256i sh = _mm256_srlv_epi32(_mm256_set1_epi32((int)lut.v[m & 255]), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28));
         const __m256i lanes = _mm256_and_si256(sh, _mm256_set1_epi32(15));
         _mm256_storeu_si256(reinterpret_cast<__m256i *>(out), _mm256_add_epi32(lanes, _mm256_set1_epi32((int)base)));
-        return __builtin_popcount(m);
 #else
         int n = 0;
         for (int l = 0; l < W; ++l)
-            if (k[l]) out[n++] = (int32_t)(base + l);
-        return n;
+            if (m >> l & 1) out[n++] = (int32_t)(base + l);
 #endif
     }
 };
