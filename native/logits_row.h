@@ -18,6 +18,10 @@ namespace maporl {
 // e_out (V) and ms_out (one vector per chunk of 8 vectors, the tail chunk included), when not null, keep what
 // row_grad_e_t needs to write the gradient without a second exp per element: e_v = exp(x_v - ms) with ms the
 // running max of v's lane when v's chunk was read.
+// How far ahead (elements) row_stats_t prefetches the row it reads first (from DRAM: a batch of logits rarely
+// fits the caches): 2 KiB of floats, as the sampler's row pass (sampling_row.h).
+constexpr int64_t kRowPrefetch = 512;
+
 template <class Ops, typename F>
 RowStats row_stats_t(const F * z, int64_t V, int32_t y, F temp, bool entropy, F * e_out = nullptr,
                      F * ms_out = nullptr) {
@@ -42,6 +46,7 @@ RowStats row_stats_t(const F * z, int64_t V, int32_t y, F temp, bool entropy, F 
     auto chunk = [&](const F * p, F * e_dst, F * ms_dst) {
         Vv x[8];
         Vv cm = ninf;
+        for (int k = 0; k < 8 * W; k += 64 / (int)sizeof(F)) __builtin_prefetch(p + kRowPrefetch + k);
         for (int k = 0; k < 8; ++k) {
             x[k] = Ops::load(p + k * W);
             if (scaled) x[k] = x[k] / tv;
