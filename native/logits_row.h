@@ -46,7 +46,6 @@ RowStats row_stats_t(const F * z, int64_t V, int32_t y, F temp, bool entropy, F 
     auto chunk = [&](const F * p, F * e_dst, F * ms_dst) {
         Vv x[8];
         Vv cm = ninf;
-        for (int k = 0; k < 8 * W; k += 64 / (int)sizeof(F)) __builtin_prefetch(p + kRowPrefetch + k);
         for (int k = 0; k < 8; ++k) {
             x[k] = Ops::load(p + k * W);
             if (scaled) x[k] = x[k] / tv;
@@ -81,8 +80,11 @@ RowStats row_stats_t(const F * z, int64_t V, int32_t y, F temp, bool entropy, F 
         }
     };
     const int64_t full = V - V % CH;
-    for (int64_t i = 0; i < full; i += CH)
+    for (int64_t i = 0; i < full; i += CH) {
+        if (i + kRowPrefetch + CH <= V)
+            for (int k = 0; k < CH; k += 64 / (int)sizeof(F)) __builtin_prefetch(z + i + kRowPrefetch + k);
         chunk(z + i, e_out ? e_out + i : nullptr, ms_out ? ms_out + (i / CH) * W : nullptr);
+    }
     if (full < V) {
         F buf[CH], ebuf[CH];
         for (int k = 0; k < CH; ++k) buf[k] = full + k < V ? z[full + k] : F(-INFINITY);

@@ -68,7 +68,8 @@ RowMax row_max_t(const float * z, int64_t V, float temp, bool with_raw, bool wit
     for (int64_t i0 = 0; i0 < V; i0 += CH) {
         Vv x[8];
         Vv cm = ninf;
-        for (int k = 0; k < 8 * W; k += 16) __builtin_prefetch(z + i0 + kPrefetchAhead + k);
+        if (i0 + kPrefetchAhead + CH <= V)
+            for (int k = 0; k < CH; k += 16) __builtin_prefetch(z + i0 + kPrefetchAhead + k);
         for (int k = 0; k < 8; ++k) {
             x[k] = load_padded<Ops>(z, i0 + k * W, V);
             badk = badk | (x[k] != x[k]) | (x[k] == inf);
