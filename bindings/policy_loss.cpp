@@ -7,6 +7,7 @@
 //   logprobs(logits, targets, N, V, temperature, device, logp, entropy|null)
 //   fusedPolicyLoss(logits, targets, oldLogp|null, advantages, advPerSeq, mask, refLogp|null, B, T, V, temperature,
 //                   params, device, gradLogits, logp|null, entropy|null, gradLogp|null) -> stats
+// logits (both) is a Float32Array, or a Uint16Array of bfloat16 bit patterns (the _bf16 C entry points).
 // `params` is {type, clipLow, clipHigh, dualClip, logRatioClamp, kl, klStraightThrough, klCoef, entropyCoef, agg,
 // normalizer}, all numbers (enums as their C values); lib/rl/policyLoss.ts builds it after validation.
 #include <napi.h>
@@ -187,6 +188,9 @@ struct LogprobsCall {
                      {{z.data, z.bytes, true, false}, {y.data, y.bytes, true, false}, {lp.data, lp.bytes, false, true},
                       {H.data, H.bytes, false, true}},
                      [&](const std::vector<void *> & d) {
+                         if (z.type == napi_uint16_array)  // bfloat16 bit patterns
+                             return maporl_logprobs_bf16(device, (const uint16_t *)d[0], (const int32_t *)d[1], N, V,
+                                                         temp, (float *)d[2], (float *)d[3]);
                          return maporl_logprobs(device, (const float *)d[0], (const int32_t *)d[1], N, V, temp,
                                                 (float *)d[2], (float *)d[3]);
                      });
@@ -196,7 +200,7 @@ struct LogprobsCall {
 LogprobsCall UnpackLogprobs(const Napi::CallbackInfo & info, std::vector<Napi::Value> * keep) {
     LogprobsCall c;
     const size_t nv = (size_t)RequireDims(info, 2, "N", "V", &c.N, &c.V);
-    c.z = Required(info, 0, "logits", {napi_float32_array}, nv, keep);
+    c.z = Required(info, 0, "logits", {napi_float32_array, napi_uint16_array}, nv, keep);
     c.y = Required(info, 1, "targets", {napi_int32_array}, (size_t)c.N, keep);
     c.temp = (float)RequireNumber(info, 4, "temperature");
     c.device = (maporl_device)RequireInt(info, 5, "device", 0, 1);
@@ -223,6 +227,12 @@ struct FusedCall {
                       {glp.data, glp.bytes, false, true}},
                      [&](const std::vector<void *> & d) {
                          // On CUDA the staged gradient is its own buffer even when the caller asked for in place.
+                         if (z.type == napi_uint16_array)  // bfloat16 bit patterns
+                             return maporl_fused_policy_loss_bf16(device, (const uint16_t *)d[0], (const int32_t *)d[1],
+                                                                  (const float *)d[2], (const float *)d[3], adv_per_seq,
+                                                                  d[4], MaskType(mask), (const float *)d[5], B, T, V,
+                                                                  temp, p, (float *)d[6], (float *)d[7], (float *)d[8],
+                                                                  (float *)d[9], stats.get());
                          return maporl_fused_policy_loss(device, (const float *)d[0], (const int32_t *)d[1],
                                                          (const float *)d[2], (const float *)d[3], adv_per_seq, d[4],
                                                          MaskType(mask), (const float *)d[5], B, T, V, temp, p,
@@ -241,7 +251,7 @@ FusedCall UnpackFused(const Napi::CallbackInfo & info, std::vector<Napi::Value> 
         throw Napi::RangeError::New(info.Env(), "B*T*V: expected at most 2^40 logits");
     const size_t nvv = n * (size_t)c.V;
     c.adv_per_seq = RequireBool(info, 4, "advPerSeq") ? 1 : 0;
-    c.z = Required(info, 0, "logits", {napi_float32_array}, nvv, keep);
+    c.z = Required(info, 0, "logits", {napi_float32_array, napi_uint16_array}, nvv, keep);
     c.y = Required(info, 1, "targets", {napi_int32_array}, n, keep);
     c.old = Optional(info, 2, "oldLogp", {napi_float32_array}, n, keep);
     c.adv = Required(info, 3, "advantages", {napi_float32_array}, c.adv_per_seq ? (size_t)c.B : n, keep);

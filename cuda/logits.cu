@@ -4,7 +4,8 @@
 // row and writes (1[v = y] - p_v) * dlogp / temp + the entropy term, in place if asked. Targets are checked in
 // pass A and the error returned before pass C writes anything. NOTE(perf): pass A + pass C read each row
 // twice, as Liger's Triton kernel does; one block per row leaves SMs idle for N < ~132 rows (vocab splitting
-// is the upgrade). The CPU path (native/logits.cpp) is the reference.
+// is the upgrade). Logits are float32 or bfloat16 (widened as loaded). The CPU path (native/logits.cpp) is the
+// reference.
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -37,13 +38,19 @@ __device__ __forceinline__ Online merge(Online a, Online b) {
     return o;
 }
 
+// A logit as float32: float32 logits as they are, bfloat16 ones (uint16 bit patterns) widened exactly.
+__device__ __forceinline__ float logit(const float * z, int64_t i) { return z[i]; }
+__device__ __forceinline__ float logit(const uint16_t * z, int64_t i) { return __uint_as_float((unsigned)z[i] << 16); }
+
 // Softmax statistics of row z (length V) over the block; every thread gets {lse, entropy}.
-__device__ float2 row_softmax(const float * __restrict__ z, int64_t V, float temp, bool entropy) {
+template <typename In>
+__device__ float2 row_softmax(const In * __restrict__ z, int64_t V, float temp, bool entropy) {
     __shared__ Online sh[32];
     Online o{-INFINITY, 0.0, 0.0};
     bool nan = false;
     for (int64_t v = threadIdx.x; v < V; v += blockDim.x) {
-        const float x = temp == 1.0f ? z[v] : z[v] / temp;
+        const float zv = logit(z, v);
+        const float x = temp == 1.0f ? zv : zv / temp;
         if (x == -INFINITY) continue;
         if (isnan(x) || x == INFINITY) { nan = true; continue; }
         if (x > o.m) {
@@ -77,7 +84,8 @@ __device__ __forceinline__ bool row_on(const void * mask, int mt, int64_t n) {
 }
 
 // Pass A for rows n (one block each): lse[n], logp[n], entropy[n] (if entropy != null); masked rows get 0.
-__global__ void pass_a_kernel(const float * __restrict__ z, const int32_t * __restrict__ y, const void * mask, int mt,
+template <typename In>
+__global__ void pass_a_kernel(const In * __restrict__ z, const int32_t * __restrict__ y, const void * mask, int mt,
                               int64_t V, float temp, float * __restrict__ lse, float * __restrict__ logp,
                               float * __restrict__ entropy, unsigned long long * __restrict__ bad) {
     const int64_t n = blockIdx.x;
@@ -96,7 +104,8 @@ __global__ void pass_a_kernel(const float * __restrict__ z, const int32_t * __re
     }
     const float2 r = row_softmax(z + n * V, V, temp, entropy != nullptr);
     if (threadIdx.x == 0) {
-        const float zy = temp == 1.0f ? z[n * V + t] : z[n * V + t] / temp;
+        const float zt = logit(z, n * V + t);
+        const float zy = temp == 1.0f ? zt : zt / temp;
         if (lse) lse[n] = r.x;
         logp[n] = zy - r.x;
         if (entropy) entropy[n] = r.y;
@@ -104,7 +113,8 @@ __global__ void pass_a_kernel(const float * __restrict__ z, const int32_t * __re
 }
 
 // Pass C: g[n, v] = -p_v (a + ge (x_v - lse)) + [v = y] gl with a = gl + ge H; masked rows are zeroed.
-__global__ void pass_c_kernel(const float * z, const int32_t * __restrict__ y, const void * mask, int mt, int64_t V,
+template <typename In>
+__global__ void pass_c_kernel(const In * z, const int32_t * __restrict__ y, const void * mask, int mt, int64_t V,
                               float temp, const float * __restrict__ lse, const float * __restrict__ H,
                               const float * __restrict__ dlogp, const float * __restrict__ dent, float * g) {
     const int64_t n = blockIdx.x;
@@ -116,9 +126,10 @@ __global__ void pass_c_kernel(const float * z, const int32_t * __restrict__ y, c
     const float gl = dlogp[n] / temp, ge = dent ? dent[n] / temp : 0.0f, L = lse[n];
     const float a = gl + ge * (H ? H[n] : 0.0f);
     const int32_t t = y[n];
-    const float * zr = z + n * V;
+    const In * zr = z + n * V;
     for (int64_t v = threadIdx.x; v < V; v += blockDim.x) {
-        const float x = temp == 1.0f ? zr[v] : zr[v] / temp;
+        const float zv = logit(zr, v);
+        const float x = temp == 1.0f ? zv : zv / temp;
         const float q = x - L;
         const float out = q == -INFINITY ? 0.0f : -expf(q) * (a + ge * q);
         gr[v] = v == t ? out + gl : out;
@@ -151,15 +162,19 @@ maporl_status new_bad(DeviceBuffer & bad_dev) {
 
 }  // namespace
 
-maporl_status logprobs_cuda(const float * logits, const int32_t * targets, int64_t N, int64_t V, float temperature,
-                            float * logp, float * entropy) {
+maporl_status logprobs_cuda(const float * logits, const uint16_t * logits_bf16, const int32_t * targets, int64_t N,
+                            int64_t V, float temperature, float * logp, float * entropy) {
     MAPORL_RETURN_IF_ERROR(cuda_require_device("logprobs"));
     if (N > 0 && V < 1) return set_error(MAPORL_ERR_INVALID_ARG, "V: expected >= 1 when N > 0, got %lld", (long long)V);
     if (N == 0) return MAPORL_OK;
     DeviceBuffer bad_dev;
     MAPORL_RETURN_IF_ERROR(new_bad(bad_dev));
-    pass_a_kernel<<<(unsigned)N, kThreads>>>(logits, targets, nullptr, 0, V, temperature, nullptr, logp, entropy,
-                                             bad_dev.as<unsigned long long>());
+    if (logits_bf16)
+        pass_a_kernel<<<(unsigned)N, kThreads>>>(logits_bf16, targets, nullptr, 0, V, temperature, nullptr, logp, entropy,
+                                                 bad_dev.as<unsigned long long>());
+    else
+        pass_a_kernel<<<(unsigned)N, kThreads>>>(logits, targets, nullptr, 0, V, temperature, nullptr, logp, entropy,
+                                                 bad_dev.as<unsigned long long>());
     MAPORL_CUDA_CALL(cudaGetLastError());
     return check_bad_target(bad_dev, targets, V);
 }
@@ -189,8 +204,12 @@ maporl_status fused_policy_loss_cuda(const FusedArgs<float> & fa, maporl_policy_
                                                               nullptr, nullptr}, st);
     DeviceBuffer bad_dev;
     MAPORL_RETURN_IF_ERROR(new_bad(bad_dev));
-    pass_a_kernel<<<(unsigned)N, kThreads>>>(fa.logits, fa.targets, fa.loss.mask, (int)fa.loss.mask_type, V,
-                                             fa.temperature, lse.get(), logp, H, bad_dev.as<unsigned long long>());
+    if (fa.logits_bf16)
+        pass_a_kernel<<<(unsigned)N, kThreads>>>(fa.logits_bf16, fa.targets, fa.loss.mask, (int)fa.loss.mask_type, V,
+                                                 fa.temperature, lse.get(), logp, H, bad_dev.as<unsigned long long>());
+    else
+        pass_a_kernel<<<(unsigned)N, kThreads>>>(fa.logits, fa.targets, fa.loss.mask, (int)fa.loss.mask_type, V,
+                                                 fa.temperature, lse.get(), logp, H, bad_dev.as<unsigned long long>());
     MAPORL_CUDA_CALL(cudaGetLastError());
     MAPORL_RETURN_IF_ERROR(check_bad_target(bad_dev, fa.targets, V));
     PolicyLossArgs<float> a = fa.loss;
@@ -199,8 +218,12 @@ maporl_status fused_policy_loss_cuda(const FusedArgs<float> & fa, maporl_policy_
     a.grad_logp = dlogp;
     a.grad_entropy = dent;
     MAPORL_RETURN_IF_ERROR(policy_loss_cuda(a, st));  // checks the mask before pass C writes
-    pass_c_kernel<<<(unsigned)N, kThreads>>>(fa.logits, fa.targets, fa.loss.mask, (int)fa.loss.mask_type, V,
-                                             fa.temperature, lse.get(), H, dlogp, dent, fa.grad_logits);
+    if (fa.logits_bf16)
+        pass_c_kernel<<<(unsigned)N, kThreads>>>(fa.logits_bf16, fa.targets, fa.loss.mask, (int)fa.loss.mask_type, V,
+                                                 fa.temperature, lse.get(), H, dlogp, dent, fa.grad_logits);
+    else
+        pass_c_kernel<<<(unsigned)N, kThreads>>>(fa.logits, fa.targets, fa.loss.mask, (int)fa.loss.mask_type, V,
+                                                 fa.temperature, lse.get(), H, dlogp, dent, fa.grad_logits);
     MAPORL_CUDA_CALL(cudaGetLastError());
     MAPORL_CUDA_CALL(cudaDeviceSynchronize());
     return MAPORL_OK;

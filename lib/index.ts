@@ -23,7 +23,7 @@ export {
 } from "./rl/policyLoss.js";
 export {
     logprobs, logprobsAsync, fusedPolicyLoss, fusedPolicyLossAsync, type LogprobsBatch, type LogprobsOptions, type LogprobsResult,
-    type FusedBatch, type FusedOptions, type FusedResult, type LogitsShape,
+    type FusedBatch, type FusedOptions, type FusedResult, type LogitsShape, type LogitsDtype,
 } from "./rl/logits.js";
 export {
     sample, sampleAsync, logprobsOfTokens, logprobsOfTokensAsync, type SampleBatch, type SampleOptions, type SampleResult,

@@ -51,9 +51,9 @@ type PolicyLossArgs = [logp: F32, oldLogp: F32 | null, advantages: F32, advPerSe
     gradLogp: F32 | null, gradEntropy: F32 | null];
 type ValueLossArgs = [values: F32, oldValues: F32 | null, returns: F32, mask: MaskArray, B: number, T: number, clip: number,
     agg: number, normalizer: number, device: 0 | 1, gradValues: F32 | null];
-type LogprobsArgs = [logits: F32, targets: Int32Array, N: number, V: number, temperature: number, device: 0 | 1, logp: F32,
+type LogprobsArgs = [logits: F32 | Uint16Array, targets: Int32Array, N: number, V: number, temperature: number, device: 0 | 1, logp: F32,
     entropy: F32 | null];
-type FusedArgs = [logits: F32, targets: Int32Array, oldLogp: F32 | null, advantages: F32, advPerSeq: boolean, mask: MaskArray,
+type FusedArgs = [logits: F32 | Uint16Array, targets: Int32Array, oldLogp: F32 | null, advantages: F32, advPerSeq: boolean, mask: MaskArray,
     refLogp: F32 | null, B: number, T: number, V: number, temperature: number, params: NativeLossParams, device: 0 | 1,
     gradLogits: F32, logp: F32 | null, entropy: F32 | null, gradLogp: F32 | null];
 

@@ -24,9 +24,10 @@ function isDetached(buf: ArrayBufferLike): boolean {
     }
 }
 
-type TypedArrayCtor = Float32ArrayConstructor | Uint8ArrayConstructor | Int32ArrayConstructor;
+type TypedArrayCtor = Float32ArrayConstructor | Uint8ArrayConstructor | Uint16ArrayConstructor | Int32ArrayConstructor;
 type TypedArrayOf<C> = C extends Float32ArrayConstructor ? Float32Array :
-    C extends Uint8ArrayConstructor ? Uint8Array : C extends Int32ArrayConstructor ? Int32Array : never;
+    C extends Uint8ArrayConstructor ? Uint8Array : C extends Uint16ArrayConstructor ? Uint16Array :
+    C extends Int32ArrayConstructor ? Int32Array : never;
 
 /**
  * Checks that `x` is a TypedArray of one of `ctors`, on an attached, fixed-length buffer, with exactly

@@ -45,7 +45,7 @@ maporl_status value_loss_cuda(const float *, const float *, const float *, const
     return no_device("value_loss");
 }
 
-maporl_status logprobs_cuda(const float *, const int32_t *, int64_t, int64_t, float, float *, float *) {
+maporl_status logprobs_cuda(const float *, const uint16_t *, const int32_t *, int64_t, int64_t, float, float *, float *) {
     return no_device("logprobs");
 }
 

@@ -67,24 +67,71 @@ void require_targets(const int32_t * targets, const void * mask, maporl_mask_typ
     }
 }
 
+// Logits row n as F: the row itself, or, for bfloat16 logits, the row widened into `buf` (exact: a bfloat16 is
+// the upper half of a float32), once per row: `at` remembers which row buf holds.
+template <typename F>
+struct RowSource {
+    const F * f;
+    const uint16_t * bf16;
+    int64_t V;
+    const F * row(int64_t n, std::vector<F> & buf, int64_t & at) const {
+        if (bf16 == nullptr) return f + n * V;
+        if (at != n) {
+            buf.resize((size_t)V);
+            const uint16_t * src = bf16 + n * V;
+            const Isa isa = std::is_same<F, float>::value ? active_isa() : Isa::Scalar;
+            if constexpr (std::is_same<F, float>::value) {
+                if (isa == Isa::Avx512) avx512::widen_bf16(src, buf.data(), V);
+                else if (isa == Isa::Avx2) avx2::widen_bf16(src, buf.data(), V);
+            }
+            if (isa == Isa::Scalar)
+                for (int64_t i = 0; i < V; ++i) {
+                    const uint32_t bits = (uint32_t)src[i] << 16;
+                    float x;
+                    std::memcpy(&x, &bits, sizeof x);
+                    buf[(size_t)i] = (F)x;
+                }
+            at = n;
+        }
+        return buf.data();
+    }
+};
+
 }  // namespace
 
+namespace {
+
 template <typename F>
-void logprobs_cpu(const F * logits, const int32_t * targets, int64_t N, int64_t V, F temperature, F * logp,
-                  F * entropy) {
+void logprobs_rows(const RowSource<F> & src, const int32_t * targets, int64_t N, int64_t V, F temperature, F * logp,
+                   F * entropy) {
     require_temperature((double)temperature);
     if (N > 0 && V < 1) throw_error(MAPORL_ERR_INVALID_ARG, "V: expected >= 1 when N > 0, got %lld", (long long)V);
     require_targets(targets, nullptr, MAPORL_MASK_U8, N, V);
     parallel_for(N, 1, [&](int64_t n0, int64_t n1) {
+        std::vector<F> buf;
+        int64_t at = -1;
         for (int64_t n = n0; n < n1; ++n) {
-            const RowStats r = row_stats<F>(logits + n * V, V, targets[n], temperature, entropy != nullptr);
+            const RowStats r = row_stats<F>(src.row(n, buf, at), V, targets[n], temperature, entropy != nullptr);
             logp[n] = (F)r.logp;
             if (entropy) entropy[n] = (F)r.entropy;
         }
     });
 }
+
+}  // namespace
+
+template <typename F>
+void logprobs_cpu(const F * logits, const int32_t * targets, int64_t N, int64_t V, F temperature, F * logp,
+                  F * entropy) {
+    logprobs_rows<F>(RowSource<F>{logits, nullptr, V}, targets, N, V, temperature, logp, entropy);
+}
 template void logprobs_cpu<float>(const float *, const int32_t *, int64_t, int64_t, float, float *, float *);
 template void logprobs_cpu<double>(const double *, const int32_t *, int64_t, int64_t, double, double *, double *);
+
+void logprobs_cpu_bf16(const uint16_t * logits, const int32_t * targets, int64_t N, int64_t V, float temperature,
+                       float * logp, float * entropy) {
+    logprobs_rows<float>(RowSource<float>{nullptr, logits, V}, targets, N, V, temperature, logp, entropy);
+}
 
 template <typename F>
 void fused_policy_loss_cpu(const FusedArgs<F> & fa, maporl_policy_loss_stats * stats) {
@@ -114,11 +161,15 @@ void fused_policy_loss_cpu(const FusedArgs<F> & fa, maporl_policy_loss_stats * s
                                              : static_cast<const float *>(a.mask)[n] == 1.0f;
     };
     // Per-thread scratch for one row: e = exp(x - running max) and the chunk maxima (row_stats_t), so that the
-    // gradient pass needs no second exp per element and reads only cache-resident data (non-GSPO path).
+    // gradient pass needs no second exp per element and reads only cache-resident data (non-GSPO path); and the
+    // widened row of bfloat16 logits.
     struct Scratch {
-        std::vector<F> e, ms;
+        std::vector<F> e, ms, z;
+        int64_t z_at = -1;
+        bool keep_e;
     };
-    auto pass_a = [&](int64_t n, Scratch * sc) {
+    const RowSource<F> src{fa.logits, fa.logits_bf16, V};
+    auto pass_a = [&](int64_t n, Scratch & sc) {
         F * lp = const_cast<F *>(a.logp);
         if (!valid(n)) {
             lp[n] = F(0);
@@ -126,15 +177,15 @@ void fused_policy_loss_cpu(const FusedArgs<F> & fa, maporl_policy_loss_stats * s
             lse[n] = F(0);
             return;
         }
-        const RowStats r = row_stats<F>(fa.logits + n * V, V, fa.targets[n], temp, want_entropy,
-                                        sc ? sc->e.data() : nullptr, sc ? sc->ms.data() : nullptr);
+        const RowStats r = row_stats<F>(src.row(n, sc.z, sc.z_at), V, fa.targets[n], temp, want_entropy,
+                                        sc.keep_e ? sc.e.data() : nullptr, sc.keep_e ? sc.ms.data() : nullptr);
         lp[n] = (F)r.logp;
         lse[n] = (F)r.lse;
         if (ent) ent[n] = (F)r.entropy;
     };
     std::vector<PgSums> sums((size_t)N);
     std::vector<int64_t> row_of((size_t)N);
-    auto seg_and_pass_c = [&](int64_t n, Scratch * sc) {
+    auto seg_and_pass_c = [&](int64_t n, Scratch & sc) {
         const int64_t b = n / T, t = n % T;
         row_of[n] = b;
         run_segment(c, row_segment(a, b, t, t + 1, p.seq[b], p.w[b]), sums[n]);
@@ -144,25 +195,28 @@ void fused_policy_loss_cpu(const FusedArgs<F> & fa, maporl_policy_loss_stats * s
             return;
         }
         const F gl = glp[n] / temp, ge = gent ? gent[n] / temp : F(0), h = ent ? ent[n] : F(0);
-        if (sc)
-            row_grad_e<F>(fa.logits + n * V, sc->e.data(), sc->ms.data(), V, fa.targets[n], temp, lse[n], h, gl, ge, g);
+        const F * z = src.row(n, sc.z, sc.z_at);
+        if (sc.keep_e)
+            row_grad_e<F>(z, sc.e.data(), sc.ms.data(), V, fa.targets[n], temp, lse[n], h, gl, ge, g);
         else
-            row_grad<F>(fa.logits + n * V, V, fa.targets[n], temp, lse[n], h, gl, ge, g);
+            row_grad<F>(z, V, fa.targets[n], temp, lse[n], h, gl, ge, g);
     };
     if (P.type == MAPORL_LOSS_GSPO) {
         parallel_for(N, 1, [&](int64_t n0, int64_t n1) {
-            for (int64_t n = n0; n < n1; ++n) pass_a(n, nullptr);
+            Scratch sc{{}, {}, {}, -1, false};
+            for (int64_t n = n0; n < n1; ++n) pass_a(n, sc);
         });
         p = plan_rows(a, true);
         parallel_for(N, 1, [&](int64_t n0, int64_t n1) {
-            for (int64_t n = n0; n < n1; ++n) seg_and_pass_c(n, nullptr);
+            Scratch sc{{}, {}, {}, -1, false};
+            for (int64_t n = n0; n < n1; ++n) seg_and_pass_c(n, sc);
         });
     } else {
         parallel_for(N, 1, [&](int64_t n0, int64_t n1) {
-            Scratch sc{std::vector<F>((size_t)V), std::vector<F>((size_t)(V / 8 + 64))};
+            Scratch sc{std::vector<F>((size_t)V), std::vector<F>((size_t)(V / 8 + 64)), {}, -1, true};
             for (int64_t n = n0; n < n1; ++n) {
-                pass_a(n, &sc);
-                seg_and_pass_c(n, &sc);
+                pass_a(n, sc);
+                seg_and_pass_c(n, sc);
             }
         });
     }
@@ -170,6 +224,71 @@ void fused_policy_loss_cpu(const FusedArgs<F> & fa, maporl_policy_loss_stats * s
 }
 template void fused_policy_loss_cpu<float>(const FusedArgs<float> &, maporl_policy_loss_stats *);
 template void fused_policy_loss_cpu<double>(const FusedArgs<double> &, maporl_policy_loss_stats *);
+
+namespace {
+
+// The C entry points' bodies; exactly one of logits (float32) and bf16 is set.
+maporl_status logprobs_entry(maporl_device device, const float * logits, const uint16_t * bf16, const int32_t * targets,
+                             int64_t N, int64_t V, float temperature, float * logp_out, float * entropy_out) {
+    require_device(device);
+    require_dims(N, V, "N", "V");
+    require_ptr(logits ? (const void *)logits : (const void *)bf16, "logits", N * V);
+    require_ptr(targets, "targets", N);
+    require_ptr(logp_out, "logp_out", N);
+    if (device == MAPORL_DEVICE_CUDA) {
+        require_temperature((double)temperature);
+        return logprobs_cuda(logits, bf16, targets, N, V, temperature, logp_out, entropy_out);
+    }
+    if (bf16) logprobs_cpu_bf16(bf16, targets, N, V, temperature, logp_out, entropy_out);
+    else logprobs_cpu<float>(logits, targets, N, V, temperature, logp_out, entropy_out);
+    return MAPORL_OK;
+}
+
+maporl_status fused_entry(maporl_device device, const float * logits, const uint16_t * bf16, const int32_t * targets,
+                          const float * old_logp, const float * advantages, int adv_per_seq, const void * mask,
+                          maporl_mask_type mask_type, const float * ref_logp, int64_t B, int64_t T, int64_t V,
+                          float temperature, maporl_policy_loss_params params, float * grad_logits_out,
+                          float * logp_out, float * entropy_out, float * grad_logp_out,
+                          maporl_policy_loss_stats * stats_out) {
+    require_device(device);
+    require_mask_type(mask_type);
+    require_dims(B, T, "B", "T");
+    const int64_t N = B * T;
+    require_dims(N, V, "B*T", "V");
+    require_ptr(logits ? (const void *)logits : (const void *)bf16, "logits", N * V);
+    require_ptr(targets, "targets", N);
+    require_ptr(advantages, "advantages", adv_per_seq ? B : N);
+    require_ptr(mask, "mask", N);
+    require_ptr(grad_logits_out, "grad_logits_out", N * V);
+    if (bf16 != nullptr && N * V > 0) {  // a float32 gradient over 2-byte logits cannot be in place
+        const char *g0 = (const char *)grad_logits_out, *g1 = g0 + 4 * N * V;
+        const char *z0 = (const char *)bf16, *z1 = z0 + 2 * N * V;
+        if (g0 < z1 && z0 < g1)
+            throw_error(MAPORL_ERR_INVALID_ARG, "grad_logits_out: expected memory that does not overlap the bfloat16 "
+                                                "logits (no in place for bf16), got an overlapping buffer");
+    }
+    FusedArgs<float> fa;
+    fa.logits = logits;
+    fa.logits_bf16 = bf16;
+    fa.targets = targets;
+    fa.loss = PolicyLossArgs<float>{nullptr, old_logp, advantages, adv_per_seq ? 1 : 0, mask, mask_type, ref_logp,
+                                    nullptr, B, T, params, nullptr, nullptr};
+    fa.V = V;
+    fa.temperature = temperature;
+    fa.grad_logits = grad_logits_out;
+    fa.logp_out = logp_out;
+    fa.entropy_out = entropy_out;
+    fa.grad_logp_out = grad_logp_out;
+    loss_cfg(params, ref_logp != nullptr, true, old_logp != nullptr);
+    if (device == MAPORL_DEVICE_CUDA) {
+        require_temperature((double)temperature);
+        return fused_policy_loss_cuda(fa, stats_out);
+    }
+    fused_policy_loss_cpu<float>(fa, stats_out);
+    return MAPORL_OK;
+}
+
+}  // namespace
 
 }  // namespace maporl
 
@@ -179,19 +298,14 @@ extern "C" {
 
 maporl_status maporl_logprobs(maporl_device device, const float * logits, const int32_t * targets, int64_t N,
                               int64_t V, float temperature, float * logp_out, float * entropy_out) {
-    return guarded([&] {
-        require_device(device);
-        require_dims(N, V, "N", "V");
-        require_ptr(logits, "logits", N * V);
-        require_ptr(targets, "targets", N);
-        require_ptr(logp_out, "logp_out", N);
-        if (device == MAPORL_DEVICE_CUDA) {
-            require_temperature((double)temperature);
-            return logprobs_cuda(logits, targets, N, V, temperature, logp_out, entropy_out);
-        }
-        logprobs_cpu<float>(logits, targets, N, V, temperature, logp_out, entropy_out);
-        return MAPORL_OK;
-    });
+    using namespace maporl;
+    return guarded([&] { return logprobs_entry(device, logits, nullptr, targets, N, V, temperature, logp_out, entropy_out); });
+}
+
+maporl_status maporl_logprobs_bf16(maporl_device device, const uint16_t * logits, const int32_t * targets, int64_t N,
+                                   int64_t V, float temperature, float * logp_out, float * entropy_out) {
+    using namespace maporl;
+    return guarded([&] { return logprobs_entry(device, nullptr, logits, targets, N, V, temperature, logp_out, entropy_out); });
 }
 
 maporl_status maporl_fused_policy_loss(maporl_device device, const float * logits, const int32_t * targets,
@@ -201,35 +315,26 @@ maporl_status maporl_fused_policy_loss(maporl_device device, const float * logit
                                        maporl_policy_loss_params params, float * grad_logits_out, float * logp_out,
                                        float * entropy_out, float * grad_logp_out,
                                        maporl_policy_loss_stats * stats_out) {
+    using namespace maporl;
     return guarded([&] {
-        require_device(device);
-        require_mask_type(mask_type);
-        require_dims(B, T, "B", "T");
-        const int64_t N = B * T;
-        require_dims(N, V, "B*T", "V");
-        require_ptr(logits, "logits", N * V);
-        require_ptr(targets, "targets", N);
-        require_ptr(advantages, "advantages", adv_per_seq ? B : N);
-        require_ptr(mask, "mask", N);
-        require_ptr(grad_logits_out, "grad_logits_out", N * V);
-        FusedArgs<float> fa;
-        fa.logits = logits;
-        fa.targets = targets;
-        fa.loss = PolicyLossArgs<float>{nullptr, old_logp, advantages, adv_per_seq ? 1 : 0, mask, mask_type, ref_logp,
-                                        nullptr, B, T, params, nullptr, nullptr};
-        fa.V = V;
-        fa.temperature = temperature;
-        fa.grad_logits = grad_logits_out;
-        fa.logp_out = logp_out;
-        fa.entropy_out = entropy_out;
-        fa.grad_logp_out = grad_logp_out;
-        loss_cfg(params, ref_logp != nullptr, true, old_logp != nullptr);
-        if (device == MAPORL_DEVICE_CUDA) {
-            require_temperature((double)temperature);
-            return fused_policy_loss_cuda(fa, stats_out);
-        }
-        fused_policy_loss_cpu<float>(fa, stats_out);
-        return MAPORL_OK;
+        return fused_entry(device, logits, nullptr, targets, old_logp, advantages, adv_per_seq, mask, mask_type,
+                           ref_logp, B, T, V, temperature, params, grad_logits_out, logp_out, entropy_out,
+                           grad_logp_out, stats_out);
+    });
+}
+
+maporl_status maporl_fused_policy_loss_bf16(maporl_device device, const uint16_t * logits, const int32_t * targets,
+                                            const float * old_logp, const float * advantages, int adv_per_seq,
+                                            const void * mask, maporl_mask_type mask_type, const float * ref_logp,
+                                            int64_t B, int64_t T, int64_t V, float temperature,
+                                            maporl_policy_loss_params params, float * grad_logits_out,
+                                            float * logp_out, float * entropy_out, float * grad_logp_out,
+                                            maporl_policy_loss_stats * stats_out) {
+    using namespace maporl;
+    return guarded([&] {
+        return fused_entry(device, nullptr, logits, targets, old_logp, advantages, adv_per_seq, mask, mask_type,
+                           ref_logp, B, T, V, temperature, params, grad_logits_out, logp_out, entropy_out,
+                           grad_logp_out, stats_out);
     });
 }
 

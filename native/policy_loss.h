@@ -152,10 +152,14 @@ void value_loss_cpu(const F * values, const F * old_values, const F * returns, c
 template <typename F>
 void logprobs_cpu(const F * logits, const int32_t * targets, int64_t N, int64_t V, F temperature, F * logp,
                   F * entropy);
+// bfloat16 logits, widened row by row: the float path's results on the widened values, bit for bit.
+void logprobs_cpu_bf16(const uint16_t * logits, const int32_t * targets, int64_t N, int64_t V, float temperature,
+                       float * logp, float * entropy);
 
 template <typename F>
 struct FusedArgs {
-    const F * logits;
+    const F * logits;                      // or null, with
+    const uint16_t * logits_bf16 = nullptr;  // bfloat16 logits (F = float only), widened row by row
     const int32_t * targets;
     PolicyLossArgs<F> loss;  // loss.logp / loss.entropy / loss.grad_* point at outputs or scratch
     int64_t V;
@@ -195,8 +199,9 @@ maporl_status policy_loss_cuda(const PolicyLossArgs<float> & a, maporl_policy_lo
 maporl_status value_loss_cuda(const float * values, const float * old_values, const float * returns, const void * mask,
                               maporl_mask_type mask_type, int64_t B, int64_t T, float clip, maporl_loss_agg agg,
                               double normalizer, float * grad, maporl_value_loss_stats * stats);
-maporl_status logprobs_cuda(const float * logits, const int32_t * targets, int64_t N, int64_t V, float temperature,
-                            float * logp, float * entropy);
+// Exactly one of logits and logits_bf16 is set (device pointers).
+maporl_status logprobs_cuda(const float * logits, const uint16_t * logits_bf16, const int32_t * targets, int64_t N,
+                            int64_t V, float temperature, float * logp, float * entropy);
 maporl_status fused_policy_loss_cuda(const FusedArgs<float> & a, maporl_policy_loss_stats * stats);
 
 // ---- per-ISA vector kernels (policy_loss_vec.inc) ----
@@ -207,7 +212,8 @@ maporl_status fused_policy_loss_cuda(const FusedArgs<float> & a, maporl_policy_l
     void row_grad_f32(const float * z, int64_t V, int32_t y, float temp, float lse, float H, float gl, float ge, \
                       float * g);                                                                                \
     void row_grad_e_f32(const float * z, float * e, const float * ms, int64_t V, int32_t y, float temp,    \
-                        float lse, float H, float gl, float ge, float * g);
+                        float lse, float H, float gl, float ge, float * g);                                    \
+    void widen_bf16(const uint16_t * src, float * dst, int64_t n);
 namespace avx512 { MAPORL_PL_ISA_DECLS }
 namespace avx2 { MAPORL_PL_ISA_DECLS }
 #undef MAPORL_PL_ISA_DECLS

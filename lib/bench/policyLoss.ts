@@ -47,6 +47,13 @@ export async function benchFusedPolicyLoss(ctx: BenchContext): Promise<BenchRow[
     const t = await timeMedian(() => fusedPolicyLoss(batch, opts), reps);
     const out = { gradLogits: new Float32Array(N * V), logp: new Float32Array(N), entropy: new Float32Array(N), gradLogp: new Float32Array(N) };
     const tOut = await timeMedian(() => fusedPolicyLoss(batch, { ...opts, out }), reps);
+    // bfloat16 logits (the same values truncated), out reused: 2 bytes read per logit instead of 4. No ratio: the
+    // baseline reads float32 logits.
+    const bf16 = new Uint16Array(N * V);
+    const u32 = new Uint32Array(logits.buffer);
+    for (let i = 0; i < bf16.length; i++) bf16[i] = u32[i]! >>> 16;
+    const bfBatch = { ...batch, logits: bf16 };
+    const tBf = await timeMedian(() => fusedPolicyLoss(bfBatch, { ...opts, out, logitsDtype: "bf16" }), reps);
     // In place overwrites the logits with the gradient each call (values in [-1, 1], so later calls stay finite).
     const tIn = await timeMedian(() => fusedPolicyLoss(batch, { ...opts, inPlace: true }), reps);
     const bytes = N * V * 8;  // one read of the logits, one write of the gradient
@@ -59,6 +66,8 @@ export async function benchFusedPolicyLoss(ctx: BenchContext): Promise<BenchRow[
             peakExtraBytes: await peakExtraBytes(() => fusedPolicyLoss(batch, { ...opts, out })), bytesMoved: bytes, baselineMs },
         { kernel: "fusedPolicyLoss", size, impl: "maporl fusedPolicyLoss, inPlace", medianMs: tIn.medianMs,
             peakExtraBytes: await peakExtraBytes(() => fusedPolicyLoss(batch, { ...opts, inPlace: true })), bytesMoved: bytes, baselineMs },
+        { kernel: "fusedPolicyLoss", size, impl: "maporl fusedPolicyLoss, bf16 logits, out= reused", medianMs: tBf.medianMs,
+            peakExtraBytes: null, bytesMoved: N * V * 6, baselineMs: null },
         { kernel: "fusedPolicyLoss", size, impl: "PyTorch log_softmax+gather+loss, autograd", medianMs: baselineMs,
             peakExtraBytes: base.ok ? base.peak_extra_bytes ?? null : null, bytesMoved: bytes, baselineMs: null,
             note: base.ok ? `torch ${base.torch}, ${base.threads} threads` : base.error },

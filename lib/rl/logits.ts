@@ -1,7 +1,7 @@
 // logits.ts: log-probs from logits (selective log-softmax, optional entropy) and the fused
 // logits -> policy loss -> dlogits kernel. Neither materialises an [N, V] intermediate: log-probs take one
 // online pass per row; the fused loss reads each row twice (the second time from cache on the CPU) and writes
-// the gradient once, optionally over the logits (`inPlace`).
+// the gradient once, optionally over the logits (`inPlace`). Logits are float32 or bfloat16 (LogitsDtype).
 import { withSignal } from "../abort.js";
 import { outputFloat32 } from "../alloc.js";
 import { type Device, resolveDevice } from "../backend.js";
@@ -27,9 +27,27 @@ function requireLogitsShape(fn: string, shape: unknown): { B: number; T: number;
     return { B: B!, T: T!, V: V! };
 }
 
+/**
+ * How a logits array is read: `'float32'` (a Float32Array, the default) or `'bf16'`: a Uint16Array of bfloat16 bit
+ * patterns (the upper halves of float32s, as torch.bfloat16 stores them; e.g. `new Uint16Array(t.view(torch.int16)
+ * .numpy().buffer)`). bf16 rows are widened exactly as they are read, so the results are the float32 path's on the
+ * widened values, bit for bit, with half the bytes read. A Uint16Array is never guessed to be bf16 (fp16 has the
+ * same container): it needs `logitsDtype: 'bf16'`.
+ */
+export type LogitsDtype = "float32" | "bf16";
+
+function requireLogits(fn: string, logits: unknown, dtype: unknown, n: number): Float32Array | Uint16Array {
+    if (dtype !== undefined && dtype !== "float32" && dtype !== "bf16")
+        throw new RangeError(`${fn}: logitsDtype: expected 'float32' or 'bf16', got ${describe(dtype)}`);
+    if (dtype === "bf16") return requireArray(fn, "logits", logits, [Uint16Array], n);
+    if (logits instanceof Uint16Array)
+        throw new TypeError(`${fn}: logits: expected a Float32Array, or a Uint16Array with logitsDtype: 'bf16' (fp16 is not supported), got a Uint16Array without logitsDtype`);
+    return requireArray(fn, "logits", logits, [Float32Array], n);
+}
+
 export interface LogprobsBatch {
-    /** Float32 logits, [N, V] row-major. */
-    logits: Float32Array;
+    /** Logits, [N, V] row-major: float32, or bfloat16 bit patterns with `logitsDtype: 'bf16'`. */
+    logits: Float32Array | Uint16Array;
     /** Token id per row, [N], each in [0, V). */
     targets: Int32Array;
     shape: readonly [number, number];
@@ -38,6 +56,8 @@ export interface LogprobsBatch {
 export interface LogprobsOptions {
     /** Logits are divided by it (as the sampler did). Defaults to 1. */
     temperature?: number;
+    /** `'bf16'` for a Uint16Array of bfloat16 logits; defaults to `'float32'`. See {@link LogitsDtype}. */
+    logitsDtype?: LogitsDtype;
     /** Also return the entropy of each row's distribution. Defaults to false. */
     entropy?: boolean;
     device?: Device;
@@ -54,11 +74,11 @@ export interface LogprobsResult {
 
 function prepareLogprobs(fn: string, batch: LogprobsBatch, options: unknown, extra: string[]) {
     if (batch === null || typeof batch !== "object") throw new TypeError(`${fn}: batch: expected an object with logits, targets and shape, got ${describe(batch)}`);
-    const o = requireOptions<LogprobsOptions>(fn, "options", options, ["temperature", "entropy", "device", "out", ...extra]);
+    const o = requireOptions<LogprobsOptions>(fn, "options", options, ["temperature", "logitsDtype", "entropy", "device", "out", ...extra]);
     if (!Array.isArray(batch.shape) || batch.shape.length !== 2)
         throw new RangeError(`${fn}: shape: expected [N, V], got ${describe(batch.shape)}`);
     const { T: N, V } = requireLogitsShape(fn, batch.shape);
-    const logits = requireArray(fn, "logits", batch.logits, [Float32Array], N * V);
+    const logits = requireLogits(fn, batch.logits, o.logitsDtype, N * V);
     const targets = requireArray(fn, "targets", batch.targets, [Int32Array], N);
     const temperature = requireNumber(fn, "temperature", o.temperature, 1, Number.MIN_VALUE, Number.MAX_VALUE);
     const wantEntropy = requireBoolean(fn, "entropy", o.entropy, false);
@@ -90,8 +110,8 @@ export async function logprobsAsync(batch: LogprobsBatch, options?: LogprobsOpti
 }
 
 export interface FusedBatch {
-    /** Float32 logits, one row per token: [N, V] or [B, T, V]. */
-    logits: Float32Array;
+    /** Logits, one row per token: [N, V] or [B, T, V]; float32, or bfloat16 bit patterns with `logitsDtype: 'bf16'`. */
+    logits: Float32Array | Uint16Array;
     /** Sampled token per row, [N]; not read at masked rows. */
     targets: Int32Array;
     /** Log-probs under the sampling policy, [N]; may be omitted only for 'reinforce'. */
@@ -107,8 +127,10 @@ export interface FusedBatch {
 export interface FusedOptions extends LossOptions {
     /** Logits are divided by it before the softmax. Defaults to 1. */
     temperature?: number;
-    /** Write the gradient over `logits` (no [N, V] allocation at all). Defaults to false. */
+    /** Write the gradient over `logits` (no [N, V] allocation at all; float32 logits only). Defaults to false. */
     inPlace?: boolean;
+    /** `'bf16'` for a Uint16Array of bfloat16 logits (the gradient is float32); defaults to `'float32'`. */
+    logitsDtype?: LogitsDtype;
     out?: { gradLogits?: Float32Array; logp?: Float32Array; entropy?: Float32Array; gradLogp?: Float32Array };
 }
 
@@ -129,10 +151,10 @@ export interface FusedResult {
 
 function prepareFused(fn: string, batch: FusedBatch, options: unknown, extra: string[]) {
     if (batch === null || typeof batch !== "object") throw new TypeError(`${fn}: batch: expected an object with logits, targets, oldLogp, advantages, mask and shape, got ${describe(batch)}`);
-    const o = requireOptions<FusedOptions>(fn, "options", options, [...LOSS_OPTION_KEYS, "temperature", "inPlace", "out", ...extra]);
+    const o = requireOptions<FusedOptions>(fn, "options", options, [...LOSS_OPTION_KEYS, "temperature", "inPlace", "logitsDtype", "out", ...extra]);
     const { B, T, V } = requireLogitsShape(fn, batch.shape);
     const N = B * T;
-    const logits = requireArray(fn, "logits", batch.logits, [Float32Array], N * V);
+    const logits = requireLogits(fn, batch.logits, o.logitsDtype, N * V);
     const targets = requireArray(fn, "targets", batch.targets, [Int32Array], N);
     const oldLogp = batch.oldLogp === undefined ? null : requireArray(fn, "oldLogp", batch.oldLogp, [Float32Array], N);
     const advIn = batch.advantages as unknown;
@@ -146,7 +168,9 @@ function prepareFused(fn: string, batch: FusedBatch, options: unknown, extra: st
     const device = resolveDevice(fn, o.device, N * V, 1 << 26);
     const out = requireOptions<NonNullable<FusedOptions["out"]>>(fn, "out", o.out, ["gradLogits", "logp", "entropy", "gradLogp"]);
     if (inPlace && out.gradLogits !== undefined) throw new RangeError(`${fn}: out.gradLogits: expected undefined with inPlace, got ${describe(out.gradLogits)}`);
-    const gradLogits = inPlace ? logits : out.gradLogits === undefined ? outputFloat32(N * V)
+    if (inPlace && logits instanceof Uint16Array)
+        throw new RangeError(`${fn}: inPlace: expected false with logitsDtype 'bf16' (the gradient is float32, twice the logits' bytes), got true`);
+    const gradLogits = inPlace ? logits as Float32Array : out.gradLogits === undefined ? outputFloat32(N * V)
         : requireArray(fn, "out.gradLogits", out.gradLogits, [Float32Array], N * V);
     const logp = out.logp === undefined ? outputFloat32(N) : requireArray(fn, "out.logp", out.logp, [Float32Array], N);
     const entropy = out.entropy === undefined ? outputFloat32(N) : requireArray(fn, "out.entropy", out.entropy, [Float32Array], N);

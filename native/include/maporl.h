@@ -273,6 +273,20 @@ maporl_status maporl_fused_policy_loss(maporl_device device, const float * logit
                                        float * entropy_out, float * grad_logp_out,
                                        maporl_policy_loss_stats * stats_out);
 
+/* bfloat16 logits (each uint16 the upper half of a float32, as torch.bfloat16 stores them): maporl_logprobs and
+ * maporl_fused_policy_loss on the widened float32 values, with the same results bit for bit. Rows are widened one
+ * at a time into per-thread scratch (nothing [N, V] is allocated), so the logits are read at 2 bytes each. The
+ * gradient stays float32 and must not overlap the logits (no in place). */
+maporl_status maporl_logprobs_bf16(maporl_device device, const uint16_t * logits, const int32_t * targets, int64_t N,
+                                   int64_t V, float temperature, float * logp_out, float * entropy_out);
+maporl_status maporl_fused_policy_loss_bf16(maporl_device device, const uint16_t * logits, const int32_t * targets,
+                                            const float * old_logp, const float * advantages, int adv_per_seq,
+                                            const void * mask, maporl_mask_type mask_type, const float * ref_logp,
+                                            int64_t B, int64_t T, int64_t V, float temperature,
+                                            maporl_policy_loss_params params, float * grad_logits_out,
+                                            float * logp_out, float * entropy_out, float * grad_logp_out,
+                                            maporl_policy_loss_stats * stats_out);
+
 /* ---- token sampling ------------------------------------------------------------------------------- */
 
 typedef enum maporl_filter_order {

@@ -460,6 +460,97 @@ std::vector<X> from_dev(const void * d, size_t n) {
     return v;
 }
 
+// bfloat16 logits: the float path's outputs on the widened values, bit for bit (every loss type, GSPO's two-pass
+// path included, masked rows, every SIMD level); the gradient may not overlap the 2-byte logits; and on a GPU the
+// CUDA bf16 kernels against the CPU.
+TEST(bf16_logits_equal_the_float_path_on_widened_values) {
+    const int64_t B = 3, T = 5, N = B * T;
+    for (int64_t V : {13, 4103}) {
+        Fused fd = make_fused(B, T, V, 77);
+        std::vector<uint16_t> zb((size_t)(N * V));
+        std::vector<float> zw((size_t)(N * V));
+        for (size_t i = 0; i < zb.size(); ++i) {
+            float x = (float)fd.z[i];
+            uint32_t bits;
+            std::memcpy(&bits, &x, 4);
+            zb[i] = (uint16_t)(bits >> 16);  // truncate: any bf16 value will do
+            bits = (uint32_t)zb[i] << 16;
+            std::memcpy(&zw[i], &bits, 4);
+        }
+        zb[5] = 0xFF80;  // -Inf
+        zw[5] = -INFINITY;
+        const std::vector<float> fo = to_f(fd.old), fa = to_f(fd.adv);
+        for (const char * level : {"scalar", "avx2", "avx512"}) {
+            if (maporl_set_simd(level) != MAPORL_OK) continue;
+            std::vector<float> lp1(N), H1(N), lp2(N), H2(N);
+            CHECK(maporl_logprobs(MAPORL_DEVICE_CPU, zw.data(), fd.y.data(), N, V, 0.8f, lp1.data(), H1.data()) == MAPORL_OK,
+                  "%s", maporl_last_error());
+            CHECK(maporl_logprobs_bf16(MAPORL_DEVICE_CPU, zb.data(), fd.y.data(), N, V, 0.8f, lp2.data(), H2.data()) == MAPORL_OK,
+                  "%s", maporl_last_error());
+            CHECK(std::memcmp(lp1.data(), lp2.data(), 4 * N) == 0 && std::memcmp(H1.data(), H2.data(), 4 * N) == 0,
+                  "logprobs bf16 vs widened float, %s V=%lld", level, (long long)V);
+            for (maporl_loss_type type : kTypes) {
+                maporl_policy_loss_params p = maporl_policy_loss_default_params();
+                p.type = type;
+                p.entropy_coef = 0.01f;
+                std::vector<float> g1(N * V), g2(N * V, 7.0f), l1(N), l2(N), e1(N), e2(N), d1(N), d2(N);
+                maporl_policy_loss_stats s1, s2;
+                CHECK(maporl_fused_policy_loss(MAPORL_DEVICE_CPU, zw.data(), fd.y.data(), fo.data(), fa.data(), 0,
+                                               fd.m.data(), MAPORL_MASK_U8, nullptr, B, T, V, 0.8f, p, g1.data(),
+                                               l1.data(), e1.data(), d1.data(), &s1) == MAPORL_OK, "%s", maporl_last_error());
+                CHECK(maporl_fused_policy_loss_bf16(MAPORL_DEVICE_CPU, zb.data(), fd.y.data(), fo.data(), fa.data(), 0,
+                                                    fd.m.data(), MAPORL_MASK_U8, nullptr, B, T, V, 0.8f, p, g2.data(),
+                                                    l2.data(), e2.data(), d2.data(), &s2) == MAPORL_OK, "%s", maporl_last_error());
+                CHECK(g1 == g2 && l1 == l2 && e1 == e2 && d1 == d2 && s1.loss == s2.loss && s1.clip_frac == s2.clip_frac,
+                      "fused bf16 vs widened float, %s type %d V=%lld", level, (int)type, (long long)V);
+            }
+        }
+        maporl_set_simd("best");
+        // The gradient over the bf16 logits' own memory is refused before anything is written.
+        std::vector<float> lp(N), big(N * V);
+        std::vector<uint16_t> zin = zb;
+        uint16_t * alias = reinterpret_cast<uint16_t *>(big.data());
+        std::copy(zb.begin(), zb.end(), alias);
+        const maporl_status st = maporl_fused_policy_loss_bf16(
+            MAPORL_DEVICE_CPU, alias, fd.y.data(), fo.data(), fa.data(), 0, fd.m.data(), MAPORL_MASK_U8, nullptr, B, T, V,
+            0.8f, maporl_policy_loss_default_params(), big.data(), lp.data(), nullptr, nullptr, nullptr);
+        CHECK(st == MAPORL_ERR_INVALID_ARG && std::strstr(maporl_last_error(), "grad_logits_out") != nullptr &&
+                  std::equal(zb.begin(), zb.end(), alias),
+              "bf16 in place: status %d, %s", (int)st, maporl_last_error());
+        int count = 0;
+        maporl_cuda_device_count(&count);
+        if (count == 0) continue;
+        std::vector<void *> own;
+        std::vector<float> lpc(N), Hc(N), gc(N * V), lc(N);
+        maporl_policy_loss_stats sc, sg;
+        maporl_policy_loss_params p = maporl_policy_loss_default_params();
+        p.entropy_coef = 0.01f;
+        maporl_logprobs_bf16(MAPORL_DEVICE_CPU, zb.data(), fd.y.data(), N, V, 0.8f, lpc.data(), Hc.data());
+        maporl_fused_policy_loss_bf16(MAPORL_DEVICE_CPU, zb.data(), fd.y.data(), fo.data(), fa.data(), 0, fd.m.data(),
+                                      MAPORL_MASK_U8, nullptr, B, T, V, 0.8f, p, gc.data(), lc.data(), nullptr, nullptr, &sc);
+        void * dz = to_dev(zb, own);
+        void * dy = to_dev(fd.y, own);
+        void * dlp = to_dev(std::vector<float>(N), own);
+        void * dH = to_dev(std::vector<float>(N), own);
+        void * dg = to_dev(std::vector<float>(N * V), own);
+        CHECK(maporl_logprobs_bf16(MAPORL_DEVICE_CUDA, (uint16_t *)dz, (int32_t *)dy, N, V, 0.8f, (float *)dlp, (float *)dH) == MAPORL_OK,
+              "%s", maporl_last_error());
+        const std::vector<float> lpg = from_dev<float>(dlp, N), Hg = from_dev<float>(dH, N);
+        CHECK(maporl_fused_policy_loss_bf16(MAPORL_DEVICE_CUDA, (uint16_t *)dz, (int32_t *)dy, (float *)to_dev(fo, own),
+                                            (float *)to_dev(fa, own), 0, to_dev(fd.m, own), MAPORL_MASK_U8, nullptr, B, T,
+                                            V, 0.8f, p, (float *)dg, nullptr, nullptr, nullptr, &sg) == MAPORL_OK,
+              "%s", maporl_last_error());
+        const std::vector<float> gg = from_dev<float>(dg, (size_t)(N * V));
+        int bad = 0;
+        for (int64_t i = 0; i < N; ++i)
+            bad += !check::close(lpg[i], lpc[i], 1e-5, 1e-6, std::fabs(lpc[i])) + !check::close(Hg[i], Hc[i], 1e-5, 1e-6, 1.0);
+        for (int64_t i = 0; i < N * V; ++i) bad += !check::close(gg[i], gc[i], 1e-4, 1e-9, 1e-4);
+        CHECK(bad == 0 && check::close(sg.loss, sc.loss, 1e-5, 1e-7, std::fabs(sc.loss)), "CUDA bf16 V=%lld: %d off",
+              (long long)V, bad);
+        for (void * q : own) maporl_device_free(q);
+    }
+}
+
 TEST(cuda_matches_cpu_or_reports_no_device) {
     int count = 0;
     CHECK(maporl_cuda_device_count(&count) == MAPORL_OK, "%s", maporl_last_error());

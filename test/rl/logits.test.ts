@@ -159,3 +159,55 @@ describe("fusedPolicyLoss", () => {
         expect(() => fusedPolicyLoss({ ...batch, shape: [N, V, 1, 1] as unknown as [number, number] })).toThrow(/shape: expected \[N, V\] or \[B, T, V\]/);
     });
 });
+
+// bfloat16 logits (Uint16Array bit patterns): the float32 path's results on the widened values, bit for bit.
+function toBf16(x: Float32Array): { bf16: Uint16Array; widened: Float32Array } {
+    const u32 = new Uint32Array(x.buffer, x.byteOffset, x.length);
+    const bf16 = new Uint16Array(x.length);
+    const widened = new Float32Array(x.length);
+    const w32 = new Uint32Array(widened.buffer);
+    for (let i = 0; i < x.length; i++) {
+        bf16[i] = u32[i]! >>> 16;  // truncation: any bf16 value will do
+        w32[i] = (bf16[i]! << 16) >>> 0;
+    }
+    return { bf16, widened };
+}
+
+describe("bf16 logits", () => {
+    for (const level of levels)
+        it(`logprobs and fusedPolicyLoss equal the float32 path on the widened values (SIMD ${level})`, async () => {
+            setSimd(level);
+            for (const V of [3, 100, 4099]) {
+                const B = 2, T = 4, N = B * T;
+                const { logits, targets } = makeLogits(N, V, V + 11);
+                const { bf16, widened } = toBf16(logits);
+                const f = logprobs({ logits: widened, targets, shape: [N, V] }, { temperature: 0.7, entropy: true });
+                const b = logprobs({ logits: bf16, targets, shape: [N, V] }, { temperature: 0.7, entropy: true, logitsDtype: "bf16" });
+                expect(firstMismatch(b.logp, f.logp, 0, 0), `V=${V} logp`).toBeNull();
+                expect(firstMismatch(b.entropy!, f.entropy!, 0, 0), `V=${V} entropy`).toBeNull();
+                const batch = { targets, oldLogp: new Float32Array(N).fill(-3), advantages: new Float32Array(B).map((_, i) => i - 0.5),
+                    mask: new Uint8Array(N).map((_, i) => (i === 5 ? 0 : 1)), shape: [B, T, V] as [number, number, number] };
+                for (const type of ["ppo", "gspo", "cispo"] as PolicyLossType[]) {
+                    const opts = { type, temperature: 0.7, entropyCoef: 0.01, aggregation: "seq-mean-token-mean" as const };
+                    const ff = fusedPolicyLoss({ ...batch, logits: widened }, opts);
+                    const fb = await fusedPolicyLossAsync({ ...batch, logits: bf16 }, { ...opts, logitsDtype: "bf16" });
+                    expect(fb.loss, `${type} V=${V}`).toBe(ff.loss);
+                    expect(firstMismatch(fb.gradLogits, ff.gradLogits, 0, 0), `${type} V=${V} gradLogits`).toBeNull();
+                    expect(firstMismatch(fb.logp, ff.logp, 0, 0), `${type} V=${V} logp`).toBeNull();
+                    expect(fb.stats).toEqual(ff.stats);
+                }
+            }
+        });
+
+    it("needs logitsDtype 'bf16' for a Uint16Array, a Uint16Array for 'bf16', and no inPlace", () => {
+        const { logits, targets } = makeLogits(2, 8, 3);
+        const { bf16 } = toBf16(logits);
+        expect(() => logprobs({ logits: bf16, targets, shape: [2, 8] })).toThrow(/logits: expected a Float32Array, or a Uint16Array with logitsDtype: 'bf16'/);
+        expect(() => logprobs({ logits, targets, shape: [2, 8] }, { logitsDtype: "bf16" })).toThrow(/logits: expected Uint16Array of 16 elements, got Float32Array/);
+        expect(() => logprobs({ logits: bf16, targets, shape: [2, 8] }, { logitsDtype: "fp16" as never })).toThrow(/logitsDtype: expected 'float32' or 'bf16'/);
+        const batch = { logits: bf16, targets, oldLogp: new Float32Array(2), advantages: new Float32Array(2), mask: new Uint8Array(2).fill(1),
+            shape: [2, 8] as [number, number] };
+        expect(() => fusedPolicyLoss(batch, { logitsDtype: "bf16", inPlace: true })).toThrow(/inPlace: expected false with logitsDtype 'bf16'/);
+        expect(fusedPolicyLoss(batch, { logitsDtype: "bf16" }).gradLogits).toBeInstanceOf(Float32Array);
+    });
+});
