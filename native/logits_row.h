@@ -36,12 +36,8 @@ RowStats row_stats_t(const F * z, int64_t V, int32_t y, F temp, bool entropy, F 
     double sd[W] = {}, td[W] = {};
     int pending = 0;
     auto flush = [&] {
-        for (int l = 0; l < W; ++l) {
-            sd[l] += Ops::lane(s, l);
-            td[l] += Ops::lane(t, l);
-        }
-        s = zero;
-        t = zero;
+        drain_lanes<Ops>(s, sd);
+        drain_lanes<Ops>(t, td);
     };
     auto chunk = [&](const F * p, F * e_dst, F * ms_dst) {
         Vv x[8];

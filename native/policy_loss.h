@@ -65,6 +65,14 @@ struct ScalarLoad : ScalarOps<F> {
     static V max(V a, V b) { return a > b ? a : b; }
 };
 
+// Moves a vector of lane sums into per-lane doubles and zeroes it (the row passes keep float lanes for at most
+// a bounded number of terms, then drain them).
+template <class Ops>
+inline void drain_lanes(typename Ops::V & v, double * d) {
+    for (int l = 0; l < Ops::W; ++l) d[l] += Ops::lane(v, l);
+    v = Ops::splat(0.0);
+}
+
 // Applies token_terms to elements [i0, i1) of the segment (i1 - i0 a multiple of Ops::W), adding the sums to
 // `out`. Returns true when a mask value other than 0/1 was seen. Float lanes accumulate at most 1024 tokens
 // before the sums move to double.

@@ -56,12 +56,8 @@ RowMax row_max_t(const float * z, int64_t V, float temp, bool with_raw, bool wit
     Vv m = ninf, ms = zero, mt = zero, s = zero, st = zero, mc = zero;  // ms: m, or 0 while m = -Inf; mt = ms / temp
     double sd[W] = {}, td[W] = {};  // the lane sums moved out of float, relative to the same running max
     auto flush = [&] {
-        for (int l = 0; l < W; ++l) {
-            sd[l] += Ops::lane(s, l);
-            td[l] += Ops::lane(st, l);
-        }
-        s = zero;
-        st = zero;
+        drain_lanes<Ops>(s, sd);
+        drain_lanes<Ops>(st, td);
     };
     auto badk = ninf != ninf;  // all false
     int pending = 0;
