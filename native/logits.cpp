@@ -97,10 +97,6 @@ struct RowSource {
     }
 };
 
-}  // namespace
-
-namespace {
-
 template <typename F>
 void logprobs_rows(const RowSource<F> & src, const int32_t * targets, int64_t N, int64_t V, F temperature, F * logp,
                    F * entropy) {

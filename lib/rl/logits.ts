@@ -41,7 +41,7 @@ function requireLogits(fn: string, logits: unknown, dtype: unknown, n: number): 
         throw new RangeError(`${fn}: logitsDtype: expected 'float32' or 'bf16', got ${describe(dtype)}`);
     if (dtype === "bf16") return requireArray(fn, "logits", logits, [Uint16Array], n);
     if (logits instanceof Uint16Array)
-        throw new TypeError(`${fn}: logits: expected a Float32Array, or a Uint16Array with logitsDtype: 'bf16' (fp16 is not supported), got a Uint16Array without logitsDtype`);
+        throw new TypeError(`${fn}: logits: expected a Float32Array, or a Uint16Array with logitsDtype: 'bf16' (fp16 is not supported), got a Uint16Array with logitsDtype ${dtype === undefined ? "unset" : "'float32'"}`);
     return requireArray(fn, "logits", logits, [Float32Array], n);
 }
 
