@@ -20,6 +20,7 @@
 #include "core.h"
 #include "isa.h"
 #include "philox.h"
+#include "scratch.h"
 #include "threadpool.h"
 
 namespace maporl {
@@ -116,7 +117,7 @@ struct RowOut {
 
 // Samples row z (given < 0), or scores token `given`.
 RowOut sample_one(const Passes & P, const float * z, int64_t V, const SampleRow & r, int32_t given, bool want_raw,
-                  std::vector<int32_t> & scratch) {
+                  int32_t * idx) {
     RowOut o{-1, NAN, NAN, 0};
     const bool greedy = r.temperature == 0.0f;
     const bool t1 = greedy || r.temperature == 1.0f;
@@ -145,7 +146,7 @@ RowOut sample_one(const Passes & P, const float * z, int64_t V, const SampleRow 
     };
     const float floor_x = M - kGumbelSpan;  // below: no noise can make it win
     int64_t best = -1;
-    std::vector<int32_t> & idx = scratch;  // candidates of the Gumbel race, ascending
+    // idx (race_scratch_size(V) entries): the candidates of the Gumbel race, ascending
     double S = 0.0;
     bool given_in = false;
     if (has_k || has_p) {
@@ -182,18 +183,18 @@ RowOut sample_one(const Passes & P, const float * z, int64_t V, const SampleRow 
             if (has_min && e < min_e) continue;
             S += (double)e;
             given_in |= c.i == given;
-            if (x_of(c.i) >= floor_x) idx[(size_t)n++] = c.i;
+            if (x_of(c.i) >= floor_x) idx[n++] = c.i;
         }
-        if (given < 0) best = P.gumbel(z, idx.data(), n, T, r.seed, r.position);
+        if (given < 0) best = P.gumbel(z, idx, n, T, r.seed, r.position);
     } else {
         // Every element that can win the race, or pass min-p, is at or above floor_x (min-p below e^-20.5 excepted).
         const double s_t = T == 1.0f ? raw_sum : mx.sum_t;
         if (!has_min) {
             S = s_t;
             given_in = z[given >= 0 ? given : 0] > -INFINITY;
-            if (given < 0) best = P.race(z, V, T, floor_x, mx.hint, r.seed, r.position, idx.data());
+            if (given < 0) best = P.race(z, V, T, floor_x, mx.hint, r.seed, r.position, idx);
         } else {
-            const int64_t n = P.cands(z, V, z_threshold(floor_x, T), idx.data());
+            const int64_t n = P.cands(z, V, z_threshold(floor_x, T), idx);
             const bool covered = (double)min_e >= std::exp(-(double)kGumbelSpan);
             S = covered ? 0.0 : P.sum_exp(z, V, T, M, min_e);
             int64_t m = 0;
@@ -201,10 +202,10 @@ RowOut sample_one(const Passes & P, const float * z, int64_t V, const SampleRow 
                 const float e = P.exp_one(x_of(idx[j]), M);
                 if (e < min_e) continue;
                 if (covered) S += (double)e;
-                idx[(size_t)m++] = idx[j];
+                idx[m++] = idx[j];
             }
             if (given >= 0) given_in = z[given] > -INFINITY && !(P.exp_one(x_of(given), M) < min_e);
-            else best = P.gumbel(z, idx.data(), m, T, r.seed, r.position);
+            else best = P.gumbel(z, idx, m, T, r.seed, r.position);
         }
     }
     if (given >= 0) {
@@ -225,7 +226,10 @@ void run_rows(const float * logits, int64_t B, int64_t V, const maporl_sample_pa
               int32_t * tokens, float * logprobs, float * raw, uint8_t * valid) {
     const Passes P = passes();
     parallel_for(B, 1, [&](int64_t b0, int64_t b1) {
-        std::vector<int32_t> scratch((size_t)race_scratch_size(V));
+        // Leased, not a fresh vector: 2V + 128 zeroed int32 per chunk and call (1.2 MiB at V = 151,936) faulted
+        // in its pages every time.
+        ScratchLease lease(sizeof(int32_t) * (size_t)race_scratch_size(V));
+        int32_t * scratch = static_cast<int32_t *>(lease.data());
         for (int64_t b = b0; b < b1; ++b) {
             const RowOut o = sample_one(P, logits + b * V, V, sample_row(p, b), given ? given[b] : -1, raw != nullptr, scratch);
             if (tokens) tokens[b] = o.token;
