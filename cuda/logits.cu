@@ -153,6 +153,13 @@ maporl_status check_bad_target(const DeviceBuffer & bad_dev, const int32_t * tar
                      (long long)V, (int)t, bad);
 }
 
+// Calls launch with the logits that are set, typed (float32 or bfloat16), so each kernel launch is written once.
+template <typename Launch>
+void on_logits(const float * f32, const uint16_t * bf16, Launch && launch) {
+    if (bf16) launch(bf16);
+    else launch(f32);
+}
+
 maporl_status new_bad(DeviceBuffer & bad_dev) {
     MAPORL_RETURN_IF_ERROR(bad_dev.alloc(sizeof(unsigned long long)));
     const unsigned long long none = ~0ull;
@@ -169,12 +176,10 @@ maporl_status logprobs_cuda(const float * logits, const uint16_t * logits_bf16, 
     if (N == 0) return MAPORL_OK;
     DeviceBuffer bad_dev;
     MAPORL_RETURN_IF_ERROR(new_bad(bad_dev));
-    if (logits_bf16)
-        pass_a_kernel<<<(unsigned)N, kThreads>>>(logits_bf16, targets, nullptr, 0, V, temperature, nullptr, logp, entropy,
+    on_logits(logits, logits_bf16, [&](const auto * z) {
+        pass_a_kernel<<<(unsigned)N, kThreads>>>(z, targets, nullptr, 0, V, temperature, nullptr, logp, entropy,
                                                  bad_dev.as<unsigned long long>());
-    else
-        pass_a_kernel<<<(unsigned)N, kThreads>>>(logits, targets, nullptr, 0, V, temperature, nullptr, logp, entropy,
-                                                 bad_dev.as<unsigned long long>());
+    });
     MAPORL_CUDA_CALL(cudaGetLastError());
     return check_bad_target(bad_dev, targets, V);
 }
@@ -204,12 +209,10 @@ maporl_status fused_policy_loss_cuda(const FusedArgs<float> & fa, maporl_policy_
                                                               nullptr, nullptr}, st);
     DeviceBuffer bad_dev;
     MAPORL_RETURN_IF_ERROR(new_bad(bad_dev));
-    if (fa.logits_bf16)
-        pass_a_kernel<<<(unsigned)N, kThreads>>>(fa.logits_bf16, fa.targets, fa.loss.mask, (int)fa.loss.mask_type, V,
-                                                 fa.temperature, lse.get(), logp, H, bad_dev.as<unsigned long long>());
-    else
-        pass_a_kernel<<<(unsigned)N, kThreads>>>(fa.logits, fa.targets, fa.loss.mask, (int)fa.loss.mask_type, V,
-                                                 fa.temperature, lse.get(), logp, H, bad_dev.as<unsigned long long>());
+    on_logits(fa.logits, fa.logits_bf16, [&](const auto * z) {
+        pass_a_kernel<<<(unsigned)N, kThreads>>>(z, fa.targets, fa.loss.mask, (int)fa.loss.mask_type, V, fa.temperature,
+                                                 lse.get(), logp, H, bad_dev.as<unsigned long long>());
+    });
     MAPORL_CUDA_CALL(cudaGetLastError());
     MAPORL_RETURN_IF_ERROR(check_bad_target(bad_dev, fa.targets, V));
     PolicyLossArgs<float> a = fa.loss;
@@ -218,12 +221,10 @@ maporl_status fused_policy_loss_cuda(const FusedArgs<float> & fa, maporl_policy_
     a.grad_logp = dlogp;
     a.grad_entropy = dent;
     MAPORL_RETURN_IF_ERROR(policy_loss_cuda(a, st));  // checks the mask before pass C writes
-    if (fa.logits_bf16)
-        pass_c_kernel<<<(unsigned)N, kThreads>>>(fa.logits_bf16, fa.targets, fa.loss.mask, (int)fa.loss.mask_type, V,
-                                                 fa.temperature, lse.get(), H, dlogp, dent, fa.grad_logits);
-    else
-        pass_c_kernel<<<(unsigned)N, kThreads>>>(fa.logits, fa.targets, fa.loss.mask, (int)fa.loss.mask_type, V,
-                                                 fa.temperature, lse.get(), H, dlogp, dent, fa.grad_logits);
+    on_logits(fa.logits, fa.logits_bf16, [&](const auto * z) {
+        pass_c_kernel<<<(unsigned)N, kThreads>>>(z, fa.targets, fa.loss.mask, (int)fa.loss.mask_type, V, fa.temperature,
+                                                 lse.get(), H, dlogp, dent, fa.grad_logits);
+    });
     MAPORL_CUDA_CALL(cudaGetLastError());
     MAPORL_CUDA_CALL(cudaDeviceSynchronize());
     return MAPORL_OK;
