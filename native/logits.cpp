@@ -67,6 +67,17 @@ void require_targets(const int32_t * targets, const void * mask, maporl_mask_typ
     }
 }
 
+// A row of bfloat16 logits widened exactly (the vector widen where there is one).
+void widen_row(const uint16_t * src, float * dst, int64_t V) {
+    const Isa isa = active_isa();
+    if (isa == Isa::Avx512) return avx512::widen_bf16(src, dst, V);
+    if (isa == Isa::Avx2) return avx2::widen_bf16(src, dst, V);
+    for (int64_t i = 0; i < V; ++i) dst[i] = bf16_to_float(src[i]);
+}
+void widen_row(const uint16_t * src, double * dst, int64_t V) {
+    for (int64_t i = 0; i < V; ++i) dst[i] = (double)bf16_to_float(src[i]);
+}
+
 // Logits row n as F: the row itself, or, for bfloat16 logits, the row widened into `buf` (exact: a bfloat16 is
 // the upper half of a float32), once per row: `at` remembers which row buf holds.
 template <typename F>
@@ -78,19 +89,7 @@ struct RowSource {
         if (bf16 == nullptr) return f + n * V;
         if (at != n) {
             buf.resize((size_t)V);
-            const uint16_t * src = bf16 + n * V;
-            const Isa isa = std::is_same<F, float>::value ? active_isa() : Isa::Scalar;
-            if constexpr (std::is_same<F, float>::value) {
-                if (isa == Isa::Avx512) avx512::widen_bf16(src, buf.data(), V);
-                else if (isa == Isa::Avx2) avx2::widen_bf16(src, buf.data(), V);
-            }
-            if (isa == Isa::Scalar)
-                for (int64_t i = 0; i < V; ++i) {
-                    const uint32_t bits = (uint32_t)src[i] << 16;
-                    float x;
-                    std::memcpy(&x, &bits, sizeof x);
-                    buf[(size_t)i] = (F)x;
-                }
+            widen_row(bf16 + n * V, buf.data(), V);
             at = n;
         }
         return buf.data();
