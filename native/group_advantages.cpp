@@ -66,7 +66,8 @@ struct SlotOf {
     int64_t operator()(int64_t i) const { return (int64_t)ids[i] - (int64_t)lo; }
 };
 
-std::vector<int32_t> dense_ids(const int32_t * g, int64_t N) {
+// Dense ranks of the ids (0 .. K-1 in id order); *K gets how many distinct ids there are.
+std::vector<int32_t> dense_ids(const int32_t * g, int64_t N, int64_t * K) {
     std::vector<int64_t> order((size_t)N);
     std::iota(order.begin(), order.end(), 0);
     std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return g[a] < g[b]; });
@@ -76,6 +77,7 @@ std::vector<int32_t> dense_ids(const int32_t * g, int64_t N) {
         if (k == 0 || g[order[k]] != g[order[k - 1]]) ++next;
         dense[order[k]] = next;
     }
+    *K = (int64_t)next + 1;
     return dense;
 }
 
@@ -89,39 +91,20 @@ struct Member {
 void bucket_stats(const Member * m, int64_t count, Slot * t, int64_t nslots, const maporl_group_params & p, Fold * folds) {
     const bool excl = p.nan_exclude != 0, use_max = p.baseline == MAPORL_BASELINE_MAX;
     for (int64_t j = 0; j < nslots; ++j) t[j] = Slot{0.0, 0.0, 0.0, use_max ? -INFINITY : 0.0};
+    // Pass 1, its loop specialised per mode (the flags are constant here; the members' order is index order).
     if (use_max) {
-        for (int64_t j = 0; j < count; ++j) {
-            const float s = m[j].score;
-            if (excl && s != s) continue;
-            Slot & g = t[m[j].slot];
-            g.n += 1.0;
-            g.sum += (double)s;
-            if (s != s || (double)s > g.aux) g.aux = g.aux != g.aux ? g.aux : (double)s;
-        }
+        for (int64_t j = 0; j < count; ++j)
+            if (!(excl && m[j].score != m[j].score)) add_member(t[m[j].slot], m[j].score, true);
     } else if (excl) {
-        for (int64_t j = 0; j < count; ++j) {
-            const float s = m[j].score;
-            if (s != s) continue;
-            Slot & g = t[m[j].slot];
-            g.n += 1.0;
-            g.sum += (double)s;
-        }
+        for (int64_t j = 0; j < count; ++j)
+            if (m[j].score == m[j].score) add_member(t[m[j].slot], m[j].score, false);
     } else {
-        for (int64_t j = 0; j < count; ++j) {
-            Slot & g = t[m[j].slot];
-            g.n += 1.0;
-            g.sum += (double)m[j].score;
-        }
+        for (int64_t j = 0; j < count; ++j) add_member(t[m[j].slot], m[j].score, false);
     }
     for (int64_t j = 0; j < nslots; ++j) t[j].mean = t[j].sum / t[j].n;
     if (p.scale_by_std && !use_max)
-        for (int64_t j = 0; j < count; ++j) {
-            const float s = m[j].score;
-            if (excl && s != s) continue;
-            Slot & g = t[m[j].slot];
-            const double d = (double)s - g.mean;
-            g.aux += d * d;
-        }
+        for (int64_t j = 0; j < count; ++j)
+            if (!(excl && m[j].score != m[j].score)) add_deviation(t[m[j].slot], m[j].score);
     for (int64_t j = 0; j < nslots; ++j) folds[j] = fold(t[j], p);
 }
 
@@ -205,7 +188,6 @@ void group_advantages_cpu(const float * scores, const int32_t * groups, const fl
                 throw_error(MAPORL_ERR_INVALID_ARG, "weights: expected finite values >= 0, got %g at index %lld",
                             (double)weights[i], (long long)i);
     const bool use_max = p.baseline == MAPORL_BASELINE_MAX;
-    auto counted = [&](float s) { return !(p.nan_exclude && std::isnan(s)); };
     // One pass: are the ids ascending, how many group boundaries are there, and the id range? (Integer
     // results: any split of the range gives the same totals.)
     const int64_t id_chunks = (N + kChunk - 1) / kChunk;
@@ -245,14 +227,14 @@ void group_advantages_cpu(const float * scores, const int32_t * groups, const fl
         if (range <= 2 * N + 1024) {
             table_path(scores, N, p, out, SlotOf{groups, ids.lo}, range);
         } else {
-            const std::vector<int32_t> dense = dense_ids(groups, N);
-            int32_t K = 0;
-            for (int32_t d : dense) K = std::max(K, d + 1);
+            int64_t K = 0;
+            const std::vector<int32_t> dense = dense_ids(groups, N, &K);
             table_path(scores, N, p, out, SlotOf{dense.data(), 0}, K);
         }
     }
     if (!p.whiten) return;
     // Weighted batch whitening; excluded rows (NaN excluded, weight 0) do not count and get 0.
+    auto counted = [&](float s) { return !(p.nan_exclude && std::isnan(s)); };
     auto w_of = [&](int64_t i) -> double {
         if (!counted(scores[i])) return 0.0;
         return weights ? (double)weights[i] : 1.0;

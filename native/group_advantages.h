@@ -79,6 +79,19 @@ inline float write_one(float s, const Fold & f, bool excl) {
     return ((excl && s != s) || f.factor == 0.0) ? 0.0f : (float)(((double)s - f.center) * f.factor);
 }
 
+// The statistics' two passes for one counted member: pass 1 counts and sums it and, for the max baseline, takes
+// the max (a NaN member makes the max NaN and it stays NaN); pass 2, after g.mean is set, adds its squared
+// deviation. Shared by the run path and the table path, so both accumulate the same way.
+inline void add_member(Slot & g, float s, bool use_max) {
+    g.n += 1.0;
+    g.sum += (double)s;
+    if (use_max && (s != s || (double)s > g.aux)) g.aux = g.aux != g.aux ? g.aux : (double)s;
+}
+inline void add_deviation(Slot & g, float s) {
+    const double d = (double)s - g.mean;
+    g.aux += d * d;
+}
+
 // One group stored contiguously, x[0..n): the statistics in index order (the same order as the table path, so
 // every path gives the same bits), then the members' advantages. Used by the adjacent-run paths.
 inline void group_run_sequential(const float * x, float * out, int64_t n, const maporl_group_params & p) {
@@ -88,17 +101,14 @@ inline void group_run_sequential(const float * x, float * out, int64_t n, const 
     for (int64_t i = 0; i < n; ++i) {
         const float s = x[i];
         if (excl && s != s) continue;
-        g.n += 1.0;
-        g.sum += (double)s;
-        if (use_max && (s != s || (double)s > g.aux)) g.aux = g.aux != g.aux ? g.aux : (double)s;
+        add_member(g, s, use_max);
     }
     g.mean = g.sum / g.n;
     if (p.scale_by_std && !use_max)
         for (int64_t i = 0; i < n; ++i) {
             const float s = x[i];
             if (excl && s != s) continue;
-            const double d = (double)s - g.mean;
-            g.aux += d * d;
+            add_deviation(g, s);
         }
     write_group(x, out, n, fold(g, p), excl);
 }
