@@ -32,6 +32,22 @@ static std::string TypesList(std::initializer_list<napi_typedarray_type> types) 
     return s;
 }
 
+// Only a view of 0 elements can be on a detached buffer. A SharedArrayBuffer cannot be detached (and
+// napi_is_detached_arraybuffer refuses it, which is why the status is not thrown here).
+static bool IsDetached(napi_env env, const Napi::TypedArray & a) {
+    napi_value buffer = nullptr;
+    if (napi_get_typedarray_info(env, a, nullptr, nullptr, nullptr, &buffer, nullptr) != napi_ok) return false;
+    bool detached = false;
+    return napi_is_detached_arraybuffer(env, buffer, &detached) == napi_ok && detached;
+}
+
+void * DataOf(const Napi::TypedArray & a) {
+    void * data = nullptr;
+    const napi_status st = napi_get_typedarray_info(a.Env(), a, nullptr, nullptr, &data, nullptr, nullptr);
+    NAPI_THROW_IF_FAILED(a.Env(), st, nullptr);
+    return data;
+}
+
 Napi::TypedArray RequireTypedArray(const Napi::CallbackInfo & info, size_t i, const char * name,
                                    std::initializer_list<napi_typedarray_type> types, size_t length) {
     Napi::Env env = info.Env();
@@ -44,7 +60,7 @@ Napi::TypedArray RequireTypedArray(const Napi::CallbackInfo & info, size_t i, co
     if (!ok)
         throw Napi::TypeError::New(env, std::string(name) + ": expected " + TypesList(types) + ", got " +
                                             TypedArrayTypeName(a.TypedArrayType()));
-    if (a.ArrayBuffer().IsDetached())
+    if (a.ElementLength() == 0 && length != 0 && IsDetached(env, a))
         throw Napi::TypeError::New(env, std::string(name) + ": expected an attached buffer, got a detached one");
     if (a.ElementLength() != length)
         throw Napi::RangeError::New(env, std::string(name) + ": expected " + std::to_string(length) +

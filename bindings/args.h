@@ -27,9 +27,9 @@ int64_t RequireDims(const Napi::CallbackInfo & info, size_t i, const char * a, c
                     int64_t * b_out);
 bool RequireBool(const Napi::CallbackInfo & info, size_t i, const char * name);
 
-inline void * DataOf(const Napi::TypedArray & a) {
-    return static_cast<uint8_t *>(a.ArrayBuffer().Data()) + a.ByteOffset();
-}
+// The first element's address. napi_get_typedarray_info, not ArrayBuffer().Data(): the latter fails on a view
+// of a SharedArrayBuffer (napi_get_arraybuffer_info takes plain ArrayBuffers only).
+void * DataOf(const Napi::TypedArray & a);
 
 // Throws the MaporlError (given to the addon at init) for a non-OK status, with maporl_last_error().
 [[noreturn]] void ThrowStatus(Napi::Env env, maporl_status status, const char * where);

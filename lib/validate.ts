@@ -111,7 +111,7 @@ export function editDistance(a: string, b: string): number {
  */
 export function requireOptions<O extends object>(fn: string, name: string, x: unknown, known: readonly string[]): Partial<O> {
     if (x === undefined) return {};
-    if (x === null || typeof x !== "object" || Array.isArray(x))
+    if (x === null || typeof x !== "object" || Array.isArray(x) || ArrayBuffer.isView(x))
         throw new TypeError(`${fn}: ${name}: expected an object, got ${describe(x)}`);
     for (const key of Object.keys(x)) {
         if (known.includes(key)) continue;

@@ -13,9 +13,9 @@ import { fusedPolicyLoss, logprobs } from "../rl/logits.js";
 import { type LossOptions, type PolicyLossStats, valueLoss } from "../rl/policyLoss.js";
 import { sample } from "../rl/sampling.js";
 import { readSafetensors, writeSafetensors } from "./safetensors.js";
-import { requireInteger } from "../validate.js";
+import { describe, requireArray, requireBoolean, requireInteger, requireNumber, requireOptions, requireShape2 } from "../validate.js";
 import { CharTokenizer } from "./tokenizer.js";
-import { type GenerateRequest, type Generation, type Policy, requestMessages } from "./types.js";
+import { type GenerateRequest, type Generation, type Policy, requestMessages, requestSampling, requestSeed } from "./types.js";
 
 export interface NativePolicyConfig {
     /** The model's maximum sequence length. */
@@ -86,6 +86,19 @@ export interface TrainResult {
     stats: PolicyLossStats;
     step: number;
 }
+
+// Where the earliest stop string starts in `text`, looking only at matches that end past `before` (the text
+// already searched); -1 if none.
+function firstStop(text: string, stop: readonly string[], before: number): number {
+    let at = -1;
+    for (const x of stop) {
+        const i = text.indexOf(x, Math.max(0, before - x.length + 1));
+        if (i >= 0 && (at < 0 || i < at)) at = i;
+    }
+    return at;
+}
+
+const TRAIN_OPTION_KEYS = ["loss", "valueClip", "lr", "beta1", "beta2", "eps", "weightDecay", "maxGradNorm", "accumulate", "signal", "onProgress"];
 
 const requireInt = (what: string, x: unknown, lo: number, hi: number) => requireInteger("NativePolicy", what, x, lo, hi);
 
@@ -169,32 +182,39 @@ export class NativePolicy implements Policy {
     async generate(requests: GenerateRequest[], options: { signal?: AbortSignal; onProgress?: (done: number, total: number) => void } = {}): Promise<Generation[]> {
         if (!Array.isArray(requests)) throw new TypeError(`${this.name}: requests: expected an array`);
         const prompts = requests.map((r, i) => this.tokenizer.encodeChat(requestMessages(this.name, r, i)));
+        const sampling = requests.map((r, i) => requestSampling(this.name, r, i));
+        const seeds = requests.map((r, i) => requestSeed(this.name, r, i));
         prompts.forEach((p, i) => {
             if (p.length >= this.config.contextLength)
                 throw new RangeError(`${this.name}: requests[${i}]: the prompt is ${p.length} tokens, the context is ${this.config.contextLength}`);
         });
+        if (options.onProgress !== undefined && typeof options.onProgress !== "function")
+            throw new TypeError(`${this.name}: onProgress: expected a function, got ${describe(options.onProgress)}`);
         if (requests.length === 0) return [];
         return this.serial(async () => {
             const t0 = performance.now();
-            const gens = await this.decodeBatch(prompts, requests, options);
+            const gens = await this.decodeBatch(prompts, sampling, seeds, options);
             const ms = performance.now() - t0;
             return gens.map((g) => ({ ...g, latencyMs: ms }));
         });
     }
 
-    private async decodeBatch(prompts: number[][], reqs: GenerateRequest[], options: { signal?: AbortSignal; onProgress?: (done: number, total: number) => void }): Promise<Generation[]> {
+    private async decodeBatch(prompts: number[][], reqs: ReturnType<typeof requestSampling>[], seeds: bigint[],
+        options: { signal?: AbortSignal; onProgress?: (done: number, total: number) => void }): Promise<Generation[]> {
         const B = prompts.length, V = this.V, h = this.h(), ctx = this.config.contextLength, signal = options.signal;
         const lens = prompts.map((p) => p.length);
         // A row generates at most min(maxTokens, context - prompt) tokens (at least the prompt's next-token slot).
-        const limit = reqs.map((r, b) => Math.min(r.sampling?.maxTokens ?? 64, ctx - lens[b]!));
+        const limit = reqs.map((r, b) => Math.min(r.maxTokens ?? 64, ctx - lens[b]!));
         const total = Math.max(...lens.map((l, b) => l + Math.max(1, limit[b]!)));
         native.gptCacheReset(h, B, total);
         const logits = new Float32Array(B * V), cur = new Int32Array(B);
-        const temperature = Float32Array.from(reqs, (r) => r.sampling?.temperature ?? 1);
-        const topK = Int32Array.from(reqs, (r) => r.sampling?.topK ?? 0);
-        const topP = Float32Array.from(reqs, (r) => r.sampling?.topP ?? 1);
-        const seed = BigUint64Array.from(reqs, (r) => BigInt(r.seed ?? 0));
+        const temperature = Float32Array.from(reqs, (r) => r.temperature ?? 1);
+        const topK = Int32Array.from(reqs, (r) => Math.max(0, r.topK ?? 0));  // vLLM's -1 = off = our 0
+        const topP = Float32Array.from(reqs, (r) => r.topP ?? 1);
+        const seed = BigUint64Array.from(seeds);
         const toks: number[][] = reqs.map(() => []), lps: number[][] = reqs.map(() => []);
+        // Stop strings: the text so far per row, and where the first stop string begins once one has appeared.
+        const texts = reqs.map(() => ""), cut: number[] = reqs.map(() => -1);
         const finished: string[] = limit.map((l) => (l > 0 ? "" : "length"));  // maxTokens 0: nothing to generate
         let done = finished.filter((f) => f).length;
         for (let pos = 0; pos < total && done < B; pos++) {
@@ -212,19 +232,25 @@ export class NativePolicy implements Policy {
                 else {
                     toks[b]!.push(t);
                     lps[b]!.push(s.logprobs[b]!);
-                    if (toks[b]!.length >= limit[b]!) finished[b] = "length";
+                    const stop = reqs[b]!.stop;
+                    if (stop) {
+                        const before = texts[b]!.length;
+                        texts[b] += this.tokenizer.decode([t]);
+                        cut[b] = firstStop(texts[b]!, stop, before);
+                    }
+                    if (cut[b]! >= 0) finished[b] = "stop";
+                    else if (toks[b]!.length >= limit[b]!) finished[b] = "length";
                 }
                 if (finished[b]) options.onProgress?.(++done, B);
             }
         }
-        return reqs.map((_, b) => ({ text: this.tokenizer.decode(toks[b]!), tokens: toks[b]!, logprobs: lps[b]!,
+        return reqs.map((_, b) => ({ text: cut[b]! >= 0 ? texts[b]!.slice(0, cut[b]) : this.tokenizer.decode(toks[b]!), tokens: toks[b]!, logprobs: lps[b]!,
             finishReason: finished[b] || "length", usage: { promptTokens: lens[b]!, completionTokens: toks[b]!.length }, latencyMs: 0 }));
     }
 
     /** log p(tokens[b, t + 1] | tokens[b, <= t]) at temperature 1, [B, T] (0 at the last position). */
     async logprobs(batch: { tokens: Int32Array; shape: readonly [number, number] }): Promise<Float32Array> {
-        const [B, T] = batch.shape;
-        this.checkTokens("logprobs", batch.tokens, B, T);
+        const [B, T] = this.checkBatch("logprobs", batch);
         return this.serial(async () => {
             const logits = new Float32Array(B * T * this.V);
             await native.gptForwardAsync(this.h(), batch.tokens, B, T, logits, null);
@@ -244,8 +270,7 @@ export class NativePolicy implements Policy {
      * MAPoRL's value adapters and CoMLRL's separate critics are).
      */
     async values(batch: { tokens: Int32Array; shape: readonly [number, number] }): Promise<Float32Array> {
-        const [B, T] = batch.shape;
-        this.checkTokens("values", batch.tokens, B, T);
+        const [B, T] = this.checkBatch("values", batch);
         return this.serial(async () => {
             const values = new Float32Array(B * T);
             await native.gptForwardAsync(this.h(), batch.tokens, B, T, null, values);
@@ -253,9 +278,14 @@ export class NativePolicy implements Policy {
         });
     }
 
-    private checkTokens(fn: string, tokens: Int32Array, B: number, T: number): void {
-        if (!(tokens instanceof Int32Array) || tokens.length !== B * T) throw new TypeError(`${this.name}.${fn}: tokens: expected Int32Array of ${B * T} elements`);
-        if (!(T >= 1 && T <= this.config.contextLength)) throw new RangeError(`${this.name}.${fn}: shape[1] (T): expected 1..${this.config.contextLength}, got ${T}`);
+    // The batch object, its shape [B, T] (T within the context) and its tokens; returns [B, T].
+    private checkBatch(fn: string, batch: { tokens: Int32Array; shape: readonly [number, number] }): [number, number] {
+        const where = `${this.name}.${fn}`;
+        if (batch === null || typeof batch !== "object") throw new TypeError(`${where}: batch: expected an object with tokens and shape, got ${describe(batch)}`);
+        const [B, T] = requireShape2(where, batch.shape, ["B", "T"]);
+        if (!(T >= 1 && T <= this.config.contextLength)) throw new RangeError(`${where}: shape[1] (T): expected 1..${this.config.contextLength}, got ${T}`);
+        requireArray(where, "tokens", batch.tokens, [Int32Array], B * T);
+        return [B, T];
     }
 
     /**
@@ -263,8 +293,20 @@ export class NativePolicy implements Policy {
      * backward, global-norm clip and AdamW. With `accumulate`, gradients add up over calls until a step.
      */
     async trainStep(batch: TrainBatch, options: TrainOptions = {}): Promise<TrainResult> {
-        const [B, T] = batch.shape;
-        this.checkTokens("trainStep", batch.tokens, B, T);
+        const [B, T] = this.checkBatch("trainStep", batch);
+        const fn = `${this.name}.trainStep`;
+        const o = requireOptions<TrainOptions>(fn, "options", options, TRAIN_OPTION_KEYS);
+        if (o.loss !== undefined && o.loss !== "sft" && o.loss !== "value" && (o.loss === null || typeof o.loss !== "object" || Array.isArray(o.loss)))
+            throw new (typeof o.loss === "string" ? RangeError : TypeError)(`${fn}: loss: expected 'sft', 'value' or policy-loss options, got ${describe(o.loss)}`);
+        const lr = requireNumber(fn, "lr", o.lr, 3e-4, 0, Number.MAX_VALUE);
+        const beta1 = requireNumber(fn, "beta1", o.beta1, 0.9, 0, 1), beta2 = requireNumber(fn, "beta2", o.beta2, 0.95, 0, 1);
+        if (beta1 === 1 || beta2 === 1) throw new RangeError(`${fn}: ${beta1 === 1 ? "beta1" : "beta2"}: expected a number in [0, 1), got 1`);
+        const eps = requireNumber(fn, "eps", o.eps, 1e-8, Number.MIN_VALUE, Number.MAX_VALUE);
+        const weightDecay = requireNumber(fn, "weightDecay", o.weightDecay, 0, 0, Number.MAX_VALUE);
+        const maxGradNorm = requireNumber(fn, "maxGradNorm", o.maxGradNorm, 1, -Number.MAX_VALUE, Number.MAX_VALUE);
+        const accumulate = requireBoolean(fn, "accumulate", o.accumulate, false);
+        if (o.valueClip !== undefined && o.valueClip !== null) requireNumber(fn, "valueClip", o.valueClip, 0, Number.MIN_VALUE, Number.MAX_VALUE);
+        if (o.signal !== undefined && !(o.signal instanceof AbortSignal)) throw new TypeError(`${fn}: signal: expected an AbortSignal, got ${describe(o.signal)}`);
         if (!(batch.targets instanceof Int32Array) || batch.targets.length !== B * T) throw new TypeError(`${this.name}.trainStep: targets: expected Int32Array of ${B * T} elements`);
         const loss = options.loss ?? "sft";
         if (loss === "value") {
@@ -273,10 +315,10 @@ export class NativePolicy implements Policy {
         } else if (loss !== "sft" && !(batch.advantages instanceof Float32Array))
             throw new TypeError(`${this.name}.trainStep: advantages: expected a Float32Array ([B] or [B, T]) for a policy loss`);
         if (options.onProgress !== undefined && typeof options.onProgress !== "function")
-            throw new TypeError(`${this.name}.trainStep: onProgress: expected a function`);
+            throw new TypeError(`${fn}: onProgress: expected a function, got ${describe(options.onProgress)}`);
         return this.serial(async () => {
             const h = this.h();
-            const phases = options.accumulate ? 3 : 4;
+            const phases = accumulate ? 3 : 4;
             const phase = (done: number) => { options.onProgress?.(done, phases); };
             options.signal?.throwIfAborted();
             const isValue = loss === "value";
@@ -294,12 +336,11 @@ export class NativePolicy implements Policy {
             if (this.needZero) native.gptZeroGrad(h);
             await native.gptBackwardAsync(h, "gradValues" in r ? null : r.gradLogits, "gradValues" in r ? r.gradValues : null);
             phase(3);
-            if (options.accumulate) {
+            if (accumulate) {
                 this.needZero = false;
                 return { loss: r.loss, gradNorm: NaN, stats: r.stats, step: native.gptGetStep(h) };
             }
-            const gradNorm = await native.gptStepAsync(h, options.lr ?? 3e-4, options.beta1 ?? 0.9, options.beta2 ?? 0.95, options.eps ?? 1e-8,
-                options.weightDecay ?? 0, options.maxGradNorm ?? 1);
+            const gradNorm = await native.gptStepAsync(h, lr, beta1, beta2, eps, weightDecay, maxGradNorm);
             this.needZero = true;
             phase(4);
             return { loss: r.loss, gradNorm, stats: r.stats, step: native.gptGetStep(h) };

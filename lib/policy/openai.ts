@@ -3,7 +3,7 @@
 // on network errors, timeouts, 429 and 5xx, a concurrency limit, and AbortSignal. A malformed reply is an error
 // that says what was missing.
 import { postJson } from "../http.js";
-import { type GenerateRequest, type Generation, type Policy, requestMessages } from "./types.js";
+import { type GenerateRequest, type Generation, type Policy, requestMessages, requestSampling, requestSeed } from "./types.js";
 
 export interface OpenAICompatibleOptions {
     /** e.g. "http://127.0.0.1:8000/v1" */
@@ -61,16 +61,18 @@ export class OpenAICompatiblePolicy implements Policy {
 
     private body(r: GenerateRequest, i: number): string {
         const messages = requestMessages(this.name, r, i);
-        const s = r.sampling ?? {};
+        const s = requestSampling(this.name, r, i);
+        const seed = r.seed === undefined ? undefined : requestSeed(this.name, r, i);
         const b: Record<string, unknown> = { model: this.o.model, messages };
         if (s.temperature !== undefined) b.temperature = s.temperature;
         if (s.topP !== undefined) b.top_p = s.topP;
         if (s.topK !== undefined) b.top_k = s.topK;  // vLLM / SGLang extension
         if (s.maxTokens !== undefined) b.max_tokens = s.maxTokens;
         if (s.stop !== undefined) b.stop = s.stop;
-        if (r.seed !== undefined) b.seed = r.seed;
+        if (seed !== undefined) b.seed = 0;  // a placeholder: the digits go in below (JSON.stringify has no bigint)
         if (this.o.logprobs) b.logprobs = true;
-        return JSON.stringify(b);
+        const json = JSON.stringify(b);
+        return seed === undefined ? json : json.replace(/"seed":0(?=[,}])/, `"seed":${seed}`);
     }
 
     private async one(body: string, signal?: AbortSignal): Promise<Generation> {

@@ -7,7 +7,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 
-import type { ChatMessage, Policy } from "./types.js";
+import type { ChatMessage, Policy, SamplingOptions } from "./types.js";
 
 export interface ServeOptions {
     /** Defaults to 127.0.0.1. */
@@ -70,14 +70,21 @@ export async function servePolicy(policy: Policy, options: ServeOptions = {}): P
             if (!Array.isArray(messages) || messages.length === 0 || messages.some((m) => !m || typeof m.content !== "string" || !["system", "user", "assistant"].includes(m.role)))
                 return fail(res, 400, "messages: expected a non-empty array of { role: 'system' | 'user' | 'assistant', content: string }");
             if (body.stream) return fail(res, 400, "stream: not supported by this server");
-            const num = (k: string) => (body[k] === undefined || body[k] === null ? undefined : Number(body[k]));
-            const sampling = { temperature: num("temperature"), topP: num("top_p"), topK: num("top_k"), maxTokens: num("max_tokens") };
-            for (const [k, v] of Object.entries(sampling)) if (v !== undefined && !Number.isFinite(v)) return fail(res, 400, `${k}: expected a number`);
-            const seed = num("seed");
+            // JSON numbers only (no "0.7" strings, no booleans); ranges are checked by generate, which names the field.
+            const fields: [string, string][] = [["temperature", "temperature"], ["top_p", "topP"], ["top_k", "topK"], ["max_tokens", "maxTokens"], ["seed", "seed"]];
+            const sampling: Record<string, unknown> = {};
+            for (const [k, name] of fields) {
+                const v = body[k];
+                if (v === undefined || v === null) continue;
+                if (typeof v !== "number") return fail(res, 400, `${k}: expected a number, got ${typeof v}`);
+                sampling[name] = v;
+            }
+            const seed = sampling.seed as number | undefined;
+            delete sampling.seed;
+            if (body.stop !== undefined && body.stop !== null) sampling.stop = body.stop;
             let g;
             try {
-                [g] = await policy.generate([{ messages, sampling: Object.fromEntries(Object.entries(sampling).filter(([, v]) => v !== undefined)),
-                    ...(seed !== undefined ? { seed } : {}) }]);
+                [g] = await policy.generate([{ messages, sampling: sampling as SamplingOptions, ...(seed !== undefined ? { seed } : {}) }]);
             } catch (e) {
                 return fail(res, e instanceof RangeError || e instanceof TypeError ? 400 : 500, e instanceof Error ? e.message : String(e));
             }

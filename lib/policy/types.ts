@@ -2,17 +2,25 @@
 // prompt string), sampling options and a seed. Trainable policies (the embedded model) add logprobs() and
 // trainStep(); remote ones (OpenAICompatiblePolicy) generate only.
 
+import { describe, requireInteger, requireNumber, requireOptions } from "../validate.js";
+
 export interface ChatMessage {
     role: "system" | "user" | "assistant";
     content: string;
 }
 
 export interface SamplingOptions {
+    /** >= 0 (0 = greedy). */
     temperature?: number;
+    /** In [0, 1]. */
     topP?: number;
+    /** 0 (or vLLM's -1) = off. */
     topK?: number;
+    /** Completion tokens at most. */
     maxTokens?: number;
-    stop?: string[];
+    /** Stop strings (OpenAI's `stop`): generation ends when the text contains one; the returned text ends before it
+     * (the tokens and log-probs keep every sampled token, as vLLM's token_ids do). */
+    stop?: string | string[];
 }
 
 export interface GenerateRequest {
@@ -20,7 +28,8 @@ export interface GenerateRequest {
     messages?: ChatMessage[];
     prompt?: string;
     sampling?: SamplingOptions;
-    seed?: number;
+    /** A non-negative integer (number or bigint below 2^64). */
+    seed?: number | bigint;
 }
 
 export interface Generation {
@@ -37,6 +46,38 @@ export interface Generation {
 export interface Policy {
     readonly name: string;
     generate(requests: GenerateRequest[], options?: { signal?: AbortSignal }): Promise<Generation[]>;
+}
+
+const SAMPLING_KEYS = ["temperature", "topP", "topK", "maxTokens", "stop"];
+
+/** A request's sampling options, checked (every field named in the error); `stop` comes back as an array. */
+export function requestSampling(where: string, r: GenerateRequest, i: number): Omit<SamplingOptions, "stop"> & { stop?: string[] } {
+    const at = `requests[${i}].sampling`;
+    const s = requireOptions<SamplingOptions>(where, at, r.sampling, SAMPLING_KEYS);
+    const out: Omit<SamplingOptions, "stop"> & { stop?: string[] } = {};
+    if (s.temperature !== undefined) out.temperature = requireNumber(where, `${at}.temperature`, s.temperature, 1, 0, Number.MAX_VALUE);
+    if (s.topP !== undefined) out.topP = requireNumber(where, `${at}.topP`, s.topP, 1, 0, 1);
+    if (s.topK !== undefined) out.topK = requireInteger(where, `${at}.topK`, s.topK, -1, 2 ** 31 - 1);
+    if (s.maxTokens !== undefined) out.maxTokens = requireInteger(where, `${at}.maxTokens`, s.maxTokens, 0, 2 ** 31 - 1);
+    if (s.stop !== undefined) {
+        const stop = typeof s.stop === "string" ? [s.stop] : s.stop;
+        if (!Array.isArray(stop) || stop.some((x) => typeof x !== "string" || x.length === 0))
+            throw new TypeError(`${where}: ${at}.stop: expected a non-empty string or an array of them, got ${describe(s.stop)}`);
+        out.stop = stop;
+    }
+    return out;
+}
+
+/** A request's seed as a bigint in [0, 2^64) (0 when absent). */
+export function requestSeed(where: string, r: GenerateRequest, i: number): bigint {
+    const x = r.seed;
+    if (x === undefined) return 0n;
+    const v = typeof x === "bigint" ? x : typeof x === "number" && Number.isSafeInteger(x) ? BigInt(x) : null;
+    if (typeof x !== "bigint" && typeof x !== "number")
+        throw new TypeError(`${where}: requests[${i}].seed: expected an integer in [0, 2^64), got ${describe(x)}`);
+    if (v === null || v < 0n || v >= 2n ** 64n)
+        throw new RangeError(`${where}: requests[${i}].seed: expected an integer in [0, 2^64), got ${describe(x)}`);
+    return v;
 }
 
 /** The messages of a request (a prompt becomes one user message); throws naming the request on bad input. */

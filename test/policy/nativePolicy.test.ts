@@ -149,6 +149,62 @@ describe("NativePolicy", () => {
         await ref.dispose();
     });
 
+    it("stops at stop strings: the text ends before the earliest one, the tokens keep every sampled one", async () => {
+        const p = await NativePolicy.create({ contextLength: 64, layers: 1, heads: 2, dModel: 16, seed: 9 });
+        try {
+            const req = { prompt: "ab", sampling: { temperature: 0, maxTokens: 40 } };
+            const [full] = await p.generate([req]);
+            const text = full!.text;
+            expect(text.length).toBeGreaterThan(6);
+            // A stop string taken from inside the greedy text, and one that never occurs: the earliest match wins.
+            const stop = text.slice(3, 5), at = text.indexOf(stop);
+            const [g] = await p.generate([{ ...req, sampling: { ...req.sampling, stop: ["\u0001never", stop] } }]);
+            expect(g!.finishReason).toBe("stop");
+            expect(g!.text).toBe(text.slice(0, at));
+            const n = at + stop.length;  // one token per character here
+            expect(g!.tokens).toEqual(full!.tokens!.slice(0, n));
+            expect(g!.logprobs).toEqual(full!.logprobs!.slice(0, n));
+            const [single] = await p.generate([{ ...req, sampling: { ...req.sampling, stop } }]);  // a string, as OpenAI allows
+            expect(single!.text).toBe(g!.text);
+            // In a batch, the row with the stop ends early and the other decodes as alone.
+            const [a, b] = await p.generate([{ ...req, sampling: { ...req.sampling, stop } }, req]);
+            expect(a!.text).toBe(g!.text);
+            expect(b!.text).toBe(text);
+        } finally {
+            await p.dispose();
+        }
+    });
+
+    it("names the field of a bad request, batch or option before any work", async () => {
+        const p = await NativePolicy.create({ contextLength: 16, layers: 1, heads: 1, dModel: 8, seed: 4 });
+        try {
+            const gen = (r: object) => p.generate([{ prompt: "a", ...r }] as never);
+            await expect(gen({ sampling: { temperature: -1 } })).rejects.toThrow(/requests\[0\]\.sampling\.temperature: expected a number in \[0, /);
+            await expect(gen({ sampling: { topK: "x" } })).rejects.toThrow(TypeError);
+            await expect(gen({ sampling: { topP: 2 } })).rejects.toThrow(/sampling\.topP: expected a number in \[0, 1\], got 2/);
+            await expect(gen({ sampling: { maxTokens: 1.5 } })).rejects.toThrow(/sampling\.maxTokens: expected an integer/);
+            await expect(gen({ sampling: { stop: [""] } })).rejects.toThrow(/sampling\.stop: expected a non-empty string/);
+            await expect(gen({ sampling: { temprature: 1 } })).rejects.toThrow(/unknown option "temprature". Did you mean "temperature"\?/);
+            await expect(gen({ sampling: "hot" })).rejects.toThrow(/requests\[0\]\.sampling: expected an object/);
+            await expect(gen({ seed: -1 })).rejects.toThrow(/requests\[0\]\.seed: expected an integer in \[0, 2\^64\), got -1/);
+            await expect(gen({ seed: "7" })).rejects.toThrow(TypeError);
+            expect((await gen({ seed: 2n ** 64n - 1n }))[0]!.finishReason).toMatch(/stop|length/);
+            const batch = { tokens: new Int32Array(8).fill(5), targets: new Int32Array(8).fill(6), mask: new Uint8Array(8).fill(1), shape: [2, 4] as [number, number] };
+            await expect(p.logprobs({ tokens: batch.tokens } as never)).rejects.toThrow(/logprobs: shape: expected \[B, T\]/);
+            await expect(p.values({ ...batch, shape: [2, -4] })).rejects.toThrow(/shape\[1\] \(T\): expected a non-negative integer/);
+            await expect(p.logprobs({ ...batch, tokens: new Float32Array(8) as never })).rejects.toThrow(/tokens: expected Int32Array of 8 elements, got Float32Array/);
+            const before = Array.from(await p.logprobs(batch));
+            for (const [opts, re] of [[{ lr: NaN }, /lr: expected a number/], [{ beta2: 1 }, /beta2: expected a number in \[0, 1\), got 1/],
+                [{ eps: 0 }, /eps: expected a number/], [{ weightDecay: -0.1 }, /weightDecay/], [{ accumulate: 1 }, /accumulate: expected a boolean/],
+                [{ valueClip: -1 }, /valueClip/], [{ loss: "ppo" }, /loss: expected 'sft', 'value' or policy-loss options, got "ppo"/],
+                [{ signal: {} }, /signal: expected an AbortSignal/], [{ learningRate: 1e-3 }, /unknown option "learningRate"/]] as const)
+                await expect(p.trainStep(batch, opts as never)).rejects.toThrow(re);
+            expect(Array.from(await p.logprobs(batch))).toEqual(before);  // nothing was trained
+        } finally {
+            await p.dispose();
+        }
+    });
+
     it("the native layer rejects wrong lengths instead of reading past a buffer", () => {
         const h = native.gptCreate({ vocab: 10, context: 8, layers: 1, heads: 1, dModel: 4, mlpRatio: 4, tieEmbeddings: true }, 1);
         expect(() => native.gptDecode(h, new Int32Array(3), 0, null, null)).toThrow(/gptCacheReset first/);

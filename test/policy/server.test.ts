@@ -40,5 +40,22 @@ describe("servePolicy", () => {
         expect((await post({ messages: [{ role: "user", content: "x" }], stream: true })).status).toBe(400);
         expect((await post({ messages: [{ role: "user", content: "x".repeat(1100) }] })).status).toBe(400);  // longer than the context
         expect((await fetch(`${srv.baseUrl}/nope`)).status).toBe(404);
+        const msg = async (r: Response) => ((await r.json()) as { error: { message: string } }).error.message;
+        const typed = await post({ messages: [{ role: "user", content: "x" }], top_p: "0.9" });  // JSON numbers only
+        expect(typed.status).toBe(400);
+        expect(await msg(typed)).toMatch(/top_p: expected a number, got string/);
+        const range = await post({ messages: [{ role: "user", content: "x" }], temperature: -2 });
+        expect(range.status).toBe(400);
+        expect(await msg(range)).toMatch(/sampling\.temperature: expected a number in \[0, /);
+    });
+
+    it("passes stop strings through, as the policy applies them", async () => {
+        const client = new OpenAICompatiblePolicy({ baseUrl: srv.baseUrl, model: "tiny" });
+        const req = { messages: [{ role: "user" as const, content: "hi" }], sampling: { temperature: 0, maxTokens: 24 } };
+        const [full] = await policy.generate([req]);
+        const stop = full!.text.slice(2, 3);
+        const [remote] = await client.generate([{ ...req, sampling: { ...req.sampling, stop: [stop] } }]);
+        expect(remote!.text).toBe(full!.text.slice(0, full!.text.indexOf(stop)));
+        expect(remote!.finishReason).toBe("stop");
     });
 });

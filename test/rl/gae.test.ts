@@ -283,6 +283,23 @@ describe("gae errors", () => {
         expect(() => gae({ ...ok(), values: new Float32Array(rb) })).toThrow(/values: expected a fixed-length buffer/);
     });
 
+    it("views of a SharedArrayBuffer give the same results as plain ones (sync and async)", async () => {
+        const a = { ...ok(), rewards: Float32Array.of(1, -2, 0.5, 3, 0, -1), values: Float32Array.of(0.1, 0.2, -0.3, 0.4, 0.5, 0.6),
+            mask: Uint8Array.of(1, 1, 0, 1, 1, 1) };
+        const shared = <T extends Float32Array | Uint8Array>(x: T): T => {
+            const y = new (x.constructor as new (b: SharedArrayBuffer, o: number, n: number) => T)(new SharedArrayBuffer(x.byteLength + 8), 8, x.length);
+            y.set(x as never);
+            return y;
+        };
+        const b = { ...a, rewards: shared(a.rewards), values: shared(a.values), mask: shared(a.mask) };
+        const want = gae(a, { whiten: true });
+        const out = { advantages: shared(new Float32Array(6)), returns: shared(new Float32Array(6)) };
+        expect(want.advantages.some((x) => x !== 0)).toBe(true);
+        expect(gae(b, { whiten: true, out })).toEqual(want);
+        expect(out.advantages).toEqual(want.advantages);
+        expect(await gaeAsync(b, { whiten: true })).toEqual(want);
+    });
+
     it("overlapping outputs are refused", () => {
         const a = ok();
         expect(() => gae(a, { out: { advantages: a.rewards } })).toThrow(/out.advantages: expected memory that does not overlap rewards/);

@@ -56,6 +56,8 @@ describe("validate", () => {
         expect(requireOptions("f", "options", undefined, ["gamma"])).toEqual({});
         expect(() => requireOptions("f", "options", { gama: 1 }, ["gamma", "lambda"])).toThrow(/Did you mean "gamma"\?/);
         expect(() => requireOptions("f", "options", { zzz: 1 }, ["gamma", "lambda"])).toThrow(/unknown option "zzz". Known options: gamma, lambda/);
+        for (const x of [new Float32Array(0), new DataView(new ArrayBuffer(4)), [], null, 3])
+            expect(() => requireOptions("f", "options", x, ["gamma"])).toThrow(/f: options: expected an object, got/);
         expect(() => requireOptions("f", "options", 5, ["gamma"])).toThrow(TypeError);
         expect(() => requireOptions("f", "options", [], ["gamma"])).toThrow(TypeError);
     });
