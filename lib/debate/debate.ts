@@ -13,7 +13,8 @@ import { answerKey } from "./metrics.js";
 import { defaultPrompts, type DebatePrompts, type DebateTask, type PeerAnswer } from "./prompts.js";
 import type { Tracer } from "./trace.js";
 import type { Transcript, TurnEntry } from "./transcript.js";
-import type { ChatMessage, Generation, Policy, SamplingOptions } from "../policy/types.js";
+import { type ChatMessage, type Generation, type Policy, type SamplingOptions, samplingOptions } from "../policy/types.js";
+import { describe } from "../validate.js";
 import { extractFinalNumber, extractLabel } from "../rewards/extract.js";
 import type { Verifier } from "../rewards/verifiers.js";
 import { pushTo } from "../collections.js";
@@ -81,6 +82,14 @@ export class Debate {
         const c = options.consensus;
         if (c != null && !(typeof c.share === "number" && c.share > 0 && c.share <= 1))
             throw new RangeError(`Debate: consensus.share: expected a number in (0, 1], got ${String(c.share)}`);
+        if (c != null && c.minScore !== undefined && (typeof c.minScore !== "number" || Number.isNaN(c.minScore)))
+            throw new TypeError(`Debate: consensus.minScore: expected a number, got ${describe(c.minScore)}`);
+        if (options.seed !== undefined && !Number.isSafeInteger(options.seed))
+            throw new TypeError(`Debate: seed: expected an integer, got ${describe(options.seed)}`);
+        if (options.extract !== undefined && typeof options.extract !== "function")
+            throw new TypeError(`Debate: extract: expected a function (text) => answer | null, got ${describe(options.extract)}`);
+        if (options.runId !== undefined && typeof options.runId !== "string") throw new TypeError(`Debate: runId: expected a string, got ${describe(options.runId)}`);
+        if (options.sampling !== undefined) samplingOptions("Debate", "sampling", options.sampling);  // checked before any request
         this.adjacency = topologyMatrix(options.topology ?? "full", agents.length);
         const extract = options.extract ?? (task === "nli" ? (t: string) => extractLabel(t, NLI_LABELS)
             : (t: string) => extractFinalNumber(t)?.text ?? null);
@@ -104,6 +113,7 @@ export class Debate {
             const where = items.length === 1 ? "Debate.run: item" : `Debate.runBatch: items[${i}]`;
             if (!item || typeof item.question !== "string") throw new TypeError(`${where}.question: expected a string`);
             if (typeof item.reference !== "string" && typeof item.reference !== "number") throw new TypeError(`${where}.reference: expected a string or number`);
+            if (item.id !== undefined && typeof item.id !== "string") throw new TypeError(`${where}.id: expected a string, got ${describe(item.id)}`);
         });
         const { agents, turns } = this.o, A = agents.length, signal = options.signal;
         const stamp = Date.now().toString(36);  // default ids: unique within the batch

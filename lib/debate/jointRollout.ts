@@ -11,7 +11,8 @@
 // treeReturns (parent, rewards), plus every agent's generation (text, tokens, log-probs) for the per-agent losses.
 // Seeds depend on the state's path from the root (not on the traversal), so run(item) and runBatch([.., item, ..])
 // draw the same samples.
-import type { ChatMessage, Generation, Policy, SamplingOptions } from "../policy/types.js";
+import { type ChatMessage, type Generation, type Policy, type SamplingOptions, samplingOptions } from "../policy/types.js";
+import { describe } from "../validate.js";
 import { pushTo } from "../collections.js";
 
 export interface TransitionInput<Item> {
@@ -95,6 +96,17 @@ export class JointRollout<Item> {
         if (turns > 1 && typeof options.transition !== "function") throw new TypeError("JointRollout: transition: required when turns > 1");
         if (options.seed !== undefined && typeof options.seed !== "function" && !Number.isSafeInteger(options.seed))
             throw new TypeError(`JointRollout: seed: expected an integer or a function (item) => integer, got ${String(options.seed)}`);
+        const th = options.terminationThreshold;
+        if (th !== undefined && (typeof th !== "number" || Number.isNaN(th)))
+            throw new TypeError(`JointRollout: terminationThreshold: expected a number, got ${describe(th)}`);
+        if (options.sampling !== undefined) samplingOptions("JointRollout", "sampling", options.sampling);  // checked before any request
+        // The tree is materialised: bound it (a typo such as generations: 2 ** 31 must not exhaust the heap).
+        const perState = joint === "aligned" ? generations : generations ** agents.length;
+        let actions = 0, level = 1;
+        for (let d = 0; d < turns && actions <= MAX_TREE_ACTIONS; d++) { level *= perState; actions += level; }
+        if (actions > MAX_TREE_ACTIONS)
+            throw new RangeError(`JointRollout: the tree of generations ${generations}, ${agents.length} agents, joint '${joint}' and turns ${turns} ` +
+                `has ${actions > 1e15 ? "over 10^15" : actions} joint actions per item; at most ${MAX_TREE_ACTIONS} are supported`);
         this.o = { ...options, joint };
     }
 
@@ -173,6 +185,8 @@ export class JointRollout<Item> {
         });
     }
 }
+
+const MAX_TREE_ACTIONS = 1 << 20;
 
 function cartesian(N: number, G: number): number[][] {
     const out: number[][] = [];

@@ -62,7 +62,8 @@ export class OpenAICompatiblePolicy implements Policy {
     private body(r: GenerateRequest, i: number): string {
         const messages = requestMessages(this.name, r, i);
         const s = requestSampling(this.name, r, i);
-        const seed = r.seed === undefined ? undefined : requestSeed(this.name, r, i);
+        if (r.seed !== undefined) requestSeed(this.name, r, i);  // checked; sent as given (OpenAI's seed is a signed integer)
+        const seed = r.seed;
         const b: Record<string, unknown> = { model: this.o.model, messages };
         if (s.temperature !== undefined) b.temperature = s.temperature;
         if (s.topP !== undefined) b.top_p = s.topP;

@@ -2,6 +2,7 @@
 // and the role separators of the chat template), then one id per character of the alphabet. Unknown characters
 // map to <unk> (there is one) instead of failing, and are counted. It serialises to tokenizer.json.
 import type { ChatMessage } from "./types.js";
+import { describe } from "../validate.js";
 
 export const SPECIAL_TOKENS = ["<pad>", "<bos>", "<eos>", "<unk>", "<|system|>", "<|user|>", "<|assistant|>"] as const;
 export type SpecialToken = typeof SPECIAL_TOKENS[number];
@@ -19,7 +20,9 @@ export class CharTokenizer {
 
     /** `alphabet`: the characters (each a single code point, no duplicates). */
     constructor(alphabet: string | readonly string[]) {
-        const chars = typeof alphabet === "string" ? [...alphabet] : [...alphabet];
+        if (typeof alphabet !== "string" && !Array.isArray(alphabet))
+            throw new TypeError(`CharTokenizer: alphabet: expected a string or an array of characters, got ${describe(alphabet)}`);
+        const chars = [...alphabet];
         chars.forEach((c, i) => {
             if (typeof c !== "string" || [...c].length !== 1) throw new TypeError(`CharTokenizer: alphabet[${i}]: expected one character, got ${JSON.stringify(c)}`);
             if (this.index.has(c)) throw new RangeError(`CharTokenizer: alphabet: ${JSON.stringify(c)} appears twice`);

@@ -28,7 +28,7 @@ export interface GenerateRequest {
     messages?: ChatMessage[];
     prompt?: string;
     sampling?: SamplingOptions;
-    /** A non-negative integer (number or bigint below 2^64). */
+    /** An integer (number or bigint) in [-2^63, 2^64); a negative seed is taken modulo 2^64 (its int64 bits). */
     seed?: number | bigint;
 }
 
@@ -52,8 +52,12 @@ const SAMPLING_KEYS = ["temperature", "topP", "topK", "maxTokens", "stop"];
 
 /** A request's sampling options, checked (every field named in the error); `stop` comes back as an array. */
 export function requestSampling(where: string, r: GenerateRequest, i: number): Omit<SamplingOptions, "stop"> & { stop?: string[] } {
-    const at = `requests[${i}].sampling`;
-    const s = requireOptions<SamplingOptions>(where, at, r.sampling, SAMPLING_KEYS);
+    return samplingOptions(where, `requests[${i}].sampling`, r.sampling);
+}
+
+/** Sampling options `x` (named `at` in errors), checked; `stop` comes back as an array. */
+export function samplingOptions(where: string, at: string, x: unknown): Omit<SamplingOptions, "stop"> & { stop?: string[] } {
+    const s = requireOptions<SamplingOptions>(where, at, x, SAMPLING_KEYS);
     const out: Omit<SamplingOptions, "stop"> & { stop?: string[] } = {};
     if (s.temperature !== undefined) out.temperature = requireNumber(where, `${at}.temperature`, s.temperature, 1, 0, Number.MAX_VALUE);
     if (s.topP !== undefined) out.topP = requireNumber(where, `${at}.topP`, s.topP, 1, 0, 1);
@@ -68,16 +72,15 @@ export function requestSampling(where: string, r: GenerateRequest, i: number): O
     return out;
 }
 
-/** A request's seed as a bigint in [0, 2^64) (0 when absent). */
+/** A request's seed (an integer in [-2^63, 2^64)) as its 64 bits, a bigint in [0, 2^64) (0 when absent). */
 export function requestSeed(where: string, r: GenerateRequest, i: number): bigint {
     const x = r.seed;
     if (x === undefined) return 0n;
-    const v = typeof x === "bigint" ? x : typeof x === "number" && Number.isSafeInteger(x) ? BigInt(x) : null;
-    if (typeof x !== "bigint" && typeof x !== "number")
-        throw new TypeError(`${where}: requests[${i}].seed: expected an integer in [0, 2^64), got ${describe(x)}`);
-    if (v === null || v < 0n || v >= 2n ** 64n)
-        throw new RangeError(`${where}: requests[${i}].seed: expected an integer in [0, 2^64), got ${describe(x)}`);
-    return v;
+    const expected = `${where}: requests[${i}].seed: expected an integer in [-2^63, 2^64), got ${describe(x)}`;
+    if (typeof x !== "bigint" && typeof x !== "number") throw new TypeError(expected);
+    const v = typeof x === "bigint" ? x : Number.isSafeInteger(x) ? BigInt(x) : null;
+    if (v === null || v < -(2n ** 63n) || v >= 2n ** 64n) throw new RangeError(expected);
+    return BigInt.asUintN(64, v);
 }
 
 /** The messages of a request (a prompt becomes one user message); throws naming the request on bad input. */

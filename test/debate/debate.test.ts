@@ -123,6 +123,11 @@ describe("Debate over the OpenAI-compatible backend", () => {
         expect(() => new Debate({ agents: agents(), turns: 0 })).toThrow(/turns: expected an integer >= 1/);
         expect(() => new Debate({ agents: agents(), turns: 2, feedback: true })).toThrow(/feedback: needs a verifier/);
         expect(() => new Debate({ agents: agents(), turns: 2, topology: [[true]] })).toThrow(/3 x 3 boolean matrix/);
+        expect(() => new Debate({ agents: agents(), turns: 2, sampling: { topP: 1.5 } })).toThrow(/Debate: sampling\.topP: expected a number in \[0, 1\], got 1.5/);
+        expect(() => new Debate({ agents: agents(), turns: 2, sampling: { maxToken: 5 } as never })).toThrow(/unknown option "maxToken". Did you mean "maxTokens"\?/);
+        expect(() => new Debate({ agents: agents(), turns: 2, seed: "7" as never })).toThrow(/Debate: seed: expected an integer, got "7"/);
+        expect(() => new Debate({ agents: agents(), turns: 2, consensus: { share: 0.5, minScore: "1" as never } })).toThrow(/consensus\.minScore: expected a number/);
+        expect(() => new Debate({ agents: agents(), turns: 2, runId: 3 as never })).toThrow(/runId: expected a string, got 3/);
         expect(topologyMatrix("star", 3)).toEqual([[false, true, true], [true, false, false], [true, false, false]]);
     });
 

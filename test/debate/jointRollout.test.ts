@@ -105,5 +105,10 @@ describe("JointRollout", () => {
         expect(t2[1]!.actions[0]!.generations[0]!.text.endsWith(`@${"y".charCodeAt(0)}`)).toBe(true);
         expect(() => new JointRollout<string>({ ...opts, firstTurnAgents: [shared] })).toThrow(/firstTurnAgents: expected 3/);
         expect(() => new JointRollout<string>({ ...opts, seed: 1.5 })).toThrow(/seed: expected an integer/);
+        expect(() => new JointRollout<string>({ ...opts, terminationThreshold: "0.5" as never })).toThrow(/terminationThreshold: expected a number, got "0.5"/);
+        expect(() => new JointRollout<string>({ ...opts, sampling: { temperature: -1 } })).toThrow(/JointRollout: sampling\.temperature/);
+        // The tree is built in memory: an absurd size is refused up front instead of exhausting the heap.
+        expect(() => new JointRollout<string>({ ...opts, generations: 2 ** 31 })).toThrow(/joint actions per item; at most 1048576/);
+        expect(() => new JointRollout<string>({ ...opts, generations: 8, joint: "cross", turns: 3 })).toThrow(/over 10\^15|joint actions per item/);
     });
 });

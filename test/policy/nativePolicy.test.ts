@@ -186,9 +186,11 @@ describe("NativePolicy", () => {
             await expect(gen({ sampling: { stop: [""] } })).rejects.toThrow(/sampling\.stop: expected a non-empty string/);
             await expect(gen({ sampling: { temprature: 1 } })).rejects.toThrow(/unknown option "temprature". Did you mean "temperature"\?/);
             await expect(gen({ sampling: "hot" })).rejects.toThrow(/requests\[0\]\.sampling: expected an object/);
-            await expect(gen({ seed: -1 })).rejects.toThrow(/requests\[0\]\.seed: expected an integer in \[0, 2\^64\), got -1/);
+            await expect(gen({ seed: 2 ** 64 })).rejects.toThrow(/requests\[0\]\.seed: expected an integer in \[-2\^63, 2\^64\), got 18446744073709552000/);
+            await expect(gen({ seed: 1.5 })).rejects.toThrow(RangeError);
             await expect(gen({ seed: "7" })).rejects.toThrow(TypeError);
-            expect((await gen({ seed: 2n ** 64n - 1n }))[0]!.finishReason).toMatch(/stop|length/);
+            // A negative seed is its int64 bits: -1 and 2^64 - 1 draw the same tokens.
+            expect((await gen({ seed: -1, sampling: { maxTokens: 8 } }))[0]!.tokens).toEqual((await gen({ seed: 2n ** 64n - 1n, sampling: { maxTokens: 8 } }))[0]!.tokens);
             const batch = { tokens: new Int32Array(8).fill(5), targets: new Int32Array(8).fill(6), mask: new Uint8Array(8).fill(1), shape: [2, 4] as [number, number] };
             await expect(p.logprobs({ tokens: batch.tokens } as never)).rejects.toThrow(/logprobs: shape: expected \[B, T\]/);
             await expect(p.values({ ...batch, shape: [2, -4] })).rejects.toThrow(/shape\[1\] \(T\): expected a non-negative integer/);
