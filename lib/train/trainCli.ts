@@ -3,7 +3,7 @@
 // directory then resumes with --resume.
 import { readFileSync } from "node:fs";
 
-import { configFromFlags, mergePartial } from "./config.js";
+import { configFromFlags, mergePartial, resolveConfig } from "./config.js";
 import { formatSummary, trainJob } from "./job.js";
 
 const FLAGS: Record<string, string> = { "--task": "task", "--algo": "algo", "--agents": "agents", "--turns": "turns", "--iterations": "iterations",
@@ -39,6 +39,7 @@ export async function runTrain(args: string[], usage: string): Promise<number> {
         }
     }
     partial = mergePartial(partial, configFromFlags(flags));
+    if (!resume) resolveConfig(partial);  // a bad value is reported before a run directory is named
     const dir = resume ?? out ?? `runs/${new Date().toISOString().replace(/[:.]/g, "-")}`;
     const controller = new AbortController();
     const onSigint = () => { process.stderr.write("\nmaporl: stopping after this step; continue with --resume " + dir + "\n"); controller.abort(new Error("interrupted")); };
