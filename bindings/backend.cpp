@@ -14,6 +14,7 @@ Napi::Value JsBackendInfo(const Napi::CallbackInfo & info) {
     o.Set("version", maporl_version());
     o.Set("threads", maporl_get_threads());
     o.Set("simd", maporl_simd());
+    o.Set("matmulPrecision", maporl_get_matmul_precision() == MAPORL_MATMUL_HIGH ? "high" : "highest");
     Napi::Object cuda = Napi::Object::New(env);
     cuda.Set("compiled", maporl_cuda_compiled() != 0);
     Napi::Array devices = Napi::Array::New(env);
@@ -52,6 +53,17 @@ Napi::Value JsSetSimd(const Napi::CallbackInfo & info) {
     return Napi::String::New(info.Env(), maporl_simd());
 }
 
+Napi::Value JsSetMatmulPrecision(const Napi::CallbackInfo & info) {
+    if (info.Length() < 1 || !info[0].IsString())
+        throw Napi::TypeError::New(info.Env(), "setMatmulPrecision: precision: expected a string");
+    const std::string p = info[0].As<Napi::String>().Utf8Value();
+    if (p != "highest" && p != "high")
+        throw Napi::RangeError::New(info.Env(), "setMatmulPrecision: precision: expected 'highest' or 'high', got \"" + p + "\"");
+    maporl_status st = maporl_set_matmul_precision(p == "high" ? MAPORL_MATMUL_HIGH : MAPORL_MATMUL_HIGHEST);
+    if (st != MAPORL_OK) ThrowStatus(info.Env(), st, "setMatmulPrecision");
+    return info.Env().Undefined();
+}
+
 Napi::Value JsCopyBandwidth(const Napi::CallbackInfo & info) {
     int64_t bytes = RequireInt(info, 0, "bytes", 4096, (int64_t)1 << 34);
     int reps = (int)RequireInt(info, 1, "reps", 1, 1000);
@@ -75,6 +87,7 @@ void InitBackend(Napi::Env env, Napi::Object exports) {
     exports.Set("backendInfo", Napi::Function::New(env, JsBackendInfo, "backendInfo"));
     exports.Set("setThreads", Napi::Function::New(env, JsSetThreads, "setThreads"));
     exports.Set("setSimd", Napi::Function::New(env, JsSetSimd, "setSimd"));
+    exports.Set("setMatmulPrecision", Napi::Function::New(env, JsSetMatmulPrecision, "setMatmulPrecision"));
     exports.Set("measureCopyBandwidth", Napi::Function::New(env, JsCopyBandwidth, "measureCopyBandwidth"));
     exports.Set("setErrorClass", Napi::Function::New(env, JsSetErrorClass, "setErrorClass"));
 }

@@ -4,8 +4,15 @@
 // shared memory (loaded along whichever index is contiguous, so global reads coalesce), 4 x 4 outputs per thread,
 // k summed in ascending order (deterministic). dbias is a column sum over a 32 x 32 block: 32 row groups each
 // summed in order, then added in group order.
-// NOTE(perf): plain FP32 SIMT; tensor cores (TF32 / BF16 mma) and double buffering are the upgrades. Not yet run
-// on a GPU in this project's CI; scripts/device-check.sh times it.
+// With maporl_set_matmul_precision(MAPORL_MATMUL_HIGH) the same products run on TF32 tensor cores (WMMA 16x16x8):
+// the same 64 x 64 tiles and strided slab loads (32 deep), operands rounded to TF32 as they enter shared memory,
+// eight warps each owning a 16 x 32 strip, float32 accumulation in the fragments; the epilogue (bias, accumulate,
+// bounds) goes through a shared-memory tile so its global writes coalesce. Fixed summation order in hardware, so
+// results repeat run to run; they differ from float32 by the TF32 rounding (~1e-3 relative per product).
+// NOTE(perf): no double buffering, no BF16 path. Not yet run on a GPU in this project's CI;
+// scripts/device-check.sh checks it against the CPU and times both precisions.
+#include <mma.h>
+
 #include "../native/gpt_cuda.h"
 #include "common.cuh"
 
@@ -90,12 +97,80 @@ __global__ void column_sum_kernel(float * dbias, const float * dout, int64_t N, 
     }
 }
 
+// The TF32 tensor-core twin of gemm_kernel (same arguments, same tiles). Warp w owns rows 16 * (w / 2) and
+// columns 32 * (w % 2) of the block's tile: one A fragment, two B fragments and two accumulators per 8-deep step.
+constexpr int TK = 32, kPad = 8, kLd = BM + kPad;  // kLd * 4 bytes keeps every fragment pointer 32-byte aligned
+
+__global__ void __launch_bounds__(kThreads) gemm_tf32_kernel(int64_t M, int64_t Ncols, int64_t K, const float * __restrict__ A,
+                                                             int64_t ai, int64_t ak, const float * __restrict__ Bm,
+                                                             int64_t bk, int64_t bj, float * __restrict__ Cm, int64_t ldc,
+                                                             bool accumulate, const float * __restrict__ bias) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    namespace wmma = nvcuda::wmma;
+    __shared__ __align__(32) float As[TK][kLd];  // As[k][i] = A(i0 + i, k0 + k): a column-major 64 x TK block
+    __shared__ __align__(32) float Bs[TK][kLd];  // Bs[k][j] = B(k0 + k, j0 + j): a row-major TK x 64 block
+    __shared__ __align__(32) float Cs[BM][kLd];
+    const int tid = threadIdx.x, warp = tid / 32, wr = warp / 2, wc = warp % 2;
+    const int64_t i0 = (int64_t)blockIdx.y * BM, j0 = (int64_t)blockIdx.x * BN;
+    wmma::fragment<wmma::accumulator, 16, 16, 8, float> acc[2];
+    wmma::fill_fragment(acc[0], 0.0f);
+    wmma::fill_fragment(acc[1], 0.0f);
+    for (int64_t k0 = 0; k0 < K; k0 += TK) {
+#pragma unroll
+        for (int r = 0; r < (BM * TK) / kThreads; ++r) {
+            const int e = tid + r * kThreads;
+            int ii, kk;
+            if (ak == 1) { kk = e % TK; ii = e / TK; } else { ii = e % BM; kk = e / BM; }
+            const int64_t gi = i0 + ii, gk = k0 + kk;
+            As[kk][ii] = wmma::__float_to_tf32((gi < M && gk < K) ? A[gi * ai + gk * ak] : 0.0f);
+        }
+#pragma unroll
+        for (int r = 0; r < (BN * TK) / kThreads; ++r) {
+            const int e = tid + r * kThreads;
+            int jj, kk;
+            if (bj == 1) { jj = e % BN; kk = e / BN; } else { kk = e % TK; jj = e / TK; }
+            const int64_t gj = j0 + jj, gk = k0 + kk;
+            Bs[kk][jj] = wmma::__float_to_tf32((gj < Ncols && gk < K) ? Bm[gk * bk + gj * bj] : 0.0f);
+        }
+        __syncthreads();
+#pragma unroll
+        for (int ks = 0; ks < TK; ks += 8) {
+            wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::col_major> a;
+            wmma::load_matrix_sync(a, &As[ks][wr * 16], kLd);
+#pragma unroll
+            for (int f = 0; f < 2; ++f) {
+                wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, wmma::row_major> b;
+                wmma::load_matrix_sync(b, &Bs[ks][wc * 32 + f * 16], kLd);
+                wmma::mma_sync(acc[f], a, b, acc[f]);
+            }
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int f = 0; f < 2; ++f) wmma::store_matrix_sync(&Cs[wr * 16][wc * 32 + f * 16], acc[f], kLd, wmma::mem_row_major);
+    __syncthreads();
+#pragma unroll
+    for (int r = 0; r < (BM * BN) / kThreads; ++r) {
+        const int e = tid + r * kThreads, ii = e / BN, jj = e % BN;
+        const int64_t gi = i0 + ii, gj = j0 + jj;
+        if (gi >= M || gj >= Ncols) continue;
+        float v = Cs[ii][jj];
+        if (bias) v += bias[gj];
+        float * c = Cm + gi * ldc + gj;
+        *c = accumulate ? *c + v : v;
+    }
+#endif
+}
+
 void gemm(int64_t M, int64_t Ncols, int64_t K, const float * A, int64_t ai, int64_t ak, const float * B, int64_t bk,
           int64_t bj, float * C, int64_t ldc, bool accumulate, const float * bias, const char * what) {
     if (M <= 0 || Ncols <= 0) return;
     const int64_t gy = (M + BM - 1) / BM, gx = (Ncols + BN - 1) / BN;
     if (gy > 65535) throw_error(MAPORL_ERR_INVALID_ARG, "%s: expected at most %d rows, got %lld", what, 65535 * BM, (long long)M);
-    gemm_kernel<<<dim3((unsigned)gx, (unsigned)gy), kThreads>>>(M, Ncols, K, A, ai, ak, B, bk, bj, C, ldc, accumulate, bias);
+    if (maporl_get_matmul_precision() == MAPORL_MATMUL_HIGH)
+        gemm_tf32_kernel<<<dim3((unsigned)gx, (unsigned)gy), kThreads>>>(M, Ncols, K, A, ai, ak, B, bk, bj, C, ldc, accumulate, bias);
+    else
+        gemm_kernel<<<dim3((unsigned)gx, (unsigned)gy), kThreads>>>(M, Ncols, K, A, ai, ak, B, bk, bj, C, ldc, accumulate, bias);
     MAPORL_CUDA_LAUNCHED(what);
 }
 

@@ -22,6 +22,8 @@ export interface BackendInfo {
     threads: number;
     /** SIMD level the CPU kernels use: `"avx512"`, `"avx2"` or `"scalar"` (see {@link setSimd}). */
     simd: string;
+    /** Float32 matmul precision on CUDA (see {@link setMatmulPrecision}). */
+    matmulPrecision: MatmulPrecision;
     cuda: {
         /** Whether this binary contains the CUDA kernels (`MAPORL_CUDA=1` build). */
         compiled: boolean;
@@ -65,6 +67,23 @@ const SIMD_LEVELS = ["scalar", "avx2", "avx512", "best"] as const;
 export function setSimd(level: SimdLevel | "best"): SimdLevel {
     requireChoice("setSimd", "level", level, SIMD_LEVELS, "best");
     return native.setSimd(level) as SimdLevel;
+}
+
+/** PyTorch's names (torch.set_float32_matmul_precision): 'highest' = float32, 'high' = TF32 tensor cores. */
+export type MatmulPrecision = "highest" | "high";
+const MATMUL_PRECISIONS: readonly MatmulPrecision[] = ["highest", "high"];
+
+/**
+ * Sets the precision of the embedded GPT's float32 matmuls on CUDA, process-wide, as PyTorch's
+ * `torch.set_float32_matmul_precision` does: `'highest'` (the default) computes in float32, within float rounding
+ * of the CPU; `'high'` runs them on TF32 tensor cores (sm_80+: operands rounded to 10-bit mantissas, sums in
+ * float32; ~1e-3 relative per product). The CPU kernels always compute in float32. Returns the precision now in use.
+ */
+export function setMatmulPrecision(precision: MatmulPrecision): MatmulPrecision {
+    const p = requireChoice("setMatmulPrecision", "precision", precision, MATMUL_PRECISIONS, "highest");
+    if (precision === undefined) throw new TypeError('setMatmulPrecision: precision: expected one of "highest", "high", got undefined');
+    native.setMatmulPrecision(p);
+    return native.backendInfo().matmulPrecision;
 }
 
 function cudaDeviceCount(): number {

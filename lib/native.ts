@@ -19,6 +19,7 @@ export interface NativeBackendInfo {
     version: string;
     threads: number;
     simd: string;
+    matmulPrecision: "highest" | "high";
     cuda: { compiled: boolean; devices: NativeDeviceInfo[] };
 }
 
@@ -81,6 +82,7 @@ export interface NativeBinding {
     backendInfo(): NativeBackendInfo;
     setThreads(n: number): number;
     setSimd(level: string): string;
+    setMatmulPrecision(precision: "highest" | "high"): void;
     measureCopyBandwidth(bytes: number, reps: number): number;
     setErrorClass(ctor: typeof MaporlError): void;
     gae(rewards: Float32Array, values: Float32Array, mask: MaskArray, B: number, T: number, gamma: number,

@@ -3,9 +3,11 @@
 // reassociating any sum: each output element is summed in index order, the same for any thread count.
 // Float on AVX2 / AVX-512 goes through the register-tiled kernel of matmul_vec.inc instead (explicit FMA, k in
 // ascending order: also independent of the thread count, and within float rounding of this path).
+#include <atomic>
 #include <type_traits>
 #include <vector>
 
+#include "core.h"
 #include "gpt_ops.h"
 #include "isa.h"
 #include "threadpool.h"
@@ -133,3 +135,20 @@ MAPORL_INSTANTIATE(double)
 
 }  // namespace gpt
 }  // namespace maporl
+
+namespace {
+std::atomic<int> g_matmul_precision{MAPORL_MATMUL_HIGHEST};
+}
+
+extern "C" maporl_status maporl_set_matmul_precision(int precision) {
+    maporl::clear_error();
+    if (precision != MAPORL_MATMUL_HIGHEST && precision != MAPORL_MATMUL_HIGH)
+        return maporl::set_error(MAPORL_ERR_INVALID_ARG, "precision: expected MAPORL_MATMUL_HIGHEST (0) or MAPORL_MATMUL_HIGH (1), got %d",
+                                 precision);
+    g_matmul_precision.store(precision, std::memory_order_relaxed);
+    return MAPORL_OK;
+}
+
+extern "C" maporl_matmul_precision maporl_get_matmul_precision(void) {
+    return (maporl_matmul_precision)g_matmul_precision.load(std::memory_order_relaxed);
+}

@@ -24,7 +24,7 @@ for t in "$build"/test_*; do
     [ -x "$t" ] || continue
     case "$t" in *.*) continue ;; esac
     case "$(basename "$t")" in
-        test_gae|test_group_advantages|test_policy_loss|test_sampling|test_gpt_cuda) out=$("$t" --bench); rc=$? ;;
+        test_gae|test_group_advantages|test_policy_loss|test_sampling|test_gpt_cuda|test_matmul_cuda) out=$("$t" --bench); rc=$? ;;
         *) out=$("$t"); rc=$? ;;
     esac
     echo "$out"
@@ -57,6 +57,8 @@ for filt in '"top_k": 50, "top_p": 0.9, ' ''; do
 done
 echo '{"kernel": "gpt", "vocab": 64, "context": 128, "layers": 4, "dModel": 128, "heads": 4, "batch": 32, "device": "cuda", "reps": 10, "threads": 16}' \
     | "$py" bench/python/run.py | sed "s/^/torch gpt train step (AdamW, cross-entropy) cuda B=32 T=128 d=128 L=4: /"
+echo '{"kernel": "gpt", "vocab": 64, "context": 128, "layers": 4, "dModel": 128, "heads": 4, "batch": 32, "device": "cuda", "tf32": true, "reps": 10, "threads": 16}' \
+    | "$py" bench/python/run.py | sed "s/^/torch gpt train step (AdamW, cross-entropy, allow_tf32) cuda B=32 T=128 d=128 L=4: /"
 echo '{"kernel": "gpt", "mode": "generate", "vocab": 64, "context": 128, "layers": 4, "dModel": 128, "heads": 4, "batch": 32, "prompt": 17, "new": 64, "device": "cuda", "reps": 5, "threads": 16}' \
     | "$py" bench/python/run.py | sed "s/^/torch gpt generate (eager loop, KV cache, greedy) cuda B=32 prompt=17 new=64: /"
 echo "total: $(( $(date +%s) - t0 )) s"

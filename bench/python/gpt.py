@@ -4,7 +4,8 @@ LayerNorm, LM head tied to the token embedding). Two kernels:
 - gpt_train: one AdamW training step (cross-entropy) on a [batch, context] batch;
 - gpt_generate: greedy generation of `new` tokens for `batch` prompts with a KV cache, token by token (an eager
   Python loop, as a plain PyTorch implementation does).
-spec["device"]: "cpu" (default) or "cuda" (the model and batches on the GPU, for scripts/device-check.sh)."""
+spec["device"]: "cpu" (default) or "cuda" (the model and batches on the GPU, for scripts/device-check.sh);
+spec["tf32"]: TF32 matmuls on CUDA (default false)."""
 import math
 
 import torch
@@ -54,6 +55,8 @@ class GPT(torch.nn.Module):
 def run(spec):
     V, T, L, C, H, B = spec["vocab"], spec["context"], spec["layers"], spec["dModel"], spec["heads"], spec["batch"]
     dev = spec.get("device", "cpu")
+    # spec["tf32"]: PyTorch's TF32 matmuls (torch.backends.cuda.matmul.allow_tf32), to compare with maporl's 'high'.
+    torch.backends.cuda.matmul.allow_tf32 = bool(spec.get("tf32", False))
     torch.manual_seed(0)
     m = GPT(V, T, L, C, H).to(dev)
     if spec.get("mode") == "generate":

@@ -36,6 +36,9 @@ export interface TrainConfig {
     /** Where every model (actors, critics, the reference) lives: 'cpu' (bit-identical for any thread count), 'cuda'
      * (deterministic run to run, not bit-equal to the CPU), or 'auto' (a visible GPU, else the CPU). */
     device: "cpu" | "cuda" | "auto";
+    /** The models' float32 matmuls on CUDA: 'highest' (float32) or 'high' (TF32 tensor cores); see setMatmulPrecision.
+     * No effect on the CPU. */
+    matmulPrecision: "highest" | "high";
     sampling: { temperature: number; maxTokens: number };
     model: { layers: number; heads: number; dModel: number; contextLength: number };
     critic: { layers: number; heads: number; dModel: number };
@@ -73,6 +76,7 @@ export const DEFAULT_CONFIG: TrainConfig = {
     evalEvery: 40,
     controls: true,
     device: "cpu",
+    matmulPrecision: "highest",
     sampling: { temperature: 1, maxTokens: 30 },
     model: { layers: 2, heads: 4, dModel: 64, contextLength: 64 },
     critic: { layers: 1, heads: 4, dModel: 64 },
@@ -93,6 +97,7 @@ type Rule = { int?: [number, number]; num?: [number, number]; choices?: readonly
 const RULES: Record<string, Rule> = {
     task: { choices: ["arith-debate", "split-sum"] }, algo: { choices: ["maporl", "magrpo", "collm-cc", "collm-dc"] },
     schedule: { choices: ["joint", "independent", "alternating", "turn-based"] }, device: { choices: ["cpu", "cuda", "auto"] },
+    matmulPrecision: { choices: ["highest", "high"] },
     "taskOptions.steps": { int: [1, 8] }, "taskOptions.maxOperand": { int: [2, 99] }, "taskOptions.digits": { int: [1, 2] }, "taskOptions.peerUse": { num: [0, 1] },
     agents: { int: [2, 8] }, turns: { int: [1, 8] }, seed: { int: [0, 2 ** 31 - 1] }, iterations: { int: [0, 1e7] },
     episodesPerIteration: { int: [1, 4096] }, evalEpisodes: { int: [1, 100000] }, evalEvery: { int: [1, 1e7] },

@@ -10,7 +10,7 @@
 import { appendFileSync, existsSync, mkdirSync, readFileSync, statSync, truncateSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 
-import { backend } from "../backend.js";
+import { backend, setMatmulPrecision } from "../backend.js";
 import { MaporlError } from "../errors.js";
 import { NativePolicy } from "../policy/nativePolicy.js";
 import { loadModel, readCheckpoint, writeCheckpoint } from "./checkpoint.js";
@@ -73,6 +73,7 @@ export async function trainJob(o: TrainJobOptions): Promise<TrainSummary> {
         if (!existsSync(join(out, "config.json"))) throw new Error(`train: --resume ${out}: no config.json there (not a run directory?)`);
         cfg = resolveConfig(JSON.parse(readFileSync(join(out, "config.json"), "utf8")), `${out}/config.json`);
         requireDevice(cfg);
+        setMatmulPrecision(cfg.matmulPrecision);
         ckpt = readCheckpoint(out);
         state = ckpt ? ckpt.state as unknown as JobState : { version: 1, stage: "sft", step: 0, evals: {}, metricsBytes: 0, tracesBytes: 0 };
         for (const [f, n] of [[metricsFile, state.metricsBytes], [tracesFile, state.tracesBytes]] as const)
@@ -81,6 +82,7 @@ export async function trainJob(o: TrainJobOptions): Promise<TrainSummary> {
     } else {
         cfg = resolveConfig(o.config ?? {});
         requireDevice(cfg);
+        setMatmulPrecision(cfg.matmulPrecision);
         if (existsSync(join(out, "config.json"))) throw new Error(`train: ${out} already holds a run; use --resume ${out} or another --out`);
         mkdirSync(out, { recursive: true });
         writeFileSync(join(out, "config.json"), JSON.stringify(cfg, null, 2));

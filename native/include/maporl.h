@@ -70,6 +70,18 @@ maporl_status maporl_set_simd(const char * level);
 maporl_status maporl_set_threads(int n);
 int           maporl_get_threads(void);
 
+/* ---- float32 matmul precision on CUDA (PyTorch's torch.set_float32_matmul_precision) ----------------- */
+
+typedef enum maporl_matmul_precision {
+    MAPORL_MATMUL_HIGHEST = 0, /* float32 FMA (the default; within float rounding of the CPU) */
+    MAPORL_MATMUL_HIGH = 1     /* TF32 tensor cores (sm_80+): inputs rounded to 10-bit mantissas, float32 sums */
+} maporl_matmul_precision;
+
+/* Process-wide, read at each CUDA matmul launch (the embedded GPT's linear layers, forward and backward). The CPU
+ * kernels always compute in float32. A value outside the enum is MAPORL_ERR_INVALID_ARG. */
+maporl_status maporl_set_matmul_precision(int precision);
+maporl_matmul_precision maporl_get_matmul_precision(void);
+
 /* ---- devices ------------------------------------------------------------------------------------ */
 
 typedef struct maporl_device_info {

@@ -406,6 +406,16 @@ void bench() {
     }, 10);
     std::printf("BENCH gpt train step cuda B=%lld T=%lld dModel=%lld L=%lld median_ms=%.3f tokens_per_s=%.0f\n", (long long)B,
                 (long long)ctx, (long long)C, (long long)L, train, (double)(B * ctx) / (train / 1e3));
+    maporl_set_matmul_precision(MAPORL_MATMUL_HIGH);  // the same step on TF32 tensor cores
+    const double train_tf32 = median_ms([&] {
+        maporl_gpt_forward(m, tok.data(), B, ctx, logits.data(), nullptr);
+        maporl_gpt_zero_grad(m);
+        maporl_gpt_backward(m, dl.data(), nullptr);
+        maporl_gpt_step(m, &h, 1.0, nullptr);
+    }, 10);
+    maporl_set_matmul_precision(MAPORL_MATMUL_HIGHEST);
+    std::printf("BENCH gpt train step cuda tf32 B=%lld T=%lld dModel=%lld L=%lld median_ms=%.3f tokens_per_s=%.0f\n", (long long)B,
+                (long long)ctx, (long long)C, (long long)L, train_tf32, (double)(B * ctx) / (train_tf32 / 1e3));
     const int64_t prompt = 17, fresh = 64;
     Vec sl((size_t)(B * V));
     const double gen = median_ms([&] {

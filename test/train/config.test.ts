@@ -57,6 +57,9 @@ describe("train config", () => {
         expect(resolveConfig({}).device).toBe("cpu");
         expect(resolveConfig({ device: "auto" }).device).toBe("auto");
         expect(() => resolveConfig(configFromFlags({ device: "gpu" }))).toThrow(/device: expected one of 'cpu', 'cuda', 'auto', got "gpu"/);
+        expect(resolveConfig({}).matmulPrecision).toBe("highest");
+        expect(resolveConfig(configFromFlags({ matmulPrecision: "high" })).matmulPrecision).toBe("high");
+        expect(() => resolveConfig({ matmulPrecision: "medium" })).toThrow(/matmulPrecision: expected one of 'highest', 'high', got "medium"/);
         if (backend().cuda.devices.length > 0) return;  // (a GPU machine can run it; the trainers' tests cover the rest)
         const out = join(mkdtempSync(join(tmpdir(), "maporl-dev-")), "run");
         await expect(trainJob({ out, config: { device: "cuda", iterations: 1 } })).rejects.toMatchObject({ code: "MAPORL_ERR_NO_DEVICE" });

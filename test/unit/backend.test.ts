@@ -1,7 +1,7 @@
 // backend.test.ts: the backend report, threads and SIMD levels, and the error class wiring.
 import { describe, expect, it } from "vitest";
 
-import { backend, MaporlError, setSimd, setThreads } from "../../lib/index.js";
+import { backend, MaporlError, setMatmulPrecision, setSimd, setThreads } from "../../lib/index.js";
 
 describe("backend", () => {
     it("reports version, threads, SIMD and CUDA", () => {
@@ -15,6 +15,19 @@ describe("backend", () => {
         for (const d of b.cuda.devices) {
             expect(d.totalMemory).toBeGreaterThan(0);
             expect(d.computeCapability).toMatch(/^\d+\.\d+$/);
+        }
+    });
+
+    it("setMatmulPrecision: float32 by default, TF32 as 'high', bad values named and the setting kept", () => {
+        expect(backend().matmulPrecision).toBe("highest");
+        try {
+            expect(setMatmulPrecision("high")).toBe("high");
+            expect(backend().matmulPrecision).toBe("high");
+            expect(() => setMatmulPrecision("medium" as never)).toThrow(/setMatmulPrecision: precision: expected one of "highest", "high", got "medium"/);
+            expect(() => setMatmulPrecision(undefined as never)).toThrow(TypeError);
+            expect(backend().matmulPrecision).toBe("high");
+        } finally {
+            expect(setMatmulPrecision("highest")).toBe("highest");
         }
     });
 
