@@ -489,18 +489,20 @@ TEST(cuda_matches_cpu_or_reports_no_device) {
     for (void * q : {dz, dt, dl, dr, dv, dp}) maporl_device_free(q);
 }
 
-// Small B with a large vocabulary takes CUDA's vocabulary split (several blocks per row) for rows without top-k /
-// top-p: the same tokens as the CPU (ties and -Inf included), log-probs to 1e-5, and the given-token path.
+// Small B with a large vocabulary takes CUDA's vocabulary split (several blocks per row; top-k / top-p by radix
+// selection across the blocks): the same tokens as the CPU (ties, -Inf and a row of heavy ties included), log-probs
+// to 1e-5, and the given-token path; B = 1 too.
 TEST(cuda_vocabulary_split_matches_cpu_or_reports_no_device) {
     int count = 0;
     maporl_cuda_device_count(&count);
-    const int B = 3, V = 50000;
+    const int B = 4, V = 50000;
     std::vector<float> z((size_t)B * V);
     std::mt19937 g(5);
     std::normal_distribution<float> nd(0.0f, 2.0f);
     for (auto & v : z) v = nd(g);
     for (int i = 0; i < V; i += 7) z[(size_t)V + i] = -INFINITY;  // row 1: a seventh of the vocabulary impossible
     z[(size_t)2 * V + 17] = z[(size_t)2 * V + 40001] = 30.0f;       // row 2: a tie for the max far apart
+    for (int i = 0; i < V; ++i) z[(size_t)3 * V + i] = std::round(z[(size_t)3 * V + i] * 2.0f) * 0.5f;  // row 3: heavy ties
     std::vector<int32_t> tok(B), t2(B);
     if (count == 0) {
         const maporl_sample_params p = maporl_sample_default_params();
@@ -516,30 +518,39 @@ TEST(cuda_vocabulary_split_matches_cpu_or_reports_no_device) {
     maporl_device_malloc(4 * B, &dg);
     maporl_memcpy_to_device(dz, z.data(), 4 * z.size());
     int diff = 0, lpdiff = 0;
-    const Filter filters[] = {{1, 0, 1, 0, 0}, {0.7, 0, 1, 0, 0}, {1.6, 0, 1, 0.01, 0}, {0.0, 0, 1, 0, 0}};
+    const Filter filters[] = {{1, 0, 1, 0, 0},     {0.7, 0, 1, 0, 0},     {1.6, 0, 1, 0.01, 0},  {0.0, 0, 1, 0, 0},
+                              {0.7, 50, 0.9, 0, 0}, {0.7, 50, 0.9, 0, 1},  {1.3, 0, 0.5, 0, 0},   {1, 1, 1, 0, 0},
+                              {1, 1000, 1, 0, 0},   {0.5, 7, 0.95, 0.02, 0}, {2, 0, 0.001, 0, 0}, {1, 40000, 0.999, 0, 1}};
+    int rows = 0;
     for (const Filter & f : filters)
         for (uint64_t seed = 0; seed < 8; ++seed) {
+          for (const int Bn : {B, 1}) {  // the whole batch, and row 3 alone (B = 1: the most slices)
+            const float * zb = Bn == B ? z.data() : z.data() + (size_t)3 * V;
+            void * dzb = Bn == B ? dz : (void *)((float *)dz + (size_t)3 * V);
+            rows += Bn;
             const maporl_sample_params p = params_of(f, seed);
             std::vector<float> lp(B), lp2(B), raw(B), raw2(B);
-            CHECK(maporl_sample(MAPORL_DEVICE_CPU, z.data(), B, V, &p, tok.data(), lp.data(), raw.data(), nullptr) == MAPORL_OK, "%s", maporl_last_error());
-            CHECK(maporl_sample(MAPORL_DEVICE_CUDA, (float *)dz, B, V, &p, (int32_t *)dt, (float *)dl, (float *)dr, nullptr) == MAPORL_OK,
+            CHECK(maporl_sample(MAPORL_DEVICE_CPU, zb, Bn, V, &p, tok.data(), lp.data(), raw.data(), nullptr) == MAPORL_OK, "%s", maporl_last_error());
+            CHECK(maporl_sample(MAPORL_DEVICE_CUDA, (float *)dzb, Bn, V, &p, (int32_t *)dt, (float *)dl, (float *)dr, nullptr) == MAPORL_OK,
                   "%s", maporl_last_error());
-            maporl_memcpy_to_host(t2.data(), dt, 4 * B);
-            maporl_memcpy_to_host(lp2.data(), dl, 4 * B);
-            maporl_memcpy_to_host(raw2.data(), dr, 4 * B);
-            for (int b = 0; b < B; ++b) {
+            maporl_memcpy_to_host(t2.data(), dt, 4 * Bn);
+            maporl_memcpy_to_host(lp2.data(), dl, 4 * Bn);
+            maporl_memcpy_to_host(raw2.data(), dr, 4 * Bn);
+            for (int b = 0; b < Bn; ++b) {
                 diff += t2[b] != tok[b];
                 lpdiff += t2[b] == tok[b] && !(std::fabs(lp2[b] - lp[b]) <= 1e-5 + 1e-5 * std::fabs(lp[b]) &&
                                                std::fabs(raw2[b] - raw[b]) <= 1e-5 + 1e-5 * std::fabs(raw[b]));
             }
             // The same tokens scored as given tokens.
-            maporl_memcpy_to_device(dg, tok.data(), 4 * B);
-            CHECK(maporl_sample_logprobs(MAPORL_DEVICE_CUDA, (float *)dz, B, V, &p, (const int32_t *)dg, (float *)dl, nullptr) == MAPORL_OK,
+            maporl_memcpy_to_device(dg, tok.data(), 4 * Bn);
+            CHECK(maporl_sample_logprobs(MAPORL_DEVICE_CUDA, (float *)dzb, Bn, V, &p, (const int32_t *)dg, (float *)dl, nullptr) == MAPORL_OK,
                   "%s", maporl_last_error());
-            maporl_memcpy_to_host(lp2.data(), dl, 4 * B);
-            for (int b = 0; b < B; ++b) lpdiff += !(std::fabs(lp2[b] - lp[b]) <= 1e-5 + 1e-5 * std::fabs(lp[b]));
+            maporl_memcpy_to_host(lp2.data(), dl, 4 * Bn);
+            for (int b = 0; b < Bn; ++b) lpdiff += !(std::fabs(lp2[b] - lp[b]) <= 1e-5 + 1e-5 * std::fabs(lp[b]));
+          }
         }
-    CHECK(diff <= 1 && lpdiff == 0, "vocabulary split vs CPU: %d tokens differ, %d log-probs", diff, lpdiff);
+    // A token may differ only where a top-p / min-p boundary falls within float rounding (sampling.cu's NOTE).
+    CHECK(diff <= 3 && lpdiff == 0, "vocabulary split vs CPU: %d of %d tokens differ, %d log-probs", diff, rows, lpdiff);
     for (void * q : {dz, dt, dl, dr, dg}) maporl_device_free(q);
 }
 
