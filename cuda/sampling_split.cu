@@ -1,6 +1,6 @@
-// sampling_split.cu: CUDA sampling with each row's vocabulary cut into S contiguous slices, one block each, for
-// small batches (B < 64) so that B = 1 still fills the GPU. Same rules and same tokens as the one-block kernel of
-// sampling.cu:
+// sampling_split.cu: the CUDA sampling kernels (sampling.cu checks the arguments). Each row's vocabulary is cut into
+// S contiguous slices, one block each: S = 1 from 64 rows up, more for small batches so that B = 1 still fills the
+// GPU. The tokens do not depend on S (nor on the batch):
 //   pass 1 (per slice): max, first argmax, NaN / +Inf, finite count, sum of exp(z - slice max);
 //   top-k / top-p (rows that have them): the thresholds by radix selection (native/sampling_radix.h), four rounds
 //     of 8 bits; each round every slice adds its histogram of the candidate keys' next digit into the row's
@@ -8,11 +8,11 @@
 //     row picks the digit; the threshold's ties are counted per slice and the kept ones located in index order;
 //   pass 2 (per slice): the support's mass at the temperature (filters and min-p applied) and the slice's Gumbel
 //     race winner; pass 3 (per row): combines.
-// The race's keys are the one-block kernel's and the winner the largest key with the lowest index, so the tokens
-// are the same; the top-p mass is summed in fixed point (units of 2^-44 at V = 151,936) rather than float64, so a
-// top-p boundary within ~1e-8 of the mass can go the other way (sampling.cu's NOTE(determinism) already allows
-// that between CPU and CUDA). Not yet run on a GPU; test_sampling compares it with the CPU where one is visible,
-// test_sampling_radix checks the selection on the CPU.
+// The race's winner is the largest key with the lowest index, whichever slice holds it; the top-p mass is summed in
+// fixed point (units of 2^-44 at V = 151,936), exactly, so the thresholds are the same for any S. Against the CPU
+// (float64 sums), a top-p boundary within ~1e-8 of the mass can go the other way (sampling.cu's NOTE). Not yet run
+// on a GPU; test_sampling compares it with the CPU where one is visible (B = 1, 4, 64 and more), and
+// test_sampling_radix checks the selection itself on the CPU.
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -22,12 +22,70 @@
 #include "../native/sampling.h"
 #include "../native/sampling_radix.h"
 #include "common.cuh"
-#include "sampling_common.cuh"
 
 namespace maporl {
 namespace {
 
-using namespace sampling_cuda;
+constexpr int kThreads = 256;
+constexpr unsigned kFull = 0xffffffffu;
+
+
+__device__ long long block_min(long long v, long long * sh) {
+    for (int d = 16; d > 0; d >>= 1) v = min(v, __shfl_down_sync(kFull, v, d));
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = v;
+    __syncthreads();
+    long long s = LLONG_MAX;
+    for (int w = 0; w < (int)(blockDim.x >> 5); ++w) s = min(s, sh[w]);
+    return s;
+}
+
+// Index of the m-th (1-based) element of [i0, i1) satisfying pred, in index order; i1 if there are fewer.
+template <class Pred>
+__device__ int64_t nth_index(int64_t i0, int64_t i1, int64_t m, Pred pred, int * shw) {
+    __shared__ long long found, seen;
+    if (threadIdx.x == 0) { found = i1; seen = 0; }
+    __syncthreads();
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    for (int64_t base = i0; base < i1; base += blockDim.x) {
+        const int64_t i = base + threadIdx.x;
+        const bool f = i < i1 && pred(i);
+        const unsigned ballot = __ballot_sync(kFull, f);
+        if (lane == 0) shw[warp] = __popc(ballot);
+        __syncthreads();
+        long long off = seen, total = 0;
+        for (int w = 0; w < nw; ++w) {
+            if (w < warp) off += shw[w];
+            total += shw[w];
+        }
+        const long long rank = off + __popc(ballot & ((1u << lane) - 1u));
+        if (f && rank == m - 1) found = i;
+        __syncthreads();
+        if (threadIdx.x == 0) seen += total;
+        __syncthreads();
+        if (found != i1) break;
+    }
+    return found;
+}
+
+struct RowP {
+    float T;
+    int32_t k;
+    float p, minp;
+    uint64_t seed;
+    int64_t pos;
+};
+
+__device__ RowP row_params(const maporl_sample_params & P, int64_t b) {
+    RowP r;
+    r.T = P.temperature ? P.temperature[b] : P.temperature_all;
+    r.k = P.top_k ? P.top_k[b] : P.top_k_all;
+    r.p = P.top_p ? P.top_p[b] : P.top_p_all;
+    r.minp = P.min_p ? P.min_p[b] : P.min_p_all;
+    r.seed = P.seed ? P.seed[b] : P.seed_all;
+    r.pos = P.position ? P.position[b] : P.position_all;
+    return r;
+}
 
 struct SlicePart {
     float max;
@@ -84,9 +142,9 @@ __device__ bool in_kp(const float * z, int64_t i, const SplitRow * r) {
 struct Slice {
     int64_t b, sl, i0, i1;
 };
-__device__ Slice slice_of(int64_t V, int S) {
-    const int64_t len = (V + S - 1) / S, i0 = (int64_t)blockIdx.x * len;
-    return {(int64_t)blockIdx.y, (int64_t)blockIdx.x, i0, min(V, i0 + len)};
+__device__ Slice slice_of(int64_t V, int S) {  // grid (B, S): x the row (up to 2^31 - 1), y the slice
+    const int64_t len = (V + S - 1) / S, i0 = (int64_t)blockIdx.y * len;
+    return {(int64_t)blockIdx.x, (int64_t)blockIdx.y, i0, min(V, i0 + len)};
 }
 
 __global__ void split_pass1_kernel(const float * __restrict__ logits, int64_t V, int S, SlicePart * parts) {
@@ -373,7 +431,7 @@ __global__ void split_pass3_kernel(const float * __restrict__ logits, int64_t B,
 template <int Which>
 void select_thresholds(const float * logits, int64_t B, int64_t V, int S, const maporl_sample_params & p, double scale,
                        SplitRow * rows, SlicePart * parts) {
-    const dim3 grid((unsigned)S, (unsigned)B);
+    const dim3 grid((unsigned)B, (unsigned)S);
     const unsigned row_blocks = (unsigned)((B + 63) / 64);
     for (int round = 0; round < kRadixRounds; ++round) {
         split_hist_kernel<Which><<<grid, kThreads>>>(logits, V, S, p, round, scale, rows);
@@ -387,7 +445,8 @@ void select_thresholds(const float * logits, int64_t B, int64_t V, int S, const 
 }  // namespace
 
 int sample_split_slices(const maporl_sample_params & h, int64_t B, int64_t V) {
-    if (B == 0 || B >= 64 || V < 8192) return 0;
+    (void)h;
+    if (B == 0 || B >= 64 || V < 8192) return 1;
     const int64_t want = (264 + B - 1) / B;  // about two blocks per SM of an H100 / H200 in total
     return (int)std::max<int64_t>(2, std::min<int64_t>(want, V / 4096));
 }
@@ -404,7 +463,7 @@ maporl_status sample_split_cuda(const float * logits, int64_t B, int64_t V, int 
     }
     DeviceBuffer parts, rows;
     MAPORL_RETURN_IF_ERROR(parts.alloc(sizeof(SlicePart) * (size_t)(B * S)));
-    const dim3 grid((unsigned)S, (unsigned)B);
+    const dim3 grid((unsigned)B, (unsigned)S);
     const unsigned row_blocks = (unsigned)((B + 63) / 64);
     split_pass1_kernel<<<grid, kThreads>>>(logits, V, S, parts.as<SlicePart>());
     MAPORL_CUDA_CALL(cudaGetLastError());

@@ -24,7 +24,7 @@ struct SampleRow {
 void check_sample_params(const maporl_sample_params & p, int64_t B);
 SampleRow sample_row(const maporl_sample_params & p, int64_t b);
 
-// CUDA's vocabulary split (cuda/sampling_split.cu): the slices per row for these rows (0 = one block per row), from
+// CUDA sampling (cuda/sampling_split.cu): the slices per row for these rows (1 from 64 rows up), from
 // host copies `h` of the per-row parameters; and the split sampler (p: the device parameters).
 int sample_split_slices(const maporl_sample_params & h, int64_t B, int64_t V);
 maporl_status sample_split_cuda(const float * logits, int64_t B, int64_t V, int S, const maporl_sample_params & p,

@@ -521,7 +521,12 @@ TEST(cuda_vocabulary_split_matches_cpu_or_reports_no_device) {
     const Filter filters[] = {{1, 0, 1, 0, 0},     {0.7, 0, 1, 0, 0},     {1.6, 0, 1, 0.01, 0},  {0.0, 0, 1, 0, 0},
                               {0.7, 50, 0.9, 0, 0}, {0.7, 50, 0.9, 0, 1},  {1.3, 0, 0.5, 0, 0},   {1, 1, 1, 0, 0},
                               {1, 1000, 1, 0, 0},   {0.5, 7, 0.95, 0.02, 0}, {2, 0, 0.001, 0, 0}, {1, 40000, 0.999, 0, 1}};
-    int rows = 0;
+    int rows = 0, batch_diff = 0;
+    void * d64;  // the 4 rows repeated 16 times
+    maporl_device_malloc(4 * (size_t)64 * V, &d64);
+    maporl_device_free(dt);
+    maporl_device_malloc(4 * 64, &dt);
+    for (int r = 0; r < 64; ++r) maporl_memcpy_to_device((float *)d64 + (size_t)r * V, z.data() + (size_t)(r % B) * V, 4 * (size_t)V);
     for (const Filter & f : filters)
         for (uint64_t seed = 0; seed < 8; ++seed) {
           for (const int Bn : {B, 1}) {  // the whole batch, and row 3 alone (B = 1: the most slices)
@@ -547,11 +552,21 @@ TEST(cuda_vocabulary_split_matches_cpu_or_reports_no_device) {
                   "%s", maporl_last_error());
             maporl_memcpy_to_host(lp2.data(), dl, 4 * Bn);
             for (int b = 0; b < Bn; ++b) lpdiff += !(std::fabs(lp2[b] - lp[b]) <= 1e-5 + 1e-5 * std::fabs(lp[b]));
+            if (Bn != B) continue;
+            // The same rows inside a batch of 64 (one slice per row): exactly the same CUDA tokens (the thresholds come
+            // from integer sums, so they cannot depend on how the row was cut), the CPU's or not.
+            maporl_memcpy_to_host(t2.data(), dt, 4 * B);
+            std::vector<int32_t> t64(64);
+            CHECK(maporl_sample(MAPORL_DEVICE_CUDA, (float *)d64, 64, V, &p, (int32_t *)dt, nullptr, nullptr, nullptr) == MAPORL_OK,
+                  "%s", maporl_last_error());
+            maporl_memcpy_to_host(t64.data(), dt, 4 * 64);
+            for (int b = 0; b < 64; ++b) batch_diff += t64[b] != t2[b % B];
           }
         }
     // A token may differ only where a top-p / min-p boundary falls within float rounding (sampling.cu's NOTE).
     CHECK(diff <= 3 && lpdiff == 0, "vocabulary split vs CPU: %d of %d tokens differ, %d log-probs", diff, rows, lpdiff);
-    for (void * q : {dz, dt, dl, dr, dg}) maporl_device_free(q);
+    CHECK(batch_diff == 0, "CUDA tokens depend on the batch: %d differ between B = %d and B = 64", batch_diff, B);
+    for (void * q : {dz, dt, dl, dr, dg, d64}) maporl_device_free(q);
 }
 
 }  // namespace
