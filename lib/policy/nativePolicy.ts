@@ -120,6 +120,7 @@ export class NativePolicy implements Policy {
             seed: requireInt("seed", config.seed ?? 0, 0, Number.MAX_SAFE_INTEGER),
         };
         this.V = this.tokenizer.vocabSize;
+        if (config.name !== undefined && typeof config.name !== "string") throw new TypeError(`NativePolicy: name: expected a string, got ${describe(config.name)}`);
         this.name = config.name ?? `native-gpt-${this.config.layers}x${this.config.dModel}`;
         this.handle = handle ?? native.gptCreate({ vocab: this.V, context: this.config.contextLength, layers: this.config.layers,
             heads: this.config.heads, dModel: this.config.dModel, mlpRatio: this.config.mlpRatio, tieEmbeddings: this.config.tieEmbeddings },
@@ -399,13 +400,26 @@ export class NativePolicy implements Policy {
         const read = (f: string) => {
             try { return readFileSync(join(dir, f), "utf8"); } catch { throw new Error(`NativePolicy.load: ${join(dir, f)}: missing (not a checkpoint directory?)`); }
         };
-        let cfg: Record<string, unknown>;
-        try { cfg = JSON.parse(read("config.json")); } catch (e) { throw e instanceof SyntaxError ? new SyntaxError(`NativePolicy.load: ${dir}/config.json: not JSON`) : e; }
-        if (cfg.format !== "maporl-gpt" || cfg.version !== 1) throw new SyntaxError(`NativePolicy.load: ${dir}/config.json: not a maporl-gpt checkpoint (version 1)`);
-        const tokenizer = CharTokenizer.fromJSON(JSON.parse(read("tokenizer.json")));
-        const policy = new NativePolicy({ contextLength: cfg.contextLength as number, layers: cfg.layers as number, heads: cfg.heads as number,
-            dModel: cfg.dModel as number, mlpRatio: cfg.mlpRatio as number, tieEmbeddings: cfg.tieEmbeddings as boolean, seed: cfg.seed as number,
-            tokenizer, name: cfg.name as string });
+        // A bad file is named in the error, whatever its fault (not JSON, a bad field).
+        const within = <T>(f: string, fn: () => T): T => {
+            try { return fn(); } catch (e) {
+                if ((e instanceof SyntaxError || e instanceof TypeError || e instanceof RangeError) && !e.message.startsWith("NativePolicy.load:"))
+                    throw new (e.constructor as new (m: string) => Error)(`NativePolicy.load: ${join(dir, f)}: ${e.message}`);
+                throw e;
+            }
+        };
+        const json = (f: string): Record<string, unknown> => {
+            const text = read(f);
+            const v = within(f, () => { try { return JSON.parse(text) as unknown; } catch { throw new SyntaxError("not JSON (corrupted?)"); } });
+            if (v === null || typeof v !== "object" || Array.isArray(v)) throw new SyntaxError(`NativePolicy.load: ${join(dir, f)}: expected a JSON object`);
+            return v as Record<string, unknown>;
+        };
+        const cfg = json("config.json");
+        if (cfg.format !== "maporl-gpt" || cfg.version !== 1) throw new SyntaxError(`NativePolicy.load: ${join(dir, "config.json")}: not a maporl-gpt checkpoint (version 1)`);
+        const tokenizer = within("tokenizer.json", () => CharTokenizer.fromJSON(json("tokenizer.json") as never));
+        const policy = within("config.json", () => new NativePolicy({ contextLength: cfg.contextLength as number, layers: cfg.layers as number,
+            heads: cfg.heads as number, dModel: cfg.dModel as number, mlpRatio: cfg.mlpRatio as number, tieEmbeddings: cfg.tieEmbeddings as boolean,
+            seed: cfg.seed as number, tokenizer, name: cfg.name as string }));
         const h = policy.h(), n = policy.parameterCount;
         const model = readSafetensors(join(dir, "model.safetensors"));
         const byName = new Map(model.tensors.map((t) => [t.name, t]));

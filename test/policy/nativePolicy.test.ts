@@ -106,6 +106,17 @@ describe("NativePolicy", () => {
         await expect(NativePolicy.load(dir)).rejects.toThrow(/model.safetensors: .*(truncated|do not match)/);
         writeFileSync(join(dir, "model.safetensors"), Buffer.from([200, 0, 0, 0, 0, 0, 0, 0, 123, 34]));
         await expect(NativePolicy.load(dir)).rejects.toThrow(/header length 200 does not fit/);
+        // Every file's fault names the file (a bad field too), and a half-read directory leaves nothing behind.
+        const good = { config: readFileSync(join(dir, "config.json"), "utf8"), tokenizer: readFileSync(join(dir, "tokenizer.json"), "utf8") };
+        writeFileSync(join(dir, "tokenizer.json"), good.tokenizer.slice(0, 30));
+        await expect(NativePolicy.load(dir)).rejects.toThrow(/tokenizer\.json: not JSON \(corrupted\?\)/);
+        writeFileSync(join(dir, "tokenizer.json"), "[1, 2]");
+        await expect(NativePolicy.load(dir)).rejects.toThrow(/tokenizer\.json: expected a JSON object/);
+        writeFileSync(join(dir, "tokenizer.json"), good.tokenizer);
+        writeFileSync(join(dir, "config.json"), good.config.replace(/"layers":\s*\d+/, '"layers": "two"'));
+        await expect(NativePolicy.load(dir)).rejects.toThrow(/config\.json: NativePolicy: layers: expected an integer/);
+        writeFileSync(join(dir, "config.json"), good.config.replace(/"name":\s*"[^"]*"/, '"name": 7'));
+        await expect(NativePolicy.load(dir)).rejects.toThrow(/config\.json: NativePolicy: name: expected a string, got 7/);
         writeFileSync(join(dir, "config.json"), "{ not json");
         await expect(NativePolicy.load(dir)).rejects.toThrow(/config.json: not JSON/);
         await expect(NativePolicy.load(join(dir, "nope"))).rejects.toThrow(/missing \(not a checkpoint directory\?\)/);
