@@ -3,7 +3,9 @@
 //   GET  /v1/models                 -> { object: "list", data: [{ id, object: "model" }] }
 //   POST /v1/chat/completions       -> { id, object: "chat.completion", model, choices: [{ index, message,
 //                                        finish_reason, logprobs: { content: [{ token, logprob }] } }], usage }
-// Requests are validated (a bad body is a 400 with a message); streaming is not supported (a 400 says so).
+// Request fields: messages, temperature, top_p, top_k, max_tokens, stop, seed, logprobs, n (1..64 choices, decoded
+// as one batch; choice i draws with seed + i). Requests are validated (a bad body is a 400 with a message);
+// streaming is not supported (a 400 says so).
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 
@@ -52,6 +54,8 @@ function readBody(req: IncomingMessage, limit: number): Promise<string> {
 }
 
 /** Starts serving `policy`; resolves once listening. */
+const MAX_CHOICES = 64;
+
 export async function servePolicy(policy: Policy, options: ServeOptions = {}): Promise<RunningServer> {
     const model = options.model ?? policy.name, limit = options.maxBodyBytes ?? 1 << 20;
     let counter = 0;
@@ -66,10 +70,16 @@ export async function servePolicy(policy: Policy, options: ServeOptions = {}): P
             } catch (e) {
                 return fail(res, 400, e instanceof RangeError ? e.message : "the body is not JSON");
             }
+            if (body === null || typeof body !== "object" || Array.isArray(body)) return fail(res, 400, "the body: expected a JSON object");
             const messages = body.messages as ChatMessage[];
             if (!Array.isArray(messages) || messages.length === 0 || messages.some((m) => !m || typeof m.content !== "string" || !["system", "user", "assistant"].includes(m.role)))
                 return fail(res, 400, "messages: expected a non-empty array of { role: 'system' | 'user' | 'assistant', content: string }");
             if (body.stream) return fail(res, 400, "stream: not supported by this server");
+            if (body.logprobs !== undefined && body.logprobs !== null && typeof body.logprobs !== "boolean")
+                return fail(res, 400, `logprobs: expected a boolean, got ${typeof body.logprobs}`);
+            const n = body.n === undefined || body.n === null ? 1 : body.n;
+            if (typeof n !== "number" || !Number.isInteger(n) || n < 1 || n > MAX_CHOICES)
+                return fail(res, 400, `n: expected an integer in [1, ${MAX_CHOICES}], got ${JSON.stringify(n)}`);
             // JSON numbers only (no "0.7" strings, no booleans); ranges are checked by generate, which names the field.
             const fields: [string, string][] = [["temperature", "temperature"], ["top_p", "topP"], ["top_k", "topK"], ["max_tokens", "maxTokens"], ["seed", "seed"]];
             const sampling: Record<string, unknown> = {};
@@ -82,21 +92,29 @@ export async function servePolicy(policy: Policy, options: ServeOptions = {}): P
             const seed = sampling.seed as number | undefined;
             delete sampling.seed;
             if (body.stop !== undefined && body.stop !== null) sampling.stop = body.stop;
-            let g;
+            // n choices in one batch: choice i draws with seed + i (modulo 2^64; i alone without a seed), so choice 0 is
+            // what a single request with that seed gives.
+            const seedOf = (i: number): number | bigint | undefined =>
+                i === 0 ? seed : seed === undefined ? i : typeof seed === "number" && Number.isSafeInteger(seed) ? BigInt.asUintN(64, BigInt(seed) + BigInt(i)) : seed;
+            let gens;
             try {
-                [g] = await policy.generate([{ messages, sampling: sampling as SamplingOptions, ...(seed !== undefined ? { seed } : {}) }]);
+                gens = await policy.generate(Array.from({ length: n }, (_, i) => {
+                    const s = seedOf(i);
+                    return { messages, sampling: sampling as SamplingOptions, ...(s !== undefined ? { seed: s } : {}) };
+                }));
             } catch (e) {
                 return fail(res, e instanceof RangeError || e instanceof TypeError ? 400 : 500, e instanceof Error ? e.message : String(e));
             }
             // Token pieces as text: a policy with a tokenizer (NativePolicy) decodes its ids; others give strings already.
             const tk = (policy as { tokenizer?: { decode?: (ids: number[]) => string } }).tokenizer;
-            const tokens = (g!.tokens ?? []).map((t) => (typeof t === "number" && typeof tk?.decode === "function" ? tk.decode([t]) : String(t)));
+            const pieces = (g: (typeof gens)[number]) =>
+                (g.tokens ?? []).map((t) => (typeof t === "number" && typeof tk?.decode === "function" ? tk.decode([t]) : String(t)));
+            const completion = gens.reduce((a, g) => a + g.usage.completionTokens, 0);
             send(res, 200, {
                 id: `chatcmpl-maporl-${++counter}`, object: "chat.completion", created: Math.floor(Date.now() / 1000), model,
-                choices: [{ index: 0, message: { role: "assistant", content: g!.text }, finish_reason: g!.finishReason,
-                    logprobs: body.logprobs ? { content: tokens.map((t, i) => ({ token: t, logprob: g!.logprobs?.[i] ?? 0 })) } : null }],
-                usage: { prompt_tokens: g!.usage.promptTokens, completion_tokens: g!.usage.completionTokens,
-                    total_tokens: g!.usage.promptTokens + g!.usage.completionTokens },
+                choices: gens.map((g, index) => ({ index, message: { role: "assistant", content: g.text }, finish_reason: g.finishReason,
+                    logprobs: body.logprobs ? { content: pieces(g).map((t, i) => ({ token: t, logprob: g.logprobs?.[i] ?? 0 })) } : null })),
+                usage: { prompt_tokens: gens[0]!.usage.promptTokens, completion_tokens: completion, total_tokens: gens[0]!.usage.promptTokens + completion },
             });
         } catch (e) {
             if (!res.headersSent) fail(res, 500, e instanceof Error ? e.message : String(e));

@@ -49,6 +49,25 @@ describe("servePolicy", () => {
         expect(await msg(range)).toMatch(/sampling\.temperature: expected a number in \[0, /);
     });
 
+    it("answers n choices, the first as a single request, and refuses malformed n / logprobs / bodies", async () => {
+        const post = (body: unknown) => fetch(`${srv.baseUrl}/chat/completions`, { method: "POST", body: JSON.stringify(body) });
+        const req = { messages: [{ role: "user", content: "hi" }], temperature: 1, max_tokens: 6, seed: 5 };
+        type Reply = { choices: { index: number; message: { content: string } }[]; usage: { completion_tokens: number } };
+        const one = await (await post(req)).json() as Reply, three = await (await post({ ...req, n: 3 })).json() as Reply;
+        expect(three.choices.map((c) => c.index)).toEqual([0, 1, 2]);
+        expect(three.choices[0]!.message.content).toBe(one.choices[0]!.message.content);
+        const second = await policy.generate([{ messages: req.messages as never, sampling: { temperature: 1, maxTokens: 6 }, seed: 6 }]);
+        expect(three.choices[1]!.message.content).toBe(second[0]!.text);  // choice i = seed + i
+        expect(three.usage.completion_tokens).toBeGreaterThanOrEqual(one.usage.completion_tokens);
+        for (const [bad, re] of [[{ ...req, n: 0 }, /n: expected an integer in \[1, 64\], got 0/], [{ ...req, n: 1.5 }, /n: expected an integer/],
+            [{ ...req, logprobs: "yes" }, /logprobs: expected a boolean, got string/], [null, /the body: expected a JSON object/],
+            [[req], /the body: expected a JSON object/]] as const) {
+            const r = await post(bad);
+            expect(r.status).toBe(400);
+            expect(((await r.json()) as { error: { message: string } }).error.message).toMatch(re);
+        }
+    });
+
     it("passes stop strings through, as the policy applies them", async () => {
         const client = new OpenAICompatiblePolicy({ baseUrl: srv.baseUrl, model: "tiny" });
         const req = { messages: [{ role: "user" as const, content: "hi" }], sampling: { temperature: 0, maxTokens: 24 } };
