@@ -23,6 +23,31 @@ namespace {
 
 constexpr int BM = 64, BN = 64, BK = 16, kThreads = 256;
 
+// The k0 slab of A into As[k][i] (a BM x KD block) and of B into Bs[k][j] (KD x BN), zero outside the matrices,
+// each read along whichever index is contiguous (coalesced); `store` maps a value as it enters shared memory.
+template <int KD, int LD, typename Store>
+__device__ __forceinline__ void load_slabs(float (*As)[LD], float (*Bs)[LD], int64_t M, int64_t Ncols, int64_t K,
+                                           const float * __restrict__ A, int64_t ai, int64_t ak, const float * __restrict__ Bm,
+                                           int64_t bk, int64_t bj, int64_t i0, int64_t j0, int64_t k0, Store store) {
+    const int tid = threadIdx.x;
+#pragma unroll
+    for (int r = 0; r < (BM * KD) / kThreads; ++r) {
+        const int e = tid + r * kThreads;
+        int ii, kk;
+        if (ak == 1) { kk = e % KD; ii = e / KD; } else { ii = e % BM; kk = e / BM; }
+        const int64_t gi = i0 + ii, gk = k0 + kk;
+        As[kk][ii] = store((gi < M && gk < K) ? A[gi * ai + gk * ak] : 0.0f);
+    }
+#pragma unroll
+    for (int r = 0; r < (BN * KD) / kThreads; ++r) {
+        const int e = tid + r * kThreads;
+        int jj, kk;
+        if (bj == 1) { jj = e % BN; kk = e / BN; } else { kk = e % KD; jj = e / KD; }
+        const int64_t gj = j0 + jj, gk = k0 + kk;
+        Bs[kk][jj] = store((gj < Ncols && gk < K) ? Bm[gk * bk + gj * bj] : 0.0f);
+    }
+}
+
 __global__ void __launch_bounds__(kThreads) gemm_kernel(int64_t M, int64_t Ncols, int64_t K, const float * __restrict__ A,
                                                         int64_t ai, int64_t ak, const float * __restrict__ Bm, int64_t bk,
                                                         int64_t bj, float * __restrict__ Cm, int64_t ldc, bool accumulate,
@@ -33,22 +58,7 @@ __global__ void __launch_bounds__(kThreads) gemm_kernel(int64_t M, int64_t Ncols
     const int64_t i0 = (int64_t)blockIdx.y * BM, j0 = (int64_t)blockIdx.x * BN;
     float acc[4][4] = {};
     for (int64_t k0 = 0; k0 < K; k0 += BK) {
-#pragma unroll
-        for (int r = 0; r < (BM * BK) / kThreads; ++r) {
-            const int e = tid + r * kThreads;
-            int ii, kk;
-            if (ak == 1) { kk = e % BK; ii = e / BK; } else { ii = e % BM; kk = e / BM; }
-            const int64_t gi = i0 + ii, gk = k0 + kk;
-            As[kk][ii] = (gi < M && gk < K) ? A[gi * ai + gk * ak] : 0.0f;
-        }
-#pragma unroll
-        for (int r = 0; r < (BN * BK) / kThreads; ++r) {
-            const int e = tid + r * kThreads;
-            int jj, kk;
-            if (bj == 1) { jj = e % BN; kk = e / BN; } else { kk = e % BK; jj = e / BK; }
-            const int64_t gj = j0 + jj, gk = k0 + kk;
-            Bs[kk][jj] = (gj < Ncols && gk < K) ? Bm[gk * bk + gj * bj] : 0.0f;
-        }
+        load_slabs<BK, BM + 4>(As, Bs, M, Ncols, K, A, ai, ak, Bm, bk, bj, i0, j0, k0, [](float v) { return v; });
         __syncthreads();
 #pragma unroll
         for (int kk = 0; kk < BK; ++kk) {
@@ -116,22 +126,7 @@ __global__ void __launch_bounds__(kThreads) gemm_tf32_kernel(int64_t M, int64_t 
     wmma::fill_fragment(acc[0], 0.0f);
     wmma::fill_fragment(acc[1], 0.0f);
     for (int64_t k0 = 0; k0 < K; k0 += TK) {
-#pragma unroll
-        for (int r = 0; r < (BM * TK) / kThreads; ++r) {
-            const int e = tid + r * kThreads;
-            int ii, kk;
-            if (ak == 1) { kk = e % TK; ii = e / TK; } else { ii = e % BM; kk = e / BM; }
-            const int64_t gi = i0 + ii, gk = k0 + kk;
-            As[kk][ii] = wmma::__float_to_tf32((gi < M && gk < K) ? A[gi * ai + gk * ak] : 0.0f);
-        }
-#pragma unroll
-        for (int r = 0; r < (BN * TK) / kThreads; ++r) {
-            const int e = tid + r * kThreads;
-            int jj, kk;
-            if (bj == 1) { jj = e % BN; kk = e / BN; } else { kk = e % TK; jj = e / TK; }
-            const int64_t gj = j0 + jj, gk = k0 + kk;
-            Bs[kk][jj] = wmma::__float_to_tf32((gj < Ncols && gk < K) ? Bm[gk * bk + gj * bj] : 0.0f);
-        }
+        load_slabs<TK, kLd>(As, Bs, M, Ncols, K, A, ai, ak, Bm, bk, bj, i0, j0, k0, [](float v) { return wmma::__float_to_tf32(v); });
         __syncthreads();
 #pragma unroll
         for (int ks = 0; ks < TK; ks += 8) {

@@ -17,6 +17,7 @@
 
 #include "check.h"
 #include "gpt_cuda.h"
+#include "gpu_check.h"
 #include "gpt_ops.h"
 #include "maporl.h"
 
@@ -129,46 +130,12 @@ TEST(set_device_without_a_gpu_is_a_clear_error_and_leaves_the_model_alone) {
     maporl_gpt_free(m);
 }
 
-int devices() {
-    int n = 0;
-    maporl_cuda_device_count(&n);
-    return n;
-}
-
-// Tests that need a GPU: registered with the harness by main() only when a device is visible, so that a machine
-// without one neither runs nor counts them (it says how many it left out).
-std::vector<check::Test> & gpu_tests() {
-    static std::vector<check::Test> t;
-    return t;
-}
-struct GpuRegister {
-    GpuRegister(const char * name, std::function<void()> fn) { gpu_tests().push_back({name, std::move(fn)}); }
-};
-#define GPU_TEST(name)                                                                \
-    static void name();                                                               \
-    static GpuRegister CHECK_CONCAT(gpu_reg_, name)(#name, name);                     \
-    static void name()
+using gpu_check::devices;
+using gpu_check::median_ms;
 
 #ifdef MAPORL_WITH_CUDA
 
-// A device copy of a host vector, freed on scope exit.
-template <typename X>
-struct D {
-    X * p = nullptr;
-    int64_t n = 0;
-    explicit D(const std::vector<X> & h) : n((int64_t)h.size()) {
-        p = (X *)g::cuda::alloc_f32((n * (int64_t)sizeof(X) + 3) / 4);
-        g::cuda::to_device(p, h.data(), n * (int64_t)sizeof(X));
-    }
-    explicit D(int64_t count) : D(std::vector<X>((size_t)count, X(0))) {}
-    ~D() { g::cuda::release(p); }
-    std::vector<X> host() const {
-        g::cuda::synchronize("test");
-        std::vector<X> h((size_t)n);
-        g::cuda::to_host(h.data(), p, n * (int64_t)sizeof(X));
-        return h;
-    }
-};
+using gpu_check::D;
 
 GPU_TEST(cuda_elementwise_ops_match_cpu) {
     for (int64_t n : {1, 1000, 65537}) {
@@ -369,19 +336,6 @@ GPU_TEST(cuda_model_trains_and_decodes_like_cpu) {
     }
 }
 
-template <typename Fn>
-double median_ms(Fn && fn, int reps) {
-    std::vector<double> t;
-    fn();
-    for (int i = 0; i < reps; ++i) {
-        const auto a = std::chrono::steady_clock::now();
-        fn();
-        t.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a).count());
-    }
-    std::sort(t.begin(), t.end());
-    return t[t.size() / 2];
-}
-
 // The CPU benchmark's sizes (lib/bench/gpt.ts): dModel 128, 4 layers, 4 heads, context 128, vocab 64, batch 32.
 void bench() {
     if (devices() == 0) {
@@ -398,24 +352,19 @@ void bench() {
     const std::vector<int32_t> tok = rnd_tokens((size_t)(B * ctx), (int32_t)V, 1);
     Vec logits((size_t)(B * ctx * V)), dl = rnd(logits.size(), 2, 1e-4f);
     const maporl_adamw_params h = maporl_adamw_default_params();
-    const double train = median_ms([&] {
-        maporl_gpt_forward(m, tok.data(), B, ctx, logits.data(), nullptr);
-        maporl_gpt_zero_grad(m);
-        maporl_gpt_backward(m, dl.data(), nullptr);
-        maporl_gpt_step(m, &h, 1.0, nullptr);
-    }, 10);
-    std::printf("BENCH gpt train step cuda B=%lld T=%lld dModel=%lld L=%lld median_ms=%.3f tokens_per_s=%.0f\n", (long long)B,
-                (long long)ctx, (long long)C, (long long)L, train, (double)(B * ctx) / (train / 1e3));
-    maporl_set_matmul_precision(MAPORL_MATMUL_HIGH);  // the same step on TF32 tensor cores
-    const double train_tf32 = median_ms([&] {
-        maporl_gpt_forward(m, tok.data(), B, ctx, logits.data(), nullptr);
-        maporl_gpt_zero_grad(m);
-        maporl_gpt_backward(m, dl.data(), nullptr);
-        maporl_gpt_step(m, &h, 1.0, nullptr);
-    }, 10);
+    for (int precision : {MAPORL_MATMUL_HIGHEST, MAPORL_MATMUL_HIGH}) {  // float32, then TF32 tensor cores
+        maporl_set_matmul_precision(precision);
+        const double train = median_ms([&] {
+            maporl_gpt_forward(m, tok.data(), B, ctx, logits.data(), nullptr);
+            maporl_gpt_zero_grad(m);
+            maporl_gpt_backward(m, dl.data(), nullptr);
+            maporl_gpt_step(m, &h, 1.0, nullptr);
+        }, 10);
+        std::printf("BENCH gpt train step cuda%s B=%lld T=%lld dModel=%lld L=%lld median_ms=%.3f tokens_per_s=%.0f\n",
+                    precision == MAPORL_MATMUL_HIGH ? " tf32" : "", (long long)B, (long long)ctx, (long long)C, (long long)L, train,
+                    (double)(B * ctx) / (train / 1e3));
+    }
     maporl_set_matmul_precision(MAPORL_MATMUL_HIGHEST);
-    std::printf("BENCH gpt train step cuda tf32 B=%lld T=%lld dModel=%lld L=%lld median_ms=%.3f tokens_per_s=%.0f\n", (long long)B,
-                (long long)ctx, (long long)C, (long long)L, train_tf32, (double)(B * ctx) / (train_tf32 / 1e3));
     const int64_t prompt = 17, fresh = 64;
     Vec sl((size_t)(B * V));
     const double gen = median_ms([&] {
@@ -444,12 +393,4 @@ void bench() {}
 
 }  // namespace
 
-int main(int argc, char ** argv) {
-    if (devices() > 0)
-        for (auto & t : gpu_tests()) check::registry().push_back(t);
-    else if (!gpu_tests().empty())
-        std::printf("  (no CUDA device: %zu CUDA-vs-CPU tests not run)\n", gpu_tests().size());
-    const int rc = check::run_all("test_gpt_cuda");
-    if (argc > 1 && std::strcmp(argv[1], "--bench") == 0) bench();
-    return rc;
-}
+int main(int argc, char ** argv) { return gpu_check::run("test_gpt_cuda", "CUDA-vs-CPU", argc, argv, bench); }

@@ -15,6 +15,7 @@
 
 #include "check.h"
 #include "gpt_cuda.h"
+#include "gpu_check.h"
 #include "gpt_ops.h"
 #include "maporl.h"
 
@@ -49,40 +50,11 @@ TEST(matmul_precision_defaults_to_float32_and_refuses_bad_values) {
           "back to float32");
 }
 
-int devices() {
-    int n = 0;
-    return maporl_cuda_device_count(&n) == MAPORL_OK ? n : 0;
-}
-
-std::vector<check::Test> & gpu_tests() {
-    static std::vector<check::Test> t;
-    return t;
-}
-struct GpuRegister {
-    GpuRegister(const char * name, std::function<void()> fn) { gpu_tests().push_back({name, std::move(fn)}); }
-};
-#define GPU_TEST(name)                                            \
-    static void name();                                           \
-    static GpuRegister CHECK_CONCAT(gpu_reg_, name)(#name, name); \
-    static void name()
+using gpu_check::devices;
 
 #ifdef MAPORL_WITH_CUDA
 
-struct D {
-    float * p = nullptr;
-    int64_t n = 0;
-    explicit D(const Vec & h) : n((int64_t)h.size()) {
-        p = g::cuda::alloc_f32(n);
-        g::cuda::to_device(p, h.data(), n * 4);
-    }
-    ~D() { g::cuda::release(p); }
-    Vec host() const {
-        g::cuda::synchronize("test");
-        Vec h((size_t)n);
-        g::cuda::to_host(h.data(), p, n * 4);
-        return h;
-    }
-};
+using D = gpu_check::D<float>;
 
 // C[i, j] = base[i, j] + sum_k A(i, k) B(k, j) in float64, and the bound sum_k |A(i, k)| |B(k, j)| that TF32
 // rounding (2^-11 relative per operand, so ~2^-10 per product) plus float32 accumulation stays within.
@@ -186,21 +158,6 @@ GPU_TEST(model_logits_under_tf32_follow_the_cpu) {
     maporl_gpt_free(gpu);
 }
 
-template <typename Fn>
-double median_ms(Fn && fn, int reps) {
-    std::vector<double> t;
-    fn();
-    g::cuda::synchronize("bench");
-    for (int i = 0; i < reps; ++i) {
-        const auto a = std::chrono::steady_clock::now();
-        fn();
-        g::cuda::synchronize("bench");
-        t.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a).count());
-    }
-    std::sort(t.begin(), t.end());
-    return t[t.size() / 2];
-}
-
 // One linear layer's forward + both backward products (6 N C OC flops), in each precision.
 void bench() {
     if (devices() == 0) {
@@ -214,9 +171,10 @@ void bench() {
             O(Vec((size_t)(s.N * s.OC))), DX(Vec((size_t)(s.N * s.C))), DW(Vec((size_t)(s.OC * s.C)));
         for (int p : {MAPORL_MATMUL_HIGHEST, MAPORL_MATMUL_HIGH}) {
             maporl_set_matmul_precision(p);
-            const double ms = median_ms([&] {
+            const double ms = gpu_check::median_ms([&] {
                 g::cuda::matmul_forward(O.p, X.p, W.p, nullptr, s.N, s.C, s.OC);
                 g::cuda::matmul_backward(DX.p, DW.p, nullptr, DO.p, X.p, W.p, s.N, s.C, s.OC);
+                g::cuda::synchronize("bench");
             }, 20);
             std::printf("BENCH matmul fwd+bwd cuda %s N=%lld C=%lld OC=%lld median_ms=%.3f tflops=%.1f\n", p ? "tf32" : "fp32",
                         (long long)s.N, (long long)s.C, (long long)s.OC, ms, 6.0 * s.N * s.C * s.OC / (ms / 1e3) / 1e12);
@@ -232,12 +190,4 @@ void bench() {}
 
 }  // namespace
 
-int main(int argc, char ** argv) {
-    if (devices() > 0)
-        for (auto & t : gpu_tests()) check::registry().push_back(t);
-    else if (!gpu_tests().empty())
-        std::printf("  (no CUDA device: %zu TF32-vs-reference tests not run)\n", gpu_tests().size());
-    const int rc = check::run_all("test_matmul_cuda");
-    if (argc > 1 && std::strcmp(argv[1], "--bench") == 0) bench();
-    return rc;
-}
+int main(int argc, char ** argv) { return gpu_check::run("test_matmul_cuda", "TF32-vs-reference", argc, argv, bench); }
