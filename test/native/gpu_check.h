@@ -1,6 +1,7 @@
 // gpu_check.h: what the C++ tests that compare CUDA with the CPU share (check.h is the harness). GPU_TEST registers
 // a test that main() adds to the harness only when a device is visible, so a machine without one neither runs nor
-// counts it (it says how many it left out); D<X> is a device copy of a host vector; median_ms times a callable.
+// counts it (it says how many it left out); D<X> is a device copy of a host vector; median_ms times a callable;
+// rnd makes random inputs.
 #pragma once
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <random>
 #include <utility>
 #include <vector>
 
@@ -16,6 +18,15 @@
 #include "maporl.h"
 
 namespace gpu_check {
+
+// n uniform floats in [-scale, scale) from a fixed seed.
+inline std::vector<float> rnd(size_t n, uint32_t seed, float scale = 1.0f) {
+    std::mt19937 r(seed);
+    std::uniform_real_distribution<float> u(-scale, scale);
+    std::vector<float> v(n);
+    for (auto & x : v) x = u(r);
+    return v;
+}
 
 inline int devices() {
     int n = 0;

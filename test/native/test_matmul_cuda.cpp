@@ -24,13 +24,7 @@ namespace {
 using Vec = std::vector<float>;
 namespace g = maporl::gpt;
 
-Vec rnd(size_t n, uint32_t seed, float scale = 1.0f) {
-    std::mt19937 r(seed);
-    std::uniform_real_distribution<float> u(-scale, scale);
-    Vec v(n);
-    for (auto & x : v) x = u(r);
-    return v;
-}
+using gpu_check::rnd;
 
 // Restores float32 on scope exit, whatever a test did.
 struct PrecisionScope {
