@@ -1,6 +1,10 @@
 // async.h: a Promise-returning AsyncWorker for kernel calls. The inputs are not copied: the worker keeps a
 // reference to every TypedArray it reads or writes so none can be collected while Execute() runs on a
 // libuv thread, and Execute() touches no JS value. The kernel's own parallelism is the native pool's.
+// A reference cannot stop a transfer (postMessage / structuredClone with a transfer list detaches the buffer and
+// hands its memory to the new owner); Node-API has no way to pin a buffer. So a call whose array was detached
+// while it ran rejects with a TypeError instead of resolving with results computed from memory it no longer
+// owned (see the README: arrays must stay attached until the promise settles).
 #pragma once
 
 #include <napi.h>
@@ -23,7 +27,10 @@ public:
                  std::function<maporl_status()> compute, std::function<Napi::Value(Napi::Env)> result = nullptr)
         : Napi::AsyncWorker(env, "maporl"), deferred_(Napi::Promise::Deferred::New(env)), where_(where),
           compute_(std::move(compute)), result_(std::move(result)) {
-        for (auto & v : keep) refs_.push_back(Napi::Persistent(v));
+        for (auto & v : keep) {
+            refs_.push_back(Napi::Persistent(v));
+            lengths_.push_back(v.IsTypedArray() ? v.As<Napi::TypedArray>().ElementLength() : 0);
+        }
     }
 
     Napi::Promise Promise() const { return deferred_.Promise(); }
@@ -40,6 +47,15 @@ public:
     void OnOK() override {
         Napi::Env env = Env();
         Napi::HandleScope scope(env);
+        for (size_t i = 0; i < refs_.size(); ++i) {
+            const Napi::Value v = refs_[i].Value();
+            if (lengths_[i] > 0 && v.IsTypedArray() && v.As<Napi::TypedArray>().ElementLength() == 0) {
+                deferred_.Reject(Napi::TypeError::New(env, std::string(where_) + ": an array of this call was detached (transferred) "
+                                                      "while it ran; its results are discarded (arrays must stay attached until "
+                                                      "the promise settles)").Value());
+                return;
+            }
+        }
         if (status_ == MAPORL_OK)
             deferred_.Resolve(result_ ? result_(env) : env.Undefined());
         else
@@ -54,6 +70,7 @@ private:
     std::function<maporl_status()> compute_;
     std::function<Napi::Value(Napi::Env)> result_;
     std::vector<Napi::Reference<Napi::Value>> refs_;
+    std::vector<size_t> lengths_;  // each kept TypedArray's length when queued (0 for other values)
     maporl_status status_ = MAPORL_OK;
     std::string message_;
 };

@@ -242,6 +242,22 @@ describe("gaeAsync", () => {
         await expect(p).rejects.toThrow("stop");
     });
 
+    it("rejects when an array is detached (transferred) while the call runs, whichever array it is", async () => {
+        // The check runs when the promise settles, on the main thread: after this synchronous transfer, always.
+        for (const which of ["rewards", "mask"] as const) {
+            const c = makeCase(64, 256, 94, "u8");
+            const p = gaeAsync({ ...c, shape: [64, 256] });
+            structuredClone(c[which].buffer, { transfer: [c[which].buffer] });
+            await expect(p).rejects.toThrow(/gae: an array of this call was detached \(transferred\) while it ran/);
+        }
+        const out = { advantages: new Float32Array(64 * 256), returns: new Float32Array(64 * 256) };
+        const p = gaeAsync({ ...makeCase(64, 256, 95, "u8"), shape: [64, 256] }, { out });
+        structuredClone(out.returns.buffer, { transfer: [out.returns.buffer] });
+        await expect(p).rejects.toThrow(TypeError);
+        const c = makeCase(8, 8, 96, "u8");  // and an undisturbed call still resolves
+        await expect(gaeAsync({ ...c, shape: [8, 8] })).resolves.toMatchObject({ device: "cpu" });
+    });
+
     it("rejects with MaporlError for a bad mask", async () => {
         const c = makeCase(2, 3, 93, "u8");
         c.mask[4] = 3;
