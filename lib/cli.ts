@@ -11,7 +11,7 @@ import { runToy } from "./train/toyCli.js";
 const USAGE = `usage: maporl <command> [options]
 
 commands:
-  train                    co-train a team of embedded agents (the main job; about 10 minutes on 2 cores):
+  train                    co-train a team of embedded agents (the main job; about 6 minutes on 2 cores):
                            warm start, MAPoRL co-training, the independent control, a before/after table
       --task T             arith-debate (default)
       --algo A             maporl (default) | magrpo | collm-cc | collm-dc
