@@ -247,7 +247,8 @@ describe("gaeAsync", () => {
         for (const which of ["rewards", "mask"] as const) {
             const c = makeCase(64, 256, 94, "u8");
             const p = gaeAsync({ ...c, shape: [64, 256] });
-            structuredClone(c[which].buffer, { transfer: [c[which].buffer] });
+            const buf = c[which].buffer as ArrayBuffer;
+            structuredClone(buf, { transfer: [buf] });
             await expect(p).rejects.toThrow(/gae: an array of this call was detached \(transferred\) while it ran/);
         }
         const out = { advantages: new Float32Array(64 * 256), returns: new Float32Array(64 * 256) };
