@@ -189,6 +189,7 @@ describe("NativePolicy", () => {
     it("names the field of a bad request, batch or option before any work", async () => {
         const p = await NativePolicy.create({ contextLength: 16, layers: 1, heads: 1, dModel: 8, seed: 4 });
         try {
+            expect(() => new CharTokenizer(3 as never)).toThrow(/CharTokenizer: alphabet: expected a string or an array of characters, got 3/);
             const gen = (r: object) => p.generate([{ prompt: "a", ...r }] as never);
             await expect(gen({ sampling: { temperature: -1 } })).rejects.toThrow(/requests\[0\]\.sampling\.temperature: expected a number in \[0, /);
             await expect(gen({ sampling: { topK: "x" } })).rejects.toThrow(TypeError);

@@ -2,9 +2,11 @@
 // path (with the closest known key), and wrong types, ranges and combinations are errors naming the parameter.
 import { describe, expect, it } from "vitest";
 
+import { spawnSync } from "node:child_process";
 import { mkdtempSync, existsSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
 
 import { backend } from "../../lib/backend.js";
 import { configFromFlags, DEFAULT_CONFIG, mergePartial, resolveConfig } from "../../lib/train/config.js";
@@ -60,6 +62,14 @@ describe("train config", () => {
         expect(resolveConfig({}).matmulPrecision).toBe("highest");
         expect(resolveConfig(configFromFlags({ matmulPrecision: "high" })).matmulPrecision).toBe("high");
         expect(() => resolveConfig({ matmulPrecision: "medium" })).toThrow(/matmulPrecision: expected one of 'highest', 'high', got "medium"/);
+        // The CLI reports a bad value before it names (or makes) a run directory.
+        const cwd = mkdtempSync(join(tmpdir(), "maporl-cli-"));
+        const cli = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "dist", "cli.js");
+        const r = spawnSync(process.execPath, [cli, "train", "--iterations", "abc"], { cwd, encoding: "utf8", timeout: 60_000 });
+        expect(r.status).not.toBe(0);
+        expect(r.stderr + r.stdout).toMatch(/iterations: expected an integer in \[0, 10000000\], got "abc"/);
+        expect(r.stdout).not.toMatch(/run directory/);
+        expect(existsSync(join(cwd, "runs"))).toBe(false);
         if (backend().cuda.devices.length > 0) return;  // (a GPU machine can run it; the trainers' tests cover the rest)
         const out = join(mkdtempSync(join(tmpdir(), "maporl-dev-")), "run");
         await expect(trainJob({ out, config: { device: "cuda", iterations: 1 } })).rejects.toMatchObject({ code: "MAPORL_ERR_NO_DEVICE" });
