@@ -54,7 +54,7 @@ maporl_status sample_cuda(const float * logits, int64_t B, int64_t V, const mapo
                                  (long long)V, (int)gh[b], (long long)b);
     }
     if (B == 0) return MAPORL_OK;
-    return sample_split_cuda(logits, B, V, sample_split_slices(h, B, V), p, h, given, tokens, logprobs, raw_logprobs, valid);
+    return sample_split_cuda(logits, B, V, p, h, given, tokens, logprobs, raw_logprobs, valid);
 }
 
 }  // namespace maporl

@@ -442,18 +442,20 @@ void select_thresholds(const float * logits, int64_t B, int64_t V, int S, const 
     split_tie_index_kernel<Which><<<grid, kThreads>>>(logits, V, S, rows);
 }
 
-}  // namespace
-
-int sample_split_slices(const maporl_sample_params & h, int64_t B, int64_t V) {
-    (void)h;
-    if (B == 0 || B >= 64 || V < 8192) return 1;
-    const int64_t want = (264 + B - 1) / B;  // about two blocks per SM of an H100 / H200 in total
+// Slices per row: one from 64 rows up (or for a short vocabulary), else about two blocks per SM of an H100 / H200
+// in total, at least 4096 logits per slice.
+int slices_per_row(int64_t B, int64_t V) {
+    if (B >= 64 || V < 8192) return 1;
+    const int64_t want = (264 + B - 1) / B;
     return (int)std::max<int64_t>(2, std::min<int64_t>(want, V / 4096));
 }
 
-maporl_status sample_split_cuda(const float * logits, int64_t B, int64_t V, int S, const maporl_sample_params & p,
+}  // namespace
+
+maporl_status sample_split_cuda(const float * logits, int64_t B, int64_t V, const maporl_sample_params & p,
                                 const maporl_sample_params & h, const int32_t * given, int32_t * tokens, float * logprobs,
                                 float * raw_logprobs, uint8_t * valid) {
+    const int S = slices_per_row(B, V);
     bool any_k = false, any_p = false;
     for (int64_t b = 0; b < B; ++b) {  // h holds host copies of these two only (seeds and positions stay on the device)
         const int32_t k = h.top_k ? h.top_k[b] : h.top_k_all;

@@ -24,10 +24,9 @@ struct SampleRow {
 void check_sample_params(const maporl_sample_params & p, int64_t B);
 SampleRow sample_row(const maporl_sample_params & p, int64_t b);
 
-// CUDA sampling (cuda/sampling_split.cu): the slices per row for these rows (1 from 64 rows up), from
-// host copies `h` of the per-row parameters; and the split sampler (p: the device parameters).
-int sample_split_slices(const maporl_sample_params & h, int64_t B, int64_t V);
-maporl_status sample_split_cuda(const float * logits, int64_t B, int64_t V, int S, const maporl_sample_params & p,
+// CUDA sampling's kernels (cuda/sampling_split.cu), after sample_cuda's checks; p: the device parameters, h: host
+// copies of their per-row top-k and top-p (the rest stay on the device).
+maporl_status sample_split_cuda(const float * logits, int64_t B, int64_t V, const maporl_sample_params & p,
                                 const maporl_sample_params & h, const int32_t * given, int32_t * tokens, float * logprobs,
                                 float * raw_logprobs, uint8_t * valid);
 

@@ -308,32 +308,32 @@ export class NativePolicy implements Policy {
         const accumulate = requireBoolean(fn, "accumulate", o.accumulate, false);
         if (o.valueClip !== undefined && o.valueClip !== null) requireNumber(fn, "valueClip", o.valueClip, 0, Number.MIN_VALUE, Number.MAX_VALUE);
         if (o.signal !== undefined && !(o.signal instanceof AbortSignal)) throw new TypeError(`${fn}: signal: expected an AbortSignal, got ${describe(o.signal)}`);
-        if (!(batch.targets instanceof Int32Array) || batch.targets.length !== B * T) throw new TypeError(`${this.name}.trainStep: targets: expected Int32Array of ${B * T} elements`);
-        const loss = options.loss ?? "sft";
+        if (!(batch.targets instanceof Int32Array) || batch.targets.length !== B * T) throw new TypeError(`${fn}: targets: expected Int32Array of ${B * T} elements`);
+        const loss = o.loss ?? "sft";
         if (loss === "value") {
             if (!(batch.returns instanceof Float32Array) || batch.returns.length !== B * T)
-                throw new TypeError(`${this.name}.trainStep: returns: expected a Float32Array of ${B * T} elements for loss 'value'`);
+                throw new TypeError(`${fn}: returns: expected a Float32Array of ${B * T} elements for loss 'value'`);
         } else if (loss !== "sft" && !(batch.advantages instanceof Float32Array))
-            throw new TypeError(`${this.name}.trainStep: advantages: expected a Float32Array ([B] or [B, T]) for a policy loss`);
-        if (options.onProgress !== undefined && typeof options.onProgress !== "function")
-            throw new TypeError(`${fn}: onProgress: expected a function, got ${describe(options.onProgress)}`);
+            throw new TypeError(`${fn}: advantages: expected a Float32Array ([B] or [B, T]) for a policy loss`);
+        if (o.onProgress !== undefined && typeof o.onProgress !== "function")
+            throw new TypeError(`${fn}: onProgress: expected a function, got ${describe(o.onProgress)}`);
         return this.serial(async () => {
             const h = this.h();
             const phases = accumulate ? 3 : 4;
-            const phase = (done: number) => { options.onProgress?.(done, phases); };
-            options.signal?.throwIfAborted();
+            const phase = (done: number) => { o.onProgress?.(done, phases); };
+            o.signal?.throwIfAborted();
             const isValue = loss === "value";
             const logits = isValue ? null : new Float32Array(B * T * this.V), values = isValue ? new Float32Array(B * T) : null;
             await native.gptForwardAsync(h, batch.tokens, B, T, logits, values);
             phase(1);
-            options.signal?.throwIfAborted();
+            o.signal?.throwIfAborted();
             const sft = loss === "sft";
-            const r = isValue ? this.valueGrad(values!, batch, options.valueClip ?? null) : fusedPolicyLoss({ logits: logits!, targets: batch.targets, mask: batch.mask, shape: [B, T, this.V],
+            const r = isValue ? this.valueGrad(values!, batch, o.valueClip ?? null) : fusedPolicyLoss({ logits: logits!, targets: batch.targets, mask: batch.mask, shape: [B, T, this.V],
                 advantages: sft ? new Float32Array(B * T).fill(1) : batch.advantages!, ...(batch.oldLogp ? { oldLogp: batch.oldLogp } : {}),
                 ...(batch.refLogp ? { refLogp: batch.refLogp } : {}) },
             sft ? { type: "reinforce", aggregation: "token-mean", inPlace: true, device: "cpu" } : { ...loss, inPlace: true, device: "cpu" });
             phase(2);
-            options.signal?.throwIfAborted();
+            o.signal?.throwIfAborted();
             if (this.needZero) native.gptZeroGrad(h);
             await native.gptBackwardAsync(h, "gradValues" in r ? null : r.gradLogits, "gradValues" in r ? r.gradValues : null);
             phase(3);
