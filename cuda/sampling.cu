@@ -4,10 +4,10 @@
 // Same rules as the CPU (native/sampling.cpp): the total order (logit, then lower index), top-k, the top-p prefix
 // (mass ranked before < p * total), min-p, and Gumbel-max with philox.h's noise, which is the same float on both
 // (det_log uses only correctly rounded __f*_rn operations), so the same (row, parameters, seed, position) gives the
-// same token as on the CPU.
-// NOTE(determinism): on CUDA the thresholds come from integer sums, so a row's token does not depend on the batch
-// or on the slice count. Against the CPU, a top-p or min-p boundary decided within float rounding of the mass can
-// go the other way (exp differs in the last bits); away from such boundaries the tokens are identical.
+// same token as on the CPU. The support is decided on the same floats too: min-p's and top-p's weights are
+// det_exp_nonpos (native/det_exp.h) on both, and top-p's masses are integer sums in sampling_radix.h's fixed
+// point on both, so a row's token depends neither on the batch or the slice count nor on the device, even when
+// a top-p or min-p boundary falls within float rounding of the mass.
 #include <cstdint>
 #include <vector>
 

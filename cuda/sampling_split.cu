@@ -9,15 +9,18 @@
 //   pass 2 (per slice): the support's mass at the temperature (filters and min-p applied) and the slice's Gumbel
 //     race winner; pass 3 (per row): combines.
 // The race's winner is the largest key with the lowest index, whichever slice holds it; the top-p mass is summed in
-// fixed point (units of 2^-44 at V = 151,936), exactly, so the thresholds are the same for any S. Against the CPU
-// (float64 sums), a top-p boundary within ~1e-8 of the mass can go the other way (sampling.cu's NOTE). Not yet run
-// on a GPU; test_sampling compares it with the CPU where one is visible (B = 1, 4, 64 and more), and
-// test_sampling_radix checks the selection itself on the CPU.
+// fixed point (units of 2^-44 at V = 151,936), exactly, so the thresholds are the same for any S. Every weight that
+// decides the support (top-p's masses, min-p's e >= min_p) is det_exp_nonpos (native/det_exp.h), the CPU's
+// arithmetic, and the CPU sums top-p's masses in the same fixed point: the support is the CPU's. Not yet run on a
+// GPU; test_sampling compares it with the CPU where one is visible (B = 1, 4, 64 and more, rows with top-p
+// boundaries placed on the masses' rounding), and test_sampling_radix checks the selection itself on the CPU, with
+// the CPU sampler's support.
 #include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstdint>
 
+#include "../native/det_exp.h"
 #include "../native/philox.h"
 #include "../native/sampling.h"
 #include "../native/sampling_radix.h"
@@ -219,7 +222,7 @@ __global__ void split_hist_kernel(const float * __restrict__ logits, int64_t V, 
         if (Which == 0 ? !(z[i] > -INFINITY) : !in_k(z, i, r)) continue;
         const uint32_t key = radix_key(z[i]);
         if ((key & mask) != prefix) continue;
-        atomicAdd(&h[radix_digit(key, round)], Which == 0 ? 1ull : radix_fixed(expf(x_at(z, i, T) - r->M), scale));
+        atomicAdd(&h[radix_digit(key, round)], Which == 0 ? 1ull : radix_fixed(det_exp_nonpos(x_at(z, i, T) - r->M), scale));
     }
     __syncthreads();
     for (int t = threadIdx.x; t < kRadixBins; t += blockDim.x)
@@ -270,7 +273,7 @@ __global__ void split_tie_pick_kernel(int64_t B, int S, maporl_sample_params P, 
         m = (unsigned long long)row_params(P, b).k - r.ksel.above;
     } else {
         const float T = row_params(P, b).T, zt = radix_key_value(r.psel.prefix);
-        const unsigned long long et = radix_fixed(expf((T == 1.0f ? zt : zt / T) - r.M), scale);
+        const unsigned long long et = radix_fixed(det_exp_nonpos((T == 1.0f ? zt : zt / T) - r.M), scale);
         m = min(radix_tie_keep(r.psel.above, et, ties, r.target), ties);
     }
     r.tie_slice = -1;
@@ -314,7 +317,7 @@ __global__ void split_total_kernel(const float * __restrict__ logits, int64_t V,
     const bool renorm = p.k > 0 && p.k < V && P.filter_order == MAPORL_FILTER_TOP_K_FIRST;
     unsigned long long s = 0;
     for (int64_t i = c.i0 + threadIdx.x; i < c.i1; i += blockDim.x)
-        if (renorm ? in_k(z, i, r) : z[i] > -INFINITY) s += radix_fixed(expf(x_at(z, i, p.T) - r->M), scale);
+        if (renorm ? in_k(z, i, r) : z[i] > -INFINITY) s += radix_fixed(det_exp_nonpos(x_at(z, i, p.T) - r->M), scale);
     atomicAdd(&sum, s);
     __syncthreads();
     if (threadIdx.x == 0 && sum) atomicAdd(&r->total, sum);
@@ -347,7 +350,7 @@ __global__ void split_pass2_kernel(const float * __restrict__ logits, int64_t V,
     for (int64_t i = c.i0 + threadIdx.x; i < c.i1; i += blockDim.x) {
         if (!in_kp(z, i, f)) continue;
         const float x = x_at(z, i, T);
-        const float e = expf(x - M);
+        const float e = det_exp_nonpos(x - M);
         if (has_min && e < r.minp) continue;
         s += (double)e;
         if (i == g) given_in = 1;

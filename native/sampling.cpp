@@ -5,7 +5,9 @@
 //   3. the support: top-k by a threshold scan (a candidate buffer of 2k + 64, compacted with nth_element: the
 //      k-th best logit only rises, so most of the row is rejected by one vector compare), the top-p prefix of
 //      the sorted candidates (without top-k: a 1024-candidate window, or every finite element if the window
-//      holds less than p of the mass: exact either way), and the min-p predicate exp(x - M) >= min_p;
+//      holds less than p of the mass: exact either way), and the min-p predicate exp(x - M) >= min_p. The support
+//      decisions use det_exp_nonpos's arithmetic at every SIMD level and top-p's masses are sampling_radix.h's
+//      fixed-point integers, as in CUDA: the support, and so the token, is the same on every level and device;
 //   4. Gumbel-max over the support with counter-based noise (philox.h), ties to the lower index. Elements with
 //      x < M - 20.5 cannot win whatever their noise and get none.
 // No full sort except that top-p fallback. Rows run in parallel; each row's result depends only on the row
@@ -18,8 +20,10 @@
 #include <vector>
 
 #include "core.h"
+#include "det_exp.h"
 #include "isa.h"
 #include "philox.h"
+#include "sampling_radix.h"
 #include "scratch.h"
 #include "threadpool.h"
 
@@ -30,6 +34,7 @@ struct Passes {
     RowMax (*max)(const float *, int64_t, float, bool, bool, bool);
     double (*sum_exp)(const float *, int64_t, float, float, float);
     float (*exp_one)(float, float);
+    uint64_t (*fixed_mass)(const float *, int64_t, float, float, int);
     int64_t (*next)(const float *, int64_t, int64_t, float, float, bool);
     int64_t (*cands)(const float *, int64_t, float, int32_t *);
     int64_t (*gumbel)(const float *, const int32_t *, int64_t, float, uint64_t, int64_t);
@@ -37,15 +42,25 @@ struct Passes {
     int64_t (*race)(const float *, int64_t, float, float, int64_t, uint64_t, int64_t, int32_t *);
 };
 
+// The scalar row passes: ScalarLoad with det_exp_nonpos for exp (the vector levels' arithmetic, lane by lane,
+// and CUDA's) and radix_fixed for the fixed-point weights.
+struct DetScalar : ScalarLoad<float> {
+    static float exp_nonpos(float x) { return det_exp_nonpos(x); }
+    typedef uint64_t Fixed;
+    static void fixed_add(Fixed & acc, float e, double scale, int) { acc += radix_fixed(e, scale); }
+    static uint64_t fixed_sum(Fixed f) { return f; }
+};
+
 RowMax scalar_max(const float * z, int64_t V, float t, bool wr, bool wt, bool wa) {
-    return row_max_t<ScalarLoad<float>>(z, V, t, wr, wt, wa);
+    return row_max_t<DetScalar>(z, V, t, wr, wt, wa);
 }
-double scalar_sum_exp(const float * z, int64_t V, float t, float M, float e) { return row_sum_exp_t<ScalarLoad<float>>(z, V, t, M, e); }
-float scalar_exp_one(float x, float M) { return exp_one_t<ScalarLoad<float>>(x, M); }
+double scalar_sum_exp(const float * z, int64_t V, float t, float M, float e) { return row_sum_exp_t<DetScalar>(z, V, t, M, e); }
+float scalar_exp_one(float x, float M) { return exp_one_t<DetScalar>(x, M); }
+uint64_t scalar_fixed_mass(const float * z, int64_t V, float t, float M, int s) { return row_fixed_mass_t<DetScalar>(z, V, t, M, s); }
 int64_t scalar_next(const float * z, int64_t f, int64_t V, float t, float thr, bool s) {
-    return next_at_least_t<ScalarLoad<float>>(z, f, V, t, thr, s);
+    return next_at_least_t<DetScalar>(z, f, V, t, thr, s);
 }
-int64_t scalar_cands(const float * z, int64_t V, float z0, int32_t * idx) { return cand_scan_t<ScalarLoad<float>>(z, V, z0, idx); }
+int64_t scalar_cands(const float * z, int64_t V, float z0, int32_t * idx) { return cand_scan_t<DetScalar>(z, V, z0, idx); }
 // The scalar Gumbel-max over candidates: the same keys as the vector one, one element at a time.
 int64_t scalar_gumbel(const float * z, const int32_t * idx, int64_t n, float temp, uint64_t seed, int64_t position) {
     int64_t best = -1;
@@ -71,12 +86,14 @@ int64_t scalar_race(const float * z, int64_t V, float temp, float floor_x, int64
 Passes passes() {
     switch (active_isa()) {
     case Isa::Avx512:
-        return {avx512::row_max_f32, avx512::row_sum_exp_f32, avx512::exp_one_f32, avx512::next_at_least_f32,
-                avx512::cand_scan_f32, avx512::gumbel_cands_f32, avx512::gumbel_row_f32};
+        return {avx512::row_max_f32, avx512::row_sum_exp_f32, avx512::exp_one_f32, avx512::row_fixed_mass_f32,
+                avx512::next_at_least_f32, avx512::cand_scan_f32, avx512::gumbel_cands_f32, avx512::gumbel_row_f32};
     case Isa::Avx2:
-        return {avx2::row_max_f32, avx2::row_sum_exp_f32, avx2::exp_one_f32, avx2::next_at_least_f32,
-                avx2::cand_scan_f32, avx2::gumbel_cands_f32, avx2::gumbel_row_f32};
-    default: return {scalar_max, scalar_sum_exp, scalar_exp_one, scalar_next, scalar_cands, scalar_gumbel, scalar_race};
+        return {avx2::row_max_f32, avx2::row_sum_exp_f32, avx2::exp_one_f32, avx2::row_fixed_mass_f32,
+                avx2::next_at_least_f32, avx2::cand_scan_f32, avx2::gumbel_cands_f32, avx2::gumbel_row_f32};
+    default:
+        return {scalar_max, scalar_sum_exp, scalar_exp_one, scalar_fixed_mass, scalar_next, scalar_cands, scalar_gumbel,
+                scalar_race};
     }
 }
 
@@ -139,11 +156,6 @@ RowOut sample_one(const Passes & P, const float * z, int64_t V, const SampleRow 
     auto x_of = [&](int64_t i) { return T == 1.0f ? z[i] : z[i] / T; };
     const bool has_k = r.top_k > 0 && r.top_k < V, has_p = r.top_p > 0.0f && r.top_p < 1.0f, has_min = r.min_p > 0.0f;
     const float min_e = has_min ? r.min_p : 0.0f;
-    double s_full = -1.0;
-    auto full_sum = [&] {
-        if (s_full < 0) s_full = P.sum_exp(z, V, T, M, 0.0f);  // the same e values as exp_one's
-        return s_full;
-    };
     const float floor_x = M - kGumbelSpan;  // below: no noise can make it win
     int64_t best = -1;
     // idx (race_scratch_size(V) entries): the candidates of the Gumbel race, ascending
@@ -153,21 +165,26 @@ RowOut sample_one(const Passes & P, const float * z, int64_t V, const SampleRow 
         std::vector<Cand> cand = top_candidates(P, z, V, has_k ? r.top_k : std::min<int64_t>(V, kWindow));
         if (has_p) {
             const bool renorm = has_k && r.order == MAPORL_FILTER_TOP_K_FIRST;
-            auto prefix = [&](const std::vector<Cand> & c, double total, bool * reached) {
-                const double target = (double)r.top_p * total;
-                double before = 0.0;
+            // Masses in sampling_radix.h's fixed point (integer sums of per-element weights): the same decisions
+            // as CUDA's radix selection over any number of slices, at every SIMD level.
+            const int sbits = radix_scale_bits(V);
+            const double scale = std::ldexp(1.0, sbits);
+            auto weight = [&](int32_t i) { return radix_fixed(P.exp_one(x_of(i), M), scale); };
+            auto prefix = [&](const std::vector<Cand> & c, uint64_t total, bool * reached) {
+                const double target = (double)r.top_p * (double)total;
+                uint64_t before = 0;
                 for (size_t j = 0; j < c.size(); ++j) {
-                    if (!(before < target)) { *reached = true; return j; }
-                    before += (double)P.exp_one(x_of(c[j].i), M);
+                    if (!((double)before < target)) { *reached = true; return j; }
+                    before += weight(c[j].i);
                 }
-                *reached = !(before < target);
+                *reached = !((double)before < target);
                 return c.size();
             };
-            double total = 0.0;
+            uint64_t total = 0;
             if (renorm)
-                for (const Cand & c : cand) total += (double)P.exp_one(x_of(c.i), M);
+                for (const Cand & c : cand) total += weight(c.i);
             else
-                total = full_sum();
+                total = P.fixed_mass(z, V, T, M, sbits);
             bool reached = false;
             size_t keep = prefix(cand, total, &reached);
             if (!has_k && !reached && (int64_t)cand.size() < V) {  // the window held less than p: every finite element

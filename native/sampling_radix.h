@@ -3,7 +3,7 @@
 // vocabulary split for filtered rows (cuda/sampling_split.cu) builds the histograms across blocks and decides with
 // these functions; test_sampling runs the same decisions on the CPU against a sort.
 //
-// The thresholds are the one-block kernel's (cuda/sampling.cu), which bisects for them:
+// The thresholds are the CPU sampler's (native/sampling.cpp, which walks the sorted candidates):
 //   top-k: tk = the k-th largest finite key (with multiplicity); gt = how many keys are above it;
 //   top-p: tp = the smallest key t whose mass above (within the top-k set) is < target = p * total; the nucleus is
 //          every key above tp plus the first `radix_tie_keep` elements with key tp in index order.
@@ -39,14 +39,17 @@ MAPORL_HD int radix_shift(int round) { return 24 - 8 * round; }
 MAPORL_HD uint32_t radix_fixed_mask(int round) { return round == 0 ? 0u : 0xFFFFFFFFu << (32 - 8 * round); }
 MAPORL_HD int radix_digit(uint32_t key, int round) { return (int)((key >> radix_shift(round)) & 0xFFu); }
 
-// A weight e in [0, 1] as a fixed-point integer with `scale` = 2^(62 - ceil(log2 V)) units per 1 (rounded to
-// nearest), so that V weights sum below 2^62. At V = 151,936 one unit is 2^-44 (the mass of a whole row is off the
-// float64 sum by at most V / 2 units, ~4e-9).
-MAPORL_HD double radix_scale(int64_t V) {
+// A weight e in [0, 1] as a fixed-point integer with 2^s units per 1, s = radix_scale_bits(V) = 62 - ceil(log2 V),
+// rounded to nearest (half up), so that V weights sum below 2^62. At V = 151,936 one unit is 2^-44 (the mass of a
+// whole row is off the float64 sum by at most V / 2 units, ~4e-9). e * 2^s is exact in double and so is adding
+// 0.5 below 2^52 (above, e * 2^s is an even integer and the sum rounds back to it): radix_fixed is exactly
+// floor(e * 2^s + 0.5), which vec.h's vfixed computes from the bits on SIMD lanes.
+MAPORL_HD int radix_scale_bits(int64_t V) {
     int bits = 0;
     while (bits < 62 && ((int64_t)1 << bits) < V) ++bits;
-    return ldexp(1.0, 62 - bits);
+    return 62 - bits;
 }
+MAPORL_HD double radix_scale(int64_t V) { return ldexp(1.0, radix_scale_bits(V)); }
 MAPORL_HD unsigned long long radix_fixed(float e, double scale) {
     return (unsigned long long)((double)e * scale + 0.5);
 }

@@ -189,6 +189,20 @@ double row_sum_exp_t(const float * z, int64_t V, float temp, float M, float min_
     return s;
 }
 
+// Sum over the row of the fixed-point weights of e = exp(x - M) (Ops::fixed_add: sampling_radix.h's radix_fixed with
+// 2^s units): top-p's total over every logit (-Inf and the padding weigh 0). An integer sum of per-element
+// weights, so the same number at every SIMD level and in CUDA's slices (Ops::exp_nonpos is det_exp_nonpos's
+// arithmetic at every level).
+template <class Ops>
+uint64_t row_fixed_mass_t(const float * z, int64_t V, float temp, float M, int s) {
+    constexpr int W = Ops::W;
+    const typename Ops::V mv = Ops::splat((double)M);
+    const double scale = ldexp(1.0, s);
+    typename Ops::Fixed acc{};
+    for (int64_t i = 0; i < V; i += W) Ops::fixed_add(acc, Ops::exp_nonpos(scaled<Ops>(load_padded<Ops>(z, i, V), temp) - mv), scale, s);
+    return Ops::fixed_sum(acc);
+}
+
 // exp(x - M) of one element, through the same code as row_sum_exp_t (so the two agree to the bit).
 template <class Ops>
 float exp_one_t(float x, float M) {

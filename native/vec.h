@@ -89,7 +89,9 @@ MAPORL_INLINE vf vfma(vf a, vf b, vf c) {
 #elif defined(__FMA__) && MAPORL_VEC_W == 8
     return (vf)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)c);
 #else
-    return a * b + c;
+    vf r;  // one rounding per lane, as the FMA instructions (a * b + c would round twice)
+    for (int l = 0; l < W; ++l) r[l] = __builtin_fmaf(a[l], b[l], c[l]);
+    return r;
 #endif
 }
 // max(a, x) that returns x when x is NaN (maxps returns its second operand when either is NaN).
@@ -123,6 +125,36 @@ MAPORL_INLINE vf vexp_nonpos(vf x) {
     __builtin_memcpy(&scale, &e, sizeof scale);
     const vf out = y * scale;
     return x < -87.3365447f ? splat(0.0f) : out;
+}
+// Sampling_radix.h's radix_fixed on every lane, added into acc (half-width lanes): floor(e * 2^s + 0.5) for
+// finite e in [0, 2) and s <= 62, in double as radix_fixed computes it (e * 2^s and the + 0.5 are exact below
+// 2^52; above, e * 2^s is an even integer the sum rounds back to), then truncated to an integer: AVX-512DQ's
+// vcvttpd2uqq; on AVX2, floor and the 2^52 trick (exact below 2^52, so s <= 51, V >= 2048; smaller rows, whose
+// weights reach 2^52, go lane by lane).
+typedef uint64_t vh64 __attribute__((vector_size(8 * W / 2)));
+MAPORL_INLINE vh64 vfixed_half(vd x, int s) {
+#if defined(__AVX512DQ__) && MAPORL_VEC_W == 16
+    (void)s;
+    return (vh64)_mm512_cvttpd_epu64((__m512d)x);
+#elif defined(__AVX__) && MAPORL_VEC_W == 8
+    if (s <= 51) {
+        const __m256d magic = _mm256_set1_pd(4503599627370496.0);  // 2^52
+        const __m256d f = _mm256_add_pd(_mm256_floor_pd((__m256d)x), magic);
+        return (vh64)_mm256_sub_epi64(_mm256_castpd_si256(f), _mm256_castpd_si256(magic));
+    }
+    vh64 r;
+    for (int l = 0; l < W / 2; ++l) r[l] = (uint64_t)x[l];
+    return r;
+#else
+    (void)s;
+    vh64 r;
+    for (int l = 0; l < W / 2; ++l) r[l] = (uint64_t)x[l];
+    return r;
+#endif
+}
+MAPORL_INLINE void vfixed_add(vh64 & acc, vf e, double scale, int s) {
+    const vd sc = vd{} + scale, half = vd{} + 0.5;
+    acc += vfixed_half(low_half(e) * sc + half, s) + vfixed_half(high_half(e) * sc + half, s);
 }
 // exp on every lane (relative error ~2e-7): vexp_nonpos's kernel on the input clamped to [-87.33, 88.38],
 // then 0 below and +Inf above that range; NaN stays NaN.

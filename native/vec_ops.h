@@ -15,6 +15,14 @@ struct VecOps {
     static MAPORL_INLINE V splat(double x) { return maporl::MAPORL_ISA::splat((float)x); }
     static MAPORL_INLINE V exp(V x) { return vexp(x); }
     static MAPORL_INLINE V exp_nonpos(V x) { return vexp_nonpos(x); }
+    // Fixed-point weights (vfixed) added to per-lane sums, and their total: the sampler's top-p masses.
+    typedef vh64 Fixed;
+    static MAPORL_INLINE void fixed_add(Fixed & acc, V e, double scale, int s) { vfixed_add(acc, e, scale, s); }
+    static MAPORL_INLINE uint64_t fixed_sum(const Fixed & f) {
+        uint64_t t = 0;
+        for (int l = 0; l < W / 2; ++l) t += f[l];
+        return t;
+    }
     static MAPORL_INLINE V max(V a, V b) { return vmax_keep_nan(a, b); }
     static MAPORL_INLINE V abs(V x) { return vabs(x); }
     static MAPORL_INLINE V sel(K k, V a, V b) { return k ? a : b; }

@@ -12,8 +12,10 @@
 #include <vector>
 
 #include "check.h"
+#include "det_exp.h"
 #include "maporl.h"
 #include "philox.h"
+#include "sampling_radix.h"
 
 namespace {
 
@@ -563,9 +565,46 @@ TEST(cuda_vocabulary_split_matches_cpu_or_reports_no_device) {
             for (int b = 0; b < 64; ++b) batch_diff += t64[b] != t2[b % B];
           }
         }
-    // A token may differ only where a top-p / min-p boundary falls within float rounding (sampling.cu's NOTE).
-    CHECK(diff <= 3 && lpdiff == 0, "vocabulary split vs CPU: %d of %d tokens differ, %d log-probs", diff, rows, lpdiff);
+    CHECK(diff == 0 && lpdiff == 0, "vocabulary split vs CPU: %d of %d tokens differ, %d log-probs", diff, rows, lpdiff);
     CHECK(batch_diff == 0, "CUDA tokens depend on the batch: %d differ between B = %d and B = 64", batch_diff, B);
+    // Top-p cuts placed on the masses' rounding, row 0 alone (the most slices), both filter orders with top-k 100:
+    // p = (fixed-point mass of the first j + 1 tokens in the sampler's order) / total, as a float, and its float
+    // neighbours. The tokens on either side of the cut must be in or out of the support on both devices alike.
+    std::vector<int64_t> order((size_t)V);
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + 101, order.end(), [&](int64_t a, int64_t c) { return z[(size_t)a] != z[(size_t)c] ? z[(size_t)a] > z[(size_t)c] : a < c; });
+    float m0 = -INFINITY;
+    for (int i = 0; i < V; ++i) m0 = std::max(m0, z[(size_t)i]);
+    const double scale = maporl::radix_scale(V);
+    auto weight = [&](int64_t i) { return maporl::radix_fixed(maporl::det_exp_nonpos(z[(size_t)i] - m0), scale); };
+    int cut_cases = 0, cut_diff = 0;
+    for (const maporl_filter_order fo : {MAPORL_FILTER_TOP_K_FIRST, MAPORL_FILTER_JOINT}) {
+        unsigned long long total = 0, cum = 0;
+        if (fo == MAPORL_FILTER_TOP_K_FIRST) for (int j = 0; j < 100; ++j) total += weight(order[(size_t)j]);
+        else for (int i = 0; i < V; ++i) total += weight(i);
+        for (int j = 0; j < 40; ++j) {
+            cum += weight(order[(size_t)j]);
+            const float p0 = (float)((double)cum / (double)total);
+            for (const float pv : {std::nextafter(p0, 0.0f), p0, std::nextafter(p0, 1.0f)}) {
+                maporl_sample_params p = maporl_sample_default_params();
+                p.top_k_all = 100;
+                p.top_p_all = pv;
+                p.filter_order = fo;
+                for (const int64_t t : {order[(size_t)j], order[(size_t)j + 1]}) {
+                    const int32_t ti = (int32_t)t;
+                    float lc = 0, lg = 0;
+                    maporl_memcpy_to_device(dg, &ti, 4);
+                    CHECK(maporl_sample_logprobs(MAPORL_DEVICE_CPU, z.data(), 1, V, &p, &ti, &lc, nullptr) == MAPORL_OK, "%s", maporl_last_error());
+                    CHECK(maporl_sample_logprobs(MAPORL_DEVICE_CUDA, (float *)dz, 1, V, &p, (const int32_t *)dg, (float *)dl, nullptr) == MAPORL_OK,
+                          "%s", maporl_last_error());
+                    maporl_memcpy_to_host(&lg, dl, 4);
+                    ++cut_cases;
+                    cut_diff += (lc > -INFINITY) != (lg > -INFINITY);
+                }
+            }
+        }
+    }
+    CHECK(cut_diff == 0, "top-p cuts on the rounding: %d of %d tokens in the support on one device only", cut_diff, cut_cases);
     for (void * q : {dz, dt, dl, dr, dg, d64}) maporl_device_free(q);
 }
 
