@@ -15,6 +15,7 @@
 #include "sampling.h"
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -35,6 +36,7 @@ struct Passes {
     double (*sum_exp)(const float *, int64_t, float, float, float);
     float (*exp_one)(float, float);
     uint64_t (*fixed_mass)(const float *, int64_t, float, float, int);
+    void (*top_p_hist)(const float *, int64_t, float, float, float, float, int, int, uint64_t *, uint16_t *);
     int64_t (*next)(const float *, int64_t, int64_t, float, float, bool);
     int64_t (*cands)(const float *, int64_t, float, int32_t *);
     int64_t (*gumbel)(const float *, const int32_t *, int64_t, float, uint64_t, int64_t);
@@ -49,6 +51,11 @@ struct DetScalar : ScalarLoad<float> {
     typedef uint64_t Fixed;
     static void fixed_add(Fixed & acc, float e, double scale, int) { acc += radix_fixed(e, scale); }
     static uint64_t fixed_sum(Fixed f) { return f; }
+    static void fixed_lanes(float e, double scale, int, uint64_t * out) { *out = radix_fixed(e, scale); }
+    static void bins(float z, float lo, float inv, int nbins, int32_t * out) {
+        const float t = (z - lo) * inv, top = (float)(nbins - 1);
+        *out = z >= lo ? 1 + (int32_t)(t < top ? t : top) : 0;
+    }
 };
 
 RowMax scalar_max(const float * z, int64_t V, float t, bool wr, bool wt, bool wa) {
@@ -57,6 +64,10 @@ RowMax scalar_max(const float * z, int64_t V, float t, bool wr, bool wt, bool wa
 double scalar_sum_exp(const float * z, int64_t V, float t, float M, float e) { return row_sum_exp_t<DetScalar>(z, V, t, M, e); }
 float scalar_exp_one(float x, float M) { return exp_one_t<DetScalar>(x, M); }
 uint64_t scalar_fixed_mass(const float * z, int64_t V, float t, float M, int s) { return row_fixed_mass_t<DetScalar>(z, V, t, M, s); }
+void scalar_top_p_hist(const float * z, int64_t V, float t, float M, float lo, float inv, int nbins, int s, uint64_t * hist,
+                       uint16_t * bins) {
+    top_p_hist_t<DetScalar>(z, V, t, M, lo, inv, nbins, s, hist, bins);
+}
 int64_t scalar_next(const float * z, int64_t f, int64_t V, float t, float thr, bool s) {
     return next_at_least_t<DetScalar>(z, f, V, t, thr, s);
 }
@@ -87,13 +98,13 @@ Passes passes() {
     switch (active_isa()) {
     case Isa::Avx512:
         return {avx512::row_max_f32, avx512::row_sum_exp_f32, avx512::exp_one_f32, avx512::row_fixed_mass_f32,
-                avx512::next_at_least_f32, avx512::cand_scan_f32, avx512::gumbel_cands_f32, avx512::gumbel_row_f32};
+                avx512::top_p_hist_f32, avx512::next_at_least_f32, avx512::cand_scan_f32, avx512::gumbel_cands_f32, avx512::gumbel_row_f32};
     case Isa::Avx2:
         return {avx2::row_max_f32, avx2::row_sum_exp_f32, avx2::exp_one_f32, avx2::row_fixed_mass_f32,
-                avx2::next_at_least_f32, avx2::cand_scan_f32, avx2::gumbel_cands_f32, avx2::gumbel_row_f32};
+                avx2::top_p_hist_f32, avx2::next_at_least_f32, avx2::cand_scan_f32, avx2::gumbel_cands_f32, avx2::gumbel_row_f32};
     default:
-        return {scalar_max, scalar_sum_exp, scalar_exp_one, scalar_fixed_mass, scalar_next, scalar_cands, scalar_gumbel,
-                scalar_race};
+        return {scalar_max, scalar_sum_exp, scalar_exp_one, scalar_fixed_mass, scalar_top_p_hist, scalar_next, scalar_cands,
+                scalar_gumbel, scalar_race};
     }
 }
 
@@ -102,8 +113,6 @@ struct Cand {
     int32_t i;
 };
 inline bool better(const Cand & a, const Cand & b) { return a.z > b.z || (a.z == b.z && a.i < b.i); }
-
-constexpr int64_t kWindow = 1024;
 
 // The k best finite logits by (z desc, index asc), best first.
 std::vector<Cand> top_candidates(const Passes & P, const float * z, int64_t V, int64_t k) {
@@ -126,6 +135,92 @@ std::vector<Cand> top_candidates(const Passes & P, const float * z, int64_t V, i
     return buf;
 }
 
+// Top-p without top-k: the nucleus's last element in the sampler's order, found without sorting the row. One pass
+// (top_p_hist) adds every element's fixed-point weight into a histogram over its logit (kCutBins bins over the
+// kCutSpan / temperature below the max, one bin for everything lower); from the top, the bin where the mass
+// reaches the target is the cut's; only that bin's elements are sorted and walked (binned again over their own
+// range first while there are more than kCutSort of them). Integer masses make this the walk over the whole sorted
+// row: the bins above hold mass < target, those below start at >= target. The nucleus is {z > cut.z} and the
+// elements with z == cut.z up to index cut.i; cut.kept is its mass.
+constexpr int kCutBins = 4096;
+constexpr float kCutSpan = 40.0f;
+constexpr size_t kCutSort = 4096;
+struct Cut {
+    float z;
+    int32_t i;
+    uint64_t kept;
+};
+// The scratch top_p_cut takes after the race's: the histogram and a bin per element.
+size_t cut_scratch_bytes(int64_t V) { return sizeof(uint64_t) * (kCutBins + 1) + sizeof(uint16_t) * (size_t)V; }
+
+Cut top_p_cut(const Passes & P, const float * z, int64_t V, float zmax, float T, float M, float top_p, void * scratch) {
+    const int sbits = radix_scale_bits(V);
+    const double scale = std::ldexp(1.0, sbits);
+    auto weight = [&](int32_t i) { return radix_fixed(P.exp_one(T == 1.0f ? z[i] : z[i] / T, M), scale); };
+    uint64_t * hist = static_cast<uint64_t *>(scratch);
+    uint16_t * bins = reinterpret_cast<uint16_t *>(hist + kCutBins + 1);
+    // Any lo and width give the same cut (the bins only have to rise with z); these keep the cut's bin small. The
+    // clamps keep (z - lo) * inv finite or +Inf, never NaN, for any finite temperature.
+    const float span = std::min(std::max(kCutSpan * T, 1e-30f), 1e30f);
+    float lo = zmax - span;
+    if (!(lo > -INFINITY)) lo = -FLT_MAX;
+    std::fill(hist, hist + kCutBins + 1, 0);
+    P.top_p_hist(z, V, T, M, lo, (float)kCutBins / span, kCutBins, sbits, hist, bins);
+    uint64_t total = 0;
+    for (int b = 0; b <= kCutBins; ++b) total += hist[b];
+    const double target = (double)top_p * (double)total;  // > 0: the max weighs 2^sbits
+    // The first bin from the top whose mass reaches the target (the lowest bin at the latest: target <= total).
+    uint64_t above = 0;
+    int at = 0;
+    for (int b = kCutBins; b >= 0; --b) {
+        if ((double)(above + hist[b]) >= target) {
+            at = b;
+            break;
+        }
+        above += hist[b];
+    }
+    std::vector<Cand> members;
+    for (int64_t i = 0; i < V; ++i)
+        if (bins[i] == at && z[i] > -INFINITY) members.push_back({z[i], (int32_t)i});
+    std::vector<uint64_t> sub;
+    std::vector<uint16_t> sub_bin;
+    while (members.size() > kCutSort) {  // binned again over the members' own range (in double: no overflow)
+        float mlo = INFINITY, mhi = -INFINITY;
+        for (const Cand & c : members) mlo = std::min(mlo, c.z), mhi = std::max(mhi, c.z);
+        if (mlo == mhi) break;  // one logit: index order is the sampler's order
+        const double inv = (double)(kCutBins - 1) / ((double)mhi - (double)mlo);
+        sub.assign(kCutBins, 0);
+        sub_bin.resize(members.size());
+        std::vector<uint64_t> w(members.size());
+        for (size_t j = 0; j < members.size(); ++j) {
+            sub_bin[j] = (uint16_t)std::min<double>(kCutBins - 1, ((double)members[j].z - mlo) * inv);
+            w[j] = weight(members[j].i);
+            sub[sub_bin[j]] += w[j];
+        }
+        int sat = 0;  // mhi's bin is the top one and mlo's bin 0: the members shrink every round
+        for (int b = kCutBins - 1; b >= 0; --b) {
+            if ((double)(above + sub[b]) >= target) {
+                sat = b;
+                break;
+            }
+            above += sub[b];
+        }
+        size_t n = 0;
+        for (size_t j = 0; j < members.size(); ++j)
+            if (sub_bin[j] == sat) members[n++] = members[j];
+        members.resize(n);
+    }
+    std::sort(members.begin(), members.end(), better);
+    Cut c{members.front().z, members.front().i, above};  // the first member is kept: (double)above < target
+    for (const Cand & m : members) {
+        if (!((double)c.kept < target)) break;
+        c.kept += weight(m.i);
+        c.z = m.z;
+        c.i = m.i;
+    }
+    return c;
+}
+
 struct RowOut {
     int32_t token;
     float lp, raw;
@@ -134,7 +229,7 @@ struct RowOut {
 
 // Samples row z (given < 0), or scores token `given`.
 RowOut sample_one(const Passes & P, const float * z, int64_t V, const SampleRow & r, int32_t given, bool want_raw,
-                  int32_t * idx) {
+                  int32_t * idx, void * cut_scratch) {
     RowOut o{-1, NAN, NAN, 0};
     const bool greedy = r.temperature == 0.0f;
     const bool t1 = greedy || r.temperature == 1.0f;
@@ -161,36 +256,23 @@ RowOut sample_one(const Passes & P, const float * z, int64_t V, const SampleRow 
     // idx (race_scratch_size(V) entries): the candidates of the Gumbel race, ascending
     double S = 0.0;
     bool given_in = false;
-    if (has_k || has_p) {
-        std::vector<Cand> cand = top_candidates(P, z, V, has_k ? r.top_k : std::min<int64_t>(V, kWindow));
+    if (has_k) {
+        std::vector<Cand> cand = top_candidates(P, z, V, r.top_k);
         if (has_p) {
-            const bool renorm = has_k && r.order == MAPORL_FILTER_TOP_K_FIRST;
             // Masses in sampling_radix.h's fixed point (integer sums of per-element weights): the same decisions
             // as CUDA's radix selection over any number of slices, at every SIMD level.
             const int sbits = radix_scale_bits(V);
             const double scale = std::ldexp(1.0, sbits);
             auto weight = [&](int32_t i) { return radix_fixed(P.exp_one(x_of(i), M), scale); };
-            auto prefix = [&](const std::vector<Cand> & c, uint64_t total, bool * reached) {
-                const double target = (double)r.top_p * (double)total;
-                uint64_t before = 0;
-                for (size_t j = 0; j < c.size(); ++j) {
-                    if (!((double)before < target)) { *reached = true; return j; }
-                    before += weight(c[j].i);
-                }
-                *reached = !((double)before < target);
-                return c.size();
-            };
             uint64_t total = 0;
-            if (renorm)
+            if (r.order == MAPORL_FILTER_TOP_K_FIRST)
                 for (const Cand & c : cand) total += weight(c.i);
             else
                 total = P.fixed_mass(z, V, T, M, sbits);
-            bool reached = false;
-            size_t keep = prefix(cand, total, &reached);
-            if (!has_k && !reached && (int64_t)cand.size() < V) {  // the window held less than p: every finite element
-                cand = top_candidates(P, z, V, V);
-                keep = prefix(cand, total, &reached);
-            }
+            const double target = (double)r.top_p * (double)total;
+            uint64_t before = 0;
+            size_t keep = 0;
+            while (keep < cand.size() && (double)before < target) before += weight(cand[keep++].i);
             cand.resize(std::max<size_t>(keep, 1));
         }
         std::sort(cand.begin(), cand.end(), [](const Cand & a, const Cand & b) { return a.i < b.i; });
@@ -203,6 +285,38 @@ RowOut sample_one(const Passes & P, const float * z, int64_t V, const SampleRow 
             if (x_of(c.i) >= floor_x) idx[n++] = c.i;
         }
         if (given < 0) best = P.gumbel(z, idx, n, T, r.seed, r.position);
+    } else if (has_p) {
+        const Cut cut = top_p_cut(P, z, V, mx.max, T, M, r.top_p, cut_scratch);
+        auto in_nucleus = [&](int64_t i) { return z[i] > cut.z || (z[i] == cut.z && i <= cut.i); };
+        // The race's candidates: the nucleus at or above floor_x. S from them when they are the whole support
+        // (the cut above floor_x, or min-p above e^-20.5 keeping none below it); else the nucleus's mass
+        // (exact to 2^-sbits per element), or a pass for a min-p below e^-20.5.
+        const float z0 = std::max(z_threshold(floor_x, T), cut.z);
+        const int64_t n = P.cands(z, V, z0, idx);
+        int64_t m = 0;
+        double s_cands = 0.0;
+        for (int64_t j = 0; j < n; ++j) {
+            const int64_t i = idx[j];
+            if (!in_nucleus(i)) continue;
+            const float e = P.exp_one(x_of(i), M);
+            if (has_min && e < min_e) continue;
+            s_cands += (double)e;
+            idx[m++] = (int32_t)i;
+        }
+        const bool covered = has_min && (double)min_e >= std::exp(-(double)kGumbelSpan);
+        if (z0 == cut.z || covered) {
+            S = s_cands;
+        } else if (!has_min) {
+            S = (double)cut.kept / std::ldexp(1.0, radix_scale_bits(V));
+        } else {
+            for (int64_t i = 0; i < V; ++i) {
+                if (!(z[i] >= cut.z) || !in_nucleus(i)) continue;
+                const float e = P.exp_one(x_of(i), M);
+                if (!(e < min_e)) S += (double)e;
+            }
+        }
+        if (given >= 0) given_in = z[given] > -INFINITY && in_nucleus(given) && !(has_min && P.exp_one(x_of(given), M) < min_e);
+        else best = P.gumbel(z, idx, m, T, r.seed, r.position);
     } else {
         // Every element that can win the race, or pass min-p, is at or above floor_x (min-p below e^-20.5 excepted).
         const double s_t = T == 1.0f ? raw_sum : mx.sum_t;
@@ -245,10 +359,13 @@ void run_rows(const float * logits, int64_t B, int64_t V, const maporl_sample_pa
     parallel_for(B, 1, [&](int64_t b0, int64_t b1) {
         // Leased, not a fresh vector: 2V + 128 zeroed int32 per chunk and call (1.2 MiB at V = 151,936) faulted
         // in its pages every time.
-        ScratchLease lease(sizeof(int32_t) * (size_t)race_scratch_size(V));
+        const size_t race_bytes = (sizeof(int32_t) * (size_t)race_scratch_size(V) + 63) / 64 * 64;
+        ScratchLease lease(race_bytes + cut_scratch_bytes(V));
         int32_t * scratch = static_cast<int32_t *>(lease.data());
+        void * cut_scratch = static_cast<unsigned char *>(lease.data()) + race_bytes;
         for (int64_t b = b0; b < b1; ++b) {
-            const RowOut o = sample_one(P, logits + b * V, V, sample_row(p, b), given ? given[b] : -1, raw != nullptr, scratch);
+            const RowOut o = sample_one(P, logits + b * V, V, sample_row(p, b), given ? given[b] : -1, raw != nullptr, scratch,
+                                        cut_scratch);
             if (tokens) tokens[b] = o.token;
             if (logprobs) logprobs[b] = o.lp;
             if (raw) raw[b] = o.raw;

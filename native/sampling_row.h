@@ -203,6 +203,29 @@ uint64_t row_fixed_mass_t(const float * z, int64_t V, float temp, float M, int s
     return Ops::fixed_sum(acc);
 }
 
+// Top-p without top-k, one pass (sampling.cpp's top_p_cut): each element's fixed-point weight (row_fixed_mass_t's)
+// added into hist[bin], bin = 0 below lo (and -Inf), else 1 + min(nbins - 1, (int)((z - lo) * inv)): non-decreasing
+// in z, so the bins cut the sampler's order into runs. bins[i] keeps element i's bin.
+template <class Ops>
+void top_p_hist_t(const float * z, int64_t V, float temp, float M, float lo, float inv, int nbins, int s, uint64_t * hist,
+                  uint16_t * bins) {
+    constexpr int W = Ops::W;
+    const double scale = ldexp(1.0, s);
+    const typename Ops::V mv = Ops::splat((double)M);
+    uint64_t w[W];
+    int32_t b[W];
+    for (int64_t i = 0; i < V; i += W) {
+        const typename Ops::V zv = load_padded<Ops>(z, i, V);
+        Ops::fixed_lanes(Ops::exp_nonpos(scaled<Ops>(zv, temp) - mv), scale, s, w);
+        Ops::bins(zv, lo, inv, nbins, b);
+        const int n = V - i < W ? (int)(V - i) : W;
+        for (int l = 0; l < n; ++l) {
+            hist[b[l]] += w[l];
+            bins[i + l] = (uint16_t)b[l];
+        }
+    }
+}
+
 // exp(x - M) of one element, through the same code as row_sum_exp_t (so the two agree to the bit).
 template <class Ops>
 float exp_one_t(float x, float M) {

@@ -18,6 +18,19 @@ struct VecOps {
     // Fixed-point weights (vfixed) added to per-lane sums, and their total: the sampler's top-p masses.
     typedef vh64 Fixed;
     static MAPORL_INLINE void fixed_add(Fixed & acc, V e, double scale, int s) { vfixed_add(acc, e, scale, s); }
+    static MAPORL_INLINE void fixed_lanes(V e, double scale, int s, uint64_t * out) {
+        const vd sc = vd{} + scale, half = vd{} + 0.5;
+        const vh64 lo = vfixed_half(low_half(e) * sc + half, s), hi = vfixed_half(high_half(e) * sc + half, s);
+        __builtin_memcpy(out, &lo, sizeof lo);
+        __builtin_memcpy(out + W / 2, &hi, sizeof hi);
+    }
+    // top_p_hist_t's bin of every lane: 0 below lo, else 1 + min(nbins - 1, (int)((z - lo) * inv)).
+    static MAPORL_INLINE void bins(V z, float lo, float inv, int nbins, int32_t * out) {
+        const V t = (z - splat(lo)) * splat(inv), top = splat((double)(nbins - 1));
+        const vi b = __builtin_convertvector(t < top ? t : top, vi) + 1;
+        const vi r = z >= splat(lo) ? b : vi{};
+        __builtin_memcpy(out, &r, sizeof r);
+    }
     static MAPORL_INLINE uint64_t fixed_sum(const Fixed & f) {
         uint64_t t = 0;
         for (int l = 0; l < W / 2; ++l) t += f[l];

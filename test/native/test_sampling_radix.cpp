@@ -227,12 +227,13 @@ TEST(split_radix_selection_keeps_the_sorted_support) {
     CHECK(bad == 0, "%d of %d rows", bad, rows);
 }
 
-// Negative floats from -0 down to `lo`, every `stride`-th bit pattern (and the end points).
-std::vector<float> negative_sweep(float lo, uint32_t stride) {
+// Negative floats from hi (<= -0) down to lo, every `stride`-th bit pattern (and lo).
+std::vector<float> negative_sweep(float hi, float lo, uint32_t stride) {
     std::vector<float> xs;
-    uint32_t end;
+    uint32_t begin, end;
+    std::memcpy(&begin, &hi, 4);
     std::memcpy(&end, &lo, 4);
-    for (uint32_t b = 0x80000000u; b <= end; b += stride) {
+    for (uint32_t b = begin; b <= end; b += stride) {
         float x;
         std::memcpy(&x, &b, 4);
         xs.push_back(x);
@@ -243,14 +244,14 @@ std::vector<float> negative_sweep(float lo, uint32_t stride) {
 
 TEST(det_exp_is_exp_to_float_accuracy) {
     double worst = 0.0;
-    for (float x : negative_sweep(-87.0f, 331)) {  // ~3.3M arguments; results normal down to -87
+    for (float x : negative_sweep(-0.0f, -87.0f, 331)) {  // ~3.3M arguments; results normal down to -87
         const double want = std::exp((double)x);
         worst = std::max(worst, std::fabs((double)maporl::det_exp_nonpos(x) - want) / want);
     }
     std::printf("  max relative error over [-87, 0]: %.2e\n", worst);
     CHECK(worst < 3e-7, "relative error %.3g", worst);
     bool tail = true;  // below the smallest normal's log: 0; between -87 and there: within a few float ulps of 2^-126
-    for (float x : negative_sweep(-87.3365447f, 1))
+    for (float x : negative_sweep(-87.0f, -87.3365447f, 1))
         if (x < -87.0f) tail = tail && std::fabs((double)maporl::det_exp_nonpos(x) - std::exp((double)x)) < 1e-44;
     CHECK(tail, "[-87.34, -87]");
     CHECK(maporl::det_exp_nonpos(0.0f) == 1.0f && maporl::det_exp_nonpos(-0.0f) == 1.0f, "exp(0) = 1");
@@ -276,7 +277,7 @@ std::vector<Level> vector_levels() {
 TEST(every_simd_level_computes_det_exp_and_the_fixed_point_weights_to_the_bit) {
     const std::vector<Level> levels = vector_levels();
     std::printf("  vector levels here: %zu\n", levels.size());
-    const std::vector<float> xs = negative_sweep(-87.5f, 4093);  // ~270k arguments, the denormal results included
+    const std::vector<float> xs = negative_sweep(-0.0f, -87.5f, 4093);  // ~270k arguments, the denormal results included
     const float zero = 0.0f;
     for (const Level & L : levels) {
         int64_t exp_bad = 0, fixed_bad = 0;
@@ -427,6 +428,99 @@ TEST(cpu_support_is_the_kernels_support_at_rounding_boundaries_on_every_simd_lev
     }
     std::printf("  %d (row, p, min-p, level) cases\n", cases);
     CHECK(bad == 0, "%d of %d cases", bad, cases);
+}
+
+// Top-p without top-k finds its cut from a histogram of the row (sampling.cpp's top_p_cut), binning the cut's bin
+// again while it holds more than 4096 elements. Rows that stress that: near-uniform logits (one bin holds almost
+// the whole row), all-equal logits (ties only: index order), extreme temperatures and magnitudes, a wide row whose
+// cut falls far below the max (the nucleus's mass from the fixed-point sum), tiny min-p with it. Checked against
+// the sorted reference: the tokens on either side of the reference cut and random ones are in or out alike, and
+// sampled tokens lie in the support with log-probs from the reference's float64 sums.
+TEST(top_p_cut_without_top_k_on_wide_and_degenerate_rows) {
+    std::vector<const char *> levels = {"scalar"};
+    for (const Level & L : vector_levels()) levels.push_back(L.name);
+    std::mt19937 g(31);
+    struct Case {
+        const char * name;
+        int64_t V;
+        float T, p, min_p;
+        int kind;  // 0 normal(0, sd), 1 all equal, 2 +-3e38, 3 half-unit grid, 4 one 0 and the rest in [-21.5, -20.5]
+        float sd;
+    };
+    const Case cases[] = {
+        {"near-uniform", 20000, 1.0f, 0.9f, 0.0f, 0, 1e-3f},   {"near-uniform p 0.5", 20000, 0.7f, 0.5f, 0.0f, 0, 1e-4f},
+        {"all equal", 10000, 1.0f, 0.3f, 0.0f, 1, 0.0f},        {"huge magnitudes", 5000, 1.0f, 0.9f, 0.0f, 2, 0.0f},
+        {"T 1e-30, ties", 9000, 1e-30f, 0.9f, 0.0f, 3, 2.0f},   {"T 1e30", 9000, 1e30f, 0.6f, 0.0f, 0, 2.0f},
+        {"wide, cut far down", 30000, 1.0f, 0.9999999f, 0.0f, 0, 5.0f},
+        {"wide with tiny min-p", 30000, 1.0f, 0.9999999f, 6e-10f, 0, 5.0f},
+        {"vocabulary 151936", 151936, 0.7f, 0.9f, 0.0f, 0, 2.0f}, {"tiny p", 151936, 1.3f, 1e-6f, 0.0f, 0, 2.0f},
+        // One logit 21 above a bulk of 151,935: the bulk holds 1e-4 of the mass, all below the race's floor, and min-p
+        // cuts it in half (the support's mass then needs its own pass).
+        {"bulk below the floor, min-p", 151936, 1.0f, 0.9999999f, 7.6e-10f, 4, 0.0f},
+    };
+    int bad = 0, probes = 0;
+    for (const Case & c : cases) {
+        Row r;
+        r.z.resize((size_t)c.V);
+        std::normal_distribution<float> nd(0.0f, c.sd > 0 ? c.sd : 1.0f);
+        std::uniform_real_distribution<float> u(-1.0f, 1.0f);  // times 3e38 (a range of 6e38 would overflow the distribution)
+        for (auto & v : r.z)
+            v = c.kind == 0 ? nd(g) : c.kind == 1 ? 0.5f : c.kind == 2 ? u(g) * 3e38f : c.kind == 3 ? std::round(nd(g) * 2.0f) * 0.5f : -21.0f + 0.5f * u(g);
+        if (c.kind == 4) r.z[7] = 0.0f;
+        r.T = c.T;
+        r.k = 0;
+        r.p = c.p;
+        r.renorm = true;
+        std::vector<char> want = sorted_support(r);
+        float m = -INFINITY;
+        for (float v : r.z) m = std::max(m, v);
+        const float M = r.T == 1.0f ? m : m / r.T;
+        if (c.min_p > 0.0f)
+            for (int64_t i = 0; i < c.V; ++i) want[(size_t)i] &= (char)!(e_of(r, M, i) < c.min_p);
+        // Probes: the reference's last kept and first dropped in the sampler's order, and random tokens.
+        std::vector<int64_t> order((size_t)c.V);
+        std::iota(order.begin(), order.end(), 0);
+        std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return r.z[(size_t)a] != r.z[(size_t)b] ? r.z[(size_t)a] > r.z[(size_t)b] : a < b; });
+        size_t kept = 0;
+        while (kept < order.size() && want[(size_t)order[kept]]) ++kept;
+        std::vector<int32_t> probe;
+        for (int64_t d = -3; d <= 3; ++d)
+            if ((int64_t)kept + d >= 0 && (int64_t)kept + d < c.V) probe.push_back((int32_t)order[(size_t)(kept + d)]);
+        for (int j = 0; j < 25; ++j) probe.push_back((int32_t)(g() % c.V));
+        const int64_t B = (int64_t)probe.size();
+        std::vector<float> logits((size_t)(B * c.V)), lp((size_t)B);
+        for (int64_t b = 0; b < B; ++b) std::copy(r.z.begin(), r.z.end(), logits.begin() + b * c.V);
+        maporl_sample_params p = maporl_sample_default_params();
+        p.temperature_all = c.T;
+        p.top_p_all = c.p;
+        p.min_p_all = c.min_p;
+        // The reference log-normaliser: float64 sum of e over the support.
+        double S = 0.0;
+        for (int64_t i = 0; i < c.V; ++i)
+            if (want[(size_t)i]) S += (double)e_of(r, M, i);
+        for (const char * level : levels) {
+            maporl_set_simd(level);
+            int wrong = 0;
+            CHECK(maporl_sample_logprobs(MAPORL_DEVICE_CPU, logits.data(), B, c.V, &p, probe.data(), lp.data(), nullptr) == MAPORL_OK, "%s",
+                  maporl_last_error());
+            for (int64_t b = 0; b < B; ++b) wrong += (lp[(size_t)b] > -INFINITY) != (bool)want[(size_t)probe[(size_t)b]];
+            // Sampled tokens: in the support, log-probs as the reference's.
+            std::vector<int32_t> tok((size_t)B);
+            for (int64_t b = 0; b < B; ++b) p.seed_all = (uint64_t)b, maporl_sample(MAPORL_DEVICE_CPU, logits.data(), 1, c.V, &p, tok.data() + b, lp.data() + b, nullptr, nullptr);
+            p.seed_all = 0;
+            for (int64_t b = 0; b < B; ++b) {
+                const int32_t t = tok[(size_t)b];
+                const double x = r.T == 1.0f ? r.z[(size_t)t] : r.z[(size_t)t] / r.T;
+                const double ref = x - (double)M - std::log(S);
+                wrong += !(t >= 0 && want[(size_t)t] && std::fabs(lp[(size_t)b] - ref) <= 1e-5 + 1e-5 * std::fabs(ref));
+            }
+            probes += 2 * (int)B;
+            if (wrong && bad++ < 6) std::printf("  %s (%s): %d of %lld probes wrong (reference keeps %zu)\n", c.name, level, wrong, (long long)(2 * B), kept);
+        }
+        maporl_set_simd("best");
+    }
+    std::printf("  %d probes over %zu rows and every SIMD level\n", probes, sizeof(cases) / sizeof(cases[0]));
+    CHECK(bad == 0, "%d (row, level) pairs wrong", bad);
 }
 
 }  // namespace
