@@ -36,7 +36,8 @@ struct Passes {
     double (*sum_exp)(const float *, int64_t, float, float, float);
     float (*exp_one)(float, float);
     uint64_t (*fixed_mass)(const float *, int64_t, float, float, int);
-    void (*top_p_hist)(const float *, int64_t, float, float, float, float, int, int, uint64_t *, uint16_t *);
+    uint64_t (*top_p_hist)(const float *, int64_t, float, float, float, float, int, int, uint64_t *, int32_t *, uint16_t *,
+                           int64_t *);
     int64_t (*next)(const float *, int64_t, int64_t, float, float, bool);
     int64_t (*cands)(const float *, int64_t, float, int32_t *);
     int64_t (*gumbel)(const float *, const int32_t *, int64_t, float, uint64_t, int64_t);
@@ -64,9 +65,9 @@ RowMax scalar_max(const float * z, int64_t V, float t, bool wr, bool wt, bool wa
 double scalar_sum_exp(const float * z, int64_t V, float t, float M, float e) { return row_sum_exp_t<DetScalar>(z, V, t, M, e); }
 float scalar_exp_one(float x, float M) { return exp_one_t<DetScalar>(x, M); }
 uint64_t scalar_fixed_mass(const float * z, int64_t V, float t, float M, int s) { return row_fixed_mass_t<DetScalar>(z, V, t, M, s); }
-void scalar_top_p_hist(const float * z, int64_t V, float t, float M, float lo, float inv, int nbins, int s, uint64_t * hist,
-                       uint16_t * bins) {
-    top_p_hist_t<DetScalar>(z, V, t, M, lo, inv, nbins, s, hist, bins);
+uint64_t scalar_top_p_hist(const float * z, int64_t V, float t, float M, float lo, float inv, int nbins, int s, uint64_t * hist,
+                           int32_t * up_idx, uint16_t * up_bin, int64_t * n_up) {
+    return top_p_hist_t<DetScalar>(z, V, t, M, lo, inv, nbins, s, hist, up_idx, up_bin, n_up);
 }
 int64_t scalar_next(const float * z, int64_t f, int64_t V, float t, float thr, bool s) {
     return next_at_least_t<DetScalar>(z, f, V, t, thr, s);
@@ -136,52 +137,71 @@ std::vector<Cand> top_candidates(const Passes & P, const float * z, int64_t V, i
 }
 
 // Top-p without top-k: the nucleus's last element in the sampler's order, found without sorting the row. One pass
-// (top_p_hist) adds every element's fixed-point weight into a histogram over its logit (kCutBins bins over the
-// kCutSpan / temperature below the max, one bin for everything lower); from the top, the bin where the mass
-// reaches the target is the cut's; only that bin's elements are sorted and walked (binned again over their own
-// range first while there are more than kCutSort of them). Integer masses make this the walk over the whole sorted
-// row: the bins above hold mass < target, those below start at >= target. The nucleus is {z > cut.z} and the
-// elements with z == cut.z up to index cut.i; cut.kept is its mass.
+// (top_p_hist) sums the row's fixed-point weights and adds those of the elements at or above lo into a histogram
+// over their logit, kCutBins bins from lo to the max (vectors wholly below lo only add to the total; the mass
+// below lo is the total's rest). lo is chosen so that what lies below it weighs under (1 - p) / 2 of the max's
+// weight, V * exp(lo_x - M) <= (1 - p) / 2, so the cut lies above it (if not, the pass is redone from kCutSpan /
+// temperature below the max, then everything below is searched). From the top, the bin where the mass reaches
+// the target is the cut's; only its elements are sorted and walked (binned again over their own range while there
+// are more than kCutSort). Integer masses make this the walk over the whole sorted row: the bins above hold mass
+// < target, those below start at >= target. The nucleus is {z > cut.z} and the elements with z == cut.z up to
+// index cut.i; cut.kept is its mass.
 constexpr int kCutBins = 4096;
-constexpr float kCutSpan = 40.0f;
+constexpr double kCutSpan = 40.0;
 constexpr size_t kCutSort = 4096;
 struct Cut {
     float z;
     int32_t i;
     uint64_t kept;
 };
-// The scratch top_p_cut takes after the race's: the histogram and a bin per element.
-size_t cut_scratch_bytes(int64_t V) { return sizeof(uint64_t) * (kCutBins + 1) + sizeof(uint16_t) * (size_t)V; }
+// The scratch top_p_cut takes after the race's: the histogram, and the index and bin of each element above lo.
+size_t cut_scratch_bytes(int64_t V) { return sizeof(uint64_t) * (kCutBins + 1) + (sizeof(int32_t) + sizeof(uint16_t)) * (size_t)V; }
 
 Cut top_p_cut(const Passes & P, const float * z, int64_t V, float zmax, float T, float M, float top_p, void * scratch) {
     const int sbits = radix_scale_bits(V);
     const double scale = std::ldexp(1.0, sbits);
     auto weight = [&](int32_t i) { return radix_fixed(P.exp_one(T == 1.0f ? z[i] : z[i] / T, M), scale); };
     uint64_t * hist = static_cast<uint64_t *>(scratch);
-    uint16_t * bins = reinterpret_cast<uint16_t *>(hist + kCutBins + 1);
+    int32_t * up_idx = reinterpret_cast<int32_t *>(hist + kCutBins + 1);
+    uint16_t * up_bin = reinterpret_cast<uint16_t *>(up_idx + V);
     // Any lo and width give the same cut (the bins only have to rise with z); these keep the cut's bin small. The
     // clamps keep (z - lo) * inv finite or +Inf, never NaN, for any finite temperature.
-    const float span = std::min(std::max(kCutSpan * T, 1e-30f), 1e30f);
-    float lo = zmax - span;
-    if (!(lo > -INFINITY)) lo = -FLT_MAX;
-    std::fill(hist, hist + kCutBins + 1, 0);
-    P.top_p_hist(z, V, T, M, lo, (float)kCutBins / span, kCutBins, sbits, hist, bins);
-    uint64_t total = 0;
-    for (int b = 0; b <= kCutBins; ++b) total += hist[b];
-    const double target = (double)top_p * (double)total;  // > 0: the max weighs 2^sbits
-    // The first bin from the top whose mass reaches the target (the lowest bin at the latest: target <= total).
-    uint64_t above = 0;
+    const double tail = std::log((1.0 - (double)top_p) / (2.0 * (double)V));  // lo_x - M
+    uint64_t above = 0, total = 0;
+    double target = 0.0;
     int at = 0;
-    for (int b = kCutBins; b >= 0; --b) {
-        if ((double)(above + hist[b]) >= target) {
-            at = b;
-            break;
+    int64_t n_up = 0;
+    float lo = 0.0f;
+    for (double depth : {std::min(-tail, kCutSpan), kCutSpan}) {
+        const float span = (float)std::min(std::max(depth * (double)T, 1e-30), 1e30);
+        lo = zmax - span;
+        if (!(lo > -INFINITY)) lo = -FLT_MAX;
+        std::fill(hist, hist + kCutBins + 1, 0);
+        total = P.top_p_hist(z, V, T, M, lo, (float)kCutBins / span, kCutBins, sbits, hist, up_idx, up_bin, &n_up);
+        target = (double)top_p * (double)total;  // > 0: the max weighs 2^sbits
+        uint64_t binned = 0;
+        for (int b = 1; b <= kCutBins; ++b) binned += hist[b];
+        hist[0] = total - binned;
+        // The first bin from the top whose mass reaches the target (bin 0 at the latest: target <= total).
+        above = 0;
+        at = 0;
+        for (int b = kCutBins; b >= 0; --b) {
+            if ((double)(above + hist[b]) >= target) {
+                at = b;
+                break;
+            }
+            above += hist[b];
         }
-        above += hist[b];
+        if (at > 0 || depth >= kCutSpan) break;
     }
     std::vector<Cand> members;
-    for (int64_t i = 0; i < V; ++i)
-        if (bins[i] == at && z[i] > -INFINITY) members.push_back({z[i], (int32_t)i});
+    if (at > 0) {
+        for (int64_t j = 0; j < n_up; ++j)
+            if (up_bin[j] == at) members.push_back({z[up_idx[j]], up_idx[j]});
+    } else {
+        for (int64_t i = 0; i < V; ++i)
+            if (z[i] < lo && z[i] > -INFINITY) members.push_back({z[i], (int32_t)i});
+    }
     std::vector<uint64_t> sub;
     std::vector<uint16_t> sub_bin;
     while (members.size() > kCutSort) {  // binned again over the members' own range (in double: no overflow)

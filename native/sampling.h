@@ -40,8 +40,8 @@ maporl_status sample_cuda(const float * logits, int64_t B, int64_t V, const mapo
     double row_sum_exp_f32(const float * z, int64_t V, float temp, float M, float min_e);                    \
     float exp_one_f32(float x, float M);                                                                    \
     uint64_t row_fixed_mass_f32(const float * z, int64_t V, float temp, float M, int s);                     \
-    void top_p_hist_f32(const float * z, int64_t V, float temp, float M, float lo, float inv, int nbins, int s,  \
-                        uint64_t * hist, uint16_t * bins);                                                   \
+    uint64_t top_p_hist_f32(const float * z, int64_t V, float temp, float M, float lo, float inv, int nbins,     \
+                            int s, uint64_t * hist, int32_t * up_idx, uint16_t * up_bin, int64_t * n_up);   \
     int64_t next_at_least_f32(const float * z, int64_t from, int64_t V, float temp, float thr, bool strict); \
     int64_t cand_scan_f32(const float * z, int64_t V, float z0, int32_t * idx);                              \
     int64_t gumbel_cands_f32(const float * z, const int32_t * idx, int64_t n, float temp, uint64_t seed,      \

@@ -203,27 +203,38 @@ uint64_t row_fixed_mass_t(const float * z, int64_t V, float temp, float M, int s
     return Ops::fixed_sum(acc);
 }
 
-// Top-p without top-k, one pass (sampling.cpp's top_p_cut): each element's fixed-point weight (row_fixed_mass_t's)
-// added into hist[bin], bin = 0 below lo (and -Inf), else 1 + min(nbins - 1, (int)((z - lo) * inv)): non-decreasing
-// in z, so the bins cut the sampler's order into runs. bins[i] keeps element i's bin.
+// Top-p without top-k, one pass (sampling.cpp's top_p_cut): the row's total fixed-point weight (row_fixed_mass_t's
+// sum, returned), and for the elements at or above lo their weights added into hist[bin], bin = 1 + min(nbins - 1,
+// (int)((z - lo) * inv)) (non-decreasing in z, so the bins cut the sampler's order into runs), and their indices
+// and bins listed in up_idx / up_bin (*n_up of them, ascending; both need room for V entries). A vector with no
+// element at or above lo adds to the total only; hist[0] is left to the caller.
 template <class Ops>
-void top_p_hist_t(const float * z, int64_t V, float temp, float M, float lo, float inv, int nbins, int s, uint64_t * hist,
-                  uint16_t * bins) {
+uint64_t top_p_hist_t(const float * z, int64_t V, float temp, float M, float lo, float inv, int nbins, int s, uint64_t * hist,
+                      int32_t * up_idx, uint16_t * up_bin, int64_t * n_up) {
     constexpr int W = Ops::W;
     const double scale = ldexp(1.0, s);
-    const typename Ops::V mv = Ops::splat((double)M);
+    const typename Ops::V mv = Ops::splat((double)M), lov = Ops::splat((double)lo);
+    typename Ops::Fixed acc{};
     uint64_t w[W];
     int32_t b[W];
+    int64_t n = 0;
     for (int64_t i = 0; i < V; i += W) {
         const typename Ops::V zv = load_padded<Ops>(z, i, V);
-        Ops::fixed_lanes(Ops::exp_nonpos(scaled<Ops>(zv, temp) - mv), scale, s, w);
+        const typename Ops::V e = Ops::exp_nonpos(scaled<Ops>(zv, temp) - mv);
+        Ops::fixed_add(acc, e, scale, s);
+        if (!Ops::any(zv >= lov)) continue;
+        Ops::fixed_lanes(e, scale, s, w);
         Ops::bins(zv, lo, inv, nbins, b);
-        const int n = V - i < W ? (int)(V - i) : W;
-        for (int l = 0; l < n; ++l) {
+        const int m = V - i < W ? (int)(V - i) : W;
+        for (int l = 0; l < m; ++l) {  // branch-free: bin 0 (below lo) collects weights the caller replaces
             hist[b[l]] += w[l];
-            bins[i + l] = (uint16_t)b[l];
+            up_idx[n] = (int32_t)(i + l);
+            up_bin[n] = (uint16_t)b[l];
+            n += b[l] != 0;
         }
     }
+    *n_up = n;
+    return Ops::fixed_sum(acc);
 }
 
 // exp(x - M) of one element, through the same code as row_sum_exp_t (so the two agree to the bit).
