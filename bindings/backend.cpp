@@ -1,7 +1,13 @@
-// backend.cpp: N-API glue for build info, threads, devices and the copy-bandwidth probe.
+// backend.cpp: N-API glue for build info, threads, devices, the copy-bandwidth probe and the huge-page advice for
+// large outputs (lib/alloc.ts).
 #include <napi.h>
 
+#include <cstdint>
 #include <string>
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 #include "args.h"
 
@@ -73,6 +79,23 @@ Napi::Value JsCopyBandwidth(const Napi::CallbackInfo & info) {
     return Napi::Number::New(info.Env(), rate);
 }
 
+// adviseHugePages(typedArray) -> whether the kernel took the advice: MADV_HUGEPAGE on the 2 MiB-aligned pages
+// inside the array, so that its first writes fault in 2 MiB pages where transparent huge pages are enabled
+// ('madvise' or 'always'). Only ever given fresh outputs of at least 32 MiB, which glibc maps on their own (its
+// mmap threshold tops out at 32 MiB), so no other allocation shares the advised pages. false elsewhere.
+Napi::Value JsAdviseHugePages(const Napi::CallbackInfo & info) {
+    if (info.Length() < 1 || !info[0].IsTypedArray())
+        throw Napi::TypeError::New(info.Env(), "adviseHugePages: array: expected a typed array");
+    Napi::TypedArray a = info[0].As<Napi::TypedArray>();
+    bool ok = false;
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    const uintptr_t huge = (uintptr_t)2 << 20, p = (uintptr_t)DataOf(a);
+    const uintptr_t begin = (p + huge - 1) & ~(huge - 1), end = (p + a.ByteLength()) & ~(huge - 1);
+    ok = p != 0 && end > begin && madvise((void *)begin, end - begin, MADV_HUGEPAGE) == 0;
+#endif
+    return Napi::Boolean::New(info.Env(), ok);
+}
+
 Napi::Value JsSetErrorClass(const Napi::CallbackInfo & info) {
     if (info.Length() < 1 || !info[0].IsFunction())
         throw Napi::TypeError::New(info.Env(), "setErrorClass: expected a constructor");
@@ -89,6 +112,7 @@ void InitBackend(Napi::Env env, Napi::Object exports) {
     exports.Set("setSimd", Napi::Function::New(env, JsSetSimd, "setSimd"));
     exports.Set("setMatmulPrecision", Napi::Function::New(env, JsSetMatmulPrecision, "setMatmulPrecision"));
     exports.Set("measureCopyBandwidth", Napi::Function::New(env, JsCopyBandwidth, "measureCopyBandwidth"));
+    exports.Set("adviseHugePages", Napi::Function::New(env, JsAdviseHugePages, "adviseHugePages"));
     exports.Set("setErrorClass", Napi::Function::New(env, JsSetErrorClass, "setErrorClass"));
 }
 

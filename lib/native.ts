@@ -84,6 +84,7 @@ export interface NativeBinding {
     setSimd(level: string): string;
     setMatmulPrecision(precision: "highest" | "high"): void;
     measureCopyBandwidth(bytes: number, reps: number): number;
+    adviseHugePages(array: ArrayBufferView): boolean;
     setErrorClass(ctor: typeof MaporlError): void;
     gae(rewards: Float32Array, values: Float32Array, mask: MaskArray, B: number, T: number, gamma: number,
         lambda: number, whiten: boolean, device: 0 | 1, advantages: Float32Array, returns: Float32Array): void;
