@@ -3,15 +3,14 @@
 //   1. one pass over the row: max, first argmax, NaN / +Inf check (then the row stays in cache);
 //   2. raw log-sum-exp (for rawLogprobs) and, when needed, the sum of exp(x - M) at the temperature;
 //   3. the support: top-k by a threshold scan (a candidate buffer of 2k + 64, compacted with nth_element: the
-//      k-th best logit only rises, so most of the row is rejected by one vector compare), the top-p prefix of
-//      the sorted candidates (without top-k: a 1024-candidate window, or every finite element if the window
-//      holds less than p of the mass: exact either way), and the min-p predicate exp(x - M) >= min_p. The support
-//      decisions use det_exp_nonpos's arithmetic at every SIMD level and top-p's masses are sampling_radix.h's
-//      fixed-point integers, as in CUDA: the support, and so the token, is the same on every level and device;
+//      k-th best logit only rises, so most of the row is rejected by one vector compare), then top-p as the prefix
+//      of the sorted candidates; top-p alone by a histogram cut (top_p_cut: one pass, then only the cut's bin
+//      sorted); the min-p predicate exp(x - M) >= min_p. The support decisions use det_exp_nonpos's arithmetic at
+//      every SIMD level and top-p's masses are sampling_radix.h's fixed-point integers, as in CUDA: the support,
+//      and so the token, is the same on every level and device;
 //   4. Gumbel-max over the support with counter-based noise (philox.h), ties to the lower index. Elements with
 //      x < M - 20.5 cannot win whatever their noise and get none.
-// No full sort except that top-p fallback. Rows run in parallel; each row's result depends only on the row
-// and its parameters.
+// No full sort of a row. Rows run in parallel; each row's result depends only on the row and its parameters.
 #include "sampling.h"
 
 #include <algorithm>
@@ -98,11 +97,13 @@ int64_t scalar_race(const float * z, int64_t V, float temp, float floor_x, int64
 Passes passes() {
     switch (active_isa()) {
     case Isa::Avx512:
-        return {avx512::row_max_f32, avx512::row_sum_exp_f32, avx512::exp_one_f32, avx512::row_fixed_mass_f32,
-                avx512::top_p_hist_f32, avx512::next_at_least_f32, avx512::cand_scan_f32, avx512::gumbel_cands_f32, avx512::gumbel_row_f32};
+        return {avx512::row_max_f32,     avx512::row_sum_exp_f32,   avx512::exp_one_f32,   avx512::row_fixed_mass_f32,
+                avx512::top_p_hist_f32,  avx512::next_at_least_f32, avx512::cand_scan_f32, avx512::gumbel_cands_f32,
+                avx512::gumbel_row_f32};
     case Isa::Avx2:
-        return {avx2::row_max_f32, avx2::row_sum_exp_f32, avx2::exp_one_f32, avx2::row_fixed_mass_f32,
-                avx2::top_p_hist_f32, avx2::next_at_least_f32, avx2::cand_scan_f32, avx2::gumbel_cands_f32, avx2::gumbel_row_f32};
+        return {avx2::row_max_f32,    avx2::row_sum_exp_f32,   avx2::exp_one_f32,   avx2::row_fixed_mass_f32,
+                avx2::top_p_hist_f32, avx2::next_at_least_f32, avx2::cand_scan_f32, avx2::gumbel_cands_f32,
+                avx2::gumbel_row_f32};
     default:
         return {scalar_max, scalar_sum_exp, scalar_exp_one, scalar_fixed_mass, scalar_top_p_hist, scalar_next, scalar_cands,
                 scalar_gumbel, scalar_race};

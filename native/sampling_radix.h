@@ -1,7 +1,7 @@
 // sampling_radix.h: the top-k / top-p thresholds of the sampler found by radix selection over the order-preserving
 // 32-bit keys of the logits, four rounds of eight bits, from histograms that can be summed in any order. CUDA's
 // vocabulary split for filtered rows (cuda/sampling_split.cu) builds the histograms across blocks and decides with
-// these functions; test_sampling runs the same decisions on the CPU against a sort.
+// these functions; test_sampling_radix runs the same decisions on the CPU against a sort.
 //
 // The thresholds are the CPU sampler's (native/sampling.cpp, which walks the sorted candidates):
 //   top-k: tk = the k-th largest finite key (with multiplicity); gt = how many keys are above it;
