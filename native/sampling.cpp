@@ -14,7 +14,6 @@
 #include "sampling.h"
 
 #include <algorithm>
-#include <cfloat>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -24,25 +23,12 @@
 #include "isa.h"
 #include "philox.h"
 #include "sampling_radix.h"
+#include "sampling_passes.h"
 #include "scratch.h"
 #include "threadpool.h"
 
 namespace maporl {
 namespace {
-
-struct Passes {
-    RowMax (*max)(const float *, int64_t, float, bool, bool, bool);
-    double (*sum_exp)(const float *, int64_t, float, float, float);
-    float (*exp_one)(float, float);
-    uint64_t (*fixed_mass)(const float *, int64_t, float, float, int);
-    uint64_t (*top_p_hist)(const float *, int64_t, float, float, float, float, int, int, uint64_t *, int32_t *, uint16_t *,
-                           int64_t *);
-    int64_t (*next)(const float *, int64_t, int64_t, float, float, bool);
-    int64_t (*cands)(const float *, int64_t, float, int32_t *);
-    int64_t (*gumbel)(const float *, const int32_t *, int64_t, float, uint64_t, int64_t);
-    // The race over a whole row (no filter): the gumbel winner over the candidates x >= floor_x.
-    int64_t (*race)(const float *, int64_t, float, float, int64_t, uint64_t, int64_t, int32_t *);
-};
 
 // The scalar row passes: ScalarLoad with det_exp_nonpos for exp (the vector levels' arithmetic, lane by lane,
 // and CUDA's) and radix_fixed for the fixed-point weights.
@@ -110,12 +96,6 @@ Passes passes() {
     }
 }
 
-struct Cand {
-    float z;
-    int32_t i;
-};
-inline bool better(const Cand & a, const Cand & b) { return a.z > b.z || (a.z == b.z && a.i < b.i); }
-
 // The k best finite logits by (z desc, index asc), best first.
 std::vector<Cand> top_candidates(const Passes & P, const float * z, int64_t V, int64_t k) {
     std::vector<Cand> buf;
@@ -135,111 +115,6 @@ std::vector<Cand> top_candidates(const Passes & P, const float * z, int64_t V, i
     std::sort(buf.begin(), buf.end(), better);
     if ((int64_t)buf.size() > k) buf.resize((size_t)k);
     return buf;
-}
-
-// Top-p without top-k: the nucleus's last element in the sampler's order, found without sorting the row. One pass
-// (top_p_hist) sums the row's fixed-point weights and adds those of the elements at or above lo into a histogram
-// over their logit, kCutBins bins from lo to the max (vectors wholly below lo only add to the total; the mass
-// below lo is the total's rest). lo is chosen so that what lies below it weighs under (1 - p) / 2 of the max's
-// weight, V * exp(lo_x - M) <= (1 - p) / 2, so the cut lies above it (if not, the pass is redone from kCutSpan /
-// temperature below the max, then everything below is searched). From the top, the bin where the mass reaches
-// the target is the cut's; only its elements are sorted and walked (binned again over their own range while there
-// are more than kCutSort). Integer masses make this the walk over the whole sorted row: the bins above hold mass
-// < target, those below start at >= target. The nucleus is {z > cut.z} and the elements with z == cut.z up to
-// index cut.i; cut.kept is its mass.
-constexpr int kCutBins = 4096;
-constexpr double kCutSpan = 40.0;
-constexpr size_t kCutSort = 4096;
-struct Cut {
-    float z;
-    int32_t i;
-    uint64_t kept;
-};
-// The scratch top_p_cut takes after the race's: the histogram, and the index and bin of each element above lo.
-size_t cut_scratch_bytes(int64_t V) { return sizeof(uint64_t) * (kCutBins + 1) + (sizeof(int32_t) + sizeof(uint16_t)) * (size_t)V; }
-
-Cut top_p_cut(const Passes & P, const float * z, int64_t V, float zmax, float T, float M, float top_p, void * scratch) {
-    const int sbits = radix_scale_bits(V);
-    const double scale = std::ldexp(1.0, sbits);
-    auto weight = [&](int32_t i) { return radix_fixed(P.exp_one(T == 1.0f ? z[i] : z[i] / T, M), scale); };
-    uint64_t * hist = static_cast<uint64_t *>(scratch);
-    int32_t * up_idx = reinterpret_cast<int32_t *>(hist + kCutBins + 1);
-    uint16_t * up_bin = reinterpret_cast<uint16_t *>(up_idx + V);
-    // Any lo and width give the same cut (the bins only have to rise with z); these keep the cut's bin small. The
-    // clamps keep (z - lo) * inv finite or +Inf, never NaN, for any finite temperature.
-    const double tail = std::log((1.0 - (double)top_p) / (2.0 * (double)V));  // lo_x - M
-    uint64_t above = 0, total = 0;
-    double target = 0.0;
-    int at = 0;
-    int64_t n_up = 0;
-    float lo = 0.0f;
-    for (double depth : {std::min(-tail, kCutSpan), kCutSpan}) {
-        const float span = (float)std::min(std::max(depth * (double)T, 1e-30), 1e30);
-        lo = zmax - span;
-        if (!(lo > -INFINITY)) lo = -FLT_MAX;
-        std::fill(hist, hist + kCutBins + 1, 0);
-        total = P.top_p_hist(z, V, T, M, lo, (float)kCutBins / span, kCutBins, sbits, hist, up_idx, up_bin, &n_up);
-        target = (double)top_p * (double)total;  // > 0: the max weighs 2^sbits
-        uint64_t binned = 0;
-        for (int b = 1; b <= kCutBins; ++b) binned += hist[b];
-        hist[0] = total - binned;
-        // The first bin from the top whose mass reaches the target (bin 0 at the latest: target <= total).
-        above = 0;
-        at = 0;
-        for (int b = kCutBins; b >= 0; --b) {
-            if ((double)(above + hist[b]) >= target) {
-                at = b;
-                break;
-            }
-            above += hist[b];
-        }
-        if (at > 0 || depth >= kCutSpan) break;
-    }
-    std::vector<Cand> members;
-    if (at > 0) {
-        for (int64_t j = 0; j < n_up; ++j)
-            if (up_bin[j] == at) members.push_back({z[up_idx[j]], up_idx[j]});
-    } else {
-        for (int64_t i = 0; i < V; ++i)
-            if (z[i] < lo && z[i] > -INFINITY) members.push_back({z[i], (int32_t)i});
-    }
-    std::vector<uint64_t> sub;
-    std::vector<uint16_t> sub_bin;
-    while (members.size() > kCutSort) {  // binned again over the members' own range (in double: no overflow)
-        float mlo = INFINITY, mhi = -INFINITY;
-        for (const Cand & c : members) mlo = std::min(mlo, c.z), mhi = std::max(mhi, c.z);
-        if (mlo == mhi) break;  // one logit: index order is the sampler's order
-        const double inv = (double)(kCutBins - 1) / ((double)mhi - (double)mlo);
-        sub.assign(kCutBins, 0);
-        sub_bin.resize(members.size());
-        std::vector<uint64_t> w(members.size());
-        for (size_t j = 0; j < members.size(); ++j) {
-            sub_bin[j] = (uint16_t)std::min<double>(kCutBins - 1, ((double)members[j].z - mlo) * inv);
-            w[j] = weight(members[j].i);
-            sub[sub_bin[j]] += w[j];
-        }
-        int sat = 0;  // mhi's bin is the top one and mlo's bin 0: the members shrink every round
-        for (int b = kCutBins - 1; b >= 0; --b) {
-            if ((double)(above + sub[b]) >= target) {
-                sat = b;
-                break;
-            }
-            above += sub[b];
-        }
-        size_t n = 0;
-        for (size_t j = 0; j < members.size(); ++j)
-            if (sub_bin[j] == sat) members[n++] = members[j];
-        members.resize(n);
-    }
-    std::sort(members.begin(), members.end(), better);
-    Cut c{members.front().z, members.front().i, above};  // the first member is kept: (double)above < target
-    for (const Cand & m : members) {
-        if (!((double)c.kept < target)) break;
-        c.kept += weight(m.i);
-        c.z = m.z;
-        c.i = m.i;
-    }
-    return c;
 }
 
 struct RowOut {
