@@ -203,7 +203,7 @@ uint64_t row_fixed_mass_t(const float * z, int64_t V, float temp, float M, int s
     return Ops::fixed_sum(acc);
 }
 
-// Top-p without top-k, one pass (sampling.cpp's top_p_cut): the row's total fixed-point weight (row_fixed_mass_t's
+// Top-p without top-k, one pass (sampling_top_p.cpp's top_p_cut): the row's total fixed-point weight (row_fixed_mass_t's
 // sum, returned), and for the elements at or above lo their weights added into hist[bin], bin = 1 + min(nbins - 1,
 // (int)((z - lo) * inv)) (non-decreasing in z, so the bins cut the sampler's order into runs), and their indices
 // and bins listed in up_idx / up_bin (*n_up of them, ascending; both need room for V entries). A vector with no
