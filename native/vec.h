@@ -120,10 +120,16 @@ MAPORL_INLINE vf vexp_nonpos(vf x) {
     y = vfma(y, r, splat(1.6666665459e-1f));
     y = vfma(y, r, splat(5.0000001201e-1f));
     y = vfma(y, r * r, r) + 1.0f;
+#if defined(__AVX512F__) && MAPORL_VEC_W == 16
+    // y * 2^n in one instruction (vscalefps), the same float as the multiply below (n is an integer in [-126, 0]:
+    // both are y times an exact power of two, rounded once).
+    const vf out = (vf)_mm512_scalef_ps((__m512)y, (__m512)n);
+#else
     const vi e = (__builtin_convertvector(n, vi) + 127) << 23;
     vf scale;
     __builtin_memcpy(&scale, &e, sizeof scale);
     const vf out = y * scale;
+#endif
     return x < -87.3365447f ? splat(0.0f) : out;
 }
 // Sampling_radix.h's radix_fixed on every lane, added into acc (half-width lanes): floor(e * 2^s + 0.5) for
