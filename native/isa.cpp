@@ -19,8 +19,12 @@ namespace {
 Isa detect() {
 #if MAPORL_X86_KERNELS
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f")) return Isa::Avx512;
-    if (__builtin_cpu_supports("avx2")) return Isa::Avx2;
+    // Every extension the per-ISA units are built with (CMakeLists.txt, binding.gyp): the compiler may use any of
+    // them anywhere in those units (vec.h's vfixed_add needs AVX-512DQ), and Xeon Phi has AVX-512F without DQ/BW/VL.
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl"))
+        return Isa::Avx512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::Avx2;
 #endif
     return Isa::Scalar;
 }
