@@ -6,7 +6,7 @@
 // The algorithm is vec.h's vexp_nonpos (Cephes' single-precision reduction and polynomial, relative error
 // ~2e-7) written one lane at a time: every step is one correctly rounded IEEE operation (fused multiply-add where
 // the vector code uses an FMA instruction; the CPU build has -ffp-contract=off, CUDA uses the __f*_rn
-// intrinsics), so each lane of vexp_nonpos equals det_exp_nonpos of that lane (test_sampling_radix checks every
+// intrinsics), so each lane of vexp_nonpos equals det_exp_nonpos of that lane (test_sampling_support checks every
 // SIMD level against it).
 #pragma once
 

@@ -135,7 +135,7 @@ MAPORL_INLINE vf vexp_nonpos(vf x) {
 // Sampling_radix.h's radix_fixed on every lane, added into acc (half-width lanes): floor(e * 2^s + 0.5) for
 // finite e in [0, 2) and s <= 62, in double as radix_fixed computes it (e * 2^s and the + 0.5 are exact below
 // 2^52; above, e * 2^s is an even integer the sum rounds back to), then truncated to an integer: AVX-512DQ's
-// vcvttpd2uqq; on AVX2, floor and the 2^52 trick (exact below 2^52, so s <= 51, V >= 2048; smaller rows, whose
+// vcvttpd2uqq; on AVX2, floor and the 2^52 trick (exact below 2^52, so s <= 51, V > 1024; smaller rows, whose
 // weights reach 2^52, go lane by lane).
 typedef uint64_t vh64 __attribute__((vector_size(8 * W / 2)));
 MAPORL_INLINE vh64 vfixed_half(vd x, int s) {

@@ -15,7 +15,8 @@ struct VecOps {
     static MAPORL_INLINE V splat(double x) { return maporl::MAPORL_ISA::splat((float)x); }
     static MAPORL_INLINE V exp(V x) { return vexp(x); }
     static MAPORL_INLINE V exp_nonpos(V x) { return vexp_nonpos(x); }
-    // Fixed-point weights (vfixed) added to per-lane sums, and their total: the sampler's top-p masses.
+    // Fixed-point weights (vec.h's vfixed_half) added to per-lane sums or stored per lane, the bins of top-p's cut,
+    // and the sums' total: the sampler's top-p masses.
     typedef vh64 Fixed;
     static MAPORL_INLINE void fixed_add(Fixed & acc, V e, double scale, int s) { vfixed_add(acc, e, scale, s); }
     static MAPORL_INLINE void fixed_lanes(V e, double scale, int s, uint64_t * out) {
