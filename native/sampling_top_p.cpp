@@ -75,11 +75,9 @@ Cut top_p_cut(const Passes & P, const float * z, int64_t V, float zmax, float T,
         const double inv = (double)(kCutBins - 1) / ((double)mhi - (double)mlo);
         sub.assign(kCutBins, 0);
         sub_bin.resize(members.size());
-        std::vector<uint64_t> w(members.size());
         for (size_t j = 0; j < members.size(); ++j) {
             sub_bin[j] = (uint16_t)std::min<double>(kCutBins - 1, ((double)members[j].z - mlo) * inv);
-            w[j] = weight(members[j].i);
-            sub[sub_bin[j]] += w[j];
+            sub[sub_bin[j]] += weight(members[j].i);
         }
         int sat = 0;  // mhi's bin is the top one and mlo's bin 0: the members shrink every round
         for (int b = kCutBins - 1; b >= 0; --b) {
