@@ -159,7 +159,7 @@ RowOut sample_one(const Passes & P, const float * z, int64_t V, const SampleRow 
             // as CUDA's radix selection over any number of slices, at every SIMD level.
             const int sbits = radix_scale_bits(V);
             const double scale = std::ldexp(1.0, sbits);
-            auto weight = [&](int32_t i) { return radix_fixed(P.exp_one(x_of(i), M), scale); };
+            auto weight = [&](int32_t i) { return fixed_weight(P, z, i, T, M, scale); };
             uint64_t total = 0;
             if (r.order == MAPORL_FILTER_TOP_K_FIRST)
                 for (const Cand & c : cand) total += weight(c.i);
@@ -203,7 +203,7 @@ RowOut sample_one(const Passes & P, const float * z, int64_t V, const SampleRow 
         if (z0 == cut.z || covered) {
             S = s_cands;
         } else if (!has_min) {
-            S = (double)cut.kept / std::ldexp(1.0, radix_scale_bits(V));
+            S = (double)cut.kept / radix_scale(V);
         } else {
             for (int64_t i = 0; i < V; ++i) {
                 if (!(z[i] >= cut.z) || !in_nucleus(i)) continue;

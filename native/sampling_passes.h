@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "sampling_radix.h"
 #include "sampling_row.h"
 
 namespace maporl {
@@ -30,6 +31,12 @@ struct Cand {
     int32_t i;
 };
 inline bool better(const Cand & a, const Cand & b) { return a.z > b.z || (a.z == b.z && a.i < b.i); }
+
+// Token i's top-p weight: sampling_radix.h's fixed point of exp(z_i / T - M) (scale = radix_scale(V)), the same
+// integer as the vector passes' and CUDA's.
+inline uint64_t fixed_weight(const Passes & P, const float * z, int64_t i, float T, float M, double scale) {
+    return radix_fixed(P.exp_one(T == 1.0f ? z[i] : z[i] / T, M), scale);
+}
 
 // Top-p without top-k: the nucleus's last element in the sampler's order, found without sorting the row. One pass
 // (top_p_hist) sums the row's fixed-point weights and adds those of the elements at or above lo into a histogram

@@ -43,7 +43,7 @@ MAPORL_HD int radix_digit(uint32_t key, int round) { return (int)((key >> radix_
 // rounded to nearest (half up), so that V weights sum below 2^62. At V = 151,936 one unit is 2^-44 (the mass of a
 // whole row is off the float64 sum by at most V / 2 units, ~4e-9). e * 2^s is exact in double and so is adding
 // 0.5 below 2^52 (above, e * 2^s is an even integer and the sum rounds back to it): radix_fixed is exactly
-// floor(e * 2^s + 0.5), which vec.h's vfixed computes from the bits on SIMD lanes.
+// floor(e * 2^s + 0.5), which vec.h's vfixed_half computes the same way on SIMD lanes.
 MAPORL_HD int radix_scale_bits(int64_t V) {
     int bits = 0;
     while (bits < 62 && ((int64_t)1 << bits) < V) ++bits;

@@ -214,19 +214,23 @@ uint64_t top_p_hist_t(const float * z, int64_t V, float temp, float M, float lo,
     constexpr int W = Ops::W;
     const double scale = ldexp(1.0, s);
     const typename Ops::V mv = Ops::splat((double)M), lov = Ops::splat((double)lo);
-    typename Ops::Fixed acc{};
+    typename Ops::Fixed acc{};  // the weights of the vectors wholly below lo
+    uint64_t listed = 0;        // and of the others, added lane by lane
     uint64_t w[W];
     int32_t b[W];
     int64_t n = 0;
     for (int64_t i = 0; i < V; i += W) {
         const typename Ops::V zv = load_padded<Ops>(z, i, V);
         const typename Ops::V e = Ops::exp_nonpos(scaled<Ops>(zv, temp) - mv);
-        Ops::fixed_add(acc, e, scale, s);
-        if (!Ops::any(zv >= lov)) continue;
+        if (!Ops::any(zv >= lov)) {
+            Ops::fixed_add(acc, e, scale, s);
+            continue;
+        }
         Ops::fixed_lanes(e, scale, s, w);
         Ops::bins(zv, lo, inv, nbins, b);
-        const int m = V - i < W ? (int)(V - i) : W;
+        const int m = V - i < W ? (int)(V - i) : W;  // (padded lanes are -Inf: weight 0)
         for (int l = 0; l < m; ++l) {  // branch-free: bin 0 (below lo) collects weights the caller replaces
+            listed += w[l];
             hist[b[l]] += w[l];
             up_idx[n] = (int32_t)(i + l);
             up_bin[n] = (uint16_t)b[l];
@@ -234,7 +238,7 @@ uint64_t top_p_hist_t(const float * z, int64_t V, float temp, float M, float lo,
         }
     }
     *n_up = n;
-    return Ops::fixed_sum(acc);
+    return Ops::fixed_sum(acc) + listed;
 }
 
 // exp(x - M) of one element, through the same code as row_sum_exp_t (so the two agree to the bit).

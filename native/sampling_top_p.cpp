@@ -24,7 +24,7 @@ size_t cut_scratch_bytes(int64_t V) {
 Cut top_p_cut(const Passes & P, const float * z, int64_t V, float zmax, float T, float M, float top_p, void * scratch) {
     const int sbits = radix_scale_bits(V);
     const double scale = std::ldexp(1.0, sbits);
-    auto weight = [&](int32_t i) { return radix_fixed(P.exp_one(T == 1.0f ? z[i] : z[i] / T, M), scale); };
+    auto weight = [&](int32_t i) { return fixed_weight(P, z, i, T, M, scale); };
     uint64_t * hist = static_cast<uint64_t *>(scratch);
     int32_t * up_idx = reinterpret_cast<int32_t *>(hist + kCutBins + 1);
     uint16_t * up_bin = reinterpret_cast<uint16_t *>(up_idx + V);

@@ -158,9 +158,16 @@ MAPORL_INLINE vh64 vfixed_half(vd x, int s) {
     return r;
 #endif
 }
-MAPORL_INLINE void vfixed_add(vh64 & acc, vf e, double scale, int s) {
+// The weights of the low and high lanes of e.
+MAPORL_INLINE void vfixed_halves(vf e, double scale, int s, vh64 & lo, vh64 & hi) {
     const vd sc = vd{} + scale, half = vd{} + 0.5;
-    acc += vfixed_half(low_half(e) * sc + half, s) + vfixed_half(high_half(e) * sc + half, s);
+    lo = vfixed_half(low_half(e) * sc + half, s);
+    hi = vfixed_half(high_half(e) * sc + half, s);
+}
+MAPORL_INLINE void vfixed_add(vh64 & acc, vf e, double scale, int s) {
+    vh64 lo, hi;
+    vfixed_halves(e, scale, s, lo, hi);
+    acc += lo + hi;
 }
 // exp on every lane (relative error ~2e-7): vexp_nonpos's kernel on the input clamped to [-87.33, 88.38],
 // then 0 below and +Inf above that range; NaN stays NaN.

@@ -20,8 +20,8 @@ struct VecOps {
     typedef vh64 Fixed;
     static MAPORL_INLINE void fixed_add(Fixed & acc, V e, double scale, int s) { vfixed_add(acc, e, scale, s); }
     static MAPORL_INLINE void fixed_lanes(V e, double scale, int s, uint64_t * out) {
-        const vd sc = vd{} + scale, half = vd{} + 0.5;
-        const vh64 lo = vfixed_half(low_half(e) * sc + half, s), hi = vfixed_half(high_half(e) * sc + half, s);
+        vh64 lo, hi;
+        vfixed_halves(e, scale, s, lo, hi);
         __builtin_memcpy(out, &lo, sizeof lo);
         __builtin_memcpy(out + W / 2, &hi, sizeof hi);
     }
