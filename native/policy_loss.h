@@ -58,10 +58,15 @@ struct ScalarLoad : ScalarOps<F> {
     static bool any(bool k) { return k; }
     static double lane(V v, int) { return (double)v; }
     static unsigned bits(bool k) { return k ? 1u : 0u; }
+    static unsigned ge_bits(V a, V b) { return a >= b ? 1u : 0u; }
     static void compress_bits(unsigned m, int64_t base, int32_t * out) {
         if (m) *out = (int32_t)base;
     }
     static V exp_nonpos(V x) { return ScalarOps<F>::exp(x); }
+    // vec.h's vexp2_sum: 2^t for a softmax sum's term, t clamped below at -125 (NaN too).
+    static V exp2_sum(V t) { return (V)::exp2(t > V(-125) ? (double)t : -125.0); }
+    // vec_ops.h's quotient: z / t as IEEE division rounds it.
+    static V quotient(V z, V t, V) { return z / t; }
     static V max(V a, V b) { return a > b ? a : b; }
 };
 

@@ -48,6 +48,7 @@ RowMax scalar_max(const float * z, int64_t V, float t, bool wr, bool wt, bool wa
     return row_max_t<DetScalar>(z, V, t, wr, wt, wa);
 }
 double scalar_sum_exp(const float * z, int64_t V, float t, float M, float e) { return row_sum_exp_t<DetScalar>(z, V, t, M, e); }
+double scalar_sum_x(const float * z, int64_t V, float t, float M) { return row_sum_x_t<DetScalar>(z, V, t, M); }
 float scalar_exp_one(float x, float M) { return exp_one_t<DetScalar>(x, M); }
 uint64_t scalar_fixed_mass(const float * z, int64_t V, float t, float M, int s) { return row_fixed_mass_t<DetScalar>(z, V, t, M, s); }
 uint64_t scalar_top_p_hist(const float * z, int64_t V, float t, float M, float lo, float inv, int nbins, int s, uint64_t * hist,
@@ -83,16 +84,16 @@ int64_t scalar_race(const float * z, int64_t V, float temp, float floor_x, int64
 Passes passes() {
     switch (active_isa()) {
     case Isa::Avx512:
-        return {avx512::row_max_f32,     avx512::row_sum_exp_f32,   avx512::exp_one_f32,   avx512::row_fixed_mass_f32,
-                avx512::top_p_hist_f32,  avx512::next_at_least_f32, avx512::cand_scan_f32, avx512::gumbel_cands_f32,
-                avx512::gumbel_row_f32};
+        return {avx512::row_max_f32,       avx512::row_sum_exp_f32, avx512::row_sum_x_f32, avx512::exp_one_f32,
+                avx512::row_fixed_mass_f32, avx512::top_p_hist_f32,  avx512::next_at_least_f32, avx512::cand_scan_f32,
+                avx512::gumbel_cands_f32,   avx512::gumbel_row_f32};
     case Isa::Avx2:
-        return {avx2::row_max_f32,    avx2::row_sum_exp_f32,   avx2::exp_one_f32,   avx2::row_fixed_mass_f32,
-                avx2::top_p_hist_f32, avx2::next_at_least_f32, avx2::cand_scan_f32, avx2::gumbel_cands_f32,
-                avx2::gumbel_row_f32};
+        return {avx2::row_max_f32,        avx2::row_sum_exp_f32, avx2::row_sum_x_f32,     avx2::exp_one_f32,
+                avx2::row_fixed_mass_f32, avx2::top_p_hist_f32,  avx2::next_at_least_f32, avx2::cand_scan_f32,
+                avx2::gumbel_cands_f32,   avx2::gumbel_row_f32};
     default:
-        return {scalar_max, scalar_sum_exp, scalar_exp_one, scalar_fixed_mass, scalar_top_p_hist, scalar_next, scalar_cands,
-                scalar_gumbel, scalar_race};
+        return {scalar_max,  scalar_sum_exp, scalar_sum_x,  scalar_exp_one, scalar_fixed_mass, scalar_top_p_hist,
+                scalar_next, scalar_cands,   scalar_gumbel, scalar_race};
     }
 }
 
@@ -215,7 +216,9 @@ RowOut sample_one(const Passes & P, const float * z, int64_t V, const SampleRow 
         else best = P.gumbel(z, idx, m, T, r.seed, r.position);
     } else {
         // Every element that can win the race, or pass min-p, is at or above floor_x (min-p below e^-20.5 excepted).
-        const double s_t = T == 1.0f ? raw_sum : mx.sum_t;
+        // The first pass's tempered sum is of (z - max) / T; far from 0 the floats x = z / T differ from it by
+        // more than the log-probs' 1e-5 allow (sampling_row.h), so there the floats' own terms are summed.
+        const double s_t = T == 1.0f ? raw_sum : tempered_sum_serves(M) ? mx.sum_t : P.sum_x(z, V, T, M);
         if (!has_min) {
             S = s_t;
             given_in = z[given >= 0 ? given : 0] > -INFINITY;

@@ -38,6 +38,7 @@ maporl_status sample_cuda(const float * logits, int64_t B, int64_t V, const mapo
 #define MAPORL_SAMPLING_ISA_DECLS                                                                            \
     RowMax row_max_f32(const float * z, int64_t V, float temp, bool with_raw, bool with_t, bool with_argmax); \
     double row_sum_exp_f32(const float * z, int64_t V, float temp, float M, float min_e);                    \
+    double row_sum_x_f32(const float * z, int64_t V, float temp, float M);                                   \
     float exp_one_f32(float x, float M);                                                                    \
     uint64_t row_fixed_mass_f32(const float * z, int64_t V, float temp, float M, int s);                     \
     uint64_t top_p_hist_f32(const float * z, int64_t V, float temp, float M, float lo, float inv, int nbins,     \

@@ -14,6 +14,7 @@ namespace maporl {
 struct Passes {
     RowMax (*max)(const float *, int64_t, float, bool, bool, bool);
     double (*sum_exp)(const float *, int64_t, float, float, float);
+    double (*sum_x)(const float *, int64_t, float, float);  // row_sum_x_t
     float (*exp_one)(float, float);
     uint64_t (*fixed_mass)(const float *, int64_t, float, float, int);
     uint64_t (*top_p_hist)(const float *, int64_t, float, float, float, float, int, int, uint64_t *, int32_t *, uint16_t *,

@@ -40,20 +40,24 @@ typename Ops::V scaled(typename Ops::V x, float temp) {
 constexpr int64_t kPrefetchAhead = 512;
 
 // One read of the row: max, NaN / +Inf, and the softmax denominators by online sums (the running max rescaled
-// when a lane's max rises): raw when with_raw, and at the temperature when with_t (x = z * (1 / temp) here: the
-// denominator only scales log-probs, so the reciprocal's rounding (an ulp of x) is far inside their 1e-5, and it
-// spares a division per element; the running max at the temperature is the raw one times 1 / temp). The float
-// lane sums move into double every kFlushChunks chunks (at most 128 float adds per lane): summed in float over a
-// whole row of 151,936 they were off by up to 6e-5 relative (1e-3 on the scalar path), past the log-probs'
-// 1e-5. The chunk where each lane first reached its max gives `hint`. Then the first argmax from cache, when
-// asked.
+// when a lane's max rises): raw when with_raw, and at the temperature when with_t. The terms are vexp2_sum's
+// 2^((z - ms) * log2(e)) and 2^((z - ms) * (log2(e) / temp)), ms the lane's running max: one subtraction for
+// both, then a multiply each. The tempered terms are those of (z - max) / temp in exact arithmetic (to ~6e-8 of
+// the exponent), not of the floats x = z / temp the race and the filters compare, which differ from them by up
+// to an ulp of x: a log-prob x - M - log(sum_t) is then within an ulp of the largest x that weighs in, under
+// 4e-6 while tempered_sum_serves(M) (sampling.cpp sums the floats' own terms by row_sum_x_t otherwise: IEEE
+// division's quotient in this pass, by Markstein's FMA correction of z * (1 / temp), cost 35% more on every row). The sums only scale log-probs, never choose a token, so their
+// terms need not be det_exp's bits. The float lane sums move into double every kFlushChunks chunks (at most 128
+// float adds per lane): summed in float over a whole row of 151,936 they were off by up to 6e-5 relative (1e-3
+// on the scalar path), past the log-probs' 1e-5. The chunk where each lane first reached its max gives `hint`.
+// Then the first argmax from cache, when asked.
 template <class Ops>
 RowMax row_max_t(const float * z, int64_t V, float temp, bool with_raw, bool with_t, bool with_argmax) {
     typedef typename Ops::V Vv;
     constexpr int W = Ops::W, CH = 8 * W, kFlushChunks = 16;
     const Vv ninf = Ops::splat(-INFINITY), inf = Ops::splat(INFINITY), zero = Ops::splat(0.0),
-             itv = Ops::splat(1.0 / (double)temp);
-    Vv m = ninf, ms = zero, mt = zero, s = zero, st = zero, mc = zero;  // ms: m, or 0 while m = -Inf; mt = ms / temp
+             itv = Ops::splat(1.0 / (double)temp), l2e = Ops::splat(M_LOG2E), l2et = Ops::splat(M_LOG2E / (double)temp);
+    Vv m = ninf, ms = zero, s = zero, st = zero, mc = zero;  // ms: m, or 0 while m = -Inf
     double sd[W] = {}, td[W] = {};  // the lane sums moved out of float, relative to the same running max
     auto flush = [&] {
         drain_lanes<Ops>(s, sd);
@@ -68,7 +72,7 @@ RowMax row_max_t(const float * z, int64_t V, float temp, bool with_raw, bool wit
             for (int k = 0; k < CH; k += 16) __builtin_prefetch(z + i0 + kPrefetchAhead + k);
         for (int k = 0; k < 8; ++k) {
             x[k] = load_padded<Ops>(z, i0 + k * W, V);
-            badk = badk | (x[k] != x[k]) | (x[k] == inf);
+            badk = badk | !(x[k] < inf);  // NaN or +Inf
             cm = Ops::max(cm, x[k]);
         }
         const auto up = cm > m;
@@ -82,19 +86,24 @@ RowMax row_max_t(const float * z, int64_t V, float temp, bool with_raw, bool wit
                 for (int l = 0; l < W; ++l) sd[l] *= Ops::lane(f, l);
             }
             if (with_t) {
-                const Vv mt_new = ms_new * itv;
-                const Vv f = Ops::exp_nonpos(Ops::sel(m == ninf, ninf, mt - mt_new));
+                const Vv f = Ops::exp_nonpos((m - ms_new) * itv);
                 st = st * f;
                 for (int l = 0; l < W; ++l) td[l] *= Ops::lane(f, l);
-                mt = mt_new;
             }
             m = mn;
             ms = ms_new;
         }
-        if (with_raw)
-            for (int k = 0; k < 8; ++k) s += Ops::exp_nonpos(x[k] - ms);
-        if (with_t)
-            for (int k = 0; k < 8; ++k) st += Ops::exp_nonpos(x[k] * itv - mt);
+        if (with_raw && with_t) {
+            for (int k = 0; k < 8; ++k) {
+                const Vv d = x[k] - ms;
+                s += Ops::exp2_sum(d * l2e);
+                st += Ops::exp2_sum(d * l2et);
+            }
+        } else if (with_raw) {
+            for (int k = 0; k < 8; ++k) s += Ops::exp2_sum((x[k] - ms) * l2e);
+        } else if (with_t) {
+            for (int k = 0; k < 8; ++k) st += Ops::exp2_sum((x[k] - ms) * l2et);
+        }
         if (++pending == kFlushChunks) {
             pending = 0;
             flush();
@@ -108,10 +117,10 @@ RowMax row_max_t(const float * z, int64_t V, float temp, bool with_raw, bool wit
     for (int l = 0; l < W; ++l)
         if ((float)Ops::lane(m, l) == r.max && (hint_chunk < 0 || (int64_t)Ops::lane(mc, l) < hint_chunk)) hint_chunk = (int64_t)Ops::lane(mc, l);
     r.hint = hint_chunk * CH;
-    const double Mt = (double)r.max * (1.0 / (double)temp);
-    for (int l = 0; l < W; ++l) {
-        if (sd[l] > 0) r.sum += sd[l] * ::exp(Ops::lane(m, l) - (double)r.max);
-        if (with_t && td[l] > 0) r.sum_t += td[l] * ::exp(Ops::lane(mt, l) - Mt);
+    for (int l = 0; l < W; ++l) {  // (a lane whose max is -Inf weighs exp(-Inf) = 0)
+        const double d = Ops::lane(m, l) - (double)r.max;
+        if (sd[l] > 0) r.sum += sd[l] * ::exp(d);
+        if (with_t && td[l] > 0) r.sum_t += td[l] * ::exp(d / (double)temp);
     }
     if (!with_argmax) return r;
     const Vv mx = Ops::splat((double)r.max);
@@ -123,6 +132,30 @@ RowMax row_max_t(const float * z, int64_t V, float temp, bool with_raw, bool wit
                     return r;
                 }
     return r;
+}
+
+// Whether row_max_t's tempered sum, of (z - max) / temp in exact arithmetic, gives log-probs of the floats
+// x = z / temp to 1e-5: a log-prob x - M - log(sum) is then off by at most an ulp of the largest |x| that weighs in
+// (x >= M - 25; below, all of a row's terms weigh under 2e-6 of the sum), so while those lie in (-64, 64) by
+// under 3.8e-6 plus the sum's 1e-6. Else row_sum_x_t sums the floats' own terms.
+inline bool tempered_sum_serves(float M) { return M < 64.0f && M > -39.0f; }
+
+// Sum over the row of exp(x - M), x = z / temp as the sampler rounds it (Ops::quotient), M = max x: the tempered
+// softmax denominator of the floats themselves, in double (float lanes for 64 vectors at a time).
+template <class Ops>
+double row_sum_x_t(const float * z, int64_t V, float temp, float M) {
+    typedef typename Ops::V Vv;
+    constexpr int W = Ops::W;
+    const Vv tv = Ops::splat((double)temp), itv = Ops::splat((double)(1.0f / temp)), mv = Ops::splat((double)M),
+             l2e = Ops::splat(M_LOG2E), zero = Ops::splat(0.0);
+    double s = 0.0;
+    for (int64_t b0 = 0; b0 < V; b0 += 64 * W) {
+        const int64_t b1 = b0 + 64 * W < V ? b0 + 64 * W : V;
+        Vv acc = zero;
+        for (int64_t i = b0; i < b1; i += W) acc += Ops::exp2_sum((Ops::quotient(load_padded<Ops>(z, i, V), tv, itv) - mv) * l2e);
+        s += Ops::hsum(acc);
+    }
+    return s;
 }
 
 // The smallest float z0 with fl(z0 / temp) >= x_floor: {z : z / temp >= x_floor} = {z >= z0}, as rounded
@@ -152,8 +185,8 @@ int64_t cand_scan_t(const float * z, int64_t V, float z0, int32_t * idx) {
     const Vv t = Ops::splat((double)z0);
     int64_t n = 0, i = 0;
     for (; i + 4 * W <= V; i += 4 * W) {
-        const unsigned b0 = Ops::bits(Ops::load(z + i) >= t), b1 = Ops::bits(Ops::load(z + i + W) >= t);
-        const unsigned b2 = Ops::bits(Ops::load(z + i + 2 * W) >= t), b3 = Ops::bits(Ops::load(z + i + 3 * W) >= t);
+        const unsigned b0 = Ops::ge_bits(Ops::load(z + i), t), b1 = Ops::ge_bits(Ops::load(z + i + W), t);
+        const unsigned b2 = Ops::ge_bits(Ops::load(z + i + 2 * W), t), b3 = Ops::ge_bits(Ops::load(z + i + 3 * W), t);
         if ((b0 | b1 | b2 | b3) == 0) continue;
         const int c0 = __builtin_popcount(b0), c1 = __builtin_popcount(b1), c2 = __builtin_popcount(b2);
         Ops::compress_bits(b0, i, idx + n);
@@ -163,7 +196,7 @@ int64_t cand_scan_t(const float * z, int64_t V, float z0, int32_t * idx) {
         n += c0 + c1 + c2 + __builtin_popcount(b3);
     }
     for (; i < V; i += W) {  // padded lanes are -Inf: never set
-        const unsigned b = Ops::bits(load_padded<Ops>(z, i, V) >= t);
+        const unsigned b = Ops::ge_bits(load_padded<Ops>(z, i, V), t);
         Ops::compress_bits(b, i, idx + n);
         n += __builtin_popcount(b);
     }

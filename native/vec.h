@@ -132,6 +132,42 @@ MAPORL_INLINE vf vexp_nonpos(vf x) {
 #endif
     return x < -87.3365447f ? splat(0.0f) : out;
 }
+// 2^t on every lane, for the softmax sums that need ~1e-7 relative accuracy but not det_exp's bits (the terms of
+// a log-sum-exp, whose caller scales t = (z - max) * log2(e) / temp: one multiply, the subtraction shared by the
+// raw and the tempered sums). t is clamped to [-125, 0]: below, 2^-125 (~2e-38, a sum's error under V * 2e-38)
+// instead of a denormal (slow to add) or 0; -Inf and NaN give 2^-125 (NaN rows are caught apart). n = round(t),
+// f = t - n (exact) in [-0.5, 0.5], 2^f by a degree-5 minimax polynomial (relative error 2.1e-7 in float, as
+// vexp_nonpos), times 2^n. Ten operations against vexp_nonpos's fifteen.
+MAPORL_INLINE vf vexp2_sum(vf t) {
+#if defined(__AVX512F__) && MAPORL_VEC_W == 16
+    const vf tc = (vf)_mm512_max_ps((__m512)t, _mm512_set1_ps(-125.0f));  // NaN -> -125 (second operand)
+    const vf n = (vf)_mm512_roundscale_ps((__m512)tc, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+#elif defined(__AVX__) && MAPORL_VEC_W == 8
+    const vf tc = (vf)_mm256_max_ps((__m256)t, _mm256_set1_ps(-125.0f));
+    const vf n = (vf)_mm256_round_ps((__m256)tc, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+#else
+    vf tc, n;
+    for (int l = 0; l < W; ++l) {
+        tc[l] = t[l] > -125.0f ? t[l] : -125.0f;
+        n[l] = __builtin_rintf(tc[l]);
+    }
+#endif
+    const vf f = tc - n;
+    vf y = splat(1.3276472454890609e-3f);
+    y = vfma(y, f, splat(9.675540961325169e-3f));
+    y = vfma(y, f, splat(5.550713092088699e-2f));
+    y = vfma(y, f, splat(2.4022120237350464e-1f));
+    y = vfma(y, f, splat(6.931469440460205e-1f));
+    y = vfma(y, f, splat(1.0000001192092896f));
+#if defined(__AVX512F__) && MAPORL_VEC_W == 16
+    return (vf)_mm512_scalef_ps((__m512)y, (__m512)n);
+#else
+    const vi e = (__builtin_convertvector(n, vi) + 127) << 23;
+    vf scale;
+    __builtin_memcpy(&scale, &e, sizeof scale);
+    return y * scale;
+#endif
+}
 // Sampling_radix.h's radix_fixed on every lane, added into acc (half-width lanes): floor(e * 2^s + 0.5) for
 // finite e in [0, 2) and s <= 62, in double as radix_fixed computes it (e * 2^s and the + 0.5 are exact below
 // 2^52; above, e * 2^s is an even integer the sum rounds back to), then truncated to an integer: AVX-512DQ's
