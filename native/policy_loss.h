@@ -90,7 +90,11 @@ inline void drain_lanes(typename Ops::V & v, double * d) {
 // `out`. Returns true when a mask value other than 0/1 was seen. Float lanes accumulate at most 1024 tokens
 // before the sums move to double.
 template <class Ops, typename F, typename M>
-bool pg_segment(const LossCfg & c, const PgSeg<F> & s, const M * m, int64_t i0, int64_t i1, PgSums & out) {
+bool pg_segment(const LossCfg & cfg, const PgSeg<F> & seg, const M * m, int64_t i0, int64_t i1, PgSums & out) {
+    // Local copies: the gradient stores could alias the caller's structs for all the compiler knows, so through
+    // the references every field (pointers, loss type, KL estimator) was loaded again after every store.
+    const LossCfg c = cfg;
+    const PgSeg<F> s = seg;
     typedef typename Ops::V V;
     typedef typename Ops::K K;
     const V zero = Ops::splat(0.0), one = Ops::splat(1.0), w = Ops::splat((double)s.w);
