@@ -63,8 +63,8 @@ struct ScalarLoad : ScalarOps<F> {
         if (m) *out = (int32_t)base;
     }
     static V exp_nonpos(V x) { return ScalarOps<F>::exp(x); }
-    // vec.h's vexp2_sum: 2^t for a softmax sum's term, t clamped below at -125 (NaN too).
-    static V exp2_sum(V t) { return (V)::exp2(t > V(-125) ? (double)t : -125.0); }
+    // vec.h's vexp2_sum: 2^t for a softmax sum's term, t in [-125, 0] (NaN stays NaN).
+    static V exp2_sum(V t) { return (V)::exp2((double)t); }
     // vec_ops.h's quotient: z / t as IEEE division rounds it.
     static V quotient(V z, V t, V) { return z / t; }
     static V max(V a, V b) { return a > b ? a : b; }

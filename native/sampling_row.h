@@ -46,17 +46,23 @@ constexpr int64_t kPrefetchAhead = 512;
 // the exponent), not of the floats x = z / temp the race and the filters compare, which differ from them by up
 // to an ulp of x: a log-prob x - M - log(sum_t) is then within an ulp of the largest x that weighs in, under
 // 4e-6 while tempered_sum_serves(M) (sampling.cpp sums the floats' own terms by row_sum_x_t otherwise: IEEE
-// division's quotient in this pass, by Markstein's FMA correction of z * (1 / temp), cost 35% more on every row). The sums only scale log-probs, never choose a token, so their
-// terms need not be det_exp's bits. The float lane sums move into double every kFlushChunks chunks (at most 128
-// float adds per lane): summed in float over a whole row of 151,936 they were off by up to 6e-5 relative (1e-3
-// on the scalar path), past the log-probs' 1e-5. The chunk where each lane first reached its max gives `hint`.
-// Then the first argmax from cache, when asked.
+// division's quotient in this pass, by Markstein's FMA correction of z * (1 / temp), cost 35% more on every
+// row). The sums only scale log-probs, never choose a token, so their terms need not be det_exp's bits. z - ms
+// is clamped once, at -86.5 * min(1, temp), so that both exponents stay in vexp2_sum's [-125, 0] (-Inf logits
+// weigh 2^-124.8 instead of 0: under V * 3e-38 of a sum that is at least 1); the clamp lets NaN through, so a NaN
+// or +Inf logit (whose z - ms is NaN once the running max is +Inf) turns the sums NaN, which is the row's bad
+// flag when a sum is taken (a per-vector check otherwise). The float lane sums move into double every
+// kFlushChunks chunks (at most 128 float adds per lane): summed in float over a whole row of 151,936 they were
+// off by up to 6e-5 relative (1e-3 on the scalar path), past the log-probs' 1e-5. The chunk where each lane first
+// reached its max gives `hint`. Then the first argmax from cache, when asked.
 template <class Ops>
 RowMax row_max_t(const float * z, int64_t V, float temp, bool with_raw, bool with_t, bool with_argmax) {
     typedef typename Ops::V Vv;
     constexpr int W = Ops::W, CH = 8 * W, kFlushChunks = 16;
     const Vv ninf = Ops::splat(-INFINITY), inf = Ops::splat(INFINITY), zero = Ops::splat(0.0),
-             itv = Ops::splat(1.0 / (double)temp), l2e = Ops::splat(M_LOG2E), l2et = Ops::splat(M_LOG2E / (double)temp);
+             itv = Ops::splat(1.0 / (double)temp), l2e = Ops::splat(M_LOG2E), l2et = Ops::splat(M_LOG2E / (double)temp),
+             dlo = Ops::splat(-86.5 * (temp < 1.0f ? (double)temp : 1.0));
+    const bool check_bad = !with_raw && !with_t;  // else the sums carry NaN
     Vv m = ninf, ms = zero, s = zero, st = zero, mc = zero;  // ms: m, or 0 while m = -Inf
     double sd[W] = {}, td[W] = {};  // the lane sums moved out of float, relative to the same running max
     auto flush = [&] {
@@ -72,9 +78,10 @@ RowMax row_max_t(const float * z, int64_t V, float temp, bool with_raw, bool wit
             for (int k = 0; k < CH; k += 16) __builtin_prefetch(z + i0 + kPrefetchAhead + k);
         for (int k = 0; k < 8; ++k) {
             x[k] = load_padded<Ops>(z, i0 + k * W, V);
-            badk = badk | !(x[k] < inf);  // NaN or +Inf
             cm = Ops::max(cm, x[k]);
         }
+        if (check_bad)
+            for (int k = 0; k < 8; ++k) badk = badk | !(x[k] < inf);  // NaN or +Inf
         const auto up = cm > m;
         if (Ops::any(up)) {  // rescale the lanes whose max rose (often at the start of a row, rarely after)
             mc = Ops::sel(up, Ops::splat((double)(i0 / CH)), mc);
@@ -95,14 +102,14 @@ RowMax row_max_t(const float * z, int64_t V, float temp, bool with_raw, bool wit
         }
         if (with_raw && with_t) {
             for (int k = 0; k < 8; ++k) {
-                const Vv d = x[k] - ms;
+                const Vv d = Ops::max(dlo, x[k] - ms);  // (max keeps a NaN second operand)
                 s += Ops::exp2_sum(d * l2e);
                 st += Ops::exp2_sum(d * l2et);
             }
         } else if (with_raw) {
-            for (int k = 0; k < 8; ++k) s += Ops::exp2_sum((x[k] - ms) * l2e);
+            for (int k = 0; k < 8; ++k) s += Ops::exp2_sum(Ops::max(dlo, x[k] - ms) * l2e);
         } else if (with_t) {
-            for (int k = 0; k < 8; ++k) st += Ops::exp2_sum((x[k] - ms) * l2et);
+            for (int k = 0; k < 8; ++k) st += Ops::exp2_sum(Ops::max(dlo, x[k] - ms) * l2et);
         }
         if (++pending == kFlushChunks) {
             pending = 0;
@@ -111,6 +118,7 @@ RowMax row_max_t(const float * z, int64_t V, float temp, bool with_raw, bool wit
     }
     flush();
     RowMax r{-INFINITY, -1, 0, Ops::any(badk), 0.0, 0.0};
+    for (int l = 0; l < W; ++l) r.bad |= sd[l] != sd[l] || td[l] != td[l];
     for (int l = 0; l < W; ++l) r.max = (float)Ops::lane(m, l) > r.max ? (float)Ops::lane(m, l) : r.max;
     if (r.bad || r.max == -INFINITY) return r;
     int64_t hint_chunk = -1;
@@ -141,18 +149,21 @@ RowMax row_max_t(const float * z, int64_t V, float temp, bool with_raw, bool wit
 inline bool tempered_sum_serves(float M) { return M < 64.0f && M > -39.0f; }
 
 // Sum over the row of exp(x - M), x = z / temp as the sampler rounds it (Ops::quotient), M = max x: the tempered
-// softmax denominator of the floats themselves, in double (float lanes for 64 vectors at a time).
+// softmax denominator of the floats themselves, in double (float lanes for 64 vectors at a time). The exponent is
+// clamped at -125 with NaN going to the clamp (Ops::max's second operand): -Inf's quotient is NaN here, and the
+// row is known valid.
 template <class Ops>
 double row_sum_x_t(const float * z, int64_t V, float temp, float M) {
     typedef typename Ops::V Vv;
     constexpr int W = Ops::W;
     const Vv tv = Ops::splat((double)temp), itv = Ops::splat((double)(1.0f / temp)), mv = Ops::splat((double)M),
-             l2e = Ops::splat(M_LOG2E), zero = Ops::splat(0.0);
+             l2e = Ops::splat(M_LOG2E), zero = Ops::splat(0.0), lo = Ops::splat(-125.0);
     double s = 0.0;
     for (int64_t b0 = 0; b0 < V; b0 += 64 * W) {
         const int64_t b1 = b0 + 64 * W < V ? b0 + 64 * W : V;
         Vv acc = zero;
-        for (int64_t i = b0; i < b1; i += W) acc += Ops::exp2_sum((Ops::quotient(load_padded<Ops>(z, i, V), tv, itv) - mv) * l2e);
+        for (int64_t i = b0; i < b1; i += W)
+            acc += Ops::exp2_sum(Ops::max((Ops::quotient(load_padded<Ops>(z, i, V), tv, itv) - mv) * l2e, lo));
         s += Ops::hsum(acc);
     }
     return s;

@@ -132,35 +132,31 @@ MAPORL_INLINE vf vexp_nonpos(vf x) {
 #endif
     return x < -87.3365447f ? splat(0.0f) : out;
 }
-// 2^t on every lane, for the softmax sums that need ~1e-7 relative accuracy but not det_exp's bits (the terms of
-// a log-sum-exp, whose caller scales t = (z - max) * log2(e) / temp: one multiply, the subtraction shared by the
-// raw and the tempered sums). t is clamped to [-125, 0]: below, 2^-125 (~2e-38, a sum's error under V * 2e-38)
-// instead of a denormal (slow to add) or 0; -Inf and NaN give 2^-125 (NaN rows are caught apart). n = round(t),
-// f = t - n (exact) in [-0.5, 0.5], 2^f by a degree-5 minimax polynomial (relative error 2.1e-7 in float, as
-// vexp_nonpos), times 2^n. Ten operations against vexp_nonpos's fifteen.
+// 2^t on every lane for t in [-125, 0] (the caller clamps; NaN stays NaN), for the softmax sums that need ~1e-7
+// relative accuracy but not det_exp's bits (the terms of a log-sum-exp: t = (z - max) * log2(e) / temp).
+// f = t - floor(t) in [0, 1) (exact), 2^f by a degree-5 minimax polynomial (relative error 1.5e-7 in float, as
+// vexp_nonpos's 2e-7), times 2^floor(t). On AVX-512 that is vreduceps (t - floor(t) in one instruction) and
+// vscalefps (y * 2^floor(t), straight from t): eight operations with the caller's multiply, against vexp_nonpos's
+// fifteen; elsewhere floor, subtract and an exponent-field power of two.
 MAPORL_INLINE vf vexp2_sum(vf t) {
-#if defined(__AVX512F__) && MAPORL_VEC_W == 16
-    const vf tc = (vf)_mm512_max_ps((__m512)t, _mm512_set1_ps(-125.0f));  // NaN -> -125 (second operand)
-    const vf n = (vf)_mm512_roundscale_ps((__m512)tc, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+#if defined(__AVX512DQ__) && MAPORL_VEC_W == 16
+    const vf f = (vf)_mm512_reduce_ps((__m512)t, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
 #elif defined(__AVX__) && MAPORL_VEC_W == 8
-    const vf tc = (vf)_mm256_max_ps((__m256)t, _mm256_set1_ps(-125.0f));
-    const vf n = (vf)_mm256_round_ps((__m256)tc, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const vf n = (vf)_mm256_round_ps((__m256)t, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+    const vf f = t - n;
 #else
-    vf tc, n;
-    for (int l = 0; l < W; ++l) {
-        tc[l] = t[l] > -125.0f ? t[l] : -125.0f;
-        n[l] = __builtin_rintf(tc[l]);
-    }
+    vf n;
+    for (int l = 0; l < W; ++l) n[l] = __builtin_floorf(t[l]);
+    const vf f = t - n;
 #endif
-    const vf f = tc - n;
-    vf y = splat(1.3276472454890609e-3f);
-    y = vfma(y, f, splat(9.675540961325169e-3f));
-    y = vfma(y, f, splat(5.550713092088699e-2f));
-    y = vfma(y, f, splat(2.4022120237350464e-1f));
-    y = vfma(y, f, splat(6.931469440460205e-1f));
-    y = vfma(y, f, splat(1.0000001192092896f));
-#if defined(__AVX512F__) && MAPORL_VEC_W == 16
-    return (vf)_mm512_scalef_ps((__m512)y, (__m512)n);
+    vf y = splat(1.8775766948e-3f);
+    y = vfma(y, f, splat(8.9893396944e-3f));
+    y = vfma(y, f, splat(5.5826317519e-2f));
+    y = vfma(y, f, splat(2.4015361071e-1f));
+    y = vfma(y, f, splat(6.9315308332e-1f));
+    y = vfma(y, f, splat(9.9999994040e-1f));
+#if defined(__AVX512DQ__) && MAPORL_VEC_W == 16
+    return (vf)_mm512_scalef_ps((__m512)y, (__m512)t);
 #else
     const vi e = (__builtin_convertvector(n, vi) + 127) << 23;
     vf scale;

@@ -1,7 +1,7 @@
-// test_sampling_logprobs.cpp: the softmax denominators of the sampler's first pass (sampling_row.h's row_max_t,
-// whose terms come from vec.h's vexp2_sum, not det_exp) against float64 on vocabulary-wide rows, at every SIMD
-// level: the raw and tempered sums directly, then sample()'s logprobs and rawLogprobs end to end, to the issue's
-// 1e-5. The rows are what an LM's head gives and what breaks float sums: wide (151,936, and lengths that leave
+// test_sampling_logprobs.cpp: the sampler's first pass (sampling_row.h's row_max_t, whose softmax terms come from
+// vec.h's vexp2_sum, not det_exp) against float64 on vocabulary-wide rows, at every SIMD level: the raw and
+// tempered sums directly, then sample()'s logprobs and rawLogprobs end to end, to the 1e-5; and its NaN /
+// +Inf detection, which rides on those sums. The rows are what an LM's head gives and what breaks float sums: wide (151,936, and lengths that leave
 // a ragged tail), offset far from 0 (the terms' exponents are then large before the max is taken away), with
 // -Inf entries (masked tokens) and a peaked head, at temperatures 0.3 to 2.
 #include <algorithm>
@@ -183,6 +183,67 @@ TEST(far_from_zero_logprobs_are_those_of_the_rounded_quotients) {
               seen[1], bad);
     }
     maporl_set_simd("best");
+}
+
+// The first pass finds a NaN or +Inf logit through the sums it takes (NaN there) or, taking none (greedy), by a
+// compare per vector: either way the row is invalid (token -1, NaN log-probs) wherever the bad value sits (the
+// first lane, inside a vector, the last element, the padded tail), with -Inf around it or not, at every SIMD level
+// and for every filter setting; the same rows without it are valid.
+TEST(a_nan_or_inf_logit_anywhere_invalidates_the_row_at_every_simd_level) {
+    struct Setting {
+        float T;
+        int k;
+        float p, minp;
+        bool raw;
+    };
+    const Setting settings[] = {{0.0f, 0, 1.0f, 0.0f, true},  {1.0f, 0, 1.0f, 0.0f, true},  {1.0f, 0, 1.0f, 0.0f, false},
+                                {0.7f, 0, 1.0f, 0.0f, true},  {0.7f, 0, 1.0f, 0.0f, false}, {0.7f, 5, 1.0f, 0.0f, true},
+                                {0.7f, 0, 0.9f, 0.0f, true},  {0.7f, 0, 1.0f, 0.1f, false}, {2.0f, 7, 0.5f, 0.0f, true}};
+    const char * levels[] = {"scalar", "avx2", "avx512"};
+    std::mt19937 g(13);
+    std::normal_distribution<float> nd(0.0f, 2.0f);
+    int checked = 0, wrong = 0;
+    for (const char * level : levels) {
+        if (maporl_set_simd(level) != MAPORL_OK) continue;
+        for (int V : {1000, 4099}) {
+            for (int pos : {0, 17, V / 2, V - 1})
+                for (float badv : {NAN, INFINITY})
+                    for (bool masked : {false, true}) {
+                        std::vector<float> z((size_t)V);
+                        for (auto & v : z) v = nd(g);
+                        if (masked)
+                            for (int i = 1; i < V; i += 3) z[(size_t)i] = -INFINITY;
+                        std::vector<float> rows = z;
+                        rows.insert(rows.end(), z.begin(), z.end());
+                        rows[(size_t)pos] = badv;  // row 0 bad, row 1 clean
+                        for (const Setting & st : settings) {
+                            maporl_sample_params p = maporl_sample_default_params();
+                            p.temperature_all = st.T;
+                            p.top_k_all = st.k;
+                            p.top_p_all = st.p;
+                            p.min_p_all = st.minp;
+                            int32_t tok[2];
+                            float lp[2], raw[2];
+                            uint8_t valid[2];
+                            CHECK(maporl_sample(MAPORL_DEVICE_CPU, rows.data(), 2, V, &p, tok, lp, st.raw ? raw : nullptr, valid) == MAPORL_OK,
+                                  "%s", maporl_last_error());
+                            const int32_t given[2] = {3, 3};
+                            float glp[2];
+                            CHECK(maporl_sample_logprobs(MAPORL_DEVICE_CPU, rows.data(), 2, V, &p, given, glp, nullptr) == MAPORL_OK, "%s",
+                                  maporl_last_error());
+                            ++checked;
+                            const bool ok = valid[0] == 0 && tok[0] == -1 && std::isnan(lp[0]) && std::isnan(glp[0]) && valid[1] == 1 &&
+                                            tok[1] >= 0 && tok[1] < V && std::isfinite(lp[1]);
+                            if (!ok && wrong++ < 5)
+                                std::printf("  %s V=%d pos %d %g masked %d T=%g k=%d p=%g minp=%g raw %d: valid %d/%d token %d/%d lp %g/%g\n",
+                                            level, V, pos, (double)badv, (int)masked, (double)st.T, st.k, (double)st.p, (double)st.minp,
+                                            (int)st.raw, valid[0], valid[1], tok[0], tok[1], (double)lp[0], (double)lp[1]);
+                        }
+                    }
+        }
+    }
+    maporl_set_simd("best");
+    CHECK(wrong == 0, "%d of %d bad rows not flagged (or clean rows flagged)", wrong, checked);
 }
 
 }  // namespace
