@@ -241,6 +241,9 @@ RowOut sample_one(const Passes & P, const float * z, int64_t V, const SampleRow 
     if (given >= 0) {
         o.token = given;
         o.lp = given_in ? (float)((double)x_of(given) - (double)M - std::log(S)) : -INFINITY;
+    } else if (best < 0) {  // no candidate won: cannot happen on a row the first pass passed; never index z[-1]
+        o.valid = 0;
+        return o;
     } else {
         o.token = (int32_t)best;
         o.lp = (float)((double)x_of(best) - (double)M - std::log(S));
