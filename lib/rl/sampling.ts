@@ -45,7 +45,8 @@ export interface SampleResult {
     /** [B]; -1 for an invalid row. */
     tokens: Int32Array;
     /** log-prob of the token under the distribution sampled from (temperature and filters, renormalised): the
-     * behaviour log-prob a trainer needs. [B] */
+     * behaviour log-prob a trainer needs. The processed logits are logits / temperature rounded to float32 (as
+     * vLLM's `logits.div_(temperature)`); the log-prob of those floats is computed in double. [B] */
     logprobs: Float32Array;
     /** log-prob under the plain softmax of the raw logits, [B] (absent with rawLogprobs: false). */
     rawLogprobs?: Float32Array;
