@@ -234,15 +234,18 @@ MAPORL_INLINE void vmulhilo(vu a, uint32_t b, vu & hi, vu & lo) {
     const __m512i A = (__m512i)a, Bv = _mm512_set1_epi32((int)b);
     const __m512i even = _mm512_mul_epu32(A, Bv), odd = _mm512_mul_epu32(_mm512_srli_epi64(A, 32), Bv);
     hi = (vu)_mm512_mask_blend_epi32((__mmask16)0xAAAA, _mm512_srli_epi64(even, 32), odd);
+    // The low words from the same two products (a shift and a blend) rather than vpmulld (two uops, ten cycles).
+    lo = (vu)_mm512_mask_blend_epi32((__mmask16)0xAAAA, even, _mm512_slli_epi64(odd, 32));
 #elif defined(__AVX2__) && MAPORL_VEC_W == 8
     const __m256i A = (__m256i)a, Bv = _mm256_set1_epi32((int)b);
     const __m256i even = _mm256_mul_epu32(A, Bv), odd = _mm256_mul_epu32(_mm256_srli_epi64(A, 32), Bv);
     hi = (vu)_mm256_blend_epi32(_mm256_srli_epi64(even, 32), odd, 0xAA);
+    lo = a * b;
 #else
     const vu64 p = __builtin_convertvector(a, vu64) * (uint64_t)b;
     hi = __builtin_convertvector(p >> 32, vu);
-#endif
     lo = a * b;
+#endif
 }
 // philox.h's det_log on every lane, with the same operations in the same order (so the same floats).
 MAPORL_INLINE vf vdet_log(vf x) {
