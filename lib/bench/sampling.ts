@@ -1,5 +1,5 @@
 // sampling.ts (bench): sample at B=64, V=151936, temperature 0.7, with top-k 50 + top-p 0.9, top-p 0.9 alone (vLLM's
-// common setting; our cut by histogram, no sort) and unfiltered,
+// common setting; our cut by histogram, no sort) and unfiltered, and unfiltered at temperature 1,
 // against the vLLM-native-path PyTorch mirror (bench/python/sampling.py: full sort, masks, softmax, exponential
 // race, log-probs) in the same run. Logits: normal(0, 2) with 64 tokens per row raised by 6..14 (an LM's
 // peaked head and flat tail), the same construction on both sides (different random draws).
@@ -26,15 +26,17 @@ export async function benchSampling(ctx: BenchContext): Promise<BenchRow[]> {
     const batch = { logits: benchLogits(B, V), shape: [B, V] as [number, number] };
     const bytes = B * V * 4;  // one read of the logits
     const rows: BenchRow[] = [];
-    const filters = [{ k: 50, p: 0.9 }, { k: 0, p: 0.9 }, { k: 0, p: 1 }];
-    for (const { k, p } of filters) {
-        const spec = { kernel: "sampling", B, V, temperature: 0.7, ...(k ? { top_k: k } : {}), ...(p < 1 ? { top_p: p } : {}) };
+    // The issue's setting, top-p alone, unfiltered, and unfiltered at temperature 1 (on-policy RL rollouts; most of
+    // these rows are then within the noise's reach of the max, so the race's Philox work dominates).
+    const filters = [{ k: 50, p: 0.9, T: 0.7 }, { k: 0, p: 0.9, T: 0.7 }, { k: 0, p: 1, T: 0.7 }, { k: 0, p: 1, T: 1 }];
+    for (const { k, p, T } of filters) {
+        const spec = { kernel: "sampling", B, V, temperature: T, ...(k ? { top_k: k } : {}), ...(p < 1 ? { top_p: p } : {}) };
         const base = ctx.python ? runPython({ ...spec, threads: ctx.threads, reps: ctx.pythonReps }) : { ok: false as const, error: "skipped" };
-        const opts = { temperature: 0.7, ...(k ? { topK: k } : {}), ...(p < 1 ? { topP: p } : {}), seed: 1, device: "cpu" as const };
+        const opts = { temperature: T, ...(k ? { topK: k } : {}), ...(p < 1 ? { topP: p } : {}), seed: 1, device: "cpu" as const };
         let pos = 0;
         const t = await timeMedian(() => sample(batch, { ...opts, position: pos++ }), ctx.reps);
         const tNoRaw = await timeMedian(() => sample(batch, { ...opts, position: pos++, rawLogprobs: false }), ctx.reps);
-        const size = `B=${B} V=${V} T=0.7${k ? ` k=${k}` : ""}${p < 1 ? ` p=${p}` : ""}`;
+        const size = `B=${B} V=${V} T=${T}${k ? ` k=${k}` : ""}${p < 1 ? ` p=${p}` : ""}`;
         const baselineMs = base.ok ? base.median_ms! : null;
         rows.push(
             { kernel: "sample", size, impl: "maporl sample (token, logprobs, rawLogprobs)", medianMs: t.medianMs,
