@@ -246,6 +246,46 @@ TEST(a_nan_or_inf_logit_anywhere_invalidates_the_row_at_every_simd_level) {
     CHECK(wrong == 0, "%d of %d bad rows not flagged (or clean rows flagged)", wrong, checked);
 }
 
+// The vector races prune with bars (best key - 17.34 less 8 ulps, and a noise bound per lane) that must never
+// drop the winner, also where an ulp of the keys outgrows their slack (|x| past 1e5): far from 0 the AVX2 and
+// AVX-512 races give the scalar race's tokens (which computes every key above the floor), flat rows and peaked.
+TEST(the_vector_races_are_the_scalar_race_far_from_zero) {
+    const int B = 32, V = 20011;
+    std::mt19937 g(14);
+    std::normal_distribution<float> nd(0.0f, 2.0f);
+    int checked = 0, diff = 0;
+    for (float offset : {0.0f, 300.0f, 1.0e5f, -3.0e5f, 4.0e6f})
+        for (float T : {0.5f, 1.0f, 1.7f}) {
+            std::vector<float> z((size_t)B * V);
+            for (auto & v : z) v = nd(g) + offset;
+            for (int b = 0; b < B; b += 2)  // every other row peaked
+                for (int j = 0; j < 16; ++j) z[(size_t)b * V + g() % V] += 8.0f;
+            std::vector<int64_t> pos(B);
+            for (int b = 0; b < B; ++b) pos[(size_t)b] = (int64_t)(g() % 1000000);
+            maporl_sample_params p = maporl_sample_default_params();
+            p.temperature_all = T;
+            p.seed_all = g();
+            p.position = pos.data();
+            std::vector<int32_t> ref(B), tok(B);
+            CHECK(maporl_set_simd("scalar") == MAPORL_OK, "%s", maporl_last_error());
+            CHECK(maporl_sample(MAPORL_DEVICE_CPU, z.data(), B, V, &p, ref.data(), nullptr, nullptr, nullptr) == MAPORL_OK, "%s",
+                  maporl_last_error());
+            for (const char * level : {"avx2", "avx512"}) {
+                if (maporl_set_simd(level) != MAPORL_OK) continue;
+                CHECK(maporl_sample(MAPORL_DEVICE_CPU, z.data(), B, V, &p, tok.data(), nullptr, nullptr, nullptr) == MAPORL_OK, "%s",
+                      maporl_last_error());
+                for (int b = 0; b < B; ++b) {
+                    ++checked;
+                    if (tok[(size_t)b] != ref[(size_t)b] && diff++ < 5)
+                        std::printf("  %s offset %g T=%g row %d: token %d, scalar %d\n", level, (double)offset, (double)T, b,
+                                    tok[(size_t)b], ref[(size_t)b]);
+                }
+            }
+        }
+    maporl_set_simd("best");
+    CHECK(diff == 0, "%d of %d vector draws differ from the scalar race", diff, checked);
+}
+
 }  // namespace
 
 int main() { return check::run_all("test_sampling_logprobs"); }
