@@ -148,7 +148,9 @@ RowOut sample_one(const Passes & P, const float * z, int64_t V, const SampleRow 
     auto x_of = [&](int64_t i) { return T == 1.0f ? z[i] : z[i] / T; };
     const bool has_k = r.top_k > 0 && r.top_k < V, has_p = r.top_p > 0.0f && r.top_p < 1.0f, has_min = r.min_p > 0.0f;
     const float min_e = has_min ? r.min_p : 0.0f;
-    const float floor_x = M - kGumbelSpan;  // below: no noise can make it win
+    // Below: no noise can make it win (CUDA gives every element its noise; the 20.5 leaves 0.31 over the noise's
+    // span, and the 8 ulps of M keep that true where an ulp of the keys outgrows it, |M| past ~1e5).
+    const float floor_x = M - kGumbelSpan - std::fabs(M) * 0x1p-20f;
     int64_t best = -1;
     // idx (race_scratch_size(V) entries): the candidates of the Gumbel race, ascending
     double S = 0.0;
