@@ -233,9 +233,12 @@ MAPORL_INLINE void vmulhilo(vu a, uint32_t b, vu & hi, vu & lo) {
 #if defined(__AVX512F__) && MAPORL_VEC_W == 16
     const __m512i A = (__m512i)a, Bv = _mm512_set1_epi32((int)b);
     const __m512i even = _mm512_mul_epu32(A, Bv), odd = _mm512_mul_epu32(_mm512_srli_epi64(A, 32), Bv);
-    hi = (vu)_mm512_mask_blend_epi32((__mmask16)0xAAAA, _mm512_srli_epi64(even, 32), odd);
-    // The low words from the same two products (a shift and a blend) rather than vpmulld (two uops, ten cycles).
-    lo = (vu)_mm512_mask_blend_epi32((__mmask16)0xAAAA, even, _mm512_slli_epi64(odd, 32));
+    // Both words picked from the two 64-bit products by one two-source permute each (even: lanes 2j and 2j + 1 of
+    // `even`, odd: of `odd`), rather than shifts and blends, or vpmulld (two uops, ten cycles) for the low words.
+    const __m512i hi_idx = _mm512_setr_epi32(1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31);
+    const __m512i lo_idx = _mm512_setr_epi32(0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30);
+    hi = (vu)_mm512_permutex2var_epi32(even, hi_idx, odd);
+    lo = (vu)_mm512_permutex2var_epi32(even, lo_idx, odd);
 #elif defined(__AVX2__) && MAPORL_VEC_W == 8
     const __m256i A = (__m256i)a, Bv = _mm256_set1_epi32((int)b);
     const __m256i even = _mm256_mul_epu32(A, Bv), odd = _mm256_mul_epu32(_mm256_srli_epi64(A, 32), Bv);
