@@ -100,17 +100,12 @@ RowMax row_max_t(const float * z, int64_t V, float temp, bool with_raw, bool wit
             m = mn;
             ms = ms_new;
         }
-        if (with_raw && with_t) {
+        if (!check_bad)
             for (int k = 0; k < 8; ++k) {
                 const Vv d = Ops::max(dlo, x[k] - ms);  // (max keeps a NaN second operand)
-                s += Ops::exp2_sum(d * l2e);
-                st += Ops::exp2_sum(d * l2et);
+                if (with_raw) s += Ops::exp2_sum(d * l2e);
+                if (with_t) st += Ops::exp2_sum(d * l2et);
             }
-        } else if (with_raw) {
-            for (int k = 0; k < 8; ++k) s += Ops::exp2_sum(Ops::max(dlo, x[k] - ms) * l2e);
-        } else if (with_t) {
-            for (int k = 0; k < 8; ++k) st += Ops::exp2_sum(Ops::max(dlo, x[k] - ms) * l2et);
-        }
         if (++pending == kFlushChunks) {
             pending = 0;
             flush();
