@@ -1,9 +1,10 @@
 // test_sampling_logprobs.cpp: the sampler's first pass (sampling_row.h's row_max_t, whose softmax terms come from
 // vec.h's vexp2_sum, not det_exp) against float64 on vocabulary-wide rows, at every SIMD level: the raw and
-// tempered sums directly, then sample()'s logprobs and rawLogprobs end to end, to the 1e-5; and its NaN /
-// +Inf detection, which rides on those sums. The rows are what an LM's head gives and what breaks float sums: wide (151,936, and lengths that leave
-// a ragged tail), offset far from 0 (the terms' exponents are then large before the max is taken away), with
-// -Inf entries (masked tokens) and a peaked head, at temperatures 0.3 to 2.
+// tempered sums directly, then sample()'s logprobs and rawLogprobs end to end, to the 1e-5; its NaN /
+// +Inf detection, which rides on those sums; and the vector races' pruning against the scalar race far from 0.
+// The rows are what an LM's head gives and what breaks float sums: wide (151,936, and lengths that leave a ragged
+// tail), offset far from 0 (the terms' exponents are then large before the max is taken away), with -Inf entries
+// (masked tokens) and a peaked head, at temperatures 0.3 to 2.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
