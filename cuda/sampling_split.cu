@@ -197,7 +197,7 @@ __global__ void split_init_kernel(int64_t B, int64_t V, int S, maporl_sample_par
     for (int k = 0; k < S; ++k) finite += parts[b * S + k].finite;
     const RowP r = row_params(P, b);
     SplitRow & o = rows[b];
-    const bool live = !bad && m > -INFINITY && r.T != 0.0f;
+    const bool live = !bad && m > -INFINITY && !sample_greedy(r.T, m);
     o.m = m;
     o.M = r.T == 1.0f ? m : m / r.T;
     o.k_on = live && r.k > 0 && r.k < V && finite > r.k;
@@ -338,7 +338,7 @@ __global__ void split_pass2_kernel(const float * __restrict__ logits, int64_t V,
     int bad = 0;
     const float m = row_max_of(parts + c.b * S, S, &bad);
     const RowP r = row_params(P, c.b);
-    if (bad || m == -INFINITY || r.T == 0.0f) return;  // invalid or greedy: pass 3 needs pass 1 only
+    if (bad || m == -INFINITY || sample_greedy(r.T, m)) return;  // invalid or greedy: pass 3 needs pass 1 only
     const SplitRow * f = rows ? rows + c.b : nullptr;
     const int32_t g = given ? given[c.b] : -1;
     const float T = r.T, M = T == 1.0f ? m : m / T;
@@ -404,7 +404,7 @@ __global__ void split_pass3_kernel(const float * __restrict__ logits, int64_t B,
     const int32_t g = given ? given[b] : -1;
     int32_t t;
     float lpv;
-    if (r.T == 0.0f) {
+    if (sample_greedy(r.T, m)) {  // temperature 0 or below kMinTemperature, or m / T overflows (as the CPU)
         t = g >= 0 ? g : (int32_t)am;
         lpv = t == am ? 0.0f : -INFINITY;
     } else {

@@ -128,7 +128,8 @@ struct RowOut {
 RowOut sample_one(const Passes & P, const float * z, int64_t V, const SampleRow & r, int32_t given, bool want_raw,
                   int32_t * idx, void * cut_scratch) {
     RowOut o{-1, NAN, NAN, 0};
-    const bool greedy = r.temperature == 0.0f;
+    // Greedy by temperature is known now; greedy by overflow (sample_greedy) once the max is known.
+    const bool greedy = r.temperature < kMinTemperature;
     const bool t1 = greedy || r.temperature == 1.0f;
     const bool listed = (r.top_k > 0 && r.top_k < V) || (r.top_p > 0.0f && r.top_p < 1.0f);  // support sums come later
     const RowMax mx = P.max(z, V, greedy ? 1.0f : r.temperature, want_raw || (t1 && !listed && !greedy), !t1 && !listed && !greedy, greedy);
@@ -137,9 +138,10 @@ RowOut sample_one(const Passes & P, const float * z, int64_t V, const SampleRow 
     const double raw_sum = mx.sum;
     const double lse_raw = (double)mx.max + std::log(raw_sum);
     auto raw_of = [&](int64_t t) { return want_raw ? (float)((double)z[t] - lse_raw) : NAN; };
-    if (greedy) {  // a point mass on the first argmax
-        o.token = given >= 0 ? given : (int32_t)mx.argmax;
-        o.lp = o.token == mx.argmax ? 0.0f : -INFINITY;
+    if (greedy || sample_greedy(r.temperature, mx.max)) {  // a point mass on the first argmax
+        const int64_t am = greedy ? mx.argmax : P.next(z, 0, V, 1.0f, mx.max, false);
+        o.token = given >= 0 ? given : (int32_t)am;
+        o.lp = o.token == am ? 0.0f : -INFINITY;
         o.raw = raw_of(o.token);
         return o;
     }

@@ -2,12 +2,29 @@
 // sampling.cpp (rows over the thread pool; the row passes of sampling_row.h per ISA). CUDA: cuda/sampling.cu.
 #pragma once
 
+#include <float.h>
 #include <stdint.h>
 
+#include "hd.h"
 #include "maporl.h"
 #include "sampling_row.h"
 
 namespace maporl {
+
+// Temperatures below this, the smallest normal float (2^-126, 1.2e-38), sample greedily: 1 / T and log2(e) / T
+// stay finite floats for every T at or above it (subnormal temperatures made them +Inf, and 0 * Inf = NaN).
+// vLLM samples greedily below 1e-5 (_SAMPLING_EPS); here T = 1e-30 still shares the draws among tied maxima.
+constexpr float kMinTemperature = FLT_MIN;
+
+// Whether a valid row (max logit m finite) is sampled as temperature 0: the first argmax, log-prob 0. True for
+// T < kMinTemperature, and where the processed max m / T overflows float32: the exact quotients' softmax is
+// then a point mass on the maxima to far below float's resolution, and the float ones would be +-Inf (the
+// passes would compare Inf with Inf). The same decision on the CPU and in CUDA's kernels.
+MAPORL_HD bool sample_greedy(float T, float m) {
+    if (!(T >= kMinTemperature)) return true;
+    const float M = T == 1.0f ? m : m / T;
+    return !(M <= FLT_MAX && M >= -FLT_MAX);
+}
 
 // One row's parameters, resolved from the per-row arrays / scalars.
 struct SampleRow {

@@ -21,8 +21,10 @@ namespace maporl {
 
 constexpr int kRadixBins = 256, kRadixRounds = 4;
 
-// The key of a logit: larger logits have larger keys; every finite float maps above 0.
+// The key of a logit: larger logits have larger keys; every finite float maps above 0. -0.0 takes +0.0's key:
+// the CPU's order ties them (then the lower index wins), so the kernels' must too.
 MAPORL_HD uint32_t radix_key(float z) {
+    if (z == 0.0f) z = 0.0f;
     uint32_t b;
     memcpy(&b, &z, 4);
     return (b & 0x80000000u) ? ~b : (b | 0x80000000u);

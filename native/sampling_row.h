@@ -48,8 +48,10 @@ constexpr int64_t kPrefetchAhead = 512;
 // 4e-6 while tempered_sum_serves(M) (sampling.cpp sums the floats' own terms by row_sum_x_t otherwise: IEEE
 // division's quotient in this pass, by Markstein's FMA correction of z * (1 / temp), cost 35% more on every
 // row). The sums only scale log-probs, never choose a token, so their terms need not be det_exp's bits. z - ms
-// is clamped once, at -86.5 * min(1, temp), so that both exponents stay in vexp2_sum's [-125, 0] (-Inf logits
-// weigh 2^-124.8 instead of 0: under V * 3e-38 of a sum that is at least 1); the clamp lets NaN through, so a NaN
+// is clamped at -86.5 for the raw terms and at -86.5 * min(1, temp) for the tempered ones, so that both exponents
+// stay in vexp2_sum's [-125, 0] (-Inf logits weigh 2^-124.8 instead of 0: under V * 3e-38 of a sum that is at least
+// 1; one clamp for both, as before, let each -Inf or far logit weigh exp(-86.5 T) in the raw sum: at T = 1e-5 on a
+// 1-logit row padded to a vector, rawLogprobs came out -2.08 instead of 0); the clamp lets NaN through, so a NaN
 // or +Inf logit (whose z - ms is NaN once the running max is +Inf) turns the sums NaN, which is the row's bad
 // flag when a sum is taken (a per-vector check otherwise). The float lane sums move into double every
 // kFlushChunks chunks (at most 128 float adds per lane): summed in float over a whole row of 151,936 they were
@@ -61,7 +63,7 @@ RowMax row_max_t(const float * z, int64_t V, float temp, bool with_raw, bool wit
     constexpr int W = Ops::W, CH = 8 * W, kFlushChunks = 16;
     const Vv ninf = Ops::splat(-INFINITY), inf = Ops::splat(INFINITY), zero = Ops::splat(0.0),
              itv = Ops::splat(1.0 / (double)temp), l2e = Ops::splat(M_LOG2E), l2et = Ops::splat(M_LOG2E / (double)temp),
-             dlo = Ops::splat(-86.5 * (temp < 1.0f ? (double)temp : 1.0));
+             dlo = Ops::splat(-86.5), dlo_t = Ops::splat(-86.5 * (temp < 1.0f ? (double)temp : 1.0));
     const bool check_bad = !with_raw && !with_t;  // else the sums carry NaN
     Vv m = ninf, ms = zero, s = zero, st = zero, mc = zero;  // ms: m, or 0 while m = -Inf
     double sd[W] = {}, td[W] = {};  // the lane sums moved out of float, relative to the same running max
@@ -102,9 +104,9 @@ RowMax row_max_t(const float * z, int64_t V, float temp, bool with_raw, bool wit
         }
         if (!check_bad)
             for (int k = 0; k < 8; ++k) {
-                const Vv d = Ops::max(dlo, x[k] - ms);  // (max keeps a NaN second operand)
-                if (with_raw) s += Ops::exp2_sum(d * l2e);
-                if (with_t) st += Ops::exp2_sum(d * l2et);
+                const Vv d = x[k] - ms;  // (max keeps a NaN second operand)
+                if (with_raw) s += Ops::exp2_sum(Ops::max(dlo, d) * l2e);
+                if (with_t) st += Ops::exp2_sum(Ops::max(dlo_t, d) * l2et);
             }
         if (++pending == kFlushChunks) {
             pending = 0;
@@ -166,8 +168,10 @@ double row_sum_x_t(const float * z, int64_t V, float temp, float M) {
 
 // The smallest float z0 with fl(z0 / temp) >= x_floor: {z : z / temp >= x_floor} = {z >= z0}, as rounded
 // division is monotone, so candidate scans compare raw logits without dividing.
+// A floor of -Inf (M near -FLT_MAX less the race's span) admits every element: the loop below would step from
+// -Inf to -Inf for ever.
 inline float z_threshold(float x_floor, float temp) {
-    if (temp == 1.0f) return x_floor;
+    if (temp == 1.0f || !(x_floor > -INFINITY)) return x_floor;
     float z0 = x_floor * temp;
     while (z0 / temp < x_floor) z0 = nextafterf(z0, INFINITY);
     for (float d = nextafterf(z0, -INFINITY); d / temp >= x_floor; d = nextafterf(z0, -INFINITY)) z0 = d;

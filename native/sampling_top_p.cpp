@@ -2,6 +2,7 @@
 // instead of a sort (sampling_passes.h says how). sampling.cpp samples with it.
 #include <algorithm>
 #include <cfloat>
+#include <climits>
 #include <cmath>
 #include <vector>
 
@@ -92,6 +93,7 @@ Cut top_p_cut(const Passes & P, const float * z, int64_t V, float zmax, float T,
             if (sub_bin[j] == sat) members[n++] = members[j];
         members.resize(n);
     }
+    if (members.empty()) return Cut{zmax, INT32_MAX, 0};  // unreachable while M is finite (the max weighs 2^sbits)
     std::sort(members.begin(), members.end(), better);
     Cut c{members.front().z, members.front().i, above};  // the first member is kept: (double)above < target
     for (const Cand & m : members) {

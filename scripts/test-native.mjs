@@ -26,7 +26,8 @@ if (run("cmake", ["--build", buildDir, "--parallel"], { stdio: ["ignore", "ignor
 let passed = 0, failed = 0;
 const tests = readdirSync(buildDir).filter((f) => f.startsWith("test_") && !f.includes("."));
 for (const t of tests.sort()) {
-    const r = spawnSync(join(buildDir, t), [], { encoding: "utf8" });
+    // A hang fails the binary (killed after 10 minutes) instead of wedging the suite.
+    const r = spawnSync(join(buildDir, t), [], { encoding: "utf8", timeout: 600_000, killSignal: "SIGKILL" });
     process.stdout.write(r.stdout ?? "");
     process.stderr.write(r.stderr ?? "");
     const m = /# \S+: (\d+) passed, (\d+) failed/.exec(r.stdout ?? "");
@@ -36,7 +37,7 @@ for (const t of tests.sort()) {
     }
     if (!m || r.status !== 0) {
         if (!m) failed += 1;  // crashed before its summary: count the binary as one failure
-        console.error(`${t}: exit ${r.status ?? r.signal}`);
+        console.error(`${t}: exit ${r.status ?? r.signal}${r.error?.code === "ETIMEDOUT" ? " (timed out after 600 s: a hang)" : ""}`);
     }
 }
 writeFileSync(join(buildDir, "summary.json"), JSON.stringify({ passed, failed }) + "\n");

@@ -8,6 +8,7 @@ import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync 
 import { join } from "node:path";
 
 import { type Device, resolveDevice } from "../backend.js";
+import { MaporlError } from "../errors.js";
 import { native, type GptHandle } from "../native.js";
 import { fusedPolicyLoss, logprobs } from "../rl/logits.js";
 import { type LossOptions, type PolicyLossStats, valueLoss } from "../rl/policyLoss.js";
@@ -226,6 +227,13 @@ export class NativePolicy implements Policy {
             // The token at position pos + 1 (the sampler's counter, as when each request decodes alone).
             const s = sample({ logits, shape: [B, V] }, { temperature, topK, topP, seed, position: new BigInt64Array(B).fill(BigInt(pos + 1)),
                 rawLogprobs: false, device: "cpu" });
+            // A row the sampler rejects (its logits hold NaN or +Inf: non-finite weights or activations) fails the call,
+            // naming the requests; its token, -1, is never fed on.
+            const invalid: number[] = [];
+            for (let b = 0; b < B; b++) if (!finished[b] && pos >= lens[b]! - 1 && !s.valid[b]) invalid.push(b);
+            if (invalid.length > 0)
+                throw new MaporlError(`${this.name}.generate: requests[${invalid.join(", ")}]: the logits for completion token ${pos + 2 - lens[invalid[0]!]!} ` +
+                    `hold NaN or +Inf (the model's weights or activations are not finite), so no token can be sampled`, "MAPORL_ERR_INTERNAL");
             for (let b = 0; b < B; b++) {
                 if (finished[b] || pos < lens[b]! - 1) continue;
                 const t = s.tokens[b]!;

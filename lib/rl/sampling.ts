@@ -7,7 +7,12 @@
 //     'joint' requires both on the full distribution (FlashInfer's two modes);
 //   - the token is the Gumbel-max argmax of logits / temperature + Gumbel noise from Philox4x32-10 keyed by
 //     (seed, position, index): the same token for the same row and parameters whatever the batch, order,
-//     thread count or SIMD level; temperature 0 is greedy (first argmax, log-prob 0);
+//     thread count or SIMD level; temperature 0 is greedy (first argmax, log-prob 0), and so is a temperature
+//     below 2^-126 (subnormal) or a row whose max logit / temperature overflows float32 (e.g. 3e38 at 0.7): the
+//     exact tempered softmax is then a point mass on the maxima (vLLM samples greedily below 1e-5; here 1e-30
+//     still shares the draws among tied maxima). A row of finite logits is always valid. Keys are x + noise in
+//     float32, so where an ulp of x outgrows the noise (|x| past ~1e7) ties between near-equal x go to the lower
+//     index;
 //   - a row with NaN or +Infinity, or only -Infinity, gets valid 0, token -1 and NaN log-probs.
 import { withSignal } from "../abort.js";
 import { outputFloat32 } from "../alloc.js";

@@ -308,7 +308,7 @@ typedef enum maporl_filter_order {
 
 /* Per-row sampling parameters: each is an array of B values, or NULL to use the scalar that follows it. */
 typedef struct maporl_sample_params {
-    const float * temperature;   float temperature_all;   /* finite >= 0; 0 = greedy. Default 1 */
+    const float * temperature;   float temperature_all;   /* finite >= 0; 0 (or below 2^-126) = greedy. Default 1 */
     const int32_t * top_k;       int32_t top_k_all;       /* >= 0; 0 or >= V = off. Default 0 */
     const float * top_p;         float top_p_all;         /* in [0, 1]; 0 or 1 = off. Default 1 */
     const float * min_p;         float min_p_all;         /* in [0, 1]; 0 = off. Default 0 */
@@ -327,7 +327,8 @@ maporl_sample_params maporl_sample_default_params(void);
  *   (0 when greedy), raw_logprobs_out [B]: under softmax(z) (may be NULL, which saves a second exp per element
  *   when the temperature is not 1), valid_out [B] (uint8, may be NULL). logprobs_out may be NULL.
  * A row with a NaN or +Inf logit, or with every logit -Inf, gets valid 0, token -1 and NaN log-probs; it is
- * not an error. Parameters out of range are MAPORL_ERR_INVALID_ARG (nothing written). */
+ * not an error. A row of finite logits is always valid: where max z / temperature overflows float32, or the
+ * temperature is below 2^-126, the row is sampled as at temperature 0 (first argmax, log-prob 0). Parameters out of range are MAPORL_ERR_INVALID_ARG (nothing written). */
 maporl_status maporl_sample(maporl_device device, const float * logits, int64_t B, int64_t V,
                             const maporl_sample_params * params, int32_t * tokens_out, float * logprobs_out,
                             float * raw_logprobs_out, uint8_t * valid_out);

@@ -24,8 +24,9 @@ TEST(keys_preserve_the_order_of_floats_and_invert) {
     bool ok = true;
     for (size_t i = 0; i + 1 < sizeof(vals) / sizeof(vals[0]); ++i)
         ok = ok && (maporl::radix_key(vals[i]) < maporl::radix_key(vals[i + 1]) || (vals[i] == 0.0f && vals[i + 1] == 0.0f));
-    for (float v : vals) ok = ok && maporl::radix_key_value(maporl::radix_key(v)) == v && std::signbit(maporl::radix_key_value(maporl::radix_key(v))) == std::signbit(v);
+    for (float v : vals) ok = ok && maporl::radix_key_value(maporl::radix_key(v)) == v && (v == 0.0f || std::signbit(maporl::radix_key_value(maporl::radix_key(v))) == std::signbit(v));
     CHECK(ok, "keys are monotone and invert");
+    CHECK(maporl::radix_key(-0.0f) == maporl::radix_key(0.0f), "-0.0 and +0.0 tie (the CPU's order)");
     CHECK(maporl::radix_key(-1e-45f) > 0 && maporl::radix_fixed(1.0f, maporl::radix_scale(151936)) == (1ull << 44), "scale at V = 151,936");
 }
 
@@ -80,6 +81,26 @@ TEST(split_radix_selection_keeps_the_sorted_support) {
             }
         }
     }
+    CHECK(bad == 0, "%d of %d rows", bad, rows);
+}
+
+// -0.0 and +0.0 tie in the sampler's order, so the lower index is kept first (the kernels ranked +0.0 above -0.0:
+// z = [-0, +0, -1, -1] at top-k 1 kept index 1 there, index 0 on the CPU).
+TEST(signed_zeros_tie_in_the_split_selection) {
+    int bad = 0, rows = 0;
+    for (int k : {1, 2, 3})
+        for (float p : {1.0f, 0.3f, 0.6f})
+            for (int S : {1, 2, 3}) {
+                Row r;
+                r.z = {-0.0f, 0.0f, -1.0f, -1.0f, 0.0f, -0.0f};
+                r.T = 1.0f;
+                r.k = k;
+                r.p = p;
+                r.renorm = true;
+                const std::vector<char> want = sorted_support(r), got = split_support(r, split_select(r, S));
+                bad += got != want;
+                ++rows;
+            }
     CHECK(bad == 0, "%d of %d rows", bad, rows);
 }
 
