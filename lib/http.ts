@@ -1,32 +1,82 @@
 // http.ts: the one retrying JSON POST of the HTTP clients (OpenAICompatiblePolicy, HttpVerifier): a per-attempt
-// timeout, retries with exponential backoff on network errors, timeouts, 429 and 5xx, and prompt abort.
+// timeout, retries with exponential backoff on network errors, timeouts, 429 and 5xx (waiting as long as a 429's or
+// 503's Retry-After asks, within the deadline), one deadline over all attempts, no redirect to another origin, and
+// prompt abort. Worst case of one request against a server that never answers: the deadline (`totalTimeoutMs`).
 import { sleep } from "./abort.js";
 
 export interface PostOptions {
+    /** One attempt. */
     timeoutMs: number;
     retries: number;
     backoffMs: number;
+    /** Every attempt and wait together; defaults to timeoutMs x (retries + 1) plus the backoffs. */
+    totalTimeoutMs?: number;
     headers?: Record<string, string>;
     signal?: AbortSignal;
 }
 
+/** Same-origin redirects followed at most. */
+const MAX_REDIRECTS = 5;
+
+/** Seconds or an HTTP date (RFC 9110 10.2.3) as milliseconds from now; null when absent or unreadable. */
+export function retryAfterMs(value: string | null, now = Date.now()): number | null {
+    if (value === null) return null;
+    const v = value.trim();
+    if (/^\d+$/.test(v)) return Number(v) * 1000;
+    const t = Date.parse(v);
+    return Number.isNaN(t) ? null : Math.max(0, t - now);
+}
+
 /**
  * POSTs `body` as JSON. Resolves with the first reply that is not retryable (status and text; a 4xx is the
- * caller's to report) and the latency of that attempt. Rejects with signal.reason on abort, and with
- * "`where`: `url` failed after N attempts: <last reason>" when every attempt failed.
+ * caller's to report) and the latency of that attempt. Rejects with signal.reason on abort; with
+ * "`where`: `url` failed after N attempts: <last reason>" when every attempt failed or the deadline passed; and
+ * at once when the server redirects to another origin (the body and its credentials are not sent there).
  */
 export async function postJson(where: string, url: string, body: string, o: PostOptions): Promise<{ status: number; ok: boolean; text: string; latencyMs: number }> {
-    let last = "";
+    const total = o.totalTimeoutMs ?? o.timeoutMs * (o.retries + 1) + o.backoffMs * (2 ** o.retries - 1);
+    const deadline = performance.now() + total;
+    let last = "", attempts = 0;
+    const fail = () => new Error(`${where}: ${url} failed after ${attempts} attempt${attempts === 1 ? "" : "s"}: ${last}`);
+    let wait = 0;
     for (let attempt = 0; attempt <= o.retries; attempt++) {
-        if (attempt > 0) await sleep(o.backoffMs * 2 ** (attempt - 1), o.signal);
+        if (attempt > 0) {
+            const left = deadline - performance.now();
+            if (wait > left) {
+                last += ` (the next attempt would start after the ${total} ms deadline)`;
+                break;
+            }
+            await sleep(wait, o.signal);
+        }
         o.signal?.throwIfAborted();
-        const timeout = AbortSignal.timeout(o.timeoutMs);
+        const budget = o.totalTimeoutMs === undefined ? o.timeoutMs : Math.min(o.timeoutMs, deadline - performance.now());
+        if (budget <= 0) break;
+        const timeout = AbortSignal.timeout(Math.max(1, Math.ceil(budget)));
         const t0 = performance.now();
+        attempts++;
+        wait = o.backoffMs * 2 ** attempt;
         try {
-            const res = await fetch(url, { method: "POST", body, signal: o.signal ? AbortSignal.any([o.signal, timeout]) : timeout,
-                headers: { "content-type": "application/json", ...(o.headers ?? {}) } });
+            let target = url, res: Response;
+            for (let hop = 0; ; hop++) {
+                res = await fetch(target, { method: "POST", body, redirect: "manual", signal: o.signal ? AbortSignal.any([o.signal, timeout]) : timeout,
+                    headers: { "content-type": "application/json", ...(o.headers ?? {}) } });
+                if (res.status < 300 || res.status >= 400) break;
+                await res.body?.cancel();
+                const location = res.headers.get("location");
+                const next = location === null ? null : new URL(location, target);
+                if (next === null || next.origin !== new URL(url).origin || (res.status !== 307 && res.status !== 308) || hop >= MAX_REDIRECTS)
+                    throw new RedirectError(`${where}: ${target} answered HTTP ${res.status} redirecting to ${location === null ? "(no location)" : next!.href}: ` +
+                        (next && next.origin !== new URL(url).origin ? "another origin, not followed (point baseUrl at the server itself)"
+                            : hop >= MAX_REDIRECTS ? `more than ${MAX_REDIRECTS} redirects` : "only same-origin 307 / 308 redirects are followed"));
+                target = next.href;
+            }
             if (res.status === 429 || res.status >= 500) {
                 last = `HTTP ${res.status}`;
+                const after = res.status === 429 || res.status === 503 ? retryAfterMs(res.headers.get("retry-after")) : null;
+                if (after !== null) {
+                    wait = Math.max(wait, after);
+                    last += ` (Retry-After ${res.headers.get("retry-after")})`;
+                }
                 await res.body?.cancel();
                 continue;
             }
@@ -34,8 +84,11 @@ export async function postJson(where: string, url: string, body: string, o: Post
             return { status: res.status, ok: res.ok, text, latencyMs: performance.now() - t0 };
         } catch (e) {
             if (o.signal?.aborted) throw o.signal.reason;
-            last = timeout.aborted ? `timed out after ${o.timeoutMs} ms` : (e as Error).message;
+            if (e instanceof RedirectError) throw e;
+            last = timeout.aborted ? `timed out after ${Math.round(budget)} ms` : (e as Error).message;
         }
     }
-    throw new Error(`${where}: ${url} failed after ${o.retries + 1} attempts: ${last}`);
+    throw fail();
 }
+
+class RedirectError extends Error {}

@@ -42,13 +42,14 @@ export { readGsm8k, readAnli, type Gsm8kRecord, type AnliRecord } from "./debate
 export {
     debateMetrics, majorityCredit, answerKey, type DebateMetrics, type EpisodeRecord, type AnswerRecord, type Transitions,
 } from "./debate/metrics.js";
-export { type Policy, type ChatMessage, type GenerateRequest, type Generation, type SamplingOptions } from "./policy/types.js";
+export { type Policy, type SettledGeneration, type ChatMessage, type GenerateRequest, type Generation, type SamplingOptions } from "./policy/types.js";
 export { OpenAICompatiblePolicy, type OpenAICompatibleOptions } from "./policy/openai.js";
-export { Debate, topologyMatrix, type DebateOptions, type DebateItem, type Topology } from "./debate/debate.js";
+export { generateSettled, type EpisodeErrorPolicy } from "./policy/settle.js";
+export { Debate, DebateError, topologyMatrix, type DebateOptions, type DebateItem, type Topology } from "./debate/debate.js";
 export { defaultPrompts, feedbackBin, type DebatePrompts, type DebateTask, type FollowUpContext, type QuestionContext, type PeerAnswer } from "./debate/prompts.js";
 export { transcriptToJSON, transcriptFromJSON, transcriptScores, type Transcript, type TurnEntry } from "./debate/transcript.js";
 export { JsonlTracer, otelTracer, teeTracer, type Span, type Tracer } from "./debate/trace.js";
-export { JointRollout, type JointRolloutOptions, type JointTree, type JointAction, type TransitionInput } from "./debate/jointRollout.js";
+export { JointRollout, JointRolloutError, type JointRolloutOptions, type JointTree, type JointAction, type TransitionInput } from "./debate/jointRollout.js";
 export { NativePolicy, type NativePolicyConfig, type TrainBatch, type TrainOptions, type TrainResult } from "./policy/nativePolicy.js";
 export { CharTokenizer, SPECIAL_TOKENS, type TokenizerJSON } from "./policy/tokenizer.js";
 export { readSafetensors, writeSafetensors, type TensorEntry } from "./policy/safetensors.js";

@@ -13,6 +13,7 @@ import { answerKey } from "./metrics.js";
 import { defaultPrompts, type DebatePrompts, type DebateTask, type PeerAnswer } from "./prompts.js";
 import type { Tracer } from "./trace.js";
 import type { Transcript, TurnEntry } from "./transcript.js";
+import { type EpisodeErrorPolicy, episodeErrorPolicy, episodeRetries, generateSettled, policyMessage } from "../policy/settle.js";
 import { type ChatMessage, type Generation, type Policy, type SamplingOptions, samplingOptions } from "../policy/types.js";
 import { describe } from "../validate.js";
 import { extractFinalNumber, extractLabel } from "../rewards/extract.js";
@@ -42,6 +43,25 @@ export interface DebateOptions {
     extract?: (text: string) => string | null;
     tracer?: Tracer;
     runId?: string;
+    /** When an agent's request fails (after its policy's own retries): 'skip' (default) ends that episode, which
+     * comes back with `error` and the turns it completed while the others go on; 'retry' runs a failed episode
+     * again from its start, up to `retries` times, then skips it; 'fail-fast' rejects runBatch with a
+     * DebateError holding every episode's transcript so far. The answers given before a failure are in the trace. */
+    onError?: EpisodeErrorPolicy;
+    /** Episode retries under onError 'retry'. Defaults to 2. */
+    retries?: number;
+}
+
+/** runBatch under onError 'fail-fast', and run() whenever its episode failed: the first failure, with every
+ * episode's transcript so far (completed turns only). */
+export class DebateError extends Error {
+    readonly transcripts: Transcript[];
+
+    constructor(message: string, transcripts: Transcript[]) {
+        super(message);
+        this.name = "DebateError";
+        this.transcripts = transcripts;
+    }
 }
 
 export interface DebateItem {
@@ -67,7 +87,8 @@ export function topologyMatrix(topology: Topology, A: number): boolean[][] {
 const NLI_LABELS = ["entailment", "neutral", "contradiction"];
 
 export class Debate {
-    private readonly o: DebateOptions & { task: DebateTask; prompts: DebatePrompts; extract: (t: string) => string | null };
+    private readonly o: DebateOptions & { task: DebateTask; prompts: DebatePrompts; extract: (t: string) => string | null; onError: EpisodeErrorPolicy;
+        retries: number };
     readonly adjacency: boolean[][];
 
     constructor(options: DebateOptions) {
@@ -93,21 +114,42 @@ export class Debate {
         this.adjacency = topologyMatrix(options.topology ?? "full", agents.length);
         const extract = options.extract ?? (task === "nli" ? (t: string) => extractLabel(t, NLI_LABELS)
             : (t: string) => extractFinalNumber(t)?.text ?? null);
-        this.o = { ...options, task, extract, prompts: { ...defaultPrompts, ...(options.prompts ?? {}) } };
+        const onError = episodeErrorPolicy("Debate", options.onError), retries = episodeRetries("Debate", options.retries);
+        this.o = { ...options, task, extract, prompts: { ...defaultPrompts, ...(options.prompts ?? {}) }, onError, retries };
     }
 
-    /** Runs one episode. Rejects promptly on abort (with signal.reason) and when a policy fails. */
+    /** Runs one episode. Rejects promptly on abort (with signal.reason), and with a DebateError when the episode
+     * failed (after the retries of onError 'retry'). */
     async run(item: DebateItem, options: { signal?: AbortSignal } = {}): Promise<Transcript> {
-        return (await this.runBatch([item], options))[0]!;
+        const t = (await this.runBatch([item], options))[0]!;
+        if (t.error) throw new DebateError(`Debate: episode ${t.id}: turn ${t.error.turn}, agent ${t.error.agent}: ${t.error.message}`, [t]);
+        return t;
     }
 
     /**
      * Runs several episodes together: at each turn, every live episode's requests to one Policy go in ONE generate
      * call (a batching backend such as NativePolicy decodes them as one batch; an HTTP policy sends them under its
      * concurrency limit). Episodes that reach consensus drop out. Each transcript equals what run(item) gives (the
-     * seeds depend on the turn and agent only).
+     * seeds depend on the turn and agent only). A failed request ends its own episode only (see `onError`): that
+     * transcript carries `error` and its completed turns.
      */
     async runBatch(items: DebateItem[], options: { signal?: AbortSignal } = {}): Promise<Transcript[]> {
+        const out = await this.attempt(items, options.signal, this.o.onError === "fail-fast");
+        if (this.o.onError !== "retry") return out;
+        for (let attempt = 2; attempt <= this.o.retries + 1; attempt++) {
+            const failed = out.flatMap((t, i) => (t.error ? [i] : []));
+            if (failed.length === 0) break;
+            // Again from the start (same ids, same seeds), alone.
+            const again = await this.attempt(failed.map((i) => ({ ...items[i]!, id: out[i]!.id })), options.signal, false);
+            failed.forEach((i, k) => {
+                out[i] = again[k]!;
+                if (out[i]!.error) out[i]!.error!.attempts = attempt;
+            });
+        }
+        return out;
+    }
+
+    private async attempt(items: DebateItem[], signal: AbortSignal | undefined, failFast: boolean): Promise<Transcript[]> {
         if (!Array.isArray(items)) throw new TypeError("Debate.runBatch: items: expected an array");
         items.forEach((item, i) => {
             const where = items.length === 1 ? "Debate.run: item" : `Debate.runBatch: items[${i}]`;
@@ -115,10 +157,12 @@ export class Debate {
             if (typeof item.reference !== "string" && typeof item.reference !== "number") throw new TypeError(`${where}.reference: expected a string or number`);
             if (item.id !== undefined && typeof item.id !== "string") throw new TypeError(`${where}.id: expected a string, got ${describe(item.id)}`);
         });
-        const { agents, turns } = this.o, A = agents.length, signal = options.signal;
+        const { agents, turns } = this.o, A = agents.length;
         const stamp = Date.now().toString(36);  // default ids: unique within the batch
         const eps = items.map((item, i) => ({ item, id: item.id ?? (items.length > 1 ? `q${stamp}-${i}` : `q${stamp}`), out: [] as TurnEntry[][], stopped: false,
-            histories: Array.from({ length: A }, () => [] as ChatMessage[]) }));
+            error: undefined as Transcript["error"], histories: Array.from({ length: A }, () => [] as ChatMessage[]) }));
+        const transcripts = () => eps.map((e): Transcript => ({ version: 1, id: e.id, question: e.item.question, reference: e.item.reference, agents: A,
+            adjacency: this.adjacency, turns: e.out, stoppedEarly: e.stopped && !e.error, ...(e.error ? { error: e.error } : {}) }));
         for (let t = 0; t < turns; t++) {
             signal?.throwIfAborted();
             const live = eps.filter((e) => !e.stopped);
@@ -130,51 +174,58 @@ export class Debate {
             }));
             const entries = await this.turnBatch(live, prompts, t, signal);
             live.forEach((e, k) => {
-                const row = entries[k]!;
+                const failure = entries[k]!.findIndex((x) => x instanceof Error);
+                if (failure >= 0) {  // the episode ends here; its answers of this turn are in the trace
+                    e.error = { turn: t, agent: failure, message: (entries[k]![failure] as Error).message, attempts: 1 };
+                    e.stopped = true;
+                    return;
+                }
+                const row = entries[k] as TurnEntry[];
                 e.out.push(row);
                 row.forEach((x, a) => e.histories[a]!.push(x.prompt[x.prompt.length - 1]!, { role: "assistant", content: x.text }));
                 if (t + 1 < turns && this.consensusReached(row)) e.stopped = true;
             });
+            const first = failFast ? eps.find((e) => e.error) : undefined;
+            if (first) throw new DebateError(`Debate: episode ${first.id}: turn ${first.error!.turn}, agent ${first.error!.agent}: ${first.error!.message}`, transcripts());
         }
-        return eps.map((e) => ({ version: 1, id: e.id, question: e.item.question, reference: e.item.reference, agents: A,
-            adjacency: this.adjacency, turns: e.out, stoppedEarly: e.stopped }));
+        return transcripts();
     }
 
-    // One turn of the live episodes: one generate call per distinct policy, then verification of every answer.
+    // One turn of the live episodes: one generate call per distinct policy, then verification of every answer. A
+    // failed request's slot holds its Error.
     private async turnBatch(live: { item: DebateItem; id: string }[], prompts: ChatMessage[][][], t: number,
-        signal?: AbortSignal): Promise<TurnEntry[][]> {
+        signal?: AbortSignal): Promise<(TurnEntry | Error)[][]> {
         const { agents } = this.o;
         const byPolicy = new Map<Policy, { k: number; a: number }[]>();
         live.forEach((_, k) => agents.forEach((p, a) => {
             pushTo(byPolicy, p, { k, a });
         }));
-        const entries: TurnEntry[][] = live.map(() => new Array<TurnEntry>(agents.length));
+        const entries: (TurnEntry | Error)[][] = live.map(() => new Array<TurnEntry | Error>(agents.length));
         await Promise.all([...byPolicy].map(async ([policy, slots]) => {
             const start = Date.now(), t0 = performance.now();
-            let gens: Generation[];
-            try {
-                gens = await policy.generate(slots.map(({ k, a }) => ({ messages: prompts[k]![a]!, sampling: this.o.sampling,
-                    ...(this.o.seed !== undefined ? { seed: this.o.seed + 1000 * t + a } : {}) })), { signal });
-                if (!Array.isArray(gens) || gens.length !== slots.length || gens.some((g) => !g || typeof g.text !== "string"))
-                    throw new TypeError(`${policy.name}: generate() returned no generation`);
-            } catch (e) {
-                if (!signal?.aborted)
-                    for (const { k, a } of slots)
-                        this.span(live[k]!.id, t, a, start, t0, { finishReason: "error", error: e instanceof Error ? e.message : String(e) });
-                throw signal?.aborted ? signal.reason : e;
-            }
+            const gens = await generateSettled(policy, slots.map(({ k, a }) => ({ messages: prompts[k]![a]!, sampling: this.o.sampling,
+                ...(this.o.seed !== undefined ? { seed: this.o.seed + 1000 * t + a } : {}) })), { signal });
             await Promise.all(slots.map(async ({ k, a }, j) => {
-                entries[k]![a] = await this.entry(live[k]!.item, live[k]!.id, t, a, prompts[k]![a]!, gens[j]!, start, t0, signal);
+                const g = gens[j]!;
+                if (!g.ok) {
+                    const error = new Error(policyMessage(policy, g.error));
+                    this.span(live[k]!.id, t, a, start, t0, { finishReason: "error", error: error.message });
+                    entries[k]![a] = error;
+                    return;
+                }
+                entries[k]![a] = await this.entry(live[k]!.item, live[k]!.id, t, a, prompts[k]![a]!, g.generation, start, t0, signal);
             }));
         }));
         return entries;
     }
 
     private span(id: string, t: number, a: number, start: number, t0: number,
-        extra: { completionTokens?: number; promptTokens?: number; finishReason: string; error?: string }): void {
+        extra: { completionTokens?: number; promptTokens?: number; finishReason: string; error?: string; entry?: TurnEntry }): void {
+        const e = extra.entry;
         this.o.tracer?.span({ name: "debate.turn", runId: this.o.runId ?? "run", episode: id, agent: a, turn: t, parent: 0,
             startMs: start, latencyMs: performance.now() - t0, promptTokens: extra.promptTokens ?? 0,
-            completionTokens: extra.completionTokens ?? 0, finishReason: extra.finishReason, ...(extra.error ? { error: extra.error } : {}) });
+            completionTokens: extra.completionTokens ?? 0, finishReason: extra.finishReason, ...(extra.error ? { error: extra.error } : {}),
+            ...(e ? { text: e.text, extracted: e.extracted, ...(e.score !== undefined ? { score: e.score } : {}) } : {}) });
     }
 
     private async entry(item: DebateItem, id: string, t: number, a: number, prompt: ChatMessage[], g: Generation, start: number, t0: number,
@@ -190,7 +241,7 @@ export class Debate {
                 entry.verifierError = e instanceof Error ? e.message : String(e);
             }
         }
-        this.span(id, t, a, start, t0, { promptTokens: g.usage.promptTokens, completionTokens: g.usage.completionTokens, finishReason: g.finishReason });
+        this.span(id, t, a, start, t0, { promptTokens: g.usage.promptTokens, completionTokens: g.usage.completionTokens, finishReason: g.finishReason, entry });
         return entry;
     }
 

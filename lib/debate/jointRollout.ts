@@ -14,6 +14,7 @@
 import { type ChatMessage, type Generation, type Policy, type SamplingOptions, samplingOptions } from "../policy/types.js";
 import { describe } from "../validate.js";
 import { pushTo } from "../collections.js";
+import { type EpisodeErrorPolicy, episodeErrorPolicy, episodeRetries, generateSettled, policyMessage } from "../policy/settle.js";
 
 export interface TransitionInput<Item> {
     item: Item;
@@ -50,6 +51,24 @@ export interface JointRolloutOptions<Item> {
     /** Base seed (or one per item): completion g of agent a at a state gets a distinct seed derived from it and from
      * the state's path from the root. A function lets the items of a batch sample independently. */
     seed?: number | ((item: Item) => number);
+    /** When a request fails (after its policy's own retries): 'skip' (default) ends that item's tree, which comes
+     * back with `error` and the joint actions made before it while the other items grow on; 'retry' grows a failed
+     * item's tree again from the root, up to `retries` times, then skips it; 'fail-fast' rejects with a
+     * JointRolloutError holding every tree so far. */
+    onError?: EpisodeErrorPolicy;
+    /** Item retries under onError 'retry'. Defaults to 2. */
+    retries?: number;
+}
+
+/** runBatch under onError 'fail-fast', and run() whenever its item failed: the first failure, with every tree so far. */
+export class JointRolloutError extends Error {
+    readonly trees: JointTree[];
+
+    constructor(message: string, trees: JointTree[]) {
+        super(message);
+        this.name = "JointRolloutError";
+        this.trees = trees;
+    }
 }
 
 export interface JointAction {
@@ -74,10 +93,12 @@ export interface JointTree {
     leaves: number;
     /** States not expanded because of the termination threshold. */
     terminated: number;
+    /** Set when the item failed: the depth and agent of the failed request, its error, and the attempts made. */
+    error?: { depth: number; agent: number; message: string; attempts: number };
 }
 
 export class JointRollout<Item> {
-    private readonly o: JointRolloutOptions<Item> & { joint: "aligned" | "cross" };
+    private readonly o: JointRolloutOptions<Item> & { joint: "aligned" | "cross"; onError: EpisodeErrorPolicy; retries: number };
 
     constructor(options: JointRolloutOptions<Item>) {
         if (options === null || typeof options !== "object") throw new TypeError("JointRollout: options: expected an object");
@@ -107,21 +128,40 @@ export class JointRollout<Item> {
         if (actions > MAX_TREE_ACTIONS)
             throw new RangeError(`JointRollout: the tree of generations ${generations}, ${agents.length} agents, joint '${joint}' and turns ${turns} ` +
                 `has ${actions > 1e15 ? "over 10^15" : actions} joint actions per item; at most ${MAX_TREE_ACTIONS} are supported`);
-        this.o = { ...options, joint };
+        this.o = { ...options, joint, onError: episodeErrorPolicy("JointRollout", options.onError), retries: episodeRetries("JointRollout", options.retries) };
     }
 
-    /** The tree of one item. */
+    /** The tree of one item; rejects with a JointRolloutError when the item failed (after onError 'retry''s retries). */
     async run(item: Item, options: { signal?: AbortSignal } = {}): Promise<JointTree> {
-        return (await this.runBatch([item], options))[0]!;
+        const tree = (await this.runBatch([item], options))[0]!;
+        if (tree.error) throw new JointRolloutError(`JointRollout: depth ${tree.error.depth}, agent ${tree.error.agent}: ${tree.error.message}`, [tree]);
+        return tree;
     }
 
-    /** The trees of several items, grown together (one generate call per distinct Policy per depth). */
+    /** The trees of several items, grown together (one generate call per distinct Policy per depth). A failed request
+     * ends its own item's tree only (see `onError`). */
     async runBatch(items: Item[], options: { signal?: AbortSignal } = {}): Promise<JointTree[]> {
         if (!Array.isArray(items)) throw new TypeError("JointRollout.runBatch: items: expected an array");
+        const out = await this.grow(items, options.signal, this.o.onError === "fail-fast");
+        if (this.o.onError !== "retry") return out;
+        for (let attempt = 2; attempt <= this.o.retries + 1; attempt++) {
+            const failed = out.flatMap((t, i) => (t.error ? [i] : []));
+            if (failed.length === 0) break;
+            const again = await this.grow(failed.map((i) => items[i]!), options.signal, false);
+            failed.forEach((i, k) => {
+                out[i] = again[k]!;
+                if (out[i]!.error) out[i]!.error!.attempts = attempt;
+            });
+        }
+        return out;
+    }
+
+    private async grow(items: Item[], signal: AbortSignal | undefined, failFast: boolean): Promise<JointTree[]> {
+        const options = { signal };
         const { agents } = this.o, N = agents.length, G = this.o.generations;
         type History = { prompts: (string | ChatMessage[])[][]; responses: string[][] };
         type State = { i: number; parent: number; depth: number; key: number; prompts: (string | ChatMessage[])[]; history: History };
-        const trees = items.map(() => ({ actions: [] as JointAction[], terminated: 0 }));
+        const trees = items.map(() => ({ actions: [] as JointAction[], terminated: 0, error: undefined as JointTree["error"] }));
         const combos = this.o.joint === "aligned" ? Array.from({ length: G }, (_, g) => new Array<number>(N).fill(g)) : cartesian(N, G);
         let frontier: State[] = items.map((item, i) => ({ i, parent: -1, depth: 0, key: 0, prompts: agents.map((_, a) => this.o.prompt(item, a)),
             history: { prompts: agents.map(() => []), responses: agents.map(() => []) } }));
@@ -143,14 +183,22 @@ export class JointRollout<Item> {
                     return { ...(typeof pr === "string" ? { prompt: pr } : { messages: pr }), sampling: this.o.sampling,
                         ...(seeds ? { seed: seeds[s]! + 131 * a + g } : {}) };
                 }));
-                const out = await policy.generate(reqs, { signal: options.signal });
-                if (!Array.isArray(out) || out.length !== reqs.length)
-                    throw new TypeError(`JointRollout: ${policy.name ?? "a policy"}: generate() returned ${Array.isArray(out) ? out.length : "no"} generations, expected ${reqs.length}`);
-                slots.forEach(({ s, a }, k) => { gens[s]![a] = out.slice(k * G, (k + 1) * G); });
+                const out = await generateSettled(policy, reqs, { signal: options.signal });
+                slots.forEach(({ s, a }, k) => {
+                    const mine = out.slice(k * G, (k + 1) * G), bad = mine.find((x) => !x.ok);
+                    const tree = trees[frontier[s]!.i]!;
+                    if (bad && !bad.ok && !tree.error)
+                        tree.error = { depth: frontier[s]!.depth, agent: a, message: policyMessage(policy, bad.error), attempts: 1 };
+                    gens[s]![a] = mine.flatMap((x) => (x.ok ? [x.generation] : []));
+                });
             }));
+            const failed = trees.find((t) => t.error);
+            if (failFast && failed)
+                throw new JointRolloutError(`JointRollout: depth ${failed.error!.depth}, agent ${failed.error!.agent}: ${failed.error!.message}`, finish(trees));
             const next: State[] = [];
             for (let st = 0; st < frontier.length; st++) {
                 const state = frontier[st]!, tree = trees[state.i]!, item = items[state.i]!;
+                if (tree.error) continue;  // the failed item's tree ends with the joint actions made before this depth
                 const ids: number[] = [];
                 for (const sample of combos) {
                     const generations = sample.map((g, a) => gens[st]![a]![g]!);
@@ -177,13 +225,17 @@ export class JointRollout<Item> {
             }
             frontier = next;
         }
-        return trees.map(({ actions, terminated }) => {
-            const hasChild = new Uint8Array(actions.length);
-            for (const a of actions) if (a.parent >= 0) hasChild[a.parent] = 1;
-            return { actions, parent: Int32Array.from(actions, (a) => a.parent), rewards: Float32Array.from(actions, (a) => a.reward),
-                leaves: hasChild.reduce((s, h) => s + (h ? 0 : 1), 0), terminated };
-        });
+        return finish(trees);
     }
+}
+
+function finish(trees: { actions: JointAction[]; terminated: number; error: JointTree["error"] }[]): JointTree[] {
+    return trees.map(({ actions, terminated, error }) => {
+        const hasChild = new Uint8Array(actions.length);
+        for (const a of actions) if (a.parent >= 0) hasChild[a.parent] = 1;
+        return { actions, parent: Int32Array.from(actions, (a) => a.parent), rewards: Float32Array.from(actions, (a) => a.reward),
+            leaves: hasChild.reduce((s, h) => s + (h ? 0 : 1), 0), terminated, ...(error ? { error } : {}) };
+    });
 }
 
 const MAX_TREE_ACTIONS = 1 << 20;

@@ -1,5 +1,5 @@
 // trace.ts: per-turn tracing. Every agent turn is a span (agent, turn, parent, latency, prompt and completion
-// tokens, finish reason, error) written as one JSON line to <dir>/trace.jsonl. Each line is a single write(2)
+// tokens, finish reason, error, the answer's text) written as one JSON line to <dir>/trace.jsonl. Each line is a single write(2)
 // to a file opened for append, so a crash loses at most the line being written and never leaves a torn line
 // in the middle of the file.
 import { closeSync, mkdirSync, openSync, writeSync } from "node:fs";
@@ -19,6 +19,11 @@ export interface Span {
     completionTokens: number;
     finishReason: string;
     error?: string;
+    /** The answer's text, extracted answer and verifier score (debate turns that produced one): what a run needs to
+     * be audited or resumed from its trace alone. */
+    text?: string;
+    extracted?: string | null;
+    score?: number;
 }
 
 export interface Tracer {

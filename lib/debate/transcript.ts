@@ -33,6 +33,9 @@ export interface Transcript {
     /** turns[t][a]. */
     turns: TurnEntry[][];
     stoppedEarly: boolean;
+    /** Set when the episode failed: which turn and agent, the error, and how many attempts were made (Debate's
+     * onError). `turns` then holds the turns completed before it. */
+    error?: { turn: number; agent: number; message: string; attempts: number };
 }
 
 const ENCODED = "__maporl_number__:";

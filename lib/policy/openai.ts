@@ -1,9 +1,10 @@
 // openai.ts: a Policy over any OpenAI-compatible chat-completions server (vLLM, SGLang, llama.cpp server,
-// Ollama): POST {baseUrl}/chat/completions with logprobs, per-request timeout, retries with exponential backoff
-// on network errors, timeouts, 429 and 5xx, a concurrency limit, and AbortSignal. A malformed reply is an error
+// Ollama): POST {baseUrl}/chat/completions with logprobs, per-attempt and per-request timeouts (120 s, 300 s: the
+// worst case of a hung server), retries with exponential backoff on network errors, timeouts, 429 and 5xx (Retry-After
+// honoured), a concurrency limit, and AbortSignal. A malformed reply is an error
 // that says what was missing.
 import { postJson } from "../http.js";
-import { type GenerateRequest, type Generation, type Policy, requestMessages, requestSampling, requestSeed } from "./types.js";
+import { type GenerateRequest, type Generation, type Policy, type SettledGeneration, requestMessages, requestSampling, requestSeed } from "./types.js";
 
 export interface OpenAICompatibleOptions {
     /** e.g. "http://127.0.0.1:8000/v1" */
@@ -11,8 +12,11 @@ export interface OpenAICompatibleOptions {
     model: string;
     apiKey?: string;
     name?: string;
-    /** Per request. Defaults to 120,000 ms. */
+    /** Per attempt. Defaults to 120,000 ms. */
     timeoutMs?: number;
+    /** Per request, every attempt and wait included: the worst case of a server that never answers. Defaults to
+     * 300,000 ms. */
+    totalTimeoutMs?: number;
     /** Defaults to 3. */
     retries?: number;
     /** First backoff; doubles per retry. Defaults to 250 ms. */
@@ -39,24 +43,44 @@ export class OpenAICompatiblePolicy implements Policy {
         };
         this.name = options.name ?? `openai:${options.model}`;
         this.o = { baseUrl: options.baseUrl.replace(/\/+$/, ""), model: options.model, apiKey: options.apiKey,
-            timeoutMs: num(options.timeoutMs, 120_000, "timeoutMs", 1), retries: num(options.retries, 3, "retries", 0),
+            timeoutMs: num(options.timeoutMs, 120_000, "timeoutMs", 1), totalTimeoutMs: num(options.totalTimeoutMs, 300_000, "totalTimeoutMs", 1), retries: num(options.retries, 3, "retries", 0),
             backoffMs: num(options.backoffMs, 250, "backoffMs", 0), concurrency: num(options.concurrency, 8, "concurrency", 1),
             logprobs: options.logprobs ?? true };
     }
 
+    /** Rejects with the first failed request's error (the others are not waited for). */
     async generate(requests: GenerateRequest[], options: { signal?: AbortSignal } = {}): Promise<Generation[]> {
         if (!Array.isArray(requests)) throw new TypeError(`${this.name}: requests: expected an array`);
         const bodies = requests.map((r, i) => this.body(r, i));
         const out: Generation[] = new Array(requests.length);
+        await this.pool(bodies.length, async (i) => { out[i] = await this.one(bodies[i]!, options.signal); });
+        return out;
+    }
+
+    /** Every request's outcome: a failed request (after its retries) does not stop the others. Rejects on abort, and
+     * on a request that is invalid before any is sent. */
+    async generateSettled(requests: GenerateRequest[], options: { signal?: AbortSignal } = {}): Promise<SettledGeneration[]> {
+        if (!Array.isArray(requests)) throw new TypeError(`${this.name}: requests: expected an array`);
+        const bodies = requests.map((r, i) => this.body(r, i));
+        const out: SettledGeneration[] = new Array(requests.length);
+        await this.pool(bodies.length, async (i) => {
+            try {
+                out[i] = { ok: true, generation: await this.one(bodies[i]!, options.signal) };
+            } catch (e) {
+                if (options.signal?.aborted) throw options.signal.reason;
+                out[i] = { ok: false, error: e instanceof Error ? e : new Error(String(e)) };
+            }
+        });
+        return out;
+    }
+
+    // Runs job(0 .. n-1) with at most `concurrency` in flight.
+    private async pool(n: number, job: (i: number) => Promise<void>): Promise<void> {
         let next = 0;
         const worker = async () => {
-            while (next < bodies.length) {
-                const i = next++;
-                out[i] = await this.one(bodies[i]!, options.signal);
-            }
+            while (next < n) await job(next++);
         };
-        await Promise.all(Array.from({ length: Math.min(this.o.concurrency, bodies.length) }, worker));
-        return out;
+        await Promise.all(Array.from({ length: Math.min(this.o.concurrency, n) }, worker));
     }
 
     private body(r: GenerateRequest, i: number): string {
@@ -77,7 +101,7 @@ export class OpenAICompatiblePolicy implements Policy {
     }
 
     private async one(body: string, signal?: AbortSignal): Promise<Generation> {
-        const r = await postJson(this.name, `${this.o.baseUrl}/chat/completions`, body, { timeoutMs: this.o.timeoutMs, retries: this.o.retries,
+        const r = await postJson(this.name, `${this.o.baseUrl}/chat/completions`, body, { timeoutMs: this.o.timeoutMs, totalTimeoutMs: this.o.totalTimeoutMs, retries: this.o.retries,
             backoffMs: this.o.backoffMs, signal, headers: this.o.apiKey ? { authorization: `Bearer ${this.o.apiKey}` } : {} });
         if (!r.ok) throw new Error(`${this.name}: HTTP ${r.status}: ${r.text.slice(0, 300)}`);
         return this.parse(r.text, r.latencyMs);

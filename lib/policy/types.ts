@@ -43,9 +43,16 @@ export interface Generation {
     latencyMs: number;
 }
 
+/** One request's outcome under generateSettled. */
+export type SettledGeneration = { ok: true; generation: Generation } | { ok: false; error: Error };
+
 export interface Policy {
     readonly name: string;
+    /** Rejects when any request fails (after the policy's own retries) or on abort. */
     generate(requests: GenerateRequest[], options?: { signal?: AbortSignal }): Promise<Generation[]>;
+    /** Optional: every request's outcome, rejecting only on abort (Debate and JointRollout use it, through
+     * settle.ts's generateSettled, so that one failed request fails only its own episode). */
+    generateSettled?(requests: GenerateRequest[], options?: { signal?: AbortSignal }): Promise<SettledGeneration[]>;
 }
 
 const SAMPLING_KEYS = ["temperature", "topP", "topK", "maxTokens", "stop"];

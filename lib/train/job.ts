@@ -142,7 +142,9 @@ export async function trainJob(o: TrainJobOptions): Promise<TrainSummary> {
             const items = task.generate(cfg.episodesPerIteration, seed);
             const r = await runIteration(cfg, task, items, st.schedule, m, base, it, seed, signal);
             const reward = mean(r.stats.map((s) => s.reward));
-            metric({ kind: "train", stage: st.name, iteration: it + 1, reward, accuracy: r.train.majorityAccuracy, agents: r.stats });
+            const failed = r.failed?.map((f) => ({ question: f.item.question, turn: f.turn, agent: f.agent, error: f.error }));
+            if (failed) log(`  ${st.name} iteration ${it + 1}: ${failed.length} of ${items.length} episodes failed and were skipped (first: ${failed[0]!.error})`);
+            metric({ kind: "train", stage: st.name, iteration: it + 1, reward, accuracy: r.train.majorityAccuracy, agents: r.stats, ...(failed ? { failed } : {}) });
             appendFileSync(tracesFile, JSON.stringify({ stage: st.name, iteration: it + 1, ...r.trace }) + "\n");
             o.onProgress?.({ stage: st.name, step: it + 1, total: cfg.iterations, reward, accuracy: r.train.majorityAccuracy, elapsedMs: performance.now() - t0 });
             if ((it + 1) % cfg.evalEvery === 0 && it + 1 < cfg.iterations) await evaluate(label, m.agents, it + 1, st.name);

@@ -107,7 +107,12 @@ export async function magrpoIteration(cfg: TrainConfig, task: Task, items: TaskI
     const rows = new Map<NativePolicy, { prompt: number[]; completion: number[]; stopped: boolean; adv: number; a: number }[]>();
     const paths: RolloutEntry[][][] = [];
     const rewardSum = new Float64Array(A), rewardN = new Float64Array(A);
-    const forest = await trees(cfg, task, items, agents, roll);
+    const grown = await trees(cfg, task, items, agents, roll);
+    // An item whose tree failed (a request failed: JointRollout's onError 'skip') is dropped; the others train.
+    const failed = grown.flatMap((t, i) => (t.error ? [{ item: items[i]!, turn: t.error.depth, agent: t.error.agent, error: t.error.message }] : []));
+    if (failed.length === items.length) throw new Error(`rollout: every episode failed (${items.length}); the first at turn ${failed[0]!.turn}, agent ${failed[0]!.agent}: ${failed[0]!.error}`);
+    const forest = grown.filter((t) => !t.error);
+    items = items.filter((_, i) => !grown[i]!.error);
     const push = (a: number, depth: number, prompt: string, g: Generation, adv: number) => {
         const model = trainable[a];
         if (!model || !trainTurn(depth)) return;
@@ -146,6 +151,6 @@ export async function magrpoIteration(cfg: TrainConfig, task: Task, items: TaskI
     }
     const team: TeamRollout = { items, entries: paths, agents: A, turns: roll.turns };
     const first = paths[0]!;
-    return { stats, train: teamMetrics(team), trace: { question: items[0]!.question, reference: items[0]!.reference,
+    return { stats, train: teamMetrics(team), ...(failed.length ? { failed } : {}), trace: { question: items[0]!.question, reference: items[0]!.reference,
         turns: first.map((turn) => turn.map((x) => ({ text: x.text, correct: x.correct }))) } };
 }

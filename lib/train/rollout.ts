@@ -8,6 +8,7 @@ import type { NativePolicy } from "../policy/nativePolicy.js";
 import { answerKey } from "../debate/metrics.js";
 import type { Task, TaskItem } from "./tasks.js";
 import { pushTo } from "../collections.js";
+import { generateSettled, policyMessage } from "../policy/settle.js";
 
 export interface RolloutEntry {
     prompt: number[];
@@ -27,6 +28,8 @@ export interface TeamRollout {
     entries: RolloutEntry[][][];
     agents: number;
     turns: number;
+    /** Episodes dropped because a request failed (the others go on): their item, where, and the error. */
+    failed?: { item: TaskItem; turn: number; agent: number; error: string }[];
 }
 
 export interface RolloutOptions {
@@ -73,29 +76,40 @@ export function protocolSolution(solution: string): string {
     return m ? m[1]! + formatAnswer(m[2]!) : solution;
 }
 
-/** Runs E debates of `turns` turns; agents[a] answers for agent a (the same model may appear several times). */
+/**
+ * Runs E debates of `turns` turns; agents[a] answers for agent a (the same model may appear several times). An
+ * episode whose request fails (generateSettled: the batch, then its requests alone) is dropped and listed in
+ * `failed`; the others go on. Rejects when every episode failed (nothing to train on), and on abort.
+ */
 export async function rolloutTeam(task: Task, items: TaskItem[], agents: NativePolicy[], o: RolloutOptions): Promise<TeamRollout> {
-    const A = agents.length, E = items.length;
+    const A = agents.length;
     const entries: RolloutEntry[][][] = items.map(() => []);
+    const failed = new Map<number, { item: TaskItem; turn: number; agent: number; error: string }>();
     for (let t = 0; t < o.turns; t++) {
         o.signal?.throwIfAborted();
         const turn: RolloutEntry[][] = items.map(() => new Array(A));
         const byModel = new Map<NativePolicy, { i: number; a: number }[]>();
         const who = t === 0 && o.turn0 ? o.turn0 : agents;
-        for (let a = 0; a < A; a++) pushTo(byModel, who[a]!, ...items.map((_, i) => ({ i, a })));
+        const live = items.flatMap((_, i) => (failed.has(i) ? [] : [i]));
+        for (let a = 0; a < A; a++) pushTo(byModel, who[a]!, ...live.map((i) => ({ i, a })));
         for (const [model, who] of byModel) {
             const content = who.map(({ i, a }) => {
                 const prev = t === 0 ? null : entries[i]![t - 1]!;
                 return turnPrompt(items[i]!.views[a]!, a, A, prev ? prev.map((e) => e.extracted) : null,
                     o.feedback ? (prev ? prev.map((e) => e.score) : "empty") : undefined);
             });
-            const gens = await model.generate(who.map(({ i, a }, k) => ({
+            const gens = await generateSettled(model, who.map(({ i, a }, k) => ({
                 messages: [{ role: "user" as const, content: content[k]! }],
                 sampling: { temperature: o.temperature, maxTokens: o.maxTokens },
                 seed: o.seed * 1_000_000 + i * 1000 + t * 16 + a,
             })), { ...(o.signal ? { signal: o.signal } : {}) });
             for (let k = 0; k < who.length; k++) {
-                const { i, a } = who[k]!, g = gens[k]!, item = items[i]!;
+                const { i, a } = who[k]!, settled = gens[k]!, item = items[i]!;
+                if (!settled.ok) {
+                    if (!failed.has(i)) failed.set(i, { item, turn: t, agent: a, error: policyMessage(model, settled.error) });
+                    continue;
+                }
+                const g = settled.generation;
                 const extracted = extractAnswer(g.text);
                 const verdict = await task.verifier.score({ question: item.question, response: g.text, reference: item.reference });
                 turn[i]![a] = {
@@ -107,7 +121,13 @@ export async function rolloutTeam(task: Task, items: TaskItem[], agents: NativeP
         }
         turn.forEach((row, i) => entries[i]!.push(row));
     }
-    return { items, entries, agents: A, turns: o.turns };
+    if (failed.size === 0) return { items, entries, agents: A, turns: o.turns };
+    if (failed.size === items.length) {
+        const f = [...failed.values()][0]!;
+        throw new Error(`rollout: every episode failed (${items.length}); the first at turn ${f.turn}, agent ${f.agent}: ${f.error}`);
+    }
+    const keep = items.flatMap((_, i) => (failed.has(i) ? [] : [i]));
+    return { items: keep.map((i) => items[i]!), entries: keep.map((i) => entries[i]!), agents: A, turns: o.turns, failed: [...failed.values()] };
 }
 
 export interface PackedBatch {

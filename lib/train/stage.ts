@@ -29,6 +29,8 @@ export interface IterationResult {
     stats: AgentStats[];
     /** The training rollout's team metrics (accuracy per turn of this iteration's questions). */
     train: EvalResult;
+    /** Episodes dropped because a request failed (TeamRollout.failed); the iteration trained on the others. */
+    failed?: NonNullable<TeamRollout["failed"]>;
     /** One episode's texts for traces.jsonl. */
     trace: { question: string; reference: string; turns: { text: string; correct: boolean }[][] };
 }
@@ -97,5 +99,5 @@ export async function runIteration(cfg: TrainConfig, task: Task, items: TaskItem
             gamma: mp.gamma, lambda: mp.lambda, ppoEpochs: mp.ppoEpochs, clip: mp.clip, valueClip: mp.valueClip, lr: cfg.lr, criticLr: cfg.criticLr,
             seed, ...(signal ? { signal } : {}) });
     } else stats = await collmIteration(cfg, r, trainable, m.critics, trainTurn, signal);
-    return { stats, train: teamMetrics(r), trace: traceOf(r) };
+    return { stats, train: teamMetrics(r), ...(r.failed ? { failed: r.failed } : {}), trace: traceOf(r) };
 }
