@@ -8,6 +8,7 @@ import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync 
 import { join } from "node:path";
 
 import { type Device, resolveDevice } from "../backend.js";
+import { fsyncDir, writeFileDurable } from "../durable.js";
 import { MaporlError } from "../errors.js";
 import { native, type GptHandle } from "../native.js";
 import { fusedPolicyLoss, logprobs } from "../rl/logits.js";
@@ -392,12 +393,14 @@ export class NativePolicy implements Policy {
             writeSafetensors(join(tmp, "model.safetensors"), tensors.map((t) => ({ name: t.name, shape: t.shape,
                 data: p.subarray(t.offset, t.offset + t.shape.reduce((a, b) => a * b, 1)) })), { format: "pt" });
             writeSafetensors(join(tmp, "optimizer.safetensors"), [{ name: "m", shape: [n], data: m }, { name: "v", shape: [n], data: v }]);
-            writeFileSync(join(tmp, "tokenizer.json"), JSON.stringify(this.tokenizer.toJSON()));
-            writeFileSync(join(tmp, "config.json"), JSON.stringify({ format: "maporl-gpt", version: 1, name: this.name, ...this.config,
+            writeFileDurable(join(tmp, "tokenizer.json"), JSON.stringify(this.tokenizer.toJSON()));
+            writeFileDurable(join(tmp, "config.json"), JSON.stringify({ format: "maporl-gpt", version: 1, name: this.name, ...this.config,
                 vocab: this.V, step: native.gptGetStep(h) }, null, 2));
+            fsyncDir(tmp);
             const old = `${dir}.old-${process.pid}-${Date.now()}`;
             if (existsSync(dir)) renameSync(dir, old);
             renameSync(tmp, dir);
+            fsyncDir(join(dir, ".."));
             rmSync(old, { recursive: true, force: true });
         });
     }

@@ -1,36 +1,105 @@
 // checkpoint.ts: the run directory's checkpoint: every model of the current stage plus the job state, written to
-// a temporary directory that replaces the previous checkpoint by rename. A kill at any moment leaves either the
-// new checkpoint, or the previous one (as checkpoint, or as checkpoint.old when the kill fell between the two
-// renames), which readCheckpoint finds.
-import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
-import { join } from "node:path";
+// a temporary directory that replaces the previous checkpoint by rename; the previous one stays as checkpoint.old.
+// state.json records the SHA-256 of every file of the checkpoint and of the logs' prefixes it covers, and a
+// SHA-256 of itself; every file and directory is fsynced before the renames that publish it. On resume the
+// newest checkpoint that verifies is used (checkpoint, else checkpoint.old, saying why); one that is damaged is
+// never used, and when neither verifies the run stops with an error naming the damaged files. A kill at any
+// moment leaves a checkpoint that verifies (the new one, or the previous one).
+import { createHash } from "node:crypto";
+import { closeSync, existsSync, fsyncSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, rmSync, statSync } from "node:fs";
+import { join, relative } from "node:path";
 
+import { fsyncDir, writeFileDurable } from "../durable.js";
 import { NativePolicy } from "../policy/nativePolicy.js";
 
-export async function writeCheckpoint(out: string, models: Record<string, NativePolicy>, state: unknown): Promise<void> {
+const sha256 = (data: Buffer | string) => createHash("sha256").update(data).digest("hex");
+
+function filesUnder(dir: string): string[] {
+    return readdirSync(dir, { withFileTypes: true }).flatMap((e) => (e.isDirectory() ? filesUnder(join(dir, e.name)) : [join(dir, e.name)]));
+}
+
+function syncTree(dir: string): void {
+    for (const e of readdirSync(dir, { withFileTypes: true }))
+        if (e.isDirectory()) syncTree(join(dir, e.name));
+        else {
+            const fd = openSync(join(dir, e.name), "r");
+            try { fsyncSync(fd); } finally { closeSync(fd); }
+        }
+    fsyncDir(dir);
+}
+
+/** SHA-256 of the first `bytes` bytes of a file (a log's part that a checkpoint covers). */
+export function prefixSha256(path: string, bytes: number): string {
+    const buf = existsSync(path) ? readFileSync(path) : Buffer.alloc(0);
+    return sha256(buf.subarray(0, bytes));
+}
+
+/**
+ * Writes the checkpoint: each model's directory, then state.json = the state, `files` (the SHA-256 of every file
+ * written, by path relative to the checkpoint) and `sha256` (of the rest of state.json).
+ */
+export async function writeCheckpoint(out: string, models: Record<string, NativePolicy>, state: object): Promise<void> {
     const dir = join(out, "checkpoint"), tmp = join(out, "checkpoint.tmp"), old = join(out, "checkpoint.old");
     rmSync(tmp, { recursive: true, force: true });
     mkdirSync(tmp, { recursive: true });
     for (const [name, m] of Object.entries(models)) await m.save(join(tmp, name));
-    writeFileSync(join(tmp, "state.json"), JSON.stringify(state));
-    rmSync(old, { recursive: true, force: true });
-    if (existsSync(dir)) renameSync(dir, old);
+    const files: Record<string, string> = {};
+    for (const f of filesUnder(tmp).sort()) files[relative(tmp, f)] = sha256(readFileSync(f));
+    const body = { ...state, files };
+    writeFileDurable(join(tmp, "state.json"), JSON.stringify({ ...body, sha256: sha256(JSON.stringify(body)) }));
+    syncTree(tmp);
+    if (existsSync(dir)) {
+        rmSync(old, { recursive: true, force: true });
+        renameSync(dir, old);
+    }
     renameSync(tmp, dir);
-    rmSync(old, { recursive: true, force: true });
+    fsyncDir(out);
 }
 
-/** The newest complete checkpoint: its directory and state, or null. */
-export function readCheckpoint(out: string): { dir: string; state: Record<string, unknown> } | null {
+/** A checkpoint's state.json and files checked; returns the state, or why it cannot be used. */
+function verify(dir: string): { state: Record<string, unknown> } | { why: string } {
+    const file = join(dir, "state.json");
+    if (!existsSync(file)) return { why: `${file}: missing` };
+    let parsed: Record<string, unknown>;
+    try {
+        parsed = JSON.parse(readFileSync(file, "utf8")) as Record<string, unknown>;
+        if (parsed === null || typeof parsed !== "object" || Array.isArray(parsed)) throw new Error();
+    } catch {
+        return { why: `${file}: not valid JSON (truncated or damaged)` };
+    }
+    const { sha256: recorded, ...body } = parsed;
+    if (recorded === undefined) return { state: body };  // written before checksums (unverified, as then)
+    if (typeof recorded !== "string" || sha256(JSON.stringify(body)) !== recorded) return { why: `${file}: its checksum does not match its contents (damaged)` };
+    const files = body.files as Record<string, string> | undefined;
+    if (!files || typeof files !== "object") return { why: `${file}: no file checksums` };
+    for (const [name, want] of Object.entries(files)) {
+        const path = join(dir, name);
+        if (!existsSync(path)) return { why: `${path}: missing` };
+        if (sha256(readFileSync(path)) !== want) return { why: `${path}: SHA-256 does not match the checkpoint's record (damaged or modified)` };
+    }
+    for (const f of filesUnder(dir))
+        if (f !== file && !(relative(dir, f) in files)) return { why: `${f}: not part of the checkpoint (added after it was written)` };
+    return { state: body };
+}
+
+/**
+ * The newest checkpoint that verifies: its directory, state, and the reasons newer ones were passed over (each
+ * names the damaged file); null when the run has no checkpoint yet. Throws when checkpoints exist and none
+ * verifies.
+ */
+export function readCheckpoint(out: string): { dir: string; state: Record<string, unknown>; skipped: string[] } | null {
+    const skipped: string[] = [];
+    let any = false;
     for (const name of ["checkpoint", "checkpoint.old"]) {
         const dir = join(out, name);
-        if (!existsSync(join(dir, "state.json"))) continue;
-        try {
-            return { dir, state: JSON.parse(readFileSync(join(dir, "state.json"), "utf8")) as Record<string, unknown> };
-        } catch {
-            continue;
-        }
+        if (!existsSync(dir) || !statSync(dir).isDirectory()) continue;
+        any = true;
+        const v = verify(dir);
+        if ("state" in v) return { dir, state: v.state, skipped };
+        skipped.push(v.why);
     }
-    return null;
+    if (!any) return null;
+    throw new Error(`train: --resume ${out}: no checkpoint verifies, refusing to resume (${skipped.join("; ")})`);
 }
 
 export function loadModel(dir: string, name: string, device: "cpu" | "cuda" | "auto" = "cpu"): Promise<NativePolicy> {

@@ -13,7 +13,8 @@ import { join } from "node:path";
 import { backend, setMatmulPrecision } from "../backend.js";
 import { MaporlError } from "../errors.js";
 import { NativePolicy } from "../policy/nativePolicy.js";
-import { loadModel, readCheckpoint, writeCheckpoint } from "./checkpoint.js";
+import { fsyncFile, replaceFileDurable, writeFileDurable } from "../durable.js";
+import { loadModel, prefixSha256, readCheckpoint, writeCheckpoint } from "./checkpoint.js";
 import { resolveConfig, type TrainConfig } from "./config.js";
 import { evaluateTeam, type EvalResult } from "./evaluate.js";
 import { writeReport } from "./report.js";
@@ -47,6 +48,9 @@ interface JobState {
     evals: Record<string, EvalResult>;
     metricsBytes: number;
     tracesBytes: number;
+    /** SHA-256 of the logs' first metricsBytes / tracesBytes bytes (checked on resume; absent in older runs). */
+    metricsSha256?: string;
+    tracesSha256?: string;
 }
 
 export function makeTask(cfg: TrainConfig): Task {
@@ -74,10 +78,19 @@ export async function trainJob(o: TrainJobOptions): Promise<TrainSummary> {
         cfg = resolveConfig(JSON.parse(readFileSync(join(out, "config.json"), "utf8")), `${out}/config.json`);
         requireDevice(cfg);
         setMatmulPrecision(cfg.matmulPrecision);
-        ckpt = readCheckpoint(out);
+        ckpt = readCheckpoint(out);  // throws, naming the files, when checkpoints exist and none verifies
+        for (const why of ckpt?.skipped ?? []) log(`the newest checkpoint is damaged (${why}); resuming from ${ckpt!.dir}`);
+        if (!ckpt) log(`${out} has no checkpoint yet: starting the run over`);
         state = ckpt ? ckpt.state as unknown as JobState : { version: 1, stage: "sft", step: 0, evals: {}, metricsBytes: 0, tracesBytes: 0 };
-        for (const [f, n] of [[metricsFile, state.metricsBytes], [tracesFile, state.tracesBytes]] as const)
+        // The logs must hold what the checkpoint recorded, unchanged: shorter (truncateSync would pad it with NUL bytes)
+        // or different is an error naming the file, never a silent repair.
+        for (const [f, n, h] of [[metricsFile, state.metricsBytes, state.metricsSha256], [tracesFile, state.tracesBytes, state.tracesSha256]] as const) {
+            const have = existsSync(f) ? statSync(f).size : 0;
+            if (have < n) throw new Error(`train: --resume ${out}: ${f} is ${have} bytes, shorter than the ${n} its checkpoint records (truncated or damaged); refusing to resume`);
+            if (h !== undefined && prefixSha256(f, n) !== h)
+                throw new Error(`train: --resume ${out}: the first ${n} bytes of ${f} do not match its checkpoint's SHA-256 (modified or damaged); refusing to resume`);
             if (existsSync(f)) truncateSync(f, n);
+        }
         log(`resuming ${out} at stage ${state.stage}, step ${state.step}`);
     } else {
         cfg = resolveConfig(o.config ?? {});
@@ -85,7 +98,7 @@ export async function trainJob(o: TrainJobOptions): Promise<TrainSummary> {
         setMatmulPrecision(cfg.matmulPrecision);
         if (existsSync(join(out, "config.json"))) throw new Error(`train: ${out} already holds a run; use --resume ${out} or another --out`);
         mkdirSync(out, { recursive: true });
-        writeFileSync(join(out, "config.json"), JSON.stringify(cfg, null, 2));
+        writeFileDurable(join(out, "config.json"), JSON.stringify(cfg, null, 2), true);
         writeFileSync(metricsFile, "");
         writeFileSync(tracesFile, "");
         state = { version: 1, stage: "sft", step: 0, evals: {}, metricsBytes: 0, tracesBytes: 0 };
@@ -93,7 +106,10 @@ export async function trainJob(o: TrainJobOptions): Promise<TrainSummary> {
     const task = makeTask(cfg);
     const metric = (x: object) => appendFileSync(metricsFile, JSON.stringify(x) + "\n");
     const save = async (models: Record<string, NativePolicy>, stage: string, step: number) => {
-        state = { ...state, stage, step, metricsBytes: size(metricsFile), tracesBytes: size(tracesFile) };
+        fsyncFile(metricsFile);  // the logs' part that the checkpoint covers is on disk before it
+        fsyncFile(tracesFile);
+        const metricsBytes = size(metricsFile), tracesBytes = size(tracesFile);
+        state = { ...state, stage, step, metricsBytes, tracesBytes, metricsSha256: prefixSha256(metricsFile, metricsBytes), tracesSha256: prefixSha256(tracesFile, tracesBytes) };
         await writeCheckpoint(out, models, state);
     };
     const t0 = performance.now();
@@ -157,7 +173,7 @@ export async function trainJob(o: TrainJobOptions): Promise<TrainSummary> {
         for (const model of new Set(Object.values(m.named))) await model.dispose();
     }
     const summary = summarize(cfg, state.evals);
-    writeFileSync(join(out, "summary.json"), JSON.stringify(summary, null, 2));
+    replaceFileDurable(join(out, "summary.json"), JSON.stringify(summary, null, 2));
     writeReport(out, summary);
     await base.dispose();
     return summary;
