@@ -23,10 +23,13 @@ class KernelWorker : public Napi::AsyncWorker {
 public:
     // `keep` are the JS values (TypedArrays) that must stay alive; `compute` runs off the main thread.
     // `result`, when given, makes the value the promise resolves with (on the main thread, after compute).
+    // `done`, when given, runs on the main thread once compute has finished, before the promise settles (a model
+    // handle's count of calls in flight).
     KernelWorker(Napi::Env env, const char * where, std::vector<Napi::Value> keep,
-                 std::function<maporl_status()> compute, std::function<Napi::Value(Napi::Env)> result = nullptr)
+                 std::function<maporl_status()> compute, std::function<Napi::Value(Napi::Env)> result = nullptr,
+                 std::function<void(Napi::Env)> done = nullptr)
         : Napi::AsyncWorker(env, "maporl"), deferred_(Napi::Promise::Deferred::New(env)), where_(where),
-          compute_(std::move(compute)), result_(std::move(result)) {
+          compute_(std::move(compute)), result_(std::move(result)), done_(std::move(done)) {
         for (auto & v : keep) {
             refs_.push_back(Napi::Persistent(v));
             lengths_.push_back(v.IsTypedArray() ? v.As<Napi::TypedArray>().ElementLength() : 0);
@@ -47,6 +50,7 @@ public:
     void OnOK() override {
         Napi::Env env = Env();
         Napi::HandleScope scope(env);
+        Done(env);
         for (size_t i = 0; i < refs_.size(); ++i) {
             const Napi::Value v = refs_[i].Value();
             if (lengths_[i] > 0 && v.IsTypedArray() && v.As<Napi::TypedArray>().ElementLength() == 0) {
@@ -62,13 +66,22 @@ public:
             deferred_.Reject(MakeStatusError(env, status_, message_));
     }
 
-    void OnError(const Napi::Error & e) override { deferred_.Reject(e.Value()); }
+    void OnError(const Napi::Error & e) override {
+        Done(Env());
+        deferred_.Reject(e.Value());
+    }
 
 private:
+    void Done(Napi::Env env) {
+        if (done_) done_(env);
+        done_ = nullptr;
+    }
+
     Napi::Promise::Deferred deferred_;
     const char * where_;
     std::function<maporl_status()> compute_;
     std::function<Napi::Value(Napi::Env)> result_;
+    std::function<void(Napi::Env)> done_;
     std::vector<Napi::Reference<Napi::Value>> refs_;
     std::vector<size_t> lengths_;  // each kept TypedArray's length when queued (0 for other values)
     maporl_status status_ = MAPORL_OK;
@@ -78,8 +91,9 @@ private:
 // Queues compute() and returns its promise.
 inline Napi::Value QueueKernel(Napi::Env env, const char * where, std::vector<Napi::Value> keep,
                                std::function<maporl_status()> compute,
-                               std::function<Napi::Value(Napi::Env)> result = nullptr) {
-    auto * w = new KernelWorker(env, where, std::move(keep), std::move(compute), std::move(result));
+                               std::function<Napi::Value(Napi::Env)> result = nullptr,
+                               std::function<void(Napi::Env)> done = nullptr) {
+    auto * w = new KernelWorker(env, where, std::move(keep), std::move(compute), std::move(result), std::move(done));
     Napi::Promise p = w->Promise();
     w->Queue();
     return p;
@@ -109,14 +123,15 @@ Napi::Value RunCall(const Napi::CallbackInfo & info, const char * where,
 
 template <typename Call>
 Napi::Value QueueCall(const Napi::CallbackInfo & info, const char * where,
-                      Call (*unpack)(const Napi::CallbackInfo &, std::vector<Napi::Value> *)) {
+                      Call (*unpack)(const Napi::CallbackInfo &, std::vector<Napi::Value> *),
+                      std::function<void(Napi::Env)> done = nullptr) {
     std::vector<Napi::Value> keep;
     const Call c = unpack(info, &keep);
     if constexpr (HasResult<Call>::value)
         return QueueKernel(info.Env(), where, std::move(keep), [c] { return c.run(); },
-                           [c](Napi::Env env) { return c.result(env); });
+                           [c](Napi::Env env) { return c.result(env); }, std::move(done));
     else
-        return QueueKernel(info.Env(), where, std::move(keep), [c] { return c.run(); });
+        return QueueKernel(info.Env(), where, std::move(keep), [c] { return c.run(); }, nullptr, std::move(done));
 }
 
 }  // namespace maporl_js

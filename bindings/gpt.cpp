@@ -19,15 +19,31 @@
 namespace maporl_js {
 namespace {
 
+// The handle keeps the model alive while an async call runs on it: gptFree during one only marks it (new calls
+// are refused at once) and the model is freed when the last call in flight completes, never under it. One call at
+// a time per model: any call (but the read-only ParamCount / Tensors / GetDevice) while an async one runs is
+// refused (NativePolicy serialises its calls, so it never meets this). The model's native memory (weights,
+// gradients, two AdamW moments: 16 bytes per parameter) is reported to V8 as external memory, so that garbage
+// collection sees what undisposed models hold.
 struct Handle {
     maporl_gpt * gpt = nullptr;
-    ~Handle() { maporl_gpt_free(gpt); }
+    int pending = 0;        // async calls in flight (main thread only)
+    bool freed = false;     // gptFree was called
+    int64_t external = 0;   // bytes reported to V8
+    void Release(Napi::Env env) {
+        maporl_gpt_free(gpt);
+        gpt = nullptr;
+        if (external) Napi::MemoryManagement::AdjustExternalMemory(env, -external);
+        external = 0;
+    }
 };
 
-Handle * Get(const Napi::CallbackInfo & info, size_t i = 0) {
+Handle * Get(const Napi::CallbackInfo & info, size_t i = 0, bool read_only = false) {
     if (i >= info.Length() || !info[i].IsExternal()) throw Napi::TypeError::New(info.Env(), "gpt: expected a model handle");
     Handle * h = info[i].As<Napi::External<Handle>>().Data();
-    if (!h->gpt) throw Napi::Error::New(info.Env(), "gpt: the model was freed");
+    if (!h->gpt || h->freed) throw Napi::Error::New(info.Env(), "gpt: the model was freed");
+    if (h->pending > 0 && !read_only)
+        throw Napi::Error::New(info.Env(), "gpt: the model is busy with an async call; calls on one model must not overlap (await it first)");
     return h;
 }
 
@@ -54,20 +70,38 @@ Napi::Value Create(const Napi::CallbackInfo & info) {
     auto h = std::make_unique<Handle>();
     const maporl_status st = maporl_gpt_create(&c, (uint64_t)seed, &h->gpt);
     if (st != MAPORL_OK) ThrowStatus(info.Env(), st, "gptCreate");
-    return Napi::External<Handle>::New(info.Env(), h.release(), [](Napi::Env, Handle * p) { delete p; });
+    int64_t n = 0;
+    maporl_gpt_param_count(h->gpt, &n);
+    h->external = 16 * n;
+    Napi::MemoryManagement::AdjustExternalMemory(info.Env(), h->external);
+    return Napi::External<Handle>::New(info.Env(), h.release(), [](Napi::Env env, Handle * p) {
+        p->Release(env);  // (no call is in flight: each keeps the handle referenced)
+        delete p;
+    });
 }
 
 Napi::Value Free(const Napi::CallbackInfo & info) {
     if (info.Length() > 0 && info[0].IsExternal()) {
         Handle * h = info[0].As<Napi::External<Handle>>().Data();
-        maporl_gpt_free(h->gpt);
-        h->gpt = nullptr;
+        h->freed = true;
+        if (h->pending == 0) h->Release(info.Env());  // else when the last call in flight completes
     }
     return info.Env().Undefined();
 }
 
-Napi::Value Tensors(const Napi::CallbackInfo & info) {
+// QueueCall on a model: counts the call in flight on its handle (checked free and idle by the unpacker's Get).
+template <typename Call>
+Napi::Value QueueGpt(const Napi::CallbackInfo & info, const char * where, Call (*unpack)(const Napi::CallbackInfo &, std::vector<Napi::Value> *)) {
     Handle * h = Get(info);
+    Napi::Value p = QueueCall(info, where, unpack, [h](Napi::Env env) {
+        if (--h->pending == 0 && h->freed) h->Release(env);
+    });
+    ++h->pending;  // after the unpacker's checks (which may throw)
+    return p;
+}
+
+Napi::Value Tensors(const Napi::CallbackInfo & info) {
+    Handle * h = Get(info, 0, true);
     int64_t n = 0;
     maporl_gpt_tensor_count(h->gpt, &n);
     Napi::Array out = Napi::Array::New(info.Env(), (size_t)n);
@@ -89,7 +123,7 @@ Napi::Value Tensors(const Napi::CallbackInfo & info) {
 
 Napi::Value ParamCount(const Napi::CallbackInfo & info) {
     int64_t n = 0;
-    maporl_gpt_param_count(Get(info)->gpt, &n);
+    maporl_gpt_param_count(Get(info, 0, true)->gpt, &n);
     return Napi::Number::New(info.Env(), (double)n);
 }
 
@@ -213,7 +247,7 @@ Napi::Value SetDevice(const Napi::CallbackInfo & info) {
 
 Napi::Value GetDevice(const Napi::CallbackInfo & info) {
     maporl_device d = MAPORL_DEVICE_CPU;
-    const maporl_status st = maporl_gpt_get_device(Get(info)->gpt, &d);
+    const maporl_status st = maporl_gpt_get_device(Get(info, 0, true)->gpt, &d);
     if (st != MAPORL_OK) ThrowStatus(info.Env(), st, "gptGetDevice");
     return Napi::Number::New(info.Env(), (double)d);
 }
@@ -251,13 +285,13 @@ DecodeCall UnpackDecode(const Napi::CallbackInfo & info, std::vector<Napi::Value
 }
 
 Napi::Value JsForward(const Napi::CallbackInfo & i) { return RunCall(i, "gptForward", UnpackForward); }
-Napi::Value JsForwardAsync(const Napi::CallbackInfo & i) { return QueueCall(i, "gptForward", UnpackForward); }
+Napi::Value JsForwardAsync(const Napi::CallbackInfo & i) { return QueueGpt(i, "gptForward", UnpackForward); }
 Napi::Value JsBackward(const Napi::CallbackInfo & i) { return RunCall(i, "gptBackward", UnpackBackward); }
-Napi::Value JsBackwardAsync(const Napi::CallbackInfo & i) { return QueueCall(i, "gptBackward", UnpackBackward); }
+Napi::Value JsBackwardAsync(const Napi::CallbackInfo & i) { return QueueGpt(i, "gptBackward", UnpackBackward); }
 Napi::Value JsStep(const Napi::CallbackInfo & i) { return RunCall(i, "gptStep", UnpackStep); }
-Napi::Value JsStepAsync(const Napi::CallbackInfo & i) { return QueueCall(i, "gptStep", UnpackStep); }
+Napi::Value JsStepAsync(const Napi::CallbackInfo & i) { return QueueGpt(i, "gptStep", UnpackStep); }
 Napi::Value JsDecode(const Napi::CallbackInfo & i) { return RunCall(i, "gptDecode", UnpackDecode); }
-Napi::Value JsDecodeAsync(const Napi::CallbackInfo & i) { return QueueCall(i, "gptDecode", UnpackDecode); }
+Napi::Value JsDecodeAsync(const Napi::CallbackInfo & i) { return QueueGpt(i, "gptDecode", UnpackDecode); }
 
 }  // namespace
 

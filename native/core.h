@@ -2,6 +2,8 @@
 // argument checks). Not part of the public interface; never include from bindings/.
 #pragma once
 
+#include <cstring>
+
 #include <cmath>
 #include <cstdarg>
 #include <cstdint>
@@ -71,16 +73,27 @@ inline void require_unit_interval(float x, const char * name) {
         throw_error(MAPORL_ERR_INVALID_ARG, "%s: expected a finite number in [0, 1], got %g", name, (double)x);
 }
 
-inline void require_device(maporl_device d) {
-    if (d != MAPORL_DEVICE_CPU && d != MAPORL_DEVICE_CUDA)
-        throw_error(MAPORL_ERR_INVALID_ARG, "device: expected MAPORL_DEVICE_CPU (0) or MAPORL_DEVICE_CUDA (1), got %d",
-                    (int)d);
+// The integer an enum argument holds, read without loading it as the enum: a C caller may pass any int, and a
+// load of an enum lvalue outside its range is undefined behaviour in C++ (UBSan's -fsanitize=enum). Validate an
+// enum argument by enum_int, through a reference, before any other use of it.
+template <typename E>
+int enum_int(const E & e) {
+    static_assert(sizeof(E) == sizeof(int), "a C enum");
+    int v;
+    std::memcpy(&v, &e, sizeof v);
+    return v;
 }
 
-inline void require_mask_type(maporl_mask_type t) {
-    if (t != MAPORL_MASK_U8 && t != MAPORL_MASK_F32)
-        throw_error(MAPORL_ERR_INVALID_ARG, "mask_type: expected MAPORL_MASK_U8 (0) or MAPORL_MASK_F32 (1), got %d",
-                    (int)t);
+inline void require_device(const maporl_device & d) {
+    const int v = enum_int(d);
+    if (v != MAPORL_DEVICE_CPU && v != MAPORL_DEVICE_CUDA)
+        throw_error(MAPORL_ERR_INVALID_ARG, "device: expected MAPORL_DEVICE_CPU (0) or MAPORL_DEVICE_CUDA (1), got %d", v);
+}
+
+inline void require_mask_type(const maporl_mask_type & t) {
+    const int v = enum_int(t);
+    if (v != MAPORL_MASK_U8 && v != MAPORL_MASK_F32)
+        throw_error(MAPORL_ERR_INVALID_ARG, "mask_type: expected MAPORL_MASK_U8 (0) or MAPORL_MASK_F32 (1), got %d", v);
 }
 
 }  // namespace maporl

@@ -227,7 +227,7 @@ template void gae_cpu<double>(const double *, const double *, const void *, mapo
 
 namespace maporl {
 // The argument checks the two scans share; returns B * T.
-static int64_t require_scan_args(maporl_device device, maporl_mask_type mask_type, int64_t B, int64_t T,
+static int64_t require_scan_args(const maporl_device & device, const maporl_mask_type & mask_type, int64_t B, int64_t T,
                                  const float * rewards, const void * mask, float gamma, int whiten) {
     require_device(device);
     require_mask_type(mask_type);

@@ -122,11 +122,13 @@ void table_path(const float * scores, int64_t N, const maporl_group_params & p, 
     int shift = 0;
     while (((K - 1) >> shift) >= kBuckets) ++shift;
     const int64_t nb = ((K - 1) >> shift) + 1;
-    const size_t at_table = (size_t)K * sizeof(Fold), at_members = at_table + (size_t)K * sizeof(Slot);
+    // The table first: Slot needs 32-byte alignment (the lease gives 64); Fold and Member need less.
+    const size_t at_folds = (size_t)K * sizeof(Slot), at_members = at_folds + (size_t)K * sizeof(Fold);
     ScratchLease lease(at_members + (size_t)N * sizeof(Member));
     unsigned char * base = static_cast<unsigned char *>(lease.data());
-    Fold * folds = reinterpret_cast<Fold *>(base);
-    Slot * table = reinterpret_cast<Slot *>(base + at_table);
+    static_assert(alignof(Slot) <= 64 && alignof(Fold) <= alignof(Slot) && alignof(Member) <= alignof(Fold), "scratch layout");
+    Slot * table = reinterpret_cast<Slot *>(base);
+    Fold * folds = reinterpret_cast<Fold *>(base + at_folds);
     Member * members = reinterpret_cast<Member *>(base + at_members);
     // Counts per (index part, bucket); the parts are fixed fractions of [0, N), and the partition is stable, so
     // nothing depends on how many there are.
@@ -318,8 +320,8 @@ maporl_status maporl_group_advantages(maporl_device device, const float * scores
         require_ptr(scores, "scores", N);
         require_ptr(groups, "groups", N);
         require_ptr(out, "advantages_out", N);
-        if ((unsigned)p.baseline > (unsigned)MAPORL_BASELINE_NONE)
-            throw_error(MAPORL_ERR_INVALID_ARG, "baseline: expected MAPORL_BASELINE_MEAN..NONE (0..3), got %d", (int)p.baseline);
+        if ((unsigned)enum_int(p.baseline) > (unsigned)MAPORL_BASELINE_NONE)
+            throw_error(MAPORL_ERR_INVALID_ARG, "baseline: expected MAPORL_BASELINE_MEAN..NONE (0..3), got %d", enum_int(p.baseline));
         if (p.baseline == MAPORL_BASELINE_MAX && p.scale_by_std)
             throw_error(MAPORL_ERR_INVALID_ARG, "scale_by_std: the max baseline has no std scaling (use 0), got 1");
         if (!(p.eps >= 0.0f && p.eps <= 1.0f))

@@ -223,7 +223,7 @@ template void fused_policy_loss_cpu<double>(const FusedArgs<double> &, maporl_po
 namespace {
 
 // The C entry points' bodies; exactly one of logits (float32) and bf16 is set.
-maporl_status logprobs_entry(maporl_device device, const float * logits, const uint16_t * bf16, const int32_t * targets,
+maporl_status logprobs_entry(const maporl_device & device, const float * logits, const uint16_t * bf16, const int32_t * targets,
                              int64_t N, int64_t V, float temperature, float * logp_out, float * entropy_out) {
     require_device(device);
     require_dims(N, V, "N", "V");
@@ -239,9 +239,9 @@ maporl_status logprobs_entry(maporl_device device, const float * logits, const u
     return MAPORL_OK;
 }
 
-maporl_status fused_entry(maporl_device device, const float * logits, const uint16_t * bf16, const int32_t * targets,
+maporl_status fused_entry(const maporl_device & device, const float * logits, const uint16_t * bf16, const int32_t * targets,
                           const float * old_logp, const float * advantages, int adv_per_seq, const void * mask,
-                          maporl_mask_type mask_type, const float * ref_logp, int64_t B, int64_t T, int64_t V,
+                          const maporl_mask_type & mask_type, const float * ref_logp, int64_t B, int64_t T, int64_t V,
                           float temperature, maporl_policy_loss_params params, float * grad_logits_out,
                           float * logp_out, float * entropy_out, float * grad_logp_out,
                           maporl_policy_loss_stats * stats_out) {

@@ -17,8 +17,8 @@
 namespace maporl {
 
 LossCfg loss_cfg(const maporl_policy_loss_params & p, bool has_ref, bool has_entropy, bool has_old) {
-    if (p.type < MAPORL_LOSS_PPO || p.type > MAPORL_LOSS_REINFORCE)
-        throw_error(MAPORL_ERR_INVALID_ARG, "params.type: expected a maporl_loss_type (0..3), got %d", (int)p.type);
+    if (enum_int(p.type) < MAPORL_LOSS_PPO || enum_int(p.type) > MAPORL_LOSS_REINFORCE)
+        throw_error(MAPORL_ERR_INVALID_ARG, "params.type: expected a maporl_loss_type (0..3), got %d", enum_int(p.type));
     if (!(p.clip_low >= 0.0f && p.clip_low <= 1.0f))
         throw_error(MAPORL_ERR_INVALID_ARG, "params.clip_low: expected a number in [0, 1], got %g", (double)p.clip_low);
     if (!(p.clip_high >= 0.0f))
@@ -30,15 +30,15 @@ LossCfg loss_cfg(const maporl_policy_loss_params & p, bool has_ref, bool has_ent
     if (!(p.log_ratio_clamp > 0.0f))
         throw_error(MAPORL_ERR_INVALID_ARG, "params.log_ratio_clamp: expected a number > 0 (Infinity: none), got %g",
                     (double)p.log_ratio_clamp);
-    if (p.kl < MAPORL_KL_NONE || p.kl > MAPORL_KL_K3)
-        throw_error(MAPORL_ERR_INVALID_ARG, "params.kl: expected a maporl_kl_estimator (0..4), got %d", (int)p.kl);
+    if (enum_int(p.kl) < MAPORL_KL_NONE || enum_int(p.kl) > MAPORL_KL_K3)
+        throw_error(MAPORL_ERR_INVALID_ARG, "params.kl: expected a maporl_kl_estimator (0..4), got %d", enum_int(p.kl));
     if (!std::isfinite(p.kl_coef))
         throw_error(MAPORL_ERR_INVALID_ARG, "params.kl_coef: expected a finite number, got %g", (double)p.kl_coef);
     if (!std::isfinite(p.entropy_coef))
         throw_error(MAPORL_ERR_INVALID_ARG, "params.entropy_coef: expected a finite number, got %g",
                     (double)p.entropy_coef);
-    if (p.agg < MAPORL_AGG_TOKEN_MEAN || p.agg > MAPORL_AGG_SEQ_MEAN_TOKEN_SUM_NORM)
-        throw_error(MAPORL_ERR_INVALID_ARG, "params.agg: expected a maporl_loss_agg (0..3), got %d", (int)p.agg);
+    if (enum_int(p.agg) < MAPORL_AGG_TOKEN_MEAN || enum_int(p.agg) > MAPORL_AGG_SEQ_MEAN_TOKEN_SUM_NORM)
+        throw_error(MAPORL_ERR_INVALID_ARG, "params.agg: expected a maporl_loss_agg (0..3), got %d", enum_int(p.agg));
     if (!(p.normalizer >= 0.0 && std::isfinite(p.normalizer)))
         throw_error(MAPORL_ERR_INVALID_ARG, "params.normalizer: expected a finite number >= 0 (0: local), got %g",
                     p.normalizer);

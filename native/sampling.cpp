@@ -289,9 +289,9 @@ SampleRow sample_row(const maporl_sample_params & p, int64_t b) {
 }
 
 void check_sample_params(const maporl_sample_params & p, int64_t B) {
-    if (p.filter_order != MAPORL_FILTER_TOP_K_FIRST && p.filter_order != MAPORL_FILTER_JOINT)
+    if (enum_int(p.filter_order) != MAPORL_FILTER_TOP_K_FIRST && enum_int(p.filter_order) != MAPORL_FILTER_JOINT)
         throw_error(MAPORL_ERR_INVALID_ARG, "params.filter_order: expected MAPORL_FILTER_TOP_K_FIRST (0) or MAPORL_FILTER_JOINT (1), got %d",
-                    (int)p.filter_order);
+                    enum_int(p.filter_order));
     const bool per_row = p.temperature || p.top_k || p.top_p || p.min_p;
     const int64_t rows = per_row ? B : 1;  // scalars only: one check covers every row
     for (int64_t b = 0; b < rows; ++b) {

@@ -87,6 +87,8 @@ extern "C" maporl_status maporl_value_loss(maporl_device device, const float * v
     return guarded([&] {
         require_device(device);
         require_mask_type(mask_type);
+        if (enum_int(agg) < MAPORL_AGG_TOKEN_MEAN || enum_int(agg) > MAPORL_AGG_SEQ_MEAN_TOKEN_SUM_NORM)
+            throw_error(MAPORL_ERR_INVALID_ARG, "agg: expected a maporl_loss_agg (0..3), got %d", enum_int(agg));
         require_dims(B, T, "B", "T");
         const int64_t n = B * T;
         require_ptr(values, "values", n);

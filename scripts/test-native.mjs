@@ -8,8 +8,11 @@ import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
-const cuda = ["1", "true", "on", "yes"].includes(String(process.env.MAPORL_CUDA ?? "").toLowerCase());
-const buildDir = join(root, cuda ? "build-tests-cuda" : "build-tests");
+const on = (v) => ["1", "true", "on", "yes"].includes(String(v ?? "").toLowerCase());
+const cuda = on(process.env.MAPORL_CUDA);
+// MAPORL_SANITIZE=1: the CPU core and tests under ASan + UBSan, in their own folder (a report aborts the binary).
+const sanitize = on(process.env.MAPORL_SANITIZE);
+const buildDir = join(root, sanitize ? "build-tests-asan" : cuda ? "build-tests-cuda" : "build-tests");
 mkdirSync(buildDir, { recursive: true });
 
 function run(cmd, args, opts = {}) {
@@ -19,7 +22,7 @@ function run(cmd, args, opts = {}) {
 }
 
 const generator = spawnSync("ninja", ["--version"]).status === 0 ? ["-G", "Ninja"] : [];
-if (run("cmake", ["-S", root, "-B", buildDir, ...generator, "-DCMAKE_BUILD_TYPE=Release", `-DMAPORL_CUDA=${cuda ? "ON" : "OFF"}`],
+if (run("cmake", ["-S", root, "-B", buildDir, ...generator, "-DCMAKE_BUILD_TYPE=Release", `-DMAPORL_CUDA=${cuda && !sanitize ? "ON" : "OFF"}`, `-DMAPORL_SANITIZE=${sanitize ? "ON" : "OFF"}`],
     { stdio: ["ignore", "ignore", "inherit"] }) !== 0) process.exit(1);
 if (run("cmake", ["--build", buildDir, "--parallel"], { stdio: ["ignore", "ignore", "inherit"] }) !== 0) process.exit(1);
 
@@ -41,5 +44,5 @@ for (const t of tests.sort()) {
     }
 }
 writeFileSync(join(buildDir, "summary.json"), JSON.stringify({ passed, failed }) + "\n");
-console.log(`native tests${cuda ? " (CUDA build)" : ""}: ${passed} passed, ${failed} failed`);
+console.log(`native tests${sanitize ? " (ASan + UBSan build)" : cuda ? " (CUDA build)" : ""}: ${passed} passed, ${failed} failed`);
 process.exit(failed === 0 ? 0 : 1);

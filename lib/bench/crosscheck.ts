@@ -50,7 +50,7 @@ export function crossCheckBaselines(): CrossCheck {
         { device: "cpu" });
     const slp = logprobsOfTokens({ logits: sz, tokens: stok, shape: [SB, SV] }, sopts).logprobs;
     const diff = (a: Float32Array, b: number[] | undefined) =>
-        b === undefined || b.length !== a.length ? Infinity : Math.max(...Array.from(a, (x, i) => Math.abs(x - b[i]!)));
+        b === undefined || b.length !== a.length ? Infinity : Array.from(a, (x, i) => Math.abs(x - b[i]!)).reduce((m, d) => (d > m || Number.isNaN(d) ? d : m), 0);
     return {
         ok: true,
         maxAbsDiff: {

@@ -4,8 +4,10 @@
 //   POST /v1/chat/completions       -> { id, object: "chat.completion", model, choices: [{ index, message,
 //                                        finish_reason, logprobs: { content: [{ token, logprob }] } }], usage }
 // Request fields: messages, temperature, top_p, top_k, max_tokens, stop, seed, logprobs, n (1..64 choices, decoded
-// as one batch; choice i draws with seed + i). Requests are validated (a bad body is a 400 with a message);
-// streaming is not supported (a 400 says so).
+// as one batch; choice i draws with seed + i). Requests are validated (a bad body is a 400 with a message, a body
+// over maxBodyBytes a 413, a `model` other than the served one a 404 naming it, as vLLM; a prompt over the
+// context a 400 giving the limit); at most maxPending chat requests are answered or wait at once (then 503 with
+// Retry-After). Streaming is not supported (a 400 says so).
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 
@@ -18,8 +20,11 @@ export interface ServeOptions {
     port?: number;
     /** The model id reported and accepted. Defaults to the policy's name. */
     model?: string;
-    /** Largest accepted body. Defaults to 1 MiB. */
+    /** Largest accepted body (a larger one is answered 413). Defaults to 1 MiB. */
     maxBodyBytes?: number;
+    /** Chat requests being answered or waiting at once; one more is answered 503 with Retry-After (latency stays
+     * bounded instead of growing with the queue). Defaults to 64. */
+    maxPending?: number;
 }
 
 export interface RunningServer {
@@ -36,19 +41,30 @@ function send(res: ServerResponse, status: number, body: unknown): void {
 }
 
 function fail(res: ServerResponse, status: number, message: string): void {
-    send(res, status, { error: { message, type: status === 400 ? "invalid_request_error" : "server_error" } });
+    send(res, status, { error: { message, type: status === 400 || status === 413 ? "invalid_request_error" : "server_error", code: status } });
 }
 
+class TooLarge extends Error {}
+
+// The body as text. Over `limit` bytes the rest is read and dropped (so that the client, still sending, receives
+// the 413 rather than a reset), up to 64 x limit, past which the connection is closed.
 function readBody(req: IncomingMessage, limit: number): Promise<string> {
     return new Promise((resolve, reject) => {
         let size = 0;
         const chunks: Buffer[] = [];
+        const declared = Number(req.headers["content-length"]);
+        if (Number.isFinite(declared) && declared > 64 * limit) {
+            reject(new TooLarge(`the request body is ${declared} bytes, over the ${limit} this server accepts (maxBodyBytes)`));
+            req.resume();
+            return;
+        }
         req.on("data", (c: Buffer) => {
             size += c.length;
-            if (size > limit) { reject(new RangeError(`request body over ${limit} bytes`)); req.destroy(); return; }
-            chunks.push(c);
+            if (size > 64 * limit) req.destroy();
+            else if (size <= limit) chunks.push(c);
         });
-        req.on("end", () => resolve(Buffer.concat(chunks).toString("utf8")));
+        req.on("end", () => (size > limit ? reject(new TooLarge(`the request body is ${size} bytes, over the ${limit} this server accepts (maxBodyBytes)`))
+            : resolve(Buffer.concat(chunks).toString("utf8"))));
         req.on("error", reject);
     });
 }
@@ -57,20 +73,32 @@ function readBody(req: IncomingMessage, limit: number): Promise<string> {
 const MAX_CHOICES = 64;
 
 export async function servePolicy(policy: Policy, options: ServeOptions = {}): Promise<RunningServer> {
-    const model = options.model ?? policy.name, limit = options.maxBodyBytes ?? 1 << 20;
-    let counter = 0;
+    const model = options.model ?? policy.name, limit = options.maxBodyBytes ?? 1 << 20, maxPending = options.maxPending ?? 64;
+    if (!Number.isInteger(maxPending) || maxPending < 1) throw new RangeError(`servePolicy: maxPending: expected an integer >= 1, got ${String(maxPending)}`);
+    if (!Number.isInteger(limit) || limit < 1) throw new RangeError(`servePolicy: maxBodyBytes: expected an integer >= 1, got ${String(limit)}`);
+    let counter = 0, pending = 0;
     const server = createServer(async (req, res) => {
+        let counted = false;
         try {
             const url = (req.url ?? "").split("?")[0];
             if (req.method === "GET" && url === "/v1/models") return send(res, 200, { object: "list", data: [{ id: model, object: "model", owned_by: "maporl" }] });
             if (req.method !== "POST" || url !== "/v1/chat/completions") return fail(res, 404, `no route ${req.method} ${url}`);
+            if (pending >= maxPending) {
+                req.resume();
+                res.setHeader("retry-after", "1");
+                return fail(res, 503, `the server is busy: ${pending} requests are being answered or waiting (maxPending ${maxPending}); retry later`);
+            }
+            pending++;
+            counted = true;
             let body: Record<string, unknown>;
             try {
                 body = JSON.parse(await readBody(req, limit));
             } catch (e) {
-                return fail(res, 400, e instanceof RangeError ? e.message : "the body is not JSON");
+                return e instanceof TooLarge ? fail(res, 413, e.message) : fail(res, 400, "the body is not JSON");
             }
             if (body === null || typeof body !== "object" || Array.isArray(body)) return fail(res, 400, "the body: expected a JSON object");
+            if (body.model !== undefined && body.model !== model)
+                return send(res, 404, { error: { message: `The model \`${String(body.model)}\` does not exist; this server serves \`${model}\``, type: "NotFoundError", code: 404 } });
             const messages = body.messages as ChatMessage[];
             if (!Array.isArray(messages) || messages.length === 0 || messages.some((m) => !m || typeof m.content !== "string" || !["system", "user", "assistant"].includes(m.role)))
                 return fail(res, 400, "messages: expected a non-empty array of { role: 'system' | 'user' | 'assistant', content: string }");
@@ -118,6 +146,8 @@ export async function servePolicy(policy: Policy, options: ServeOptions = {}): P
             });
         } catch (e) {
             if (!res.headersSent) fail(res, 500, e instanceof Error ? e.message : String(e));
+        } finally {
+            if (counted) pending--;
         }
     });
     await new Promise<void>((resolve, reject) => {

@@ -66,7 +66,10 @@ export class CharTokenizer {
     /** <bos> then, per message, its role separator and text; ends with <|assistant|> for the reply. */
     encodeChat(messages: readonly ChatMessage[]): number[] {
         const out = [this.bos];
-        for (const m of messages) out.push(this.id(`<|${m.role}|>` as SpecialToken), ...this.encode(m.content));
+        for (const m of messages) {  // (no push(...ids): a spread of a long prompt overflows the call stack)
+            out.push(this.id(`<|${m.role}|>` as SpecialToken));
+            for (const id of this.encode(m.content)) out.push(id);
+        }
         out.push(this.id("<|assistant|>"));
         return out;
     }
