@@ -37,7 +37,7 @@ export async function postJson(where: string, url: string, body: string, o: Post
     const total = o.totalTimeoutMs ?? o.timeoutMs * (o.retries + 1) + o.backoffMs * (2 ** o.retries - 1);
     const deadline = performance.now() + total;
     let last = "", attempts = 0;
-    const fail = () => new Error(`${where}: ${url} failed after ${attempts} attempt${attempts === 1 ? "" : "s"}: ${last}`);
+    const fail = () => new Error(`${where}: ${url} failed after ${attempts} attempts: ${last}`);
     let wait = 0;
     for (let attempt = 0; attempt <= o.retries; attempt++) {
         if (attempt > 0) {
