@@ -36,6 +36,15 @@ describe("maporl serve: input limits", () => {
         expect(ok.status).toBe(200);
     });
 
+    it("a request at temperature 1e-38 is answered (it wedged the server) and the server goes on", async () => {
+        const r = await post(srv.baseUrl, { model: "tiny", messages: [{ role: "user", content: "hi" }], temperature: 1e-38, top_p: 0.9, max_tokens: 3 });
+        expect(r.status).toBe(200);
+        const greedy = await post(srv.baseUrl, { model: "tiny", messages: [{ role: "user", content: "hi" }], temperature: 0, max_tokens: 3 });
+        const text = (x: unknown) => (x as { choices: { message: { content: string } }[] }).choices[0]!.message.content;
+        expect(text(await r.json())).toBe(text(await greedy.json()));  // 1e-38 samples as temperature 0 here
+        expect((await fetch(`${srv.baseUrl}/models`)).status).toBe(200);
+    });
+
     it("a model other than the served one is a 404 naming both", async () => {
         const r = await post(srv.baseUrl, { model: "gpt-4", messages: [{ role: "user", content: "hi" }] });
         expect(r.status).toBe(404);
