@@ -6,10 +6,10 @@
 // never used, and when neither verifies the run stops with an error naming the damaged files. A kill at any
 // moment leaves a checkpoint that verifies (the new one, or the previous one).
 import { createHash } from "node:crypto";
-import { closeSync, existsSync, fsyncSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, rmSync, statSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync } from "node:fs";
 import { join, relative } from "node:path";
 
-import { fsyncDir, writeFileDurable } from "../durable.js";
+import { fsyncDir, fsyncFile, writeFileDurable } from "../durable.js";
 import { NativePolicy } from "../policy/nativePolicy.js";
 
 const sha256 = (data: Buffer | string) => createHash("sha256").update(data).digest("hex");
@@ -21,10 +21,7 @@ function filesUnder(dir: string): string[] {
 function syncTree(dir: string): void {
     for (const e of readdirSync(dir, { withFileTypes: true }))
         if (e.isDirectory()) syncTree(join(dir, e.name));
-        else {
-            const fd = openSync(join(dir, e.name), "r");
-            try { fsyncSync(fd); } finally { closeSync(fd); }
-        }
+        else fsyncFile(join(dir, e.name));
     fsyncDir(dir);
 }
 
