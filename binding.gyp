@@ -3,7 +3,7 @@
     "maporl_cflags_cc": ["-std=c++17", "-O3", "-ffp-contract=off", "-fexceptions", "-fvisibility=hidden", "-fPIC"]
   },
   "target_defaults": {
-    "include_dirs": ["native/include", "native"],
+    "include_dirs": ["native/include", "."],
     "cflags!": ["-fno-exceptions"],
     "cflags_cc!": ["-fno-exceptions", "-std=gnu++17", "-std=gnu++14", "-O2"],
     "cflags_cc": ["<@(maporl_cflags_cc)"],
@@ -20,21 +20,21 @@
     {
       "target_name": "maporl_avx512",
       "type": "static_library",
-      "sources": ["<!@(node -p \"require('fs').readdirSync('native').filter(f => f.endsWith('_avx512.cpp')).map(f => 'native/' + f).join(' ')\")"],
+      "sources": ["<!@(node -p \"require('fs').readdirSync('native', { recursive: true }).filter(f => f.endsWith('_avx512.cpp')).sort().map(f => 'native/' + f).join(' ')\")"],
       "conditions": [["target_arch=='x64' and OS!='win'", { "cflags_cc": ["-mavx512f", "-mavx512dq", "-mavx512bw", "-mavx512vl"] }]]
     },
     {
       "target_name": "maporl_avx2",
       "type": "static_library",
-      "sources": ["<!@(node -p \"require('fs').readdirSync('native').filter(f => f.endsWith('_avx2.cpp')).map(f => 'native/' + f).join(' ')\")"],
+      "sources": ["<!@(node -p \"require('fs').readdirSync('native', { recursive: true }).filter(f => f.endsWith('_avx2.cpp')).sort().map(f => 'native/' + f).join(' ')\")"],
       "conditions": [["target_arch=='x64' and OS!='win'", { "cflags_cc": ["-mavx2", "-mfma"] }]]
     },
     {
       "target_name": "maporl",
       "dependencies": ["maporl_avx512", "maporl_avx2"],
       "sources": [
-        "<!@(node -p \"require('fs').readdirSync('native').filter(f => f.endsWith('.cpp') && !/_(avx512|avx2)\\.cpp$/.test(f)).map(f => 'native/' + f).join(' ')\")",
-        "<!@(node -p \"require('fs').readdirSync('bindings').filter(f => f.endsWith('.cpp')).map(f => 'bindings/' + f).join(' ')\")"
+        "<!@(node -p \"require('fs').readdirSync('native', { recursive: true }).filter(f => f.endsWith('.cpp') && !/_(avx512|avx2)\\.cpp$/.test(f)).sort().map(f => 'native/' + f).join(' ')\")",
+        "<!@(node -p \"require('fs').readdirSync('bindings', { recursive: true }).filter(f => f.endsWith('.cpp')).sort().map(f => 'bindings/' + f).join(' ')\")"
       ],
       "include_dirs": ["<!(node -p \"require('node-addon-api').include_dir\")"],
       "defines": ["NAPI_VERSION=8", "NAPI_CPP_EXCEPTIONS", "NODE_ADDON_API_DISABLE_DEPRECATED"],

@@ -23,7 +23,7 @@ export interface NativeBackendInfo {
     cuda: { compiled: boolean; devices: NativeDeviceInfo[] };
 }
 
-/** Loss parameters as bindings/policy_loss.cpp reads them (enums as their C values). */
+/** Loss parameters as bindings/rl/policy_loss.cpp reads them (enums as their C values). */
 export interface NativeLossParams {
     type: number;
     clipLow: number;
@@ -58,7 +58,7 @@ type FusedArgs = [logits: F32 | Uint16Array, targets: Int32Array, oldLogp: F32 |
     refLogp: F32 | null, B: number, T: number, V: number, temperature: number, params: NativeLossParams, device: 0 | 1,
     gradLogits: F32, logp: F32 | null, entropy: F32 | null, gradLogp: F32 | null];
 
-/** Sampling parameters as bindings/sampling.cpp reads them: scalars or per-row typed arrays. */
+/** Sampling parameters as bindings/sampling/sampling.cpp reads them: scalars or per-row typed arrays. */
 export interface NativeSampleParams {
     temperature: number | Float32Array;
     topK: number | Int32Array;
@@ -73,7 +73,7 @@ type SampleArgs = [logits: F32, B: number, V: number, params: NativeSampleParams
 type SampleLogprobsArgs = [logits: F32, B: number, V: number, params: NativeSampleParams, device: 0 | 1, tokens: Int32Array,
     logprobs: F32, rawLogprobs: F32 | null];
 
-/** An embedded-GPT model handle (bindings/gpt.cpp). */
+/** An embedded-GPT model handle (bindings/model/gpt.cpp). */
 export type GptHandle = { readonly __gpt: unique symbol };
 export interface NativeGptConfig { vocab: number; context: number; layers: number; heads: number; dModel: number; mlpRatio: number; tieEmbeddings: boolean }
 

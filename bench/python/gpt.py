@@ -1,4 +1,4 @@
-"""The embedded policy's architecture in PyTorch, written for this benchmark (the same layout as native/gpt.cpp:
+"""The embedded policy's architecture in PyTorch, written for this benchmark (the same layout as native/model/gpt.cpp:
 token + position embeddings, pre-LayerNorm blocks with causal multi-head attention and a tanh-GELU MLP, final
 LayerNorm, LM head tied to the token embedding). Two kernels:
 - gpt_train: one AdamW training step (cross-entropy) on a [batch, context] batch;

@@ -1,4 +1,4 @@
-// nativePolicy.ts: the embedded GPT as a Policy (native/gpt.h through bindings/gpt.cpp). Generation decodes with
+// nativePolicy.ts: the embedded GPT as a Policy (native/model/gpt.h through bindings/model/gpt.cpp). Generation decodes with
 // the KV cache and draws every token with the `sample` kernel (per-request seeds, the token's position as the
 // counter, the processed log-prob returned); training runs forward, a loss from the loss kernels (cross-entropy
 // for SFT, or any policy loss), backward and AdamW off the main thread. Calls on one model are serialised.

@@ -1,4 +1,4 @@
-// policyLoss.ts: the policy losses with their gradients (verl's formulas; native/policy_loss_math.h) and the
+// policyLoss.ts: the policy losses with their gradients (verl's formulas; native/rl/policy_loss_math.h) and the
 // clipped value loss. One native pass computes the loss, d loss / d logp for every token and the statistics.
 // Where we differ from verl, on purpose:
 //   - masked positions are never read (verl multiplies by the mask, so a NaN there poisons the loss);

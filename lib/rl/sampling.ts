@@ -1,5 +1,5 @@
 // sampling.ts: batched token sampling with per-row temperature / top-k / top-p / min-p and counter-based seeds
-// (native/sampling.cpp), and the log-probs of given tokens under the same processed distribution, for the
+// (native/sampling/sampling.cpp), and the log-probs of given tokens under the same processed distribution, for the
 // trainer's behaviour log-probs. Conventions:
 //   - the order of the vocabulary is the logit, then the lower index (a total order, so ties are exact);
 //   - top-k keeps the k first; top-p keeps a token while the mass ranked before it is < p (vLLM's rule);

@@ -3,7 +3,7 @@
 // there), an empty row and ratios far outside the clip range, at every SIMD level; the properties the issue
 // names (ratio 1 gives -A, zero gradient where a clip is active, micro-batches with a global normalizer sum to
 // the full batch); the value loss; async twins; errors. Gradients against finite differences of the loss run in
-// float64 in C++ (test/native/test_policy_loss.cpp).
+// float64 in C++ (test/native/rl/test_policy_loss.cpp).
 import { afterAll, describe, expect, it } from "vitest";
 
 import {

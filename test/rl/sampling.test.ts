@@ -2,7 +2,7 @@
 // reference written here, a chi-square test of the frequencies, determinism (thread count, SIMD level, batch
 // composition), invalid rows, per-row parameters, errors and async. The bulk of the statistical tests (600 random
 // rows with ties, V = 1, k >= V, p = 1 and tiny p; 200,000 draws per filter and temperature) is in
-// test/native/test_sampling.cpp.
+// test/native/sampling/test_sampling.cpp.
 import { afterAll, describe, expect, it } from "vitest";
 
 import { logprobsOfTokens, logprobsOfTokensAsync, sample, sampleAsync, setSimd, setThreads, type SimdLevel } from "../../lib/index.js";

@@ -1,0 +1,321 @@
+// gpt.cpp: N-API glue for the embedded GPT (maporl_gpt_* in maporl.h). A model is a JS External that frees the
+// native model when collected (or at gptFree). lib/policy/nativePolicy.ts serialises calls on one model, so a
+// model never runs two calls at once. JS:
+//   gptCreate({vocab, context, layers, heads, dModel, mlpRatio, tieEmbeddings}, seed) -> handle
+//   gptFree(handle); gptTensors(handle) -> [{name, shape, offset}]; gptParamCount(handle) -> number
+//   gptGet(handle, which, out: Float32Array); gptSet(handle, which, in); gptGetStep / gptSetStep
+//   gptForward(handle, tokens: Int32Array, B, T, logits|null, values|null) [+ Async]
+//   gptBackward(handle, dlogits|null, dvalues|null) [+ Async]; gptZeroGrad(handle)
+//   gptStep(handle, lr, beta1, beta2, eps, weightDecay, maxGradNorm) -> grad norm [+ Async]
+//   gptCacheReset(handle, batch, maxLen); gptDecode(handle, tokens: Int32Array, pos, logits|null, values|null)
+//   gptSetDevice(handle, 0 cpu | 1 cuda); gptGetDevice(handle) -> 0 | 1
+#include <napi.h>
+
+#include <memory>
+
+#include "bindings/core/args.h"
+#include "bindings/core/async.h"
+
+namespace maporl_js {
+namespace {
+
+// The handle keeps the model alive while an async call runs on it: gptFree during one only marks it (new calls
+// are refused at once) and the model is freed when the last call in flight completes, never under it. One call at
+// a time per model: any call (but the read-only ParamCount / Tensors / GetDevice) while an async one runs is
+// refused (NativePolicy serialises its calls, so it never meets this). The model's native memory (weights,
+// gradients, two AdamW moments: 16 bytes per parameter) is reported to V8 as external memory, so that garbage
+// collection sees what undisposed models hold.
+struct Handle {
+    maporl_gpt * gpt = nullptr;
+    int pending = 0;        // async calls in flight (main thread only)
+    bool freed = false;     // gptFree was called
+    int64_t external = 0;   // bytes reported to V8
+    void Release(Napi::Env env) {
+        maporl_gpt_free(gpt);
+        gpt = nullptr;
+        if (external) Napi::MemoryManagement::AdjustExternalMemory(env, -external);
+        external = 0;
+    }
+};
+
+Handle * Get(const Napi::CallbackInfo & info, size_t i = 0, bool read_only = false) {
+    if (i >= info.Length() || !info[i].IsExternal()) throw Napi::TypeError::New(info.Env(), "gpt: expected a model handle");
+    Handle * h = info[i].As<Napi::External<Handle>>().Data();
+    if (!h->gpt || h->freed) throw Napi::Error::New(info.Env(), "gpt: the model was freed");
+    if (h->pending > 0 && !read_only)
+        throw Napi::Error::New(info.Env(), "gpt: the model is busy with an async call; calls on one model must not overlap (await it first)");
+    return h;
+}
+
+int64_t Field(const Napi::Object & o, const char * key, int64_t fallback) {
+    Napi::Value v = o.Get(key);
+    if (v.IsUndefined()) return fallback;
+    if (!v.IsNumber()) throw Napi::TypeError::New(o.Env(), std::string("config.") + key + ": expected an integer");
+    return v.As<Napi::Number>().Int64Value();
+}
+
+Napi::Value Create(const Napi::CallbackInfo & info) {
+    if (info.Length() < 2 || !info[0].IsObject()) throw Napi::TypeError::New(info.Env(), "gptCreate: expected (config, seed)");
+    Napi::Object o = info[0].As<Napi::Object>();
+    maporl_gpt_config c = maporl_gpt_default_config();
+    c.vocab = Field(o, "vocab", 0);
+    c.context = Field(o, "context", 0);
+    c.layers = Field(o, "layers", 0);
+    c.heads = Field(o, "heads", 0);
+    c.d_model = Field(o, "dModel", 0);
+    c.mlp_ratio = Field(o, "mlpRatio", 4);
+    const Napi::Value tie = o.Get("tieEmbeddings");
+    c.tie_embeddings = tie.IsBoolean() ? (tie.As<Napi::Boolean>().Value() ? 1 : 0) : (int)Field(o, "tieEmbeddings", 1);
+    const double seed = RequireNumber(info, 1, "seed");
+    auto h = std::make_unique<Handle>();
+    const maporl_status st = maporl_gpt_create(&c, (uint64_t)seed, &h->gpt);
+    if (st != MAPORL_OK) ThrowStatus(info.Env(), st, "gptCreate");
+    int64_t n = 0;
+    maporl_gpt_param_count(h->gpt, &n);
+    h->external = 16 * n;
+    Napi::MemoryManagement::AdjustExternalMemory(info.Env(), h->external);
+    return Napi::External<Handle>::New(info.Env(), h.release(), [](Napi::Env env, Handle * p) {
+        p->Release(env);  // (no call is in flight: each keeps the handle referenced)
+        delete p;
+    });
+}
+
+Napi::Value Free(const Napi::CallbackInfo & info) {
+    if (info.Length() > 0 && info[0].IsExternal()) {
+        Handle * h = info[0].As<Napi::External<Handle>>().Data();
+        h->freed = true;
+        if (h->pending == 0) h->Release(info.Env());  // else when the last call in flight completes
+    }
+    return info.Env().Undefined();
+}
+
+// QueueCall on a model: counts the call in flight on its handle (checked free and idle by the unpacker's Get).
+template <typename Call>
+Napi::Value QueueGpt(const Napi::CallbackInfo & info, const char * where, Call (*unpack)(const Napi::CallbackInfo &, std::vector<Napi::Value> *)) {
+    Handle * h = Get(info);
+    Napi::Value p = QueueCall(info, where, unpack, [h](Napi::Env env) {
+        if (--h->pending == 0 && h->freed) h->Release(env);
+    });
+    ++h->pending;  // after the unpacker's checks (which may throw)
+    return p;
+}
+
+Napi::Value Tensors(const Napi::CallbackInfo & info) {
+    Handle * h = Get(info, 0, true);
+    int64_t n = 0;
+    maporl_gpt_tensor_count(h->gpt, &n);
+    Napi::Array out = Napi::Array::New(info.Env(), (size_t)n);
+    for (int64_t i = 0; i < n; ++i) {
+        char name[64];
+        int64_t dims[2], off = 0;
+        maporl_gpt_tensor_info(h->gpt, i, name, dims, &off);
+        Napi::Object t = Napi::Object::New(info.Env());
+        t.Set("name", name);
+        Napi::Array shape = Napi::Array::New(info.Env(), dims[1] ? 2 : 1);
+        shape.Set(0u, Napi::Number::New(info.Env(), (double)dims[0]));
+        if (dims[1]) shape.Set(1u, Napi::Number::New(info.Env(), (double)dims[1]));
+        t.Set("shape", shape);
+        t.Set("offset", (double)off);
+        out.Set((uint32_t)i, t);
+    }
+    return out;
+}
+
+Napi::Value ParamCount(const Napi::CallbackInfo & info) {
+    int64_t n = 0;
+    maporl_gpt_param_count(Get(info, 0, true)->gpt, &n);
+    return Napi::Number::New(info.Env(), (double)n);
+}
+
+Napi::Value GetSet(const Napi::CallbackInfo & info, bool set) {
+    Handle * h = Get(info);
+    const int which = (int)RequireInt(info, 1, "which", 0, 2);
+    int64_t n = 0;
+    maporl_gpt_param_count(h->gpt, &n);
+    Napi::TypedArray a = RequireTypedArray(info, 2, set ? "in" : "out", {napi_float32_array}, (size_t)n);
+    const maporl_status st = set ? maporl_gpt_set(h->gpt, which, (const float *)DataOf(a), n)
+                                 : maporl_gpt_get(h->gpt, which, (float *)DataOf(a), n);
+    if (st != MAPORL_OK) ThrowStatus(info.Env(), st, set ? "gptSet" : "gptGet");
+    return info.Env().Undefined();
+}
+Napi::Value JsGet(const Napi::CallbackInfo & info) { return GetSet(info, false); }
+Napi::Value JsSet(const Napi::CallbackInfo & info) { return GetSet(info, true); }
+
+Napi::Value GetStep(const Napi::CallbackInfo & info) {
+    int64_t s = 0;
+    maporl_gpt_get_step(Get(info)->gpt, &s);
+    return Napi::Number::New(info.Env(), (double)s);
+}
+Napi::Value SetStep(const Napi::CallbackInfo & info) {
+    const maporl_status st = maporl_gpt_set_step(Get(info)->gpt, RequireInt(info, 1, "step", 0, (int64_t)1 << 52));
+    if (st != MAPORL_OK) ThrowStatus(info.Env(), st, "gptSetStep");
+    return info.Env().Undefined();
+}
+
+// Optional Float32Array at info[i] (null / undefined: none).
+float * OptionalF32(const Napi::CallbackInfo & info, size_t i, const char * name, size_t n, std::vector<Napi::Value> * keep) {
+    if (i >= info.Length() || info[i].IsNull() || info[i].IsUndefined()) return nullptr;
+    Napi::TypedArray a = RequireTypedArray(info, i, name, {napi_float32_array}, n);
+    if (keep) keep->push_back(a);
+    return (float *)DataOf(a);
+}
+
+struct ForwardCall {
+    maporl_gpt * gpt;
+    const int32_t * tokens;
+    int64_t B, T;
+    float * logits;
+    float * values;
+    maporl_status run() const { return maporl_gpt_forward(gpt, tokens, B, T, logits, values); }
+};
+
+ForwardCall UnpackForward(const Napi::CallbackInfo & info, std::vector<Napi::Value> * keep) {
+    Handle * h = Get(info);
+    ForwardCall c;
+    c.gpt = h->gpt;
+    const size_t n = (size_t)RequireDims(info, 2, "B", "T", &c.B, &c.T);
+    Napi::TypedArray t = RequireTypedArray(info, 1, "tokens", {napi_int32_array}, n);
+    c.tokens = (const int32_t *)DataOf(t);
+    int64_t V = 0;
+    maporl_gpt_cache_info(h->gpt, nullptr, nullptr, &V);
+    if (keep) *keep = {info[0], t};
+    c.logits = OptionalF32(info, 4, "logits", n * (size_t)V, keep);
+    c.values = OptionalF32(info, 5, "values", n, keep);
+    return c;
+}
+
+struct BackwardCall {
+    maporl_gpt * gpt;
+    const float * dlogits;
+    const float * dvalues;
+    maporl_status run() const { return maporl_gpt_backward(gpt, dlogits, dvalues); }
+};
+
+BackwardCall UnpackBackward(const Napi::CallbackInfo & info, std::vector<Napi::Value> * keep) {
+    Handle * h = Get(info);
+    int64_t B = 0, T = 0, V = 0;
+    maporl_gpt_forward_shape(h->gpt, &B, &T);
+    maporl_gpt_cache_info(h->gpt, nullptr, nullptr, &V);
+    if (B == 0) throw Napi::Error::New(info.Env(), "gptBackward: no forward to go back through");
+    if (keep) keep->push_back(info[0]);
+    BackwardCall c;
+    c.gpt = h->gpt;
+    auto opt = [&](size_t i, const char * name, size_t n) -> const float * {
+        if (i >= info.Length() || info[i].IsNull() || info[i].IsUndefined()) return nullptr;
+        Napi::TypedArray a = RequireTypedArray(info, i, name, {napi_float32_array}, n);  // the last forward's shape
+        if (keep) keep->push_back(a);
+        return (const float *)DataOf(a);
+    };
+    c.dlogits = opt(1, "dlogits", (size_t)(B * T * V));
+    c.dvalues = opt(2, "dvalues", (size_t)(B * T));
+    return c;
+}
+
+struct StepCall {
+    maporl_gpt * gpt;
+    maporl_adamw_params p;
+    double max_norm;
+    std::shared_ptr<double> norm = std::make_shared<double>(0.0);
+    maporl_status run() const { return maporl_gpt_step(gpt, &p, max_norm, norm.get()); }
+    Napi::Value result(Napi::Env env) const { return Napi::Number::New(env, *norm); }
+};
+
+StepCall UnpackStep(const Napi::CallbackInfo & info, std::vector<Napi::Value> * keep) {
+    Handle * h = Get(info);
+    if (keep) keep->push_back(info[0]);
+    StepCall c;
+    c.gpt = h->gpt;
+    c.p = maporl_adamw_params{(float)RequireNumber(info, 1, "lr"), (float)RequireNumber(info, 2, "beta1"),
+                              (float)RequireNumber(info, 3, "beta2"), (float)RequireNumber(info, 4, "eps"),
+                              (float)RequireNumber(info, 5, "weightDecay")};
+    c.max_norm = RequireNumber(info, 6, "maxGradNorm");
+    return c;
+}
+
+Napi::Value ZeroGrad(const Napi::CallbackInfo & info) {
+    const maporl_status st = maporl_gpt_zero_grad(Get(info)->gpt);
+    if (st != MAPORL_OK) ThrowStatus(info.Env(), st, "gptZeroGrad");
+    return info.Env().Undefined();
+}
+
+Napi::Value SetDevice(const Napi::CallbackInfo & info) {
+    Handle * h = Get(info);
+    const maporl_status st = maporl_gpt_set_device(h->gpt, (maporl_device)RequireInt(info, 1, "device", 0, 1));
+    if (st != MAPORL_OK) ThrowStatus(info.Env(), st, "gptSetDevice");
+    return info.Env().Undefined();
+}
+
+Napi::Value GetDevice(const Napi::CallbackInfo & info) {
+    maporl_device d = MAPORL_DEVICE_CPU;
+    const maporl_status st = maporl_gpt_get_device(Get(info, 0, true)->gpt, &d);
+    if (st != MAPORL_OK) ThrowStatus(info.Env(), st, "gptGetDevice");
+    return Napi::Number::New(info.Env(), (double)d);
+}
+
+Napi::Value CacheReset(const Napi::CallbackInfo & info) {
+    const maporl_status st = maporl_gpt_cache_reset(Get(info)->gpt, RequireInt(info, 1, "batch", 1, (int64_t)1 << 24),
+                                                    RequireInt(info, 2, "maxLen", 1, (int64_t)1 << 24));
+    if (st != MAPORL_OK) ThrowStatus(info.Env(), st, "gptCacheReset");
+    return info.Env().Undefined();
+}
+
+struct DecodeCall {
+    maporl_gpt * gpt;
+    const int32_t * tokens;
+    int64_t pos;
+    float * logits;
+    float * values;
+    maporl_status run() const { return maporl_gpt_decode(gpt, tokens, pos, logits, values); }
+};
+
+DecodeCall UnpackDecode(const Napi::CallbackInfo & info, std::vector<Napi::Value> * keep) {
+    Handle * h = Get(info);
+    int64_t batch = 0, max_len = 0, V = 0;
+    maporl_gpt_cache_info(h->gpt, &batch, &max_len, &V);
+    if (batch == 0) throw Napi::Error::New(info.Env(), "gptDecode: call gptCacheReset first");
+    Napi::TypedArray t = RequireTypedArray(info, 1, "tokens", {napi_int32_array}, (size_t)batch);
+    DecodeCall c;
+    c.gpt = h->gpt;
+    c.tokens = (const int32_t *)DataOf(t);
+    c.pos = RequireInt(info, 2, "pos", 0, max_len - 1);
+    if (keep) *keep = {info[0], t};
+    c.logits = OptionalF32(info, 3, "logits", (size_t)(batch * V), keep);
+    c.values = OptionalF32(info, 4, "values", (size_t)batch, keep);
+    return c;
+}
+
+Napi::Value JsForward(const Napi::CallbackInfo & i) { return RunCall(i, "gptForward", UnpackForward); }
+Napi::Value JsForwardAsync(const Napi::CallbackInfo & i) { return QueueGpt(i, "gptForward", UnpackForward); }
+Napi::Value JsBackward(const Napi::CallbackInfo & i) { return RunCall(i, "gptBackward", UnpackBackward); }
+Napi::Value JsBackwardAsync(const Napi::CallbackInfo & i) { return QueueGpt(i, "gptBackward", UnpackBackward); }
+Napi::Value JsStep(const Napi::CallbackInfo & i) { return RunCall(i, "gptStep", UnpackStep); }
+Napi::Value JsStepAsync(const Napi::CallbackInfo & i) { return QueueGpt(i, "gptStep", UnpackStep); }
+Napi::Value JsDecode(const Napi::CallbackInfo & i) { return RunCall(i, "gptDecode", UnpackDecode); }
+Napi::Value JsDecodeAsync(const Napi::CallbackInfo & i) { return QueueGpt(i, "gptDecode", UnpackDecode); }
+
+}  // namespace
+
+void InitGpt(Napi::Env env, Napi::Object exports) {
+    exports.Set("gptCreate", Napi::Function::New(env, Create, "gptCreate"));
+    exports.Set("gptFree", Napi::Function::New(env, Free, "gptFree"));
+    exports.Set("gptTensors", Napi::Function::New(env, Tensors, "gptTensors"));
+    exports.Set("gptParamCount", Napi::Function::New(env, ParamCount, "gptParamCount"));
+    exports.Set("gptGet", Napi::Function::New(env, JsGet, "gptGet"));
+    exports.Set("gptSet", Napi::Function::New(env, JsSet, "gptSet"));
+    exports.Set("gptGetStep", Napi::Function::New(env, GetStep, "gptGetStep"));
+    exports.Set("gptSetStep", Napi::Function::New(env, SetStep, "gptSetStep"));
+    exports.Set("gptForward", Napi::Function::New(env, JsForward, "gptForward"));
+    exports.Set("gptForwardAsync", Napi::Function::New(env, JsForwardAsync, "gptForwardAsync"));
+    exports.Set("gptBackward", Napi::Function::New(env, JsBackward, "gptBackward"));
+    exports.Set("gptBackwardAsync", Napi::Function::New(env, JsBackwardAsync, "gptBackwardAsync"));
+    exports.Set("gptZeroGrad", Napi::Function::New(env, ZeroGrad, "gptZeroGrad"));
+    exports.Set("gptStep", Napi::Function::New(env, JsStep, "gptStep"));
+    exports.Set("gptStepAsync", Napi::Function::New(env, JsStepAsync, "gptStepAsync"));
+    exports.Set("gptCacheReset", Napi::Function::New(env, CacheReset, "gptCacheReset"));
+    exports.Set("gptDecode", Napi::Function::New(env, JsDecode, "gptDecode"));
+    exports.Set("gptDecodeAsync", Napi::Function::New(env, JsDecodeAsync, "gptDecodeAsync"));
+    exports.Set("gptSetDevice", Napi::Function::New(env, SetDevice, "gptSetDevice"));
+    exports.Set("gptGetDevice", Napi::Function::New(env, GetDevice, "gptGetDevice"));
+}
+
+}  // namespace maporl_js

@@ -1,0 +1,292 @@
+// policy_loss.cpp: N-API glue for maporl_policy_loss, maporl_value_loss, maporl_logprobs and
+// maporl_fused_policy_loss. Each has a sync and an Async (Promise) entry; the loss calls return their
+// statistics as a plain object. Optional arrays are passed as null. JS (lib/native.ts has the signatures):
+//   policyLoss(logp, oldLogp|null, advantages, advPerSeq, mask, refLogp|null, entropy|null, B, T, params, device,
+//              gradLogp|null, gradEntropy|null) -> stats
+//   valueLoss(values, oldValues|null, returns, mask, B, T, clip, agg, normalizer, device, grad|null) -> stats
+//   logprobs(logits, targets, N, V, temperature, device, logp, entropy|null)
+//   fusedPolicyLoss(logits, targets, oldLogp|null, advantages, advPerSeq, mask, refLogp|null, B, T, V, temperature,
+//                   params, device, gradLogits, logp|null, entropy|null, gradLogp|null) -> stats
+// logits (both) is a Float32Array, or a Uint16Array of bfloat16 bit patterns (the _bf16 C entry points).
+// `params` is {type, clipLow, clipHigh, dualClip, logRatioClamp, kl, klStraightThrough, klCoef, entropyCoef, agg,
+// normalizer}, all numbers (enums as their C values); lib/rl/policyLoss.ts builds it after validation.
+#include <napi.h>
+
+#include <memory>
+
+#include "bindings/core/args.h"
+#include "bindings/core/async.h"
+#include "bindings/core/staging.h"
+
+namespace maporl_js {
+namespace {
+
+// A Float32Array / mask / Int32Array argument that may be null.
+struct Arr {
+    void * data = nullptr;
+    size_t bytes = 0;
+    napi_typedarray_type type = napi_float32_array;
+};
+
+Arr Optional(const Napi::CallbackInfo & info, size_t i, const char * name,
+             std::initializer_list<napi_typedarray_type> types, size_t n, std::vector<Napi::Value> * keep) {
+    Arr a;
+    if (i >= info.Length() || info[i].IsNull() || info[i].IsUndefined()) return a;
+    Napi::TypedArray t = RequireTypedArray(info, i, name, types, n);
+    a.data = DataOf(t);
+    a.bytes = t.ByteLength();
+    a.type = t.TypedArrayType();
+    if (keep) keep->push_back(t);
+    return a;
+}
+
+Arr Required(const Napi::CallbackInfo & info, size_t i, const char * name,
+             std::initializer_list<napi_typedarray_type> types, size_t n, std::vector<Napi::Value> * keep) {
+    Napi::TypedArray t = RequireTypedArray(info, i, name, types, n);
+    if (keep) keep->push_back(t);
+    return Arr{DataOf(t), t.ByteLength(), t.TypedArrayType()};
+}
+
+double Field(const Napi::Object & o, const char * key) {
+    Napi::Value v = o.Get(key);
+    if (!v.IsNumber())
+        throw Napi::TypeError::New(o.Env(), std::string("params.") + key + ": expected a number");
+    return v.As<Napi::Number>().DoubleValue();
+}
+
+maporl_policy_loss_params Params(const Napi::CallbackInfo & info, size_t i) {
+    if (i >= info.Length() || !info[i].IsObject()) throw Napi::TypeError::New(info.Env(), "params: expected an object");
+    Napi::Object o = info[i].As<Napi::Object>();
+    maporl_policy_loss_params p = maporl_policy_loss_default_params();
+    p.type = (maporl_loss_type)(int)Field(o, "type");
+    p.clip_low = (float)Field(o, "clipLow");
+    p.clip_high = (float)Field(o, "clipHigh");
+    p.dual_clip = (float)Field(o, "dualClip");
+    p.log_ratio_clamp = (float)Field(o, "logRatioClamp");
+    p.kl = (maporl_kl_estimator)(int)Field(o, "kl");
+    p.kl_straight_through = Field(o, "klStraightThrough") != 0 ? 1 : 0;
+    p.kl_coef = (float)Field(o, "klCoef");
+    p.entropy_coef = (float)Field(o, "entropyCoef");
+    p.agg = (maporl_loss_agg)(int)Field(o, "agg");
+    p.normalizer = Field(o, "normalizer");
+    return p;
+}
+
+maporl_mask_type MaskType(const Arr & m) { return m.type == napi_uint8_array ? MAPORL_MASK_U8 : MAPORL_MASK_F32; }
+
+Napi::Value StatsObject(Napi::Env env, const maporl_policy_loss_stats & s) {
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("loss", s.loss);
+    o.Set("pgLoss", s.pg_loss);
+    o.Set("klLoss", s.kl_loss);
+    o.Set("entropyLoss", s.entropy_loss);
+    o.Set("clipFrac", s.clip_frac);
+    o.Set("clipFracLower", s.clip_frac_lower);
+    o.Set("approxKl", s.approx_kl);
+    o.Set("klMean", s.kl_mean);
+    o.Set("entropyMean", s.entropy_mean);
+    o.Set("ratioMean", s.ratio_mean);
+    o.Set("ratioMax", s.ratio_max);
+    o.Set("tokens", s.tokens);
+    o.Set("sequences", s.sequences);
+    return o;
+}
+
+struct PolicyCall {
+    Arr lp, old, adv, mask, ref, ent, g, ge;
+    int adv_per_seq;
+    int64_t B, T;
+    maporl_policy_loss_params p;
+    maporl_device device;
+    std::shared_ptr<maporl_policy_loss_stats> stats = std::make_shared<maporl_policy_loss_stats>();
+
+    maporl_status run() const {
+        return RunOn(device,
+                     {{lp.data, lp.bytes, true, false}, {old.data, old.bytes, true, false},
+                      {adv.data, adv.bytes, true, false}, {mask.data, mask.bytes, true, false},
+                      {ref.data, ref.bytes, true, false}, {ent.data, ent.bytes, true, false},
+                      {g.data, g.bytes, false, true}, {ge.data, ge.bytes, false, true}},
+                     [&](const std::vector<void *> & d) {
+                         return maporl_policy_loss(device, (const float *)d[0], (const float *)d[1], (const float *)d[2],
+                                                   adv_per_seq, d[3], MaskType(mask), (const float *)d[4],
+                                                   (const float *)d[5], B, T, p, (float *)d[6], (float *)d[7],
+                                                   stats.get());
+                     });
+    }
+    Napi::Value result(Napi::Env env) const { return StatsObject(env, *stats); }
+};
+
+PolicyCall UnpackPolicy(const Napi::CallbackInfo & info, std::vector<Napi::Value> * keep) {
+    PolicyCall c;
+    const size_t n = (size_t)RequireDims(info, 7, "B", "T", &c.B, &c.T);
+    c.adv_per_seq = RequireBool(info, 3, "advPerSeq") ? 1 : 0;
+    c.lp = Required(info, 0, "logp", {napi_float32_array}, n, keep);
+    c.old = Optional(info, 1, "oldLogp", {napi_float32_array}, n, keep);
+    c.adv = Required(info, 2, "advantages", {napi_float32_array}, c.adv_per_seq ? (size_t)c.B : n, keep);
+    c.mask = Required(info, 4, "mask", {napi_uint8_array, napi_float32_array}, n, keep);
+    c.ref = Optional(info, 5, "refLogp", {napi_float32_array}, n, keep);
+    c.ent = Optional(info, 6, "entropy", {napi_float32_array}, n, keep);
+    c.p = Params(info, 9);
+    c.device = (maporl_device)RequireInt(info, 10, "device", 0, 1);
+    c.g = Optional(info, 11, "gradLogp", {napi_float32_array}, n, keep);
+    c.ge = Optional(info, 12, "gradEntropy", {napi_float32_array}, n, keep);
+    return c;
+}
+
+struct ValueCall {
+    Arr v, old, R, mask, g;
+    int64_t B, T;
+    float clip;
+    maporl_loss_agg agg;
+    double normalizer;
+    maporl_device device;
+    std::shared_ptr<maporl_value_loss_stats> stats = std::make_shared<maporl_value_loss_stats>();
+
+    maporl_status run() const {
+        return RunOn(device,
+                     {{v.data, v.bytes, true, false}, {old.data, old.bytes, true, false}, {R.data, R.bytes, true, false},
+                      {mask.data, mask.bytes, true, false}, {g.data, g.bytes, false, true}},
+                     [&](const std::vector<void *> & d) {
+                         return maporl_value_loss(device, (const float *)d[0], (const float *)d[1], (const float *)d[2],
+                                                  d[3], MaskType(mask), B, T, clip, agg, normalizer, (float *)d[4],
+                                                  stats.get());
+                     });
+    }
+    Napi::Value result(Napi::Env env) const {
+        Napi::Object o = Napi::Object::New(env);
+        o.Set("loss", stats->loss);
+        o.Set("clipFrac", stats->clip_frac);
+        o.Set("valueMean", stats->value_mean);
+        o.Set("tokens", stats->tokens);
+        return o;
+    }
+};
+
+ValueCall UnpackValue(const Napi::CallbackInfo & info, std::vector<Napi::Value> * keep) {
+    ValueCall c;
+    const size_t n = (size_t)RequireDims(info, 4, "B", "T", &c.B, &c.T);
+    c.v = Required(info, 0, "values", {napi_float32_array}, n, keep);
+    c.old = Optional(info, 1, "oldValues", {napi_float32_array}, n, keep);
+    c.R = Required(info, 2, "returns", {napi_float32_array}, n, keep);
+    c.mask = Required(info, 3, "mask", {napi_uint8_array, napi_float32_array}, n, keep);
+    c.clip = (float)RequireNumber(info, 6, "clip");
+    c.agg = (maporl_loss_agg)RequireInt(info, 7, "agg", 0, 3);
+    c.normalizer = RequireNumber(info, 8, "normalizer");
+    c.device = (maporl_device)RequireInt(info, 9, "device", 0, 1);
+    c.g = Optional(info, 10, "gradValues", {napi_float32_array}, n, keep);
+    return c;
+}
+
+struct LogprobsCall {
+    Arr z, y, lp, H;
+    int64_t N, V;
+    float temp;
+    maporl_device device;
+
+    maporl_status run() const {
+        return RunOn(device,
+                     {{z.data, z.bytes, true, false}, {y.data, y.bytes, true, false}, {lp.data, lp.bytes, false, true},
+                      {H.data, H.bytes, false, true}},
+                     [&](const std::vector<void *> & d) {
+                         if (z.type == napi_uint16_array)  // bfloat16 bit patterns
+                             return maporl_logprobs_bf16(device, (const uint16_t *)d[0], (const int32_t *)d[1], N, V,
+                                                         temp, (float *)d[2], (float *)d[3]);
+                         return maporl_logprobs(device, (const float *)d[0], (const int32_t *)d[1], N, V, temp,
+                                                (float *)d[2], (float *)d[3]);
+                     });
+    }
+};
+
+LogprobsCall UnpackLogprobs(const Napi::CallbackInfo & info, std::vector<Napi::Value> * keep) {
+    LogprobsCall c;
+    const size_t nv = (size_t)RequireDims(info, 2, "N", "V", &c.N, &c.V);
+    c.z = Required(info, 0, "logits", {napi_float32_array, napi_uint16_array}, nv, keep);
+    c.y = Required(info, 1, "targets", {napi_int32_array}, (size_t)c.N, keep);
+    c.temp = (float)RequireNumber(info, 4, "temperature");
+    c.device = (maporl_device)RequireInt(info, 5, "device", 0, 1);
+    c.lp = Required(info, 6, "logp", {napi_float32_array}, (size_t)c.N, keep);
+    c.H = Optional(info, 7, "entropy", {napi_float32_array}, (size_t)c.N, keep);
+    return c;
+}
+
+struct FusedCall {
+    Arr z, y, old, adv, mask, ref, gz, lp, H, glp;
+    int adv_per_seq;
+    int64_t B, T, V;
+    float temp;
+    maporl_policy_loss_params p;
+    maporl_device device;
+    std::shared_ptr<maporl_policy_loss_stats> stats = std::make_shared<maporl_policy_loss_stats>();
+
+    maporl_status run() const {
+        return RunOn(device,
+                     {{z.data, z.bytes, true, false}, {y.data, y.bytes, true, false}, {old.data, old.bytes, true, false},
+                      {adv.data, adv.bytes, true, false}, {mask.data, mask.bytes, true, false},
+                      {ref.data, ref.bytes, true, false}, {gz.data, gz.bytes, false, true},
+                      {lp.data, lp.bytes, false, true}, {H.data, H.bytes, false, true},
+                      {glp.data, glp.bytes, false, true}},
+                     [&](const std::vector<void *> & d) {
+                         // On CUDA the staged gradient is its own buffer even when the caller asked for in place.
+                         if (z.type == napi_uint16_array)  // bfloat16 bit patterns
+                             return maporl_fused_policy_loss_bf16(device, (const uint16_t *)d[0], (const int32_t *)d[1],
+                                                                  (const float *)d[2], (const float *)d[3], adv_per_seq,
+                                                                  d[4], MaskType(mask), (const float *)d[5], B, T, V,
+                                                                  temp, p, (float *)d[6], (float *)d[7], (float *)d[8],
+                                                                  (float *)d[9], stats.get());
+                         return maporl_fused_policy_loss(device, (const float *)d[0], (const int32_t *)d[1],
+                                                         (const float *)d[2], (const float *)d[3], adv_per_seq, d[4],
+                                                         MaskType(mask), (const float *)d[5], B, T, V, temp, p,
+                                                         (float *)d[6], (float *)d[7], (float *)d[8], (float *)d[9],
+                                                         stats.get());
+                     });
+    }
+    Napi::Value result(Napi::Env env) const { return StatsObject(env, *stats); }
+};
+
+FusedCall UnpackFused(const Napi::CallbackInfo & info, std::vector<Napi::Value> * keep) {
+    FusedCall c;
+    const size_t n = (size_t)RequireDims(info, 7, "B", "T", &c.B, &c.T);
+    c.V = RequireInt(info, 9, "V", 0, (int64_t)1 << 40);
+    if (c.V > 0 && (int64_t)n > ((int64_t)1 << 40) / c.V)
+        throw Napi::RangeError::New(info.Env(), "B*T*V: expected at most 2^40 logits");
+    const size_t nvv = n * (size_t)c.V;
+    c.adv_per_seq = RequireBool(info, 4, "advPerSeq") ? 1 : 0;
+    c.z = Required(info, 0, "logits", {napi_float32_array, napi_uint16_array}, nvv, keep);
+    c.y = Required(info, 1, "targets", {napi_int32_array}, n, keep);
+    c.old = Optional(info, 2, "oldLogp", {napi_float32_array}, n, keep);
+    c.adv = Required(info, 3, "advantages", {napi_float32_array}, c.adv_per_seq ? (size_t)c.B : n, keep);
+    c.mask = Required(info, 5, "mask", {napi_uint8_array, napi_float32_array}, n, keep);
+    c.ref = Optional(info, 6, "refLogp", {napi_float32_array}, n, keep);
+    c.temp = (float)RequireNumber(info, 10, "temperature");
+    c.p = Params(info, 11);
+    c.device = (maporl_device)RequireInt(info, 12, "device", 0, 1);
+    c.gz = Required(info, 13, "gradLogits", {napi_float32_array}, nvv, keep);
+    c.lp = Optional(info, 14, "logp", {napi_float32_array}, n, keep);
+    c.H = Optional(info, 15, "entropy", {napi_float32_array}, n, keep);
+    c.glp = Optional(info, 16, "gradLogp", {napi_float32_array}, n, keep);
+    return c;
+}
+
+Napi::Value JsPolicy(const Napi::CallbackInfo & i) { return RunCall(i, "policyLoss", UnpackPolicy); }
+Napi::Value JsPolicyAsync(const Napi::CallbackInfo & i) { return QueueCall(i, "policyLoss", UnpackPolicy); }
+Napi::Value JsValue(const Napi::CallbackInfo & i) { return RunCall(i, "valueLoss", UnpackValue); }
+Napi::Value JsValueAsync(const Napi::CallbackInfo & i) { return QueueCall(i, "valueLoss", UnpackValue); }
+Napi::Value JsLogprobs(const Napi::CallbackInfo & i) { return RunCall(i, "logprobs", UnpackLogprobs); }
+Napi::Value JsLogprobsAsync(const Napi::CallbackInfo & i) { return QueueCall(i, "logprobs", UnpackLogprobs); }
+Napi::Value JsFused(const Napi::CallbackInfo & i) { return RunCall(i, "fusedPolicyLoss", UnpackFused); }
+Napi::Value JsFusedAsync(const Napi::CallbackInfo & i) { return QueueCall(i, "fusedPolicyLoss", UnpackFused); }
+
+}  // namespace
+
+void InitPolicyLoss(Napi::Env env, Napi::Object exports) {
+    exports.Set("policyLoss", Napi::Function::New(env, JsPolicy, "policyLoss"));
+    exports.Set("policyLossAsync", Napi::Function::New(env, JsPolicyAsync, "policyLossAsync"));
+    exports.Set("valueLoss", Napi::Function::New(env, JsValue, "valueLoss"));
+    exports.Set("valueLossAsync", Napi::Function::New(env, JsValueAsync, "valueLossAsync"));
+    exports.Set("logprobs", Napi::Function::New(env, JsLogprobs, "logprobs"));
+    exports.Set("logprobsAsync", Napi::Function::New(env, JsLogprobsAsync, "logprobsAsync"));
+    exports.Set("fusedPolicyLoss", Napi::Function::New(env, JsFused, "fusedPolicyLoss"));
+    exports.Set("fusedPolicyLossAsync", Napi::Function::New(env, JsFusedAsync, "fusedPolicyLossAsync"));
+}
+
+}  // namespace maporl_js

@@ -1,0 +1,342 @@
+// gpt_api.cpp: the C entry points of the embedded GPT (maporl.h) over gpt::Model<float> (gpt.cpp), or over
+// gpt::CudaModel (cuda/model/gpt.cu) once the model is moved to CUDA: then the host Model keeps the config, layout,
+// step counter and shapes, and its parameter vectors serve as staging for get / set. Every call is guarded: a bad
+// argument is a status with a message, never an exception across the C boundary.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "native/core/core.h"
+#include "native/model/gpt.h"
+#include "native/model/gpt_cuda.h"
+
+struct maporl_gpt {
+    maporl::gpt::Model<float> model;
+    maporl::gpt::CudaModel * cuda = nullptr;  // non-null: the model lives on the device
+    explicit maporl_gpt(const maporl::gpt::Config & c) : model(c) {}
+    ~maporl_gpt() { maporl::gpt::cuda_model_free(cuda); }
+    maporl_gpt(const maporl_gpt &) = delete;
+    maporl_gpt & operator=(const maporl_gpt &) = delete;
+};
+
+using namespace maporl;
+
+namespace {
+
+gpt::Config to_config(const maporl_gpt_config & c) {
+    gpt::Config g;
+    g.vocab = c.vocab;
+    g.context = c.context;
+    g.layers = c.layers;
+    g.heads = c.heads;
+    g.d_model = c.d_model;
+    g.mlp_ratio = c.mlp_ratio;
+    g.tie_embeddings = c.tie_embeddings != 0;
+    return g;
+}
+
+void require_gpt(const maporl_gpt * g) {
+    if (!g) throw_error(MAPORL_ERR_INVALID_ARG, "gpt: expected a model from maporl_gpt_create, got NULL");
+}
+
+std::vector<float> & buffer(maporl_gpt * g, int which) {
+    if (which == 0) return g->model.params;
+    if (which == 1) return g->model.m;
+    if (which == 2) return g->model.v;
+    throw_error(MAPORL_ERR_INVALID_ARG, "which: expected 0 (params), 1 (m) or 2 (v), got %d", which);
+}
+
+}  // namespace
+
+extern "C" {
+
+maporl_gpt_config maporl_gpt_default_config(void) {
+    maporl_gpt_config c;
+    c.vocab = 0;
+    c.context = 0;
+    c.layers = 0;
+    c.heads = 0;
+    c.d_model = 0;
+    c.mlp_ratio = 4;
+    c.tie_embeddings = 1;
+    return c;
+}
+
+maporl_adamw_params maporl_adamw_default_params(void) { return maporl_adamw_params{3e-4f, 0.9f, 0.95f, 1e-8f, 0.0f}; }
+
+maporl_status maporl_gpt_create(const maporl_gpt_config * config, uint64_t seed, maporl_gpt ** out) {
+    return guarded([&] {
+        require_ptr(config, "config", 1);
+        require_ptr(out, "out", 1);
+        *out = nullptr;
+        auto * g = new maporl_gpt(to_config(*config));
+        g->model.init(seed);
+        *out = g;
+        return MAPORL_OK;
+    });
+}
+
+void maporl_gpt_free(maporl_gpt * gpt) { delete gpt; }
+
+maporl_status maporl_gpt_param_count(const maporl_gpt * gpt, int64_t * count_out) {
+    return guarded([&] {
+        require_gpt(gpt);
+        require_ptr(count_out, "count_out", 1);
+        *count_out = gpt->model.layout.total;
+        return MAPORL_OK;
+    });
+}
+
+maporl_status maporl_gpt_tensor_count(const maporl_gpt * gpt, int64_t * count_out) {
+    return guarded([&] {
+        require_gpt(gpt);
+        require_ptr(count_out, "count_out", 1);
+        *count_out = (int64_t)gpt->model.layout.tensors.size();
+        return MAPORL_OK;
+    });
+}
+
+maporl_status maporl_gpt_tensor_info(const maporl_gpt * gpt, int64_t index, char name_out[64], int64_t dims_out[2],
+                                     int64_t * offset_out) {
+    return guarded([&] {
+        require_gpt(gpt);
+        const auto & ts = gpt->model.layout.tensors;
+        if (index < 0 || index >= (int64_t)ts.size())
+            throw_error(MAPORL_ERR_INVALID_ARG, "index: expected 0..%lld, got %lld", (long long)ts.size() - 1, (long long)index);
+        const auto & t = ts[(size_t)index];
+        if (name_out) {
+            std::memset(name_out, 0, 64);
+            std::memcpy(name_out, t.name.data(), std::min<size_t>(63, t.name.size()));
+        }
+        if (dims_out) {
+            dims_out[0] = t.shape[0];
+            dims_out[1] = t.shape.size() > 1 ? t.shape[1] : 0;
+        }
+        if (offset_out) *offset_out = t.offset;
+        return MAPORL_OK;
+    });
+}
+
+maporl_status maporl_gpt_get(const maporl_gpt * gpt, int which, float * out, int64_t count) {
+    return guarded([&] {
+        require_gpt(gpt);
+        const std::vector<float> & b = buffer(const_cast<maporl_gpt *>(gpt), which);
+        if (count != (int64_t)b.size())
+            throw_error(MAPORL_ERR_INVALID_ARG, "count: expected %lld (the parameter count), got %lld", (long long)b.size(), (long long)count);
+        require_ptr(out, "out", count);
+        if (gpt->cuda) {
+            gpt::cuda_model_download(gpt->cuda, which, out, count);
+            return MAPORL_OK;
+        }
+        std::memcpy(out, b.data(), sizeof(float) * b.size());
+        return MAPORL_OK;
+    });
+}
+
+maporl_status maporl_gpt_set(maporl_gpt * gpt, int which, const float * in, int64_t count) {
+    return guarded([&] {
+        require_gpt(gpt);
+        std::vector<float> & b = buffer(gpt, which);
+        if (count != (int64_t)b.size())
+            throw_error(MAPORL_ERR_INVALID_ARG, "count: expected %lld (the parameter count), got %lld", (long long)b.size(), (long long)count);
+        require_ptr(in, "in", count);
+        if (gpt->cuda) {
+            gpt::cuda_model_upload(gpt->cuda, which, in, count);
+            return MAPORL_OK;
+        }
+        std::memcpy(b.data(), in, sizeof(float) * b.size());
+        if (which == 0) gpt->model.weights_changed();
+        return MAPORL_OK;
+    });
+}
+
+maporl_status maporl_gpt_get_step(const maporl_gpt * gpt, int64_t * step_out) {
+    return guarded([&] {
+        require_gpt(gpt);
+        require_ptr(step_out, "step_out", 1);
+        *step_out = gpt->model.step;
+        return MAPORL_OK;
+    });
+}
+
+maporl_status maporl_gpt_set_step(maporl_gpt * gpt, int64_t step) {
+    return guarded([&] {
+        require_gpt(gpt);
+        if (step < 0) throw_error(MAPORL_ERR_INVALID_ARG, "step: expected >= 0, got %lld", (long long)step);
+        gpt->model.step = step;
+        return MAPORL_OK;
+    });
+}
+
+maporl_status maporl_gpt_forward(maporl_gpt * gpt, const int32_t * tokens, int64_t B, int64_t T, float * logits_out,
+                                 float * values_out) {
+    return guarded([&] {
+        require_gpt(gpt);
+        require_dims(B, T, "B", "T");
+        require_ptr(tokens, "tokens", B * T);
+        if (gpt->cuda) {
+            gpt::cuda_model_forward(gpt->cuda, tokens, B, T, logits_out, values_out);
+            gpt->model.B = B;
+            gpt->model.T = T;
+            return MAPORL_OK;
+        }
+        gpt->model.forward(tokens, B, T);
+        if (logits_out) std::memcpy(logits_out, gpt->model.logits.data(), sizeof(float) * gpt->model.logits.size());
+        if (values_out) std::memcpy(values_out, gpt->model.values.data(), sizeof(float) * gpt->model.values.size());
+        return MAPORL_OK;
+    });
+}
+
+maporl_status maporl_gpt_backward(maporl_gpt * gpt, const float * dlogits, const float * dvalues) {
+    return guarded([&] {
+        require_gpt(gpt);
+        if (gpt->cuda)
+            gpt::cuda_model_backward(gpt->cuda, dlogits, dvalues);
+        else
+            gpt->model.backward(dlogits, dvalues);
+        return MAPORL_OK;
+    });
+}
+
+maporl_status maporl_gpt_zero_grad(maporl_gpt * gpt) {
+    return guarded([&] {
+        require_gpt(gpt);
+        if (gpt->cuda)
+            gpt::cuda_model_zero_grad(gpt->cuda);
+        else
+            gpt->model.zero_grad();
+        return MAPORL_OK;
+    });
+}
+
+maporl_status maporl_gpt_step(maporl_gpt * gpt, const maporl_adamw_params * params, double max_grad_norm,
+                              double * grad_norm_out) {
+    return guarded([&] {
+        require_gpt(gpt);
+        require_ptr(params, "params", 1);
+        const maporl_adamw_params & p = *params;
+        if (!(p.lr >= 0.0f && std::isfinite(p.lr))) throw_error(MAPORL_ERR_INVALID_ARG, "params.lr: expected a finite number >= 0, got %g", (double)p.lr);
+        if (!(p.beta1 >= 0.0f && p.beta1 < 1.0f)) throw_error(MAPORL_ERR_INVALID_ARG, "params.beta1: expected [0, 1), got %g", (double)p.beta1);
+        if (!(p.beta2 >= 0.0f && p.beta2 < 1.0f)) throw_error(MAPORL_ERR_INVALID_ARG, "params.beta2: expected [0, 1), got %g", (double)p.beta2);
+        if (!(p.eps > 0.0f)) throw_error(MAPORL_ERR_INVALID_ARG, "params.eps: expected > 0, got %g", (double)p.eps);
+        if (!(p.weight_decay >= 0.0f && std::isfinite(p.weight_decay)))
+            throw_error(MAPORL_ERR_INVALID_ARG, "params.weight_decay: expected a finite number >= 0, got %g", (double)p.weight_decay);
+        if (std::isnan(max_grad_norm)) throw_error(MAPORL_ERR_INVALID_ARG, "max_grad_norm: expected a number (<= 0: no clip), got NaN");
+        const gpt::AdamW h{p.lr, p.beta1, p.beta2, p.eps, p.weight_decay};
+        double n;
+        if (gpt->cuda) {
+            n = gpt::cuda_model_update(gpt->cuda, h, max_grad_norm, gpt->model.step + 1);
+            ++gpt->model.step;
+        } else {
+            n = gpt->model.update(h, max_grad_norm);
+        }
+        if (grad_norm_out) *grad_norm_out = n;
+        return MAPORL_OK;
+    });
+}
+
+maporl_status maporl_gpt_cache_reset(maporl_gpt * gpt, int64_t batch, int64_t max_len) {
+    return guarded([&] {
+        require_gpt(gpt);
+        if (gpt->cuda) {
+            gpt::cuda_model_cache_reset(gpt->cuda, batch, max_len);
+            gpt->model.cache_batch = batch;
+            gpt->model.cache_len = max_len;
+        } else {
+            gpt->model.cache_reset(batch, max_len);
+        }
+        return MAPORL_OK;
+    });
+}
+
+maporl_status maporl_gpt_decode(maporl_gpt * gpt, const int32_t * tokens, int64_t pos, float * logits_out,
+                                float * values_out) {
+    return guarded([&] {
+        require_gpt(gpt);
+        require_ptr(tokens, "tokens", gpt->model.cache_batch);
+        if (gpt->cuda) {
+            gpt::cuda_model_decode(gpt->cuda, tokens, pos, logits_out, values_out);
+            return MAPORL_OK;
+        }
+        gpt->model.decode(tokens, pos);
+        if (logits_out) std::memcpy(logits_out, gpt->model.step_logits.data(), sizeof(float) * gpt->model.step_logits.size());
+        if (values_out) std::memcpy(values_out, gpt->model.step_values.data(), sizeof(float) * gpt->model.step_values.size());
+        return MAPORL_OK;
+    });
+}
+
+maporl_status maporl_gpt_cache_info(const maporl_gpt * gpt, int64_t * batch_out, int64_t * max_len_out, int64_t * vocab_out) {
+    return guarded([&] {
+        require_gpt(gpt);
+        if (batch_out) *batch_out = gpt->model.cache_batch;
+        if (max_len_out) *max_len_out = gpt->model.cache_len;
+        if (vocab_out) *vocab_out = gpt->model.cfg.vocab;
+        return MAPORL_OK;
+    });
+}
+
+maporl_status maporl_gpt_forward_shape(const maporl_gpt * gpt, int64_t * B_out, int64_t * T_out) {
+    return guarded([&] {
+        require_gpt(gpt);
+        if (B_out) *B_out = gpt->model.B;
+        if (T_out) *T_out = gpt->model.T;
+        return MAPORL_OK;
+    });
+}
+
+maporl_status maporl_gpt_set_device(maporl_gpt * gpt, maporl_device device) {
+    return guarded([&] {
+        require_gpt(gpt);
+        require_device(device);
+        gpt::Model<float> & m = gpt->model;
+        const int64_t n = m.layout.total;
+        if ((device == MAPORL_DEVICE_CUDA) == (gpt->cuda != nullptr)) return MAPORL_OK;
+        if (device == MAPORL_DEVICE_CUDA) {
+            gpt::CudaModel * c = gpt::cuda_model_create(m.cfg);
+            try {
+                gpt::cuda_model_upload(c, 0, m.params.data(), n);
+                gpt::cuda_model_upload(c, 1, m.m.data(), n);
+                gpt::cuda_model_upload(c, 2, m.v.data(), n);
+                gpt::cuda_model_upload(c, 3, m.grads.data(), n);
+            } catch (...) {
+                gpt::cuda_model_free(c);
+                throw;
+            }
+            gpt->cuda = c;
+        } else {
+            // Download into temporaries first: a failure leaves the model on the device, intact.
+            std::vector<float> p((size_t)n), mm((size_t)n), vv((size_t)n), g((size_t)n);
+            gpt::cuda_model_download(gpt->cuda, 0, p.data(), n);
+            gpt::cuda_model_download(gpt->cuda, 1, mm.data(), n);
+            gpt::cuda_model_download(gpt->cuda, 2, vv.data(), n);
+            gpt::cuda_model_download(gpt->cuda, 3, g.data(), n);
+            m.params.swap(p);
+            m.weights_changed();
+            m.m.swap(mm);
+            m.v.swap(vv);
+            m.grads.swap(g);
+            gpt::cuda_model_free(gpt->cuda);
+            gpt->cuda = nullptr;
+        }
+        // The last forward and the cache belong to the other device.
+        m.B = m.T = 0;
+        m.cache_batch = m.cache_len = 0;
+        m.acts = gpt::Acts<float>();
+        m.logits = std::vector<float>();
+        m.values = std::vector<float>();
+        m.kcache = std::vector<float>();
+        m.vcache = std::vector<float>();
+        return MAPORL_OK;
+    });
+}
+
+maporl_status maporl_gpt_get_device(const maporl_gpt * gpt, maporl_device * device_out) {
+    return guarded([&] {
+        require_gpt(gpt);
+        require_ptr(device_out, "device_out", 1);
+        *device_out = gpt->cuda ? MAPORL_DEVICE_CUDA : MAPORL_DEVICE_CPU;
+        return MAPORL_OK;
+    });
+}
+
+}  // extern "C"

@@ -1,0 +1,154 @@
+// matmul.cpp: the linear layer out = inp @ weight^T + bias (gpt_ops.h). Every loop is written as an axpy over a
+// contiguous output row (the forward on a transposed copy of the weight), so the compiler vectorises it without
+// reassociating any sum: each output element is summed in index order, the same for any thread count.
+// Float on AVX2 / AVX-512 goes through the register-tiled kernel of matmul_vec.inc instead (explicit FMA, k in
+// ascending order: also independent of the thread count, and within float rounding of this path).
+#include <atomic>
+#include <type_traits>
+#include <vector>
+
+#include "native/core/core.h"
+#include "native/model/gpt_ops.h"
+#include "native/core/isa.h"
+#include "native/core/threadpool.h"
+
+namespace maporl {
+namespace avx512 {
+void gemm_acc_f32(int64_t M, int64_t Nc, int64_t K, const float * A, int64_t lda_i, int64_t lda_k, const float * B,
+                  int64_t ldb, float * Cm, int64_t ldc);
+}
+namespace avx2 {
+void gemm_acc_f32(int64_t M, int64_t Nc, int64_t K, const float * A, int64_t lda_i, int64_t lda_k, const float * B,
+                  int64_t ldb, float * Cm, int64_t ldc);
+}
+namespace gpt {
+namespace {
+
+// The vector kernel for float on a SIMD level, else null.
+template <typename F>
+auto simd_gemm() -> void (*)(int64_t, int64_t, int64_t, const float *, int64_t, int64_t, const float *, int64_t, float *, int64_t) {
+    if constexpr (std::is_same<F, float>::value) {
+        const Isa isa = active_isa();
+        if (isa == Isa::Avx512) return avx512::gemm_acc_f32;
+        if (isa == Isa::Avx2) return avx2::gemm_acc_f32;
+    }
+    return nullptr;
+}
+
+}  // namespace
+
+template <typename F>
+void matmul_forward_wt(F * out, const F * inp, const F * wt, const F * bias, int64_t N, int64_t C, int64_t OC) {
+    if (auto gemm = simd_gemm<F>()) {
+        parallel_for(N, 16, [&](int64_t n0, int64_t n1) {
+            for (int64_t n = n0; n < n1; ++n)
+                for (int64_t k = 0; k < OC; ++k) out[n * OC + k] = bias ? bias[k] : F(0);
+        });
+        gemm((int64_t)N, OC, C, (const float *)inp, C, 1, (const float *)wt, OC, (float *)out, OC);
+        return;
+    }
+    parallel_for(N, 4, [&](int64_t n0, int64_t n1) {
+        for (int64_t n = n0; n < n1; ++n) {
+            F * __restrict__ o = out + n * OC;
+            const F * x = inp + n * C;
+            for (int64_t k = 0; k < OC; ++k) o[k] = bias ? bias[k] : F(0);
+            for (int64_t c = 0; c < C; ++c) {
+                const F a = x[c];
+                const F * __restrict__ w = wt + c * OC;
+                for (int64_t k = 0; k < OC; ++k) o[k] += a * w[k];
+            }
+        }
+    });
+}
+
+template <typename F>
+void transpose_weight(F * wt, const F * weight, int64_t C, int64_t OC) {
+    parallel_for(OC, 16, [&](int64_t o0, int64_t o1) {
+        for (int64_t o = o0; o < o1; ++o)
+            for (int64_t c = 0; c < C; ++c) wt[c * OC + o] = weight[o * C + c];
+    });
+}
+
+template <typename F>
+void matmul_forward(F * out, const F * inp, const F * weight, const F * bias, int64_t N, int64_t C, int64_t OC) {
+    std::vector<F> wt((size_t)(C * OC));  // [C, OC]
+    transpose_weight(wt.data(), weight, C, OC);
+    matmul_forward_wt(out, inp, wt.data(), bias, N, C, OC);
+}
+
+template <typename F>
+void matmul_backward(F * dinp, F * dweight, F * dbias, const F * dout, const F * inp, const F * weight, int64_t N,
+                     int64_t C, int64_t OC) {
+    if (auto gemm = simd_gemm<F>()) {
+        // dinp[N, C] += dout[N, OC] @ weight[OC, C]; dweight[OC, C] += dout^T @ inp (A read with transposed strides).
+        gemm(N, C, OC, (const float *)dout, OC, 1, (const float *)weight, C, (float *)dinp, C);
+        std::vector<F> dt((size_t)(OC * N));  // dout^T [OC, N]: contiguous rows for the A operand
+        parallel_for(OC, 16, [&](int64_t o0, int64_t o1) {
+            for (int64_t o = o0; o < o1; ++o)
+                for (int64_t n = 0; n < N; ++n) dt[(size_t)(o * N + n)] = dout[n * OC + o];
+        });
+        gemm(OC, C, N, (const float *)dt.data(), N, 1, (const float *)inp, C, (float *)dweight, C);
+        if (dbias)
+            parallel_for(OC, 16, [&](int64_t o0, int64_t o1) {
+                for (int64_t o = o0; o < o1; ++o) {
+                    F db = F(0);
+                    for (int64_t n = 0; n < N; ++n) db += dout[n * OC + o];
+                    dbias[o] += db;
+                }
+            });
+        return;
+    }
+    parallel_for(N, 4, [&](int64_t n0, int64_t n1) {
+        for (int64_t n = n0; n < n1; ++n) {
+            F * __restrict__ di = dinp + n * C;
+            const F * d = dout + n * OC;
+            for (int64_t o = 0; o < OC; ++o) {
+                const F g = d[o];
+                const F * __restrict__ w = weight + o * C;
+                for (int64_t c = 0; c < C; ++c) di[c] += g * w[c];
+            }
+        }
+    });
+    parallel_for(OC, 4, [&](int64_t o0, int64_t o1) {
+        for (int64_t o = o0; o < o1; ++o) {
+            F * __restrict__ dw = dweight + o * C;
+            F db = F(0);
+            for (int64_t n = 0; n < N; ++n) {
+                const F g = dout[n * OC + o];
+                db += g;
+                const F * __restrict__ x = inp + n * C;
+                for (int64_t c = 0; c < C; ++c) dw[c] += g * x[c];
+            }
+            if (dbias) dbias[o] += db;
+        }
+    });
+}
+
+#define MAPORL_INSTANTIATE(F)                                                                              \
+    template void matmul_forward<F>(F *, const F *, const F *, const F *, int64_t, int64_t, int64_t);     \
+    template void matmul_forward_wt<F>(F *, const F *, const F *, const F *, int64_t, int64_t, int64_t);  \
+    template void transpose_weight<F>(F *, const F *, int64_t, int64_t);                                  \
+    template void matmul_backward<F>(F *, F *, F *, const F *, const F *, const F *, int64_t, int64_t, int64_t);
+MAPORL_INSTANTIATE(float)
+MAPORL_INSTANTIATE(double)
+#undef MAPORL_INSTANTIATE
+
+}  // namespace gpt
+}  // namespace maporl
+
+namespace {
+std::atomic<int> g_matmul_precision{MAPORL_MATMUL_HIGHEST};
+}
+
+extern "C" maporl_status maporl_set_matmul_precision(int precision) {
+    maporl::clear_error();
+    if (precision != MAPORL_MATMUL_HIGHEST && precision != MAPORL_MATMUL_HIGH)
+        return maporl::set_error(MAPORL_ERR_INVALID_ARG, "precision: expected MAPORL_MATMUL_HIGHEST (0) or MAPORL_MATMUL_HIGH (1), got %d",
+                                 precision);
+    g_matmul_precision.store(precision, std::memory_order_relaxed);
+    return MAPORL_OK;
+}
+
+extern "C" maporl_matmul_precision maporl_get_matmul_precision(void) {
+    return (maporl_matmul_precision)g_matmul_precision.load(std::memory_order_relaxed);
+}

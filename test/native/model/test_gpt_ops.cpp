@@ -1,0 +1,254 @@
+// test_gpt_ops.cpp: every layer of the embedded GPT (native/model/gpt_ops.h) checked in double against central finite
+// differences of L = sum(out * R) (R fixed random weights), on tiny shapes; AdamW against the update written
+// here from torch.optim.AdamW's definition; and bit-identical float results for 1 and 3 threads.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "test/native/core/check.h"
+#include "native/model/gpt_ops.h"
+#include "maporl.h"
+
+namespace {
+
+using Vec = std::vector<double>;
+namespace g = maporl::gpt;
+
+Vec rnd(size_t n, uint32_t seed, double scale = 1.0) {
+    std::mt19937 r(seed);
+    std::uniform_real_distribution<double> u(-scale, scale);
+    Vec v(n);
+    for (auto & x : v) x = u(r);
+    return v;
+}
+
+double dot(const Vec & a, const Vec & b) {
+    double s = 0;
+    for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+    return s;
+}
+
+// Central differences of loss() w.r.t. every entry of x against grad; returns the number of mismatches.
+int fd_check(Vec & x, const Vec & grad, const std::function<double()> & loss, const char * what, double tol = 1e-6) {
+    int bad = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+        const double x0 = x[i], h = 1e-6 * std::max(1.0, std::fabs(x0));
+        x[i] = x0 + h;
+        const double up = loss();
+        x[i] = x0 - h;
+        const double dn = loss();
+        x[i] = x0;
+        const double fd = (up - dn) / (2 * h);
+        if (!(std::fabs(fd - grad[i]) <= tol * std::max(1.0, std::fabs(fd)))) {
+            if (bad < 3) std::printf("  %s[%zu]: analytic %.10g, finite difference %.10g\n", what, i, grad[i], fd);
+            ++bad;
+        }
+    }
+    return bad;
+}
+
+TEST(encoder_backward_is_the_gradient) {
+    const int64_t B = 2, T = 3, C = 4, V = 5;
+    const std::vector<int32_t> tok = {0, 3, 3, 1, 4, 3};  // repeated tokens accumulate
+    Vec wte = rnd(V * C, 1), wpe = rnd(T * C, 2), R = rnd(B * T * C, 3), out(B * T * C);
+    auto loss = [&] { g::encoder_forward(out.data(), tok.data(), wte.data(), wpe.data(), B, T, C); return dot(out, R); };
+    Vec dwte(V * C, 0.0), dwpe(T * C, 0.0);
+    g::encoder_backward(dwte.data(), dwpe.data(), R.data(), tok.data(), B, T, C);
+    CHECK(fd_check(wte, dwte, loss, "dwte") == 0, "encoder dwte");
+    CHECK(fd_check(wpe, dwpe, loss, "dwpe") == 0, "encoder dwpe");
+}
+
+TEST(layernorm_backward_is_the_gradient) {
+    const int64_t N = 5, C = 7;
+    Vec x = rnd(N * C, 4, 2.0), w = rnd(C, 5), b = rnd(C, 6), R = rnd(N * C, 7), out(N * C), mean(N), rstd(N);
+    auto loss = [&] { g::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C); return dot(out, R); };
+    loss();
+    Vec dx(N * C, 0.0), dw(C, 0.0), db(C, 0.0);
+    g::layernorm_backward(dx.data(), dw.data(), db.data(), R.data(), x.data(), w.data(), mean.data(), rstd.data(), N, C);
+    CHECK(fd_check(x, dx, loss, "dx") == 0, "layernorm dx");
+    CHECK(fd_check(w, dw, loss, "dw") == 0, "layernorm dw");
+    CHECK(fd_check(b, db, loss, "db") == 0, "layernorm db");
+}
+
+TEST(matmul_backward_is_the_gradient) {
+    const int64_t N = 6, C = 5, OC = 7;
+    Vec x = rnd(N * C, 8), w = rnd(OC * C, 9), b = rnd(OC, 10), R = rnd(N * OC, 11), out(N * OC);
+    auto loss = [&] { g::matmul_forward(out.data(), x.data(), w.data(), b.data(), N, C, OC); return dot(out, R); };
+    Vec dx(N * C, 0.0), dw(OC * C, 0.0), db(OC, 0.0);
+    g::matmul_backward(dx.data(), dw.data(), db.data(), R.data(), x.data(), w.data(), N, C, OC);
+    CHECK(fd_check(x, dx, loss, "dx") == 0, "matmul dx");
+    CHECK(fd_check(w, dw, loss, "dw") == 0, "matmul dw");
+    CHECK(fd_check(b, db, loss, "db") == 0, "matmul db");
+    // Accumulation: a second backward adds the same gradient again.
+    g::matmul_backward(dx.data(), dw.data(), db.data(), R.data(), x.data(), w.data(), N, C, OC);
+    Vec dx1(N * C, 0.0), dw1(OC * C, 0.0), db1(OC, 0.0);
+    g::matmul_backward(dx1.data(), dw1.data(), db1.data(), R.data(), x.data(), w.data(), N, C, OC);
+    bool twice = true;
+    for (size_t i = 0; i < dw.size(); ++i) twice &= std::fabs(dw[i] - 2 * dw1[i]) < 1e-12;
+    CHECK(twice, "backward accumulates into the gradients");
+    // The forward against a plain triple loop.
+    loss();
+    double worst = 0;
+    for (int64_t n = 0; n < N; ++n)
+        for (int64_t o = 0; o < OC; ++o) {
+            double s = b[o];
+            for (int64_t c = 0; c < C; ++c) s += x[n * C + c] * w[o * C + c];
+            worst = std::max(worst, std::fabs(s - out[n * OC + o]));
+        }
+    CHECK(worst < 1e-12, "forward differs from the triple loop by %g", worst);
+}
+
+TEST(attention_backward_is_the_gradient_and_the_forward_is_causal) {
+    const int64_t B = 2, T = 4, C = 6, NH = 2;
+    Vec qkv = rnd(B * T * 3 * C, 12), R = rnd(B * T * C, 13), out(B * T * C), att(B * NH * T * T);
+    auto loss = [&] { g::attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH); return dot(out, R); };
+    loss();
+    Vec dqkv(qkv.size(), 0.0);
+    g::attention_backward(dqkv.data(), R.data(), qkv.data(), att.data(), B, T, C, NH);
+    CHECK(fd_check(qkv, dqkv, loss, "dqkv") == 0, "attention dqkv");
+    // Causality: changing the last position's keys and values leaves earlier outputs unchanged.
+    const Vec before = out;
+    for (int64_t i = 0; i < 3 * C; ++i) qkv[(0 * T + T - 1) * 3 * C + i] += 0.5;
+    loss();
+    double moved = 0;
+    for (int64_t t = 0; t < T - 1; ++t)
+        for (int64_t c = 0; c < C; ++c) moved = std::max(moved, std::fabs(out[t * C + c] - before[t * C + c]));
+    CHECK(moved == 0.0, "earlier outputs moved by %g", moved);
+}
+
+TEST(gelu_and_residual_backward_are_the_gradient) {
+    const int64_t n = 40;
+    Vec x = rnd(n, 14, 4.0), R = rnd(n, 15), out(n);
+    auto loss = [&] { g::gelu_forward(out.data(), x.data(), n); return dot(out, R); };
+    Vec dx(n, 0.0);
+    g::gelu_backward(dx.data(), x.data(), R.data(), n);
+    CHECK(fd_check(x, dx, loss, "dx") == 0, "gelu dx");
+    Vec a = rnd(n, 16), b = rnd(n, 17);
+    auto rl = [&] { g::residual_forward(out.data(), a.data(), b.data(), n); return dot(out, R); };
+    Vec da(n, 0.0), db(n, 0.0);
+    g::residual_backward(da.data(), db.data(), R.data(), n);
+    CHECK(fd_check(a, da, rl, "da") == 0 && fd_check(b, db, rl, "db") == 0, "residual");
+}
+
+TEST(adamw_matches_the_torch_definition) {
+    const int64_t n = 9;
+    Vec p = rnd(n, 18), grad = rnd(n, 19), m(n, 0.0), v(n, 0.0);
+    Vec pr = p, mr(n, 0.0), vr(n, 0.0);
+    const g::AdamW h{3e-3f, 0.9f, 0.95f, 1e-8f, 0.1f};
+    double worst = 0;
+    for (int64_t t = 1; t <= 3; ++t) {
+        g::adamw_update(p.data(), grad.data(), m.data(), v.data(), n, h, t, 0.5);
+        for (int64_t i = 0; i < n; ++i) {  // torch.optim.AdamW, decoupled decay, then the Adam step
+            const double gi = grad[i] * 0.5;
+            pr[i] *= 1 - (double)h.lr * (double)h.weight_decay;
+            mr[i] = (double)h.beta1 * mr[i] + (1 - (double)h.beta1) * gi;
+            vr[i] = (double)h.beta2 * vr[i] + (1 - (double)h.beta2) * gi * gi;
+            const double mh = mr[i] / (1 - std::pow((double)h.beta1, (double)t)), vh = vr[i] / (1 - std::pow((double)h.beta2, (double)t));
+            pr[i] -= (double)h.lr * mh / (std::sqrt(vh) + (double)h.eps);
+            worst = std::max(worst, std::fabs(pr[i] - p[i]));
+        }
+    }
+    CHECK(worst < 1e-12, "AdamW differs from the definition by %g", worst);
+}
+
+// The float kernels of every SIMD level (the register-tiled GEMM on AVX2 / AVX-512) against the double path,
+// on shapes whose columns are not a multiple of the tile width.
+TEST(float_matmul_matches_double_at_every_simd_level) {
+    const int64_t N = 13, C = 37, OC = 45;
+    const Vec x = rnd(N * C, 30), w = rnd(OC * C, 31), b = rnd(OC, 32), d = rnd(N * OC, 33);
+    Vec out(N * OC), dx(N * C, 0.0), dw(OC * C, 0.0), db(OC, 0.0);
+    g::matmul_forward(out.data(), x.data(), w.data(), b.data(), N, C, OC);
+    g::matmul_backward(dx.data(), dw.data(), db.data(), d.data(), x.data(), w.data(), N, C, OC);
+    auto f = [](const Vec & v) { return std::vector<float>(v.begin(), v.end()); };
+    for (const char * level : {"scalar", "avx2", "avx512"}) {
+        if (maporl_set_simd(level) != MAPORL_OK) continue;
+        std::vector<float> fo(N * OC), fdx(N * C, 0.f), fdw(OC * C, 0.f), fdb(OC, 0.f);
+        const std::vector<float> fx = f(x), fw = f(w), fb = f(b), fd = f(d);
+        g::matmul_forward(fo.data(), fx.data(), fw.data(), fb.data(), N, C, OC);
+        g::matmul_backward(fdx.data(), fdw.data(), fdb.data(), fd.data(), fx.data(), fw.data(), N, C, OC);
+        double worst = 0;
+        for (size_t i = 0; i < out.size(); ++i) worst = std::max(worst, std::fabs(fo[i] - out[i]));
+        for (size_t i = 0; i < dx.size(); ++i) worst = std::max(worst, std::fabs(fdx[i] - dx[i]));
+        for (size_t i = 0; i < dw.size(); ++i) worst = std::max(worst, std::fabs(fdw[i] - dw[i]));
+        for (size_t i = 0; i < db.size(); ++i) worst = std::max(worst, std::fabs(fdb[i] - db[i]));
+        CHECK(worst < 2e-5, "%s: float matmul differs from double by %g", level, worst);
+    }
+    maporl_set_simd("best");
+}
+
+TEST(float_gelu_matches_double_at_every_simd_level) {
+    const int64_t n = 1037;
+    Vec x = rnd(n, 40, 6.0), d = rnd(n, 41), out(n), dx(n, 0.0);
+    x[0] = 0.0; x[1] = 1e-4; x[2] = -1e-4; x[3] = 30.0; x[4] = -30.0;
+    g::gelu_forward(out.data(), x.data(), n);
+    g::gelu_backward(dx.data(), x.data(), d.data(), n);
+    const std::vector<float> fx(x.begin(), x.end()), fd(d.begin(), d.end());
+    for (const char * level : {"scalar", "avx2", "avx512"}) {
+        if (maporl_set_simd(level) != MAPORL_OK) continue;
+        std::vector<float> fo(n), fdx(n, 0.f);
+        g::gelu_forward(fo.data(), fx.data(), n);
+        g::gelu_backward(fdx.data(), fx.data(), fd.data(), n);
+        double worst = 0;
+        for (int64_t i = 0; i < n; ++i)
+            worst = std::max({worst, std::fabs(fo[i] - out[i]) / std::max(1.0, std::fabs(out[i])), std::fabs(fdx[i] - dx[i])});
+        CHECK(worst < 2e-6, "%s: float GELU differs from double by %g", level, worst);
+    }
+    maporl_set_simd("best");
+}
+
+TEST(float_attention_matches_double_at_every_simd_level) {
+    for (int64_t hs : {3, 16, 20}) {  // head sizes below, at and above a vector width
+        const int64_t B = 2, T = 19, NH = 2, C = NH * hs;
+        const Vec qkv = rnd(B * T * 3 * C, 50), d = rnd(B * T * C, 51);
+        Vec out(B * T * C), att(B * NH * T * T), dqkv(qkv.size(), 0.0);
+        g::attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+        g::attention_backward(dqkv.data(), d.data(), qkv.data(), att.data(), B, T, C, NH);
+        const std::vector<float> fq(qkv.begin(), qkv.end()), fd(d.begin(), d.end());
+        for (const char * level : {"scalar", "avx2", "avx512"}) {
+            if (maporl_set_simd(level) != MAPORL_OK) continue;
+            std::vector<float> fo(out.size()), fa(att.size()), fdq(qkv.size(), 0.f);
+            g::attention_forward(fo.data(), fa.data(), fq.data(), B, T, C, NH);
+            g::attention_backward(fdq.data(), fd.data(), fq.data(), fa.data(), B, T, C, NH);
+            double worst = 0;
+            for (size_t i = 0; i < out.size(); ++i) worst = std::max(worst, std::fabs(fo[i] - out[i]));
+            for (size_t i = 0; i < att.size(); ++i) worst = std::max(worst, std::fabs(fa[i] - att[i]));
+            for (size_t i = 0; i < dqkv.size(); ++i) worst = std::max(worst, std::fabs(fdq[i] - dqkv[i]));
+            CHECK(worst < 1e-5, "%s hs=%lld: float attention differs from double by %g", level, (long long)hs, worst);
+        }
+    }
+    maporl_set_simd("best");
+}
+
+TEST(float_results_do_not_depend_on_the_thread_count) {
+    const int64_t B = 3, T = 37, C = 24, NH = 4, N = B * T, OC = 3 * C, V = 11;
+    std::mt19937 r(20);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    auto fv = [&](size_t n) { std::vector<float> v(n); for (auto & x : v) x = u(r); return v; };
+    const std::vector<float> x = fv(N * C), w = fv(OC * C), b = fv(OC), dout = fv(N * OC), lw = fv(C), lb = fv(C), dy = fv(N * C),
+                             wte = fv(V * C), wpe = fv(T * C);
+    std::vector<int32_t> tok(N);
+    for (auto & t : tok) t = (int32_t)(r() % V);
+    std::vector<std::vector<float>> runs[2];
+    for (int k = 0; k < 2; ++k) {
+        maporl_set_threads(k == 0 ? 1 : 3);
+        std::vector<float> out(N * OC), dx(N * C, 0.f), dw(OC * C, 0.f), db(OC, 0.f), ln(N * C), mean(N), rstd(N), dlx(N * C, 0.f),
+            dlw(C, 0.f), dlb(C, 0.f), att(B * NH * T * T), ao(N * C), dqkv(N * OC, 0.f), dwte(V * C, 0.f), dwpe(T * C, 0.f);
+        g::matmul_forward(out.data(), x.data(), w.data(), b.data(), N, C, OC);
+        g::matmul_backward(dx.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(), N, C, OC);
+        g::layernorm_forward(ln.data(), mean.data(), rstd.data(), x.data(), lw.data(), lb.data(), N, C);
+        g::layernorm_backward(dlx.data(), dlw.data(), dlb.data(), dy.data(), x.data(), lw.data(), mean.data(), rstd.data(), N, C);
+        g::attention_forward(ao.data(), att.data(), out.data(), B, T, C, NH);
+        g::attention_backward(dqkv.data(), dy.data(), out.data(), att.data(), B, T, C, NH);
+        g::encoder_backward(dwte.data(), dwpe.data(), dy.data(), tok.data(), B, T, C);
+        runs[k] = {out, dx, dw, db, ln, dlx, dlw, dlb, ao, dqkv, dwte, dwpe};
+    }
+    maporl_set_threads(0);
+    for (size_t i = 0; i < runs[0].size(); ++i) CHECK(runs[0][i] == runs[1][i], "output %zu differs between 1 and 3 threads", i);
+}
+
+}  // namespace
+
+int main() { return check::run_all("test_gpt_ops"); }
