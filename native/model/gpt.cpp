@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "native/core/core.h"
+#include "native/model/init.h"
 
 namespace maporl {
 namespace gpt {
@@ -72,17 +73,6 @@ Layout make_layout(const Config & c) {
     return L;
 }
 
-namespace {
-
-// A normal deviate from two uniforms (Box-Muller), independent of the standard library's distributions, so the
-// initial weights are the same with any libstdc++ / libc++.
-double normal(std::mt19937_64 & g) {
-    const double u1 = ((double)(g() >> 11) + 0.5) / 9007199254740992.0, u2 = (double)(g() >> 11) / 9007199254740992.0;
-    return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
-}
-
-}  // namespace
-
 template <typename F>
 Model<F>::Model(const Config & c) : cfg(c), layout(make_layout(c)) {
     params.assign((size_t)layout.total, F(0));
@@ -104,7 +94,7 @@ void Model<F>::init(uint64_t seed) {
         if (ln && !bias) { for (int64_t i = 0; i < ten.size; ++i) x[i] = F(1); continue; }
         if (bias) { for (int64_t i = 0; i < ten.size; ++i) x[i] = F(0); continue; }
         const double sd = 0.02 * (n.find("c_proj.weight") != std::string::npos ? resid_scale : 1.0);
-        for (int64_t i = 0; i < ten.size; ++i) x[i] = (F)(sd * normal(gen));
+        for (int64_t i = 0; i < ten.size; ++i) x[i] = (F)(sd * init_normal(gen));
     }
     step = 0;
     wt_stale = true;

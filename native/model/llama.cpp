@@ -1,0 +1,270 @@
+// llama.cpp: the Llama family's model (llama.h): layout with transformers' tensor names, initialisation, forward,
+// backward, AdamW and KV-cache decoding, composed from llama_ops.h and the GEMM of gpt_ops.h. The block is
+// transformers' LlamaDecoderLayer: h = x + o_proj(attn(rope(norm_qk(q_proj(n1))), rope(norm_qk(k_proj(n1))),
+// v_proj(n1))) with n1 = rmsnorm(x); out = h + down_proj(silu(gate_proj(n2)) * up_proj(n2)) with n2 = rmsnorm(h).
+// Every sum runs in a fixed order: results are the same for any thread count.
+#include "native/model/llama.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <type_traits>
+
+#include "native/core/core.h"
+#include "native/model/init.h"
+
+namespace maporl {
+namespace llama {
+
+using gpt::matmul_backward;
+using gpt::matmul_forward;
+using gpt::matmul_forward_wt;
+
+void check_config(const Config & c) {
+    auto need = [](bool ok, const char * what, double got) {
+        if (!ok) throw_error(MAPORL_ERR_INVALID_ARG, "config.%s: got %g", what, got);
+    };
+    need(c.vocab >= 2 && c.vocab <= (1 << 24), "vocab_size: expected an integer in [2, 2^24]", (double)c.vocab);
+    need(c.context >= 1 && c.context <= (1 << 20), "context: expected an integer in [1, 2^20]", (double)c.context);
+    need(c.layers >= 1 && c.layers <= 1024, "num_hidden_layers: expected an integer in [1, 1024]", (double)c.layers);
+    need(c.d_model >= 1 && c.d_model <= 65536, "hidden_size: expected an integer in [1, 65536]", (double)c.d_model);
+    need(c.heads >= 1 && c.heads <= 4096, "num_attention_heads: expected an integer in [1, 4096]", (double)c.heads);
+    need(c.kv_heads >= 1 && c.heads % c.kv_heads == 0, "num_key_value_heads: expected a divisor of num_attention_heads", (double)c.kv_heads);
+    need(c.head_dim >= 2 && c.head_dim % 2 == 0 && c.head_dim <= 4096, "head_dim: expected an even integer in [2, 4096]", (double)c.head_dim);
+    need(c.intermediate >= 1 && c.intermediate <= (1 << 20), "intermediate_size: expected an integer in [1, 2^20]", (double)c.intermediate);
+    need(c.rms_eps > 0 && std::isfinite(c.rms_eps), "rms_norm_eps: expected a finite number > 0", c.rms_eps);
+    need(c.rope_theta > 1 && std::isfinite(c.rope_theta), "rope_theta: expected a finite number > 1", c.rope_theta);
+    if (c.rope.type != RopeScaling::None) {
+        need(c.rope.factor > 0 && std::isfinite(c.rope.factor), "rope_scaling.factor: expected a finite number > 0", c.rope.factor);
+        if (c.rope.type == RopeScaling::Llama3) {
+            need(c.rope.low_freq_factor > 0 && std::isfinite(c.rope.low_freq_factor), "rope_scaling.low_freq_factor: expected a finite number > 0", c.rope.low_freq_factor);
+            need(c.rope.high_freq_factor > c.rope.low_freq_factor && std::isfinite(c.rope.high_freq_factor),
+                 "rope_scaling.high_freq_factor: expected a finite number > low_freq_factor", c.rope.high_freq_factor);
+            need(c.rope.original_max_position >= 1, "rope_scaling.original_max_position_embeddings: expected an integer >= 1", (double)c.rope.original_max_position);
+        }
+    }
+}
+
+Layout make_layout(const Config & c) {
+    check_config(c);
+    Layout L;
+    const int64_t C = c.d_model, QC = c.heads * c.head_dim, KC = c.kv_heads * c.head_dim, I = c.intermediate;
+    auto add = [&](const std::string & name, std::vector<int64_t> shape) {
+        int64_t n = 1;
+        for (int64_t d : shape) n *= d;
+        L.tensors.push_back({name, shape, L.total, n});
+        L.total += n;
+        return (int64_t)L.tensors.size() - 1;
+    };
+    L.embed = add("model.embed_tokens.weight", {c.vocab, C});
+    for (int64_t l = 0; l < c.layers; ++l) {
+        const std::string p = "model.layers." + std::to_string(l) + ".";
+        Layout::Block b;
+        b.in_norm = add(p + "input_layernorm.weight", {C});
+        b.q = add(p + "self_attn.q_proj.weight", {QC, C});
+        if (c.qkv_bias) b.qb = add(p + "self_attn.q_proj.bias", {QC});
+        b.k = add(p + "self_attn.k_proj.weight", {KC, C});
+        if (c.qkv_bias) b.kb = add(p + "self_attn.k_proj.bias", {KC});
+        b.v = add(p + "self_attn.v_proj.weight", {KC, C});
+        if (c.qkv_bias) b.vb = add(p + "self_attn.v_proj.bias", {KC});
+        b.o = add(p + "self_attn.o_proj.weight", {C, QC});
+        if (c.o_bias) b.ob = add(p + "self_attn.o_proj.bias", {C});
+        if (c.qk_norm) {
+            b.q_norm = add(p + "self_attn.q_norm.weight", {c.head_dim});
+            b.k_norm = add(p + "self_attn.k_norm.weight", {c.head_dim});
+        }
+        b.post_norm = add(p + "post_attention_layernorm.weight", {C});
+        b.gate = add(p + "mlp.gate_proj.weight", {I, C});
+        b.up = add(p + "mlp.up_proj.weight", {I, C});
+        b.down = add(p + "mlp.down_proj.weight", {C, I});
+        L.blocks.push_back(b);
+    }
+    L.norm = add("model.norm.weight", {C});
+    L.lm_head = c.tie_embeddings ? L.embed : add("lm_head.weight", {c.vocab, C});
+    L.vw = add("value_head.weight", {C});
+    L.vb = add("value_head.bias", {1});
+    return L;
+}
+
+template <typename F>
+Model<F>::Model(const Config & c) : cfg(c), layout(make_layout(c)) {
+    params.assign((size_t)layout.total, F(0));
+    rope_tables(rope_cos, rope_sin, rope_inv_freq(c.head_dim, c.rope_theta, c.rope), c.context);
+}
+
+template <typename F>
+void Model<F>::ensure_train_state() {
+    if (grads.size() == params.size()) return;
+    grads.assign(params.size(), F(0));
+    m.assign(params.size(), F(0));
+    v.assign(params.size(), F(0));
+}
+
+template <typename F>
+void Model<F>::init(uint64_t seed) {
+    std::mt19937_64 gen(seed);
+    for (const auto & t : layout.tensors) {
+        F * x = params.data() + t.offset;
+        const bool norm = t.name.find("norm.weight") != std::string::npos;
+        const bool bias = t.name.size() >= 4 && t.name.compare(t.name.size() - 4, 4, "bias") == 0;
+        for (int64_t i = 0; i < t.size; ++i) x[i] = norm ? F(1) : bias ? F(0) : (F)(0.02 * init_normal(gen));
+    }
+    step = 0;
+    wt_stale = true;
+    if (!m.empty()) {
+        std::fill(m.begin(), m.end(), F(0));
+        std::fill(v.begin(), v.end(), F(0));
+    }
+}
+
+template <typename F>
+void Model<F>::forward(const int32_t * tok, int64_t B_, int64_t T_) {
+    if (T_ < 1 || T_ > cfg.context) throw_error(MAPORL_ERR_INVALID_ARG, "T: expected 1..%lld (context), got %lld", (long long)cfg.context, (long long)T_);
+    if (B_ < 1) throw_error(MAPORL_ERR_INVALID_ARG, "B: expected >= 1, got %lld", (long long)B_);
+    for (int64_t i = 0; i < B_ * T_; ++i)
+        if (tok[i] < 0 || tok[i] >= cfg.vocab)
+            throw_error(MAPORL_ERR_INVALID_ARG, "tokens: expected ids in [0, %lld), got %d at index %lld", (long long)cfg.vocab, (int)tok[i], (long long)i);
+    B = B_;
+    T = T_;
+    const int64_t N = B * T, C = cfg.d_model, NH = cfg.heads, NKV = cfg.kv_heads, hd = cfg.head_dim, QC = NH * hd, KC = NKV * hd,
+                  I = cfg.intermediate, V = cfg.vocab;
+    tokens.assign(tok, tok + N);
+    embedded.resize((size_t)(N * C));
+    for (int64_t n = 0; n < N; ++n) std::memcpy(embedded.data() + n * C, p(layout.embed) + (int64_t)tok[n] * C, sizeof(F) * (size_t)C);
+    acts.resize((size_t)cfg.layers);
+    const F * x = embedded.data();
+    auto sz = [](std::vector<F> & a, int64_t n) { a.resize((size_t)n); };
+    for (int64_t l = 0; l < cfg.layers; ++l) {
+        const auto & bl = layout.blocks[(size_t)l];
+        LayerActs<F> & a = acts[(size_t)l];
+        sz(a.xn1, N * C); sz(a.rstd1, N); sz(a.q, N * QC); sz(a.k, N * KC); sz(a.v, N * KC); sz(a.qr, N * QC); sz(a.kr, N * KC);
+        sz(a.att, B * NH * T * T); sz(a.y, N * QC); sz(a.res2, N * C); sz(a.xn2, N * C); sz(a.rstd2, N); sz(a.gate, N * I);
+        sz(a.up, N * I); sz(a.hmid, N * I); sz(a.res3, N * C);
+        rmsnorm_forward(a.xn1.data(), a.rstd1.data(), x, p(bl.in_norm), N, C, cfg.rms_eps);
+        matmul_forward(a.q.data(), a.xn1.data(), p(bl.q), bl.qb >= 0 ? p(bl.qb) : (const F *)nullptr, N, C, QC);
+        matmul_forward(a.k.data(), a.xn1.data(), p(bl.k), bl.kb >= 0 ? p(bl.kb) : (const F *)nullptr, N, C, KC);
+        matmul_forward(a.v.data(), a.xn1.data(), p(bl.v), bl.vb >= 0 ? p(bl.vb) : (const F *)nullptr, N, C, KC);
+        const F * qpre = a.q.data();
+        const F * kpre = a.k.data();
+        if (cfg.qk_norm) {
+            sz(a.qn, N * QC); sz(a.kn, N * KC); sz(a.qrstd, N * NH); sz(a.krstd, N * NKV);
+            rmsnorm_forward(a.qn.data(), a.qrstd.data(), a.q.data(), p(bl.q_norm), N * NH, hd, cfg.rms_eps);
+            rmsnorm_forward(a.kn.data(), a.krstd.data(), a.k.data(), p(bl.k_norm), N * NKV, hd, cfg.rms_eps);
+            qpre = a.qn.data();
+            kpre = a.kn.data();
+        }
+        rope_forward(a.qr.data(), qpre, rope_cos.data(), rope_sin.data(), B, T, 0, NH, hd);
+        rope_forward(a.kr.data(), kpre, rope_cos.data(), rope_sin.data(), B, T, 0, NKV, hd);
+        attention_gqa_forward(a.y.data(), a.att.data(), a.qr.data(), a.kr.data(), a.v.data(), B, T, NH, NKV, hd);
+        matmul_forward(a.res2.data(), a.y.data(), p(bl.o), bl.ob >= 0 ? p(bl.ob) : (const F *)nullptr, N, QC, C);
+        for (int64_t i = 0; i < N * C; ++i) a.res2[(size_t)i] += x[i];
+        rmsnorm_forward(a.xn2.data(), a.rstd2.data(), a.res2.data(), p(bl.post_norm), N, C, cfg.rms_eps);
+        matmul_forward(a.gate.data(), a.xn2.data(), p(bl.gate), (const F *)nullptr, N, C, I);
+        matmul_forward(a.up.data(), a.xn2.data(), p(bl.up), (const F *)nullptr, N, C, I);
+        swiglu_forward(a.hmid.data(), a.gate.data(), a.up.data(), N * I);
+        matmul_forward(a.res3.data(), a.hmid.data(), p(bl.down), (const F *)nullptr, N, I, C);
+        for (int64_t i = 0; i < N * C; ++i) a.res3[(size_t)i] += a.res2[(size_t)i];
+        x = a.res3.data();
+    }
+    sz(lnf, N * C);
+    sz(lnf_rstd, N);
+    rmsnorm_forward(lnf.data(), lnf_rstd.data(), x, p(layout.norm), N, C, cfg.rms_eps);
+    sz(logits, N * V);
+    matmul_forward(logits.data(), lnf.data(), p(layout.lm_head), (const F *)nullptr, N, C, V);
+    sz(values, N);
+    matmul_forward(values.data(), lnf.data(), p(layout.vw), p(layout.vb), N, C, 1);
+}
+
+template <typename F>
+void Model<F>::backward(const F * dlogits, const F * dvalues) {
+    if (B == 0) throw_error(MAPORL_ERR_INVALID_ARG, "backward: no forward to go back through");
+    ensure_train_state();
+    const int64_t N = B * T, C = cfg.d_model, NH = cfg.heads, NKV = cfg.kv_heads, hd = cfg.head_dim, QC = NH * hd, KC = NKV * hd,
+                  I = cfg.intermediate, V = cfg.vocab;
+    auto bias_g = [&](int64_t t) { return t >= 0 ? g(t) : (F *)nullptr; };
+    std::vector<F> dlnf((size_t)(N * C), F(0)), dres((size_t)(N * C), F(0));
+    if (dlogits) matmul_backward(dlnf.data(), g(layout.lm_head), (F *)nullptr, dlogits, lnf.data(), p(layout.lm_head), N, C, V);
+    if (dvalues) matmul_backward(dlnf.data(), g(layout.vw), g(layout.vb), dvalues, lnf.data(), p(layout.vw), N, C, 1);
+    const F * last = acts.back().res3.data();
+    rmsnorm_backward(dres.data(), g(layout.norm), dlnf.data(), last, p(layout.norm), lnf_rstd.data(), N, C);
+    std::vector<F> dh((size_t)(N * I)), dgate((size_t)(N * I)), dup((size_t)(N * I)), dxn((size_t)(N * C)), dy((size_t)(N * QC)),
+        dqr((size_t)(N * QC)), dkr((size_t)(N * KC)), dv((size_t)(N * KC)), dqn((size_t)(N * QC)), dkn((size_t)(N * KC)), dq, dk;
+    if (cfg.qk_norm) {
+        dq.resize((size_t)(N * QC));
+        dk.resize((size_t)(N * KC));
+    }
+    auto zero = [](std::vector<F> & a) { std::fill(a.begin(), a.end(), F(0)); };
+    for (int64_t l = cfg.layers - 1; l >= 0; --l) {
+        const auto & bl = layout.blocks[(size_t)l];
+        LayerActs<F> & a = acts[(size_t)l];
+        const F * xin = l == 0 ? embedded.data() : acts[(size_t)(l - 1)].res3.data();
+        // res3 = res2 + down(swiglu(gate, up)): dres is the gradient of both.
+        zero(dh);
+        matmul_backward(dh.data(), g(bl.down), (F *)nullptr, dres.data(), a.hmid.data(), p(bl.down), N, I, C);
+        zero(dgate);
+        zero(dup);
+        swiglu_backward(dgate.data(), dup.data(), dh.data(), a.gate.data(), a.up.data(), N * I);
+        zero(dxn);
+        matmul_backward(dxn.data(), g(bl.gate), (F *)nullptr, dgate.data(), a.xn2.data(), p(bl.gate), N, C, I);
+        matmul_backward(dxn.data(), g(bl.up), (F *)nullptr, dup.data(), a.xn2.data(), p(bl.up), N, C, I);
+        rmsnorm_backward(dres.data(), g(bl.post_norm), dxn.data(), a.res2.data(), p(bl.post_norm), a.rstd2.data(), N, C);
+        // res2 = x + o_proj(y).
+        zero(dy);
+        matmul_backward(dy.data(), g(bl.o), bias_g(bl.ob), dres.data(), a.y.data(), p(bl.o), N, QC, C);
+        zero(dqr);
+        zero(dkr);
+        zero(dv);
+        attention_gqa_backward(dqr.data(), dkr.data(), dv.data(), dy.data(), a.qr.data(), a.kr.data(), a.v.data(), a.att.data(), B, T, NH, NKV, hd);
+        zero(dqn);
+        zero(dkn);
+        rope_backward(dqn.data(), dqr.data(), rope_cos.data(), rope_sin.data(), B, T, 0, NH, hd);
+        rope_backward(dkn.data(), dkr.data(), rope_cos.data(), rope_sin.data(), B, T, 0, NKV, hd);
+        std::vector<F> * dqp = &dqn, * dkp = &dkn;
+        if (cfg.qk_norm) {
+            zero(dq);
+            zero(dk);
+            rmsnorm_backward(dq.data(), g(bl.q_norm), dqn.data(), a.q.data(), p(bl.q_norm), a.qrstd.data(), N * NH, hd);
+            rmsnorm_backward(dk.data(), g(bl.k_norm), dkn.data(), a.k.data(), p(bl.k_norm), a.krstd.data(), N * NKV, hd);
+            dqp = &dq;
+            dkp = &dk;
+        }
+        zero(dxn);
+        matmul_backward(dxn.data(), g(bl.q), bias_g(bl.qb), dqp->data(), a.xn1.data(), p(bl.q), N, C, QC);
+        matmul_backward(dxn.data(), g(bl.k), bias_g(bl.kb), dkp->data(), a.xn1.data(), p(bl.k), N, C, KC);
+        matmul_backward(dxn.data(), g(bl.v), bias_g(bl.vb), dv.data(), a.xn1.data(), p(bl.v), N, C, KC);
+        rmsnorm_backward(dres.data(), g(bl.in_norm), dxn.data(), xin, p(bl.in_norm), a.rstd1.data(), N, C);
+    }
+    // The embedding rows of the batch's tokens, in row order (a fixed order for repeated tokens).
+    F * de = g(layout.embed);
+    for (int64_t n = 0; n < N; ++n) {
+        F * row = de + (int64_t)tokens[(size_t)n] * C;
+        for (int64_t c = 0; c < C; ++c) row[c] += dres[(size_t)(n * C + c)];
+    }
+}
+
+template <typename F>
+void Model<F>::zero_grad() {
+    ensure_train_state();
+    std::fill(grads.begin(), grads.end(), F(0));
+}
+
+template <typename F>
+double Model<F>::update(const gpt::AdamW & h, double max_norm) {
+    ensure_train_state();
+    double s = 0;
+    for (F x : grads) s += (double)x * (double)x;
+    const double norm = std::sqrt(s);
+    const double scale = max_norm > 0 && norm > max_norm ? max_norm / (norm + 1e-6) : 1.0;
+    ++step;
+    gpt::adamw_update(params.data(), grads.data(), m.data(), v.data(), layout.total, h, step, (F)scale);
+    wt_stale = true;
+    return norm;
+}
+
+// The class, except the decoder's members (llama_decode.cpp).
+template struct Model<float>;
+template struct Model<double>;
+
+}  // namespace llama
+}  // namespace maporl

@@ -1,0 +1,93 @@
+// llama.h: the Llama model family (llama.cpp): the decoder of Hugging Face's LlamaForCausalLM and of the models
+// built like it: Mistral (as Llama), Qwen2 (q/k/v biases) and Qwen3 (per-head RMSNorm on q and k, an explicit
+// head_dim). Token embedding, L pre-RMSNorm blocks (GQA causal attention with rotary embeddings, SwiGLU MLP), a
+// final RMSNorm, the LM head (tied to the embedding or not) and, as in the GPT family, a scalar value head on the
+// final hidden state. Tensors carry transformers' names, so a checkpoint's tensors map one to one. Parameters are
+// one float (or double) allocation; gradients and AdamW moments are allocated on the first training call, so a
+// model that only generates holds its weights once (plus the decoder's transposed copies).
+#pragma once
+
+#include <stdint.h>
+
+#include <string>
+#include <vector>
+
+#include "native/model/gpt.h"
+#include "native/model/llama_ops.h"
+
+namespace maporl {
+namespace llama {
+
+struct Config {
+    int64_t vocab = 0, context = 0, layers = 0, d_model = 0, heads = 0, kv_heads = 0, head_dim = 0, intermediate = 0;
+    double rms_eps = 1e-6, rope_theta = 10000.0;
+    RopeScaling rope;
+    bool qkv_bias = false;  // q/k/v projections have biases (Qwen2; Llama's attention_bias)
+    bool o_bias = false;    // the output projection has a bias (Llama's attention_bias)
+    bool qk_norm = false;   // RMSNorm over each head of q and k before the rotation (Qwen3)
+    bool tie_embeddings = false;
+};
+
+// Throws Error(MAPORL_ERR_INVALID_ARG) naming the field when the config is unusable.
+void check_config(const Config & c);
+
+using Tensor = gpt::Layout::Tensor;
+struct Layout {
+    std::vector<Tensor> tensors;
+    int64_t total = 0;
+    int64_t embed, norm, lm_head, vw, vb;
+    struct Block {
+        int64_t in_norm, q, k, v, o, qb = -1, kb = -1, vb = -1, ob = -1, q_norm = -1, k_norm = -1, post_norm, gate, up, down;
+    };
+    std::vector<Block> blocks;
+};
+Layout make_layout(const Config & c);
+
+template <typename F>
+struct LayerActs {
+    std::vector<F> xn1, rstd1, q, k, qn, kn, qrstd, krstd, qr, kr, v, att, y, res2, xn2, rstd2, gate, up, hmid, res3;
+};
+
+template <typename F>
+struct Model {
+    Config cfg;
+    Layout layout;
+    std::vector<F> params, grads, m, v;  // grads, m, v: empty until the first training call (ensure_train_state)
+    int64_t step = 0;
+    std::vector<F> rope_cos, rope_sin;  // [context, head_dim / 2]
+
+    int64_t B = 0, T = 0;
+    std::vector<int32_t> tokens;
+    std::vector<F> embedded, lnf, lnf_rstd;
+    std::vector<LayerActs<F>> acts;
+    std::vector<F> logits, values;  // [B, T, V], [B, T]
+
+    explicit Model(const Config & c);
+    F * p(int64_t tensor) { return params.data() + layout.tensors[(size_t)tensor].offset; }
+    F * g(int64_t tensor) { return grads.data() + layout.tensors[(size_t)tensor].offset; }
+    void ensure_train_state();
+
+    // Matrices and embeddings normal(0, 0.02) (transformers' initializer_range), norms 1, biases 0.
+    void init(uint64_t seed);
+    void forward(const int32_t * tokens, int64_t B, int64_t T);
+    void backward(const F * dlogits, const F * dvalues);
+    void zero_grad();
+    double update(const gpt::AdamW & h, double max_norm);
+
+    // KV-cache decoding as gpt::Model: every row at position `pos`; equals the full forward at that position.
+    void cache_reset(int64_t batch, int64_t max_len);
+    void decode(const int32_t * tokens, int64_t pos);
+    void weights_changed() { wt_stale = true; }
+    std::vector<F> wt_cache;
+    std::vector<int64_t> wt_off;
+    bool wt_stale = true;
+    const F * wt(int64_t tensor);
+    // out = inp @ W^T (+ bias) from W's transposed copy (bias: a tensor index or -1).
+    void matmul_forward_wt_or(F * out, const F * inp, int64_t w, int64_t bias, int64_t N, int64_t Cin, int64_t OC);
+    std::vector<F> kcache, vcache;  // [L, batch, NKV, max_len, head_dim]
+    int64_t cache_batch = 0, cache_len = 0;
+    std::vector<F> step_logits, step_values;
+};
+
+}  // namespace llama
+}  // namespace maporl

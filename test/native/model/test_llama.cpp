@@ -1,0 +1,292 @@
+// test_llama.cpp: the Llama model family (native/model/llama.h) in double against central finite differences of
+// L = sum(logits * R) + sum(values * Rv) for every parameter of tiny models of each variant (Llama with GQA, a tied
+// head and llama3 rope scaling; Llama with attention biases; Qwen2's q/k/v biases with linear scaling; Qwen3's
+// q/k norms and a head_dim unrelated to hidden_size, with MQA); the ops' own backward against finite differences;
+// KV-cache decoding against the full forward at every position; the same parameters after training for any thread
+// count; and a float model that memorises a batch.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "test/native/core/check.h"
+#include "native/core/core.h"
+#include "native/model/llama.h"
+#include "maporl.h"
+
+namespace {
+
+namespace L = maporl::llama;
+
+struct Variant {
+    const char * name;
+    L::Config c;
+};
+
+std::vector<Variant> variants() {
+    std::vector<Variant> out;
+    L::Config base;
+    base.vocab = 9; base.context = 8; base.layers = 2; base.d_model = 8; base.heads = 2; base.kv_heads = 1; base.head_dim = 6;
+    base.intermediate = 6; base.rms_eps = 1e-5; base.rope_theta = 10000;
+    L::Config a = base;  // Llama: GQA (MQA here), tied head, llama3 scaling with all three frequency bands
+    a.tie_embeddings = true;
+    a.rope.type = L::RopeScaling::Llama3; a.rope.factor = 4; a.rope.low_freq_factor = 1; a.rope.high_freq_factor = 4;
+    a.rope.original_max_position = 16;
+    out.push_back({"llama-gqa-tied-llama3", a});
+    L::Config b = base;  // Llama with attention_bias
+    b.heads = 2; b.kv_heads = 2; b.head_dim = 4; b.qkv_bias = true; b.o_bias = true;
+    out.push_back({"llama-attention-bias", b});
+    L::Config q2 = base;  // Qwen2: q/k/v biases, linear scaling
+    q2.heads = 4; q2.kv_heads = 2; q2.head_dim = 2; q2.qkv_bias = true;
+    q2.rope.type = L::RopeScaling::Linear; q2.rope.factor = 2;
+    out.push_back({"qwen2-bias-linear", q2});
+    L::Config q3 = base;  // Qwen3: per-head q/k RMSNorm, head_dim * heads != hidden
+    q3.qk_norm = true; q3.heads = 2; q3.kv_heads = 1; q3.head_dim = 6; q3.rope_theta = 1e6;
+    out.push_back({"qwen3-qk-norm", q3});
+    return out;
+}
+
+TEST(every_parameter_gradient_matches_finite_differences) {
+    for (const Variant & var : variants()) {
+        L::Model<double> m(var.c);
+        m.init(3);
+        std::mt19937 r(4);
+        std::uniform_real_distribution<double> u(-1, 1);
+        for (auto & x : m.params) x += 0.3 * u(r);  // away from the init's unit norms and zero biases
+        for (auto & x : m.params) x *= 1.5;
+        const int64_t B = 2, T = 5;
+        const std::vector<int32_t> tok = {1, 5, 2, 2, 8, 0, 3, 1, 7, 4};
+        std::vector<double> R((size_t)(B * T * var.c.vocab)), Rv((size_t)(B * T));
+        for (auto & x : R) x = u(r);
+        for (auto & x : Rv) x = u(r);
+        auto loss = [&] {
+            m.forward(tok.data(), B, T);
+            double s = 0;
+            for (size_t i = 0; i < R.size(); ++i) s += m.logits[i] * R[i];
+            for (size_t i = 0; i < Rv.size(); ++i) s += m.values[i] * Rv[i];
+            return s;
+        };
+        loss();
+        m.zero_grad();
+        m.backward(R.data(), Rv.data());
+        int bad = 0;
+        for (size_t i = 0; i < m.params.size(); ++i) {
+            const double x0 = m.params[i], h = 1e-6;
+            m.params[i] = x0 + h;
+            const double up = loss();
+            m.params[i] = x0 - h;
+            const double dn = loss();
+            m.params[i] = x0;
+            const double fd = (up - dn) / (2 * h);
+            if (!(std::fabs(fd - m.grads[i]) <= 1e-6 * std::max(1.0, std::fabs(fd)))) {
+                if (bad < 3) std::printf("  %s param %zu: analytic %.9g fd %.9g\n", var.name, i, m.grads[i], fd);
+                ++bad;
+            }
+        }
+        CHECK(bad == 0, "%s: %d of %zu parameter gradients off", var.name, bad, m.params.size());
+    }
+}
+
+// Each op's backward against central differences of sum(out * R) in double, on its own.
+TEST(op_backwards_match_finite_differences) {
+    std::mt19937 r(9);
+    std::uniform_real_distribution<double> u(-1, 1);
+    auto fill = [&](std::vector<double> & a) { for (auto & x : a) x = u(r); };
+    auto fd_check = [&](const char * what, std::vector<double> & x, const std::vector<double> & analytic, const std::function<double()> & f) {
+        int bad = 0;
+        for (size_t i = 0; i < x.size(); ++i) {
+            const double x0 = x[i], h = 1e-6;
+            x[i] = x0 + h;
+            const double up = f();
+            x[i] = x0 - h;
+            const double dn = f();
+            x[i] = x0;
+            const double fd = (up - dn) / (2 * h);
+            if (!(std::fabs(fd - analytic[i]) <= 1e-7 * std::max(1.0, std::fabs(fd)))) ++bad;
+        }
+        CHECK(bad == 0, "%s: %d of %zu gradients off", what, bad, x.size());
+    };
+    {  // RMSNorm
+        const int64_t N = 5, C = 7;
+        std::vector<double> x((size_t)(N * C)), w((size_t)C), R((size_t)(N * C)), out((size_t)(N * C)), rs((size_t)N);
+        fill(x); fill(w); fill(R);
+        auto f = [&] { maporl::llama::rmsnorm_forward(out.data(), rs.data(), x.data(), w.data(), N, C, 1e-5); double s = 0; for (size_t i = 0; i < out.size(); ++i) s += out[i] * R[i]; return s; };
+        f();
+        std::vector<double> dx(x.size(), 0.0), dw(w.size(), 0.0);
+        L::rmsnorm_backward(dx.data(), dw.data(), R.data(), x.data(), w.data(), rs.data(), N, C);
+        fd_check("rmsnorm dx", x, dx, f);
+        fd_check("rmsnorm dweight", w, dw, f);
+    }
+    {  // RoPE with llama3 scaling, from position 3
+        const int64_t B = 2, T = 3, H = 2, D = 8;
+        L::RopeScaling s; s.type = L::RopeScaling::Llama3; s.factor = 8; s.original_max_position = 32;
+        std::vector<double> cs, sn;
+        L::rope_tables(cs, sn, L::rope_inv_freq(D, 500000.0, s), 16);
+        std::vector<double> x((size_t)(B * T * H * D)), R(x.size()), out(x.size());
+        fill(x); fill(R);
+        auto f = [&] { L::rope_forward(out.data(), x.data(), cs.data(), sn.data(), B, T, 3, H, D); double v = 0; for (size_t i = 0; i < out.size(); ++i) v += out[i] * R[i]; return v; };
+        f();
+        std::vector<double> dx(x.size(), 0.0);
+        L::rope_backward(dx.data(), R.data(), cs.data(), sn.data(), B, T, 3, H, D);
+        fd_check("rope dx", x, dx, f);
+        f();
+        double n0 = 0, n1 = 0;  // a rotation keeps each head's norm
+        for (size_t i = 0; i < x.size(); ++i) { n0 += x[i] * x[i]; n1 += out[i] * out[i]; }
+        CHECK(std::fabs(n0 - n1) < 1e-12 * n0, "rope changed the norm: %.17g -> %.17g", n0, n1);
+    }
+    {  // SwiGLU
+        const int64_t n = 33;
+        std::vector<double> g((size_t)n), up((size_t)n), R((size_t)n), out((size_t)n);
+        fill(g); fill(up); fill(R);
+        for (auto & x : g) x *= 4;
+        auto f = [&] { L::swiglu_forward(out.data(), g.data(), up.data(), n); double v = 0; for (int64_t i = 0; i < n; ++i) v += out[(size_t)i] * R[(size_t)i]; return v; };
+        f();
+        std::vector<double> dg((size_t)n, 0.0), du((size_t)n, 0.0);
+        L::swiglu_backward(dg.data(), du.data(), R.data(), g.data(), up.data(), n);
+        fd_check("swiglu dgate", g, dg, f);
+        fd_check("swiglu dup", up, du, f);
+    }
+    {  // GQA attention: 4 query heads over 2 kv heads
+        const int64_t B = 2, T = 4, NH = 4, NKV = 2, hs = 3;
+        std::vector<double> q((size_t)(B * T * NH * hs)), k((size_t)(B * T * NKV * hs)), v(k.size()), R(q.size()), out(q.size()),
+            att((size_t)(B * NH * T * T));
+        fill(q); fill(k); fill(v); fill(R);
+        auto f = [&] { L::attention_gqa_forward(out.data(), att.data(), q.data(), k.data(), v.data(), B, T, NH, NKV, hs); double s = 0; for (size_t i = 0; i < out.size(); ++i) s += out[i] * R[i]; return s; };
+        f();
+        std::vector<double> dq(q.size(), 0.0), dk(k.size(), 0.0), dv(v.size(), 0.0);
+        L::attention_gqa_backward(dq.data(), dk.data(), dv.data(), R.data(), q.data(), k.data(), v.data(), att.data(), B, T, NH, NKV, hs);
+        fd_check("gqa dq", q, dq, f);
+        fd_check("gqa dk", k, dk, f);
+        fd_check("gqa dv", v, dv, f);
+    }
+}
+
+// transformers' llama3 rule by its three bands: high frequencies unchanged, low ones divided by the factor, the
+// middle interpolated (strictly between); linear divides every frequency.
+TEST(rope_scaling_follows_the_bands) {
+    L::RopeScaling none, lin, l3;
+    lin.type = L::RopeScaling::Linear; lin.factor = 2;
+    l3.type = L::RopeScaling::Llama3; l3.factor = 8; l3.low_freq_factor = 1; l3.high_freq_factor = 4; l3.original_max_position = 8192;
+    const auto f0 = L::rope_inv_freq(64, 500000.0, none), fl = L::rope_inv_freq(64, 500000.0, lin), f3 = L::rope_inv_freq(64, 500000.0, l3);
+    CHECK(std::fabs(f0[1] - std::pow(500000.0, -2.0 / 64)) < 1e-15, "inv_freq[1] = %.17g", f0[1]);
+    int high = 0, low = 0, mid = 0;
+    for (size_t i = 0; i < f0.size(); ++i) {
+        CHECK(std::fabs(fl[i] - f0[i] / 2) <= 1e-15 * f0[i], "linear: %zu", i);
+        const double wl = 2 * M_PI / f0[i];
+        if (wl < 8192.0 / 4) { ++high; CHECK(f3[i] == f0[i], "llama3 high band changed at %zu", i); }
+        else if (wl > 8192.0) { ++low; CHECK(std::fabs(f3[i] - f0[i] / 8) <= 1e-15 * f0[i], "llama3 low band at %zu", i); }
+        else { ++mid; CHECK(f3[i] < f0[i] && f3[i] > f0[i] / 8, "llama3 middle band at %zu: %g of %g", i, f3[i], f0[i]); }
+    }
+    CHECK(high > 0 && low > 0 && mid > 0, "bands: %d high, %d mid, %d low", high, mid, low);
+}
+
+TEST(kv_cache_decoding_equals_the_full_forward) {
+    for (const Variant & var : variants()) {
+        L::Config c = var.c;
+        c.context = 12; c.d_model = 16; c.intermediate = 24; c.vocab = 13;
+        L::Model<float> m(c);
+        m.init(5);
+        std::mt19937 r(6);
+        std::uniform_real_distribution<float> u(-0.5f, 0.5f);
+        for (auto & x : m.params) x += 0.2f * u(r);
+        const int64_t B = 3, T = 10, V = c.vocab;
+        std::vector<int32_t> seq((size_t)(B * T));
+        for (int64_t b = 0; b < B; ++b) seq[(size_t)(b * T)] = (int32_t)(b + 1);
+        m.cache_reset(B, T);
+        float worst = 0;
+        for (int64_t t = 0; t < T; ++t) {
+            std::vector<int32_t> cur((size_t)B);
+            for (int64_t b = 0; b < B; ++b) cur[(size_t)b] = seq[(size_t)(b * T + t)];
+            m.decode(cur.data(), t);
+            const std::vector<float> step = m.step_logits, sv = m.step_values;
+            if (t + 1 < T)
+                for (int64_t b = 0; b < B; ++b) {
+                    int64_t best = 0;
+                    for (int64_t v = 1; v < V; ++v) if (step[(size_t)(b * V + v)] > step[(size_t)(b * V + best)]) best = v;
+                    seq[(size_t)(b * T + t + 1)] = (int32_t)best;
+                }
+            std::vector<int32_t> prefix((size_t)(B * (t + 1)));
+            for (int64_t b = 0; b < B; ++b)
+                for (int64_t w = 0; w <= t; ++w) prefix[(size_t)(b * (t + 1) + w)] = seq[(size_t)(b * T + w)];
+            m.forward(prefix.data(), B, t + 1);
+            for (int64_t b = 0; b < B; ++b) {
+                for (int64_t v = 0; v < V; ++v)
+                    worst = std::max(worst, std::fabs(m.logits[(size_t)((b * (t + 1) + t) * V + v)] - step[(size_t)(b * V + v)]));
+                worst = std::max(worst, std::fabs(m.values[(size_t)(b * (t + 1) + t)] - sv[(size_t)b]));
+            }
+        }
+        CHECK(worst < 1e-5f, "%s: cached decode differs from the full forward by %g", var.name, worst);
+    }
+}
+
+// Cross-entropy training on a fixed batch (the gradient of mean -log softmax written out here): the loss falls,
+// and 1 and 3 threads give the same parameters to the bit.
+TEST(a_small_model_memorises_a_batch_the_same_for_any_thread_count) {
+    L::Config c = variants()[3].c;  // Qwen3-style
+    c.vocab = 16; c.context = 16; c.d_model = 16; c.heads = 4; c.kv_heads = 2; c.head_dim = 4; c.intermediate = 32;
+    const int64_t B = 4, T = 12, V = c.vocab, N = B * T;
+    std::vector<int32_t> tok((size_t)(N + B));
+    std::mt19937 r(11);
+    for (auto & x : tok) x = (int32_t)(r() % (uint32_t)V);
+    auto train = [&](int threads, int steps, std::vector<float> * curve) {
+        maporl_set_threads(threads);
+        L::Model<float> m(c);
+        m.init(1);
+        std::vector<int32_t> in((size_t)N), tgt((size_t)N);
+        for (int64_t b = 0; b < B; ++b)
+            for (int64_t t = 0; t < T; ++t) { in[(size_t)(b * T + t)] = tok[(size_t)(b * (T + 1) + t)]; tgt[(size_t)(b * T + t)] = tok[(size_t)(b * (T + 1) + t + 1)]; }
+        std::vector<float> dl((size_t)(N * V));
+        for (int s = 0; s < steps; ++s) {
+            m.forward(in.data(), B, T);
+            double loss = 0;
+            for (int64_t n = 0; n < N; ++n) {
+                const float * z = m.logits.data() + n * V;
+                double mx = z[0], sum = 0;
+                for (int64_t v = 1; v < V; ++v) mx = std::max(mx, (double)z[v]);
+                for (int64_t v = 0; v < V; ++v) sum += std::exp((double)z[v] - mx);
+                loss += -((double)z[tgt[(size_t)n]] - mx - std::log(sum));
+                for (int64_t v = 0; v < V; ++v) dl[(size_t)(n * V + v)] = (float)((std::exp((double)z[v] - mx) / sum - (v == tgt[(size_t)n])) / (double)N);
+            }
+            if (curve) curve->push_back((float)(loss / (double)N));
+            m.zero_grad();
+            m.backward(dl.data(), nullptr);
+            m.update(maporl::gpt::AdamW{3e-3f, 0.9f, 0.95f, 1e-8f, 0.0f}, 1.0);
+        }
+        maporl_set_threads(0);
+        return m.params;
+    };
+    std::vector<float> curve;
+    const std::vector<float> p1 = train(1, 150, &curve);
+    const std::vector<float> p3 = train(3, 150, nullptr);
+    CHECK(p1 == p3, "parameters after 150 steps differ between 1 and 3 threads");
+    std::printf("  cross-entropy: step 0 %.4f, 50 %.4f, 149 %.4f (chance %.4f)\n", curve[0], curve[50], curve.back(), std::log((double)V));
+    CHECK(curve[0] > 2.2f && curve.back() < 0.3f * curve[0], "loss %g -> %g: the model did not learn", curve[0], curve.back());
+}
+
+TEST(bad_configs_are_named) {
+    L::Config c = variants()[0].c;
+    auto fails_with = [](L::Config x, const char * needle) {
+        try { L::check_config(x); } catch (const maporl::Error & e) { return e.message.find(needle) != std::string::npos; }
+        return false;
+    };
+    L::Config x = c; x.kv_heads = 3;
+    CHECK(fails_with(x, "num_key_value_heads"), "kv heads");
+    x = c; x.head_dim = 5;
+    CHECK(fails_with(x, "head_dim"), "odd head_dim");
+    x = c; x.rms_eps = NAN;
+    CHECK(fails_with(x, "rms_norm_eps"), "NaN eps");
+    x = c; x.rope.high_freq_factor = 0.5;
+    CHECK(fails_with(x, "high_freq_factor"), "llama3 band order");
+    L::Model<float> m(c);
+    m.init(1);
+    const int32_t bad[2] = {1, 9};
+    bool threw = false;
+    try { m.forward(bad, 1, 2); } catch (const maporl::Error & e) { threw = e.message.find("tokens") != std::string::npos; }
+    CHECK(threw, "an out-of-vocabulary token is refused");
+}
+
+}  // namespace
+
+int main() { return check::run_all("test_llama"); }
