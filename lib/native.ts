@@ -75,6 +75,12 @@ type SampleLogprobsArgs = [logits: F32, B: number, V: number, params: NativeSamp
 
 /** An embedded-GPT model handle (bindings/model/gpt.cpp). */
 export type GptHandle = { readonly __gpt: unique symbol };
+/** The Llama family's engine config (bindings/model/gpt.cpp's llamaCreate; lib/policy/hf.ts builds it from config.json). */
+export interface NativeLlamaConfig {
+    vocab: number; context: number; layers: number; dModel: number; heads: number; kvHeads: number; headDim: number; intermediate: number;
+    rmsEps: number; ropeTheta: number; ropeScaling: 0 | 1 | 2; ropeFactor: number; ropeLowFreqFactor: number; ropeHighFreqFactor: number;
+    ropeOriginalMaxPosition: number; qkvBias: boolean; oBias: boolean; qkNorm: boolean; tieEmbeddings: boolean;
+}
 export interface NativeGptConfig { vocab: number; context: number; layers: number; heads: number; dModel: number; mlpRatio: number; tieEmbeddings: boolean }
 
 /** The addon's functions (bindings/*.cpp). Device: 0 = CPU, 1 = CUDA. */
@@ -113,6 +119,14 @@ export interface NativeBinding {
     sampleLogprobsAsync(...args: SampleLogprobsArgs): Promise<void>;
     gptCreate(config: NativeGptConfig, seed: number): GptHandle;
     gptFree(h: GptHandle): void;
+    llamaCreate(config: NativeLlamaConfig, seed: number): GptHandle;
+    gptSetTensor(h: GptHandle, index: number, dtype: 0 | 1 | 2, data: Uint8Array): void;
+    gptScore(h: GptHandle, tokens: Int32Array, targets: Int32Array, B: number, T: number, temperature: number, chunk: number, logp: F32,
+        entropy: F32 | null, values: F32 | null): void;
+    gptScoreAsync(h: GptHandle, tokens: Int32Array, targets: Int32Array, B: number, T: number, temperature: number, chunk: number, logp: F32,
+        entropy: F32 | null, values: F32 | null): Promise<void>;
+    gptScoreBackward(h: GptHandle, gradLogp: F32 | null, gradEntropy: F32 | null, dvalues: F32 | null): void;
+    gptScoreBackwardAsync(h: GptHandle, gradLogp: F32 | null, gradEntropy: F32 | null, dvalues: F32 | null): Promise<void>;
     gptTensors(h: GptHandle): { name: string; shape: number[]; offset: number }[];
     gptParamCount(h: GptHandle): number;
     gptGet(h: GptHandle, which: 0 | 1 | 2, out: F32): void;

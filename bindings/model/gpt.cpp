@@ -9,6 +9,9 @@
 //   gptStep(handle, lr, beta1, beta2, eps, weightDecay, maxGradNorm) -> grad norm [+ Async]
 //   gptCacheReset(handle, batch, maxLen); gptDecode(handle, tokens: Int32Array, pos, logits|null, values|null)
 //   gptSetDevice(handle, 0 cpu | 1 cuda); gptGetDevice(handle) -> 0 | 1
+//   llamaCreate({...}, seed) -> a Llama-family handle for every call above; gptSetTensor(handle, index, dtype, bytes)
+//   gptScore(handle, tokens, targets, B, T, temperature, chunk, logp, entropy|null, values|null) [+ Async]
+//   gptScoreBackward(handle, gradLogp|null, gradEntropy|null, dvalues|null) [+ Async]
 #include <napi.h>
 
 #include <memory>
@@ -54,6 +57,20 @@ int64_t Field(const Napi::Object & o, const char * key, int64_t fallback) {
     return v.As<Napi::Number>().Int64Value();
 }
 
+// A JS External owning the model; `bytes_per_param` of native memory reported to V8.
+Napi::Value Wrap(Napi::Env env, maporl_gpt * g, int64_t bytes_per_param) {
+    auto h = std::make_unique<Handle>();
+    h->gpt = g;
+    int64_t n = 0;
+    maporl_gpt_param_count(h->gpt, &n);
+    h->external = bytes_per_param * n;
+    Napi::MemoryManagement::AdjustExternalMemory(env, h->external);
+    return Napi::External<Handle>::New(env, h.release(), [](Napi::Env e, Handle * p) {
+        p->Release(e);  // (no call is in flight: each keeps the handle referenced)
+        delete p;
+    });
+}
+
 Napi::Value Create(const Napi::CallbackInfo & info) {
     if (info.Length() < 2 || !info[0].IsObject()) throw Napi::TypeError::New(info.Env(), "gptCreate: expected (config, seed)");
     Napi::Object o = info[0].As<Napi::Object>();
@@ -67,17 +84,57 @@ Napi::Value Create(const Napi::CallbackInfo & info) {
     const Napi::Value tie = o.Get("tieEmbeddings");
     c.tie_embeddings = tie.IsBoolean() ? (tie.As<Napi::Boolean>().Value() ? 1 : 0) : (int)Field(o, "tieEmbeddings", 1);
     const double seed = RequireNumber(info, 1, "seed");
-    auto h = std::make_unique<Handle>();
-    const maporl_status st = maporl_gpt_create(&c, (uint64_t)seed, &h->gpt);
+    maporl_gpt * g = nullptr;
+    const maporl_status st = maporl_gpt_create(&c, (uint64_t)seed, &g);
     if (st != MAPORL_OK) ThrowStatus(info.Env(), st, "gptCreate");
-    int64_t n = 0;
-    maporl_gpt_param_count(h->gpt, &n);
-    h->external = 16 * n;
-    Napi::MemoryManagement::AdjustExternalMemory(info.Env(), h->external);
-    return Napi::External<Handle>::New(info.Env(), h.release(), [](Napi::Env env, Handle * p) {
-        p->Release(env);  // (no call is in flight: each keeps the handle referenced)
-        delete p;
-    });
+    return Wrap(info.Env(), g, 16);
+}
+
+double Real(const Napi::Object & o, const char * key, double fallback) {
+    Napi::Value v = o.Get(key);
+    if (v.IsUndefined()) return fallback;
+    if (!v.IsNumber()) throw Napi::TypeError::New(o.Env(), std::string("config.") + key + ": expected a number");
+    return v.As<Napi::Number>().DoubleValue();
+}
+
+int Flag(const Napi::Object & o, const char * key) {
+    Napi::Value v = o.Get(key);
+    if (v.IsUndefined()) return 0;
+    if (!v.IsBoolean()) throw Napi::TypeError::New(o.Env(), std::string("config.") + key + ": expected a boolean");
+    return v.As<Napi::Boolean>().Value() ? 1 : 0;
+}
+
+// llamaCreate({vocab, context, layers, dModel, heads, kvHeads, headDim, intermediate, rmsEps, ropeTheta, ropeScaling:
+// 0|1|2, ropeFactor, ropeLowFreqFactor, ropeHighFreqFactor, ropeOriginalMaxPosition, qkvBias, oBias, qkNorm,
+// tieEmbeddings}, seed) -> handle (answers every gpt* call)
+Napi::Value LlamaCreate(const Napi::CallbackInfo & info) {
+    if (info.Length() < 2 || !info[0].IsObject()) throw Napi::TypeError::New(info.Env(), "llamaCreate: expected (config, seed)");
+    Napi::Object o = info[0].As<Napi::Object>();
+    maporl_llama_config c = maporl_llama_default_config();
+    c.vocab = Field(o, "vocab", 0);
+    c.context = Field(o, "context", 0);
+    c.layers = Field(o, "layers", 0);
+    c.d_model = Field(o, "dModel", 0);
+    c.heads = Field(o, "heads", 0);
+    c.kv_heads = Field(o, "kvHeads", 0);
+    c.head_dim = Field(o, "headDim", 0);
+    c.intermediate = Field(o, "intermediate", 0);
+    c.rms_eps = Real(o, "rmsEps", c.rms_eps);
+    c.rope_theta = Real(o, "ropeTheta", c.rope_theta);
+    c.rope_scaling = (int)Field(o, "ropeScaling", 0);
+    c.rope_factor = Real(o, "ropeFactor", c.rope_factor);
+    c.rope_low_freq_factor = Real(o, "ropeLowFreqFactor", c.rope_low_freq_factor);
+    c.rope_high_freq_factor = Real(o, "ropeHighFreqFactor", c.rope_high_freq_factor);
+    c.rope_original_max_position = Field(o, "ropeOriginalMaxPosition", c.rope_original_max_position);
+    c.qkv_bias = Flag(o, "qkvBias");
+    c.o_bias = Flag(o, "oBias");
+    c.qk_norm = Flag(o, "qkNorm");
+    c.tie_embeddings = Flag(o, "tieEmbeddings");
+    const double seed = RequireNumber(info, 1, "seed");
+    maporl_gpt * g = nullptr;
+    const maporl_status st = maporl_llama_create(&c, (uint64_t)seed, &g);
+    if (st != MAPORL_OK) ThrowStatus(info.Env(), st, "llamaCreate");
+    return Wrap(info.Env(), g, 4);  // the weights; gradients and moments come with the first training call
 }
 
 Napi::Value Free(const Napi::CallbackInfo & info) {
@@ -139,6 +196,21 @@ Napi::Value GetSet(const Napi::CallbackInfo & info, bool set) {
     return info.Env().Undefined();
 }
 Napi::Value JsGet(const Napi::CallbackInfo & info) { return GetSet(info, false); }
+
+// gptSetTensor(handle, index, dtype 0 f32 | 1 bf16 | 2 f16, data: Uint8Array of the tensor's raw little-endian bytes)
+Napi::Value SetTensor(const Napi::CallbackInfo & info) {
+    Handle * h = Get(info);
+    const double index = RequireNumber(info, 1, "index"), dtype = RequireNumber(info, 2, "dtype");
+    if (info.Length() < 4 || !info[3].IsTypedArray() || info[3].As<Napi::TypedArray>().TypedArrayType() != napi_uint8_array)
+        throw Napi::TypeError::New(info.Env(), "gptSetTensor: data: expected a Uint8Array");
+    Napi::Uint8Array a = info[3].As<Napi::Uint8Array>();
+    const int64_t width = dtype == 0 ? 4 : 2;
+    if ((int64_t)a.ByteLength() % width != 0)
+        throw Napi::RangeError::New(info.Env(), "gptSetTensor: data: the byte length is not a multiple of the dtype's width");
+    const maporl_status st = maporl_gpt_set_tensor(h->gpt, (int64_t)index, (int)dtype, a.Data(), (int64_t)a.ByteLength() / width);
+    if (st != MAPORL_OK) ThrowStatus(info.Env(), st, "gptSetTensor");
+    return info.Env().Undefined();
+}
 Napi::Value JsSet(const Napi::CallbackInfo & info) { return GetSet(info, true); }
 
 Napi::Value GetStep(const Napi::CallbackInfo & info) {
@@ -284,6 +356,67 @@ DecodeCall UnpackDecode(const Napi::CallbackInfo & info, std::vector<Napi::Value
     return c;
 }
 
+struct ScoreCall {
+    maporl_gpt * gpt;
+    const int32_t * tokens;
+    const int32_t * targets;
+    int64_t B, T, chunk;
+    float temperature;
+    float * logp;
+    float * entropy;
+    float * values;
+    maporl_status run() const { return maporl_gpt_score(gpt, tokens, targets, B, T, temperature, chunk, logp, entropy, values); }
+};
+
+// gptScore(handle, tokens, targets, B, T, temperature, chunk, logp, entropy | null, values | null)
+ScoreCall UnpackScore(const Napi::CallbackInfo & info, std::vector<Napi::Value> * keep) {
+    Handle * h = Get(info);
+    ScoreCall c;
+    c.gpt = h->gpt;
+    const size_t n = (size_t)RequireDims(info, 3, "B", "T", &c.B, &c.T);
+    Napi::TypedArray t = RequireTypedArray(info, 1, "tokens", {napi_int32_array}, n);
+    Napi::TypedArray y = RequireTypedArray(info, 2, "targets", {napi_int32_array}, n);
+    c.tokens = (const int32_t *)DataOf(t);
+    c.targets = (const int32_t *)DataOf(y);
+    c.temperature = (float)RequireNumber(info, 5, "temperature");
+    c.chunk = RequireInt(info, 6, "chunk", 0, (int64_t)1 << 40);
+    if (keep) *keep = {info[0], t, y};
+    Napi::TypedArray lp = RequireTypedArray(info, 7, "logp", {napi_float32_array}, n);
+    if (keep) keep->push_back(lp);
+    c.logp = (float *)DataOf(lp);
+    c.entropy = OptionalF32(info, 8, "entropy", n, keep);
+    c.values = OptionalF32(info, 9, "values", n, keep);
+    return c;
+}
+
+struct ScoreBackwardCall {
+    maporl_gpt * gpt;
+    const float * grad_logp;
+    const float * grad_entropy;
+    const float * dvalues;
+    maporl_status run() const { return maporl_gpt_score_backward(gpt, grad_logp, grad_entropy, dvalues); }
+};
+
+// gptScoreBackward(handle, gradLogp | null, gradEntropy | null, dvalues | null), each [B*T] of the last gptScore
+ScoreBackwardCall UnpackScoreBackward(const Napi::CallbackInfo & info, std::vector<Napi::Value> * keep) {
+    Handle * h = Get(info);
+    int64_t B = 0, T = 0;
+    maporl_gpt_forward_shape(h->gpt, &B, &T);
+    if (B == 0) throw Napi::Error::New(info.Env(), "gptScoreBackward: no gptScore to go back through");
+    if (keep) keep->push_back(info[0]);
+    ScoreBackwardCall c;
+    c.gpt = h->gpt;
+    const size_t n = (size_t)(B * T);
+    c.grad_logp = OptionalF32(info, 1, "gradLogp", n, keep);
+    c.grad_entropy = OptionalF32(info, 2, "gradEntropy", n, keep);
+    c.dvalues = OptionalF32(info, 3, "dvalues", n, keep);
+    return c;
+}
+
+Napi::Value JsScore(const Napi::CallbackInfo & i) { return RunCall(i, "gptScore", UnpackScore); }
+Napi::Value JsScoreAsync(const Napi::CallbackInfo & i) { return QueueGpt(i, "gptScore", UnpackScore); }
+Napi::Value JsScoreBackward(const Napi::CallbackInfo & i) { return RunCall(i, "gptScoreBackward", UnpackScoreBackward); }
+Napi::Value JsScoreBackwardAsync(const Napi::CallbackInfo & i) { return QueueGpt(i, "gptScoreBackward", UnpackScoreBackward); }
 Napi::Value JsForward(const Napi::CallbackInfo & i) { return RunCall(i, "gptForward", UnpackForward); }
 Napi::Value JsForwardAsync(const Napi::CallbackInfo & i) { return QueueGpt(i, "gptForward", UnpackForward); }
 Napi::Value JsBackward(const Napi::CallbackInfo & i) { return RunCall(i, "gptBackward", UnpackBackward); }
@@ -297,7 +430,13 @@ Napi::Value JsDecodeAsync(const Napi::CallbackInfo & i) { return QueueGpt(i, "gp
 
 void InitGpt(Napi::Env env, Napi::Object exports) {
     exports.Set("gptCreate", Napi::Function::New(env, Create, "gptCreate"));
+    exports.Set("llamaCreate", Napi::Function::New(env, LlamaCreate, "llamaCreate"));
+    exports.Set("gptSetTensor", Napi::Function::New(env, SetTensor, "gptSetTensor"));
     exports.Set("gptFree", Napi::Function::New(env, Free, "gptFree"));
+    exports.Set("gptScore", Napi::Function::New(env, JsScore, "gptScore"));
+    exports.Set("gptScoreAsync", Napi::Function::New(env, JsScoreAsync, "gptScoreAsync"));
+    exports.Set("gptScoreBackward", Napi::Function::New(env, JsScoreBackward, "gptScoreBackward"));
+    exports.Set("gptScoreBackwardAsync", Napi::Function::New(env, JsScoreBackwardAsync, "gptScoreBackwardAsync"));
     exports.Set("gptTensors", Napi::Function::New(env, Tensors, "gptTensors"));
     exports.Set("gptParamCount", Napi::Function::New(env, ParamCount, "gptParamCount"));
     exports.Set("gptGet", Napi::Function::New(env, JsGet, "gptGet"));

@@ -2,7 +2,7 @@
 // {name: {dtype, shape, data_offsets: [begin, end]}, "__metadata__": {...}}, then the raw little-endian data),
 // F32 only. Files are written atomically: a temporary file in the same directory, fsync, then rename. Reading
 // checks every offset against the file, so a truncated or corrupted file is an error that says what is wrong.
-import { closeSync, fsyncSync, openSync, readFileSync, renameSync, rmSync, writeSync } from "node:fs";
+import { closeSync, fstatSync, fsyncSync, openSync, readFileSync, readSync, renameSync, rmSync, writeSync } from "node:fs";
 
 export interface TensorEntry {
     name: string;
@@ -70,4 +70,74 @@ export function readSafetensors(path: string): { tensors: TensorEntry[]; metadat
         tensors.push({ name, shape: shape as number[], data: out });
     }
     return { tensors, metadata };
+}
+
+/** A tensor's entry in a safetensors header: dtype, shape and its byte range in the file (absolute offsets). */
+export interface TensorHeader {
+    name: string;
+    dtype: string;
+    shape: number[];
+    begin: number;
+    end: number;
+}
+
+const DTYPE_BYTES: Record<string, number> = { F64: 8, F32: 4, F16: 2, BF16: 2, I64: 8, I32: 4, I16: 2, I8: 1, U8: 1, BOOL: 1,
+    F8_E4M3: 1, F8_E5M2: 1, U16: 2, U32: 4, U64: 8 };
+
+/**
+ * The header of a safetensors file of any dtype, read without reading the data: every tensor's byte range is
+ * checked against the dtype, the shape and the file's size, so a truncated or corrupted file is an error naming
+ * the tensor. Read a tensor's bytes with readTensorBytes (one tensor in memory at a time).
+ */
+export function readSafetensorsHeader(path: string): { tensors: TensorHeader[]; metadata: Record<string, string>; size: number } {
+    const bad = (what: string) => new SyntaxError(`${path}: ${what}`);
+    let fd: number;
+    try { fd = openSync(path, "r"); } catch { throw new Error(`${path}: missing or unreadable`); }
+    try {
+        const size = fstatSync(fd).size;
+        if (size < 8) throw bad(`expected at least 8 bytes, got ${size} (truncated?)`);
+        const head = Buffer.alloc(8);
+        readSync(fd, head, 0, 8, 0);
+        const n = Number(head.readBigUInt64LE(0));
+        if (!(n > 1 && n <= 100 * 1024 * 1024 && 8 + n <= size)) throw bad(`header length ${n} does not fit in ${size} bytes (truncated or corrupted)`);
+        const hb = Buffer.alloc(n);
+        readSync(fd, hb, 0, n, 8);
+        let header: Record<string, { dtype?: unknown; shape?: unknown; data_offsets?: unknown }>;
+        try { header = JSON.parse(hb.toString("utf8")); } catch { throw bad("the header is not JSON (corrupted)"); }
+        if (header === null || typeof header !== "object" || Array.isArray(header)) throw bad("the header is not a JSON object");
+        const tensors: TensorHeader[] = [];
+        let metadata: Record<string, string> = {};
+        for (const [name, v] of Object.entries(header)) {
+            if (name === "__metadata__") { metadata = (v ?? {}) as Record<string, string>; continue; }
+            const dtype = v?.dtype, shape = v?.shape, off = v?.data_offsets;
+            if (typeof dtype !== "string" || !(dtype in DTYPE_BYTES)) throw bad(`${name}: unknown dtype ${JSON.stringify(dtype)}`);
+            if (!Array.isArray(shape) || !shape.every((d) => Number.isInteger(d) && d >= 0)) throw bad(`${name}: bad shape ${JSON.stringify(shape)}`);
+            if (!Array.isArray(off) || off.length !== 2 || !off.every((d) => Number.isInteger(d) && d >= 0)) throw bad(`${name}: bad data_offsets`);
+            const count = (shape as number[]).reduce((x, y) => x * y, 1);
+            const [b, e] = off as [number, number];
+            if (e - b !== count * DTYPE_BYTES[dtype]!) throw bad(`${name}: data_offsets [${b}, ${e}] do not hold shape [${shape}] of ${dtype}`);
+            if (8 + n + e > size) throw bad(`${name}: data ends at byte ${8 + n + e}, the file has ${size} (truncated?)`);
+            tensors.push({ name, dtype, shape: shape as number[], begin: 8 + n + b, end: 8 + n + e });
+        }
+        return { tensors, metadata, size };
+    } finally {
+        closeSync(fd);
+    }
+}
+
+/** The raw bytes of one tensor of `path` (a header entry from readSafetensorsHeader). */
+export function readTensorBytes(path: string, t: TensorHeader): Uint8Array {
+    const out = Buffer.allocUnsafe(t.end - t.begin);
+    const fd = openSync(path, "r");
+    try {
+        let done = 0;
+        while (done < out.length) {
+            const r = readSync(fd, out, done, out.length - done, t.begin + done);
+            if (r === 0) throw new SyntaxError(`${path}: ${t.name}: the file ended at byte ${t.begin + done} (truncated while reading?)`);
+            done += r;
+        }
+    } finally {
+        closeSync(fd);
+    }
+    return out;
 }

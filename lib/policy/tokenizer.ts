@@ -7,6 +7,22 @@ import { describe } from "../validate.js";
 export const SPECIAL_TOKENS = ["<pad>", "<bos>", "<eos>", "<unk>", "<|system|>", "<|user|>", "<|assistant|>"] as const;
 export type SpecialToken = typeof SPECIAL_TOKENS[number];
 
+/** What NativePolicy and the trainers need of a tokenizer: CharTokenizer (the embedded GPT's) or HfTokenizer (a Hugging
+ * Face model directory's). */
+export interface PolicyTokenizer {
+    /** The ids the model may produce (its vocabulary size). */
+    readonly vocabSize: number;
+    readonly pad: number;
+    /** The id that closes a turn (appended to training rows). */
+    readonly eos: number;
+    /** Whether `id` ends a generation (eos, or any id of the model's list). */
+    isStop(id: number): boolean;
+    encode(text: string): number[];
+    decode(ids: ArrayLike<number>): string;
+    /** A chat in the model's own format, ending where the assistant's reply begins. */
+    encodeChat(messages: readonly ChatMessage[]): number[];
+}
+
 export interface TokenizerJSON {
     type: "maporl-char";
     version: 1;
@@ -14,7 +30,7 @@ export interface TokenizerJSON {
     alphabet: string[];
 }
 
-export class CharTokenizer {
+export class CharTokenizer implements PolicyTokenizer {
     readonly alphabet: readonly string[];
     private readonly index = new Map<string, number>();
 
@@ -44,6 +60,7 @@ export class CharTokenizer {
     get bos(): number { return 1; }
     get eos(): number { return 2; }
     get unk(): number { return 3; }
+    isStop(id: number): boolean { return id === 2; }
 
     encode(text: string): number[] {
         if (typeof text !== "string") throw new TypeError(`CharTokenizer.encode: text: expected a string, got ${typeof text}`);

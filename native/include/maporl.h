@@ -401,6 +401,41 @@ maporl_status maporl_gpt_forward_shape(const maporl_gpt * gpt, int64_t * B_out, 
 maporl_status maporl_gpt_set_device(maporl_gpt * gpt, maporl_device device);
 maporl_status maporl_gpt_get_device(const maporl_gpt * gpt, maporl_device * device_out);
 
+/* ---- the Llama model family (Hugging Face Llama / Mistral / Qwen2 / Qwen3) on the same handle --------------
+ * A model made by maporl_llama_create answers every maporl_gpt_* call above (forward, backward, step, cache,
+ * get / set, tensors with transformers' names), on the CPU; maporl_gpt_set_device to CUDA is MAPORL_ERR_NO_DEVICE
+ * for it in this version. Its gradients and AdamW moments are allocated on the first training call. */
+
+typedef struct maporl_llama_config {
+    int64_t vocab, context, layers, d_model, heads, kv_heads, head_dim, intermediate;
+    double rms_eps, rope_theta;
+    int rope_scaling;          /* 0 none, 1 linear, 2 llama3 */
+    double rope_factor, rope_low_freq_factor, rope_high_freq_factor;
+    int64_t rope_original_max_position;
+    int qkv_bias, o_bias, qk_norm, tie_embeddings;  /* 0 / 1 */
+} maporl_llama_config;
+
+maporl_llama_config maporl_llama_default_config(void);
+/* A model initialised from `seed` (matrices normal(0, 0.02), norms 1, biases 0). */
+maporl_status maporl_llama_create(const maporl_llama_config * config, uint64_t seed, maporl_gpt ** out);
+
+typedef enum maporl_dtype { MAPORL_DTYPE_F32 = 0, MAPORL_DTYPE_BF16 = 1, MAPORL_DTYPE_F16 = 2 } maporl_dtype;
+/* Writes tensor `index`'s parameters from `count` elements of `dtype` (widened exactly to float; a checkpoint is
+ * loaded one tensor at a time, without a whole float copy of the file). count must be the tensor's size. CPU only. */
+maporl_status maporl_gpt_set_tensor(maporl_gpt * gpt, int64_t index, int dtype, const void * data, int64_t count);
+
+/* Scoring through log-probs, never [B, T, V] logits (the Llama family's path for large vocabularies; the GPT family
+ * answers it too, over its full logits). logp_out[n] = log softmax(z_n / temperature)[targets[n]], entropy_out[n]
+ * (or NULL) = the entropy of that distribution, values_out (or NULL) the value head's outputs, all [B*T]. The LM
+ * head runs over `chunk` rows at a time (<= 0: about 32 MB of logits per chunk). CPU only. The forward's
+ * activations are kept for maporl_gpt_score_backward, which adds (+=) the gradients of a loss given through
+ * grad_logp [B*T] (d loss / d logp), grad_entropy [B*T] (or NULL) and dvalues [B*T] (or NULL): the LM head's
+ * logits are recomputed chunk by chunk. One backward per score. */
+maporl_status maporl_gpt_score(maporl_gpt * gpt, const int32_t * tokens, const int32_t * targets, int64_t B, int64_t T,
+                               float temperature, int64_t chunk, float * logp_out, float * entropy_out, float * values_out);
+maporl_status maporl_gpt_score_backward(maporl_gpt * gpt, const float * grad_logp, const float * grad_entropy,
+                                        const float * dvalues);
+
 /* ---- benchmarking helpers ----------------------------------------------------------------------- */
 
 /* Measures host copy bandwidth with the thread pool: copies `bytes` `reps` times and reports the median

@@ -80,6 +80,7 @@ struct Model {
     // Adds d loss / d params (into grads) from dlogits [B, T, V] and dvalues [B, T] (either may be null).
     void backward(const F * dlogits, const F * dvalues);
     void zero_grad();
+    void ensure_train_state() {}  // gradients and moments exist from the start (llama::Model allocates them late)
     // Global gradient-norm clip (max_norm <= 0: none), then one AdamW step; returns the norm before clipping.
     double update(const AdamW & h, double max_norm);
 

@@ -119,7 +119,7 @@ void Model<F>::init(uint64_t seed) {
 }
 
 template <typename F>
-void Model<F>::forward(const int32_t * tok, int64_t B_, int64_t T_) {
+void Model<F>::forward(const int32_t * tok, int64_t B_, int64_t T_, bool head) {
     if (T_ < 1 || T_ > cfg.context) throw_error(MAPORL_ERR_INVALID_ARG, "T: expected 1..%lld (context), got %lld", (long long)cfg.context, (long long)T_);
     if (B_ < 1) throw_error(MAPORL_ERR_INVALID_ARG, "B: expected >= 1, got %lld", (long long)B_);
     for (int64_t i = 0; i < B_ * T_; ++i)
@@ -170,21 +170,51 @@ void Model<F>::forward(const int32_t * tok, int64_t B_, int64_t T_) {
     sz(lnf, N * C);
     sz(lnf_rstd, N);
     rmsnorm_forward(lnf.data(), lnf_rstd.data(), x, p(layout.norm), N, C, cfg.rms_eps);
-    sz(logits, N * V);
-    matmul_forward(logits.data(), lnf.data(), p(layout.lm_head), (const F *)nullptr, N, C, V);
+    if (head) {
+        sz(logits, N * V);
+        matmul_forward(logits.data(), lnf.data(), p(layout.lm_head), (const F *)nullptr, N, C, V);
+    } else {
+        logits = std::vector<F>();
+    }
     sz(values, N);
     matmul_forward(values.data(), lnf.data(), p(layout.vw), p(layout.vb), N, C, 1);
 }
 
 template <typename F>
+void Model<F>::head_rows(F * out, int64_t n0, int64_t rows) const {
+    if (n0 < 0 || rows < 0 || n0 + rows > B * T) throw_error(MAPORL_ERR_INVALID_ARG, "head_rows: rows %lld..%lld of %lld", (long long)n0, (long long)(n0 + rows), (long long)(B * T));
+    const F * W = params.data() + layout.tensors[(size_t)layout.lm_head].offset;
+    matmul_forward(out, lnf.data() + n0 * cfg.d_model, W, (const F *)nullptr, rows, cfg.d_model, cfg.vocab);
+}
+
+template <typename F>
+void Model<F>::head_backward_rows(F * dlnf, const F * dlogits, int64_t n0, int64_t rows) {
+    if (n0 < 0 || rows < 0 || n0 + rows > B * T) throw_error(MAPORL_ERR_INVALID_ARG, "head_backward_rows: rows %lld..%lld of %lld", (long long)n0, (long long)(n0 + rows), (long long)(B * T));
+    ensure_train_state();
+    const int64_t C = cfg.d_model;
+    matmul_backward(dlnf + n0 * C, g(layout.lm_head), (F *)nullptr, dlogits, lnf.data() + n0 * C, p(layout.lm_head), rows, C, cfg.vocab);
+}
+
+template <typename F>
 void Model<F>::backward(const F * dlogits, const F * dvalues) {
+    if (B == 0) throw_error(MAPORL_ERR_INVALID_ARG, "backward: no forward to go back through");
+    if (dlogits && logits.size() != (size_t)(B * T * cfg.vocab))
+        throw_error(MAPORL_ERR_INVALID_ARG, "backward: dlogits given, but the last forward computed no logits (head = false)");
+    ensure_train_state();
+    std::vector<F> dlnf((size_t)(B * T * cfg.d_model), F(0));
+    if (dlogits) head_backward_rows(dlnf.data(), dlogits, 0, B * T);
+    backward_hidden(dlnf, dvalues);
+}
+
+template <typename F>
+void Model<F>::backward_hidden(std::vector<F> & dlnf, const F * dvalues) {
     if (B == 0) throw_error(MAPORL_ERR_INVALID_ARG, "backward: no forward to go back through");
     ensure_train_state();
     const int64_t N = B * T, C = cfg.d_model, NH = cfg.heads, NKV = cfg.kv_heads, hd = cfg.head_dim, QC = NH * hd, KC = NKV * hd,
-                  I = cfg.intermediate, V = cfg.vocab;
+                  I = cfg.intermediate;
+    if (dlnf.size() != (size_t)(N * C)) throw_error(MAPORL_ERR_INVALID_ARG, "backward: dlnf: expected %lld elements", (long long)(N * C));
     auto bias_g = [&](int64_t t) { return t >= 0 ? g(t) : (F *)nullptr; };
-    std::vector<F> dlnf((size_t)(N * C), F(0)), dres((size_t)(N * C), F(0));
-    if (dlogits) matmul_backward(dlnf.data(), g(layout.lm_head), (F *)nullptr, dlogits, lnf.data(), p(layout.lm_head), N, C, V);
+    std::vector<F> dres((size_t)(N * C), F(0));
     if (dvalues) matmul_backward(dlnf.data(), g(layout.vw), g(layout.vb), dvalues, lnf.data(), p(layout.vw), N, C, 1);
     const F * last = acts.back().res3.data();
     rmsnorm_backward(dres.data(), g(layout.norm), dlnf.data(), last, p(layout.norm), lnf_rstd.data(), N, C);

@@ -69,8 +69,16 @@ struct Model {
 
     // Matrices and embeddings normal(0, 0.02) (transformers' initializer_range), norms 1, biases 0.
     void init(uint64_t seed);
-    void forward(const int32_t * tokens, int64_t B, int64_t T);
+    // head = false: everything but the LM head (logits left empty): the final hidden state lnf [B*T, C] and the
+    // values; take the logits of any rows with head_rows. A vocabulary of 151,936 never needs [B, T, V] at once.
+    void forward(const int32_t * tokens, int64_t B, int64_t T, bool head = true);
+    // out [rows, V] (=) = the logits of rows n0 .. n0 + rows of the last forward.
+    void head_rows(F * out, int64_t n0, int64_t rows) const;
+    // Adds the gradients of the LM head and of lnf (into dlnf [B*T, C]) from the logits' gradient of those rows.
+    void head_backward_rows(F * dlnf, const F * dlogits, int64_t n0, int64_t rows);
     void backward(const F * dlogits, const F * dvalues);
+    // backward from d loss / d lnf [B*T, C] (the LM head's part already in it; it is consumed) and dvalues [B*T].
+    void backward_hidden(std::vector<F> & dlnf, const F * dvalues);
     void zero_grad();
     double update(const gpt::AdamW & h, double max_norm);
 

@@ -129,6 +129,30 @@ void logprobs_cpu_bf16(const uint16_t * logits, const int32_t * targets, int64_t
 }
 
 template <typename F>
+void logits_backward_cpu(const F * logits, const int32_t * targets, int64_t N, int64_t V, F temperature, const F * grad_logp,
+                         const F * grad_entropy, F * grad_logits) {
+    require_temperature((double)temperature);
+    if (N > 0 && V < 1) throw_error(MAPORL_ERR_INVALID_ARG, "V: expected >= 1 when N > 0, got %lld", (long long)V);
+    require_targets(targets, nullptr, MAPORL_MASK_U8, N, V);
+    parallel_for(N, 1, [&](int64_t n0, int64_t n1) {
+        for (int64_t n = n0; n < n1; ++n) {
+            const F * z = logits + n * V;
+            F * g = grad_logits + n * V;
+            const F gl = grad_logp[n], ge = grad_entropy ? grad_entropy[n] : F(0);
+            if (gl == F(0) && ge == F(0)) {  // a masked token (or one the loss does not reach)
+                std::memset((void *)g, 0, sizeof(F) * (size_t)V);
+                continue;
+            }
+            const RowStats r = row_stats<F>(z, V, targets[n], temperature, ge != F(0));
+            row_grad<F>(z, V, targets[n], temperature, (F)r.lse, (F)r.entropy, gl / temperature, ge / temperature, g);
+        }
+    });
+}
+template void logits_backward_cpu<float>(const float *, const int32_t *, int64_t, int64_t, float, const float *, const float *, float *);
+template void logits_backward_cpu<double>(const double *, const int32_t *, int64_t, int64_t, double, const double *, const double *,
+                                          double *);
+
+template <typename F>
 void fused_policy_loss_cpu(const FusedArgs<F> & fa, maporl_policy_loss_stats * stats) {
     const int64_t B = fa.loss.B, T = fa.loss.T, N = B * T, V = fa.V;
     const F temp = fa.temperature;

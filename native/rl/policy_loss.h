@@ -181,6 +181,15 @@ void logprobs_cpu(const F * logits, const int32_t * targets, int64_t N, int64_t 
 void logprobs_cpu_bf16(const uint16_t * logits, const int32_t * targets, int64_t N, int64_t V, float temperature,
                        float * logp, float * entropy);
 
+// The gradient over the logits of a loss given through the log-probs and entropies it read (the fused kernel's
+// second pass, for callers that took logp / entropy from logprobs_cpu and their gradients from policy_loss_cpu):
+// grad_logits[n, v] (=) = (1[v = y] - p_v) * grad_logp[n] / temp + grad_entropy[n] * dH/dz_v. A row whose
+// grad_logp and grad_entropy are both 0 is written 0 without reading its logits. grad_entropy may be null (0);
+// grad_logits may be logits (in place).
+template <typename F>
+void logits_backward_cpu(const F * logits, const int32_t * targets, int64_t N, int64_t V, F temperature, const F * grad_logp,
+                         const F * grad_entropy, F * grad_logits);
+
 template <typename F>
 struct FusedArgs {
     const F * logits;                      // or null, with

@@ -1,23 +1,20 @@
-// gpt_api.cpp: the C entry points of the embedded GPT (maporl.h) over gpt::Model<float> (gpt.cpp), or over
-// gpt::CudaModel (cuda/model/gpt.cu) once the model is moved to CUDA: then the host Model keeps the config, layout,
-// step counter and shapes, and its parameter vectors serve as staging for get / set. Every call is guarded: a bad
-// argument is a status with a message, never an exception across the C boundary.
+// model_api.cpp: the C entry points of the model engine (maporl.h's maporl_gpt_* handle calls) over one of the
+// model families: gpt::Model<float> (gpt.cpp, the embedded GPT) or llama::Model<float> (llama.cpp, Hugging Face
+// Llama / Mistral / Qwen2 / Qwen3), or over gpt::CudaModel (cuda/model/gpt.cu) once a GPT is moved to CUDA: then
+// the host Model keeps the config, layout, step counter and shapes, and its parameter vectors serve as staging for
+// get / set. Every call is guarded: a bad argument is a status with a message, never an exception across the C
+// boundary.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 
 #include "native/core/core.h"
 #include "native/model/gpt.h"
 #include "native/model/gpt_cuda.h"
+#include "native/model/llama.h"
+#include "native/model/model_handle.h"
 
-struct maporl_gpt {
-    maporl::gpt::Model<float> model;
-    maporl::gpt::CudaModel * cuda = nullptr;  // non-null: the model lives on the device
-    explicit maporl_gpt(const maporl::gpt::Config & c) : model(c) {}
-    ~maporl_gpt() { maporl::gpt::cuda_model_free(cuda); }
-    maporl_gpt(const maporl_gpt &) = delete;
-    maporl_gpt & operator=(const maporl_gpt &) = delete;
-};
 
 using namespace maporl;
 
@@ -40,9 +37,12 @@ void require_gpt(const maporl_gpt * g) {
 }
 
 std::vector<float> & buffer(maporl_gpt * g, int which) {
-    if (which == 0) return g->model.params;
-    if (which == 1) return g->model.m;
-    if (which == 2) return g->model.v;
+    if (which == 0) return g->visit([](auto & m) -> std::vector<float> & { return m.params; });
+    if (which == 1 || which == 2)
+        return g->visit([which](auto & m) -> std::vector<float> & {
+            m.ensure_train_state();  // a Llama model allocates its moments on first use
+            return which == 1 ? m.m : m.v;
+        });
     throw_error(MAPORL_ERR_INVALID_ARG, "which: expected 0 (params), 1 (m) or 2 (v), got %d", which);
 }
 
@@ -70,7 +70,7 @@ maporl_status maporl_gpt_create(const maporl_gpt_config * config, uint64_t seed,
         require_ptr(out, "out", 1);
         *out = nullptr;
         auto * g = new maporl_gpt(to_config(*config));
-        g->model.init(seed);
+        g->gm->init(seed);
         *out = g;
         return MAPORL_OK;
     });
@@ -82,7 +82,7 @@ maporl_status maporl_gpt_param_count(const maporl_gpt * gpt, int64_t * count_out
     return guarded([&] {
         require_gpt(gpt);
         require_ptr(count_out, "count_out", 1);
-        *count_out = gpt->model.layout.total;
+        *count_out = gpt->visit([](const auto & m) { return m.layout.total; });
         return MAPORL_OK;
     });
 }
@@ -91,7 +91,7 @@ maporl_status maporl_gpt_tensor_count(const maporl_gpt * gpt, int64_t * count_ou
     return guarded([&] {
         require_gpt(gpt);
         require_ptr(count_out, "count_out", 1);
-        *count_out = (int64_t)gpt->model.layout.tensors.size();
+        *count_out = gpt->visit([](const auto & m) { return (int64_t)m.layout.tensors.size(); });
         return MAPORL_OK;
     });
 }
@@ -100,7 +100,7 @@ maporl_status maporl_gpt_tensor_info(const maporl_gpt * gpt, int64_t index, char
                                      int64_t * offset_out) {
     return guarded([&] {
         require_gpt(gpt);
-        const auto & ts = gpt->model.layout.tensors;
+        const auto & ts = gpt->visit([](const auto & m) -> const std::vector<gpt::Layout::Tensor> & { return m.layout.tensors; });
         if (index < 0 || index >= (int64_t)ts.size())
             throw_error(MAPORL_ERR_INVALID_ARG, "index: expected 0..%lld, got %lld", (long long)ts.size() - 1, (long long)index);
         const auto & t = ts[(size_t)index];
@@ -145,7 +145,7 @@ maporl_status maporl_gpt_set(maporl_gpt * gpt, int which, const float * in, int6
             return MAPORL_OK;
         }
         std::memcpy(b.data(), in, sizeof(float) * b.size());
-        if (which == 0) gpt->model.weights_changed();
+        if (which == 0) gpt->visit([](auto & m) { m.weights_changed(); });
         return MAPORL_OK;
     });
 }
@@ -154,7 +154,7 @@ maporl_status maporl_gpt_get_step(const maporl_gpt * gpt, int64_t * step_out) {
     return guarded([&] {
         require_gpt(gpt);
         require_ptr(step_out, "step_out", 1);
-        *step_out = gpt->model.step;
+        *step_out = gpt->visit([](const auto & m) { return m.step; });
         return MAPORL_OK;
     });
 }
@@ -163,7 +163,7 @@ maporl_status maporl_gpt_set_step(maporl_gpt * gpt, int64_t step) {
     return guarded([&] {
         require_gpt(gpt);
         if (step < 0) throw_error(MAPORL_ERR_INVALID_ARG, "step: expected >= 0, got %lld", (long long)step);
-        gpt->model.step = step;
+        gpt->visit([step](auto & m) { m.step = step; });
         return MAPORL_OK;
     });
 }
@@ -176,13 +176,15 @@ maporl_status maporl_gpt_forward(maporl_gpt * gpt, const int32_t * tokens, int64
         require_ptr(tokens, "tokens", B * T);
         if (gpt->cuda) {
             gpt::cuda_model_forward(gpt->cuda, tokens, B, T, logits_out, values_out);
-            gpt->model.B = B;
-            gpt->model.T = T;
+            gpt->gm->B = B;
+            gpt->gm->T = T;
             return MAPORL_OK;
         }
-        gpt->model.forward(tokens, B, T);
-        if (logits_out) std::memcpy(logits_out, gpt->model.logits.data(), sizeof(float) * gpt->model.logits.size());
-        if (values_out) std::memcpy(values_out, gpt->model.values.data(), sizeof(float) * gpt->model.values.size());
+        gpt->visit([&](auto & m) {
+            m.forward(tokens, B, T);
+            if (logits_out) std::memcpy(logits_out, m.logits.data(), sizeof(float) * m.logits.size());
+            if (values_out) std::memcpy(values_out, m.values.data(), sizeof(float) * m.values.size());
+        });
         return MAPORL_OK;
     });
 }
@@ -193,7 +195,7 @@ maporl_status maporl_gpt_backward(maporl_gpt * gpt, const float * dlogits, const
         if (gpt->cuda)
             gpt::cuda_model_backward(gpt->cuda, dlogits, dvalues);
         else
-            gpt->model.backward(dlogits, dvalues);
+            gpt->visit([&](auto & m) { m.backward(dlogits, dvalues); });
         return MAPORL_OK;
     });
 }
@@ -204,7 +206,7 @@ maporl_status maporl_gpt_zero_grad(maporl_gpt * gpt) {
         if (gpt->cuda)
             gpt::cuda_model_zero_grad(gpt->cuda);
         else
-            gpt->model.zero_grad();
+            gpt->visit([](auto & m) { m.zero_grad(); });
         return MAPORL_OK;
     });
 }
@@ -225,10 +227,10 @@ maporl_status maporl_gpt_step(maporl_gpt * gpt, const maporl_adamw_params * para
         const gpt::AdamW h{p.lr, p.beta1, p.beta2, p.eps, p.weight_decay};
         double n;
         if (gpt->cuda) {
-            n = gpt::cuda_model_update(gpt->cuda, h, max_grad_norm, gpt->model.step + 1);
-            ++gpt->model.step;
+            n = gpt::cuda_model_update(gpt->cuda, h, max_grad_norm, gpt->gm->step + 1);
+            ++gpt->gm->step;
         } else {
-            n = gpt->model.update(h, max_grad_norm);
+            n = gpt->visit([&](auto & m) { return m.update(h, max_grad_norm); });
         }
         if (grad_norm_out) *grad_norm_out = n;
         return MAPORL_OK;
@@ -240,10 +242,10 @@ maporl_status maporl_gpt_cache_reset(maporl_gpt * gpt, int64_t batch, int64_t ma
         require_gpt(gpt);
         if (gpt->cuda) {
             gpt::cuda_model_cache_reset(gpt->cuda, batch, max_len);
-            gpt->model.cache_batch = batch;
-            gpt->model.cache_len = max_len;
+            gpt->gm->cache_batch = batch;
+            gpt->gm->cache_len = max_len;
         } else {
-            gpt->model.cache_reset(batch, max_len);
+            gpt->visit([&](auto & m) { m.cache_reset(batch, max_len); });
         }
         return MAPORL_OK;
     });
@@ -253,14 +255,16 @@ maporl_status maporl_gpt_decode(maporl_gpt * gpt, const int32_t * tokens, int64_
                                 float * values_out) {
     return guarded([&] {
         require_gpt(gpt);
-        require_ptr(tokens, "tokens", gpt->model.cache_batch);
+        require_ptr(tokens, "tokens", gpt->visit([](const auto & m) { return m.cache_batch; }));
         if (gpt->cuda) {
             gpt::cuda_model_decode(gpt->cuda, tokens, pos, logits_out, values_out);
             return MAPORL_OK;
         }
-        gpt->model.decode(tokens, pos);
-        if (logits_out) std::memcpy(logits_out, gpt->model.step_logits.data(), sizeof(float) * gpt->model.step_logits.size());
-        if (values_out) std::memcpy(values_out, gpt->model.step_values.data(), sizeof(float) * gpt->model.step_values.size());
+        gpt->visit([&](auto & m) {
+            m.decode(tokens, pos);
+            if (logits_out) std::memcpy(logits_out, m.step_logits.data(), sizeof(float) * m.step_logits.size());
+            if (values_out) std::memcpy(values_out, m.step_values.data(), sizeof(float) * m.step_values.size());
+        });
         return MAPORL_OK;
     });
 }
@@ -268,9 +272,11 @@ maporl_status maporl_gpt_decode(maporl_gpt * gpt, const int32_t * tokens, int64_
 maporl_status maporl_gpt_cache_info(const maporl_gpt * gpt, int64_t * batch_out, int64_t * max_len_out, int64_t * vocab_out) {
     return guarded([&] {
         require_gpt(gpt);
-        if (batch_out) *batch_out = gpt->model.cache_batch;
-        if (max_len_out) *max_len_out = gpt->model.cache_len;
-        if (vocab_out) *vocab_out = gpt->model.cfg.vocab;
+        gpt->visit([&](const auto & m) {
+            if (batch_out) *batch_out = m.cache_batch;
+            if (max_len_out) *max_len_out = m.cache_len;
+            if (vocab_out) *vocab_out = m.cfg.vocab;
+        });
         return MAPORL_OK;
     });
 }
@@ -278,8 +284,10 @@ maporl_status maporl_gpt_cache_info(const maporl_gpt * gpt, int64_t * batch_out,
 maporl_status maporl_gpt_forward_shape(const maporl_gpt * gpt, int64_t * B_out, int64_t * T_out) {
     return guarded([&] {
         require_gpt(gpt);
-        if (B_out) *B_out = gpt->model.B;
-        if (T_out) *T_out = gpt->model.T;
+        gpt->visit([&](const auto & m) {
+            if (B_out) *B_out = m.B;
+            if (T_out) *T_out = m.T;
+        });
         return MAPORL_OK;
     });
 }
@@ -288,9 +296,11 @@ maporl_status maporl_gpt_set_device(maporl_gpt * gpt, maporl_device device) {
     return guarded([&] {
         require_gpt(gpt);
         require_device(device);
-        gpt::Model<float> & m = gpt->model;
-        const int64_t n = m.layout.total;
         if ((device == MAPORL_DEVICE_CUDA) == (gpt->cuda != nullptr)) return MAPORL_OK;
+        if (!gpt->gm)
+            throw_error(MAPORL_ERR_NO_DEVICE, "device: the Llama family runs on the CPU in this version (its CUDA kernels are not built yet)");
+        gpt::Model<float> & m = *gpt->gm;
+        const int64_t n = m.layout.total;
         if (device == MAPORL_DEVICE_CUDA) {
             gpt::CudaModel * c = gpt::cuda_model_create(m.cfg);
             try {
@@ -335,6 +345,110 @@ maporl_status maporl_gpt_get_device(const maporl_gpt * gpt, maporl_device * devi
         require_gpt(gpt);
         require_ptr(device_out, "device_out", 1);
         *device_out = gpt->cuda ? MAPORL_DEVICE_CUDA : MAPORL_DEVICE_CPU;
+        return MAPORL_OK;
+    });
+}
+
+maporl_llama_config maporl_llama_default_config(void) {
+    maporl_llama_config c;
+    std::memset(&c, 0, sizeof c);
+    c.rms_eps = 1e-6;
+    c.rope_theta = 10000.0;
+    c.rope_factor = 1.0;
+    c.rope_low_freq_factor = 1.0;
+    c.rope_high_freq_factor = 4.0;
+    c.rope_original_max_position = 8192;
+    return c;
+}
+
+maporl_status maporl_llama_create(const maporl_llama_config * config, uint64_t seed, maporl_gpt ** out) {
+    return guarded([&] {
+        require_ptr(config, "config", 1);
+        require_ptr(out, "out", 1);
+        *out = nullptr;
+        const maporl_llama_config & c = *config;
+        llama::Config l;
+        l.vocab = c.vocab;
+        l.context = c.context;
+        l.layers = c.layers;
+        l.d_model = c.d_model;
+        l.heads = c.heads;
+        l.kv_heads = c.kv_heads;
+        l.head_dim = c.head_dim;
+        l.intermediate = c.intermediate;
+        l.rms_eps = c.rms_eps;
+        l.rope_theta = c.rope_theta;
+        if (c.rope_scaling < 0 || c.rope_scaling > 2)
+            throw_error(MAPORL_ERR_INVALID_ARG, "config.rope_scaling: expected 0 (none), 1 (linear) or 2 (llama3), got %d", c.rope_scaling);
+        l.rope.type = (llama::RopeScaling::Type)c.rope_scaling;
+        l.rope.factor = c.rope_factor;
+        l.rope.low_freq_factor = c.rope_low_freq_factor;
+        l.rope.high_freq_factor = c.rope_high_freq_factor;
+        l.rope.original_max_position = c.rope_original_max_position;
+        l.qkv_bias = c.qkv_bias != 0;
+        l.o_bias = c.o_bias != 0;
+        l.qk_norm = c.qk_norm != 0;
+        l.tie_embeddings = c.tie_embeddings != 0;
+        auto * g = new maporl_gpt(l);
+        g->lm->init(seed);
+        *out = g;
+        return MAPORL_OK;
+    });
+}
+
+namespace {
+// bfloat16 and IEEE half to float, exactly (every value of either is a float).
+inline float bf16_to_float(uint16_t h) {
+    const uint32_t u = (uint32_t)h << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+}
+inline float f16_to_float(uint16_t h) {
+    const uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+    uint32_t u;
+    if (exp == 0x1f) {
+        u = sign | 0x7f800000u | (man << 13);  // Inf / NaN
+    } else if (exp != 0) {
+        u = sign | ((exp + 112) << 23) | (man << 13);
+    } else if (man == 0) {
+        u = sign;  // +-0
+    } else {  // subnormal: man * 2^-24, exact in float
+        const float f = std::ldexp((float)man, -24);
+        std::memcpy(&u, &f, 4);
+        u |= sign;
+    }
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+}
+}  // namespace
+
+maporl_status maporl_gpt_set_tensor(maporl_gpt * gpt, int64_t index, int dtype, const void * data, int64_t count) {
+    return guarded([&] {
+        require_gpt(gpt);
+        if (gpt->cuda) throw_error(MAPORL_ERR_INVALID_ARG, "set_tensor: the model is on CUDA; write tensors before moving it");
+        const auto & ts = gpt->visit([](const auto & m) -> const std::vector<gpt::Layout::Tensor> & { return m.layout.tensors; });
+        if (index < 0 || index >= (int64_t)ts.size())
+            throw_error(MAPORL_ERR_INVALID_ARG, "index: expected 0..%lld, got %lld", (long long)ts.size() - 1, (long long)index);
+        const auto & t = ts[(size_t)index];
+        if (count != t.size)
+            throw_error(MAPORL_ERR_INVALID_ARG, "count: tensor %s has %lld elements, got %lld", t.name.c_str(), (long long)t.size, (long long)count);
+        require_ptr(data, "data", count);
+        float * dst = gpt->visit([](auto & m) { return m.params.data(); }) + t.offset;
+        if (dtype == MAPORL_DTYPE_F32) {
+            std::memcpy(dst, data, sizeof(float) * (size_t)count);
+        } else if (dtype == MAPORL_DTYPE_BF16 || dtype == MAPORL_DTYPE_F16) {
+            const uint8_t * src = (const uint8_t *)data;  // possibly unaligned (a view into a file buffer)
+            for (int64_t i = 0; i < count; ++i) {
+                uint16_t h;
+                std::memcpy(&h, src + 2 * i, 2);
+                dst[i] = dtype == MAPORL_DTYPE_BF16 ? bf16_to_float(h) : f16_to_float(h);
+            }
+        } else {
+            throw_error(MAPORL_ERR_INVALID_ARG, "dtype: expected 0 (F32), 1 (BF16) or 2 (F16), got %d", dtype);
+        }
+        gpt->visit([](auto & m) { m.weights_changed(); });
         return MAPORL_OK;
     });
 }

@@ -1,0 +1,224 @@
+// hf.ts: Hugging Face model directories for the native engine's Llama family: config.json read into the engine's
+// config (llama, mistral, qwen2, qwen3; every unsupported setting an error naming its key), the weights streamed
+// tensor by tensor from model.safetensors or its shards (F32, BF16, F16, widened to float32 masters in native
+// memory: no float copy of the file in JS), and a directory written back in the same layout (config.json,
+// generation_config.json, model.safetensors or shards with model.safetensors.index.json, the tokenizer files).
+import { copyFileSync, existsSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+
+import { native, type GptHandle, type NativeLlamaConfig } from "../native.js";
+import { writeFileDurable } from "../durable.js";
+import { describe } from "../validate.js";
+import { readSafetensorsHeader, readTensorBytes, type TensorHeader, writeSafetensors } from "./safetensors.js";
+
+export const HF_MODEL_TYPES = ["llama", "mistral", "qwen2", "qwen3"] as const;
+export type HfModelType = typeof HF_MODEL_TYPES[number];
+
+/** The engine's config of a Llama-family model (bindings/model/gpt.cpp's llamaCreate). */
+export type LlamaEngineConfig = NativeLlamaConfig;
+
+export interface HfModelInfo {
+    modelType: HfModelType;
+    engine: LlamaEngineConfig;
+    /** config.json as read (written back on save with the engine's changes). */
+    raw: Record<string, unknown>;
+    bosId: number | null;
+    /** generation_config.json's eos_token_id (a list or one id), else config.json's. */
+    stopIds: number[];
+}
+
+const ids = (v: unknown): number[] => (Array.isArray(v) ? v : v === undefined || v === null ? [] : [v]).filter((x): x is number => Number.isInteger(x));
+
+/** config.json (+ generation_config.json) of `dir` as the engine's config. contextLength caps the positions. */
+export function readHfConfig(dir: string, raw: Record<string, unknown>, contextLength?: number): HfModelInfo {
+    const where = join(dir, "config.json");
+    const fail = (key: string, expected: string): never => { throw new RangeError(`NativePolicy.load: ${where}: ${key}: expected ${expected}, got ${describe(raw[key.split(".")[0]!] === undefined ? undefined : key.includes(".") ? (raw[key.split(".")[0]!] as Record<string, unknown>)[key.split(".")[1]!] : raw[key])}`); };
+    const mt = raw.model_type;
+    if (!HF_MODEL_TYPES.includes(mt as HfModelType)) fail("model_type", `one of ${HF_MODEL_TYPES.join(", ")} (the architectures this version runs)`);
+    const modelType = mt as HfModelType;
+    const int = (key: string, lo: number, hi: number, fallback?: number): number => {
+        const v = raw[key] ?? fallback;
+        if (!Number.isInteger(v) || (v as number) < lo || (v as number) > hi) fail(key, `an integer in [${lo}, ${hi}]`);
+        return v as number;
+    };
+    const num = (key: string, fallback: number, lo: number): number => {
+        const v = raw[key] ?? fallback;
+        if (typeof v !== "number" || !Number.isFinite(v) || v <= lo) fail(key, `a finite number > ${lo}`);
+        return v as number;
+    };
+    const bool = (key: string, fallback: boolean): boolean => {
+        const v = raw[key] ?? fallback;
+        if (typeof v !== "boolean") fail(key, "a boolean");
+        return v as boolean;
+    };
+    const act = raw.hidden_act ?? raw.hidden_activation ?? "silu";
+    if (act !== "silu") fail("hidden_act", "'silu' (SwiGLU)");
+    if (bool("mlp_bias", false)) fail("mlp_bias", "false (MLP biases are not supported)");
+    const dModel = int("hidden_size", 1, 65536), heads = int("num_attention_heads", 1, 4096);
+    const kvHeads = int("num_key_value_heads", 1, heads, heads);
+    if (heads % kvHeads !== 0) fail("num_key_value_heads", `a divisor of num_attention_heads (${heads})`);
+    if (raw.head_dim === undefined || raw.head_dim === null) {
+        if (dModel % heads !== 0) fail("hidden_size", `a multiple of num_attention_heads (${heads}) when head_dim is absent`);
+    }
+    const headDim = raw.head_dim === undefined || raw.head_dim === null ? dModel / heads : int("head_dim", 2, 4096);
+    if (headDim % 2 !== 0) fail("head_dim", "an even number (rotary embeddings pair the two halves)");
+    let context = int("max_position_embeddings", 1, 1 << 30, 2048);
+    // Sliding-window attention is not built: a model that would use it is limited to its window.
+    const window = raw.sliding_window;
+    const usesWindow = modelType === "mistral" || (modelType !== "llama" && raw.use_sliding_window === true);
+    if (usesWindow && window !== null && window !== undefined) {
+        if (!Number.isInteger(window) || (window as number) < 1) fail("sliding_window", "an integer >= 1 or null");
+        context = Math.min(context, window as number);
+    }
+    if (contextLength !== undefined) {
+        if (!Number.isInteger(contextLength) || contextLength < 1) throw new RangeError(`NativePolicy.load: contextLength: expected an integer >= 1, got ${describe(contextLength)}`);
+        if (contextLength > context)
+            throw new RangeError(`NativePolicy.load: contextLength: ${contextLength} is beyond the model's ${context} positions` +
+                (usesWindow && window ? ` (sliding_window ${window}: sliding-window attention is not built yet)` : " (max_position_embeddings)"));
+        context = contextLength;
+    }
+    context = Math.min(context, 1 << 20);
+    let ropeScaling: 0 | 1 | 2 = 0, ropeFactor = 1, ropeLow = 1, ropeHigh = 4, ropeOrig = 8192;
+    const rs = raw.rope_scaling;
+    if (rs !== undefined && rs !== null) {
+        if (typeof rs !== "object" || Array.isArray(rs)) fail("rope_scaling", "an object or null");
+        const r = rs as Record<string, unknown>;
+        const kind = r.rope_type ?? r.type;
+        const factor = () => {
+            if (typeof r.factor !== "number" || !(r.factor > 0) || !Number.isFinite(r.factor)) fail("rope_scaling.factor", "a finite number > 0");
+            return r.factor as number;
+        };
+        if (kind === "default") { /* no scaling */ } else if (kind === "linear") { ropeScaling = 1; ropeFactor = factor(); } else if (kind === "llama3") {
+            ropeScaling = 2;
+            ropeFactor = factor();
+            for (const k of ["low_freq_factor", "high_freq_factor", "original_max_position_embeddings"])
+                if (typeof r[k] !== "number" || !Number.isFinite(r[k])) fail(`rope_scaling.${k}`, "a number");
+            ropeLow = r.low_freq_factor as number;
+            ropeHigh = r.high_freq_factor as number;
+            ropeOrig = r.original_max_position_embeddings as number;
+        } else {
+            throw new RangeError(`NativePolicy.load: ${where}: rope_scaling.rope_type: expected 'default', 'linear' or 'llama3', got ${describe(kind)} (not supported yet)`);
+        }
+    }
+    const attnBias = bool("attention_bias", false);
+    const engine: LlamaEngineConfig = {
+        vocab: int("vocab_size", 2, 1 << 24), context, layers: int("num_hidden_layers", 1, 1024), dModel, heads, kvHeads, headDim,
+        intermediate: int("intermediate_size", 1, 1 << 20), rmsEps: num("rms_norm_eps", 1e-6, 0), ropeTheta: num("rope_theta", 10000, 1),
+        ropeScaling, ropeFactor, ropeLowFreqFactor: ropeLow, ropeHighFreqFactor: ropeHigh, ropeOriginalMaxPosition: ropeOrig,
+        qkvBias: modelType === "qwen2" || attnBias, oBias: modelType !== "qwen2" && attnBias, qkNorm: modelType === "qwen3",
+        tieEmbeddings: bool("tie_word_embeddings", false),
+    };
+    let gen: Record<string, unknown> = {};
+    const gp = join(dir, "generation_config.json");
+    if (existsSync(gp)) {
+        try { gen = JSON.parse(readFileSync(gp, "utf8")) as Record<string, unknown>; } catch { throw new SyntaxError(`NativePolicy.load: ${gp}: not JSON (truncated or corrupted?)`); }
+    }
+    const stopIds = ids(gen.eos_token_id).length > 0 ? ids(gen.eos_token_id) : ids(raw.eos_token_id);
+    const bos = ids(gen.bos_token_id ?? raw.bos_token_id)[0] ?? null;
+    return { modelType, engine, raw, bosId: bos, stopIds };
+}
+
+// Tensors written by older exporters that transformers ignores on load.
+const IGNORED = /\.rotary_emb\.inv_freq$/;
+
+/**
+ * Streams the weights of `dir` into the model `h` (whose tensors are `expected`, in transformers' names; the value
+ * head is ours and stays as initialised). Every header is checked first (a missing, extra, misshapen or
+ * wrongly-typed tensor, a truncated shard), so a bad directory fails before any weight is written.
+ */
+export function loadHfWeights(dir: string, h: GptHandle, tied: boolean): void {
+    const files: string[] = [];
+    const indexPath = join(dir, "model.safetensors.index.json");
+    let weightMap: Record<string, string> | null = null;
+    if (existsSync(indexPath)) {
+        let idx: { weight_map?: unknown };
+        try { idx = JSON.parse(readFileSync(indexPath, "utf8")) as { weight_map?: unknown }; } catch { throw new SyntaxError(`NativePolicy.load: ${indexPath}: not JSON (truncated or corrupted?)`); }
+        if (!idx.weight_map || typeof idx.weight_map !== "object") throw new SyntaxError(`NativePolicy.load: ${indexPath}: weight_map: expected an object`);
+        weightMap = idx.weight_map as Record<string, string>;
+        for (const f of new Set(Object.values(weightMap))) {
+            if (typeof f !== "string" || f.includes("/") || f.includes("\\")) throw new SyntaxError(`NativePolicy.load: ${indexPath}: weight_map: a shard name ${describe(f)} is not a file name`);
+            files.push(f);
+        }
+    } else if (existsSync(join(dir, "model.safetensors"))) {
+        files.push("model.safetensors");
+    } else {
+        throw new Error(`NativePolicy.load: ${dir}: no model.safetensors or model.safetensors.index.json (.bin checkpoints are not read: convert them to safetensors)`);
+    }
+    const found = new Map<string, { file: string; t: TensorHeader }>();
+    for (const f of files) {
+        const path = join(dir, f);
+        let header;
+        try { header = readSafetensorsHeader(path); } catch (e) { throw new (e instanceof SyntaxError ? SyntaxError : Error)(`NativePolicy.load: ${(e as Error).message}`); }
+        for (const t of header.tensors) {
+            if (found.has(t.name)) throw new SyntaxError(`NativePolicy.load: ${path}: tensor ${t.name} also appears in ${found.get(t.name)!.file}`);
+            if (weightMap && weightMap[t.name] !== f && !IGNORED.test(t.name))
+                throw new SyntaxError(`NativePolicy.load: ${path}: tensor ${t.name} is not mapped to this shard by model.safetensors.index.json`);
+            found.set(t.name, { file: f, t });
+        }
+    }
+    const plan: { index: number; file: string; t: TensorHeader; dtype: 0 | 1 | 2 }[] = [];
+    const wanted = native.gptTensors(h);
+    const names = new Set<string>();
+    wanted.forEach((w, index) => {
+        if (w.name.startsWith("value_head.")) return;
+        names.add(w.name);
+        const e = found.get(w.name);
+        if (!e) throw new SyntaxError(`NativePolicy.load: ${dir}: tensor ${w.name} is missing from the checkpoint`);
+        const shape = w.shape.filter((d) => d > 0);
+        if (e.t.shape.join(",") !== shape.join(","))
+            throw new SyntaxError(`NativePolicy.load: ${join(dir, e.file)}: tensor ${w.name}: shape [${e.t.shape}], expected [${shape}] (from config.json)`);
+        const dtype = ({ F32: 0, BF16: 1, F16: 2 } as Record<string, 0 | 1 | 2>)[e.t.dtype];
+        if (dtype === undefined) throw new SyntaxError(`NativePolicy.load: ${join(dir, e.file)}: tensor ${w.name}: dtype ${e.t.dtype}, expected F32, BF16 or F16`);
+        plan.push({ index, file: e.file, t: e.t, dtype });
+    });
+    for (const name of found.keys())
+        if (!names.has(name) && !IGNORED.test(name) && !(tied && name === "lm_head.weight"))
+            throw new SyntaxError(`NativePolicy.load: ${join(dir, found.get(name)!.file)}: tensor ${name} is not part of this architecture (config.json's settings?)`);
+    if (weightMap) for (const name of Object.keys(weightMap)) if (!found.has(name)) throw new SyntaxError(`NativePolicy.load: ${indexPath}: tensor ${name} is mapped to ${weightMap[name]} but not in it`);
+    for (const p of plan) native.gptSetTensor(h, p.index, p.dtype, readTensorBytes(join(dir, p.file), p.t));
+}
+
+/**
+ * Writes the model's weights to `dir` as Hugging Face expects them: float32, one model.safetensors, or shards
+ * model-0000k-of-0000n.safetensors with model.safetensors.index.json above `maxShardBytes`. The value head goes to
+ * value_head.safetensors (not a transformers tensor). Returns the files written.
+ */
+export function saveHfWeights(dir: string, h: GptHandle, params: Float32Array, maxShardBytes: number): string[] {
+    const tensors = native.gptTensors(h).map((t) => {
+        const shape = t.shape.filter((d) => d > 0);
+        const n = shape.reduce((a, b) => a * b, 1);
+        return { name: t.name, shape, data: params.subarray(t.offset, t.offset + n) };
+    });
+    const model = tensors.filter((t) => !t.name.startsWith("value_head."));
+    const head = tensors.filter((t) => t.name.startsWith("value_head."));
+    writeSafetensors(join(dir, "value_head.safetensors"), head, { format: "pt" });
+    const shards: (typeof model)[] = [[]];
+    let bytes = 0;
+    for (const t of model) {
+        const b = 4 * t.data.length;
+        if (bytes > 0 && bytes + b > maxShardBytes) { shards.push([]); bytes = 0; }
+        shards.at(-1)!.push(t);
+        bytes += b;
+    }
+    if (shards.length === 1) {
+        writeSafetensors(join(dir, "model.safetensors"), model, { format: "pt" });
+        return ["model.safetensors", "value_head.safetensors"];
+    }
+    const n = shards.length, pad = (k: number) => String(k).padStart(5, "0");
+    const weightMap: Record<string, string> = {};
+    const files = shards.map((s, k) => {
+        const f = `model-${pad(k + 1)}-of-${pad(n)}.safetensors`;
+        writeSafetensors(join(dir, f), s, { format: "pt" });
+        for (const t of s) weightMap[t.name] = f;
+        return f;
+    });
+    const total = model.reduce((a, t) => a + 4 * t.data.length, 0);
+    writeFileDurable(join(dir, "model.safetensors.index.json"), JSON.stringify({ metadata: { total_size: total }, weight_map: weightMap }, null, 2));
+    return [...files, "model.safetensors.index.json", "value_head.safetensors"];
+}
+
+/** Copies the tokenizer files of `from` that exist into `to`. */
+export function copyTokenizerFiles(from: string, to: string): void {
+    for (const f of ["tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json", "merges.txt", "tokenizer.model", "chat_template.jinja"])
+        if (existsSync(join(from, f))) copyFileSync(join(from, f), join(to, f));
+}

@@ -1,0 +1,121 @@
+// hfTokenizer.ts: a Hugging Face model directory's own tokenizer for the native engine: tokenizer.json through
+// @huggingface/tokenizers (the pure-JS port of the `tokenizers` crate that transformers.js uses: BPE, byte-level,
+// added and special tokens), tokenizer_config.json's chat_template rendered with @huggingface/jinja, and the stop
+// ids from generation_config.json / config.json (eos_token_id may be a list). Encoding a chat renders the template
+// with add_generation_prompt and tokenizes the text without adding special tokens again, as transformers'
+// apply_chat_template(tokenize=True) does. Ids the model has but the tokenizer does not (a padded embedding, as
+// Qwen's) decode to nothing.
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+
+import { Template } from "@huggingface/jinja";
+import { Tokenizer } from "@huggingface/tokenizers";
+
+import { describe } from "../validate.js";
+import type { PolicyTokenizer } from "./tokenizer.js";
+import type { ChatMessage } from "./types.js";
+
+export interface HfTokenizerOptions {
+    /** The model's vocabulary size (>= the tokenizer's): the ids the sampler may produce. */
+    vocabSize: number;
+    /** Ids that end a generation (generation_config.json's eos_token_id, else config.json's). */
+    stopIds?: readonly number[];
+    /** Overrides tokenizer_config.json's chat_template. */
+    chatTemplate?: string;
+}
+
+// A special token in tokenizer_config.json: a string, null, or an AddedToken object {content, ...}.
+function tokenString(v: unknown): string | null {
+    if (typeof v === "string") return v;
+    if (v && typeof v === "object" && typeof (v as { content?: unknown }).content === "string") return (v as { content: string }).content;
+    return null;
+}
+
+export class HfTokenizer implements PolicyTokenizer {
+    readonly vocabSize: number;
+    /** The tokenizer's own size: ids below it have a string. */
+    readonly tokenizerSize: number;
+    readonly eos: number;
+    readonly pad: number;
+    readonly bos: number | null;
+    readonly stopIds: ReadonlySet<number>;
+    /** bos_token, eos_token, pad_token, unk_token as tokenizer_config.json names them (null when absent). */
+    readonly specialTokens: Readonly<Record<"bos_token" | "eos_token" | "pad_token" | "unk_token", string | null>>;
+    readonly chatTemplate: string | null;
+    private readonly tk: Tokenizer;
+    private readonly template: Template | null;
+
+    constructor(tokenizerJson: unknown, tokenizerConfig: Record<string, unknown>, options: HfTokenizerOptions) {
+        if (tokenizerJson === null || typeof tokenizerJson !== "object") throw new TypeError(`HfTokenizer: tokenizer.json: expected a JSON object, got ${describe(tokenizerJson)}`);
+        this.tk = new Tokenizer(tokenizerJson, tokenizerConfig);
+        let size = 0;
+        for (const id of this.tk.get_vocab(true).values()) size = Math.max(size, id + 1);
+        this.tokenizerSize = size;
+        if (!Number.isInteger(options.vocabSize) || options.vocabSize < size)
+            throw new RangeError(`HfTokenizer: the tokenizer has ids up to ${size - 1}, the model's vocab_size is ${options.vocabSize}`);
+        this.vocabSize = options.vocabSize;
+        this.specialTokens = { bos_token: tokenString(tokenizerConfig.bos_token), eos_token: tokenString(tokenizerConfig.eos_token),
+            pad_token: tokenString(tokenizerConfig.pad_token), unk_token: tokenString(tokenizerConfig.unk_token) };
+        const id = (s: string | null) => (s === null ? undefined : this.tk.token_to_id(s));
+        const stops = (options.stopIds ?? []).filter((x) => Number.isInteger(x) && x >= 0 && x < this.vocabSize);
+        const eos = id(this.specialTokens.eos_token) ?? stops[0];
+        if (eos === undefined) throw new RangeError("HfTokenizer: no end-of-sequence token: tokenizer_config.json has no eos_token and config.json no eos_token_id");
+        this.eos = eos;
+        this.stopIds = new Set(stops.length > 0 ? stops : [eos]);
+        this.pad = id(this.specialTokens.pad_token) ?? eos;
+        this.bos = id(this.specialTokens.bos_token) ?? null;
+        const t = options.chatTemplate ?? tokenizerConfig.chat_template;
+        // A list of named templates (some tokenizers ship [{name: 'default', template}, ...]): the default one.
+        const chosen = Array.isArray(t) ? (t.find((x) => x?.name === "default") ?? t[0])?.template : t;
+        this.chatTemplate = typeof chosen === "string" ? chosen : null;
+        try {
+            this.template = this.chatTemplate === null ? null : new Template(this.chatTemplate);
+        } catch (e) {
+            throw new SyntaxError(`HfTokenizer: chat_template does not parse: ${(e as Error).message}`);
+        }
+    }
+
+    /** tokenizer.json and tokenizer_config.json of a model directory. */
+    static fromDir(dir: string, options: HfTokenizerOptions): HfTokenizer {
+        const read = (f: string, required: boolean): Record<string, unknown> | null => {
+            let text: string;
+            try { text = readFileSync(join(dir, f), "utf8"); } catch {
+                if (!required) return null;
+                throw new Error(`HfTokenizer: ${join(dir, f)}: missing (a model directory needs tokenizer.json)`);
+            }
+            try { return JSON.parse(text) as Record<string, unknown>; } catch { throw new SyntaxError(`HfTokenizer: ${join(dir, f)}: not JSON (truncated or corrupted?)`); }
+        };
+        const tj = read("tokenizer.json", true)!;
+        const cfg = read("tokenizer_config.json", false) ?? {};
+        return new HfTokenizer(tj, cfg, options);
+    }
+
+    isStop(id: number): boolean { return this.stopIds.has(id); }
+
+    /** Token ids of `text`, without added special tokens (a chat template writes its own). */
+    encode(text: string): number[] {
+        if (typeof text !== "string") throw new TypeError(`HfTokenizer.encode: text: expected a string, got ${describe(text)}`);
+        return this.tk.encode(text, { add_special_tokens: false }).ids;
+    }
+
+    /** Text of `ids`, special tokens skipped; ids without a string (padded vocabulary) decode to nothing. */
+    decode(ids: ArrayLike<number>): string {
+        const keep: number[] = [];
+        for (let i = 0; i < ids.length; i++) {
+            const x = ids[i]!;
+            if (Number.isInteger(x) && x >= 0 && x < this.tokenizerSize) keep.push(x);
+        }
+        return keep.length === 0 ? "" : this.tk.decode(keep, { skip_special_tokens: true });
+    }
+
+    /** The chat template rendered for `messages` (with the assistant's header when addGenerationPrompt). */
+    applyChatTemplate(messages: readonly ChatMessage[], options: { addGenerationPrompt?: boolean } = {}): string {
+        if (!this.template) throw new Error("HfTokenizer: the tokenizer has no chat_template (pass one as chatTemplate when loading)");
+        return this.template.render({ messages: messages.map((m) => ({ role: m.role, content: m.content })), add_generation_prompt: options.addGenerationPrompt ?? true,
+            ...this.specialTokens, raise_exception: (msg: string) => { throw new Error(`HfTokenizer: chat_template: ${msg}`); } });
+    }
+
+    encodeChat(messages: readonly ChatMessage[]): number[] {
+        return this.encode(this.applyChatTemplate(messages));
+    }
+}

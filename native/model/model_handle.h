@@ -1,0 +1,39 @@
+// model_handle.h: the maporl_gpt handle of maporl.h (private to native/model): one model of either family, and
+// the state a scoring forward leaves for its backward (model_scores.cpp).
+#pragma once
+
+#include <stdint.h>
+
+#include <memory>
+#include <vector>
+
+#include "native/include/maporl.h"
+#include "native/model/gpt.h"
+#include "native/model/gpt_cuda.h"
+#include "native/model/llama.h"
+
+struct maporl_gpt {
+    std::unique_ptr<maporl::gpt::Model<float>> gm;    // the GPT family, or
+    std::unique_ptr<maporl::llama::Model<float>> lm;  // the Llama family
+    maporl::gpt::CudaModel * cuda = nullptr;          // non-null: the (GPT) model lives on the device
+    explicit maporl_gpt(const maporl::gpt::Config & c) : gm(new maporl::gpt::Model<float>(c)) {}
+    explicit maporl_gpt(const maporl::llama::Config & c) : lm(new maporl::llama::Model<float>(c)) {}
+    ~maporl_gpt() { maporl::gpt::cuda_model_free(cuda); }
+    // fn(model) on whichever family this handle holds (the families share member names).
+    template <class Fn>
+    decltype(auto) visit(Fn && fn) {
+        if (gm) return fn(*gm);
+        return fn(*lm);
+    }
+    template <class Fn>
+    decltype(auto) visit(Fn && fn) const {
+        if (gm) return fn(static_cast<const maporl::gpt::Model<float> &>(*gm));
+        return fn(static_cast<const maporl::llama::Model<float> &>(*lm));
+    }
+    // What maporl_gpt_score kept for maporl_gpt_score_backward: the targets, the temperature and the row chunk.
+    std::vector<int32_t> score_targets;
+    float score_temperature = 1.0f;
+    int64_t score_chunk = 0;
+    maporl_gpt(const maporl_gpt &) = delete;
+    maporl_gpt & operator=(const maporl_gpt &) = delete;
+};

@@ -1,0 +1,108 @@
+// model_scores.cpp: scoring and training through the log-probs instead of the logits (maporl_gpt_score,
+// maporl_gpt_score_backward). The forward keeps the final hidden state, and the LM head runs over `chunk` rows at a
+// time: each chunk's logits give their log-probs (and entropies), and the backward recomputes them to turn the
+// loss's gradient w.r.t. those log-probs into the head's and the hidden state's gradients. So no [B, T, V] array
+// exists at any time (a Qwen vocabulary of 151,936 at B = 4, T = 256 would be 622 MB of float logits), at the
+// cost of the LM head's GEMM once more in training. The results equal the fused kernel's over the full logits (the
+// same row formulas), up to the summation order of the head's weight gradient over chunks.
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "native/core/core.h"
+#include "native/model/model_handle.h"
+#include "native/rl/policy_loss.h"
+
+using namespace maporl;
+
+namespace {
+
+// Rows per chunk: about 32 MB of float logits, at least 1.
+int64_t chunk_rows(int64_t asked, int64_t V, int64_t N) {
+    const int64_t c = asked > 0 ? asked : std::max<int64_t>(1, ((int64_t)8 << 20) / std::max<int64_t>(1, V));
+    return std::min(c, std::max<int64_t>(1, N));
+}
+
+}  // namespace
+
+extern "C" {
+
+maporl_status maporl_gpt_score(maporl_gpt * gpt, const int32_t * tokens, const int32_t * targets, int64_t B, int64_t T,
+                               float temperature, int64_t chunk, float * logp_out, float * entropy_out, float * values_out) {
+    return guarded([&] {
+        if (!gpt) throw_error(MAPORL_ERR_INVALID_ARG, "gpt: expected a model, got NULL");
+        if (gpt->cuda) throw_error(MAPORL_ERR_INVALID_ARG, "score: the model is on CUDA (use maporl_gpt_forward and the fused loss there)");
+        require_dims(B, T, "B", "T");
+        const int64_t N = B * T;
+        require_ptr(tokens, "tokens", N);
+        require_ptr(targets, "targets", N);
+        require_ptr(logp_out, "logp_out", N);
+        if (!(temperature > 0.0f) || !(temperature < INFINITY))
+            throw_error(MAPORL_ERR_INVALID_ARG, "temperature: expected a finite number > 0, got %g", (double)temperature);
+        const int64_t V = gpt->visit([](const auto & m) { return m.cfg.vocab; });
+        for (int64_t n = 0; n < N; ++n)
+            if (targets[n] < 0 || targets[n] >= V)
+                throw_error(MAPORL_ERR_INVALID_ARG, "targets: expected ids in [0, %lld), got %d at index %lld", (long long)V, (int)targets[n], (long long)n);
+        gpt->score_targets.clear();  // a failed forward leaves nothing for a backward
+        if (gpt->gm) {
+            auto & m = *gpt->gm;
+            m.forward(tokens, B, T);
+            logprobs_cpu<float>(m.logits.data(), targets, N, V, temperature, logp_out, entropy_out);
+            if (values_out) std::memcpy(values_out, m.values.data(), sizeof(float) * (size_t)N);
+        } else {
+            auto & m = *gpt->lm;
+            m.forward(tokens, B, T, /*head=*/false);
+            const int64_t rows = chunk_rows(chunk, V, N);
+            std::vector<float> z((size_t)(rows * V));
+            for (int64_t n0 = 0; n0 < N; n0 += rows) {
+                const int64_t r = std::min(rows, N - n0);
+                m.head_rows(z.data(), n0, r);
+                logprobs_cpu<float>(z.data(), targets + n0, r, V, temperature, logp_out + n0, entropy_out ? entropy_out + n0 : nullptr);
+            }
+            if (values_out) std::memcpy(values_out, m.values.data(), sizeof(float) * (size_t)N);
+        }
+        gpt->score_targets.assign(targets, targets + N);
+        gpt->score_temperature = temperature;
+        gpt->score_chunk = chunk;
+        return MAPORL_OK;
+    });
+}
+
+maporl_status maporl_gpt_score_backward(maporl_gpt * gpt, const float * grad_logp, const float * grad_entropy, const float * dvalues) {
+    return guarded([&] {
+        if (!gpt) throw_error(MAPORL_ERR_INVALID_ARG, "gpt: expected a model, got NULL");
+        const int64_t N = (int64_t)gpt->score_targets.size();
+        if (N == 0 || gpt->cuda) throw_error(MAPORL_ERR_INVALID_ARG, "score_backward: no maporl_gpt_score to go back through");
+        if (!grad_logp && !grad_entropy && !dvalues) throw_error(MAPORL_ERR_INVALID_ARG, "score_backward: expected grad_logp, grad_entropy or dvalues");
+        const int32_t * y = gpt->score_targets.data();
+        const float temp = gpt->score_temperature;
+        const int64_t V = gpt->visit([](const auto & m) { return m.cfg.vocab; });
+        std::vector<float> zero_lp;
+        if (!grad_logp) zero_lp.assign((size_t)N, 0.0f);
+        const float * gl = grad_logp ? grad_logp : zero_lp.data();
+        const bool head = grad_logp || grad_entropy;
+        if (gpt->gm) {
+            auto & m = *gpt->gm;
+            if (head) logits_backward_cpu<float>(m.logits.data(), y, N, V, temp, gl, grad_entropy, m.logits.data());  // in place
+            m.backward(head ? m.logits.data() : nullptr, dvalues);
+        } else {
+            auto & m = *gpt->lm;
+            std::vector<float> dlnf((size_t)(N * m.cfg.d_model), 0.0f);
+            if (head) {
+                const int64_t rows = chunk_rows(gpt->score_chunk, V, N);
+                std::vector<float> z((size_t)(rows * V));
+                for (int64_t n0 = 0; n0 < N; n0 += rows) {
+                    const int64_t r = std::min(rows, N - n0);
+                    m.head_rows(z.data(), n0, r);
+                    logits_backward_cpu<float>(z.data(), y + n0, r, V, temp, gl + n0, grad_entropy ? grad_entropy + n0 : nullptr, z.data());
+                    m.head_backward_rows(dlnf.data(), z.data(), n0, r);
+                }
+            }
+            m.backward_hidden(dlnf, dvalues);
+        }
+        gpt->score_targets.clear();  // one backward per scoring forward
+        return MAPORL_OK;
+    });
+}
+
+}  // extern "C"
