@@ -50,8 +50,10 @@ export { defaultPrompts, feedbackBin, type DebatePrompts, type DebateTask, type 
 export { transcriptToJSON, transcriptFromJSON, transcriptScores, type Transcript, type TurnEntry } from "./debate/transcript.js";
 export { JsonlTracer, otelTracer, teeTracer, type Span, type Tracer } from "./debate/trace.js";
 export { JointRollout, JointRolloutError, type JointRolloutOptions, type JointTree, type JointAction, type TransitionInput } from "./debate/jointRollout.js";
-export { NativePolicy, type NativePolicyConfig, type TrainBatch, type TrainOptions, type TrainResult } from "./policy/nativePolicy.js";
-export { CharTokenizer, SPECIAL_TOKENS, type TokenizerJSON } from "./policy/tokenizer.js";
+export { NativePolicy, type NativePolicyConfig, type LoadOptions, type SaveOptions, type TrainBatch, type TrainOptions, type TrainResult } from "./policy/nativePolicy.js";
+export { HfTokenizer, IdsOnlyTokenizer, type HfTokenizerOptions } from "./policy/hfTokenizer.js";
+export { HF_MODEL_TYPES, type HfModelType } from "./policy/hf.js";
+export { CharTokenizer, SPECIAL_TOKENS, type TokenizerJSON, type PolicyTokenizer } from "./policy/tokenizer.js";
 export { readSafetensors, writeSafetensors, type TensorEntry } from "./policy/safetensors.js";
 export { splitSumTask, arithDebateTask, type Task, type TaskItem } from "./train/tasks.js";
 export { toyGame, observation1, observation2, toyPayoffGrid, type ToyOptions, type ToyPayoffs, type ToyResult } from "./train/toy.js";

@@ -119,7 +119,8 @@ export interface NativeBinding {
     sampleLogprobsAsync(...args: SampleLogprobsArgs): Promise<void>;
     gptCreate(config: NativeGptConfig, seed: number): GptHandle;
     gptFree(h: GptHandle): void;
-    llamaCreate(config: NativeLlamaConfig, seed: number): GptHandle;
+    /** seed null: every parameter 0 (a loader writes them). */
+    llamaCreate(config: NativeLlamaConfig, seed: number | null): GptHandle;
     gptSetTensor(h: GptHandle, index: number, dtype: 0 | 1 | 2, data: Uint8Array): void;
     gptScore(h: GptHandle, tokens: Int32Array, targets: Int32Array, B: number, T: number, temperature: number, chunk: number, logp: F32,
         entropy: F32 | null, values: F32 | null): void;

@@ -106,7 +106,7 @@ int Flag(const Napi::Object & o, const char * key) {
 
 // llamaCreate({vocab, context, layers, dModel, heads, kvHeads, headDim, intermediate, rmsEps, ropeTheta, ropeScaling:
 // 0|1|2, ropeFactor, ropeLowFreqFactor, ropeHighFreqFactor, ropeOriginalMaxPosition, qkvBias, oBias, qkNorm,
-// tieEmbeddings}, seed) -> handle (answers every gpt* call)
+// tieEmbeddings}, seed | null) -> handle (answers every gpt* call; null: parameters 0, for a loader)
 Napi::Value LlamaCreate(const Napi::CallbackInfo & info) {
     if (info.Length() < 2 || !info[0].IsObject()) throw Napi::TypeError::New(info.Env(), "llamaCreate: expected (config, seed)");
     Napi::Object o = info[0].As<Napi::Object>();
@@ -130,9 +130,8 @@ Napi::Value LlamaCreate(const Napi::CallbackInfo & info) {
     c.o_bias = Flag(o, "oBias");
     c.qk_norm = Flag(o, "qkNorm");
     c.tie_embeddings = Flag(o, "tieEmbeddings");
-    const double seed = RequireNumber(info, 1, "seed");
     maporl_gpt * g = nullptr;
-    const maporl_status st = maporl_llama_create(&c, (uint64_t)seed, &g);
+    const maporl_status st = info[1].IsNull() ? maporl_llama_create_zeroed(&c, &g) : maporl_llama_create(&c, (uint64_t)RequireNumber(info, 1, "seed"), &g);
     if (st != MAPORL_OK) ThrowStatus(info.Env(), st, "llamaCreate");
     return Wrap(info.Env(), g, 4);  // the weights; gradients and moments come with the first training call
 }

@@ -9,6 +9,8 @@ import { join } from "node:path";
 import { native, type GptHandle, type NativeLlamaConfig } from "../native.js";
 import { writeFileDurable } from "../durable.js";
 import { describe } from "../validate.js";
+import type { PolicyTokenizer } from "./tokenizer.js";
+import { HfTokenizer } from "./hfTokenizer.js";
 import { readSafetensorsHeader, readTensorBytes, type TensorHeader, writeSafetensors } from "./safetensors.js";
 
 export const HF_MODEL_TYPES = ["llama", "mistral", "qwen2", "qwen3"] as const;
@@ -217,8 +219,61 @@ export function saveHfWeights(dir: string, h: GptHandle, params: Float32Array, m
     return [...files, "model.safetensors.index.json", "value_head.safetensors"];
 }
 
-/** Copies the tokenizer files of `from` that exist into `to`. */
-export function copyTokenizerFiles(from: string, to: string): void {
-    for (const f of ["tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json", "merges.txt", "tokenizer.model", "chat_template.jinja"])
+/** Writes `tokenizer`'s files into `to` (tokenizer.json and tokenizer_config.json from memory), and copies the other
+ * tokenizer files of `from` that exist (special_tokens_map.json, vocab.json, merges.txt, ...). */
+export function writeTokenizerFiles(tokenizer: PolicyTokenizer, from: string | null, to: string): void {
+    if (tokenizer instanceof HfTokenizer) {
+        writeFileDurable(join(to, "tokenizer.json"), JSON.stringify(tokenizer.files.tokenizerJson));
+        writeFileDurable(join(to, "tokenizer_config.json"), JSON.stringify(tokenizer.files.tokenizerConfig, null, 2));
+    }
+    if (from === null) return;
+    for (const f of ["special_tokens_map.json", "vocab.json", "merges.txt", "tokenizer.model", "chat_template.jinja", "added_tokens.json"])
         if (existsSync(join(from, f))) copyFileSync(join(from, f), join(to, f));
+}
+
+/** Whether `dir` looks like a Hugging Face model directory (a config.json with model_type). */
+export function isHfModelDir(dir: string): boolean {
+    try {
+        const raw = JSON.parse(readFileSync(join(dir, "config.json"), "utf8")) as unknown;
+        return raw !== null && typeof raw === "object" && "model_type" in (raw as object);
+    } catch {
+        return false;
+    }
+}
+
+/** config.json of a model directory, as an object (errors name the file). */
+export function readJsonObject(path: string, what: string): Record<string, unknown> {
+    let text: string;
+    try { text = readFileSync(path, "utf8"); } catch { throw new Error(`NativePolicy.load: ${path}: missing (${what})`); }
+    let v: unknown;
+    try { v = JSON.parse(text); } catch { throw new SyntaxError(`NativePolicy.load: ${path}: not JSON (truncated or corrupted?)`); }
+    if (v === null || typeof v !== "object" || Array.isArray(v)) throw new SyntaxError(`NativePolicy.load: ${path}: expected a JSON object`);
+    return v as Record<string, unknown>;
+}
+
+/** The files maporl adds to a Hugging Face directory it saves: its own state (step, name, context) beside the model. */
+export interface HfSavedState {
+    format: "maporl-hf";
+    version: 1;
+    name: string;
+    step: number;
+    contextLength: number;
+}
+
+/**
+ * Writes a Hugging Face directory into `dir` (an empty temporary directory): config.json (the source's, with
+ * torch_dtype float32 and the engine's values), generation_config.json, the weights (sharded above
+ * `maxShardBytes`), the tokenizer's files, value_head.safetensors and maporl.json.
+ */
+export function writeHfDir(dir: string, h: GptHandle, info: HfModelInfo, state: HfSavedState, tokenizer: PolicyTokenizer, tokenizerDir: string | null,
+    maxShardBytes: number): void {
+    const params = new Float32Array(native.gptParamCount(h));
+    native.gptGet(h, 0, params);
+    saveHfWeights(dir, h, params, maxShardBytes);
+    const raw = { ...info.raw, torch_dtype: "float32" };
+    writeFileDurable(join(dir, "config.json"), JSON.stringify(raw, null, 2));
+    const gen: Record<string, unknown> = { bos_token_id: info.bosId ?? undefined, eos_token_id: info.stopIds.length === 1 ? info.stopIds[0] : info.stopIds };
+    writeFileDurable(join(dir, "generation_config.json"), JSON.stringify(gen, null, 2));
+    writeTokenizerFiles(tokenizer, tokenizerDir, dir);
+    writeFileDurable(join(dir, "maporl.json"), JSON.stringify(state, null, 2));
 }

@@ -42,12 +42,15 @@ export class HfTokenizer implements PolicyTokenizer {
     /** bos_token, eos_token, pad_token, unk_token as tokenizer_config.json names them (null when absent). */
     readonly specialTokens: Readonly<Record<"bos_token" | "eos_token" | "pad_token" | "unk_token", string | null>>;
     readonly chatTemplate: string | null;
+    /** tokenizer.json and tokenizer_config.json as given (save() writes them back). */
+    readonly files: { readonly tokenizerJson: unknown; readonly tokenizerConfig: Readonly<Record<string, unknown>> };
     private readonly tk: Tokenizer;
     private readonly template: Template | null;
 
     constructor(tokenizerJson: unknown, tokenizerConfig: Record<string, unknown>, options: HfTokenizerOptions) {
         if (tokenizerJson === null || typeof tokenizerJson !== "object") throw new TypeError(`HfTokenizer: tokenizer.json: expected a JSON object, got ${describe(tokenizerJson)}`);
         this.tk = new Tokenizer(tokenizerJson, tokenizerConfig);
+        this.files = { tokenizerJson, tokenizerConfig: options.chatTemplate === undefined ? tokenizerConfig : { ...tokenizerConfig, chat_template: options.chatTemplate } };
         let size = 0;
         for (const id of this.tk.get_vocab(true).values()) size = Math.max(size, id + 1);
         this.tokenizerSize = size;
@@ -118,4 +121,27 @@ export class HfTokenizer implements PolicyTokenizer {
     encodeChat(messages: readonly ChatMessage[]): number[] {
         return this.encode(this.applyChatTemplate(messages));
     }
+}
+
+/**
+ * The stand-in for a model directory loaded with `tokenizer: null` (no tokenizer.json, e.g. a weights-only test
+ * checkpoint): requests give `promptTokenIds`, generations carry token ids and an empty text; encoding text is an
+ * error that says so.
+ */
+export class IdsOnlyTokenizer implements PolicyTokenizer {
+    readonly vocabSize: number;
+    readonly eos: number;
+    readonly pad: number;
+    private readonly stops: ReadonlySet<number>;
+    constructor(vocabSize: number, stopIds: readonly number[]) {
+        this.vocabSize = vocabSize;
+        const stops = stopIds.filter((x) => Number.isInteger(x) && x >= 0 && x < vocabSize);
+        this.eos = stops[0] ?? 0;
+        this.pad = this.eos;
+        this.stops = new Set(stops);
+    }
+    isStop(id: number): boolean { return this.stops.has(id); }
+    encode(): number[] { throw new Error("this model was loaded without a tokenizer (tokenizer: null): give requests promptTokenIds"); }
+    decode(): string { return ""; }
+    encodeChat(): number[] { return this.encode(); }
 }

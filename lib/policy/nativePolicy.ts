@@ -1,9 +1,14 @@
-// nativePolicy.ts: the embedded GPT as a Policy (native/model/gpt.h through bindings/model/gpt.cpp). Generation decodes with
+// nativePolicy.ts: the native model engine as a Policy (bindings/model/gpt.cpp): the embedded GPT (native/model/gpt.h),
+// or a Hugging Face Llama / Mistral / Qwen2 / Qwen3 directory (native/model/llama.h, loaded by hf.ts, tokenized by
+// hfTokenizer.ts with the model's own chat template). Generation decodes with
 // the KV cache and draws every token with the `sample` kernel (per-request seeds, the token's position as the
 // counter, the processed log-prob returned); training runs forward, a loss from the loss kernels (cross-entropy
 // for SFT, or any policy loss), backward and AdamW off the main thread. Calls on one model are serialised.
-// Checkpoints are directories: model.safetensors, optimizer.safetensors, config.json, tokenizer.json, written to
-// a temporary directory that replaces the old one by rename, so a crash never leaves a half-written checkpoint.
+// Checkpoints are directories: model.safetensors, optimizer.safetensors, config.json, tokenizer.json (a Hugging Face
+// model saves as a Hugging Face directory, plus optimizer.safetensors, value_head.safetensors and maporl.json),
+// written to a temporary directory that replaces the old one by rename, so a crash never leaves a half-written one.
+// A Llama-family model trains and scores through log-probs (gptScore): its LM head runs over row chunks, so no
+// [B, T, V] logits exist (a 151,936-token vocabulary).
 import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 
@@ -14,9 +19,12 @@ import { native, type GptHandle } from "../native.js";
 import { fusedPolicyLoss, logprobs } from "../rl/logits.js";
 import { type LossOptions, type PolicyLossStats, valueLoss } from "../rl/policyLoss.js";
 import { sample } from "../rl/sampling.js";
+import { type HfModelInfo, type HfSavedState, isHfModelDir, loadHfWeights, readHfConfig, readJsonObject, writeHfDir } from "./hf.js";
+import { HfTokenizer, IdsOnlyTokenizer } from "./hfTokenizer.js";
 import { readSafetensors, writeSafetensors } from "./safetensors.js";
 import { describe, requireArray, requireBoolean, requireInteger, requireNumber, requireOptions, requireShape2 } from "../validate.js";
-import { CharTokenizer } from "./tokenizer.js";
+import { CharTokenizer, type PolicyTokenizer } from "./tokenizer.js";
+import { policyLoss } from "../rl/policyLoss.js";
 import { type GenerateRequest, type Generation, type Policy, requestMessages, requestSampling, requestSeed } from "./types.js";
 
 export interface NativePolicyConfig {
@@ -100,21 +108,62 @@ function firstStop(text: string, stop: readonly string[], before: number): numbe
     return at;
 }
 
+/** Options of NativePolicy.load. */
+export interface LoadOptions {
+    /** 'cpu' (default), 'cuda' or 'auto'. The Llama family runs on the CPU in this version. */
+    device?: Device;
+    /** Hugging Face directories: cap the positions below max_position_embeddings (KV-cache and activation memory grow
+     * with it). Defaults to min(max_position_embeddings, sliding_window where one applies, 8192). */
+    contextLength?: number;
+    /** Hugging Face directories: the tokenizer, instead of the directory's tokenizer.json: another directory's path,
+     * an HfTokenizer, or null for none (requests then give promptTokenIds; generations carry ids and no text). */
+    tokenizer?: string | HfTokenizer | null;
+    /** Hugging Face directories: a chat template to use instead of tokenizer_config.json's. */
+    chatTemplate?: string;
+    name?: string;
+}
+
+/** Options of save(). */
+export interface SaveOptions {
+    /** Hugging Face models: the largest weight file; above it model-0000k-of-0000n.safetensors shards with
+     * model.safetensors.index.json. Defaults to 5 GB (transformers' save_pretrained default). */
+    maxShardBytes?: number;
+}
+
+// A Hugging Face model's config and where its tokenizer files came from.
+interface HfState { info: HfModelInfo; tokenizerDir: string | null }
+
 const TRAIN_OPTION_KEYS = ["loss", "valueClip", "lr", "beta1", "beta2", "eps", "weightDecay", "maxGradNorm", "accumulate", "signal", "onProgress"];
 
 const requireInt = (what: string, x: unknown, lo: number, hi: number) => requireInteger("NativePolicy", what, x, lo, hi);
 
 export class NativePolicy implements Policy {
     readonly name: string;
-    readonly tokenizer: CharTokenizer;
+    readonly tokenizer: PolicyTokenizer;
+    /** The GPT's config; for a Hugging Face model its shape in the same terms (mlpRatio = intermediate_size /
+     * hidden_size, rounded), the whole config being `hfConfig`. */
     readonly config: Required<Omit<NativePolicyConfig, "tokenizer" | "name" | "device">>;
+    /** 'gpt' (the embedded model) or 'llama' (a Hugging Face llama / mistral / qwen2 / qwen3 model). */
+    readonly family: "gpt" | "llama";
+    private readonly hf: HfState | null;
     private handle: GptHandle | null;
     private queue: Promise<unknown> = Promise.resolve();
     private readonly V: number;
     private needZero = true;
 
-    private constructor(config: NativePolicyConfig, handle?: GptHandle) {
-        this.tokenizer = config.tokenizer ?? CharTokenizer.ascii();
+    private constructor(config: NativePolicyConfig, handle?: GptHandle, hf?: { state: HfState; tokenizer: PolicyTokenizer }) {
+        this.family = hf ? "llama" : "gpt";
+        this.hf = hf?.state ?? null;
+        this.tokenizer = hf?.tokenizer ?? config.tokenizer ?? CharTokenizer.ascii();
+        if (hf) {
+            const e = hf.state.info.engine;
+            this.config = { contextLength: e.context, layers: e.layers, heads: e.heads, dModel: e.dModel, mlpRatio: Math.max(1, Math.round(e.intermediate / e.dModel)),
+                tieEmbeddings: e.tieEmbeddings, seed: 0 };
+            this.V = e.vocab;
+            this.name = config.name ?? `${hf.state.info.modelType}-${e.layers}x${e.dModel}`;
+            this.handle = handle!;
+            return;
+        }
         this.config = {
             contextLength: requireInt("contextLength", config.contextLength, 1, 65536), layers: requireInt("layers", config.layers, 1, 256),
             heads: requireInt("heads", config.heads, 1, 65536), dModel: requireInt("dModel", config.dModel, 1, 65536),
@@ -139,7 +188,8 @@ export class NativePolicy implements Policy {
     private placed(fn: string, device: unknown): NativePolicy {
         const d = resolveDevice(fn, device ?? "cpu", 1, 0);
         try {
-            if (d === "cuda") native.gptSetDevice(this.h(), 1);
+            // 'auto' keeps a Llama-family model on the CPU (its CUDA kernels are not built yet); 'cuda' says so.
+            if (d === "cuda" && !(this.family === "llama" && device === "auto")) native.gptSetDevice(this.h(), 1);
         } catch (e) {
             native.gptFree(this.h());
             this.handle = null;
@@ -149,6 +199,15 @@ export class NativePolicy implements Policy {
     }
 
     get parameterCount(): number { return native.gptParamCount(this.h()); }
+
+    /** The embedded GPT's CharTokenizer (`what` needs one: a Hugging Face model has none, and the error says so). */
+    charTokenizer(what: string): CharTokenizer {
+        if (this.tokenizer instanceof CharTokenizer) return this.tokenizer;
+        throw new Error(`${this.name}: ${what} run on the embedded GPT in this version (this is a ${this.hf?.info.modelType ?? "non-GPT"} model)`);
+    }
+
+    /** A Hugging Face model's config.json as loaded (null for the embedded GPT). */
+    get hfConfig(): Readonly<Record<string, unknown>> | null { return this.hf?.info.raw ?? null; }
 
     /** Where the model lives now. */
     get device(): "cpu" | "cuda" { return native.gptGetDevice(this.h()) === 1 ? "cuda" : "cpu"; }
@@ -184,7 +243,7 @@ export class NativePolicy implements Policy {
      */
     async generate(requests: GenerateRequest[], options: { signal?: AbortSignal; onProgress?: (done: number, total: number) => void } = {}): Promise<Generation[]> {
         if (!Array.isArray(requests)) throw new TypeError(`${this.name}: requests: expected an array`);
-        const prompts = requests.map((r, i) => this.tokenizer.encodeChat(requestMessages(this.name, r, i)));
+        const prompts = requests.map((r, i) => this.promptOf(r, i));
         const sampling = requests.map((r, i) => requestSampling(this.name, r, i));
         const seeds = requests.map((r, i) => requestSeed(this.name, r, i));
         prompts.forEach((p, i) => {
@@ -200,6 +259,18 @@ export class NativePolicy implements Policy {
             const ms = performance.now() - t0;
             return gens.map((g) => ({ ...g, latencyMs: ms }));
         });
+    }
+
+    // A request's prompt ids: promptTokenIds as given, else its messages in the model's chat format.
+    private promptOf(r: GenerateRequest, i: number): number[] {
+        const ids = (r as { promptTokenIds?: unknown } | null)?.promptTokenIds;
+        if (ids === undefined) {
+            const messages = requestMessages(this.name, r, i);
+            try { return this.tokenizer.encodeChat(messages); } catch (e) { throw new (e instanceof TypeError ? TypeError : Error)(`${this.name}: requests[${i}]: ${(e as Error).message}`); }
+        }
+        if (!Array.isArray(ids) || ids.length === 0 || !ids.every((x) => Number.isInteger(x) && x >= 0 && x < this.V))
+            throw new TypeError(`${this.name}: requests[${i}].promptTokenIds: expected a non-empty array of token ids in [0, ${this.V}), got ${describe(ids)}`);
+        return [...(ids as number[])];
     }
 
     private async decodeBatch(prompts: number[][], reqs: ReturnType<typeof requestSampling>[], seeds: bigint[],
@@ -238,14 +309,14 @@ export class NativePolicy implements Policy {
             for (let b = 0; b < B; b++) {
                 if (finished[b] || pos < lens[b]! - 1) continue;
                 const t = s.tokens[b]!;
-                if (t === this.tokenizer.eos) finished[b] = "stop";
+                if (this.tokenizer.isStop(t)) finished[b] = "stop";
                 else {
                     toks[b]!.push(t);
                     lps[b]!.push(s.logprobs[b]!);
                     const stop = reqs[b]!.stop;
                     if (stop) {
                         const before = texts[b]!.length;
-                        texts[b] += this.tokenizer.decode([t]);
+                        texts[b] = this.tokenizer.decode(toks[b]!);  // whole: a byte-level token may complete a character
                         cut[b] = firstStop(texts[b]!, stop, before);
                     }
                     if (cut[b]! >= 0) finished[b] = "stop";
@@ -262,13 +333,19 @@ export class NativePolicy implements Policy {
     async logprobs(batch: { tokens: Int32Array; shape: readonly [number, number] }): Promise<Float32Array> {
         const [B, T] = this.checkBatch("logprobs", batch);
         return this.serial(async () => {
-            const logits = new Float32Array(B * T * this.V);
-            await native.gptForwardAsync(this.h(), batch.tokens, B, T, logits, null);
             // Position t is scored against token t + 1; the last position of a row against itself, then zeroed.
             const targets = new Int32Array(B * T);
             for (let b = 0; b < B; b++)
                 for (let t = 0; t < T; t++) targets[b * T + t] = batch.tokens[b * T + Math.min(t + 1, T - 1)]!;
-            const out = logprobs({ logits, targets, shape: [B * T, this.V] }, { device: "cpu" }).logp;
+            let out: Float32Array;
+            if (this.family === "llama") {  // the LM head in row chunks: never [B, T, V] logits
+                out = new Float32Array(B * T);
+                await native.gptScoreAsync(this.h(), batch.tokens, targets, B, T, 1, 0, out, null, null);
+            } else {
+                const logits = new Float32Array(B * T * this.V);
+                await native.gptForwardAsync(this.h(), batch.tokens, B, T, logits, null);
+                out = logprobs({ logits, targets, shape: [B * T, this.V] }, { device: "cpu" }).logp;
+            }
             for (let b = 0; b < B; b++) out[b * T + T - 1] = 0;
             return out;
         });
@@ -332,6 +409,10 @@ export class NativePolicy implements Policy {
             const phase = (done: number) => { o.onProgress?.(done, phases); };
             o.signal?.throwIfAborted();
             const isValue = loss === "value";
+            if (this.family === "llama" && !isValue) {
+                const r = await this.scoredLoss(batch, loss, o.signal, phase);
+                return this.finishStep(h, r, accumulate, [lr, beta1, beta2, eps, weightDecay, maxGradNorm], phase);
+            }
             const logits = isValue ? null : new Float32Array(B * T * this.V), values = isValue ? new Float32Array(B * T) : null;
             await native.gptForwardAsync(h, batch.tokens, B, T, logits, values);
             phase(1);
@@ -346,15 +427,45 @@ export class NativePolicy implements Policy {
             if (this.needZero) native.gptZeroGrad(h);
             await native.gptBackwardAsync(h, "gradValues" in r ? null : r.gradLogits, "gradValues" in r ? r.gradValues : null);
             phase(3);
-            if (accumulate) {
-                this.needZero = false;
-                return { loss: r.loss, gradNorm: NaN, stats: r.stats, step: native.gptGetStep(h) };
-            }
-            const gradNorm = await native.gptStepAsync(h, lr, beta1, beta2, eps, weightDecay, maxGradNorm);
-            this.needZero = true;
-            phase(4);
-            return { loss: r.loss, gradNorm, stats: r.stats, step: native.gptGetStep(h) };
+            return this.finishStep(h, r, accumulate, [lr, beta1, beta2, eps, weightDecay, maxGradNorm], phase);
         });
+    }
+
+    // The optimizer step after a backward (or, with accumulate, the gradients kept for the next call).
+    private async finishStep(h: GptHandle, r: { loss: number; stats: PolicyLossStats }, accumulate: boolean,
+        adam: [number, number, number, number, number, number], phase: (done: number) => void): Promise<TrainResult> {
+        if (accumulate) {
+            this.needZero = false;
+            return { loss: r.loss, gradNorm: NaN, stats: r.stats, step: native.gptGetStep(h) };
+        }
+        const gradNorm = await native.gptStepAsync(h, ...adam);
+        this.needZero = true;
+        phase(4);
+        return { loss: r.loss, gradNorm, stats: r.stats, step: native.gptGetStep(h) };
+    }
+
+    // A Llama-family step through log-probs: the forward scores the targets (log-prob and entropy per token, the LM
+    // head in row chunks), the policy loss runs on those [B, T] values (SFT = REINFORCE with advantage 1 and
+    // token-mean, which is the mean cross-entropy), and the backward turns d loss / d logp and d loss / d entropy
+    // into the gradients, recomputing each chunk's logits. The same loss and gradient as the fused kernel on the
+    // full logits, without them.
+    private async scoredLoss(batch: TrainBatch, loss: "sft" | LossOptions, signal: AbortSignal | undefined,
+        phase: (done: number) => void): Promise<{ loss: number; stats: PolicyLossStats }> {
+        const [B, T] = batch.shape, N = B * T, h = this.h();
+        const logp = new Float32Array(N), entropy = new Float32Array(N);
+        await native.gptScoreAsync(h, batch.tokens, batch.targets, B, T, 1, 0, logp, entropy, null);
+        phase(1);
+        signal?.throwIfAborted();
+        const sft = loss === "sft";
+        const r = policyLoss({ logp, mask: batch.mask, shape: [B, T], entropy, advantages: sft ? new Float32Array(N).fill(1) : batch.advantages!,
+            ...(batch.oldLogp ? { oldLogp: batch.oldLogp } : {}), ...(batch.refLogp ? { refLogp: batch.refLogp } : {}) },
+        sft ? { type: "reinforce", aggregation: "token-mean", device: "cpu" } : { ...loss, device: "cpu" });
+        phase(2);
+        signal?.throwIfAborted();
+        if (this.needZero) native.gptZeroGrad(h);
+        await native.gptScoreBackwardAsync(h, r.gradLogp, r.gradEntropy ?? null, null);
+        phase(3);
+        return r;
     }
 
     // verl's (clipped) value loss on the value head's outputs, and its gradient w.r.t. them.
@@ -373,7 +484,9 @@ export class NativePolicy implements Policy {
      * state is not copied. */
     async clone(name?: string): Promise<NativePolicy> {
         return this.serial(async () => {
-            const c = new NativePolicy({ ...this.config, tokenizer: this.tokenizer, name: name ?? `${this.name}-clone` });
+            const cname = name ?? `${this.name}-clone`;
+            const c = this.hf ? new NativePolicy({ name: cname } as NativePolicyConfig, native.llamaCreate(this.hf.info.engine, 0), { state: this.hf, tokenizer: this.tokenizer })
+                : new NativePolicy({ ...this.config, tokenizer: this.charTokenizer("clone"), name: cname });
             const p = new Float32Array(this.parameterCount);
             native.gptGet(this.h(), 0, p);
             native.gptSet(c.h(), 0, p);
@@ -381,22 +494,38 @@ export class NativePolicy implements Policy {
         });
     }
 
-    /** Writes the checkpoint directory `dir` (replacing it atomically). */
-    async save(dir: string): Promise<void> {
+    /** Writes the checkpoint directory `dir` (replacing it atomically). A Hugging Face model writes a Hugging Face
+     * directory (config.json, generation_config.json, float32 weights, the tokenizer files) that transformers and vLLM
+     * load as it is, plus maporl's value_head.safetensors, maporl.json and, once trained, optimizer.safetensors. */
+    async save(dir: string, options: SaveOptions = {}): Promise<void> {
+        const o = requireOptions<SaveOptions>(`${this.name}.save`, "options", options, ["maxShardBytes"]);
+        const maxShardBytes = requireNumber(`${this.name}.save`, "maxShardBytes", o.maxShardBytes, 5e9, 1, Number.MAX_SAFE_INTEGER);
         return this.serial(async () => {
-            const h = this.h(), n = this.parameterCount;
+            const h = this.h(), n = this.parameterCount, step = native.gptGetStep(h);
             const tmp = `${dir}.tmp-${process.pid}-${Date.now()}`;
             mkdirSync(tmp, { recursive: true });
             const all = (which: 0 | 1 | 2) => { const a = new Float32Array(n); native.gptGet(h, which, a); return a; };
-            const p = all(0), m = all(1), v = all(2);
-            const tensors = native.gptTensors(h);
-            writeSafetensors(join(tmp, "model.safetensors"), tensors.map((t) => ({ name: t.name, shape: t.shape,
-                data: p.subarray(t.offset, t.offset + t.shape.reduce((a, b) => a * b, 1)) })), { format: "pt" });
-            writeSafetensors(join(tmp, "optimizer.safetensors"), [{ name: "m", shape: [n], data: m }, { name: "v", shape: [n], data: v }]);
-            writeFileDurable(join(tmp, "tokenizer.json"), JSON.stringify(this.tokenizer.toJSON()));
-            writeFileDurable(join(tmp, "config.json"), JSON.stringify({ format: "maporl-gpt", version: 1, name: this.name, ...this.config,
-                vocab: this.V, step: native.gptGetStep(h) }, null, 2));
-            fsyncDir(tmp);
+            const optimizer = () => writeSafetensors(join(tmp, "optimizer.safetensors"), [{ name: "m", shape: [n], data: all(1) }, { name: "v", shape: [n], data: all(2) }]);
+            try {
+                if (this.hf) {
+                    writeHfDir(tmp, h, this.hf.info, { format: "maporl-hf", version: 1, name: this.name, step, contextLength: this.config.contextLength },
+                        this.tokenizer, this.hf.tokenizerDir, maxShardBytes);
+                    if (step > 0) optimizer();  // (an untrained model's moments are zero: not allocated, not written)
+                } else {
+                    const p = all(0);
+                    const tensors = native.gptTensors(h);
+                    writeSafetensors(join(tmp, "model.safetensors"), tensors.map((t) => ({ name: t.name, shape: t.shape,
+                        data: p.subarray(t.offset, t.offset + t.shape.reduce((a, b) => a * b, 1)) })), { format: "pt" });
+                    optimizer();
+                    writeFileDurable(join(tmp, "tokenizer.json"), JSON.stringify(this.charTokenizer("save").toJSON()));
+                    writeFileDurable(join(tmp, "config.json"), JSON.stringify({ format: "maporl-gpt", version: 1, name: this.name, ...this.config,
+                        vocab: this.V, step }, null, 2));
+                }
+                fsyncDir(tmp);
+            } catch (e) {
+                rmSync(tmp, { recursive: true, force: true });
+                throw e;
+            }
             const old = `${dir}.old-${process.pid}-${Date.now()}`;
             if (existsSync(dir)) renameSync(dir, old);
             renameSync(tmp, dir);
@@ -405,9 +534,16 @@ export class NativePolicy implements Policy {
         });
     }
 
-    /** Loads a checkpoint directory written by save() (checkpoints do not record a device: `options.device`,
-     * default 'cpu'). */
-    static async load(dir: string, options: { device?: Device } = {}): Promise<NativePolicy> {
+    /** Loads a checkpoint directory written by save(), or a Hugging Face model directory (a config.json with
+     * model_type: llama, mistral, qwen2 or qwen3; model.safetensors or its shards in F32, BF16 or F16; tokenizer.json
+     * and tokenizer_config.json's chat template). Checkpoints do not record a device: `options.device`, default 'cpu'.
+     * A bad directory fails before any weight is written, naming the file, key or tensor. */
+    static async load(dir: string, options: LoadOptions = {}): Promise<NativePolicy> {
+        if (typeof dir !== "string" || dir.length === 0) throw new TypeError(`NativePolicy.load: dir: expected a directory path, got ${describe(dir)}`);
+        const o = requireOptions<LoadOptions>("NativePolicy.load", "options", options, ["device", "contextLength", "tokenizer", "chatTemplate", "name"]);
+        if (isHfModelDir(dir)) return NativePolicy.loadHf(dir, o);
+        for (const k of ["contextLength", "tokenizer", "chatTemplate"] as const)
+            if (o[k] !== undefined) throw new RangeError(`NativePolicy.load: ${k}: only for Hugging Face directories (${join(dir, "config.json")} has no model_type)`);
         const read = (f: string) => {
             try { return readFileSync(join(dir, f), "utf8"); } catch { throw new Error(`NativePolicy.load: ${join(dir, f)}: missing (not a checkpoint directory?)`); }
         };
@@ -450,6 +586,83 @@ export class NativePolicy implements Policy {
         }
         native.gptSetStep(h, requireInt("config.json step", cfg.step, 0, Number.MAX_SAFE_INTEGER));
         return policy.placed("NativePolicy.load", options.device);
+    }
+
+    /**
+     * A randomly initialised model of a Hugging Face architecture from its config.json object (transformers'
+     * from_config): matrices normal(0, 0.02), norms 1, biases 0. `tokenizer` is a directory with tokenizer.json, an
+     * HfTokenizer, or null. save() writes it as a Hugging Face directory.
+     */
+    static async fromConfig(hfConfig: Record<string, unknown>, options: Omit<LoadOptions, "tokenizer"> & { tokenizer: string | HfTokenizer | null; seed?: number }): Promise<NativePolicy> {
+        const fn = "NativePolicy.fromConfig";
+        if (hfConfig === null || typeof hfConfig !== "object" || Array.isArray(hfConfig)) throw new TypeError(`${fn}: hfConfig: expected a config.json object, got ${describe(hfConfig)}`);
+        const o = requireOptions<LoadOptions & { seed?: number }>(fn, "options", options, ["device", "contextLength", "tokenizer", "chatTemplate", "name", "seed"]);
+        const seed = requireInt("seed", o.seed ?? 0, 0, Number.MAX_SAFE_INTEGER);
+        const info = readHfConfig("(hfConfig)", { ...hfConfig }, o.contextLength);
+        if (o.contextLength === undefined) info.engine.context = Math.min(info.engine.context, 8192);
+        const { tokenizer, tokenizerDir } = NativePolicy.hfTokenizer(fn, null, info, o);
+        const h = native.llamaCreate(info.engine, seed);
+        return new NativePolicy({ name: o.name } as NativePolicyConfig, h, { state: { info, tokenizerDir }, tokenizer }).placed(fn, o.device);
+    }
+
+    // The tokenizer of a Hugging Face model: options.tokenizer (a directory, an HfTokenizer or null), else `dir`'s.
+    private static hfTokenizer(fn: string, dir: string | null, info: HfModelInfo, o: LoadOptions): { tokenizer: PolicyTokenizer; tokenizerDir: string | null } {
+        const tk = o.tokenizer;
+        const tkOptions = { vocabSize: info.engine.vocab, stopIds: info.stopIds, ...(o.chatTemplate !== undefined ? { chatTemplate: o.chatTemplate } : {}) };
+        if (tk === null) return { tokenizer: new IdsOnlyTokenizer(info.engine.vocab, info.stopIds), tokenizerDir: null };
+        if (tk instanceof HfTokenizer) {
+            if (tk.tokenizerSize > info.engine.vocab) throw new RangeError(`${fn}: tokenizer: it has ids up to ${tk.tokenizerSize - 1}, the model's vocab_size is ${info.engine.vocab}`);
+            return { tokenizer: tk, tokenizerDir: null };
+        }
+        if ((tk === undefined && dir !== null) || typeof tk === "string") {
+            const from = tk ?? dir!;
+            if (!existsSync(join(from, "tokenizer.json")))
+                throw new Error(`${fn}: ${join(from, "tokenizer.json")}: missing (a model directory needs its tokenizer; pass tokenizer: null to load the weights alone)`);
+            try { return { tokenizer: HfTokenizer.fromDir(from, tkOptions), tokenizerDir: from }; } catch (e) { throw new (e instanceof SyntaxError ? SyntaxError : Error)(`${fn}: ${(e as Error).message}`); }
+        }
+        throw new TypeError(`${fn}: tokenizer: expected a directory path, an HfTokenizer or null, got ${describe(tk)}`);
+    }
+
+    private static loadHf(dir: string, o: LoadOptions): NativePolicy {
+        const fn = "NativePolicy.load";
+        const raw = readJsonObject(join(dir, "config.json"), "a model directory needs config.json");
+        const savedPath = join(dir, "maporl.json");
+        const saved = existsSync(savedPath) ? readJsonObject(savedPath, "maporl's state") as unknown as HfSavedState : null;
+        if (saved && (saved.format !== "maporl-hf" || saved.version !== 1 || !Number.isInteger(saved.step) || saved.step < 0 || !Number.isInteger(saved.contextLength)))
+            throw new SyntaxError(`${fn}: ${savedPath}: expected {format: 'maporl-hf', version: 1, step, contextLength, name}`);
+        const info = readHfConfig(dir, raw, o.contextLength ?? saved?.contextLength);
+        if (o.contextLength === undefined && !saved) info.engine.context = Math.min(info.engine.context, 8192);
+        const { tokenizer, tokenizerDir } = NativePolicy.hfTokenizer(fn, dir, info, o);
+        const h = native.llamaCreate(info.engine, null);
+        try {
+            loadHfWeights(dir, h, info.engine.tieEmbeddings);
+            const head = join(dir, "value_head.safetensors");
+            if (existsSync(head)) {
+                const t = readSafetensors(head).tensors;
+                const all = native.gptTensors(h);
+                for (const name of ["value_head.weight", "value_head.bias"]) {
+                    const src = t.find((x) => x.name === name), k = all.findIndex((x) => x.name === name);
+                    const size = all[k]!.shape.filter((d) => d > 0).reduce((a, b) => a * b, 1);
+                    if (!src || src.data.length !== size) throw new SyntaxError(`${fn}: ${head}: ${name} missing or of the wrong size (expected ${size} values)`);
+                    native.gptSetTensor(h, k, 0, new Uint8Array(src.data.buffer, src.data.byteOffset, src.data.byteLength));
+                }
+            }
+            const opt = join(dir, "optimizer.safetensors");
+            if (saved && existsSync(opt)) {
+                const n = native.gptParamCount(h), t = readSafetensors(opt).tensors;
+                for (const [which, name] of [[1, "m"], [2, "v"]] as const) {
+                    const x = t.find((y) => y.name === name);
+                    if (!x || x.data.length !== n) throw new SyntaxError(`${fn}: ${opt}: ${name} missing or of the wrong size (expected ${n} values)`);
+                    native.gptSet(h, which, x.data);
+                }
+            }
+            if (saved) native.gptSetStep(h, saved.step);
+        } catch (e) {
+            native.gptFree(h);
+            throw e;
+        }
+        const name = o.name ?? (saved && typeof saved.name === "string" ? saved.name : undefined);
+        return new NativePolicy({ name } as NativePolicyConfig, h, { state: { info, tokenizerDir }, tokenizer }).placed(fn, o.device);
     }
 
     /** Frees the native model after the calls in flight. */

@@ -27,6 +27,8 @@ export interface GenerateRequest {
     /** Chat messages; or `prompt`, sent as one user message. */
     messages?: ChatMessage[];
     prompt?: string;
+    /** Token ids to continue as they are (no chat template; vLLM's prompt_token_ids). Native policies only. */
+    promptTokenIds?: readonly number[];
     sampling?: SamplingOptions;
     /** An integer (number or bigint) in [-2^63, 2^64); a negative seed is taken modulo 2^64 (its int64 bits). */
     seed?: number | bigint;

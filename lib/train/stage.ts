@@ -49,7 +49,7 @@ export async function stageModels(cfg: TrainConfig, schedule: TrainConfig["sched
         else trainable.push(await get(`actor-${a}`, () => base.clone(`actor-${a}`)));
     }
     const criticOf = (name: string, seed: number) => get(name, () => NativePolicy.create({ ...cfg.critic, contextLength: cfg.model.contextLength,
-        tokenizer: base.tokenizer, seed: cfg.seed * 31 + seed, name, device: cfg.device }));
+        tokenizer: base.charTokenizer("the trainers' critics"), seed: cfg.seed * 31 + seed, name, device: cfg.device }));
     const critics: (NativePolicy | null)[] = [];
     if (cfg.algo === "collm-cc") {
         const c = await criticOf("critic-central", 101);

@@ -418,6 +418,8 @@ typedef struct maporl_llama_config {
 maporl_llama_config maporl_llama_default_config(void);
 /* A model initialised from `seed` (matrices normal(0, 0.02), norms 1, biases 0). */
 maporl_status maporl_llama_create(const maporl_llama_config * config, uint64_t seed, maporl_gpt ** out);
+/* The same model with every parameter 0 (no initialisation pass): for a loader that writes every tensor. */
+maporl_status maporl_llama_create_zeroed(const maporl_llama_config * config, maporl_gpt ** out);
 
 typedef enum maporl_dtype { MAPORL_DTYPE_F32 = 0, MAPORL_DTYPE_BF16 = 1, MAPORL_DTYPE_F16 = 2 } maporl_dtype;
 /* Writes tensor `index`'s parameters from `count` elements of `dtype` (widened exactly to float; a checkpoint is

@@ -174,14 +174,17 @@ maporl_status maporl_gpt_forward(maporl_gpt * gpt, const int32_t * tokens, int64
         require_gpt(gpt);
         require_dims(B, T, "B", "T");
         require_ptr(tokens, "tokens", B * T);
+        gpt->score_targets.clear();  // this forward replaces the activations a scoring backward would need
         if (gpt->cuda) {
             gpt::cuda_model_forward(gpt->cuda, tokens, B, T, logits_out, values_out);
             gpt->gm->B = B;
             gpt->gm->T = T;
             return MAPORL_OK;
         }
+        // A Llama model computes its [B, T, V] logits only when they are asked for (values alone need none).
+        if (gpt->gm) gpt->gm->forward(tokens, B, T);
+        else gpt->lm->forward(tokens, B, T, logits_out != nullptr);
         gpt->visit([&](auto & m) {
-            m.forward(tokens, B, T);
             if (logits_out) std::memcpy(logits_out, m.logits.data(), sizeof(float) * m.logits.size());
             if (values_out) std::memcpy(values_out, m.values.data(), sizeof(float) * m.values.size());
         });
@@ -361,7 +364,8 @@ maporl_llama_config maporl_llama_default_config(void) {
     return c;
 }
 
-maporl_status maporl_llama_create(const maporl_llama_config * config, uint64_t seed, maporl_gpt ** out) {
+namespace {
+maporl_status llama_create(const maporl_llama_config * config, bool init, uint64_t seed, maporl_gpt ** out) {
     return guarded([&] {
         require_ptr(config, "config", 1);
         require_ptr(out, "out", 1);
@@ -390,10 +394,19 @@ maporl_status maporl_llama_create(const maporl_llama_config * config, uint64_t s
         l.qk_norm = c.qk_norm != 0;
         l.tie_embeddings = c.tie_embeddings != 0;
         auto * g = new maporl_gpt(l);
-        g->lm->init(seed);
+        if (init) g->lm->init(seed);  // else zeros, for a loader that writes every tensor
         *out = g;
         return MAPORL_OK;
     });
+}
+}  // namespace
+
+maporl_status maporl_llama_create(const maporl_llama_config * config, uint64_t seed, maporl_gpt ** out) {
+    return llama_create(config, true, seed, out);
+}
+
+maporl_status maporl_llama_create_zeroed(const maporl_llama_config * config, maporl_gpt ** out) {
+    return llama_create(config, false, 0, out);
 }
 
 namespace {
