@@ -115,7 +115,7 @@ export class HfTokenizer implements PolicyTokenizer {
     applyChatTemplate(messages: readonly ChatMessage[], options: { addGenerationPrompt?: boolean } = {}): string {
         if (!this.template) throw new Error("HfTokenizer: the tokenizer has no chat_template (pass one as chatTemplate when loading)");
         return this.template.render({ messages: messages.map((m) => ({ role: m.role, content: m.content })), add_generation_prompt: options.addGenerationPrompt ?? true,
-            ...this.specialTokens, raise_exception: (msg: string) => { throw new Error(`HfTokenizer: chat_template: ${msg}`); } });
+            ...this.specialTokens });  // (@huggingface/jinja defines raise_exception itself)
     }
 
     encodeChat(messages: readonly ChatMessage[]): number[] {
