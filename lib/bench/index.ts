@@ -11,6 +11,7 @@ import { native } from "../native.js";
 import { crossCheckBaselines, type CrossCheck } from "./crosscheck.js";
 import { benchGae } from "./gae.js";
 import { benchGpt } from "./gpt.js";
+import { benchLlama } from "./llama.js";
 import { benchGroupAdvantages } from "./groupAdvantages.js";
 import { benchFusedPolicyLoss, benchPolicyLoss } from "./policyLoss.js";
 import { benchReinforceReturns } from "./reinforceReturns.js";
@@ -27,6 +28,7 @@ export const BENCHMARKS: Record<string, (ctx: BenchContext) => Promise<BenchRow[
     fusedPolicyLoss: benchFusedPolicyLoss,
     sample: benchSampling,
     gpt: benchGpt,
+    llama: benchLlama,
 };
 
 export interface BenchOptions {

@@ -19,8 +19,9 @@ import { native, type GptHandle } from "../native.js";
 import { fusedPolicyLoss, logprobs } from "../rl/logits.js";
 import { type LossOptions, type PolicyLossStats, valueLoss } from "../rl/policyLoss.js";
 import { sample } from "../rl/sampling.js";
-import { type HfModelInfo, type HfSavedState, isHfModelDir, loadHfWeights, readHfConfig, readJsonObject, writeHfDir } from "./hf.js";
-import { HfTokenizer, IdsOnlyTokenizer } from "./hfTokenizer.js";
+import { type HfModelInfo, isHfModelDir, readHfConfig, writeHfDir } from "./hf.js";
+import { openHfModel, resolveHfTokenizer } from "./hfLoad.js";
+import type { HfTokenizer } from "./hfTokenizer.js";
 import { readSafetensors, writeSafetensors } from "./safetensors.js";
 import { describe, requireArray, requireBoolean, requireInteger, requireNumber, requireOptions, requireShape2 } from "../validate.js";
 import { CharTokenizer, type PolicyTokenizer } from "./tokenizer.js";
@@ -600,69 +601,15 @@ export class NativePolicy implements Policy {
         const seed = requireInt("seed", o.seed ?? 0, 0, Number.MAX_SAFE_INTEGER);
         const info = readHfConfig("(hfConfig)", { ...hfConfig }, o.contextLength);
         if (o.contextLength === undefined) info.engine.context = Math.min(info.engine.context, 8192);
-        const { tokenizer, tokenizerDir } = NativePolicy.hfTokenizer(fn, null, info, o);
+        const { tokenizer, tokenizerDir } = resolveHfTokenizer(fn, null, info, o);
         const h = native.llamaCreate(info.engine, seed);
         return new NativePolicy({ name: o.name } as NativePolicyConfig, h, { state: { info, tokenizerDir }, tokenizer }).placed(fn, o.device);
     }
 
-    // The tokenizer of a Hugging Face model: options.tokenizer (a directory, an HfTokenizer or null), else `dir`'s.
-    private static hfTokenizer(fn: string, dir: string | null, info: HfModelInfo, o: LoadOptions): { tokenizer: PolicyTokenizer; tokenizerDir: string | null } {
-        const tk = o.tokenizer;
-        const tkOptions = { vocabSize: info.engine.vocab, stopIds: info.stopIds, ...(o.chatTemplate !== undefined ? { chatTemplate: o.chatTemplate } : {}) };
-        if (tk === null) return { tokenizer: new IdsOnlyTokenizer(info.engine.vocab, info.stopIds), tokenizerDir: null };
-        if (tk instanceof HfTokenizer) {
-            if (tk.tokenizerSize > info.engine.vocab) throw new RangeError(`${fn}: tokenizer: it has ids up to ${tk.tokenizerSize - 1}, the model's vocab_size is ${info.engine.vocab}`);
-            return { tokenizer: tk, tokenizerDir: null };
-        }
-        if ((tk === undefined && dir !== null) || typeof tk === "string") {
-            const from = tk ?? dir!;
-            if (!existsSync(join(from, "tokenizer.json")))
-                throw new Error(`${fn}: ${join(from, "tokenizer.json")}: missing (a model directory needs its tokenizer; pass tokenizer: null to load the weights alone)`);
-            try { return { tokenizer: HfTokenizer.fromDir(from, tkOptions), tokenizerDir: from }; } catch (e) { throw new (e instanceof SyntaxError ? SyntaxError : Error)(`${fn}: ${(e as Error).message}`); }
-        }
-        throw new TypeError(`${fn}: tokenizer: expected a directory path, an HfTokenizer or null, got ${describe(tk)}`);
-    }
-
     private static loadHf(dir: string, o: LoadOptions): NativePolicy {
-        const fn = "NativePolicy.load";
-        const raw = readJsonObject(join(dir, "config.json"), "a model directory needs config.json");
-        const savedPath = join(dir, "maporl.json");
-        const saved = existsSync(savedPath) ? readJsonObject(savedPath, "maporl's state") as unknown as HfSavedState : null;
-        if (saved && (saved.format !== "maporl-hf" || saved.version !== 1 || !Number.isInteger(saved.step) || saved.step < 0 || !Number.isInteger(saved.contextLength)))
-            throw new SyntaxError(`${fn}: ${savedPath}: expected {format: 'maporl-hf', version: 1, step, contextLength, name}`);
-        const info = readHfConfig(dir, raw, o.contextLength ?? saved?.contextLength);
-        if (o.contextLength === undefined && !saved) info.engine.context = Math.min(info.engine.context, 8192);
-        const { tokenizer, tokenizerDir } = NativePolicy.hfTokenizer(fn, dir, info, o);
-        const h = native.llamaCreate(info.engine, null);
-        try {
-            loadHfWeights(dir, h, info.engine.tieEmbeddings);
-            const head = join(dir, "value_head.safetensors");
-            if (existsSync(head)) {
-                const t = readSafetensors(head).tensors;
-                const all = native.gptTensors(h);
-                for (const name of ["value_head.weight", "value_head.bias"]) {
-                    const src = t.find((x) => x.name === name), k = all.findIndex((x) => x.name === name);
-                    const size = all[k]!.shape.filter((d) => d > 0).reduce((a, b) => a * b, 1);
-                    if (!src || src.data.length !== size) throw new SyntaxError(`${fn}: ${head}: ${name} missing or of the wrong size (expected ${size} values)`);
-                    native.gptSetTensor(h, k, 0, new Uint8Array(src.data.buffer, src.data.byteOffset, src.data.byteLength));
-                }
-            }
-            const opt = join(dir, "optimizer.safetensors");
-            if (saved && existsSync(opt)) {
-                const n = native.gptParamCount(h), t = readSafetensors(opt).tensors;
-                for (const [which, name] of [[1, "m"], [2, "v"]] as const) {
-                    const x = t.find((y) => y.name === name);
-                    if (!x || x.data.length !== n) throw new SyntaxError(`${fn}: ${opt}: ${name} missing or of the wrong size (expected ${n} values)`);
-                    native.gptSet(h, which, x.data);
-                }
-            }
-            if (saved) native.gptSetStep(h, saved.step);
-        } catch (e) {
-            native.gptFree(h);
-            throw e;
-        }
-        const name = o.name ?? (saved && typeof saved.name === "string" ? saved.name : undefined);
-        return new NativePolicy({ name } as NativePolicyConfig, h, { state: { info, tokenizerDir }, tokenizer }).placed(fn, o.device);
+        const m = openHfModel(dir, o);
+        return new NativePolicy({ name: m.name } as NativePolicyConfig, m.handle, { state: { info: m.info, tokenizerDir: m.tokenizerDir }, tokenizer: m.tokenizer })
+            .placed("NativePolicy.load", o.device);
     }
 
     /** Frees the native model after the calls in flight. */

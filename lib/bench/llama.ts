@@ -1,0 +1,123 @@
+// llama.ts (bench): a Hugging Face Llama-architecture model in the native engine at the SmolLM2-135M shape (hidden
+// 576, 30 layers, 9 heads, 3 KV heads, intermediate 1536, vocab 49152, tied head; random weights, float32) against
+// the same architecture in eager PyTorch (bench/python/llama.py), same run and thread count: KV-cache generation
+// (batch 8, 64-token prompts, 64 new tokens), single-stream decoding against the weight-read floor (the weights'
+// bytes per token over the copy bandwidth measured at the start of the run), a full fine-tuning step (B=4, T=256),
+// and loading a ~1 GB bf16 checkpoint (the Qwen2.5-0.5B shape) in a fresh process: seconds and peak RSS.
+import { spawnSync } from "node:child_process";
+import { closeSync, mkdtempSync, openSync, rmSync, writeFileSync, writeSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+
+import { native } from "../native.js";
+import { NativePolicy } from "../policy/nativePolicy.js";
+import { readHfConfig } from "../policy/hf.js";
+import { lcg } from "../random.js";
+import { timeMedian } from "./measure.js";
+import { runPython } from "./python.js";
+import { type BenchContext, type BenchRow } from "./types.js";
+
+const SMOL = { model_type: "llama", vocab_size: 49152, hidden_size: 576, intermediate_size: 1536, num_hidden_layers: 30, num_attention_heads: 9,
+    num_key_value_heads: 3, max_position_embeddings: 2048, rms_norm_eps: 1e-5, rope_theta: 10000, tie_word_embeddings: true, eos_token_id: [] };
+const QWEN05 = { model_type: "qwen2", vocab_size: 151936, hidden_size: 896, intermediate_size: 4864, num_hidden_layers: 24, num_attention_heads: 14,
+    num_key_value_heads: 2, max_position_embeddings: 32768, rms_norm_eps: 1e-6, rope_theta: 1000000, tie_word_embeddings: true, eos_token_id: 151645,
+    torch_dtype: "bfloat16" };
+
+// A bf16 checkpoint of `cfg`'s architecture with random values, written tensor by tensor (no model in memory).
+function writeRandomBf16(dir: string, cfg: Record<string, unknown>): number {
+    const info = readHfConfig(dir, cfg);
+    const h = native.llamaCreate({ ...info.engine, layers: 1 }, null);  // one block's names, repeated per layer below
+    const one = native.gptTensors(h).filter((t) => !t.name.startsWith("value_head."));
+    native.gptFree(h);
+    const tensors: { name: string; shape: number[] }[] = [];
+    for (const t of one) {
+        const shape = t.shape.filter((d) => d > 0);
+        if (!t.name.startsWith("model.layers.0.")) tensors.push({ name: t.name, shape });
+        else for (let l = 0; l < info.engine.layers; l++) tensors.push({ name: t.name.replace("layers.0.", `layers.${l}.`), shape });
+    }
+    const header: Record<string, unknown> = { __metadata__: { format: "pt" } };
+    let off = 0;
+    for (const t of tensors) {
+        const n = 2 * t.shape.reduce((a, b) => a * b, 1);
+        header[t.name] = { dtype: "BF16", shape: t.shape, data_offsets: [off, off + n] };
+        off += n;
+    }
+    let json = JSON.stringify(header);
+    json = json.padEnd(Math.ceil(json.length / 8) * 8, " ");
+    const fd = openSync(join(dir, "model.safetensors"), "w");
+    const len = Buffer.alloc(8);
+    len.writeBigUInt64LE(BigInt(json.length));
+    writeSync(fd, len);
+    writeSync(fd, Buffer.from(json));
+    const chunk = new Uint16Array(1 << 22), next = lcg(3);
+    for (let i = 0; i < chunk.length; i++) chunk[i] = 0x3c00 + Math.floor(next() * 0x200) - 0x100 | (next() < 0.5 ? 0x8000 : 0);  // |x| ~ 0.004..0.03
+    for (let left = off; left > 0; left -= Math.min(left, chunk.byteLength))
+        writeSync(fd, new Uint8Array(chunk.buffer, 0, Math.min(left, chunk.byteLength)));
+    closeSync(fd);
+    writeFileSync(join(dir, "config.json"), JSON.stringify(cfg));
+    return 8 + json.length + off;
+}
+
+export async function benchLlama(ctx: BenchContext): Promise<BenchRow[]> {
+    const rows: BenchRow[] = [];
+    const next = lcg(7);
+    const V = SMOL.vocab_size;
+    const p = await NativePolicy.fromConfig(SMOL, { tokenizer: null, seed: 0, contextLength: 512 });
+    const bytes = p.parameterCount * 4;
+    const ts = (ms: number | null, tokens: number) => (ms === null ? "" : `${Math.round(tokens / (ms / 1e3))} tokens/s`);
+    const spec = { kernel: "llama", vocab: V, hidden: 576, layers: 30, heads: 9, kv_heads: 3, intermediate: 1536, tie: true, context: 512, threads: ctx.threads,
+        reps: 3, warmup: 1 };
+    const py = (extra: Record<string, unknown>) => (ctx.python ? runPython({ ...spec, ...extra }) : { ok: false as const, error: "skipped" });
+    const size = "SmolLM2-135M shape";
+    // Generation, batch 8.
+    const reqs = Array.from({ length: 8 }, () => ({ promptTokenIds: Array.from({ length: 64 }, () => Math.floor(next() * V)), sampling: { temperature: 0, maxTokens: 64 } }));
+    const gen = await timeMedian(() => p.generate(reqs), 2, 1);
+    const gb = py({ mode: "generate", batch: 8, prompt: 64, new: 64 });
+    const gbm = gb.ok ? gb.median_ms! : null;
+    rows.push({ kernel: "llama generate", size: `${size}, B=8 prompt=64 new=64`, impl: "maporl NativePolicy.generate (KV cache, greedy)", medianMs: gen.medianMs,
+        peakExtraBytes: null, bytesMoved: bytes, baselineMs: gbm, note: ts(gen.medianMs, 8 * 64) });
+    rows.push({ kernel: "llama generate", size: `${size}, B=8 prompt=64 new=64`, impl: "PyTorch eager loop with KV cache", medianMs: gbm, peakExtraBytes: null,
+        bytesMoved: bytes, baselineMs: null, note: gb.ok ? `${ts(gbm, 8 * 64)}, torch ${gb.torch}` : gb.error });
+    // Single stream: every new token reads every weight once.
+    const one = [{ promptTokenIds: reqs[0]!.promptTokenIds.slice(0, 4), sampling: { temperature: 0, maxTokens: 64 } }];
+    const single = await timeMedian(() => p.generate(one), 2, 1);
+    const floorMs = (bytes / native.measureCopyBandwidth(256 << 20, 5)) * 1e3 * 68;  // 68 decode steps (4 prompt + 64 new)
+    const sb = py({ mode: "generate", batch: 1, prompt: 4, new: 64 });
+    const sbm = sb.ok ? sb.median_ms! : null;
+    rows.push({ kernel: "llama decode B=1", size: `${size}, prompt=4 new=64`, impl: "maporl NativePolicy.generate", medianMs: single.medianMs, peakExtraBytes: null,
+        bytesMoved: bytes * 68, baselineMs: sbm, note: `${ts(single.medianMs, 64)}; weight-read floor ${Math.round(64 / (floorMs / 1e3))} tokens/s (${(100 * floorMs / single.medianMs).toFixed(0)}% of it)` });
+    rows.push({ kernel: "llama decode B=1", size: `${size}, prompt=4 new=64`, impl: "PyTorch eager loop with KV cache", medianMs: sbm, peakExtraBytes: null,
+        bytesMoved: bytes * 68, baselineMs: null, note: sb.ok ? `${ts(sbm, 64)}, torch ${sb.torch}` : sb.error });
+    // Full fine-tuning step.
+    const B = 4, T = 256;
+    const batch = { tokens: Int32Array.from({ length: B * T }, () => Math.floor(next() * V)), targets: Int32Array.from({ length: B * T }, () => Math.floor(next() * V)),
+        mask: new Uint8Array(B * T).fill(1), shape: [B, T] as [number, number] };
+    const rss0 = process.memoryUsage().rss;
+    const train = await timeMedian(() => p.trainStep(batch, { lr: 1e-5 }), 2, 1);
+    const rss1 = process.resourceUsage().maxRSS * 1024;
+    const tb = py({ mode: "train", batch: B, T });
+    const tbm = tb.ok ? tb.median_ms! : null;
+    rows.push({ kernel: "llama train step", size: `${size}, B=${B} T=${T}`, impl: "maporl NativePolicy.trainStep (full fine-tuning, AdamW)", medianMs: train.medianMs,
+        peakExtraBytes: Math.max(0, rss1 - rss0), bytesMoved: bytes, baselineMs: tbm, note: `${ts(train.medianMs, B * T)}; peak RSS ${(rss1 / 2 ** 30).toFixed(2)} GiB` });
+    rows.push({ kernel: "llama train step", size: `${size}, B=${B} T=${T}`, impl: "PyTorch same architecture, AdamW", medianMs: tbm,
+        peakExtraBytes: tb.ok ? tb.peak_extra_bytes ?? null : null, bytesMoved: bytes, baselineMs: null, note: tb.ok ? `${ts(tbm, B * T)}, torch ${tb.torch}` : tb.error });
+    await p.dispose();
+    // Loading a ~1 GB bf16 checkpoint in a fresh process.
+    const dir = mkdtempSync(join(tmpdir(), "maporl-bench-load-"));
+    try {
+        const fileBytes = writeRandomBf16(dir, QWEN05);
+        const index = fileURLToPath(new URL("../index.js", import.meta.url));
+        const script = `const { NativePolicy } = await import(${JSON.stringify(index)}); const t0 = performance.now();
+            const p = await NativePolicy.load(${JSON.stringify(dir)}, { tokenizer: null }); const ms = performance.now() - t0;
+            console.log(JSON.stringify({ ms, maxRss: process.resourceUsage().maxRSS * 1024, params: p.parameterCount }));`;
+        const r = spawnSync(process.execPath, ["--input-type=module", "-e", script], { encoding: "utf8" });
+        const out = JSON.parse((r.stdout ?? "").trim().split("\n").pop() || "null") as { ms: number; maxRss: number; params: number } | null;
+        rows.push({ kernel: "llama load", size: `Qwen2.5-0.5B shape, ${(fileBytes / 1e9).toFixed(2)} GB bf16`, impl: "maporl NativePolicy.load (fresh process)",
+            medianMs: out?.ms ?? null, peakExtraBytes: out?.maxRss ?? null, bytesMoved: fileBytes, baselineMs: null,
+            note: out ? `peak RSS ${(out.maxRss / 2 ** 30).toFixed(2)} GiB for ${(out.params / 1e6).toFixed(0)}M float32 parameters (${((out.params * 4) / 2 ** 30).toFixed(2)} GiB)` : (r.stderr ?? "").slice(-300) });
+    } finally {
+        rmSync(dir, { recursive: true, force: true });
+    }
+    return rows;
+}
