@@ -30,7 +30,7 @@ def main():
             torch.cuda.synchronize()
     peak = common.peak_extra_bytes(fn)
     median, samples = common.median_ms(fn, int(spec.get("reps", 5)), int(spec.get("warmup", 1)))
-    print(json.dumps({"ok": True, "torch": torch.__version__, "threads": torch.get_num_threads(),
+    print(json.dumps({"ok": True, "torch": torch.__version__, "threads": torch.get_num_threads(), "blas": common.blas_library(),
                       "median_ms": median, "samples_ms": samples, "peak_extra_bytes": peak}))
     return 0
 

@@ -15,7 +15,7 @@ import { NativePolicy } from "../policy/nativePolicy.js";
 import { readHfConfig } from "../policy/hf.js";
 import { lcg } from "../random.js";
 import { timeMedian } from "./measure.js";
-import { runPython } from "./python.js";
+import { blasName, runPython } from "./python.js";
 import { type BenchContext, type BenchRow } from "./types.js";
 
 const SMOL = { model_type: "llama", vocab_size: 49152, hidden_size: 576, intermediate_size: 1536, num_hidden_layers: 30, num_attention_heads: 9,
@@ -78,7 +78,7 @@ export async function benchLlama(ctx: BenchContext): Promise<BenchRow[]> {
     rows.push({ kernel: "llama generate", size: `${size}, B=8 prompt=64 new=64`, impl: "maporl NativePolicy.generate (KV cache, greedy)", medianMs: gen.medianMs,
         peakExtraBytes: null, bytesMoved: bytes, baselineMs: gbm, note: ts(gen.medianMs, 8 * 64) });
     rows.push({ kernel: "llama generate", size: `${size}, B=8 prompt=64 new=64`, impl: "PyTorch eager loop with KV cache", medianMs: gbm, peakExtraBytes: null,
-        bytesMoved: bytes, baselineMs: null, note: gb.ok ? `${ts(gbm, 8 * 64)}, torch ${gb.torch}` : gb.error });
+        bytesMoved: bytes, baselineMs: null, note: gb.ok ? `${ts(gbm, 8 * 64)}, torch ${gb.torch}, ${blasName(gb)}` : gb.error });
     // Single stream: every new token reads every weight once.
     const one = [{ promptTokenIds: reqs[0]!.promptTokenIds.slice(0, 4), sampling: { temperature: 0, maxTokens: 64 } }];
     const single = await timeMedian(() => p.generate(one), 2, 1);
@@ -88,7 +88,7 @@ export async function benchLlama(ctx: BenchContext): Promise<BenchRow[]> {
     rows.push({ kernel: "llama decode B=1", size: `${size}, prompt=4 new=64`, impl: "maporl NativePolicy.generate", medianMs: single.medianMs, peakExtraBytes: null,
         bytesMoved: bytes * 68, baselineMs: sbm, note: `${ts(single.medianMs, 64)}; weight-read floor ${Math.round(64 / (floorMs / 1e3))} tokens/s (${(100 * floorMs / single.medianMs).toFixed(0)}% of it)` });
     rows.push({ kernel: "llama decode B=1", size: `${size}, prompt=4 new=64`, impl: "PyTorch eager loop with KV cache", medianMs: sbm, peakExtraBytes: null,
-        bytesMoved: bytes * 68, baselineMs: null, note: sb.ok ? `${ts(sbm, 64)}, torch ${sb.torch}` : sb.error });
+        bytesMoved: bytes * 68, baselineMs: null, note: sb.ok ? `${ts(sbm, 64)}, torch ${sb.torch}, ${blasName(sb)}` : sb.error });
     // Full fine-tuning step.
     const B = 4, T = 256;
     const batch = { tokens: Int32Array.from({ length: B * T }, () => Math.floor(next() * V)), targets: Int32Array.from({ length: B * T }, () => Math.floor(next() * V)),
@@ -101,7 +101,7 @@ export async function benchLlama(ctx: BenchContext): Promise<BenchRow[]> {
     rows.push({ kernel: "llama train step", size: `${size}, B=${B} T=${T}`, impl: "maporl NativePolicy.trainStep (full fine-tuning, AdamW)", medianMs: train.medianMs,
         peakExtraBytes: Math.max(0, rss1 - rss0), bytesMoved: bytes, baselineMs: tbm, note: `${ts(train.medianMs, B * T)}; peak RSS ${(rss1 / 2 ** 30).toFixed(2)} GiB` });
     rows.push({ kernel: "llama train step", size: `${size}, B=${B} T=${T}`, impl: "PyTorch same architecture, AdamW", medianMs: tbm,
-        peakExtraBytes: tb.ok ? tb.peak_extra_bytes ?? null : null, bytesMoved: bytes, baselineMs: null, note: tb.ok ? `${ts(tbm, B * T)}, torch ${tb.torch}` : tb.error });
+        peakExtraBytes: tb.ok ? tb.peak_extra_bytes ?? null : null, bytesMoved: bytes, baselineMs: null, note: tb.ok ? `${ts(tbm, B * T)}, torch ${tb.torch}, ${blasName(tb)}` : tb.error });
     await p.dispose();
     // Loading a ~1 GB bf16 checkpoint in a fresh process.
     const dir = mkdtempSync(join(tmpdir(), "maporl-bench-load-"));

@@ -17,6 +17,18 @@ export interface PythonResult {
     median_ms?: number;
     samples_ms?: number[];
     peak_extra_bytes?: number | null;
+    /** The BLAS library the baseline loaded (bench/python/common.py's blas_library). */
+    blas?: string | null;
+}
+
+/** A baseline's BLAS as a short label for a benchmark note, flagging the netlib reference BLAS (~65x slower). */
+export function blasName(r: PythonResult): string {
+    const b = r.blas ?? "";
+    if (b.includes("openblas")) return "OpenBLAS";
+    if (b.includes("mkl")) return "MKL";
+    if (b.includes("blis")) return "BLIS";
+    if (b.includes("/blas/")) return "reference BLAS (slow: apt-get install libopenblas0-pthread)";
+    return b ? b.split("/").pop()! : "BLAS unknown";
 }
 
 let cachedPython: string | null | undefined;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -28,6 +29,28 @@ inline std::vector<float> rnd(size_t n, uint32_t seed, float scale = 1.0f) {
     return v;
 }
 
+// max |got - want| / (max |want| + 1e-30) <= tol, and no NaN / Inf in got. Prints the worst entry.
+inline bool close_rel(const std::vector<float> & got, const std::vector<float> & want, double tol, const char * what) {
+    if (got.size() != want.size()) {
+        std::printf("  %s: size %zu vs %zu\n", what, got.size(), want.size());
+        return false;
+    }
+    double scale = 0, worst = 0;
+    size_t at = 0;
+    for (size_t i = 0; i < want.size(); ++i) scale = std::max(scale, (double)std::fabs(want[i]));
+    for (size_t i = 0; i < got.size(); ++i) {
+        if (!std::isfinite(got[i])) {
+            std::printf("  %s[%zu]: not finite (%g)\n", what, i, (double)got[i]);
+            return false;
+        }
+        const double d = std::fabs((double)got[i] - (double)want[i]);
+        if (d > worst) worst = d, at = i;
+    }
+    const double rel = worst / (scale + 1e-30);
+    if (rel > tol) std::printf("  %s: worst at %zu: cuda %.8g, cpu %.8g (rel %.3g > %.3g)\n", what, at, (double)got[at], (double)want[at], rel, tol);
+    return rel <= tol;
+}
+
 inline int devices() {
     int n = 0;
     return maporl_cuda_device_count(&n) == MAPORL_OK ? n : 0;
@@ -48,7 +71,7 @@ inline int run(const char * binary, const char * what, int argc, char ** argv, v
     else if (!tests().empty())
         std::printf("  (no CUDA device: %zu %s tests not run)\n", tests().size(), what);
     const int rc = check::run_all(binary);
-    if (argc > 1 && std::strcmp(argv[1], "--bench") == 0) bench();
+    if (argc > 1 && std::strcmp(argv[1], "--bench") == 0 && bench) bench();
     return rc;
 }
 

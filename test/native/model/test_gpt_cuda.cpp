@@ -35,27 +35,7 @@ std::vector<int32_t> rnd_tokens(size_t n, int32_t V, uint32_t seed) {
     return t;
 }
 
-// max |got - want| / (max |want| + 1e-30) <= tol, and no NaN / Inf in got. Prints the worst entry.
-bool close_rel(const Vec & got, const Vec & want, double tol, const char * what) {
-    if (got.size() != want.size()) {
-        std::printf("  %s: size %zu vs %zu\n", what, got.size(), want.size());
-        return false;
-    }
-    double scale = 0, worst = 0;
-    size_t at = 0;
-    for (size_t i = 0; i < want.size(); ++i) scale = std::max(scale, (double)std::fabs(want[i]));
-    for (size_t i = 0; i < got.size(); ++i) {
-        if (!std::isfinite(got[i])) {
-            std::printf("  %s[%zu]: not finite (%g)\n", what, i, (double)got[i]);
-            return false;
-        }
-        const double d = std::fabs((double)got[i] - (double)want[i]);
-        if (d > worst) worst = d, at = i;
-    }
-    const double rel = worst / (scale + 1e-30);
-    if (rel > tol) std::printf("  %s: worst at %zu: cuda %.8g, cpu %.8g (rel %.3g > %.3g)\n", what, at, (double)got[at], (double)want[at], rel, tol);
-    return rel <= tol;
-}
+using gpu_check::close_rel;
 
 TEST(token_buckets_group_positions_by_id_in_order) {
     const std::vector<int32_t> tok = {3, 0, 3, 7, 0, 3, 2};

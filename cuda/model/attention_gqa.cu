@@ -1,0 +1,162 @@
+// attention_gqa.cu: CUDA causal attention with grouped key/value heads (native/model/llama_cuda.h; CPU reference
+// native/model/attention_gqa.cpp). q [B, T, NH*hs]; k, v [B, T, NKV*hs]; query head h reads kv head h / (NH / NKV).
+// Forward: one warp per query row (b, h, t), as attention.cu: lanes take the keys 0..t for the scores (kept in att,
+// zeros above the diagonal), a warp max / sum gives the softmax, lanes take the channels for the weighted sum.
+// Backward without atomics: pass 1 (warp per query row) writes g[t, t2] = a (datt - sum a datt) / sqrt(hs) to
+// scratch and adds dq; pass 2 (warp per key row (b, kv head, t2)) adds dk and dv over the group's query heads in
+// order and t >= t2 ascending (a fixed order).
+// NOTE(perf): a warp per row rereads K and V for every query; a flash-style tiled kernel is the upgrade for long
+// contexts.
+#include <cmath>
+
+#include "native/model/llama_cuda.h"
+#include "cuda/core/common.cuh"
+
+namespace maporl {
+namespace llama {
+namespace cuda {
+namespace {
+
+constexpr int kWarps = 4;
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int d = 16; d > 0; d >>= 1) v += __shfl_xor_sync(0xffffffffu, v, d);
+    return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+    for (int d = 16; d > 0; d >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, d));
+    return v;
+}
+
+__global__ void forward_kernel(float * out, float * att, const float * q, const float * k, const float * v, int64_t B, int64_t T,
+                               int64_t NH, int64_t NKV, int64_t hs, float scale) {
+    const int lane = threadIdx.x & 31;
+    const int64_t row = (int64_t)blockIdx.x * kWarps + (threadIdx.x >> 5);  // (b, h, t)
+    if (row >= B * NH * T) return;
+    const int64_t t = row % T, h = (row / T) % NH, b = row / (T * NH), kvh = h / (NH / NKV);
+    const int64_t QC = NH * hs, KC = NKV * hs;
+    const float * qr = q + (b * T + t) * QC + h * hs;
+    const float * kb = k + b * T * KC + kvh * hs;
+    const float * vb = v + b * T * KC + kvh * hs;
+    float * a = att + row * T;
+    float mx = -INFINITY;
+    for (int64_t t2 = lane; t2 <= t; t2 += 32) {
+        const float * kk = kb + t2 * KC;
+        float s = 0.0f;
+        for (int64_t i = 0; i < hs; ++i) s += qr[i] * kk[i];
+        s *= scale;
+        a[t2] = s;
+        mx = fmaxf(mx, s);
+    }
+    mx = warp_max(mx);
+    float sum = 0.0f;
+    for (int64_t t2 = lane; t2 <= t; t2 += 32) {
+        const float e = expf(a[t2] - mx);
+        a[t2] = e;
+        sum += e;
+    }
+    const float inv = 1.0f / warp_sum(sum);
+    for (int64_t t2 = lane; t2 <= t; t2 += 32) a[t2] *= inv;
+    for (int64_t t2 = t + 1 + lane; t2 < T; t2 += 32) a[t2] = 0.0f;
+    __syncwarp();
+    float * o = out + (b * T + t) * QC + h * hs;
+    for (int64_t i = lane; i < hs; i += 32) {
+        float s = 0.0f;
+        for (int64_t t2 = 0; t2 <= t; ++t2) s += a[t2] * vb[t2 * KC + i];
+        o[i] = s;
+    }
+}
+
+__global__ void backward_query_kernel(float * dq, float * g, const float * dout, const float * q, const float * k, const float * v,
+                                      const float * att, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hs, float scale) {
+    const int lane = threadIdx.x & 31;
+    const int64_t row = (int64_t)blockIdx.x * kWarps + (threadIdx.x >> 5);
+    if (row >= B * NH * T) return;
+    const int64_t t = row % T, h = (row / T) % NH, b = row / (T * NH), kvh = h / (NH / NKV);
+    const int64_t QC = NH * hs, KC = NKV * hs;
+    const float * kb = k + b * T * KC + kvh * hs;
+    const float * vb = v + b * T * KC + kvh * hs;
+    const float * a = att + row * T;
+    const float * d = dout + (b * T + t) * QC + h * hs;
+    float * gr = g + row * T;
+    float dot = 0.0f;
+    for (int64_t t2 = lane; t2 <= t; t2 += 32) {
+        const float * vv = vb + t2 * KC;
+        float s = 0.0f;
+        for (int64_t i = 0; i < hs; ++i) s += d[i] * vv[i];
+        gr[t2] = s;
+        dot += a[t2] * s;
+    }
+    dot = warp_sum(dot);
+    for (int64_t t2 = lane; t2 <= t; t2 += 32) gr[t2] = a[t2] * (gr[t2] - dot) * scale;
+    for (int64_t t2 = t + 1 + lane; t2 < T; t2 += 32) gr[t2] = 0.0f;
+    __syncwarp();
+    float * dqr = dq + (b * T + t) * QC + h * hs;
+    for (int64_t i = lane; i < hs; i += 32) {
+        float s = 0.0f;
+        for (int64_t t2 = 0; t2 <= t; ++t2) s += gr[t2] * kb[t2 * KC + i];
+        dqr[i] += s;
+    }
+    (void)q;
+}
+
+// Warp per key row (b, kv head, t2): dk[t2] = sum_h sum_{t >= t2} g[h, t, t2] q[t, h]; dv likewise with att and dout.
+__global__ void backward_key_kernel(float * dk, float * dv, const float * g, const float * dout, const float * q, const float * att,
+                                    int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hs) {
+    const int lane = threadIdx.x & 31;
+    const int64_t row = (int64_t)blockIdx.x * kWarps + (threadIdx.x >> 5);
+    if (row >= B * NKV * T) return;
+    const int64_t t2 = row % T, kvh = (row / T) % NKV, b = row / (T * NKV), group = NH / NKV;
+    const int64_t QC = NH * hs, KC = NKV * hs;
+    float * dkr = dk + (b * T + t2) * KC + kvh * hs;
+    float * dvr = dv + (b * T + t2) * KC + kvh * hs;
+    for (int64_t i = lane; i < hs; i += 32) {
+        float sk = 0.0f, sv = 0.0f;
+        for (int64_t j = 0; j < group; ++j) {
+            const int64_t h = kvh * group + j, head = (b * NH + h) * T;
+            for (int64_t t = t2; t < T; ++t) {
+                const int64_t r = (head + t) * T + t2;
+                sk += g[r] * q[(b * T + t) * QC + h * hs + i];
+                sv += att[r] * dout[(b * T + t) * QC + h * hs + i];
+            }
+        }
+        dkr[i] += sk;
+        dvr[i] += sv;
+    }
+}
+
+unsigned warps_grid(int64_t rows, const char * what) {
+    const int64_t blocks = (rows + kWarps - 1) / kWarps;
+    if (blocks > 2147483647LL) throw_error(MAPORL_ERR_INVALID_ARG, "%s: too many rows (%lld)", what, (long long)rows);
+    return (unsigned)blocks;
+}
+
+void require_groups(int64_t NH, int64_t NKV, const char * what) {
+    if (NKV < 1 || NH % NKV != 0) throw_error(MAPORL_ERR_INVALID_ARG, "%s: NKV: expected a divisor of NH (%lld), got %lld", what, (long long)NH, (long long)NKV);
+}
+
+}  // namespace
+
+void attention_gqa_forward(float * out, float * att, const float * q, const float * k, const float * v, int64_t B, int64_t T,
+                           int64_t NH, int64_t NKV, int64_t hs) {
+    if (B * T <= 0) return;
+    require_groups(NH, NKV, "attention_gqa_forward");
+    const float scale = 1.0f / std::sqrt((float)hs);
+    forward_kernel<<<warps_grid(B * NH * T, "attention_gqa_forward"), kWarps * 32>>>(out, att, q, k, v, B, T, NH, NKV, hs, scale);
+    MAPORL_CUDA_LAUNCHED("attention_gqa_forward");
+}
+
+void attention_gqa_backward(float * dq, float * dk, float * dv, const float * dout, const float * q, const float * k, const float * v,
+                            const float * att, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hs, float * scratch) {
+    if (B * T <= 0) return;
+    require_groups(NH, NKV, "attention_gqa_backward");
+    const float scale = 1.0f / std::sqrt((float)hs);
+    backward_query_kernel<<<warps_grid(B * NH * T, "attention_gqa_backward"), kWarps * 32>>>(dq, scratch, dout, q, k, v, att, B, T, NH, NKV, hs, scale);
+    MAPORL_CUDA_LAUNCHED("attention_gqa_backward");
+    backward_key_kernel<<<warps_grid(B * NKV * T, "attention_gqa_backward"), kWarps * 32>>>(dk, dv, scratch, dout, q, att, B, T, NH, NKV, hs);
+    MAPORL_CUDA_LAUNCHED("attention_gqa_backward");
+}
+
+}  // namespace cuda
+}  // namespace llama
+}  // namespace maporl
