@@ -58,6 +58,11 @@ template <typename F>
 void matmul_forward_wt(F * out, const F * inp, const F * wt, const F * bias, int64_t N, int64_t C, int64_t OC);
 template <typename F>
 void transpose_weight(F * wt, const F * weight, int64_t C, int64_t OC);
+// The same as matmul_forward for a few rows (decoding: N = the batch), reading `weight` [OC, C] once, row by row
+// (dot products over contiguous rows: bound by the weights' bytes, no transposed copy). Float on AVX2 / AVX-512
+// runs matmul_vec.inc's gemv_rows; each output is summed in a fixed order for any thread count.
+template <typename F>
+void matmul_forward_rows(F * out, const F * inp, const F * weight, const F * bias, int64_t N, int64_t C, int64_t OC);
 // dinp += dout @ weight; dweight += dout^T @ inp; dbias += sum_n dout (dbias may be null).
 template <typename F>
 void matmul_backward(F * dinp, F * dweight, F * dbias, const F * dout, const F * inp, const F * weight, int64_t N,

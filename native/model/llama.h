@@ -90,7 +90,9 @@ struct Model {
     std::vector<int64_t> wt_off;
     bool wt_stale = true;
     const F * wt(int64_t tensor);
-    // out = inp @ W^T (+ bias) from W's transposed copy (bias: a tensor index or -1).
+    // out = inp @ W^T (+ bias) (bias: a tensor index or -1): up to kRowsGemv rows from W itself, more from W's
+    // transposed copy (built on first use: a model that decodes only small batches never holds it).
+    static constexpr int64_t kRowsGemv = 8;
     void matmul_forward_wt_or(F * out, const F * inp, int64_t w, int64_t bias, int64_t N, int64_t Cin, int64_t OC);
     std::vector<F> kcache, vcache;  // [L, batch, NKV, max_len, head_dim]
     int64_t cache_batch = 0, cache_len = 0;

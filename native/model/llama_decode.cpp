@@ -1,8 +1,9 @@
 // llama_decode.cpp: KV-cache decoding of the Llama family (llama.h). Every row of the batch decodes position `pos`
 // (ragged prompts are read while longer ones still are, as NativePolicy.generate does); keys are cached after
-// the q/k norm and the rotation, values as projected, per layer in [batch, NKV, max_len, head_dim]. The matmuls
-// read transposed weight copies (built on first use, stale after any update) and the attention rows are the
-// forward's, so a decoded position equals the full forward's to the last bit for float.
+// the q/k norm and the rotation, values as projected, per layer in [batch, NKV, max_len, head_dim]. Batches of up
+// to kRowsGemv rows run their matmuls as dot products over the weights' rows (read once per step: single-stream
+// decoding is bound by the weights' bytes); larger ones read transposed weight copies (built on first use, stale
+// after any update). A decoded position equals the full forward's within float rounding (test_llama: 1e-5).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -137,7 +138,11 @@ void Model<F>::decode(const int32_t * tok, int64_t pos) {
 
 template <typename F>
 void Model<F>::matmul_forward_wt_or(F * out, const F * inp, int64_t w, int64_t bias, int64_t N, int64_t Cin, int64_t OC) {
-    gpt::matmul_forward_wt(out, inp, wt(w), bias >= 0 ? p(bias) : (const F *)nullptr, N, Cin, OC);
+    const F * b = bias >= 0 ? p(bias) : (const F *)nullptr;
+    // A few rows (single-stream and small-batch decoding): dot products over the weight's own rows, read once per
+    // step; more rows: the tiled GEMM over the transposed copy, which reuses each weight across rows.
+    if (N <= kRowsGemv) gpt::matmul_forward_rows(out, inp, p(w), b, N, Cin, OC);
+    else gpt::matmul_forward_wt(out, inp, wt(w), b, N, Cin, OC);
 }
 
 // The decoder's members (llama.cpp instantiates the rest of the class).

@@ -16,10 +16,12 @@ namespace maporl {
 namespace avx512 {
 void gemm_acc_f32(int64_t M, int64_t Nc, int64_t K, const float * A, int64_t lda_i, int64_t lda_k, const float * B,
                   int64_t ldb, float * Cm, int64_t ldc);
+void gemv_rows_f32(int64_t N, int64_t OC, int64_t C, const float * X, const float * Wm, const float * bias, float * out);
 }
 namespace avx2 {
 void gemm_acc_f32(int64_t M, int64_t Nc, int64_t K, const float * A, int64_t lda_i, int64_t lda_k, const float * B,
                   int64_t ldb, float * Cm, int64_t ldc);
+void gemv_rows_f32(int64_t N, int64_t OC, int64_t C, const float * X, const float * Wm, const float * bias, float * out);
 }
 namespace gpt {
 namespace {
@@ -58,6 +60,23 @@ void matmul_forward_wt(F * out, const F * inp, const F * wt, const F * bias, int
                 for (int64_t k = 0; k < OC; ++k) o[k] += a * w[k];
             }
         }
+    });
+}
+
+template <typename F>
+void matmul_forward_rows(F * out, const F * inp, const F * weight, const F * bias, int64_t N, int64_t C, int64_t OC) {
+    if constexpr (std::is_same<F, float>::value) {
+        const Isa isa = active_isa();
+        if (isa == Isa::Avx512) return avx512::gemv_rows_f32(N, OC, C, inp, weight, bias, out);
+        if (isa == Isa::Avx2) return avx2::gemv_rows_f32(N, OC, C, inp, weight, bias, out);
+    }
+    parallel_for(OC, 16, [&](int64_t o0, int64_t o1) {
+        for (int64_t o = o0; o < o1; ++o)
+            for (int64_t n = 0; n < N; ++n) {
+                F s = bias ? bias[o] : F(0);
+                for (int64_t c = 0; c < C; ++c) s += inp[n * C + c] * weight[o * C + c];
+                out[n * OC + o] = s;
+            }
     });
 }
 
@@ -128,6 +147,7 @@ void matmul_backward(F * dinp, F * dweight, F * dbias, const F * dout, const F *
     template void matmul_forward<F>(F *, const F *, const F *, const F *, int64_t, int64_t, int64_t);     \
     template void matmul_forward_wt<F>(F *, const F *, const F *, const F *, int64_t, int64_t, int64_t);  \
     template void transpose_weight<F>(F *, const F *, int64_t, int64_t);                                  \
+    template void matmul_forward_rows<F>(F *, const F *, const F *, const F *, int64_t, int64_t, int64_t); \
     template void matmul_backward<F>(F *, F *, F *, const F *, const F *, const F *, int64_t, int64_t, int64_t);
 MAPORL_INSTANTIATE(float)
 MAPORL_INSTANTIATE(double)

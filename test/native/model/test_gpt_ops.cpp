@@ -3,6 +3,7 @@
 // here from torch.optim.AdamW's definition; and bit-identical float results for 1 and 3 threads.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <cstdint>
 #include <functional>
 #include <random>
@@ -175,6 +176,39 @@ TEST(float_matmul_matches_double_at_every_simd_level) {
         for (size_t i = 0; i < dw.size(); ++i) worst = std::max(worst, std::fabs(fdw[i] - dw[i]));
         for (size_t i = 0; i < db.size(); ++i) worst = std::max(worst, std::fabs(fdb[i] - db[i]));
         CHECK(worst < 2e-5, "%s: float matmul differs from double by %g", level, worst);
+    }
+    maporl_set_simd("best");
+}
+
+// The decoding GEMV (matmul_forward_rows: dot products over the weight's rows) against the double matmul at every
+// SIMD level, for 1..9 rows and row lengths around the vector widths (tails of every size); with and without bias;
+// and the same bits for any thread count.
+TEST(float_rows_matmul_matches_double_at_every_simd_level) {
+    for (const int64_t C : {1, 7, 16, 31, 32, 33, 576}) {
+        const int64_t OC = 45;
+        for (int64_t N = 1; N <= 9; N += 4) {
+            const Vec x = rnd(N * C, 50), w = rnd(OC * C, 51), b = rnd(OC, 52);
+            Vec out(N * OC);
+            g::matmul_forward(out.data(), x.data(), w.data(), b.data(), N, C, OC);
+            const std::vector<float> fx(x.begin(), x.end()), fw(w.begin(), w.end()), fb(b.begin(), b.end());
+            for (const char * level : {"scalar", "avx2", "avx512"}) {
+                if (maporl_set_simd(level) != MAPORL_OK) continue;
+                std::vector<float> fo(N * OC), nb(N * OC), one(N * OC);
+                g::matmul_forward_rows(fo.data(), fx.data(), fw.data(), fb.data(), N, C, OC);
+                g::matmul_forward_rows(nb.data(), fx.data(), fw.data(), (const float *)nullptr, N, C, OC);
+                double worst = 0;
+                for (size_t i = 0; i < out.size(); ++i) {
+                    worst = std::max(worst, std::fabs(fo[i] - out[i]));
+                    worst = std::max(worst, std::fabs(nb[i] + fb[i % OC] - out[i]));
+                }
+                CHECK(worst < 1e-5 * std::max<double>(1, std::sqrt((double)C)), "%s C=%lld N=%lld: rows matmul differs from double by %g", level,
+                      (long long)C, (long long)N, worst);
+                maporl_set_threads(1);
+                g::matmul_forward_rows(one.data(), fx.data(), fw.data(), fb.data(), N, C, OC);
+                maporl_set_threads(0);
+                CHECK(std::memcmp(one.data(), fo.data(), sizeof(float) * one.size()) == 0, "%s: thread count changed the bits", level);
+            }
+        }
     }
     maporl_set_simd("best");
 }
