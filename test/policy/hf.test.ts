@@ -139,6 +139,36 @@ describe("training through log-probs", () => {
     });
 });
 
+describe("the value head on a Hugging Face model", () => {
+    it("trains toward the returns with loss 'value' (the forward computes no logits) and moves only the value head", async () => {
+        const p = await NativePolicy.load(join(FIX, "mistral"), { tokenizer: null });
+        const b = batchOf(96);
+        const returns = Float32Array.from({ length: 30 }, (_, i) => (i % 3) - 1);
+        const h = (p as unknown as { handle: never }).handle;
+        const before = new Float32Array(p.parameterCount);
+        native.gptGet(h, 0, before);
+        const mse = async () => {
+            const v = await p.values({ tokens: b.tokens, shape: b.shape });
+            let s = 0, n = 0;
+            for (let i = 0; i < 30; i++) if (b.mask[i]) { s += (v[i]! - returns[i]!) ** 2; n++; }
+            return s / n;
+        };
+        const first = await mse();
+        for (let s = 0; s < 40; s++) await p.trainStep({ ...b, returns }, { loss: "value", lr: 1e-2 });
+        expect(await mse()).toBeLessThan(0.7 * first);
+        const after = new Float32Array(p.parameterCount);
+        native.gptGet(h, 0, after);
+        const moved = native.gptTensors(h).filter((t) => {
+            const n = t.shape.filter((d) => d > 0).reduce((a, c) => a * c, 1);
+            return after.subarray(t.offset, t.offset + n).some((x, k) => x !== before[t.offset + k]);
+        }).map((t) => t.name);
+        // The whole trunk trains through the value loss (full fine-tuning), but never the LM head (no logits in the loss).
+        expect(moved).toContain("value_head.weight");
+        expect(moved).not.toContain("lm_head.weight");
+        await p.dispose();
+    });
+});
+
 describe("saving a Hugging Face directory", () => {
     it("writes transformers' names and layout, sharded above maxShardBytes, and loads back to the same log-probs", async () => {
         const p = await NativePolicy.load(join(FIX, "qwen3-bf16-sharded"), { tokenizer: null });
