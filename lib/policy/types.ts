@@ -104,6 +104,8 @@ export function requestMessages(where: string, r: GenerateRequest, i: number): C
         });
         return r.messages;
     }
-    if (typeof r.prompt !== "string") throw new TypeError(`${where}: requests[${i}]: expected messages or a prompt string`);
+    if (typeof r.prompt !== "string")
+        throw new TypeError(`${where}: requests[${i}]: expected messages or a prompt string` +
+            (r.promptTokenIds !== undefined ? " (promptTokenIds are read by native policies only)" : ""));
     return [{ role: "user", content: r.prompt }];
 }
