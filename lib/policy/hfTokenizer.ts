@@ -5,7 +5,7 @@
 // with add_generation_prompt and tokenizes the text without adding special tokens again, as transformers'
 // apply_chat_template(tokenize=True) does. Ids the model has but the tokenizer does not (a padded embedding, as
 // Qwen's) decode to nothing.
-import { readFileSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 
 import { Template } from "@huggingface/jinja";
@@ -78,7 +78,8 @@ export class HfTokenizer implements PolicyTokenizer {
         }
     }
 
-    /** tokenizer.json and tokenizer_config.json of a model directory. */
+    /** tokenizer.json and tokenizer_config.json of a model directory (the chat template from tokenizer_config.json, else
+     * chat_template.jinja). */
     static fromDir(dir: string, options: HfTokenizerOptions): HfTokenizer {
         const read = (f: string, required: boolean): Record<string, unknown> | null => {
             let text: string;
@@ -90,6 +91,9 @@ export class HfTokenizer implements PolicyTokenizer {
         };
         const tj = read("tokenizer.json", true)!;
         const cfg = read("tokenizer_config.json", false) ?? {};
+        // Newer transformers versions save the template beside the config, as chat_template.jinja.
+        if (cfg.chat_template === undefined && options.chatTemplate === undefined && existsSync(join(dir, "chat_template.jinja")))
+            return new HfTokenizer(tj, cfg, { ...options, chatTemplate: readFileSync(join(dir, "chat_template.jinja"), "utf8") });
         return new HfTokenizer(tj, cfg, options);
     }
 

@@ -52,6 +52,13 @@ describe("HfTokenizer", () => {
         expect(llama.eos).toBe(312);
         expect(llama.isStop(306) && llama.isStop(312) && !llama.isStop(308)).toBe(true);
         expect(() => new HfTokenizer(tokenizerJson, { ...config("qwen"), chat_template: "{% for m in messages %}" }, { vocabSize: 320 })).toThrow(/chat_template does not parse/);
+        // A directory whose template is in chat_template.jinja (newer transformers) rather than tokenizer_config.json.
+        const dir = mkdtempSync(join(tmpdir(), "maporl-jinja-"));
+        cpSync(join(DIR, "tokenizer.json"), join(dir, "tokenizer.json"));
+        const { chat_template: tpl, ...rest } = config("llama3");
+        writeFileSync(join(dir, "tokenizer_config.json"), JSON.stringify(rest));
+        writeFileSync(join(dir, "chat_template.jinja"), tpl as string);
+        expect(HfTokenizer.fromDir(dir, { vocabSize: 313 }).applyChatTemplate(chat)).toBe(llama.applyChatTemplate(chat));
     });
 });
 
