@@ -11,6 +11,7 @@
 
 #include "native/model/gpt_cuda.h"
 #include "cuda/core/common.cuh"
+#include "cuda/core/warp.cuh"
 
 namespace maporl {
 namespace gpt {
@@ -19,14 +20,8 @@ namespace {
 
 constexpr int kWarps = 4;
 
-__device__ __forceinline__ float warp_sum(float v) {
-    for (int d = 16; d > 0; d >>= 1) v += __shfl_xor_sync(0xffffffffu, v, d);
-    return v;
-}
-__device__ __forceinline__ float warp_max(float v) {
-    for (int d = 16; d > 0; d >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, d));
-    return v;
-}
+using cuda_warp::warp_sum;
+using cuda_warp::warp_max;
 
 // One query row against `len` keys: att[0..len) = softmax(q . k / sqrt(hs)); out[0..hs) = sum att v. The whole
 // warp calls it.

@@ -5,6 +5,7 @@
 // writes a partial, then one thread per channel adds the partials in chunk order.
 #include "native/model/gpt_cuda.h"
 #include "cuda/core/common.cuh"
+#include "cuda/core/warp.cuh"
 
 namespace maporl {
 namespace gpt {
@@ -14,10 +15,7 @@ namespace {
 constexpr int kChunk = 64;
 constexpr int kWarps = 8;
 
-__device__ __forceinline__ float warp_sum(float v) {
-    for (int d = 16; d > 0; d >>= 1) v += __shfl_xor_sync(0xffffffffu, v, d);
-    return v;
-}
+using cuda_warp::warp_sum;
 
 __global__ void layernorm_forward_kernel(float * out, float * mean, float * rstd, const float * inp, const float * w,
                                          const float * b, int64_t N, int64_t C) {

@@ -4,6 +4,7 @@
 // one thread per channel adds the partials in chunk order (as layernorm.cu).
 #include "native/model/llama_cuda.h"
 #include "cuda/core/common.cuh"
+#include "cuda/core/warp.cuh"
 
 namespace maporl {
 namespace llama {
@@ -13,10 +14,7 @@ namespace {
 constexpr int kChunk = 64;
 constexpr int kWarps = 8;
 
-__device__ __forceinline__ float warp_sum(float v) {
-    for (int d = 16; d > 0; d >>= 1) v += __shfl_xor_sync(0xffffffffu, v, d);
-    return v;
-}
+using cuda_warp::warp_sum;
 
 __global__ void rmsnorm_forward_kernel(float * out, float * rstd, const float * inp, const float * w, int64_t N, int64_t C, float eps) {
     const int lane = threadIdx.x & 31;
