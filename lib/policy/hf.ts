@@ -110,11 +110,8 @@ export function readHfConfig(dir: string, raw: Record<string, unknown>, contextL
         qkvBias: modelType === "qwen2" || attnBias, oBias: modelType !== "qwen2" && attnBias, qkNorm: modelType === "qwen3",
         tieEmbeddings: bool("tie_word_embeddings", false),
     };
-    let gen: Record<string, unknown> = {};
     const gp = join(dir, "generation_config.json");
-    if (existsSync(gp)) {
-        try { gen = JSON.parse(readFileSync(gp, "utf8")) as Record<string, unknown>; } catch { throw new SyntaxError(`NativePolicy.load: ${gp}: not JSON (truncated or corrupted?)`); }
-    }
+    const gen = existsSync(gp) ? readJsonObject(gp, "generation_config.json") : {};
     const stopIds = ids(gen.eos_token_id).length > 0 ? ids(gen.eos_token_id) : ids(raw.eos_token_id);
     const bos = ids(gen.bos_token_id ?? raw.bos_token_id)[0] ?? null;
     return { modelType, engine, raw, bosId: bos, stopIds };
@@ -124,8 +121,8 @@ export function readHfConfig(dir: string, raw: Record<string, unknown>, contextL
 const IGNORED = /\.rotary_emb\.inv_freq$/;
 
 /**
- * Streams the weights of `dir` into the model `h` (whose tensors are `expected`, in transformers' names; the value
- * head is ours and stays as initialised). Every header is checked first (a missing, extra, misshapen or
+ * Streams the weights of `dir` into the model `h` (its tensors carry transformers' names; the value head is ours,
+ * left as it is: hfLoad.ts reads it from value_head.safetensors when a maporl save wrote one). Every header is checked first (a missing, extra, misshapen or
  * wrongly-typed tensor, a truncated shard), so a bad directory fails before any weight is written.
  */
 export function loadHfWeights(dir: string, h: GptHandle, tied: boolean): void {
@@ -133,8 +130,7 @@ export function loadHfWeights(dir: string, h: GptHandle, tied: boolean): void {
     const indexPath = join(dir, "model.safetensors.index.json");
     let weightMap: Record<string, string> | null = null;
     if (existsSync(indexPath)) {
-        let idx: { weight_map?: unknown };
-        try { idx = JSON.parse(readFileSync(indexPath, "utf8")) as { weight_map?: unknown }; } catch { throw new SyntaxError(`NativePolicy.load: ${indexPath}: not JSON (truncated or corrupted?)`); }
+        const idx = readJsonObject(indexPath, "model.safetensors.index.json");
         if (!idx.weight_map || typeof idx.weight_map !== "object") throw new SyntaxError(`NativePolicy.load: ${indexPath}: weight_map: expected an object`);
         weightMap = idx.weight_map as Record<string, string>;
         for (const f of new Set(Object.values(weightMap))) {
@@ -183,9 +179,9 @@ export function loadHfWeights(dir: string, h: GptHandle, tied: boolean): void {
 /**
  * Writes the model's weights to `dir` as Hugging Face expects them: float32, one model.safetensors, or shards
  * model-0000k-of-0000n.safetensors with model.safetensors.index.json above `maxShardBytes`. The value head goes to
- * value_head.safetensors (not a transformers tensor). Returns the files written.
+ * value_head.safetensors (not a transformers tensor).
  */
-export function saveHfWeights(dir: string, h: GptHandle, params: Float32Array, maxShardBytes: number): string[] {
+export function saveHfWeights(dir: string, h: GptHandle, params: Float32Array, maxShardBytes: number): void {
     const tensors = native.gptTensors(h).map((t) => {
         const shape = t.shape.filter((d) => d > 0);
         const n = shape.reduce((a, b) => a * b, 1);
@@ -204,19 +200,17 @@ export function saveHfWeights(dir: string, h: GptHandle, params: Float32Array, m
     }
     if (shards.length === 1) {
         writeSafetensors(join(dir, "model.safetensors"), model, { format: "pt" });
-        return ["model.safetensors", "value_head.safetensors"];
+        return;
     }
     const n = shards.length, pad = (k: number) => String(k).padStart(5, "0");
     const weightMap: Record<string, string> = {};
-    const files = shards.map((s, k) => {
+    shards.forEach((s, k) => {
         const f = `model-${pad(k + 1)}-of-${pad(n)}.safetensors`;
         writeSafetensors(join(dir, f), s, { format: "pt" });
         for (const t of s) weightMap[t.name] = f;
-        return f;
     });
     const total = model.reduce((a, t) => a + 4 * t.data.length, 0);
     writeFileDurable(join(dir, "model.safetensors.index.json"), JSON.stringify({ metadata: { total_size: total }, weight_map: weightMap }, null, 2));
-    return [...files, "model.safetensors.index.json", "value_head.safetensors"];
 }
 
 /** Writes `tokenizer`'s files into `to` (tokenizer.json and tokenizer_config.json from memory), and copies the other
