@@ -438,6 +438,40 @@ maporl_status maporl_gpt_score(maporl_gpt * gpt, const int32_t * tokens, const i
 maporl_status maporl_gpt_score_backward(maporl_gpt * gpt, const float * grad_logp, const float * grad_entropy,
                                         const float * dvalues);
 
+/* ---- LoRA adapters on a Llama-family model (PEFT's LoraLayer) --------------------------------------------
+ * An adapter adds scale * dropout(x) A^T B^T to each targeted projection (A [rank, in] Kaiming-uniform as PEFT, B
+ * [out, rank] zero: a new adapter changes nothing; scale alpha / rank, or alpha / sqrt(rank) with use_rslora) and
+ * owns a value head (initially the base's). Many adapters share one base. While one is selected (maporl_lora_select)
+ * every maporl_gpt_* call runs base + adapter, and the calls that address parameters (param_count, tensor_count /
+ * tensor_info with PEFT's names, get / set, set_tensor, get_step / set_step, zero_grad, step) address the
+ * adapter's alone: the base is frozen and holds no gradients or moments. Selected -1, the base runs alone (the
+ * reference model). Adapter ids are never reused; a removed or merged id is invalid. CPU only. */
+enum {
+    MAPORL_LORA_Q_PROJ = 1, MAPORL_LORA_K_PROJ = 2, MAPORL_LORA_V_PROJ = 4, MAPORL_LORA_O_PROJ = 8,
+    MAPORL_LORA_GATE_PROJ = 16, MAPORL_LORA_UP_PROJ = 32, MAPORL_LORA_DOWN_PROJ = 64, MAPORL_LORA_ALL = 127
+};
+typedef struct maporl_lora_config {
+    int64_t rank;             /* 1 .. 4096; default 8 */
+    double alpha;             /* > 0; default 8 */
+    uint32_t target_modules;  /* MAPORL_LORA_* bits; default MAPORL_LORA_ALL */
+    double dropout;           /* [0, 1), on the adapter's input, in training forwards only (maporl_gpt_set_training) */
+    int use_rslora;           /* 0 / 1 */
+} maporl_lora_config;
+maporl_lora_config maporl_lora_default_config(void);
+maporl_status maporl_lora_add(maporl_gpt * gpt, const maporl_lora_config * config, uint64_t seed, int64_t * id_out);
+maporl_status maporl_lora_remove(maporl_gpt * gpt, int64_t id);
+maporl_status maporl_lora_select(maporl_gpt * gpt, int64_t id);  /* -1: the base alone */
+maporl_status maporl_lora_selected(const maporl_gpt * gpt, int64_t * id_out);
+/* The adapter's config and parameter count (id need not be selected). */
+maporl_status maporl_lora_info(const maporl_gpt * gpt, int64_t id, maporl_lora_config * config_out, int64_t * count_out);
+/* Folds adapter `id` into the base (W += scale B A in double, its value head becomes the base's) and removes it. */
+maporl_status maporl_lora_merge(maporl_gpt * gpt, int64_t id);
+/* The adapter of each cache row for maporl_gpt_decode (-1: the base), after maporl_gpt_cache_reset (which sets every
+ * row to the selected adapter): one decode step runs several adapters, the base projections once for the batch. */
+maporl_status maporl_lora_cache_rows(maporl_gpt * gpt, const int64_t * ids, int64_t batch);
+/* 1: forwards apply the adapters' dropout (training); 0 (default): they do not. */
+maporl_status maporl_gpt_set_training(maporl_gpt * gpt, int training);
+
 /* ---- benchmarking helpers ----------------------------------------------------------------------- */
 
 /* Measures host copy bandwidth with the thread pool: copies `bytes` `reps` times and reports the median

@@ -63,7 +63,8 @@ void transpose_weight(F * wt, const F * weight, int64_t C, int64_t OC);
 // runs matmul_vec.inc's gemv_rows; each output is summed in a fixed order for any thread count.
 template <typename F>
 void matmul_forward_rows(F * out, const F * inp, const F * weight, const F * bias, int64_t N, int64_t C, int64_t OC);
-// dinp += dout @ weight; dweight += dout^T @ inp; dbias += sum_n dout (dbias may be null).
+// dinp += dout @ weight; dweight += dout^T @ inp; dbias += sum_n dout (dweight and dbias may be null: a frozen
+// weight, as LoRA's base, gets the input's gradient only).
 template <typename F>
 void matmul_backward(F * dinp, F * dweight, F * dbias, const F * dout, const F * inp, const F * weight, int64_t N,
                      int64_t C, int64_t OC);

@@ -135,6 +135,12 @@ void Model<F>::forward(const int32_t * tok, int64_t B_, int64_t T_, bool head) {
     acts.resize((size_t)cfg.layers);
     const F * x = embedded.data();
     auto sz = [](std::vector<F> & a, int64_t n) { a.resize((size_t)n); };
+    Lora<F> * ad = lora();
+    if (ad && training) ++ad->nonce;
+    // The selected adapter's term for (layer, target) on top of the base projection's output.
+    auto lo = [&](int64_t l, int t, F * out, const F * inp) {
+        if (ad && ad->has(l, t)) ad->forward(l, t, out, inp, N, training);
+    };
     for (int64_t l = 0; l < cfg.layers; ++l) {
         const auto & bl = layout.blocks[(size_t)l];
         LayerActs<F> & a = acts[(size_t)l];
@@ -145,6 +151,9 @@ void Model<F>::forward(const int32_t * tok, int64_t B_, int64_t T_, bool head) {
         matmul_forward(a.q.data(), a.xn1.data(), p(bl.q), bl.qb >= 0 ? p(bl.qb) : (const F *)nullptr, N, C, QC);
         matmul_forward(a.k.data(), a.xn1.data(), p(bl.k), bl.kb >= 0 ? p(bl.kb) : (const F *)nullptr, N, C, KC);
         matmul_forward(a.v.data(), a.xn1.data(), p(bl.v), bl.vb >= 0 ? p(bl.vb) : (const F *)nullptr, N, C, KC);
+        lo(l, kQ, a.q.data(), a.xn1.data());
+        lo(l, kK, a.k.data(), a.xn1.data());
+        lo(l, kV, a.v.data(), a.xn1.data());
         const F * qpre = a.q.data();
         const F * kpre = a.k.data();
         if (cfg.qk_norm) {
@@ -158,12 +167,16 @@ void Model<F>::forward(const int32_t * tok, int64_t B_, int64_t T_, bool head) {
         rope_forward(a.kr.data(), kpre, rope_cos.data(), rope_sin.data(), B, T, 0, NKV, hd);
         attention_gqa_forward(a.y.data(), a.att.data(), a.qr.data(), a.kr.data(), a.v.data(), B, T, NH, NKV, hd);
         matmul_forward(a.res2.data(), a.y.data(), p(bl.o), bl.ob >= 0 ? p(bl.ob) : (const F *)nullptr, N, QC, C);
+        lo(l, kO, a.res2.data(), a.y.data());
         for (int64_t i = 0; i < N * C; ++i) a.res2[(size_t)i] += x[i];
         rmsnorm_forward(a.xn2.data(), a.rstd2.data(), a.res2.data(), p(bl.post_norm), N, C, cfg.rms_eps);
         matmul_forward(a.gate.data(), a.xn2.data(), p(bl.gate), (const F *)nullptr, N, C, I);
         matmul_forward(a.up.data(), a.xn2.data(), p(bl.up), (const F *)nullptr, N, C, I);
+        lo(l, kGate, a.gate.data(), a.xn2.data());
+        lo(l, kUp, a.up.data(), a.xn2.data());
         swiglu_forward(a.hmid.data(), a.gate.data(), a.up.data(), N * I);
         matmul_forward(a.res3.data(), a.hmid.data(), p(bl.down), (const F *)nullptr, N, I, C);
+        lo(l, kDown, a.res3.data(), a.hmid.data());
         for (int64_t i = 0; i < N * C; ++i) a.res3[(size_t)i] += a.res2[(size_t)i];
         x = a.res3.data();
     }
@@ -177,7 +190,8 @@ void Model<F>::forward(const int32_t * tok, int64_t B_, int64_t T_, bool head) {
         logits = std::vector<F>();
     }
     sz(values, N);
-    matmul_forward(values.data(), lnf.data(), p(layout.vw), p(layout.vb), N, C, 1);
+    if (ad) matmul_forward(values.data(), lnf.data(), ad->p(ad->layout.vw), ad->p(ad->layout.vb), N, C, 1);
+    else matmul_forward(values.data(), lnf.data(), p(layout.vw), p(layout.vb), N, C, 1);
 }
 
 template <typename F>
@@ -190,9 +204,10 @@ void Model<F>::head_rows(F * out, int64_t n0, int64_t rows) const {
 template <typename F>
 void Model<F>::head_backward_rows(F * dlnf, const F * dlogits, int64_t n0, int64_t rows) {
     if (n0 < 0 || rows < 0 || n0 + rows > B * T) throw_error(MAPORL_ERR_INVALID_ARG, "head_backward_rows: rows %lld..%lld of %lld", (long long)n0, (long long)(n0 + rows), (long long)(B * T));
-    ensure_train_state();
+    Lora<F> * ad = lora();
+    if (!ad) ensure_train_state();
     const int64_t C = cfg.d_model;
-    matmul_backward(dlnf + n0 * C, g(layout.lm_head), (F *)nullptr, dlogits, lnf.data() + n0 * C, p(layout.lm_head), rows, C, cfg.vocab);
+    matmul_backward(dlnf + n0 * C, ad ? (F *)nullptr : g(layout.lm_head), (F *)nullptr, dlogits, lnf.data() + n0 * C, p(layout.lm_head), rows, C, cfg.vocab);
 }
 
 template <typename F>
@@ -200,7 +215,6 @@ void Model<F>::backward(const F * dlogits, const F * dvalues) {
     if (B == 0) throw_error(MAPORL_ERR_INVALID_ARG, "backward: no forward to go back through");
     if (dlogits && logits.size() != (size_t)(B * T * cfg.vocab))
         throw_error(MAPORL_ERR_INVALID_ARG, "backward: dlogits given, but the last forward computed no logits (head = false)");
-    ensure_train_state();
     std::vector<F> dlnf((size_t)(B * T * cfg.d_model), F(0));
     if (dlogits) head_backward_rows(dlnf.data(), dlogits, 0, B * T);
     backward_hidden(dlnf, dvalues);
@@ -209,15 +223,23 @@ void Model<F>::backward(const F * dlogits, const F * dvalues) {
 template <typename F>
 void Model<F>::backward_hidden(std::vector<F> & dlnf, const F * dvalues) {
     if (B == 0) throw_error(MAPORL_ERR_INVALID_ARG, "backward: no forward to go back through");
-    ensure_train_state();
+    // With an adapter selected, the base is frozen: gw() is null for its tensors (the input gradients still flow).
+    Lora<F> * ad = lora();
+    if (ad) ad->ensure_train_state();
+    else ensure_train_state();
     const int64_t N = B * T, C = cfg.d_model, NH = cfg.heads, NKV = cfg.kv_heads, hd = cfg.head_dim, QC = NH * hd, KC = NKV * hd,
                   I = cfg.intermediate;
     if (dlnf.size() != (size_t)(N * C)) throw_error(MAPORL_ERR_INVALID_ARG, "backward: dlnf: expected %lld elements", (long long)(N * C));
-    auto bias_g = [&](int64_t t) { return t >= 0 ? g(t) : (F *)nullptr; };
+    auto gw = [&](int64_t t) { return ad ? (F *)nullptr : g(t); };
+    auto bias_g = [&](int64_t t) { return t >= 0 && !ad ? g(t) : (F *)nullptr; };
+    auto lo = [&](int64_t l, int t, F * dinp, const F * dout, const F * inp) {
+        if (ad && ad->has(l, t)) ad->backward(l, t, dinp, dout, inp, N);
+    };
     std::vector<F> dres((size_t)(N * C), F(0));
-    if (dvalues) matmul_backward(dlnf.data(), g(layout.vw), g(layout.vb), dvalues, lnf.data(), p(layout.vw), N, C, 1);
+    if (dvalues && ad) matmul_backward(dlnf.data(), ad->g(ad->layout.vw), ad->g(ad->layout.vb), dvalues, lnf.data(), ad->p(ad->layout.vw), N, C, 1);
+    else if (dvalues) matmul_backward(dlnf.data(), g(layout.vw), g(layout.vb), dvalues, lnf.data(), p(layout.vw), N, C, 1);
     const F * last = acts.back().res3.data();
-    rmsnorm_backward(dres.data(), g(layout.norm), dlnf.data(), last, p(layout.norm), lnf_rstd.data(), N, C);
+    rmsnorm_backward(dres.data(), gw(layout.norm), dlnf.data(), last, p(layout.norm), lnf_rstd.data(), N, C);
     std::vector<F> dh((size_t)(N * I)), dgate((size_t)(N * I)), dup((size_t)(N * I)), dxn((size_t)(N * C)), dy((size_t)(N * QC)),
         dqr((size_t)(N * QC)), dkr((size_t)(N * KC)), dv((size_t)(N * KC)), dqn((size_t)(N * QC)), dkn((size_t)(N * KC)), dq, dk;
     if (cfg.qk_norm) {
@@ -231,17 +253,21 @@ void Model<F>::backward_hidden(std::vector<F> & dlnf, const F * dvalues) {
         const F * xin = l == 0 ? embedded.data() : acts[(size_t)(l - 1)].res3.data();
         // res3 = res2 + down(swiglu(gate, up)): dres is the gradient of both.
         zero(dh);
-        matmul_backward(dh.data(), g(bl.down), (F *)nullptr, dres.data(), a.hmid.data(), p(bl.down), N, I, C);
+        matmul_backward(dh.data(), gw(bl.down), (F *)nullptr, dres.data(), a.hmid.data(), p(bl.down), N, I, C);
+        lo(l, kDown, dh.data(), dres.data(), a.hmid.data());
         zero(dgate);
         zero(dup);
         swiglu_backward(dgate.data(), dup.data(), dh.data(), a.gate.data(), a.up.data(), N * I);
         zero(dxn);
-        matmul_backward(dxn.data(), g(bl.gate), (F *)nullptr, dgate.data(), a.xn2.data(), p(bl.gate), N, C, I);
-        matmul_backward(dxn.data(), g(bl.up), (F *)nullptr, dup.data(), a.xn2.data(), p(bl.up), N, C, I);
-        rmsnorm_backward(dres.data(), g(bl.post_norm), dxn.data(), a.res2.data(), p(bl.post_norm), a.rstd2.data(), N, C);
+        matmul_backward(dxn.data(), gw(bl.gate), (F *)nullptr, dgate.data(), a.xn2.data(), p(bl.gate), N, C, I);
+        matmul_backward(dxn.data(), gw(bl.up), (F *)nullptr, dup.data(), a.xn2.data(), p(bl.up), N, C, I);
+        lo(l, kGate, dxn.data(), dgate.data(), a.xn2.data());
+        lo(l, kUp, dxn.data(), dup.data(), a.xn2.data());
+        rmsnorm_backward(dres.data(), gw(bl.post_norm), dxn.data(), a.res2.data(), p(bl.post_norm), a.rstd2.data(), N, C);
         // res2 = x + o_proj(y).
         zero(dy);
-        matmul_backward(dy.data(), g(bl.o), bias_g(bl.ob), dres.data(), a.y.data(), p(bl.o), N, QC, C);
+        matmul_backward(dy.data(), gw(bl.o), bias_g(bl.ob), dres.data(), a.y.data(), p(bl.o), N, QC, C);
+        lo(l, kO, dy.data(), dres.data(), a.y.data());
         zero(dqr);
         zero(dkr);
         zero(dv);
@@ -254,17 +280,21 @@ void Model<F>::backward_hidden(std::vector<F> & dlnf, const F * dvalues) {
         if (cfg.qk_norm) {
             zero(dq);
             zero(dk);
-            rmsnorm_backward(dq.data(), g(bl.q_norm), dqn.data(), a.q.data(), p(bl.q_norm), a.qrstd.data(), N * NH, hd);
-            rmsnorm_backward(dk.data(), g(bl.k_norm), dkn.data(), a.k.data(), p(bl.k_norm), a.krstd.data(), N * NKV, hd);
+            rmsnorm_backward(dq.data(), gw(bl.q_norm), dqn.data(), a.q.data(), p(bl.q_norm), a.qrstd.data(), N * NH, hd);
+            rmsnorm_backward(dk.data(), gw(bl.k_norm), dkn.data(), a.k.data(), p(bl.k_norm), a.krstd.data(), N * NKV, hd);
             dqp = &dq;
             dkp = &dk;
         }
         zero(dxn);
-        matmul_backward(dxn.data(), g(bl.q), bias_g(bl.qb), dqp->data(), a.xn1.data(), p(bl.q), N, C, QC);
-        matmul_backward(dxn.data(), g(bl.k), bias_g(bl.kb), dkp->data(), a.xn1.data(), p(bl.k), N, C, KC);
-        matmul_backward(dxn.data(), g(bl.v), bias_g(bl.vb), dv.data(), a.xn1.data(), p(bl.v), N, C, KC);
-        rmsnorm_backward(dres.data(), g(bl.in_norm), dxn.data(), xin, p(bl.in_norm), a.rstd1.data(), N, C);
+        matmul_backward(dxn.data(), gw(bl.q), bias_g(bl.qb), dqp->data(), a.xn1.data(), p(bl.q), N, C, QC);
+        matmul_backward(dxn.data(), gw(bl.k), bias_g(bl.kb), dkp->data(), a.xn1.data(), p(bl.k), N, C, KC);
+        matmul_backward(dxn.data(), gw(bl.v), bias_g(bl.vb), dv.data(), a.xn1.data(), p(bl.v), N, C, KC);
+        lo(l, kQ, dxn.data(), dqp->data(), a.xn1.data());
+        lo(l, kK, dxn.data(), dkp->data(), a.xn1.data());
+        lo(l, kV, dxn.data(), dv.data(), a.xn1.data());
+        rmsnorm_backward(dres.data(), gw(bl.in_norm), dxn.data(), xin, p(bl.in_norm), a.rstd1.data(), N, C);
     }
+    if (ad) return;  // (the embedding is frozen too)
     // The embedding rows of the batch's tokens, in row order (a fixed order for repeated tokens).
     F * de = g(layout.embed);
     for (int64_t n = 0; n < N; ++n) {
@@ -275,21 +305,72 @@ void Model<F>::backward_hidden(std::vector<F> & dlnf, const F * dvalues) {
 
 template <typename F>
 void Model<F>::zero_grad() {
+    if (Lora<F> * ad = lora()) {
+        ad->ensure_train_state();
+        std::fill(ad->grads.begin(), ad->grads.end(), F(0));
+        return;
+    }
     ensure_train_state();
     std::fill(grads.begin(), grads.end(), F(0));
 }
 
-template <typename F>
-double Model<F>::update(const gpt::AdamW & h, double max_norm) {
-    ensure_train_state();
+namespace {
+// Global-norm clip, then AdamW, on one parameter set (the base or an adapter).
+template <typename F, typename S>
+double clipped_adamw(S & set, const gpt::AdamW & h, double max_norm) {
+    set.ensure_train_state();
     double s = 0;
-    for (F x : grads) s += (double)x * (double)x;
+    for (F x : set.grads) s += (double)x * (double)x;
     const double norm = std::sqrt(s);
     const double scale = max_norm > 0 && norm > max_norm ? max_norm / (norm + 1e-6) : 1.0;
-    ++step;
-    gpt::adamw_update(params.data(), grads.data(), m.data(), v.data(), layout.total, h, step, (F)scale);
-    wt_stale = true;
+    ++set.step;
+    gpt::adamw_update(set.params.data(), set.grads.data(), set.m.data(), set.v.data(), (int64_t)set.params.size(), h, set.step, (F)scale);
     return norm;
+}
+}  // namespace
+
+template <typename F>
+double Model<F>::update(const gpt::AdamW & h, double max_norm) {
+    if (Lora<F> * ad = lora()) {
+        const double n = clipped_adamw<F>(*ad, h, max_norm);
+        ad->nonce = 0;
+        return n;
+    }
+    const double n = clipped_adamw<F>(*this, h, max_norm);
+    wt_stale = true;
+    return n;
+}
+
+namespace {
+int64_t target_tensor(const Layout::Block & b, int t) {
+    const int64_t ids[kLoraTargets] = {b.q, b.k, b.v, b.o, b.gate, b.up, b.down};
+    return ids[t];
+}
+}  // namespace
+
+template <typename F>
+int64_t Model<F>::lora_add(const LoraConfig & c, uint64_t seed) {
+    const int64_t C = cfg.d_model, QC = cfg.heads * cfg.head_dim, KC = cfg.kv_heads * cfg.head_dim, I = cfg.intermediate;
+    const std::array<int64_t, kLoraTargets> in = {C, C, C, QC, C, C, I}, out = {QC, KC, KC, C, I, I, C};
+    adapters.emplace_back(new Lora<F>(c, cfg.layers, in, out, p(layout.vw), *p(layout.vb), C, seed));
+    return (int64_t)adapters.size() - 1;
+}
+
+template <typename F>
+void Model<F>::lora_merge(int64_t id) {
+    if (id < 0 || id >= (int64_t)adapters.size() || !adapters[(size_t)id])
+        throw_error(MAPORL_ERR_INVALID_ARG, "adapter: expected a live adapter id, got %lld", (long long)id);
+    const Lora<F> & a = *adapters[(size_t)id];
+    for (int64_t l = 0; l < cfg.layers; ++l)
+        for (int t = 0; t < kLoraTargets; ++t)
+            if (a.has(l, t)) a.merge_into(l, t, p(target_tensor(layout.blocks[(size_t)l], t)));
+    std::copy(a.p(a.layout.vw), a.p(a.layout.vw) + cfg.d_model, p(layout.vw));  // the merged model's value head is the adapter's
+    *p(layout.vb) = *a.p(a.layout.vb);
+    adapters[(size_t)id].reset();
+    if (active == id) active = -1;
+    for (int64_t & r : row_adapter)
+        if (r == id) r = -1;
+    wt_stale = true;
 }
 
 // The class, except the decoder's members (llama_decode.cpp).

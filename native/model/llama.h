@@ -9,11 +9,13 @@
 
 #include <stdint.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "native/model/gpt.h"
 #include "native/model/llama_ops.h"
+#include "native/model/lora.h"
 
 namespace maporl {
 namespace llama {
@@ -61,6 +63,20 @@ struct Model {
     std::vector<F> embedded, lnf, lnf_rstd;
     std::vector<LayerActs<F>> acts;
     std::vector<F> logits, values;  // [B, T, V], [B, T]
+
+    // LoRA adapters (lora.h) on this base: slots (null once removed). With `active` >= 0 the forward adds that
+    // adapter's terms and uses its value head, the backward and update train it alone (the base frozen, holding no
+    // gradients or moments); `active` -1 is the base itself. `training`: forwards apply the adapters' dropout.
+    std::vector<std::unique_ptr<Lora<F>>> adapters;
+    int64_t active = -1;
+    bool training = false;
+    Lora<F> * lora() { return active >= 0 ? adapters[(size_t)active].get() : nullptr; }
+    // Adds an adapter (its value head starts as the base's); returns its slot.
+    int64_t lora_add(const LoraConfig & c, uint64_t seed);
+    // Folds adapter `id` into the base weights (W += scale B A) and removes it.
+    void lora_merge(int64_t id);
+    // The decoder's adapter per cache row (-1: the base); cache_reset sets every row to `active`.
+    std::vector<int64_t> row_adapter;
 
     explicit Model(const Config & c);
     F * p(int64_t tensor) { return params.data() + layout.tensors[(size_t)tensor].offset; }

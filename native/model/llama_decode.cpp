@@ -3,7 +3,9 @@
 // the q/k norm and the rotation, values as projected, per layer in [batch, NKV, max_len, head_dim]. Batches of up
 // to kRowsGemv rows run their matmuls as dot products over the weights' rows (read once per step: single-stream
 // decoding is bound by the weights' bytes); larger ones read transposed weight copies (built on first use, stale
-// after any update). A decoded position equals the full forward's within float rounding (test_llama: 1e-5).
+// after any update). Each row may run a different LoRA adapter (row_adapter): the base projections run over the
+// whole batch, each adapter's terms over its rows. A decoded position equals the full forward's within float
+// rounding (test_llama: 1e-5).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -51,6 +53,7 @@ void Model<F>::cache_reset(int64_t batch, int64_t max_len) {
     vcache.assign(n, F(0));
     cache_batch = batch;
     cache_len = max_len;
+    row_adapter.assign((size_t)batch, active);
 }
 
 template <typename F>
@@ -66,6 +69,20 @@ void Model<F>::decode(const int32_t * tok, int64_t pos) {
         vv((size_t)(Bc * KC)), y((size_t)(Bc * QC)), proj((size_t)(Bc * C)), gate((size_t)(Bc * I)), up((size_t)(Bc * I)),
         hmid((size_t)(Bc * I)), sc((size_t)(pos + 1));
     for (int64_t b = 0; b < Bc; ++b) std::memcpy(x.data() + b * C, p(layout.embed) + (int64_t)tok[b] * C, sizeof(F) * (size_t)C);
+    // The rows of each adapter in use (row_adapter); the base rows get no term.
+    std::vector<std::pair<const Lora<F> *, std::vector<int64_t>>> groups;
+    for (int64_t b = 0; b < Bc; ++b) {
+        const int64_t id = row_adapter[(size_t)b];
+        if (id < 0) continue;
+        const Lora<F> * a = adapters[(size_t)id].get();
+        auto it = std::find_if(groups.begin(), groups.end(), [a](const auto & gr) { return gr.first == a; });
+        if (it == groups.end()) groups.push_back({a, {b}});
+        else it->second.push_back(b);
+    }
+    auto lo = [&](int64_t l, int t, F * out, const F * inp) {
+        for (const auto & gr : groups)
+            if (gr.first->has(l, t)) gr.first->forward_rows(l, t, out, inp, gr.second);
+    };
     const F scale = F(1) / (F)std::sqrt((double)hd);
     [[maybe_unused]] const auto rows = gpt::attention_rows();
     for (int64_t l = 0; l < cfg.layers; ++l) {
@@ -74,6 +91,9 @@ void Model<F>::decode(const int32_t * tok, int64_t pos) {
         matmul_forward_wt_or(q.data(), xn.data(), bl.q, bl.qb, Bc, C, QC);
         matmul_forward_wt_or(k.data(), xn.data(), bl.k, bl.kb, Bc, C, KC);
         matmul_forward_wt_or(vv.data(), xn.data(), bl.v, bl.vb, Bc, C, KC);
+        lo(l, kQ, q.data(), xn.data());
+        lo(l, kK, k.data(), xn.data());
+        lo(l, kV, vv.data(), xn.data());
         if (cfg.qk_norm) {
             rmsnorm_forward(q.data(), rs.data(), q.data(), p(bl.q_norm), Bc * NH, hd, cfg.rms_eps);
             rmsnorm_forward(k.data(), rs.data(), k.data(), p(bl.k_norm), Bc * NKV, hd, cfg.rms_eps);
@@ -121,12 +141,16 @@ void Model<F>::decode(const int32_t * tok, int64_t pos) {
             }
         }
         matmul_forward_wt_or(proj.data(), y.data(), bl.o, bl.ob, Bc, QC, C);
+        lo(l, kO, proj.data(), y.data());
         for (size_t i = 0; i < x.size(); ++i) x[i] = proj[i] + x[i];
         rmsnorm_forward(xn.data(), rs.data(), x.data(), p(bl.post_norm), Bc, C, cfg.rms_eps);
         matmul_forward_wt_or(gate.data(), xn.data(), bl.gate, -1, Bc, C, I);
         matmul_forward_wt_or(up.data(), xn.data(), bl.up, -1, Bc, C, I);
+        lo(l, kGate, gate.data(), xn.data());
+        lo(l, kUp, up.data(), xn.data());
         swiglu_forward(hmid.data(), gate.data(), up.data(), Bc * I);
         matmul_forward_wt_or(proj.data(), hmid.data(), bl.down, -1, Bc, I, C);
+        lo(l, kDown, proj.data(), hmid.data());
         for (size_t i = 0; i < x.size(); ++i) x[i] = proj[i] + x[i];
     }
     rmsnorm_forward(xn.data(), rs.data(), x.data(), p(layout.norm), Bc, C, cfg.rms_eps);
@@ -134,6 +158,9 @@ void Model<F>::decode(const int32_t * tok, int64_t pos) {
     matmul_forward_wt_or(step_logits.data(), xn.data(), layout.lm_head, -1, Bc, C, V);
     step_values.resize((size_t)Bc);
     gpt::matmul_forward(step_values.data(), xn.data(), p(layout.vw), p(layout.vb), Bc, C, 1);
+    for (const auto & gr : groups)  // an adapter's rows: its own value head
+        for (int64_t b : gr.second)
+            gpt::matmul_forward(step_values.data() + b, xn.data() + b * C, gr.first->p(gr.first->layout.vw), gr.first->p(gr.first->layout.vb), 1, C, 1);
 }
 
 template <typename F>

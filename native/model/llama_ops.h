@@ -17,7 +17,7 @@ namespace llama {
 // saved for the backward. In place (out == inp) is allowed.
 template <typename F>
 void rmsnorm_forward(F * out, F * rstd, const F * inp, const F * weight, int64_t N, int64_t C, double eps);
-// dinp += d/dx, dweight += sum_n dout * x * rstd (per-64-row partials added in block order).
+// dinp += d/dx, dweight += sum_n dout * x * rstd (per-64-row partials added in block order; dweight null: frozen).
 template <typename F>
 void rmsnorm_backward(F * dinp, F * dweight, const F * dout, const F * inp, const F * weight, const F * rstd, int64_t N,
                       int64_t C);

@@ -101,12 +101,13 @@ void matmul_backward(F * dinp, F * dweight, F * dbias, const F * dout, const F *
     if (auto gemm = simd_gemm<F>()) {
         // dinp[N, C] += dout[N, OC] @ weight[OC, C]; dweight[OC, C] += dout^T @ inp (A read with transposed strides).
         gemm(N, C, OC, (const float *)dout, OC, 1, (const float *)weight, C, (float *)dinp, C);
+        if (!dweight && !dbias) return;  // a frozen weight (LoRA's base): the input's gradient only
         std::vector<F> dt((size_t)(OC * N));  // dout^T [OC, N]: contiguous rows for the A operand
         parallel_for(OC, 16, [&](int64_t o0, int64_t o1) {
             for (int64_t o = o0; o < o1; ++o)
                 for (int64_t n = 0; n < N; ++n) dt[(size_t)(o * N + n)] = dout[n * OC + o];
         });
-        gemm(OC, C, N, (const float *)dt.data(), N, 1, (const float *)inp, C, (float *)dweight, C);
+        if (dweight) gemm(OC, C, N, (const float *)dt.data(), N, 1, (const float *)inp, C, (float *)dweight, C);
         if (dbias)
             parallel_for(OC, 16, [&](int64_t o0, int64_t o1) {
                 for (int64_t o = o0; o < o1; ++o) {
@@ -128,13 +129,15 @@ void matmul_backward(F * dinp, F * dweight, F * dbias, const F * dout, const F *
             }
         }
     });
+    if (!dweight && !dbias) return;
     parallel_for(OC, 4, [&](int64_t o0, int64_t o1) {
         for (int64_t o = o0; o < o1; ++o) {
-            F * __restrict__ dw = dweight + o * C;
             F db = F(0);
             for (int64_t n = 0; n < N; ++n) {
                 const F g = dout[n * OC + o];
                 db += g;
+                if (!dweight) continue;
+                F * __restrict__ dw = dweight + o * C;
                 const F * __restrict__ x = inp + n * C;
                 for (int64_t c = 0; c < C; ++c) dw[c] += g * x[c];
             }

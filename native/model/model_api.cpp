@@ -37,9 +37,9 @@ void require_gpt(const maporl_gpt * g) {
 }
 
 std::vector<float> & buffer(maporl_gpt * g, int which) {
-    if (which == 0) return g->visit([](auto & m) -> std::vector<float> & { return m.params; });
+    if (which == 0) return g->visit_trainable([](auto & m) -> std::vector<float> & { return m.params; });
     if (which == 1 || which == 2)
-        return g->visit([which](auto & m) -> std::vector<float> & {
+        return g->visit_trainable([which](auto & m) -> std::vector<float> & {
             m.ensure_train_state();  // a Llama model allocates its moments on first use
             return which == 1 ? m.m : m.v;
         });
@@ -82,7 +82,7 @@ maporl_status maporl_gpt_param_count(const maporl_gpt * gpt, int64_t * count_out
     return guarded([&] {
         require_gpt(gpt);
         require_ptr(count_out, "count_out", 1);
-        *count_out = gpt->visit([](const auto & m) { return m.layout.total; });
+        *count_out = gpt->visit_trainable([](const auto & m) { return m.layout.total; });
         return MAPORL_OK;
     });
 }
@@ -91,7 +91,7 @@ maporl_status maporl_gpt_tensor_count(const maporl_gpt * gpt, int64_t * count_ou
     return guarded([&] {
         require_gpt(gpt);
         require_ptr(count_out, "count_out", 1);
-        *count_out = gpt->visit([](const auto & m) { return (int64_t)m.layout.tensors.size(); });
+        *count_out = gpt->visit_trainable([](const auto & m) { return (int64_t)m.layout.tensors.size(); });
         return MAPORL_OK;
     });
 }
@@ -100,7 +100,7 @@ maporl_status maporl_gpt_tensor_info(const maporl_gpt * gpt, int64_t index, char
                                      int64_t * offset_out) {
     return guarded([&] {
         require_gpt(gpt);
-        const auto & ts = gpt->visit([](const auto & m) -> const std::vector<gpt::Layout::Tensor> & { return m.layout.tensors; });
+        const auto & ts = gpt->visit_trainable([](const auto & m) -> const std::vector<gpt::Layout::Tensor> & { return m.layout.tensors; });
         if (index < 0 || index >= (int64_t)ts.size())
             throw_error(MAPORL_ERR_INVALID_ARG, "index: expected 0..%lld, got %lld", (long long)ts.size() - 1, (long long)index);
         const auto & t = ts[(size_t)index];
@@ -145,7 +145,7 @@ maporl_status maporl_gpt_set(maporl_gpt * gpt, int which, const float * in, int6
             return MAPORL_OK;
         }
         std::memcpy(b.data(), in, sizeof(float) * b.size());
-        if (which == 0) gpt->visit([](auto & m) { m.weights_changed(); });
+        if (which == 0) gpt->visit_trainable([](auto & m) { m.weights_changed(); });
         return MAPORL_OK;
     });
 }
@@ -154,7 +154,7 @@ maporl_status maporl_gpt_get_step(const maporl_gpt * gpt, int64_t * step_out) {
     return guarded([&] {
         require_gpt(gpt);
         require_ptr(step_out, "step_out", 1);
-        *step_out = gpt->visit([](const auto & m) { return m.step; });
+        *step_out = gpt->visit_trainable([](const auto & m) { return m.step; });
         return MAPORL_OK;
     });
 }
@@ -163,7 +163,7 @@ maporl_status maporl_gpt_set_step(maporl_gpt * gpt, int64_t step) {
     return guarded([&] {
         require_gpt(gpt);
         if (step < 0) throw_error(MAPORL_ERR_INVALID_ARG, "step: expected >= 0, got %lld", (long long)step);
-        gpt->visit([step](auto & m) { m.step = step; });
+        gpt->visit_trainable([step](auto & m) { m.step = step; });
         return MAPORL_OK;
     });
 }
@@ -441,14 +441,14 @@ maporl_status maporl_gpt_set_tensor(maporl_gpt * gpt, int64_t index, int dtype, 
     return guarded([&] {
         require_gpt(gpt);
         if (gpt->cuda) throw_error(MAPORL_ERR_INVALID_ARG, "set_tensor: the model is on CUDA; write tensors before moving it");
-        const auto & ts = gpt->visit([](const auto & m) -> const std::vector<gpt::Layout::Tensor> & { return m.layout.tensors; });
+        const auto & ts = gpt->visit_trainable([](const auto & m) -> const std::vector<gpt::Layout::Tensor> & { return m.layout.tensors; });
         if (index < 0 || index >= (int64_t)ts.size())
             throw_error(MAPORL_ERR_INVALID_ARG, "index: expected 0..%lld, got %lld", (long long)ts.size() - 1, (long long)index);
         const auto & t = ts[(size_t)index];
         if (count != t.size)
             throw_error(MAPORL_ERR_INVALID_ARG, "count: tensor %s has %lld elements, got %lld", t.name.c_str(), (long long)t.size, (long long)count);
         require_ptr(data, "data", count);
-        float * dst = gpt->visit([](auto & m) { return m.params.data(); }) + t.offset;
+        float * dst = gpt->visit_trainable([](auto & m) { return m.params.data(); }) + t.offset;
         if (dtype == MAPORL_DTYPE_F32) {
             std::memcpy(dst, data, sizeof(float) * (size_t)count);
         } else if (dtype == MAPORL_DTYPE_BF16 || dtype == MAPORL_DTYPE_F16) {
@@ -461,7 +461,7 @@ maporl_status maporl_gpt_set_tensor(maporl_gpt * gpt, int64_t index, int dtype, 
         } else {
             throw_error(MAPORL_ERR_INVALID_ARG, "dtype: expected 0 (F32), 1 (BF16) or 2 (F16), got %d", dtype);
         }
-        gpt->visit([](auto & m) { m.weights_changed(); });
+        gpt->visit_trainable([](auto & m) { m.weights_changed(); });
         return MAPORL_OK;
     });
 }

@@ -30,6 +30,21 @@ struct maporl_gpt {
         if (gm) return fn(static_cast<const maporl::gpt::Model<float> &>(*gm));
         return fn(static_cast<const maporl::llama::Model<float> &>(*lm));
     }
+    // fn(set) on the trainable parameter set: the selected LoRA adapter of a Llama model (maporl_lora_select), else
+    // the model. Parameter counts, tensors, get / set, the step counter address it (the adapter's and the model's
+    // share member names: params, m, v, grads, layout.tensors, step, ensure_train_state, weights_changed).
+    template <class Fn>
+    decltype(auto) visit_trainable(Fn && fn) {
+        if (lm && lm->active >= 0) return fn(*lm->adapters[(size_t)lm->active]);
+        if (gm) return fn(*gm);
+        return fn(*lm);
+    }
+    template <class Fn>
+    decltype(auto) visit_trainable(Fn && fn) const {
+        if (lm && lm->active >= 0) return fn(static_cast<const maporl::llama::Lora<float> &>(*lm->adapters[(size_t)lm->active]));
+        if (gm) return fn(static_cast<const maporl::gpt::Model<float> &>(*gm));
+        return fn(static_cast<const maporl::llama::Model<float> &>(*lm));
+    }
     // What maporl_gpt_score kept for maporl_gpt_score_backward: the targets, the temperature and the row chunk.
     std::vector<int32_t> score_targets;
     float score_temperature = 1.0f;

@@ -31,10 +31,10 @@ void rmsnorm_backward(F * dinp, F * dweight, const F * dout, const F * inp, cons
                       int64_t C) {
     constexpr int64_t kBlock = 64;
     const int64_t nb = (N + kBlock - 1) / kBlock;
-    std::vector<F> pw((size_t)(nb * C), F(0));
+    std::vector<F> pw(dweight ? (size_t)(nb * C) : 0, F(0));  // dweight null: a frozen weight, no partials
     parallel_for(nb, 1, [&](int64_t b0, int64_t b1) {
         for (int64_t blk = b0; blk < b1; ++blk) {
-            F * w = pw.data() + blk * C;
+            F * w = dweight ? pw.data() + blk * C : nullptr;
             for (int64_t n = blk * kBlock; n < std::min(N, (blk + 1) * kBlock); ++n) {
                 const F * x = inp + n * C;
                 const F * d = dout + n * C;
@@ -46,13 +46,14 @@ void rmsnorm_backward(F * dinp, F * dweight, const F * dout, const F * inp, cons
                 for (int64_t c = 0; c < C; ++c) {
                     const F norm = x[c] * r;
                     di[c] += (weight[c] * d[c] - norm * a) * r;
-                    w[c] += d[c] * norm;
+                    if (w) w[c] += d[c] * norm;
                 }
             }
         }
     });
-    for (int64_t blk = 0; blk < nb; ++blk)
-        for (int64_t c = 0; c < C; ++c) dweight[c] += pw[(size_t)(blk * C + c)];
+    if (dweight)
+        for (int64_t blk = 0; blk < nb; ++blk)
+            for (int64_t c = 0; c < C; ++c) dweight[c] += pw[(size_t)(blk * C + c)];
 }
 
 #define MAPORL_INSTANTIATE(F)                                                                                      \
