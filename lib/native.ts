@@ -75,6 +75,9 @@ type SampleLogprobsArgs = [logits: F32, B: number, V: number, params: NativeSamp
 
 /** An embedded-GPT model handle (bindings/model/gpt.cpp). */
 export type GptHandle = { readonly __gpt: unique symbol };
+/** A LoRA adapter's config (maporl_lora_config): targets are MAPORL_LORA_* bits (q_proj 1 ... down_proj 64). */
+export interface NativeLoraConfig { rank: number; alpha: number; targets: number; dropout: number; useRslora: boolean }
+
 /** The Llama family's engine config (bindings/model/gpt.cpp's llamaCreate; lib/policy/hf.ts builds it from config.json). */
 export interface NativeLlamaConfig {
     vocab: number; context: number; layers: number; dModel: number; heads: number; kvHeads: number; headDim: number; intermediate: number;
@@ -128,6 +131,16 @@ export interface NativeBinding {
         entropy: F32 | null, values: F32 | null): Promise<void>;
     gptScoreBackward(h: GptHandle, gradLogp: F32 | null, gradEntropy: F32 | null, dvalues: F32 | null): void;
     gptScoreBackwardAsync(h: GptHandle, gradLogp: F32 | null, gradEntropy: F32 | null, dvalues: F32 | null): Promise<void>;
+    /** LoRA adapters (bindings/model/lora.cpp): while one is selected, the parameter calls (gptTensors, gptParamCount,
+     * gptGet / gptSet, gptSetTensor, steps) address its parameters and every forward runs base + adapter. */
+    loraAdd(h: GptHandle, config: NativeLoraConfig, seed: number): number;
+    loraRemove(h: GptHandle, id: number): void;
+    loraSelect(h: GptHandle, id: number): void;
+    loraSelected(h: GptHandle): number;
+    loraInfo(h: GptHandle, id: number): NativeLoraConfig & { count: number; seed: number };
+    loraMerge(h: GptHandle, id: number): void;
+    loraCacheRows(h: GptHandle, ids: number[]): void;
+    gptSetTraining(h: GptHandle, training: boolean): void;
     gptTensors(h: GptHandle): { name: string; shape: number[]; offset: number }[];
     gptParamCount(h: GptHandle): number;
     gptGet(h: GptHandle, which: 0 | 1 | 2, out: F32): void;

@@ -10,6 +10,7 @@ void InitGroupAdvantages(Napi::Env env, Napi::Object exports);
 void InitPolicyLoss(Napi::Env env, Napi::Object exports);
 void InitSampling(Napi::Env env, Napi::Object exports);
 void InitGpt(Napi::Env env, Napi::Object exports);
+void InitLora(Napi::Env env, Napi::Object exports);
 }  // namespace maporl_js
 
 static Napi::Object Init(Napi::Env env, Napi::Object exports) {
@@ -20,6 +21,7 @@ static Napi::Object Init(Napi::Env env, Napi::Object exports) {
     maporl_js::InitPolicyLoss(env, exports);
     maporl_js::InitSampling(env, exports);
     maporl_js::InitGpt(env, exports);
+    maporl_js::InitLora(env, exports);
     return exports;
 }
 

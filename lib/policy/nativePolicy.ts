@@ -15,10 +15,9 @@ import { join } from "node:path";
 import { type Device, resolveDevice } from "../backend.js";
 import { fsyncDir, writeFileDurable } from "../durable.js";
 import { MaporlError } from "../errors.js";
-import { native, type GptHandle } from "../native.js";
+import { native, type GptHandle, type NativeLoraConfig } from "../native.js";
 import { fusedPolicyLoss, logprobs } from "../rl/logits.js";
 import { type LossOptions, type PolicyLossStats, valueLoss } from "../rl/policyLoss.js";
-import { sample } from "../rl/sampling.js";
 import { type HfModelInfo, isHfModelDir, readHfConfig, writeHfDir } from "./hf.js";
 import { openHfModel, resolveHfTokenizer } from "./hfLoad.js";
 import type { HfTokenizer } from "./hfTokenizer.js";
@@ -27,6 +26,8 @@ import { describe, requireArray, requireBoolean, requireInteger, requireNumber, 
 import { CharTokenizer, type PolicyTokenizer } from "./tokenizer.js";
 import { policyLoss } from "../rl/policyLoss.js";
 import { type GenerateRequest, type Generation, type Policy, requestMessages, requestSampling, requestSeed } from "./types.js";
+import { type DecodeCall, decodeCalls } from "./nativeDecode.js";
+import { fnv1a, isAdapterDir, loadAdapterTensors, type LoraOptions, readAdapterConfig, readAdapterState, resolveLora, targetNames, writeAdapterDir } from "./lora.js";
 
 export interface NativePolicyConfig {
     /** The model's maximum sequence length. */
@@ -98,17 +99,6 @@ export interface TrainResult {
     step: number;
 }
 
-// Where the earliest stop string starts in `text`, looking only at matches that end past `before` (the text
-// already searched); -1 if none.
-function firstStop(text: string, stop: readonly string[], before: number): number {
-    let at = -1;
-    for (const x of stop) {
-        const i = text.indexOf(x, Math.max(0, before - x.length + 1));
-        if (i >= 0 && (at < 0 || i < at)) at = i;
-    }
-    return at;
-}
-
 /** Options of NativePolicy.load. */
 export interface LoadOptions {
     /** 'cpu' (default), 'cuda' or 'auto'. The Llama family runs on the CPU in this version. */
@@ -122,6 +112,12 @@ export interface LoadOptions {
     /** Hugging Face directories: a chat template to use instead of tokenizer_config.json's. */
     chatTemplate?: string;
     name?: string;
+    /** Hugging Face directories: add a LoRA adapter named 'default' (PEFT's name) and return the policy of it (the base
+     * frozen; more adapters on the same base with withAdapter). */
+    lora?: LoraOptions;
+    /** A PEFT adapter directory (adapter_config.json): the base it goes on, a loaded NativePolicy (its model is
+     * shared) or a Hugging Face model directory. */
+    base?: NativePolicy | string;
 }
 
 /** Options of save(). */
@@ -131,8 +127,23 @@ export interface SaveOptions {
     maxShardBytes?: number;
 }
 
-// A Hugging Face model's config and where its tokenizer files came from.
-interface HfState { info: HfModelInfo; tokenizerDir: string | null }
+// A Hugging Face model's config, where it and its tokenizer files came from.
+interface HfState { info: HfModelInfo; tokenizerDir: string | null; sourceDir: string | null }
+
+const loraOptionsOf = (c: NativeLoraConfig): LoraOptions => ({ rank: c.rank, alpha: c.alpha, targets: targetNames(c.targets), dropout: c.dropout, useRslora: c.useRslora });
+
+// The native model and what every policy on it shares (the base and its LoRA adapters' policies): the handle, the
+// call queue, the adapters by name, the generate calls waiting to run as one batch, and how many policies are open.
+class ModelCore {
+    handle: GptHandle | null;
+    queue: Promise<unknown> = Promise.resolve();
+    readonly adapters = new Map<string, number>();
+    openBatch: DecodeCall[] | null = null;
+    views = 1;
+    readonly baseCount: number;
+    constructor(h: GptHandle, readonly baseName: string) { this.handle = h; this.baseCount = native.gptParamCount(h); }
+    free(): void { if (this.handle) native.gptFree(this.handle); this.handle = null; }
+}
 
 const TRAIN_OPTION_KEYS = ["loss", "valueClip", "lr", "beta1", "beta2", "eps", "weightDecay", "maxGradNorm", "accumulate", "signal", "onProgress"];
 
@@ -146,13 +157,21 @@ export class NativePolicy implements Policy {
     readonly config: Required<Omit<NativePolicyConfig, "tokenizer" | "name" | "device">>;
     /** 'gpt' (the embedded model) or 'llama' (a Hugging Face llama / mistral / qwen2 / qwen3 model). */
     readonly family: "gpt" | "llama";
+    /** The LoRA adapter this policy runs (null: the model itself, or the base of its adapters: the reference model). */
+    get adapter(): string | null { return this.adapterName; }
+    private adapterName: string | null;
+    private disposing: Promise<void> | null = null;
     private readonly hf: HfState | null;
-    private handle: GptHandle | null;
-    private queue: Promise<unknown> = Promise.resolve();
+    private readonly core: ModelCore;
+    private adapterId: number;
+    private disposed = false;
     private readonly V: number;
     private needZero = true;
 
-    private constructor(config: NativePolicyConfig, handle?: GptHandle, hf?: { state: HfState; tokenizer: PolicyTokenizer }) {
+    private constructor(config: NativePolicyConfig, handle?: GptHandle, hf?: { state: HfState; tokenizer: PolicyTokenizer },
+        share?: { core: ModelCore; adapter: string | null; id: number }) {
+        this.adapterName = share?.adapter ?? null;
+        this.adapterId = share?.id ?? -1;
         this.family = hf ? "llama" : "gpt";
         this.hf = hf?.state ?? null;
         this.tokenizer = hf?.tokenizer ?? config.tokenizer ?? CharTokenizer.ascii();
@@ -162,7 +181,7 @@ export class NativePolicy implements Policy {
                 tieEmbeddings: e.tieEmbeddings, seed: 0 };
             this.V = e.vocab;
             this.name = config.name ?? `${hf.state.info.modelType}-${e.layers}x${e.dModel}`;
-            this.handle = handle!;
+            this.core = share?.core ?? new ModelCore(handle!, this.name);
             return;
         }
         this.config = {
@@ -174,9 +193,9 @@ export class NativePolicy implements Policy {
         this.V = this.tokenizer.vocabSize;
         if (config.name !== undefined && typeof config.name !== "string") throw new TypeError(`NativePolicy: name: expected a string, got ${describe(config.name)}`);
         this.name = config.name ?? `native-gpt-${this.config.layers}x${this.config.dModel}`;
-        this.handle = handle ?? native.gptCreate({ vocab: this.V, context: this.config.contextLength, layers: this.config.layers,
+        this.core = new ModelCore(handle ?? native.gptCreate({ vocab: this.V, context: this.config.contextLength, layers: this.config.layers,
             heads: this.config.heads, dModel: this.config.dModel, mlpRatio: this.config.mlpRatio, tieEmbeddings: this.config.tieEmbeddings },
-        this.config.seed);
+        this.config.seed), this.name);
     }
 
     /** A freshly initialised model (on `config.device`). */
@@ -192,14 +211,14 @@ export class NativePolicy implements Policy {
             // 'auto' keeps a Llama-family model on the CPU (its CUDA kernels are not built yet); 'cuda' says so.
             if (d === "cuda" && !(this.family === "llama" && device === "auto")) native.gptSetDevice(this.h(), 1);
         } catch (e) {
-            native.gptFree(this.h());
-            this.handle = null;
+            this.core.free();
             throw e;
         }
         return this;
     }
 
-    get parameterCount(): number { return native.gptParamCount(this.h()); }
+    /** The trainable parameters: the adapter's (A, B and its value head) for an adapter's policy, else the model's. */
+    get parameterCount(): number { return this.adapterId >= 0 ? native.loraInfo(this.h(), this.adapterId).count : this.core.baseCount; }
 
     /** The embedded GPT's CharTokenizer (`what` needs one: a Hugging Face model has none, and the error says so). */
     charTokenizer(what: string): CharTokenizer {
@@ -226,15 +245,29 @@ export class NativePolicy implements Policy {
     }
 
     private h(): GptHandle {
-        if (!this.handle) throw new Error(`${this.name}: the model was disposed`);
-        return this.handle;
+        if (this.disposed || !this.core.handle) throw new Error(`${this.name}: the model was disposed`);
+        return this.core.handle;
     }
 
-    // Runs calls on this model one at a time.
+    // Runs calls on the model one at a time (every policy on one base shares the queue), each with this policy's
+    // adapter selected. A call queued after a generate closes the batch that generate opened.
     private serial<T>(fn: () => Promise<T>): Promise<T> {
-        const run = this.queue.then(fn, fn);
-        this.queue = run.catch(() => undefined);
+        this.core.openBatch = null;
+        return this.enqueue(fn);
+    }
+
+    private enqueue<T>(fn: () => Promise<T>): Promise<T> {
+        const go = () => { this.select(); return fn(); };
+        const run = this.core.queue.then(go, go);
+        this.core.queue = run.catch(() => undefined);
         return run;
+    }
+
+    private select(): void {
+        if (this.family !== "llama") return;
+        if (this.adapterName !== null && this.core.adapters.get(this.adapterName) !== this.adapterId)
+            throw new Error(`${this.name}: adapter '${this.adapter}' was merged or deleted`);
+        native.loraSelect(this.h(), this.adapterId);
     }
 
     /**
@@ -254,11 +287,20 @@ export class NativePolicy implements Policy {
         if (options.onProgress !== undefined && typeof options.onProgress !== "function")
             throw new TypeError(`${this.name}: onProgress: expected a function, got ${describe(options.onProgress)}`);
         if (requests.length === 0) return [];
-        return this.serial(async () => {
-            const t0 = performance.now();
-            const gens = await this.decodeBatch(prompts, sampling, seeds, options);
-            const ms = performance.now() - t0;
-            return gens.map((g) => ({ ...g, latencyMs: ms }));
+        this.h();
+        // Calls made before the batch starts (on this policy, or on other adapters of its base) join it: one decode
+        // step serves every adapter, as vLLM's multi-LoRA batching does.
+        return new Promise<Generation[]>((resolve, reject) => {
+            const call: DecodeCall = { name: this.name, prompts, sampling, seeds, adapter: this.family === "llama" ? this.adapterId : null,
+                ...(options.signal ? { signal: options.signal } : {}), ...(options.onProgress ? { onProgress: options.onProgress } : {}), resolve, reject };
+            const open = this.core.openBatch;
+            if (open) { open.push(call); return; }
+            const batch = [call];
+            this.core.openBatch = batch;
+            this.enqueue(async () => {
+                if (this.core.openBatch === batch) this.core.openBatch = null;
+                try { await decodeCalls(this.h(), this.tokenizer, this.V, this.config.contextLength, batch); } catch (e) { for (const c of batch) c.reject(e); }
+            }).catch((e: unknown) => { for (const c of batch) c.reject(e); });
         });
     }
 
@@ -272,62 +314,6 @@ export class NativePolicy implements Policy {
         if (!Array.isArray(ids) || ids.length === 0 || !ids.every((x) => Number.isInteger(x) && x >= 0 && x < this.V))
             throw new TypeError(`${this.name}: requests[${i}].promptTokenIds: expected a non-empty array of token ids in [0, ${this.V}), got ${describe(ids)}`);
         return [...(ids as number[])];
-    }
-
-    private async decodeBatch(prompts: number[][], reqs: ReturnType<typeof requestSampling>[], seeds: bigint[],
-        options: { signal?: AbortSignal; onProgress?: (done: number, total: number) => void }): Promise<Generation[]> {
-        const B = prompts.length, V = this.V, h = this.h(), ctx = this.config.contextLength, signal = options.signal;
-        const lens = prompts.map((p) => p.length);
-        // A row generates at most min(maxTokens, context - prompt) tokens (at least the prompt's next-token slot).
-        const limit = reqs.map((r, b) => Math.min(r.maxTokens ?? 64, ctx - lens[b]!));
-        const total = Math.max(...lens.map((l, b) => l + Math.max(1, limit[b]!)));
-        native.gptCacheReset(h, B, total);
-        const logits = new Float32Array(B * V), cur = new Int32Array(B);
-        const temperature = Float32Array.from(reqs, (r) => r.temperature ?? 1);
-        const topK = Int32Array.from(reqs, (r) => Math.max(0, r.topK ?? 0));  // vLLM's -1 = off = our 0
-        const topP = Float32Array.from(reqs, (r) => r.topP ?? 1);
-        const seed = BigUint64Array.from(seeds);
-        const toks: number[][] = reqs.map(() => []), lps: number[][] = reqs.map(() => []);
-        // Stop strings: the text so far per row, and where the first stop string begins once one has appeared.
-        const texts = reqs.map(() => ""), cut: number[] = reqs.map(() => -1);
-        const finished: string[] = limit.map((l) => (l > 0 ? "" : "length"));  // maxTokens 0: nothing to generate
-        let done = finished.filter((f) => f).length;
-        for (let pos = 0; pos < total && done < B; pos++) {
-            signal?.throwIfAborted();
-            for (let b = 0; b < B; b++) cur[b] = pos < lens[b]! ? prompts[b]![pos]! : finished[b] ? this.tokenizer.pad : toks[b]!.at(-1)!;
-            await native.gptDecodeAsync(h, cur, pos, logits, null);
-            if (!lens.some((l, b) => !finished[b] && pos >= l - 1)) continue;  // every live row is still reading its prompt
-            // The token at position pos + 1 (the sampler's counter, as when each request decodes alone).
-            const s = sample({ logits, shape: [B, V] }, { temperature, topK, topP, seed, position: new BigInt64Array(B).fill(BigInt(pos + 1)),
-                rawLogprobs: false, device: "cpu" });
-            // A row the sampler rejects (its logits hold NaN or +Inf: non-finite weights or activations) fails the call,
-            // naming the requests; its token, -1, is never fed on.
-            const invalid: number[] = [];
-            for (let b = 0; b < B; b++) if (!finished[b] && pos >= lens[b]! - 1 && !s.valid[b]) invalid.push(b);
-            if (invalid.length > 0)
-                throw new MaporlError(`${this.name}.generate: requests[${invalid.join(", ")}]: the logits for completion token ${pos + 2 - lens[invalid[0]!]!} ` +
-                    `hold NaN or +Inf (the model's weights or activations are not finite), so no token can be sampled`, "MAPORL_ERR_INTERNAL");
-            for (let b = 0; b < B; b++) {
-                if (finished[b] || pos < lens[b]! - 1) continue;
-                const t = s.tokens[b]!;
-                if (this.tokenizer.isStop(t)) finished[b] = "stop";
-                else {
-                    toks[b]!.push(t);
-                    lps[b]!.push(s.logprobs[b]!);
-                    const stop = reqs[b]!.stop;
-                    if (stop) {
-                        const before = texts[b]!.length;
-                        texts[b] = this.tokenizer.decode(toks[b]!);  // whole: a byte-level token may complete a character
-                        cut[b] = firstStop(texts[b]!, stop, before);
-                    }
-                    if (cut[b]! >= 0) finished[b] = "stop";
-                    else if (toks[b]!.length >= limit[b]!) finished[b] = "length";
-                }
-                if (finished[b]) options.onProgress?.(++done, B);
-            }
-        }
-        return reqs.map((_, b) => ({ text: cut[b]! >= 0 ? texts[b]!.slice(0, cut[b]) : this.tokenizer.decode(toks[b]!), tokens: toks[b]!, logprobs: lps[b]!,
-            finishReason: finished[b] || "length", usage: { promptTokens: lens[b]!, completionTokens: toks[b]!.length }, latencyMs: 0 }));
     }
 
     /** log p(tokens[b, t + 1] | tokens[b, <= t]) at temperature 1, [B, T] (0 at the last position). */
@@ -415,7 +401,8 @@ export class NativePolicy implements Policy {
                 return this.finishStep(h, r, accumulate, [lr, beta1, beta2, eps, weightDecay, maxGradNorm], phase);
             }
             const logits = isValue ? null : new Float32Array(B * T * this.V), values = isValue ? new Float32Array(B * T) : null;
-            await native.gptForwardAsync(h, batch.tokens, B, T, logits, values);
+            if (this.family === "llama") native.gptSetTraining(h, true);
+            try { await native.gptForwardAsync(h, batch.tokens, B, T, logits, values); } finally { if (this.family === "llama") native.gptSetTraining(h, false); }
             phase(1);
             o.signal?.throwIfAborted();
             const sft = loss === "sft";
@@ -454,7 +441,8 @@ export class NativePolicy implements Policy {
         phase: (done: number) => void): Promise<{ loss: number; stats: PolicyLossStats }> {
         const [B, T] = batch.shape, N = B * T, h = this.h();
         const logp = new Float32Array(N), entropy = new Float32Array(N);
-        await native.gptScoreAsync(h, batch.tokens, batch.targets, B, T, 1, 0, logp, entropy, null);
+        native.gptSetTraining(h, true);  // (the adapter's dropout; the rest of the model has none)
+        try { await native.gptScoreAsync(h, batch.tokens, batch.targets, B, T, 1, 0, logp, entropy, null); } finally { native.gptSetTraining(h, false); }
         phase(1);
         signal?.throwIfAborted();
         const sft = loss === "sft";
@@ -484,6 +472,7 @@ export class NativePolicy implements Policy {
     /** A copy with the same weights (and tokenizer) on the same device: e.g. the frozen reference policy. Optimizer
      * state is not copied. */
     async clone(name?: string): Promise<NativePolicy> {
+        if (this.adapter !== null) return this.cloneAdapter(name ?? `${this.adapter}-clone`);
         return this.serial(async () => {
             const cname = name ?? `${this.name}-clone`;
             const c = this.hf ? new NativePolicy({ name: cname } as NativePolicyConfig, native.llamaCreate(this.hf.info.engine, 0), { state: this.hf, tokenizer: this.tokenizer })
@@ -503,11 +492,11 @@ export class NativePolicy implements Policy {
         const maxShardBytes = requireNumber(`${this.name}.save`, "maxShardBytes", o.maxShardBytes, 5e9, 1, Number.MAX_SAFE_INTEGER);
         return this.serial(async () => {
             const h = this.h(), n = this.parameterCount, step = native.gptGetStep(h);
-            const tmp = `${dir}.tmp-${process.pid}-${Date.now()}`;
-            mkdirSync(tmp, { recursive: true });
+            if (this.adapter !== null) return this.writeDir(dir, (tmp) => writeAdapterDir(tmp, h, this.adapterId, this.hf?.sourceDir ?? null,
+                { format: "maporl-lora", version: 1, name: this.adapter!, step, seed: native.loraInfo(h, this.adapterId).seed }));
             const all = (which: 0 | 1 | 2) => { const a = new Float32Array(n); native.gptGet(h, which, a); return a; };
-            const optimizer = () => writeSafetensors(join(tmp, "optimizer.safetensors"), [{ name: "m", shape: [n], data: all(1) }, { name: "v", shape: [n], data: all(2) }]);
-            try {
+            return this.writeDir(dir, (tmp) => {
+                const optimizer = () => writeSafetensors(join(tmp, "optimizer.safetensors"), [{ name: "m", shape: [n], data: all(1) }, { name: "v", shape: [n], data: all(2) }]);
                 if (this.hf) {
                     writeHfDir(tmp, h, this.hf.info, { format: "maporl-hf", version: 1, name: this.name, step, contextLength: this.config.contextLength },
                         this.tokenizer, this.hf.tokenizerDir, maxShardBytes);
@@ -522,17 +511,27 @@ export class NativePolicy implements Policy {
                     writeFileDurable(join(tmp, "config.json"), JSON.stringify({ format: "maporl-gpt", version: 1, name: this.name, ...this.config,
                         vocab: this.V, step }, null, 2));
                 }
-                fsyncDir(tmp);
-            } catch (e) {
-                rmSync(tmp, { recursive: true, force: true });
-                throw e;
-            }
-            const old = `${dir}.old-${process.pid}-${Date.now()}`;
-            if (existsSync(dir)) renameSync(dir, old);
-            renameSync(tmp, dir);
-            fsyncDir(join(dir, ".."));
-            rmSync(old, { recursive: true, force: true });
+            });
         });
+    }
+
+    // Writes a directory through `fill` into a temporary one that then replaces `dir` by rename (a crash never leaves
+    // a half-written one).
+    private writeDir(dir: string, fill: (tmp: string) => void): void {
+        const tmp = `${dir}.tmp-${process.pid}-${Date.now()}`;
+        mkdirSync(tmp, { recursive: true });
+        try {
+            fill(tmp);
+            fsyncDir(tmp);
+        } catch (e) {
+            rmSync(tmp, { recursive: true, force: true });
+            throw e;
+        }
+        const old = `${dir}.old-${process.pid}-${Date.now()}`;
+        if (existsSync(dir)) renameSync(dir, old);
+        renameSync(tmp, dir);
+        fsyncDir(join(dir, ".."));
+        rmSync(old, { recursive: true, force: true });
     }
 
     /** Loads a checkpoint directory written by save(), or a Hugging Face model directory (a config.json with
@@ -541,9 +540,11 @@ export class NativePolicy implements Policy {
      * A bad directory fails before any weight is written, naming the file, key or tensor. */
     static async load(dir: string, options: LoadOptions = {}): Promise<NativePolicy> {
         if (typeof dir !== "string" || dir.length === 0) throw new TypeError(`NativePolicy.load: dir: expected a directory path, got ${describe(dir)}`);
-        const o = requireOptions<LoadOptions>("NativePolicy.load", "options", options, ["device", "contextLength", "tokenizer", "chatTemplate", "name"]);
-        if (isHfModelDir(dir)) return NativePolicy.loadHf(dir, o);
-        for (const k of ["contextLength", "tokenizer", "chatTemplate"] as const)
+        const o = requireOptions<LoadOptions>("NativePolicy.load", "options", options, ["device", "contextLength", "tokenizer", "chatTemplate", "name", "lora", "base"]);
+        if (isAdapterDir(dir)) return NativePolicy.loadOnBase(dir, o);
+        if (o.base !== undefined) throw new RangeError(`NativePolicy.load: base: only for a PEFT adapter directory (${join(dir, "adapter_config.json")} is missing)`);
+        if (isHfModelDir(dir)) return NativePolicy.withLora(NativePolicy.loadHf(dir, o), o.lora);
+        for (const k of ["contextLength", "tokenizer", "chatTemplate", "lora"] as const)
             if (o[k] !== undefined) throw new RangeError(`NativePolicy.load: ${k}: only for Hugging Face directories (${join(dir, "config.json")} has no model_type)`);
         const read = (f: string) => {
             try { return readFileSync(join(dir, f), "utf8"); } catch { throw new Error(`NativePolicy.load: ${join(dir, f)}: missing (not a checkpoint directory?)`); }
@@ -597,26 +598,156 @@ export class NativePolicy implements Policy {
     static async fromConfig(hfConfig: Record<string, unknown>, options: Omit<LoadOptions, "tokenizer"> & { tokenizer: string | HfTokenizer | null; seed?: number }): Promise<NativePolicy> {
         const fn = "NativePolicy.fromConfig";
         if (hfConfig === null || typeof hfConfig !== "object" || Array.isArray(hfConfig)) throw new TypeError(`${fn}: hfConfig: expected a config.json object, got ${describe(hfConfig)}`);
-        const o = requireOptions<LoadOptions & { seed?: number }>(fn, "options", options, ["device", "contextLength", "tokenizer", "chatTemplate", "name", "seed"]);
+        const o = requireOptions<LoadOptions & { seed?: number }>(fn, "options", options, ["device", "contextLength", "tokenizer", "chatTemplate", "name", "seed", "lora"]);
         const seed = requireInt("seed", o.seed ?? 0, 0, Number.MAX_SAFE_INTEGER);
         const info = readHfConfig("(hfConfig)", { ...hfConfig }, o.contextLength);
         if (o.contextLength === undefined) info.engine.context = Math.min(info.engine.context, 8192);
         const { tokenizer, tokenizerDir } = resolveHfTokenizer(fn, null, info, o);
         const h = native.llamaCreate(info.engine, seed);
-        return new NativePolicy({ name: o.name } as NativePolicyConfig, h, { state: { info, tokenizerDir }, tokenizer }).placed(fn, o.device);
+        return NativePolicy.withLora(new NativePolicy({ name: o.name } as NativePolicyConfig, h, { state: { info, tokenizerDir, sourceDir: null }, tokenizer })
+            .placed(fn, o.device), o.lora);
     }
 
     private static loadHf(dir: string, o: LoadOptions): NativePolicy {
         const m = openHfModel(dir, o);
-        return new NativePolicy({ name: m.name } as NativePolicyConfig, m.handle, { state: { info: m.info, tokenizerDir: m.tokenizerDir }, tokenizer: m.tokenizer })
+        return new NativePolicy({ name: m.name } as NativePolicyConfig, m.handle, { state: { info: m.info, tokenizerDir: m.tokenizerDir, sourceDir: dir }, tokenizer: m.tokenizer })
             .placed("NativePolicy.load", o.device);
     }
 
-    /** Frees the native model after the calls in flight. */
+    // options.lora: the policy of a new adapter 'default' on `base` (whose own policy is released).
+    private static async withLora(base: NativePolicy, lora: LoraOptions | undefined): Promise<NativePolicy> {
+        if (lora === undefined) return base;
+        try { return await base.withAdapter("default", lora); } finally { await base.dispose(); }
+    }
+
+    // A PEFT adapter directory on options.base (a policy whose model it joins, or a model directory to load).
+    private static async loadOnBase(dir: string, o: LoadOptions): Promise<NativePolicy> {
+        const fn = "NativePolicy.load";
+        if (o.lora !== undefined) throw new RangeError(`${fn}: lora: not for an adapter directory (${dir} is one: its adapter_config.json gives the settings)`);
+        if (o.base instanceof NativePolicy) return o.base.loadAdapter(dir, o.name !== undefined ? { name: o.name } : {});
+        if (typeof o.base !== "string")
+            throw new TypeError(`${fn}: base: expected the base model of the adapter in ${dir} (a NativePolicy or a model directory), got ${describe(o.base)}`);
+        const { base, name, ...rest } = o;
+        const b = await NativePolicy.load(base, rest);
+        try { return await b.loadAdapter(dir, name !== undefined ? { name } : {}); } finally { await b.dispose(); }
+    }
+
+    /** The names of the LoRA adapters on this policy's base. */
+    get adapters(): string[] { return [...this.core.adapters.keys()]; }
+
+    /**
+     * The policy of LoRA adapter `name` on this policy's base, sharing its memory (a few MB per adapter; switching is
+     * free): the existing adapter of that name, or a new one with `lora` (default: this policy's adapter's settings,
+     * else LoraOptions' defaults). Only the adapter trains (its A, B and value head; the base is frozen). null: the
+     * base alone, as the reference model for KL (no copy). generate calls on several adapters of one base made
+     * together run as one batch.
+     */
+    async withAdapter(name: string | null, lora?: LoraOptions): Promise<NativePolicy> {
+        const fn = `${this.name}.withAdapter`;
+        if (this.family !== "llama") throw new Error(`${fn}: LoRA adapters need a Hugging Face (Llama-family) model; this is the embedded GPT`);
+        if (name !== null && (typeof name !== "string" || name.length === 0)) throw new TypeError(`${fn}: name: expected a non-empty string or null, got ${describe(name)}`);
+        if (name === null && lora !== undefined) throw new RangeError(`${fn}: lora: not for the base (name null)`);
+        return this.serial(async () => {
+            if (name === null) return this.view(null, -1);
+            const h = this.h();
+            let id = this.core.adapters.get(name);
+            if (id !== undefined && lora !== undefined) throw new RangeError(`${fn}: lora: adapter '${name}' exists (the options are for a new one)`);
+            if (id === undefined) {
+                const c = resolveLora(fn, lora ?? (this.adapterId >= 0 ? loraOptionsOf(native.loraInfo(h, this.adapterId)) : undefined), name);
+                id = native.loraAdd(h, c, c.seed);
+                this.core.adapters.set(name, id);
+            }
+            return this.view(name, id);
+        });
+    }
+
+    // A policy on this one's model running `adapter` (id; null / -1: the base).
+    private view(adapter: string | null, id: number): NativePolicy {
+        const v = new NativePolicy({ name: adapter ?? this.core.baseName } as NativePolicyConfig, undefined, { state: this.hf!, tokenizer: this.tokenizer },
+            { core: this.core, adapter, id });
+        this.core.views++;
+        return v;
+    }
+
+    // clone() of an adapter's policy: a new adapter `name` on the same base with a copy of this one's parameters.
+    private async cloneAdapter(name: string): Promise<NativePolicy> {
+        return this.serial(async () => {
+            const h = this.h();
+            if (this.core.adapters.has(name)) throw new RangeError(`${this.name}.clone: name: adapter '${name}' exists`);
+            const p = new Float32Array(this.parameterCount);
+            native.gptGet(h, 0, p);
+            const c = native.loraInfo(h, this.adapterId);
+            const id = native.loraAdd(h, c, fnv1a(name));
+            native.loraSelect(h, id);
+            native.gptSet(h, 0, p);
+            this.core.adapters.set(name, id);
+            return this.view(name, id);
+        });
+    }
+
+    /** Loads a PEFT adapter directory (adapter_config.json, adapter_model.safetensors in F32 / BF16 / F16; maporl's
+     * value head, optimizer state and step when saved by maporl) as a new adapter on this policy's base. Its name:
+     * options.name, else the one maporl saved, else 'default'. A bad directory adds nothing. */
+    async loadAdapter(dir: string, options: { name?: string } = {}): Promise<NativePolicy> {
+        const fn = `${this.name}.loadAdapter`;
+        if (this.family !== "llama") throw new Error(`${fn}: LoRA adapters need a Hugging Face (Llama-family) model; this is the embedded GPT`);
+        const o = requireOptions<{ name?: string }>(fn, "options", options, ["name"]);
+        if (o.name !== undefined && (typeof o.name !== "string" || o.name.length === 0)) throw new TypeError(`${fn}: name: expected a non-empty string, got ${describe(o.name)}`);
+        const c = readAdapterConfig(fn, dir), state = readAdapterState(fn, dir);
+        const name = o.name ?? state?.name ?? "default";
+        return this.serial(async () => {
+            if (this.core.adapters.has(name)) throw new RangeError(`${fn}: adapter '${name}' exists on this base (pass options.name)`);
+            // The saved seed keeps the dropout masks of a resumed run; a PEFT adapter from elsewhere gets its name's.
+            const h = this.h(), id = native.loraAdd(h, c, state?.seed ?? fnv1a(name));
+            try {
+                native.loraSelect(h, id);
+                loadAdapterTensors(fn, dir, h, state);
+                this.core.adapters.set(name, id);
+                return this.view(name, id);
+            } catch (e) {
+                native.loraRemove(h, id);
+                throw e;
+            }
+        });
+    }
+
+    /** Writes this adapter as a PEFT adapter directory (as save() does for an adapter's policy). */
+    async saveAdapter(dir: string): Promise<void> {
+        if (this.adapterName === null) throw new Error(`${this.name}.saveAdapter: this policy runs no adapter (the base: use save())`);
+        return this.save(dir);
+    }
+
+    /** PEFT's merge_and_unload for this adapter: W += (alpha / r) B A in the shared base (every policy on it sees the
+     * merged weights), the adapter removed; this policy then runs the merged base, and save() writes a plain model. */
+    async mergeAdapter(): Promise<this> {
+        if (this.adapterName === null) throw new Error(`${this.name}.mergeAdapter: this policy runs no adapter`);
+        return this.serial(async () => {
+            native.loraMerge(this.h(), this.adapterId);
+            this.core.adapters.delete(this.adapterName!);
+            this.adapterName = null;
+            this.adapterId = -1;
+            return this;
+        });
+    }
+
+    /** Removes adapter `name` from the base (its policies then fail their calls). */
+    async deleteAdapter(name: string): Promise<void> {
+        return this.serial(async () => {
+            const id = this.core.adapters.get(name);
+            if (id === undefined) throw new RangeError(`${this.name}.deleteAdapter: name: no adapter '${String(name)}' (adapters: ${this.adapters.join(", ") || "none"})`);
+            native.loraRemove(this.h(), id);
+            this.core.adapters.delete(name);
+        });
+    }
+
+    /** Releases this policy after the calls in flight; the native model is freed with the last policy on it. */
     async dispose(): Promise<void> {
-        await this.queue;
-        if (this.handle) native.gptFree(this.handle);
-        this.handle = null;
+        this.disposing ??= (async () => {
+            await this.core.queue;
+            this.disposed = true;
+            if (--this.core.views === 0) this.core.free();
+        })();
+        return this.disposing;
     }
 
     async [Symbol.asyncDispose](): Promise<void> { await this.dispose(); }

@@ -97,3 +97,11 @@ inline void require_mask_type(const maporl_mask_type & t) {
 }
 
 }  // namespace maporl
+
+namespace maporl {
+// Hands the allocator's free memory back to the system (glibc: malloc_trim; elsewhere nothing). The model calls run
+// on whichever worker thread Node gives them, and glibc keeps a heap per thread, each holding on to the large
+// temporaries (transposed weights, logit chunks) its calls freed: without this, peak memory grows with the number
+// of threads that ever ran a call, not with the model.
+void release_free_memory();
+}  // namespace maporl

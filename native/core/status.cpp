@@ -59,3 +59,15 @@ const char * maporl_version(void) {
 }
 
 }  // extern "C"
+
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
+namespace maporl {
+void release_free_memory() {
+#if defined(__GLIBC__)
+    malloc_trim(0);
+#endif
+}
+}  // namespace maporl

@@ -462,8 +462,10 @@ maporl_status maporl_lora_add(maporl_gpt * gpt, const maporl_lora_config * confi
 maporl_status maporl_lora_remove(maporl_gpt * gpt, int64_t id);
 maporl_status maporl_lora_select(maporl_gpt * gpt, int64_t id);  /* -1: the base alone */
 maporl_status maporl_lora_selected(const maporl_gpt * gpt, int64_t * id_out);
-/* The adapter's config and parameter count (id need not be selected). */
-maporl_status maporl_lora_info(const maporl_gpt * gpt, int64_t id, maporl_lora_config * config_out, int64_t * count_out);
+/* The adapter's config, parameter count and seed (of A's initialisation and the dropout masks); id need not be
+ * selected; any output may be NULL. */
+maporl_status maporl_lora_info(const maporl_gpt * gpt, int64_t id, maporl_lora_config * config_out, int64_t * count_out,
+                               uint64_t * seed_out);
 /* Folds adapter `id` into the base (W += scale B A in double, its value head becomes the base's) and removes it. */
 maporl_status maporl_lora_merge(maporl_gpt * gpt, int64_t id);
 /* The adapter of each cache row for maporl_gpt_decode (-1: the base), after maporl_gpt_cache_reset (which sets every

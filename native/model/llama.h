@@ -88,8 +88,9 @@ struct Model {
     // head = false: everything but the LM head (logits left empty): the final hidden state lnf [B*T, C] and the
     // values; take the logits of any rows with head_rows. A vocabulary of 151,936 never needs [B, T, V] at once.
     void forward(const int32_t * tokens, int64_t B, int64_t T, bool head = true);
-    // out [rows, V] (=) = the logits of rows n0 .. n0 + rows of the last forward.
-    void head_rows(F * out, int64_t n0, int64_t rows) const;
+    // out [rows, V] (=) = the logits of rows n0 .. n0 + rows of the last forward, through the head's transposed copy
+    // (wt: built once per update, not once per chunk).
+    void head_rows(F * out, int64_t n0, int64_t rows);
     // Adds the gradients of the LM head and of lnf (into dlnf [B*T, C]) from the logits' gradient of those rows.
     void head_backward_rows(F * dlnf, const F * dlogits, int64_t n0, int64_t rows);
     void backward(const F * dlogits, const F * dvalues);
@@ -102,8 +103,7 @@ struct Model {
     void cache_reset(int64_t batch, int64_t max_len);
     void decode(const int32_t * tokens, int64_t pos);
     void weights_changed() { wt_stale = true; }
-    std::vector<F> wt_cache;
-    std::vector<int64_t> wt_off;
+    std::vector<std::vector<F>> wt_cache;  // per tensor: its transposed copy [in, out], empty until used
     bool wt_stale = true;
     const F * wt(int64_t tensor);
     // out = inp @ W^T (+ bias) (bias: a tensor index or -1): up to kRowsGemv rows from W itself, more from W's

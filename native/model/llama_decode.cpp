@@ -2,8 +2,8 @@
 // (ragged prompts are read while longer ones still are, as NativePolicy.generate does); keys are cached after
 // the q/k norm and the rotation, values as projected, per layer in [batch, NKV, max_len, head_dim]. Batches of up
 // to kRowsGemv rows run their matmuls as dot products over the weights' rows (read once per step: single-stream
-// decoding is bound by the weights' bytes); larger ones read transposed weight copies (built on first use, stale
-// after any update). Each row may run a different LoRA adapter (row_adapter): the base projections run over the
+// decoding is bound by the weights' bytes); larger ones read transposed weight copies (each built on first use,
+// dropped after any update). Each row may run a different LoRA adapter (row_adapter): the base projections run over the
 // whole batch, each adapter's terms over its rows. A decoded position equals the full forward's within float
 // rounding (test_llama: 1e-5).
 #include <algorithm>
@@ -19,28 +19,18 @@ namespace llama {
 
 template <typename F>
 const F * Model<F>::wt(int64_t tensor) {
-    if (wt_stale) {
-        std::vector<int64_t> ids;
-        for (const auto & bl : layout.blocks) ids.insert(ids.end(), {bl.q, bl.k, bl.v, bl.o, bl.gate, bl.up, bl.down});
-        ids.push_back(layout.lm_head);
-        wt_off.assign(layout.tensors.size(), -1);
-        int64_t n = 0;
-        for (int64_t id : ids) {
-            if (wt_off[(size_t)id] >= 0) continue;
-            wt_off[(size_t)id] = n;
-            n += layout.tensors[(size_t)id].size;
-        }
-        wt_cache.resize((size_t)n);
-        for (size_t id = 0; id < wt_off.size(); ++id)
-            if (wt_off[id] >= 0) {
-                const auto & t = layout.tensors[id];
-                gpt::transpose_weight(wt_cache.data() + wt_off[id], params.data() + t.offset, t.shape[1], t.shape[0]);
-            }
+    if (wt_stale) {  // every copy is dropped after an update (or a write), and rebuilt one tensor at a time on use
+        wt_cache.assign(layout.tensors.size(), std::vector<F>());
         wt_stale = false;
     }
-    const int64_t o = wt_off[(size_t)tensor];
-    if (o < 0) throw_error(MAPORL_ERR_INTERNAL, "llama: no transposed copy of tensor %lld", (long long)tensor);
-    return wt_cache.data() + o;
+    std::vector<F> & c = wt_cache[(size_t)tensor];
+    if (c.empty()) {
+        const auto & t = layout.tensors[(size_t)tensor];
+        if (t.shape.size() != 2) throw_error(MAPORL_ERR_INTERNAL, "llama: tensor %s is not a matrix", t.name.c_str());
+        c.resize((size_t)t.size);
+        gpt::transpose_weight(c.data(), params.data() + t.offset, t.shape[1], t.shape[0]);
+    }
+    return c.data();
 }
 
 template <typename F>

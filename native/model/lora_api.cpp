@@ -82,13 +82,15 @@ maporl_status maporl_lora_selected(const maporl_gpt * gpt, int64_t * id_out) {
     });
 }
 
-maporl_status maporl_lora_info(const maporl_gpt * gpt, int64_t id, maporl_lora_config * config_out, int64_t * count_out) {
+maporl_status maporl_lora_info(const maporl_gpt * gpt, int64_t id, maporl_lora_config * config_out, int64_t * count_out,
+                               uint64_t * seed_out) {
     return guarded([&] {
         const auto & m = require_llama(const_cast<maporl_gpt *>(gpt), "lora_info");
         require_live(m, id, "id");
         const auto & a = *m.adapters[(size_t)id];
         if (config_out) *config_out = maporl_lora_config{a.cfg.rank, a.cfg.alpha, a.cfg.targets, a.cfg.dropout, a.cfg.rslora ? 1 : 0};
         if (count_out) *count_out = a.layout.total;
+        if (seed_out) *seed_out = a.seed;
         return MAPORL_OK;
     });
 }

@@ -188,6 +188,7 @@ maporl_status maporl_gpt_forward(maporl_gpt * gpt, const int32_t * tokens, int64
             if (logits_out) std::memcpy(logits_out, m.logits.data(), sizeof(float) * m.logits.size());
             if (values_out) std::memcpy(values_out, m.values.data(), sizeof(float) * m.values.size());
         });
+        if (gpt->lm) release_free_memory();
         return MAPORL_OK;
     });
 }
@@ -199,6 +200,7 @@ maporl_status maporl_gpt_backward(maporl_gpt * gpt, const float * dlogits, const
             gpt::cuda_model_backward(gpt->cuda, dlogits, dvalues);
         else
             gpt->visit([&](auto & m) { m.backward(dlogits, dvalues); });
+        if (gpt->lm) release_free_memory();
         return MAPORL_OK;
     });
 }

@@ -49,6 +49,7 @@ struct maporl_gpt {
     std::vector<int32_t> score_targets;
     float score_temperature = 1.0f;
     int64_t score_chunk = 0;
+    std::vector<float> score_z;  // the chunk's logits, kept between calls (no 32 MB allocation per call)
     maporl_gpt(const maporl_gpt &) = delete;
     maporl_gpt & operator=(const maporl_gpt &) = delete;
 };

@@ -53,7 +53,8 @@ maporl_status maporl_gpt_score(maporl_gpt * gpt, const int32_t * tokens, const i
             auto & m = *gpt->lm;
             m.forward(tokens, B, T, /*head=*/false);
             const int64_t rows = chunk_rows(chunk, V, N);
-            std::vector<float> z((size_t)(rows * V));
+            std::vector<float> & z = gpt->score_z;
+            z.resize((size_t)(rows * V));
             for (int64_t n0 = 0; n0 < N; n0 += rows) {
                 const int64_t r = std::min(rows, N - n0);
                 m.head_rows(z.data(), n0, r);
@@ -64,6 +65,7 @@ maporl_status maporl_gpt_score(maporl_gpt * gpt, const int32_t * tokens, const i
         gpt->score_targets.assign(targets, targets + N);
         gpt->score_temperature = temperature;
         gpt->score_chunk = chunk;
+        release_free_memory();
         return MAPORL_OK;
     });
 }
@@ -90,7 +92,8 @@ maporl_status maporl_gpt_score_backward(maporl_gpt * gpt, const float * grad_log
             std::vector<float> dlnf((size_t)(N * m.cfg.d_model), 0.0f);
             if (head) {
                 const int64_t rows = chunk_rows(gpt->score_chunk, V, N);
-                std::vector<float> z((size_t)(rows * V));
+                std::vector<float> & z = gpt->score_z;
+            z.resize((size_t)(rows * V));
                 for (int64_t n0 = 0; n0 < N; n0 += rows) {
                     const int64_t r = std::min(rows, N - n0);
                     m.head_rows(z.data(), n0, r);
@@ -101,6 +104,7 @@ maporl_status maporl_gpt_score_backward(maporl_gpt * gpt, const float * grad_log
             m.backward_hidden(dlnf, dvalues);
         }
         gpt->score_targets.clear();  // one backward per scoring forward
+        release_free_memory();
         return MAPORL_OK;
     });
 }
