@@ -57,6 +57,7 @@ export async function decodeCalls(h: GptHandle, tokenizer: PolicyTokenizer, V: n
     const texts = reqs.map(() => ""), cut: number[] = reqs.map(() => -1);
     const finished: string[] = limit.map((l) => (l > 0 ? "" : "length"));  // maxTokens 0: nothing to generate
     let done = finished.filter((f) => f).length;
+    finished.forEach((f, b) => { if (f) doneOf[owner[b]!]!++; });  // (counted, not reported: as decoding each call alone)
     const finish = (b: number, why: string) => {
         finished[b] = why;
         done++;

@@ -41,7 +41,7 @@ describe("the sampler on extreme inputs (child processes, every SIMD level)", ()
 describe("NativePolicy and the model handle", () => {
     it("generate on NaN weights fails naming the requests, never feeding token -1 on", async () => {
         const p = await NativePolicy.create({ contextLength: 32, layers: 1, heads: 2, dModel: 16, seed: 1, name: "nan-model" });
-        const h = (p as unknown as { handle: never }).handle, n = p.parameterCount;
+        const h = (p as unknown as { core: { handle: never } }).core.handle, n = p.parameterCount;
         const w = new Float32Array(n);
         native.gptGet(h, 0, w);
         w.fill(NaN, 0, n);

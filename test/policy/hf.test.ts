@@ -88,7 +88,7 @@ describe("training through log-probs", () => {
         const advantages = Float32Array.from([1, -0.5, 2]);
         const loss = { type: "ppo" as const, clip: 0.2, kl: { estimator: "low_var_kl" as const, coef: 0.1 }, entropyCoef: 0.01, aggregation: "seq-mean-token-mean" as const };
         const logits = new Float32Array(N * 96);
-        native.gptForward((p as unknown as { handle: never }).handle, b.tokens, 3, 10, logits, null);
+        native.gptForward((p as unknown as { core: { handle: never } }).core.handle, b.tokens, 3, 10, logits, null);
         const ref = fusedPolicyLoss({ logits, targets: b.targets, mask: b.mask, shape: [3, 10, 96], advantages, oldLogp, refLogp }, loss);
         const r = await p.trainStep({ ...b, advantages, oldLogp, refLogp }, { loss, lr: 0 });
         expect(Math.abs(r.loss - ref.loss)).toBeLessThan(1e-5 * Math.max(1, Math.abs(ref.loss)));
@@ -106,7 +106,7 @@ describe("training through log-probs", () => {
             const losses: number[] = [];
             for (let i = 0; i < 30; i++) losses.push((await p.trainStep(b, { lr: 1e-2 })).loss);
             const params = new Float32Array(p.parameterCount);
-            native.gptGet((p as unknown as { handle: never }).handle, 0, params);
+            native.gptGet((p as unknown as { core: { handle: never } }).core.handle, 0, params);
             return { p, losses, params };
         };
         const one = await run(1), two = await run(2);
@@ -116,7 +116,7 @@ describe("training through log-probs", () => {
         // The first SFT loss is the mean cross-entropy of the trained targets.
         const fresh = await NativePolicy.load(join(FIX, "llama"), { tokenizer: null });
         const logits = new Float32Array(30 * 96);
-        native.gptForward((fresh as unknown as { handle: never }).handle, b.tokens, 3, 10, logits, null);
+        native.gptForward((fresh as unknown as { core: { handle: never } }).core.handle, b.tokens, 3, 10, logits, null);
         let ce = 0, n = 0;
         for (let i = 0; i < 30; i++) {
             if (!b.mask[i]) continue;
@@ -132,8 +132,8 @@ describe("training through log-probs", () => {
         await one.p.trainStep(b, { lr: 3e-3 });
         await back.trainStep(b, { lr: 3e-3 });
         const x = new Float32Array(one.p.parameterCount), y = new Float32Array(one.p.parameterCount);
-        native.gptGet((one.p as unknown as { handle: never }).handle, 0, x);
-        native.gptGet((back as unknown as { handle: never }).handle, 0, y);
+        native.gptGet((one.p as unknown as { core: { handle: never } }).core.handle, 0, x);
+        native.gptGet((back as unknown as { core: { handle: never } }).core.handle, 0, y);
         expect(Buffer.from(y.buffer).equals(Buffer.from(x.buffer))).toBe(true);
         for (const q of [one.p, two.p, fresh, back]) await q.dispose();
     });
@@ -144,7 +144,7 @@ describe("the value head on a Hugging Face model", () => {
         const p = await NativePolicy.load(join(FIX, "mistral"), { tokenizer: null });
         const b = batchOf(96);
         const returns = Float32Array.from({ length: 30 }, (_, i) => (i % 3) - 1);
-        const h = (p as unknown as { handle: never }).handle;
+        const h = (p as unknown as { core: { handle: never } }).core.handle;
         const before = new Float32Array(p.parameterCount);
         native.gptGet(h, 0, before);
         const mse = async () => {
