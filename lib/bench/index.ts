@@ -12,6 +12,7 @@ import { crossCheckBaselines, type CrossCheck } from "./crosscheck.js";
 import { benchGae } from "./gae.js";
 import { benchGpt } from "./gpt.js";
 import { benchLlama } from "./llama.js";
+import { benchLora } from "./lora.js";
 import { benchGroupAdvantages } from "./groupAdvantages.js";
 import { benchFusedPolicyLoss, benchPolicyLoss } from "./policyLoss.js";
 import { benchReinforceReturns } from "./reinforceReturns.js";
@@ -29,6 +30,7 @@ export const BENCHMARKS: Record<string, (ctx: BenchContext) => Promise<BenchRow[
     sample: benchSampling,
     gpt: benchGpt,
     llama: benchLlama,
+    lora: benchLora,
 };
 
 export interface BenchOptions {

@@ -18,7 +18,7 @@ import { timeMedian } from "./measure.js";
 import { blasName, runPython } from "./python.js";
 import { type BenchContext, type BenchRow } from "./types.js";
 
-const SMOL = { model_type: "llama", vocab_size: 49152, hidden_size: 576, intermediate_size: 1536, num_hidden_layers: 30, num_attention_heads: 9,
+export const SMOL = { model_type: "llama", vocab_size: 49152, hidden_size: 576, intermediate_size: 1536, num_hidden_layers: 30, num_attention_heads: 9,
     num_key_value_heads: 3, max_position_embeddings: 2048, rms_norm_eps: 1e-5, rope_theta: 10000, tie_word_embeddings: true, eos_token_id: [] };
 const QWEN05 = { model_type: "qwen2", vocab_size: 151936, hidden_size: 896, intermediate_size: 4864, num_hidden_layers: 24, num_attention_heads: 14,
     num_key_value_heads: 2, max_position_embeddings: 32768, rms_norm_eps: 1e-6, rope_theta: 1000000, tie_word_embeddings: true, eos_token_id: 151645,

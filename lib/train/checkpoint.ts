@@ -99,6 +99,8 @@ export function readCheckpoint(out: string): { dir: string; state: Record<string
     throw new Error(`train: --resume ${out}: no checkpoint verifies, refusing to resume (${skipped.join("; ")})`);
 }
 
-export function loadModel(dir: string, name: string, device: "cpu" | "cuda" | "auto" = "cpu"): Promise<NativePolicy> {
+/** A model of a checkpoint: a saved model, or a LoRA adapter saved there, put back on `base` (whose memory it shares). */
+export function loadModel(dir: string, name: string, device: "cpu" | "cuda" | "auto" = "cpu", base?: NativePolicy): Promise<NativePolicy> {
+    if (base && base.family === "llama" && existsSync(join(dir, name, "adapter_config.json"))) return base.loadAdapter(join(dir, name), { name });
     return NativePolicy.load(join(dir, name), { device });
 }

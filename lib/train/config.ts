@@ -2,6 +2,10 @@
 // Every key is checked against the defaults' shape; an unknown or misspelled key is an error that names its path
 // (and the closest known key), and every value is checked for its type and range.
 
+import { existsSync } from "node:fs";
+import { join } from "node:path";
+
+import { isHfModelDir, readHfConfig, readJsonObject } from "../policy/hf.js";
 import { editDistance } from "../validate.js";
 
 export type Algo = "maporl" | "magrpo" | "collm-cc" | "collm-dc";
@@ -40,7 +44,12 @@ export interface TrainConfig {
      * No effect on the CPU. */
     matmulPrecision: "highest" | "high";
     sampling: { temperature: number; maxTokens: number };
-    model: { layers: number; heads: number; dModel: number; contextLength: number };
+    /** The embedded GPT's shape, or `dir`: a Hugging Face model directory (llama, mistral, qwen2, qwen3) whose agents
+     * and critics are LoRA adapters (`lora`) on its one frozen base; the warm start is then off unless sft.steps is
+     * given (real models are already instruction-tuned), and contextLength defaults to 512. */
+    model: { layers: number; heads: number; dModel: number; contextLength: number; dir: string };
+    /** model.dir only: every agent's and critic's adapter (PEFT's r, lora_alpha, lora_dropout; every block projection). */
+    lora: { rank: number; alpha: number; dropout: number };
     critic: { layers: number; heads: number; dModel: number };
     sft: { steps: number; batchSize: number; lr: number };
     lr: number;
@@ -78,7 +87,8 @@ export const DEFAULT_CONFIG: TrainConfig = {
     device: "cpu",
     matmulPrecision: "highest",
     sampling: { temperature: 1, maxTokens: 30 },
-    model: { layers: 2, heads: 4, dModel: 64, contextLength: 64 },
+    model: { layers: 2, heads: 4, dModel: 64, contextLength: 64, dir: "" },
+    lora: { rank: 16, alpha: 32, dropout: 0 },
     critic: { layers: 1, heads: 4, dModel: 64 },
     sft: { steps: 800, batchSize: 32, lr: 2e-3 },
     lr: 1e-4,
@@ -103,6 +113,7 @@ const RULES: Record<string, Rule> = {
     episodesPerIteration: { int: [1, 4096] }, evalEpisodes: { int: [1, 100000] }, evalEvery: { int: [1, 1e7] },
     "sampling.temperature": { num: [0, 10] }, "sampling.maxTokens": { int: [1, 4096] },
     "model.layers": { int: [1, 64] }, "model.heads": { int: [1, 64] }, "model.dModel": { int: [8, 4096] }, "model.contextLength": { int: [16, 8192] },
+    "lora.rank": { int: [1, 4096] }, "lora.alpha": { num: [1e-6, 1e6] }, "lora.dropout": { num: [0, 0.99] },
     "critic.layers": { int: [1, 64] }, "critic.heads": { int: [1, 64] }, "critic.dModel": { int: [8, 4096] },
     "sft.steps": { int: [0, 1e7] }, "sft.batchSize": { int: [1, 4096] }, "sft.lr": { num: [0, 1] }, lr: { num: [0, 1] }, criticLr: { num: [0, 1] },
     "maporl.klCoef": { num: [0, 100] }, "maporl.discount": { num: [0, 1] }, "maporl.gamma": { num: [0, 1] }, "maporl.lambda": { num: [0, 1] },
@@ -148,9 +159,25 @@ function merge(where: string, dflt: unknown, x: unknown, path: string): unknown 
     return x;
 }
 
+// model.dir: a Hugging Face model directory of an architecture the engine runs (the error names the key).
+function checkModelDir(where: string, dir: string): void {
+    if (!isHfModelDir(dir))
+        throw new RangeError(`${where}: model.dir: ${dir} is not a Hugging Face model directory (expected a config.json with model_type; download one, e.g. huggingface-cli download Qwen/Qwen2.5-0.5B-Instruct --local-dir DIR)`);
+    try { readHfConfig(dir, readJsonObject(join(dir, "config.json"), "a model directory needs config.json")); } catch (e) {
+        throw new RangeError(`${where}: model.dir: ${(e as Error).message.replace(/^NativePolicy\.load: /, "")}`);
+    }
+    if (!existsSync(join(dir, "tokenizer.json"))) throw new RangeError(`${where}: model.dir: ${join(dir, "tokenizer.json")} missing (the agents speak through the model's tokenizer and chat template)`);
+}
+
 /** Validates a (partial) config against the defaults and returns the resolved config. */
 export function resolveConfig(partial: unknown, where = "config"): TrainConfig {
     const c = merge(where, DEFAULT_CONFIG, partial ?? {}, "") as TrainConfig;
+    if (c.model.dir) {
+        checkModelDir(where, c.model.dir);
+        const given = (partial ?? {}) as { sft?: { steps?: unknown }; model?: { contextLength?: unknown } };
+        if (given.sft?.steps === undefined) c.sft.steps = 0;
+        if (given.model?.contextLength === undefined) c.model.contextLength = 512;
+    }
     if (c.model.dModel % c.model.heads !== 0) throw new RangeError(`${where}: model.dModel: expected a multiple of model.heads (${c.model.heads}), got ${c.model.dModel}`);
     if (c.critic.dModel % c.critic.heads !== 0) throw new RangeError(`${where}: critic.dModel: expected a multiple of critic.heads (${c.critic.heads}), got ${c.critic.dModel}`);
     if (c.schedule === "alternating" && c.shareParameters)
@@ -168,7 +195,8 @@ export function configFromFlags(flags: Record<string, string>): Record<string, u
         const parts = key.split(".");
         let node = out;
         parts.slice(0, -1).forEach((p) => { node = (node[p] ??= {}) as Record<string, unknown>; });
-        const v = raw === "true" ? true : raw === "false" ? false : raw !== "" && !Number.isNaN(Number(raw)) ? Number(raw) : raw;
+        const v = key === "model.dir" ? raw  // (a path, even one that reads as a number)
+            : raw === "true" ? true : raw === "false" ? false : raw !== "" && !Number.isNaN(Number(raw)) ? Number(raw) : raw;
         node[parts.at(-1)!] = v;
     }
     return out;

@@ -39,6 +39,9 @@ export interface TrainSummary {
     config: TrainConfig;
     rows: { name: string; majorityAccuracy: number[]; gain: number; soloAccuracy: number; trainedAlone: number }[];
     evals: Record<string, EvalResult>;
+    /** The process's memory: its peak RSS, and on a Hugging Face base (model.dir) the base's parameters and the
+     * trainable parameters of every adapter the job held (agents and critics share the one base). */
+    memory?: { peakRssBytes: number; baseParameters: number; adapters: Record<string, number> };
 }
 
 interface JobState {
@@ -125,8 +128,14 @@ export async function trainJob(o: TrainJobOptions): Promise<TrainSummary> {
 
     // Stage 1: the warm start.
     const ctx = { contextLength: cfg.model.contextLength, layers: cfg.model.layers, heads: cfg.model.heads, dModel: cfg.model.dModel };
+    // A Hugging Face base (model.dir) is saved in the checkpoint only once the warm start has trained it; untrained,
+    // it is read again from model.dir (a real model's weights are never copied into every checkpoint).
+    const hfBase = cfg.model.dir !== "";
     const base = ckpt && existsSync(join(ckpt.dir, "base", "config.json")) ? await loadModel(ckpt.dir, "base", cfg.device)
+        : hfBase ? await NativePolicy.load(cfg.model.dir, { contextLength: cfg.model.contextLength, name: "base", device: cfg.device })
         : await NativePolicy.create({ ...ctx, seed: cfg.seed + 1, name: "base", device: cfg.device });
+    const baseOf = (): Record<string, NativePolicy> => (hfBase && cfg.sft.steps === 0 ? {} : { base });
+    const adapters: Record<string, number> = {};
     if (state.stage === "sft") {
         log(`sft: ${cfg.sft.steps} steps of ${cfg.sft.batchSize} solutions (${base.parameterCount} parameters)`);
         const every = Math.max(1, Math.floor(cfg.sft.steps / 20));
@@ -140,7 +149,7 @@ export async function trainJob(o: TrainJobOptions): Promise<TrainSummary> {
             await save({ base }, "sft", end);
         }
         state.evals.untrained = await evaluate("untrained team", [...Array(cfg.agents)].map(() => base), 0, "sft");
-        await save({ base }, cfg.algo, 0);
+        await save(baseOf(), cfg.algo, 0);
     }
     // Stages 2 and 3: the method, then the control.
     const stages: { name: string; schedule: TrainConfig["schedule"] }[] = [{ name: cfg.algo, schedule: cfg.schedule }];
@@ -149,7 +158,8 @@ export async function trainJob(o: TrainJobOptions): Promise<TrainSummary> {
     for (const [k, st] of stages.entries()) {
         if (at > k) continue;
         const resuming = state.stage === st.name && state.step > 0 && ckpt !== null;
-        const m = await stageModels(cfg, st.schedule, base, resuming ? (n) => loadModel(ckpt!.dir, n, cfg.device) : undefined);
+        const m = await stageModels(cfg, st.schedule, base, resuming ? (n) => loadModel(ckpt!.dir, n, cfg.device, base) : undefined);
+        if (hfBase) for (const [name, model] of Object.entries(m.named)) adapters[`${st.name}/${name}`] = model.parameterCount;
         const label = st.name === "independent" ? "independent control" : `co-trained (${cfg.algo}, ${st.schedule})`;
         log(`${st.name}: ${cfg.iterations} iterations of ${cfg.episodesPerIteration} debates, ${label}`);
         for (let it = resuming ? state.step : 0; it < cfg.iterations; it++) {
@@ -164,15 +174,17 @@ export async function trainJob(o: TrainJobOptions): Promise<TrainSummary> {
             appendFileSync(tracesFile, JSON.stringify({ stage: st.name, iteration: it + 1, ...r.trace }) + "\n");
             o.onProgress?.({ stage: st.name, step: it + 1, total: cfg.iterations, reward, accuracy: r.train.majorityAccuracy, elapsedMs: performance.now() - t0 });
             if ((it + 1) % cfg.evalEvery === 0 && it + 1 < cfg.iterations) await evaluate(label, m.agents, it + 1, st.name);
-            await save({ base, ...m.named }, st.name, it + 1);
+            await save({ ...baseOf(), ...m.named }, st.name, it + 1);
         }
         state.evals[st.name] = await evaluate(label, m.agents, cfg.iterations, st.name);
         for (const [name, model] of Object.entries(m.named)) await model.save(join(out, "models", `${st.name}-${name}`));
         const next = stages[k + 1]?.name ?? "done";
-        await save({ base }, next, 0);
+        await save(baseOf(), next, 0);
         for (const model of new Set(Object.values(m.named))) await model.dispose();
+        if (hfBase) for (const name of base.adapters) await base.deleteAdapter(name);  // the next stage starts from the base
     }
     const summary = summarize(cfg, state.evals);
+    if (hfBase) summary.memory = { peakRssBytes: process.resourceUsage().maxRSS * 1024, baseParameters: base.parameterCount, adapters };
     replaceFileDurable(join(out, "summary.json"), JSON.stringify(summary, null, 2));
     writeReport(out, summary);
     await base.dispose();
@@ -201,5 +213,11 @@ export function formatSummary(s: TrainSummary): string {
         r.trainedAlone.toFixed(3)]);
     const w = head.map((h, i) => Math.max(h.length, ...body.map((b) => b[i]!.length)));
     const line = (cells: string[]) => cells.map((c, i) => (i === 0 ? c.padEnd(w[i]!) : c.padStart(w[i]!))).join("  ");
-    return [line(head), line(w.map((n) => "-".repeat(n))), ...body.map(line)].join("\n");
+    const out = [line(head), line(w.map((n) => "-".repeat(n))), ...body.map(line)];
+    if (s.memory) {
+        const n = Object.values(s.memory.adapters), sum = n.reduce((x, y) => x + y, 0);
+        out.push("", `memory: peak RSS ${(s.memory.peakRssBytes / 2 ** 30).toFixed(2)} GiB; one base of ${(s.memory.baseParameters / 1e6).toFixed(1)}M parameters ` +
+            `shared by ${n.length} LoRA adapters (agents and critics, ${(sum / 1e6).toFixed(2)}M trainable parameters in all)`);
+    }
+    return out.join("\n");
 }

@@ -35,10 +35,12 @@ export interface IterationResult {
     trace: { question: string; reference: string; turns: { text: string; correct: boolean }[][] };
 }
 
-/** Builds (or, with `load`, reloads) the models of a stage that trains under `schedule`. */
+/** Builds (or, with `load`, reloads) the models of a stage that trains under `schedule`: copies of the warm-started
+ * embedded GPT and separate critics, or, on a Hugging Face base, LoRA adapters on it (actors and critics). */
 export async function stageModels(cfg: TrainConfig, schedule: TrainConfig["schedule"], base: NativePolicy,
     load?: (name: string) => Promise<NativePolicy>): Promise<StageModels> {
     const A = cfg.agents, named: Record<string, NativePolicy> = {};
+    const hf = base.family === "llama", lora = { rank: cfg.lora.rank, alpha: cfg.lora.alpha, dropout: cfg.lora.dropout };
     const get = async (name: string, make: () => Promise<NativePolicy>) => (named[name] = load ? await load(name) : await make());
     const trained = (a: number) => schedule !== "independent" || a === 0;
     const shared = cfg.shareParameters && schedule !== "alternating";
@@ -46,10 +48,12 @@ export async function stageModels(cfg: TrainConfig, schedule: TrainConfig["sched
     for (let a = 0; a < A; a++) {
         if (!trained(a)) trainable.push(null);
         else if (shared && a > 0 && trainable[0]) trainable.push(trainable[0]);
-        else trainable.push(await get(`actor-${a}`, () => base.clone(`actor-${a}`)));
+        else trainable.push(await get(`actor-${a}`, () => (hf ? base.withAdapter(`actor-${a}`, lora) : base.clone(`actor-${a}`))));
     }
-    const criticOf = (name: string, seed: number) => get(name, () => NativePolicy.create({ ...cfg.critic, contextLength: cfg.model.contextLength,
-        tokenizer: base.charTokenizer("the trainers' critics"), seed: cfg.seed * 31 + seed, name, device: cfg.device }));
+    // A Hugging Face base: every critic is an adapter on it too (MAPoRL's value adapters), its value head trained.
+    const criticOf = (name: string, seed: number) => get(name, () => (hf ? base.withAdapter(name, { ...lora, seed: cfg.seed * 31 + seed })
+        : NativePolicy.create({ ...cfg.critic, contextLength: cfg.model.contextLength, tokenizer: base.charTokenizer("the trainers' critics"),
+            seed: cfg.seed * 31 + seed, name, device: cfg.device })));
     const critics: (NativePolicy | null)[] = [];
     if (cfg.algo === "collm-cc") {
         const c = await criticOf("critic-central", 101);

@@ -17,7 +17,7 @@ import { runIteration, scheduled, stageModels } from "../../lib/train/stage.js";
 
 const params = (m: NativePolicy) => {
     const p = new Float32Array(m.parameterCount);
-    native.gptGet((m as unknown as { handle: Parameters<typeof native.gptGet>[0] }).handle, 0, p);
+    native.gptGet((m as unknown as { core: { handle: Parameters<typeof native.gptGet>[0] } }).core.handle, 0, p);
     return p;
 };
 

@@ -1,0 +1,94 @@
+// hfModel.test.ts: the training job on a Hugging Face model directory (model.dir, `npx maporl train --model DIR`):
+// a tiny llama-architecture model with a byte-level BPE tokenizer and a Qwen-style chat template, written as a
+// Hugging Face directory; every agent and critic is a LoRA adapter on its one base. Each algorithm runs end to end
+// (its adapters in PEFT's layout under models/, the memory in the summary); a stopped run resumes with the same
+// metrics and traces as an uninterrupted one; a directory that is not a model, or of an unsupported architecture,
+// is an error before any run directory exists.
+import { cpSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+
+import { NativePolicy } from "../../lib/index.js";
+import { resolveConfig } from "../../lib/train/config.js";
+import { trainJob } from "../../lib/train/job.js";
+
+const TOK = join(import.meta.dirname, "..", "fixtures", "hf-tokenizer");
+const work = mkdtempSync(join(tmpdir(), "maporl-train-hf-"));
+const modelDir = join(work, "tiny-llama");
+afterAll(() => rmSync(work, { recursive: true, force: true }));
+
+beforeAll(async () => {
+    const tk = join(work, "tk");
+    cpSync(join(TOK, "tokenizer.json"), join(tk, "tokenizer.json"));
+    writeFileSync(join(tk, "tokenizer_config.json"), readFileSync(join(TOK, "tokenizer_config.qwen.json")));
+    const p = await NativePolicy.fromConfig({ model_type: "llama", vocab_size: 320, hidden_size: 32, intermediate_size: 64, num_hidden_layers: 1,
+        num_attention_heads: 2, num_key_value_heads: 1, max_position_embeddings: 512, rms_norm_eps: 1e-6, rope_theta: 10000, tie_word_embeddings: true,
+        eos_token_id: 308 }, { tokenizer: tk, seed: 3 });
+    await p.save(modelDir);
+    await p.dispose();
+});
+
+const small = (extra: Record<string, unknown> = {}) => ({ model: { dir: modelDir, contextLength: 512 }, lora: { rank: 2, alpha: 4 }, iterations: 2,
+    episodesPerIteration: 2, evalEpisodes: 3, evalEvery: 100, agents: 2, sampling: { temperature: 1, maxTokens: 6 }, seed: 1, ...extra });
+
+describe("train on a Hugging Face model (model.dir)", () => {
+    for (const algo of ["maporl", "magrpo", "collm-cc", "collm-dc"] as const) {
+        it(`${algo}: runs with LoRA adapters on one base and writes PEFT adapters`, async () => {
+            const out = join(work, `run-${algo}`);
+            const s = await trainJob({ out, config: small({ algo, controls: algo === "maporl", ...(algo === "magrpo" ? { magrpo: { generations: 2 } } : {}) }) });
+            expect(s.config.sft.steps).toBe(0);  // the warm start is off for real models unless asked
+            expect(s.rows.map((r) => r.name)).toEqual(["untrained team", `team co-trained by ${algo}`, ...(algo === "maporl" ? ["independent control"] : [])]);
+            expect(s.memory!.peakRssBytes).toBeGreaterThan(0);
+            const names = Object.keys(s.memory!.adapters);
+            expect(names.some((n) => n.includes("actor-0"))).toBe(true);
+            if (algo !== "magrpo") expect(names.some((n) => n.includes("critic"))).toBe(true);
+            for (const n of Object.values(s.memory!.adapters)) expect(n).toBeLessThan(s.memory!.baseParameters);
+            const models = readdirSync(join(out, "models"));
+            expect(models.length).toBeGreaterThan(0);
+            for (const m of models) {
+                const cfg = JSON.parse(readFileSync(join(out, "models", m, "adapter_config.json"), "utf8")) as Record<string, unknown>;
+                expect(cfg).toMatchObject({ peft_type: "LORA", r: 2, lora_alpha: 4, base_model_name_or_path: modelDir });
+            }
+            // The checkpoint holds adapters only: the untrained base is read again from model.dir.
+            expect(existsSync(join(out, "checkpoint", "base"))).toBe(false);
+            // An adapter of the run loads on the base outside the job.
+            const agent = await NativePolicy.load(join(out, "models", models.find((m) => m.includes("actor-0"))!), { base: modelDir });
+            const [g] = await agent.generate([{ messages: [{ role: "user", content: "1+2=" }], sampling: { temperature: 0, maxTokens: 4 } }]);
+            expect(typeof g!.text).toBe("string");
+            await agent.dispose();
+        }, 300_000);
+    }
+
+    it("a stopped run resumes with the metrics and traces of an uninterrupted one", async () => {
+        const straight = join(work, "straight"), stopped = join(work, "stopped");
+        const config = small({ iterations: 3, controls: false });
+        const a = await trainJob({ out: straight, config });
+        const ctl = new AbortController();
+        await expect(trainJob({ out: stopped, config, signal: ctl.signal, onProgress: (p) => { if (p.stage === "maporl" && p.step === 1) ctl.abort(new Error("stop")); } }))
+            .rejects.toThrow();
+        expect(existsSync(join(stopped, "summary.json"))).toBe(false);
+        const b = await trainJob({ out: stopped, resume: true });
+        expect(readFileSync(join(stopped, "metrics.jsonl"), "utf8")).toBe(readFileSync(join(straight, "metrics.jsonl"), "utf8"));
+        expect(readFileSync(join(stopped, "traces.jsonl"), "utf8")).toBe(readFileSync(join(straight, "traces.jsonl"), "utf8"));
+        expect(b.rows).toEqual(a.rows);
+    }, 300_000);
+
+    it("a directory that is not a model, or an unsupported architecture, fails before a run directory is made", async () => {
+        const notModel = join(work, "not-a-model");
+        cpSync(join(TOK), notModel, { recursive: true });
+        const out1 = join(work, "never1");
+        await expect(trainJob({ out: out1, config: small({ model: { dir: notModel } }) })).rejects.toThrow(/model\.dir: .*not a Hugging Face model directory/);
+        expect(existsSync(out1)).toBe(false);
+        const gpt2 = join(work, "gpt2");
+        cpSync(modelDir, gpt2, { recursive: true });
+        const c = JSON.parse(readFileSync(join(gpt2, "config.json"), "utf8")) as Record<string, unknown>;
+        writeFileSync(join(gpt2, "config.json"), JSON.stringify({ ...c, model_type: "gpt2" }));
+        const out2 = join(work, "never2");
+        await expect(trainJob({ out: out2, config: small({ model: { dir: gpt2 } }) })).rejects.toThrow(/model\.dir: .*model_type: expected one of llama, mistral, qwen2, qwen3/);
+        expect(existsSync(out2)).toBe(false);
+        expect(() => resolveConfig({ model: { dir: join(work, "missing") } })).toThrow(/model\.dir/);
+        expect(() => resolveConfig({ lora: { rank: 0 } })).toThrow(/lora\.rank/);
+    });
+});
