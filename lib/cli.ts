@@ -13,7 +13,9 @@ const USAGE = `usage: maporl <command> [options]
 commands:
   train                    co-train a team of embedded agents (the main job; about 6 minutes on 2 cores):
                            warm start, MAPoRL co-training, the independent control, a before/after table
-      --task T             arith-debate (default)
+      --task T             arith-debate (default) | split-sum
+      --model DIR          a Hugging Face model directory (llama, mistral, qwen2, qwen3): every agent and critic a
+                           LoRA adapter on its one base (PEFT adapters under models/); --lora-rank N (16), --lora-alpha X (32)
       --algo A             maporl (default) | magrpo | collm-cc | collm-dc
       --agents N --turns N --iterations N --seed N --schedule joint|independent|alternating|turn-based
       --config FILE        a JSON config (keys as in the README; unknown keys are errors)
@@ -28,7 +30,8 @@ commands:
       --no-python          skip the baselines
       --out DIR            where the JSON goes (default bench/results)
     kernels: ${Object.keys(BENCHMARKS).join(", ")}
-  serve --checkpoint DIR   serve a saved embedded policy as OpenAI-compatible chat completions (with logprobs)
+  serve --checkpoint DIR   serve a saved policy, a Hugging Face model or a LoRA adapter (on the base it names) as
+                           OpenAI-compatible chat completions (with logprobs)
       --port N             default 8000;  --host H  default 127.0.0.1
   toy [--seed N]           MAPoRL's toy game: collaboration-rate curves at T = 10 and 20, and the agreement of
                            the learned behaviour with Observations 1 and 2 over a payoff grid

@@ -116,7 +116,8 @@ export interface LoadOptions {
      * frozen; more adapters on the same base with withAdapter). */
     lora?: LoraOptions;
     /** A PEFT adapter directory (adapter_config.json): the base it goes on, a loaded NativePolicy (its model is
-     * shared) or a Hugging Face model directory. */
+     * shared) or a Hugging Face model directory. Defaults to adapter_config.json's base_model_name_or_path when that
+     * is a local model directory (as an adapter saved by maporl records it). */
     base?: NativePolicy | string;
 }
 
@@ -129,6 +130,14 @@ export interface SaveOptions {
 
 // A Hugging Face model's config, where it and its tokenizer files came from.
 interface HfState { info: HfModelInfo; tokenizerDir: string | null; sourceDir: string | null }
+
+// adapter_config.json's base_model_name_or_path when it names a local model directory, else null.
+function adapterBaseModel(dir: string): string | null {
+    try {
+        const b = (JSON.parse(readFileSync(join(dir, "adapter_config.json"), "utf8")) as { base_model_name_or_path?: unknown }).base_model_name_or_path;
+        return typeof b === "string" && isHfModelDir(b) ? b : null;
+    } catch { return null; }
+}
 
 const loraOptionsOf = (c: NativeLoraConfig): LoraOptions => ({ rank: c.rank, alpha: c.alpha, targets: targetNames(c.targets), dropout: c.dropout, useRslora: c.useRslora });
 
@@ -625,9 +634,13 @@ export class NativePolicy implements Policy {
         const fn = "NativePolicy.load";
         if (o.lora !== undefined) throw new RangeError(`${fn}: lora: not for an adapter directory (${dir} is one: its adapter_config.json gives the settings)`);
         if (o.base instanceof NativePolicy) return o.base.loadAdapter(dir, o.name !== undefined ? { name: o.name } : {});
-        if (typeof o.base !== "string")
-            throw new TypeError(`${fn}: base: expected the base model of the adapter in ${dir} (a NativePolicy or a model directory), got ${describe(o.base)}`);
-        const { base, name, ...rest } = o;
+        // Without options.base: adapter_config.json's base_model_name_or_path, when it is a local model directory.
+        const named = o.base === undefined ? adapterBaseModel(dir) : null;
+        if (typeof o.base !== "string" && named === null)
+            throw new TypeError(`${fn}: base: expected the base model of the adapter in ${dir} (a NativePolicy or a model directory; its ` +
+                `base_model_name_or_path is not a local model directory), got ${describe(o.base)}`);
+        const { name, ...rest } = o, base = (o.base as string | undefined) ?? named!;
+        delete rest.base;
         const b = await NativePolicy.load(base, rest);
         try { return await b.loadAdapter(dir, name !== undefined ? { name } : {}); } finally { await b.dispose(); }
     }

@@ -174,7 +174,14 @@ describe("bad adapters and options", () => {
         writeSafetensors(join(fewer, "adapter_model.safetensors"), t.slice(1));
         await expect(p.loadAdapter(fewer, { name: "x" })).rejects.toThrow(/lora_A\.weight missing/);
         expect(p.adapters).toEqual(["default"]);
-        await expect(NativePolicy.load(good)).rejects.toThrow(/base: expected the base model/);
+        const elsewhere = join(tmp(), "elsewhere");
+        cpSync(good, elsewhere, { recursive: true });
+        writeFileSync(join(elsewhere, "adapter_config.json"), JSON.stringify({ ...JSON.parse(readFileSync(join(good, "adapter_config.json"), "utf8")), base_model_name_or_path: "Qwen/Qwen2-0.5B" }));
+        await expect(NativePolicy.load(elsewhere)).rejects.toThrow(/base: expected the base model.*base_model_name_or_path/);
+        // A maporl adapter names its local base: it loads without options.base.
+        const alone = await NativePolicy.load(good, { tokenizer: null });
+        expect(Array.from(await alone.logprobs(seqs))).toEqual(Array.from(await p.logprobs(seqs)));
+        await alone.dispose();
         await expect(p.withAdapter("x", { rank: 0 })).rejects.toThrow(/lora\.rank/);
         await expect(p.withAdapter("x", { targets: ["lm_head" as never] })).rejects.toThrow(/lora\.targets/);
         await expect(p.withAdapter("x", { dropout: 1 })).rejects.toThrow(/lora\.dropout/);
