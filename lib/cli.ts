@@ -13,7 +13,7 @@ const USAGE = `usage: maporl <command> [options]
 commands:
   train                    co-train a team of embedded agents (the main job; about 6 minutes on 2 cores):
                            warm start, MAPoRL co-training, the independent control, a before/after table
-      --task T             arith-debate (default) | split-sum
+      --task T             arith-debate (default) | split-sum | gsm8k (with --model; --data DIR: train.jsonl, test.jsonl)
       --model DIR          a Hugging Face model directory (llama, mistral, qwen2, qwen3): every agent and critic a
                            LoRA adapter on its one base (PEFT adapters under models/); --lora-rank N (16), --lora-alpha X (32)
       --algo A             maporl (default) | magrpo | collm-cc | collm-dc

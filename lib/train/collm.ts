@@ -16,6 +16,8 @@ import { packRows, turnPrompt, type TeamRollout } from "./rollout.js";
 function jointPrompt(r: TeamRollout, e: number, t: number, feedback: boolean): string {
     const views = [...new Set(r.items[e]!.views)].join("&");
     const prev = t === 0 ? null : r.entries[e]![t - 1]!;
+    // A words task (one shared question): agent 0's message, which quotes every previous answer.
+    if (r.task?.prompt) return r.task.prompt(r.items[e]!, 0, prev, feedback ? (prev ? prev.map((x) => x.score) : "empty") : undefined);
     return turnPrompt(views, 0, r.agents, prev ? prev.map((x) => x.extracted) : null, feedback ? (prev ? prev.map((x) => x.score) : "empty") : undefined);
 }
 

@@ -6,17 +6,20 @@ import { existsSync } from "node:fs";
 import { join } from "node:path";
 
 import { isHfModelDir, readHfConfig, readJsonObject } from "../policy/hf.js";
+import { GSM8K_FIXTURE } from "./gsm8k.js";
 import { editDistance } from "../validate.js";
 
 export type Algo = "maporl" | "magrpo" | "collm-cc" | "collm-dc";
 export type Schedule = "joint" | "independent" | "alternating" | "turn-based";
 
 export interface TrainConfig {
-    /** The embedded policy's task. */
-    task: "arith-debate" | "split-sum";
+    /** The task: arith-debate and split-sum (the embedded policy's compact protocol, any model), or gsm8k (real
+     * models: model.dir; MAPoRL's math prompts, the train split for training, the test split held out). */
+    task: "arith-debate" | "split-sum" | "gsm8k";
     /** arith-debate: operations per problem and the largest operand; split-sum: digits per operand and the warm
-     * start's tendency to build on a peer's previous answer (splitSumTask's peerUse). */
-    taskOptions: { steps: number; maxOperand: number; digits: number; peerUse: number };
+     * start's tendency to build on a peer's previous answer (splitSumTask's peerUse); gsm8k: `data`, a directory
+     * with train.jsonl and test.jsonl (default: the copy the tests ship, test/fixtures/gsm8k). */
+    taskOptions: { steps: number; maxOperand: number; digits: number; peerUse: number; data: string };
     algo: Algo;
     agents: number;
     turns: number;
@@ -70,7 +73,7 @@ export interface TrainConfig {
 
 export const DEFAULT_CONFIG: TrainConfig = {
     task: "arith-debate",
-    taskOptions: { steps: 3, maxOperand: 9, digits: 1, peerUse: 0.3 },
+    taskOptions: { steps: 3, maxOperand: 9, digits: 1, peerUse: 0.3, data: "" },
     algo: "maporl",
     agents: 3,
     turns: 3,
@@ -105,7 +108,7 @@ export const DEFAULT_CONFIG: TrainConfig = {
 
 type Rule = { int?: [number, number]; num?: [number, number]; choices?: readonly string[] };
 const RULES: Record<string, Rule> = {
-    task: { choices: ["arith-debate", "split-sum"] }, algo: { choices: ["maporl", "magrpo", "collm-cc", "collm-dc"] },
+    task: { choices: ["arith-debate", "split-sum", "gsm8k"] }, algo: { choices: ["maporl", "magrpo", "collm-cc", "collm-dc"] },
     schedule: { choices: ["joint", "independent", "alternating", "turn-based"] }, device: { choices: ["cpu", "cuda", "auto"] },
     matmulPrecision: { choices: ["highest", "high"] },
     "taskOptions.steps": { int: [1, 8] }, "taskOptions.maxOperand": { int: [2, 99] }, "taskOptions.digits": { int: [1, 2] }, "taskOptions.peerUse": { num: [0, 1] },
@@ -174,9 +177,18 @@ export function resolveConfig(partial: unknown, where = "config"): TrainConfig {
     const c = merge(where, DEFAULT_CONFIG, partial ?? {}, "") as TrainConfig;
     if (c.model.dir) {
         checkModelDir(where, c.model.dir);
-        const given = (partial ?? {}) as { sft?: { steps?: unknown }; model?: { contextLength?: unknown } };
+        const given = (partial ?? {}) as { sft?: { steps?: unknown }; model?: { contextLength?: unknown }; sampling?: { maxTokens?: unknown } };
         if (given.sft?.steps === undefined) c.sft.steps = 0;
-        if (given.model?.contextLength === undefined) c.model.contextLength = 512;
+        // GSM8K: reasoning needs room (three agents' solutions are quoted at turn t >= 1).
+        if (given.model?.contextLength === undefined) c.model.contextLength = c.task === "gsm8k" ? 2048 : 512;
+        if (given.sampling?.maxTokens === undefined && c.task === "gsm8k") c.sampling.maxTokens = 320;
+        if (c.task === "gsm8k")
+            for (const f of ["train.jsonl", "test.jsonl"]) {
+                const path = join(c.taskOptions.data || GSM8K_FIXTURE, f);
+                if (!existsSync(path)) throw new RangeError(`${where}: taskOptions.data: ${path} missing (a GSM8K directory holds train.jsonl and test.jsonl)`);
+            }
+    } else if (c.task === "gsm8k") {
+        throw new RangeError(`${where}: task: 'gsm8k' needs a real model (model.dir, --model DIR); the embedded character-level GPT reads the compact tasks only`);
     }
     if (c.model.dModel % c.model.heads !== 0) throw new RangeError(`${where}: model.dModel: expected a multiple of model.heads (${c.model.heads}), got ${c.model.dModel}`);
     if (c.critic.dModel % c.critic.heads !== 0) throw new RangeError(`${where}: critic.dModel: expected a multiple of critic.heads (${c.critic.heads}), got ${c.critic.dModel}`);
@@ -195,7 +207,7 @@ export function configFromFlags(flags: Record<string, string>): Record<string, u
         const parts = key.split(".");
         let node = out;
         parts.slice(0, -1).forEach((p) => { node = (node[p] ??= {}) as Record<string, unknown>; });
-        const v = key === "model.dir" ? raw  // (a path, even one that reads as a number)
+        const v = key === "model.dir" || key === "taskOptions.data" ? raw  // (a path, even one that reads as a number)
             : raw === "true" ? true : raw === "false" ? false : raw !== "" && !Number.isNaN(Number(raw)) ? Number(raw) : raw;
         node[parts.at(-1)!] = v;
     }

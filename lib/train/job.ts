@@ -21,6 +21,7 @@ import { writeReport } from "./report.js";
 import { sftWarmStart } from "./sft.js";
 import { runIteration, stageModels } from "./stage.js";
 import { arithDebateTask, splitSumTask, type Task } from "./tasks.js";
+import { gsm8kTask } from "./gsm8k.js";
 
 export interface TrainJobOptions {
     /** A partial config (validated and completed with the defaults). Ignored with `resume`. */
@@ -57,6 +58,7 @@ interface JobState {
 }
 
 export function makeTask(cfg: TrainConfig): Task {
+    if (cfg.task === "gsm8k") return gsm8kTask({ agents: cfg.agents, dataDir: cfg.taskOptions.data });
     if (cfg.task === "split-sum") return splitSumTask({ agents: cfg.agents, digits: cfg.taskOptions.digits, peerUse: cfg.taskOptions.peerUse, format: "compact" });
     return arithDebateTask({ agents: cfg.agents, steps: cfg.taskOptions.steps, maxOperand: cfg.taskOptions.maxOperand, format: "compact" });
 }
@@ -116,7 +118,7 @@ export async function trainJob(o: TrainJobOptions): Promise<TrainSummary> {
         await writeCheckpoint(out, models, state);
     };
     const t0 = performance.now();
-    const evalItems = task.generate(cfg.evalEpisodes, cfg.seed * 7 + 999_983);
+    const evalItems = task.heldOut ? task.heldOut(cfg.evalEpisodes) : task.generate(cfg.evalEpisodes, cfg.seed * 7 + 999_983);
     const evaluate = async (name: string, agents: NativePolicy[], iteration: number, stage: string) => {
         const r = await evaluateTeam(task, evalItems, agents, { turns: cfg.turns, temperature: cfg.sampling.temperature, maxTokens: cfg.sampling.maxTokens,
             seed: cfg.seed * 13 + 500_009, feedback: cfg.feedback, ...(cfg.separateTurn0 ? { turn0: agents.map(() => base) } : {}), ...(signal ? { signal } : {}) });

@@ -16,19 +16,19 @@ import { treeReturns } from "../rl/tree.js";
 import type { TrainConfig } from "./config.js";
 import { teamMetrics } from "./evaluate.js";
 import type { AgentStats } from "./maporl.js";
-import { extractAnswer, packRows, turnPrompt, type RolloutEntry, type TeamRollout } from "./rollout.js";
+import { answerOf, packRows, promptFor, type RolloutEntry, type TeamRollout } from "./rollout.js";
 import type { IterationResult } from "./stage.js";
 import type { Task, TaskItem } from "./tasks.js";
 import { answerKey } from "../debate/metrics.js";
 import { pushTo } from "../collections.js";
 
-const right = (text: string, item: TaskItem) => {
-    const x = extractAnswer(text);
+const right = (task: Task, text: string, item: TaskItem) => {
+    const x = answerOf(task, text);
     return x !== null && answerKey(x) === answerKey(item.reference);
 };
 
 // The debate along the first sample of every state (joint action 0, its child 0, ...), for the training metrics.
-function firstPath(tree: JointTree, item: TaskItem, turns: number, tokenize: (s: string) => number[]): RolloutEntry[][] {
+function firstPath(task: Task, tree: JointTree, item: TaskItem, turns: number, tokenize: (s: string) => number[]): RolloutEntry[][] {
     const path: RolloutEntry[][] = [];
     let parent = -1;
     for (let d = 0; d < turns; d++) {
@@ -36,7 +36,7 @@ function firstPath(tree: JointTree, item: TaskItem, turns: number, tokenize: (s:
         if (id < 0) break;
         const act = tree.actions[id]!;
         path.push(act.generations.map((g, a) => ({ prompt: tokenize(act.prompts[a] as string), completion: (g.tokens ?? []) as number[],
-            stopped: g.finishReason === "stop", text: g.text, extracted: extractAnswer(g.text), correct: right(g.text, item), score: right(g.text, item) ? 1 : 0 })));
+            stopped: g.finishReason === "stop", text: g.text, extracted: answerOf(task, g.text), correct: right(task, g.text, item), score: right(task, g.text, item) ? 1 : 0 })));
         parent = id;
     }
     return path;
@@ -61,10 +61,10 @@ async function trees(cfg: TrainConfig, task: Task, items: TaskItem[], agents: Na
     const scores = (item: TaskItem, texts: string[]) => Promise.all(texts.map((text) => scoreOf(item, text)));
     const rollout = new JointRollout<TaskItem>({
         agents, ...(roll.turn0 ? { firstTurnAgents: roll.turn0 } : {}), generations: cfg.magrpo.generations, turns: roll.turns, joint: cfg.magrpo.joint,
-        prompt: (item, a) => turnPrompt(item.views[a]!, a, A, null, cfg.feedback ? "empty" : undefined),
+        prompt: (item, a) => promptFor(task, item, a, null, cfg.feedback ? "empty" : undefined),
         transition: async ({ item, completions }) => {
-            const answers = completions.map(extractAnswer), s = cfg.feedback ? await scores(item, completions) : undefined;
-            return agents.map((_, a) => turnPrompt(item.views[a]!, a, A, answers, s));
+            const answers = completions.map((text) => ({ text, extracted: answerOf(task, text) })), s = cfg.feedback ? await scores(item, completions) : undefined;
+            return agents.map((_, a) => promptFor(task, item, a, answers, s));
         },
         reward: async (texts, item) => (await scores(item, texts)).reduce((x, y) => x + y, 0) / A,
         sampling: { temperature: roll.temperature, maxTokens: roll.maxTokens }, seed: (item) => (roll.seed % 1_000_000_007) * 1_000_003 + items.indexOf(item) * 100_003,  // < 2^53
@@ -133,7 +133,7 @@ export async function magrpoIteration(cfg: TrainConfig, task: Task, items: TaskI
                 const act = tree.actions[c.action]!;
                 push(c.agent, act.depth, act.prompts[c.agent] as string, act.generations[c.agent]!, c.adv);
             }
-        paths.push(firstPath(tree, item, roll.turns, (s) => tok.encodeChat([{ role: "user", content: s }])));
+        paths.push(firstPath(task, tree, item, roll.turns, (s) => tok.encodeChat([{ role: "user", content: s }])));
     }
     const stats: AgentStats[] = Array.from({ length: A }, (_, a) => ({ reward: rewardN[a] ? rewardSum[a]! / rewardN[a]! : 0, kl: 0, clipFrac: 0, entropy: 0,
         valueLoss: 0, policyLoss: 0, updates: 0 }));

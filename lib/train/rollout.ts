@@ -23,6 +23,8 @@ export interface RolloutEntry {
 }
 
 export interface TeamRollout {
+    /** The task the debates ran (its prompts serve the centralised critic too). */
+    task?: Task;
     items: TaskItem[];
     /** entries[item][turn][agent]. */
     entries: RolloutEntry[][][];
@@ -57,6 +59,16 @@ function formatAnswer(x: string | null): string {
     if (x === null || !/^\d+$/.test(x) || x.length > ANSWER_WIDTH) return "?".repeat(ANSWER_WIDTH);
     return x.padStart(ANSWER_WIDTH, "0");
 }
+
+/** Agent a's user message: the task's own prompt (words tasks, as GSM8K's), else the compact protocol (turnPrompt). */
+export function promptFor(task: Task, item: TaskItem, agent: number, previous: { text: string; extracted: string | null }[] | null,
+    scores?: number[] | "empty"): string {
+    if (task.prompt) return task.prompt(item, agent, previous, scores);
+    return turnPrompt(item.views[agent]!, agent, task.agents, previous ? previous.map((e) => e.extracted) : null, scores);
+}
+
+/** A response's final answer under the task's format. */
+export const answerOf = (task: Task, text: string): string | null => (task.extract ? task.extract(text) : extractAnswer(text));
 
 /**
  * The user message agent a of `agents` sees: its view, then everyone's previous answers (own first), or empty slots
@@ -95,8 +107,7 @@ export async function rolloutTeam(task: Task, items: TaskItem[], agents: NativeP
         for (const [model, who] of byModel) {
             const content = who.map(({ i, a }) => {
                 const prev = t === 0 ? null : entries[i]![t - 1]!;
-                return turnPrompt(items[i]!.views[a]!, a, A, prev ? prev.map((e) => e.extracted) : null,
-                    o.feedback ? (prev ? prev.map((e) => e.score) : "empty") : undefined);
+                return promptFor(task, items[i]!, a, prev, o.feedback ? (prev ? prev.map((e) => e.score) : "empty") : undefined);
             });
             const gens = await generateSettled(model, who.map(({ i, a }, k) => ({
                 messages: [{ role: "user" as const, content: content[k]! }],
@@ -110,7 +121,7 @@ export async function rolloutTeam(task: Task, items: TaskItem[], agents: NativeP
                     continue;
                 }
                 const g = settled.generation;
-                const extracted = extractAnswer(g.text);
+                const extracted = answerOf(task, g.text);
                 const verdict = await task.verifier.score({ question: item.question, response: g.text, reference: item.reference });
                 turn[i]![a] = {
                     prompt: model.tokenizer.encodeChat([{ role: "user", content: content[k]! }]),
@@ -121,13 +132,13 @@ export async function rolloutTeam(task: Task, items: TaskItem[], agents: NativeP
         }
         turn.forEach((row, i) => entries[i]!.push(row));
     }
-    if (failed.size === 0) return { items, entries, agents: A, turns: o.turns };
+    if (failed.size === 0) return { task, items, entries, agents: A, turns: o.turns };
     if (failed.size === items.length) {
         const f = [...failed.values()][0]!;
         throw new Error(`rollout: every episode failed (${items.length}); the first at turn ${f.turn}, agent ${f.agent}: ${f.error}`);
     }
     const keep = items.flatMap((_, i) => (failed.has(i) ? [] : [i]));
-    return { items: keep.map((i) => items[i]!), entries: keep.map((i) => entries[i]!), agents: A, turns: o.turns, failed: [...failed.values()] };
+    return { task, items: keep.map((i) => items[i]!), entries: keep.map((i) => entries[i]!), agents: A, turns: o.turns, failed: [...failed.values()] };
 }
 
 export interface PackedBatch {

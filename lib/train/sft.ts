@@ -34,8 +34,11 @@ export async function sftWarmStart(policy: NativePolicy, task: Task, o: SftOptio
             const a = k % task.agents, turn = Math.floor(rng() * o.turns);
             const noise = turn === 0 ? null : Array.from({ length: task.agents }, () => String(Math.floor(rng() * 200)));
             const marks = !o.feedback ? undefined : noise ? noise.map(() => rng()) : "empty" as const;
-            return { prompt: tok.encodeChat([{ role: "user", content: turnPrompt(item.views[a]!, a, task.agents, noise, marks) }]),
-                completion: tok.encode(protocolSolution(task.warmStart ? task.warmStart(item, a, turn, noise, rng) : item.solution!)),
+            // Words tasks (GSM8K): their own prompts, the noise as previous answers, and the solution as written.
+            const prompt = task.prompt ? task.prompt(item, a, noise ? noise.map((n) => ({ text: `Answer: \\boxed{ ${n} }`, extracted: n })) : null, marks)
+                : turnPrompt(item.views[a]!, a, task.agents, noise, marks);
+            const answer = task.warmStart ? task.warmStart(item, a, turn, noise, rng) : task.prompt ? item.solution! : protocolSolution(item.solution!);
+            return { prompt: tok.encodeChat([{ role: "user", content: prompt }]), completion: tok.encode(answer),
                 stopped: true };
         });
         const b = packRows(rows, tok.eos, policy.config.contextLength);

@@ -32,6 +32,14 @@ export interface Task {
      * agent, or null at turn 0); `rng` is uniform in [0, 1). Tasks without one are warm-started on `solution`.
      */
     warmStart?(item: TaskItem, agent: number, turn: number, previous: string[] | null, rng: () => number): string;
+    /** Held-out items (a test split) for the evaluations; tasks without one evaluate on generate(count, seed). */
+    heldOut?(count: number): TaskItem[];
+    /** Agent `agent`'s user message at a turn, given the previous turn's answers of every agent (null at turn 0)
+     * and, with feedback, their verifier scores ("empty" at turn 0). Tasks without one speak the compact protocol
+     * (rollout.ts's turnPrompt), which the embedded character-level policy reads. */
+    prompt?(item: TaskItem, agent: number, previous: { text: string; extracted: string | null }[] | null, scores?: number[] | "empty"): string;
+    /** The final answer of a response (default: the compact protocol's, rollout.ts's extractAnswer). */
+    extract?(text: string): string | null;
 }
 
 function requireFormat(where: string, format: unknown): "words" | "compact" {

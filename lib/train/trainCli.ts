@@ -7,7 +7,7 @@ import { configFromFlags, mergePartial, resolveConfig } from "./config.js";
 import { formatSummary, trainJob } from "./job.js";
 
 const FLAGS: Record<string, string> = { "--task": "task", "--algo": "algo", "--agents": "agents", "--turns": "turns", "--iterations": "iterations",
-    "--seed": "seed", "--schedule": "schedule", "--model": "model.dir", "--lora-rank": "lora.rank", "--lora-alpha": "lora.alpha" };
+    "--seed": "seed", "--schedule": "schedule", "--model": "model.dir", "--data": "taskOptions.data", "--lora-rank": "lora.rank", "--lora-alpha": "lora.alpha" };
 
 function fmtTime(ms: number): string {
     if (!Number.isFinite(ms) || ms < 0) return "?";

@@ -24,7 +24,7 @@ beforeAll(async () => {
     cpSync(join(TOK, "tokenizer.json"), join(tk, "tokenizer.json"));
     writeFileSync(join(tk, "tokenizer_config.json"), readFileSync(join(TOK, "tokenizer_config.qwen.json")));
     const p = await NativePolicy.fromConfig({ model_type: "llama", vocab_size: 320, hidden_size: 32, intermediate_size: 64, num_hidden_layers: 1,
-        num_attention_heads: 2, num_key_value_heads: 1, max_position_embeddings: 512, rms_norm_eps: 1e-6, rope_theta: 10000, tie_word_embeddings: true,
+        num_attention_heads: 2, num_key_value_heads: 1, max_position_embeddings: 1024, rms_norm_eps: 1e-6, rope_theta: 10000, tie_word_embeddings: true,
         eos_token_id: 308 }, { tokenizer: tk, seed: 3 });
     await p.save(modelDir);
     await p.dispose();
@@ -73,6 +73,21 @@ describe("train on a Hugging Face model (model.dir)", () => {
         expect(readFileSync(join(stopped, "metrics.jsonl"), "utf8")).toBe(readFileSync(join(straight, "metrics.jsonl"), "utf8"));
         expect(readFileSync(join(stopped, "traces.jsonl"), "utf8")).toBe(readFileSync(join(straight, "traces.jsonl"), "utf8"));
         expect(b.rows).toEqual(a.rows);
+    }, 300_000);
+
+    it("gsm8k: MAPoRL's math prompts through the chat template, the test split held out", async () => {
+        const out = join(work, "run-gsm8k");
+        const s = await trainJob({ out, config: small({ task: "gsm8k", model: { dir: modelDir, contextLength: 1024 }, iterations: 1, controls: false,
+            sampling: { temperature: 1, maxTokens: 8 } }) });
+        expect(s.config.sampling.maxTokens).toBe(8);
+        expect(s.evals.untrained!.episodes).toBe(3);  // the first questions of test.jsonl
+        const trace = JSON.parse(readFileSync(join(out, "traces.jsonl"), "utf8").split("\n")[0]!) as { question: string; reference: string };
+        expect(trace.question.length).toBeGreaterThan(40);  // a GSM8K word problem from the train split
+        expect(Number.isFinite(Number(trace.reference))).toBe(true);
+        expect(() => resolveConfig({ task: "gsm8k" })).toThrow(/needs a real model/);
+        const d = resolveConfig({ task: "gsm8k", model: { dir: modelDir } });
+        expect([d.model.contextLength, d.sampling.maxTokens, d.sft.steps]).toEqual([2048, 320, 0]);
+        expect(() => resolveConfig({ task: "gsm8k", model: { dir: modelDir }, taskOptions: { data: work } })).toThrow(/taskOptions\.data: .*train\.jsonl missing/);
     }, 300_000);
 
     it("a directory that is not a model, or an unsupported architecture, fails before a run directory is made", async () => {
