@@ -10,7 +10,7 @@
 // A Llama-family model trains and scores through log-probs (gptScore): its LM head runs over row chunks, so no
 // [B, T, V] logits exist (a 151,936-token vocabulary).
 import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
-import { join } from "node:path";
+import { join, resolve } from "node:path";
 
 import { type Device, resolveDevice } from "../backend.js";
 import { fsyncDir, writeFileDurable } from "../durable.js";
@@ -619,7 +619,7 @@ export class NativePolicy implements Policy {
 
     private static loadHf(dir: string, o: LoadOptions): NativePolicy {
         const m = openHfModel(dir, o);
-        return new NativePolicy({ name: m.name } as NativePolicyConfig, m.handle, { state: { info: m.info, tokenizerDir: m.tokenizerDir, sourceDir: dir }, tokenizer: m.tokenizer })
+        return new NativePolicy({ name: m.name } as NativePolicyConfig, m.handle, { state: { info: m.info, tokenizerDir: m.tokenizerDir, sourceDir: resolve(dir) }, tokenizer: m.tokenizer })
             .placed("NativePolicy.load", o.device);
     }
 
