@@ -53,9 +53,11 @@ export { JointRollout, JointRolloutError, type JointRolloutOptions, type JointTr
 export { NativePolicy, type NativePolicyConfig, type LoadOptions, type SaveOptions, type TrainBatch, type TrainOptions, type TrainResult } from "./policy/nativePolicy.js";
 export { HfTokenizer, IdsOnlyTokenizer, type HfTokenizerOptions } from "./policy/hfTokenizer.js";
 export { HF_MODEL_TYPES, type HfModelType } from "./policy/hf.js";
+export { LORA_TARGETS, type LoraOptions, type LoraTarget } from "./policy/lora.js";
 export { CharTokenizer, SPECIAL_TOKENS, type TokenizerJSON, type PolicyTokenizer } from "./policy/tokenizer.js";
 export { readSafetensors, writeSafetensors, type TensorEntry } from "./policy/safetensors.js";
 export { splitSumTask, arithDebateTask, type Task, type TaskItem } from "./train/tasks.js";
+export { gsm8kTask } from "./train/gsm8k.js";
 export { toyGame, observation1, observation2, toyPayoffGrid, type ToyOptions, type ToyPayoffs, type ToyResult } from "./train/toy.js";
 export { servePolicy, type ServeOptions, type RunningServer } from "./policy/server.js";
 export { trainJob, formatSummary, type TrainJobOptions, type TrainSummary } from "./train/job.js";
