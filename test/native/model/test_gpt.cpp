@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "test/native/core/check.h"
+#include "test/native/model/model_check.h"
 #include "native/model/gpt.h"
 #include "maporl.h"
 
@@ -41,20 +42,8 @@ TEST(every_parameter_gradient_matches_finite_differences) {
         loss();
         m.zero_grad();
         m.backward(R.data(), Rv.data());
-        int bad = 0;
-        for (size_t i = 0; i < m.params.size(); ++i) {
-            const double x0 = m.params[i], h = 1e-6;
-            m.params[i] = x0 + h;
-            const double up = loss();
-            m.params[i] = x0 - h;
-            const double dn = loss();
-            m.params[i] = x0;
-            const double fd = (up - dn) / (2 * h);
-            if (!(std::fabs(fd - m.grads[i]) <= 1e-6 * std::max(1.0, std::fabs(fd)))) {
-                if (bad < 3) std::printf("  tie=%d param %zu: analytic %.9g fd %.9g\n", (int)tie, i, m.grads[i], fd);
-                ++bad;
-            }
-        }
+        const std::vector<double> g = m.grads;
+        const int bad = model_check::fd_mismatches(m.params, g, loss, tie ? "tied" : "untied");
         CHECK(bad == 0, "tie=%d: %d of %zu parameter gradients off", (int)tie, bad, m.params.size());
     }
 }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "test/native/core/check.h"
+#include "test/native/model/model_check.h"
 #include "native/core/core.h"
 #include "native/model/llama.h"
 #include "maporl.h"
@@ -71,20 +72,8 @@ TEST(every_parameter_gradient_matches_finite_differences) {
         loss();
         m.zero_grad();
         m.backward(R.data(), Rv.data());
-        int bad = 0;
-        for (size_t i = 0; i < m.params.size(); ++i) {
-            const double x0 = m.params[i], h = 1e-6;
-            m.params[i] = x0 + h;
-            const double up = loss();
-            m.params[i] = x0 - h;
-            const double dn = loss();
-            m.params[i] = x0;
-            const double fd = (up - dn) / (2 * h);
-            if (!(std::fabs(fd - m.grads[i]) <= 1e-6 * std::max(1.0, std::fabs(fd)))) {
-                if (bad < 3) std::printf("  %s param %zu: analytic %.9g fd %.9g\n", var.name, i, m.grads[i], fd);
-                ++bad;
-            }
-        }
+        const std::vector<double> g = m.grads;
+        const int bad = model_check::fd_mismatches(m.params, g, loss, var.name);
         CHECK(bad == 0, "%s: %d of %zu parameter gradients off", var.name, bad, m.params.size());
     }
 }
@@ -240,16 +229,8 @@ TEST(a_small_model_memorises_a_batch_the_same_for_any_thread_count) {
         std::vector<float> dl((size_t)(N * V));
         for (int s = 0; s < steps; ++s) {
             m.forward(in.data(), B, T);
-            double loss = 0;
-            for (int64_t n = 0; n < N; ++n) {
-                const float * z = m.logits.data() + n * V;
-                double mx = z[0], sum = 0;
-                for (int64_t v = 1; v < V; ++v) mx = std::max(mx, (double)z[v]);
-                for (int64_t v = 0; v < V; ++v) sum += std::exp((double)z[v] - mx);
-                loss += -((double)z[tgt[(size_t)n]] - mx - std::log(sum));
-                for (int64_t v = 0; v < V; ++v) dl[(size_t)(n * V + v)] = (float)((std::exp((double)z[v] - mx) / sum - (v == tgt[(size_t)n])) / (double)N);
-            }
-            if (curve) curve->push_back((float)(loss / (double)N));
+            const double loss = model_check::cross_entropy(m.logits.data(), tgt.data(), N, V, dl.data());
+            if (curve) curve->push_back((float)loss);
             m.zero_grad();
             m.backward(dl.data(), nullptr);
             m.update(maporl::gpt::AdamW{3e-3f, 0.9f, 0.95f, 1e-8f, 0.0f}, 1.0);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "test/native/core/check.h"
+#include "test/native/model/model_check.h"
 #include "native/core/core.h"
 #include "native/model/llama.h"
 #include "maporl.h"
@@ -65,20 +66,8 @@ void check_fd(bool qwen3, double dropout, uint32_t targets) {
     m.zero_grad();
     m.backward(R.data(), Rv.data());
     CHECK(m.grads.empty() && m.m.empty(), "the frozen base allocated gradients (%zu)", m.grads.size());
-    int bad = 0;
-    for (size_t i = 0; i < a.params.size(); ++i) {
-        const double x0 = a.params[i], h = 1e-6;
-        a.params[i] = x0 + h;
-        const double up = loss();
-        a.params[i] = x0 - h;
-        const double dn = loss();
-        a.params[i] = x0;
-        const double fd = (up - dn) / (2 * h);
-        if (!(std::fabs(fd - a.grads[i]) <= 1e-6 * std::max(1.0, std::fabs(fd)))) {
-            if (bad < 3) std::printf("  param %zu (%s): analytic %.9g fd %.9g\n", i, qwen3 ? "qwen3" : "qwen2", a.grads[i], fd);
-            ++bad;
-        }
-    }
+    const std::vector<double> g = a.grads;
+    const int bad = model_check::fd_mismatches(a.params, g, loss, qwen3 ? "qwen3" : "qwen2");
     CHECK(bad == 0, "%s dropout %g targets 0x%x: %d of %zu adapter gradients off", qwen3 ? "qwen3" : "qwen2", dropout, targets, bad, a.params.size());
 }
 
@@ -191,16 +180,8 @@ TEST(training_an_adapter_learns_keeps_the_base_and_is_thread_count_invariant) {
         std::vector<float> dl((size_t)(N * V));
         for (int s = 0; s < steps; ++s) {
             m.forward(in.data(), B, T);
-            double loss = 0;
-            for (int64_t n = 0; n < N; ++n) {
-                const float * z = m.logits.data() + n * V;
-                double mx = z[0], sum = 0;
-                for (int64_t v = 1; v < V; ++v) mx = std::max(mx, (double)z[v]);
-                for (int64_t v = 0; v < V; ++v) sum += std::exp((double)z[v] - mx);
-                loss += -((double)z[tgt[(size_t)n]] - mx - std::log(sum));
-                for (int64_t v = 0; v < V; ++v) dl[(size_t)(n * V + v)] = (float)((std::exp((double)z[v] - mx) / sum - (v == tgt[(size_t)n])) / (double)N);
-            }
-            if (curve) curve->push_back((float)(loss / (double)N));
+            const double loss = model_check::cross_entropy(m.logits.data(), tgt.data(), N, V, dl.data());
+            if (curve) curve->push_back((float)loss);
             m.zero_grad();
             m.backward(dl.data(), nullptr);
             m.update(maporl::gpt::AdamW{1e-2f, 0.9f, 0.95f, 1e-8f, 0.0f}, 1.0);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "test/native/core/check.h"
+#include "test/native/model/model_check.h"
 #include "native/core/core.h"
 #include "native/model/llama.h"
 #include "native/rl/policy_loss.h"
@@ -86,20 +87,9 @@ TEST(chunked_head_gradient_matches_finite_differences) {
                 }
                 m.backward_hidden(dlnf, Rv.data());
                 const std::vector<double> g = m.grads;
-                int bad = 0;
-                for (size_t i = 0; i < m.params.size(); ++i) {
-                    const double x0 = m.params[i], h = 1e-6;
-                    m.params[i] = x0 + h;
-                    const double up = loss();
-                    m.params[i] = x0 - h;
-                    const double dn = loss();
-                    m.params[i] = x0;
-                    const double fd = (up - dn) / (2 * h);
-                    if (!(std::fabs(fd - g[i]) <= 1e-6 * std::max(1.0, std::fabs(fd)))) {
-                        if (bad < 3) std::printf("  tied %d temp %g chunk %lld param %zu: analytic %.9g fd %.9g\n", (int)tied, temp, (long long)chunk, i, g[i], fd);
-                        ++bad;
-                    }
-                }
+                char label[64];
+                std::snprintf(label, sizeof label, "tied %d temp %g chunk %lld", (int)tied, temp, (long long)chunk);
+                const int bad = model_check::fd_mismatches(m.params, g, loss, label);
                 CHECK(bad == 0, "tied %d temp %g chunk %lld: %d of %zu gradients off", (int)tied, temp, (long long)chunk, bad, m.params.size());
             }
         }

@@ -1,0 +1,50 @@
+// model_check.h: checks shared by the model tests (test_gpt, test_llama, test_lora, test_model_scores): every
+// parameter's analytic gradient against central finite differences of the loss in double, and the mean
+// next-token cross-entropy of float logits with its gradient (written out, independent of the loss kernels).
+#pragma once
+
+#include <stdint.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+namespace model_check {
+
+// How many of `params` have an analytic gradient (grads) off (L(x + h) - L(x - h)) / 2h, h = 1e-6, by more than
+// 1e-6 * max(1, |fd|); the first three are printed after `label`. `loss` recomputes L from the current params.
+template <typename Loss>
+int fd_mismatches(std::vector<double> & params, const std::vector<double> & grads, Loss && loss, const char * label) {
+    int bad = 0;
+    for (size_t i = 0; i < params.size(); ++i) {
+        const double x0 = params[i], h = 1e-6;
+        params[i] = x0 + h;
+        const double up = loss();
+        params[i] = x0 - h;
+        const double dn = loss();
+        params[i] = x0;
+        const double fd = (up - dn) / (2 * h);
+        if (!(std::fabs(fd - grads[i]) <= 1e-6 * std::max(1.0, std::fabs(fd)))) {
+            if (bad < 3) std::printf("  %s param %zu: analytic %.9g fd %.9g\n", label, i, grads[i], fd);
+            ++bad;
+        }
+    }
+    return bad;
+}
+
+// Mean over N rows of -log softmax(z)[target] for logits [N, V] (in double); dl [N, V] = its gradient.
+inline double cross_entropy(const float * logits, const int32_t * tgt, int64_t N, int64_t V, float * dl) {
+    double loss = 0;
+    for (int64_t n = 0; n < N; ++n) {
+        const float * z = logits + n * V;
+        double mx = z[0], sum = 0;
+        for (int64_t v = 1; v < V; ++v) mx = std::max(mx, (double)z[v]);
+        for (int64_t v = 0; v < V; ++v) sum += std::exp((double)z[v] - mx);
+        loss += -((double)z[tgt[n]] - mx - std::log(sum));
+        for (int64_t v = 0; v < V; ++v) dl[n * V + v] = (float)((std::exp((double)z[v] - mx) / sum - (v == tgt[n])) / (double)N);
+    }
+    return loss / (double)N;
+}
+
+}  // namespace model_check
