@@ -11,7 +11,7 @@ import { writeFileDurable } from "../durable.js";
 import { describe } from "../validate.js";
 import type { PolicyTokenizer } from "./tokenizer.js";
 import { HfTokenizer } from "./hfTokenizer.js";
-import { readSafetensorsHeader, readTensorBytes, type TensorHeader, writeSafetensors } from "./safetensors.js";
+import { readSafetensors, readSafetensorsHeader, readTensorBytes, type TensorHeader, writeSafetensors } from "./safetensors.js";
 
 export const HF_MODEL_TYPES = ["llama", "mistral", "qwen2", "qwen3"] as const;
 export type HfModelType = typeof HF_MODEL_TYPES[number];
@@ -176,20 +176,53 @@ export function loadHfWeights(dir: string, h: GptHandle, tied: boolean): void {
     for (const p of plan) native.gptSetTensor(h, p.index, p.dtype, readTensorBytes(join(dir, p.file), p.t));
 }
 
+/** The tensors of `h`'s parameter set (the model, or its selected adapter) as views into `params`, its flat copy;
+ * the value head's apart (value_head.safetensors, not a transformers or PEFT tensor). */
+export function tensorViews(h: GptHandle, params: Float32Array): { weights: { name: string; shape: number[]; data: Float32Array }[]; valueHead: { name: string; shape: number[]; data: Float32Array }[] } {
+    const all = native.gptTensors(h).map((t) => {
+        const shape = t.shape.filter((d) => d > 0);
+        return { name: t.name, shape, data: params.subarray(t.offset, t.offset + shape.reduce((a, b) => a * b, 1)) };
+    });
+    return { weights: all.filter((t) => !t.name.startsWith("value_head.")), valueHead: all.filter((t) => t.name.startsWith("value_head.")) };
+}
+
+/** value_head.safetensors at `path` into `h`'s value head (either size wrong or missing: an error naming it). */
+export function loadValueHead(fn: string, path: string, h: GptHandle): void {
+    const t = readSafetensors(path).tensors;
+    const all = native.gptTensors(h);
+    for (const name of ["value_head.weight", "value_head.bias"]) {
+        const src = t.find((x) => x.name === name), k = all.findIndex((x) => x.name === name);
+        const size = all[k]!.shape.filter((d) => d > 0).reduce((a, b) => a * b, 1);
+        if (!src || src.data.length !== size) throw new SyntaxError(`${fn}: ${path}: ${name} missing or of the wrong size (expected ${size} values)`);
+        native.gptSetTensor(h, k, 0, new Uint8Array(src.data.buffer, src.data.byteOffset, src.data.byteLength));
+    }
+}
+
+/** optimizer.safetensors at `path` (AdamW's m and v over the whole parameter set) into `h`'s moments. */
+export function loadOptimizer(fn: string, path: string, h: GptHandle): void {
+    const n = native.gptParamCount(h), t = readSafetensors(path).tensors;
+    for (const [which, name] of [[1, "m"], [2, "v"]] as const) {
+        const x = t.find((y) => y.name === name);
+        if (!x || x.data.length !== n) throw new SyntaxError(`${fn}: ${path}: ${name} missing or of the wrong size (expected ${n} values)`);
+        native.gptSet(h, which, x.data);
+    }
+}
+
+/** optimizer.safetensors of `h`'s parameter set into `path` (the moments read back from native memory). */
+export function writeOptimizer(path: string, h: GptHandle): void {
+    const n = native.gptParamCount(h);
+    const all = (which: 1 | 2) => { const a = new Float32Array(n); native.gptGet(h, which, a); return a; };
+    writeSafetensors(path, [{ name: "m", shape: [n], data: all(1) }, { name: "v", shape: [n], data: all(2) }]);
+}
+
 /**
  * Writes the model's weights to `dir` as Hugging Face expects them: float32, one model.safetensors, or shards
  * model-0000k-of-0000n.safetensors with model.safetensors.index.json above `maxShardBytes`. The value head goes to
  * value_head.safetensors (not a transformers tensor).
  */
 export function saveHfWeights(dir: string, h: GptHandle, params: Float32Array, maxShardBytes: number): void {
-    const tensors = native.gptTensors(h).map((t) => {
-        const shape = t.shape.filter((d) => d > 0);
-        const n = shape.reduce((a, b) => a * b, 1);
-        return { name: t.name, shape, data: params.subarray(t.offset, t.offset + n) };
-    });
-    const model = tensors.filter((t) => !t.name.startsWith("value_head."));
-    const head = tensors.filter((t) => t.name.startsWith("value_head."));
-    writeSafetensors(join(dir, "value_head.safetensors"), head, { format: "pt" });
+    const { weights: model, valueHead } = tensorViews(h, params);
+    writeSafetensors(join(dir, "value_head.safetensors"), valueHead, { format: "pt" });
     const shards: (typeof model)[] = [[]];
     let bytes = 0;
     for (const t of model) {

@@ -7,10 +7,9 @@ import { join } from "node:path";
 
 import { native, type GptHandle } from "../native.js";
 import { describe } from "../validate.js";
-import { type HfModelInfo, type HfSavedState, loadHfWeights, readHfConfig, readJsonObject } from "./hf.js";
+import { type HfModelInfo, type HfSavedState, loadHfWeights, loadOptimizer, loadValueHead, readHfConfig, readJsonObject } from "./hf.js";
 import { HfTokenizer, IdsOnlyTokenizer } from "./hfTokenizer.js";
 import type { LoadOptions } from "./nativePolicy.js";
-import { readSafetensors } from "./safetensors.js";
 import type { PolicyTokenizer } from "./tokenizer.js";
 
 /** A loaded Hugging Face model: the engine's handle (owned by the caller), its config and tokenizer. */
@@ -57,25 +56,9 @@ export function openHfModel(dir: string, o: LoadOptions): OpenedHfModel {
     try {
         loadHfWeights(dir, h, info.engine.tieEmbeddings);
         const head = join(dir, "value_head.safetensors");
-        if (existsSync(head)) {
-            const t = readSafetensors(head).tensors;
-            const all = native.gptTensors(h);
-            for (const name of ["value_head.weight", "value_head.bias"]) {
-                const src = t.find((x) => x.name === name), k = all.findIndex((x) => x.name === name);
-                const size = all[k]!.shape.filter((d) => d > 0).reduce((a, b) => a * b, 1);
-                if (!src || src.data.length !== size) throw new SyntaxError(`${fn}: ${head}: ${name} missing or of the wrong size (expected ${size} values)`);
-                native.gptSetTensor(h, k, 0, new Uint8Array(src.data.buffer, src.data.byteOffset, src.data.byteLength));
-            }
-        }
+        if (existsSync(head)) loadValueHead(fn, head, h);
         const opt = join(dir, "optimizer.safetensors");
-        if (saved && existsSync(opt)) {
-            const n = native.gptParamCount(h), t = readSafetensors(opt).tensors;
-            for (const [which, name] of [[1, "m"], [2, "v"]] as const) {
-                const x = t.find((y) => y.name === name);
-                if (!x || x.data.length !== n) throw new SyntaxError(`${fn}: ${opt}: ${name} missing or of the wrong size (expected ${n} values)`);
-                native.gptSet(h, which, x.data);
-            }
-        }
+        if (saved && existsSync(opt)) loadOptimizer(fn, opt, h);
         if (saved) native.gptSetStep(h, saved.step);
     } catch (e) {
         native.gptFree(h);

@@ -11,8 +11,8 @@ import { join } from "node:path";
 import { writeFileDurable } from "../durable.js";
 import { native, type GptHandle, type NativeLoraConfig } from "../native.js";
 import { describe, requireBoolean, requireInteger, requireNumber, requireOptions } from "../validate.js";
-import { readJsonObject } from "./hf.js";
-import { readSafetensors, readSafetensorsHeader, readTensorBytes, writeSafetensors } from "./safetensors.js";
+import { loadOptimizer, loadValueHead, readJsonObject, tensorViews, writeOptimizer } from "./hf.js";
+import { readSafetensorsHeader, readTensorBytes, writeSafetensors } from "./safetensors.js";
 
 /** The projections an adapter may target (PEFT's target_modules names for Llama-family models). */
 export const LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"] as const;
@@ -67,15 +67,11 @@ export interface AdapterState { format: "maporl-lora"; version: 1; name: string;
  */
 export function writeAdapterDir(dir: string, h: GptHandle, id: number, baseModel: string | null, state: AdapterState): void {
     const c = native.loraInfo(h, id);
-    const n = native.gptParamCount(h);
-    const params = new Float32Array(n);
+    const params = new Float32Array(native.gptParamCount(h));
     native.gptGet(h, 0, params);
-    const tensors = native.gptTensors(h).map((t) => {
-        const shape = t.shape.filter((d) => d > 0);
-        return { name: t.name, shape, data: params.subarray(t.offset, t.offset + shape.reduce((a, b) => a * b, 1)) };
-    });
-    writeSafetensors(join(dir, "adapter_model.safetensors"), tensors.filter((t) => !t.name.startsWith("value_head.")), { format: "pt" });
-    writeSafetensors(join(dir, "value_head.safetensors"), tensors.filter((t) => t.name.startsWith("value_head.")), { format: "pt" });
+    const { weights, valueHead } = tensorViews(h, params);
+    writeSafetensors(join(dir, "adapter_model.safetensors"), weights, { format: "pt" });
+    writeSafetensors(join(dir, "value_head.safetensors"), valueHead, { format: "pt" });
     const config = {
         peft_type: "LORA", task_type: "CAUSAL_LM", base_model_name_or_path: baseModel, r: c.rank, lora_alpha: c.alpha,
         target_modules: targetNames(c.targets), lora_dropout: c.dropout, bias: "none", use_rslora: c.useRslora, use_dora: false,
@@ -83,10 +79,7 @@ export function writeAdapterDir(dir: string, h: GptHandle, id: number, baseModel
         rank_pattern: {}, alpha_pattern: {}, inference_mode: true, revision: null,
     };
     writeFileDurable(join(dir, "adapter_config.json"), JSON.stringify(config, null, 2));
-    if (state.step > 0) {
-        const all = (which: 1 | 2) => { const a = new Float32Array(n); native.gptGet(h, which, a); return a; };
-        writeSafetensors(join(dir, "optimizer.safetensors"), [{ name: "m", shape: [n], data: all(1) }, { name: "v", shape: [n], data: all(2) }]);
-    }
+    if (state.step > 0) writeOptimizer(join(dir, "optimizer.safetensors"), h);
     writeFileDurable(join(dir, "maporl-adapter.json"), JSON.stringify(state, null, 2));
 }
 
@@ -165,26 +158,13 @@ export function loadAdapterTensors(fn: string, dir: string, h: GptHandle, state:
     const missing = ours.filter((t) => !t.name.startsWith("value_head.") && !byName.has(t.name));
     if (missing.length > 0) throw new RangeError(`${fn}: ${file}: tensor ${missing[0]!.name} missing (${missing.length} of ${ours.length - 2})`);
     const head = join(dir, "value_head.safetensors");
-    if (existsSync(head)) {
-        const t = readSafetensors(head).tensors;
-        for (const name of ["value_head.weight", "value_head.bias"]) {
-            const src = t.find((x) => x.name === name), k = index.get(name)!;
-            const size = ours[k]!.shape.filter((d) => d > 0).reduce((a, b) => a * b, 1);
-            if (!src || src.data.length !== size) throw new RangeError(`${fn}: ${head}: ${name} missing or of the wrong size (expected ${size} values)`);
-            native.gptSetTensor(h, k, 0, new Uint8Array(src.data.buffer, src.data.byteOffset, src.data.byteLength));
-        }
-    }
+    if (existsSync(head)) loadValueHead(fn, head, h);
     if (!state) return;
     const st = state;
     const opt = join(dir, "optimizer.safetensors");
     if (st.step > 0) {
         if (!existsSync(opt)) throw new Error(`${fn}: ${opt}: missing (maporl-adapter.json says step ${st.step})`);
-        const n = native.gptParamCount(h), t = readSafetensors(opt).tensors;
-        for (const [which, name] of [[1, "m"], [2, "v"]] as const) {
-            const x = t.find((y) => y.name === name);
-            if (!x || x.data.length !== n) throw new RangeError(`${fn}: ${opt}: ${name} missing or of the wrong size (expected ${n} values)`);
-            native.gptSet(h, which, x.data);
-        }
+        loadOptimizer(fn, opt, h);
     }
     native.gptSetStep(h, st.step);
 }

@@ -18,7 +18,7 @@ import { MaporlError } from "../errors.js";
 import { native, type GptHandle, type NativeLoraConfig } from "../native.js";
 import { fusedPolicyLoss, logprobs } from "../rl/logits.js";
 import { type LossOptions, type PolicyLossStats, valueLoss } from "../rl/policyLoss.js";
-import { type HfModelInfo, isHfModelDir, readHfConfig, writeHfDir } from "./hf.js";
+import { type HfModelInfo, isHfModelDir, loadOptimizer, readHfConfig, writeHfDir, writeOptimizer } from "./hf.js";
 import { openHfModel, resolveHfTokenizer } from "./hfLoad.js";
 import type { HfTokenizer } from "./hfTokenizer.js";
 import { readSafetensors, writeSafetensors } from "./safetensors.js";
@@ -503,15 +503,15 @@ export class NativePolicy implements Policy {
             const h = this.h(), n = this.parameterCount, step = native.gptGetStep(h);
             if (this.adapter !== null) return this.writeDir(dir, (tmp) => writeAdapterDir(tmp, h, this.adapterId, this.hf?.sourceDir ?? null,
                 { format: "maporl-lora", version: 1, name: this.adapter!, step, seed: native.loraInfo(h, this.adapterId).seed }));
-            const all = (which: 0 | 1 | 2) => { const a = new Float32Array(n); native.gptGet(h, which, a); return a; };
             return this.writeDir(dir, (tmp) => {
-                const optimizer = () => writeSafetensors(join(tmp, "optimizer.safetensors"), [{ name: "m", shape: [n], data: all(1) }, { name: "v", shape: [n], data: all(2) }]);
+                const optimizer = () => writeOptimizer(join(tmp, "optimizer.safetensors"), h);
                 if (this.hf) {
                     writeHfDir(tmp, h, this.hf.info, { format: "maporl-hf", version: 1, name: this.name, step, contextLength: this.config.contextLength },
                         this.tokenizer, this.hf.tokenizerDir, maxShardBytes);
                     if (step > 0) optimizer();  // (an untrained model's moments are zero: not allocated, not written)
                 } else {
-                    const p = all(0);
+                    const p = new Float32Array(n);
+                    native.gptGet(h, 0, p);
                     const tensors = native.gptTensors(h);
                     writeSafetensors(join(tmp, "model.safetensors"), tensors.map((t) => ({ name: t.name, shape: t.shape,
                         data: p.subarray(t.offset, t.offset + t.shape.reduce((a, b) => a * b, 1)) })), { format: "pt" });
@@ -589,12 +589,7 @@ export class NativePolicy implements Policy {
             p.set(src.data, t.offset);
         }
         native.gptSet(h, 0, p);
-        const opt = readSafetensors(join(dir, "optimizer.safetensors"));
-        for (const [which, name] of [[1, "m"], [2, "v"]] as const) {
-            const t = opt.tensors.find((x) => x.name === name);
-            if (!t || t.data.length !== n) throw new SyntaxError(`NativePolicy.load: ${dir}/optimizer.safetensors: ${name} missing or of the wrong size`);
-            native.gptSet(h, which, t.data);
-        }
+        loadOptimizer("NativePolicy.load", join(dir, "optimizer.safetensors"), h);
         native.gptSetStep(h, requireInt("config.json step", cfg.step, 0, Number.MAX_SAFE_INTEGER));
         return policy.placed("NativePolicy.load", options.device);
     }

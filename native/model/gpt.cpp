@@ -39,13 +39,7 @@ Layout make_layout(const Config & c) {
     check_config(c);
     Layout L;
     const int64_t C = c.d_model, H = c.mlp_ratio * C;
-    auto add = [&](const std::string & name, std::vector<int64_t> shape) {
-        int64_t n = 1;
-        for (int64_t d : shape) n *= d;
-        L.tensors.push_back({name, shape, L.total, n});
-        L.total += n;
-        return (int64_t)L.tensors.size() - 1;
-    };
+    auto add = [&](const std::string & name, std::vector<int64_t> shape) { return add_tensor(L.tensors, L.total, name, std::move(shape)); };
     L.wte = add("wte", {c.vocab, C});
     L.wpe = add("wpe", {c.context, C});
     for (int64_t l = 0; l < c.layers; ++l) {

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "native/model/gpt_ops.h"
@@ -42,6 +43,16 @@ struct Layout {
     };
     std::vector<Block> blocks;
 };
+
+// Appends tensor `name` of `shape` to a flat parameter array of `total` elements (total grows); returns its index.
+// The layouts of both families and of LoRA adapters are built with it.
+inline int64_t add_tensor(std::vector<Layout::Tensor> & tensors, int64_t & total, const std::string & name, std::vector<int64_t> shape) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    tensors.push_back({name, std::move(shape), total, n});
+    total += n;
+    return (int64_t)tensors.size() - 1;
+}
 Layout make_layout(const Config & c);
 
 // Activations of one layer, kept for the backward.

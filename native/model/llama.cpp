@@ -50,13 +50,7 @@ Layout make_layout(const Config & c) {
     check_config(c);
     Layout L;
     const int64_t C = c.d_model, QC = c.heads * c.head_dim, KC = c.kv_heads * c.head_dim, I = c.intermediate;
-    auto add = [&](const std::string & name, std::vector<int64_t> shape) {
-        int64_t n = 1;
-        for (int64_t d : shape) n *= d;
-        L.tensors.push_back({name, shape, L.total, n});
-        L.total += n;
-        return (int64_t)L.tensors.size() - 1;
-    };
+    auto add = [&](const std::string & name, std::vector<int64_t> shape) { return gpt::add_tensor(L.tensors, L.total, name, std::move(shape)); };
     L.embed = add("model.embed_tokens.weight", {c.vocab, C});
     for (int64_t l = 0; l < c.layers; ++l) {
         const std::string p = "model.layers." + std::to_string(l) + ".";
@@ -365,11 +359,18 @@ void Model<F>::lora_merge(int64_t id) {
             if (a.has(l, t)) a.merge_into(l, t, p(target_tensor(layout.blocks[(size_t)l], t)));
     std::copy(a.p(a.layout.vw), a.p(a.layout.vw) + cfg.d_model, p(layout.vw));  // the merged model's value head is the adapter's
     *p(layout.vb) = *a.p(a.layout.vb);
+    lora_remove(id);
+    wt_stale = true;
+}
+
+template <typename F>
+void Model<F>::lora_remove(int64_t id) {
+    if (id < 0 || id >= (int64_t)adapters.size() || !adapters[(size_t)id])
+        throw_error(MAPORL_ERR_INVALID_ARG, "adapter: expected a live adapter id, got %lld", (long long)id);
     adapters[(size_t)id].reset();
     if (active == id) active = -1;
     for (int64_t & r : row_adapter)
         if (r == id) r = -1;
-    wt_stale = true;
 }
 
 // The class, except the decoder's members (llama_decode.cpp).

@@ -73,6 +73,8 @@ struct Model {
     Lora<F> * lora() { return active >= 0 ? adapters[(size_t)active].get() : nullptr; }
     // Adds an adapter (its value head starts as the base's); returns its slot.
     int64_t lora_add(const LoraConfig & c, uint64_t seed);
+    // Removes adapter `id` (its rows in the decoder fall back to the base; the base is selected if it was).
+    void lora_remove(int64_t id);
     // Folds adapter `id` into the base weights (W += scale B A) and removes it.
     void lora_merge(int64_t id);
     // The decoder's adapter per cache row (-1: the base); cache_reset sets every row to `active`.

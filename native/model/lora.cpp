@@ -34,13 +34,7 @@ Lora<F>::Lora(const LoraConfig & c, int64_t layers, const std::array<int64_t, kL
     if (c.targets == 0 || (c.targets >> kLoraTargets) != 0)
         throw_error(MAPORL_ERR_INVALID_ARG, "lora.target_modules: expected a non-empty set of bits 0..%d (q_proj .. down_proj), got 0x%x", kLoraTargets - 1, c.targets);
     scale = (F)(c.rslora ? c.alpha / std::sqrt((double)c.rank) : c.alpha / (double)c.rank);
-    auto add = [&](const std::string & name, std::vector<int64_t> shape) {
-        int64_t n = 1;
-        for (int64_t d : shape) n *= d;
-        layout.tensors.push_back({name, shape, layout.total, n});
-        layout.total += n;
-        return (int64_t)layout.tensors.size() - 1;
-    };
+    auto add = [&](const std::string & name, std::vector<int64_t> shape) { return gpt::add_tensor(layout.tensors, layout.total, name, std::move(shape)); };
     layout.A.resize((size_t)layers);
     layout.B.resize((size_t)layers);
     for (int64_t l = 0; l < layers; ++l) {

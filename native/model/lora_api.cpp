@@ -51,10 +51,7 @@ maporl_status maporl_lora_remove(maporl_gpt * gpt, int64_t id) {
     return guarded([&] {
         auto & m = require_llama(gpt, "lora_remove");
         require_live(m, id, "id");
-        m.adapters[(size_t)id].reset();
-        if (m.active == id) m.active = -1;
-        for (int64_t & r : m.row_adapter)
-            if (r == id) r = -1;
+        m.lora_remove(id);
         gpt->score_targets.clear();  // the last scoring forward ran through it
         return MAPORL_OK;
     });
