@@ -31,8 +31,12 @@ commands:
       --out DIR            where the JSON goes (default bench/results)
     kernels: ${Object.keys(BENCHMARKS).join(", ")}
   serve --checkpoint DIR   serve a saved policy, a Hugging Face model or a LoRA adapter (on the base it names) as
-                           OpenAI-compatible chat completions (with logprobs)
-      --port N             default 8000;  --host H  default 127.0.0.1
+                           an OpenAI-compatible server in vLLM's dialect (chat and completions with logprobs and
+                           token ids, /tokenize, /detokenize, /health, /v1/models)
+      --port N             default 8000 (0: any free port);  --host H  default 127.0.0.1
+      --served-model-name NAME   the base model's id (default: the model's name)
+      --lora-modules NAME=DIR ...  PEFT adapters served as models of their own (Hugging Face base models)
+      --enable-lora        accept POST /v1/load_lora_adapter and /v1/unload_lora_adapter (runtime LoRA updates)
   toy [--seed N]           MAPoRL's toy game: collaboration-rate curves at T = 10 and 20, and the agreement of
                            the learned behaviour with Observations 1 and 2 over a payoff grid
   help                     this text`;
@@ -94,19 +98,37 @@ async function main(argv: string[]): Promise<number> {
         return 0;
     }
     if (cmd === "serve") {
-        let checkpoint: string | undefined, port = 8000, host = "127.0.0.1";
+        let checkpoint: string | undefined, port = 8000, host = "127.0.0.1", servedName: string | undefined, enableLora = false;
+        const adapters: Record<string, string> = {};
         for (let i = 0; i < args.length; i++) {
             const a = args[i]!;
             if (a === "--checkpoint") checkpoint = args[++i];
-            else if (a === "--port") port = intFlag(args, i++, a);
-            else if (a === "--host") host = args[++i] ?? host;
-            else throw new RangeError(`serve: unknown option ${a}\n\n${USAGE}`);
+            else if (a === "--port") {
+                port = Number(args[++i]);
+                if (!Number.isInteger(port) || port < 0 || port > 65535) throw new RangeError(`--port: expected an integer in [0, 65535] (0: any free port), got ${JSON.stringify(args[i])}`);
+            } else if (a === "--host") host = args[++i] ?? host;
+            else if (a === "--served-model-name") servedName = args[++i];
+            else if (a === "--enable-lora") enableLora = true;
+            else if (a === "--lora-modules") {
+                while (i + 1 < args.length && !args[i + 1]!.startsWith("--")) {
+                    const m = /^([^=]+)=(.+)$/.exec(args[++i]!);
+                    if (!m) throw new RangeError(`--lora-modules: expected name=path, got ${JSON.stringify(args[i])}`);
+                    adapters[m[1]!] = m[2]!;
+                }
+            } else throw new RangeError(`serve: unknown option ${a}\n\n${USAGE}`);
         }
         if (!checkpoint) throw new RangeError(`serve: --checkpoint DIR is required\n\n${USAGE}`);
         const policy = await NativePolicy.load(checkpoint);
-        const s = await servePolicy(policy, { port, host });
-        console.log(`maporl: serving ${policy.name} (${policy.parameterCount} parameters) at ${s.baseUrl}/chat/completions`);
-        await new Promise(() => undefined);  // until killed
+        const s = await servePolicy(policy, { port, host, adapters, allowAdapterUpdates: enableLora, version: backend().version,
+            ...(servedName ? { model: servedName } : {}) });
+        console.log(`maporl: serving ${servedName ?? policy.name} (${policy.parameterCount} parameters) at ${s.baseUrl}/chat/completions`);
+        // SIGTERM / SIGINT: stop accepting, answer nothing more, exit (a supervisor's kill leaves no orphan).
+        await new Promise<void>((resolve) => {
+            const stop = () => { void s.close().then(() => policy.dispose()).finally(resolve); };
+            process.once("SIGTERM", stop);
+            process.once("SIGINT", stop);
+        });
+        return 0;
     }
     console.error(`maporl: unknown command "${cmd}"\n\n${USAGE}`);
     return 1;

@@ -29,11 +29,11 @@ export function retryAfterMs(value: string | null, now = Date.now()): number | n
 
 /**
  * POSTs `body` as JSON. Resolves with the first reply that is not retryable (status and text; a 4xx is the
- * caller's to report) and the latency of that attempt. Rejects with signal.reason on abort; with
+ * caller's to report), the latency of that attempt and the attempts made. Rejects with signal.reason on abort; with
  * "`where`: `url` failed after N attempts: <last reason>" when every attempt failed or the deadline passed; and
  * at once when the server redirects to another origin (the body and its credentials are not sent there).
  */
-export async function postJson(where: string, url: string, body: string, o: PostOptions): Promise<{ status: number; ok: boolean; text: string; latencyMs: number }> {
+export async function postJson(where: string, url: string, body: string, o: PostOptions): Promise<{ status: number; ok: boolean; text: string; latencyMs: number; attempts: number }> {
     const total = o.totalTimeoutMs ?? o.timeoutMs * (o.retries + 1) + o.backoffMs * (2 ** o.retries - 1);
     const deadline = performance.now() + total;
     let last = "", attempts = 0;
@@ -81,7 +81,7 @@ export async function postJson(where: string, url: string, body: string, o: Post
                 continue;
             }
             const text = await res.text();
-            return { status: res.status, ok: res.ok, text, latencyMs: performance.now() - t0 };
+            return { status: res.status, ok: res.ok, text, latencyMs: performance.now() - t0, attempts };
         } catch (e) {
             if (o.signal?.aborted) throw o.signal.reason;
             if (e instanceof RedirectError) throw e;
@@ -92,3 +92,18 @@ export async function postJson(where: string, url: string, body: string, o: Post
 }
 
 class RedirectError extends Error {}
+
+/** GETs `url` once (no retries: health checks and probes, where a failure is the answer): status and text, or a
+ * rejection naming the URL on a network error or when `timeoutMs` passes. */
+export async function getJson(where: string, url: string, o: { timeoutMs: number; headers?: Record<string, string>; signal?: AbortSignal }): Promise<{ status: number; ok: boolean; text: string; latencyMs: number }> {
+    const timeout = AbortSignal.timeout(Math.max(1, Math.ceil(o.timeoutMs)));
+    const t0 = performance.now();
+    try {
+        const res = await fetch(url, { redirect: "error", signal: o.signal ? AbortSignal.any([o.signal, timeout]) : timeout, headers: o.headers ?? {} });
+        const text = await res.text();
+        return { status: res.status, ok: res.ok, text, latencyMs: performance.now() - t0 };
+    } catch (e) {
+        if (o.signal?.aborted) throw o.signal.reason;
+        throw new Error(`${where}: GET ${url} failed: ${timeout.aborted ? `timed out after ${Math.round(o.timeoutMs)} ms` : (e as Error).message}`);
+    }
+}

@@ -52,7 +52,7 @@ export async function decodeCalls(h: GptHandle, tokenizer: PolicyTokenizer, V: n
     const topK = Int32Array.from(reqs, (r) => Math.max(0, r.topK ?? 0));  // vLLM's -1 = off = our 0
     const topP = Float32Array.from(reqs, (r) => r.topP ?? 1);
     const seed = BigUint64Array.from(seeds);
-    const toks: number[][] = reqs.map(() => []), lps: number[][] = reqs.map(() => []);
+    const toks: number[][] = reqs.map(() => []), lps: number[][] = reqs.map(() => []), stopId: number[] = reqs.map(() => -1);
     // Stop strings: the text so far per row, and where the first stop string begins once one has appeared.
     const texts = reqs.map(() => ""), cut: number[] = reqs.map(() => -1);
     const finished: string[] = limit.map((l) => (l > 0 ? "" : "length"));  // maxTokens 0: nothing to generate
@@ -88,7 +88,12 @@ export async function decodeCalls(h: GptHandle, tokenizer: PolicyTokenizer, V: n
         for (let b = 0; b < B; b++) {
             if (finished[b] || pos < lens[b]! - 1) continue;
             const t = s.tokens[b]!;
-            if (tokenizer.isStop(t)) { finish(b, "stop"); continue; }
+            if (tokenizer.isStop(t)) {  // recorded in tokenIds and logprobs (what was sampled), not in tokens or the text
+                stopId[b] = t;
+                lps[b]!.push(s.logprobs[b]!);
+                finish(b, "stop");
+                continue;
+            }
             toks[b]!.push(t);
             lps[b]!.push(s.logprobs[b]!);
             const stop = reqs[b]!.stop;
@@ -103,7 +108,7 @@ export async function decodeCalls(h: GptHandle, tokenizer: PolicyTokenizer, V: n
     }
     const ms = performance.now() - t0;
     const gens = reqs.map((_, b): Generation => ({ text: cut[b]! >= 0 ? texts[b]!.slice(0, cut[b]) : tokenizer.decode(toks[b]!), tokens: toks[b]!,
-        logprobs: lps[b]!, finishReason: (finished[b] || "length") as Generation["finishReason"], usage: { promptTokens: lens[b]!, completionTokens: toks[b]!.length },
+        logprobs: lps[b]!, tokenIds: stopId[b]! >= 0 ? [...toks[b]!, stopId[b]!] : [...toks[b]!], promptTokenIds: [...prompts[b]!], tokenIdsExact: true, finishReason: (finished[b] || "length") as Generation["finishReason"], usage: { promptTokens: lens[b]!, completionTokens: toks[b]!.length },
         latencyMs: ms }));
     calls.forEach((c, k) => {
         if (failed[k] !== null) c.reject(failed[k]);

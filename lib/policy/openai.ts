@@ -1,10 +1,11 @@
-// openai.ts: a Policy over any OpenAI-compatible chat-completions server (vLLM, SGLang, llama.cpp server,
-// Ollama): POST {baseUrl}/chat/completions with logprobs, per-attempt and per-request timeouts (120 s, 300 s: the
-// worst case of a hung server), retries with exponential backoff on network errors, timeouts, 429 and 5xx (Retry-After
-// honoured), a concurrency limit, and AbortSignal. A malformed reply is an error
-// that says what was missing.
+// openai.ts: a Policy over any OpenAI-compatible chat-completions server (vLLM, SGLang, `maporl serve`, llama.cpp
+// server, Ollama): POST {baseUrl}/chat/completions with logprobs and, in the vLLM and SGLang dialects, the exact token
+// ids the server read and sampled (openaiDialect.ts); per-attempt and per-request timeouts (120 s, 300 s: the worst
+// case of a hung server), retries with exponential backoff on network errors, timeouts, 429 and 5xx (Retry-After
+// honoured), a concurrency limit, and AbortSignal. A malformed reply is an error that says what was missing.
 import { postJson } from "../http.js";
-import { type GenerateRequest, type Generation, type Policy, type SettledGeneration, requestMessages, requestSampling, requestSeed } from "./types.js";
+import { type BodyOptions, chatBody, DIALECTS, type Dialect, detectDialect, fillPromptIds, parseChat } from "./openaiDialect.js";
+import type { ChatMessage, GenerateRequest, Generation, Policy, SettledGeneration } from "./types.js";
 
 export interface OpenAICompatibleOptions {
     /** e.g. "http://127.0.0.1:8000/v1" */
@@ -25,11 +26,15 @@ export interface OpenAICompatibleOptions {
     concurrency?: number;
     /** Ask for token log-probs. Defaults to true. */
     logprobs?: boolean;
+    /** The server's dialect, which decides how token ids are asked for (openaiDialect.ts): 'vllm' (also `maporl
+     * serve`), 'sglang', 'openai' (no ids), or 'auto' (asks GET /v1/models once). Defaults to 'auto'. */
+    dialect?: Dialect | "auto";
 }
 
 export class OpenAICompatiblePolicy implements Policy {
     readonly name: string;
-    private readonly o: Required<Omit<OpenAICompatibleOptions, "apiKey" | "name">> & { apiKey?: string };
+    private readonly o: Required<Omit<OpenAICompatibleOptions, "apiKey" | "name" | "dialect">> & { apiKey?: string };
+    private dialect: Promise<Dialect> | null;
 
     constructor(options: OpenAICompatibleOptions) {
         if (options === null || typeof options !== "object") throw new TypeError("OpenAICompatiblePolicy: options: expected an object");
@@ -46,12 +51,26 @@ export class OpenAICompatiblePolicy implements Policy {
             timeoutMs: num(options.timeoutMs, 120_000, "timeoutMs", 1), totalTimeoutMs: num(options.totalTimeoutMs, 300_000, "totalTimeoutMs", 1), retries: num(options.retries, 3, "retries", 0),
             backoffMs: num(options.backoffMs, 250, "backoffMs", 0), concurrency: num(options.concurrency, 8, "concurrency", 1),
             logprobs: options.logprobs ?? true };
+        const d = options.dialect ?? "auto";
+        if (!DIALECTS.includes(d)) throw new RangeError(`OpenAICompatiblePolicy: dialect: expected ${DIALECTS.map((x) => `'${x}'`).join(", ")}, got ${JSON.stringify(d)}`);
+        this.dialect = d === "auto" ? null : Promise.resolve(d);
     }
+
+    /** The dialect in use (detected on the first request under 'auto'; a failed detection is tried again next time). */
+    async resolveDialect(signal?: AbortSignal): Promise<Dialect> {
+        if (this.dialect === null) {
+            const p = detectDialect(this.name, this.o.baseUrl, { timeoutMs: this.o.timeoutMs, headers: this.headers(), ...(signal ? { signal } : {}) });
+            this.dialect = p;
+            p.catch(() => { if (this.dialect === p) this.dialect = null; });
+        }
+        return this.dialect;
+    }
+
+    private headers(): Record<string, string> { return this.o.apiKey ? { authorization: `Bearer ${this.o.apiKey}` } : {}; }
 
     /** Rejects with the first failed request's error (the others are not waited for). */
     async generate(requests: GenerateRequest[], options: { signal?: AbortSignal } = {}): Promise<Generation[]> {
-        if (!Array.isArray(requests)) throw new TypeError(`${this.name}: requests: expected an array`);
-        const bodies = requests.map((r, i) => this.body(r, i));
+        const bodies = await this.bodies(requests, options.signal);
         const out: Generation[] = new Array(requests.length);
         await this.pool(bodies.length, async (i) => { out[i] = await this.one(bodies[i]!, options.signal); });
         return out;
@@ -60,8 +79,15 @@ export class OpenAICompatiblePolicy implements Policy {
     /** Every request's outcome: a failed request (after its retries) does not stop the others. Rejects on abort, and
      * on a request that is invalid before any is sent. */
     async generateSettled(requests: GenerateRequest[], options: { signal?: AbortSignal } = {}): Promise<SettledGeneration[]> {
-        if (!Array.isArray(requests)) throw new TypeError(`${this.name}: requests: expected an array`);
-        const bodies = requests.map((r, i) => this.body(r, i));
+        let bodies: Awaited<ReturnType<OpenAICompatiblePolicy["bodies"]>>;
+        try {
+            bodies = await this.bodies(requests, options.signal);
+        } catch (e) {
+            if (options.signal?.aborted) throw options.signal.reason;
+            if (e instanceof TypeError || e instanceof RangeError) throw e;
+            const error = e instanceof Error ? e : new Error(String(e));  // the dialect could not be detected: every request fails
+            return requests.map(() => ({ ok: false as const, error }));
+        }
         const out: SettledGeneration[] = new Array(requests.length);
         await this.pool(bodies.length, async (i) => {
             try {
@@ -74,6 +100,15 @@ export class OpenAICompatiblePolicy implements Policy {
         return out;
     }
 
+    // Each request's body, checked first (a bad request rejects before anything is sent), in the server's dialect.
+    private async bodies(requests: GenerateRequest[], signal?: AbortSignal): Promise<{ json: string; messages: ChatMessage[]; o: BodyOptions }[]> {
+        if (!Array.isArray(requests)) throw new TypeError(`${this.name}: requests: expected an array`);
+        requests.forEach((r, i) => chatBody(this.name, r, i, { model: this.o.model, dialect: "openai", logprobs: false }));
+        if (requests.length === 0) return [];
+        const o: BodyOptions = { model: this.o.model, dialect: await this.resolveDialect(signal), logprobs: this.o.logprobs };
+        return requests.map((r, i) => ({ ...chatBody(this.name, r, i, o), o }));
+    }
+
     // Runs job(0 .. n-1) with at most `concurrency` in flight.
     private async pool(n: number, job: (i: number) => Promise<void>): Promise<void> {
         let next = 0;
@@ -83,54 +118,13 @@ export class OpenAICompatiblePolicy implements Policy {
         await Promise.all(Array.from({ length: Math.min(this.o.concurrency, n) }, worker));
     }
 
-    private body(r: GenerateRequest, i: number): string {
-        const messages = requestMessages(this.name, r, i);
-        const s = requestSampling(this.name, r, i);
-        if (r.seed !== undefined) requestSeed(this.name, r, i);  // checked; sent as given (OpenAI's seed is a signed integer)
-        const seed = r.seed;
-        const b: Record<string, unknown> = { model: this.o.model, messages };
-        if (s.temperature !== undefined) b.temperature = s.temperature;
-        if (s.topP !== undefined) b.top_p = s.topP;
-        if (s.topK !== undefined) b.top_k = s.topK;  // vLLM / SGLang extension
-        if (s.maxTokens !== undefined) b.max_tokens = s.maxTokens;
-        if (s.stop !== undefined) b.stop = s.stop;
-        if (seed !== undefined) b.seed = 0;  // a placeholder: the digits go in below (JSON.stringify has no bigint)
-        if (this.o.logprobs) b.logprobs = true;
-        const json = JSON.stringify(b);
-        return seed === undefined ? json : json.replace(/"seed":0(?=[,}])/, `"seed":${seed}`);
-    }
-
-    private async one(body: string, signal?: AbortSignal): Promise<Generation> {
-        const r = await postJson(this.name, `${this.o.baseUrl}/chat/completions`, body, { timeoutMs: this.o.timeoutMs, totalTimeoutMs: this.o.totalTimeoutMs, retries: this.o.retries,
-            backoffMs: this.o.backoffMs, signal, headers: this.o.apiKey ? { authorization: `Bearer ${this.o.apiKey}` } : {} });
+    private async one(b: { json: string; messages: ChatMessage[]; o: BodyOptions }, signal?: AbortSignal): Promise<Generation> {
+        const post = { timeoutMs: this.o.timeoutMs, totalTimeoutMs: this.o.totalTimeoutMs, retries: this.o.retries, backoffMs: this.o.backoffMs,
+            headers: this.headers(), ...(signal ? { signal } : {}) };
+        const r = await postJson(this.name, `${this.o.baseUrl}/chat/completions`, b.json, post);
         if (!r.ok) throw new Error(`${this.name}: HTTP ${r.status}: ${r.text.slice(0, 300)}`);
-        return this.parse(r.text, r.latencyMs);
-    }
-
-    private parse(text: string, latencyMs: number): Generation {
-        const bad = (what: string) => new SyntaxError(`${this.name}: malformed reply: ${what}; got ${JSON.stringify(text.slice(0, 160))}`);
-        let j: unknown;
-        try {
-            j = JSON.parse(text);
-        } catch {
-            throw bad("expected JSON");
-        }
-        const choice = (j as { choices?: unknown[] })?.choices?.[0] as Record<string, unknown> | undefined;
-        const msg = choice?.message as { content?: unknown } | undefined;
-        if (!choice || !msg || typeof msg.content !== "string") throw bad("expected choices[0].message.content as a string");
-        const content = (choice.logprobs as { content?: { token?: unknown; logprob?: unknown }[] } | null | undefined)?.content;
-        let tokens: string[] | undefined, logprobs: number[] | undefined;
-        if (Array.isArray(content)) {
-            tokens = content.map((c, i) => { if (typeof c?.token !== "string") throw bad(`expected logprobs.content[${i}].token`); return c.token; });
-            logprobs = content.map((c, i) => { if (typeof c?.logprob !== "number") throw bad(`expected logprobs.content[${i}].logprob`); return c.logprob; });
-        }
-        const usage = (j as { usage?: { prompt_tokens?: unknown; completion_tokens?: unknown } }).usage;
-        return {
-            text: msg.content, ...(tokens ? { tokens, logprobs } : {}),
-            finishReason: typeof choice.finish_reason === "string" ? choice.finish_reason : "unknown",
-            usage: { promptTokens: typeof usage?.prompt_tokens === "number" ? usage.prompt_tokens : 0,
-                completionTokens: typeof usage?.completion_tokens === "number" ? usage.completion_tokens : (tokens?.length ?? 0) },
-            latencyMs,
-        };
+        const { generation, promptIdsMissing } = parseChat(this.name, r.text, r.latencyMs, b.o);
+        if (promptIdsMissing) await fillPromptIds(this.name, this.o.baseUrl, generation, b.messages, { ...b.o, ...post });
+        return { ...generation, endpoint: this.o.baseUrl, attempts: r.attempts };
     }
 }

@@ -1,30 +1,41 @@
-// server.ts: an OpenAI-compatible chat-completions server over any Policy (e.g. a trained NativePolicy), so
-// OpenAICompatiblePolicy, the debate layer or any OpenAI client can talk to it. Endpoints:
-//   GET  /v1/models                 -> { object: "list", data: [{ id, object: "model" }] }
-//   POST /v1/chat/completions       -> { id, object: "chat.completion", model, choices: [{ index, message,
-//                                        finish_reason, logprobs: { content: [{ token, logprob }] } }], usage }
-// Request fields: messages, temperature, top_p, top_k, max_tokens, stop, seed, logprobs, n (1..64 choices, decoded
-// as one batch; choice i draws with seed + i). Requests are validated (a bad body is a 400 with a message, a body
-// over maxBodyBytes a 413, a `model` other than the served one a 404 naming it, as vLLM; a prompt over the
-// context a 400 giving the limit); at most maxPending chat requests are answered or wait at once (then 503 with
-// Retry-After). Streaming is not supported (a 400 says so).
+// server.ts: an OpenAI-compatible server over any Policy (e.g. a trained NativePolicy), speaking vLLM's dialect so that
+// OpenAICompatiblePolicy, FleetPolicy, the debate layer or any OpenAI client can talk to it. Endpoints:
+//   GET  /health, /version, /v1/models (the base and every LoRA adapter, vLLM's model cards)
+//   POST /v1/chat/completions, /v1/completions (prompt: a string or token ids)
+//   POST /tokenize, /detokenize (vLLM's shapes; also under /v1)
+//   POST /v1/load_lora_adapter, /v1/unload_lora_adapter (with allowAdapterUpdates; serverModels.ts)
+// Generation fields: messages | prompt, model, temperature, top_p, top_k, max_tokens (or max_completion_tokens),
+// stop, seed, n (1..64 choices, decoded as one batch; choice i draws with seed + i), logprobs, and the token-id fields
+// of vLLM (return_token_ids: prompt_token_ids on the reply, token_ids on each choice; return_tokens_as_token_ids:
+// logprob tokens as "token_id:N") and SGLang (return_prompt_token_ids: prompt_token_ids on each choice). Requests are
+// validated (a bad body is a 400 with a message, a body over maxBodyBytes a 413, an unknown `model` a 404 naming the
+// served ones, a prompt over the context a 400 giving the limit); at most maxPending generation requests are answered
+// or wait at once (then 503 with Retry-After). Streaming is not supported (a 400 says so).
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 
-import type { ChatMessage, Policy, SamplingOptions } from "./types.js";
+import { HttpError, ServedModels } from "./serverModels.js";
+import type { ChatMessage, GenerateRequest, Generation, Policy, SamplingOptions } from "./types.js";
 
 export interface ServeOptions {
     /** Defaults to 127.0.0.1. */
     host?: string;
     /** Defaults to 8000; 0 picks a free port. */
     port?: number;
-    /** The model id reported and accepted. Defaults to the policy's name. */
+    /** The base model's id, reported and accepted. Defaults to the policy's name. */
     model?: string;
     /** Largest accepted body (a larger one is answered 413). Defaults to 1 MiB. */
     maxBodyBytes?: number;
-    /** Chat requests being answered or waiting at once; one more is answered 503 with Retry-After (latency stays
+    /** Generation requests being answered or waiting at once; one more is answered 503 with Retry-After (latency stays
      * bounded instead of growing with the queue). Defaults to 64. */
     maxPending?: number;
+    /** LoRA adapters served from the start: model name -> PEFT adapter directory (vLLM's --lora-modules). */
+    adapters?: Record<string, string>;
+    /** Accept POST /v1/load_lora_adapter and /v1/unload_lora_adapter (vLLM's VLLM_ALLOW_RUNTIME_LORA_UPDATING): they
+     * read a directory named by the client, so they are off unless asked. Defaults to false. */
+    allowAdapterUpdates?: boolean;
+    /** Reported by GET /version. Defaults to the package's version. */
+    version?: string;
 }
 
 export interface RunningServer {
@@ -40,8 +51,8 @@ function send(res: ServerResponse, status: number, body: unknown): void {
     res.end(text);
 }
 
-function fail(res: ServerResponse, status: number, message: string): void {
-    send(res, status, { error: { message, type: status === 400 || status === 413 ? "invalid_request_error" : "server_error", code: status } });
+function fail(res: ServerResponse, status: number, message: string, type?: string): void {
+    send(res, status, { error: { message, type: type ?? (status === 400 || status === 413 ? "invalid_request_error" : "server_error"), code: status } });
 }
 
 class TooLarge extends Error {}
@@ -69,83 +80,207 @@ function readBody(req: IncomingMessage, limit: number): Promise<string> {
     });
 }
 
-/** Starts serving `policy`; resolves once listening. */
+async function jsonBody(req: IncomingMessage, limit: number): Promise<Record<string, unknown>> {
+    let body: unknown;
+    try {
+        body = JSON.parse(await readBody(req, limit));
+    } catch (e) {
+        throw e instanceof TooLarge ? new HttpError(413, e.message) : new HttpError(400, "the body is not JSON");
+    }
+    if (body === null || typeof body !== "object" || Array.isArray(body)) throw new HttpError(400, "the body: expected a JSON object");
+    return body as Record<string, unknown>;
+}
+
 const MAX_CHOICES = 64;
 
+// The tokenizer of a policy that has one (NativePolicy's), else null.
+type Tk = { encode(t: string): number[]; decode(ids: number[]): string; encodeChat(m: readonly ChatMessage[]): number[]; vocabSize?: number };
+const tokenizerOf = (p: Policy): Tk | null => {
+    const t = (p as { tokenizer?: Partial<Tk> }).tokenizer;
+    return t && typeof t.encode === "function" && typeof t.decode === "function" && typeof t.encodeChat === "function" ? t as Tk : null;
+};
+
+function checkMessages(messages: unknown): ChatMessage[] {
+    if (!Array.isArray(messages) || messages.length === 0 || messages.some((m) => !m || typeof m.content !== "string" || !["system", "user", "assistant"].includes(m.role)))
+        throw new HttpError(400, "messages: expected a non-empty array of { role: 'system' | 'user' | 'assistant', content: string }");
+    return messages as ChatMessage[];
+}
+
+const flag = (body: Record<string, unknown>, k: string): boolean => {
+    const v = body[k];
+    if (v === undefined || v === null) return false;
+    if (typeof v !== "boolean") throw new HttpError(400, `${k}: expected a boolean, got ${typeof v}`);
+    return v;
+};
+
+// The sampling fields of a body (JSON numbers only: no "0.7" strings; ranges are checked by generate, which names the
+// field), its seed and n.
+function samplingOf(body: Record<string, unknown>): { sampling: SamplingOptions; seed: number | undefined; n: number } {
+    const n = body.n === undefined || body.n === null ? 1 : body.n;
+    if (typeof n !== "number" || !Number.isInteger(n) || n < 1 || n > MAX_CHOICES)
+        throw new HttpError(400, `n: expected an integer in [1, ${MAX_CHOICES}], got ${JSON.stringify(n)}`);
+    const fields: [string, string][] = [["temperature", "temperature"], ["top_p", "topP"], ["top_k", "topK"], ["max_tokens", "maxTokens"],
+        ["max_completion_tokens", "maxTokens"], ["seed", "seed"]];
+    const s: Record<string, unknown> = {};
+    for (const [k, name] of fields) {
+        const v = body[k];
+        if (v === undefined || v === null) continue;
+        if (typeof v !== "number") throw new HttpError(400, `${k}: expected a number, got ${typeof v}`);
+        s[name] = v;
+    }
+    const seed = s.seed as number | undefined;
+    delete s.seed;
+    if (body.stop !== undefined && body.stop !== null) s.stop = body.stop;
+    return { sampling: s as SamplingOptions, seed, n };
+}
+
+// n choices in one batch: choice i draws with seed + i (modulo 2^64; i alone without a seed), so choice 0 is what a
+// single request with that seed gives.
+const seedOf = (seed: number | undefined, i: number): number | bigint | undefined =>
+    i === 0 ? seed : seed === undefined ? i : Number.isSafeInteger(seed) ? BigInt.asUintN(64, BigInt(seed) + BigInt(i)) : seed;
+
+async function generateN(policy: Policy, base: Omit<GenerateRequest, "seed">, seed: number | undefined, n: number): Promise<Generation[]> {
+    try {
+        return await policy.generate(Array.from({ length: n }, (_, i) => {
+            const s = seedOf(seed, i);
+            return { ...base, ...(s !== undefined ? { seed: s } : {}) };
+        }));
+    } catch (e) {
+        throw new HttpError(e instanceof RangeError || e instanceof TypeError ? 400 : 500, e instanceof Error ? e.message : String(e));
+    }
+}
+
+// One choice's logprobs.content: a piece per sampled token (tokenIds when the policy gives them, the stop token
+// included, as vLLM), or "token_id:N" with return_tokens_as_token_ids.
+function logprobContent(g: Generation, tk: Tk | null, asIds: boolean): { token: string; logprob: number; bytes: number[]; top_logprobs: [] }[] {
+    const ids = g.tokenIds ?? g.tokens ?? [];
+    return ids.map((t, i) => {
+        const token = typeof t === "number" ? (asIds ? `token_id:${t}` : tk ? tk.decode([t]) : String(t)) : String(t);
+        return { token, logprob: g.logprobs?.[i] ?? 0, bytes: [...Buffer.from(token, "utf8")], top_logprobs: [] };
+    });
+}
+
+const usageOf = (gens: Generation[]) => {
+    const completion = gens.reduce((a, g) => a + g.usage.completionTokens, 0), prompt = gens[0]!.usage.promptTokens;
+    return { prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion };
+};
+
+/** Starts serving `policy`; resolves once listening. */
 export async function servePolicy(policy: Policy, options: ServeOptions = {}): Promise<RunningServer> {
     const model = options.model ?? policy.name, limit = options.maxBodyBytes ?? 1 << 20, maxPending = options.maxPending ?? 64;
     if (!Number.isInteger(maxPending) || maxPending < 1) throw new RangeError(`servePolicy: maxPending: expected an integer >= 1, got ${String(maxPending)}`);
     if (!Number.isInteger(limit) || limit < 1) throw new RangeError(`servePolicy: maxBodyBytes: expected an integer >= 1, got ${String(limit)}`);
+    const ctx = (policy as { config?: { contextLength?: unknown } }).config?.contextLength;
+    const models = new ServedModels(policy, model, typeof ctx === "number" ? ctx : null);
+    for (const [name, dir] of Object.entries(options.adapters ?? {})) {
+        try { await models.load(name, dir, false); } catch (e) { await models.close(); throw new Error(`servePolicy: adapters.${name}: ${(e as Error).message}`); }
+    }
+    const version = options.version ?? "maporl";
     let counter = 0, pending = 0;
+
+    const chat = async (body: Record<string, unknown>, res: ServerResponse, completions: boolean) => {
+        if (body.stream) throw new HttpError(400, "stream: not supported by this server");
+        const logprobs = completions ? body.logprobs !== undefined && body.logprobs !== null && body.logprobs !== false : flag(body, "logprobs");
+        if (completions && body.logprobs !== undefined && body.logprobs !== null && typeof body.logprobs !== "number" && typeof body.logprobs !== "boolean")
+            throw new HttpError(400, `logprobs: expected an integer, got ${typeof body.logprobs}`);
+        const returnIds = flag(body, "return_token_ids"), promptIdsPerChoice = flag(body, "return_prompt_token_ids"), asIds = flag(body, "return_tokens_as_token_ids");
+        const { sampling, seed, n } = samplingOf(body);
+        let req: Omit<GenerateRequest, "seed">;
+        if (completions) {
+            const p = body.prompt;
+            if (typeof p === "string") req = { prompt: p, sampling };
+            else if (Array.isArray(p) && p.length > 0 && p.every((x) => Number.isInteger(x))) req = { promptTokenIds: p as number[], sampling };
+            else throw new HttpError(400, "prompt: expected a string or a non-empty array of token ids (one prompt per request)");
+        } else req = { messages: checkMessages(body.messages), sampling };
+        const served = models.get(body.model);  // (resolved right before generate: an adapter replaced meanwhile answers wholly)
+        const tk = tokenizerOf(served.policy);
+        if (completions && typeof body.prompt === "string" && tk) req = { promptTokenIds: tk.encode(body.prompt), sampling };  // raw text, no chat template
+        const gens = await generateN(served.policy, req, seed, n);
+        const promptIds = gens[0]!.promptTokenIds;
+        const choice = (g: Generation, index: number) => ({
+            index, finish_reason: g.finishReason,
+            ...(returnIds && g.tokenIds ? { token_ids: g.tokenIds } : {}),
+            ...(promptIdsPerChoice && g.promptTokenIds ? { prompt_token_ids: g.promptTokenIds } : {}),
+        });
+        const created = Math.floor(Date.now() / 1000);
+        send(res, 200, completions ? {
+            id: `cmpl-maporl-${++counter}`, object: "text_completion", created, model: served.name,
+            choices: gens.map((g, i) => {
+                const lp = logprobContent(g, tk, asIds);
+                return { ...choice(g, i), text: g.text, logprobs: logprobs ? { tokens: lp.map((x) => x.token), token_logprobs: lp.map((x) => x.logprob), top_logprobs: null, text_offset: [] } : null };
+            }),
+            ...(returnIds && promptIds ? { prompt_token_ids: promptIds } : {}),
+            usage: usageOf(gens),
+        } : {
+            id: `chatcmpl-maporl-${++counter}`, object: "chat.completion", created, model: served.name,
+            choices: gens.map((g, i) => ({ ...choice(g, i), message: { role: "assistant", content: g.text },
+                logprobs: logprobs ? { content: logprobContent(g, tk, asIds) } : null })),
+            ...(returnIds && promptIds ? { prompt_token_ids: promptIds } : {}),
+            usage: usageOf(gens),
+        });
+    };
+
+    const tokenize = (body: Record<string, unknown>, res: ServerResponse) => {
+        const served = models.get(body.model), tk = tokenizerOf(served.policy);
+        if (!tk) throw new HttpError(400, `the model ${served.name} has no tokenizer`);
+        if (body.add_special_tokens === true && body.messages === undefined)
+            throw new HttpError(400, "add_special_tokens: only false is supported (the text is encoded as it is)");
+        let tokens: number[];
+        if (body.messages !== undefined) {
+            if (body.add_generation_prompt === false) throw new HttpError(400, "add_generation_prompt: only true is supported");
+            tokens = tk.encodeChat(checkMessages(body.messages));
+        } else if (typeof body.prompt === "string") tokens = tk.encode(body.prompt);
+        else throw new HttpError(400, "expected a prompt string or messages");
+        send(res, 200, { count: tokens.length, max_model_len: typeof ctx === "number" ? ctx : null, tokens,
+            ...(flag(body, "return_token_strs") ? { token_strs: tokens.map((t) => tk.decode([t])) } : {}) });
+    };
+
+    const detokenize = (body: Record<string, unknown>, res: ServerResponse) => {
+        const served = models.get(body.model), tk = tokenizerOf(served.policy);
+        if (!tk) throw new HttpError(400, `the model ${served.name} has no tokenizer`);
+        const ids = body.tokens;
+        if (!Array.isArray(ids) || !ids.every((x) => Number.isInteger(x) && x >= 0 && (tk.vocabSize === undefined || x < tk.vocabSize)))
+            throw new HttpError(400, `tokens: expected an array of token ids${tk.vocabSize !== undefined ? ` in [0, ${tk.vocabSize})` : ""}`);
+        send(res, 200, { prompt: tk.decode(ids as number[]) });
+    };
+
     const server = createServer(async (req, res) => {
         let counted = false;
         try {
-            const url = (req.url ?? "").split("?")[0];
-            if (req.method === "GET" && url === "/v1/models") return send(res, 200, { object: "list", data: [{ id: model, object: "model", owned_by: "maporl" }] });
-            if (req.method !== "POST" || url !== "/v1/chat/completions") return fail(res, 404, `no route ${req.method} ${url}`);
-            if (pending >= maxPending) {
-                req.resume();
-                res.setHeader("retry-after", "1");
-                return fail(res, 503, `the server is busy: ${pending} requests are being answered or waiting (maxPending ${maxPending}); retry later`);
+            const url = (req.url ?? "").split("?")[0]!.replace(/\/+$/, "");
+            const route = url.startsWith("/v1/") ? url.slice(3) : url;  // /tokenize and /v1/tokenize alike
+            if (req.method === "GET") {
+                if (url === "/health") { res.writeHead(200, { "content-length": 0 }); return res.end(); }
+                if (url === "/version") return send(res, 200, { version });
+                if (url === "/v1/models") return send(res, 200, { object: "list", data: models.cards() });
+                return fail(res, 404, `no route GET ${url}`);
             }
-            pending++;
-            counted = true;
-            let body: Record<string, unknown>;
-            try {
-                body = JSON.parse(await readBody(req, limit));
-            } catch (e) {
-                return e instanceof TooLarge ? fail(res, 413, e.message) : fail(res, 400, "the body is not JSON");
+            const generation = route === "/chat/completions" || route === "/completions";
+            if (req.method !== "POST" || !(generation || ["/tokenize", "/detokenize", "/load_lora_adapter", "/unload_lora_adapter"].includes(route)))
+                return fail(res, 404, `no route ${req.method} ${url}`);
+            if (generation) {
+                if (pending >= maxPending) {
+                    req.resume();
+                    res.setHeader("retry-after", "1");
+                    return fail(res, 503, `the server is busy: ${pending} requests are being answered or waiting (maxPending ${maxPending}); retry later`);
+                }
+                pending++;
+                counted = true;
             }
-            if (body === null || typeof body !== "object" || Array.isArray(body)) return fail(res, 400, "the body: expected a JSON object");
-            if (body.model !== undefined && body.model !== model)
-                return send(res, 404, { error: { message: `The model \`${String(body.model)}\` does not exist; this server serves \`${model}\``, type: "NotFoundError", code: 404 } });
-            const messages = body.messages as ChatMessage[];
-            if (!Array.isArray(messages) || messages.length === 0 || messages.some((m) => !m || typeof m.content !== "string" || !["system", "user", "assistant"].includes(m.role)))
-                return fail(res, 400, "messages: expected a non-empty array of { role: 'system' | 'user' | 'assistant', content: string }");
-            if (body.stream) return fail(res, 400, "stream: not supported by this server");
-            if (body.logprobs !== undefined && body.logprobs !== null && typeof body.logprobs !== "boolean")
-                return fail(res, 400, `logprobs: expected a boolean, got ${typeof body.logprobs}`);
-            const n = body.n === undefined || body.n === null ? 1 : body.n;
-            if (typeof n !== "number" || !Number.isInteger(n) || n < 1 || n > MAX_CHOICES)
-                return fail(res, 400, `n: expected an integer in [1, ${MAX_CHOICES}], got ${JSON.stringify(n)}`);
-            // JSON numbers only (no "0.7" strings, no booleans); ranges are checked by generate, which names the field.
-            const fields: [string, string][] = [["temperature", "temperature"], ["top_p", "topP"], ["top_k", "topK"], ["max_tokens", "maxTokens"], ["seed", "seed"]];
-            const sampling: Record<string, unknown> = {};
-            for (const [k, name] of fields) {
-                const v = body[k];
-                if (v === undefined || v === null) continue;
-                if (typeof v !== "number") return fail(res, 400, `${k}: expected a number, got ${typeof v}`);
-                sampling[name] = v;
-            }
-            const seed = sampling.seed as number | undefined;
-            delete sampling.seed;
-            if (body.stop !== undefined && body.stop !== null) sampling.stop = body.stop;
-            // n choices in one batch: choice i draws with seed + i (modulo 2^64; i alone without a seed), so choice 0 is
-            // what a single request with that seed gives.
-            const seedOf = (i: number): number | bigint | undefined =>
-                i === 0 ? seed : seed === undefined ? i : typeof seed === "number" && Number.isSafeInteger(seed) ? BigInt.asUintN(64, BigInt(seed) + BigInt(i)) : seed;
-            let gens;
-            try {
-                gens = await policy.generate(Array.from({ length: n }, (_, i) => {
-                    const s = seedOf(i);
-                    return { messages, sampling: sampling as SamplingOptions, ...(s !== undefined ? { seed: s } : {}) };
-                }));
-            } catch (e) {
-                return fail(res, e instanceof RangeError || e instanceof TypeError ? 400 : 500, e instanceof Error ? e.message : String(e));
-            }
-            // Token pieces as text: a policy with a tokenizer (NativePolicy) decodes its ids; others give strings already.
-            const tk = (policy as { tokenizer?: { decode?: (ids: number[]) => string } }).tokenizer;
-            const pieces = (g: (typeof gens)[number]) =>
-                (g.tokens ?? []).map((t) => (typeof t === "number" && typeof tk?.decode === "function" ? tk.decode([t]) : String(t)));
-            const completion = gens.reduce((a, g) => a + g.usage.completionTokens, 0);
-            send(res, 200, {
-                id: `chatcmpl-maporl-${++counter}`, object: "chat.completion", created: Math.floor(Date.now() / 1000), model,
-                choices: gens.map((g, index) => ({ index, message: { role: "assistant", content: g.text }, finish_reason: g.finishReason,
-                    logprobs: body.logprobs ? { content: pieces(g).map((t, i) => ({ token: t, logprob: g.logprobs?.[i] ?? 0 })) } : null })),
-                usage: { prompt_tokens: gens[0]!.usage.promptTokens, completion_tokens: completion, total_tokens: gens[0]!.usage.promptTokens + completion },
-            });
+            const body = await jsonBody(req, limit);
+            if (generation) return await chat(body, res, route === "/completions");
+            if (route === "/tokenize") return tokenize(body, res);
+            if (route === "/detokenize") return detokenize(body, res);
+            if (!options.allowAdapterUpdates)
+                throw new HttpError(404, `no route POST ${url}: runtime LoRA updates are off (servePolicy's allowAdapterUpdates; maporl serve --enable-lora)`);
+            const text = route === "/load_lora_adapter" ? await models.load(body.lora_name, body.lora_path, body.load_inplace === true)
+                : await models.unload(body.lora_name);
+            res.writeHead(200, { "content-type": "text/plain; charset=utf-8", "content-length": Buffer.byteLength(text) });
+            res.end(text);
         } catch (e) {
-            if (!res.headersSent) fail(res, 500, e instanceof Error ? e.message : String(e));
+            if (res.headersSent) return;
+            if (e instanceof HttpError) return fail(res, e.status, e.message, e.type);
+            fail(res, 500, e instanceof Error ? e.message : String(e));
         } finally {
             if (counted) pending--;
         }
@@ -153,11 +288,14 @@ export async function servePolicy(policy: Policy, options: ServeOptions = {}): P
     await new Promise<void>((resolve, reject) => {
         server.once("error", reject);
         server.listen(options.port ?? 8000, options.host ?? "127.0.0.1", () => resolve());
-    });
+    }).catch(async (e: unknown) => { await models.close(); throw e; });
     const addr = server.address() as AddressInfo;
     return {
         server,
         baseUrl: `http://${addr.address}:${addr.port}/v1`,
-        close: () => new Promise<void>((r) => server.close(() => r())),
+        close: async () => {
+            await new Promise<void>((r) => { server.close(() => r()); server.closeAllConnections?.(); });
+            await models.close();
+        },
     };
 }

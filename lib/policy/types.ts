@@ -32,14 +32,35 @@ export interface GenerateRequest {
     sampling?: SamplingOptions;
     /** An integer (number or bigint) in [-2^63, 2^64); a negative seed is taken modulo 2^64 (its int64 bits). */
     seed?: number | bigint;
+    /** Sticky routing (FleetPolicy): requests with the same key go to the same endpoint while it is healthy, so its
+     * prefix cache serves a growing discussion (Debate sets `<episode>/<agent>`). Other policies ignore it. */
+    routingKey?: string;
 }
 
 export interface Generation {
     text: string;
-    /** The completion's tokens (ids for local policies, strings for remote ones), when the backend gives them. */
+    /** The completion's tokens as the backend names them: ids for native policies (the model's stop token left out, as
+     * in the text), text pieces for remote ones. Prefer `tokenIds` for training. */
     tokens?: (number | string)[];
-    /** Their log-probs under the sampling distribution, when the backend gives them. */
+    /** The behaviour log-prob of every sampled token (the processed distribution: temperature, top-k, top-p), aligned
+     * with `tokenIds` when present (else with the server's logprobs.content). */
     logprobs?: number[];
+    /** The completion's token ids exactly as the model sampled them: every sampled token, the one that completed a stop
+     * string and the stop token that ended the answer included (as vLLM's token_ids). Present when the backend gives
+     * ids. */
+    tokenIds?: number[];
+    /** The prompt's token ids exactly as the model read them (after its chat template). */
+    promptTokenIds?: number[];
+    /** true when `tokenIds` and `promptTokenIds` are the ids the model itself read and sampled (a native policy, or a
+     * server that returned them); false when the backend gave none (text only: using the answer for training then
+     * needs re-tokenisation, which exportBatch refuses unless asked). */
+    tokenIdsExact?: boolean;
+    /** The served model that answered (e.g. a LoRA adapter's versioned name on a fleet), when known. */
+    model?: string;
+    /** The endpoint (base URL) that answered, for remote policies. */
+    endpoint?: string;
+    /** HTTP attempts made for this answer (retries and failovers included), for remote policies. */
+    attempts?: number;
     finishReason: string;
     usage: { promptTokens: number; completionTokens: number };
     latencyMs: number;

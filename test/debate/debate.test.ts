@@ -40,6 +40,11 @@ beforeAll(async () => {
         let data = "";
         req.on("data", (c) => (data += c));
         req.on("end", () => {
+            if (req.method === "GET") {  // /v1/models, as OpenAI answers it (the client detects the dialect from it)
+                res.writeHead(200, { "content-type": "application/json" });
+                res.end(JSON.stringify({ object: "list", data: [{ id: "agent-1", object: "model", owned_by: "openai" }] }));
+                return;
+            }
             const body = JSON.parse(data);
             const h = overrides.shift();
             (h ?? scripted)(body, res);

@@ -43,6 +43,11 @@ beforeAll(async () => {
         let data = "";
         req.on("data", (c) => (data += c));
         req.on("end", () => {
+            if (req.method === "GET") {  // /v1/models, as OpenAI answers it (the client detects the dialect from it)
+                res.writeHead(200, { "content-type": "application/json" });
+                res.end(JSON.stringify({ object: "list", data: [{ id: "agent-1", object: "model", owned_by: "openai" }] }));
+                return;
+            }
             if (req.url === "/elsewhere/chat/completions") { res.writeHead(307, { location: "http://127.0.0.2:9/v1/chat/completions" }); res.end(); return; }
             if (req.url === "/moved/chat/completions") { res.writeHead(307, { location: "/v1/chat/completions" }); res.end(); return; }
             if (req.url === "/busy/chat/completions") {

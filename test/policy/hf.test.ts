@@ -64,7 +64,10 @@ describe("decoding", () => {
             const [alone] = await p.generate([reqs[i]!]);
             expect(alone!.tokens).toEqual(batched[i]!.tokens);
             expect(alone!.logprobs).toEqual(batched[i]!.logprobs);
-            const seq = [...prompts[i]!, ...(batched[i]!.tokens as number[])];
+            expect(alone!.tokenIds).toEqual(batched[i]!.tokenIds);
+            expect(batched[i]!.promptTokenIds).toEqual(prompts[i]);
+            const seq = [...prompts[i]!, ...batched[i]!.tokenIds!];  // (a stop token sampled is in tokenIds and logprobs)
+            expect(batched[i]!.logprobs!.length).toBe(batched[i]!.tokenIds!.length);
             const lp = await p.logprobs({ tokens: Int32Array.from(seq), shape: [1, seq.length] });
             batched[i]!.logprobs!.forEach((x, k) => expect(Math.abs(x - lp[prompts[i]!.length - 1 + k]!)).toBeLessThan(2e-5));
         }

@@ -23,7 +23,18 @@ describe("servePolicy", () => {
         expect(remote!.text).toBe(local!.text);
         expect(remote!.logprobs).toEqual(local!.logprobs);
         expect(remote!.usage).toEqual(local!.usage);
-        expect(remote!.tokens).toEqual(local!.tokens!.map((t) => policy.tokenizer.decode([t as number])));  // text pieces, as OpenAI gives
+        // The exact ids the server read and sampled (vLLM's return_token_ids), the stop token included.
+        expect(remote!.tokenIdsExact).toBe(true);
+        expect(remote!.tokenIds).toEqual(local!.tokenIds);
+        expect(remote!.promptTokenIds).toEqual(local!.promptTokenIds);
+        expect(remote!.promptTokenIds).toEqual(policy.tokenizer.encodeChat(req.messages));
+        expect(remote!.model).toBe("tiny");
+        // A client in the plain OpenAI dialect gets text pieces and no ids, and says so.
+        const [plain] = await new OpenAICompatiblePolicy({ baseUrl: srv.baseUrl, model: "tiny", dialect: "openai" }).generate([req]);
+        expect(plain!.tokens).toEqual(local!.tokenIds!.map((t) => policy.tokenizer.decode([t])));
+        expect(plain!.tokenIds).toBeUndefined();
+        expect(plain!.tokenIdsExact).toBe(false);
+        expect(plain!.logprobs).toEqual(local!.logprobs);
         const models = await (await fetch(`${srv.baseUrl}/models`)).json() as { data: { id: string }[] };
         expect(models.data[0]!.id).toBe("tiny");
     });

@@ -1,0 +1,123 @@
+// openaiDialect.ts: what OpenAICompatiblePolicy and FleetPolicy say to a chat-completions server and read back, per
+// server dialect, so that a generation carries the exact token ids the server read and sampled:
+//   - 'vllm' (and `maporl serve`): return_token_ids -> prompt_token_ids on the reply and token_ids on the choice; with
+//     logprobs, return_tokens_as_token_ids -> logprob tokens "token_id:N" (ids even from a vLLM without
+//     return_token_ids); the prompt ids otherwise from POST /tokenize (the server's own template and tokenizer);
+//   - 'sglang': return_prompt_token_ids and return_token_ids -> prompt_token_ids and token_ids on the choice; a LoRA
+//     adapter named by lora_path;
+//   - 'openai' (OpenAI, llama.cpp, Ollama, or unknown): no ids; the generation says so (tokenIdsExact false).
+// 'auto' asks GET /v1/models once: owned_by "vllm" or "maporl" -> vllm, "sglang" -> sglang, else openai.
+import { getJson, postJson, type PostOptions } from "../http.js";
+import { type ChatMessage, type GenerateRequest, type Generation, requestMessages, requestSampling, requestSeed } from "./types.js";
+
+export type Dialect = "vllm" | "sglang" | "openai";
+export const DIALECTS: readonly (Dialect | "auto")[] = ["auto", "vllm", "sglang", "openai"];
+
+/** The server root of a base URL ("http://h:8000/v1" -> "http://h:8000"). */
+export const serverRoot = (baseUrl: string): string => baseUrl.replace(/\/v1$/, "");
+
+/** The dialect a server speaks, from its /v1/models (owned_by); 'openai' when it answers anything else, an error
+ * status included. */
+export async function detectDialect(where: string, baseUrl: string, o: { timeoutMs: number; headers?: Record<string, string>; signal?: AbortSignal }): Promise<Dialect> {
+    const r = await getJson(where, `${baseUrl}/models`, o);  // (a network failure rejects: detection is tried again later)
+    if (!r.ok) return "openai";
+    let owners: unknown[] = [];
+    try { owners = ((JSON.parse(r.text) as { data?: { owned_by?: unknown }[] }).data ?? []).map((m) => m?.owned_by); } catch { /* not JSON: unknown */ }
+    if (owners.includes("vllm") || owners.includes("maporl")) return "vllm";
+    if (owners.includes("sglang")) return "sglang";
+    return "openai";
+}
+
+export interface BodyOptions { model: string; adapter?: string | undefined; dialect: Dialect; logprobs: boolean }
+
+/** A request's chat-completions body (JSON text), checked (every field named in the error). */
+export function chatBody(where: string, r: GenerateRequest, i: number, o: BodyOptions): { json: string; messages: ChatMessage[] } {
+    const messages = requestMessages(where, r, i);
+    const s = requestSampling(where, r, i);
+    if (r.seed !== undefined) requestSeed(where, r, i);  // checked; sent as given (OpenAI's seed is a signed integer)
+    const b: Record<string, unknown> = { model: o.dialect === "vllm" ? o.adapter ?? o.model : o.model, messages };
+    if (o.adapter !== undefined && o.dialect === "sglang") b.lora_path = o.adapter;
+    else if (o.adapter !== undefined && o.dialect === "openai") b.model = o.adapter;
+    if (s.temperature !== undefined) b.temperature = s.temperature;
+    if (s.topP !== undefined) b.top_p = s.topP;
+    if (s.topK !== undefined) b.top_k = s.topK;  // vLLM / SGLang extension
+    if (s.maxTokens !== undefined) b.max_tokens = s.maxTokens;
+    if (s.stop !== undefined) b.stop = s.stop;
+    if (r.seed !== undefined) b.seed = 0;  // a placeholder: the digits go in below (JSON.stringify has no bigint)
+    if (o.logprobs) b.logprobs = true;
+    if (o.dialect === "vllm") {
+        b.return_token_ids = true;
+        if (o.logprobs) b.return_tokens_as_token_ids = true;
+    } else if (o.dialect === "sglang") {
+        b.return_prompt_token_ids = true;
+        b.return_token_ids = true;
+    }
+    const json = JSON.stringify(b);
+    return { json: r.seed === undefined ? json : json.replace(/"seed":0(?=[,}])/, `"seed":${r.seed}`), messages };
+}
+
+const idList = (x: unknown): number[] | null =>
+    Array.isArray(x) && x.every((v) => Number.isInteger(v) && v >= 0) ? x as number[] : null;
+
+/** A reply, parsed; `promptIdsMissing` when the completion's ids came back but the prompt's did not. */
+export function parseChat(where: string, text: string, latencyMs: number, o: { dialect: Dialect; adapter?: string | undefined }): { generation: Generation; promptIdsMissing: boolean } {
+    const bad = (what: string) => new SyntaxError(`${where}: malformed reply: ${what}; got ${JSON.stringify(text.slice(0, 160))}`);
+    let j: Record<string, unknown>;
+    try {
+        j = JSON.parse(text) as Record<string, unknown>;
+    } catch {
+        throw bad("expected JSON");
+    }
+    const choice = (j as { choices?: unknown[] })?.choices?.[0] as Record<string, unknown> | undefined;
+    const msg = choice?.message as { content?: unknown } | undefined;
+    if (!choice || !msg || typeof msg.content !== "string") throw bad("expected choices[0].message.content as a string");
+    const content = (choice.logprobs as { content?: { token?: unknown; logprob?: unknown }[] } | null | undefined)?.content;
+    let tokens: (string | number)[] | undefined, logprobs: number[] | undefined;
+    if (Array.isArray(content)) {
+        tokens = content.map((c, i) => { if (typeof c?.token !== "string") throw bad(`expected logprobs.content[${i}].token`); return c.token; });
+        logprobs = content.map((c, i) => {
+            const v = c?.logprob;
+            if (typeof v === "number") return v;
+            if (v === null || v === "-Infinity" || v === "-inf") return -Infinity;  // (a -inf some servers cannot put in JSON)
+            throw bad(`expected logprobs.content[${i}].logprob`);
+        });
+    }
+    // Completion ids: the choice's token_ids, else "token_id:N" logprob tokens (vLLM's return_tokens_as_token_ids).
+    let tokenIds: number[] | null = o.dialect === "openai" ? null : idList(choice.token_ids);
+    if (choice.token_ids !== undefined && choice.token_ids !== null && tokenIds === null && o.dialect !== "openai") throw bad("expected choices[0].token_ids as token ids");
+    const asIds = tokens?.map((t) => (typeof t === "string" ? /^token_id:(\d+)$/.exec(t) : null));
+    if (asIds && asIds.length > 0 && asIds.every((m) => m !== null)) {
+        const ids = asIds.map((m) => Number(m![1]));
+        if (tokenIds !== null && ids.join() !== tokenIds.join()) throw bad("token_ids and the logprob tokens name different ids");
+        tokenIds ??= ids;
+        tokens = ids;
+    }
+    if (tokenIds !== null && logprobs !== undefined && logprobs.length !== tokenIds.length)
+        throw bad(`${tokenIds.length} token ids but ${logprobs.length} log-probs`);
+    const promptIds = o.dialect === "openai" ? null : idList(j.prompt_token_ids) ?? idList(choice.prompt_token_ids);
+    const usage = j.usage as { prompt_tokens?: unknown; completion_tokens?: unknown } | undefined;
+    const exact = tokenIds !== null && promptIds !== null;
+    const generation: Generation = {
+        text: msg.content, ...(tokens ? { tokens, logprobs } : {}),
+        ...(tokenIds ? { tokenIds } : {}), ...(promptIds ? { promptTokenIds: promptIds } : {}), tokenIdsExact: exact,
+        ...(typeof j.model === "string" || o.adapter !== undefined ? { model: o.adapter ?? j.model as string } : {}),
+        finishReason: typeof choice.finish_reason === "string" ? choice.finish_reason : "unknown",
+        usage: { promptTokens: typeof usage?.prompt_tokens === "number" ? usage.prompt_tokens : promptIds?.length ?? 0,
+            completionTokens: typeof usage?.completion_tokens === "number" ? usage.completion_tokens : (tokenIds?.length ?? tokens?.length ?? 0) },
+        latencyMs,
+    };
+    return { generation, promptIdsMissing: tokenIds !== null && promptIds === null };
+}
+
+/** The prompt ids of `messages` from the server's own tokenizer and chat template (POST /tokenize), for a server that
+ * gave the completion's ids but not the prompt's. Sets them on `g` (exact: the server's template and tokenizer). */
+export async function fillPromptIds(where: string, baseUrl: string, g: Generation, messages: ChatMessage[], o: BodyOptions & PostOptions): Promise<void> {
+    const url = o.dialect === "sglang" ? `${baseUrl}/tokenize` : `${serverRoot(baseUrl)}/tokenize`;
+    const r = await postJson(where, url, JSON.stringify({ model: o.dialect === "vllm" ? o.adapter ?? o.model : o.model, messages, add_generation_prompt: true }), o);
+    if (!r.ok) throw new Error(`${where}: the reply had no prompt_token_ids and POST ${url} answered HTTP ${r.status}: ${r.text.slice(0, 200)}`);
+    let ids: number[] | null = null;
+    try { ids = idList((JSON.parse(r.text) as { tokens?: unknown }).tokens); } catch { /* below */ }
+    if (ids === null) throw new SyntaxError(`${where}: malformed reply from ${url}: expected { tokens: [ids] }; got ${JSON.stringify(r.text.slice(0, 160))}`);
+    g.promptTokenIds = ids;
+    g.tokenIdsExact = true;
+}
