@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // cli.ts: `maporl info` (the backend report), `maporl bench [kernel...]` (the benchmark harness) and
 // `maporl serve --checkpoint dir` (an OpenAI-compatible server for a saved embedded policy).
-import { backend } from "./backend.js";
+import { backend, setThreads } from "./backend.js";
 import { BENCHMARKS, runBench } from "./bench/index.js";
 import { NativePolicy } from "./policy/nativePolicy.js";
 import { servePolicy } from "./policy/server.js";
@@ -37,6 +37,7 @@ commands:
       --served-model-name NAME   the base model's id (default: the model's name)
       --lora-modules NAME=DIR ...  PEFT adapters served as models of their own (Hugging Face base models)
       --enable-lora        accept POST /v1/load_lora_adapter and /v1/unload_lora_adapter (runtime LoRA updates)
+      --threads N          CPU threads of the model (default: one per core; several servers on one machine share them)
   toy [--seed N]           MAPoRL's toy game: collaboration-rate curves at T = 10 and 20, and the agreement of
                            the learned behaviour with Observations 1 and 2 over a payoff grid
   help                     this text`;
@@ -109,6 +110,7 @@ async function main(argv: string[]): Promise<number> {
             } else if (a === "--host") host = args[++i] ?? host;
             else if (a === "--served-model-name") servedName = args[++i];
             else if (a === "--enable-lora") enableLora = true;
+            else if (a === "--threads") setThreads(intFlag(args, i++, a));
             else if (a === "--lora-modules") {
                 while (i + 1 < args.length && !args[i + 1]!.startsWith("--")) {
                     const m = /^([^=]+)=(.+)$/.exec(args[++i]!);

@@ -44,6 +44,10 @@ export {
 } from "./debate/metrics.js";
 export { type Policy, type SettledGeneration, type ChatMessage, type GenerateRequest, type Generation, type SamplingOptions } from "./policy/types.js";
 export { OpenAICompatiblePolicy, type OpenAICompatibleOptions } from "./policy/openai.js";
+export { type Dialect } from "./policy/openaiDialect.js";
+export { FleetPolicy, type FleetOptions, type AdapterVersion } from "./policy/fleet.js";
+export { type EndpointStats } from "./policy/fleetEndpoint.js";
+export { exportBatch, readBatch, type ExportOptions, type BatchInfo, type BatchRow, type ManifestRow, type PerAnswer } from "./export/batch.js";
 export { generateSettled, type EpisodeErrorPolicy } from "./policy/settle.js";
 export { Debate, DebateError, topologyMatrix, type DebateOptions, type DebateItem, type Topology } from "./debate/debate.js";
 export { defaultPrompts, feedbackBin, type DebatePrompts, type DebateTask, type FollowUpContext, type QuestionContext, type PeerAnswer } from "./debate/prompts.js";

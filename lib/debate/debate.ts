@@ -203,8 +203,9 @@ export class Debate {
         const entries: (TurnEntry | Error)[][] = live.map(() => new Array<TurnEntry | Error>(agents.length));
         await Promise.all([...byPolicy].map(async ([policy, slots]) => {
             const start = Date.now(), t0 = performance.now();
+            // routingKey: a fleet sends an agent's turns of one episode to one server, whose prefix cache holds its history.
             const gens = await generateSettled(policy, slots.map(({ k, a }) => ({ messages: prompts[k]![a]!, sampling: this.o.sampling,
-                ...(this.o.seed !== undefined ? { seed: this.o.seed + 1000 * t + a } : {}) })), { signal });
+                routingKey: `${live[k]!.id}/${a}`, ...(this.o.seed !== undefined ? { seed: this.o.seed + 1000 * t + a } : {}) })), { signal });
             await Promise.all(slots.map(async ({ k, a }, j) => {
                 const g = gens[j]!;
                 if (!g.ok) {
@@ -225,13 +226,18 @@ export class Debate {
         this.o.tracer?.span({ name: "debate.turn", runId: this.o.runId ?? "run", episode: id, agent: a, turn: t, parent: 0,
             startMs: start, latencyMs: performance.now() - t0, promptTokens: extra.promptTokens ?? 0,
             completionTokens: extra.completionTokens ?? 0, finishReason: extra.finishReason, ...(extra.error ? { error: extra.error } : {}),
-            ...(e ? { text: e.text, extracted: e.extracted, ...(e.score !== undefined ? { score: e.score } : {}) } : {}) });
+            ...(e ? { text: e.text, extracted: e.extracted, ...(e.score !== undefined ? { score: e.score } : {}) } : {}),
+            ...(e?.endpoint !== undefined ? { endpoint: e.endpoint } : {}), ...(e?.model !== undefined ? { model: e.model } : {}),
+            ...(e?.attempts !== undefined ? { attempts: e.attempts } : {}) });
     }
 
     private async entry(item: DebateItem, id: string, t: number, a: number, prompt: ChatMessage[], g: Generation, start: number, t0: number,
         signal?: AbortSignal): Promise<TurnEntry> {
         const entry: TurnEntry = { turn: t, agent: a, prompt, text: g.text, ...(g.tokens ? { tokens: g.tokens } : {}),
-            ...(g.logprobs ? { logprobs: g.logprobs } : {}), extracted: this.o.extract(g.text), finishReason: g.finishReason,
+            ...(g.logprobs ? { logprobs: g.logprobs } : {}), ...(g.tokenIds ? { tokenIds: g.tokenIds } : {}),
+            ...(g.promptTokenIds ? { promptTokenIds: g.promptTokenIds } : {}), ...(g.tokenIdsExact !== undefined ? { tokenIdsExact: g.tokenIdsExact } : {}),
+            ...(g.model !== undefined ? { model: g.model } : {}), ...(g.endpoint !== undefined ? { endpoint: g.endpoint } : {}),
+            ...(g.attempts !== undefined ? { attempts: g.attempts } : {}), extracted: this.o.extract(g.text), finishReason: g.finishReason,
             usage: g.usage, latencyMs: g.latencyMs };
         if (this.o.verifier) {
             try {

@@ -24,6 +24,11 @@ export interface Span {
     text?: string;
     extracted?: string | null;
     score?: number;
+    /** Remote policies: the endpoint that answered (or failed), the served model (an adapter's version), and the HTTP
+     * attempts made (retries and failovers included). */
+    endpoint?: string;
+    model?: string;
+    attempts?: number;
 }
 
 export interface Tracer {

@@ -11,6 +11,14 @@ export interface TurnEntry {
     text: string;
     tokens?: (number | string)[];
     logprobs?: number[];
+    /** The generation's exact ids (see Generation): every sampled token, and the prompt as the model read it. */
+    tokenIds?: number[];
+    promptTokenIds?: number[];
+    tokenIdsExact?: boolean;
+    /** The served model (an adapter's version), the endpoint and the HTTP attempts, for remote policies. */
+    model?: string;
+    endpoint?: string;
+    attempts?: number;
     /** The extracted answer; null when none could be extracted. */
     extracted: string | null;
     /** The verifier's score, when a verifier ran and succeeded. */

@@ -193,7 +193,7 @@ export function loadValueHead(fn: string, path: string, h: GptHandle): void {
     for (const name of ["value_head.weight", "value_head.bias"]) {
         const src = t.find((x) => x.name === name), k = all.findIndex((x) => x.name === name);
         const size = all[k]!.shape.filter((d) => d > 0).reduce((a, b) => a * b, 1);
-        if (!src || src.data.length !== size) throw new SyntaxError(`${fn}: ${path}: ${name} missing or of the wrong size (expected ${size} values)`);
+        if (!src || !(src.data instanceof Float32Array) || src.data.length !== size) throw new SyntaxError(`${fn}: ${path}: ${name} missing or of the wrong size or dtype (expected ${size} F32 values)`);
         native.gptSetTensor(h, k, 0, new Uint8Array(src.data.buffer, src.data.byteOffset, src.data.byteLength));
     }
 }
@@ -203,7 +203,7 @@ export function loadOptimizer(fn: string, path: string, h: GptHandle): void {
     const n = native.gptParamCount(h), t = readSafetensors(path).tensors;
     for (const [which, name] of [[1, "m"], [2, "v"]] as const) {
         const x = t.find((y) => y.name === name);
-        if (!x || x.data.length !== n) throw new SyntaxError(`${fn}: ${path}: ${name} missing or of the wrong size (expected ${n} values)`);
+        if (!x || !(x.data instanceof Float32Array) || x.data.length !== n) throw new SyntaxError(`${fn}: ${path}: ${name} missing or of the wrong size or dtype (expected ${n} F32 values)`);
         native.gptSet(h, which, x.data);
     }
 }

@@ -585,7 +585,7 @@ export class NativePolicy implements Policy {
         for (const t of native.gptTensors(h)) {
             const src = byName.get(t.name);
             const size = t.shape.reduce((a, b) => a * b, 1);
-            if (!src || src.data.length !== size) throw new SyntaxError(`NativePolicy.load: ${dir}/model.safetensors: tensor ${t.name} missing or of the wrong size`);
+            if (!src || !(src.data instanceof Float32Array) || src.data.length !== size) throw new SyntaxError(`NativePolicy.load: ${dir}/model.safetensors: tensor ${t.name} missing or of the wrong size or dtype`);
             p.set(src.data, t.offset);
         }
         native.gptSet(h, 0, p);

@@ -1,23 +1,25 @@
 // safetensors.ts: reading and writing the safetensors format (8-byte little-endian header length, a JSON header
 // {name: {dtype, shape, data_offsets: [begin, end]}, "__metadata__": {...}}, then the raw little-endian data),
-// F32 only. Files are written atomically: a temporary file in the same directory, fsync, then rename. Reading
+// F32 and I32 (readSafetensorsHeader reads the header of any dtype). Files are written atomically: a temporary file in the same directory, fsync, then rename. Reading
 // checks every offset against the file, so a truncated or corrupted file is an error that says what is wrong.
 import { closeSync, fstatSync, fsyncSync, openSync, readFileSync, readSync, renameSync, rmSync, writeSync } from "node:fs";
 
 export interface TensorEntry {
     name: string;
     shape: number[];
-    data: Float32Array;
+    /** F32 or I32. */
+    data: Float32Array | Int32Array;
 }
 
-/** Writes `tensors` (F32) and string metadata to `path` atomically. */
+/** Writes `tensors` (F32 from a Float32Array, I32 from an Int32Array) and string metadata to `path` atomically. */
 export function writeSafetensors(path: string, tensors: TensorEntry[], metadata: Record<string, string> = {}): void {
     const header: Record<string, unknown> = { __metadata__: metadata };
     let offset = 0;
     for (const t of tensors) {
         const n = t.shape.reduce((a, b) => a * b, 1);
         if (n !== t.data.length) throw new RangeError(`writeSafetensors: ${t.name}: shape [${t.shape}] holds ${n} values, got ${t.data.length}`);
-        header[t.name] = { dtype: "F32", shape: t.shape, data_offsets: [offset, offset + 4 * n] };
+        if (!(t.data instanceof Float32Array) && !(t.data instanceof Int32Array)) throw new TypeError(`writeSafetensors: ${t.name}: expected a Float32Array or an Int32Array`);
+        header[t.name] = { dtype: t.data instanceof Int32Array ? "I32" : "F32", shape: t.shape, data_offsets: [offset, offset + 4 * n] };
         offset += 4 * n;
     }
     let json = JSON.stringify(header);
@@ -40,7 +42,7 @@ export function writeSafetensors(path: string, tensors: TensorEntry[], metadata:
     renameSync(tmp, path);
 }
 
-/** Reads an F32 safetensors file: its tensors (in file order) and metadata. */
+/** Reads an F32 / I32 safetensors file: its tensors (in file order) and metadata. */
 export function readSafetensors(path: string): { tensors: TensorEntry[]; metadata: Record<string, string> } {
     const buf = readFileSync(path);
     const bad = (what: string) => new SyntaxError(`readSafetensors: ${path}: ${what}`);
@@ -58,14 +60,14 @@ export function readSafetensors(path: string): { tensors: TensorEntry[]; metadat
     let metadata: Record<string, string> = {};
     for (const [name, v] of Object.entries(header)) {
         if (name === "__metadata__") { metadata = (v ?? {}) as Record<string, string>; continue; }
-        if (v?.dtype !== "F32") throw bad(`${name}: dtype ${JSON.stringify(v?.dtype)}, only F32 is supported`);
+        if (v?.dtype !== "F32" && v?.dtype !== "I32") throw bad(`${name}: dtype ${JSON.stringify(v?.dtype)}, only F32 and I32 are supported`);
         const shape = v.shape, off = v.data_offsets;
         if (!Array.isArray(shape) || !shape.every((d) => Number.isInteger(d) && d >= 0)) throw bad(`${name}: bad shape`);
         if (!Array.isArray(off) || off.length !== 2 || !off.every((d) => Number.isInteger(d))) throw bad(`${name}: bad data_offsets`);
         const [b, e] = off as [number, number];
         const count = (shape as number[]).reduce((x, y) => x * y, 1);
         if (b < 0 || e > data.length || e - b !== 4 * count) throw bad(`${name}: data_offsets [${b}, ${e}] do not match shape [${shape}] within ${data.length} data bytes (truncated?)`);
-        const out = new Float32Array(count);
+        const out = v.dtype === "I32" ? new Int32Array(count) : new Float32Array(count);
         Buffer.from(out.buffer).set(data.subarray(b, e));
         tensors.push({ name, shape: shape as number[], data: out });
     }
