@@ -4,8 +4,9 @@
 //     server's prefix cache serves a growing discussion); others to the endpoint with the fewest requests in flight;
 //     at most `concurrency` requests in flight per endpoint;
 //   - health: `failureThreshold` consecutive failures (network error, timeout, 5xx, 429, malformed reply) eject an
-//     endpoint; a probe (GET /health, else /v1/models) every probeIntervalMs re-admits it; healthy endpoints are
-//     checked every healthCheckIntervalMs; a list given as a function is read again every refreshIntervalMs;
+//     endpoint; a probe (GET /health, else /v1/models) re-admits it, every probeIntervalMs, doubling with each
+//     ejection since it last answered (up to 32 x); healthy endpoints are checked every healthCheckIntervalMs; a list
+//     given as a function is read again every refreshIntervalMs;
 //   - failover: a failed attempt moves the request to another endpoint (up to maxAttempts, within totalTimeoutMs).
 //     Attempts run one after another and an abandoned one is aborted, so an answer is never taken twice; each
 //     Generation says which endpoint answered and after how many attempts;
@@ -46,7 +47,8 @@ export interface FleetOptions {
     maxAttempts?: number;
     /** Consecutive failures that eject an endpoint. Defaults to 2. */
     failureThreshold?: number;
-    /** How often an ejected endpoint is probed. Defaults to 1,000 ms. */
+    /** How often an ejected endpoint is probed (doubling with each ejection since it last answered, up to 32 x).
+     * Defaults to 1,000 ms. */
     probeIntervalMs?: number;
     /** How often healthy endpoints are checked (0: only by their requests). Defaults to 10,000 ms. */
     healthCheckIntervalMs?: number;
@@ -203,7 +205,7 @@ export class FleetPolicy implements Policy {
                 ep.readmit();
                 this.notify();
             } else this.scheduleProbe(ep);
-        }, this.o.probeIntervalMs);
+        }, this.o.probeIntervalMs * 2 ** Math.min(5, Math.max(0, ep.ejectionStreak - 1)));
         ep.probing.unref?.();
     }
 

@@ -51,6 +51,9 @@ export class Endpoint {
     /** Requests waiting for a slot here (sticky routing). */
     waiting = 0;
     consecutiveFailures = 0;
+    /** Ejections since the endpoint last answered: the wait before the next probe doubles with each (a server whose
+     * /health passes while its requests fail is not re-admitted every probe interval), up to 32 x. */
+    ejectionStreak = 0;
     /** Served adapter names known to be loaded here. */
     readonly loaded = new Set<string>();
     probing: ReturnType<typeof setTimeout> | null = null;
@@ -86,6 +89,7 @@ export class Endpoint {
         this.lat.push(latencyMs);
         if (this.lat.length > 1000) this.lat.shift();
         this.consecutiveFailures = 0;
+        this.ejectionStreak = 0;
     }
 
     /** Records a failed attempt; true when it ejects the endpoint (failureThreshold consecutive failures). */
@@ -108,6 +112,7 @@ export class Endpoint {
         if (!this.healthy) return;
         this.healthy = false;
         this.s.ejections++;
+        this.ejectionStreak++;
         this.loaded.clear();
         this.dialectP = this.o.dialect === "auto" ? null : this.dialectP;
     }

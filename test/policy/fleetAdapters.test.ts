@@ -1,0 +1,121 @@
+// fleetAdapters.test.ts: LoRA adapters pushed to a fleet of `maporl serve --enable-lora` processes (vLLM's runtime
+// LoRA updating: POST /v1/load_lora_adapter, /v1/unload_lora_adapter). After each training step's push, the agent's
+// generations come from the new adapter: the served tokens and log-probs equal the trained adapter's own, change
+// when it changes, and carry the version's name; the old version is unloaded. A server killed and restarted on its
+// port is re-admitted with the current adapter loaded before it serves it. A bad push switches nothing.
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+
+import { FleetPolicy, NativePolicy } from "../../lib/index.js";
+import { startServe, tinyHfModel, type ServeProcess } from "../helpers/serve.js";
+
+const work = mkdtempSync(join(tmpdir(), "maporl-fleet-lora-"));
+const modelDir = join(work, "tiny-llama");
+let base: NativePolicy;
+let agent: NativePolicy;
+const procs: ServeProcess[] = [];
+
+beforeAll(async () => {
+    await tinyHfModel(modelDir);
+    base = await NativePolicy.load(modelDir);
+    agent = await base.withAdapter("a0", { rank: 4, alpha: 8 });
+    procs.push(...await Promise.all([0, 1].map(() => startServe(modelDir, ["--enable-lora"]))));
+});
+afterAll(async () => {
+    for (const p of procs) await p.stop("SIGKILL");
+    await agent?.dispose();
+    await base?.dispose();
+    rmSync(work, { recursive: true, force: true });
+});
+
+// A few SFT steps move the adapter's B away from zero (a fresh adapter is the base).
+async function train(p: NativePolicy, seed: number) {
+    const B = 2, T = 16, tokens = new Int32Array(B * T), targets = new Int32Array(B * T);
+    for (let i = 0; i < B * T; i++) { tokens[i] = (i * 37 + seed * 11 + 5) % 300; targets[i] = (i * 53 + seed * 7 + 3) % 300; }
+    for (let s = 0; s < 3; s++) await p.trainStep({ tokens, targets, mask: new Uint8Array(B * T).fill(1), shape: [B, T] }, { lr: 3e-2 });
+}
+
+const reqs = Array.from({ length: 6 }, (_, i) => ({ messages: [{ role: "user" as const, content: `Question ${i}: 2 + ${i}?` }],
+    sampling: { temperature: 1, maxTokens: 6 }, seed: 70 + i, routingKey: `episode-${i}/0` }));
+const same = (x: { tokenIds?: number[]; logprobs?: number[] }[], y: { tokenIds?: number[]; logprobs?: number[] }[]) =>
+    expect(x.map((g) => [g.tokenIds, g.logprobs])).toEqual(y.map((g) => [g.tokenIds, g.logprobs]));
+const served = async (p: ServeProcess) => ((await (await fetch(`${p.baseUrl}/models`)).json()) as { data: { id: string; parent: string | null }[] }).data;
+
+describe("adapters pushed to a fleet", () => {
+    it("after each push the agent's generations are the new adapter's; the old version is unloaded", async () => {
+        const fleet = new FleetPolicy({ endpoints: procs.map((p) => p.baseUrl), model: "llama-1x32", healthCheckIntervalMs: 200, probeIntervalMs: 100 });
+        try {
+            const a0 = fleet.adapter("a0");
+            await expect(a0.generate([reqs[0]!])).rejects.toThrow(/adapter 'a0' has not been pushed/);
+            await train(agent, 1);
+            await agent.saveAdapter(join(work, "a0-step1"));
+            const v1 = (await fleet.pushAdapter("a0", join(work, "a0-step1"))).version;
+            expect(v1.version).toBe(1);
+            const first = await a0.generate(reqs);
+            same(first, await agent.generate(reqs));
+            expect(first.every((g) => g.model === v1.served && g.tokenIdsExact)).toBe(true);
+            expect(new Set(first.map((g) => g.endpoint)).size).toBe(2);  // both servers serve it
+            const plain = await base.generate(reqs);
+            expect(first.map((g) => g.logprobs)).not.toEqual(plain.map((g) => g.logprobs));  // not the base
+            same(await fleet.generate(reqs), plain);  // the base stays the base
+
+            await train(agent, 2);
+            await agent.saveAdapter(join(work, "a0-step2"));
+            const v2 = (await fleet.pushAdapter("a0", join(work, "a0-step2"))).version;
+            expect(v2.version).toBe(2);
+            const second = await a0.generate(reqs);
+            same(second, await agent.generate(reqs));
+            expect(second.map((g) => g.logprobs)).not.toEqual(first.map((g) => g.logprobs));
+            expect(second.every((g) => g.model === v2.served)).toBe(true);
+            for (let k = 0; k < 50 && (await Promise.all(procs.map(served))).some((d) => d.some((m) => m.id === v1.served)); k++) await new Promise((r) => setTimeout(r, 40));
+            for (const p of procs) expect((await served(p)).map((m) => m.id)).toEqual(["llama-1x32", v2.served]);
+
+            // A server killed and restarted on its port: re-admitted with the current version loaded first.
+            const port = new URL(procs[1]!.baseUrl).port;
+            await procs[1]!.stop("SIGKILL");
+            procs[1] = await startServe(modelDir, ["--enable-lora", "--port", port]);
+            for (let k = 0; k < 100 && !fleet.stats().find((s) => s.url === procs[1]!.baseUrl)!.adapters.includes(v2.served); k++) await new Promise((r) => setTimeout(r, 50));
+            expect(fleet.stats().find((s) => s.url === procs[1]!.baseUrl)).toMatchObject({ healthy: true, adapters: [v2.served] });
+            expect(fleet.stats().find((s) => s.url === procs[1]!.baseUrl)!.ejections).toBe(1);
+            const third = await a0.generate(reqs);
+            same(third, second);
+            expect(new Set(third.map((g) => g.endpoint)).size).toBe(2);
+
+            // A push that no server can load switches nothing.
+            await expect(fleet.pushAdapter("a0", join(work, "missing"))).rejects.toThrow(/a0 v3 could not be loaded on any endpoint: .*missing/);
+            expect(fleet.adapterVersion("a0")!.served).toBe(v2.served);
+            same(await a0.generate(reqs), second);
+        } finally {
+            fleet.close();
+        }
+    });
+
+    it("maporl serve replaces an adapter in place only when asked, and names what it cannot load", async () => {
+        const root = procs[0]!.baseUrl.replace(/\/v1$/, "");
+        const post = (path: string, body: unknown) => fetch(`${root}${path}`, { method: "POST", body: JSON.stringify(body) });
+        expect((await post("/v1/load_lora_adapter", { lora_name: "x", lora_path: join(work, "a0-step1") })).status).toBe(200);
+        const again = await post("/v1/load_lora_adapter", { lora_name: "x", lora_path: join(work, "a0-step2") });
+        expect(again.status).toBe(400);
+        expect(((await again.json()) as { error: { message: string } }).error.message).toMatch(/already been loaded.*load_inplace/);
+        const chat = async () => ((await (await post("/v1/chat/completions", { model: "x", messages: reqs[0]!.messages, max_tokens: 4, seed: 3, logprobs: true,
+            return_token_ids: true })).json()) as { choices: { token_ids: number[] }[] }).choices[0]!.token_ids;
+        const before = await chat();
+        expect((await post("/v1/load_lora_adapter", { lora_name: "x", lora_path: join(work, "a0-step2"), load_inplace: true })).status).toBe(200);
+        const req = { messages: reqs[0]!.messages, sampling: { maxTokens: 4 }, seed: 3 };
+        const step1 = await base.loadAdapter(join(work, "a0-step1"), { name: "step1" });
+        const [was] = await step1.generate([req]), [want] = await agent.generate([req]);
+        await step1.dispose();
+        expect(before).toEqual(was!.tokenIds);
+        expect(await chat()).toEqual(want!.tokenIds);
+        expect(was!.logprobs).not.toEqual(want!.logprobs);
+        expect((await post("/v1/unload_lora_adapter", { lora_name: "x" })).status).toBe(200);
+        expect((await post("/v1/unload_lora_adapter", { lora_name: "x" })).status).toBe(404);
+        const bad = await post("/v1/load_lora_adapter", { lora_name: "y", lora_path: join(work, "nope") });
+        expect(bad.status).toBe(400);
+        expect(((await bad.json()) as { error: { message: string } }).error.message).toMatch(/loading LoRA adapter 'y' from .*nope/);
+        expect((await served(procs[0]!)).map((m) => m.id)).not.toContain("y");
+    });
+});
