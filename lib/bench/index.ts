@@ -10,6 +10,7 @@ import { backend, setThreads } from "../backend.js";
 import { native } from "../native.js";
 import { crossCheckBaselines, type CrossCheck } from "./crosscheck.js";
 import { benchGae } from "./gae.js";
+import { benchFleet } from "./fleet.js";
 import { benchGpt } from "./gpt.js";
 import { benchLlama } from "./llama.js";
 import { benchLora } from "./lora.js";
@@ -31,6 +32,7 @@ export const BENCHMARKS: Record<string, (ctx: BenchContext) => Promise<BenchRow[
     gpt: benchGpt,
     llama: benchLlama,
     lora: benchLora,
+    fleet: benchFleet,
 };
 
 export interface BenchOptions {
@@ -78,7 +80,7 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchReport>
         for (const r of await BENCHMARKS[k]!(ctx)) {
             const floorMs = r.bytesMoved / copyBps * 1e3;
             rows.push({ ...r, ratio: r.medianMs !== null && r.baselineMs !== null ? r.baselineMs / r.medianMs : null,
-                floorMs, xFloor: r.medianMs === null ? null : r.medianMs / floorMs });
+                floorMs, xFloor: r.medianMs === null || floorMs === 0 ? null : r.medianMs / floorMs });
         }
     }
     const header = ["kernel", "size", "implementation", "median ms", "baseline/ours", "peak extra MB", "floor ms", "x floor"];
