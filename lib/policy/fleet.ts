@@ -130,7 +130,8 @@ export class FleetPolicy implements Policy {
     async refresh(): Promise<void> {
         if (typeof this.list !== "function") return;
         const urls = await this.list();
-        if (!Array.isArray(urls) || urls.some((u) => typeof u !== "string")) throw new TypeError(`${this.name}: endpoints(): expected an array of base URLs, got ${describe(urls)}`);
+        if (!Array.isArray(urls) || urls.some((u) => typeof u !== "string" || !URL.canParse(u)))
+            throw new TypeError(`${this.name}: endpoints(): expected an array of base URLs, got ${describe(urls)}`);
         this.setEndpoints(urls);
     }
 

@@ -112,6 +112,26 @@ describe("FleetPolicy over maporl serve processes", () => {
         expect(answers(got)).toEqual(answers(await debate(local).runBatch(items.slice(0, 8))));
     });
 
+    it("an endpoint list from a function: refresh() adds the new endpoints and retires the ones gone", async () => {
+        let list = [procs[0]!.baseUrl];
+        const fleet = new FleetPolicy({ endpoints: () => list, model: "tiny", healthCheckIntervalMs: 0, refreshIntervalMs: 60_000 });
+        try {
+            const reqs = Array.from({ length: 6 }, (_, i) => ({ prompt: `q${i}`, sampling: { maxTokens: 3 }, seed: i, routingKey: `k${i}` }));
+            expect(new Set((await fleet.generate(reqs)).map((g) => g.endpoint))).toEqual(new Set([procs[0]!.baseUrl]));
+            list = [procs[2]!.baseUrl];
+            await fleet.refresh();
+            expect(fleet.endpoints).toEqual([procs[2]!.baseUrl]);
+            const after = await fleet.generate(reqs);
+            expect(new Set(after.map((g) => g.endpoint))).toEqual(new Set([procs[2]!.baseUrl]));
+            expect(after.map((g) => g.tokenIds)).toEqual((await local.generate(reqs)).map((g) => g.tokenIds));
+            expect(fleet.stats().map((x) => [x.url, x.healthy])).toEqual([[procs[0]!.baseUrl, false], [procs[2]!.baseUrl, true]]);
+            list = [42 as never];
+            await expect(fleet.refresh()).rejects.toThrow(/endpoints\(\): expected an array of base URLs/);
+        } finally {
+            fleet.close();
+        }
+    });
+
     it("a request no endpoint can answer fails alone, naming every attempt; bad options are named", async () => {
         const bad = await failing(procs[0]!.baseUrl);
         const fleet = new FleetPolicy({ endpoints: [bad, "http://127.0.0.1:9/v1"], model: "tiny", maxAttempts: 2, failureThreshold: 5, timeoutMs: 2000,
