@@ -90,6 +90,25 @@ __device__ T block_max(T v, T * sh) {
 
 namespace maporl {
 
+// gridDim.x holds up to 2^31 - 1 blocks, y and z 65,535: a launch of more is an error naming `what`, not a cast to
+// unsigned that wraps (or a launch that fails with a bare "invalid configuration").
+constexpr int64_t kGridX = 2147483647, kGridYZ = 65535;
+
+inline maporl_status check_grid(int64_t blocks, const char * what, int64_t limit = kGridX) {
+    if (blocks > limit)
+        return set_error(MAPORL_ERR_INVALID_ARG, "%s: %lld blocks, over CUDA's grid limit of %lld (split the call)", what,
+                         (long long)blocks, (long long)limit);
+    return MAPORL_OK;
+}
+
+// The throwing twin, for host code inside maporl::guarded; returns the count as gridDim takes it.
+inline unsigned grid_dim(int64_t blocks, const char * what, int64_t limit = kGridX) {
+    if (blocks > limit)
+        throw_error(MAPORL_ERR_INVALID_ARG, "%s: %lld blocks, over CUDA's grid limit of %lld (split the call)", what, (long long)blocks,
+                    (long long)limit);
+    return (unsigned)(blocks < 1 ? 1 : blocks);
+}
+
 // Blocks for a grid-stride loop over n elements with `threads` per block (at least 1, at most 65535 * 16).
 inline unsigned grid_for(int64_t n, int threads) {
     const int64_t b = (n + threads - 1) / threads;

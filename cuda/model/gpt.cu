@@ -7,6 +7,7 @@
 
 #include "native/model/gpt_cuda.h"
 #include "cuda/core/common.cuh"
+#include "native/core/grow_buffer.h"
 
 namespace maporl {
 namespace gpt {
@@ -55,21 +56,14 @@ void fill_zero(void * dst, int64_t bytes) {
 
 namespace {
 
-// Device allocation released on scope exit (throws on failure, unlike DeviceBuffer's status).
-struct Dev {
-    void * p = nullptr;
-    Dev() = default;
-    Dev(const Dev &) = delete;
-    Dev & operator=(const Dev &) = delete;
-    ~Dev() { cuda::release(p); }
-    void reset(int64_t bytes) {
-        cuda::release(p);
-        p = nullptr;
-        p = bytes > 0 ? (void *)cuda::alloc_f32((bytes + 3) / 4) : nullptr;
-    }
-    float * f() const { return static_cast<float *>(p); }
-    int32_t * i() const { return static_cast<int32_t *>(p); }
+// Device allocations released on scope exit (throws on failure, unlike DeviceBuffer's status). A reset allocates the
+// new block before releasing the old (native/core/grow_buffer.h): out of memory, the old block and every pointer
+// carved from it stay valid.
+struct CudaAlloc {
+    static void * allocate(int64_t bytes) { return cuda::alloc_f32((bytes + 3) / 4); }
+    static void release(void * p) { cuda::release(p); }
 };
+using Dev = GrowBuffer<CudaAlloc>;
 
 struct LayerPtrs {
     float *ln1, *ln1m, *ln1r, *qkv, *att, *atty, *attproj, *res2, *ln2, *ln2m, *ln2r, *fch, *fchg, *fcproj, *res3;
@@ -82,10 +76,10 @@ struct CudaModel {
     Layout layout;
     Dev params, grads, m, v;
 
-    // Activation arena for (B, T), and the backward's scratch (same arena).
-    int64_t B = 0, T = 0, arena_floats = 0;
+    // Activation arena for (B, T), and the backward's scratch (same arena). B = T = 0: no forward to go back through
+    // (none yet, or the last one failed).
+    int64_t B = 0, T = 0;
     Dev arena, tokens;
-    int64_t tokens_cap = 0;
     std::vector<int32_t> host_tokens;
     float *encoded = nullptr, *lnf = nullptr, *lnfm = nullptr, *lnfr = nullptr, *logits = nullptr, *values = nullptr;
     std::vector<LayerPtrs> layers;
@@ -121,10 +115,7 @@ struct CudaModel {
         const int64_t lnsc = cuda::layernorm_scratch(N, C);
         const int64_t total = 2 * N * C + 2 * N + N * V + N + L * per_layer +
                               (4 * N * C + 2 * N * H + 3 * N * C + N * V + N + att + lnsc);
-        if (total > arena_floats) {
-            arena.reset(total * (int64_t)sizeof(float));
-            arena_floats = total;
-        }
+        arena.reserve(total * (int64_t)sizeof(float));  // (out of memory: throws, the old arena and carve intact)
         float * cur = arena.f();
         auto take = [&](int64_t n) {
             float * r = cur;
@@ -156,9 +147,7 @@ struct CudaModel {
         dvalues = take(N);
         attg = take(att);
         lnscratch = take(lnsc);
-        if (cur - arena.f() > arena_floats) throw_error(MAPORL_ERR_INTERNAL, "cuda gpt: arena carve overflow");
-        B = B_;
-        T = T_;
+        if ((cur - arena.f()) * (int64_t)sizeof(float) > arena.bytes) throw_error(MAPORL_ERR_INTERNAL, "cuda gpt: arena carve overflow");
     }
 };
 
@@ -194,13 +183,11 @@ void cuda_model_download(const CudaModel * m, int which, float * host, int64_t n
 void cuda_model_forward(CudaModel * M, const int32_t * tok, int64_t B, int64_t T, float * logits_out, float * values_out) {
     using namespace cuda;
     check_forward(M->cfg, tok, B, T);
+    M->B = M->T = 0;  // a forward that fails (out of memory, a kernel error) leaves nothing to go back through
     M->shape(B, T);
     const int64_t N = B * T, C = M->cfg.d_model, H = M->cfg.mlp_ratio * C, NH = M->cfg.heads, V = M->cfg.vocab;
     const Layout & lay = M->layout;
-    if (N > M->tokens_cap) {
-        M->tokens.reset(N * (int64_t)sizeof(int32_t));
-        M->tokens_cap = N;
-    }
+    M->tokens.reserve(N * (int64_t)sizeof(int32_t));
     to_device(M->tokens.p, tok, N * (int64_t)sizeof(int32_t));
     M->host_tokens.assign(tok, tok + N);
     encoder_forward(M->encoded, M->tokens.i(), M->p(lay.wte), M->p(lay.wpe), B, T, C);
@@ -226,6 +213,8 @@ void cuda_model_forward(CudaModel * M, const int32_t * tok, int64_t B, int64_t T
     synchronize("gpt forward");
     if (logits_out) to_host(logits_out, M->logits, N * V * (int64_t)sizeof(float));
     if (values_out) to_host(values_out, M->values, N * (int64_t)sizeof(float));
+    M->B = B;
+    M->T = T;
 }
 
 void cuda_model_backward(CudaModel * M, const float * dlogits, const float * dvalues) {
@@ -297,6 +286,9 @@ void cuda_model_cache_reset(CudaModel * M, int64_t batch, int64_t max_len) {
         throw_error(MAPORL_ERR_INVALID_ARG, "max_len: expected 1..%lld (context), got %lld", (long long)M->cfg.context, (long long)max_len);
     const int64_t C = M->cfg.d_model, H = M->cfg.mlp_ratio * C, NH = M->cfg.heads, V = M->cfg.vocab, fb = (int64_t)sizeof(float);
     const int64_t n = M->cfg.layers * batch * max_len * C;
+    // No cache until every buffer is in place: a failed allocation leaves "call cache_reset first", not sizes that
+    // describe buffers of another shape.
+    M->cache_batch = M->cache_len = 0;
     M->kcache.reset(n * fb);
     M->vcache.reset(n * fb);
     cuda::fill_zero(M->kcache.p, n * fb);

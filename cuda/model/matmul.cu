@@ -51,11 +51,11 @@ __device__ __forceinline__ void load_slabs(float (*As)[LD], float (*Bs)[LD], int
 __global__ void __launch_bounds__(kThreads) gemm_kernel(int64_t M, int64_t Ncols, int64_t K, const float * __restrict__ A,
                                                         int64_t ai, int64_t ak, const float * __restrict__ Bm, int64_t bk,
                                                         int64_t bj, float * __restrict__ Cm, int64_t ldc, bool accumulate,
-                                                        const float * __restrict__ bias) {
+                                                        const float * __restrict__ bias, bool rows_on_x) {
     __shared__ float As[BK][BM + 4];
     __shared__ float Bs[BK][BN + 4];
     const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
-    const int64_t i0 = (int64_t)blockIdx.y * BM, j0 = (int64_t)blockIdx.x * BN;
+    const int64_t i0 = (int64_t)(rows_on_x ? blockIdx.x : blockIdx.y) * BM, j0 = (int64_t)(rows_on_x ? blockIdx.y : blockIdx.x) * BN;
     float acc[4][4] = {};
     for (int64_t k0 = 0; k0 < K; k0 += BK) {
         load_slabs<BK, BM + 4>(As, Bs, M, Ncols, K, A, ai, ak, Bm, bk, bj, i0, j0, k0, [](float v) { return v; });
@@ -114,14 +114,14 @@ constexpr int TK = 32, kPad = 8, kLd = BM + kPad;  // kLd * 4 bytes keeps every 
 __global__ void __launch_bounds__(kThreads) gemm_tf32_kernel(int64_t M, int64_t Ncols, int64_t K, const float * __restrict__ A,
                                                              int64_t ai, int64_t ak, const float * __restrict__ Bm,
                                                              int64_t bk, int64_t bj, float * __restrict__ Cm, int64_t ldc,
-                                                             bool accumulate, const float * __restrict__ bias) {
+                                                             bool accumulate, const float * __restrict__ bias, bool rows_on_x) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     namespace wmma = nvcuda::wmma;
     __shared__ __align__(32) float As[TK][kLd];  // As[k][i] = A(i0 + i, k0 + k): a column-major 64 x TK block
     __shared__ __align__(32) float Bs[TK][kLd];  // Bs[k][j] = B(k0 + k, j0 + j): a row-major TK x 64 block
     __shared__ __align__(32) float Cs[BM][kLd];
     const int tid = threadIdx.x, warp = tid / 32, wr = warp / 2, wc = warp % 2;
-    const int64_t i0 = (int64_t)blockIdx.y * BM, j0 = (int64_t)blockIdx.x * BN;
+    const int64_t i0 = (int64_t)(rows_on_x ? blockIdx.x : blockIdx.y) * BM, j0 = (int64_t)(rows_on_x ? blockIdx.y : blockIdx.x) * BN;
     wmma::fragment<wmma::accumulator, 16, 16, 8, float> acc[2];
     wmma::fill_fragment(acc[0], 0.0f);
     wmma::fill_fragment(acc[1], 0.0f);
@@ -154,18 +154,35 @@ __global__ void __launch_bounds__(kThreads) gemm_tf32_kernel(int64_t M, int64_t 
         float * c = Cm + gi * ldc + gj;
         *c = accumulate ? *c + v : v;
     }
+#else
+    __trap();  // (require_tf32 refuses such a device before any launch; a build for an older arch must not run silently)
 #endif
+}
+
+// TF32 tensor cores need compute capability 8.0 (the kernel is empty below it): refused before a launch, naming the device.
+void require_tf32(const char * what) {
+    int dev = 0, major = 0, minor = 0;
+    MAPORL_CUDA_THROW(cudaGetDevice(&dev));
+    MAPORL_CUDA_THROW(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    MAPORL_CUDA_THROW(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+    if (major < 8)
+        throw_error(MAPORL_ERR_INVALID_ARG, "%s: matmul precision 'high' (TF32) needs compute capability 8.0 or newer; device %d is %d.%d "
+                    "(setMatmulPrecision('highest'))", what, dev, major, minor);
 }
 
 void gemm(int64_t M, int64_t Ncols, int64_t K, const float * A, int64_t ai, int64_t ak, const float * B, int64_t bk,
           int64_t bj, float * C, int64_t ldc, bool accumulate, const float * bias, const char * what) {
     if (M <= 0 || Ncols <= 0) return;
-    const int64_t gy = (M + BM - 1) / BM, gx = (Ncols + BN - 1) / BN;
-    if (gy > 65535) throw_error(MAPORL_ERR_INVALID_ARG, "%s: expected at most %d rows, got %lld", what, 65535 * BM, (long long)M);
-    if (maporl_get_matmul_precision() == MAPORL_MATMUL_HIGH)
-        gemm_tf32_kernel<<<dim3((unsigned)gx, (unsigned)gy), kThreads>>>(M, Ncols, K, A, ai, ak, B, bk, bj, C, ldc, accumulate, bias);
-    else
-        gemm_kernel<<<dim3((unsigned)gx, (unsigned)gy), kThreads>>>(M, Ncols, K, A, ai, ak, B, bk, bj, C, ldc, accumulate, bias);
+    // The larger tile count goes on gridDim.x (2^31 - 1 blocks), the other on y (65,535): the LM head's backward has
+    // the vocabulary as its rows, which on y would stop at 65,535 x 64 = 4.2M.
+    const int64_t rt = (M + BM - 1) / BM, ct = (Ncols + BN - 1) / BN;
+    const bool rows_on_x = rt > ct;
+    const unsigned gx = grid_dim(rows_on_x ? rt : ct, what), gy = grid_dim(rows_on_x ? ct : rt, what, kGridYZ);
+    if (maporl_get_matmul_precision() == MAPORL_MATMUL_HIGH) {
+        require_tf32(what);
+        gemm_tf32_kernel<<<dim3(gx, gy), kThreads>>>(M, Ncols, K, A, ai, ak, B, bk, bj, C, ldc, accumulate, bias, rows_on_x);
+    } else
+        gemm_kernel<<<dim3(gx, gy), kThreads>>>(M, Ncols, K, A, ai, ak, B, bk, bj, C, ldc, accumulate, bias, rows_on_x);
     MAPORL_CUDA_LAUNCHED(what);
 }
 
@@ -183,7 +200,7 @@ void matmul_backward(float * dinp, float * dweight, float * dbias, const float *
     // dweight[o, c] += sum_n dout[n, o] inp[n, c]
     gemm(OC, C, N, dout, 1, OC, inp, C, 1, dweight, C, true, nullptr, "matmul_backward");
     if (dbias && N > 0 && OC > 0) {
-        column_sum_kernel<<<(unsigned)((OC + 31) / 32), dim3(32, 32)>>>(dbias, dout, N, OC);
+        column_sum_kernel<<<grid_dim((OC + 31) / 32, "matmul_backward"), dim3(32, 32)>>>(dbias, dout, N, OC);
         MAPORL_CUDA_LAUNCHED("matmul_backward");
     }
 }

@@ -176,6 +176,7 @@ maporl_status gae_cuda_typed(const float * r, const float * v, const M * mask, i
     DeviceBuffer bad_buf, partials, stats;
     MAPORL_RETURN_IF_ERROR(scan_buffers(B, whiten, bad_buf, partials, stats));
     const int64_t blocks = (B + kWarpsPerBlock - 1) / kWarpsPerBlock;
+    MAPORL_RETURN_IF_ERROR(check_grid(blocks, "gae: rows (B)"));
     gae_kernel<M><<<(unsigned)blocks, kWarpsPerBlock * 32>>>(r, v, mask, B, T, gamma, gamma * lambda, adv, ret,
                                                              partials.as<double>(), bad_buf.as<unsigned long long>());
     return finish_scan<M>(bad_buf, mask, B, T, partials.as<double>(), stats.as<double>(), adv);
@@ -220,6 +221,7 @@ maporl_status returns_cuda_typed(const float * r, const M * mask, int64_t B, int
                                  float * G, float * A) {
     DeviceBuffer bad_buf, partials, stats;
     MAPORL_RETURN_IF_ERROR(scan_buffers(B, whiten, bad_buf, partials, stats));
+    MAPORL_RETURN_IF_ERROR(check_grid((B + 255) / 256, "reinforce_returns: rows (B)"));
     returns_kernel<M><<<(unsigned)((B + 255) / 256), 256>>>(r, mask, B, T, gamma, G, A, partials.as<double>(),
                                                            bad_buf.as<unsigned long long>());
     return finish_scan<M>(bad_buf, mask, B, T, partials.as<double>(), stats.as<double>(), A);

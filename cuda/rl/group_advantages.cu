@@ -132,6 +132,12 @@ __global__ void broadcast_kernel(const float * __restrict__ v, const M * __restr
     }
 }
 
+// The first weight that is not finite and >= 0 (the CPU checks them before anything else).
+__global__ void weights_kernel(const float * __restrict__ w, int64_t N, unsigned long long * __restrict__ bad) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < N; i += (int64_t)gridDim.x * blockDim.x)
+        if (!group_weight_ok(w[i])) atomicMin(bad, (unsigned long long)i);
+}
+
 unsigned grid_for(int64_t n) { return (unsigned)std::max<int64_t>(1, std::min<int64_t>((n + 255) / 256, 4096)); }
 
 }  // namespace
@@ -140,6 +146,20 @@ maporl_status group_advantages_cuda(const float * scores, const int32_t * groups
                                     const maporl_group_params & p, float * out) {
     MAPORL_RETURN_IF_ERROR(cuda_require_device("group_advantages"));
     if (N == 0) return MAPORL_OK;
+    if (weights != nullptr) {
+        DeviceBuffer bad_buf;
+        MAPORL_RETURN_IF_ERROR(bad_buf.alloc(sizeof(unsigned long long)));
+        MAPORL_CUDA_CALL(cudaMemset(bad_buf.ptr, 0xff, sizeof(unsigned long long)));
+        weights_kernel<<<grid_for(N), 256>>>(weights, N, bad_buf.as<unsigned long long>());
+        MAPORL_CUDA_CALL(cudaGetLastError());
+        unsigned long long bad = 0;
+        MAPORL_CUDA_CALL(cudaMemcpy(&bad, bad_buf.ptr, sizeof bad, cudaMemcpyDeviceToHost));
+        if (bad != ~0ull) {
+            float w = 0;
+            MAPORL_CUDA_CALL(cudaMemcpy(&w, weights + bad, sizeof w, cudaMemcpyDeviceToHost));
+            return set_error(MAPORL_ERR_INVALID_ARG, "weights: expected finite values >= 0, got %g at index %llu", (double)w, bad);
+        }
+    }
     DeviceBuffer mm, table;
     MAPORL_RETURN_IF_ERROR(mm.alloc(2 * sizeof(int)));
     const int init[2] = {INT_MAX, INT_MIN};

@@ -146,6 +146,7 @@ maporl_status plan_cuda(const PolicyLossArgs<float> & a, bool with_seq, RowPlan 
     const unsigned long long none = ~0ull;
     MAPORL_CUDA_CALL(cudaMemcpy(bad_dev.ptr, &none, sizeof none, cudaMemcpyHostToDevice));
     const bool gspo = with_seq && a.params.type == MAPORL_LOSS_GSPO;
+    MAPORL_RETURN_IF_ERROR(check_grid(B, "policy_loss: rows (B)"));
     if (B > 0) {
         plan_kernel<<<(unsigned)B, kThreads>>>(a.mask, (int)a.mask_type, a.logp, a.old_logp, gspo ? 1 : 0, a.T,
                                                len_dev.as<double>(), seq_dev.as<double>(),

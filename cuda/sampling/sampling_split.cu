@@ -385,13 +385,13 @@ __global__ void split_pass3_kernel(const float * __restrict__ logits, int64_t B,
     const float * z = logits + b * V;
     int bad = 0;
     const float m = row_max_of(q, S, &bad);
-    if (bad || m == -INFINITY) {
+    auto invalid = [&] {
         if (tok && !given) tok[b] = -1;
         if (lp) lp[b] = NAN;
         if (raw) raw[b] = NAN;
         if (valid) valid[b] = 0;
-        return;
-    }
+    };
+    if (bad || m == -INFINITY) return invalid();
     double sraw = 0.0;
     long long am = LLONG_MAX;
     for (int k = 0; k < S; ++k) {
@@ -421,6 +421,9 @@ __global__ void split_pass3_kernel(const float * __restrict__ logits, int64_t B,
                 best = q[k].best;
             }
         }
+        // No slice drew a winner (the row's maximum always enters the race, so this is a defect, not a draw): the row
+        // is invalid, as on the CPU, instead of reading z[-1].
+        if (g < 0 && best == LLONG_MAX) return invalid();
         t = g >= 0 ? g : (int32_t)best;
         lpv = g >= 0 && !gin ? -INFINITY : (float)((double)x_at(z, t, T) - (double)M - log(S_));
     }
@@ -466,6 +469,8 @@ maporl_status sample_split_cuda(const float * logits, int64_t B, int64_t V, cons
         any_k = any_k || (k > 0 && k < V);
         any_p = any_p || (tp > 0.0f && tp < 1.0f);
     }
+    MAPORL_RETURN_IF_ERROR(check_grid(B, "sample: rows (B)"));
+    MAPORL_RETURN_IF_ERROR(check_grid(S, "sample: slices per row", kGridYZ));
     DeviceBuffer parts, rows;
     MAPORL_RETURN_IF_ERROR(parts.alloc(sizeof(SlicePart) * (size_t)(B * S)));
     const dim3 grid((unsigned)B, (unsigned)S);

@@ -11,6 +11,11 @@
  *   - Shape letters: B rows/sequences, T steps/tokens, N tokens, V vocab, G group size, A agents, Q questions.
  *   - Masks are 0/1 (any other value is MAPORL_ERR_INVALID_ARG). Masked positions are skipped by scans,
  *     excluded from reductions, and written as 0 in outputs.
+ *   - CUDA: kernels run on the calling thread's current device (cudaSetDevice; device 0 unless the caller chose
+ *     another) and on the default stream, and a call returns once its results are written (it synchronizes), so
+ *     device pointers from any stream may be passed once that stream's work on them is done. There is no stream
+ *     parameter in this version. Grids beyond CUDA's limits (2^31 - 1 blocks in x, 65,535 in y) are
+ *     MAPORL_ERR_INVALID_ARG naming the call, not a wrapped launch.
  */
 #ifndef MAPORL_H
 #define MAPORL_H

@@ -186,7 +186,7 @@ void group_advantages_cpu(const float * scores, const int32_t * groups, const fl
     if (N == 0) return;
     if (weights != nullptr)
         for (int64_t i = 0; i < N; ++i)
-            if (!(weights[i] >= 0.0f && weights[i] <= std::numeric_limits<float>::max()))
+            if (!group_weight_ok(weights[i]))
                 throw_error(MAPORL_ERR_INVALID_ARG, "weights: expected finite values >= 0, got %g at index %lld",
                             (double)weights[i], (long long)i);
     const bool use_max = p.baseline == MAPORL_BASELINE_MAX;

@@ -44,6 +44,9 @@ struct Fold {
     double factor;
 };
 
+// A sample weight of the whitening: finite and >= 0 (NaN, Inf and negatives are MAPORL_ERR_INVALID_ARG on both devices).
+MAPORL_HD bool group_weight_ok(float w) { return w >= 0.0f && w <= 3.40282347e38f; }
+
 MAPORL_HD Fold fold(const Slot & g, const maporl_group_params & p) {
     if (p.baseline == MAPORL_BASELINE_NONE) return {0.0, 1.0};
     if (g.n == 1.0) {  // singleton: verl treats it as mean 0, std 1

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <string>
 #include <map>
 #include <random>
 #include <vector>
@@ -225,6 +226,39 @@ TEST(broadcast_and_errors) {
     float w[3] = {1, NAN, 1};
     CHECK(maporl_group_advantages(MAPORL_DEVICE_CPU, s, g, w, 3, p, a) == MAPORL_ERR_INVALID_ARG, "NaN weight");
     CHECK(std::strstr(maporl_last_error(), "weights") != nullptr, "%s", maporl_last_error());
+}
+
+// CUDA validates the whitening weights as the CPU does (it took NaN, Inf and negatives silently): the same error,
+// naming the first bad index, and nothing written.
+TEST(cuda_rejects_bad_weights_as_the_cpu) {
+    int count = 0;
+    maporl_cuda_device_count(&count);
+    if (count == 0) return;  // (CPU-only machine: the CPU's check is tested with the weights above)
+    const int64_t N = 6;
+    float s[N] = {1, 2, 3, 4, 5, 6};
+    int32_t g[N] = {0, 0, 1, 1, 2, 2};
+    maporl_group_params p = maporl_group_default_params();
+    p.whiten = true;
+    p.scale_by_std = false;
+    for (float badw : {-1.0f, NAN, INFINITY}) {
+        float w[N] = {1, 1, 1, badw, 1, 1}, out[N], sentinel[N];
+        for (int64_t i = 0; i < N; ++i) sentinel[i] = 123.0f;
+        const maporl_status cpu = maporl_group_advantages(MAPORL_DEVICE_CPU, s, g, w, N, p, out);
+        const std::string cpu_msg = maporl_last_error();
+        void *ds, *dg, *dw, *dout;
+        maporl_device_malloc(4 * N, &ds); maporl_device_malloc(4 * N, &dg); maporl_device_malloc(4 * N, &dw); maporl_device_malloc(4 * N, &dout);
+        maporl_memcpy_to_device(ds, s, 4 * N);
+        maporl_memcpy_to_device(dg, g, 4 * N);
+        maporl_memcpy_to_device(dw, w, 4 * N);
+        maporl_memcpy_to_device(dout, sentinel, 4 * N);
+        const maporl_status gpu = maporl_group_advantages(MAPORL_DEVICE_CUDA, (float *)ds, (int32_t *)dg, (float *)dw, N, p, (float *)dout);
+        float back[N];
+        maporl_memcpy_to_host(back, dout, 4 * N);
+        CHECK(cpu == MAPORL_ERR_INVALID_ARG && gpu == MAPORL_ERR_INVALID_ARG && cpu_msg == maporl_last_error(), "weight %g: cpu %d (%s), cuda %d (%s)",
+              (double)badw, (int)cpu, cpu_msg.c_str(), (int)gpu, maporl_last_error());
+        CHECK(std::equal(back, back + N, sentinel), "nothing written on the device");
+        for (void * q : {ds, dg, dw, dout}) maporl_device_free(q);
+    }
 }
 
 TEST(cuda_matches_cpu_or_reports_no_device) {

@@ -8,6 +8,7 @@
 //   - error statuses; and, when a GPU is visible, CUDA against the CPU.
 #include <algorithm>
 #include <chrono>
+#include <string>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -620,6 +621,49 @@ TEST(cuda_matches_cpu_or_reports_no_device) {
         for (int64_t i = 0; i < N; ++i) bad += !check::close(lp2[i], flp[i], 1e-5, 1e-6, std::fabs(flp[i]));
         CHECK(bad == 0 && check::close(gs.loss, cs.loss, 1e-5, 1e-7, std::fabs(cs.loss)), "CUDA fused V %lld: %d off",
               (long long)V, bad);
+        for (void * q : own) maporl_device_free(q);
+    }
+}
+
+// CUDA's fused loss and logprobs check the mask and the targets before they write (they wrote the rows before the
+// bad one, as the CPU never does): the CPU's error, outputs untouched. A masked row's target is not checked.
+TEST(cuda_checks_mask_and_targets_before_writing) {
+    int count = 0;
+    maporl_cuda_device_count(&count);
+    if (count == 0) return;  // (the CPU's order is tested above)
+    const int64_t B = 2, T = 3, N = B * T, V = 11;
+    Fused fd = make_fused(B, T, V, 5);
+    const std::vector<float> z = to_f(fd.z), fo = to_f(fd.old), fa = to_f(fd.adv);
+    std::vector<int32_t> y = fd.y;
+    std::vector<uint8_t> m(N, 1);
+    m[1] = 0;
+    y[1] = 99;  // masked: not checked
+    maporl_policy_loss_params p = maporl_policy_loss_default_params();
+    p.entropy_coef = 0.01f;
+    for (int bad = 0; bad < 2; ++bad) {
+        std::vector<int32_t> yy = y;
+        std::vector<uint8_t> mm = m;
+        if (bad == 0) yy[4] = V;  // an unmasked row's target out of range
+        else mm[5] = 2;           // a mask value that is neither 0 nor 1
+        std::vector<float> g(N * V), lp(N, 7.0f), H(N, 7.0f);
+        const maporl_status cs = maporl_fused_policy_loss(MAPORL_DEVICE_CPU, z.data(), yy.data(), fo.data(), fa.data(), 0, mm.data(), MAPORL_MASK_U8,
+                                                          nullptr, B, T, V, 1.0f, p, g.data(), lp.data(), H.data(), nullptr, nullptr);
+        const std::string cmsg = maporl_last_error();
+        std::vector<void *> own;
+        void * dlp = to_dev(std::vector<float>(N, 7.0f), own);
+        void * dH = to_dev(std::vector<float>(N, 7.0f), own);
+        const maporl_status gs = maporl_fused_policy_loss(MAPORL_DEVICE_CUDA, (float *)to_dev(z, own), (int32_t *)to_dev(yy, own), (float *)to_dev(fo, own),
+                                                          (float *)to_dev(fa, own), 0, to_dev(mm, own), MAPORL_MASK_U8, nullptr, B, T, V, 1.0f, p,
+                                                          (float *)to_dev(std::vector<float>(N * V), own), (float *)dlp, (float *)dH, nullptr, nullptr);
+        CHECK(cs == MAPORL_ERR_INVALID_ARG && gs == MAPORL_ERR_INVALID_ARG && cmsg == maporl_last_error(), "case %d: cpu %s | cuda %s", bad,
+              cmsg.c_str(), maporl_last_error());
+        const std::vector<float> lp2 = from_dev<float>(dlp, N), H2 = from_dev<float>(dH, N);
+        CHECK(std::all_of(lp2.begin(), lp2.end(), [](float x) { return x == 7.0f; }) && std::all_of(H2.begin(), H2.end(), [](float x) { return x == 7.0f; }),
+              "case %d: nothing written", bad);
+        if (bad == 0) {
+            const maporl_status ls = maporl_logprobs(MAPORL_DEVICE_CUDA, (float *)to_dev(z, own), (int32_t *)to_dev(yy, own), N, V, 1.0f, (float *)dlp, (float *)dH);
+            CHECK(ls == MAPORL_ERR_INVALID_ARG && from_dev<float>(dlp, N) == lp2, "logprobs: %s", maporl_last_error());
+        }
         for (void * q : own) maporl_device_free(q);
     }
 }
