@@ -36,6 +36,7 @@ export interface NativeLossParams {
     entropyCoef: number;
     agg: number;
     normalizer: number;
+    seqNormalizer: number;
 }
 
 export interface NativeLossStats {

@@ -69,6 +69,7 @@ maporl_policy_loss_params Params(const Napi::CallbackInfo & info, size_t i) {
     p.entropy_coef = (float)Field(o, "entropyCoef");
     p.agg = (maporl_loss_agg)(int)Field(o, "agg");
     p.normalizer = Field(o, "normalizer");
+    p.seq_normalizer = Field(o, "seqNormalizer");
     return p;
 }
 

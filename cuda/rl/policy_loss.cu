@@ -51,7 +51,7 @@ __global__ void plan_kernel(const void * __restrict__ mask, int mt, const float 
 }
 
 __global__ void token_kernel(PolicyLossArgs<float> a, LossCfg c, const double * __restrict__ w,
-                             const double * __restrict__ seq, double * __restrict__ partials) {
+                             const double * __restrict__ wa, const double * __restrict__ seq, double * __restrict__ partials) {
     __shared__ double sh[32];
     const int64_t n = a.B * a.T;
     double acc[kStats] = {};
@@ -69,13 +69,14 @@ __global__ void token_kernel(PolicyLossArgs<float> a, LossCfg c, const double * 
         const float adv = a.adv_per_seq ? a.advantages[b] : a.advantages[i];
         const float ref = c.kl != MAPORL_KL_NONE ? a.ref_logp[i] : 0.0f;
         const TokenTerms<ScalarOps<float>> t = token_terms<ScalarOps<float>>(c, lp, old, adv, (float)seq[b], ref);
-        const float wb = (float)w[b];
-        if (a.grad_logp) a.grad_logp[i] = wb * (t.dpg + c.kl_coef * t.dkl);
-        if (a.grad_entropy) a.grad_entropy[i] = -c.ent_coef * wb;
+        // w: the policy term's weight, wa: the KL and entropy terms' (they differ for GSPO only; the CPU's rule).
+        const float wb = (float)w[b], wab = (float)wa[b];
+        if (a.grad_logp) a.grad_logp[i] = wb == wab ? wb * (t.dpg + c.kl_coef * t.dkl) : wb * t.dpg + wab * (c.kl_coef * t.dkl);
+        if (a.grad_entropy) a.grad_entropy[i] = -c.ent_coef * wab;
         const double ent = a.entropy ? (double)a.entropy[i] : 0.0;
         acc[kPg] += w[b] * t.pg;
-        acc[kKl] += w[b] * t.kl;
-        acc[kEnt] += w[b] * ent;
+        acc[kKl] += wa[b] * t.kl;
+        acc[kEnt] += wa[b] * ent;
         acc[kClip] += t.clip ? 1.0 : 0.0;
         acc[kLower] += t.lower ? 1.0 : 0.0;
         acc[kNkl] += t.nkl;
@@ -134,14 +135,15 @@ int grid_for(int64_t n) {
     return (int)(g < kBlocks ? (g > 0 ? g : 1) : kBlocks);
 }
 
-// Steps 1 and 2: counts on the device, weights on the host; w_dev / seq_dev receive [B] doubles.
+// Steps 1 and 2: counts on the device, weights on the host; w_dev receives [2B] doubles (the policy term's weights,
+// then the KL / entropy terms'), seq_dev [B].
 maporl_status plan_cuda(const PolicyLossArgs<float> & a, bool with_seq, RowPlan & p, DeviceBuffer & w_dev,
                         DeviceBuffer & seq_dev) {
     const int64_t B = a.B;
     DeviceBuffer len_dev, bad_dev;
     MAPORL_RETURN_IF_ERROR(len_dev.alloc(sizeof(double) * (size_t)B));
     MAPORL_RETURN_IF_ERROR(seq_dev.alloc(sizeof(double) * (size_t)B));
-    MAPORL_RETURN_IF_ERROR(w_dev.alloc(sizeof(double) * (size_t)B));
+    MAPORL_RETURN_IF_ERROR(w_dev.alloc(sizeof(double) * (size_t)(2 * B)));
     MAPORL_RETURN_IF_ERROR(bad_dev.alloc(sizeof(unsigned long long)));
     const unsigned long long none = ~0ull;
     MAPORL_CUDA_CALL(cudaMemcpy(bad_dev.ptr, &none, sizeof none, cudaMemcpyHostToDevice));
@@ -166,15 +168,16 @@ maporl_status plan_cuda(const PolicyLossArgs<float> & a, bool with_seq, RowPlan 
                          bad % (unsigned long long)a.T);
     }
     p.len.assign((size_t)B, 0.0);
-    p.w.assign((size_t)B, 0.0);
     if (B > 0) MAPORL_CUDA_CALL(cudaMemcpy(p.len.data(), len_dev.ptr, sizeof(double) * (size_t)B, cudaMemcpyDeviceToHost));
     for (int64_t b = 0; b < B; ++b) {
         p.tokens += p.len[b];
         p.seqs += p.len[b] > 0 ? 1 : 0;
     }
-    for (int64_t b = 0; b < B; ++b)
-        p.w[b] = agg_weight(a.params.agg, a.params.normalizer, p.len[b], p.tokens, p.seqs, a.T);
-    if (B > 0) MAPORL_CUDA_CALL(cudaMemcpy(w_dev.ptr, p.w.data(), sizeof(double) * (size_t)B, cudaMemcpyHostToDevice));
+    plan_weights(a.params, a.T, p);
+    if (B > 0) {
+        MAPORL_CUDA_CALL(cudaMemcpy(w_dev.ptr, p.w.data(), sizeof(double) * (size_t)B, cudaMemcpyHostToDevice));
+        MAPORL_CUDA_CALL(cudaMemcpy(w_dev.as<double>() + B, p.wa.data(), sizeof(double) * (size_t)B, cudaMemcpyHostToDevice));
+    }
     return MAPORL_OK;
 }
 
@@ -194,7 +197,7 @@ maporl_status policy_loss_cuda(const PolicyLossArgs<float> & a, maporl_policy_lo
     const int64_t n = a.B * a.T;
     const int grid = grid_for(n);
     MAPORL_RETURN_IF_ERROR(part_dev.alloc(sizeof(double) * kStats * (size_t)grid));
-    token_kernel<<<grid, kThreads>>>(a, c, w_dev.as<double>(), seq_dev.as<double>(), part_dev.as<double>());
+    token_kernel<<<grid, kThreads>>>(a, c, w_dev.as<double>(), w_dev.as<double>() + a.B, seq_dev.as<double>(), part_dev.as<double>());
     MAPORL_CUDA_CALL(cudaGetLastError());
     std::vector<double> part((size_t)grid * kStats);
     MAPORL_CUDA_CALL(cudaMemcpy(part.data(), part_dev.ptr, sizeof(double) * part.size(), cudaMemcpyDeviceToHost));

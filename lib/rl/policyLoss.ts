@@ -40,12 +40,16 @@ export interface LossOptions {
     kl?: { coef: number; estimator?: KlEstimator } | null;
     /** loss -= entropyCoef * agg(entropy); needs `entropy` per token. Defaults to 0. */
     entropyCoef?: number;
-    /** Defaults to 'token-mean' ('seq-mean-token-mean' for gspo, as verl forces; 'seq-mean-token-sum' for reinforce,
-     * verl's bypass-mode default). */
+    /** Defaults to 'token-mean' ('seq-mean-token-sum' for reinforce, verl's bypass-mode default). For 'gspo' it weighs
+     * the KL and entropy terms only: the policy term is always 'seq-mean-token-mean', as verl's
+     * compute_policy_loss_gspo does whatever loss_agg_mode says. */
     aggregation?: LossAggregation;
     /** The global divisor of the aggregation: the full batch's valid-token count (token-mean), valid-sequence count
      * (seq-mean-*), or scale factor (seq-mean-token-sum-norm, default T). Defaults to the local value. */
     normalizer?: number;
+    /** gspo only: the full batch's valid-sequence count for its policy term's seq-mean-token-mean (micro-batches then
+     * sum exactly). Defaults to `normalizer` when `aggregation` is a seq-mean mode, else the local count. */
+    sequenceNormalizer?: number;
     /** Defaults to `'auto'` (CUDA only for at least 2^24 tokens). */
     device?: Device;
 }
@@ -82,7 +86,8 @@ export interface PolicyLossStats {
     clipFrac: number;
     /** Fraction whose dual-clip cap is active (ppo, A < 0). verl's pg_clipfrac_lower. */
     clipFracLower: number;
-    /** Mean of oldLogp - logp (clamped as the ratio is). verl's ppo_kl. */
+    /** Mean of oldLogp - logp (clamped as the ratio is for ppo and cispo; unclamped for reinforce and gspo, as verl
+     * reports them). verl's ppo_kl. */
     approxKl: number;
     /** Mean of the KL estimator's value. */
     klMean: number;
@@ -136,14 +141,19 @@ export function lossParams(fn: string, o: Partial<LossOptions>, hasRef: boolean,
     const entropyCoef = requireNumber(fn, "entropyCoef", o.entropyCoef, 0, -Number.MAX_VALUE, Number.MAX_VALUE);
     if (entropyCoef !== 0 && !hasEntropy) throw new TypeError(`${fn}: entropy: expected Float32Array (required with entropyCoef), got undefined`);
     if (!hasOld && type !== "reinforce") throw new TypeError(`${fn}: oldLogp: expected Float32Array (required for ${JSON.stringify(type)}), got undefined`);
-    const aggDefault: LossAggregation = type === "gspo" ? "seq-mean-token-mean" : type === "reinforce" ? "seq-mean-token-sum" : "token-mean";
+    const aggDefault: LossAggregation = type === "reinforce" ? "seq-mean-token-sum" : "token-mean";
     const agg = requireChoice(fn, "aggregation", o.aggregation, AGGS, aggDefault);
     const normalizer = o.normalizer === undefined ? 0 : requireNumber(fn, "normalizer", o.normalizer, 0, Number.MIN_VALUE, Number.MAX_VALUE);
+    if (o.sequenceNormalizer !== undefined && type !== "gspo")
+        throw new RangeError(`${fn}: sequenceNormalizer: only for type 'gspo' (its policy term's sequence count), got type ${JSON.stringify(type)}`);
+    const seqNormalizer = o.sequenceNormalizer === undefined ? 0
+        : requireNumber(fn, "sequenceNormalizer", o.sequenceNormalizer, 0, Number.MIN_VALUE, Number.MAX_VALUE);
     return { type: TYPES.indexOf(type), clipLow: low, clipHigh: high, dualClip: dual, logRatioClamp: clamp, kl,
-        klStraightThrough: st, klCoef, entropyCoef, agg: AGGS.indexOf(agg), normalizer };
+        klStraightThrough: st, klCoef, entropyCoef, agg: AGGS.indexOf(agg), normalizer, seqNormalizer };
 }
 
-export const LOSS_OPTION_KEYS = ["type", "clip", "dualClip", "logRatioClamp", "kl", "entropyCoef", "aggregation", "normalizer", "device"];
+export const LOSS_OPTION_KEYS = ["type", "clip", "dualClip", "logRatioClamp", "kl", "entropyCoef", "aggregation", "normalizer",
+    "sequenceNormalizer", "device"];
 
 function batchObject(fn: string, x: unknown, what: string): void {
     if (x === null || typeof x !== "object") throw new TypeError(`${fn}: batch: expected an object with ${what}, got ${describe(x)}`);

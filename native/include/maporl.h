@@ -219,9 +219,13 @@ typedef struct maporl_policy_loss_params {
     int   kl_straight_through;     /* 1: value of `kl`, gradient of k2 (verl's "+" suffix). Default 0 */
     float kl_coef;                 /* finite. Default 0 */
     float entropy_coef;            /* finite; loss -= coef * agg(entropy). Default 0; needs entropy */
-    maporl_loss_agg agg;           /* default MAPORL_AGG_TOKEN_MEAN */
+    maporl_loss_agg agg;           /* default MAPORL_AGG_TOKEN_MEAN. GSPO: applies to the KL and entropy terms only
+                                      (verl's compute_policy_loss_gspo always aggregates its policy term as
+                                      seq-mean-token-mean) */
     double normalizer;             /* > 0: the global count (tokens, sequences) or scale factor of `agg`, so that
                                       micro-batches sum to the full-batch loss and gradient; 0: local default */
+    double seq_normalizer;         /* GSPO only: the global sequence count of its policy term's seq-mean-token-mean
+                                      (> 0), or 0: `normalizer` when `agg` is a seq-mean mode, else local */
 } maporl_policy_loss_params;
 
 maporl_policy_loss_params maporl_policy_loss_default_params(void);

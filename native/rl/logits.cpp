@@ -207,7 +207,7 @@ void fused_policy_loss_cpu(const FusedArgs<F> & fa, maporl_policy_loss_stats * s
     auto seg_and_pass_c = [&](int64_t n, Scratch & sc) {
         const int64_t b = n / T, t = n % T;
         row_of[n] = b;
-        run_segment(c, row_segment(a, b, t, t + 1, p.seq[b], p.w[b]), sums[n]);
+        run_segment(c, row_segment(a, b, t, t + 1, p.seq[b], p.w[b], p.wa[b]), sums[n]);
         F * g = fa.grad_logits + n * V;
         if (!valid(n)) {
             std::memset((void *)g, 0, sizeof(F) * (size_t)V);

@@ -42,6 +42,9 @@ LossCfg loss_cfg(const maporl_policy_loss_params & p, bool has_ref, bool has_ent
     if (!(p.normalizer >= 0.0 && std::isfinite(p.normalizer)))
         throw_error(MAPORL_ERR_INVALID_ARG, "params.normalizer: expected a finite number >= 0 (0: local), got %g",
                     p.normalizer);
+    if (!(p.seq_normalizer >= 0.0 && std::isfinite(p.seq_normalizer)))
+        throw_error(MAPORL_ERR_INVALID_ARG, "params.seq_normalizer: expected a finite number >= 0 (0: local), got %g",
+                    p.seq_normalizer);
     if (p.kl != MAPORL_KL_NONE && !has_ref)
         throw_error(MAPORL_ERR_INVALID_ARG, "ref_logp: required when params.kl is not MAPORL_KL_NONE, got NULL");
     if (p.entropy_coef != 0.0f && !has_entropy)
@@ -73,6 +76,21 @@ double agg_weight(maporl_loss_agg agg, double normalizer, double len, double tok
     return d > 0 ? 1.0 / d : 0.0;
 }
 
+void plan_weights(const maporl_policy_loss_params & prm, int64_t T, RowPlan & p) {
+    const size_t B = p.len.size();
+    p.w.assign(B, 0.0);
+    p.wa.assign(B, 0.0);
+    // GSPO: the policy term as seq-mean-token-mean over the sequences, whatever `agg` says (verl's rule); `agg`
+    // weighs the KL and entropy terms.
+    const bool gspo = prm.type == MAPORL_LOSS_GSPO;
+    const bool seq_agg = prm.agg != MAPORL_AGG_TOKEN_MEAN && prm.agg != MAPORL_AGG_SEQ_MEAN_TOKEN_SUM_NORM;
+    const double seq_norm = prm.seq_normalizer > 0 ? prm.seq_normalizer : seq_agg ? prm.normalizer : 0.0;
+    for (size_t b = 0; b < B; ++b) {
+        p.wa[b] = agg_weight(prm.agg, prm.normalizer, p.len[b], p.tokens, p.seqs, T);
+        p.w[b] = gspo ? agg_weight(MAPORL_AGG_SEQ_MEAN_TOKEN_MEAN, seq_norm, p.len[b], p.tokens, p.seqs, T) : p.wa[b];
+    }
+}
+
 template <typename F>
 bool run_segment(const LossCfg & c, const PgSeg<F> & s, PgSums & out) {
     if constexpr (std::is_same<F, float>::value) {
@@ -88,7 +106,7 @@ template bool run_segment<float>(const LossCfg &, const PgSeg<float> &, PgSums &
 template bool run_segment<double>(const LossCfg &, const PgSeg<double> &, PgSums &);
 
 template <typename F>
-PgSeg<F> row_segment(const PolicyLossArgs<F> & a, int64_t b, int64_t t0, int64_t t1, double seq, double w) {
+PgSeg<F> row_segment(const PolicyLossArgs<F> & a, int64_t b, int64_t t0, int64_t t1, double seq, double w, double wa) {
     const int64_t o = b * a.T + t0;
     const size_t msz = a.mask_type == MAPORL_MASK_U8 ? 1 : 4;
     PgSeg<F> s;
@@ -102,13 +120,14 @@ PgSeg<F> row_segment(const PolicyLossArgs<F> & a, int64_t b, int64_t t0, int64_t
     s.ent = a.entropy ? a.entropy + o : nullptr;
     s.seq = (F)seq;
     s.w = (F)w;
+    s.w_aux = (F)wa;
     s.grad = a.grad_logp ? a.grad_logp + o : nullptr;
     s.gent = a.grad_entropy ? a.grad_entropy + o : nullptr;
     s.n = t1 - t0;
     return s;
 }
-template PgSeg<float> row_segment<float>(const PolicyLossArgs<float> &, int64_t, int64_t, int64_t, double, double);
-template PgSeg<double> row_segment<double>(const PolicyLossArgs<double> &, int64_t, int64_t, int64_t, double, double);
+template PgSeg<float> row_segment<float>(const PolicyLossArgs<float> &, int64_t, int64_t, int64_t, double, double, double);
+template PgSeg<double> row_segment<double>(const PolicyLossArgs<double> &, int64_t, int64_t, int64_t, double, double, double);
 
 template <typename F>
 RowPlan plan_rows(const PolicyLossArgs<F> & a, bool with_seq) {
@@ -166,8 +185,7 @@ RowPlan plan_rows(const PolicyLossArgs<F> & a, bool with_seq) {
         p.tokens += p.len[b];
         p.seqs += p.len[b] > 0 ? 1 : 0;
     }
-    for (int64_t b = 0; b < a.B; ++b)
-        p.w[b] = agg_weight(a.params.agg, a.params.normalizer, p.len[b], p.tokens, p.seqs, T);
+    plan_weights(a.params, T, p);
     return p;
 }
 template RowPlan plan_rows<float>(const PolicyLossArgs<float> &, bool);
@@ -179,10 +197,10 @@ void finish_stats(const LossCfg & c, const RowPlan & p, const std::vector<PgSums
     PgSums all;
     double pg = 0, kl = 0, ent = 0;
     for (size_t k = 0; k < sums.size(); ++k) {
-        const double w = p.w[(size_t)row_of[k]];
+        const double w = p.w[(size_t)row_of[k]], wa = p.wa[(size_t)row_of[k]];
         pg += w * sums[k].pg;
-        kl += w * sums[k].kl;
-        ent += w * sums[k].ent;
+        kl += wa * sums[k].kl;
+        ent += wa * sums[k].ent;
         all.add(sums[k]);
     }
     const double n = all.tokens, inv = n > 0 ? 1.0 / n : 0.0;
@@ -210,7 +228,7 @@ void policy_loss_cpu(const PolicyLossArgs<F> & a, maporl_policy_loss_stats * sta
     parallel_for(a.B, 1, [&](int64_t b0, int64_t b1) {
         for (int64_t b = b0; b < b1; ++b) {
             row_of[b] = b;
-            run_segment(c, row_segment(a, b, 0, a.T, p.seq[b], p.w[b]), sums[b]);
+            run_segment(c, row_segment(a, b, 0, a.T, p.seq[b], p.w[b], p.wa[b]), sums[b]);
         }
     });
     finish_stats(c, p, sums, row_of, stats);
@@ -237,6 +255,7 @@ maporl_policy_loss_params maporl_policy_loss_default_params(void) {
     p.entropy_coef = 0.0f;
     p.agg = MAPORL_AGG_TOKEN_MEAN;
     p.normalizer = 0.0;
+    p.seq_normalizer = 0.0;
     return p;
 }
 

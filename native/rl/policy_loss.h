@@ -38,7 +38,8 @@ struct PgSeg {
     const F * ref;      // read only with kl
     const F * ent;      // null: no entropy
     F seq;              // gspo: the row's mean of logp - old over valid tokens
-    F w;                // aggregation weight of each valid token of this row
+    F w;                // aggregation weight of each valid token's policy term in this row
+    F w_aux;            // of its KL and entropy terms (= w but for GSPO, whose policy term is seq-mean-token-mean)
     F * grad;           // null: not written
     F * gent;           // null: not written
     int64_t n;
@@ -97,8 +98,9 @@ bool pg_segment(const LossCfg & cfg, const PgSeg<F> & seg, const M * m, int64_t 
     const PgSeg<F> s = seg;
     typedef typename Ops::V V;
     typedef typename Ops::K K;
-    const V zero = Ops::splat(0.0), one = Ops::splat(1.0), w = Ops::splat((double)s.w);
-    const V kc = Ops::splat((double)c.kl_coef), ge = Ops::splat(-(double)c.ent_coef * (double)s.w);
+    const V zero = Ops::splat(0.0), one = Ops::splat(1.0), w = Ops::splat((double)s.w), wa = Ops::splat((double)s.w_aux);
+    const bool split = s.w != s.w_aux;  // (else the one product, as before the GSPO rule: the same bits)
+    const V kc = Ops::splat((double)c.kl_coef), ge = Ops::splat(-(double)c.ent_coef * (double)s.w_aux);
     const V seq = Ops::splat((double)s.seq), advs = Ops::splat((double)s.adv_seq);
     bool bad = false;
     for (int64_t b0 = i0; b0 < i1; b0 += 1024) {
@@ -114,7 +116,7 @@ bool pg_segment(const LossCfg & cfg, const PgSeg<F> & seg, const M * m, int64_t 
             const V adv = s.adv ? Ops::load(s.adv + i) : advs;
             const V ref = c.kl != MAPORL_KL_NONE ? Ops::load(s.ref + i) : zero;
             const TokenTerms<Ops> t = token_terms<Ops>(c, lp, old, adv, seq, ref);
-            if (s.grad) Ops::store(s.grad + i, Ops::sel(valid, w * (t.dpg + kc * t.dkl), zero));
+            if (s.grad) Ops::store(s.grad + i, Ops::sel(valid, split ? w * t.dpg + wa * (kc * t.dkl) : w * (t.dpg + kc * t.dkl), zero));
             if (s.gent) Ops::store(s.gent + i, Ops::sel(valid, ge, zero));
             apg += Ops::sel(valid, t.pg, zero);
             akl += Ops::sel(valid, t.kl, zero);
@@ -212,15 +214,18 @@ double agg_weight(maporl_loss_agg agg, double normalizer, double len, double tok
 
 // The shared steps of the CPU drivers (policy_loss.cpp):
 struct RowPlan {
-    std::vector<double> len, seq, w;  // per row: valid tokens, gspo mean of logp - old, aggregation weight
+    std::vector<double> len, seq, w, wa;  // per row: valid tokens, gspo mean of logp - old, the policy term's and the
+                                          // KL / entropy terms' aggregation weights
     double tokens = 0, seqs = 0;
 };
 // Mask pre-pass (throws on a value other than 0/1), gspo means when with_seq, weights.
 template <typename F>
 RowPlan plan_rows(const PolicyLossArgs<F> & a, bool with_seq);
+// The rows' weights (w, wa) from p.len and the totals (GSPO's rule included); plan_rows and the CUDA plan call it.
+void plan_weights(const maporl_policy_loss_params & prm, int64_t T, RowPlan & p);
 // Segment [t0, t1) of row b as PgSeg.
 template <typename F>
-PgSeg<F> row_segment(const PolicyLossArgs<F> & a, int64_t b, int64_t t0, int64_t t1, double seq, double w);
+PgSeg<F> row_segment(const PolicyLossArgs<F> & a, int64_t b, int64_t t0, int64_t t1, double seq, double w, double wa);
 // The segment loop on the active ISA (float) or the scalar template (double, or the scalar level).
 template <typename F>
 bool run_segment(const LossCfg & c, const PgSeg<F> & s, PgSums & out);

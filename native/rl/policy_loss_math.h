@@ -44,7 +44,7 @@ struct TokenTerms {
     typename Ops::V pg;     // policy-gradient loss term
     typename Ops::V dpg;    // its d / d logp
     typename Ops::V ratio;  // rho (gspo: the sequence ratio)
-    typename Ops::V nkl;    // old - logp (clamped as the ratio is, for ppo/cispo), for approx_kl
+    typename Ops::V nkl;    // old - logp (clamped as the ratio is for ppo/cispo; raw for reinforce and gspo), for approx_kl
     typename Ops::V kl;     // kl estimator value (0 without kl)
     typename Ops::V dkl;    // its d / d logp
     typename Ops::K clip;   // clipped term active (cispo: weight clamped)
@@ -80,7 +80,7 @@ MAPORL_HD TokenTerms<Ops> token_terms(const LossCfg & c, typename Ops::V lp, typ
         const V d = Ops::sel(raw < -C, -C, Ops::sel(raw > C, C, raw));
         const V rho = Ops::exp(d);
         o.ratio = rho;
-        o.nkl = -d;
+        o.nkl = c.type == MAPORL_LOSS_REINFORCE ? -raw : -d;  // (verl's reinforce loss reports the unclamped ppo_kl)
         if (c.type == MAPORL_LOSS_PPO) {
             const V l1 = -adv * rho;
             const V l2 = -adv * Ops::sel(rho < lo, lo, Ops::sel(rho > hi, hi, rho));

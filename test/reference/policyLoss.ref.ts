@@ -13,6 +13,8 @@ export interface RefOptions {
     entropyCoef: number;
     aggregation: "token-mean" | "seq-mean-token-sum" | "seq-mean-token-mean" | "seq-mean-token-sum-norm";
     normalizer: number | null;
+    /** gspo: the policy term's sequence count (verl aggregates it as seq-mean-token-mean whatever the mode). */
+    sequenceNormalizer?: number | null;
 }
 
 export interface RefBatch {
@@ -46,6 +48,11 @@ export function policyLossReference(x: RefBatch, o: RefOptions) {
             default: return 1 / (n ?? T);
         }
     };
+    // verl's compute_policy_loss_gspo: agg_loss(pg_losses, mask, "seq-mean-token-mean") whatever loss_agg_mode is; the
+    // KL and entropy terms take loss_agg_mode (dp_actor's agg_loss calls).
+    const seqAgg = o.aggregation === "seq-mean-token-sum" || o.aggregation === "seq-mean-token-mean";
+    const pgWeight = (b: number) => (o.type !== "gspo" ? weight(b)
+        : len[b] === 0 ? 0 : 1 / ((o.sequenceNormalizer ?? (seqAgg ? o.normalizer : null) ?? seqs) * len[b]!));
     const lo = 1 - o.clipLow, hi = 1 + o.clipHigh, C = o.logRatioClamp;
     const grad = new Float64Array(B * T), gradEnt = new Float64Array(B * T), gradScale = new Float64Array(B * T);
     let pg = 0, kl = 0, ent = 0, nclip = 0, nlow = 0, nkl = 0, klv = 0, entv = 0, rsum = 0, rmax = -Infinity;
@@ -55,7 +62,7 @@ export function policyLossReference(x: RefBatch, o: RefOptions) {
             for (let t = 0; t < T; t++) if (on(b * T + t)) seqMean += x.logp[b * T + t]! - x.oldLogp![b * T + t]!;
             seqMean /= len[b]!;
         }
-        const w = weight(b);
+        const w = weight(b), wp = pgWeight(b);
         for (let t = 0; t < T; t++) {
             const i = b * T + t;
             if (!on(i)) continue;
@@ -72,7 +79,7 @@ export function policyLossReference(x: RefBatch, o: RefOptions) {
             } else {
                 const raw = lp - old, d = clamp(raw, -C, C);
                 ratio = Math.exp(d);
-                negKl = -d;
+                negKl = o.type === "reinforce" ? -raw : -d;  // verl's reinforce reports the unclamped ppo_kl
                 if (o.type === "ppo") {
                     const l1 = -a * ratio, l2 = -a * clamp(ratio, lo, hi);
                     clipped = l2 > l1;
@@ -106,10 +113,10 @@ export function policyLossReference(x: RefBatch, o: RefOptions) {
                 if (o.kl.straightThrough) dk = d;
             }
             const H = x.entropy ? x.entropy[i]! : 0;
-            grad[i] = w * (dL + (o.kl ? o.kl.coef * dk : 0));
-            gradScale[i] = w * (Math.abs(dL) + (o.kl ? Math.abs(o.kl.coef * dk) : 0));  // the size of what was summed
+            grad[i] = wp * dL + w * (o.kl ? o.kl.coef * dk : 0);
+            gradScale[i] = wp * Math.abs(dL) + w * (o.kl ? Math.abs(o.kl.coef * dk) : 0);  // the size of what was summed
             gradEnt[i] = -o.entropyCoef * w;
-            pg += w * L; kl += w * k; ent += w * H;
+            pg += wp * L; kl += w * k; ent += w * H;
             nclip += clipped ? 1 : 0; nlow += lower ? 1 : 0; nkl += negKl; klv += k; entv += H; rsum += ratio;
             rmax = Math.max(rmax, ratio);
         }

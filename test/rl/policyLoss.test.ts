@@ -124,7 +124,8 @@ describe("policyLoss", () => {
                     const sl = <A extends Float32Array | Uint8Array>(a: A, per = T) => a.subarray(b0 * per, b1 * per) as A;
                     const part = policyLoss({ logp: sl(x.logp), oldLogp: sl(x.oldLogp), refLogp: sl(x.refLogp), entropy: sl(x.entropy),
                         mask: sl(x.mask), advantages: sl(x.advantages, type === "gspo" ? 1 : T), shape: [b1 - b0, T] },
-                    { type, aggregation, kl: { coef: 0.1, estimator: "k3" }, entropyCoef: 0.02, normalizer });
+                    { type, aggregation, kl: { coef: 0.1, estimator: "k3" }, entropyCoef: 0.02, normalizer,
+                        ...(type === "gspo" ? { sequenceNormalizer: full.stats.sequences } : {}) });
                     loss += part.loss;
                     grad.set(part.gradLogp, b0 * T);
                 }
