@@ -100,10 +100,10 @@ export interface NativeBinding {
         lambda: number, whiten: boolean, device: 0 | 1, advantages: Float32Array, returns: Float32Array): void;
     groupAdvantages(scores: Float32Array, groups: Int32Array, weights: Float32Array | null, N: number,
         baseline: 0 | 1 | 2 | 3, scaleByStd: boolean, stdUnbiased: boolean, eps: number, singletonZero: boolean,
-        nanExclude: boolean, whiten: boolean, device: 0 | 1, out: Float32Array): void;
+        nanExclude: boolean, whiten: 0 | 1 | 2, device: 0 | 1, out: Float32Array): void;
     groupAdvantagesAsync(scores: Float32Array, groups: Int32Array, weights: Float32Array | null, N: number,
         baseline: 0 | 1 | 2 | 3, scaleByStd: boolean, stdUnbiased: boolean, eps: number, singletonZero: boolean,
-        nanExclude: boolean, whiten: boolean, device: 0 | 1, out: Float32Array): Promise<void>;
+        nanExclude: boolean, whiten: 0 | 1 | 2, device: 0 | 1, out: Float32Array): Promise<void>;
     broadcastRows(values: Float32Array, mask: MaskArray, N: number, T: number, device: 0 | 1, out: Float32Array): void;
     reinforceReturns(rewards: Float32Array, mask: MaskArray, B: number, T: number, gamma: number, whiten: boolean,
         device: 0 | 1, returns: Float32Array, advantages: Float32Array): void;

@@ -1,6 +1,6 @@
 // group_advantages.cpp: N-API glue for maporl_group_advantages and maporl_broadcast_rows.
 // JS: groupAdvantages(scores, groups, weights|null, N, baseline, scaleByStd, stdUnbiased, eps, singletonZero,
-//     nanExclude, whiten, device, out) and groupAdvantagesAsync(...same) -> Promise<void>;
+//     nanExclude, whiten (0 off, 1 verl, 2 OpenRLHF), device, out) and groupAdvantagesAsync(...same) -> Promise<void>;
 //     broadcastRows(values, mask, N, T, device, out).
 #include <napi.h>
 
@@ -57,7 +57,7 @@ GroupCall Unpack(const Napi::CallbackInfo & info, std::vector<Napi::Value> * kee
     c.p.eps = (float)RequireNumber(info, 7, "eps");
     c.p.singleton_zero = RequireBool(info, 8, "singletonZero");
     c.p.nan_exclude = RequireBool(info, 9, "nanExclude");
-    c.p.whiten = RequireBool(info, 10, "whiten");
+    c.p.whiten = (int)RequireInt(info, 10, "whiten", 0, 2);
     c.device = (maporl_device)RequireInt(info, 11, "device", 0, 1);
     c.out = (float *)DataOf(o);
     return c;

@@ -94,7 +94,7 @@ __global__ void gae_kernel(const float * __restrict__ r, const float * __restric
     }
 }
 
-// One block: sums the per-row partials in a fixed order and writes (mean, rstd, count) to stats.
+// One block: sums the per-row partials in a fixed order and writes the mean and the count to stats[0], stats[2].
 __global__ void whiten_stats_kernel(const double * __restrict__ partials, int64_t B, double * __restrict__ stats) {
     __shared__ double sh[3][256];
     double s = 0, s2 = 0, n = 0;
@@ -116,11 +116,32 @@ __global__ void whiten_stats_kernel(const double * __restrict__ partials, int64_
         __syncthreads();
     }
     if (threadIdx.x == 0) {
-        WhitenStats st = whiten_stats(sh[0][0], sh[1][0], sh[2][0]);
-        stats[0] = st.mean;
-        stats[1] = st.rstd;
+        stats[0] = whiten_mean(sh[0][0], sh[2][0]);
         stats[2] = sh[2][0];
     }
+}
+
+// The second, exact pass (the CPU takes it only where one pass loses digits): per-block sums of (x - mean)^2 over the
+// valid tokens, kDevBlocks blocks in a fixed grid; then one thread adds them in order and writes stats[1] = rstd.
+constexpr int kDevBlocks = 1024;
+
+template <typename M>
+__global__ void whiten_dev_kernel(const float * __restrict__ adv, const M * __restrict__ mask, int64_t n,
+                                  const double * __restrict__ stats, double * __restrict__ dev) {
+    __shared__ double sh[32];
+    const double mean = stats[0];
+    double d = 0;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        if (mask[i] == M(1)) d += ((double)adv[i] - mean) * ((double)adv[i] - mean);
+    d = block_sum(d, sh);
+    if (threadIdx.x == 0) dev[blockIdx.x] = d;
+}
+
+__global__ void whiten_rstd_kernel(const double * __restrict__ dev, double * __restrict__ stats) {
+    if (threadIdx.x != 0 || blockIdx.x != 0) return;
+    double m2 = 0;
+    for (int b = 0; b < kDevBlocks; ++b) m2 += dev[b];
+    stats[1] = whiten_from_m2(stats[0], m2, stats[2], 0).rstd;
 }
 
 template <typename M>
@@ -163,6 +184,11 @@ maporl_status finish_scan(const DeviceBuffer & bad_buf, const M * mask, int64_t 
         whiten_stats_kernel<<<1, 256>>>(partials, B, stats);
         MAPORL_CUDA_CALL(cudaGetLastError());
         const int64_t n = B * T;
+        DeviceBuffer dev;
+        MAPORL_RETURN_IF_ERROR(dev.alloc(sizeof(double) * kDevBlocks));
+        whiten_dev_kernel<M><<<kDevBlocks, 256>>>(A, mask, n, stats, dev.as<double>());
+        whiten_rstd_kernel<<<1, 32>>>(dev.as<double>(), stats);
+        MAPORL_CUDA_CALL(cudaGetLastError());
         whiten_apply_kernel<M><<<(unsigned)std::min<int64_t>((n + 255) / 256, 65535), 256>>>(A, mask, n, stats);
         MAPORL_CUDA_CALL(cudaGetLastError());
     }

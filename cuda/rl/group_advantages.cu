@@ -9,7 +9,7 @@
 #include <cmath>
 #include <limits>
 
-#include "native/rl/gae_scan.h"  // whiten_stats
+#include "native/rl/gae_scan.h"  // whiten_mean, whiten_from_m2
 #include "native/rl/group_advantages.h"
 #include "cuda/core/common.cuh"
 
@@ -81,36 +81,49 @@ __global__ void write_kernel(const float * __restrict__ s, const int32_t * __res
     }
 }
 
-// Whitening over the batch: per-block partial (sum w a, sum w a^2, sum w), reduced in fixed order by one block.
-__global__ void whiten_partials_kernel(const float * __restrict__ a, const float * __restrict__ s,
-                                       const float * __restrict__ w, int64_t N, int excl, double * __restrict__ part) {
+// Whitening over the batch in two exact passes (the CPU takes the second one only where one pass loses digits):
+// per-block partials in fixed order, reduced by one thread. Without `center`: (sum w a, -, sum w); with it:
+// (-, sum w (a - center)^2, -).
+__global__ void whiten_partials_kernel(const float * __restrict__ a, const float * __restrict__ s, const float * __restrict__ w,
+                                       int64_t N, int excl, const double * __restrict__ center, double * __restrict__ part) {
     __shared__ double sh[3][256];
     double s1 = 0, s2 = 0, sw = 0;
+    const double c = center ? center[0] : 0.0;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < N; i += (int64_t)gridDim.x * blockDim.x) {
         const double wi = counted(s[i], excl) ? (w ? (double)w[i] : 1.0) : 0.0;
         if (wi == 0.0) continue;
-        s1 += wi * a[i];
-        s2 += wi * (double)a[i] * a[i];
-        sw += wi;
+        if (center) {
+            s2 += wi * ((double)a[i] - c) * ((double)a[i] - c);
+        } else {
+            s1 += wi * a[i];
+            sw += wi;
+        }
     }
     sh[0][threadIdx.x] = s1; sh[1][threadIdx.x] = s2; sh[2][threadIdx.x] = sw;
     __syncthreads();
     for (int k = blockDim.x / 2; k > 0; k >>= 1) {
         if ((int)threadIdx.x < k)
-            for (int c = 0; c < 3; ++c) sh[c][threadIdx.x] += sh[c][threadIdx.x + k];
+            for (int q = 0; q < 3; ++q) sh[q][threadIdx.x] += sh[q][threadIdx.x + k];
         __syncthreads();
     }
     if (threadIdx.x == 0)
-        for (int c = 0; c < 3; ++c) part[3 * blockIdx.x + c] = sh[c][0];
+        for (int q = 0; q < 3; ++q) part[3 * blockIdx.x + q] = sh[q][0];
 }
 
-__global__ void whiten_finish_kernel(const double * __restrict__ part, int blocks, double * __restrict__ st) {
+// st[0] = the mean, st[2] = the total weight (first pass); then st[1] = rstd from the deviations (second pass).
+__global__ void whiten_mean_kernel(const double * __restrict__ part, int blocks, double * __restrict__ st) {
     if (threadIdx.x != 0 || blockIdx.x != 0) return;
-    double s1 = 0, s2 = 0, sw = 0;
-    for (int b = 0; b < blocks; ++b) { s1 += part[3 * b]; s2 += part[3 * b + 1]; sw += part[3 * b + 2]; }
-    const WhitenStats ws = whiten_stats(s1, s2, sw);
-    st[0] = ws.mean;
-    st[1] = ws.rstd;
+    double s1 = 0, sw = 0;
+    for (int b = 0; b < blocks; ++b) { s1 += part[3 * b]; sw += part[3 * b + 2]; }
+    st[0] = whiten_mean(s1, sw);
+    st[2] = sw;
+}
+
+__global__ void whiten_finish_kernel(const double * __restrict__ part, int blocks, int mode, double * __restrict__ st) {
+    if (threadIdx.x != 0 || blockIdx.x != 0) return;
+    double m2 = 0;
+    for (int b = 0; b < blocks; ++b) m2 += part[3 * b + 1];
+    st[1] = whiten_from_m2(st[0], m2, st[2], mode == 2).rstd;
 }
 
 __global__ void whiten_write_kernel(float * __restrict__ a, const float * __restrict__ s, const float * __restrict__ w,
@@ -185,9 +198,11 @@ maporl_status group_advantages_cuda(const float * scores, const int32_t * groups
         DeviceBuffer part, st;
         const unsigned blocks = grid_for(N);
         MAPORL_RETURN_IF_ERROR(part.alloc(sizeof(double) * 3 * blocks));
-        MAPORL_RETURN_IF_ERROR(st.alloc(sizeof(double) * 2));
-        whiten_partials_kernel<<<blocks, 256>>>(out, scores, weights, N, p.nan_exclude, part.as<double>());
-        whiten_finish_kernel<<<1, 32>>>(part.as<double>(), (int)blocks, st.as<double>());
+        MAPORL_RETURN_IF_ERROR(st.alloc(sizeof(double) * 3));
+        whiten_partials_kernel<<<blocks, 256>>>(out, scores, weights, N, p.nan_exclude, nullptr, part.as<double>());
+        whiten_mean_kernel<<<1, 32>>>(part.as<double>(), (int)blocks, st.as<double>());
+        whiten_partials_kernel<<<blocks, 256>>>(out, scores, weights, N, p.nan_exclude, st.as<double>(), part.as<double>());
+        whiten_finish_kernel<<<1, 32>>>(part.as<double>(), (int)blocks, p.whiten, st.as<double>());
         whiten_write_kernel<<<grid_for(N), 256>>>(out, scores, weights, N, p.nan_exclude, st.as<double>());
         MAPORL_CUDA_CALL(cudaGetLastError());
         MAPORL_CUDA_CALL(cudaDeviceSynchronize());

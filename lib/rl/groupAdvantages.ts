@@ -28,7 +28,8 @@ export interface GroupAdvantageOptions {
      * Sets `std`, `eps`, `singleton` and the NaN policy as each system does. `'verl'`: unbiased std, eps 1e-6,
      * a singleton keeps its raw score, NaN propagates. `'trl'`: unbiased std, eps 1e-4, singleton 0, NaN scores
      * are left out of the group statistics and get 0. `'openrlhf'`: unbiased std, eps 1e-9, singleton 0, NaN
-     * propagates. Defaults to `'verl'`.
+     * propagates, and 'reinforce++-baseline' whitens with the biased variance and 1 / sqrt(max(var, 1e-8)) (verl:
+     * unbiased, 1 / sqrt(var + 1e-8)). Defaults to `'verl'`.
      */
     convention?: GroupConvention;
     /** `'unbiased'` (n − 1) or `'biased'` (n). Defaults to the convention's. */
@@ -136,9 +137,11 @@ function prepare(fn: string, batch: GroupBatch, options: unknown, extra: string[
     const out = broadcast !== undefined || o.out === undefined ? outputFloat32(N) : requireArray(fn, "out", o.out, [Float32Array], N);
     if (broadcast === undefined && o.out !== undefined)
         requireDisjoint(fn, { out }, { scores, groups, ...(weights ? { weights } : {}) });
+    // Whitening as the convention's system does it: OpenRLHF's biased variance and rsqrt(clamp(var, 1e-8)), else verl's.
+    const whiten = !k.whiten ? 0 : conv === CONVENTIONS.openrlhf ? 2 : 1;
     return {
         args: [scores, groups, weights, N, k.baseline, k.scaleByStd, std === "unbiased", eps, singleton === "zero",
-            conv.nanExclude, k.whiten, device, out],
+            conv.nanExclude, whiten, device, out],
         out, broadcast,
     };
 }

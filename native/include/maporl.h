@@ -166,9 +166,10 @@ typedef struct maporl_group_params {
     int   singleton_zero;  /* a group with one counted member: 0 -> its raw score (verl, default), 1 -> 0 */
     int   nan_exclude;     /* 1: NaN scores are left out of group statistics and get 0 (TRL); 0: NaN propagates
                               through its group (default) */
-    int   whiten;          /* 1: then whiten over the batch (REINFORCE++-baseline): mean and unbiased variance
-                              weighted by `weights` (e.g. token counts, as verl's token-level masked_whiten), eps
-                              1e-8; rows of weight 0 and excluded NaN rows get 0. Default 0 */
+    int   whiten;          /* then whiten over the batch (REINFORCE++-baseline), weighted by `weights` (e.g. token
+                              counts, as verl's token-level masked_whiten); rows of weight 0 and excluded NaN rows
+                              get 0. 1: verl's (unbiased variance, 1 / sqrt(var + 1e-8)); 2: OpenRLHF's (biased
+                              variance, 1 / sqrt(max(var, 1e-8))); the mean exact in both. Default 0 (off) */
 } maporl_group_params;
 
 maporl_group_params maporl_group_default_params(void);

@@ -110,7 +110,23 @@ void scan_driver(const M * mask, int64_t B, int64_t T, bool whiten, const F * so
         if (source != target) std::memcpy(target, source, sizeof(F) * (size_t)(B * T));
         return;
     }
-    const WhitenStats st = whiten_stats(s, s2, n);
+    const double mean = whiten_mean(s, n);
+    double m2 = whiten_m2_one_pass(s, s2, mean);
+    if (!whiten_one_pass_ok(s2, m2)) {  // the second, exact pass: per row in double, rows summed in order
+        std::vector<double> dev((size_t)B, 0.0);
+        parallel_for(B, 1, [&](int64_t b0, int64_t b1) {
+            for (int64_t b = b0; b < b1; ++b) {
+                double d = 0;
+                for (int64_t t = 0; t < T; ++t)
+                    if (mask[b * T + t] == M(1)) d += ((double)source[b * T + t] - mean) * ((double)source[b * T + t] - mean);
+                dev[(size_t)b] = d;
+            }
+        });
+        m2 = 0;
+        for (int64_t b = 0; b < B; ++b) m2 += dev[(size_t)b];
+    }
+    const WhitenStats st = whiten_from_m2(mean, m2, n, 0);
+    const float hi = (float)st.mean, lo = (float)(st.mean - (double)hi), rstd = (float)st.rstd;
     const Isa isa = active_isa();
     parallel_for(B, 1, [&](int64_t b0, int64_t b1) {
         const F * x = source + b0 * T;
@@ -119,11 +135,12 @@ void scan_driver(const M * mask, int64_t B, int64_t T, bool whiten, const F * so
         const int64_t n = (b1 - b0) * T;
         if constexpr (std::is_same<F, float>::value) {
             const maporl_mask_type mt = std::is_same<M, uint8_t>::value ? MAPORL_MASK_U8 : MAPORL_MASK_F32;
-            if (isa == Isa::Avx512) return avx512::gae_whiten_f32(x, a, m, mt, n, (float)st.mean, (float)st.rstd);
-            if (isa == Isa::Avx2) return avx2::gae_whiten_f32(x, a, m, mt, n, (float)st.mean, (float)st.rstd);
+            if (isa == Isa::Avx512) return avx512::gae_whiten_f32(x, a, m, mt, n, hi, lo, rstd);
+            if (isa == Isa::Avx2) return avx2::gae_whiten_f32(x, a, m, mt, n, hi, lo, rstd);
+            for (int64_t i = 0; i < n; ++i) a[i] = m[i] == M(1) ? ((x[i] - hi) - lo) * rstd : F(0);  // as the vector units
+        } else {
+            for (int64_t i = 0; i < n; ++i) a[i] = m[i] == M(1) ? (F)(((double)x[i] - st.mean) * st.rstd) : F(0);
         }
-        const F mean = (F)st.mean, rstd = (F)st.rstd;
-        for (int64_t i = 0; i < n; ++i) a[i] = m[i] == M(1) ? (x[i] - mean) * rstd : F(0);
     });
 }
 

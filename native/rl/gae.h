@@ -29,7 +29,7 @@ maporl_status gae_cuda(const float * rewards, const float * values, const void *
                        int64_t B, int64_t T, float gamma, float lambda, bool whiten, float * advantages,
                        float * returns);
 
-// Whitening statistics (maporl::whiten_stats) live in gae_scan.h, shared with CUDA.
+// Whitening statistics (whiten_mean, whiten_from_m2) live in gae_scan.h, shared with CUDA.
 
 // ---- internal: the CPU row kernels (gae.cpp dispatches to the per-ISA ones) ----
 inline bool bad_mask_value(uint8_t m) { return m > 1; }
@@ -54,21 +54,22 @@ struct GaeRowsArgs {
 };
 
 // Rows [b0, b1) of a float batch; returns the smallest flat index of a bad mask value in them, or -1.
-// gae_whiten_f32: A[i] = mask ? (X[i] - mean) * rstd : 0 over [0, n), in float (X may be A).
+// gae_whiten_f32: A[i] = mask ? ((X[i] - mean_hi) - mean_lo) * rstd : 0 over [0, n), in float (X may be A); the mean
+// as two floats (hi + lo, lo its rounding error) centres as the double mean does (X - hi is exact near the mean).
 // reinforce_rows_f32: REINFORCE++ returns for rows [b0, b1) (see maporl_reinforce_returns); same contract.
 namespace avx512 {
 int64_t reinforce_rows_f32(const float * r, const void * mask, maporl_mask_type mask_type, int64_t T, float gamma,
                            float * G, GaeRowSums sums, int64_t b0, int64_t b1);
 int64_t gae_rows_f32(const GaeRowsArgs & g, int64_t b0, int64_t b1);
-void gae_whiten_f32(const float * X, float * A, const void * mask, maporl_mask_type mask_type, int64_t n, float mean,
-                    float rstd);
+void gae_whiten_f32(const float * X, float * A, const void * mask, maporl_mask_type mask_type, int64_t n, float mean_hi,
+                    float mean_lo, float rstd);
 }  // namespace avx512
 namespace avx2 {
 int64_t reinforce_rows_f32(const float * r, const void * mask, maporl_mask_type mask_type, int64_t T, float gamma,
                            float * G, GaeRowSums sums, int64_t b0, int64_t b1);
 int64_t gae_rows_f32(const GaeRowsArgs & g, int64_t b0, int64_t b1);
-void gae_whiten_f32(const float * X, float * A, const void * mask, maporl_mask_type mask_type, int64_t n, float mean,
-                    float rstd);
+void gae_whiten_f32(const float * X, float * A, const void * mask, maporl_mask_type mask_type, int64_t n, float mean_hi,
+                    float mean_lo, float rstd);
 }  // namespace avx2
 
 

@@ -64,23 +64,36 @@ MAPORL_HD GaeCarryMap<T> gae_map_combine(GaeCarryMap<T> L, GaeCarryMap<T> R) {
     return o;
 }
 
-// Whitening statistics as verl's masked_whiten computes them: mean = sum / (n + 1e-8),
-// var = (sum_sq_dev / (n + 1e-8)) * n / (n - 1). NOTE(whiten): with n < 2 verl raises; we take the variance
-// as 0 and the mean as exact, so a single valid token whitens to exactly 0; an empty batch is left as it is.
+// Whitening statistics. NOTE(whiten): the mean is sum / n exactly (verl's masked_whiten divides by n + 1e-8, which
+// whitens a constant batch of -1e6 to -0.89 instead of 0); m2 is the sum of squared deviations from it; the variance
+// is verl's m2 / (n + 1e-8) * n / (n - 1) (unbiased) and rstd = 1 / sqrt(var + 1e-8), or OpenRLHF's m2 / n (biased)
+// and rstd = 1 / sqrt(max(var, 1e-8)) (`biased_clamp`). With n < 2 verl raises; we take the variance as 0, so a
+// single valid token whitens to exactly 0; an empty batch is left as it is.
 struct WhitenStats {
     double mean;
-    double rstd;  // 1 / sqrt(var + 1e-8)
+    double rstd;
 };
 
-MAPORL_HD WhitenStats whiten_stats(double sum, double sum_sq, double count) {
+MAPORL_HD double whiten_mean(double sum, double count) { return count > 0 ? sum / count : 0.0; }
+
+// m2 from one pass of double sums, and whether it can be trusted: where the squares dwarf the deviations (mean / std
+// past ~1e4, sum_sq > 1e8 m2) the subtraction loses the digits float outputs need, and the callers take a second,
+// exact pass over the values (sum of (x - mean)^2).
+MAPORL_HD double whiten_m2_one_pass(double sum, double sum_sq, double mean) {
+    const double m2 = sum_sq - sum * mean;
+    return m2 > 0.0 ? m2 : 0.0;
+}
+MAPORL_HD bool whiten_one_pass_ok(double sum_sq, double m2) { return !(sum_sq > 0.0 && m2 <= 1e-8 * sum_sq); }
+
+MAPORL_HD WhitenStats whiten_from_m2(double mean, double m2, double count, int biased_clamp) {
     WhitenStats st;
-    st.mean = count >= 2 ? sum / (count + 1e-8) : sum / (count > 0 ? count : 1.0);
-    double var = 0.0;
-    if (count >= 2) {
-        double dev = sum_sq - 2.0 * st.mean * sum + count * st.mean * st.mean;  // sum of (x - mean)^2
-        if (dev < 0.0) dev = 0.0;
-        var = dev / (count + 1e-8) * count / (count - 1.0);
+    st.mean = mean;
+    if (biased_clamp) {
+        const double var = count > 0 ? m2 / count : 0.0;
+        st.rstd = 1.0 / sqrt(var > 1e-8 ? var : 1e-8);
+        return st;
     }
+    const double var = count >= 2 ? m2 / (count + 1e-8) * count / (count - 1.0) : 0.0;
     st.rstd = 1.0 / sqrt(var + 1e-8);
     return st;
 }

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "native/core/core.h"
-#include "native/rl/gae_scan.h"  // whiten_stats
+#include "native/rl/gae_scan.h"  // whiten_mean, whiten_from_m2
 #include "native/core/isa.h"
 #include "native/core/scratch.h"
 #include "native/core/threadpool.h"
@@ -259,7 +259,23 @@ void group_advantages_cpu(const float * scores, const int32_t * groups, const fl
     });
     double s = 0, s2 = 0, w = 0;
     for (int64_t c = 0; c < chunks; ++c) { s += ps[c]; s2 += ps2[c]; w += pw[c]; }
-    const WhitenStats st = whiten_stats(s, s2, w);
+    const double mean = whiten_mean(s, w);
+    double m2 = whiten_m2_one_pass(s, s2, mean);
+    if (!whiten_one_pass_ok(s2, m2)) {  // the exact second pass, chunk by chunk in order
+        parallel_for(chunks, 1, [&](int64_t c0, int64_t c1) {
+            for (int64_t c = c0; c < c1; ++c) {
+                double d = 0;
+                for (int64_t i = c * kChunk, e = std::min(N, (c + 1) * kChunk); i < e; ++i) {
+                    const double wi = w_of(i);
+                    if (wi != 0.0) d += wi * ((double)out[i] - mean) * ((double)out[i] - mean);
+                }
+                ps2[c] = d;
+            }
+        });
+        m2 = 0;
+        for (int64_t c = 0; c < chunks; ++c) m2 += ps2[c];
+    }
+    const WhitenStats st = whiten_from_m2(mean, m2, w, p.whiten == 2);
     parallel_for(N, 4096, [&](int64_t b, int64_t e) {
         for (int64_t i = b; i < e; ++i)
             out[i] = w_of(i) == 0.0 ? 0.0f : (float)(((double)out[i] - st.mean) * st.rstd);
@@ -327,8 +343,10 @@ maporl_status maporl_group_advantages(maporl_device device, const float * scores
         if (!(p.eps >= 0.0f && p.eps <= 1.0f))
             throw_error(MAPORL_ERR_INVALID_ARG, "eps: expected a finite number in [0, 1], got %g", (double)p.eps);
         for (auto [flag, name] : {std::pair<int, const char *>{p.scale_by_std, "scale_by_std"}, {p.std_unbiased, "std_unbiased"},
-                                  {p.singleton_zero, "singleton_zero"}, {p.nan_exclude, "nan_exclude"}, {p.whiten, "whiten"}})
+                                  {p.singleton_zero, "singleton_zero"}, {p.nan_exclude, "nan_exclude"}})
             if (flag != 0 && flag != 1) throw_error(MAPORL_ERR_INVALID_ARG, "%s: expected 0 or 1, got %d", name, flag);
+        if (p.whiten < 0 || p.whiten > 2)
+            throw_error(MAPORL_ERR_INVALID_ARG, "whiten: expected 0 (off), 1 (verl) or 2 (OpenRLHF), got %d", p.whiten);
         if (device == MAPORL_DEVICE_CUDA) return group_advantages_cuda(scores, groups, weights, N, p, out);
         group_advantages_cpu(scores, groups, weights, N, p, out);
         return MAPORL_OK;

@@ -40,7 +40,7 @@ export function gaeReference(rewards: ArrayLike<number>, values: ArrayLike<numbe
         let n = 0, sum = 0;
         for (let i = 0; i < B * T; i++) if (mask[i] === 1) { n++; sum += A[i]!; }
         if (n > 0) {
-            const mean = n >= 2 ? sum / (n + 1e-8) : sum / n;  // n < 2: verl raises; we whiten to exactly 0
+            const mean = sum / n;  // exact (verl divides by n + 1e-8: docs/conventions.md); n < 2: verl raises, we whiten to 0
             let dev = 0;
             for (let i = 0; i < B * T; i++) if (mask[i] === 1) dev += (A[i]! - mean) ** 2;
             const variance = n >= 2 ? dev / (n + 1e-8) * n / (n - 1) : 0;

@@ -2,7 +2,9 @@
 // per group, mean and std (unbiased or biased) over the counted members; GRPO (s − mean)/(std + eps); Dr.GRPO
 // s − mean; RLOO s − (sum − s)/(n − 1); MAGRPO max s − max, none s; a singleton is treated as mean 0, std 1
 // ('raw') or gets 0 ('zero'); NaN scores are excluded and get 0 ('exclude') or propagate; REINFORCE++-baseline
-// whitens s − mean over the batch with weights (unbiased, eps 1e-8; fewer than 2: variance 0).
+// whitens s − mean over the batch with weights: verl's masked_whiten (unbiased variance, 1 / sqrt(var + 1e-8); fewer
+// than 2: variance 0) or OpenRLHF's (biased variance, rsqrt(clamp(var, 1e-8))); the mean exact (verl adds 1e-8 to
+// the count, which maporl does not: see docs/conventions.md).
 export interface GroupRefOptions {
     baseline: "mean" | "rloo" | "max" | "none";
     scaleByStd: boolean;
@@ -10,7 +12,7 @@ export interface GroupRefOptions {
     eps: number;
     singletonZero: boolean;
     nanExclude: boolean;
-    whiten: boolean;
+    whiten: false | "verl" | "openrlhf";
     weights?: ArrayLike<number>;
 }
 
@@ -49,11 +51,11 @@ export function groupReference(scores: ArrayLike<number>, groups: ArrayLike<numb
         let W = 0, S = 0;
         const w = (i: number) => (o.nanExclude && Number.isNaN(scores[i])) ? 0 : (o.weights ? o.weights[i]! : 1);
         for (let i = 0; i < N; i++) { W += w(i); S += w(i) * out[i]!; }
-        const mean = W >= 2 ? S / (W + 1e-8) : S / (W || 1);
+        const mean = S / (W || 1);
         let dev = 0;
         for (let i = 0; i < N; i++) dev += w(i) * (out[i]! - mean) ** 2;
-        const variance = W >= 2 ? dev / (W + 1e-8) * W / (W - 1) : 0;
-        const rstd = 1 / Math.sqrt(variance + 1e-8);
+        const rstd = o.whiten === "openrlhf" ? 1 / Math.sqrt(Math.max(W > 0 ? dev / W : 0, 1e-8))
+            : 1 / Math.sqrt((W >= 2 ? dev / (W + 1e-8) * W / (W - 1) : 0) + 1e-8);
         for (let i = 0; i < N; i++) out[i] = w(i) === 0 ? 0 : (out[i]! - mean) * rstd;
     }
     return out;

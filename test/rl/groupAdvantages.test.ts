@@ -18,7 +18,7 @@ const CONV = {
 function refOptions(est: Est, conv: keyof typeof CONV, baseline: GroupRefOptions["baseline"] = "mean"): GroupRefOptions {
     const c = CONV[conv];
     const b = est === "rloo" ? "rloo" : est === "magrpo" ? baseline : "mean";
-    return { ...c, baseline: b, scaleByStd: est === "grpo", whiten: est === "reinforce++-baseline" };
+    return { ...c, baseline: b, scaleByStd: est === "grpo", whiten: est !== "reinforce++-baseline" ? false : conv === "openrlhf" ? "openrlhf" : "verl" };
 }
 
 // Groups of mixed sizes (1, 2, 3, 8), ids shuffled and non-contiguous; optional NaN and constant groups.

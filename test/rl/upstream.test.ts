@@ -3,7 +3,7 @@
 // the conventions issue and random cases. Each reference is written from the upstream source, not from maporl.
 import { describe, expect, it } from "vitest";
 
-import { groupAdvantages, policyLoss, type LossAggregation } from "../../lib/index.js";
+import { gae, groupAdvantages, policyLoss, reinforceReturns, type LossAggregation } from "../../lib/index.js";
 import { rng } from "../helpers/rng.js";
 
 // ---- verl (volcengine/verl, verl/trainer/ppo/core_algos.py and verl/utils/torch_functional.py) ----
@@ -90,4 +90,99 @@ describe("verl", () => {
     });
 });
 
-void groupAdvantages;
+// masked_whiten (torch_functional.py) in float64 (shift_mean): mean = masked_mean; var = masked_var (unbiased:
+// * n / (n - 1)); (x - mean) * rsqrt(var + 1e-8). NOTE: masked_mean divides by n + 1e-8; maporl by n (see below).
+function verlMaskedWhiten(x: number[], m: number[], exactMean = false) {
+    const n = m.reduce((s, v) => s + v, 0), mean = exactMean ? x.reduce((s, v, i) => s + v * m[i]!, 0) / n : masked_mean(x, m);
+    const varBiased = masked_mean(x.map((v) => (v - mean) ** 2), m), variance = varBiased * n / (n - 1);
+    return x.map((v) => (v - mean) / Math.sqrt(variance + 1e-8));
+}
+
+// compute_reinforce_plus_plus_baseline_outcome_advantage: score - group mean, tiled over the response, masked_whiten.
+function verlReinforceBaseline(scores: number[], groups: number[], mask: number[], T: number) {
+    const mean = new Map<number, number[]>();
+    scores.forEach((s, i) => mean.set(groups[i]!, [...(mean.get(groups[i]!) ?? []), s]));
+    const centred = scores.map((s, i) => { const g = mean.get(groups[i]!)!; return g.length === 1 ? s : s - g.reduce((a, b) => a + b, 0) / g.length; });
+    const tiled = mask.map((v, k) => centred[Math.floor(k / T)]! * v);
+    return verlMaskedWhiten(tiled, mask).map((v, k) => v * mask[k]!);
+}
+
+// OpenRLHF (experience_maker.py, advantage_estimator "reinforce_baseline"): rewards - mean over the prompt's samples,
+// returns over the response (gamma 1: the score at every token), then the batch normalisation over the action mask:
+// mean, var = masked mean of (x - mean)^2 (biased), rstd = var.clamp(min=1e-8).rsqrt().
+function openrlhfReinforceBaseline(scores: number[], groupSize: number, mask: number[], T: number) {
+    const centred = scores.map((s, i) => {
+        const g = scores.slice(Math.floor(i / groupSize) * groupSize, Math.floor(i / groupSize) * groupSize + groupSize);
+        return s - g.reduce((a, b) => a + b, 0) / g.length;
+    });
+    const x = mask.map((v, k) => centred[Math.floor(k / T)]! * v), n = mask.reduce((s, v) => s + v, 0);
+    const mean = x.reduce((s, v, k) => s + v * mask[k]!, 0) / n;
+    const variance = x.reduce((s, v, k) => s + (v - mean) ** 2 * mask[k]!, 0) / n;
+    return x.map((v, k) => (v - mean) / Math.sqrt(Math.max(variance, 1e-8)) * mask[k]!);
+}
+
+describe("OpenRLHF", () => {
+    it("reinforce++-baseline whitens as OpenRLHF does under convention 'openrlhf' (the issue's example), as verl otherwise", () => {
+        const scores = f32([1, 0, 1, 1]), groups = Int32Array.from([0, 0, 1, 1]), mask = Uint8Array.from([1, 1, 1, 1]);
+        const o = groupAdvantages({ scores, groups }, { estimator: "reinforce++-baseline", convention: "openrlhf", broadcast: { mask, shape: [4, 1] } });
+        expect(Array.from(o).map((v) => +v.toFixed(4))).toEqual([1.4142, -1.4142, 0, 0]);
+        const v = groupAdvantages({ scores, groups }, { estimator: "reinforce++-baseline", broadcast: { mask, shape: [4, 1] } });
+        expect(Array.from(v).map((x) => +x.toFixed(4))).toEqual([1.2247, -1.2247, 0, 0]);
+        expect(Array.from(o)).toEqual(openrlhfReinforceBaseline([1, 0, 1, 1], 2, [1, 1, 1, 1], 1).map(Math.fround));
+    });
+
+    it("random batches with token masks: OpenRLHF's and verl's formulas, each under its convention", () => {
+        const next = rng(31);
+        for (let c = 0; c < 6; c++) {
+            const G = 2 + (c % 3), P = 3 + c, T = 4 + c, N = G * P;
+            const scores = back(Array.from({ length: N }, () => Math.round(10 * next()) / 4));
+            const groups = Array.from({ length: N }, (_, i) => Math.floor(i / G));
+            const mask = Array.from({ length: N * T }, (_, k) => (k % T < 1 + Math.floor(next() * T) ? 1 : 0));
+            const args = { scores: f32(scores), groups: Int32Array.from(groups) };
+            const o = groupAdvantages(args, { estimator: "reinforce++-baseline", convention: "openrlhf", broadcast: { mask: Uint8Array.from(mask), shape: [N, T] } });
+            const wo = openrlhfReinforceBaseline(scores, G, mask, T);
+            o.forEach((x, k) => expect(Math.abs(x - wo[k]!), `openrlhf case ${c} at ${k}`).toBeLessThan(2e-6 * (1 + Math.abs(wo[k]!))));
+            const v = groupAdvantages(args, { estimator: "reinforce++-baseline", broadcast: { mask: Uint8Array.from(mask), shape: [N, T] } });
+            const wv = verlReinforceBaseline(scores, groups, mask, T);
+            v.forEach((x, k) => expect(Math.abs(x - wv[k]!), `verl case ${c} at ${k}`).toBeLessThan(2e-6 * (1 + Math.abs(wv[k]!))));
+        }
+    });
+
+    it("one sample per prompt: OpenRLHF's std of one element is NaN; maporl gives 0 (a documented difference)", () => {
+        const o = groupAdvantages({ scores: f32([0.5, 1]), groups: Int32Array.from([0, 1]) }, { estimator: "rloo", convention: "openrlhf" });
+        expect(Array.from(o)).toEqual([0, 0]);
+    });
+});
+
+describe("whitening precision (the float64 two-pass answer)", () => {
+    const twoPass = (x: number[]) => {
+        const n = x.length, mean = x.reduce((s, v) => s + v, 0) / n;
+        const variance = x.reduce((s, v) => s + (v - mean) ** 2, 0) / (n + 1e-8) * n / (n - 1);
+        return x.map((v) => (v - mean) / Math.sqrt(variance + 1e-8));
+    };
+
+    it("a constant of large magnitude whitens to exactly 0 (it gave rstd 1e4 and -20 on every token)", () => {
+        const r = reinforceReturns({ rewards: new Float32Array(5).fill(-1e6), mask: new Uint8Array(5).fill(1), shape: [5, 1] }, { gamma: 1, whiten: true });
+        expect(Array.from(r.advantages)).toEqual([0, 0, 0, 0, 0]);
+        const g = gae({ rewards: new Float32Array(5).fill(-1e6), values: new Float32Array(5), mask: new Uint8Array(5).fill(1), shape: [5, 1] },
+            { whiten: true, device: "cpu" });
+        expect(Array.from(g.advantages)).toEqual([0, 0, 0, 0, 0]);
+        const s = groupAdvantages({ scores: f32([1e6 + 1, 1e6 - 1, 1e6 + 3, 1e6 - 3]), groups: Int32Array.from([0, 1, 2, 3]) },
+            { estimator: "reinforce++-baseline" });  // singletons keep their raw scores: the whitening sees mean 1e6
+        expect(Array.from(s).map((v) => +v.toFixed(4))).toEqual(twoPass([1, -1, 3, -3]).map((v) => +v.toFixed(4)));
+    });
+
+    it("mean / std from 1e3 to 1e7: within float precision of the float64 two-pass whitening", () => {
+        const next = rng(77);
+        for (const offset of [1e3, 1e5, 1e6, 1e7]) {
+            const n = 4096, x = back(Array.from({ length: n }, () => offset + 8 * (next() - 0.5)));
+            const r = reinforceReturns({ rewards: f32(x), mask: new Uint8Array(n).fill(1), shape: [n, 1] }, { gamma: 1, whiten: true });
+            const want = twoPass(x);
+            let worst = 0;
+            r.advantages.forEach((v, i) => { worst = Math.max(worst, Math.abs(v - want[i]!)); });
+            expect(worst, `offset ${offset}: worst ${worst}`).toBeLessThan(2e-6);  // float rounding of the whitened values
+            const mean = Array.from(r.advantages).reduce((s, v) => s + v, 0) / n;
+            expect(Math.abs(mean), `offset ${offset}: whitened mean ${mean}`).toBeLessThan(1e-4);
+        }
+    });
+});

@@ -73,7 +73,7 @@ Ref reference(const Batch & x, double gamma, double lambda, bool whiten) {
         for (int64_t i = 0; i < n; ++i)
             if (x.mu[i]) { s += o.A[i]; c += 1; }
         if (c > 0) {
-            const double mean = c >= 2 ? s / (c + 1e-8) : s / c;
+            const double mean = s / c;  // exact (verl's masked_mean divides by c + 1e-8; maporl does not: gae_scan.h)
             double dev = 0;
             for (int64_t i = 0; i < n; ++i)
                 if (x.mu[i]) dev += (o.A[i] - mean) * (o.A[i] - mean);
