@@ -105,10 +105,15 @@ export interface BonusCoefficients {
 export interface BonusOptions extends BonusCoefficients {
     /**
      * `'paper'`: the forward (influence-on-others) terms reward helping the others to the right answer, as the
-     * paper describes β0/β1. `'reference-code'`: the public code's signs, which penalise it (algorithms.md A.5).
+     * paper describes β0/β1. `'reference-code'`: the public code's bonus_rule exactly: its forward signs, which
+     * penalise it (algorithms.md A.5), and its sentinel guard: whenever the running bonus lands on exactly -1 (the
+     * code's "no answer" value) it adds 0.001, which alphas of 0.5, 1 and 2 (the paper's sweeps) hit often.
      * Defaults to `'paper'`.
      */
     signs?: "paper" | "reference-code";
+    /** Per question, the last turn that was played (early stop by consensus), [Q]: later turns get NaN, and the
+     * forward term looks at turn t + 1 only where it was played. Defaults to T − 1. */
+    lastTurn?: Int32Array;
 }
 
 /**
@@ -121,12 +126,15 @@ export interface BonusOptions extends BonusCoefficients {
  *  forward (1 ≤ t ≤ T − 2, A > 1), the others from t to t + 1, own correctness at t ('paper' signs):
  *    others wrong → right: +persuasive if own right, +wrongButUseful if own wrong;
  *    others right → wrong: −wrongButUseful if own right, −persuasive if own wrong.
- *  'reference-code' negates the forward term.
+ *  'reference-code' negates the forward term and nudges a running bonus of exactly -1 to -0.999 (the code's guard).
+ * With lastTurn, turns after it are NaN and the forward term runs only while t + 1 was played. NOTE: the reference
+ * code reads an unplayed turn as its -1 sentinel, which its forward rule takes for "the others turned wrong"; maporl
+ * does not count what was not played (docs/conventions.md).
  */
 export function collaborationBonus(batch: { correct: Float32Array | Uint8Array; shape: readonly [number, number, number] }, options?: BonusOptions): Float32Array {
     const fn = "collaborationBonus";
     if (batch === null || typeof batch !== "object") throw new TypeError(`${fn}: batch: expected an object with correct and shape, got ${typeof batch}`);
-    const o = requireOptions<BonusOptions>(fn, "options", options, ["correctedAlone", "persuadedCorrectly", "wrongButUseful", "persuasive", "signs"]);
+    const o = requireOptions<BonusOptions>(fn, "options", options, ["correctedAlone", "persuadedCorrectly", "wrongButUseful", "persuasive", "signs", "lastTurn"]);
     const [Q, T, A] = requireShape3(fn, batch.shape);
     const c = requireArray(fn, "correct", batch.correct, [Float32Array, Uint8Array], Q * T * A);
     c.forEach((v, i) => {
@@ -136,7 +144,11 @@ export function collaborationBonus(batch: { correct: Float32Array | Uint8Array; 
     const a1 = requireNumber(fn, "correctedAlone", o.correctedAlone, 0, -1e6, 1e6);
     const a2 = requireNumber(fn, "wrongButUseful", o.wrongButUseful, 0, -1e6, 1e6);
     const a3 = requireNumber(fn, "persuasive", o.persuasive, 0, -1e6, 1e6);
-    const sign = requireChoice(fn, "signs", o.signs, ["paper", "reference-code"], "paper") === "paper" ? 1 : -1;
+    const code = requireChoice(fn, "signs", o.signs, ["paper", "reference-code"], "paper") === "reference-code";
+    const sign = code ? -1 : 1;
+    const last = requireLastTurn(fn, o.lastTurn, Q, T);
+    // The reference code's guard after each change of the bonus: exactly -1 (its sentinel) becomes -0.999.
+    const guard = (x: number) => (code && x === -1 ? x + 0.001 : x);
     const at = (q: number, t: number, a: number) => c[(q * T + t) * A + a]!;
     const others = (q: number, t: number, a: number) => {
         let m = 0;
@@ -144,26 +156,29 @@ export function collaborationBonus(batch: { correct: Float32Array | Uint8Array; 
         return m / (A - 1);
     };
     const out = new Float32Array(Q * T * A);
-    for (let q = 0; q < Q; q++)
-        for (let t = 1; t < T; t++)
+    for (let q = 0; q < Q; q++) {
+        const x = last ? last[q]! : T - 1;
+        for (let t = x + 1; t < T; t++) for (let a = 0; a < A; a++) out[(q * T + t) * A + a] = NaN;
+        for (let t = 1; t <= x; t++)
             for (let a = 0; a < A; a++) {
                 let bonus = 0;
                 const before = at(q, t - 1, a), now = at(q, t, a);
                 if (A === 1) {
-                    if (before === 0 && now === 1) bonus += a1;
-                    else if (before === 1 && now === 0) bonus -= a1;
+                    if (before === 0 && now === 1) bonus = guard(bonus + a1);
+                    else if (before === 1 && now === 0) bonus = guard(bonus - a1);
                 } else {
                     const o1 = others(q, t - 1, a);
-                    if (before === 0 && now === 1) bonus += o1 < 0.5 ? a1 : o1 > 0.5 ? a0 : 0;
-                    else if (before === 1 && now === 0) bonus -= o1 > 0.5 ? a1 : o1 < 0.5 ? a0 : 0;
-                    if (t <= T - 2) {
+                    if (before === 0 && now === 1 && o1 !== 0.5) bonus = guard(bonus + (o1 < 0.5 ? a1 : a0));
+                    else if (before === 1 && now === 0 && o1 !== 0.5) bonus = guard(bonus - (o1 > 0.5 ? a1 : a0));
+                    if (t + 1 <= x) {
                         const ot = others(q, t, a), on = others(q, t + 1, a);
-                        if (ot < 0.5 && on > 0.5) bonus += sign * (now === 1 ? a3 : a2);
-                        else if (ot > 0.5 && on < 0.5) bonus -= sign * (now === 1 ? a2 : a3);
+                        if (ot < 0.5 && on > 0.5) bonus = guard(bonus + sign * (now === 1 ? a3 : a2));
+                        else if (ot > 0.5 && on < 0.5) bonus = guard(bonus - sign * (now === 1 ? a2 : a3));
                     }
                 }
                 out[(q * T + t) * A + a] = bonus;
             }
+    }
     return out;
 }
 

@@ -3,7 +3,7 @@
 // the conventions issue and random cases. Each reference is written from the upstream source, not from maporl.
 import { describe, expect, it } from "vitest";
 
-import { gae, groupAdvantages, policyLoss, reinforceReturns, type LossAggregation } from "../../lib/index.js";
+import { collaborationBonus, gae, groupAdvantages, influenceRewards, policyLoss, reinforceReturns, type LossAggregation } from "../../lib/index.js";
 import { rng } from "../helpers/rng.js";
 
 // ---- verl (volcengine/verl, verl/trainer/ppo/core_algos.py and verl/utils/torch_functional.py) ----
@@ -184,5 +184,117 @@ describe("whitening precision (the float64 two-pass answer)", () => {
             const mean = Array.from(r.advantages).reduce((s, v) => s + v, 0) / n;
             expect(Math.abs(mean), `offset ${offset}: whitened mean ${mean}`).toBeLessThan(1e-4);
         }
+    });
+});
+
+// ---- MAPoRL (chanwoo-park-official/MAPoRL, trl/trl/trainer/utils_multi_unified.py: score_rule, bonus_rule) ----
+// c[q][t][a]; finished[q] = the consensus turn or -1; an unplayed turn reads as the -1 sentinel.
+
+function mapoBonus(c: number[][][], T: number, A: number, finished: number[], turn: number, agent: number, alpha: number[]): number[] {
+    const get = (q: number, t: number, a: number) => (finished[q] !== -1 && t > finished[q]! ? -1 : c[q]![t]![a]!);
+    const others = (q: number, t: number) => { let s = 0; for (let a = 0; a < A; a++) if (a !== agent) s += get(q, t, a); return s / (A - 1); };
+    const out = c.map((_, q) => (get(q, turn, agent) === -1 ? -1 : 0));
+    if (turn === 0) return out;
+    const nudge = (q: number) => { if (out[q] === -1) out[q] += 0.001; };
+    for (let q = 0; q < c.length; q++) {
+        const prev = get(q, turn - 1, agent), cur = get(q, turn, agent), po = A > 1 ? others(q, turn - 1) : 0;
+        if (prev > 0.5 && cur < 0.5) {
+            if (A > 1) { if (po > 0.5) { out[q] -= alpha[1]!; nudge(q); } else if (po < 0.5) { out[q] -= alpha[0]!; nudge(q); } }
+            else { out[q] -= alpha[1]!; nudge(q); }
+        }
+        if (prev < 0.5 && cur > 0.5) {
+            if (A > 1) { if (po < 0.5) { out[q] += alpha[1]!; nudge(q); } else if (po > 0.5) { out[q] += alpha[0]!; nudge(q); } }
+            else { out[q] += alpha[1]!; nudge(q); }
+        }
+    }
+    if (turn < T - 1 && A > 1)
+        for (let q = 0; q < c.length; q++) {
+            const next = others(q, turn + 1), cur = get(q, turn, agent), co = others(q, turn);
+            if (next > 0.5 && co < 0.5) { if (cur > 0.5) { out[q] -= alpha[3]!; nudge(q); } else if (cur < 0.5) { out[q] -= alpha[2]!; nudge(q); } }
+            if (next < 0.5 && co > 0.5) { if (cur < 0.5) { out[q] += alpha[3]!; nudge(q); } else if (cur > 0.5) { out[q] += alpha[2]!; nudge(q); } }
+        }
+    return out;
+}
+
+function mapoScore(rule: string, share: string, d: number, s: number[][][], T: number, A: number, finished: number[], turn: number, agent: number): number[] {
+    const get = (q: number, t: number, a: number) => (finished[q] !== -1 && t > finished[q]! ? -1 : s[q]![t]![a]!);
+    const mean = (q: number, t: number) => { let m = 0; for (let a = 0; a < A; a++) m += get(q, t, a); return m / A; };
+    return s.map((_, q) => {
+        if (rule === "last") return share === "all" ? mean(q, T - 1) : get(q, T - 1, agent);
+        if (rule === "current") return share === "all" ? mean(q, turn) : get(q, turn, agent);
+        const x = finished[q] === -1 ? T - 1 : finished[q]!;
+        if (turn > x) return -1;
+        let D = 0;
+        for (let t = turn; t <= x; t++) D += d ** (t - turn);
+        if (share === "individual") { let v = 0; for (let t = turn; t <= x; t++) v += get(q, t, agent) * d ** (t - turn); return v / D; }
+        let future = 0;
+        if (turn !== T - 1) {
+            if (turn + 1 > x) throw new Error("torch.stack expects a non-empty TensorList");  // the code raises here
+            for (let t = turn + 1; t <= x; t++) { let m = 0; for (let a = 0; a < A; a++) m += d ** (t - turn) * get(q, t, a); future += m / A; }
+        }
+        return (get(q, turn, agent) + future) / D;
+    });
+}
+
+describe("MAPoRL's reference code", () => {
+    const make = (Q: number, T: number, A: number, seed: number, scores = false) => {
+        const next = rng(seed);
+        return Array.from({ length: Q }, () => Array.from({ length: T }, () => Array.from({ length: A }, () => (scores ? Math.round(next() * 8) / 8 : next() < 0.5 ? 1 : 0))));
+    };
+    const flat = (c: number[][][]) => Float32Array.from(c.flat(2));
+
+    it("collaborationBonus under signs 'reference-code' is bonus_rule, its -1 guard included (alphas 0.5, 1, 2)", () => {
+        let nudged = 0;
+        for (const [A, T, seed] of [[2, 3, 1], [3, 4, 2], [4, 3, 3], [1, 3, 4]] as const)
+            for (const alpha of [[0.5, 0.5, 0.5, 0.5], [1, 1, 1, 1], [2, 1, 0.5, 2], [0, 1, 2, 0.5]]) {
+                const Q = 40, c = make(Q, T, A, seed + 10 * alpha[0]!);
+                const got = collaborationBonus({ correct: flat(c), shape: [Q, T, A] }, { persuadedCorrectly: alpha[0], correctedAlone: alpha[1],
+                    wrongButUseful: alpha[2], persuasive: alpha[3], signs: "reference-code" });
+                for (let t = 0; t < T; t++)
+                    for (let a = 0; a < A; a++) {
+                        const want = mapoBonus(c, T, A, c.map(() => -1), t, a, alpha);
+                        want.forEach((w, q) => {
+                            expect(got[(q * T + t) * A + a], `A=${A} T=${T} alpha=${alpha} q=${q} t=${t} a=${a}`).toBe(Math.fround(w));
+                            if (Math.abs(w + 0.999) < 1e-9) nudged++;
+                        });
+                    }
+            }
+        expect(nudged).toBeGreaterThan(0);  // the guard was exercised
+    });
+
+    it("lastTurn: turns after it are NaN and the forward term stops there (the code would read its -1 sentinel as 'the others turned wrong')", () => {
+        const c = [[[1, 0, 1], [1, 1, 1], [0, 0, 0]]];  // stopped by consensus at turn 1 (everyone right)
+        const alpha = [1, 1, 1, 1];
+        const got = collaborationBonus({ correct: flat(c), shape: [1, 3, 3] }, { persuadedCorrectly: 1, correctedAlone: 1, wrongButUseful: 1, persuasive: 1,
+            signs: "reference-code", lastTurn: Int32Array.from([1]) });
+        expect(Array.from(got.subarray(6))).toEqual([NaN, NaN, NaN]);
+        expect(got[3 + 1]).toBe(1);  // agent 1 went wrong -> right with the others right: +persuadedCorrectly
+        // The code at turn 1 for agent 0: the others' turn 2 is unplayed (-1, "wrong") after being right: it adds alpha[2].
+        expect(mapoBonus(c, 3, 3, [1], 1, 0, alpha)[0]).toBe(1);
+        expect(got[3]).toBe(0);
+    });
+
+    it("influenceRewards equals score_rule for every rule when every turn is played", () => {
+        for (const [A, T, seed] of [[2, 3, 5], [3, 4, 6], [1, 2, 7]] as const) {
+            const Q = 12, s = make(Q, T, A, seed, true);
+            for (const [rule, mine] of [["discounted_sum", "discounted-sum"], ["last", "last"], ["current", "current"]] as const)
+                for (const share of ["all", "individual"] as const) {
+                    const got = influenceRewards({ scores: flat(s), shape: [Q, T, A] }, { discount: 0.3, rule: mine, scope: share });
+                    for (let t = 0; t < T; t++)
+                        for (let a = 0; a < A; a++)
+                            mapoScore(rule, share, 0.3, s, T, A, s.map(() => -1), t, a).forEach((w, q) =>
+                                expect(Math.abs(got[(q * T + t) * A + a]! - w), `${rule}/${share} q=${q} t=${t} a=${a}`).toBeLessThan(1e-6));
+                }
+        }
+    });
+
+    it("early-stopped questions: 'last' reads the last turn played (the code reads turn T-1: its -1 sentinel), 'discounted-sum' ends there (the code raises)", () => {
+        const s = [[[0.5, 1], [1, 1], [0, 0]]];  // stopped at turn 1
+        const got = influenceRewards({ scores: flat(s), shape: [1, 3, 2] }, { rule: "last", lastTurn: Int32Array.from([1]) });
+        expect(Array.from(got.subarray(0, 4))).toEqual([1, 1, 1, 1]);
+        expect(mapoScore("last", "all", 0.3, s, 3, 2, [1], 0, 0)).toEqual([-1]);
+        const ds = influenceRewards({ scores: flat(s), shape: [1, 3, 2] }, { lastTurn: Int32Array.from([1]) });
+        expect(ds[2]).toBe(1);  // turn 1 is the last played: its own score
+        expect(() => mapoScore("discounted_sum", "all", 0.3, s, 3, 2, [1], 1, 0)).toThrow(/non-empty/);
     });
 });
