@@ -7,6 +7,7 @@ export { gae, gaeAsync, type GaeBatch, type GaeOptions, type GaeAsyncOptions, ty
 export {
     groupAdvantages, groupAdvantagesAsync, groupEstimators, type GroupBatch, type GroupAdvantageOptions,
     type GroupAdvantageAsyncOptions, type GroupConvention, type GroupEstimator, type GroupKernelParams, type MagrpoBaseline,
+    type MultiObjectiveAggregation, type ScaleRewards,
 } from "./rl/groupAdvantages.js";
 export { createRegistry, type Registry } from "./rl/registry.js";
 export {

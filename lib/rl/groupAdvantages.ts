@@ -8,12 +8,17 @@ import { type Device, resolveDevice } from "../backend.js";
 import { native } from "../native.js";
 import { requireArray, requireChoice, requireDisjoint, requireNumber, requireOptions, requireShape2 } from "../validate.js";
 import { createRegistry } from "./registry.js";
+import { type MultiObjectiveAggregation, type ScaleRewards, trlAdvantages } from "./trlAdvantages.js";
+
+export type { MultiObjectiveAggregation, ScaleRewards } from "./trlAdvantages.js";
 
 export interface GroupBatch {
     /** One outcome score per response, [N]. NaN marks an unscorable response (see `convention`). */
     scores: Float32Array;
     /** Group id per response (e.g. the prompt index), [N]; any order, groups need not be contiguous. */
     groups: Int32Array;
+    /** With several reward functions (convention 'trl'): scores is [N, F], row-major. Defaults to [N, 1]. */
+    shape?: readonly [number, number];
 }
 
 export type GroupConvention = "verl" | "trl" | "openrlhf";
@@ -45,7 +50,16 @@ export interface GroupAdvantageOptions {
     weights?: Float32Array;
     /** Expand the advantages to a token tensor [N, T] (A[n] where mask = 1, else 0). */
     broadcast?: { mask: Uint8Array | Float32Array; shape: readonly [number, number] };
-    /** Defaults to `'auto'` (CUDA only for N of at least 2^22). */
+    /** Convention 'trl', estimator 'grpo': TRL's scale_rewards. `'group'` divides by the group's std, `'batch'` by the
+     * whole batch's (the mean stays per group), `'none'` not at all. Defaults to `'group'`. */
+    scaleRewards?: ScaleRewards;
+    /** Convention 'trl', several reward functions (`shape` [N, F]): TRL's multi_objective_aggregation. Defaults to
+     * `'sum_then_normalize'`. */
+    multiObjectiveAggregation?: MultiObjectiveAggregation;
+    /** Convention 'trl': TRL's reward_weights, one per reward function [F]. Defaults to 1 each. */
+    rewardWeights?: Float32Array;
+    /** Defaults to `'auto'` (CUDA only for N of at least 2^22). TRL's batch scaling and multi-objective paths run in TS
+     * on the CPU. */
     device?: Device;
     /**
      * A buffer to write the result into ([N], or [N, T] with `broadcast`; not overlapping the inputs) instead of
@@ -93,11 +107,14 @@ const CONVENTIONS: Record<GroupConvention, { std: "unbiased" | "biased"; eps: nu
     openrlhf: { std: "unbiased", eps: 1e-9, singleton: "zero", nanExclude: false },
 };
 
-const OPTION_KEYS = ["estimator", "baseline", "convention", "std", "eps", "singleton", "weights", "broadcast", "device", "out"];
+const OPTION_KEYS = ["estimator", "baseline", "convention", "std", "eps", "singleton", "weights", "broadcast", "device", "out", "scaleRewards",
+    "multiObjectiveAggregation", "rewardWeights"];
 const AUTO_CUDA = 1 << 22;
 
 interface Call {
     args: Parameters<typeof native.groupAdvantages>;
+    /** TRL's batch scaling or several reward functions: computed in TS instead of the kernel. */
+    trl?: () => void;
     out: Float32Array;
     broadcast?: { mask: Uint8Array | Float32Array; N: number; T: number; device: 0 | 1; tokens: Float32Array };
 }
@@ -105,8 +122,9 @@ interface Call {
 function prepare(fn: string, batch: GroupBatch, options: unknown, extra: string[]): Call {
     if (batch === null || typeof batch !== "object") throw new TypeError(`${fn}: batch: expected an object with scores and groups, got ${typeof batch}`);
     const o = requireOptions<GroupAdvantageOptions>(fn, "options", options, [...OPTION_KEYS, ...extra]);
-    const N = Array.isArray(batch.scores) || ArrayBuffer.isView(batch.scores) ? (batch.scores as { length: number }).length : -1;
-    const scores = requireArray(fn, "scores", batch.scores, [Float32Array], Math.max(N, 0));
+    const F = batch.shape === undefined ? 1 : requireShape2(fn, batch.shape, ["N", "F"])[1];
+    const N = batch.shape !== undefined ? batch.shape[0] : Array.isArray(batch.scores) || ArrayBuffer.isView(batch.scores) ? (batch.scores as { length: number }).length : -1;
+    const scores = requireArray(fn, "scores", batch.scores, [Float32Array], Math.max(N, 0) * F);
     const groups = requireArray(fn, "groups", batch.groups, [Int32Array], N);
     const estimator = groupEstimators.get(o.estimator ?? "grpo");
     const k = estimator.params(o);
@@ -135,13 +153,27 @@ function prepare(fn: string, batch: GroupBatch, options: unknown, extra: string[
         }
     }
     const out = broadcast !== undefined || o.out === undefined ? outputFloat32(N) : requireArray(fn, "out", o.out, [Float32Array], N);
+    // TRL's options (convention 'trl', GRPO): the kernel serves one reward function scaled per group or not at all;
+    // batch scaling and several functions run in trlAdvantages.ts.
+    const isTrl = o.convention === "trl";
+    for (const key of ["scaleRewards", "multiObjectiveAggregation", "rewardWeights"] as const)
+        if (o[key] !== undefined && !isTrl) throw new RangeError(`${fn}: ${key}: TRL's option needs convention 'trl', got convention ${JSON.stringify(o.convention ?? "verl")}`);
+    if (F > 1 && !isTrl) throw new RangeError(`${fn}: shape: several reward functions ([N, ${F}]) need convention 'trl' (TRL's multi_objective_aggregation)`);
+    const scale = requireChoice(fn, "scaleRewards", o.scaleRewards, ["group", "batch", "none"], "group");
+    const moa = requireChoice(fn, "multiObjectiveAggregation", o.multiObjectiveAggregation, ["sum_then_normalize", "normalize_then_sum"], "sum_then_normalize");
+    const rw = o.rewardWeights === undefined ? new Float32Array(F).fill(1) : requireArray(fn, "rewardWeights", o.rewardWeights, [Float32Array], F);
+    rw.forEach((x, k) => { if (!Number.isFinite(x)) throw new RangeError(`${fn}: rewardWeights[${k}]: expected a finite number, got ${x}`); });
+    const trlPath = isTrl && (F > 1 || scale === "batch" || moa === "normalize_then_sum");
+    if (isTrl && (o.scaleRewards !== undefined || F > 1 || o.multiObjectiveAggregation !== undefined) && (o.estimator ?? "grpo") !== "grpo")
+        throw new RangeError(`${fn}: scaleRewards / several reward functions: TRL's GRPO advantages (estimator 'grpo'), got estimator ${JSON.stringify(o.estimator)}`);
     if (broadcast === undefined && o.out !== undefined)
         requireDisjoint(fn, { out }, { scores, groups, ...(weights ? { weights } : {}) });
     // Whitening as the convention's system does it: OpenRLHF's biased variance and rsqrt(clamp(var, 1e-8)), else verl's.
     const whiten = !k.whiten ? 0 : conv === CONVENTIONS.openrlhf ? 2 : 1;
     return {
-        args: [scores, groups, weights, N, k.baseline, k.scaleByStd, std === "unbiased", eps, singleton === "zero",
+        args: [scores, groups, weights, N, k.baseline, k.scaleByStd && scale !== "none", std === "unbiased", eps, singleton === "zero",
             conv.nanExclude, whiten, device, out],
+        ...(trlPath ? { trl: () => out.set(trlAdvantages(scores, F, groups, rw, scale, moa)) } : {}),
         out, broadcast,
     };
 }
@@ -160,13 +192,15 @@ function finish(c: Call): Float32Array {
  */
 export function groupAdvantages(batch: GroupBatch, options?: GroupAdvantageOptions): Float32Array {
     const c = prepare("groupAdvantages", batch, options, []);
-    native.groupAdvantages(...c.args);
+    if (c.trl) c.trl();
+    else native.groupAdvantages(...c.args);
     return finish(c);
 }
 
 /** {@link groupAdvantages} off the main thread. */
 export async function groupAdvantagesAsync(batch: GroupBatch, options?: GroupAdvantageAsyncOptions): Promise<Float32Array> {
     const c = prepare("groupAdvantagesAsync", batch, options, ["signal"]);
-    await withSignal(() => native.groupAdvantagesAsync(...c.args), options?.signal);
+    if (c.trl) { options?.signal?.throwIfAborted(); c.trl(); }
+    else await withSignal(() => native.groupAdvantagesAsync(...c.args), options?.signal);
     return finish(c);
 }

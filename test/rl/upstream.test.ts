@@ -298,3 +298,58 @@ describe("MAPoRL's reference code", () => {
         expect(() => mapoScore("discounted_sum", "all", 0.3, s, 3, 2, [1], 1, 0)).toThrow(/non-empty/);
     });
 });
+
+// ---- TRL (huggingface/trl, trl/trainer/grpo_trainer.py, _generate_and_score_completions) ----
+// rewards_per_func [N, F], groups of num_generations consecutive completions; torch.std is unbiased.
+const tstd = (x: number[]) => { const m = x.reduce((a, b) => a + b, 0) / x.length; return Math.sqrt(x.reduce((a, b) => a + (b - m) ** 2, 0) / (x.length - 1)); };
+
+function trlGrpo(r: number[][], w: number[], G: number, scale: "group" | "batch" | "none", agg: "sum_then_normalize" | "normalize_then_sum") {
+    const N = r.length, F = w.length;
+    if (agg === "sum_then_normalize") {
+        const rewards = r.map((row) => row.reduce((s, v, k) => s + v * w[k]!, 0));
+        const adv: number[] = [];
+        for (let g = 0; g < N / G; g++) {
+            const grp = rewards.slice(g * G, g * G + G), mean = grp.reduce((a, b) => a + b, 0) / G;
+            const std = scale === "batch" ? tstd(rewards) : G > 1 ? tstd(grp) : 0;
+            for (const x of grp) adv.push(scale === "none" ? x - mean : (x - mean) / (std + 1e-4));
+        }
+        return adv;
+    }
+    const rk = r.map((row) => row.slice());
+    for (let g = 0; g < N / G; g++)
+        for (let k = 0; k < F; k++) {
+            const col = r.slice(g * G, g * G + G).map((row) => row[k]!), mean = col.reduce((a, b) => a + b, 0) / G, std = G > 1 ? tstd(col) : 0;
+            for (let i = 0; i < G; i++) rk[g * G + i]![k] = (col[i]! - mean) / (std + 1e-4);
+        }
+    const rewards = rk.map((row) => row.reduce((s, v, k) => s + v * w[k]!, 0));
+    const mean = rewards.reduce((a, b) => a + b, 0) / N, std = tstd(rewards);
+    return rewards.map((x) => (x - mean) / (std + 1e-4));
+}
+
+describe("TRL", () => {
+    it("scale_rewards 'batch' / 'group' / 'none' and multi_objective_aggregation, as GRPOTrainer computes them (random cases)", () => {
+        const next = rng(41);
+        for (const [G, P, F] of [[4, 3, 1], [2, 5, 2], [8, 2, 3], [3, 4, 2]] as const) {
+            const N = G * P;
+            const r = Array.from({ length: N }, () => back(Array.from({ length: F }, () => Math.round(next() * 20) / 10)));
+            const w = back(Array.from({ length: F }, (_, k) => 1 + 0.5 * k));
+            for (const scale of ["group", "batch", "none"] as const)
+                for (const agg of (F > 1 ? ["sum_then_normalize", "normalize_then_sum"] : ["sum_then_normalize"]) as ("sum_then_normalize" | "normalize_then_sum")[]) {
+                    if (agg === "normalize_then_sum" && scale !== "group") continue;  // (TRL ignores scale_rewards there)
+                    const got = groupAdvantages({ scores: f32(r.flat()), groups: Int32Array.from({ length: N }, (_, i) => Math.floor(i / G)), shape: [N, F] },
+                        { convention: "trl", scaleRewards: scale, multiObjectiveAggregation: agg, rewardWeights: f32(w) });
+                    const want = trlGrpo(r, w, G, scale, agg);
+                    got.forEach((x, i) => expect(Math.abs(x - want[i]!), `G=${G} F=${F} ${scale} ${agg} at ${i}: ${x} vs ${want[i]}`).toBeLessThan(2e-5 * (1 + Math.abs(want[i]!))));
+                }
+        }
+    });
+
+    it("TRL's options need convention 'trl' and GRPO; a bad weight is named", () => {
+        const b = { scores: f32([1, 2, 3, 4]), groups: Int32Array.from([0, 0, 1, 1]) };
+        expect(() => groupAdvantages(b, { scaleRewards: "batch" })).toThrow(/scaleRewards: TRL's option needs convention 'trl'/);
+        const two = { scores: f32([1, 2, 3, 4]), groups: Int32Array.from([0, 0]), shape: [2, 2] as const };
+        expect(() => groupAdvantages(two, {})).toThrow(/several reward functions .* need convention 'trl'/);
+        expect(() => groupAdvantages(b, { convention: "trl", scaleRewards: "batch", estimator: "rloo" })).toThrow(/estimator 'grpo'/);
+        expect(() => groupAdvantages(two, { convention: "trl", rewardWeights: f32([1, NaN]) })).toThrow(/rewardWeights\[1\]: expected a finite number/);
+    });
+});
