@@ -144,10 +144,20 @@ describe("tdAdvantages", () => {
             }
             i0 += H;
         }
-        const norm = await tdAdvantagesAsync({ rewards, values, lengths }, { gamma });
+        const norm = await tdAdvantagesAsync({ rewards, values, lengths }, { gamma, normalize: "batch", std: "unbiased" });
         const mean = want.reduce((a, b) => a + b, 0) / n;
         const std = Math.sqrt(want.reduce((a, b) => a + (b - mean) ** 2, 0) / (n - 1));
         norm.advantages.forEach((x, i) => expect(x).toBeCloseTo((want[i]! - mean) / std, 5));
+        // The default: within each turn index, the biased std (CoMLRL's _prepare_advantages per turn group).
+        const byTurn = tdAdvantages({ rewards, values, lengths }, { gamma });
+        const turnOf: number[] = [];
+        for (const H of lengths) for (let t = 0; t < H; t++) turnOf.push(t);
+        for (let t = 0; t < 5; t++) {
+            const idx = turnOf.flatMap((u, i) => (u === t ? [i] : []));
+            const xs = idx.map((i) => want[i]!), m = xs.reduce((a, b) => a + b, 0) / xs.length;
+            const sd = Math.max(Math.sqrt(xs.reduce((a, b) => a + (b - m) ** 2, 0) / xs.length), 1e-6);
+            idx.forEach((i) => expect(byTurn.advantages[i]).toBeCloseTo(xs.length > 1 ? (want[i]! - m) / sd : want[i]!, 5));
+        }
         // nextValues replaces the shifted values.
         const nv = Float32Array.from({ length: n }, () => 2);
         const withNext = tdAdvantages({ rewards, values, lengths, nextValues: nv }, { gamma, normalize: false });
@@ -156,8 +166,10 @@ describe("tdAdvantages", () => {
     });
 
     it("a constant batch normalises to 0 (std floor 1e-6); bad lengths are refused", () => {
-        const r = tdAdvantages({ rewards: new Float32Array(4).fill(1), values: new Float32Array(4), lengths: new Int32Array([4]) }, { gamma: 0 });
+        const r = tdAdvantages({ rewards: new Float32Array(4).fill(1), values: new Float32Array(4), lengths: new Int32Array([1, 1, 1, 1]) }, { gamma: 0 });
         expect([...r.advantages]).toEqual([0, 0, 0, 0]);
+        const one = tdAdvantages({ rewards: new Float32Array(4).fill(1), values: new Float32Array(4), lengths: new Int32Array([4]) }, { gamma: 0 });
+        expect([...one.advantages]).toEqual([1, 1, 1, 1]);  // each turn's group holds one: left as it is (CoMLRL)
         expect(() => tdAdvantages({ rewards: new Float32Array(2), values: new Float32Array(2), lengths: new Int32Array([0, 2]) })).toThrow(/lengths\[0\]/);
         expect(() => tdAdvantages({ rewards: new Float32Array(3), values: new Float32Array(2), lengths: new Int32Array([2]) })).toThrow(RangeError);
         expect(() => tdAdvantages({ rewards: new Float32Array(2), values: new Float32Array(2), lengths: [2] as never })).toThrow(TypeError);

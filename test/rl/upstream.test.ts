@@ -3,7 +3,9 @@
 // the conventions issue and random cases. Each reference is written from the upstream source, not from maporl.
 import { describe, expect, it } from "vitest";
 
-import { collaborationBonus, gae, groupAdvantages, influenceRewards, policyLoss, reinforceReturns, type LossAggregation } from "../../lib/index.js";
+import {
+    collaborationBonus, gae, groupAdvantages, influenceRewards, policyLoss, reinforceReturns, tdAdvantages, treeReturns, type LossAggregation,
+} from "../../lib/index.js";
 import { rng } from "../helpers/rng.js";
 
 // ---- verl (volcengine/verl, verl/trainer/ppo/core_algos.py and verl/utils/torch_functional.py) ----
@@ -351,5 +353,92 @@ describe("TRL", () => {
         expect(() => groupAdvantages(two, {})).toThrow(/several reward functions .* need convention 'trl'/);
         expect(() => groupAdvantages(b, { convention: "trl", scaleRewards: "batch", estimator: "rloo" })).toThrow(/estimator 'grpo'/);
         expect(() => groupAdvantages(two, { convention: "trl", rewardWeights: f32([1, NaN]) })).toThrow(/rewardWeights\[1\]: expected a finite number/);
+    });
+});
+
+// ---- CoMLRL (OpenMLRL/CoMLRL: comlrl/trainers/magrpo.py at 1665784, actor_critic/maac.py and ac_base.py at 10c5083) ----
+
+// MAGRPOTrainer: a node holds the K joint actions sampled at a state (their rewards) and one child node per joint action
+// unless the node terminated (mean reward above the threshold) or is at the last turn. compute_returns: a leaf's
+// returns are its rewards; else r_j + gamma * mean(child_j's returns). _compute_advantages per node: mean / raw / max /
+// rloo ((R * G - sum) / (G - 1)).
+interface CoNode { rewards: number[]; children: CoNode[]; returns?: number[] }
+function coReturns(n: CoNode, gamma: number): number[] {
+    n.returns = n.children.length === 0 ? [...n.rewards]
+        : n.rewards.map((r, j) => { const c = coReturns(n.children[j]!, gamma); return r + gamma * (c.reduce((a, b) => a + b, 0) / c.length); });
+    return n.returns;
+}
+function coAdvantages(R: number[], mode: string): number[] {
+    const G = R.length, sum = R.reduce((a, b) => a + b, 0), mean = sum / G;
+    if (mode === "mean") return R.map((x) => x - mean);
+    if (mode === "raw") return [...R];
+    if (mode === "max") return R.map((x) => x - Math.max(...R));
+    return G <= 1 ? R.map((x) => x - mean) : R.map((x) => (x * G - sum) / (G - 1));
+}
+
+describe("CoMLRL", () => {
+    it("treeReturns and MAGRPO's baselines equal MAGRPOTrainer's compute_returns and _compute_advantages (random trees)", () => {
+        const next = rng(61);
+        for (let c = 0; c < 8; c++) {
+            const G = 2 + (c % 3), T = 1 + (c % 3), gamma = [0.9, 1, 0.5][c % 3]!, threshold = 0.7;
+            // Build CoMLRL's node tree and maporl's parent / rewards arrays together (breadth first, as JointRollout lists them).
+            const parent: number[] = [], rewards: number[] = [], nodes: CoNode[] = [];
+            const frontier: { node: CoNode; parentIdx: number; depth: number }[] = [];
+            const root: CoNode = { rewards: Array.from({ length: G }, () => Math.round(next() * 10) / 10), children: [] };
+            frontier.push({ node: root, parentIdx: -1, depth: 0 });
+            for (let k = 0; k < frontier.length; k++) {
+                const { node, parentIdx, depth } = frontier[k]!;
+                const base = parent.length;
+                node.rewards.forEach((r) => { parent.push(parentIdx); rewards.push(r); });
+                nodes.push(node);
+                const mean = node.rewards.reduce((a, b) => a + b, 0) / G;
+                if (depth + 1 < T && !(mean > threshold))
+                    node.rewards.forEach((_, j) => {
+                        const child: CoNode = { rewards: Array.from({ length: G }, () => Math.round(next() * 10) / 10), children: [] };
+                        node.children.push(child);
+                        frontier.push({ node: child, parentIdx: base + j, depth: depth + 1 });
+                    });
+            }
+            coReturns(root, gamma);
+            const wantR = nodes.flatMap((n) => n.returns!);
+            for (const [mode, mine] of [["mean", "mean"], ["raw", "none"], ["max", "max"], ["rloo", "rloo"]] as const) {
+                const got = treeReturns({ parent: Int32Array.from(parent), rewards: Float32Array.from(rewards) }, { gamma, baseline: mine });
+                got.returns.forEach((x, i) => expect(Math.abs(x - wantR[i]!), `case ${c} return ${i}`).toBeLessThan(1e-5));
+                const wantA = nodes.flatMap((n) => coAdvantages(n.returns!.map(Math.fround), mode));
+                got.advantages.forEach((x, i) => expect(Math.abs(x - wantA[i]!), `case ${c} ${mode} advantage ${i}`).toBeLessThan(1e-5));
+            }
+        }
+    });
+
+    it("tdAdvantages equals MAAC's targets and _prepare_advantages (per agent buffer, turn by turn, biased std, floor 1e-6)", () => {
+        const next = rng(71);
+        for (let c = 0; c < 6; c++) {
+            const E = 2 + c, gamma = c % 2 ? 1 : 0.9;
+            const lengths = Array.from({ length: E }, () => 1 + Math.floor(next() * 3));
+            const n = lengths.reduce((a, b) => a + b, 0);
+            const r = back(Array.from({ length: n }, () => next())), v = back(Array.from({ length: n }, () => next()));
+            // _collect_rollouts_multi_turn: target = r_t + discount * old_value(t + 1), r at the last turn; adv = target - old_value.
+            const adv: number[] = [], turn: number[] = [], targets: number[] = [];
+            let i0 = 0;
+            for (const H of lengths) {
+                for (let t = 0; t < H; t++) {
+                    const y = t < H - 1 ? r[i0 + t]! + gamma * v[i0 + t + 1]! : r[i0 + t]!;
+                    targets.push(y); adv.push(y - v[i0 + t]!); turn.push(t);
+                }
+                i0 += H;
+            }
+            // _process_buffer: the buffer split by turn_idx, _prepare_advantages on each: (adv - mean) / std(unbiased=False).clamp(1e-6) when numel > 1.
+            const want = [...adv];
+            for (let t = 0; t < 3; t++) {
+                const idx = turn.flatMap((u, i) => (u === t ? [i] : []));
+                if (idx.length <= 1) continue;
+                const m = idx.reduce((a, i) => a + adv[i]!, 0) / idx.length;
+                const sd = Math.max(Math.sqrt(idx.reduce((a, i) => a + (adv[i]! - m) ** 2, 0) / idx.length), 1e-6);
+                idx.forEach((i) => { want[i] = (adv[i]! - m) / sd; });
+            }
+            const got = tdAdvantages({ rewards: f32(r), values: f32(v), lengths: Int32Array.from(lengths) }, { gamma });
+            got.targets.forEach((x, i) => expect(Math.abs(x - targets[i]!)).toBeLessThan(1e-6));
+            got.advantages.forEach((x, i) => expect(Math.abs(x - want[i]!), `case ${c} at ${i}`).toBeLessThan(1e-4));
+        }
     });
 });
