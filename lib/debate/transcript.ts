@@ -1,33 +1,21 @@
 // transcript.ts: the record of one debate episode, every (turn, agent) answer with what it was shown, its tokens,
 // log-probs, extracted answer, verifier score (or the verifier's failure) and timing. It serialises to JSON and
 // back without loss: non-finite numbers (a -Infinity log-prob) are written as strings and read back.
-import type { ChatMessage } from "../policy/types.js";
+import type { ChatMessage, Generation } from "../policy/types.js";
 
-export interface TurnEntry {
+/** One answer: the agent's Generation (text, exact ids, log-probs, model, endpoint, attempts, finish reason, usage,
+ * latency) with where it stood in the debate and how it was judged. */
+export interface TurnEntry extends Generation {
     turn: number;
     agent: number;
     /** The messages sent to the agent's policy. */
     prompt: ChatMessage[];
-    text: string;
-    tokens?: (number | string)[];
-    logprobs?: number[];
-    /** The generation's exact ids (see Generation): every sampled token, and the prompt as the model read it. */
-    tokenIds?: number[];
-    promptTokenIds?: number[];
-    tokenIdsExact?: boolean;
-    /** The served model (an adapter's version), the endpoint and the HTTP attempts, for remote policies. */
-    model?: string;
-    endpoint?: string;
-    attempts?: number;
     /** The extracted answer; null when none could be extracted. */
     extracted: string | null;
     /** The verifier's score, when a verifier ran and succeeded. */
     score?: number;
     /** Set when the verifier failed (then there is no score; it is never read as 0). */
     verifierError?: string;
-    finishReason: string;
-    usage: { promptTokens: number; completionTokens: number };
-    latencyMs: number;
 }
 
 export interface Transcript {

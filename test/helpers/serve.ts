@@ -11,6 +11,15 @@ const TOK = join(import.meta.dirname, "..", "fixtures", "hf-tokenizer");
 
 export interface ServeProcess { baseUrl: string; proc: ChildProcess; output: () => string; stop(signal?: NodeJS.Signals): Promise<number | null> }
 
+/** Saves a tiny embedded GPT (1 layer, 2 heads, 16 wide) at dir and loads it back: the checkpoint a server reads and
+ * the same model in process. */
+export async function tinyCheckpoint(dir: string, contextLength: number, seed: number): Promise<NativePolicy> {
+    const p = await NativePolicy.create({ contextLength, layers: 1, heads: 2, dModel: 16, seed, name: "tiny" });
+    await p.save(dir);
+    await p.dispose();
+    return NativePolicy.load(dir);
+}
+
 /** Starts `maporl serve --checkpoint dir ...args --port 0`; resolves with its base URL once it listens. */
 export function startServe(dir: string, args: string[] = []): Promise<ServeProcess> {
     const proc = spawn(process.execPath, [CLI, "serve", "--checkpoint", dir, "--port", "0", "--threads", "1", ...args], { stdio: ["ignore", "pipe", "pipe"] });

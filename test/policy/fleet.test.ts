@@ -13,7 +13,7 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 
 import { Debate, FleetPolicy, JsonlTracer, NativePolicy, type Span, type Transcript } from "../../lib/index.js";
-import { startServe, type ServeProcess } from "../helpers/serve.js";
+import { startServe, tinyCheckpoint, type ServeProcess } from "../helpers/serve.js";
 
 const work = mkdtempSync(join(tmpdir(), "maporl-fleet-"));
 let local: NativePolicy;
@@ -21,10 +21,7 @@ const procs: ServeProcess[] = [];
 const servers: Server[] = [];
 
 beforeAll(async () => {
-    const p = await NativePolicy.create({ contextLength: 4096, layers: 1, heads: 2, dModel: 16, seed: 11, name: "tiny" });
-    await p.save(join(work, "ckpt"));
-    await p.dispose();
-    local = await NativePolicy.load(join(work, "ckpt"));
+    local = await tinyCheckpoint(join(work, "ckpt"), 4096, 11);
     procs.push(...await Promise.all([0, 1, 2].map(() => startServe(join(work, "ckpt")))));
 });
 afterAll(async () => {

@@ -14,7 +14,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 
 import { type ChatMessage, NativePolicy, OpenAICompatiblePolicy } from "../../lib/index.js";
 import { chatBody } from "../../lib/policy/openaiDialect.js";
-import { startServe, type ServeProcess } from "../helpers/serve.js";
+import { startServe, tinyCheckpoint, type ServeProcess } from "../helpers/serve.js";
 
 const work = mkdtempSync(join(tmpdir(), "maporl-ids-"));
 let local: NativePolicy;
@@ -22,10 +22,7 @@ let srv: ServeProcess;
 const servers: Server[] = [];
 
 beforeAll(async () => {
-    const p = await NativePolicy.create({ contextLength: 256, layers: 1, heads: 2, dModel: 16, seed: 7, name: "tiny" });
-    await p.save(join(work, "ckpt"));
-    await p.dispose();
-    local = await NativePolicy.load(join(work, "ckpt"));
+    local = await tinyCheckpoint(join(work, "ckpt"), 256, 7);
     srv = await startServe(join(work, "ckpt"));
 });
 afterAll(async () => {
