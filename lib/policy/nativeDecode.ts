@@ -72,8 +72,10 @@ export async function decodeCalls(h: GptHandle, tokenizer: PolicyTokenizer, V: n
         calls.forEach((c, k) => { if (failed[k] === null && c.signal?.aborted) fail(k, c.signal.reason); });
         if (done >= B) break;
         for (let b = 0; b < B; b++) cur[b] = pos < lens[b]! ? prompts[b]![pos]! : finished[b] ? tokenizer.pad : toks[b]!.at(-1)!;
-        await native.gptDecodeAsync(h, cur, pos, logits, null);
-        if (!lens.some((l, b) => !finished[b] && pos >= l - 1)) continue;  // every live row is still reading its prompt
+        // While every live row is still reading its prompt, only the cache is needed: no LM head.
+        const sampling = lens.some((l, b) => !finished[b] && pos >= l - 1);
+        await native.gptDecodeAsync(h, cur, pos, sampling ? logits : null, null);
+        if (!sampling) continue;
         // The token at position pos + 1 (the sampler's counter, as when each request decodes alone).
         const s = sample({ logits, shape: [B, V] }, { temperature, topK, topP, seed, position: new BigInt64Array(B).fill(BigInt(pos + 1)),
             rawLogprobs: false, device: "cpu" });

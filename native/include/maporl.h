@@ -396,7 +396,8 @@ maporl_status maporl_gpt_zero_grad(maporl_gpt * gpt);
 maporl_status maporl_gpt_step(maporl_gpt * gpt, const maporl_adamw_params * params, double max_grad_norm,
                               double * grad_norm_out);
 /* KV-cache decoding: reset for `batch` rows and up to max_len positions, then decode the tokens [batch] of
- * position pos (0, 1, 2, ... in order) into logits_out [batch, vocab] and values_out [batch] (either may be NULL). */
+ * position pos (0, 1, 2, ... in order) into logits_out [batch, vocab] and values_out [batch] (either may be NULL: that
+ * head is then not run, so a prompt position whose next token no row samples costs no LM head). */
 maporl_status maporl_gpt_cache_reset(maporl_gpt * gpt, int64_t batch, int64_t max_len);
 maporl_status maporl_gpt_decode(maporl_gpt * gpt, const int32_t * tokens, int64_t pos, float * logits_out,
                                 float * values_out);

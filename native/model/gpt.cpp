@@ -229,7 +229,7 @@ void Model<F>::cache_reset(int64_t batch, int64_t max_len) {
 }
 
 template <typename F>
-void Model<F>::decode(const int32_t * tok, int64_t pos) {
+void Model<F>::decode(const int32_t * tok, int64_t pos, bool logits, bool values) {
     const int64_t Bc = cache_batch, C = cfg.d_model, H = cfg.mlp_ratio * C, NH = cfg.heads, hs = C / NH, V = cfg.vocab;
     if (Bc == 0) throw_error(MAPORL_ERR_INVALID_ARG, "decode: call cache_reset first");
     if (pos < 0 || pos >= cache_len) throw_error(MAPORL_ERR_INVALID_ARG, "pos: expected 0..%lld, got %lld", (long long)(cache_len - 1), (long long)pos);
@@ -291,11 +291,16 @@ void Model<F>::decode(const int32_t * tok, int64_t pos) {
         matmul_forward_wt(proj.data(), hg.data(), wt(bl.fcprojw), p(bl.fcprojb), Bc, H, C);
         for (size_t i = 0; i < x.size(); ++i) x[i] = x[i] + proj[i];
     }
+    if (!logits && !values) return;
     layernorm_forward(ln.data(), mean.data(), rstd.data(), x.data(), p(layout.lnfw), p(layout.lnfb), Bc, C);
-    step_logits.resize((size_t)(Bc * V));
-    matmul_forward_wt(step_logits.data(), ln.data(), wt(layout.lm_head), (const F *)nullptr, Bc, C, V);
-    step_values.resize((size_t)Bc);
-    matmul_forward(step_values.data(), ln.data(), p(layout.vw), p(layout.vb), Bc, C, 1);
+    if (logits) {
+        step_logits.resize((size_t)(Bc * V));
+        matmul_forward_wt(step_logits.data(), ln.data(), wt(layout.lm_head), (const F *)nullptr, Bc, C, V);
+    }
+    if (values) {
+        step_values.resize((size_t)Bc);
+        matmul_forward(step_values.data(), ln.data(), p(layout.vw), p(layout.vb), Bc, C, 1);
+    }
 }
 
 template struct Model<float>;

@@ -98,9 +98,10 @@ struct Model {
     // Incremental decoding with a key/value cache for `batch` rows and up to `max_len` positions. decode() runs the
     // tokens of position `pos` (the same position for every row; positions 0..pos-1 must have been decoded)
     // and writes step_logits [batch, V] and step_values [batch]; the result equals the full forward's at that
-    // position (to float rounding).
+    // position (to float rounding). With `logits` / `values` false that head is not run (a prompt position whose
+    // next token no row samples needs only the keys and values it caches); its step_ array is then stale.
     void cache_reset(int64_t batch, int64_t max_len);
-    void decode(const int32_t * tokens, int64_t pos);
+    void decode(const int32_t * tokens, int64_t pos, bool logits = true, bool values = true);
     // The decoder multiplies by transposed copies of the weights ([C, OC], built on first use); init(), update()
     // and weights_changed() (call it after writing `params` directly) make them stale.
     void weights_changed() { wt_stale = true; }

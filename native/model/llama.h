@@ -101,9 +101,10 @@ struct Model {
     void zero_grad();
     double update(const gpt::AdamW & h, double max_norm);
 
-    // KV-cache decoding as gpt::Model: every row at position `pos`; equals the full forward at that position.
+    // KV-cache decoding as gpt::Model: every row at position `pos`; equals the full forward at that position. The
+    // LM head (the largest matrix of a small model) and the value head run only when asked.
     void cache_reset(int64_t batch, int64_t max_len);
-    void decode(const int32_t * tokens, int64_t pos);
+    void decode(const int32_t * tokens, int64_t pos, bool logits = true, bool values = true);
     void weights_changed() { wt_stale = true; }
     std::vector<std::vector<F>> wt_cache;  // per tensor: its transposed copy [in, out], empty until used
     bool wt_stale = true;

@@ -47,7 +47,7 @@ void Model<F>::cache_reset(int64_t batch, int64_t max_len) {
 }
 
 template <typename F>
-void Model<F>::decode(const int32_t * tok, int64_t pos) {
+void Model<F>::decode(const int32_t * tok, int64_t pos, bool logits, bool values) {
     const int64_t Bc = cache_batch, C = cfg.d_model, NH = cfg.heads, NKV = cfg.kv_heads, hd = cfg.head_dim, QC = NH * hd, KC = NKV * hd,
                   I = cfg.intermediate, V = cfg.vocab, group = NH / NKV;
     if (Bc == 0) throw_error(MAPORL_ERR_INVALID_ARG, "decode: call cache_reset first");
@@ -143,9 +143,13 @@ void Model<F>::decode(const int32_t * tok, int64_t pos) {
         lo(l, kDown, proj.data(), hmid.data());
         for (size_t i = 0; i < x.size(); ++i) x[i] = proj[i] + x[i];
     }
+    if (!logits && !values) return;
     rmsnorm_forward(xn.data(), rs.data(), x.data(), p(layout.norm), Bc, C, cfg.rms_eps);
-    step_logits.resize((size_t)(Bc * V));
-    matmul_forward_wt_or(step_logits.data(), xn.data(), layout.lm_head, -1, Bc, C, V);
+    if (logits) {
+        step_logits.resize((size_t)(Bc * V));
+        matmul_forward_wt_or(step_logits.data(), xn.data(), layout.lm_head, -1, Bc, C, V);
+    }
+    if (!values) return;
     step_values.resize((size_t)Bc);
     gpt::matmul_forward(step_values.data(), xn.data(), p(layout.vw), p(layout.vb), Bc, C, 1);
     for (const auto & gr : groups)  // an adapter's rows: its own value head
@@ -166,7 +170,7 @@ void Model<F>::matmul_forward_wt_or(F * out, const F * inp, int64_t w, int64_t b
 #define MAPORL_INSTANTIATE(F)                                                                                     \
     template const F * Model<F>::wt(int64_t);                                                                     \
     template void Model<F>::cache_reset(int64_t, int64_t);                                                        \
-    template void Model<F>::decode(const int32_t *, int64_t);                                                     \
+    template void Model<F>::decode(const int32_t *, int64_t, bool, bool);                                                     \
     template void Model<F>::matmul_forward_wt_or(F *, const F *, int64_t, int64_t, int64_t, int64_t, int64_t);
 MAPORL_INSTANTIATE(float)
 MAPORL_INSTANTIATE(double)

@@ -266,7 +266,7 @@ maporl_status maporl_gpt_decode(maporl_gpt * gpt, const int32_t * tokens, int64_
             return MAPORL_OK;
         }
         gpt->visit([&](auto & m) {
-            m.decode(tokens, pos);
+            m.decode(tokens, pos, logits_out != nullptr, values_out != nullptr);
             if (logits_out) std::memcpy(logits_out, m.step_logits.data(), sizeof(float) * m.step_logits.size());
             if (values_out) std::memcpy(values_out, m.step_values.data(), sizeof(float) * m.step_values.size());
         });

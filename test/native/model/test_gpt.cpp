@@ -92,6 +92,25 @@ TEST(a_small_model_memorises_a_batch_the_same_for_any_thread_count) {
     CHECK(curve[0] > 2.2 && curve.back() < 0.5 * curve[0], "loss %g -> %g: the model did not learn", curve[0], curve.back());
 }
 
+// A prompt decoded without the heads leaves the cache as decoding it with them: the next logits are the same bits.
+TEST(decoding_without_the_heads_caches_the_same) {
+    g::Config c;
+    c.vocab = 11; c.context = 12; c.layers = 2; c.heads = 2; c.d_model = 16;
+    g::Model<float> with(c), without(c);
+    with.init(9);
+    without.init(9);
+    const int64_t B = 2, T = 6;
+    with.cache_reset(B, T);
+    without.cache_reset(B, T);
+    for (int64_t t = 0; t < T; ++t) {
+        const int32_t cur[2] = {(int32_t)((3 * t + 1) % c.vocab), (int32_t)((5 * t + 2) % c.vocab)};
+        with.decode(cur, t);
+        without.decode(cur, t, t == T - 1, t == T - 1);
+    }
+    CHECK(with.step_logits == without.step_logits && with.step_values == without.step_values,
+          "the last position's heads differ after a prompt decoded without them");
+}
+
 // KV-cache decoding equals the full forward at every position, and greedy decoding from the cache picks the
 // argmax of the full forward's logits at every step.
 TEST(kv_cache_decoding_equals_the_full_forward) {

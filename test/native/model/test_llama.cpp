@@ -210,6 +210,28 @@ TEST(kv_cache_decoding_equals_the_full_forward) {
     }
 }
 
+// A prompt decoded without the heads (NativePolicy skips the LM head while every row reads its prompt) leaves the
+// cache exactly as decoding it with them: the next position's logits and values are the same to the bit.
+TEST(decoding_without_the_heads_caches_the_same) {
+    for (const Variant & var : variants()) {
+        L::Config c = var.c;
+        c.context = 12; c.d_model = 16; c.intermediate = 24; c.vocab = 13;
+        L::Model<float> with(c), without(c);
+        with.init(7);
+        without.init(7);
+        const int64_t B = 2, T = 6;
+        with.cache_reset(B, T);
+        without.cache_reset(B, T);
+        for (int64_t t = 0; t < T; ++t) {
+            const int32_t cur[2] = {(int32_t)((3 * t + 1) % c.vocab), (int32_t)((5 * t + 2) % c.vocab)};
+            with.decode(cur, t);
+            without.decode(cur, t, t == T - 1, t == T - 1);
+        }
+        CHECK(with.step_logits == without.step_logits && with.step_values == without.step_values,
+              "%s: the last position's heads differ after a prompt decoded without them", var.name);
+    }
+}
+
 // Cross-entropy training on a fixed batch (the gradient of mean -log softmax written out here): the loss falls,
 // and 1 and 3 threads give the same parameters to the bit.
 TEST(a_small_model_memorises_a_batch_the_same_for_any_thread_count) {
