@@ -1,13 +1,13 @@
 // trainCli.ts: `maporl train`: flags and config file -> trainJob, a progress bar on stderr (iteration, reward,
 // per-turn accuracy, ETA), the before/after table at the end. Ctrl-C stops after the current step; the run
 // directory then resumes with --resume.
-import { readFileSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+
+import type { TrainArgs } from "../cliProgram.js";
 
 import { configFromFlags, mergePartial, resolveConfig } from "./config.js";
 import { formatSummary, trainJob } from "./job.js";
-
-const FLAGS: Record<string, string> = { "--task": "task", "--algo": "algo", "--agents": "agents", "--turns": "turns", "--iterations": "iterations",
-    "--seed": "seed", "--schedule": "schedule", "--model": "model.dir", "--data": "taskOptions.data", "--lora-rank": "lora.rank", "--lora-alpha": "lora.alpha" };
 
 function fmtTime(ms: number): string {
     if (!Number.isFinite(ms) || ms < 0) return "?";
@@ -15,23 +15,11 @@ function fmtTime(ms: number): string {
     return s >= 60 ? `${Math.floor(s / 60)}m${String(s % 60).padStart(2, "0")}s` : `${s}s`;
 }
 
-export async function runTrain(args: string[], usage: string): Promise<number> {
-    const flags: Record<string, string> = {};
-    let configFile: string | undefined, out: string | undefined, resume: string | undefined;
-    for (let i = 0; i < args.length; i++) {
-        const a = args[i]!, v = args[i + 1];
-        const need = () => { if (v === undefined) throw new RangeError(`train: ${a}: expected a value\n\n${usage}`); i++; return v; };
-        if (a in FLAGS) flags[FLAGS[a]!] = need();
-        else if (a === "--config") configFile = need();
-        else if (a === "--out") out = need();
-        else if (a === "--resume") resume = need();
-        else if (a === "--device") flags.device = need();  // checked by the config (cpu | cuda | auto)
-        else if (a === "--set") {
-            const kv = need(), eq = kv.indexOf("=");
-            if (eq <= 0) throw new RangeError(`train: --set: expected key=value, got ${kv}`);
-            flags[kv.slice(0, eq)] = kv.slice(eq + 1);
-        } else throw new RangeError(`train: unknown option ${a}\n\n${usage}`);
-    }
+/** `maporl train` with its parsed flags (lib/cliProgram.ts). */
+export async function runTrain(args: TrainArgs): Promise<number> {
+    const { flags, config: configFile, out, resume } = args;
+    if (resume && (configFile || Object.keys(flags).length > 0))
+        throw new RangeError(`train: --resume continues a run with the config it was started with; --config and the config flags (${[...(configFile ? ["--config"] : []), ...Object.keys(flags)].join(", ")}) are not taken with it`);
     let partial: Record<string, unknown> = {};
     if (configFile) {
         try { partial = JSON.parse(readFileSync(configFile, "utf8")) as Record<string, unknown>; } catch (e) {
@@ -40,6 +28,7 @@ export async function runTrain(args: string[], usage: string): Promise<number> {
     }
     partial = mergePartial(partial, configFromFlags(flags));
     if (!resume) resolveConfig(partial);  // a bad value is reported before a run directory is named
+    else if (!existsSync(join(resume, "config.json"))) throw new Error(`train: --resume ${resume}: no config.json there (not a run directory)`);
     const dir = resume ?? out ?? `runs/${new Date().toISOString().replace(/[:.]/g, "-")}`;
     const controller = new AbortController();
     const onSigint = () => { process.stderr.write("\nmaporl: stopping after this step; continue with --resume " + dir + "\n"); controller.abort(new Error("interrupted")); };

@@ -1,0 +1,144 @@
+// cliProgram.ts: the `maporl` command line, declared with commander (no dependencies of its own; every command gets
+// its own --help, --flag=value and --flag value both work, an unknown command or option gets a "did you mean", and
+// --version prints the package's version). The actions are passed in, so tests parse without running a job.
+import { Command, InvalidArgumentError, Option } from "commander";
+
+export interface TrainArgs {
+    /** Config keys from the flags (dotted for nested ones), as strings: the config validates and converts them. */
+    flags: Record<string, string>;
+    config?: string;
+    out?: string;
+    resume?: string;
+}
+export interface BenchArgs { kernels: string[]; threads?: number; reps?: number; pythonReps?: number; python: boolean; out?: string }
+export interface ServeArgs {
+    checkpoint: string; port: number; host: string; servedModelName?: string; loraModules: Record<string, string>;
+    enableLora: boolean; threads?: number;
+}
+
+export interface CliActions {
+    train(a: TrainArgs): Promise<number>;
+    info(): Promise<number> | number;
+    bench(a: BenchArgs): Promise<number>;
+    serve(a: ServeArgs): Promise<number>;
+    toy(a: { seed: number }): Promise<number> | number;
+}
+
+export interface CliOptions {
+    version: string;
+    /** The benchmark names (checked, with a suggestion for a misspelt one). */
+    kernels: readonly string[];
+    /** Where help and errors go (tests capture them); defaults to stdout / stderr. */
+    writeOut?: (s: string) => void;
+    writeErr?: (s: string) => void;
+}
+
+const TASKS = ["arith-debate", "split-sum", "gsm8k"], ALGOS = ["maporl", "magrpo", "collm-cc", "collm-dc"];
+const SCHEDULES = ["joint", "independent", "alternating", "turn-based"], DEVICES = ["cpu", "cuda", "auto"];
+
+function integer(min: number, max: number) {
+    return (v: string): number => {
+        const n = Number(v);
+        if (v.trim() === "" || !Number.isInteger(n) || n < min || n > max) throw new InvalidArgumentError(`expected an integer in [${min}, ${max}], got ${JSON.stringify(v)}.`);
+        return n;
+    };
+}
+const collect = (v: string, prev: string[]) => [...prev, v];
+
+function editDistance(a: string, b: string): number {
+    const d = Array.from({ length: a.length + 1 }, (_, i) => [i, ...new Array<number>(b.length).fill(0)]);
+    for (let j = 1; j <= b.length; j++) d[0]![j] = j;
+    for (let i = 1; i <= a.length; i++)
+        for (let j = 1; j <= b.length; j++) d[i]![j] = Math.min(d[i - 1]![j]! + 1, d[i]![j - 1]! + 1, d[i - 1]![j - 1]! + (a[i - 1] === b[j - 1] ? 0 : 1));
+    return d[a.length]![b.length]!;
+}
+
+/** The `maporl` program: parse with `parseAsync(argv, { from: 'user' })`; the action's exit code is `program.exitCode`. */
+export function buildProgram(actions: CliActions, options: CliOptions): Command & { exitCode?: number } {
+    const program = new Command("maporl") as Command & { exitCode?: number };
+    const out = options.writeOut ?? ((s: string) => process.stdout.write(s)), err = options.writeErr ?? ((s: string) => process.stderr.write(s));
+    const done = (code: number) => { program.exitCode = code; };
+    program.description("Multi-agent post-co-training of collaborating LLM agents with reinforcement learning.")
+        .version(options.version, "-v, --version", "print the package's version")
+        .showSuggestionAfterError(true).showHelpAfterError("(add --help for the options)")
+        .configureOutput({ writeOut: out, writeErr: err })
+        .exitOverride();
+    const command = (name: string) => program.command(name).showHelpAfterError("(add --help for the options)").exitOverride().configureOutput({ writeOut: out, writeErr: err });
+
+    command("train").description("co-train a team of agents (the main job: warm start, co-training, the independent control, a before/after table; about 6 minutes on 2 cores)")
+        .addOption(new Option("--task <task>", "the task").choices(TASKS).default("arith-debate"))
+        .addOption(new Option("--algo <algo>", "the algorithm").choices(ALGOS).default("maporl"))
+        .option("--agents <n>", "agents in the team (2-8; default 3)")
+        .option("--turns <n>", "discussion turns (1-8; default 3)")
+        .option("--iterations <n>", "co-training iterations (default 120)")
+        .option("--seed <n>", "the seed of everything (default 0)")
+        .addOption(new Option("--schedule <schedule>", "which agents train when").choices(SCHEDULES).default("joint"))
+        .option("--model <dir>", "a Hugging Face model directory (llama, mistral, qwen2, qwen3): every agent and critic a LoRA adapter on its one base")
+        .option("--lora-rank <n>", "the adapters' rank (with --model; default 16)")
+        .option("--lora-alpha <x>", "the adapters' alpha (with --model; default 32)")
+        .option("--data <dir>", "gsm8k: a directory with train.jsonl and test.jsonl (default the shipped copy)")
+        .addOption(new Option("--device <device>", "where the models live (cuda needs a GPU and a CUDA build)").choices(DEVICES).default("cpu"))
+        .option("--config <file>", "a JSON config (keys as in the README; unknown keys are errors)")
+        .option("--set <key=value>", "any config key, dotted for nested ones (e.g. --set maporl.klCoef=0.01); repeatable", collect, [])
+        .option("--out <dir>", "the run directory (default runs/<time>)")
+        .option("--resume <dir>", "continue a killed or interrupted run, with identical results")
+        .action(async (o: Record<string, unknown>, cmd: Command) => {
+            const flags: Record<string, string> = {};
+            // Only what was given on the command line (a default must not override the config file).
+            const given = (k: string) => cmd.getOptionValueSource(k) === "cli";
+            const map: Record<string, string> = { task: "task", algo: "algo", agents: "agents", turns: "turns", iterations: "iterations", seed: "seed",
+                schedule: "schedule", model: "model.dir", loraRank: "lora.rank", loraAlpha: "lora.alpha", data: "taskOptions.data", device: "device" };
+            for (const [k, key] of Object.entries(map)) if (given(k)) flags[key] = String(o[k]);
+            for (const kv of o.set as string[]) {
+                const eq = kv.indexOf("=");
+                if (eq <= 0) throw new RangeError(`train: --set: expected key=value, got ${JSON.stringify(kv)}`);
+                flags[kv.slice(0, eq)] = kv.slice(eq + 1);
+            }
+            if (o.resume !== undefined && o.out !== undefined) throw new RangeError("train: --resume DIR continues DIR; --out names a new run: give one of them");
+            done(await actions.train({ flags, ...(o.config ? { config: o.config as string } : {}), ...(o.out ? { out: o.out as string } : {}),
+                ...(o.resume ? { resume: o.resume as string } : {}) }));
+        });
+
+    command("info").description("print the native backend: version, threads, SIMD, CUDA build and devices")
+        .action(async () => done(await actions.info()));
+
+    command("bench").description("time the kernels against the PyTorch baselines in the same run")
+        .argument("[kernels...]", `which (default all): ${options.kernels.join(", ")}`)
+        .option("--threads <n>", "threads for both sides (default 2)", integer(1, 1024))
+        .option("--reps <n>", "repetitions of our kernels (default 30)", integer(1, 1e6))
+        .option("--python-reps <n>", "repetitions of the baselines (default 5)", integer(1, 1e6))
+        .option("--no-python", "skip the baselines")
+        .option("--out <dir>", "where the JSON goes (default bench/results)")
+        .action(async (kernels: string[], o: { threads?: number; reps?: number; pythonReps?: number; python: boolean; out?: string }) => {
+            for (const k of kernels)
+                if (!options.kernels.includes(k)) {
+                    const best = [...options.kernels].sort((a, b) => editDistance(k, a) - editDistance(k, b))[0];
+                    throw new RangeError(`bench: unknown benchmark '${k}'${best && editDistance(k, best) <= 3 ? ` (did you mean ${best}?)` : ""}; known: ${options.kernels.join(", ")}`);
+                }
+            done(await actions.bench({ kernels, ...o }));
+        });
+
+    command("serve").description("serve a saved policy, a Hugging Face model or a LoRA adapter (on the base it names) as an OpenAI-compatible server in vLLM's dialect")
+        .requiredOption("--checkpoint <dir>", "the model, checkpoint or adapter directory")
+        .option("--port <n>", "the port (0: any free port)", integer(0, 65535), 8000)
+        .option("--host <host>", "the address to listen on", "127.0.0.1")
+        .option("--served-model-name <name>", "the base model's id (default: the model's name)")
+        .option("--lora-modules <name=dir...>", "PEFT adapters served as models of their own (Hugging Face base models)")
+        .option("--enable-lora", "accept POST /v1/load_lora_adapter and /v1/unload_lora_adapter (runtime LoRA updates)", false)
+        .option("--threads <n>", "CPU threads of the model (default: one per core)", integer(1, 1024))
+        .action(async (o: { checkpoint: string; port: number; host: string; servedModelName?: string; loraModules?: string[]; enableLora: boolean; threads?: number }) => {
+            const loraModules: Record<string, string> = {};
+            for (const m of o.loraModules ?? []) {
+                const eq = m.indexOf("=");
+                if (eq <= 0 || eq === m.length - 1) throw new RangeError(`serve: --lora-modules: expected name=path, got ${JSON.stringify(m)}`);
+                loraModules[m.slice(0, eq)] = m.slice(eq + 1);
+            }
+            const { loraModules: _, ...rest } = o;
+            done(await actions.serve({ ...rest, loraModules }));
+        });
+
+    command("toy").description("MAPoRL's toy game: collaboration-rate curves at T = 10 and 20, and the learned behaviour against Observations 1 and 2 over a payoff grid")
+        .option("--seed <n>", "the seed", integer(0, 2 ** 31 - 1), 0)
+        .action(async (o: { seed: number }) => done(await actions.toy(o)));
+    return program;
+}

@@ -1,0 +1,107 @@
+// cli.test.ts: the `maporl` command line (lib/cliProgram.ts) parsed with stub actions (no job runs), and the real
+// dist/cli.js for help, version and exit codes.
+import { spawnSync } from "node:child_process";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+
+import { CommanderError } from "commander";
+import { describe, expect, it } from "vitest";
+
+import { buildProgram, type BenchArgs, type ServeArgs, type TrainArgs } from "../../lib/cliProgram.js";
+
+const root = join(import.meta.dirname, "..", "..");
+const version = (JSON.parse(readFileSync(join(root, "package.json"), "utf8")) as { version: string }).version;
+
+async function parse(argv: string[]) {
+    const calls: { train?: TrainArgs; bench?: BenchArgs; serve?: ServeArgs; toy?: { seed: number }; info?: true } = {};
+    let out = "", err = "";
+    const program = buildProgram({
+        train: async (a) => { calls.train = a; return 0; },
+        info: () => { calls.info = true; return 0; },
+        bench: async (a) => { calls.bench = a; return 0; },
+        serve: async (a) => { calls.serve = a; return 0; },
+        toy: (a) => { calls.toy = a; return 7; },
+    }, { version, kernels: ["gae", "policyLoss", "llama"], writeOut: (s) => { out += s; }, writeErr: (s) => { err += s; } });
+    let code: number | undefined, error: unknown;
+    try {
+        await program.parseAsync(argv, { from: "user" });
+        code = program.exitCode;
+    } catch (e) {
+        if (e instanceof CommanderError) code = e.exitCode;
+        else error = e;
+    }
+    return { calls, out, err, code, error };
+}
+
+describe("maporl command line", () => {
+    it("train: only the flags given reach the config, in either --flag=value or --flag value form; --set repeats", async () => {
+        const r = await parse(["train", "--iterations=5", "--algo", "magrpo", "--set", "maporl.klCoef=0.01", "--set=magrpo.generations=2", "--out", "runs/x"]);
+        expect(r.code).toBe(0);
+        expect(r.calls.train).toEqual({ flags: { iterations: "5", algo: "magrpo", "maporl.klCoef": "0.01", "magrpo.generations": "2" }, out: "runs/x" });
+        // defaults (task, algo, schedule, device) are not sent: a config file's values stand
+        expect((await parse(["train", "--config", "my.json"])).calls.train).toEqual({ flags: {}, config: "my.json" });
+        const hf = await parse(["train", "--model", "m", "--lora-rank", "8", "--data", "d", "--device", "auto", "--task", "gsm8k"]);
+        expect(hf.calls.train!.flags).toEqual({ "model.dir": "m", "lora.rank": "8", "taskOptions.data": "d", device: "auto", task: "gsm8k" });
+    });
+
+    it("bad flags: a suggestion for a misspelt option or command, the allowed choices, and nothing run", async () => {
+        let r = await parse(["train", "--itrations", "5"]);
+        expect(r.code).toBe(1);
+        expect(r.err).toMatch(/unknown option '--itrations'\n\(Did you mean --iterations\?\)/);
+        expect(r.calls.train).toBeUndefined();
+        r = await parse(["trian"]);
+        expect(r.err).toMatch(/unknown command 'trian'\n\(Did you mean train\?\)/);
+        r = await parse(["train", "--algo=foo"]);
+        expect(r.err).toMatch(/argument 'foo' is invalid. Allowed choices are maporl, magrpo, collm-cc, collm-dc/);
+        r = await parse(["train", "--set", "novalue"]);
+        expect(String(r.error)).toMatch(/--set: expected key=value, got "novalue"/);
+        r = await parse(["train", "--resume", "a", "--out", "b"]);
+        expect(String(r.error)).toMatch(/give one of them/);
+        r = await parse(["bench", "gea"]);
+        expect(String(r.error)).toMatch(/unknown benchmark 'gea' \(did you mean gae\?\)/);
+        r = await parse(["serve"]);
+        expect(r.err).toMatch(/required option '--checkpoint <dir>' not specified/);
+        r = await parse(["serve", "--checkpoint", "c", "--port", "70000"]);
+        expect(r.err).toMatch(/'--port <n>' argument '70000' is invalid. expected an integer in \[0, 65535\]/);
+        expect(r.calls.serve).toBeUndefined();
+    });
+
+    it("toy --seed 0 is taken (0 is the default); bench and serve options parsed", async () => {
+        const t = await parse(["toy", "--seed", "0"]);
+        expect(t.calls.toy).toEqual({ seed: 0 });
+        expect(t.code).toBe(7);  // the action's exit code
+        expect((await parse(["toy", "--seed", "-1"])).err).toMatch(/'--seed <n>' argument '-1' is invalid/);
+        expect((await parse(["bench", "gae", "llama", "--threads=4", "--no-python"])).calls.bench).toEqual({ kernels: ["gae", "llama"], threads: 4, python: false });
+        const s = await parse(["serve", "--checkpoint", "c", "--port", "0", "--lora-modules", "a=/x", "b=/y=z", "--enable-lora"]);
+        expect(s.calls.serve).toEqual({ checkpoint: "c", port: 0, host: "127.0.0.1", loraModules: { a: "/x", b: "/y=z" }, enableLora: true });
+        expect(String((await parse(["serve", "--checkpoint", "c", "--lora-modules", "a"])).error)).toMatch(/--lora-modules: expected name=path, got "a"/);
+    });
+
+    it("help and version: every command has its own help, exit code 0", async () => {
+        for (const cmd of ["train", "toy", "bench", "serve", "info"]) {
+            const r = await parse([cmd, "--help"]);
+            expect(r.code, cmd).toBe(0);
+            expect(r.out).toContain(`Usage: maporl ${cmd}`);
+        }
+        expect((await parse(["train", "--help"])).out).toMatch(/--task <task>.*split-sum/s);
+        const v = await parse(["--version"]);
+        expect(v.out.trim()).toBe(version);
+        expect(v.code).toBe(0);
+    });
+
+    it("the installed command: --version, train --help, an unknown option (real process)", () => {
+        const cli = join(root, "dist", "cli.js");
+        const run = (...a: string[]) => spawnSync(process.execPath, [cli, ...a], { encoding: "utf8", timeout: 60_000 });
+        expect(run("--version")).toMatchObject({ status: 0, stdout: `${version}\n` });
+        const help = run("train", "--help");
+        expect(help.status).toBe(0);
+        expect(help.stdout).toContain("--resume <dir>");
+        const bad = run("train", "--itrations", "5");
+        expect(bad.status).toBe(1);
+        expect(bad.stderr).toContain("Did you mean --iterations?");
+        const resume = run("train", "--resume", join(root, "no-such-run"));
+        expect(resume.status).toBe(1);
+        expect(resume.stderr).toMatch(/no config.json there/);
+        expect(resume.stdout).not.toMatch(/run directory/);
+    });
+});
