@@ -43,7 +43,7 @@ export { readGsm8k, readAnli, type Gsm8kRecord, type AnliRecord } from "./debate
 export {
     debateMetrics, majorityCredit, answerKey, type DebateMetrics, type EpisodeRecord, type AnswerRecord, type Transitions,
 } from "./debate/metrics.js";
-export { type Policy, type SettledGeneration, type ChatMessage, type GenerateRequest, type Generation, type SamplingOptions } from "./policy/types.js";
+export { type Policy, type SettledGeneration, type ChatMessage, type GenerateRequest, type Generation, type SamplingOptions, type TokenCallback } from "./policy/types.js";
 export { OpenAICompatiblePolicy, type OpenAICompatibleOptions } from "./policy/openai.js";
 export { type Dialect } from "./policy/openaiDialect.js";
 export { FleetPolicy, type FleetOptions, type AdapterVersion } from "./policy/fleet.js";

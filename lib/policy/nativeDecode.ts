@@ -8,7 +8,7 @@ import { MaporlError } from "../errors.js";
 import { native, type GptHandle } from "../native.js";
 import { sample } from "../rl/sampling.js";
 import type { PolicyTokenizer } from "./tokenizer.js";
-import type { Generation, requestSampling } from "./types.js";
+import type { Generation, requestSampling, TokenCallback } from "./types.js";
 
 /** One generate call's part of a batch. */
 export interface DecodeCall {
@@ -20,6 +20,7 @@ export interface DecodeCall {
     adapter: number | null;
     signal?: AbortSignal;
     onProgress?: (done: number, total: number) => void;
+    onToken?: TokenCallback;
     resolve: (g: Generation[]) => void;
     reject: (e: unknown) => void;
 }
@@ -89,7 +90,10 @@ export async function decodeCalls(h: GptHandle, tokenizer: PolicyTokenizer, V: n
                 `hold NaN or +Inf (the model's weights or activations are not finite), so no token can be sampled`, "MAPORL_ERR_INTERNAL"));
         for (let b = 0; b < B; b++) {
             if (finished[b] || pos < lens[b]! - 1) continue;
-            const t = s.tokens[b]!;
+            const t = s.tokens[b]!, k = owner[b]!;
+            if (calls[k]!.onToken) {  // (a callback that throws fails its own call, not the batch)
+                try { calls[k]!.onToken!(local[b]!, t, s.logprobs[b]!); } catch (e) { fail(k, e); continue; }
+            }
             if (tokenizer.isStop(t)) {  // recorded in tokenIds and logprobs (what was sampled), not in tokens or the text
                 stopId[b] = t;
                 lps[b]!.push(s.logprobs[b]!);

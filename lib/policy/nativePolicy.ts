@@ -25,7 +25,7 @@ import { readSafetensors, writeSafetensors } from "./safetensors.js";
 import { describe, requireArray, requireBoolean, requireInteger, requireNumber, requireOptions, requireShape2 } from "../validate.js";
 import { CharTokenizer, type PolicyTokenizer } from "./tokenizer.js";
 import { policyLoss } from "../rl/policyLoss.js";
-import { type GenerateRequest, type Generation, type Policy, requestMessages, requestSampling, requestSeed } from "./types.js";
+import { type GenerateRequest, type Generation, type Policy, requestMessages, requestSampling, requestSeed, type TokenCallback } from "./types.js";
 import { type DecodeCall, decodeCalls } from "./nativeDecode.js";
 import { fnv1a, isAdapterDir, loadAdapterTensors, type LoraOptions, readAdapterConfig, readAdapterState, resolveLora, targetNames, writeAdapterDir } from "./lora.js";
 
@@ -284,7 +284,7 @@ export class NativePolicy implements Policy {
      * its prompt while longer prompts are still being read, and samples from the step after its last prompt token),
      * so the tokens are the same as decoding each request alone. onProgress(done, total) counts finished requests.
      */
-    async generate(requests: GenerateRequest[], options: { signal?: AbortSignal; onProgress?: (done: number, total: number) => void } = {}): Promise<Generation[]> {
+    async generate(requests: GenerateRequest[], options: { signal?: AbortSignal; onProgress?: (done: number, total: number) => void; onToken?: TokenCallback } = {}): Promise<Generation[]> {
         if (!Array.isArray(requests)) throw new TypeError(`${this.name}: requests: expected an array`);
         const prompts = requests.map((r, i) => this.promptOf(r, i));
         const sampling = requests.map((r, i) => requestSampling(this.name, r, i));
@@ -293,15 +293,16 @@ export class NativePolicy implements Policy {
             if (p.length >= this.config.contextLength)
                 throw new RangeError(`${this.name}: requests[${i}]: the prompt is ${p.length} tokens, the context is ${this.config.contextLength}`);
         });
-        if (options.onProgress !== undefined && typeof options.onProgress !== "function")
-            throw new TypeError(`${this.name}: onProgress: expected a function, got ${describe(options.onProgress)}`);
+        for (const k of ["onProgress", "onToken"] as const)
+            if (options[k] !== undefined && typeof options[k] !== "function") throw new TypeError(`${this.name}: ${k}: expected a function, got ${describe(options[k])}`);
         if (requests.length === 0) return [];
         this.h();
         // Calls made before the batch starts (on this policy, or on other adapters of its base) join it: one decode
         // step serves every adapter, as vLLM's multi-LoRA batching does.
         return new Promise<Generation[]>((resolve, reject) => {
             const call: DecodeCall = { name: this.name, prompts, sampling, seeds, adapter: this.family === "llama" ? this.adapterId : null,
-                ...(options.signal ? { signal: options.signal } : {}), ...(options.onProgress ? { onProgress: options.onProgress } : {}), resolve, reject };
+                ...(options.signal ? { signal: options.signal } : {}), ...(options.onProgress ? { onProgress: options.onProgress } : {}),
+                ...(options.onToken ? { onToken: options.onToken } : {}), resolve, reject };
             const open = this.core.openBatch;
             if (open) { open.push(call); return; }
             const batch = [call];

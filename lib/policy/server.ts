@@ -10,11 +10,12 @@
 // logprob tokens as "token_id:N") and SGLang (return_prompt_token_ids: prompt_token_ids on each choice). Requests are
 // validated (a bad body is a 400 with a message, a body over maxBodyBytes a 413, an unknown `model` a 404 naming the
 // served ones, a prompt over the context a 400 giving the limit); at most maxPending generation requests are answered
-// or wait at once (then 503 with Retry-After). Streaming is not supported (a 400 says so).
+// or wait at once (then 503 with Retry-After). `stream: true` answers with server-sent events (serverStream.ts).
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 
 import { HttpError, ServedModels } from "./serverModels.js";
+import { streamGeneration } from "./serverStream.js";
 import type { ChatMessage, GenerateRequest, Generation, Policy, SamplingOptions } from "./types.js";
 
 export interface ServeOptions {
@@ -94,7 +95,7 @@ async function jsonBody(req: IncomingMessage, limit: number): Promise<Record<str
 const MAX_CHOICES = 64;
 
 // The tokenizer of a policy that has one (NativePolicy's), else null.
-type Tk = { encode(t: string): number[]; decode(ids: number[]): string; encodeChat(m: readonly ChatMessage[]): number[]; vocabSize?: number };
+type Tk = { encode(t: string): number[]; decode(ids: number[]): string; encodeChat(m: readonly ChatMessage[]): number[]; vocabSize?: number; isStop?(id: number): boolean };
 const tokenizerOf = (p: Policy): Tk | null => {
     const t = (p as { tokenizer?: Partial<Tk> }).tokenizer;
     return t && typeof t.encode === "function" && typeof t.decode === "function" && typeof t.encodeChat === "function" ? t as Tk : null;
@@ -179,7 +180,9 @@ export async function servePolicy(policy: Policy, options: ServeOptions = {}): P
     let counter = 0, pending = 0;
 
     const chat = async (body: Record<string, unknown>, res: ServerResponse, completions: boolean) => {
-        if (body.stream) throw new HttpError(400, "stream: not supported by this server");
+        if (body.stream !== undefined && body.stream !== null && typeof body.stream !== "boolean") throw new HttpError(400, `stream: expected a boolean, got ${typeof body.stream}`);
+        const so = body.stream_options;
+        if (so !== undefined && so !== null && (typeof so !== "object" || Array.isArray(so))) throw new HttpError(400, "stream_options: expected an object");
         const logprobs = completions ? body.logprobs !== undefined && body.logprobs !== null && body.logprobs !== false : flag(body, "logprobs");
         if (completions && body.logprobs !== undefined && body.logprobs !== null && typeof body.logprobs !== "number" && typeof body.logprobs !== "boolean")
             throw new HttpError(400, `logprobs: expected an integer, got ${typeof body.logprobs}`);
@@ -195,6 +198,13 @@ export async function servePolicy(policy: Policy, options: ServeOptions = {}): P
         const served = models.get(body.model);  // (resolved right before generate: an adapter replaced meanwhile answers wholly)
         const tk = tokenizerOf(served.policy);
         if (completions && typeof body.prompt === "string" && tk) req = { promptTokenIds: tk.encode(body.prompt), sampling };  // raw text, no chat template
+        if (body.stream === true) {
+            const requests = Array.from({ length: n }, (_, i) => { const s = seedOf(seed, i); return { ...req, ...(s !== undefined ? { seed: s } : {}) }; });
+            return streamGeneration(res, { policy: served.policy, requests, completions, id: `${completions ? "cmpl" : "chatcmpl"}-maporl-${++counter}`, model: served.name,
+                logprobs, returnIds, asIds, includeUsage: (so as { include_usage?: unknown } | undefined)?.include_usage === true, tokenizer: tk,
+                piece: (t) => (asIds ? `token_id:${t}` : tk ? tk.decode([t]) : String(t)),
+                choiceExtras: (g) => (promptIdsPerChoice && g.promptTokenIds ? { prompt_token_ids: g.promptTokenIds } : {}) });
+        }
         const gens = await generateN(served.policy, req, seed, n);
         const promptIds = gens[0]!.promptTokenIds;
         const choice = (g: Generation, index: number) => ({

@@ -69,10 +69,15 @@ export interface Generation {
 /** One request's outcome under generateSettled. */
 export type SettledGeneration = { ok: true; generation: Generation } | { ok: false; error: Error };
 
+/** Called for every sampled token, in order, as it is sampled (the stop token that ends an answer included):
+ * `request` indexes the generate call's requests. A callback that throws fails its call. */
+export type TokenCallback = (request: number, tokenId: number, logprob: number) => void;
+
 export interface Policy {
     readonly name: string;
-    /** Rejects when any request fails (after the policy's own retries) or on abort. */
-    generate(requests: GenerateRequest[], options?: { signal?: AbortSignal }): Promise<Generation[]>;
+    /** Rejects when any request fails (after the policy's own retries) or on abort. `onToken`: a policy that decodes
+     * here (NativePolicy) calls it for every token as it is sampled; others ignore it (their answers arrive whole). */
+    generate(requests: GenerateRequest[], options?: { signal?: AbortSignal; onToken?: TokenCallback }): Promise<Generation[]>;
     /** Optional: every request's outcome, rejecting only on abort (Debate and JointRollout use it, through
      * settle.ts's generateSettled, so that one failed request fails only its own episode). */
     generateSettled?(requests: GenerateRequest[], options?: { signal?: AbortSignal }): Promise<SettledGeneration[]>;

@@ -48,7 +48,7 @@ describe("servePolicy", () => {
         expect(bad.status).toBe(400);
         expect(((await bad.json()) as { error: { message: string } }).error.message).toMatch(/not JSON/);
         expect((await post({ messages: [] })).status).toBe(400);
-        expect((await post({ messages: [{ role: "user", content: "x" }], stream: true })).status).toBe(400);
+        expect((await post({ messages: [{ role: "user", content: "x" }], stream: "yes" })).status).toBe(400);
         expect((await post({ messages: [{ role: "user", content: "x".repeat(1100) }] })).status).toBe(400);  // longer than the context
         expect((await fetch(`${srv.baseUrl}/nope`)).status).toBe(404);
         const msg = async (r: Response) => ((await r.json()) as { error: { message: string } }).error.message;
