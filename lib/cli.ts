@@ -1,13 +1,15 @@
 #!/usr/bin/env node
-// cli.ts: the `maporl` command (declared in cliProgram.ts): train, info, bench, serve, toy.
+// cli.ts: the `maporl` command (declared in cliProgram.ts): train, info, bench, serve, doctor, toy.
 import { readFileSync } from "node:fs";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
 
 import { CommanderError } from "commander";
 
 import { backend, setThreads } from "./backend.js";
 import { BENCHMARKS, runBench } from "./bench/index.js";
 import { buildProgram } from "./cliProgram.js";
+import { doctor } from "./doctor.js";
 import { NativePolicy } from "./policy/nativePolicy.js";
 import { servePolicy } from "./policy/server.js";
 import { runTrain } from "./train/trainCli.js";
@@ -27,7 +29,7 @@ function info(): number {
     return 0;
 }
 
-const version = (JSON.parse(readFileSync(join(import.meta.dirname, "..", "package.json"), "utf8")) as { version: string }).version;
+const version = (JSON.parse(readFileSync(join(dirname(fileURLToPath(import.meta.url)), "..", "package.json"), "utf8")) as { version: string }).version;
 
 const program = buildProgram({
     train: runTrain,
@@ -52,6 +54,11 @@ const program = buildProgram({
         return 0;
     },
     toy: (a) => { runToy(a); return 0; },
+    doctor: async (a) => {
+        const r = await doctor(a.json ? {} : { log: (l) => console.log(l) });
+        if (a.json) console.log(JSON.stringify(r, null, 2));
+        return r.failed === 0 ? 0 : 1;
+    },
 }, { version, kernels: Object.keys(BENCHMARKS) });
 
 program.parseAsync(process.argv.slice(2), { from: "user" }).then(() => { process.exitCode = program.exitCode ?? 0; }, (e: unknown) => {

@@ -22,6 +22,7 @@ export interface CliActions {
     bench(a: BenchArgs): Promise<number>;
     serve(a: ServeArgs): Promise<number>;
     toy(a: { seed: number }): Promise<number> | number;
+    doctor(a: { json: boolean }): Promise<number>;
 }
 
 export interface CliOptions {
@@ -136,6 +137,10 @@ export function buildProgram(actions: CliActions, options: CliOptions): Command 
             const { loraModules: _, ...rest } = o;
             done(await actions.serve({ ...rest, loraModules }));
         });
+
+    command("doctor").description("check this installation: the backend, every kernel at every SIMD level against float64, and on a visible GPU every kernel and the model on CUDA against the CPU")
+        .option("--json", "print the report as JSON", false)
+        .action(async (o: { json: boolean }) => done(await actions.doctor(o)));
 
     command("toy").description("MAPoRL's toy game: collaboration-rate curves at T = 10 and 20, and the learned behaviour against Observations 1 and 2 over a payoff grid")
         .option("--seed <n>", "the seed", integer(0, 2 ** 31 - 1), 0)

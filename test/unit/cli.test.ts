@@ -21,6 +21,7 @@ async function parse(argv: string[]) {
         bench: async (a) => { calls.bench = a; return 0; },
         serve: async (a) => { calls.serve = a; return 0; },
         toy: (a) => { calls.toy = a; return 7; },
+        doctor: async () => 0,
     }, { version, kernels: ["gae", "policyLoss", "llama"], writeOut: (s) => { out += s; }, writeErr: (s) => { err += s; } });
     let code: number | undefined, error: unknown;
     try {
@@ -78,7 +79,7 @@ describe("maporl command line", () => {
     });
 
     it("help and version: every command has its own help, exit code 0", async () => {
-        for (const cmd of ["train", "toy", "bench", "serve", "info"]) {
+        for (const cmd of ["train", "toy", "bench", "serve", "info", "doctor"]) {
             const r = await parse([cmd, "--help"]);
             expect(r.code, cmd).toBe(0);
             expect(r.out).toContain(`Usage: maporl ${cmd}`);
