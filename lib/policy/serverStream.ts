@@ -41,29 +41,29 @@ export async function streamGeneration(res: ServerResponse, r: StreamRequest): P
     // over the context) is still answered with its HTTP status.
     let begun = false;
     const event = (data: unknown) => {
+        if (res.destroyed) return;
         if (!begun) {
             begun = true;
             res.writeHead(200, { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache", connection: "keep-alive" });
             if (!r.completions)
                 for (let i = 0; i < n; i++) res.write(`data: ${JSON.stringify({ id: r.id, object, created, model: r.model, choices: [{ index: i, delta: { role: "assistant", content: "" }, logprobs: null, finish_reason: null }] })}\n\n`);
         }
-        if (!res.destroyed) res.write(`data: ${JSON.stringify(data)}\n\n`);
+        res.write(`data: ${JSON.stringify(data)}\n\n`);
     };
     const chunk = (choice: Record<string, unknown>, extra: Record<string, unknown> = {}) => event({ id: r.id, object, created, model: r.model, choices: [choice], ...extra });
     const lp = (ids: number[], lps: number[]) => !r.logprobs ? null : r.completions
         ? { tokens: ids.map((t) => r.piece(t)), token_logprobs: lps, top_logprobs: null, text_offset: [] }
         : { content: ids.map((t, i) => { const token = r.piece(t); return { token, logprob: lps[i]!, bytes: [...Buffer.from(token, "utf8")], top_logprobs: [] }; }) };
-    const delta = (index: number, text: string, ids: number[], lps: number[], finish: string | null = null) => chunk({
-        index, ...(r.completions ? { text } : { delta: text === "" && finish !== null ? {} : { content: text } }), logprobs: lp(ids, lps), finish_reason: finish,
+    const delta = (index: number, text: string, ids: number[], lps: number[]) => chunk({
+        index, ...(r.completions ? { text } : { delta: { content: text } }), logprobs: lp(ids, lps), finish_reason: null,
         ...(r.returnIds && ids.length > 0 ? { token_ids: ids } : {}),
     });
-    const st = Array.from({ length: n }, () => ({ ids: [] as number[], lps: [] as number[], sent: 0, streamed: false }));
+    const st = Array.from({ length: n }, () => ({ ids: [] as number[], sent: 0, streamed: false }));
     const tk = r.tokenizer;
     const onToken = (i: number, id: number, logprob: number) => {
         const s = st[i]!;
         s.streamed = true;
         if (!tk?.isStop?.(id)) s.ids.push(id);
-        s.lps.push(logprob);
         let text = tk ? tk.decode(s.ids) : "";
         while (text.endsWith("\uFFFD")) text = text.slice(0, -1);  // a character not yet complete
         // Never past the first stop string (the answer ends before it), nor into the last hold[i] characters (one may begin there).
