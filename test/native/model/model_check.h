@@ -1,6 +1,7 @@
 // model_check.h: checks shared by the model tests (test_gpt, test_llama, test_lora, test_model_scores): every
-// parameter's analytic gradient against central finite differences of the loss in double, and the mean
-// next-token cross-entropy of float logits with its gradient (written out, independent of the loss kernels).
+// parameter's analytic gradient against central finite differences of the loss in double, the mean next-token
+// cross-entropy of float logits with its gradient (written out, independent of the loss kernels), and decoding
+// without the heads.
 #pragma once
 
 #include <stdint.h>
@@ -11,6 +12,21 @@
 #include <vector>
 
 namespace model_check {
+
+// Decodes the same 2-row, T-position prompt into two copies of a model, one with the heads at every position and one
+// with them only at the last; true when the last position's logits and values agree to the bit (skipping the heads
+// must leave the KV cache as it was).
+template <typename Model>
+bool heads_skipped_cache_the_same(Model & with, Model & without, int64_t vocab, int64_t T) {
+    with.cache_reset(2, T);
+    without.cache_reset(2, T);
+    for (int64_t t = 0; t < T; ++t) {
+        const int32_t cur[2] = {(int32_t)((3 * t + 1) % vocab), (int32_t)((5 * t + 2) % vocab)};
+        with.decode(cur, t);
+        without.decode(cur, t, t == T - 1, t == T - 1);
+    }
+    return with.step_logits == without.step_logits && with.step_values == without.step_values;
+}
 
 // How many of `params` have an analytic gradient (grads) off (L(x + h) - L(x - h)) / 2h, h = 1e-6, by more than
 // 1e-6 * max(1, |fd|); the first three are printed after `label`. `loss` recomputes L from the current params.
