@@ -158,7 +158,7 @@ export class FleetPolicy implements Policy {
             }
             if (this.o.healthCheckIntervalMs > 0) {
                 const t = setInterval(() => {
-                    for (const ep of this.eps.values()) if (ep.healthy && !ep.removed) void ep.probe().then((ok) => { if (!ok && ep.healthy) this.eject(ep); });
+                    for (const ep of this.eps.values()) if (ep.healthy && !ep.removed) void this.check(ep);
                 }, this.o.healthCheckIntervalMs);
                 t.unref();
                 this.timers.push(t);
@@ -188,6 +188,24 @@ export class FleetPolicy implements Policy {
         const p = new Promise<void>((r) => { wake = r; });
         this.waiters.push(wake);
         await Promise.race([p, sleep(Math.max(1, Math.min(ms, 250)), signal)]);
+    }
+
+    // A health check: the probe, and once adapters have been pushed the server's model list, so that a server restarted
+    // between two checks (it answers, but has lost the adapters loaded at run time) gets the current versions again.
+    private async check(ep: Endpoint): Promise<void> {
+        if (!(await ep.probe())) {
+            if (ep.healthy) this.eject(ep);
+            return;
+        }
+        if (this.current.size === 0 || !ep.healthy || this.closed) return;
+        const models = await ep.servedModels();
+        if (models) await this.restore(ep, [...this.current.values()].filter((v) => !models.includes(v.served)));
+    }
+
+    // Loads the given current versions on `ep` again (a server that lost them), then wakes the waiting requests.
+    private async restore(ep: Endpoint, versions: AdapterVersion[]): Promise<void> {
+        for (const v of versions) if (this.current.get(v.name)?.served === v.served) await ep.reload(v.served, v.dir).catch(() => undefined);
+        if (versions.length > 0) this.notify();
     }
 
     private eject(ep: Endpoint): void {
@@ -272,7 +290,11 @@ export class FleetPolicy implements Policy {
                 if (e instanceof ClientError) throw e;
                 tried.add(ep);
                 errors.push(`${ep.url}: ${msg}`);
-                if (e instanceof ModelMissing) ep.loaded.delete(served!);
+                if (e instanceof ModelMissing) {  // the server lost it (restarted): load it there again, meanwhile elsewhere
+                    ep.loaded.delete(served!);
+                    const v = [...this.current.values()].find((x) => x.served === served);
+                    if (v) void this.restore(ep, [v]);
+                }
                 else if (ep.failed(msg, attempt < this.o.maxAttempts)) this.scheduleProbe(ep);
                 if (attempt >= this.o.maxAttempts || performance.now() >= deadline)
                     throw new Error(`${this.name}: the request failed on ${attempt} attempt${attempt > 1 ? "s" : ""}: ${errors.join(" | ")}`);

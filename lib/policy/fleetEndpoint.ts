@@ -21,6 +21,8 @@ export interface EndpointStats {
     /** Times the endpoint was taken out of rotation, and put back after a probe. */
     ejections: number;
     readmissions: number;
+    /** Adapters found missing on a server that answers (restarted between two health checks) and loaded again. */
+    adapterReloads: number;
     promptTokens: number;
     completionTokens: number;
     /** Latency of the answered attempts (ms): mean, median and 95th percentile of the last 1,000. */
@@ -59,7 +61,9 @@ export class Endpoint {
     probing: ReturnType<typeof setTimeout> | null = null;
     private dialectP: Promise<Dialect> | null = null;
     private dialectKnown: Dialect | null = null;
-    private readonly s = { requests: 0, ok: 0, errors: 0, failovers: 0, ejections: 0, readmissions: 0, promptTokens: 0, completionTokens: 0, latSum: 0 };
+    private readonly s = { requests: 0, ok: 0, errors: 0, failovers: 0, ejections: 0, readmissions: 0, adapterReloads: 0, promptTokens: 0, completionTokens: 0, latSum: 0 };
+    /** Adapter versions being loaded again here (one load at a time per version). */
+    readonly restoring = new Set<string>();
     private readonly lat: number[] = [];
     private lastError: string | null = null;
 
@@ -130,6 +134,34 @@ export class Endpoint {
         }
     }
 
+    /** The model ids the server lists (GET /v1/models), or null when it does not answer. */
+    async servedModels(): Promise<string[] | null> {
+        try {
+            const r = await getJson(this.o.where, `${this.url}/models`, { timeoutMs: Math.min(this.o.timeoutMs, 2000), headers: this.o.headers });
+            if (!r.ok) return null;
+            const j = JSON.parse(r.text) as { data?: { id?: unknown }[] };
+            return Array.isArray(j.data) ? j.data.map((m) => String(m.id)) : null;
+        } catch {
+            return null;
+        }
+    }
+
+    /** Loads `served` again after the server was found without it (counted in adapterReloads). */
+    async reload(served: string, dir: string): Promise<void> {
+        if (this.restoring.has(served)) return;
+        this.restoring.add(served);
+        this.loaded.delete(served);  // requests for it go elsewhere meanwhile
+        try {
+            await this.loadAdapter(served, dir);
+            this.s.adapterReloads++;
+        } catch (e) {
+            if ((await this.servedModels())?.includes(served)) this.loaded.add(served);  // loaded meanwhile (a push): it is there
+            else throw e;
+        } finally {
+            this.restoring.delete(served);
+        }
+    }
+
     readmit(): void {
         this.healthy = true;
         this.consecutiveFailures = 0;
@@ -167,7 +199,7 @@ export class Endpoint {
     stats(): EndpointStats {
         const s = this.s, n = s.ok;
         return { url: this.url, healthy: this.healthy && !this.removed, dialect: this.dialectKnown, outstanding: this.outstanding, requests: s.requests, ok: s.ok,
-            errors: s.errors, failovers: s.failovers, ejections: s.ejections, readmissions: s.readmissions, promptTokens: s.promptTokens,
+            errors: s.errors, failovers: s.failovers, ejections: s.ejections, readmissions: s.readmissions, adapterReloads: s.adapterReloads, promptTokens: s.promptTokens,
             completionTokens: s.completionTokens, latencyMs: { mean: n ? s.latSum / n : 0, p50: quantile(this.lat, 0.5), p95: quantile(this.lat, 0.95) },
             adapters: [...this.loaded], lastError: this.lastError };
     }

@@ -2,7 +2,8 @@
 // LoRA updating: POST /v1/load_lora_adapter, /v1/unload_lora_adapter). After each training step's push, the agent's
 // generations come from the new adapter: the served tokens and log-probs equal the trained adapter's own, change
 // when it changes, and carry the version's name; the old version is unloaded. A server killed and restarted on its
-// port is re-admitted with the current adapter loaded before it serves it. A bad push switches nothing.
+// port gets the current adapter again (re-admitted with it loaded first, or, back before a health check noticed,
+// loaded again once it is found without it); no answer is lost meanwhile. A bad push switches nothing.
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -73,13 +74,16 @@ describe("adapters pushed to a fleet", () => {
             for (let k = 0; k < 50 && (await Promise.all(procs.map(served))).some((d) => d.some((m) => m.id === v1.served)); k++) await new Promise((r) => setTimeout(r, 40));
             for (const p of procs) expect((await served(p)).map((m) => m.id)).toEqual(["llama-1x32", v2.served]);
 
-            // A server killed and restarted on its port: re-admitted with the current version loaded first.
+            // A server killed and restarted on its port gets the current version again: ejected and re-admitted with it
+            // loaded first, or, when it came back between two health checks, found without it and loaded again.
             const port = new URL(procs[1]!.baseUrl).port;
             await procs[1]!.stop("SIGKILL");
             procs[1] = await startServe(modelDir, ["--enable-lora", "--port", port]);
-            for (let k = 0; k < 100 && !fleet.stats().find((s) => s.url === procs[1]!.baseUrl)!.adapters.includes(v2.served); k++) await new Promise((r) => setTimeout(r, 50));
-            expect(fleet.stats().find((s) => s.url === procs[1]!.baseUrl)).toMatchObject({ healthy: true, adapters: [v2.served] });
-            expect(fleet.stats().find((s) => s.url === procs[1]!.baseUrl)!.ejections).toBe(1);
+            const back = async () => (await served(procs[1]!)).some((m) => m.id === v2.served) && fleet.stats().find((s) => s.url === procs[1]!.baseUrl)!.adapters.includes(v2.served);
+            for (let k = 0; k < 200 && !(await back()); k++) await new Promise((r) => setTimeout(r, 50));
+            const st = fleet.stats().find((s) => s.url === procs[1]!.baseUrl)!;
+            expect(st).toMatchObject({ healthy: true, adapters: [v2.served] });
+            expect(st.ejections + st.adapterReloads).toBe(1);
             const third = await a0.generate(reqs);
             same(third, second);
             expect(new Set(third.map((g) => g.endpoint)).size).toBe(2);
@@ -117,5 +121,29 @@ describe("adapters pushed to a fleet", () => {
         expect(bad.status).toBe(400);
         expect(((await bad.json()) as { error: { message: string } }).error.message).toMatch(/loading LoRA adapter 'y' from .*nope/);
         expect((await served(procs[0]!)).map((m) => m.id)).not.toContain("y");
+    });
+
+    it("a server that comes back without its adapters before any health check: the missing model is loaded there again, no answer is lost", async () => {
+        // Health checks off: only a request's 404 ("no such model") can reveal the restart.
+        const fleet = new FleetPolicy({ endpoints: procs.map((p) => p.baseUrl), model: "llama-1x32", healthCheckIntervalMs: 0, probeIntervalMs: 100 });
+        try {
+            const v = (await fleet.pushAdapter("b0", join(work, "a0-step2"))).version;
+            const a = fleet.adapter("b0"), first = await a.generate(reqs);
+            expect(new Set(first.map((g) => g.endpoint)).size).toBe(2);
+            const port = new URL(procs[0]!.baseUrl).port;
+            await procs[0]!.stop("SIGKILL");
+            procs[0] = await startServe(modelDir, ["--enable-lora", "--port", port]);
+            expect((await served(procs[0]!)).map((m) => m.id)).not.toContain(v.served);
+            const again = await a.generate(reqs);  // the rows routed to the restarted server get 404, then go to the other
+            same(again, first);
+            expect(again.every((g) => g.model === v.served)).toBe(true);
+            for (let k = 0; k < 100 && !(await served(procs[0]!)).some((m) => m.id === v.served); k++) await new Promise((r) => setTimeout(r, 50));
+            expect((await served(procs[0]!)).map((m) => m.id)).toContain(v.served);
+            const st = fleet.stats().find((s) => s.url === procs[0]!.baseUrl)!;
+            expect(st).toMatchObject({ healthy: true, ejections: 0, adapterReloads: 1, adapters: [v.served] });
+            expect(new Set((await a.generate(reqs)).map((g) => g.endpoint)).size).toBe(2);  // both serve it again
+        } finally {
+            fleet.close();
+        }
     });
 });
