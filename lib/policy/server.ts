@@ -140,25 +140,24 @@ function samplingOf(body: Record<string, unknown>): { sampling: SamplingOptions;
 const seedOf = (seed: number | undefined, i: number): number | bigint | undefined =>
     i === 0 ? seed : seed === undefined ? i : Number.isSafeInteger(seed) ? BigInt.asUintN(64, BigInt(seed) + BigInt(i)) : seed;
 
+const choiceRequests = (base: Omit<GenerateRequest, "seed">, seed: number | undefined, n: number): GenerateRequest[] =>
+    Array.from({ length: n }, (_, i) => { const s = seedOf(seed, i); return { ...base, ...(s !== undefined ? { seed: s } : {}) }; });
+
 async function generateN(policy: Policy, base: Omit<GenerateRequest, "seed">, seed: number | undefined, n: number): Promise<Generation[]> {
     try {
-        return await policy.generate(Array.from({ length: n }, (_, i) => {
-            const s = seedOf(seed, i);
-            return { ...base, ...(s !== undefined ? { seed: s } : {}) };
-        }));
+        return await policy.generate(choiceRequests(base, seed, n));
     } catch (e) {
         throw new HttpError(e instanceof RangeError || e instanceof TypeError ? 400 : 500, e instanceof Error ? e.message : String(e));
     }
 }
 
-// One choice's logprobs.content: a piece per sampled token (tokenIds when the policy gives them, the stop token
-// included, as vLLM), or "token_id:N" with return_tokens_as_token_ids.
-function logprobContent(g: Generation, tk: Tk | null, asIds: boolean): { token: string; logprob: number; bytes: number[]; top_logprobs: [] }[] {
-    const ids = g.tokenIds ?? g.tokens ?? [];
-    return ids.map((t, i) => {
-        const token = typeof t === "number" ? (asIds ? `token_id:${t}` : tk ? tk.decode([t]) : String(t)) : String(t);
-        return { token, logprob: g.logprobs?.[i] ?? 0, bytes: [...Buffer.from(token, "utf8")], top_logprobs: [] };
-    });
+// A choice's logprobs for these sampled tokens (a whole answer's tokenIds, the stop token included, as vLLM; or one
+// streamed token): chat's logprobs.content or completions' parallel lists, a token's piece its text or, with
+// return_tokens_as_token_ids, "token_id:N".
+function logprobsField(ids: readonly (number | string)[], lps: readonly number[] | undefined, tk: Tk | null, asIds: boolean, completions: boolean) {
+    const pieces = ids.map((t) => (typeof t === "number" ? (asIds ? `token_id:${t}` : tk ? tk.decode([t]) : String(t)) : String(t)));
+    return completions ? { tokens: pieces, token_logprobs: pieces.map((_, i) => lps?.[i] ?? 0), top_logprobs: null, text_offset: [] }
+        : { content: pieces.map((token, i) => ({ token, logprob: lps?.[i] ?? 0, bytes: [...Buffer.from(token, "utf8")], top_logprobs: [] })) };
 }
 
 const usageOf = (gens: Generation[]) => {
@@ -198,13 +197,11 @@ export async function servePolicy(policy: Policy, options: ServeOptions = {}): P
         const served = models.get(body.model);  // (resolved right before generate: an adapter replaced meanwhile answers wholly)
         const tk = tokenizerOf(served.policy);
         if (completions && typeof body.prompt === "string" && tk) req = { promptTokenIds: tk.encode(body.prompt), sampling };  // raw text, no chat template
-        if (body.stream === true) {
-            const requests = Array.from({ length: n }, (_, i) => { const s = seedOf(seed, i); return { ...req, ...(s !== undefined ? { seed: s } : {}) }; });
-            return streamGeneration(res, { policy: served.policy, requests, completions, id: `${completions ? "cmpl" : "chatcmpl"}-maporl-${++counter}`, model: served.name,
-                logprobs, returnIds, asIds, includeUsage: (so as { include_usage?: unknown } | undefined)?.include_usage === true, tokenizer: tk,
-                piece: (t) => (asIds ? `token_id:${t}` : tk ? tk.decode([t]) : String(t)),
+        if (body.stream === true)
+            return streamGeneration(res, { policy: served.policy, requests: choiceRequests(req, seed, n), completions, id: `${completions ? "cmpl" : "chatcmpl"}-maporl-${++counter}`,
+                model: served.name, returnIds, includeUsage: (so as { include_usage?: unknown } | undefined)?.include_usage === true, tokenizer: tk,
+                logprobsOf: logprobs ? (ids, lps) => logprobsField(ids, lps, tk, asIds, completions) : null, usage: usageOf,
                 choiceExtras: (g) => (promptIdsPerChoice && g.promptTokenIds ? { prompt_token_ids: g.promptTokenIds } : {}) });
-        }
         const gens = await generateN(served.policy, req, seed, n);
         const promptIds = gens[0]!.promptTokenIds;
         const choice = (g: Generation, index: number) => ({
@@ -215,16 +212,13 @@ export async function servePolicy(policy: Policy, options: ServeOptions = {}): P
         const created = Math.floor(Date.now() / 1000);
         send(res, 200, completions ? {
             id: `cmpl-maporl-${++counter}`, object: "text_completion", created, model: served.name,
-            choices: gens.map((g, i) => {
-                const lp = logprobContent(g, tk, asIds);
-                return { ...choice(g, i), text: g.text, logprobs: logprobs ? { tokens: lp.map((x) => x.token), token_logprobs: lp.map((x) => x.logprob), top_logprobs: null, text_offset: [] } : null };
-            }),
+            choices: gens.map((g, i) => ({ ...choice(g, i), text: g.text, logprobs: logprobs ? logprobsField(g.tokenIds ?? g.tokens ?? [], g.logprobs, tk, asIds, true) : null })),
             ...(returnIds && promptIds ? { prompt_token_ids: promptIds } : {}),
             usage: usageOf(gens),
         } : {
             id: `chatcmpl-maporl-${++counter}`, object: "chat.completion", created, model: served.name,
             choices: gens.map((g, i) => ({ ...choice(g, i), message: { role: "assistant", content: g.text },
-                logprobs: logprobs ? { content: logprobContent(g, tk, asIds) } : null })),
+                logprobs: logprobs ? logprobsField(g.tokenIds ?? g.tokens ?? [], g.logprobs, tk, asIds, false) : null })),
             ...(returnIds && promptIds ? { prompt_token_ids: promptIds } : {}),
             usage: usageOf(gens),
         });

@@ -19,13 +19,13 @@ export interface StreamRequest {
     completions: boolean;
     id: string;
     model: string;
-    logprobs: boolean;
     returnIds: boolean;
-    asIds: boolean;
     includeUsage: boolean;
     tokenizer: StreamTokenizer | null;
-    /** Pieces as the non-streamed answer gives them (logprobContent). */
-    piece(id: number): string;
+    /** A chunk's logprobs for its tokens, as the non-streamed answer gives them; null when not asked. */
+    logprobsOf: ((ids: number[], lps: number[]) => unknown) | null;
+    /** The usage of the answers, as the non-streamed reply gives it. */
+    usage(gens: Generation[]): unknown;
     choiceExtras(g: Generation): Record<string, unknown>;
 }
 
@@ -51,11 +51,8 @@ export async function streamGeneration(res: ServerResponse, r: StreamRequest): P
         res.write(`data: ${JSON.stringify(data)}\n\n`);
     };
     const chunk = (choice: Record<string, unknown>, extra: Record<string, unknown> = {}) => event({ id: r.id, object, created, model: r.model, choices: [choice], ...extra });
-    const lp = (ids: number[], lps: number[]) => !r.logprobs ? null : r.completions
-        ? { tokens: ids.map((t) => r.piece(t)), token_logprobs: lps, top_logprobs: null, text_offset: [] }
-        : { content: ids.map((t, i) => { const token = r.piece(t); return { token, logprob: lps[i]!, bytes: [...Buffer.from(token, "utf8")], top_logprobs: [] }; }) };
     const delta = (index: number, text: string, ids: number[], lps: number[]) => chunk({
-        index, ...(r.completions ? { text } : { delta: { content: text } }), logprobs: lp(ids, lps), finish_reason: null,
+        index, ...(r.completions ? { text } : { delta: { content: text } }), logprobs: r.logprobsOf?.(ids, lps) ?? null, finish_reason: null,
         ...(r.returnIds && ids.length > 0 ? { token_ids: ids } : {}),
     });
     const st = Array.from({ length: n }, () => ({ ids: [] as number[], sent: 0, streamed: false }));
@@ -85,10 +82,7 @@ export async function streamGeneration(res: ServerResponse, r: StreamRequest): P
             else if (rest !== "") delta(i, rest, [], []);
             chunk({ index: i, ...(r.completions ? { text: "" } : { delta: {} }), logprobs: null, finish_reason: g.finishReason, ...r.choiceExtras(g) });
         });
-        if (r.includeUsage) {
-            const completion = gens.reduce((a, g) => a + g.usage.completionTokens, 0), prompt = gens[0]?.usage.promptTokens ?? 0;
-            event({ id: r.id, object, created, model: r.model, choices: [], usage: { prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion } });
-        }
+        if (r.includeUsage) event({ id: r.id, object, created, model: r.model, choices: [], usage: r.usage(gens) });
     } catch (e) {
         const status = e instanceof RangeError || e instanceof TypeError ? 400 : 500;
         if (!begun) throw new HttpError(status, e instanceof Error ? e.message : String(e));
