@@ -5,11 +5,11 @@
 // and manifest.jsonl (one line per row: where it is and where it came from). readBatch reads it back exactly.
 // A row must carry the exact ids the model read and sampled (Generation.tokenIdsExact); an answer from a backend
 // without ids is refused unless `retokenize` is given (its log-probs are then NaN and the row says so).
-import { existsSync, mkdirSync, readFileSync, renameSync, rmSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 
 import type { Transcript, TurnEntry } from "../debate/transcript.js";
-import { fsyncDir, writeFileDurable } from "../durable.js";
+import { replaceDirDurable, writeFileDurable } from "../durable.js";
 import type { ChatMessage } from "../policy/types.js";
 import { readSafetensors, writeSafetensors } from "../policy/safetensors.js";
 import { describe, requireOptions } from "../validate.js";
@@ -137,10 +137,8 @@ export function exportBatch(dir: string, transcripts: Transcript[], options: Exp
         prompt, response, logp, adv });
     })));
     if (rows.length === 0) throw new RangeError(`${FN}: no answer to export (${skipped} skipped for a non-finite reward)`);
-    const tmp = `${dir}.tmp-${process.pid}-${Date.now()}`;
-    mkdirSync(tmp, { recursive: true });
-    try {
-        const info: BatchInfo = { format: "maporl-batch", version: 1, rows: rows.length, padTokenId: pad, shards: [], hasAdvantages: advantage !== null, skipped };
+    const info: BatchInfo = { format: "maporl-batch", version: 1, rows: rows.length, padTokenId: pad, shards: [], hasAdvantages: advantage !== null, skipped };
+    replaceDirDurable(dir, (tmp) => {
         const manifest: string[] = [];
         for (let s = 0; s * per < rows.length; s++) {
             const part = rows.slice(s * per, (s + 1) * per), n = part.length;
@@ -177,16 +175,8 @@ export function exportBatch(dir: string, transcripts: Transcript[], options: Exp
         }
         writeFileDurable(join(tmp, "manifest.jsonl"), manifest.join("\n") + "\n");
         writeFileDurable(join(tmp, "batch.json"), JSON.stringify(info, null, 2));
-        fsyncDir(tmp);
-        const old = `${dir}.old-${process.pid}-${Date.now()}`;
-        if (existsSync(dir)) renameSync(dir, old);
-        renameSync(tmp, dir);
-        rmSync(old, { recursive: true, force: true });
-        return info;
-    } catch (e) {
-        rmSync(tmp, { recursive: true, force: true });
-        throw e;
-    }
+    });
+    return info;
 }
 
 /** Reads a batch directory written by exportBatch: batch.json and every row (manifest line and unpadded tensors). */

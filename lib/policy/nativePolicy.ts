@@ -13,7 +13,7 @@ import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync 
 import { join, resolve } from "node:path";
 
 import { type Device, resolveDevice } from "../backend.js";
-import { fsyncDir, writeFileDurable } from "../durable.js";
+import { replaceDirDurable, writeFileDurable } from "../durable.js";
 import { MaporlError } from "../errors.js";
 import { native, type GptHandle, type NativeLoraConfig } from "../native.js";
 import { fusedPolicyLoss, logprobs } from "../rl/logits.js";
@@ -502,9 +502,9 @@ export class NativePolicy implements Policy {
         const maxShardBytes = requireNumber(`${this.name}.save`, "maxShardBytes", o.maxShardBytes, 5e9, 1, Number.MAX_SAFE_INTEGER);
         return this.serial(async () => {
             const h = this.h(), n = this.parameterCount, step = native.gptGetStep(h);
-            if (this.adapter !== null) return this.writeDir(dir, (tmp) => writeAdapterDir(tmp, h, this.adapterId, this.hf?.sourceDir ?? null,
+            if (this.adapter !== null) return replaceDirDurable(dir, (tmp) => writeAdapterDir(tmp, h, this.adapterId, this.hf?.sourceDir ?? null,
                 { format: "maporl-lora", version: 1, name: this.adapter!, step, seed: native.loraInfo(h, this.adapterId).seed }));
-            return this.writeDir(dir, (tmp) => {
+            return replaceDirDurable(dir, (tmp) => {
                 const optimizer = () => writeOptimizer(join(tmp, "optimizer.safetensors"), h);
                 if (this.hf) {
                     writeHfDir(tmp, h, this.hf.info, { format: "maporl-hf", version: 1, name: this.name, step, contextLength: this.config.contextLength },
@@ -523,25 +523,6 @@ export class NativePolicy implements Policy {
                 }
             });
         });
-    }
-
-    // Writes a directory through `fill` into a temporary one that then replaces `dir` by rename (a crash never leaves
-    // a half-written one).
-    private writeDir(dir: string, fill: (tmp: string) => void): void {
-        const tmp = `${dir}.tmp-${process.pid}-${Date.now()}`;
-        mkdirSync(tmp, { recursive: true });
-        try {
-            fill(tmp);
-            fsyncDir(tmp);
-        } catch (e) {
-            rmSync(tmp, { recursive: true, force: true });
-            throw e;
-        }
-        const old = `${dir}.old-${process.pid}-${Date.now()}`;
-        if (existsSync(dir)) renameSync(dir, old);
-        renameSync(tmp, dir);
-        fsyncDir(join(dir, ".."));
-        rmSync(old, { recursive: true, force: true });
     }
 
     /** Loads a checkpoint directory written by save(), or a Hugging Face model directory (a config.json with
