@@ -3,6 +3,7 @@
 // y_t = r_t + γ·V_old(h_{t+1}) for t < H − 1, y_{H−1} = r_{H−1}; δ_t = y_t − V_old(h_t); then, as CoMLRL's
 // _prepare_advantages, (δ − mean) / max(std, 1e-6) with the biased std, within each turn (CoMLRL updates an agent's
 // buffer turn by turn), a group of one left as it is. Episodes may have different lengths.
+import { pushTo } from "../collections.js";
 import { describe, requireArray, requireChoice, requireNumber, requireOptions } from "../validate.js";
 
 export interface TdBatch {
@@ -66,11 +67,7 @@ export function tdAdvantages(batch: TdBatch, options?: TdOptions): TdResult {
     }
     if (norm !== "off") {
         const groups = new Map<number, number[]>();
-        for (let i = 0; i < total; i++) {
-            const k = norm === "turn" ? turn[i]! : 0, g = groups.get(k);
-            if (g) g.push(i);
-            else groups.set(k, [i]);
-        }
+        for (let i = 0; i < total; i++) pushTo(groups, norm === "turn" ? turn[i]! : 0, i);
         for (const g of groups.values()) {
             if (g.length < 2) continue;  // (CoMLRL normalises only when there is more than one)
             let mean = 0;

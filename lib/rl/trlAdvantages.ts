@@ -5,6 +5,7 @@
 // Formulas: TRL's GRPOTrainer._generate_and_score_completions (docs/conventions.md names the commit read).
 // NaN is a reward function that did not score a completion: nansum over functions, nanmean / nanstd within a group
 // (TRL's); a completion no function scored gets 0.
+import { pushTo } from "../collections.js";
 
 export type ScaleRewards = "group" | "batch" | "none";
 export type MultiObjectiveAggregation = "sum_then_normalize" | "normalize_then_sum";
@@ -28,11 +29,7 @@ export function trlAdvantages(scores: Float32Array, F: number, groups: Int32Arra
     aggregation: MultiObjectiveAggregation): Float32Array {
     const N = groups.length;
     const members = new Map<number, number[]>();
-    for (let i = 0; i < N; i++) {
-        const m = members.get(groups[i]!);
-        if (m) m.push(i);
-        else members.set(groups[i]!, [i]);
-    }
+    for (let i = 0; i < N; i++) pushTo(members, groups[i]!, i);
     const at = (i: number, k: number) => scores[i * F + k]!;
     const unscored = (i: number) => { for (let k = 0; k < F; k++) if (!Number.isNaN(at(i, k))) return false; return true; };
     const out = new Float32Array(N);
