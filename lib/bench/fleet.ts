@@ -4,35 +4,18 @@
 // third of the way through: the throughput after the kill against the same stretch of the workload on 3 and on 2
 // endpoints, and whether every transcript came back whole and equal to the in-process run (none lost, none
 // duplicated). The model is the main job's GPT shape with random weights.
-import { type ChildProcess, spawn } from "node:child_process";
+import type { ChildProcess } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { cpus, tmpdir } from "node:os";
 import { join } from "node:path";
-import { fileURLToPath } from "node:url";
 
 import { Debate } from "../debate/debate.js";
 import type { Transcript } from "../debate/transcript.js";
 import { FleetPolicy } from "../policy/fleet.js";
 import { NativePolicy } from "../policy/nativePolicy.js";
+import { startServeProcess } from "../policy/serveProcess.js";
 import type { Policy } from "../policy/types.js";
 import { type BenchContext, type BenchRow } from "./types.js";
-
-const CLI = fileURLToPath(new URL("../cli.js", import.meta.url));
-
-async function serve(dir: string): Promise<{ url: string; proc: ChildProcess }> {
-    const proc = spawn(process.execPath, [CLI, "serve", "--checkpoint", dir, "--port", "0", "--threads", "1"], { stdio: ["ignore", "pipe", "pipe"] });
-    let out = "";
-    return new Promise((resolve, reject) => {
-        const timer = setTimeout(() => { proc.kill("SIGKILL"); reject(new Error(`bench fleet: maporl serve did not start: ${out}`)); }, 30_000);
-        proc.stdout!.on("data", (c: Buffer) => {
-            out += c.toString();
-            const m = /at (http:\/\/\S+\/v1)\/chat\/completions/.exec(out);
-            if (m) { clearTimeout(timer); resolve({ url: m[1]!, proc }); }
-        });
-        proc.stderr!.on("data", (c: Buffer) => { out += c.toString(); });
-        proc.once("exit", (code) => { clearTimeout(timer); reject(new Error(`bench fleet: maporl serve exited (${code}): ${out}`)); });
-    });
-}
 
 const Q = 24, TURNS = 3, AGENTS = 3, MAX_TOKENS = 32;
 const items = Array.from({ length: Q }, (_, i) => ({ id: `q${i}`, question: `What is ${i * 7} + ${i + 5}?`, reference: i * 8 + 5 }));
@@ -55,7 +38,7 @@ export async function benchFleet(ctx: BenchContext): Promise<BenchRow[]> {
         const rate = (ms: number, n = tokens, q = Q) => `${(q / (ms / 1e3)).toFixed(2)} debates/s, ${Math.round(n / (ms / 1e3))} tokens/s`;
         const rows: BenchRow[] = [{ kernel: "fleet debates", size, impl: `in-process NativePolicy (${ctx.threads} threads, no HTTP)`, medianMs: localMs,
             peakExtraBytes: null, bytesMoved: 0, baselineMs: null, note: rate(localMs) }];
-        const servers = await Promise.all([0, 1, 2, 3].map(() => serve(join(dir, "ckpt"))));
+        const servers = (await Promise.all([0, 1, 2, 3].map(() => startServeProcess(join(dir, "ckpt"), ["--threads", "1"])))).map((s) => ({ url: s.baseUrl, proc: s.proc }));
         procs.push(...servers.map((s) => s.proc));
         // A run over `urls`, the completion tokens answered so far sampled every 20 ms; `kill` (tokens, process) kills
         // that server once that many tokens are answered.

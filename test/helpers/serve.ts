@@ -1,15 +1,15 @@
 // serve.ts (test helper): `maporl serve` as a child process on 127.0.0.1 (any free port), and a tiny Hugging Face
 // llama with a byte-level BPE tokenizer and a Qwen-style chat template, written as a model directory.
-import { type ChildProcess, spawn } from "node:child_process";
 import { cpSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 
 import { NativePolicy } from "../../lib/index.js";
+import { type ServeProcess, startServeProcess } from "../../lib/policy/serveProcess.js";
 
 const CLI = join(import.meta.dirname, "..", "..", "dist", "cli.js");
 const TOK = join(import.meta.dirname, "..", "fixtures", "hf-tokenizer");
 
-export interface ServeProcess { baseUrl: string; proc: ChildProcess; output: () => string; stop(signal?: NodeJS.Signals): Promise<number | null> }
+export type { ServeProcess };
 
 /** Saves a tiny embedded GPT (1 layer, 2 heads, 16 wide) at dir and loads it back: the checkpoint a server reads and
  * the same model in process. */
@@ -20,24 +20,9 @@ export async function tinyCheckpoint(dir: string, contextLength: number, seed: n
     return NativePolicy.load(dir);
 }
 
-/** Starts `maporl serve --checkpoint dir ...args --port 0`; resolves with its base URL once it listens. */
-export function startServe(dir: string, args: string[] = []): Promise<ServeProcess> {
-    const proc = spawn(process.execPath, [CLI, "serve", "--checkpoint", dir, "--port", "0", "--threads", "1", ...args], { stdio: ["ignore", "pipe", "pipe"] });
-    let out = "";
-    const exited = new Promise<number | null>((r) => proc.once("exit", (code) => r(code)));
-    const stop = async (signal: NodeJS.Signals = "SIGTERM") => { if (proc.exitCode === null && proc.signalCode === null) proc.kill(signal); return exited; };
-    return new Promise((resolve, reject) => {
-        const timer = setTimeout(() => { proc.kill("SIGKILL"); reject(new Error(`maporl serve did not start in 30 s: ${out}`)); }, 30_000);
-        const onData = (c: Buffer) => {
-            out += c.toString();
-            const m = /at (http:\/\/[^\s]+\/v1)\/chat\/completions/.exec(out);
-            if (m) { clearTimeout(timer); resolve({ baseUrl: m[1]!, proc, output: () => out, stop }); }
-        };
-        proc.stdout!.on("data", onData);
-        proc.stderr!.on("data", (c: Buffer) => { out += c.toString(); });
-        proc.once("exit", (code) => { clearTimeout(timer); reject(new Error(`maporl serve exited (${code}) before listening: ${out}`)); });
-    });
-}
+/** Starts `maporl serve --checkpoint dir --port 0 --threads 1 ...args` (the built dist/cli.js); resolves with its base URL
+ * once it listens. */
+export const startServe = (dir: string, args: string[] = []): Promise<ServeProcess> => startServeProcess(dir, ["--threads", "1", ...args], CLI);
 
 /** Writes a tiny llama-architecture model (random weights, seed) with the fixtures' BPE tokenizer to `dir`. */
 export async function tinyHfModel(dir: string, seed = 3): Promise<void> {
