@@ -3,6 +3,9 @@
 // --version prints the package's version). The actions are passed in, so tests parse without running a job.
 import { Command, InvalidArgumentError, Option } from "commander";
 
+import { ALGOS, DEVICES, SCHEDULES, TASKS } from "./train/config.js";
+import { editDistance } from "./validate.js";
+
 export interface TrainArgs {
     /** Config keys from the flags (dotted for nested ones), as strings: the config validates and converts them. */
     flags: Record<string, string>;
@@ -34,8 +37,6 @@ export interface CliOptions {
     writeErr?: (s: string) => void;
 }
 
-const TASKS = ["arith-debate", "split-sum", "gsm8k"], ALGOS = ["maporl", "magrpo", "collm-cc", "collm-dc"];
-const SCHEDULES = ["joint", "independent", "alternating", "turn-based"], DEVICES = ["cpu", "cuda", "auto"];
 
 function integer(min: number, max: number) {
     return (v: string): number => {
@@ -45,14 +46,6 @@ function integer(min: number, max: number) {
     };
 }
 const collect = (v: string, prev: string[]) => [...prev, v];
-
-function editDistance(a: string, b: string): number {
-    const d = Array.from({ length: a.length + 1 }, (_, i) => [i, ...new Array<number>(b.length).fill(0)]);
-    for (let j = 1; j <= b.length; j++) d[0]![j] = j;
-    for (let i = 1; i <= a.length; i++)
-        for (let j = 1; j <= b.length; j++) d[i]![j] = Math.min(d[i - 1]![j]! + 1, d[i]![j - 1]! + 1, d[i - 1]![j - 1]! + (a[i - 1] === b[j - 1] ? 0 : 1));
-    return d[a.length]![b.length]!;
-}
 
 /** The `maporl` program: parse with `parseAsync(argv, { from: 'user' })`; the action's exit code is `program.exitCode`. */
 export function buildProgram(actions: CliActions, options: CliOptions): Command & { exitCode?: number } {

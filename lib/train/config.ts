@@ -106,10 +106,13 @@ export const DEFAULT_CONFIG: TrainConfig = {
     turnBased: { initialIterations: 20, period: 40 },
 };
 
+/** The choices of the keys the command line offers as flags (cliProgram.ts lists and checks them from here). */
+export const TASKS = ["arith-debate", "split-sum", "gsm8k"] as const, ALGOS = ["maporl", "magrpo", "collm-cc", "collm-dc"] as const,
+    SCHEDULES = ["joint", "independent", "alternating", "turn-based"] as const, DEVICES = ["cpu", "cuda", "auto"] as const;
+
 type Rule = { int?: [number, number]; num?: [number, number]; choices?: readonly string[] };
 const RULES: Record<string, Rule> = {
-    task: { choices: ["arith-debate", "split-sum", "gsm8k"] }, algo: { choices: ["maporl", "magrpo", "collm-cc", "collm-dc"] },
-    schedule: { choices: ["joint", "independent", "alternating", "turn-based"] }, device: { choices: ["cpu", "cuda", "auto"] },
+    task: { choices: TASKS }, algo: { choices: ALGOS }, schedule: { choices: SCHEDULES }, device: { choices: DEVICES },
     matmulPrecision: { choices: ["highest", "high"] },
     "taskOptions.steps": { int: [1, 8] }, "taskOptions.maxOperand": { int: [2, 99] }, "taskOptions.digits": { int: [1, 2] }, "taskOptions.peerUse": { num: [0, 1] },
     agents: { int: [2, 8] }, turns: { int: [1, 8] }, seed: { int: [0, 2 ** 31 - 1] }, iterations: { int: [0, 1e7] },
