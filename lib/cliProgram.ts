@@ -3,7 +3,7 @@
 // --version prints the package's version). The actions are passed in, so tests parse without running a job.
 import { Command, InvalidArgumentError, Option } from "commander";
 
-import { ALGOS, DEVICES, SCHEDULES, TASKS } from "./train/config.js";
+import { ALGOS, DEFAULT_CONFIG, DEVICES, SCHEDULES, TASKS } from "./train/config.js";
 import { editDistance } from "./validate.js";
 
 export interface TrainArgs {
@@ -60,18 +60,18 @@ export function buildProgram(actions: CliActions, options: CliOptions): Command 
     const command = (name: string) => program.command(name).showHelpAfterError("(add --help for the options)").exitOverride().configureOutput({ writeOut: out, writeErr: err });
 
     command("train").description("co-train a team of agents (the main job: warm start, co-training, the independent control, a before/after table; about 6 minutes on 2 cores)")
-        .addOption(new Option("--task <task>", "the task").choices(TASKS).default("arith-debate"))
-        .addOption(new Option("--algo <algo>", "the algorithm").choices(ALGOS).default("maporl"))
+        .addOption(new Option("--task <task>", "the task").choices(TASKS).default(DEFAULT_CONFIG.task))
+        .addOption(new Option("--algo <algo>", "the algorithm").choices(ALGOS).default(DEFAULT_CONFIG.algo))
         .option("--agents <n>", "agents in the team (2-8; default 3)")
         .option("--turns <n>", "discussion turns (1-8; default 3)")
         .option("--iterations <n>", "co-training iterations (default 120)")
         .option("--seed <n>", "the seed of everything (default 0)")
-        .addOption(new Option("--schedule <schedule>", "which agents train when").choices(SCHEDULES).default("joint"))
+        .addOption(new Option("--schedule <schedule>", "which agents train when").choices(SCHEDULES).default(DEFAULT_CONFIG.schedule))
         .option("--model <dir>", "a Hugging Face model directory (llama, mistral, qwen2, qwen3): every agent and critic a LoRA adapter on its one base")
         .option("--lora-rank <n>", "the adapters' rank (with --model; default 16)")
         .option("--lora-alpha <x>", "the adapters' alpha (with --model; default 32)")
         .option("--data <dir>", "gsm8k: a directory with train.jsonl and test.jsonl (default the shipped copy)")
-        .addOption(new Option("--device <device>", "where the models live (cuda needs a GPU and a CUDA build)").choices(DEVICES).default("cpu"))
+        .addOption(new Option("--device <device>", "where the models live (cuda needs a GPU and a CUDA build)").choices(DEVICES).default(DEFAULT_CONFIG.device))
         .option("--config <file>", "a JSON config (keys as in the README; unknown keys are errors)")
         .option("--set <key=value>", "any config key, dotted for nested ones (e.g. --set maporl.klCoef=0.01); repeatable", collect, [])
         .option("--out <dir>", "the run directory (default runs/<time>)")
