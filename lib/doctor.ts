@@ -98,11 +98,14 @@ function logprobsRef(d: Data) {
     return { lp, H };
 }
 
+const gaeWhitened = (d: Data, dev: Dev) =>
+    gae({ rewards: d.rewards, values: d.values, mask: d.mask, shape: [B, T] }, { gamma: 0.99, lambda: 0.95, whiten: true, device: dev }).advantages;
+
 // Every kernel once on `dev`.
 function runKernels(d: Data, dev: Dev) {
     return {
         gae: gae({ rewards: d.rewards, values: d.values, mask: d.mask, shape: [B, T] }, { gamma: 0.99, lambda: 0.95, device: dev }),
-        gaeW: gae({ rewards: d.rewards, values: d.values, mask: d.mask, shape: [B, T] }, { gamma: 0.99, lambda: 0.95, whiten: true, device: dev }).advantages,
+        gaeW: gaeWhitened(d, dev),
         ret: reinforceReturns({ rewards: d.rewards, mask: d.mask, shape: [B, T] }, { gamma: 0.9, device: dev }).returns,
         grpo: groupAdvantages({ scores: d.scores, groups: d.groups }, { device: dev }),
         ppo: policyLoss({ logp: d.logp, oldLogp: d.oldLogp, advantages: d.adv, mask: d.mask, shape: [B, T] }, { device: dev }),
@@ -157,9 +160,9 @@ export async function doctor(options: { log?: (line: string) => void } = {}): Pr
             check(`sample tokens (${level} = scalar)`, same, same ? `${N} rows, the same tokens` : "tokens differ from the scalar level's (they must not)");
         }
     } finally { setSimd("best"); }
-    const many = run("cpu").gaeW, threads = b.threads;
+    const many = gaeWhitened(d, "cpu"), threads = b.threads;
     setThreads(1);
-    const one = run("cpu").gaeW;
+    const one = gaeWhitened(d, "cpu");
     setThreads(threads);
     check("thread count (1 against " + threads + ")", maxDiff(one, many) === 0, maxDiff(one, many) === 0 ? "bit-identical" : `differs by ${maxDiff(one, many)}`);
 
