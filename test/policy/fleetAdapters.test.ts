@@ -51,24 +51,24 @@ describe("adapters pushed to a fleet", () => {
         try {
             const a0 = fleet.adapter("a0");
             await expect(a0.generate([reqs[0]!])).rejects.toThrow(/adapter 'a0' has not been pushed/);
-            await train(agent, 1);
-            await agent.saveAdapter(join(work, "a0-step1"));
-            const v1 = (await fleet.pushAdapter("a0", join(work, "a0-step1"))).version;
-            expect(v1.version).toBe(1);
-            const first = await a0.generate(reqs);
-            same(first, await agent.generate(reqs));
+            // A training step, its adapter pushed as version `step`: the served generations are the trained adapter's own.
+            const step = async (k: number) => {
+                await train(agent, k);
+                await agent.saveAdapter(join(work, `a0-step${k}`));
+                const v = (await fleet.pushAdapter("a0", join(work, `a0-step${k}`))).version;
+                expect(v.version).toBe(k);
+                const gens = await a0.generate(reqs);
+                same(gens, await agent.generate(reqs));
+                return { v, gens };
+            };
+            const { v: v1, gens: first } = await step(1);
             expect(first.every((g) => g.model === v1.served && g.tokenIdsExact)).toBe(true);
             expect(new Set(first.map((g) => g.endpoint)).size).toBe(2);  // both servers serve it
             const plain = await base.generate(reqs);
             expect(first.map((g) => g.logprobs)).not.toEqual(plain.map((g) => g.logprobs));  // not the base
             same(await fleet.generate(reqs), plain);  // the base stays the base
 
-            await train(agent, 2);
-            await agent.saveAdapter(join(work, "a0-step2"));
-            const v2 = (await fleet.pushAdapter("a0", join(work, "a0-step2"))).version;
-            expect(v2.version).toBe(2);
-            const second = await a0.generate(reqs);
-            same(second, await agent.generate(reqs));
+            const { v: v2, gens: second } = await step(2);
             expect(second.map((g) => g.logprobs)).not.toEqual(first.map((g) => g.logprobs));
             expect(second.every((g) => g.model === v2.served)).toBe(true);
             for (let k = 0; k < 50 && (await Promise.all(procs.map(served))).some((d) => d.some((m) => m.id === v1.served)); k++) await new Promise((r) => setTimeout(r, 40));
