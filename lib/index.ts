@@ -3,6 +3,7 @@ export { MaporlError, type MaporlErrorCode } from "./errors.js";
 export {
     backend, setMatmulPrecision, setSimd, setThreads, type BackendInfo, type DeviceInfo, type Device, type MatmulPrecision, type SimdLevel,
 } from "./backend.js";
+export { outputPoolStats, setOutputPool, type OutputPoolStats } from "./alloc.js";
 export { gae, gaeAsync, type GaeBatch, type GaeOptions, type GaeAsyncOptions, type GaeResult } from "./rl/gae.js";
 export {
     groupAdvantages, groupAdvantagesAsync, groupEstimators, type GroupBatch, type GroupAdvantageOptions,

@@ -95,6 +95,10 @@ export interface NativeBinding {
     setMatmulPrecision(precision: "highest" | "high"): void;
     measureCopyBandwidth(bytes: number, reps: number): number;
     adviseHugePages(array: ArrayBufferView): boolean;
+    /** An external ArrayBuffer of exactly `bytes` from the output pool, or undefined (over its bound, or refused). */
+    outputBuffer(bytes: number): ArrayBuffer | undefined;
+    outputPoolStats(): import("./alloc.js").OutputPoolStats;
+    setOutputPool(limitBytes: number): import("./alloc.js").OutputPoolStats;
     setErrorClass(ctor: typeof MaporlError): void;
     gae(rewards: Float32Array, values: Float32Array, mask: MaskArray, B: number, T: number, gamma: number,
         lambda: number, whiten: boolean, device: 0 | 1, advantages: Float32Array, returns: Float32Array): void;

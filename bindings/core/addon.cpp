@@ -11,6 +11,7 @@ void InitPolicyLoss(Napi::Env env, Napi::Object exports);
 void InitSampling(Napi::Env env, Napi::Object exports);
 void InitGpt(Napi::Env env, Napi::Object exports);
 void InitLora(Napi::Env env, Napi::Object exports);
+void InitOutputPool(Napi::Env env, Napi::Object exports);
 }  // namespace maporl_js
 
 static Napi::Object Init(Napi::Env env, Napi::Object exports) {
@@ -22,6 +23,7 @@ static Napi::Object Init(Napi::Env env, Napi::Object exports) {
     maporl_js::InitSampling(env, exports);
     maporl_js::InitGpt(env, exports);
     maporl_js::InitLora(env, exports);
+    maporl_js::InitOutputPool(env, exports);
     return exports;
 }
 

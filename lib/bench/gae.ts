@@ -5,14 +5,21 @@ import { type BenchContext, type BenchRow } from "./types.js";
 import { peakExtraBytes, timeMedian } from "./measure.js";
 import { type PythonResult, runPython } from "./python.js";
 import { lcg } from "../random.js";
+import { freshRows } from "./freshRows.js";
+
+const B = 256, T = 4096;
+
+/** The benchmark's batch (also timed in a fresh process by fresh.ts). */
+export function gaeBatch() {
+    const n = B * T, next = lcg(1);
+    const rewards = new Float32Array(n).map(next), values = new Float32Array(n).map(next);
+    return { rewards, values, mask: new Float32Array(n).fill(1), shape: [B, T] as [number, number] };
+}
 
 export async function benchGae(ctx: BenchContext): Promise<BenchRow[]> {
-    const B = 256, T = 4096, n = B * T;
+    const n = B * T;
     const size = `B=${B} T=${T}`;
-    const next = lcg(1);
-    const rewards = new Float32Array(n).map(next), values = new Float32Array(n).map(next);
-    const mask = new Float32Array(n).fill(1);
-    const batch = { rewards, values, mask, shape: [B, T] as [number, number] };
+    const batch = gaeBatch();
     const out = { advantages: new Float32Array(n), returns: new Float32Array(n) };
     // Bytes per token: read r, V, mask (f32), write A, R; whitening re-reads the mask and A and rewrites A.
     const bytes = (whiten: boolean) => n * (whiten ? 32 : 20);
@@ -44,6 +51,7 @@ export async function benchGae(ctx: BenchContext): Promise<BenchRow[]> {
             baselineMs: baselines[whiten ? 0 : 1]!.ok ? baselines[whiten ? 0 : 1]!.median_ms! : null,
         });
     }
+    rows.push(...freshRows("gae", size, ctx, bytes(true), baselines[0]!.ok ? baselines[0]!.median_ms! : null, "whiten"));
     [true, false].forEach((whiten, k) => {
         const b = baselines[k]!;
         rows.push({

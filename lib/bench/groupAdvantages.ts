@@ -7,18 +7,23 @@ import { peakExtraBytes, timeMedian } from "./measure.js";
 import { runPython } from "./python.js";
 import { type BenchContext, type BenchRow } from "./types.js";
 import { lcg } from "../random.js";
+import { freshRows } from "./freshRows.js";
+
+/** The benchmark's batch of N scores in groups of G (also timed in a fresh process by fresh.ts). */
+export function grpoBatch(N: number, G: number, layout: "adjacent" | "shuffled") {
+    const next = lcg(7);
+    const scores = new Float32Array(N).map(next);
+    const perm = Int32Array.from({ length: N }, (_, i) => i);
+    if (layout === "shuffled")
+        for (let i = N - 1; i > 0; i--) { const j = Math.floor(next() * (i + 1)); [perm[i], perm[j]] = [perm[j]!, perm[i]!]; }
+    return { scores, groups: perm.map((p) => Math.floor(p / G)) };
+}
 
 export async function benchGroupAdvantages(ctx: BenchContext): Promise<BenchRow[]> {
     const rows: BenchRow[] = [];
     for (const [N, G] of [[4096, 8], [1 << 20, 16]] as const) {
         for (const layout of ["adjacent", "shuffled"] as const) {
-            const next = lcg(7);
-            const scores = new Float32Array(N).map(next);
-            const perm = Int32Array.from({ length: N }, (_, i) => i);
-            if (layout === "shuffled")
-                for (let i = N - 1; i > 0; i--) { const j = Math.floor(next() * (i + 1)); [perm[i], perm[j]] = [perm[j]!, perm[i]!]; }
-            const groups = perm.map((p) => Math.floor(p / G));
-            const batch = { scores, groups };
+            const batch = grpoBatch(N, G, layout);
             const base = ctx.python
                 ? runPython({ kernel: "grpo", N, G, layout, threads: ctx.threads, reps: Math.max(ctx.pythonReps, 10) })
                 : { ok: false as const, error: "skipped" };
@@ -35,6 +40,7 @@ export async function benchGroupAdvantages(ctx: BenchContext): Promise<BenchRow[
                 rows.push({ kernel: "groupAdvantages", size, impl: "maporl grpo (from JS), `out` reused", medianMs: r.medianMs,
                     peakExtraBytes: await peakExtraBytes(() => groupAdvantages(batch, { device: "cpu", out })), bytesMoved: bytes,
                     baselineMs: base.ok ? base.median_ms! : null });
+                if (layout === "adjacent") rows.push(...freshRows("groupAdvantages", size, ctx, bytes, base.ok ? base.median_ms! : null, "grpo"));
             }
             rows.push({ kernel: "groupAdvantages", size, impl: "PyTorch grpo_vectorized mirror", medianMs: base.ok ? base.median_ms! : null,
                 peakExtraBytes: base.ok ? base.peak_extra_bytes ?? null : null, bytesMoved: bytes, baselineMs: null,

