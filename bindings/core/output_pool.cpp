@@ -9,7 +9,8 @@
 // MAPORL_OUTPUT_POOL_BYTES, setOutputPool). A request that does not fit once the cached blocks of other sizes are
 // unmapped gets undefined, and lib/alloc.ts falls back to a V8-managed allocation. That bound matters for a
 // synchronous loop: its finalizers cannot run until it yields, so without it the outputs it dropped would pile up.
-// A synchronous loop also stops getting new blocks of a size once 64 MiB of them went out with none coming back:
+// A synchronous loop also stops getting new blocks of a size once 64 MiB of them (and at least two) went out with
+// none coming back:
 // they would cost the same faults as a plain allocation and stay held until the loop ends, where V8's own
 // allocations are freed by the GC during the loop. Blocks of 32 MiB and more are 2 MiB-aligned mappings advised to
 // transparent huge pages (as lib/alloc.ts does for plain ones; below that, compaction on a miss cost more than it
@@ -133,10 +134,10 @@ void * Acquire(size_t size) {
         pool.hits += 1;
         return data;
     }
-    // New blocks of a class that none came back of since kStreakBytes: the caller is a loop that does not yield
+    // New blocks of a class that none came back of since kStreakBytes (and two blocks): a loop that does not yield
     // (its finalizers cannot run), and more new blocks would only fault like a plain allocation and stay held.
     size_t & streak = pool.streak[size];
-    if (streak >= kStreakBytes) {
+    if (streak >= kStreakBytes && streak >= 2 * size) {
         pool.refused += 1;
         return nullptr;
     }
