@@ -30,7 +30,8 @@ export function teamMetrics(r: TeamRollout): EvalResult {
 }
 
 export async function evaluateTeam(task: Task, items: TaskItem[], agents: NativePolicy[],
-    o: { turns: number; temperature: number; maxTokens: number; seed: number; turn0?: NativePolicy[]; feedback?: boolean; signal?: AbortSignal }): Promise<EvalResult> {
+    o: { turns: number; temperature: number; maxTokens: number; seed: number; turn0?: NativePolicy[]; feedback?: boolean; signal?: AbortSignal;
+        onAnswers?: (n: number) => void }): Promise<EvalResult> {
     const r = teamMetrics(await rolloutTeam(task, items, agents, o));
     if (o.turn0 && o.turn0.some((m, a) => m !== agents[a])) {
         const { turn0: _, ...alone } = o;

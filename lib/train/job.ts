@@ -15,10 +15,12 @@ import { MaporlError } from "../errors.js";
 import { NativePolicy } from "../policy/nativePolicy.js";
 import { fsyncFile, replaceFileDurable, writeFileDurable } from "../durable.js";
 import { loadModel, prefixSha256, readCheckpoint, writeCheckpoint } from "./checkpoint.js";
+import { answersPerRollout, JobClock, type StageTiming } from "./clock.js";
 import { resolveConfig, type TrainConfig } from "./config.js";
 import { evaluateTeam, type EvalResult } from "./evaluate.js";
 import { writeReport } from "./report.js";
 import { sftWarmStart } from "./sft.js";
+import { rolloutTeam } from "./rollout.js";
 import { runIteration, stageModels } from "./stage.js";
 import { arithDebateTask, splitSumTask, type Task } from "./tasks.js";
 import { gsm8kTask } from "./gsm8k.js";
@@ -33,13 +35,33 @@ export interface TrainJobOptions {
     signal?: AbortSignal;
     /** Progress lines (the CLI draws a bar from `onProgress`). Defaults to none. */
     log?: (line: string) => void;
-    onProgress?: (p: { stage: string; step: number; total: number; reward: number; accuracy: number[]; elapsedMs: number }) => void;
+    onProgress?: (p: JobProgress) => void;
+}
+
+/** Where a job stands: the step of its stage (SFT steps, iterations, or the answers of a held-out evaluation). */
+export interface JobProgress {
+    stage: string;
+    /** 'eval': `step` / `total` count the answers of the evaluation running at iteration `iteration`. */
+    phase: "sft" | "train" | "eval";
+    step: number;
+    total: number;
+    /** The stage's iteration (or SFT step) the evaluation runs at; equals `step` outside evaluations. */
+    iteration: number;
+    reward: number;
+    accuracy: number[];
+    /** Since this process started the job. */
+    elapsedMs: number;
+    /** The whole job's stages in order, and the time its work left should take at the rates measured so far
+     * (NaN until one is known). */
+    job: { stages: string[]; etaMs: number };
 }
 
 export interface TrainSummary {
     config: TrainConfig;
     rows: { name: string; majorityAccuracy: number[]; gain: number; soloAccuracy: number; trainedAlone: number }[];
     evals: Record<string, EvalResult>;
+    /** When each stage ran (a resumed stage counts the time of every process that worked on it). */
+    stages?: StageTiming[];
     /** The process's memory: its peak RSS, and on a Hugging Face base (model.dir) the base's parameters and the
      * trainable parameters of every adapter the job held (agents and critics share the one base). */
     memory?: { peakRssBytes: number; baseParameters: number; adapters: Record<string, number> };
@@ -55,6 +77,8 @@ interface JobState {
     /** SHA-256 of the logs' first metricsBytes / tracesBytes bytes (checked on resume; absent in older runs). */
     metricsSha256?: string;
     tracesSha256?: string;
+    /** Stage timings so far (clock.ts). */
+    timings?: Record<string, StageTiming>;
 }
 
 export function makeTask(cfg: TrainConfig): Task {
@@ -114,14 +138,35 @@ export async function trainJob(o: TrainJobOptions): Promise<TrainSummary> {
         fsyncFile(metricsFile);  // the logs' part that the checkpoint covers is on disk before it
         fsyncFile(tracesFile);
         const metricsBytes = size(metricsFile), tracesBytes = size(tracesFile);
-        state = { ...state, stage, step, metricsBytes, tracesBytes, metricsSha256: prefixSha256(metricsFile, metricsBytes), tracesSha256: prefixSha256(tracesFile, tracesBytes) };
+        clock.update();
+        state = { ...state, stage, step, timings: clock.timings, metricsBytes, tracesBytes, metricsSha256: prefixSha256(metricsFile, metricsBytes), tracesSha256: prefixSha256(tracesFile, tracesBytes) };
         await writeCheckpoint(out, models, state);
     };
     const t0 = performance.now();
+    const stages: { name: string; schedule: TrainConfig["schedule"] }[] = [{ name: cfg.algo, schedule: cfg.schedule }];
+    if (cfg.controls && cfg.schedule !== "independent") stages.push({ name: "independent", schedule: "independent" });
+    const clock = new JobClock(cfg, stages.map((x) => x.name), state.timings);
+    const names = ["sft", ...stages.map((x) => x.name)];
+    const progress = (p: Omit<JobProgress, "elapsedMs" | "job">, inEval: number | null = null) =>
+        o.onProgress?.({ ...p, elapsedMs: performance.now() - t0, job: { stages: names, etaMs: clock.remainingMs(p.stage, p.iteration, inEval) } });
+    const endStage = () => {
+        const t = clock.finish();
+        metric({ kind: "timing", ...t });
+        log(`  ${t.stage}: ${(t.durationMs / 1000).toFixed(1)} s`);
+    };
     const evalItems = task.heldOut ? task.heldOut(cfg.evalEpisodes) : task.generate(cfg.evalEpisodes, cfg.seed * 7 + 999_983);
-    const evaluate = async (name: string, agents: NativePolicy[], iteration: number, stage: string) => {
+    // `at`: the step of the stage the evaluation runs at (progress only; the untrained team's is recorded at iteration 0).
+    const evaluate = async (name: string, agents: NativePolicy[], iteration: number, stage: string, at = iteration) => {
+        const turn0 = cfg.separateTurn0 ? agents.map(() => base) : undefined;
+        const total = answersPerRollout(cfg, evalItems.length, false) + (turn0 && turn0.some((m, a) => m !== agents[a]) ? evalItems.length * cfg.agents : 0);
+        let done = 0;
+        const e0 = performance.now();
+        const step = (p: number) => progress({ stage, phase: "eval", step: p, total, iteration: at, reward: NaN, accuracy: [] }, p / total);
+        step(0);
         const r = await evaluateTeam(task, evalItems, agents, { turns: cfg.turns, temperature: cfg.sampling.temperature, maxTokens: cfg.sampling.maxTokens,
-            seed: cfg.seed * 13 + 500_009, feedback: cfg.feedback, ...(cfg.separateTurn0 ? { turn0: agents.map(() => base) } : {}), ...(signal ? { signal } : {}) });
+            seed: cfg.seed * 13 + 500_009, feedback: cfg.feedback, ...(turn0 ? { turn0 } : {}), ...(signal ? { signal } : {}),
+            onAnswers: (n) => { done += n; step(done); } });
+        clock.observeEval(performance.now() - e0, done);
         metric({ kind: "eval", stage, name, iteration, ...r });
         log(`  eval ${name.padEnd(24)} majority accuracy by turn ${r.majorityAccuracy.map((x) => x.toFixed(3)).join(" / ")}, solo ${mean(r.soloAccuracy).toFixed(3)}` +
             (r.trainedAlone ? `, trained model alone ${mean(r.trainedAlone).toFixed(3)}` : ""));
@@ -138,34 +183,44 @@ export async function trainJob(o: TrainJobOptions): Promise<TrainSummary> {
         : await NativePolicy.create({ ...ctx, seed: cfg.seed + 1, name: "base", device: cfg.device });
     const baseOf = (): Record<string, NativePolicy> => (hfBase && cfg.sft.steps === 0 ? {} : { base });
     const adapters: Record<string, number> = {};
+    if (!hfBase && state.stage !== "done") {  // the rate of answers until an evaluation measures it (a real model's answers are too slow to spare)
+        const c0 = performance.now(), few = evalItems.slice(0, 2);
+        await rolloutTeam(task, few, [...Array(cfg.agents)].map(() => base), { turns: cfg.turns, temperature: cfg.sampling.temperature,
+            maxTokens: cfg.sampling.maxTokens, seed: 1, ...(signal ? { signal } : {}) });
+        clock.calibrate(performance.now() - c0, answersPerRollout(cfg, few.length, false));
+    }
     if (state.stage === "sft") {
+        clock.enter("sft");
         log(`sft: ${cfg.sft.steps} steps of ${cfg.sft.batchSize} solutions (${base.parameterCount} parameters)`);
         const every = Math.max(1, Math.floor(cfg.sft.steps / 20));
         for (let s = state.step; s < cfg.sft.steps; s += every) {
             const end = Math.min(cfg.sft.steps, s + every);
             let last = 0;
+            const s0 = performance.now();
             await sftWarmStart(base, task, { steps: end, from: s, batchSize: cfg.sft.batchSize, lr: cfg.sft.lr, turns: cfg.turns, seed: cfg.seed, feedback: cfg.feedback,
                 onStep: (_k, loss) => { last = loss; }, ...(signal ? { signal } : {}) });
+            clock.observeSft(performance.now() - s0, end - s);
             metric({ kind: "sft", step: end, loss: last });
-            o.onProgress?.({ stage: "sft", step: end, total: cfg.sft.steps, reward: NaN, accuracy: [], elapsedMs: performance.now() - t0 });
+            progress({ stage: "sft", phase: "sft", step: end, total: cfg.sft.steps, iteration: end, reward: NaN, accuracy: [] });
             await save({ base }, "sft", end);
         }
-        state.evals.untrained = await evaluate("untrained team", [...Array(cfg.agents)].map(() => base), 0, "sft");
+        state.evals.untrained = await evaluate("untrained team", [...Array(cfg.agents)].map(() => base), 0, "sft", cfg.sft.steps);
+        endStage();
         await save(baseOf(), cfg.algo, 0);
     }
     // Stages 2 and 3: the method, then the control.
-    const stages: { name: string; schedule: TrainConfig["schedule"] }[] = [{ name: cfg.algo, schedule: cfg.schedule }];
-    if (cfg.controls && cfg.schedule !== "independent") stages.push({ name: "independent", schedule: "independent" });
     const at = state.stage === "done" ? stages.length : Math.max(0, stages.findIndex((x) => x.name === state.stage));
     for (const [k, st] of stages.entries()) {
         if (at > k) continue;
         const resuming = state.stage === st.name && state.step > 0 && ckpt !== null;
+        clock.enter(st.name);
         const m = await stageModels(cfg, st.schedule, base, resuming ? (n) => loadModel(ckpt!.dir, n, cfg.device, base) : undefined);
         if (hfBase) for (const [name, model] of Object.entries(m.named)) adapters[`${st.name}/${name}`] = model.parameterCount;
         const label = st.name === "independent" ? "independent control" : `co-trained (${cfg.algo}, ${st.schedule})`;
         log(`${st.name}: ${cfg.iterations} iterations of ${cfg.episodesPerIteration} debates, ${label}`);
         for (let it = resuming ? state.step : 0; it < cfg.iterations; it++) {
             signal?.throwIfAborted();
+            const i0 = performance.now();
             const seed = cfg.seed * 1_000_003 + (k + 1) * 100_003 + it;
             const items = task.generate(cfg.episodesPerIteration, seed);
             const r = await runIteration(cfg, task, items, st.schedule, m, base, it, seed, signal);
@@ -174,18 +229,21 @@ export async function trainJob(o: TrainJobOptions): Promise<TrainSummary> {
             if (failed) log(`  ${st.name} iteration ${it + 1}: ${failed.length} of ${items.length} episodes failed and were skipped (first: ${failed[0]!.error})`);
             metric({ kind: "train", stage: st.name, iteration: it + 1, reward, accuracy: r.train.majorityAccuracy, agents: r.stats, ...(failed ? { failed } : {}) });
             appendFileSync(tracesFile, JSON.stringify({ stage: st.name, iteration: it + 1, ...r.trace }) + "\n");
-            o.onProgress?.({ stage: st.name, step: it + 1, total: cfg.iterations, reward, accuracy: r.train.majorityAccuracy, elapsedMs: performance.now() - t0 });
+            clock.observeIteration(st.name, performance.now() - i0);
+            progress({ stage: st.name, phase: "train", step: it + 1, total: cfg.iterations, iteration: it + 1, reward, accuracy: r.train.majorityAccuracy });
             if ((it + 1) % cfg.evalEvery === 0 && it + 1 < cfg.iterations) await evaluate(label, m.agents, it + 1, st.name);
             await save({ ...baseOf(), ...m.named }, st.name, it + 1);
         }
         state.evals[st.name] = await evaluate(label, m.agents, cfg.iterations, st.name);
         for (const [name, model] of Object.entries(m.named)) await model.save(join(out, "models", `${st.name}-${name}`));
+        endStage();
         const next = stages[k + 1]?.name ?? "done";
         await save(baseOf(), next, 0);
         for (const model of new Set(Object.values(m.named))) await model.dispose();
         if (hfBase) for (const name of base.adapters) await base.deleteAdapter(name);  // the next stage starts from the base
     }
     const summary = summarize(cfg, state.evals);
+    summary.stages = names.flatMap((n) => (clock.timings[n] ? [clock.timings[n]!] : []));
     if (hfBase) summary.memory = { peakRssBytes: process.resourceUsage().maxRSS * 1024, baseParameters: base.parameterCount, adapters };
     replaceFileDurable(join(out, "summary.json"), JSON.stringify(summary, null, 2));
     writeReport(out, summary);
@@ -216,6 +274,11 @@ export function formatSummary(s: TrainSummary): string {
     const w = head.map((h, i) => Math.max(h.length, ...body.map((b) => b[i]!.length)));
     const line = (cells: string[]) => cells.map((c, i) => (i === 0 ? c.padEnd(w[i]!) : c.padStart(w[i]!))).join("  ");
     const out = [line(head), line(w.map((n) => "-".repeat(n))), ...body.map(line)];
+    if (s.stages?.length) {
+        const f = (ms: number) => (ms >= 60_000 ? `${Math.floor(ms / 60_000)}m${String(Math.round(ms / 1000) % 60).padStart(2, "0")}s` : `${(ms / 1000).toFixed(1)} s`);
+        const total = s.stages.reduce((x, t) => x + t.durationMs, 0);
+        out.push("", `time: ${s.stages.map((t) => `${t.stage} ${f(t.durationMs)}`).join(", ")} (${f(total)} in all)`);
+    }
     if (s.memory) {
         const n = Object.values(s.memory.adapters), sum = n.reduce((x, y) => x + y, 0);
         out.push("", `memory: peak RSS ${(s.memory.peakRssBytes / 2 ** 30).toFixed(2)} GiB; one base of ${(s.memory.baseParameters / 1e6).toFixed(1)}M parameters ` +

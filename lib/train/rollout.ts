@@ -45,6 +45,8 @@ export interface RolloutOptions {
     /** Show the verifier's verdict on every previous answer (MAPoRL's reward feedback). Defaults to false. */
     feedback?: boolean;
     signal?: AbortSignal;
+    /** Called after each batch of answers with how many it generated (progress inside an evaluation). */
+    onAnswers?: (n: number) => void;
 }
 
 const ANSWER_WIDTH = 3;
@@ -114,6 +116,7 @@ export async function rolloutTeam(task: Task, items: TaskItem[], agents: NativeP
                 sampling: { temperature: o.temperature, maxTokens: o.maxTokens },
                 seed: o.seed * 1_000_000 + i * 1000 + t * 16 + a,
             })), { ...(o.signal ? { signal: o.signal } : {}) });
+            o.onAnswers?.(who.length);
             for (let k = 0; k < who.length; k++) {
                 const { i, a } = who[k]!, settled = gens[k]!, item = items[i]!;
                 if (!settled.ok) {

@@ -9,7 +9,7 @@ import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
 import { backend } from "../../lib/backend.js";
-import { configFromFlags, DEFAULT_CONFIG, mergePartial, resolveConfig } from "../../lib/train/config.js";
+import { configFromFlags, DEFAULT_CONFIG, MAGRPO_DEFAULTS, mergePartial, resolveConfig } from "../../lib/train/config.js";
 import { trainJob } from "../../lib/train/job.js";
 
 describe("train config", () => {
@@ -20,6 +20,14 @@ describe("train config", () => {
         expect(c.maporl.klCoef).toBe(0.01);
         expect(c.maporl.discount).toBe(DEFAULT_CONFIG.maporl.discount);
         expect(c.model).toEqual({ ...DEFAULT_CONFIG.model, layers: 3 });
+    });
+
+    it("magrpo gets its own defaults (16 questions, G = 2) where the config leaves them, and keeps what is given", () => {
+        const d = resolveConfig({ algo: "magrpo" });
+        expect([d.episodesPerIteration, d.magrpo.generations]).toEqual([MAGRPO_DEFAULTS.episodesPerIteration, MAGRPO_DEFAULTS.generations]);
+        const g = resolveConfig({ algo: "magrpo", episodesPerIteration: 32, magrpo: { generations: 4 } });
+        expect([g.episodesPerIteration, g.magrpo.generations]).toEqual([32, 4]);
+        expect(resolveConfig({ algo: "maporl" }).episodesPerIteration).toBe(DEFAULT_CONFIG.episodesPerIteration);
     });
 
     it("rejects unknown or misspelled keys by path, suggesting the closest", () => {

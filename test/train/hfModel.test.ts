@@ -13,6 +13,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { NativePolicy } from "../../lib/index.js";
 import { resolveConfig } from "../../lib/train/config.js";
 import { trainJob } from "../../lib/train/job.js";
+import { readMetrics } from "../helpers/runs.js";
 
 const TOK = join(import.meta.dirname, "..", "fixtures", "hf-tokenizer");
 const work = mkdtempSync(join(tmpdir(), "maporl-train-hf-"));
@@ -66,11 +67,12 @@ describe("train on a Hugging Face model (model.dir)", () => {
         const config = small({ iterations: 3, controls: false });
         const a = await trainJob({ out: straight, config });
         const ctl = new AbortController();
-        await expect(trainJob({ out: stopped, config, signal: ctl.signal, onProgress: (p) => { if (p.stage === "maporl" && p.step === 1) ctl.abort(new Error("stop")); } }))
+        await expect(trainJob({ out: stopped, config, signal: ctl.signal, onProgress: (p) => { if (p.stage === "maporl" && p.phase === "train" && p.step === 1) ctl.abort(new Error("stop")); } }))
             .rejects.toThrow();
         expect(existsSync(join(stopped, "summary.json"))).toBe(false);
         const b = await trainJob({ out: stopped, resume: true });
-        expect(readFileSync(join(stopped, "metrics.jsonl"), "utf8")).toBe(readFileSync(join(straight, "metrics.jsonl"), "utf8"));
+        expect(readMetrics(stopped).metrics).toBe(readMetrics(straight).metrics);
+        expect(readMetrics(stopped).timed).toEqual(["sft", "maporl"]);
         expect(readFileSync(join(stopped, "traces.jsonl"), "utf8")).toBe(readFileSync(join(straight, "traces.jsonl"), "utf8"));
         expect(b.rows).toEqual(a.rows);
     }, 300_000);

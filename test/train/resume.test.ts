@@ -7,6 +7,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 
+import { readMetrics, summaryWithoutTimings } from "../helpers/runs.js";
+
 const root = join(import.meta.dirname, "..", "..");
 const cli = join(root, "dist", "cli.js");
 const work = mkdtempSync(join(tmpdir(), "maporl-resume-"));
@@ -17,11 +19,13 @@ const config = { iterations: 5, episodesPerIteration: 6, evalEpisodes: 12, evalE
 const configFile = join(work, "config.json");
 writeFileSync(configFile, JSON.stringify(config));
 
-const read = (dir: string) => ({
-    metrics: readFileSync(join(dir, "metrics.jsonl"), "utf8"),
-    traces: readFileSync(join(dir, "traces.jsonl"), "utf8"),
-    summary: JSON.parse(readFileSync(join(dir, "summary.json"), "utf8")) as unknown,
-});
+// Wall-clock records aside (the stage timings; each run must have them, for every stage, in order).
+const read = (dir: string) => {
+    const m = readMetrics(dir);
+    expect(m.timed).toEqual(["sft", "maporl", "independent"]);
+    return { metrics: m.metrics, traces: readFileSync(join(dir, "traces.jsonl"), "utf8"),
+        summary: summaryWithoutTimings(readFileSync(join(dir, "summary.json"), "utf8")) };
+};
 
 function finish(args: string[]): void {
     const r = spawnSync(process.execPath, [cli, "train", ...args], { encoding: "utf8", timeout: 240_000 });
