@@ -66,7 +66,8 @@ export { splitSumTask, arithDebateTask, type Task, type TaskItem } from "./train
 export { gsm8kTask } from "./train/gsm8k.js";
 export { toyGame, observation1, observation2, toyPayoffGrid, type ToyOptions, type ToyPayoffs, type ToyResult } from "./train/toy.js";
 export { servePolicy, type ServeOptions, type RunningServer } from "./policy/server.js";
-export { trainJob, formatSummary, type TrainJobOptions, type TrainSummary } from "./train/job.js";
+export { trainJob, formatSummary, type JobProgress, type TrainJobOptions, type TrainSummary } from "./train/job.js";
+export { type StageTiming } from "./train/clock.js";
 export { resolveConfig, DEFAULT_CONFIG, type TrainConfig, type Algo, type Schedule } from "./train/config.js";
 export { evaluateTeam, type EvalResult } from "./train/evaluate.js";
-export { rolloutTeam, turnPrompt, type TeamRollout, type RolloutEntry } from "./train/rollout.js";
+export { rolloutTeam, turnPrompt, type RolloutOptions, type TeamRollout, type RolloutEntry } from "./train/rollout.js";

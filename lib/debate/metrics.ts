@@ -61,15 +61,15 @@ export interface Transitions {
 }
 
 export interface DebateMetrics {
-    /** [turn]: mean majority-vote credit over the episodes that reached the turn. */
+    /** Per turn: mean majority-vote credit over the episodes that reached the turn. */
     majorityAccuracy: number[];
     /** [turn][agent]: fraction right. */
     agentAccuracy: number[][];
-    /** [t]: agent answer transitions from turn t to t+1, all, and split by the turn-t majority. */
+    /** Per turn t: agent answer transitions from turn t to t+1, all, and split by the turn-t majority. */
     transitions: { all: Transitions; majorityRight: Transitions; majorityWrong: Transitions }[];
     /** Mean number of turns run. */
     averageTurns: number;
-    /** [turn]: mean completion tokens per agent answer (NaN when not recorded). */
+    /** Per turn: mean completion tokens per agent answer (NaN when not recorded). */
     tokensPerTurn: number[];
     episodes: number;
 }

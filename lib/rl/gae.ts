@@ -15,7 +15,7 @@ export interface GaeBatch {
     values: Float32Array;
     /** 1 where the token is trainable (response tokens), 0 for padding or tool observations, [B, T]. */
     mask: Uint8Array | Float32Array;
-    /** [B, T]: rows (sequences) and steps (tokens). */
+    /** Shape [B, T]: rows (sequences) and steps (tokens). */
     shape: readonly [number, number];
 }
 

@@ -36,7 +36,7 @@ export class JobClock {
     private sftStepMs = NaN;
     private answerMs = NaN;
     private calibratedAnswerMs = NaN;
-    private readonly iterationMs = new Map<string, number>();
+    private readonly iterationMs = new Map<string, { ms: number; n: number }>();
     readonly timings: Record<string, StageTiming>;
     private segment: { stage: string; t0: number; base: number } | null = null;
 
@@ -68,9 +68,9 @@ export class JobClock {
     calibrate(ms: number, answers: number): void { this.calibratedAnswerMs = ms / Math.max(1, answers); }
     observeSft(ms: number, steps: number): void { if (steps > 0) this.sftStepMs = ms / steps; }
     observeEval(ms: number, answers: number): void { if (answers > 0) this.answerMs = ms / answers; }
-    observeIteration(stage: string, ms: number): void {
-        const prev = this.iterationMs.get(stage);
-        this.iterationMs.set(stage, prev === undefined ? ms : 0.7 * prev + 0.3 * ms);  // smoothed: iterations vary
+    observeIteration(stage: string, ms: number): void {  // the stage's mean so far: single iterations vary a lot
+        const prev = this.iterationMs.get(stage) ?? { ms: 0, n: 0 };
+        this.iterationMs.set(stage, { ms: prev.ms + ms, n: prev.n + 1 });
     }
 
     private evalMs(): number {
@@ -81,9 +81,9 @@ export class JobClock {
 
     private iterMs(stage: string): number {
         const own = this.iterationMs.get(stage);
-        if (own !== undefined) return own;
+        if (own !== undefined) return own.ms / own.n;
         const any = [...this.iterationMs.values()][0];
-        if (any !== undefined) return any;
+        if (any !== undefined) return any.ms / any.n;
         const a = Number.isFinite(this.answerMs) ? this.answerMs : this.calibratedAnswerMs;
         return a * answersPerRollout(this.cfg, this.cfg.episodesPerIteration, true) * ITERATION_OVER_ROLLOUT;
     }

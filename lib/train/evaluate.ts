@@ -10,7 +10,7 @@ export interface EvalResult {
     majorityAccuracy: number[];
     agentAccuracy: number[][];
     soloAccuracy: number[];
-    /** [t]: transitions of every agent's answer from turn t to t + 1. */
+    /** Per turn t: transitions of every agent's answer from turn t to t + 1. */
     transitions: Transitions[];
     /** Final-turn majority accuracy minus turn-0 majority accuracy. */
     gain: number;

@@ -246,7 +246,7 @@ export async function trainJob(o: TrainJobOptions): Promise<TrainSummary> {
     summary.stages = names.flatMap((n) => (clock.timings[n] ? [clock.timings[n]!] : []));
     if (hfBase) summary.memory = { peakRssBytes: process.resourceUsage().maxRSS * 1024, baseParameters: base.parameterCount, adapters };
     replaceFileDurable(join(out, "summary.json"), JSON.stringify(summary, null, 2));
-    writeReport(out, summary);
+    await writeReport(out, summary);
     await base.dispose();
     return summary;
 }

@@ -1,13 +1,17 @@
 // report.test.ts: a real (small) run's report.html opened in headless Chromium: the page loads offline with no
-// console messages and no failed requests, and every chart has rendered lines (polylines with points in the
-// live DOM), the before/after table and the transition matrices are there.
+// console messages and no failed requests, every chart (Vega-Lite rendered to static SVG) has drawn lines with round
+// axis ticks in the live DOM, held-out accuracy over the iterations is the first chart, the before/after table, the
+// stage timings and the transition matrices are there, the config is collapsed. And a MAGRPO run's report leaves out
+// the KL and clip-fraction charts, which are zero by construction there.
 import { spawnSync } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 
+import { resolveConfig } from "../../lib/train/config.js";
 import { trainJob } from "../../lib/train/job.js";
+import { writeReport } from "../../lib/train/report.js";
 
 const work = mkdtempSync(join(tmpdir(), "maporl-report-"));
 afterAll(() => rmSync(work, { recursive: true, force: true }));
@@ -29,16 +33,46 @@ describe("train: report.html", () => {
         const dom = r.stdout;
         // Console messages from the page appear as CONSOLE(...) lines; failed loads as net::ERR.
         expect(r.stderr.split("\n").filter((l) => /CONSOLE\(|Uncaught|net::ERR_/.test(l))).toEqual([]);
-        const charts = [...dom.matchAll(/<svg class="chart"[\s\S]*?<\/svg>/g)].map((m) => m[0]);
-        expect(charts.length).toBe(5);  // reward, accuracy per turn for each of 2 stages, KL, clip fraction
-        for (const svg of charts) {
-            const lines = [...svg.matchAll(/<polyline[^>]*points="([^"]*)"/g)].map((m) => m[1]!.trim().split(/\s+/).length);
-            expect(lines.length).toBeGreaterThan(0);
-            expect(Math.max(...lines)).toBeGreaterThanOrEqual(2);
+        const charts = [...dom.matchAll(/<figure><figcaption>([^<]*)<\/figcaption><svg[\s\S]*?<\/svg><\/figure>/g)];
+        // held-out accuracy, reward, accuracy per turn for each of 2 stages, KL, clip fraction
+        expect(charts.map((m) => m[1]!.split(" ")[0])).toEqual(["Held-out", "Reward", "Training", "Training", "KL", "Clip"]);
+        for (const [svg] of charts) {
+            const paths = [...svg.matchAll(/class="mark-line role-mark[^"]*"[^>]*>([\s\S]*?)<\/g>/g)]
+                .flatMap((m) => [...m[1]!.matchAll(/ d="M([^"]*)"/g)].map((d) => d[1]!.split("L").length));
+            expect(paths.length).toBeGreaterThan(0);
+            expect(Math.max(...paths)).toBeGreaterThanOrEqual(2);
+            const ticks = [...svg.matchAll(/role-axis-label[\s\S]*?<\/g>/g)].flatMap((m) => [...m[0].matchAll(/>(-?[0-9.]+)<\/text>/g)].map((t) => t[1]!));
+            expect(ticks.length).toBeGreaterThan(3);
+            for (const t of ticks) expect(t.replace(/^-?\d+\.?/, "").length, `tick ${t}`).toBeLessThanOrEqual(4);  // round ticks
         }
+        expect(dom).toMatch(/<details><summary>Configuration<\/summary>/);
+        expect(dom).toMatch(/<table class="timing">[\s\S]*<td>sft<\/td>[\s\S]*<td>maporl<\/td>[\s\S]*<td>independent<\/td>/);
         expect(dom).toContain("untrained team");
         expect(dom).toContain("team co-trained by maporl");
         expect(dom).toContain("independent control");
         expect((dom.match(/class="tm"/g) ?? []).length).toBe(3 * 2);  // 3 evaluations x 2 turn transitions
     }, 300_000);
+
+    it("leaves out KL and clip fraction where they are zero by construction (MAGRPO)", async () => {
+        const out = join(work, "magrpo");
+        mkdirSync(out);
+        const acc = (x: number) => [x, x + 0.1];
+        const metrics = [
+            { kind: "eval", stage: "sft", name: "untrained team", iteration: 0, majorityAccuracy: acc(0.3) },
+            ...[1, 2, 3, 4].map((it) => ({ kind: "train", stage: "magrpo", iteration: it, reward: 0.1 * it, accuracy: acc(0.1 * it),
+                agents: [{ kl: 0, clipFrac: 0, updates: 1 }, { kl: 0, clipFrac: 0, updates: 1 }] })),
+            { kind: "eval", stage: "magrpo", name: "co-trained", iteration: 2, majorityAccuracy: acc(0.4) },
+            { kind: "eval", stage: "magrpo", name: "co-trained", iteration: 4, majorityAccuracy: acc(0.5) },
+        ];
+        writeFileSync(join(out, "metrics.jsonl"), metrics.map((m) => JSON.stringify(m)).join("\n") + "\n");
+        const config = { ...resolveConfig({ algo: "magrpo", turns: 2, agents: 2 }) };
+        await writeReport(out, { config, rows: [], evals: {} });
+        const html = readFileSync(join(out, "report.html"), "utf8");
+        const titles = [...html.matchAll(/<figcaption>([^<]*)<\/figcaption>/g)].map((m) => m[1]!);
+        expect(titles.map((t) => t.split(" ")[0])).toEqual(["Held-out", "Reward", "Training"]);
+        // the held-out curve: iterations 0 (the untrained team), 2 and 4, for turn 1 and turn 2
+        const held = html.slice(html.indexOf("Held-out"), html.indexOf("Reward"));
+        expect([...held.matchAll(/class="mark-line role-mark[^"]*"[^>]*>([\s\S]*?)<\/g>/g)]
+            .flatMap((m) => [...m[1]!.matchAll(/ d="M([^"]*)"/g)].map((d) => d[1]!.split("L").length))).toEqual([3, 3]);
+    });
 });
