@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 // cli.ts: the `maporl` command (declared in cliProgram.ts): train, info, bench, serve, doctor, toy.
-import { readFileSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
@@ -13,7 +13,7 @@ import { doctor } from "./doctor.js";
 import { NativePolicy } from "./policy/nativePolicy.js";
 import { servePolicy } from "./policy/server.js";
 import { runTrain } from "./train/trainCli.js";
-import { runToy } from "./train/toyCli.js";
+import { runToyCli } from "./train/toyCli.js";
 
 function info(): number {
     const b = backend();
@@ -45,6 +45,13 @@ const program = buildProgram({
         const s = await servePolicy(policy, { port: a.port, host: a.host, adapters: a.loraModules, allowAdapterUpdates: a.enableLora, version: backend().version,
             ...(a.servedModelName ? { model: a.servedModelName } : {}) });
         console.log(`maporl: serving ${a.servedModelName ?? policy.name} (${policy.parameterCount} parameters) at ${s.baseUrl}/chat/completions`);
+        const protocol = join(a.checkpoint, "maporl-task.json");
+        if (existsSync(protocol)) {  // a model trained by `maporl train` on a compact task speaks only that task's protocol
+            const t = JSON.parse(readFileSync(protocol, "utf8")) as { task: string; example: string; answer: string; debate: string };
+            console.log(`maporl: this model was trained on ${t.task}'s compact protocol and answers only it: send user messages like ` +
+                `${JSON.stringify(t.example)} (the question, then every agent's previous answer) and read "${t.answer}". ` +
+                `A debate that speaks it: ${t.debate} (docs/models.md, "Serving a trained checkpoint")`);
+        }
         // SIGTERM / SIGINT: stop accepting, answer nothing more, exit (a supervisor's kill leaves no orphan).
         await new Promise<void>((resolve) => {
             const stop = () => { void s.close().then(() => policy.dispose()).finally(resolve); };
@@ -53,7 +60,7 @@ const program = buildProgram({
         });
         return 0;
     },
-    toy: (a) => { runToy(a); return 0; },
+    toy: (a) => { runToyCli(a); return 0; },
     doctor: async (a) => {
         const r = await doctor(a.json ? {} : { log: (l) => console.log(l) });
         if (a.json) console.log(JSON.stringify(r, null, 2));

@@ -70,4 +70,5 @@ export { trainJob, formatSummary, type JobProgress, type TrainJobOptions, type T
 export { type StageTiming } from "./train/clock.js";
 export { resolveConfig, DEFAULT_CONFIG, type TrainConfig, type Algo, type Schedule } from "./train/config.js";
 export { evaluateTeam, type EvalResult } from "./train/evaluate.js";
+export { compactDebate } from "./train/compactDebate.js";
 export { rolloutTeam, turnPrompt, type RolloutOptions, type TeamRollout, type RolloutEntry } from "./train/rollout.js";

@@ -1,7 +1,8 @@
 // fresh.ts (bench): the default call (no `out`) of each kernel as a user's first script meets it: in a fresh node
 // process, at the benchmark's sizes, timed two ways. "event loop" yields to the event loop between calls (a training
 // loop awaiting anything at all), so the output pool (lib/alloc.ts) gets the outputs V8 collected back;
-// "synchronous loop" never yields, so no output can come back before it ends and every call meets fresh memory.
+// "synchronous loop" never yields, so no output can come back before it ends and every call meets fresh memory; and
+// the call into reused `out` buffers in the same process and manner, the row the default call is held against.
 // The child is this file run as a script: `node dist/bench/fresh.js <kernel> <reps> <threads>`.
 import { spawnSync } from "node:child_process";
 import { fileURLToPath } from "node:url";
@@ -18,33 +19,42 @@ import { gaeBatch } from "./gae.js";
 import { grpoBatch } from "./groupAdvantages.js";
 import { reinforceBatch } from "./reinforceReturns.js";
 
-/** The default calls at the benchmark's sizes, by kernel name (the names of lib/bench/index.ts). */
-const CALLS: Record<string, () => () => unknown> = {
+/** The default call and the call into reused `out` buffers at the benchmark's sizes, by kernel name (the names of
+ * lib/bench/index.ts). */
+const CALLS: Record<string, () => { call: () => unknown; reused: () => unknown }> = {
     gae: () => {
-        const batch = gaeBatch();
-        return () => gae(batch, { gamma: 1, lambda: 0.95, whiten: true, device: "cpu" });
+        const batch = gaeBatch(), n = batch.rewards.length, opts = { gamma: 1, lambda: 0.95, whiten: true, device: "cpu" as const };
+        const out = { advantages: new Float32Array(n), returns: new Float32Array(n) };
+        return { call: () => gae(batch, opts), reused: () => gae(batch, { ...opts, out }) };
     },
     reinforceReturns: () => {
-        const batch = reinforceBatch();
-        return () => reinforceReturns(batch, { gamma: 1, whiten: true, device: "cpu" });
+        const batch = reinforceBatch(), n = batch.rewards.length, opts = { gamma: 1, whiten: true, device: "cpu" as const };
+        const out = { returns: new Float32Array(n), advantages: new Float32Array(n) };
+        return { call: () => reinforceReturns(batch, opts), reused: () => reinforceReturns(batch, { ...opts, out }) };
     },
     groupAdvantages: () => {
-        const batch = grpoBatch(1 << 20, 16, "adjacent");
-        return () => groupAdvantages(batch, { device: "cpu" });
+        const batch = grpoBatch(1 << 20, 16, "adjacent"), out = new Float32Array(1 << 20);
+        return { call: () => groupAdvantages(batch, { device: "cpu" }), reused: () => groupAdvantages(batch, { device: "cpu", out }) };
     },
     policyLoss: () => {
-        const batch = policyLossBatch();
-        return () => policyLoss(batch, { kl: { coef: 0.001, estimator: "k3" }, device: "cpu" });
+        const batch = policyLossBatch(), opts = { kl: { coef: 0.001, estimator: "k3" as const }, device: "cpu" as const };
+        const out = { gradLogp: new Float32Array(batch.logp.length) };
+        return { call: () => policyLoss(batch, opts), reused: () => policyLoss(batch, { ...opts, out }) };
     },
     fusedPolicyLoss: () => {
-        const batch = fusedBatch();
-        return () => fusedPolicyLoss(batch, { device: "cpu" });
+        const batch = fusedBatch(), [N, V] = batch.shape;
+        const out = { gradLogits: new Float32Array(N * V), logp: new Float32Array(N), entropy: new Float32Array(N), gradLogp: new Float32Array(N) };
+        return { call: () => fusedPolicyLoss(batch, { device: "cpu" }), reused: () => fusedPolicyLoss(batch, { device: "cpu", out }) };
     },
 };
 
 export interface FreshTiming {
+    /** The default call, the event loop turning between calls. */
     eventLoopMs: number;
+    /** The default call in a loop that never yields (first, while the process is fresh). */
     syncMs: number;
+    /** The call into reused `out` buffers, the event loop turning between calls: the row the others compare with. */
+    reusedMs: number;
 }
 
 /** Times `kernel`'s default call in a fresh process; null (with the reason) when the child failed. */
@@ -63,20 +73,24 @@ async function child(kernel: string, reps: number, threads: number): Promise<voi
     const make = CALLS[kernel];
     if (make === undefined) throw new RangeError(`fresh: kernel: expected one of ${Object.keys(CALLS).join(", ")}, got "${kernel}"`);
     setThreads(threads);
-    const call = make();
-    const time = () => {
+    const { call, reused } = make();
+    const time = (f: () => unknown) => {
         const t0 = process.hrtime.bigint();
-        call();
+        f();
         return Number(process.hrtime.bigint() - t0) / 1e6;
     };
     const sync: number[] = [];  // first, while the process is fresh
-    for (let i = 0; i < reps; i++) sync.push(time());
-    const eventLoop: number[] = [];
-    for (let i = 0; i < reps; i++) {
-        await new Promise((resolve) => setImmediate(resolve));
-        eventLoop.push(time());
-    }
-    console.log(JSON.stringify({ eventLoopMs: median(eventLoop), syncMs: median(sync) }));
+    for (let i = 0; i < reps; i++) sync.push(time(call));
+    const turns = async (f: () => unknown) => {
+        const ms: number[] = [];
+        for (let i = 0; i < reps; i++) {
+            await new Promise((resolve) => setImmediate(resolve));
+            ms.push(time(f));
+        }
+        return median(ms);
+    };
+    const eventLoopMs = await turns(call), reusedMs = await turns(reused);
+    console.log(JSON.stringify({ eventLoopMs, syncMs: median(sync), reusedMs }));
 }
 
 if (process.argv[1] === fileURLToPath(import.meta.url)) {

@@ -8,6 +8,8 @@ export function freshRows(kernel: string, size: string, ctx: BenchContext, bytes
     const ok = "eventLoopMs" in t;
     const note = ok ? undefined : t.error;
     return [
+        { kernel, size, impl: `maporl ${kernel} ${label}, out= reused, fresh process`, medianMs: ok ? t.reusedMs : null,
+            peakExtraBytes: null, bytesMoved, baselineMs },
         { kernel, size, impl: `maporl ${kernel} ${label}, default call, fresh process`, medianMs: ok ? t.eventLoopMs : null,
             peakExtraBytes: null, bytesMoved, baselineMs, ...(note ? { note } : {}) },
         { kernel, size, impl: `maporl ${kernel} ${label}, default call, fresh process, synchronous loop`, medianMs: ok ? t.syncMs : null,

@@ -33,6 +33,10 @@ export interface DebateOptions {
     /** Show the verifier's scores to the agents at the next turn (needs `verifier`). Defaults to false. */
     feedback?: boolean;
     prompts?: Partial<DebatePrompts>;
+    /** What an agent's request holds at turn t >= 1: 'full' (default, MAPoRL's) its whole history, its own answers as
+     * assistant messages, then the new user message; 'last' the new user message alone (the trainers' protocol,
+     * whose one message per turn quotes every previous answer: see compactDebate). */
+    history?: "full" | "last";
     sampling?: SamplingOptions;
     /** Base seed; agent a at turn t gets seed + 1000 * t + a. */
     seed?: number;
@@ -109,6 +113,8 @@ export class Debate {
             throw new TypeError(`Debate: seed: expected an integer, got ${describe(options.seed)}`);
         if (options.extract !== undefined && typeof options.extract !== "function")
             throw new TypeError(`Debate: extract: expected a function (text) => answer | null, got ${describe(options.extract)}`);
+        if (options.history !== undefined && options.history !== "full" && options.history !== "last")
+            throw new RangeError(`Debate: history: expected 'full' or 'last', got ${describe(options.history)}`);
         if (options.runId !== undefined && typeof options.runId !== "string") throw new TypeError(`Debate: runId: expected a string, got ${describe(options.runId)}`);
         if (options.sampling !== undefined) samplingOptions("Debate", "sampling", options.sampling);  // checked before any request
         this.adjacency = topologyMatrix(options.topology ?? "full", agents.length);
@@ -170,7 +176,7 @@ export class Debate {
             const prompts = live.map((e) => agents.map((_, a) => {
                 const content = t === 0 ? this.o.prompts.question({ task: this.o.task, question: e.item.question })
                     : this.o.prompts.followUp(this.followUpContext(e.item.question, t, a, e.out[t - 1]!));
-                return [...e.histories[a]!, { role: "user" as const, content }];
+                return [...(this.o.history === "last" ? [] : e.histories[a]!), { role: "user" as const, content }];
             }));
             const entries = await this.turnBatch(live, prompts, t, signal);
             live.forEach((e, k) => {
@@ -258,7 +264,7 @@ export class Debate {
             if (this.adjacency[a]![j]) peers.push({ agent: j, text: p.text, ...(fb && p.score !== undefined ? { score: p.score } : {}) });
         });
         const own = prev[a]!;
-        return { task: this.o.task, question, turn: t, agent: a, peers, ...(fb && own.score !== undefined ? { ownScore: own.score } : {}) };
+        return { task: this.o.task, question, turn: t, agent: a, peers, ownAnswer: own.text, ...(fb && own.score !== undefined ? { ownScore: own.score } : {}) };
     }
 
     private consensusReached(entries: TurnEntry[]): boolean {

@@ -24,6 +24,9 @@ export interface FollowUpContext extends QuestionContext {
     agent: number;
     /** The verifier's score of this agent's own previous answer (only with feedback). */
     ownScore?: number;
+    /** This agent's own previous answer (the default prompts leave it in the history; a prompt for \`history:
+     * 'last'\` quotes it). */
+    ownAnswer?: string;
     peers: PeerAnswer[];
 }
 

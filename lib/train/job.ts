@@ -20,7 +20,7 @@ import { resolveConfig, type TrainConfig } from "./config.js";
 import { evaluateTeam, type EvalResult } from "./evaluate.js";
 import { writeReport } from "./report.js";
 import { sftWarmStart } from "./sft.js";
-import { rolloutTeam } from "./rollout.js";
+import { rolloutTeam, turnPrompt } from "./rollout.js";
 import { runIteration, stageModels } from "./stage.js";
 import { arithDebateTask, splitSumTask, type Task } from "./tasks.js";
 import { gsm8kTask } from "./gsm8k.js";
@@ -235,7 +235,10 @@ export async function trainJob(o: TrainJobOptions): Promise<TrainSummary> {
             await save({ ...baseOf(), ...m.named }, st.name, it + 1);
         }
         state.evals[st.name] = await evaluate(label, m.agents, cfg.iterations, st.name);
-        for (const [name, model] of Object.entries(m.named)) await model.save(join(out, "models", `${st.name}-${name}`));
+        for (const [name, model] of Object.entries(m.named)) {
+            await model.save(join(out, "models", `${st.name}-${name}`));
+            if (!task.prompt && !name.startsWith("critic")) writeFileSync(join(out, "models", `${st.name}-${name}`, "maporl-task.json"), JSON.stringify(taskProtocol(cfg), null, 2) + "\n");
+        }
         endStage();
         const next = stages[k + 1]?.name ?? "done";
         await save(baseOf(), next, 0);
@@ -249,6 +252,16 @@ export async function trainJob(o: TrainJobOptions): Promise<TrainSummary> {
     await writeReport(out, summary);
     await base.dispose();
     return summary;
+}
+
+/** What a model trained on a compact task expects (written beside it in models/; `maporl serve` prints it). */
+export function taskProtocol(cfg: TrainConfig): Record<string, unknown> {
+    const example = cfg.task === "split-sum" ? "a=7" : "7+2*3-4";
+    return { task: cfg.task, protocol: "compact", agents: cfg.agents, turns: cfg.turns, feedback: cfg.feedback,
+        example: turnPrompt(example, 0, cfg.agents, null, cfg.feedback ? "empty" : undefined),
+        answer: "<working>;<answer in 3 digits>, e.g. 2*3=6,7+6=13,13-4=9;009",
+        debate: `new Debate({ agents, turns: ${cfg.turns}, ...compactDebate({ agents: ${cfg.agents}, feedback: ${cfg.feedback} }), verifier, ` +
+            `sampling: { temperature: 0, maxTokens: ${cfg.sampling.maxTokens} } })` };
 }
 
 function mean(xs: number[]): number {

@@ -10,8 +10,10 @@ export interface ToyReport {
 
 const spark = (xs: number[]) => xs.map((x) => " ▁▂▃▄▅▆▇█"[Math.min(8, Math.round(x * 8))]).join("");
 
-/** Runs the toy-game study; `log` receives the printed lines. */
-export function runToy(options: { turns?: number[]; seed?: number; log?: (line: string) => void } = {}): ToyReport[] {
+/** Runs the toy-game study; `log` receives the printed lines, `onProgress` the payoffs of the grid done so far at
+ * each T (48 per T; each is 6 short trainings). */
+export function runToy(options: { turns?: number[]; seed?: number; log?: (line: string) => void;
+    onProgress?: (p: { turns: number; done: number; total: number }) => void } = {}): ToyReport[] {
     const log = options.log ?? console.log, seed = options.seed ?? 0;
     const fast = { episodes: 32, iterations: 150, lr: 1 };
     const reports: ToyReport[] = [];
@@ -33,12 +35,14 @@ export function runToy(options: { turns?: number[]; seed?: number; log?: (line: 
             if ((rate >= 0.5) === predicted) t.agree++;
             tally.set(key, t);
         };
-        toyPayoffGrid().forEach((q: ToyPayoffs, i) => {
+        const grid = toyPayoffGrid();
+        grid.forEach((q: ToyPayoffs, i) => {
             for (const reward of ["team", "own"] as const)
                 count(`Observation 2 (${reward} reward)`, toyGame({ payoffs: q, turns: T, reward, seed: seed + i, ...fast }).rate, observation2(q, reward));
             for (const pi of [0.3, 0.5, 0.7, 0.9])
                 count("Observation 1 (pi in 0.3..0.9)", toyGame({ payoffs: q, turns: T, mode: "fixed-partner", partnerPi: pi, seed: seed + i, ...fast }).rate,
                     observation1(q, pi));
+            options.onProgress?.({ turns: T, done: i + 1, total: grid.length });
         });
         const agreement = [...tally].map(([observation, t]) => ({ observation, ...t }));
         log(`  agreement with the closed forms over ${toyPayoffGrid().length} payoffs:`);
@@ -46,4 +50,19 @@ export function runToy(options: { turns?: number[]; seed?: number; log?: (line: 
         reports.push({ turns: T, curves, agreement });
     }
     return reports;
+}
+
+/** `maporl toy` as the CLI runs it: the study's lines on stdout, its progress on stderr (redrawn on a terminal; in
+ * logs a line every 5 s and at the end of each grid). */
+export function runToyCli(options: { turns?: number[]; seed?: number }): void {
+    const tty = process.stderr.isTTY === true, t0 = performance.now();
+    let last = 0;
+    runToy({ ...options,
+        log: (l) => { if (tty) process.stderr.write("\r\x1b[K"); console.log(l); },
+        onProgress: ({ turns, done, total }) => {
+            const line = `  T = ${turns}: payoff grid ${done}/${total}, elapsed ${((performance.now() - t0) / 1000).toFixed(0)} s`;
+            if (tty) process.stderr.write(`\r\x1b[K${line}`);
+            else if (performance.now() - last > 5000 || done === total) { last = performance.now(); process.stderr.write(line + "\n"); }
+        } });
+    if (tty) process.stderr.write("\r\x1b[K");
 }

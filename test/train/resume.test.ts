@@ -27,9 +27,10 @@ const read = (dir: string) => {
         summary: summaryWithoutTimings(readFileSync(join(dir, "summary.json"), "utf8")) };
 };
 
-function finish(args: string[]): void {
+function finish(args: string[]): { stdout: string; stderr: string } {
     const r = spawnSync(process.execPath, [cli, "train", ...args], { encoding: "utf8", timeout: 240_000 });
     expect(r.status, r.stderr).toBe(0);
+    return r;
 }
 
 // Starts a run and sends `sig` once metrics.jsonl holds a training line of the method's stage for iteration >= 2.
@@ -52,7 +53,14 @@ function interrupted(out: string, sig: NodeJS.Signals): Promise<number | null> {
 describe("train: resume", () => {
     it("a SIGKILL mid-iteration, then --resume, ends exactly as an uninterrupted run", async () => {
         const straight = join(work, "straight"), killed = join(work, "killed");
-        finish(["--config", configFile, "--out", straight]);
+        const run = finish(["--config", configFile, "--out", straight]);
+        // Progress on a pipe (not a terminal): plain lines naming the stage among the job's stages, the evaluations'
+        // answers, and the whole job's ETA, known from the first line on (the calibration rollout).
+        const progress = run.stderr.split("\n").filter((l) => l.startsWith("["));
+        for (const stage of ["[1/3 sft]", "[2/3 maporl]", "[3/3 independent]"]) expect(progress.some((l) => l.startsWith(stage))).toBe(true);
+        expect(progress.some((l) => / eval \d+\/\d+ answers /.test(l))).toBe(true);
+        for (const l of progress) expect(l).toMatch(/\| job \d+% elapsed \S+ ETA \d+(m\d\ds|s)$/);
+        expect(run.stdout).toMatch(/time: sft [\d.]+ s, maporl [\d.ms ]+, independent [\d.ms ]+ \(.* in all\)/);
         expect(await interrupted(killed, "SIGKILL")).toBeNull();
         expect(existsSync(join(killed, "summary.json"))).toBe(false);
         finish(["--resume", killed]);
