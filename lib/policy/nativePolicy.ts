@@ -25,6 +25,7 @@ import { readSafetensors, writeSafetensors } from "./safetensors.js";
 import { describe, requireArray, requireBoolean, requireInteger, requireNumber, requireOptions, requireShape2 } from "../validate.js";
 import { CharTokenizer, type PolicyTokenizer } from "./tokenizer.js";
 import { policyLoss } from "../rl/policyLoss.js";
+import { toolTextMessages, usesTools, withToolCalls } from "./toolText.js";
 import { type GenerateRequest, type Generation, type Policy, requestMessages, requestSampling, requestSeed, type TokenCallback } from "./types.js";
 import { type DecodeCall, decodeCalls } from "./nativeDecode.js";
 import { fnv1a, isAdapterDir, loadAdapterTensors, type LoraOptions, readAdapterConfig, readAdapterState, resolveLora, targetNames, writeAdapterDir } from "./lora.js";
@@ -299,7 +300,10 @@ export class NativePolicy implements Policy {
         this.h();
         // Calls made before the batch starts (on this policy, or on other adapters of its base) join it: one decode
         // step serves every adapter, as vLLM's multi-LoRA batching does.
-        return new Promise<Generation[]>((resolve, reject) => {
+        const withTools = requests.map((r) => r.tools !== undefined && r.tools.length > 0);
+        const done = (gs: Generation[]) => gs.map((g, i) => (withTools[i] ? withToolCalls(g, `call-${seeds[i]}-${i}`) : g));
+        return new Promise<Generation[]>((resolveAll, reject) => {
+            const resolve = (gs: Generation[]) => resolveAll(done(gs));
             const call: DecodeCall = { name: this.name, prompts, sampling, seeds, adapter: this.family === "llama" ? this.adapterId : null,
                 ...(options.signal ? { signal: options.signal } : {}), ...(options.onProgress ? { onProgress: options.onProgress } : {}),
                 ...(options.onToken ? { onToken: options.onToken } : {}), resolve, reject };
@@ -318,7 +322,8 @@ export class NativePolicy implements Policy {
     private promptOf(r: GenerateRequest, i: number): number[] {
         const ids = (r as { promptTokenIds?: unknown } | null)?.promptTokenIds;
         if (ids === undefined) {
-            const messages = requestMessages(this.name, r, i);
+            const given = requestMessages(this.name, r, i);
+            const messages = usesTools(given, r.tools) ? toolTextMessages(given, r.tools) : given;
             try { return this.tokenizer.encodeChat(messages); } catch (e) { throw new (e instanceof TypeError ? TypeError : Error)(`${this.name}: requests[${i}]: ${(e as Error).message}`); }
         }
         if (!Array.isArray(ids) || ids.length === 0 || !ids.every((x) => Number.isInteger(x) && x >= 0 && x < this.V))

@@ -8,7 +8,7 @@
 //   - 'openai' (OpenAI, llama.cpp, Ollama, or unknown): no ids; the generation says so (tokenIdsExact false).
 // 'auto' asks GET /v1/models once: owned_by "vllm" or "maporl" -> vllm, "sglang" -> sglang, else openai.
 import { getJson, postJson, type PostOptions } from "../http.js";
-import { type ChatMessage, type GenerateRequest, type Generation, requestMessages, requestSampling, requestSeed } from "./types.js";
+import { type ChatMessage, type GenerateRequest, type Generation, requestMessages, requestSampling, requestSeed, type ToolCall } from "./types.js";
 
 export type Dialect = "vllm" | "sglang" | "openai";
 export const DIALECTS: readonly (Dialect | "auto")[] = ["auto", "vllm", "sglang", "openai"];
@@ -35,7 +35,9 @@ export function chatBody(where: string, r: GenerateRequest, i: number, o: BodyOp
     const messages = requestMessages(where, r, i);
     const s = requestSampling(where, r, i);
     if (r.seed !== undefined) requestSeed(where, r, i);  // checked; sent as given (OpenAI's seed is a signed integer)
-    const b: Record<string, unknown> = { model: o.dialect === "vllm" ? o.adapter ?? o.model : o.model, messages };
+    const b: Record<string, unknown> = { model: o.dialect === "vllm" ? o.adapter ?? o.model : o.model, messages: wireMessages(messages) };
+    if (r.tools !== undefined && r.tools.length > 0)
+        b.tools = r.tools.map((t) => ({ type: "function", function: { name: t.name, ...(t.description ? { description: t.description } : {}), parameters: t.parameters ?? { type: "object", properties: {} } } }));
     if (o.adapter !== undefined && o.dialect === "sglang") b.lora_path = o.adapter;
     else if (o.adapter !== undefined && o.dialect === "openai") b.model = o.adapter;
     if (s.temperature !== undefined) b.temperature = s.temperature;
@@ -69,7 +71,9 @@ export function parseChat(where: string, text: string, latencyMs: number, o: { d
         throw bad("expected JSON");
     }
     const choice = (j as { choices?: unknown[] })?.choices?.[0] as Record<string, unknown> | undefined;
-    const msg = choice?.message as { content?: unknown } | undefined;
+    const msg = choice?.message as { content?: unknown; tool_calls?: unknown } | undefined;
+    const toolCalls = msg?.tool_calls === undefined || msg?.tool_calls === null ? undefined : wireToolCalls(msg.tool_calls, bad);
+    if (msg && msg.content == null && toolCalls?.length) msg.content = "";  // a reply that only calls tools
     if (!choice || !msg || typeof msg.content !== "string") throw bad("expected choices[0].message.content as a string");
     const content = (choice.logprobs as { content?: { token?: unknown; logprob?: unknown }[] } | null | undefined)?.content;
     let tokens: (string | number)[] | undefined, logprobs: number[] | undefined;
@@ -104,16 +108,38 @@ export function parseChat(where: string, text: string, latencyMs: number, o: { d
         finishReason: typeof choice.finish_reason === "string" ? choice.finish_reason : "unknown",
         usage: { promptTokens: typeof usage?.prompt_tokens === "number" ? usage.prompt_tokens : promptIds?.length ?? 0,
             completionTokens: typeof usage?.completion_tokens === "number" ? usage.completion_tokens : (tokenIds?.length ?? tokens?.length ?? 0) },
-        latencyMs,
+        latencyMs, ...(toolCalls?.length ? { toolCalls } : {}),
     };
     return { generation, promptIdsMissing: tokenIds !== null && promptIds === null };
+}
+
+/** Messages in OpenAI's wire form: an assistant's toolCalls as tool_calls, a tool message's call id as tool_call_id. */
+export function wireMessages(messages: readonly ChatMessage[]): Record<string, unknown>[] {
+    return messages.map((m) => {
+        if (m.role === "tool") return { role: "tool", tool_call_id: m.toolCallId, content: m.content, ...(m.name ? { name: m.name } : {}) };
+        if (m.role === "assistant" && m.toolCalls?.length)
+            return { role: "assistant", content: m.content === "" ? null : m.content,
+                tool_calls: m.toolCalls.map((c) => ({ id: c.id, type: "function", function: { name: c.name, arguments: c.arguments } })) };
+        return { role: m.role, content: m.content };
+    });
+}
+
+/** A reply's message.tool_calls as ToolCalls (arguments kept as the JSON text the model wrote). */
+function wireToolCalls(x: unknown, bad: (what: string) => Error): ToolCall[] {
+    if (!Array.isArray(x)) throw bad("expected message.tool_calls as an array");
+    return x.map((c: { id?: unknown; function?: { name?: unknown; arguments?: unknown } }, k) => {
+        const f = c?.function;
+        if (!f || typeof f.name !== "string") throw bad(`expected message.tool_calls[${k}].function.name`);
+        const args = typeof f.arguments === "string" ? f.arguments : JSON.stringify(f.arguments ?? {});
+        return { id: typeof c.id === "string" && c.id !== "" ? c.id : `call-${k}`, name: f.name, arguments: args };
+    });
 }
 
 /** The prompt ids of `messages` from the server's own tokenizer and chat template (POST /tokenize), for a server that
  * gave the completion's ids but not the prompt's. Sets them on `g` (exact: the server's template and tokenizer). */
 export async function fillPromptIds(where: string, baseUrl: string, g: Generation, messages: ChatMessage[], o: BodyOptions & PostOptions): Promise<void> {
     const url = o.dialect === "sglang" ? `${baseUrl}/tokenize` : `${serverRoot(baseUrl)}/tokenize`;
-    const r = await postJson(where, url, JSON.stringify({ model: o.dialect === "vllm" ? o.adapter ?? o.model : o.model, messages, add_generation_prompt: true }), o);
+    const r = await postJson(where, url, JSON.stringify({ model: o.dialect === "vllm" ? o.adapter ?? o.model : o.model, messages: wireMessages(messages), add_generation_prompt: true }), o);
     if (!r.ok) throw new Error(`${where}: the reply had no prompt_token_ids and POST ${url} answered HTTP ${r.status}: ${r.text.slice(0, 200)}`);
     let ids: number[] | null = null;
     try { ids = idList((JSON.parse(r.text) as { tokens?: unknown }).tokens); } catch { /* below */ }

@@ -5,8 +5,27 @@
 import { describe, requireInteger, requireNumber, requireOptions } from "../validate.js";
 
 export interface ChatMessage {
-    role: "system" | "user" | "assistant";
+    role: "system" | "user" | "assistant" | "tool";
     content: string;
+    /** An assistant message's tool calls (OpenAI's tool_calls). */
+    toolCalls?: ToolCall[];
+    /** A tool message: the call it answers (OpenAI's tool_call_id) and the tool's name. */
+    toolCallId?: string;
+    name?: string;
+}
+
+/** A call of a tool as the model wrote it: `arguments` is the JSON text (OpenAI's function.arguments), unparsed. */
+export interface ToolCall {
+    id: string;
+    name: string;
+    arguments: string;
+}
+
+/** A tool as the model is told of it (OpenAI's tools[].function): a JSON Schema for its arguments. */
+export interface ToolSpec {
+    name: string;
+    description?: string;
+    parameters?: Record<string, unknown>;
 }
 
 export interface SamplingOptions {
@@ -35,6 +54,8 @@ export interface GenerateRequest {
     /** Sticky routing (FleetPolicy): requests with the same key go to the same endpoint while it is healthy, so its
      * prefix cache serves a growing discussion (Debate sets `<episode>/<agent>`). Other policies ignore it. */
     routingKey?: string;
+    /** Tools the model may call (OpenAI's tools); its calls come back in Generation.toolCalls. */
+    tools?: ToolSpec[];
 }
 
 export interface Generation {
@@ -64,6 +85,8 @@ export interface Generation {
     finishReason: string;
     usage: { promptTokens: number; completionTokens: number };
     latencyMs: number;
+    /** The tools the model called (finishReason 'tool_calls'), when the request offered tools. */
+    toolCalls?: ToolCall[];
 }
 
 /** One request's outcome under generateSettled. */
@@ -125,13 +148,40 @@ export function requestMessages(where: string, r: GenerateRequest, i: number): C
         if (!Array.isArray(r.messages) || r.messages.length === 0)
             throw new TypeError(`${where}: requests[${i}].messages: expected a non-empty array of { role, content }`);
         r.messages.forEach((m, j) => {
-            if (!m || !["system", "user", "assistant"].includes(m.role) || typeof m.content !== "string")
-                throw new TypeError(`${where}: requests[${i}].messages[${j}]: expected { role: 'system' | 'user' | 'assistant', content: string }`);
+            const at = `${where}: requests[${i}].messages[${j}]`;
+            if (!m || !["system", "user", "assistant", "tool"].includes(m.role) || typeof m.content !== "string")
+                throw new TypeError(`${at}: expected { role: 'system' | 'user' | 'assistant' | 'tool', content: string }`);
+            if (m.role === "tool" && (typeof m.toolCallId !== "string" || m.toolCallId === ""))
+                throw new TypeError(`${at}.toolCallId: expected the id of the call a tool message answers, got ${describe(m.toolCallId)}`);
+            if (m.toolCalls !== undefined) {
+                if (m.role !== "assistant") throw new TypeError(`${at}.toolCalls: expected only on an assistant message, got role '${m.role}'`);
+                if (!Array.isArray(m.toolCalls) || m.toolCalls.some((c) => !c || typeof c.id !== "string" || typeof c.name !== "string" || typeof c.arguments !== "string"))
+                    throw new TypeError(`${at}.toolCalls: expected an array of { id, name, arguments (JSON text) }`);
+            }
         });
+        if (r.tools !== undefined) requestTools(where, r.tools, i);
         return r.messages;
     }
+    if (r.tools !== undefined) requestTools(where, r.tools, i);
     if (typeof r.prompt !== "string")
         throw new TypeError(`${where}: requests[${i}]: expected messages or a prompt string` +
             (r.promptTokenIds !== undefined ? " (promptTokenIds are read by native policies only)" : ""));
     return [{ role: "user", content: r.prompt }];
+}
+
+/** A request's tools, checked: names unique, of OpenAI's form ([a-zA-Z0-9_-]{1,64}), parameters an object. */
+export function requestTools(where: string, tools: unknown, i: number): ToolSpec[] {
+    if (!Array.isArray(tools)) throw new TypeError(`${where}: requests[${i}].tools: expected an array of { name, description?, parameters? }, got ${describe(tools)}`);
+    const seen = new Set<string>();
+    tools.forEach((t: ToolSpec, k) => {
+        const at = `${where}: requests[${i}].tools[${k}]`;
+        if (!t || typeof t.name !== "string" || !/^[a-zA-Z0-9_-]{1,64}$/.test(t.name))
+            throw new TypeError(`${at}.name: expected 1-64 letters, digits, '_' or '-', got ${describe(t?.name)}`);
+        if (seen.has(t.name)) throw new TypeError(`${at}.name: '${t.name}' is offered twice`);
+        seen.add(t.name);
+        if (t.description !== undefined && typeof t.description !== "string") throw new TypeError(`${at}.description: expected a string`);
+        if (t.parameters !== undefined && (t.parameters === null || typeof t.parameters !== "object" || Array.isArray(t.parameters)))
+            throw new TypeError(`${at}.parameters: expected a JSON Schema object`);
+    });
+    return tools as ToolSpec[];
 }
