@@ -72,3 +72,9 @@ export { resolveConfig, DEFAULT_CONFIG, type TrainConfig, type Algo, type Schedu
 export { evaluateTeam, type EvalResult } from "./train/evaluate.js";
 export { compactDebate } from "./train/compactDebate.js";
 export { rolloutTeam, turnPrompt, type RolloutOptions, type TeamRollout, type RolloutEntry } from "./train/rollout.js";
+export { Workflow, type WorkflowSpec, type WorkflowRole, type WorkflowTurn, type WorkflowState, type WorkflowEpisode } from "./env/workflow.js";
+export { SharedArtifact, type ArtifactVersion } from "./env/artifact.js";
+export { runToolCall, toolSpec, callKey, type Tool, type ToolContext, type ToolResult } from "./env/tools.js";
+export { LoopDetector, type LoopEvent, type LoopOptions } from "./env/loops.js";
+export { codeReviewSpec, codeReviewWorkflow, runCodeTests, runTestsTool, networkIsolationAvailable, type CodeTask, type CodeReviewOptions, type TestRun } from "./env/codeReview.js";
+export type { ToolCall, ToolSpec } from "./policy/types.js";

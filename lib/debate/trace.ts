@@ -29,6 +29,14 @@ export interface Span {
     endpoint?: string;
     model?: string;
     attempts?: number;
+    /** Workflow turns (lib/env/workflow.ts): the role, the hand-off chain that led to the turn (its length is
+     * `parent`), every tool call with its outcome, how many failed, and the shared artifact's version before and after. */
+    role?: string;
+    delegation?: string[];
+    toolCalls?: { name: string; ok: boolean; ms: number; error?: string }[];
+    toolErrors?: number;
+    artifactSeen?: number | null;
+    artifactAfter?: number;
 }
 
 export interface Tracer {
