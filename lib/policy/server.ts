@@ -16,6 +16,8 @@ import type { AddressInfo } from "node:net";
 
 import { HttpError, ServedModels } from "./serverModels.js";
 import { streamGeneration } from "./serverStream.js";
+import { assistantMessage, wireToChat, wireTools } from "./serverTools.js";
+import { toolTextMessages, usesTools } from "./toolText.js";
 import type { ChatMessage, GenerateRequest, Generation, Policy, SamplingOptions } from "./types.js";
 
 export interface ServeOptions {
@@ -100,12 +102,6 @@ const tokenizerOf = (p: Policy): Tk | null => {
     const t = (p as { tokenizer?: Partial<Tk> }).tokenizer;
     return t && typeof t.encode === "function" && typeof t.decode === "function" && typeof t.encodeChat === "function" ? t as Tk : null;
 };
-
-function checkMessages(messages: unknown): ChatMessage[] {
-    if (!Array.isArray(messages) || messages.length === 0 || messages.some((m) => !m || typeof m.content !== "string" || !["system", "user", "assistant"].includes(m.role)))
-        throw new HttpError(400, "messages: expected a non-empty array of { role: 'system' | 'user' | 'assistant', content: string }");
-    return messages as ChatMessage[];
-}
 
 const flag = (body: Record<string, unknown>, k: string): boolean => {
     const v = body[k];
@@ -193,7 +189,11 @@ export async function servePolicy(policy: Policy, options: ServeOptions = {}): P
             if (typeof p === "string") req = { prompt: p, sampling };
             else if (Array.isArray(p) && p.length > 0 && p.every((x) => Number.isInteger(x))) req = { promptTokenIds: p as number[], sampling };
             else throw new HttpError(400, "prompt: expected a string or a non-empty array of token ids (one prompt per request)");
-        } else req = { messages: checkMessages(body.messages), sampling };
+        } else {
+            const tools = wireTools(body.tools);
+            if (tools && body.stream === true) throw new HttpError(400, "stream: tool calling is answered whole here; send stream: false with tools");
+            req = { messages: wireToChat(body.messages), sampling, ...(tools ? { tools } : {}) };
+        }
         const served = models.get(body.model);  // (resolved right before generate: an adapter replaced meanwhile answers wholly)
         const tk = tokenizerOf(served.policy);
         if (completions && typeof body.prompt === "string" && tk) req = { promptTokenIds: tk.encode(body.prompt), sampling };  // raw text, no chat template
@@ -217,7 +217,7 @@ export async function servePolicy(policy: Policy, options: ServeOptions = {}): P
             usage: usageOf(gens),
         } : {
             id: `chatcmpl-maporl-${++counter}`, object: "chat.completion", created, model: served.name,
-            choices: gens.map((g, i) => ({ ...choice(g, i), message: { role: "assistant", content: g.text },
+            choices: gens.map((g, i) => ({ ...choice(g, i), message: assistantMessage(g),
                 logprobs: logprobs ? logprobsField(g.tokenIds ?? g.tokens ?? [], g.logprobs, tk, asIds, false) : null })),
             ...(returnIds && promptIds ? { prompt_token_ids: promptIds } : {}),
             usage: usageOf(gens),
@@ -232,7 +232,8 @@ export async function servePolicy(policy: Policy, options: ServeOptions = {}): P
         let tokens: number[];
         if (body.messages !== undefined) {
             if (body.add_generation_prompt === false) throw new HttpError(400, "add_generation_prompt: only true is supported");
-            tokens = tk.encodeChat(checkMessages(body.messages));
+            const m = wireToChat(body.messages), tools = wireTools(body.tools);
+            tokens = tk.encodeChat(usesTools(m, tools) ? toolTextMessages(m, tools) : m);  // as NativePolicy.generate reads them
         } else if (typeof body.prompt === "string") tokens = tk.encode(body.prompt);
         else throw new HttpError(400, "expected a prompt string or messages");
         send(res, 200, { count: tokens.length, max_model_len: typeof ctx === "number" ? ctx : null, tokens,

@@ -75,3 +75,46 @@ describe("tool calling: the text protocol of native models", () => {
         await p.dispose();
     });
 });
+
+describe("tool calling through maporl serve", () => {
+    it("reads tools and tool messages in OpenAI's form, renders them as NativePolicy does, and answers tool_calls", async () => {
+        const { servePolicy, OpenAICompatiblePolicy } = await import("../../lib/index.js");
+        const p = await NativePolicy.create({ contextLength: 1024, layers: 1, heads: 2, dModel: 16, seed: 3, name: "tiny" });
+        const s = await servePolicy(p, { port: 0 });
+        try {
+            const remote = new OpenAICompatiblePolicy({ baseUrl: s.baseUrl, model: "tiny", dialect: "vllm", retries: 0 });
+            const req = { messages: convo, tools, sampling: { temperature: 0, maxTokens: 6 }, seed: 5 };
+            const [here] = await p.generate([req]);
+            const [there] = await remote.generate([req]);
+            expect(there!.promptTokenIds).toEqual(here!.promptTokenIds);  // the same rendering of the tools and the exchange
+            expect(there!.tokenIds).toEqual(here!.tokenIds);
+            // a streamed request with tools is refused whole, naming the field
+            const r = await fetch(`${s.baseUrl}/chat/completions`, { method: "POST", headers: { "content-type": "application/json" },
+                body: JSON.stringify({ model: "tiny", stream: true, messages: [{ role: "user", content: "x" }], tools: [{ type: "function", function: { name: "t" } }] }) });
+            expect(r.status).toBe(400);
+            expect(await r.text()).toMatch(/stream: tool calling is answered whole/);
+            const bad = await fetch(`${s.baseUrl}/chat/completions`, { method: "POST", headers: { "content-type": "application/json" },
+                body: JSON.stringify({ model: "tiny", messages: [{ role: "tool", content: "x" }] }) });
+            expect([bad.status, /messages\[0\].tool_call_id/.test(await bad.text())]).toEqual([400, true]);
+        } finally {
+            await s.close();
+            await p.dispose();
+        }
+        // a policy that calls a tool: the server answers OpenAI's tool_calls, and the client reads them back
+        const caller = { name: "caller", generate: async () => [{ text: "", toolCalls: [{ id: "t1", name: "run_tests", arguments: "{}" }],
+            finishReason: "tool_calls", usage: { promptTokens: 1, completionTokens: 1 }, latencyMs: 0 }] };
+        const s2 = await servePolicy(caller, { port: 0 });
+        try {
+            const raw = await (await fetch(`${s2.baseUrl}/chat/completions`, { method: "POST", headers: { "content-type": "application/json" },
+                body: JSON.stringify({ model: "caller", messages: [{ role: "user", content: "go" }], tools: [{ type: "function", function: { name: "run_tests" } }] }) })).json() as
+                { choices: { finish_reason: string; message: unknown }[] };
+            expect(raw.choices[0]).toMatchObject({ finish_reason: "tool_calls", message: { role: "assistant", content: null,
+                tool_calls: [{ id: "t1", type: "function", function: { name: "run_tests", arguments: "{}" } }] } });
+            const [g] = await new OpenAICompatiblePolicy({ baseUrl: s2.baseUrl, model: "caller", dialect: "openai", retries: 0 })
+                .generate([{ messages: [{ role: "user", content: "go" }], tools: [{ name: "run_tests" }] }]);
+            expect(g!.toolCalls).toEqual([{ id: "t1", name: "run_tests", arguments: "{}" }]);
+        } finally {
+            await s2.close();
+        }
+    });
+});
