@@ -13,6 +13,7 @@ import { doctor } from "./doctor.js";
 import { NativePolicy } from "./policy/nativePolicy.js";
 import { servePolicy } from "./policy/server.js";
 import { runTrain } from "./train/trainCli.js";
+import { crossPlay, makeSuite, regressionGate } from "./train/evalGate.js";
 import { runToyCli } from "./train/toyCli.js";
 
 function info(): number {
@@ -61,6 +62,27 @@ const program = buildProgram({
         return 0;
     },
     toy: (a) => { runToyCli(a); return 0; },
+    eval: async (a) => {
+        if (a.makeSuite) {
+            const cfg = JSON.parse(readFileSync(join(a.fromRun!, "config.json"), "utf8")) as Record<string, unknown>;
+            const s = makeSuite(a.suite, { config: cfg, ...(a.items ? { items: a.items } : {}) });
+            console.log(`maporl eval: wrote ${s.items.length} scenarios of ${s.resolved.task} to ${a.suite} (suite.json, scenarios.jsonl)`);
+            return 0;
+        }
+        const g = await regressionGate({ suite: a.suite, metric: a.metric, threshold: a.threshold,
+            baseline: { run: a.baseline!, ...(a.stage ? { stage: a.stage } : {}) },
+            candidate: { run: a.candidate ?? a.baseline!, ...(a.candidateStage ?? a.stage ? { stage: (a.candidateStage ?? a.stage)! } : {}), replace: a.replace } });
+        console.log(`maporl eval: ${g.message}`);
+        return g.pass ? 0 : 1;
+    },
+    crossplay: async (a) => {
+        const r = await crossPlay({ suite: a.suite, metric: a.metric, teams: a.runs.map((run) => ({ run, ...(a.stage ? { stage: a.stage } : {}) })) });
+        console.log(`cross-play (${a.metric}): row = agent 0's run, column = its partners' run`);
+        r.labels.forEach((l, i) => console.log(`  [${i}] ${l}`));
+        console.log(`       ${r.labels.map((_, j) => `[${j}]`.padStart(7)).join("")}  chemistry`);
+        r.matrix.forEach((row, i) => console.log(`  [${i}]  ${row.map((x) => x.toFixed(3).padStart(7)).join("")}  ${(r.chemistry[i]! >= 0 ? "+" : "") + r.chemistry[i]!.toFixed(3)}`));
+        return 0;
+    },
     doctor: async (a) => {
         const r = await doctor(a.json ? {} : { log: (l) => console.log(l) });
         if (a.json) console.log(JSON.stringify(r, null, 2));

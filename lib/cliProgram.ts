@@ -19,6 +19,12 @@ export interface ServeArgs {
     enableLora: boolean; threads?: number;
 }
 
+export interface EvalArgs {
+    suite: string; makeSuite: boolean; fromRun?: string; items?: number; baseline?: string; candidate?: string; stage?: string;
+    candidateStage?: string; replace: Record<number, string>; metric: string; threshold: number;
+}
+export interface CrossPlayArgs { suite: string; runs: string[]; stage?: string; metric: string }
+
 export interface CliActions {
     train(a: TrainArgs): Promise<number>;
     info(): Promise<number> | number;
@@ -26,6 +32,8 @@ export interface CliActions {
     serve(a: ServeArgs): Promise<number>;
     toy(a: { seed: number }): Promise<number> | number;
     doctor(a: { json: boolean }): Promise<number>;
+    eval(a: EvalArgs): Promise<number>;
+    crossplay(a: CrossPlayArgs): Promise<number>;
 }
 
 export interface CliOptions {
@@ -129,6 +137,42 @@ export function buildProgram(actions: CliActions, options: CliOptions): Command 
             }
             const { loraModules: _, ...rest } = o;
             done(await actions.serve({ ...rest, loraModules }));
+        });
+
+    command("eval").description("a regression gate: a fixed scenario suite on a baseline team and a candidate team; exits 1 when the metric falls more than the threshold")
+        .requiredOption("--suite <dir>", "the scenario suite (suite.json + scenarios.jsonl)")
+        .option("--make-suite", "write the suite instead: --from-run RUN's task, --items N of its held-out items", false)
+        .option("--from-run <dir>", "with --make-suite: the run whose config the suite takes")
+        .option("--items <n>", "with --make-suite: scenarios (default 100)", integer(1, 1e6))
+        .option("--baseline <run>", "the baseline team's run directory")
+        .option("--candidate <run>", "the candidate team's run directory (default: the baseline's)")
+        .option("--stage <stage>", "which stage's models form the baseline team (default: the run's algorithm; 'independent' for the control)")
+        .option("--candidate-stage <stage>", "the candidate's stage (default: --stage)")
+        .option("--replace <i=dir...>", "in the candidate team, agent i played by the model in dir (e.g. 0=RUN/checkpoint/base, the untrained base)")
+        .option("--metric <m>", "majority@last, majority@N (turn N), solo or gain", "majority@last")
+        .option("--threshold <x>", "the largest drop that still passes", (v: string) => { const x = Number(v); if (!(x >= 0)) throw new InvalidArgumentError("expected a number >= 0"); return x; }, 0.02)
+        .action(async (o: { suite: string; makeSuite: boolean; fromRun?: string; items?: number; baseline?: string; candidate?: string; stage?: string;
+            candidateStage?: string; replace?: string[]; metric: string; threshold: number }) => {
+            const replace: Record<number, string> = {};
+            for (const r of o.replace ?? []) {
+                const m = /^(\d+)=(.+)$/.exec(r);
+                if (!m) throw new RangeError(`eval: --replace: expected i=dir, got ${JSON.stringify(r)}`);
+                replace[Number(m[1])] = m[2]!;
+            }
+            if (o.makeSuite && !o.fromRun) throw new RangeError("eval: --make-suite needs --from-run RUN (the run whose task the suite holds)");
+            if (!o.makeSuite && !o.baseline) throw new RangeError("eval: --baseline RUN is required (or --make-suite to write a suite)");
+            const { replace: _, ...rest } = o;
+            done(await actions.eval({ ...rest, replace }));
+        });
+
+    command("crossplay").description("cross-play: agent 0 of each run's team with the partners of every other; the drop from self-play is the chemistry figure")
+        .requiredOption("--suite <dir>", "the scenario suite")
+        .argument("<runs...>", "run directories (two or more)")
+        .option("--stage <stage>", "which stage's models (default: each run's algorithm)")
+        .option("--metric <m>", "majority@last, majority@N, solo or gain", "majority@last")
+        .action(async (runs: string[], o: { suite: string; stage?: string; metric: string }) => {
+            if (runs.length < 2) throw new RangeError(`crossplay: expected two or more run directories, got ${runs.length}`);
+            done(await actions.crossplay({ runs, ...o }));
         });
 
     command("doctor").description("check this installation: the backend, every kernel at every SIMD level against float64, and on a visible GPU every kernel and the model on CUDA against the CPU")

@@ -7,13 +7,13 @@ import { join } from "node:path";
 import { CommanderError } from "commander";
 import { describe, expect, it } from "vitest";
 
-import { buildProgram, type BenchArgs, type ServeArgs, type TrainArgs } from "../../lib/cliProgram.js";
+import { buildProgram, type BenchArgs, type CrossPlayArgs, type EvalArgs, type ServeArgs, type TrainArgs } from "../../lib/cliProgram.js";
 
 const root = join(import.meta.dirname, "..", "..");
 const version = (JSON.parse(readFileSync(join(root, "package.json"), "utf8")) as { version: string }).version;
 
 async function parse(argv: string[]) {
-    const calls: { train?: TrainArgs; bench?: BenchArgs; serve?: ServeArgs; toy?: { seed: number }; info?: true } = {};
+    const calls: { train?: TrainArgs; bench?: BenchArgs; serve?: ServeArgs; toy?: { seed: number }; info?: true; eval?: EvalArgs; crossplay?: CrossPlayArgs } = {};
     let out = "", err = "";
     const program = buildProgram({
         train: async (a) => { calls.train = a; return 0; },
@@ -22,6 +22,8 @@ async function parse(argv: string[]) {
         serve: async (a) => { calls.serve = a; return 0; },
         toy: (a) => { calls.toy = a; return 7; },
         doctor: async () => 0,
+        eval: async (a) => { calls.eval = a; return 0; },
+        crossplay: async (a) => { calls.crossplay = a; return 0; },
     }, { version, kernels: ["gae", "policyLoss", "llama"], writeOut: (s) => { out += s; }, writeErr: (s) => { err += s; } });
     let code: number | undefined, error: unknown;
     try {
@@ -78,8 +80,20 @@ describe("maporl command line", () => {
         expect(String((await parse(["serve", "--checkpoint", "c", "--lora-modules", "a"])).error)).toMatch(/--lora-modules: expected name=path, got "a"/);
     });
 
+    it("eval and crossplay: options parsed, replacements and thresholds checked", async () => {
+        const e = await parse(["eval", "--suite", "s", "--baseline", "r", "--replace", "0=r/checkpoint/base", "--threshold=0.05", "--metric", "majority@2"]);
+        expect(e.calls.eval).toEqual({ suite: "s", makeSuite: false, baseline: "r", replace: { 0: "r/checkpoint/base" }, metric: "majority@2", threshold: 0.05 });
+        expect(String((await parse(["eval", "--suite", "s", "--baseline", "r", "--replace", "x"])).error)).toMatch(/--replace: expected i=dir, got "x"/);
+        expect(String((await parse(["eval", "--suite", "s"])).error)).toMatch(/--baseline RUN is required/);
+        expect(String((await parse(["eval", "--suite", "s", "--make-suite"])).error)).toMatch(/--make-suite needs --from-run/);
+        expect((await parse(["eval", "--suite", "s", "--baseline", "r", "--threshold", "-1"])).err).toMatch(/expected a number >= 0/);
+        const c = await parse(["crossplay", "--suite", "s", "a", "b"]);
+        expect(c.calls.crossplay).toEqual({ runs: ["a", "b"], suite: "s", metric: "majority@last" });
+        expect(String((await parse(["crossplay", "--suite", "s", "a"])).error)).toMatch(/two or more run directories, got 1/);
+    });
+
     it("help and version: every command has its own help, exit code 0", async () => {
-        for (const cmd of ["train", "toy", "bench", "serve", "info", "doctor"]) {
+        for (const cmd of ["train", "toy", "bench", "serve", "info", "doctor", "eval", "crossplay"]) {
             const r = await parse([cmd, "--help"]);
             expect(r.code, cmd).toBe(0);
             expect(r.out).toContain(`Usage: maporl ${cmd}`);
