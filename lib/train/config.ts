@@ -69,6 +69,10 @@ export interface TrainConfig {
     alternatingPeriod: number;
     /** 'turn-based': the first `initialIterations` train turn 1, then the trained turn cycles T-1, ..., 1 every `period`. */
     turnBased: { initialIterations: number; period: number };
+    /** A replay buffer of successful team trajectories (the last-turn majority right) and an offline phase from it
+     * every `every` iterations: `steps` supervised steps of `batchSize` answers of the trained turns at `lr` (replay.ts).
+     * maporl and collm only (MAGRPO's trees are not buffered). Off by default. */
+    replay: { enabled: boolean; capacity: number; every: number; steps: number; batchSize: number; lr: number };
 }
 
 export const DEFAULT_CONFIG: TrainConfig = {
@@ -104,6 +108,7 @@ export const DEFAULT_CONFIG: TrainConfig = {
     collm: { gamma: 1, normalize: true },
     alternatingPeriod: 10,
     turnBased: { initialIterations: 20, period: 40 },
+    replay: { enabled: false, capacity: 1024, every: 10, steps: 4, batchSize: 32, lr: 1e-4 },
 };
 
 /** The choices of the keys the command line offers as flags (cliProgram.ts lists and checks them from here). */
@@ -130,6 +135,8 @@ const RULES: Record<string, Rule> = {
     "magrpo.generations": { int: [2, 64] }, "magrpo.baseline": { choices: ["mean", "max", "rloo", "none"] }, "magrpo.joint": { choices: ["aligned", "cross"] }, "magrpo.discount": { num: [0, 1] },
     "magrpo.klCoef": { num: [0, 100] }, "collm.gamma": { num: [0, 1] },
     alternatingPeriod: { int: [1, 1e7] }, "turnBased.initialIterations": { int: [0, 1e7] }, "turnBased.period": { int: [1, 1e7] },
+    "replay.capacity": { int: [1, 1e6] }, "replay.every": { int: [1, 1e7] }, "replay.steps": { int: [1, 1e4] }, "replay.batchSize": { int: [1, 4096] },
+    "replay.lr": { num: [0, 1] },
 };
 
 // Checks `x` against the shape of `dflt` and returns the merged value.
@@ -209,6 +216,7 @@ export function resolveConfig(partial: unknown, where = "config"): TrainConfig {
         throw new RangeError(`${where}: schedule: 'alternating' freezes one agent at a time and needs shareParameters: false`);
     if (c.task === "split-sum" && c.agents !== 2) throw new RangeError(`${where}: agents: split-sum's warm start is written for 2 agents, got ${c.agents}`);
     if (c.separateTurn0 && c.turns < 2) throw new RangeError(`${where}: separateTurn0: needs turns >= 2 (turn 0 is frozen), got turns ${c.turns}`);
+    if (c.replay.enabled && c.algo === "magrpo") throw new RangeError(`${where}: replay.enabled: MAGRPO's joint-action trees are not buffered yet; use it with maporl, collm-cc or collm-dc`);
     if (c.schedule === "turn-based" && c.turns < 2) throw new RangeError(`${where}: schedule: 'turn-based' needs turns >= 2, got ${c.turns}`);
     return c;
 }

@@ -21,7 +21,8 @@ import { evaluateTeam, type EvalResult } from "./evaluate.js";
 import { writeReport } from "./report.js";
 import { sftWarmStart } from "./sft.js";
 import { rolloutTeam, turnPrompt } from "./rollout.js";
-import { runIteration, stageModels } from "./stage.js";
+import { ReplayBuffer, type ReplayState } from "./replay.js";
+import { runIteration, scheduled, stageModels } from "./stage.js";
 import { arithDebateTask, splitSumTask, type Task } from "./tasks.js";
 import { gsm8kTask } from "./gsm8k.js";
 
@@ -79,6 +80,8 @@ interface JobState {
     tracesSha256?: string;
     /** Stage timings so far (clock.ts). */
     timings?: Record<string, StageTiming>;
+    /** The replay buffer of the current stage (replay.ts; config replay.enabled). */
+    replay?: ReplayState | null;
 }
 
 export function makeTask(cfg: TrainConfig): Task {
@@ -134,12 +137,13 @@ export async function trainJob(o: TrainJobOptions): Promise<TrainSummary> {
     }
     const task = makeTask(cfg);
     const metric = (x: object) => appendFileSync(metricsFile, JSON.stringify(x) + "\n");
+    let replay: ReplayBuffer | null = null;
     const save = async (models: Record<string, NativePolicy>, stage: string, step: number) => {
         fsyncFile(metricsFile);  // the logs' part that the checkpoint covers is on disk before it
         fsyncFile(tracesFile);
         const metricsBytes = size(metricsFile), tracesBytes = size(tracesFile);
         clock.update();
-        state = { ...state, stage, step, timings: clock.timings, metricsBytes, tracesBytes, metricsSha256: prefixSha256(metricsFile, metricsBytes), tracesSha256: prefixSha256(tracesFile, tracesBytes) };
+        state = { ...state, stage, step, timings: clock.timings, ...(cfg.replay.enabled ? { replay: replay?.toJSON() ?? null } : {}), metricsBytes, tracesBytes, metricsSha256: prefixSha256(metricsFile, metricsBytes), tracesSha256: prefixSha256(tracesFile, tracesBytes) };
         await writeCheckpoint(out, models, state);
     };
     const t0 = performance.now();
@@ -214,6 +218,7 @@ export async function trainJob(o: TrainJobOptions): Promise<TrainSummary> {
         if (at > k) continue;
         const resuming = state.stage === st.name && state.step > 0 && ckpt !== null;
         clock.enter(st.name);
+        replay = cfg.replay.enabled ? new ReplayBuffer(st.name, cfg.replay.capacity, resuming ? state.replay : null) : null;
         const m = await stageModels(cfg, st.schedule, base, resuming ? (n) => loadModel(ckpt!.dir, n, cfg.device, base) : undefined);
         if (hfBase) for (const [name, model] of Object.entries(m.named)) adapters[`${st.name}/${name}`] = model.parameterCount;
         const label = st.name === "independent" ? "independent control" : `co-trained (${cfg.algo}, ${st.schedule})`;
@@ -227,7 +232,15 @@ export async function trainJob(o: TrainJobOptions): Promise<TrainSummary> {
             const reward = mean(r.stats.map((s) => s.reward));
             const failed = r.failed?.map((f) => ({ question: f.item.question, turn: f.turn, agent: f.agent, error: f.error }));
             if (failed) log(`  ${st.name} iteration ${it + 1}: ${failed.length} of ${items.length} episodes failed and were skipped (first: ${failed[0]!.error})`);
-            metric({ kind: "train", stage: st.name, iteration: it + 1, reward, accuracy: r.train.majorityAccuracy, agents: r.stats, ...(failed ? { failed } : {}) });
+            let replayed: Record<string, unknown> = {};
+            if (replay && r.rollout) {  // the buffer takes this iteration's successful episodes; every `every` iterations, the offline phase
+                const sc = scheduled(cfg, st.schedule, m, it);
+                const ok = replay.add(r.rollout, sc.trainTurn, (a) => sc.trainable[a] !== null, it + 1);
+                const phase = (it + 1) % cfg.replay.every === 0 ? await replay.offline(sc.trainable, { steps: cfg.replay.steps, batchSize: cfg.replay.batchSize,
+                    lr: cfg.replay.lr, seed: seed * 7 + 3, ...(signal ? { signal } : {}) }) : undefined;
+                replayed = { replay: { successful: ok, size: replay.size, ...(phase !== undefined ? { offlineLoss: phase } : {}) } };
+            }
+            metric({ kind: "train", stage: st.name, iteration: it + 1, reward, accuracy: r.train.majorityAccuracy, agents: r.stats, ...(failed ? { failed } : {}), ...replayed });
             appendFileSync(tracesFile, JSON.stringify({ stage: st.name, iteration: it + 1, ...r.trace }) + "\n");
             clock.observeIteration(st.name, performance.now() - i0);
             progress({ stage: st.name, phase: "train", step: it + 1, total: cfg.iterations, iteration: it + 1, reward, accuracy: r.train.majorityAccuracy });

@@ -33,6 +33,8 @@ export interface IterationResult {
     failed?: NonNullable<TeamRollout["failed"]>;
     /** One episode's texts for traces.jsonl. */
     trace: { question: string; reference: string; turns: { text: string; correct: boolean }[][] };
+    /** The iteration's rollout (maporl, collm: what the replay buffer keeps the successful episodes of). */
+    rollout?: TeamRollout;
 }
 
 /** Builds (or, with `load`, reloads) the models of a stage that trains under `schedule`: copies of the warm-started
@@ -103,5 +105,5 @@ export async function runIteration(cfg: TrainConfig, task: Task, items: TaskItem
             gamma: mp.gamma, lambda: mp.lambda, ppoEpochs: mp.ppoEpochs, clip: mp.clip, valueClip: mp.valueClip, lr: cfg.lr, criticLr: cfg.criticLr,
             seed, ...(signal ? { signal } : {}) });
     } else stats = await collmIteration(cfg, r, trainable, m.critics, trainTurn, signal);
-    return { stats, train: teamMetrics(r), ...(r.failed ? { failed: r.failed } : {}), trace: traceOf(r) };
+    return { stats, train: teamMetrics(r), ...(r.failed ? { failed: r.failed } : {}), trace: traceOf(r), rollout: r };
 }

@@ -30,6 +30,13 @@ describe("train config", () => {
         expect(resolveConfig({ algo: "maporl" }).episodesPerIteration).toBe(DEFAULT_CONFIG.episodesPerIteration);
     });
 
+    it("replay: off by default, its keys checked, refused with magrpo (trees are not buffered)", () => {
+        expect(DEFAULT_CONFIG.replay.enabled).toBe(false);
+        expect(resolveConfig({ replay: { enabled: true, every: 3 } }).replay).toEqual({ ...DEFAULT_CONFIG.replay, enabled: true, every: 3 });
+        expect(() => resolveConfig({ replay: { every: 0 } })).toThrow(/replay\.every/);
+        expect(() => resolveConfig({ algo: "magrpo", replay: { enabled: true } })).toThrow(/replay\.enabled: MAGRPO's joint-action trees are not buffered/);
+    });
+
     it("rejects unknown or misspelled keys by path, suggesting the closest", () => {
         expect(() => resolveConfig({ iteration: 5 })).toThrow(/config: iteration: unknown key \(did you mean iterations\?\)/);
         expect(() => resolveConfig({ maporl: { klcoef: 1 } })).toThrow(/config: maporl\.klcoef: unknown key \(did you mean klCoef\?\)/);
