@@ -77,10 +77,11 @@ const program = buildProgram({
     },
     crossplay: async (a) => {
         const r = await crossPlay({ suite: a.suite, metric: a.metric, teams: a.runs.map((run) => ({ run, ...(a.stage ? { stage: a.stage } : {}) })) });
-        console.log(`cross-play (${a.metric}): row = agent 0's run, column = its partners' run`);
+        console.log(`cross-play (${a.metric}): row = agent 0's run, column = its partners' run; chemistry = a team's self-play minus its column's mean (its agent 0 swapped for another run's)`);
         r.labels.forEach((l, i) => console.log(`  [${i}] ${l}`));
-        console.log(`       ${r.labels.map((_, j) => `[${j}]`.padStart(7)).join("")}  chemistry`);
-        r.matrix.forEach((row, i) => console.log(`  [${i}]  ${row.map((x) => x.toFixed(3).padStart(7)).join("")}  ${(r.chemistry[i]! >= 0 ? "+" : "") + r.chemistry[i]!.toFixed(3)}`));
+        console.log(`       ${r.labels.map((_, j) => `[${j}]`.padStart(7)).join("")}`);
+        r.matrix.forEach((row, i) => console.log(`  [${i}]  ${row.map((x) => x.toFixed(3).padStart(7)).join("")}`));
+        console.log(`  chemistry ${r.chemistry.map((c) => ((c >= 0 ? "+" : "") + c.toFixed(3)).padStart(7)).join("")}`);
         return 0;
     },
     doctor: async (a) => {

@@ -139,8 +139,9 @@ export async function regressionGate(o: { suite: string; baseline: TeamSpec; can
 
 /**
  * Cross-play: for every pair of teams (row, column), agent 0 of the row team with the partners of the column team
- * (turn 0 answered as the column team does). The diagonal is self-play; the row's mean drop off the diagonal is its
- * "chemistry" figure. Values are the metric (default majority@last).
+ * (turn 0 answered as the column team does). The diagonal is self-play; a team's "chemistry" figure is its self-play
+ * minus the mean of its column off the diagonal: what the team loses when its agent 0 is swapped for one trained
+ * elsewhere. Values are the metric (default majority@last).
  */
 export async function crossPlay(o: { suite: string; teams: TeamSpec[]; metric?: string }): Promise<{ labels: string[]; matrix: number[][]; chemistry: number[] }> {
     const suite = readSuite(o.suite), metric = o.metric ?? "majority@last", A = suite.resolved.agents;
@@ -154,7 +155,9 @@ export async function crossPlay(o: { suite: string; teams: TeamSpec[]; metric?: 
             }
             return out;
         }));
-        const chemistry = matrix.map((r, i) => r[i]! - r.filter((_, j) => j !== i).reduce((s, x) => s + x, 0) / Math.max(1, r.length - 1));
+        // Per team (column j): its self-play minus the mean with another run's agent 0 swapped in, "swapping a new agent
+        // breaks chemistry" (a row-wise difference would mix in the partners' own strength).
+        const chemistry = matrix.map((_, j) => matrix[j]![j]! - matrix.filter((_, i) => i !== j).reduce((s, r) => s + r[j]!, 0) / Math.max(1, matrix.length - 1));
         return { labels: teams.map((t) => t.label), matrix, chemistry };
     } finally {
         for (const t of teams) await t.dispose();

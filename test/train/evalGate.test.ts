@@ -63,9 +63,9 @@ describe("maporl crossplay", () => {
         const selfA = await regressionGate({ suite, baseline: { run: runA }, candidate: { run: runA } });
         const selfB = await regressionGate({ suite, baseline: { run: runB }, candidate: { run: runB } });
         expect([r.matrix[0]![0], r.matrix[1]![1]]).toEqual([selfA.baseline, selfB.baseline]);
-        expect(r.chemistry).toEqual([r.matrix[0]![0]! - r.matrix[0]![1]!, r.matrix[1]![1]! - r.matrix[1]![0]!]);
+        expect(r.chemistry).toEqual([r.matrix[0]![0]! - r.matrix[1]![0]!, r.matrix[1]![1]! - r.matrix[0]![1]!]);  // per team (column)
         const cmd = spawnSync(process.execPath, [cli, "crossplay", "--suite", suite, runA, runB], { encoding: "utf8", timeout: 120_000 });
         expect(cmd.status, cmd.stderr).toBe(0);
-        expect(cmd.stdout).toMatch(/cross-play \(majority@last\)[\s\S]*\[0\][\s\S]*\[1\][\s\S]*chemistry/);
+        expect(cmd.stdout).toMatch(/cross-play \(majority@last\)[\s\S]*\[0\][\s\S]*\[1\][\s\S]*\n  chemistry +[+-][\d.]+ +[+-][\d.]+\n$/);
     }, 300_000);
 });
