@@ -77,7 +77,10 @@ export async function loadTeam(spec: TeamSpec, agents: number): Promise<Team> {
     if (!existsSync(cfgFile)) throw new Error(`eval: ${spec.run}: no config.json there (not a run directory)`);
     const cfg = resolveConfig(JSON.parse(readFileSync(cfgFile, "utf8")), cfgFile);
     const stage = spec.stage ?? cfg.algo;
-    const baseDir = join(spec.run, "checkpoint", "base");
+    // The warm-started base: saved in the checkpoint once the warm start trained it; a Hugging Face base without a warm
+    // start is the model directory itself.
+    const saved = join(spec.run, "checkpoint", "base");
+    const baseDir = existsSync(join(saved, "config.json")) || !cfg.model.dir ? saved : cfg.model.dir;
     // The control trains agent 0 against the frozen warm-started base; a method's agents share actor-0 or have their own.
     const own = (a: number) => (stage === "independent" ? (a === 0 ? join(spec.run, "models", "independent-actor-0") : baseDir)
         : join(spec.run, "models", `${stage}-actor-${cfg.shareParameters ? 0 : a}`));
