@@ -7,7 +7,7 @@
 //   least `threshold` = C(q) partners also played C at t, the synergy R_syn - R_ind is added one turn later (at
 //   the episode's end for the last turn: the final answer). Each turn is then the same 2x2 stage game with
 //   per-decision payoffs (C,C) = R_col + R_syn - R_ind, (C,D) = R_col, (D,*) = R_ind.
-// Closed forms (derivations in the README's toy-game section):
+// Closed forms (derivations in docs/training.md, the toy game):
 //   Observation 1, one learner vs a partner who plays C with probability pi (own return):
 //     collaborate iff (R_syn - R_ind) * pi >= R_ind - R_col.
 //   Observation 2, two co-learners from the uniform policy (the logit-QRE principal branch selects the
