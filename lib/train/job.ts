@@ -192,6 +192,15 @@ export async function trainJob(o: TrainJobOptions): Promise<TrainSummary> {
         await rolloutTeam(task, few, [...Array(cfg.agents)].map(() => base), { turns: cfg.turns, temperature: cfg.sampling.temperature,
             maxTokens: cfg.sampling.maxTokens, seed: 1, ...(signal ? { signal } : {}) });
         clock.calibrate(performance.now() - c0, answersPerRollout(cfg, few.length, false));
+        const inSft = state.stage === "sft" && cfg.sft.steps > state.step;  // its rate is unknown until a step has run
+        const est = clock.remainingMs(state.stage, inSft ? cfg.sft.steps : state.step);
+        if (Number.isFinite(est)) {
+            const min = est / 60_000;
+            log(`estimated duration on this machine: about ${min < 1 ? "1" : Math.round(min)} minute${min < 1.5 ? "" : "s"}` +
+                `${inSft ? ` after the warm start's ${cfg.sft.steps - state.step} steps` : ""} (refined as it runs)`);
+            if (min > 15) log(`  that is long for a first run: fewer iterations (--iterations), questions per iteration (--set episodesPerIteration=N) ` +
+                `or evaluation questions (--set evalEpisodes=N) shorten it`);
+        }
     }
     if (state.stage === "sft") {
         clock.enter("sft");
