@@ -60,6 +60,7 @@ describe("train: resume", () => {
         for (const stage of ["[1/3 sft]", "[2/3 maporl]", "[3/3 independent]"]) expect(progress.some((l) => l.startsWith(stage))).toBe(true);
         expect(progress.some((l) => / eval \d+\/\d+ answers /.test(l))).toBe(true);
         for (const l of progress) expect(l).toMatch(/\| job \d+% elapsed \S+ ETA \d+(m\d\ds|s)$/);
+        expect(run.stdout).toMatch(/estimated duration on this machine: about \d+ minutes? after the warm start's 30 steps \(refined as it runs\)/);
         expect(run.stdout).toMatch(/time: sft [\d.]+ s, maporl [\d.ms ]+, independent [\d.ms ]+ \(.* in all\)/);
         expect(await interrupted(killed, "SIGKILL")).toBeNull();
         expect(existsSync(join(killed, "summary.json"))).toBe(false);
