@@ -1,5 +1,5 @@
 // fresh.ts (bench): the default call (no `out`) of each kernel as a user's first script meets it: in a fresh node
-// process, at the benchmark's sizes, timed two ways. "event loop" yields to the event loop between calls (a training
+// process, at the benchmark's sizes, timed three ways. "event loop" yields to the event loop between calls (a training
 // loop awaiting anything at all), so the output pool (lib/alloc.ts) gets the outputs V8 collected back;
 // "synchronous loop" never yields, so no output can come back before it ends and every call meets fresh memory; and
 // the call into reused `out` buffers in the same process and manner, the row the default call is held against.
@@ -57,7 +57,7 @@ export interface FreshTiming {
     reusedMs: number;
 }
 
-/** Times `kernel`'s default call in a fresh process; null (with the reason) when the child failed. */
+/** Times `kernel`'s calls in a fresh process; `{ error }` (the child's last words) when it failed. */
 export function timeFreshProcess(kernel: string, reps: number, threads: number): FreshTiming | { error: string } {
     const r = spawnSync(process.execPath, [fileURLToPath(import.meta.url), kernel, String(reps), String(threads)],
         { encoding: "utf8", timeout: 600_000 });
@@ -97,6 +97,3 @@ if (process.argv[1] === fileURLToPath(import.meta.url)) {
     const [kernel, reps, threads] = process.argv.slice(2);
     await child(kernel ?? "", Number(reps ?? 30), Number(threads ?? 2));
 }
-
-/** Kernels with a fresh-process row. */
-export const FRESH_KERNELS = Object.keys(CALLS);

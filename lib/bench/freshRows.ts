@@ -1,4 +1,5 @@
-// freshRows.ts (bench): the two "default call, fresh process" rows of a kernel (fresh.ts runs the child).
+// freshRows.ts (bench): a kernel's three fresh-process rows (out reused, default call, default call in a synchronous
+// loop); fresh.ts runs the child.
 import { timeFreshProcess } from "./fresh.js";
 import { type BenchContext, type BenchRow } from "./types.js";
 

@@ -5,7 +5,7 @@
 // with `ok: false` and an error text, which goes back to the agent as the tool message and into the trace.
 import AjvModule, { type ErrorObject, type ValidateFunction } from "ajv";
 
-import type { ToolCall, ToolSpec } from "../policy/types.js";
+import { checkToolName, type ToolCall, type ToolSpec } from "../policy/types.js";
 
 // ajv is CommonJS: under NodeNext its class is the default export's `default`.
 interface AjvLike { compile(schema: object): ValidateFunction; errorsText(e: ErrorObject[] | null | undefined, o?: { dataVar?: string }): string }
@@ -59,9 +59,7 @@ export function checkTools(where: string, tools: unknown): Tool<never>[] {
     const seen = new Set<string>();
     tools.forEach((t: Tool<never>, k) => {
         const at = `${where}: tools[${k}]`;
-        if (!t || typeof t.name !== "string" || !/^[a-zA-Z0-9_-]{1,64}$/.test(t.name)) throw new TypeError(`${at}.name: expected 1-64 letters, digits, '_' or '-'`);
-        if (seen.has(t.name)) throw new TypeError(`${at}.name: '${t.name}' twice`);
-        seen.add(t.name);
+        checkToolName(at, t, seen);
         if (typeof t.run !== "function") throw new TypeError(`${at}.run: expected a function (args, ctx) => string`);
         if (typeof t.description !== "string") throw new TypeError(`${at}.description: expected a string`);
         if (t.timeoutMs !== undefined && !(Number.isFinite(t.timeoutMs) && t.timeoutMs > 0)) throw new RangeError(`${at}.timeoutMs: expected a positive number, got ${String(t.timeoutMs)}`);

@@ -25,7 +25,7 @@ import { readSafetensors, writeSafetensors } from "./safetensors.js";
 import { describe, requireArray, requireBoolean, requireInteger, requireNumber, requireOptions, requireShape2 } from "../validate.js";
 import { CharTokenizer, type PolicyTokenizer } from "./tokenizer.js";
 import { policyLoss } from "../rl/policyLoss.js";
-import { toolTextMessages, usesTools, withToolCalls } from "./toolText.js";
+import { nativeChat, withToolCalls } from "./toolText.js";
 import { type GenerateRequest, type Generation, type Policy, requestMessages, requestSampling, requestSeed, type TokenCallback } from "./types.js";
 import { type DecodeCall, decodeCalls } from "./nativeDecode.js";
 import { fnv1a, isAdapterDir, loadAdapterTensors, type LoraOptions, readAdapterConfig, readAdapterState, resolveLora, targetNames, writeAdapterDir } from "./lora.js";
@@ -322,8 +322,7 @@ export class NativePolicy implements Policy {
     private promptOf(r: GenerateRequest, i: number): number[] {
         const ids = (r as { promptTokenIds?: unknown } | null)?.promptTokenIds;
         if (ids === undefined) {
-            const given = requestMessages(this.name, r, i);
-            const messages = usesTools(given, r.tools) ? toolTextMessages(given, r.tools) : given;
+            const messages = nativeChat(requestMessages(this.name, r, i), r.tools);
             try { return this.tokenizer.encodeChat(messages); } catch (e) { throw new (e instanceof TypeError ? TypeError : Error)(`${this.name}: requests[${i}]: ${(e as Error).message}`); }
         }
         if (!Array.isArray(ids) || ids.length === 0 || !ids.every((x) => Number.isInteger(x) && x >= 0 && x < this.V))

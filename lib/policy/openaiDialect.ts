@@ -72,7 +72,8 @@ export function parseChat(where: string, text: string, latencyMs: number, o: { d
     }
     const choice = (j as { choices?: unknown[] })?.choices?.[0] as Record<string, unknown> | undefined;
     const msg = choice?.message as { content?: unknown; tool_calls?: unknown } | undefined;
-    const toolCalls = msg?.tool_calls === undefined || msg?.tool_calls === null ? undefined : wireToolCalls(msg.tool_calls, bad);
+    const toolCalls = msg?.tool_calls === undefined || msg?.tool_calls === null ? undefined : wireToolCalls(msg.tool_calls, "default",
+        (k) => bad(k === null ? "expected message.tool_calls as an array" : `expected message.tool_calls[${k}].function.name`));
     if (msg && msg.content == null && toolCalls?.length) msg.content = "";  // a reply that only calls tools
     if (!choice || !msg || typeof msg.content !== "string") throw bad("expected choices[0].message.content as a string");
     const content = (choice.logprobs as { content?: { token?: unknown; logprob?: unknown }[] } | null | undefined)?.content;
@@ -124,14 +125,18 @@ export function wireMessages(messages: readonly ChatMessage[]): Record<string, u
     });
 }
 
-/** A reply's message.tool_calls as ToolCalls (arguments kept as the JSON text the model wrote). */
-function wireToolCalls(x: unknown, bad: (what: string) => Error): ToolCall[] {
-    if (!Array.isArray(x)) throw bad("expected message.tool_calls as an array");
+/**
+ * OpenAI's wire-form tool_calls as ToolCalls (arguments kept as the JSON text the model wrote; an object is
+ * stringified). `ids`: 'required' for a request's history (each call carries the id its tool message answers),
+ * 'default' for a reply (call-k where a server sent none). `fail(k)` makes the error for call k (null: not an array).
+ */
+export function wireToolCalls(x: unknown, ids: "required" | "default", fail: (k: number | null) => Error): ToolCall[] {
+    if (!Array.isArray(x)) throw fail(null);
     return x.map((c: { id?: unknown; function?: { name?: unknown; arguments?: unknown } }, k) => {
-        const f = c?.function;
-        if (!f || typeof f.name !== "string") throw bad(`expected message.tool_calls[${k}].function.name`);
+        const f = c?.function, hasId = typeof c?.id === "string" && c.id !== "";
+        if (!f || typeof f.name !== "string" || (ids === "required" && !hasId)) throw fail(k);
         const args = typeof f.arguments === "string" ? f.arguments : JSON.stringify(f.arguments ?? {});
-        return { id: typeof c.id === "string" && c.id !== "" ? c.id : `call-${k}`, name: f.name, arguments: args };
+        return { id: hasId ? c.id as string : `call-${k}`, name: f.name, arguments: args };
     });
 }
 

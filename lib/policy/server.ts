@@ -17,7 +17,7 @@ import type { AddressInfo } from "node:net";
 import { HttpError, ServedModels } from "./serverModels.js";
 import { streamGeneration } from "./serverStream.js";
 import { assistantMessage, wireToChat, wireTools } from "./serverTools.js";
-import { toolTextMessages, usesTools } from "./toolText.js";
+import { nativeChat } from "./toolText.js";
 import type { ChatMessage, GenerateRequest, Generation, Policy, SamplingOptions } from "./types.js";
 
 export interface ServeOptions {
@@ -232,8 +232,7 @@ export async function servePolicy(policy: Policy, options: ServeOptions = {}): P
         let tokens: number[];
         if (body.messages !== undefined) {
             if (body.add_generation_prompt === false) throw new HttpError(400, "add_generation_prompt: only true is supported");
-            const m = wireToChat(body.messages), tools = wireTools(body.tools);
-            tokens = tk.encodeChat(usesTools(m, tools) ? toolTextMessages(m, tools) : m);  // as NativePolicy.generate reads them
+            tokens = tk.encodeChat(nativeChat(wireToChat(body.messages), wireTools(body.tools)));  // as NativePolicy.generate reads them
         } else if (typeof body.prompt === "string") tokens = tk.encode(body.prompt);
         else throw new HttpError(400, "expected a prompt string or messages");
         send(res, 200, { count: tokens.length, max_model_len: typeof ctx === "number" ? ctx : null, tokens,

@@ -2,6 +2,7 @@
 // tool_calls, role 'tool' with tool_call_id) become a GenerateRequest (NativePolicy renders them with its text
 // protocol, toolText.ts), and a generation's parsed calls go back as message.tool_calls with finish_reason
 // 'tool_calls'. Malformed input is a 400 naming the field.
+import { wireMessages, wireToolCalls } from "./openaiDialect.js";
 import { HttpError } from "./serverModels.js";
 import type { ChatMessage, Generation, ToolSpec } from "./types.js";
 
@@ -21,12 +22,7 @@ export function wireToChat(messages: unknown): ChatMessage[] {
         if (role !== "system" && role !== "user" && role !== "assistant") throw new HttpError(400, `${at}.role: expected 'system', 'user', 'assistant' or 'tool', got ${JSON.stringify(role)}`);
         const calls = m.tool_calls;
         if (role === "assistant" && Array.isArray(calls) && calls.length > 0) {
-            const toolCalls = calls.map((c: { id?: unknown; function?: { name?: unknown; arguments?: unknown } }, k) => {
-                if (!c || typeof c.id !== "string" || !c.function || typeof c.function.name !== "string")
-                    throw new HttpError(400, `${at}.tool_calls[${k}]: expected { id, type: 'function', function: { name, arguments } }`);
-                const args = typeof c.function.arguments === "string" ? c.function.arguments : JSON.stringify(c.function.arguments ?? {});
-                return { id: c.id, name: c.function.name, arguments: args };
-            });
+            const toolCalls = wireToolCalls(calls, "required", (k) => new HttpError(400, `${at}.tool_calls[${k}]: expected { id, type: 'function', function: { name, arguments } }`));
             if (m.content !== null && m.content !== undefined && typeof m.content !== "string") throw new HttpError(400, `${at}.content: expected a string or null`);
             return { role, content: typeof m.content === "string" ? m.content : "", toolCalls };
         }
@@ -50,7 +46,5 @@ export function wireTools(tools: unknown): ToolSpec[] | undefined {
 
 /** A generation's assistant message in OpenAI's form (content null when it only calls tools). */
 export function assistantMessage(g: Generation): Record<string, unknown> {
-    if (!g.toolCalls?.length) return { role: "assistant", content: g.text };
-    return { role: "assistant", content: g.text === "" ? null : g.text,
-        tool_calls: g.toolCalls.map((c) => ({ id: c.id, type: "function", function: { name: c.name, arguments: c.arguments } })) };
+    return wireMessages([{ role: "assistant", content: g.text, ...(g.toolCalls?.length ? { toolCalls: g.toolCalls } : {}) }])[0]!;
 }

@@ -72,6 +72,9 @@ export function withToolCalls(g: Generation, idPrefix: string): Generation {
     return toolCalls.length ? { ...g, text, toolCalls, finishReason: "tool_calls" } : g;
 }
 
-/** Whether a request's messages or tools need the text protocol. */
-export const usesTools = (messages: readonly ChatMessage[], tools: readonly ToolSpec[] | undefined): boolean =>
-    (tools !== undefined && tools.length > 0) || messages.some((m) => m.role === "tool" || (m.toolCalls?.length ?? 0) > 0);
+/** A request's messages as a native model's chat template reads them: through the text protocol when the request
+ * offers tools or carries tool calls / tool messages, else as they are. */
+export function nativeChat(messages: readonly ChatMessage[], tools: readonly ToolSpec[] | undefined): readonly ChatMessage[] {
+    const uses = (tools !== undefined && tools.length > 0) || messages.some((m) => m.role === "tool" || (m.toolCalls?.length ?? 0) > 0);
+    return uses ? toolTextMessages(messages, tools) : messages;
+}

@@ -169,16 +169,21 @@ export function requestMessages(where: string, r: GenerateRequest, i: number): C
     return [{ role: "user", content: r.prompt }];
 }
 
+/** Checks a tool's name (OpenAI's form, [a-zA-Z0-9_-]{1,64}) and that no earlier tool of the list (`seen`) has it. */
+export function checkToolName(at: string, t: { name?: unknown } | null | undefined, seen: Set<string>): void {
+    if (!t || typeof t.name !== "string" || !/^[a-zA-Z0-9_-]{1,64}$/.test(t.name))
+        throw new TypeError(`${at}.name: expected 1-64 letters, digits, '_' or '-', got ${describe(t?.name)}`);
+    if (seen.has(t.name)) throw new TypeError(`${at}.name: '${t.name}' is offered twice`);
+    seen.add(t.name);
+}
+
 /** A request's tools, checked: names unique, of OpenAI's form ([a-zA-Z0-9_-]{1,64}), parameters an object. */
 export function requestTools(where: string, tools: unknown, i: number): ToolSpec[] {
     if (!Array.isArray(tools)) throw new TypeError(`${where}: requests[${i}].tools: expected an array of { name, description?, parameters? }, got ${describe(tools)}`);
     const seen = new Set<string>();
     tools.forEach((t: ToolSpec, k) => {
         const at = `${where}: requests[${i}].tools[${k}]`;
-        if (!t || typeof t.name !== "string" || !/^[a-zA-Z0-9_-]{1,64}$/.test(t.name))
-            throw new TypeError(`${at}.name: expected 1-64 letters, digits, '_' or '-', got ${describe(t?.name)}`);
-        if (seen.has(t.name)) throw new TypeError(`${at}.name: '${t.name}' is offered twice`);
-        seen.add(t.name);
+        checkToolName(at, t, seen);
         if (t.description !== undefined && typeof t.description !== "string") throw new TypeError(`${at}.description: expected a string`);
         if (t.parameters !== undefined && (t.parameters === null || typeof t.parameters !== "object" || Array.isArray(t.parameters)))
             throw new TypeError(`${at}.parameters: expected a JSON Schema object`);
