@@ -13,7 +13,7 @@ import { join } from "node:path";
 import { NativePolicy } from "../policy/nativePolicy.js";
 import { resolveConfig, type TrainConfig } from "./config.js";
 import { evaluateTeam, type EvalResult } from "./evaluate.js";
-import { makeTask } from "./job.js";
+import { makeTask, mean } from "./job.js";
 import type { TaskItem } from "./tasks.js";
 
 export interface SuiteConfig {
@@ -109,7 +109,6 @@ export async function evaluateSuite(suite: Suite, team: Team): Promise<EvalResul
 
 /** Metric names: 'majority@last' (default), 'majority@N' (turn N, 1-based), 'solo', 'gain'. */
 export function metricOf(r: EvalResult, metric: string): number {
-    const mean = (xs: number[]) => xs.reduce((s, x) => s + x, 0) / Math.max(1, xs.length);
     if (metric === "majority@last") return r.majorityAccuracy[r.majorityAccuracy.length - 1]!;
     const m = /^majority@(\d+)$/.exec(metric);
     if (m) {

@@ -286,7 +286,8 @@ export function taskProtocol(cfg: TrainConfig): Record<string, unknown> {
             `sampling: { temperature: 0, maxTokens: ${cfg.sampling.maxTokens} } })` };
 }
 
-function mean(xs: number[]): number {
+/** The mean (NaN for none): the job's tables and the regression gate's metrics read it alike. */
+export function mean(xs: number[]): number {
     return xs.length ? xs.reduce((s, x) => s + x, 0) / xs.length : NaN;
 }
 
