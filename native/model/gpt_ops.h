@@ -54,10 +54,14 @@ template <typename F>
 void matmul_forward(F * out, const F * inp, const F * weight, const F * bias, int64_t N, int64_t C, int64_t OC);
 // The same from a transposed weight wt [C, OC] (transpose_weight), for callers that reuse one weight many times
 // (the KV-cache decoder); identical results.
+// matmul_packs<F>(): true where matmul_forward reads the weight in place through the packed SIMD GEMM (float on
+// AVX2 / AVX-512): a transposed copy then saves nothing, and callers skip it.
 template <typename F>
 void matmul_forward_wt(F * out, const F * inp, const F * wt, const F * bias, int64_t N, int64_t C, int64_t OC);
 template <typename F>
 void transpose_weight(F * wt, const F * weight, int64_t C, int64_t OC);
+template <typename F>
+bool matmul_packs();
 // The same as matmul_forward for a few rows (decoding: N = the batch), reading `weight` [OC, C] once, row by row
 // (dot products over contiguous rows: bound by the weights' bytes, no transposed copy). Float on AVX2 / AVX-512
 // runs matmul_vec.inc's gemv_rows; each output is summed in a fixed order for any thread count.

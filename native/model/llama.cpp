@@ -191,7 +191,9 @@ void Model<F>::forward(const int32_t * tok, int64_t B_, int64_t T_, bool head) {
 template <typename F>
 void Model<F>::head_rows(F * out, int64_t n0, int64_t rows) {
     if (n0 < 0 || rows < 0 || n0 + rows > B * T) throw_error(MAPORL_ERR_INVALID_ARG, "head_rows: rows %lld..%lld of %lld", (long long)n0, (long long)(n0 + rows), (long long)(B * T));
-    matmul_forward_wt(out, lnf.data() + n0 * cfg.d_model, wt(layout.lm_head), (const F *)nullptr, rows, cfg.d_model, cfg.vocab);
+    const F * x = lnf.data() + n0 * cfg.d_model;
+    if (gpt::matmul_packs<F>()) matmul_forward(out, x, p(layout.lm_head), (const F *)nullptr, rows, cfg.d_model, cfg.vocab);
+    else matmul_forward_wt(out, x, wt(layout.lm_head), (const F *)nullptr, rows, cfg.d_model, cfg.vocab);
 }
 
 template <typename F>

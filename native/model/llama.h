@@ -4,7 +4,8 @@
 // final RMSNorm, the LM head (tied to the embedding or not) and, as in the GPT family, a scalar value head on the
 // final hidden state. Tensors carry transformers' names, so a checkpoint's tensors map one to one. Parameters are
 // one float (or double) allocation; gradients and AdamW moments are allocated on the first training call, so a
-// model that only generates holds its weights once (plus the decoder's transposed copies).
+// model that only generates holds its weights once (the float SIMD GEMM reads them in place; other builds keep
+// transposed copies for the decoder).
 #pragma once
 
 #include <stdint.h>
@@ -90,8 +91,8 @@ struct Model {
     // head = false: everything but the LM head (logits left empty): the final hidden state lnf [B*T, C] and the
     // values; take the logits of any rows with head_rows. A vocabulary of 151,936 never needs [B, T, V] at once.
     void forward(const int32_t * tokens, int64_t B, int64_t T, bool head = true);
-    // out [rows, V] (=) = the logits of rows n0 .. n0 + rows of the last forward, through the head's transposed copy
-    // (wt: built once per update, not once per chunk).
+    // out [rows, V] (=) = the logits of rows n0 .. n0 + rows of the last forward: the head read in place where
+    // matmul_packs, else through its transposed copy (wt: built once per update, not once per chunk).
     void head_rows(F * out, int64_t n0, int64_t rows);
     // Adds the gradients of the LM head and of lnf (into dlnf [B*T, C]) from the logits' gradient of those rows.
     void head_backward_rows(F * dlnf, const F * dlogits, int64_t n0, int64_t rows);
@@ -109,8 +110,8 @@ struct Model {
     std::vector<std::vector<F>> wt_cache;  // per tensor: its transposed copy [in, out], empty until used
     bool wt_stale = true;
     const F * wt(int64_t tensor);
-    // out = inp @ W^T (+ bias) (bias: a tensor index or -1): up to kRowsGemv rows from W itself, more from W's
-    // transposed copy (built on first use: a model that decodes only small batches never holds it).
+    // out = inp @ W^T (+ bias) (bias: a tensor index or -1): up to kRowsGemv rows by the GEMV over W itself, more
+    // by the GEMM (W in place where matmul_packs, else its transposed copy, built on first use).
     static constexpr int64_t kRowsGemv = 8;
     void matmul_forward_wt_or(F * out, const F * inp, int64_t w, int64_t bias, int64_t N, int64_t Cin, int64_t OC);
     std::vector<F> kcache, vcache;  // [L, batch, NKV, max_len, head_dim]

@@ -161,8 +161,10 @@ template <typename F>
 void Model<F>::matmul_forward_wt_or(F * out, const F * inp, int64_t w, int64_t bias, int64_t N, int64_t Cin, int64_t OC) {
     const F * b = bias >= 0 ? p(bias) : (const F *)nullptr;
     // A few rows (single-stream and small-batch decoding): dot products over the weight's own rows, read once per
-    // step; more rows: the tiled GEMM over the transposed copy, which reuses each weight across rows.
+    // step; more rows: the GEMM, which reuses each weight across rows (the packed one reads the weight in place;
+    // the others, a transposed copy kept until the weights change).
     if (N <= kRowsGemv) gpt::matmul_forward_rows(out, inp, p(w), b, N, Cin, OC);
+    else if (gpt::matmul_packs<F>()) gpt::matmul_forward(out, inp, p(w), b, N, Cin, OC);
     else gpt::matmul_forward_wt(out, inp, wt(w), b, N, Cin, OC);
 }
 

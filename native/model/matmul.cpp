@@ -1,8 +1,9 @@
 // matmul.cpp: the linear layer out = inp @ weight^T + bias (gpt_ops.h). Every loop is written as an axpy over a
 // contiguous output row (the forward on a transposed copy of the weight), so the compiler vectorises it without
 // reassociating any sum: each output element is summed in index order, the same for any thread count.
-// Float on AVX2 / AVX-512 goes through the register-tiled kernel of matmul_vec.inc instead (explicit FMA, k in
-// ascending order: also independent of the thread count, and within float rounding of this path).
+// Float on AVX2 / AVX-512 goes through the packed GEMM of matmul_vec.inc instead (explicit FMA, k in ascending
+// order: also independent of the thread count, and within float rounding of this path); it reads a Linear's
+// weight through its strides, so matmul_forward makes no transposed copy there.
 #include <atomic>
 #include <type_traits>
 #include <vector>
@@ -15,12 +16,12 @@
 namespace maporl {
 namespace avx512 {
 void gemm_acc_f32(int64_t M, int64_t Nc, int64_t K, const float * A, int64_t lda_i, int64_t lda_k, const float * B,
-                  int64_t ldb, float * Cm, int64_t ldc);
+                  int64_t ldb_k, int64_t ldb_j, float * Cm, int64_t ldc);
 void gemv_rows_f32(int64_t N, int64_t OC, int64_t C, const float * X, const float * Wm, const float * bias, float * out);
 }
 namespace avx2 {
 void gemm_acc_f32(int64_t M, int64_t Nc, int64_t K, const float * A, int64_t lda_i, int64_t lda_k, const float * B,
-                  int64_t ldb, float * Cm, int64_t ldc);
+                  int64_t ldb_k, int64_t ldb_j, float * Cm, int64_t ldc);
 void gemv_rows_f32(int64_t N, int64_t OC, int64_t C, const float * X, const float * Wm, const float * bias, float * out);
 }
 namespace gpt {
@@ -28,7 +29,8 @@ namespace {
 
 // The vector kernel for float on a SIMD level, else null.
 template <typename F>
-auto simd_gemm() -> void (*)(int64_t, int64_t, int64_t, const float *, int64_t, int64_t, const float *, int64_t, float *, int64_t) {
+auto simd_gemm() -> void (*)(int64_t, int64_t, int64_t, const float *, int64_t, int64_t, const float *, int64_t, int64_t, float *,
+                             int64_t) {
     if constexpr (std::is_same<F, float>::value) {
         const Isa isa = active_isa();
         if (isa == Isa::Avx512) return avx512::gemm_acc_f32;
@@ -37,16 +39,27 @@ auto simd_gemm() -> void (*)(int64_t, int64_t, int64_t, const float *, int64_t, 
     return nullptr;
 }
 
+// out[n, :] = bias (or 0): the GEMM accumulates onto it.
+template <typename F>
+void fill_bias(F * out, const F * bias, int64_t N, int64_t OC) {
+    parallel_for(N, 16, [&](int64_t n0, int64_t n1) {
+        for (int64_t n = n0; n < n1; ++n)
+            for (int64_t k = 0; k < OC; ++k) out[n * OC + k] = bias ? bias[k] : F(0);
+    });
+}
+
 }  // namespace
+
+template <typename F>
+bool matmul_packs() {
+    return simd_gemm<F>() != nullptr;
+}
 
 template <typename F>
 void matmul_forward_wt(F * out, const F * inp, const F * wt, const F * bias, int64_t N, int64_t C, int64_t OC) {
     if (auto gemm = simd_gemm<F>()) {
-        parallel_for(N, 16, [&](int64_t n0, int64_t n1) {
-            for (int64_t n = n0; n < n1; ++n)
-                for (int64_t k = 0; k < OC; ++k) out[n * OC + k] = bias ? bias[k] : F(0);
-        });
-        gemm((int64_t)N, OC, C, (const float *)inp, C, 1, (const float *)wt, OC, (float *)out, OC);
+        fill_bias(out, bias, N, OC);
+        gemm((int64_t)N, OC, C, (const float *)inp, C, 1, (const float *)wt, OC, 1, (float *)out, OC);
         return;
     }
     parallel_for(N, 4, [&](int64_t n0, int64_t n1) {
@@ -90,6 +103,11 @@ void transpose_weight(F * wt, const F * weight, int64_t C, int64_t OC) {
 
 template <typename F>
 void matmul_forward(F * out, const F * inp, const F * weight, const F * bias, int64_t N, int64_t C, int64_t OC) {
+    if (auto gemm = simd_gemm<F>()) {  // the kernel packs weight^T from weight's strides: no transposed copy
+        fill_bias(out, bias, N, OC);
+        gemm((int64_t)N, OC, C, (const float *)inp, C, 1, (const float *)weight, 1, C, (float *)out, OC);
+        return;
+    }
     std::vector<F> wt((size_t)(C * OC));  // [C, OC]
     transpose_weight(wt.data(), weight, C, OC);
     matmul_forward_wt(out, inp, wt.data(), bias, N, C, OC);
@@ -100,14 +118,8 @@ void matmul_backward(F * dinp, F * dweight, F * dbias, const F * dout, const F *
                      int64_t C, int64_t OC) {
     if (auto gemm = simd_gemm<F>()) {
         // dinp[N, C] += dout[N, OC] @ weight[OC, C]; dweight[OC, C] += dout^T @ inp (A read with transposed strides).
-        gemm(N, C, OC, (const float *)dout, OC, 1, (const float *)weight, C, (float *)dinp, C);
-        if (!dweight && !dbias) return;  // a frozen weight (LoRA's base): the input's gradient only
-        std::vector<F> dt((size_t)(OC * N));  // dout^T [OC, N]: contiguous rows for the A operand
-        parallel_for(OC, 16, [&](int64_t o0, int64_t o1) {
-            for (int64_t o = o0; o < o1; ++o)
-                for (int64_t n = 0; n < N; ++n) dt[(size_t)(o * N + n)] = dout[n * OC + o];
-        });
-        if (dweight) gemm(OC, C, N, (const float *)dt.data(), N, 1, (const float *)inp, C, (float *)dweight, C);
+        gemm(N, C, OC, (const float *)dout, OC, 1, (const float *)weight, C, 1, (float *)dinp, C);
+        if (dweight) gemm(OC, C, N, (const float *)dout, 1, OC, (const float *)inp, C, 1, (float *)dweight, C);
         if (dbias)
             parallel_for(OC, 16, [&](int64_t o0, int64_t o1) {
                 for (int64_t o = o0; o < o1; ++o) {
@@ -150,6 +162,7 @@ void matmul_backward(F * dinp, F * dweight, F * dbias, const F * dout, const F *
     template void matmul_forward<F>(F *, const F *, const F *, const F *, int64_t, int64_t, int64_t);     \
     template void matmul_forward_wt<F>(F *, const F *, const F *, const F *, int64_t, int64_t, int64_t);  \
     template void transpose_weight<F>(F *, const F *, int64_t, int64_t);                                  \
+    template bool matmul_packs<F>();                                                                       \
     template void matmul_forward_rows<F>(F *, const F *, const F *, const F *, int64_t, int64_t, int64_t); \
     template void matmul_backward<F>(F *, F *, F *, const F *, const F *, const F *, int64_t, int64_t, int64_t);
 MAPORL_INSTANTIATE(float)

@@ -155,29 +155,45 @@ TEST(adamw_matches_the_torch_definition) {
     CHECK(worst < 1e-12, "AdamW differs from the definition by %g", worst);
 }
 
-// The float kernels of every SIMD level (the register-tiled GEMM on AVX2 / AVX-512) against the double path,
-// on shapes whose columns are not a multiple of the tile width.
+// The float kernels of every SIMD level (the packed GEMM on AVX2 / AVX-512) against the double path, on shapes
+// whose columns are not a multiple of the tile width, and on one that crosses every block of the packed GEMM (rows
+// past MC, columns past NC, k past KC, on both ISAs). There the weight read in place (matmul_forward) and through
+// a transposed copy (matmul_forward_wt) give the same bits, and 1 and 3 threads too.
 TEST(float_matmul_matches_double_at_every_simd_level) {
-    const int64_t N = 13, C = 37, OC = 45;
-    const Vec x = rnd(N * C, 30), w = rnd(OC * C, 31), b = rnd(OC, 32), d = rnd(N * OC, 33);
-    Vec out(N * OC), dx(N * C, 0.0), dw(OC * C, 0.0), db(OC, 0.0);
-    g::matmul_forward(out.data(), x.data(), w.data(), b.data(), N, C, OC);
-    g::matmul_backward(dx.data(), dw.data(), db.data(), d.data(), x.data(), w.data(), N, C, OC);
-    auto f = [](const Vec & v) { return std::vector<float>(v.begin(), v.end()); };
-    for (const char * level : {"scalar", "avx2", "avx512"}) {
-        if (maporl_set_simd(level) != MAPORL_OK) continue;
-        std::vector<float> fo(N * OC), fdx(N * C, 0.f), fdw(OC * C, 0.f), fdb(OC, 0.f);
-        const std::vector<float> fx = f(x), fw = f(w), fb = f(b), fd = f(d);
-        g::matmul_forward(fo.data(), fx.data(), fw.data(), fb.data(), N, C, OC);
-        g::matmul_backward(fdx.data(), fdw.data(), fdb.data(), fd.data(), fx.data(), fw.data(), N, C, OC);
-        double worst = 0;
-        for (size_t i = 0; i < out.size(); ++i) worst = std::max(worst, std::fabs(fo[i] - out[i]));
-        for (size_t i = 0; i < dx.size(); ++i) worst = std::max(worst, std::fabs(fdx[i] - dx[i]));
-        for (size_t i = 0; i < dw.size(); ++i) worst = std::max(worst, std::fabs(fdw[i] - dw[i]));
-        for (size_t i = 0; i < db.size(); ++i) worst = std::max(worst, std::fabs(fdb[i] - db[i]));
-        CHECK(worst < 2e-5, "%s: float matmul differs from double by %g", level, worst);
+    struct Shape { int64_t N, C, OC; };
+    for (const Shape s : {Shape{13, 37, 45}, Shape{200, 300, 270}}) {
+        const int64_t N = s.N, C = s.C, OC = s.OC;
+        const Vec x = rnd(N * C, 30), w = rnd(OC * C, 31), b = rnd(OC, 32), d = rnd(N * OC, 33);
+        Vec out(N * OC), dx(N * C, 0.0), dw(OC * C, 0.0), db(OC, 0.0);
+        g::matmul_forward(out.data(), x.data(), w.data(), b.data(), N, C, OC);
+        g::matmul_backward(dx.data(), dw.data(), db.data(), d.data(), x.data(), w.data(), N, C, OC);
+        auto f = [](const Vec & v) { return std::vector<float>(v.begin(), v.end()); };
+        const double tol = 2e-5 * std::sqrt(std::max<double>({1.0, (double)N / 37, (double)C / 37, (double)OC / 37}));
+        for (const char * level : {"scalar", "avx2", "avx512"}) {
+            if (maporl_set_simd(level) != MAPORL_OK) continue;
+            std::vector<std::vector<float>> runs;
+            const std::vector<float> fx = f(x), fw = f(w), fb = f(b), fd = f(d);
+            for (int threads : {1, 3}) {
+                maporl_set_threads(threads);
+                std::vector<float> fo(N * OC), fdx(N * C, 0.f), fdw(OC * C, 0.f), fdb(OC, 0.f), wt(C * OC), fo_wt(N * OC);
+                g::matmul_forward(fo.data(), fx.data(), fw.data(), fb.data(), N, C, OC);
+                g::matmul_backward(fdx.data(), fdw.data(), fdb.data(), fd.data(), fx.data(), fw.data(), N, C, OC);
+                g::transpose_weight(wt.data(), fw.data(), C, OC);
+                g::matmul_forward_wt(fo_wt.data(), fx.data(), wt.data(), fb.data(), N, C, OC);
+                CHECK(fo_wt == fo, "%s N=%lld: the weight in place and its transposed copy give different bits", level, (long long)N);
+                double worst = 0;
+                for (size_t i = 0; i < out.size(); ++i) worst = std::max(worst, std::fabs(fo[i] - out[i]));
+                for (size_t i = 0; i < dx.size(); ++i) worst = std::max(worst, std::fabs(fdx[i] - dx[i]));
+                for (size_t i = 0; i < dw.size(); ++i) worst = std::max(worst, std::fabs(fdw[i] - dw[i]));
+                for (size_t i = 0; i < db.size(); ++i) worst = std::max(worst, std::fabs(fdb[i] - db[i]));
+                CHECK(worst < tol, "%s N=%lld: float matmul differs from double by %g", level, (long long)N, worst);
+                runs.push_back(fo), runs.push_back(fdx), runs.push_back(fdw), runs.push_back(fdb);
+            }
+            for (size_t i = 0; i < 4; ++i) CHECK(runs[i] == runs[i + 4], "%s N=%lld: output %zu differs between 1 and 3 threads", level, (long long)N, i);
+        }
+        maporl_set_threads(0);
+        maporl_set_simd("best");
     }
-    maporl_set_simd("best");
 }
 
 // The decoding GEMV (matmul_forward_rows: dot products over the weight's rows) against the double matmul at every
