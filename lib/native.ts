@@ -94,6 +94,8 @@ export interface NativeBinding {
     setSimd(level: string): string;
     setMatmulPrecision(precision: "highest" | "high"): void;
     measureCopyBandwidth(bytes: number, reps: number): number;
+    /** Peak float FMA rate (FLOP/s) of the active SIMD level on every pool thread (the GEMM efficiency's denominator). */
+    measurePeakFlops(reps: number): number;
     adviseHugePages(array: ArrayBufferView): boolean;
     /** An external ArrayBuffer of exactly `bytes` from the output pool, or undefined (over its bound, or refused). */
     outputBuffer(bytes: number): ArrayBuffer | undefined;
@@ -162,6 +164,10 @@ export interface NativeBinding {
     gptCacheReset(h: GptHandle, batch: number, maxLen: number): void;
     gptDecode(h: GptHandle, tokens: Int32Array, pos: number, logits: F32 | null, values: F32 | null): void;
     gptDecodeAsync(h: GptHandle, tokens: Int32Array, pos: number, logits: F32 | null, values: F32 | null): Promise<void>;
+    /** Llama family: fills cache row b at positions 0 .. lens[b] - 1 from tokens [batch, P] through the GEMM. */
+    gptPrefillAsync(h: GptHandle, tokens: Int32Array, lens: Int32Array, P: number): Promise<void>;
+    /** Llama family: one decode step with row b at position pos[b]. */
+    gptDecodeRowsAsync(h: GptHandle, tokens: Int32Array, pos: Int32Array, logits: F32 | null, values: F32 | null): Promise<void>;
     /** 0 = CPU, 1 = CUDA (MaporlError MAPORL_ERR_NO_DEVICE without a GPU; the model then stays on the CPU). */
     gptSetDevice(h: GptHandle, device: 0 | 1): void;
     gptGetDevice(h: GptHandle): 0 | 1;

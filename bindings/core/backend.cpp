@@ -1,5 +1,5 @@
-// backend.cpp: N-API glue for build info, threads, devices, the copy-bandwidth probe and the huge-page advice for
-// large outputs (lib/alloc.ts).
+// backend.cpp: N-API glue for build info, threads, devices, the copy-bandwidth and peak-FLOP probes and the
+// huge-page advice for large outputs (lib/alloc.ts).
 #include <napi.h>
 
 #include <cstdint>
@@ -79,6 +79,14 @@ Napi::Value JsCopyBandwidth(const Napi::CallbackInfo & info) {
     return Napi::Number::New(info.Env(), rate);
 }
 
+Napi::Value JsPeakFlops(const Napi::CallbackInfo & info) {
+    int reps = (int)RequireInt(info, 0, "reps", 1, 1000);
+    double rate = 0;
+    maporl_status st = maporl_measure_peak_flops(reps, &rate);
+    if (st != MAPORL_OK) ThrowStatus(info.Env(), st, "measurePeakFlops");
+    return Napi::Number::New(info.Env(), rate);
+}
+
 // adviseHugePages(typedArray) -> whether the kernel took the advice: MADV_HUGEPAGE on the 2 MiB-aligned pages
 // inside the array, so that its first writes fault in 2 MiB pages where transparent huge pages are enabled
 // ('madvise' or 'always'). Only ever given fresh outputs of at least 32 MiB, which glibc maps on their own (its
@@ -112,6 +120,7 @@ void InitBackend(Napi::Env env, Napi::Object exports) {
     exports.Set("setSimd", Napi::Function::New(env, JsSetSimd, "setSimd"));
     exports.Set("setMatmulPrecision", Napi::Function::New(env, JsSetMatmulPrecision, "setMatmulPrecision"));
     exports.Set("measureCopyBandwidth", Napi::Function::New(env, JsCopyBandwidth, "measureCopyBandwidth"));
+    exports.Set("measurePeakFlops", Napi::Function::New(env, JsPeakFlops, "measurePeakFlops"));
     exports.Set("adviseHugePages", Napi::Function::New(env, JsAdviseHugePages, "adviseHugePages"));
     exports.Set("setErrorClass", Napi::Function::New(env, JsSetErrorClass, "setErrorClass"));
 }

@@ -328,6 +328,60 @@ DecodeCall UnpackDecode(const Napi::CallbackInfo & info, std::vector<Napi::Value
     return c;
 }
 
+// gptPrefillAsync(handle, tokens: Int32Array [batch * P], lens: Int32Array [batch], P) (Llama family)
+struct PrefillCall {
+    maporl_gpt * gpt;
+    const int32_t * tokens;
+    std::vector<int64_t> lens;
+    int64_t P;
+    maporl_status run() const { return maporl_gpt_prefill(gpt, tokens, lens.data(), P); }
+};
+
+PrefillCall UnpackPrefill(const Napi::CallbackInfo & info, std::vector<Napi::Value> * keep) {
+    Handle * h = Get(info);
+    int64_t batch = 0, max_len = 0, V = 0;
+    maporl_gpt_cache_info(h->gpt, &batch, &max_len, &V);
+    if (batch == 0) throw Napi::Error::New(info.Env(), "gptPrefill: call gptCacheReset first");
+    PrefillCall c;
+    c.gpt = h->gpt;
+    c.P = RequireInt(info, 3, "P", 0, max_len);
+    Napi::TypedArray t = RequireTypedArray(info, 1, "tokens", {napi_int32_array}, (size_t)(batch * c.P));
+    Napi::TypedArray l = RequireTypedArray(info, 2, "lens", {napi_int32_array}, (size_t)batch);
+    c.tokens = (const int32_t *)DataOf(t);
+    const int32_t * lp = (const int32_t *)DataOf(l);
+    c.lens.assign(lp, lp + batch);
+    if (keep) *keep = {info[0], t};
+    return c;
+}
+
+// gptDecodeRowsAsync(handle, tokens: Int32Array [batch], pos: Int32Array [batch], logits?, values?) (Llama family)
+struct DecodeRowsCall {
+    maporl_gpt * gpt;
+    const int32_t * tokens;
+    std::vector<int64_t> pos;
+    float * logits;
+    float * values;
+    maporl_status run() const { return maporl_gpt_decode_rows(gpt, tokens, pos.data(), logits, values); }
+};
+
+DecodeRowsCall UnpackDecodeRows(const Napi::CallbackInfo & info, std::vector<Napi::Value> * keep) {
+    Handle * h = Get(info);
+    int64_t batch = 0, max_len = 0, V = 0;
+    maporl_gpt_cache_info(h->gpt, &batch, &max_len, &V);
+    if (batch == 0) throw Napi::Error::New(info.Env(), "gptDecodeRows: call gptCacheReset first");
+    Napi::TypedArray t = RequireTypedArray(info, 1, "tokens", {napi_int32_array}, (size_t)batch);
+    Napi::TypedArray q = RequireTypedArray(info, 2, "pos", {napi_int32_array}, (size_t)batch);
+    DecodeRowsCall c;
+    c.gpt = h->gpt;
+    c.tokens = (const int32_t *)DataOf(t);
+    const int32_t * qp = (const int32_t *)DataOf(q);
+    c.pos.assign(qp, qp + batch);
+    if (keep) *keep = {info[0], t};
+    c.logits = OptionalF32(info, 3, "logits", (size_t)(batch * V), keep);
+    c.values = OptionalF32(info, 4, "values", (size_t)batch, keep);
+    return c;
+}
+
 struct ScoreCall {
     maporl_gpt * gpt;
     const int32_t * tokens;
@@ -397,6 +451,8 @@ Napi::Value JsStep(const Napi::CallbackInfo & i) { return RunCall(i, "gptStep", 
 Napi::Value JsStepAsync(const Napi::CallbackInfo & i) { return QueueGpt(i, "gptStep", UnpackStep); }
 Napi::Value JsDecode(const Napi::CallbackInfo & i) { return RunCall(i, "gptDecode", UnpackDecode); }
 Napi::Value JsDecodeAsync(const Napi::CallbackInfo & i) { return QueueGpt(i, "gptDecode", UnpackDecode); }
+Napi::Value JsPrefillAsync(const Napi::CallbackInfo & i) { return QueueGpt(i, "gptPrefill", UnpackPrefill); }
+Napi::Value JsDecodeRowsAsync(const Napi::CallbackInfo & i) { return QueueGpt(i, "gptDecodeRows", UnpackDecodeRows); }
 
 }  // namespace
 
@@ -425,6 +481,8 @@ void InitGpt(Napi::Env env, Napi::Object exports) {
     exports.Set("gptCacheReset", Napi::Function::New(env, CacheReset, "gptCacheReset"));
     exports.Set("gptDecode", Napi::Function::New(env, JsDecode, "gptDecode"));
     exports.Set("gptDecodeAsync", Napi::Function::New(env, JsDecodeAsync, "gptDecodeAsync"));
+    exports.Set("gptPrefillAsync", Napi::Function::New(env, JsPrefillAsync, "gptPrefillAsync"));
+    exports.Set("gptDecodeRowsAsync", Napi::Function::New(env, JsDecodeRowsAsync, "gptDecodeRowsAsync"));
     exports.Set("gptSetDevice", Napi::Function::New(env, SetDevice, "gptSetDevice"));
     exports.Set("gptGetDevice", Napi::Function::New(env, GetDevice, "gptGetDevice"));
 }

@@ -3,6 +3,7 @@
 // the same architecture in eager PyTorch (bench/python/llama.py), same run and thread count: KV-cache generation
 // (batch 8, 64-token prompts, 64 new tokens), single-stream decoding against the weight-read floor (the weights'
 // bytes per token over the copy bandwidth measured at the start of the run), a full fine-tuning step (B=4, T=256),
+// the forward's GEMM efficiency (FLOP/s against the FMA peak measured in the run),
 // and loading a ~1 GB bf16 checkpoint (the Qwen2.5-0.5B shape) in a fresh process: seconds and peak RSS.
 import { spawnSync } from "node:child_process";
 import { closeSync, mkdtempSync, openSync, rmSync, writeFileSync, writeSync } from "node:fs";
@@ -59,6 +60,16 @@ function writeRandomBf16(dir: string, cfg: Record<string, unknown>): number {
     return 8 + json.length + off;
 }
 
+// Floating-point operations of one forward over B sequences of T tokens at the SMOL shape: 2 per multiply-add of
+// every projection and of the LM head, and causal attention's QK^T and AV (T (T + 1) / 2 pairs per head).
+export function llamaForwardFlops(B: number, T: number): number {
+    const C = SMOL.hidden_size, I = SMOL.intermediate_size, L = SMOL.num_hidden_layers, H = SMOL.num_attention_heads;
+    const hd = C / H, kv = SMOL.num_key_value_heads * hd;
+    const perToken = L * (C * C + 2 * C * kv + C * C + 3 * C * I) + C * SMOL.vocab_size;
+    const attention = L * H * 2 * hd * (T * (T + 1)) / 2;
+    return 2 * (B * T * perToken + B * attention);
+}
+
 export async function benchLlama(ctx: BenchContext): Promise<BenchRow[]> {
     const rows: BenchRow[] = [];
     const next = lcg(7);
@@ -102,6 +113,15 @@ export async function benchLlama(ctx: BenchContext): Promise<BenchRow[]> {
         peakExtraBytes: Math.max(0, rss1 - rss0), bytesMoved: bytes, baselineMs: tbm, note: `${ts(train.medianMs, B * T)}; peak RSS ${(rss1 / 2 ** 30).toFixed(2)} GiB` });
     rows.push({ kernel: "llama train step", size: `${size}, B=${B} T=${T}`, impl: "PyTorch same architecture, AdamW", medianMs: tbm,
         peakExtraBytes: tb.ok ? tb.peak_extra_bytes ?? null : null, bytesMoved: bytes, baselineMs: null, note: tb.ok ? `${ts(tbm, B * T)}, torch ${tb.torch}, ${blasName(tb)}` : tb.error });
+    // GEMM efficiency: the scoring forward (every matrix of the model and the LM head, [B*T] rows) against the
+    // peak FMA rate measured in this run.
+    const fwd = await timeMedian(() => p.logprobs({ tokens: batch.tokens, shape: batch.shape }), 2, 1);
+    const flops = llamaForwardFlops(B, T);
+    const peak = native.measurePeakFlops(5);
+    const rate = flops / (fwd.medianMs / 1e3);
+    rows.push({ kernel: "llama forward", size: `${size}, B=${B} T=${T}`, impl: "maporl NativePolicy.logprobs (GEMM efficiency)", medianMs: fwd.medianMs,
+        peakExtraBytes: null, bytesMoved: bytes, baselineMs: null,
+        note: `${(rate / 1e9).toFixed(0)} GFLOP/s = ${(100 * rate / peak).toFixed(0)}% of the measured FMA peak ${(peak / 1e9).toFixed(0)} GFLOP/s (${(flops / 1e9).toFixed(0)} GFLOP)` });
     await p.dispose();
     // Loading a ~1 GB bf16 checkpoint in a fresh process.
     const dir = mkdtempSync(join(tmpdir(), "maporl-bench-load-"));

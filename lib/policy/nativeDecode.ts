@@ -1,9 +1,12 @@
 // nativeDecode.ts: NativePolicy's batched KV-cache generation. One batch holds the rows of several generate calls
 // (of one policy, or of several LoRA adapters on one base: each row decodes through its own adapter, the base
-// projections running once for the batch). Every row decodes in the same batch whatever its prompt length (a row
-// reads its prompt while longer prompts are still being read, and samples from the step after its last prompt
-// token), so the tokens are the same as decoding each request alone. A call whose signal aborts, or whose row's
-// logits are not finite, fails alone: the other calls' rows go on.
+// projections running once for the batch). Every row decodes in the same batch whatever its prompt length. The
+// Llama family prefills: every prompt position but the last goes through the GEMM at once (gptPrefill), then each
+// row decodes its own position per step (gptDecodeRows), starting from its last prompt token. The GPT family reads
+// its prompts one position per step (a row reads its prompt while longer prompts are still being read, and samples
+// from the step after its last prompt token). Either way the tokens are the same as decoding each request alone
+// (for batches of up to 8 rows: above that a decode step runs the GEMM instead of dot products, other roundings).
+// A call whose signal aborts, or whose row's logits are not finite, fails alone: the other calls' rows go on.
 import { MaporlError } from "../errors.js";
 import { native, type GptHandle } from "../native.js";
 import { sample } from "../rl/sampling.js";
@@ -37,7 +40,7 @@ function firstStop(text: string, stop: readonly string[], before: number): numbe
 }
 
 /** Decodes every call's rows in one batch, then settles each call (resolve with its generations, or reject). */
-export async function decodeCalls(h: GptHandle, tokenizer: PolicyTokenizer, V: number, ctx: number, calls: DecodeCall[]): Promise<void> {
+export async function decodeCalls(h: GptHandle, tokenizer: PolicyTokenizer, V: number, ctx: number, calls: DecodeCall[], prefill = false): Promise<void> {
     const owner: number[] = [], prompts: number[][] = [], reqs: DecodeCall["sampling"] = [], seeds: bigint[] = [], local: number[] = [];
     calls.forEach((c, k) => c.prompts.forEach((p, i) => { owner.push(k); prompts.push(p); reqs.push(c.sampling[i]!); seeds.push(c.seeds[i]!); local.push(i); }));
     const B = prompts.length, t0 = performance.now();
@@ -69,27 +72,39 @@ export async function decodeCalls(h: GptHandle, tokenizer: PolicyTokenizer, V: n
         failed[k] = e;
         for (let b = 0; b < B; b++) if (owner[b] === k && !finished[b]) { finished[b] = "failed"; done++; }
     };
-    for (let pos = 0; pos < total && done < B; pos++) {
+    // Row b's position at a step: the step itself (GPT), or from its last prompt token on after the prefill
+    // (Llama; a finished row stays inside the cache, its results unused).
+    const at = new Int32Array(B), lastStep = prefill ? Math.max(...limit.map((l) => Math.max(1, l))) : total;
+    if (prefill && done < B) {
+        const P = Math.max(...lens) - 1, head = new Int32Array(B * Math.max(P, 0));
+        prompts.forEach((p, b) => head.set(p.slice(0, p.length - 1), b * P));
+        if (P > 0) await native.gptPrefillAsync(h, head, Int32Array.from(lens, (l) => l - 1), P);
+    }
+    for (let step = 0; step < lastStep && done < B; step++) {
         calls.forEach((c, k) => { if (failed[k] === null && c.signal?.aborted) fail(k, c.signal.reason); });
         if (done >= B) break;
-        for (let b = 0; b < B; b++) cur[b] = pos < lens[b]! ? prompts[b]![pos]! : finished[b] ? tokenizer.pad : toks[b]!.at(-1)!;
+        for (let b = 0; b < B; b++) {
+            at[b] = prefill ? Math.min(lens[b]! - 1 + step, total - 1) : step;
+            cur[b] = at[b]! < lens[b]! ? prompts[b]![at[b]!]! : finished[b] ? tokenizer.pad : toks[b]!.at(-1)!;
+        }
         // While every live row is still reading its prompt, only the cache is needed: no LM head.
-        const sampling = lens.some((l, b) => !finished[b] && pos >= l - 1);
-        await native.gptDecodeAsync(h, cur, pos, sampling ? logits : null, null);
+        const sampling = lens.some((l, b) => !finished[b] && at[b]! >= l - 1);
+        if (prefill) await native.gptDecodeRowsAsync(h, cur, at, logits, null);
+        else await native.gptDecodeAsync(h, cur, step, sampling ? logits : null, null);
         if (!sampling) continue;
-        // The token at position pos + 1 (the sampler's counter, as when each request decodes alone).
-        const s = sample({ logits, shape: [B, V] }, { temperature, topK, topP, seed, position: new BigInt64Array(B).fill(BigInt(pos + 1)),
+        // The token at position at[b] + 1 (the sampler's counter, as when each request decodes alone).
+        const s = sample({ logits, shape: [B, V] }, { temperature, topK, topP, seed, position: BigInt64Array.from(at, (p) => BigInt(p + 1)),
             rawLogprobs: false, device: "cpu" });
         // A row the sampler rejects (its logits hold NaN or +Inf: non-finite weights or activations) fails its call,
         // naming the requests; its token, -1, is never fed on.
         const invalid = new Map<number, number[]>();
         for (let b = 0; b < B; b++)
-            if (!finished[b] && pos >= lens[b]! - 1 && !s.valid[b]) invalid.set(owner[b]!, [...(invalid.get(owner[b]!) ?? []), b]);
+            if (!finished[b] && at[b]! >= lens[b]! - 1 && !s.valid[b]) invalid.set(owner[b]!, [...(invalid.get(owner[b]!) ?? []), b]);
         for (const [k, rows] of invalid)
-            fail(k, new MaporlError(`${calls[k]!.name}.generate: requests[${rows.map((b) => local[b]).join(", ")}]: the logits for completion token ${pos + 2 - lens[rows[0]!]!} ` +
+            fail(k, new MaporlError(`${calls[k]!.name}.generate: requests[${rows.map((b) => local[b]).join(", ")}]: the logits for completion token ${at[rows[0]!]! + 2 - lens[rows[0]!]!} ` +
                 `hold NaN or +Inf (the model's weights or activations are not finite), so no token can be sampled`, "MAPORL_ERR_INTERNAL"));
         for (let b = 0; b < B; b++) {
-            if (finished[b] || pos < lens[b]! - 1) continue;
+            if (finished[b] || at[b]! < lens[b]! - 1) continue;
             const t = s.tokens[b]!, k = owner[b]!;
             if (calls[k]!.onToken) {  // (a callback that throws fails its own call, not the batch)
                 try { calls[k]!.onToken!(local[b]!, t, s.logprobs[b]!); } catch (e) { fail(k, e); continue; }

@@ -281,9 +281,10 @@ export class NativePolicy implements Policy {
     }
 
     /**
-     * Batched generation with the KV cache: every request decodes in one batch whatever its prompt length (a row reads
-     * its prompt while longer prompts are still being read, and samples from the step after its last prompt token),
-     * so the tokens are the same as decoding each request alone. onProgress(done, total) counts finished requests.
+     * Batched generation with the KV cache: every request decodes in one batch whatever its prompt length (the Llama
+     * family prefills every prompt through the GEMM, then each row decodes its own position; the GPT family reads a
+     * prompt while longer ones are still being read), so the tokens are the same as decoding each request alone (in
+     * batches of up to 8 rows). onProgress(done, total) counts finished requests.
      */
     async generate(requests: GenerateRequest[], options: { signal?: AbortSignal; onProgress?: (done: number, total: number) => void; onToken?: TokenCallback } = {}): Promise<Generation[]> {
         if (!Array.isArray(requests)) throw new TypeError(`${this.name}: requests: expected an array`);
@@ -291,6 +292,7 @@ export class NativePolicy implements Policy {
         const sampling = requests.map((r, i) => requestSampling(this.name, r, i));
         const seeds = requests.map((r, i) => requestSeed(this.name, r, i));
         prompts.forEach((p, i) => {
+            if (p.length === 0) throw new RangeError(`${this.name}: requests[${i}]: the prompt encodes to no tokens (nothing to condition the first token on)`);
             if (p.length >= this.config.contextLength)
                 throw new RangeError(`${this.name}: requests[${i}]: the prompt is ${p.length} tokens, the context is ${this.config.contextLength}`);
         });
@@ -313,7 +315,7 @@ export class NativePolicy implements Policy {
             this.core.openBatch = batch;
             this.enqueue(async () => {
                 if (this.core.openBatch === batch) this.core.openBatch = null;
-                try { await decodeCalls(this.h(), this.tokenizer, this.V, this.config.contextLength, batch); } catch (e) { for (const c of batch) c.reject(e); }
+                try { await decodeCalls(this.h(), this.tokenizer, this.V, this.config.contextLength, batch, this.family === "llama"); } catch (e) { for (const c of batch) c.reject(e); }
             }).catch((e: unknown) => { for (const c of batch) c.reject(e); });
         });
     }

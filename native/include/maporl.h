@@ -401,6 +401,14 @@ maporl_status maporl_gpt_step(maporl_gpt * gpt, const maporl_adamw_params * para
 maporl_status maporl_gpt_cache_reset(maporl_gpt * gpt, int64_t batch, int64_t max_len);
 maporl_status maporl_gpt_decode(maporl_gpt * gpt, const int32_t * tokens, int64_t pos, float * logits_out,
                                 float * values_out);
+/* Llama family: fills cache row b at positions 0 .. lens[b] - 1 from tokens [batch, P] (row-major; lens[b] <= P,
+ * max_len), every (row, position) through the GEMM, no head; rows then decode their own positions with
+ * maporl_gpt_decode_rows (pos[b] per row). Each row's results are the same bits whatever the other rows (and, for a
+ * decode step, as long as the batch has at most 8 rows: above that the step runs the GEMM instead of dot products).
+ * The GPT family: MAPORL_ERR_INVALID_ARG (it decodes one position for every row, maporl_gpt_decode). */
+maporl_status maporl_gpt_prefill(maporl_gpt * gpt, const int32_t * tokens, const int64_t * lens, int64_t P);
+maporl_status maporl_gpt_decode_rows(maporl_gpt * gpt, const int32_t * tokens, const int64_t * pos, float * logits_out,
+                                     float * values_out);
 /* The cache's batch and max_len (0, 0 before maporl_gpt_cache_reset), and the model's vocabulary size. */
 maporl_status maporl_gpt_cache_info(const maporl_gpt * gpt, int64_t * batch_out, int64_t * max_len_out, int64_t * vocab_out);
 /* B and T of the last forward (0, 0 before any): the shapes maporl_gpt_backward reads. */
@@ -490,6 +498,11 @@ maporl_status maporl_gpt_set_training(maporl_gpt * gpt, int training);
 /* Measures host copy bandwidth with the thread pool: copies `bytes` `reps` times and reports the median
  * rate in bytes per second counted as read + write (2 * bytes / time). */
 maporl_status maporl_measure_copy_bandwidth(size_t bytes, int reps, double * bytes_per_second_out);
+
+/* Measures the peak float FMA rate of the active SIMD level on every pool thread (independent FMA chains, no
+ * memory traffic): the median over `reps` of the floating-point operations per second (2 per FMA lane). The
+ * denominator of a GEMM's efficiency. */
+maporl_status maporl_measure_peak_flops(int reps, double * flops_per_second_out);
 
 #ifdef __cplusplus
 }

@@ -106,6 +106,16 @@ struct Model {
     // LM head (the largest matrix of a small model) and the value head run only when asked.
     void cache_reset(int64_t batch, int64_t max_len);
     void decode(const int32_t * tokens, int64_t pos, bool logits = true, bool values = true);
+    // The same with row b at position pos[b] (its own rotation, cache slot and attention span).
+    void decode_rows(const int32_t * tokens, const int64_t * pos, bool logits = true, bool values = true);
+    // Fills the cache of row b at positions 0 .. lens[b] - 1 from tokens [batch, P] (row-major), in chunks of about
+    // kPrefillRows (row, position) pairs through the GEMM; no logits. The row then decodes from position lens[b].
+    static constexpr int64_t kPrefillRows = 256;
+    void prefill(const int32_t * tokens, const int64_t * lens, int64_t P);
+    // The blocks over N rows x [N, C] (in place), row n being cache row rb[n] at position rt[n]: keys and values
+    // into the cache, attention over positions 0 .. rt[n]. decode_rule: matmuls as decode's (dot products up to
+    // kRowsGemv rows, else the GEMM); otherwise always the GEMM (prefill).
+    void step_rows(std::vector<F> & x, const int64_t * rb, const int64_t * rt, int64_t N, bool decode_rule);
     void weights_changed() { wt_stale = true; }
     std::vector<std::vector<F>> wt_cache;  // per tensor: its transposed copy [in, out], empty until used
     bool wt_stale = true;

@@ -1,9 +1,10 @@
-// llama_decode.cpp: KV-cache decoding of the Llama family (llama.h). Every row of the batch decodes position `pos`
-// (ragged prompts are read while longer ones still are, as NativePolicy.generate does); keys are cached after
-// the q/k norm and the rotation, values as projected, per layer in [batch, NKV, max_len, head_dim]. Batches of up
-// to kRowsGemv rows run their matmuls as dot products over the weights' rows (read once per step: single-stream
-// decoding is bound by the weights' bytes); larger ones read transposed weight copies (each built on first use,
-// dropped after any update). Each row may run a different LoRA adapter (row_adapter): the base projections run over the
+// llama_decode.cpp: KV-cache decoding of the Llama family (llama.h). A prompt is prefilled (every position but its
+// last, all rows and positions through the GEMM in chunks), then each row decodes its own position per step;
+// keys are cached after the q/k norm and the rotation, values as projected, per layer in [batch, NKV, max_len,
+// head_dim]. Decode steps of up to kRowsGemv rows run their matmuls as dot products over the weights' rows (read
+// once per step: single-stream decoding is bound by the weights' bytes); larger ones the GEMM. Every product of a
+// row is the same bits whatever the other rows, so a request gives the same tokens alone as in a batch of up to
+// kRowsGemv (prefill included). Each row may run a different LoRA adapter (row_adapter): the base projections run over the
 // whole batch, each adapter's terms over its rows. A decoded position equals the full forward's within float
 // rounding (test_llama: 1e-5).
 #include <algorithm>
@@ -48,60 +49,133 @@ void Model<F>::cache_reset(int64_t batch, int64_t max_len) {
 
 template <typename F>
 void Model<F>::decode(const int32_t * tok, int64_t pos, bool logits, bool values) {
-    const int64_t Bc = cache_batch, C = cfg.d_model, NH = cfg.heads, NKV = cfg.kv_heads, hd = cfg.head_dim, QC = NH * hd, KC = NKV * hd,
-                  I = cfg.intermediate, V = cfg.vocab, group = NH / NKV;
+    std::vector<int64_t> at((size_t)std::max<int64_t>(cache_batch, 1), pos);
+    decode_rows(tok, at.data(), logits, values);
+}
+
+template <typename F>
+void Model<F>::decode_rows(const int32_t * tok, const int64_t * pos, bool logits, bool values) {
+    const int64_t Bc = cache_batch, C = cfg.d_model, V = cfg.vocab;
     if (Bc == 0) throw_error(MAPORL_ERR_INVALID_ARG, "decode: call cache_reset first");
-    if (pos < 0 || pos >= cache_len) throw_error(MAPORL_ERR_INVALID_ARG, "pos: expected 0..%lld, got %lld", (long long)(cache_len - 1), (long long)pos);
-    for (int64_t b = 0; b < Bc; ++b)
+    for (int64_t b = 0; b < Bc; ++b) {
+        if (pos[b] < 0 || pos[b] >= cache_len)
+            throw_error(MAPORL_ERR_INVALID_ARG, "pos: expected 0..%lld, got %lld at row %lld", (long long)(cache_len - 1), (long long)pos[b], (long long)b);
         if (tok[b] < 0 || tok[b] >= V)
             throw_error(MAPORL_ERR_INVALID_ARG, "tokens: expected ids in [0, %lld), got %d at index %lld", (long long)V, (int)tok[b], (long long)b);
-    std::vector<F> x((size_t)(Bc * C)), xn((size_t)(Bc * C)), rs((size_t)(Bc * NH)), q((size_t)(Bc * QC)), k((size_t)(Bc * KC)),
-        vv((size_t)(Bc * KC)), y((size_t)(Bc * QC)), proj((size_t)(Bc * C)), gate((size_t)(Bc * I)), up((size_t)(Bc * I)),
-        hmid((size_t)(Bc * I)), sc((size_t)(pos + 1));
+    }
+    std::vector<int64_t> rows((size_t)Bc);
+    for (int64_t b = 0; b < Bc; ++b) rows[(size_t)b] = b;
+    std::vector<F> x((size_t)(Bc * C));
     for (int64_t b = 0; b < Bc; ++b) std::memcpy(x.data() + b * C, p(layout.embed) + (int64_t)tok[b] * C, sizeof(F) * (size_t)C);
-    // The rows of each adapter in use (row_adapter); the base rows get no term.
-    std::vector<std::pair<const Lora<F> *, std::vector<int64_t>>> groups;
-    for (int64_t b = 0; b < Bc; ++b) {
+    step_rows(x, rows.data(), pos, Bc, true);
+    if (!logits && !values) return;
+    std::vector<F> xn((size_t)(Bc * C)), rs((size_t)Bc);
+    rmsnorm_forward(xn.data(), rs.data(), x.data(), p(layout.norm), Bc, C, cfg.rms_eps);
+    if (logits) {
+        step_logits.resize((size_t)(Bc * V));
+        matmul_forward_wt_or(step_logits.data(), xn.data(), layout.lm_head, -1, Bc, C, V);
+    }
+    if (!values) return;
+    step_values.resize((size_t)Bc);
+    gpt::matmul_forward(step_values.data(), xn.data(), p(layout.vw), p(layout.vb), Bc, C, 1);
+    for (int64_t b = 0; b < Bc; ++b) {  // an adapter's rows: its own value head
         const int64_t id = row_adapter[(size_t)b];
         if (id < 0) continue;
         const Lora<F> * a = adapters[(size_t)id].get();
+        gpt::matmul_forward(step_values.data() + b, xn.data() + b * C, a->p(a->layout.vw), a->p(a->layout.vb), 1, C, 1);
+    }
+}
+
+template <typename F>
+void Model<F>::prefill(const int32_t * tok, const int64_t * lens, int64_t P) {
+    const int64_t Bc = cache_batch, C = cfg.d_model, V = cfg.vocab;
+    if (Bc == 0) throw_error(MAPORL_ERR_INVALID_ARG, "prefill: call cache_reset first");
+    if (P < 0) throw_error(MAPORL_ERR_INVALID_ARG, "prefill: P: expected >= 0, got %lld", (long long)P);
+    int64_t longest = 0;
+    for (int64_t b = 0; b < Bc; ++b) {
+        if (lens[b] < 0 || lens[b] > P || lens[b] > cache_len)
+            throw_error(MAPORL_ERR_INVALID_ARG, "prefill: lens: expected 0..%lld at row %lld, got %lld", (long long)std::min(P, cache_len),
+                        (long long)b, (long long)lens[b]);
+        for (int64_t t = 0; t < lens[b]; ++t)
+            if (tok[b * P + t] < 0 || tok[b * P + t] >= V)
+                throw_error(MAPORL_ERR_INVALID_ARG, "prefill: tokens: expected ids in [0, %lld), got %d at row %lld position %lld", (long long)V,
+                            (int)tok[b * P + t], (long long)b, (long long)t);
+        longest = std::max(longest, lens[b]);
+    }
+    // Chunks of about kPrefillRows rows (every row's positions t0 .. t1): activations stay bounded for long prompts.
+    const int64_t span = std::max<int64_t>(1, kPrefillRows / Bc);
+    for (int64_t t0 = 0; t0 < longest; t0 += span) {
+        std::vector<int64_t> rb, rt;
+        for (int64_t b = 0; b < Bc; ++b)
+            for (int64_t t = t0; t < std::min(t0 + span, lens[b]); ++t) rb.push_back(b), rt.push_back(t);
+        const int64_t N = (int64_t)rb.size();
+        std::vector<F> x((size_t)(N * C));
+        for (int64_t n = 0; n < N; ++n)
+            std::memcpy(x.data() + n * C, p(layout.embed) + (int64_t)tok[rb[(size_t)n] * P + rt[(size_t)n]] * C, sizeof(F) * (size_t)C);
+        step_rows(x, rb.data(), rt.data(), N, false);
+    }
+}
+
+template <typename F>
+void Model<F>::step_rows(std::vector<F> & x, const int64_t * rb, const int64_t * rt, int64_t N, bool decode_rule) {
+    const int64_t C = cfg.d_model, NH = cfg.heads, NKV = cfg.kv_heads, hd = cfg.head_dim, QC = NH * hd, KC = NKV * hd, I = cfg.intermediate,
+                  group = NH / NKV;
+    int64_t longest = 0;
+    for (int64_t n = 0; n < N; ++n) longest = std::max(longest, rt[n] + 1);
+    std::vector<F> xn((size_t)(N * C)), rs((size_t)(N * NH)), q((size_t)(N * QC)), k((size_t)(N * KC)), vv((size_t)(N * KC)), y((size_t)(N * QC)),
+        proj((size_t)(N * C)), gate((size_t)(N * I)), up((size_t)(N * I)), hmid((size_t)(N * I)), sc((size_t)longest);
+    // The rows of each adapter in use (row_adapter of their cache row); the base rows get no term.
+    std::vector<std::pair<const Lora<F> *, std::vector<int64_t>>> groups;
+    for (int64_t n = 0; n < N; ++n) {
+        const int64_t id = row_adapter[(size_t)rb[n]];
+        if (id < 0) continue;
+        const Lora<F> * a = adapters[(size_t)id].get();
         auto it = std::find_if(groups.begin(), groups.end(), [a](const auto & gr) { return gr.first == a; });
-        if (it == groups.end()) groups.push_back({a, {b}});
-        else it->second.push_back(b);
+        if (it == groups.end()) groups.push_back({a, {n}});
+        else it->second.push_back(n);
     }
     auto lo = [&](int64_t l, int t, F * out, const F * inp) {
         for (const auto & gr : groups)
             if (gr.first->has(l, t)) gr.first->forward_rows(l, t, out, inp, gr.second);
     };
+    // Each row's products are the same bits whatever the other rows: the GEMV and the packed GEMM compute every
+    // output alone, so a request decodes (or is prefilled) as it would alone.
+    auto mm = [&](F * out, const F * inp, int64_t w, int64_t bias, int64_t Cin, int64_t OC) {
+        if (decode_rule) matmul_forward_wt_or(out, inp, w, bias, N, Cin, OC);
+        else gpt::matmul_forward(out, inp, p(w), bias >= 0 ? p(bias) : (const F *)nullptr, N, Cin, OC);
+    };
     const F scale = F(1) / (F)std::sqrt((double)hd);
     [[maybe_unused]] const auto rows = gpt::attention_rows();
     for (int64_t l = 0; l < cfg.layers; ++l) {
         const auto & bl = layout.blocks[(size_t)l];
-        rmsnorm_forward(xn.data(), rs.data(), x.data(), p(bl.in_norm), Bc, C, cfg.rms_eps);
-        matmul_forward_wt_or(q.data(), xn.data(), bl.q, bl.qb, Bc, C, QC);
-        matmul_forward_wt_or(k.data(), xn.data(), bl.k, bl.kb, Bc, C, KC);
-        matmul_forward_wt_or(vv.data(), xn.data(), bl.v, bl.vb, Bc, C, KC);
+        rmsnorm_forward(xn.data(), rs.data(), x.data(), p(bl.in_norm), N, C, cfg.rms_eps);
+        mm(q.data(), xn.data(), bl.q, bl.qb, C, QC);
+        mm(k.data(), xn.data(), bl.k, bl.kb, C, KC);
+        mm(vv.data(), xn.data(), bl.v, bl.vb, C, KC);
         lo(l, kQ, q.data(), xn.data());
         lo(l, kK, k.data(), xn.data());
         lo(l, kV, vv.data(), xn.data());
         if (cfg.qk_norm) {
-            rmsnorm_forward(q.data(), rs.data(), q.data(), p(bl.q_norm), Bc * NH, hd, cfg.rms_eps);
-            rmsnorm_forward(k.data(), rs.data(), k.data(), p(bl.k_norm), Bc * NKV, hd, cfg.rms_eps);
+            rmsnorm_forward(q.data(), rs.data(), q.data(), p(bl.q_norm), N * NH, hd, cfg.rms_eps);
+            rmsnorm_forward(k.data(), rs.data(), k.data(), p(bl.k_norm), N * NKV, hd, cfg.rms_eps);
         }
-        rope_forward(q.data(), q.data(), rope_cos.data(), rope_sin.data(), Bc, 1, pos, NH, hd);
-        rope_forward(k.data(), k.data(), rope_cos.data(), rope_sin.data(), Bc, 1, pos, NKV, hd);
-        for (int64_t b = 0; b < Bc; ++b) {
+        for (int64_t n = 0; n < N; ++n) {  // each row at its own position; then its keys and values into the cache
+            rope_forward(q.data() + n * QC, q.data() + n * QC, rope_cos.data(), rope_sin.data(), 1, 1, rt[n], NH, hd);
+            rope_forward(k.data() + n * KC, k.data() + n * KC, rope_cos.data(), rope_sin.data(), 1, 1, rt[n], NKV, hd);
             for (int64_t kh = 0; kh < NKV; ++kh) {
-                const size_t base = (size_t)((((l * Bc + b) * NKV + kh) * cache_len + pos) * hd);
-                std::memcpy(kcache.data() + base, k.data() + b * KC + kh * hd, sizeof(F) * (size_t)hd);
-                std::memcpy(vcache.data() + base, vv.data() + b * KC + kh * hd, sizeof(F) * (size_t)hd);
+                const size_t base = (size_t)((((l * cache_batch + rb[n]) * NKV + kh) * cache_len + rt[n]) * hd);
+                std::memcpy(kcache.data() + base, k.data() + n * KC + kh * hd, sizeof(F) * (size_t)hd);
+                std::memcpy(vcache.data() + base, vv.data() + n * KC + kh * hd, sizeof(F) * (size_t)hd);
             }
+        }
+        for (int64_t n = 0; n < N; ++n) {
+            const int64_t pos = rt[n];
             for (int64_t h = 0; h < NH; ++h) {
-                const size_t base = (size_t)((((l * Bc + b) * NKV + h / group) * cache_len) * hd);
+                const size_t base = (size_t)((((l * cache_batch + rb[n]) * NKV + h / group) * cache_len) * hd);
                 const F * kc = kcache.data() + base;
                 const F * vc = vcache.data() + base;
-                const F * qr = q.data() + b * QC + h * hd;
-                F * o = y.data() + b * QC + h * hd;
+                const F * qr = q.data() + n * QC + h * hd;
+                F * o = y.data() + n * QC + h * hd;
                 if constexpr (std::is_same<F, float>::value) {
                     if (rows.forward) {
                         rows.forward(qr, kc, hd, vc, hd, pos + 1, hd, scale, sc.data(), o);
@@ -130,31 +204,19 @@ void Model<F>::decode(const int32_t * tok, int64_t pos, bool logits, bool values
                 }
             }
         }
-        matmul_forward_wt_or(proj.data(), y.data(), bl.o, bl.ob, Bc, QC, C);
+        mm(proj.data(), y.data(), bl.o, bl.ob, QC, C);
         lo(l, kO, proj.data(), y.data());
         for (size_t i = 0; i < x.size(); ++i) x[i] = proj[i] + x[i];
-        rmsnorm_forward(xn.data(), rs.data(), x.data(), p(bl.post_norm), Bc, C, cfg.rms_eps);
-        matmul_forward_wt_or(gate.data(), xn.data(), bl.gate, -1, Bc, C, I);
-        matmul_forward_wt_or(up.data(), xn.data(), bl.up, -1, Bc, C, I);
+        rmsnorm_forward(xn.data(), rs.data(), x.data(), p(bl.post_norm), N, C, cfg.rms_eps);
+        mm(gate.data(), xn.data(), bl.gate, -1, C, I);
+        mm(up.data(), xn.data(), bl.up, -1, C, I);
         lo(l, kGate, gate.data(), xn.data());
         lo(l, kUp, up.data(), xn.data());
-        swiglu_forward(hmid.data(), gate.data(), up.data(), Bc * I);
-        matmul_forward_wt_or(proj.data(), hmid.data(), bl.down, -1, Bc, I, C);
+        swiglu_forward(hmid.data(), gate.data(), up.data(), N * I);
+        mm(proj.data(), hmid.data(), bl.down, -1, I, C);
         lo(l, kDown, proj.data(), hmid.data());
         for (size_t i = 0; i < x.size(); ++i) x[i] = proj[i] + x[i];
     }
-    if (!logits && !values) return;
-    rmsnorm_forward(xn.data(), rs.data(), x.data(), p(layout.norm), Bc, C, cfg.rms_eps);
-    if (logits) {
-        step_logits.resize((size_t)(Bc * V));
-        matmul_forward_wt_or(step_logits.data(), xn.data(), layout.lm_head, -1, Bc, C, V);
-    }
-    if (!values) return;
-    step_values.resize((size_t)Bc);
-    gpt::matmul_forward(step_values.data(), xn.data(), p(layout.vw), p(layout.vb), Bc, C, 1);
-    for (const auto & gr : groups)  // an adapter's rows: its own value head
-        for (int64_t b : gr.second)
-            gpt::matmul_forward(step_values.data() + b, xn.data() + b * C, gr.first->p(gr.first->layout.vw), gr.first->p(gr.first->layout.vb), 1, C, 1);
 }
 
 template <typename F>
@@ -172,7 +234,10 @@ void Model<F>::matmul_forward_wt_or(F * out, const F * inp, int64_t w, int64_t b
 #define MAPORL_INSTANTIATE(F)                                                                                     \
     template const F * Model<F>::wt(int64_t);                                                                     \
     template void Model<F>::cache_reset(int64_t, int64_t);                                                        \
-    template void Model<F>::decode(const int32_t *, int64_t, bool, bool);                                                     \
+    template void Model<F>::decode(const int32_t *, int64_t, bool, bool);                                         \
+    template void Model<F>::decode_rows(const int32_t *, const int64_t *, bool, bool);                            \
+    template void Model<F>::prefill(const int32_t *, const int64_t *, int64_t);                                   \
+    template void Model<F>::step_rows(std::vector<F> &, const int64_t *, const int64_t *, int64_t, bool);         \
     template void Model<F>::matmul_forward_wt_or(F *, const F *, int64_t, int64_t, int64_t, int64_t, int64_t);
 MAPORL_INSTANTIATE(float)
 MAPORL_INSTANTIATE(double)

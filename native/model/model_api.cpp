@@ -274,6 +274,34 @@ maporl_status maporl_gpt_decode(maporl_gpt * gpt, const int32_t * tokens, int64_
     });
 }
 
+maporl_status maporl_gpt_prefill(maporl_gpt * gpt, const int32_t * tokens, const int64_t * lens, int64_t P) {
+    return guarded([&] {
+        require_gpt(gpt);
+        if (!gpt->lm) throw_error(MAPORL_ERR_INVALID_ARG, "prefill: the model is of the GPT family (prefill and per-row positions are the Llama family's)");
+        require_ptr(lens, "lens", gpt->lm->cache_batch);
+        int64_t longest = 0;
+        for (int64_t b = 0; b < gpt->lm->cache_batch; ++b) longest = std::max(longest, lens[b]);
+        require_ptr(tokens, "tokens", longest > 0 ? gpt->lm->cache_batch * P : 0);
+        gpt->lm->prefill(tokens, lens, P);
+        return MAPORL_OK;
+    });
+}
+
+maporl_status maporl_gpt_decode_rows(maporl_gpt * gpt, const int32_t * tokens, const int64_t * pos, float * logits_out,
+                                     float * values_out) {
+    return guarded([&] {
+        require_gpt(gpt);
+        if (!gpt->lm) throw_error(MAPORL_ERR_INVALID_ARG, "decode_rows: the model is of the GPT family (prefill and per-row positions are the Llama family's)");
+        auto & m = *gpt->lm;
+        require_ptr(tokens, "tokens", m.cache_batch);
+        require_ptr(pos, "pos", m.cache_batch);
+        m.decode_rows(tokens, pos, logits_out != nullptr, values_out != nullptr);
+        if (logits_out) std::memcpy(logits_out, m.step_logits.data(), sizeof(float) * m.step_logits.size());
+        if (values_out) std::memcpy(values_out, m.step_values.data(), sizeof(float) * m.step_values.size());
+        return MAPORL_OK;
+    });
+}
+
 maporl_status maporl_gpt_cache_info(const maporl_gpt * gpt, int64_t * batch_out, int64_t * max_len_out, int64_t * vocab_out) {
     return guarded([&] {
         require_gpt(gpt);

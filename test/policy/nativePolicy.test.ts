@@ -234,4 +234,24 @@ describe("NativePolicy", () => {
         native.gptFree(h);
         expect(() => native.gptParamCount(h)).toThrow(/freed/);
     });
+
+    it("prefill and per-row decoding: the Llama family's, with bad lengths and positions named", async () => {
+        const g = native.gptCreate({ vocab: 10, context: 8, layers: 1, heads: 1, dModel: 4, mlpRatio: 4, tieEmbeddings: true }, 1);
+        native.gptCacheReset(g, 1, 4);
+        await expect(native.gptPrefillAsync(g, Int32Array.of(1), Int32Array.of(1), 1)).rejects.toThrow(/prefill: the model is of the GPT family/);
+        native.gptFree(g);
+        const h = native.llamaCreate({ vocab: 10, context: 8, layers: 1, dModel: 8, heads: 2, kvHeads: 1, headDim: 4, intermediate: 8 }, 1);
+        expect(() => native.gptPrefillAsync(h, Int32Array.of(1), Int32Array.of(1), 1)).toThrow(/gptCacheReset first/);
+        native.gptCacheReset(h, 2, 4);
+        expect(() => native.gptPrefillAsync(h, new Int32Array(3), Int32Array.of(1, 1), 2)).toThrow(/tokens: expected 4 elements, got 3/);
+        await expect(native.gptPrefillAsync(h, new Int32Array(4), Int32Array.of(1, 3), 2)).rejects.toThrow(/prefill: lens: expected 0..2 at row 1, got 3/);
+        await expect(native.gptPrefillAsync(h, Int32Array.of(0, 0, 10, 0), Int32Array.of(1, 1), 2)).rejects.toThrow(/expected ids in \[0, 10\), got 10 at row 1 position 0/);
+        await native.gptPrefillAsync(h, Int32Array.of(1, 2, 3, 4), Int32Array.of(2, 1), 2);
+        await expect(native.gptDecodeRowsAsync(h, Int32Array.of(1, 2), Int32Array.of(2, 4), null, null)).rejects.toThrow(/pos: expected 0..3, got 4 at row 1/);
+        expect(() => native.gptDecodeRowsAsync(h, Int32Array.of(1, 2), Int32Array.of(2), null, null)).toThrow(/pos: expected 2 elements, got 1/);
+        const logits = new Float32Array(20);
+        await native.gptDecodeRowsAsync(h, Int32Array.of(1, 2), Int32Array.of(2, 1), logits, null);
+        expect(logits.every(Number.isFinite)).toBe(true);
+        native.gptFree(h);
+    });
 });

@@ -2,6 +2,7 @@
 import { describe, expect, it } from "vitest";
 
 import { backend, MaporlError, setMatmulPrecision, setSimd, setThreads } from "../../lib/index.js";
+import { native } from "../../lib/native.js";
 
 describe("backend", () => {
     it("reports version, threads, SIMD and CUDA", () => {
@@ -51,5 +52,25 @@ describe("backend", () => {
         if (best !== "avx512") {
             expect(() => setSimd("avx512")).toThrow(MaporlError);
         }
+    });
+
+    it("measurePeakFlops: the FMA rate of the active SIMD level (vector levels beat one lane), reps validated", () => {
+        const best = setSimd("best");
+        setThreads(1);
+        try {
+            const top = native.measurePeakFlops(3);
+            expect(Number.isFinite(top)).toBe(true);
+            expect(top).toBeGreaterThan(1e8);
+            setSimd("scalar");
+            const scalar = native.measurePeakFlops(3);
+            expect(scalar).toBeGreaterThan(1e8);
+            // 8 or 16 lanes per FMA against 1: even a busy machine keeps a 3x gap.
+            if (best !== "scalar") expect(top).toBeGreaterThan(3 * scalar);
+        } finally {
+            setSimd("best");
+            setThreads(0);
+        }
+        expect(() => native.measurePeakFlops(0)).toThrow(/reps: expected an integer in \[1, 1000\]/);
+        expect(() => native.measurePeakFlops(1.5)).toThrow(RangeError);
     });
 });

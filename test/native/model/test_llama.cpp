@@ -2,7 +2,7 @@
 // L = sum(logits * R) + sum(values * Rv) for every parameter of tiny models of each variant (Llama with GQA, a tied
 // head and llama3 rope scaling; Llama with attention biases; Qwen2's q/k/v biases with linear scaling; Qwen3's
 // q/k norms and a head_dim unrelated to hidden_size, with MQA); the ops' own backward against finite differences;
-// KV-cache decoding against the full forward at every position; the same parameters after training for any thread
+// KV-cache decoding against the full forward at every position (and prefilled ragged rows against each alone); the same parameters after training for any thread
 // count; and a float model that memorises a batch.
 #include <algorithm>
 #include <cmath>
@@ -207,6 +207,63 @@ TEST(kv_cache_decoding_equals_the_full_forward) {
             }
         }
         CHECK(worst < 1e-5f, "%s: cached decode differs from the full forward by %g", var.name, worst);
+    }
+}
+
+// Ragged prompts prefilled at once (every position but the last through the GEMM), then each row decoding its own
+// position: every row's logits are the bits it gets prefilled and decoded alone, and the full forward's within
+// float rounding, at every step.
+TEST(prefilled_ragged_rows_decode_as_each_alone_and_as_the_full_forward) {
+    for (const Variant & var : variants()) {
+        L::Config c = var.c;
+        c.context = 12; c.d_model = 16; c.intermediate = 24; c.vocab = 13;
+        L::Model<float> m(c);
+        m.init(8);
+        std::mt19937 r(9);
+        std::uniform_real_distribution<float> u(-0.5f, 0.5f);
+        for (auto & x : m.params) x += 0.2f * u(r);
+        const std::vector<std::vector<int32_t>> prompts = {{3}, {1, 4, 1, 5}, {9, 2, 6, 5, 3, 5, 8}};
+        const int64_t B = (int64_t)prompts.size(), P = 6, steps = 4, V = c.vocab;
+        // Decodes `rows` of prompts (prefill, then steps greedy tokens): logits [row][step][V].
+        auto run = [&](const std::vector<int64_t> & rows) {
+            const int64_t n = (int64_t)rows.size();
+            std::vector<int32_t> head((size_t)(n * P), 0), cur((size_t)n);
+            std::vector<int64_t> lens((size_t)n), pos((size_t)n);
+            for (int64_t i = 0; i < n; ++i) {
+                const auto & pr = prompts[(size_t)rows[(size_t)i]];
+                lens[(size_t)i] = (int64_t)pr.size() - 1;
+                std::copy(pr.begin(), pr.end() - 1, head.begin() + i * P);
+                cur[(size_t)i] = pr.back();
+            }
+            m.cache_reset(n, 11);
+            m.prefill(head.data(), lens.data(), P);
+            std::vector<std::vector<float>> out((size_t)n);
+            for (int64_t s = 0; s < steps; ++s) {
+                for (int64_t i = 0; i < n; ++i) pos[(size_t)i] = lens[(size_t)i] + s;
+                m.decode_rows(cur.data(), pos.data());
+                for (int64_t i = 0; i < n; ++i) {
+                    const float * z = m.step_logits.data() + i * V;
+                    out[(size_t)i].insert(out[(size_t)i].end(), z, z + V);
+                    cur[(size_t)i] = (int32_t)(std::max_element(z, z + V) - z);
+                }
+            }
+            return out;
+        };
+        const auto together = run({0, 1, 2});
+        float worst = 0;
+        for (int64_t b = 0; b < B; ++b) {
+            const auto alone = run({b});
+            CHECK(alone[0] == together[(size_t)b], "%s: row %lld prefilled and decoded alone differs from the batch", var.name, (long long)b);
+            // The full forward over the prompt and the greedy tokens: its last position at every step.
+            std::vector<int32_t> seq = prompts[(size_t)b];
+            for (int64_t s = 0; s < steps; ++s) {
+                m.forward(seq.data(), 1, (int64_t)seq.size());
+                const float * z = together[(size_t)b].data() + s * V;
+                for (int64_t v = 0; v < V; ++v) worst = std::max(worst, std::fabs(m.logits[(size_t)((seq.size() - 1) * V + v)] - z[v]));
+                seq.push_back((int32_t)(std::max_element(z, z + V) - z));
+            }
+        }
+        CHECK(worst < 1e-5f, "%s: prefilled decoding differs from the full forward by %g", var.name, worst);
     }
 }
 
