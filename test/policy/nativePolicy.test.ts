@@ -240,7 +240,9 @@ describe("NativePolicy", () => {
         native.gptCacheReset(g, 1, 4);
         await expect(native.gptPrefillAsync(g, Int32Array.of(1), Int32Array.of(1), 1)).rejects.toThrow(/prefill: the model is of the GPT family/);
         native.gptFree(g);
-        const h = native.llamaCreate({ vocab: 10, context: 8, layers: 1, dModel: 8, heads: 2, kvHeads: 1, headDim: 4, intermediate: 8 }, 1);
+        const h = native.llamaCreate({ vocab: 10, context: 8, layers: 1, dModel: 8, heads: 2, kvHeads: 1, headDim: 4, intermediate: 8,
+            rmsEps: 1e-6, ropeTheta: 10000, ropeScaling: 0, ropeFactor: 1, ropeLowFreqFactor: 1, ropeHighFreqFactor: 4, ropeOriginalMaxPosition: 8,
+            qkvBias: false, oBias: false, qkNorm: false, tieEmbeddings: true }, 1);
         expect(() => native.gptPrefillAsync(h, Int32Array.of(1), Int32Array.of(1), 1)).toThrow(/gptCacheReset first/);
         native.gptCacheReset(h, 2, 4);
         expect(() => native.gptPrefillAsync(h, new Int32Array(3), Int32Array.of(1, 1), 2)).toThrow(/tokens: expected 4 elements, got 3/);
