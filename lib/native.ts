@@ -84,6 +84,8 @@ export interface NativeLlamaConfig {
     vocab: number; context: number; layers: number; dModel: number; heads: number; kvHeads: number; headDim: number; intermediate: number;
     rmsEps: number; ropeTheta: number; ropeScaling: 0 | 1 | 2; ropeFactor: number; ropeLowFreqFactor: number; ropeHighFreqFactor: number;
     ropeOriginalMaxPosition: number; qkvBias: boolean; oBias: boolean; qkNorm: boolean; tieEmbeddings: boolean;
+    /** The matrices stored as bfloat16 and frozen (LoRA adapters on them train). */
+    bf16?: boolean;
 }
 export interface NativeGptConfig { vocab: number; context: number; layers: number; heads: number; dModel: number; mlpRatio: number; tieEmbeddings: boolean }
 

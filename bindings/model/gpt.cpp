@@ -79,7 +79,7 @@ int Flag(const Napi::Object & o, const char * key) {
 
 // llamaCreate({vocab, context, layers, dModel, heads, kvHeads, headDim, intermediate, rmsEps, ropeTheta, ropeScaling:
 // 0|1|2, ropeFactor, ropeLowFreqFactor, ropeHighFreqFactor, ropeOriginalMaxPosition, qkvBias, oBias, qkNorm,
-// tieEmbeddings}, seed | null) -> handle (answers every gpt* call; null: parameters 0, for a loader)
+// tieEmbeddings, bf16 (optional: matrices stored as bfloat16, frozen)}, seed | null) -> handle (answers every gpt* call; null: parameters 0, for a loader)
 Napi::Value LlamaCreate(const Napi::CallbackInfo & info) {
     if (info.Length() < 2 || !info[0].IsObject()) throw Napi::TypeError::New(info.Env(), "llamaCreate: expected (config, seed)");
     Napi::Object o = info[0].As<Napi::Object>();
@@ -103,6 +103,7 @@ Napi::Value LlamaCreate(const Napi::CallbackInfo & info) {
     c.o_bias = Flag(o, "oBias");
     c.qk_norm = Flag(o, "qkNorm");
     c.tie_embeddings = Flag(o, "tieEmbeddings");
+    c.bf16_matrices = Flag(o, "bf16");
     maporl_gpt * g = nullptr;
     const maporl_status st = info[1].IsNull() ? maporl_llama_create_zeroed(&c, &g) : maporl_llama_create(&c, (uint64_t)RequireNumber(info, 1, "seed"), &g);
     if (st != MAPORL_OK) ThrowStatus(info.Env(), st, "llamaCreate");

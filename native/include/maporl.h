@@ -432,6 +432,11 @@ typedef struct maporl_llama_config {
     double rope_factor, rope_low_freq_factor, rope_high_freq_factor;
     int64_t rope_original_max_position;
     int qkv_bias, o_bias, qk_norm, tie_embeddings;  /* 0 / 1 */
+    /* 1: the matrices (embedding, projections, LM head) are stored as bfloat16 and frozen: half their memory, widened
+     * exactly inside the kernels. Training the model itself is then an error; LoRA adapters on it train (float32).
+     * Their tensor_info offset is -1 and get / set / param_count address the other (float) tensors; set_tensor
+     * stores BF16 as it is and rounds F32 / F16 to nearest even. */
+    int bf16_matrices;
 } maporl_llama_config;
 
 maporl_llama_config maporl_llama_default_config(void);

@@ -67,6 +67,11 @@ bool matmul_packs();
 // runs matmul_vec.inc's gemv_rows; each output is summed in a fixed order for any thread count.
 template <typename F>
 void matmul_forward_rows(F * out, const F * inp, const F * weight, const F * bias, int64_t N, int64_t C, int64_t OC);
+// The same with a bfloat16 weight [OC, C] (a frozen base kept in its file dtype), widened exactly inside the
+// kernels: the same bits as the float functions on the widened weight. Only the input's gradient exists for it.
+void matmul_forward_bf16(float * out, const float * inp, const uint16_t * weight, const float * bias, int64_t N, int64_t C, int64_t OC);
+void matmul_forward_rows_bf16(float * out, const float * inp, const uint16_t * weight, const float * bias, int64_t N, int64_t C, int64_t OC);
+void matmul_backward_input_bf16(float * dinp, const float * dout, const uint16_t * weight, int64_t N, int64_t C, int64_t OC);
 // dinp += dout @ weight; dweight += dout^T @ inp; dbias += sum_n dout (dweight and dbias may be null: a frozen
 // weight, as LoRA's base, gets the input's gradient only).
 template <typename F>

@@ -11,6 +11,7 @@
 #include <random>
 #include <type_traits>
 
+#include "native/core/bf16.h"
 #include "native/core/core.h"
 #include "native/model/init.h"
 
@@ -83,12 +84,33 @@ Layout make_layout(const Config & c) {
 
 template <typename F>
 Model<F>::Model(const Config & c) : cfg(c), layout(make_layout(c)) {
+    if (cfg.bf16) {
+        if (!std::is_same<F, float>::value) throw_error(MAPORL_ERR_INVALID_ARG, "config.bf16: a float model only");
+        // The matrices move to `half`; the other tensors are packed again into params.
+        half_off.assign(layout.tensors.size(), -1);
+        int64_t nh = 0, nf = 0;
+        for (size_t i = 0; i < layout.tensors.size(); ++i) {
+            auto & t = layout.tensors[i];
+            if (t.shape.size() == 2) {
+                half_off[i] = nh;
+                nh += t.size;
+                t.offset = -1;
+            } else {
+                t.offset = nf;
+                nf += t.size;
+            }
+        }
+        half.assign((size_t)nh, 0);
+        layout.total = nf;
+    }
     params.assign((size_t)layout.total, F(0));
     rope_tables(rope_cos, rope_sin, rope_inv_freq(c.head_dim, c.rope_theta, c.rope), c.context);
 }
 
 template <typename F>
 void Model<F>::ensure_train_state() {
+    if (!half.empty())
+        throw_error(MAPORL_ERR_INVALID_ARG, "training: the base's matrices are bfloat16 and frozen: train a LoRA adapter on it, or load the model in float32");
     if (grads.size() == params.size()) return;
     grads.assign(params.size(), F(0));
     m.assign(params.size(), F(0));
@@ -98,10 +120,16 @@ void Model<F>::ensure_train_state() {
 template <typename F>
 void Model<F>::init(uint64_t seed) {
     std::mt19937_64 gen(seed);
-    for (const auto & t : layout.tensors) {
-        F * x = params.data() + t.offset;
+    for (size_t k = 0; k < layout.tensors.size(); ++k) {
+        const auto & t = layout.tensors[k];
         const bool norm = t.name.find("norm.weight") != std::string::npos;
         const bool bias = t.name.size() >= 4 && t.name.compare(t.name.size() - 4, 4, "bias") == 0;
+        if (is_half((int64_t)k)) {
+            uint16_t * x = h((int64_t)k);
+            for (int64_t i = 0; i < t.size; ++i) x[i] = float_to_bf16((float)(0.02 * init_normal(gen)));
+            continue;
+        }
+        F * x = params.data() + t.offset;
         for (int64_t i = 0; i < t.size; ++i) x[i] = norm ? F(1) : bias ? F(0) : (F)(0.02 * init_normal(gen));
     }
     step = 0;
@@ -125,7 +153,7 @@ void Model<F>::forward(const int32_t * tok, int64_t B_, int64_t T_, bool head) {
                   I = cfg.intermediate, V = cfg.vocab;
     tokens.assign(tok, tok + N);
     embedded.resize((size_t)(N * C));
-    for (int64_t n = 0; n < N; ++n) std::memcpy(embedded.data() + n * C, p(layout.embed) + (int64_t)tok[n] * C, sizeof(F) * (size_t)C);
+    for (int64_t n = 0; n < N; ++n) embed_row(embedded.data() + n * C, tok[n]);
     acts.resize((size_t)cfg.layers);
     const F * x = embedded.data();
     auto sz = [](std::vector<F> & a, int64_t n) { a.resize((size_t)n); };
@@ -142,9 +170,9 @@ void Model<F>::forward(const int32_t * tok, int64_t B_, int64_t T_, bool head) {
         sz(a.att, B * NH * T * T); sz(a.y, N * QC); sz(a.res2, N * C); sz(a.xn2, N * C); sz(a.rstd2, N); sz(a.gate, N * I);
         sz(a.up, N * I); sz(a.hmid, N * I); sz(a.res3, N * C);
         rmsnorm_forward(a.xn1.data(), a.rstd1.data(), x, p(bl.in_norm), N, C, cfg.rms_eps);
-        matmul_forward(a.q.data(), a.xn1.data(), p(bl.q), bl.qb >= 0 ? p(bl.qb) : (const F *)nullptr, N, C, QC);
-        matmul_forward(a.k.data(), a.xn1.data(), p(bl.k), bl.kb >= 0 ? p(bl.kb) : (const F *)nullptr, N, C, KC);
-        matmul_forward(a.v.data(), a.xn1.data(), p(bl.v), bl.vb >= 0 ? p(bl.vb) : (const F *)nullptr, N, C, KC);
+        lin(a.q.data(), a.xn1.data(), bl.q, bl.qb, N, C, QC);
+        lin(a.k.data(), a.xn1.data(), bl.k, bl.kb, N, C, KC);
+        lin(a.v.data(), a.xn1.data(), bl.v, bl.vb, N, C, KC);
         lo(l, kQ, a.q.data(), a.xn1.data());
         lo(l, kK, a.k.data(), a.xn1.data());
         lo(l, kV, a.v.data(), a.xn1.data());
@@ -160,16 +188,16 @@ void Model<F>::forward(const int32_t * tok, int64_t B_, int64_t T_, bool head) {
         rope_forward(a.qr.data(), qpre, rope_cos.data(), rope_sin.data(), B, T, 0, NH, hd);
         rope_forward(a.kr.data(), kpre, rope_cos.data(), rope_sin.data(), B, T, 0, NKV, hd);
         attention_gqa_forward(a.y.data(), a.att.data(), a.qr.data(), a.kr.data(), a.v.data(), B, T, NH, NKV, hd);
-        matmul_forward(a.res2.data(), a.y.data(), p(bl.o), bl.ob >= 0 ? p(bl.ob) : (const F *)nullptr, N, QC, C);
+        lin(a.res2.data(), a.y.data(), bl.o, bl.ob, N, QC, C);
         lo(l, kO, a.res2.data(), a.y.data());
         for (int64_t i = 0; i < N * C; ++i) a.res2[(size_t)i] += x[i];
         rmsnorm_forward(a.xn2.data(), a.rstd2.data(), a.res2.data(), p(bl.post_norm), N, C, cfg.rms_eps);
-        matmul_forward(a.gate.data(), a.xn2.data(), p(bl.gate), (const F *)nullptr, N, C, I);
-        matmul_forward(a.up.data(), a.xn2.data(), p(bl.up), (const F *)nullptr, N, C, I);
+        lin(a.gate.data(), a.xn2.data(), bl.gate, -1, N, C, I);
+        lin(a.up.data(), a.xn2.data(), bl.up, -1, N, C, I);
         lo(l, kGate, a.gate.data(), a.xn2.data());
         lo(l, kUp, a.up.data(), a.xn2.data());
         swiglu_forward(a.hmid.data(), a.gate.data(), a.up.data(), N * I);
-        matmul_forward(a.res3.data(), a.hmid.data(), p(bl.down), (const F *)nullptr, N, I, C);
+        lin(a.res3.data(), a.hmid.data(), bl.down, -1, N, I, C);
         lo(l, kDown, a.res3.data(), a.hmid.data());
         for (int64_t i = 0; i < N * C; ++i) a.res3[(size_t)i] += a.res2[(size_t)i];
         x = a.res3.data();
@@ -179,7 +207,7 @@ void Model<F>::forward(const int32_t * tok, int64_t B_, int64_t T_, bool head) {
     rmsnorm_forward(lnf.data(), lnf_rstd.data(), x, p(layout.norm), N, C, cfg.rms_eps);
     if (head) {
         sz(logits, N * V);
-        matmul_forward(logits.data(), lnf.data(), p(layout.lm_head), (const F *)nullptr, N, C, V);
+        lin(logits.data(), lnf.data(), layout.lm_head, -1, N, C, V);
     } else {
         logits = std::vector<F>();
     }
@@ -189,10 +217,39 @@ void Model<F>::forward(const int32_t * tok, int64_t B_, int64_t T_, bool head) {
 }
 
 template <typename F>
+void Model<F>::lin(F * out, const F * inp, int64_t w, int64_t bias, int64_t N, int64_t Cin, int64_t OC) {
+    const F * b = bias >= 0 ? p(bias) : (const F *)nullptr;
+    if constexpr (std::is_same<F, float>::value)
+        if (is_half(w)) return gpt::matmul_forward_bf16(out, inp, h(w), b, N, Cin, OC);
+    matmul_forward(out, inp, p(w), b, N, Cin, OC);
+}
+
+template <typename F>
+void Model<F>::lin_back(F * dinp, F * dw, F * db, const F * dout, const F * inp, int64_t w, int64_t N, int64_t Cin, int64_t OC) {
+    if constexpr (std::is_same<F, float>::value)
+        if (is_half(w)) {
+            if (dw || db) throw_error(MAPORL_ERR_INTERNAL, "llama: a gradient asked of the frozen bfloat16 tensor %s", layout.tensors[(size_t)w].name.c_str());
+            return gpt::matmul_backward_input_bf16(dinp, dout, h(w), N, Cin, OC);
+        }
+    matmul_backward(dinp, dw, db, dout, inp, p(w), N, Cin, OC);
+}
+
+template <typename F>
+void Model<F>::embed_row(F * dst, int32_t id) {
+    const int64_t C = cfg.d_model;
+    if (is_half(layout.embed)) {
+        const uint16_t * src = h(layout.embed) + (int64_t)id * C;
+        for (int64_t c = 0; c < C; ++c) dst[c] = (F)bf16_to_float(src[c]);
+        return;
+    }
+    std::memcpy(dst, p(layout.embed) + (int64_t)id * C, sizeof(F) * (size_t)C);
+}
+
+template <typename F>
 void Model<F>::head_rows(F * out, int64_t n0, int64_t rows) {
     if (n0 < 0 || rows < 0 || n0 + rows > B * T) throw_error(MAPORL_ERR_INVALID_ARG, "head_rows: rows %lld..%lld of %lld", (long long)n0, (long long)(n0 + rows), (long long)(B * T));
     const F * x = lnf.data() + n0 * cfg.d_model;
-    if (gpt::matmul_packs<F>()) matmul_forward(out, x, p(layout.lm_head), (const F *)nullptr, rows, cfg.d_model, cfg.vocab);
+    if (is_half(layout.lm_head) || gpt::matmul_packs<F>()) lin(out, x, layout.lm_head, -1, rows, cfg.d_model, cfg.vocab);
     else matmul_forward_wt(out, x, wt(layout.lm_head), (const F *)nullptr, rows, cfg.d_model, cfg.vocab);
 }
 
@@ -202,7 +259,7 @@ void Model<F>::head_backward_rows(F * dlnf, const F * dlogits, int64_t n0, int64
     Lora<F> * ad = lora();
     if (!ad) ensure_train_state();
     const int64_t C = cfg.d_model;
-    matmul_backward(dlnf + n0 * C, ad ? (F *)nullptr : g(layout.lm_head), (F *)nullptr, dlogits, lnf.data() + n0 * C, p(layout.lm_head), rows, C, cfg.vocab);
+    lin_back(dlnf + n0 * C, ad ? (F *)nullptr : g(layout.lm_head), (F *)nullptr, dlogits, lnf.data() + n0 * C, layout.lm_head, rows, C, cfg.vocab);
 }
 
 template <typename F>
@@ -248,20 +305,20 @@ void Model<F>::backward_hidden(std::vector<F> & dlnf, const F * dvalues) {
         const F * xin = l == 0 ? embedded.data() : acts[(size_t)(l - 1)].res3.data();
         // res3 = res2 + down(swiglu(gate, up)): dres is the gradient of both.
         zero(dh);
-        matmul_backward(dh.data(), gw(bl.down), (F *)nullptr, dres.data(), a.hmid.data(), p(bl.down), N, I, C);
+        lin_back(dh.data(), gw(bl.down), (F *)nullptr, dres.data(), a.hmid.data(), bl.down, N, I, C);
         lo(l, kDown, dh.data(), dres.data(), a.hmid.data());
         zero(dgate);
         zero(dup);
         swiglu_backward(dgate.data(), dup.data(), dh.data(), a.gate.data(), a.up.data(), N * I);
         zero(dxn);
-        matmul_backward(dxn.data(), gw(bl.gate), (F *)nullptr, dgate.data(), a.xn2.data(), p(bl.gate), N, C, I);
-        matmul_backward(dxn.data(), gw(bl.up), (F *)nullptr, dup.data(), a.xn2.data(), p(bl.up), N, C, I);
+        lin_back(dxn.data(), gw(bl.gate), (F *)nullptr, dgate.data(), a.xn2.data(), bl.gate, N, C, I);
+        lin_back(dxn.data(), gw(bl.up), (F *)nullptr, dup.data(), a.xn2.data(), bl.up, N, C, I);
         lo(l, kGate, dxn.data(), dgate.data(), a.xn2.data());
         lo(l, kUp, dxn.data(), dup.data(), a.xn2.data());
         rmsnorm_backward(dres.data(), gw(bl.post_norm), dxn.data(), a.res2.data(), p(bl.post_norm), a.rstd2.data(), N, C);
         // res2 = x + o_proj(y).
         zero(dy);
-        matmul_backward(dy.data(), gw(bl.o), bias_g(bl.ob), dres.data(), a.y.data(), p(bl.o), N, QC, C);
+        lin_back(dy.data(), gw(bl.o), bias_g(bl.ob), dres.data(), a.y.data(), bl.o, N, QC, C);
         lo(l, kO, dy.data(), dres.data(), a.y.data());
         zero(dqr);
         zero(dkr);
@@ -281,9 +338,9 @@ void Model<F>::backward_hidden(std::vector<F> & dlnf, const F * dvalues) {
             dkp = &dk;
         }
         zero(dxn);
-        matmul_backward(dxn.data(), gw(bl.q), bias_g(bl.qb), dqp->data(), a.xn1.data(), p(bl.q), N, C, QC);
-        matmul_backward(dxn.data(), gw(bl.k), bias_g(bl.kb), dkp->data(), a.xn1.data(), p(bl.k), N, C, KC);
-        matmul_backward(dxn.data(), gw(bl.v), bias_g(bl.vb), dv.data(), a.xn1.data(), p(bl.v), N, C, KC);
+        lin_back(dxn.data(), gw(bl.q), bias_g(bl.qb), dqp->data(), a.xn1.data(), bl.q, N, C, QC);
+        lin_back(dxn.data(), gw(bl.k), bias_g(bl.kb), dkp->data(), a.xn1.data(), bl.k, N, C, KC);
+        lin_back(dxn.data(), gw(bl.v), bias_g(bl.vb), dv.data(), a.xn1.data(), bl.v, N, C, KC);
         lo(l, kQ, dxn.data(), dqp->data(), a.xn1.data());
         lo(l, kK, dxn.data(), dkp->data(), a.xn1.data());
         lo(l, kV, dxn.data(), dv.data(), a.xn1.data());
@@ -355,6 +412,8 @@ template <typename F>
 void Model<F>::lora_merge(int64_t id) {
     if (id < 0 || id >= (int64_t)adapters.size() || !adapters[(size_t)id])
         throw_error(MAPORL_ERR_INVALID_ARG, "adapter: expected a live adapter id, got %lld", (long long)id);
+    if (!half.empty())
+        throw_error(MAPORL_ERR_INVALID_ARG, "merge: the base's matrices are bfloat16; merging would round the adapter's update into them (load the base in float32 to merge)");
     const Lora<F> & a = *adapters[(size_t)id];
     for (int64_t l = 0; l < cfg.layers; ++l)
         for (int t = 0; t < kLoraTargets; ++t)

@@ -29,6 +29,9 @@ struct Config {
     bool o_bias = false;    // the output projection has a bias (Llama's attention_bias)
     bool qk_norm = false;   // RMSNorm over each head of q and k before the rotation (Qwen3)
     bool tie_embeddings = false;
+    // The matrices (embedding, projections, LM head) stored as bfloat16 and frozen (a base under LoRA adapters, or a
+    // model that only generates and scores): half the memory; the kernels widen them exactly. Float models only.
+    bool bf16 = false;
 };
 
 // Throws Error(MAPORL_ERR_INVALID_ARG) naming the field when the config is unusable.
@@ -83,6 +86,18 @@ struct Model {
 
     explicit Model(const Config & c);
     F * p(int64_t tensor) { return params.data() + layout.tensors[(size_t)tensor].offset; }
+    // cfg.bf16: the matrices' values (params holds the other tensors; a matrix's layout offset is -1).
+    std::vector<uint16_t> half;
+    std::vector<int64_t> half_off;  // per tensor: offset in half, or -1 (a float tensor, in params)
+    bool is_half(int64_t tensor) const { return !half_off.empty() && half_off[(size_t)tensor] >= 0; }
+    const uint16_t * h(int64_t tensor) const { return half.data() + half_off[(size_t)tensor]; }
+    uint16_t * h(int64_t tensor) { return half.data() + half_off[(size_t)tensor]; }
+    // out = inp @ W^T (+ bias) for matrix tensor w (bias: a tensor index or -1), float or bfloat16.
+    void lin(F * out, const F * inp, int64_t w, int64_t bias, int64_t N, int64_t Cin, int64_t OC);
+    // dinp += dout @ W; dw, db (may be null) += the weight's and bias's gradients (a bfloat16 W has none).
+    void lin_back(F * dinp, F * dw, F * db, const F * dout, const F * inp, int64_t w, int64_t N, int64_t Cin, int64_t OC);
+    // dst [C] = the embedding row of token id.
+    void embed_row(F * dst, int32_t id);
     F * g(int64_t tensor) { return grads.data() + layout.tensors[(size_t)tensor].offset; }
     void ensure_train_state();
 

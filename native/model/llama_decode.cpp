@@ -66,7 +66,7 @@ void Model<F>::decode_rows(const int32_t * tok, const int64_t * pos, bool logits
     std::vector<int64_t> rows((size_t)Bc);
     for (int64_t b = 0; b < Bc; ++b) rows[(size_t)b] = b;
     std::vector<F> x((size_t)(Bc * C));
-    for (int64_t b = 0; b < Bc; ++b) std::memcpy(x.data() + b * C, p(layout.embed) + (int64_t)tok[b] * C, sizeof(F) * (size_t)C);
+    for (int64_t b = 0; b < Bc; ++b) embed_row(x.data() + b * C, tok[b]);
     step_rows(x, rows.data(), pos, Bc, true);
     if (!logits && !values) return;
     std::vector<F> xn((size_t)(Bc * C)), rs((size_t)Bc);
@@ -110,8 +110,7 @@ void Model<F>::prefill(const int32_t * tok, const int64_t * lens, int64_t P) {
             for (int64_t t = t0; t < std::min(t0 + span, lens[b]); ++t) rb.push_back(b), rt.push_back(t);
         const int64_t N = (int64_t)rb.size();
         std::vector<F> x((size_t)(N * C));
-        for (int64_t n = 0; n < N; ++n)
-            std::memcpy(x.data() + n * C, p(layout.embed) + (int64_t)tok[rb[(size_t)n] * P + rt[(size_t)n]] * C, sizeof(F) * (size_t)C);
+        for (int64_t n = 0; n < N; ++n) embed_row(x.data() + n * C, tok[rb[(size_t)n] * P + rt[(size_t)n]]);
         step_rows(x, rb.data(), rt.data(), N, false);
     }
 }
@@ -142,7 +141,7 @@ void Model<F>::step_rows(std::vector<F> & x, const int64_t * rb, const int64_t *
     // output alone, so a request decodes (or is prefilled) as it would alone.
     auto mm = [&](F * out, const F * inp, int64_t w, int64_t bias, int64_t Cin, int64_t OC) {
         if (decode_rule) matmul_forward_wt_or(out, inp, w, bias, N, Cin, OC);
-        else gpt::matmul_forward(out, inp, p(w), bias >= 0 ? p(bias) : (const F *)nullptr, N, Cin, OC);
+        else lin(out, inp, w, bias, N, Cin, OC);
     };
     const F scale = F(1) / (F)std::sqrt((double)hd);
     [[maybe_unused]] const auto rows = gpt::attention_rows();
@@ -222,6 +221,12 @@ void Model<F>::step_rows(std::vector<F> & x, const int64_t * rb, const int64_t *
 template <typename F>
 void Model<F>::matmul_forward_wt_or(F * out, const F * inp, int64_t w, int64_t bias, int64_t N, int64_t Cin, int64_t OC) {
     const F * b = bias >= 0 ? p(bias) : (const F *)nullptr;
+    if constexpr (std::is_same<F, float>::value)
+        if (is_half(w)) {  // bfloat16 weights, widened in the GEMV or the GEMM's packing
+            if (N <= kRowsGemv) gpt::matmul_forward_rows_bf16(out, inp, h(w), b, N, Cin, OC);
+            else gpt::matmul_forward_bf16(out, inp, h(w), b, N, Cin, OC);
+            return;
+        }
     // A few rows (single-stream and small-batch decoding): dot products over the weight's own rows, read once per
     // step; more rows: the GEMM, which reuses each weight across rows (the packed one reads the weight in place;
     // the others, a transposed copy kept until the weights change).

@@ -5,6 +5,7 @@
 // order: also independent of the thread count, and within float rounding of this path); it reads a Linear's
 // weight through its strides, so matmul_forward makes no transposed copy there.
 #include <atomic>
+#include <cstring>
 #include <type_traits>
 #include <vector>
 
@@ -18,11 +19,17 @@ namespace avx512 {
 void gemm_acc_f32(int64_t M, int64_t Nc, int64_t K, const float * A, int64_t lda_i, int64_t lda_k, const float * B,
                   int64_t ldb_k, int64_t ldb_j, float * Cm, int64_t ldc);
 void gemv_rows_f32(int64_t N, int64_t OC, int64_t C, const float * X, const float * Wm, const float * bias, float * out);
+void gemm_acc_bf16(int64_t M, int64_t Nc, int64_t K, const float * A, int64_t lda_i, int64_t lda_k, const uint16_t * B,
+                   int64_t ldb_k, int64_t ldb_j, float * Cm, int64_t ldc);
+void gemv_rows_bf16(int64_t N, int64_t OC, int64_t C, const float * X, const uint16_t * Wm, const float * bias, float * out);
 }
 namespace avx2 {
 void gemm_acc_f32(int64_t M, int64_t Nc, int64_t K, const float * A, int64_t lda_i, int64_t lda_k, const float * B,
                   int64_t ldb_k, int64_t ldb_j, float * Cm, int64_t ldc);
 void gemv_rows_f32(int64_t N, int64_t OC, int64_t C, const float * X, const float * Wm, const float * bias, float * out);
+void gemm_acc_bf16(int64_t M, int64_t Nc, int64_t K, const float * A, int64_t lda_i, int64_t lda_k, const uint16_t * B,
+                   int64_t ldb_k, int64_t ldb_j, float * Cm, int64_t ldc);
+void gemv_rows_bf16(int64_t N, int64_t OC, int64_t C, const float * X, const uint16_t * Wm, const float * bias, float * out);
 }
 namespace gpt {
 namespace {
@@ -156,6 +163,46 @@ void matmul_backward(F * dinp, F * dweight, F * dbias, const F * dout, const F *
             if (dbias) dbias[o] += db;
         }
     });
+}
+
+// bfloat16 weights (a frozen base): the SIMD kernels widen them as they pack or stream them (the same bits as the
+// float kernels on the widened values); the scalar level widens a float copy and runs the float path.
+namespace {
+std::vector<float> widened(const uint16_t * w, int64_t n) {
+    std::vector<float> out((size_t)n);
+    for (int64_t i = 0; i < n; ++i) {
+        const uint32_t u = (uint32_t)w[i] << 16;
+        std::memcpy(&out[(size_t)i], &u, 4);
+    }
+    return out;
+}
+}  // namespace
+
+void matmul_forward_bf16(float * out, const float * inp, const uint16_t * weight, const float * bias, int64_t N, int64_t C, int64_t OC) {
+    const Isa isa = active_isa();
+    if (isa == Isa::Avx512 || isa == Isa::Avx2) {
+        fill_bias(out, bias, N, OC);
+        (isa == Isa::Avx512 ? avx512::gemm_acc_bf16 : avx2::gemm_acc_bf16)(N, OC, C, inp, C, 1, weight, 1, C, out, OC);
+        return;
+    }
+    const std::vector<float> w = widened(weight, OC * C);
+    matmul_forward(out, inp, w.data(), bias, N, C, OC);
+}
+
+void matmul_forward_rows_bf16(float * out, const float * inp, const uint16_t * weight, const float * bias, int64_t N, int64_t C, int64_t OC) {
+    const Isa isa = active_isa();
+    if (isa == Isa::Avx512) return avx512::gemv_rows_bf16(N, OC, C, inp, weight, bias, out);
+    if (isa == Isa::Avx2) return avx2::gemv_rows_bf16(N, OC, C, inp, weight, bias, out);
+    const std::vector<float> w = widened(weight, OC * C);
+    matmul_forward_rows(out, inp, w.data(), bias, N, C, OC);
+}
+
+void matmul_backward_input_bf16(float * dinp, const float * dout, const uint16_t * weight, int64_t N, int64_t C, int64_t OC) {
+    const Isa isa = active_isa();
+    if (isa == Isa::Avx512 || isa == Isa::Avx2)
+        return (isa == Isa::Avx512 ? avx512::gemm_acc_bf16 : avx2::gemm_acc_bf16)(N, C, OC, dout, OC, 1, weight, C, 1, dinp, C);
+    const std::vector<float> w = widened(weight, OC * C);
+    matmul_backward(dinp, (float *)nullptr, (float *)nullptr, dout, (const float *)nullptr, w.data(), N, C, OC);
 }
 
 #define MAPORL_INSTANTIATE(F)                                                                              \

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <memory>
 
+#include "native/core/bf16.h"
 #include "native/core/core.h"
 #include "native/model/gpt.h"
 #include "native/model/gpt_cuda.h"
@@ -423,6 +424,7 @@ maporl_status llama_create(const maporl_llama_config * config, bool init, uint64
         l.o_bias = c.o_bias != 0;
         l.qk_norm = c.qk_norm != 0;
         l.tie_embeddings = c.tie_embeddings != 0;
+        l.bf16 = c.bf16_matrices != 0;
         auto * g = new maporl_gpt(l);
         if (init) g->lm->init(seed);  // else zeros, for a loader that writes every tensor
         *out = g;
@@ -440,13 +442,7 @@ maporl_status maporl_llama_create_zeroed(const maporl_llama_config * config, map
 }
 
 namespace {
-// bfloat16 and IEEE half to float, exactly (every value of either is a float).
-inline float bf16_to_float(uint16_t h) {
-    const uint32_t u = (uint32_t)h << 16;
-    float f;
-    std::memcpy(&f, &u, 4);
-    return f;
-}
+// IEEE half to float, exactly (every value is a float).
 inline float f16_to_float(uint16_t h) {
     const uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
     uint32_t u;
@@ -478,6 +474,28 @@ maporl_status maporl_gpt_set_tensor(maporl_gpt * gpt, int64_t index, int dtype, 
         if (count != t.size)
             throw_error(MAPORL_ERR_INVALID_ARG, "count: tensor %s has %lld elements, got %lld", t.name.c_str(), (long long)t.size, (long long)count);
         require_ptr(data, "data", count);
+        if (gpt->lm && gpt->lm->active < 0 && gpt->lm->is_half(index)) {  // a bfloat16 matrix: kept as bf16 (others rounded)
+            uint16_t * dst = gpt->lm->h(index);
+            const uint8_t * src = (const uint8_t *)data;
+            if (dtype == MAPORL_DTYPE_BF16) {
+                std::memcpy(dst, src, 2 * (size_t)count);
+            } else if (dtype == MAPORL_DTYPE_F32 || dtype == MAPORL_DTYPE_F16) {
+                for (int64_t i = 0; i < count; ++i) {
+                    float f;
+                    if (dtype == MAPORL_DTYPE_F32) {
+                        std::memcpy(&f, src + 4 * i, 4);
+                    } else {
+                        uint16_t x;
+                        std::memcpy(&x, src + 2 * i, 2);
+                        f = f16_to_float(x);
+                    }
+                    dst[i] = float_to_bf16(f);
+                }
+            } else {
+                throw_error(MAPORL_ERR_INVALID_ARG, "dtype: expected 0 (F32), 1 (BF16) or 2 (F16), got %d", dtype);
+            }
+            return MAPORL_OK;
+        }
         float * dst = gpt->visit_trainable([](auto & m) { return m.params.data(); }) + t.offset;
         if (dtype == MAPORL_DTYPE_F32) {
             std::memcpy(dst, data, sizeof(float) * (size_t)count);

@@ -51,6 +51,35 @@ MAPORL_INLINE vf load(const float * p) {
     __builtin_memcpy(&v, p, sizeof v);
     return v;
 }
+// W bfloat16 values widened to floats, exactly (the 16 bits become the top half of the float's 32).
+MAPORL_INLINE vf load_bf16(const uint16_t * p) {
+#if defined(__AVX512F__) && MAPORL_VEC_W == 16
+    const __m512i i = _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p))), 16);
+    vf v;
+    __builtin_memcpy(&v, &i, sizeof v);
+    return v;
+#elif defined(__AVX2__) && MAPORL_VEC_W == 8
+    const __m256i i = _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p))), 16);
+    vf v;
+    __builtin_memcpy(&v, &i, sizeof v);
+    return v;
+#else
+    vu u;
+    for (int i = 0; i < W; ++i) u[i] = (uint32_t)p[i] << 16;
+    vf v;
+    __builtin_memcpy(&v, &u, sizeof v);
+    return v;
+#endif
+}
+MAPORL_INLINE float widen(float x) { return x; }
+MAPORL_INLINE float widen(uint16_t h) {
+    const uint32_t u = (uint32_t)h << 16;
+    float f;
+    __builtin_memcpy(&f, &u, 4);
+    return f;
+}
+MAPORL_INLINE vf loadw(const float * p) { return load(p); }
+MAPORL_INLINE vf loadw(const uint16_t * p) { return load_bf16(p); }
 // W bytes widened to floats. NOTE(u8 load): GCC 12 lowers __builtin_convertvector from a byte vector lane by
 // lane (scalar byte extracts, 2x slower than the whole GAE kernel), so the x86 units use the zero-extend
 // intrinsic (vpmovzxbd) directly.

@@ -13,6 +13,7 @@
 
 #include "test/native/core/check.h"
 #include "test/native/model/model_check.h"
+#include "native/core/bf16.h"
 #include "native/core/core.h"
 #include "native/model/llama.h"
 #include "maporl.h"
@@ -265,6 +266,96 @@ TEST(prefilled_ragged_rows_decode_as_each_alone_and_as_the_full_forward) {
         }
         CHECK(worst < 1e-5f, "%s: prefilled decoding differs from the full forward by %g", var.name, worst);
     }
+}
+
+// A base kept in bfloat16 (cfg.bf16: matrices frozen as bf16, widened inside the GEMM's packing and the GEMV)
+// computes the very bits of a float model holding the widened values: the forward, the head in row chunks, a
+// prefilled and decoded batch, and a LoRA adapter's gradients on it; training the base or merging into it is
+// refused; the matrices take half the bytes.
+TEST(a_bf16_base_computes_the_bits_of_its_widened_float_twin) {
+    for (const char * level : {"scalar", "avx2", "avx512"}) {  // each SIMD level's kernels (scalar: widened copies)
+        if (maporl_set_simd(level) != MAPORL_OK) continue;
+        for (const Variant & var : variants()) {
+            L::Config c = var.c;
+            c.context = 12; c.d_model = 16; c.intermediate = 24; c.vocab = 13;
+            L::Model<float> f(c);
+            f.init(11);
+            L::Config hc = c;
+            hc.bf16 = true;
+            L::Model<float> hm(hc);
+            int64_t matrix_elems = 0;
+            for (size_t k = 0; k < f.layout.tensors.size(); ++k) {
+                const auto & t = f.layout.tensors[k];
+                float * x = f.p((int64_t)k);
+                if (t.shape.size() == 2) {
+                    CHECK(hm.is_half((int64_t)k), "%s: %s is not kept as bf16", var.name, t.name.c_str());
+                    for (int64_t i = 0; i < t.size; ++i) {
+                        hm.h((int64_t)k)[i] = maporl::float_to_bf16(x[i]);
+                        x[i] = maporl::bf16_to_float(hm.h((int64_t)k)[i]);
+                    }
+                    matrix_elems += t.size;
+                } else {
+                    std::copy(x, x + t.size, hm.p((int64_t)k));
+                }
+            }
+            CHECK((int64_t)hm.half.size() == matrix_elems && (int64_t)hm.params.size() == (int64_t)f.params.size() - matrix_elems,
+                  "%s: %zu bf16 + %zu float elements for %lld matrix elements of %zu", var.name, hm.half.size(), hm.params.size(), (long long)matrix_elems,
+                  f.params.size());
+            const int64_t B = 2, T = 7, V = c.vocab;
+            std::vector<int32_t> tok((size_t)(B * T));
+            for (size_t i = 0; i < tok.size(); ++i) tok[i] = (int32_t)((i * 5 + 3) % (size_t)V);
+            f.forward(tok.data(), B, T);
+            hm.forward(tok.data(), B, T);
+            CHECK(f.logits == hm.logits && f.values == hm.values, "%s: the bf16 base's forward differs from its float twin", var.name);
+            std::vector<float> zf((size_t)(3 * V)), zh((size_t)(3 * V));
+            f.head_rows(zf.data(), 4, 3);
+            hm.head_rows(zh.data(), 4, 3);
+            CHECK(zf == zh, "%s: head_rows differ", var.name);
+            for (int64_t rows : {2, 9}) {  // decode steps by the GEMV (<= 8 rows) and by the GEMM
+                std::vector<int32_t> head((size_t)(rows * 3)), cur((size_t)rows);
+                std::vector<int64_t> lens((size_t)rows), pos((size_t)rows);
+                for (int64_t b = 0; b < rows; ++b) {
+                    lens[(size_t)b] = 1 + b % 3;
+                    for (int64_t t = 0; t < 3; ++t) head[(size_t)(b * 3 + t)] = (int32_t)((b + 2 * t + 1) % V);
+                    cur[(size_t)b] = (int32_t)(b % V);
+                    pos[(size_t)b] = lens[(size_t)b];
+                }
+                for (L::Model<float> * m : {&f, &hm}) {
+                    m->cache_reset(rows, 8);
+                    m->prefill(head.data(), lens.data(), 3);
+                    m->decode_rows(cur.data(), pos.data());
+                }
+                CHECK(f.step_logits == hm.step_logits && f.step_values == hm.step_values, "%s: %lld rows decode differently on the bf16 base", var.name,
+                      (long long)rows);
+            }
+            // An adapter (B nonzero, so both factors get gradients) on each: the same gradients.
+            L::LoraConfig lc;
+            lc.rank = 2;
+            std::vector<std::vector<float>> grads;
+            for (L::Model<float> * m : {&f, &hm}) {
+                m->active = m->lora_add(lc, 21);
+                auto & ad = *m->adapters[(size_t)m->active];
+                for (size_t i = 0; i < ad.params.size(); ++i) ad.params[i] = 0.05f * (float)((i * 7) % 11) - 0.25f;
+                m->zero_grad();
+                m->forward(tok.data(), B, T);
+                std::vector<float> dl(m->logits.size()), dv(m->values.size());
+                for (size_t i = 0; i < dl.size(); ++i) dl[i] = 0.01f * (float)((i * 3) % 7) - 0.03f;
+                for (size_t i = 0; i < dv.size(); ++i) dv[i] = 0.1f * (float)(i % 3);
+                m->backward(dl.data(), dv.data());
+                grads.push_back(ad.grads);
+            }
+            CHECK(grads[0] == grads[1], "%s: the adapter's gradients differ on the bf16 base", var.name);
+            auto refused = [&](auto fn, const char * needle) {
+                try { fn(); } catch (const maporl::Error & e) { return e.message.find(needle) != std::string::npos; }
+                return false;
+            };
+            const int64_t id = hm.active;
+            CHECK(refused([&] { hm.lora_merge(id); }, "bfloat16"), "%s: merging into the bf16 base is refused", var.name);
+            hm.active = -1;
+            CHECK(refused([&] { hm.zero_grad(); }, "frozen"), "%s %s: training the bf16 base is refused", level, var.name);
+        }
+    }
+    maporl_set_simd("best");
 }
 
 // A prompt decoded without the heads (NativePolicy skips the LM head while every row reads its prompt) leaves the
