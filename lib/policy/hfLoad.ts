@@ -52,13 +52,14 @@ export function openHfModel(dir: string, o: LoadOptions): OpenedHfModel {
     const info = readHfConfig(dir, raw, o.contextLength ?? saved?.contextLength);
     if (o.contextLength === undefined && !saved) info.engine.context = Math.min(info.engine.context, 8192);
     const { tokenizer, tokenizerDir } = resolveHfTokenizer(fn, dir, info, o);
+    if (o.dtype === "bfloat16") info.engine.bf16 = true;  // the matrices stay bf16 (a file's F32 / F16 rounded to nearest even)
     const h = native.llamaCreate(info.engine, null);
     try {
         loadHfWeights(dir, h, info.engine.tieEmbeddings);
         const head = join(dir, "value_head.safetensors");
         if (existsSync(head)) loadValueHead(fn, head, h);
         const opt = join(dir, "optimizer.safetensors");
-        if (saved && existsSync(opt)) loadOptimizer(fn, opt, h);
+        if (saved && existsSync(opt) && o.dtype !== "bfloat16") loadOptimizer(fn, opt, h);  // (a frozen bf16 base does not train)
         if (saved) native.gptSetStep(h, saved.step);
     } catch (e) {
         native.gptFree(h);

@@ -112,6 +112,11 @@ export interface LoadOptions {
     tokenizer?: string | HfTokenizer | null;
     /** Hugging Face directories: a chat template to use instead of tokenizer_config.json's. */
     chatTemplate?: string;
+    /** Hugging Face directories: how the weights are held in memory. 'float32' (default): every parameter trains.
+     * 'bfloat16': the matrices (embedding, projections, LM head) stay bfloat16 and frozen, half their memory (widened
+     * exactly inside the kernels, so the model computes what its float32 load of a bf16 checkpoint computes): a base
+     * for LoRA adapters, or a model that only generates and scores. Its own trainStep, save and clone are errors. */
+    dtype?: "float32" | "bfloat16";
     name?: string;
     /** Hugging Face directories: add a LoRA adapter named 'default' (PEFT's name) and return the policy of it (the base
      * frozen; more adapters on the same base with withAdapter). */
@@ -132,6 +137,12 @@ export interface SaveOptions {
 // A Hugging Face model's config, where it and its tokenizer files came from.
 interface HfState { info: HfModelInfo; tokenizerDir: string | null; sourceDir: string | null }
 
+// LoadOptions.dtype: undefined, 'float32' or 'bfloat16'.
+function requireDtype(fn: string, dtype: unknown): void {
+    if (dtype !== undefined && dtype !== "float32" && dtype !== "bfloat16")
+        throw new RangeError(`${fn}: dtype: expected 'float32' or 'bfloat16', got ${describe(dtype)}`);
+}
+
 // adapter_config.json's base_model_name_or_path when it names a local model directory, else null.
 function adapterBaseModel(dir: string): string | null {
     try {
@@ -151,7 +162,11 @@ class ModelCore {
     openBatch: DecodeCall[] | null = null;
     views = 1;
     readonly baseCount: number;
-    constructor(h: GptHandle, readonly baseName: string) { this.handle = h; this.baseCount = native.gptParamCount(h); }
+    constructor(h: GptHandle, readonly baseName: string, bf16 = false) {
+        this.handle = h;
+        // (a bfloat16 base's parameter set is its float tensors; its count, every tensor's)
+        this.baseCount = bf16 ? native.gptTensors(h).reduce((a, t) => a + t.shape.filter((d) => d > 0).reduce((x, y) => x * y, 1), 0) : native.gptParamCount(h);
+    }
     free(): void { if (this.handle) native.gptFree(this.handle); this.handle = null; }
 }
 
@@ -191,7 +206,7 @@ export class NativePolicy implements Policy {
                 tieEmbeddings: e.tieEmbeddings, seed: 0 };
             this.V = e.vocab;
             this.name = config.name ?? `${hf.state.info.modelType}-${e.layers}x${e.dModel}`;
-            this.core = share?.core ?? new ModelCore(handle!, this.name);
+            this.core = share?.core ?? new ModelCore(handle!, this.name, e.bf16 === true);
             return;
         }
         this.config = {
@@ -227,7 +242,18 @@ export class NativePolicy implements Policy {
         return this;
     }
 
-    /** The trainable parameters: the adapter's (A, B and its value head) for an adapter's policy, else the model's. */
+    /** How the model's matrices are held: 'bfloat16' for a frozen bf16 base (LoadOptions.dtype), else 'float32'. */
+    get dtype(): "float32" | "bfloat16" { return this.hf?.info.engine.bf16 === true ? "bfloat16" : "float32"; }
+
+    // A bfloat16 base cannot be read back as float32 parameters: `what` is refused with the way out.
+    private requireFloatBase(what: string): void {
+        if (this.adapterId < 0 && this.dtype === "bfloat16")
+            throw new Error(`${this.name}.${what}: the model's matrices are bfloat16 in memory (loaded with dtype 'bfloat16', frozen); ` +
+                `${what} an adapter of it (withAdapter), or load the model with dtype 'float32'`);
+    }
+
+    /** The trainable parameters: the adapter's (A, B and its value head) for an adapter's policy, else the model's
+     * (for a bfloat16 base, every tensor's count). */
     get parameterCount(): number { return this.adapterId >= 0 ? native.loraInfo(this.h(), this.adapterId).count : this.core.baseCount; }
 
     /** The embedded GPT's CharTokenizer (`what` needs one: a Hugging Face model has none, and the error says so). */
@@ -489,6 +515,7 @@ export class NativePolicy implements Policy {
      * state is not copied. */
     async clone(name?: string): Promise<NativePolicy> {
         if (this.adapter !== null) return this.cloneAdapter(name ?? `${this.adapter}-clone`);
+        this.requireFloatBase("clone");
         return this.serial(async () => {
             const cname = name ?? `${this.name}-clone`;
             const c = this.hf ? new NativePolicy({ name: cname } as NativePolicyConfig, native.llamaCreate(this.hf.info.engine, 0), { state: this.hf, tokenizer: this.tokenizer })
@@ -506,6 +533,7 @@ export class NativePolicy implements Policy {
     async save(dir: string, options: SaveOptions = {}): Promise<void> {
         const o = requireOptions<SaveOptions>(`${this.name}.save`, "options", options, ["maxShardBytes"]);
         const maxShardBytes = requireNumber(`${this.name}.save`, "maxShardBytes", o.maxShardBytes, 5e9, 1, Number.MAX_SAFE_INTEGER);
+        this.requireFloatBase("save");
         return this.serial(async () => {
             const h = this.h(), n = this.parameterCount, step = native.gptGetStep(h);
             if (this.adapter !== null) return replaceDirDurable(dir, (tmp) => writeAdapterDir(tmp, h, this.adapterId, this.hf?.sourceDir ?? null,
@@ -537,11 +565,12 @@ export class NativePolicy implements Policy {
      * A bad directory fails before any weight is written, naming the file, key or tensor. */
     static async load(dir: string, options: LoadOptions = {}): Promise<NativePolicy> {
         if (typeof dir !== "string" || dir.length === 0) throw new TypeError(`NativePolicy.load: dir: expected a directory path, got ${describe(dir)}`);
-        const o = requireOptions<LoadOptions>("NativePolicy.load", "options", options, ["device", "contextLength", "tokenizer", "chatTemplate", "name", "lora", "base"]);
+        const o = requireOptions<LoadOptions>("NativePolicy.load", "options", options, ["device", "contextLength", "tokenizer", "chatTemplate", "name", "lora", "base", "dtype"]);
+        requireDtype("NativePolicy.load", o.dtype);
         if (isAdapterDir(dir)) return NativePolicy.loadOnBase(dir, o);
         if (o.base !== undefined) throw new RangeError(`NativePolicy.load: base: only for a PEFT adapter directory (${join(dir, "adapter_config.json")} is missing)`);
         if (isHfModelDir(dir)) return NativePolicy.withLora(NativePolicy.loadHf(dir, o), o.lora);
-        for (const k of ["contextLength", "tokenizer", "chatTemplate", "lora"] as const)
+        for (const k of ["contextLength", "tokenizer", "chatTemplate", "lora", "dtype"] as const)
             if (o[k] !== undefined) throw new RangeError(`NativePolicy.load: ${k}: only for Hugging Face directories (${join(dir, "config.json")} has no model_type)`);
         const read = (f: string) => {
             try { return readFileSync(join(dir, f), "utf8"); } catch { throw new Error(`NativePolicy.load: ${join(dir, f)}: missing (not a checkpoint directory?)`); }
@@ -590,11 +619,13 @@ export class NativePolicy implements Policy {
     static async fromConfig(hfConfig: Record<string, unknown>, options: Omit<LoadOptions, "tokenizer"> & { tokenizer: string | HfTokenizer | null; seed?: number }): Promise<NativePolicy> {
         const fn = "NativePolicy.fromConfig";
         if (hfConfig === null || typeof hfConfig !== "object" || Array.isArray(hfConfig)) throw new TypeError(`${fn}: hfConfig: expected a config.json object, got ${describe(hfConfig)}`);
-        const o = requireOptions<LoadOptions & { seed?: number }>(fn, "options", options, ["device", "contextLength", "tokenizer", "chatTemplate", "name", "seed", "lora"]);
+        const o = requireOptions<LoadOptions & { seed?: number }>(fn, "options", options, ["device", "contextLength", "tokenizer", "chatTemplate", "name", "seed", "lora", "dtype"]);
+        requireDtype(fn, o.dtype);
         const seed = requireInt("seed", o.seed ?? 0, 0, Number.MAX_SAFE_INTEGER);
         const info = readHfConfig("(hfConfig)", { ...hfConfig }, o.contextLength);
         if (o.contextLength === undefined) info.engine.context = Math.min(info.engine.context, 8192);
         const { tokenizer, tokenizerDir } = resolveHfTokenizer(fn, null, info, o);
+        if (o.dtype === "bfloat16") info.engine.bf16 = true;
         const h = native.llamaCreate(info.engine, seed);
         return NativePolicy.withLora(new NativePolicy({ name: o.name } as NativePolicyConfig, h, { state: { info, tokenizerDir, sourceDir: null }, tokenizer })
             .placed(fn, o.device), o.lora);
