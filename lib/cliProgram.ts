@@ -78,6 +78,7 @@ export function buildProgram(actions: CliActions, options: CliOptions): Command 
         .option("--model <dir>", "a Hugging Face model directory (llama, mistral, qwen2, qwen3): every agent and critic a LoRA adapter on its one base")
         .option("--lora-rank <n>", "the adapters' rank (with --model; default 16)")
         .option("--lora-alpha <x>", "the adapters' alpha (with --model; default 32)")
+        .addOption(new Option("--dtype <dtype>", "the base's matrices in memory (with --model): float32, or bfloat16 (frozen, half the memory)").choices(["float32", "bfloat16"]))
         .option("--data <dir>", "gsm8k: a directory with train.jsonl and test.jsonl (default the shipped copy)")
         .addOption(new Option("--device <device>", "where the models live (cuda needs a GPU and a CUDA build)").choices(DEVICES).default(DEFAULT_CONFIG.device))
         .option("--config <file>", "a JSON config (keys as in the README; unknown keys are errors)")
@@ -89,7 +90,7 @@ export function buildProgram(actions: CliActions, options: CliOptions): Command 
             // Only what was given on the command line (a default must not override the config file).
             const given = (k: string) => cmd.getOptionValueSource(k) === "cli";
             const map: Record<string, string> = { task: "task", algo: "algo", agents: "agents", turns: "turns", iterations: "iterations", seed: "seed",
-                schedule: "schedule", model: "model.dir", loraRank: "lora.rank", loraAlpha: "lora.alpha", data: "taskOptions.data", device: "device" };
+                schedule: "schedule", model: "model.dir", loraRank: "lora.rank", loraAlpha: "lora.alpha", dtype: "model.dtype", data: "taskOptions.data", device: "device" };
             for (const [k, key] of Object.entries(map)) if (given(k)) flags[key] = String(o[k]);
             for (const kv of o.set as string[]) {
                 const eq = kv.indexOf("=");

@@ -50,7 +50,10 @@ export interface TrainConfig {
     /** The embedded GPT's shape, or `dir`: a Hugging Face model directory (llama, mistral, qwen2, qwen3) whose agents
      * and critics are LoRA adapters (`lora`) on its one frozen base; the warm start is then off unless sft.steps is
      * given (real models are already instruction-tuned), and contextLength defaults to 512. */
-    model: { layers: number; heads: number; dModel: number; contextLength: number; dir: string };
+    model: { layers: number; heads: number; dModel: number; contextLength: number; dir: string;
+        /** model.dir only: the base's matrices in memory: 'float32', or 'bfloat16' (frozen, half the memory; the
+         * warm start, which trains the base, is then not possible). */
+        dtype: "float32" | "bfloat16" };
     /** model.dir only: every agent's and critic's adapter (PEFT's r, lora_alpha, lora_dropout; every block projection). */
     lora: { rank: number; alpha: number; dropout: number };
     critic: { layers: number; heads: number; dModel: number };
@@ -94,7 +97,7 @@ export const DEFAULT_CONFIG: TrainConfig = {
     device: "cpu",
     matmulPrecision: "highest",
     sampling: { temperature: 1, maxTokens: 30 },
-    model: { layers: 2, heads: 4, dModel: 64, contextLength: 64, dir: "" },
+    model: { layers: 2, heads: 4, dModel: 64, contextLength: 64, dir: "", dtype: "float32" },
     lora: { rank: 16, alpha: 32, dropout: 0 },
     critic: { layers: 1, heads: 4, dModel: 64 },
     sft: { steps: 800, batchSize: 32, lr: 2e-3 },
@@ -118,7 +121,7 @@ export const TASKS = ["arith-debate", "split-sum", "gsm8k"] as const, ALGOS = ["
 type Rule = { int?: [number, number]; num?: [number, number]; choices?: readonly string[] };
 const RULES: Record<string, Rule> = {
     task: { choices: TASKS }, algo: { choices: ALGOS }, schedule: { choices: SCHEDULES }, device: { choices: DEVICES },
-    matmulPrecision: { choices: ["highest", "high"] },
+    matmulPrecision: { choices: ["highest", "high"] }, "model.dtype": { choices: ["float32", "bfloat16"] },
     "taskOptions.steps": { int: [1, 8] }, "taskOptions.maxOperand": { int: [2, 99] }, "taskOptions.digits": { int: [1, 2] }, "taskOptions.peerUse": { num: [0, 1] },
     agents: { int: [2, 8] }, turns: { int: [1, 8] }, seed: { int: [0, 2 ** 31 - 1] }, iterations: { int: [0, 1e7] },
     episodesPerIteration: { int: [1, 4096] }, evalEpisodes: { int: [1, 100000] }, evalEvery: { int: [1, 1e7] },
@@ -207,9 +210,13 @@ export function resolveConfig(partial: unknown, where = "config"): TrainConfig {
                 const path = join(c.taskOptions.data || GSM8K_FIXTURE, f);
                 if (!existsSync(path)) throw new RangeError(`${where}: taskOptions.data: ${path} missing (a GSM8K directory holds train.jsonl and test.jsonl)`);
             }
+        if (c.model.dtype === "bfloat16" && c.sft.steps > 0)
+            throw new RangeError(`${where}: model.dtype: 'bfloat16' keeps the base frozen, and the warm start (sft.steps ${c.sft.steps}) trains it: give one of them`);
     } else if (c.task === "gsm8k") {
         throw new RangeError(`${where}: task: 'gsm8k' needs a real model (model.dir, --model DIR); the embedded character-level GPT reads the compact tasks only`);
     }
+    if (!c.model.dir && c.model.dtype !== "float32")
+        throw new RangeError(`${where}: model.dtype: '${c.model.dtype}' is for a Hugging Face base (model.dir, --model DIR); the embedded GPT trains in float32`);
     if (c.model.dModel % c.model.heads !== 0) throw new RangeError(`${where}: model.dModel: expected a multiple of model.heads (${c.model.heads}), got ${c.model.dModel}`);
     if (c.critic.dModel % c.critic.heads !== 0) throw new RangeError(`${where}: critic.dModel: expected a multiple of critic.heads (${c.critic.heads}), got ${c.critic.dModel}`);
     if (c.schedule === "alternating" && c.shareParameters)

@@ -183,7 +183,7 @@ export async function trainJob(o: TrainJobOptions): Promise<TrainSummary> {
     // it is read again from model.dir (a real model's weights are never copied into every checkpoint).
     const hfBase = cfg.model.dir !== "";
     const base = ckpt && existsSync(join(ckpt.dir, "base", "config.json")) ? await loadModel(ckpt.dir, "base", cfg.device)
-        : hfBase ? await NativePolicy.load(cfg.model.dir, { contextLength: cfg.model.contextLength, name: "base", device: cfg.device })
+        : hfBase ? await NativePolicy.load(cfg.model.dir, { contextLength: cfg.model.contextLength, name: "base", device: cfg.device, dtype: cfg.model.dtype })
         : await NativePolicy.create({ ...ctx, seed: cfg.seed + 1, name: "base", device: cfg.device });
     const baseOf = (): Record<string, NativePolicy> => (hfBase && cfg.sft.steps === 0 ? {} : { base });
     const adapters: Record<string, number> = {};

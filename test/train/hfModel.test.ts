@@ -77,6 +77,18 @@ describe("train on a Hugging Face model (model.dir)", () => {
         expect(b.rows).toEqual(a.rows);
     }, 300_000);
 
+    it("model.dtype 'bfloat16' (--dtype): the agents' adapters train on a frozen bf16 base; misuse is named", async () => {
+        const out = join(work, "run-bf16");
+        const s = await trainJob({ out, config: small({ model: { dir: modelDir, contextLength: 512, dtype: "bfloat16" }, controls: false }) });
+        expect(s.config.model.dtype).toBe("bfloat16");
+        expect(s.rows.map((r) => r.name)).toEqual(["untrained team", "team co-trained by maporl"]);
+        const actor = readdirSync(join(out, "models")).find((m) => m.includes("actor-0"))!;
+        expect(JSON.parse(readFileSync(join(out, "models", actor, "adapter_config.json"), "utf8"))).toMatchObject({ peft_type: "LORA", base_model_name_or_path: modelDir });
+        expect(() => resolveConfig({ model: { dir: modelDir, dtype: "bfloat16" }, sft: { steps: 10 } })).toThrow(/model\.dtype: 'bfloat16' keeps the base frozen, and the warm start/);
+        expect(() => resolveConfig({ model: { dtype: "bfloat16" } })).toThrow(/model\.dtype: 'bfloat16' is for a Hugging Face base/);
+        expect(() => resolveConfig({ model: { dir: modelDir, dtype: "float16" } })).toThrow(/model\.dtype: expected one of 'float32', 'bfloat16', got "float16"/);
+    }, 300_000);
+
     it("gsm8k: MAPoRL's math prompts through the chat template, the test split held out", async () => {
         const out = join(work, "run-gsm8k");
         const s = await trainJob({ out, config: small({ task: "gsm8k", model: { dir: modelDir, contextLength: 1024 }, iterations: 1, controls: false,
