@@ -3,7 +3,8 @@
 // the same architecture in eager PyTorch (bench/python/llama.py), same run and thread count: KV-cache generation
 // (batch 8, 64-token prompts, 64 new tokens), single-stream decoding against the weight-read floor (the weights'
 // bytes per token over the copy bandwidth measured at the start of the run), a full fine-tuning step (B=4, T=256),
-// the forward's GEMM efficiency (FLOP/s against the FMA peak measured in the run),
+// single-stream decoding on a bfloat16 base (dtype 'bfloat16': half the bytes per token), the forward's GEMM
+// efficiency (FLOP/s against the FMA peak measured in the run),
 // and loading a ~1 GB bf16 checkpoint (the Qwen2.5-0.5B shape) in a fresh process: seconds and peak RSS.
 import { spawnSync } from "node:child_process";
 import { closeSync, mkdtempSync, openSync, rmSync, writeFileSync, writeSync } from "node:fs";
@@ -70,6 +71,14 @@ export function llamaForwardFlops(B: number, T: number): number {
     return 2 * (B * T * perToken + B * attention);
 }
 
+// The bytes a decode step reads from a bfloat16 base of the SMOL shape: 2 per matrix element (the tied
+// embedding / LM head and every projection), 4 per other parameter (norms, the value head).
+function bf16Bytes(p: NativePolicy): number {
+    const C = SMOL.hidden_size, I = SMOL.intermediate_size, L = SMOL.num_hidden_layers, kv = SMOL.num_key_value_heads * (C / SMOL.num_attention_heads);
+    const matrices = SMOL.vocab_size * C + L * (2 * C * C + 2 * C * kv + 3 * C * I);
+    return 2 * matrices + 4 * (p.parameterCount - matrices);
+}
+
 export async function benchLlama(ctx: BenchContext): Promise<BenchRow[]> {
     const rows: BenchRow[] = [];
     const next = lcg(7);
@@ -100,7 +109,16 @@ export async function benchLlama(ctx: BenchContext): Promise<BenchRow[]> {
         bytesMoved: bytes * 68, baselineMs: sbm, note: `${ts(single.medianMs, 64)}; weight-read floor ${Math.round(64 / (floorMs / 1e3))} tokens/s (${(100 * floorMs / single.medianMs).toFixed(0)}% of it)` });
     rows.push({ kernel: "llama decode B=1", size: `${size}, prompt=4 new=64`, impl: "PyTorch eager loop with KV cache", medianMs: sbm, peakExtraBytes: null,
         bytesMoved: bytes * 68, baselineMs: null, note: sb.ok ? `${ts(sbm, 64)}, torch ${sb.torch}, ${blasName(sb)}` : sb.error });
-    // Full fine-tuning step.
+    // Single stream on a bfloat16 base (the matrices kept bf16, widened in the GEMV): half the bytes per token.
+    const pb = await NativePolicy.fromConfig(SMOL, { tokenizer: null, seed: 0, contextLength: 512, dtype: "bfloat16" });
+    const bfBytes = bf16Bytes(pb);
+    const singleBf = await timeMedian(() => pb.generate(one), 2, 1);
+    const floorBfMs = (bfBytes / native.measureCopyBandwidth(256 << 20, 5)) * 1e3 * 68;
+    rows.push({ kernel: "llama decode B=1", size: `${size}, prompt=4 new=64`, impl: "maporl NativePolicy.generate, dtype bfloat16", medianMs: singleBf.medianMs,
+        peakExtraBytes: null, bytesMoved: bfBytes * 68, baselineMs: sbm,
+        note: `${ts(singleBf.medianMs, 64)}; weight-read floor ${Math.round(64 / (floorBfMs / 1e3))} tokens/s (${(100 * floorBfMs / singleBf.medianMs).toFixed(0)}% of it)` });
+    await pb.dispose();
+    // Full fine-tuning step.    // Full fine-tuning step.
     const B = 4, T = 256;
     const batch = { tokens: Int32Array.from({ length: B * T }, () => Math.floor(next() * V)), targets: Int32Array.from({ length: B * T }, () => Math.floor(next() * V)),
         mask: new Uint8Array(B * T).fill(1), shape: [B, T] as [number, number] };
