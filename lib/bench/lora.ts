@@ -1,7 +1,7 @@
 // lora.ts (bench): LoRA adapters at the SmolLM2-135M shape (bench/llama.ts's model; rank 16, alpha 32, every block
 // projection targeted) against full fine-tuning of the same model and against eager PyTorch with a hand-written LoRA
 // (bench/python/lora.py), same run and thread count: the training step (B=4, T=256: tokens/s and the peak memory it
-// adds), and generation with three adapters in one batch against the same number of rows on one adapter.
+// adds; on the float32 base and on a bfloat16 one), and generation with three adapters in one batch against the same number of rows on one adapter.
 import { NativePolicy } from "../policy/nativePolicy.js";
 import { lcg } from "../random.js";
 import { timeMedian } from "./measure.js";
@@ -18,7 +18,15 @@ export async function benchLora(ctx: BenchContext): Promise<BenchRow[]> {
     const B = 4, T = 256;
     const batch = { tokens: Int32Array.from({ length: B * T }, () => Math.floor(next() * V)), targets: Int32Array.from({ length: B * T }, () => Math.floor(next() * V)),
         mask: new Uint8Array(B * T).fill(1), shape: [B, T] as [number, number] };
-    // LoRA first (the process's peak memory then is LoRA's alone), full fine-tuning after.
+    // The smallest footprint first (each peak RSS is the process's so far): LoRA on a bfloat16 base, LoRA on the
+    // float32 base, full fine-tuning last.
+    const rssStart = process.memoryUsage().rss;
+    const bfBase = await NativePolicy.fromConfig(SMOL, { tokenizer: null, seed: 0, contextLength: 512, dtype: "bfloat16" });
+    const bfAgent = await bfBase.withAdapter("a0", { rank, alpha });
+    const bfStep = await timeMedian(() => bfAgent.trainStep(batch, { lr: 1e-4 }), 2, 1);
+    const rssBf = process.resourceUsage().maxRSS * 1024;
+    await bfAgent.dispose();
+    await bfBase.dispose();
     const base = await NativePolicy.fromConfig(SMOL, { tokenizer: null, seed: 0, contextLength: 512 });
     const agent = await base.withAdapter("a0", { rank, alpha });
     const bytes = base.parameterCount * 4;
@@ -31,6 +39,9 @@ export async function benchLora(ctx: BenchContext): Promise<BenchRow[]> {
     rows.push({ kernel: "lora train step", size: `${size}, r=${rank}, B=${B} T=${T}`, impl: "maporl trainStep on an adapter (base frozen)", medianMs: lora.medianMs,
         peakExtraBytes: Math.max(0, rssLora - rss0), bytesMoved: bytes, baselineMs: pym,
         note: `${ts(lora.medianMs, B * T)}; ${(agent.parameterCount / 1e6).toFixed(2)}M trainable; peak RSS ${(rssLora / 2 ** 30).toFixed(2)} GiB` });
+    rows.push({ kernel: "lora train step", size: `${size}, r=${rank}, B=${B} T=${T}`, impl: "maporl trainStep on an adapter, base in bfloat16", medianMs: bfStep.medianMs,
+        peakExtraBytes: Math.max(0, rssBf - rssStart), bytesMoved: bytes / 2, baselineMs: pym,
+        note: `${ts(bfStep.medianMs, B * T)}; peak RSS ${(rssBf / 2 ** 30).toFixed(2)} GiB (measured first)` });
     rows.push({ kernel: "lora train step", size: `${size}, r=${rank}, B=${B} T=${T}`, impl: "PyTorch hand-written LoRA, AdamW", medianMs: pym,
         peakExtraBytes: py.ok ? py.peak_extra_bytes ?? null : null, bytesMoved: bytes, baselineMs: null,
         note: py.ok ? `${ts(pym, B * T)}, torch ${py.torch}, ${blasName(py)}` : py.error });
