@@ -172,15 +172,25 @@ TEST(rope_scaling_follows_the_bands) {
     CHECK(high > 0 && low > 0 && mid > 0, "bands: %d high, %d mid, %d low", high, mid, low);
 }
 
+// A float model of the variant widened to 16 (context 12, vocab 13), initialised from `seed` and perturbed (norms
+// and biases away from 1 and 0).
+L::Config decoder_config(const Variant & var) {
+    L::Config c = var.c;
+    c.context = 12; c.d_model = 16; c.intermediate = 24; c.vocab = 13;
+    return c;
+}
+void perturb(L::Model<float> & m, uint64_t seed) {
+    m.init(seed);
+    std::mt19937 r((uint32_t)seed + 1);
+    std::uniform_real_distribution<float> u(-0.5f, 0.5f);
+    for (auto & x : m.params) x += 0.2f * u(r);
+}
+
 TEST(kv_cache_decoding_equals_the_full_forward) {
     for (const Variant & var : variants()) {
-        L::Config c = var.c;
-        c.context = 12; c.d_model = 16; c.intermediate = 24; c.vocab = 13;
+        const L::Config c = decoder_config(var);
         L::Model<float> m(c);
-        m.init(5);
-        std::mt19937 r(6);
-        std::uniform_real_distribution<float> u(-0.5f, 0.5f);
-        for (auto & x : m.params) x += 0.2f * u(r);
+        perturb(m, 5);
         const int64_t B = 3, T = 10, V = c.vocab;
         std::vector<int32_t> seq((size_t)(B * T));
         for (int64_t b = 0; b < B; ++b) seq[(size_t)(b * T)] = (int32_t)(b + 1);
@@ -216,13 +226,9 @@ TEST(kv_cache_decoding_equals_the_full_forward) {
 // float rounding, at every step.
 TEST(prefilled_ragged_rows_decode_as_each_alone_and_as_the_full_forward) {
     for (const Variant & var : variants()) {
-        L::Config c = var.c;
-        c.context = 12; c.d_model = 16; c.intermediate = 24; c.vocab = 13;
+        const L::Config c = decoder_config(var);
         L::Model<float> m(c);
-        m.init(8);
-        std::mt19937 r(9);
-        std::uniform_real_distribution<float> u(-0.5f, 0.5f);
-        for (auto & x : m.params) x += 0.2f * u(r);
+        perturb(m, 8);
         const std::vector<std::vector<int32_t>> prompts = {{3}, {1, 4, 1, 5}, {9, 2, 6, 5, 3, 5, 8}};
         const int64_t B = (int64_t)prompts.size(), P = 6, steps = 4, V = c.vocab;
         // Decodes `rows` of prompts (prefill, then steps greedy tokens): logits [row][step][V].
@@ -276,8 +282,7 @@ TEST(a_bf16_base_computes_the_bits_of_its_widened_float_twin) {
     for (const char * level : {"scalar", "avx2", "avx512"}) {  // each SIMD level's kernels (scalar: widened copies)
         if (maporl_set_simd(level) != MAPORL_OK) continue;
         for (const Variant & var : variants()) {
-            L::Config c = var.c;
-            c.context = 12; c.d_model = 16; c.intermediate = 24; c.vocab = 13;
+            L::Config c = decoder_config(var);
             L::Model<float> f(c);
             f.init(11);
             L::Config hc = c;
@@ -362,8 +367,7 @@ TEST(a_bf16_base_computes_the_bits_of_its_widened_float_twin) {
 // cache exactly as decoding it with them: the next position's logits and values are the same to the bit.
 TEST(decoding_without_the_heads_caches_the_same) {
     for (const Variant & var : variants()) {
-        L::Config c = var.c;
-        c.context = 12; c.d_model = 16; c.intermediate = 24; c.vocab = 13;
+        L::Config c = decoder_config(var);
         L::Model<float> with(c), without(c);
         with.init(7);
         without.init(7);
