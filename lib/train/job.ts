@@ -8,7 +8,7 @@
 // checkpoint after every step records the byte length of the two logs, so `resume` truncates what a killed
 // process wrote after it and continues with the same numbers as an uninterrupted run.
 import { appendFileSync, existsSync, mkdirSync, readFileSync, statSync, truncateSync, writeFileSync } from "node:fs";
-import { join } from "node:path";
+import { join, resolve } from "node:path";
 
 import { backend, setMatmulPrecision } from "../backend.js";
 import { MaporlError } from "../errors.js";
@@ -221,6 +221,10 @@ export async function trainJob(o: TrainJobOptions): Promise<TrainSummary> {
         endStage();
         await save(baseOf(), cfg.algo, 0);
     }
+    // A Hugging Face base the warm start trained goes to models/base (a Hugging Face directory), and the adapters
+    // written to models/ name it as their base_model_name_or_path: they load on what they were trained on.
+    const trainedBase = hfBase && cfg.sft.steps > 0 ? resolve(out, "models", "base") : null;
+    if (trainedBase && state.stage !== "sft" && !existsSync(join(trainedBase, "config.json"))) await base.save(trainedBase);
     // Stages 2 and 3: the method, then the control.
     const at = state.stage === "done" ? stages.length : Math.max(0, stages.findIndex((x) => x.name === state.stage));
     for (const [k, st] of stages.entries()) {
@@ -259,6 +263,10 @@ export async function trainJob(o: TrainJobOptions): Promise<TrainSummary> {
         state.evals[st.name] = await evaluate(label, m.agents, cfg.iterations, st.name);
         for (const [name, model] of Object.entries(m.named)) {
             await model.save(join(out, "models", `${st.name}-${name}`));
+            if (trainedBase) {
+                const f = join(out, "models", `${st.name}-${name}`, "adapter_config.json");
+                writeFileDurable(f, JSON.stringify({ ...JSON.parse(readFileSync(f, "utf8")) as object, base_model_name_or_path: trainedBase }, null, 2));
+            }
             if (!task.prompt && !name.startsWith("critic")) writeFileSync(join(out, "models", `${st.name}-${name}`, "maporl-task.json"), JSON.stringify(taskProtocol(cfg), null, 2) + "\n");
         }
         endStage();

@@ -1,7 +1,8 @@
 // hfModel.test.ts: the training job on a Hugging Face model directory (model.dir, `npx maporl train --model DIR`):
 // a tiny llama-architecture model with a byte-level BPE tokenizer and a Qwen-style chat template, written as a
 // Hugging Face directory; every agent and critic is a LoRA adapter on its one base. Each algorithm runs end to end
-// (its adapters in PEFT's layout under models/, the memory in the summary); a stopped run resumes with the same
+// (its adapters in PEFT's layout under models/, the memory in the summary; after a warm start they name the trained
+// base written to models/; on a bf16 base too); a stopped run resumes with the same
 // metrics and traces as an uninterrupted one; a directory that is not a model, or of an unsupported architecture,
 // is an error before any run directory exists.
 import { cpSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -75,6 +76,22 @@ describe("train on a Hugging Face model (model.dir)", () => {
         expect(readMetrics(stopped).timed).toEqual(["sft", "maporl"]);
         expect(readFileSync(join(stopped, "traces.jsonl"), "utf8")).toBe(readFileSync(join(straight, "traces.jsonl"), "utf8"));
         expect(b.rows).toEqual(a.rows);
+    }, 300_000);
+
+    it("a warm-started base is written to models/base, and the run's adapters name it as their base", async () => {
+        const out = join(work, "run-warm");
+        await trainJob({ out, config: small({ sft: { steps: 2, batchSize: 2 }, controls: false }) });
+        const base = join(out, "models", "base");
+        expect(existsSync(join(base, "config.json"))).toBe(true);
+        const actor = join(out, "models", readdirSync(join(out, "models")).find((m) => m.includes("actor-0"))!);
+        expect(JSON.parse(readFileSync(join(actor, "adapter_config.json"), "utf8")).base_model_name_or_path).toBe(base);
+        // Loaded by itself, the adapter finds the trained base: the log-probs of an explicit { base: models/base },
+        // not those of the untrained model directory.
+        const seqs = { tokens: Int32Array.from({ length: 12 }, (_, i) => (i * 17 + 3) % 300), shape: [1, 12] as [number, number] };
+        const lp = async (p: Promise<NativePolicy>) => { const q = await p; try { return await q.logprobs(seqs); } finally { await q.dispose(); } };
+        const own = await lp(NativePolicy.load(actor));
+        expect(own).toEqual(await lp(NativePolicy.load(actor, { base })));
+        expect(own).not.toEqual(await lp(NativePolicy.load(actor, { base: modelDir })));
     }, 300_000);
 
     it("model.dtype 'bfloat16' (--dtype): the agents' adapters train on a frozen bf16 base; misuse is named", async () => {
