@@ -67,7 +67,7 @@ export function buildProgram(actions: CliActions, options: CliOptions): Command 
         .exitOverride();
     const command = (name: string) => program.command(name).showHelpAfterError("(add --help for the options)").exitOverride().configureOutput({ writeOut: out, writeErr: err });
 
-    command("train").description("co-train a team of agents (the main job: warm start, co-training, the independent control, a before/after table; about 6 minutes on 2 cores)")
+    command("train").description("co-train a team of agents (the main job: warm start, co-training, the independent control, a before/after table; about 3 minutes on 2 cores)")
         .addOption(new Option("--task <task>", "the task").choices(TASKS).default(DEFAULT_CONFIG.task))
         .addOption(new Option("--algo <algo>", "the algorithm").choices(ALGOS).default(DEFAULT_CONFIG.algo))
         .option("--agents <n>", "agents in the team (2-8; default 3)")
