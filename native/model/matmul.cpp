@@ -5,10 +5,10 @@
 // order: also independent of the thread count, and within float rounding of this path); it reads a Linear's
 // weight through its strides, so matmul_forward makes no transposed copy there.
 #include <atomic>
-#include <cstring>
 #include <type_traits>
 #include <vector>
 
+#include "native/core/bf16.h"
 #include "native/core/core.h"
 #include "native/model/gpt_ops.h"
 #include "native/core/isa.h"
@@ -170,10 +170,7 @@ void matmul_backward(F * dinp, F * dweight, F * dbias, const F * dout, const F *
 namespace {
 std::vector<float> widened(const uint16_t * w, int64_t n) {
     std::vector<float> out((size_t)n);
-    for (int64_t i = 0; i < n; ++i) {
-        const uint32_t u = (uint32_t)w[i] << 16;
-        std::memcpy(&out[(size_t)i], &u, 4);
-    }
+    for (int64_t i = 0; i < n; ++i) out[(size_t)i] = bf16_to_float(w[i]);
     return out;
 }
 }  // namespace

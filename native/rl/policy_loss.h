@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "maporl.h"
+#include "native/core/bf16.h"
 #include "native/rl/policy_loss_math.h"
 
 namespace maporl {
@@ -70,14 +71,6 @@ struct ScalarLoad : ScalarOps<F> {
     static V quotient(V z, V t, V) { return z / t; }
     static V max(V a, V b) { return a > b ? a : b; }
 };
-
-// A bfloat16 bit pattern as the float32 it is the upper half of (exact).
-inline float bf16_to_float(uint16_t h) {
-    const uint32_t bits = (uint32_t)h << 16;
-    float x;
-    __builtin_memcpy(&x, &bits, sizeof x);
-    return x;
-}
 
 // Moves a vector of lane sums into per-lane doubles and zeroes it (the row passes keep float lanes for at most
 // a bounded number of terms, then drain them).

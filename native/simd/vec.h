@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <utility>
 
+#include "native/core/bf16.h"
+
 #if !defined(MAPORL_ISA) || !defined(MAPORL_VEC_W)
 #error "define MAPORL_ISA and MAPORL_VEC_W before including vec.h"
 #endif
@@ -72,12 +74,7 @@ MAPORL_INLINE vf load_bf16(const uint16_t * p) {
 #endif
 }
 MAPORL_INLINE float widen(float x) { return x; }
-MAPORL_INLINE float widen(uint16_t h) {
-    const uint32_t u = (uint32_t)h << 16;
-    float f;
-    __builtin_memcpy(&f, &u, 4);
-    return f;
-}
+MAPORL_INLINE float widen(uint16_t h) { return bf16_to_float(h); }
 MAPORL_INLINE vf loadw(const float * p) { return load(p); }
 MAPORL_INLINE vf loadw(const uint16_t * p) { return load_bf16(p); }
 // W bytes widened to floats. NOTE(u8 load): GCC 12 lowers __builtin_convertvector from a byte vector lane by
