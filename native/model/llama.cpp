@@ -20,7 +20,6 @@ namespace llama {
 
 using gpt::matmul_backward;
 using gpt::matmul_forward;
-using gpt::matmul_forward_wt;
 
 void check_config(const Config & c) {
     auto need = [](bool ok, const char * what, double got) {
@@ -248,9 +247,7 @@ void Model<F>::embed_row(F * dst, int32_t id) {
 template <typename F>
 void Model<F>::head_rows(F * out, int64_t n0, int64_t rows) {
     if (n0 < 0 || rows < 0 || n0 + rows > B * T) throw_error(MAPORL_ERR_INVALID_ARG, "head_rows: rows %lld..%lld of %lld", (long long)n0, (long long)(n0 + rows), (long long)(B * T));
-    const F * x = lnf.data() + n0 * cfg.d_model;
-    if (is_half(layout.lm_head) || gpt::matmul_packs<F>()) lin(out, x, layout.lm_head, -1, rows, cfg.d_model, cfg.vocab);
-    else matmul_forward_wt(out, x, wt(layout.lm_head), (const F *)nullptr, rows, cfg.d_model, cfg.vocab);
+    lin_many(out, lnf.data() + n0 * cfg.d_model, layout.lm_head, -1, rows, cfg.d_model, cfg.vocab);
 }
 
 template <typename F>

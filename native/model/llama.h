@@ -139,6 +139,8 @@ struct Model {
     // by the GEMM (W in place where matmul_packs, else its transposed copy, built on first use).
     static constexpr int64_t kRowsGemv = 8;
     void matmul_forward_wt_or(F * out, const F * inp, int64_t w, int64_t bias, int64_t N, int64_t Cin, int64_t OC);
+    // lin for many rows: W in place where the GEMM packs it (or it is bfloat16), else W's transposed copy (wt).
+    void lin_many(F * out, const F * inp, int64_t w, int64_t bias, int64_t N, int64_t Cin, int64_t OC);
     std::vector<F> kcache, vcache;  // [L, batch, NKV, max_len, head_dim]
     int64_t cache_batch = 0, cache_len = 0;
     std::vector<F> step_logits, step_values;

@@ -220,19 +220,21 @@ void Model<F>::step_rows(std::vector<F> & x, const int64_t * rb, const int64_t *
 
 template <typename F>
 void Model<F>::matmul_forward_wt_or(F * out, const F * inp, int64_t w, int64_t bias, int64_t N, int64_t Cin, int64_t OC) {
+    // A few rows (single-stream and small-batch decoding): dot products over the weight's own rows (float or
+    // bfloat16, widened as they stream), read once per step; more rows: the GEMM, which reuses each weight across rows.
+    if (N > kRowsGemv) return lin_many(out, inp, w, bias, N, Cin, OC);
     const F * b = bias >= 0 ? p(bias) : (const F *)nullptr;
     if constexpr (std::is_same<F, float>::value)
-        if (is_half(w)) {  // bfloat16 weights, widened in the GEMV or the GEMM's packing
-            if (N <= kRowsGemv) gpt::matmul_forward_rows_bf16(out, inp, h(w), b, N, Cin, OC);
-            else gpt::matmul_forward_bf16(out, inp, h(w), b, N, Cin, OC);
-            return;
-        }
-    // A few rows (single-stream and small-batch decoding): dot products over the weight's own rows, read once per
-    // step; more rows: the GEMM, which reuses each weight across rows (the packed one reads the weight in place;
-    // the others, a transposed copy kept until the weights change).
-    if (N <= kRowsGemv) gpt::matmul_forward_rows(out, inp, p(w), b, N, Cin, OC);
-    else if (gpt::matmul_packs<F>()) gpt::matmul_forward(out, inp, p(w), b, N, Cin, OC);
-    else gpt::matmul_forward_wt(out, inp, wt(w), b, N, Cin, OC);
+        if (is_half(w)) return gpt::matmul_forward_rows_bf16(out, inp, h(w), b, N, Cin, OC);
+    gpt::matmul_forward_rows(out, inp, p(w), b, N, Cin, OC);
+}
+
+template <typename F>
+void Model<F>::lin_many(F * out, const F * inp, int64_t w, int64_t bias, int64_t N, int64_t Cin, int64_t OC) {
+    // The packed GEMM reads W in place (and widens a bfloat16 W while packing); the others run on its transposed
+    // copy, kept until the weights change.
+    if (is_half(w) || gpt::matmul_packs<F>()) return lin(out, inp, w, bias, N, Cin, OC);
+    gpt::matmul_forward_wt(out, inp, wt(w), bias >= 0 ? p(bias) : (const F *)nullptr, N, Cin, OC);
 }
 
 // The decoder's members (llama.cpp instantiates the rest of the class).
@@ -243,7 +245,8 @@ void Model<F>::matmul_forward_wt_or(F * out, const F * inp, int64_t w, int64_t b
     template void Model<F>::decode_rows(const int32_t *, const int64_t *, bool, bool);                            \
     template void Model<F>::prefill(const int32_t *, const int64_t *, int64_t);                                   \
     template void Model<F>::step_rows(std::vector<F> &, const int64_t *, const int64_t *, int64_t, bool);         \
-    template void Model<F>::matmul_forward_wt_or(F *, const F *, int64_t, int64_t, int64_t, int64_t, int64_t);
+    template void Model<F>::matmul_forward_wt_or(F *, const F *, int64_t, int64_t, int64_t, int64_t, int64_t);       \
+    template void Model<F>::lin_many(F *, const F *, int64_t, int64_t, int64_t, int64_t, int64_t);
 MAPORL_INSTANTIATE(float)
 MAPORL_INSTANTIATE(double)
 #undef MAPORL_INSTANTIATE
