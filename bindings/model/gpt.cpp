@@ -15,6 +15,8 @@
 #include <napi.h>
 
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "bindings/core/args.h"
 #include "bindings/core/async.h"
@@ -304,6 +306,23 @@ Napi::Value CacheReset(const Napi::CallbackInfo & info) {
     return info.Env().Undefined();
 }
 
+// The KV cache a decoding call runs on (batch, max_len, vocab), or an error naming `where` before gptCacheReset.
+struct Cache {
+    int64_t batch = 0, max_len = 0, V = 0;
+};
+Cache RequireCache(const Napi::CallbackInfo & info, const Handle * h, const char * where) {
+    Cache c;
+    maporl_gpt_cache_info(h->gpt, &c.batch, &c.max_len, &c.V);
+    if (c.batch == 0) throw Napi::Error::New(info.Env(), std::string(where) + ": call gptCacheReset first");
+    return c;
+}
+
+// An Int32Array argument of n elements as int64 values (the C API's per-row lengths and positions).
+std::vector<int64_t> Int64s(const Napi::CallbackInfo & info, size_t i, const char * name, size_t n) {
+    const int32_t * p = (const int32_t *)DataOf(RequireTypedArray(info, i, name, {napi_int32_array}, n));
+    return std::vector<int64_t>(p, p + n);
+}
+
 struct DecodeCall {
     maporl_gpt * gpt;
     const int32_t * tokens;
@@ -315,9 +334,7 @@ struct DecodeCall {
 
 DecodeCall UnpackDecode(const Napi::CallbackInfo & info, std::vector<Napi::Value> * keep) {
     Handle * h = Get(info);
-    int64_t batch = 0, max_len = 0, V = 0;
-    maporl_gpt_cache_info(h->gpt, &batch, &max_len, &V);
-    if (batch == 0) throw Napi::Error::New(info.Env(), "gptDecode: call gptCacheReset first");
+    const auto [batch, max_len, V] = RequireCache(info, h, "gptDecode");
     Napi::TypedArray t = RequireTypedArray(info, 1, "tokens", {napi_int32_array}, (size_t)batch);
     DecodeCall c;
     c.gpt = h->gpt;
@@ -340,17 +357,13 @@ struct PrefillCall {
 
 PrefillCall UnpackPrefill(const Napi::CallbackInfo & info, std::vector<Napi::Value> * keep) {
     Handle * h = Get(info);
-    int64_t batch = 0, max_len = 0, V = 0;
-    maporl_gpt_cache_info(h->gpt, &batch, &max_len, &V);
-    if (batch == 0) throw Napi::Error::New(info.Env(), "gptPrefill: call gptCacheReset first");
+    const Cache cache = RequireCache(info, h, "gptPrefill");
     PrefillCall c;
     c.gpt = h->gpt;
-    c.P = RequireInt(info, 3, "P", 0, max_len);
-    Napi::TypedArray t = RequireTypedArray(info, 1, "tokens", {napi_int32_array}, (size_t)(batch * c.P));
-    Napi::TypedArray l = RequireTypedArray(info, 2, "lens", {napi_int32_array}, (size_t)batch);
+    c.P = RequireInt(info, 3, "P", 0, cache.max_len);
+    Napi::TypedArray t = RequireTypedArray(info, 1, "tokens", {napi_int32_array}, (size_t)(cache.batch * c.P));
     c.tokens = (const int32_t *)DataOf(t);
-    const int32_t * lp = (const int32_t *)DataOf(l);
-    c.lens.assign(lp, lp + batch);
+    c.lens = Int64s(info, 2, "lens", (size_t)cache.batch);
     if (keep) *keep = {info[0], t};
     return c;
 }
@@ -367,18 +380,15 @@ struct DecodeRowsCall {
 
 DecodeRowsCall UnpackDecodeRows(const Napi::CallbackInfo & info, std::vector<Napi::Value> * keep) {
     Handle * h = Get(info);
-    int64_t batch = 0, max_len = 0, V = 0;
-    maporl_gpt_cache_info(h->gpt, &batch, &max_len, &V);
-    if (batch == 0) throw Napi::Error::New(info.Env(), "gptDecodeRows: call gptCacheReset first");
+    const Cache cache = RequireCache(info, h, "gptDecodeRows");
+    const int64_t batch = cache.batch;
     Napi::TypedArray t = RequireTypedArray(info, 1, "tokens", {napi_int32_array}, (size_t)batch);
-    Napi::TypedArray q = RequireTypedArray(info, 2, "pos", {napi_int32_array}, (size_t)batch);
     DecodeRowsCall c;
     c.gpt = h->gpt;
     c.tokens = (const int32_t *)DataOf(t);
-    const int32_t * qp = (const int32_t *)DataOf(q);
-    c.pos.assign(qp, qp + batch);
+    c.pos = Int64s(info, 2, "pos", (size_t)batch);
     if (keep) *keep = {info[0], t};
-    c.logits = OptionalF32(info, 3, "logits", (size_t)(batch * V), keep);
+    c.logits = OptionalF32(info, 3, "logits", (size_t)(batch * cache.V), keep);
     c.values = OptionalF32(info, 4, "values", (size_t)batch, keep);
     return c;
 }
