@@ -61,22 +61,17 @@ function writeRandomBf16(dir: string, cfg: Record<string, unknown>): number {
     return 8 + json.length + off;
 }
 
-// Floating-point operations of one forward over B sequences of T tokens at the SMOL shape: 2 per multiply-add of
-// every projection and of the LM head, and causal attention's QK^T and AV (T (T + 1) / 2 pairs per head).
-export function llamaForwardFlops(B: number, T: number): number {
-    const C = SMOL.hidden_size, I = SMOL.intermediate_size, L = SMOL.num_hidden_layers, H = SMOL.num_attention_heads;
-    const hd = C / H, kv = SMOL.num_key_value_heads * hd;
-    const perToken = L * (C * C + 2 * C * kv + C * C + 3 * C * I) + C * SMOL.vocab_size;
-    const attention = L * H * 2 * hd * (T * (T + 1)) / 2;
-    return 2 * (B * T * perToken + B * attention);
-}
+// The matrix elements of the SMOL shape: every block's projections (q, o: C x C; k, v: C x kv; gate, up, down:
+// C x I) and the tied embedding / LM head (V x C). A token's forward multiplies each once; a bf16 base stores them.
+const SMOL_HD = SMOL.hidden_size / SMOL.num_attention_heads;
+const SMOL_MATRICES = SMOL.num_hidden_layers * (2 * SMOL.hidden_size * SMOL.hidden_size + 2 * SMOL.hidden_size * SMOL.num_key_value_heads * SMOL_HD +
+    3 * SMOL.hidden_size * SMOL.intermediate_size) + SMOL.vocab_size * SMOL.hidden_size;
 
-// The bytes a decode step reads from a bfloat16 base of the SMOL shape: 2 per matrix element (the tied
-// embedding / LM head and every projection), 4 per other parameter (norms, the value head).
-function bf16Bytes(p: NativePolicy): number {
-    const C = SMOL.hidden_size, I = SMOL.intermediate_size, L = SMOL.num_hidden_layers, kv = SMOL.num_key_value_heads * (C / SMOL.num_attention_heads);
-    const matrices = SMOL.vocab_size * C + L * (2 * C * C + 2 * C * kv + 3 * C * I);
-    return 2 * matrices + 4 * (p.parameterCount - matrices);
+// Floating-point operations of one forward over B sequences of T tokens at the SMOL shape: 2 per multiply-add of
+// every matrix, and causal attention's QK^T and AV (T (T + 1) / 2 pairs per head).
+export function llamaForwardFlops(B: number, T: number): number {
+    const attention = SMOL.num_hidden_layers * SMOL.num_attention_heads * 2 * SMOL_HD * (T * (T + 1)) / 2;
+    return 2 * (B * T * SMOL_MATRICES + B * attention);
 }
 
 export async function benchLlama(ctx: BenchContext): Promise<BenchRow[]> {
@@ -102,7 +97,8 @@ export async function benchLlama(ctx: BenchContext): Promise<BenchRow[]> {
     // Single stream: every new token reads every weight once.
     const one = [{ promptTokenIds: reqs[0]!.promptTokenIds.slice(0, 4), sampling: { temperature: 0, maxTokens: 64 } }];
     const single = await timeMedian(() => p.generate(one), 2, 1);
-    const floorMs = (bytes / native.measureCopyBandwidth(256 << 20, 5)) * 1e3 * 68;  // 68 decode steps (4 prompt + 64 new)
+    const copyBps = native.measureCopyBandwidth(256 << 20, 5);
+    const floorMs = (bytes / copyBps) * 1e3 * 68;  // 68 decode steps (4 prompt + 64 new)
     const sb = py({ mode: "generate", batch: 1, prompt: 4, new: 64 });
     const sbm = sb.ok ? sb.median_ms! : null;
     rows.push({ kernel: "llama decode B=1", size: `${size}, prompt=4 new=64`, impl: "maporl NativePolicy.generate", medianMs: single.medianMs, peakExtraBytes: null,
@@ -111,9 +107,9 @@ export async function benchLlama(ctx: BenchContext): Promise<BenchRow[]> {
         bytesMoved: bytes * 68, baselineMs: null, note: sb.ok ? `${ts(sbm, 64)}, torch ${sb.torch}, ${blasName(sb)}` : sb.error });
     // Single stream on a bfloat16 base (the matrices kept bf16, widened in the GEMV): half the bytes per token.
     const pb = await NativePolicy.fromConfig(SMOL, { tokenizer: null, seed: 0, contextLength: 512, dtype: "bfloat16" });
-    const bfBytes = bf16Bytes(pb);
+    const bfBytes = 2 * SMOL_MATRICES + 4 * (pb.parameterCount - SMOL_MATRICES);  // (norms and the value head stay float32)
     const singleBf = await timeMedian(() => pb.generate(one), 2, 1);
-    const floorBfMs = (bfBytes / native.measureCopyBandwidth(256 << 20, 5)) * 1e3 * 68;
+    const floorBfMs = (bfBytes / copyBps) * 1e3 * 68;
     rows.push({ kernel: "llama decode B=1", size: `${size}, prompt=4 new=64`, impl: "maporl NativePolicy.generate, dtype bfloat16", medianMs: singleBf.medianMs,
         peakExtraBytes: null, bytesMoved: bfBytes * 68, baselineMs: sbm,
         note: `${ts(singleBf.medianMs, 64)}; weight-read floor ${Math.round(64 / (floorBfMs / 1e3))} tokens/s (${(100 * floorBfMs / singleBf.medianMs).toFixed(0)}% of it)` });
