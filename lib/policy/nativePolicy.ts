@@ -132,6 +132,9 @@ export interface SaveOptions {
     /** Hugging Face models: the largest weight file; above it model-0000k-of-0000n.safetensors shards with
      * model.safetensors.index.json. Defaults to 5 GB (transformers' save_pretrained default). */
     maxShardBytes?: number;
+    /** LoRA adapters: the base_model_name_or_path adapter_config.json records (default: the directory the base was
+     * loaded from), e.g. where a base trained after loading was saved. */
+    baseModel?: string;
 }
 
 // A Hugging Face model's config, where it and its tokenizer files came from.
@@ -531,12 +534,14 @@ export class NativePolicy implements Policy {
      * directory (config.json, generation_config.json, float32 weights, the tokenizer files) that transformers and vLLM
      * load as it is, plus maporl's value_head.safetensors, maporl.json and, once trained, optimizer.safetensors. */
     async save(dir: string, options: SaveOptions = {}): Promise<void> {
-        const o = requireOptions<SaveOptions>(`${this.name}.save`, "options", options, ["maxShardBytes"]);
+        const o = requireOptions<SaveOptions>(`${this.name}.save`, "options", options, ["maxShardBytes", "baseModel"]);
         const maxShardBytes = requireNumber(`${this.name}.save`, "maxShardBytes", o.maxShardBytes, 5e9, 1, Number.MAX_SAFE_INTEGER);
+        if (o.baseModel !== undefined && (typeof o.baseModel !== "string" || o.baseModel === "" || this.adapter === null))
+            throw new TypeError(`${this.name}.save: baseModel: expected a non-empty string, for an adapter's policy, got ${describe(o.baseModel)}${this.adapter === null ? " (this policy runs no adapter)" : ""}`);
         this.requireFloatBase("save");
         return this.serial(async () => {
             const h = this.h(), n = this.parameterCount, step = native.gptGetStep(h);
-            if (this.adapter !== null) return replaceDirDurable(dir, (tmp) => writeAdapterDir(tmp, h, this.adapterId, this.hf?.sourceDir ?? null,
+            if (this.adapter !== null) return replaceDirDurable(dir, (tmp) => writeAdapterDir(tmp, h, this.adapterId, o.baseModel ?? this.hf?.sourceDir ?? null,
                 { format: "maporl-lora", version: 1, name: this.adapter!, step, seed: native.loraInfo(h, this.adapterId).seed }));
             return replaceDirDurable(dir, (tmp) => {
                 const optimizer = () => writeOptimizer(join(tmp, "optimizer.safetensors"), h);

@@ -262,11 +262,7 @@ export async function trainJob(o: TrainJobOptions): Promise<TrainSummary> {
         }
         state.evals[st.name] = await evaluate(label, m.agents, cfg.iterations, st.name);
         for (const [name, model] of Object.entries(m.named)) {
-            await model.save(join(out, "models", `${st.name}-${name}`));
-            if (trainedBase) {
-                const f = join(out, "models", `${st.name}-${name}`, "adapter_config.json");
-                writeFileDurable(f, JSON.stringify({ ...JSON.parse(readFileSync(f, "utf8")) as object, base_model_name_or_path: trainedBase }, null, 2));
-            }
+            await model.save(join(out, "models", `${st.name}-${name}`), trainedBase ? { baseModel: trainedBase } : {});
             if (!task.prompt && !name.startsWith("critic")) writeFileSync(join(out, "models", `${st.name}-${name}`, "maporl-task.json"), JSON.stringify(taskProtocol(cfg), null, 2) + "\n");
         }
         endStage();

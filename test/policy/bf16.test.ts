@@ -36,6 +36,9 @@ describe("a bfloat16 base", () => {
             expect(lh.loss).toBe(lf.loss);
         }
         expect(await ah.logprobs(seqs)).toEqual(await af.logprobs(seqs));
+        // (save's baseModel, the base an adapter records, is checked by name)
+        await expect(af.save(join(FIX, "never-written"), { baseModel: "" })).rejects.toThrow(/save: baseModel: expected a non-empty string/);
+        await expect(f.save(join(FIX, "never-written"), { baseModel: dir })).rejects.toThrow(/baseModel: .*this policy runs no adapter/);
         // The base itself: frozen, not readable back as float32 parameters.
         await expect(h.trainStep(batch(0), { lr: 1e-2 })).rejects.toThrow(/bfloat16 and frozen: train a LoRA adapter/);
         await expect(h.save(join(FIX, "never-written"))).rejects.toThrow(/matrices are bfloat16 in memory .* load the model with dtype 'float32'/);
