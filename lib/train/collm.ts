@@ -16,6 +16,8 @@ import { packRows, turnPrompt, type TeamRollout } from "./rollout.js";
 function jointPrompt(r: TeamRollout, e: number, t: number, feedback: boolean): string {
     const views = [...new Set(r.items[e]!.views)].join("&");
     const prev = t === 0 ? null : r.entries[e]![t - 1]!;
+    const marks = feedback ? (prev ? prev.map((x) => x.score) : "empty" as const) : undefined;
+    if (r.task?.centralPrompt) return r.task.centralPrompt(r.items[e]!, prev, marks);
     // A words task (one shared question): agent 0's message, which quotes every previous answer.
     if (r.task?.prompt) return r.task.prompt(r.items[e]!, 0, prev, feedback ? (prev ? prev.map((x) => x.score) : "empty") : undefined);
     return turnPrompt(views, 0, r.agents, prev ? prev.map((x) => x.extracted) : null, feedback ? (prev ? prev.map((x) => x.score) : "empty") : undefined);
@@ -64,6 +66,7 @@ export async function collmIteration(cfg: TrainConfig, r: TeamRollout, trainable
         const rows: number[] = [];
         for (let i = 0; i < E * T; i++) if (trainTurn(i % T)) rows.push(i);
         if (!rows.length) continue;
+        for (const i of rows) r.entries[Math.floor(i / T)]![i % T]![a]!.credit = td!.advantages[i]!;
         const b = packRows(rows.map((i) => r.entries[Math.floor(i / T)]![i % T]![a]!), model.tokenizer.eos, model.config.contextLength);
         const p = await model.trainStep({ tokens: b.tokens, targets: b.targets, mask: b.mask, shape: b.shape, advantages: Float32Array.from(rows, (i) => td!.advantages[i]!) },
             { loss: { type: "reinforce", aggregation: "seq-mean-token-sum" }, lr: cfg.lr, ...sig });

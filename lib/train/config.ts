@@ -13,13 +13,15 @@ export type Algo = "maporl" | "magrpo" | "collm-cc" | "collm-dc";
 export type Schedule = "joint" | "independent" | "alternating" | "turn-based";
 
 export interface TrainConfig {
-    /** The task: arith-debate and split-sum (the embedded policy's compact protocol, any model), or gsm8k (real
-     * models: model.dir; MAPoRL's math prompts, the train split for training, the test split held out). */
-    task: "arith-debate" | "split-sum" | "gsm8k";
+    /** The task: arith-debate, split-sum and tool-lookup (the embedded policy's compact protocol, any model; tool-lookup
+     * is a researcher / solver workflow with a tool, lookup.ts), or gsm8k (real models: model.dir; MAPoRL's math
+     * prompts, the train split for training, the test split held out). */
+    task: "arith-debate" | "split-sum" | "tool-lookup" | "gsm8k";
     /** arith-debate: operations per problem and the largest operand; split-sum: digits per operand and the warm
-     * start's tendency to build on a peer's previous answer (splitSumTask's peerUse); gsm8k: `data`, a directory
+     * start's tendency to build on a peer's previous answer (splitSumTask's peerUse); tool-lookup: how often the warm
+     * start's researcher looks up its own key (keyUse) and its solver uses the scratchpad (padUse); gsm8k: `data`, a directory
      * with train.jsonl and test.jsonl (default: the copy the tests ship, test/fixtures/gsm8k). */
-    taskOptions: { steps: number; maxOperand: number; digits: number; peerUse: number; data: string };
+    taskOptions: { steps: number; maxOperand: number; digits: number; peerUse: number; keyUse: number; padUse: number; data: string };
     algo: Algo;
     agents: number;
     turns: number;
@@ -80,7 +82,7 @@ export interface TrainConfig {
 
 export const DEFAULT_CONFIG: TrainConfig = {
     task: "arith-debate",
-    taskOptions: { steps: 3, maxOperand: 9, digits: 1, peerUse: 0.3, data: "" },
+    taskOptions: { steps: 3, maxOperand: 9, digits: 1, peerUse: 0.3, keyUse: 0.3, padUse: 0.3, data: "" },
     algo: "maporl",
     agents: 3,
     turns: 3,
@@ -115,7 +117,7 @@ export const DEFAULT_CONFIG: TrainConfig = {
 };
 
 /** The choices of the keys the command line offers as flags (cliProgram.ts lists and checks them from here). */
-export const TASKS = ["arith-debate", "split-sum", "gsm8k"] as const, ALGOS = ["maporl", "magrpo", "collm-cc", "collm-dc"] as const,
+export const TASKS = ["arith-debate", "split-sum", "tool-lookup", "gsm8k"] as const, ALGOS = ["maporl", "magrpo", "collm-cc", "collm-dc"] as const,
     SCHEDULES = ["joint", "independent", "alternating", "turn-based"] as const, DEVICES = ["cpu", "cuda", "auto"] as const;
 
 type Rule = { int?: [number, number]; num?: [number, number]; choices?: readonly string[] };
@@ -123,6 +125,7 @@ const RULES: Record<string, Rule> = {
     task: { choices: TASKS }, algo: { choices: ALGOS }, schedule: { choices: SCHEDULES }, device: { choices: DEVICES },
     matmulPrecision: { choices: ["highest", "high"] }, "model.dtype": { choices: ["float32", "bfloat16"] },
     "taskOptions.steps": { int: [1, 8] }, "taskOptions.maxOperand": { int: [2, 99] }, "taskOptions.digits": { int: [1, 2] }, "taskOptions.peerUse": { num: [0, 1] },
+    "taskOptions.keyUse": { num: [0, 1] }, "taskOptions.padUse": { num: [0, 1] },
     agents: { int: [2, 8] }, turns: { int: [1, 8] }, seed: { int: [0, 2 ** 31 - 1] }, iterations: { int: [0, 1e7] },
     episodesPerIteration: { int: [1, 4096] }, evalEpisodes: { int: [1, 100000] }, evalEvery: { int: [1, 1e7] },
     "sampling.temperature": { num: [0, 10] }, "sampling.maxTokens": { int: [1, 4096] },
@@ -198,6 +201,14 @@ export function resolveConfig(partial: unknown, where = "config"): TrainConfig {
         if (asked.episodesPerIteration === undefined) c.episodesPerIteration = MAGRPO_DEFAULTS.episodesPerIteration;
         if (asked.magrpo?.generations === undefined) c.magrpo.generations = MAGRPO_DEFAULTS.generations;
     }
+    // tool-lookup is a two-role workflow whose first turn is the researcher's lookup: its own defaults where the user
+    // left them (2 agents, 2 turns, turn 0 trained like the others).
+    const set = (partial ?? {}) as { agents?: unknown; turns?: unknown; separateTurn0?: unknown };
+    if (c.task === "tool-lookup") {
+        if (set.agents === undefined) c.agents = 2;
+        if (set.turns === undefined) c.turns = 2;
+        if (set.separateTurn0 === undefined) c.separateTurn0 = false;
+    }
     if (c.model.dir) {
         checkModelDir(where, c.model.dir);
         const given = (partial ?? {}) as { sft?: { steps?: unknown }; model?: { contextLength?: unknown }; sampling?: { maxTokens?: unknown } };
@@ -221,9 +232,10 @@ export function resolveConfig(partial: unknown, where = "config"): TrainConfig {
     if (c.critic.dModel % c.critic.heads !== 0) throw new RangeError(`${where}: critic.dModel: expected a multiple of critic.heads (${c.critic.heads}), got ${c.critic.dModel}`);
     if (c.schedule === "alternating" && c.shareParameters)
         throw new RangeError(`${where}: schedule: 'alternating' freezes one agent at a time and needs shareParameters: false`);
+    if (c.task === "tool-lookup" && c.agents !== 2) throw new RangeError(`${where}: agents: tool-lookup has two roles (researcher, solver), got ${c.agents}`);
+    if (c.task === "tool-lookup" && c.turns < 2) throw new RangeError(`${where}: turns: tool-lookup needs turns >= 2 (the lookup, then the answer), got ${c.turns}`);
     if (c.task === "split-sum" && c.agents !== 2) throw new RangeError(`${where}: agents: split-sum's warm start is written for 2 agents, got ${c.agents}`);
     if (c.separateTurn0 && c.turns < 2) throw new RangeError(`${where}: separateTurn0: needs turns >= 2 (turn 0 is frozen), got turns ${c.turns}`);
-    if (c.replay.enabled && c.algo === "magrpo") throw new RangeError(`${where}: replay.enabled: MAGRPO's joint-action trees are not buffered yet; use it with maporl, collm-cc or collm-dc`);
     if (c.schedule === "turn-based" && c.turns < 2) throw new RangeError(`${where}: schedule: 'turn-based' needs turns >= 2, got ${c.turns}`);
     return c;
 }

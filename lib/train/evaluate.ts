@@ -4,7 +4,7 @@
 import { debateMetrics, type Transitions } from "../debate/metrics.js";
 import type { NativePolicy } from "../policy/nativePolicy.js";
 import { rolloutTeam, type TeamRollout } from "./rollout.js";
-import type { Task, TaskItem } from "./tasks.js";
+import { answerersOf, type Task, type TaskItem } from "./tasks.js";
 
 export interface EvalResult {
     majorityAccuracy: number[];
@@ -19,10 +19,12 @@ export interface EvalResult {
     episodes: number;
 }
 
+/** The team's metrics: over the answers of the task's answerers (every agent in a debate; the solver of tool-lookup). */
 export function teamMetrics(r: TeamRollout): EvalResult {
+    const who = answerersOf(r.task, r.agents);
     const m = debateMetrics(r.entries.map((ep, i) => ({
         reference: r.items[i]!.reference,
-        turns: ep.map((turn) => turn.map((x) => ({ extracted: x.extracted, correct: x.correct, completionTokens: x.completion.length }))),
+        turns: ep.map((turn) => who.map((a) => turn[a]!).map((x) => ({ extracted: x.extracted, correct: x.correct, completionTokens: x.completion.length }))),
     })));
     const maj = m.majorityAccuracy;
     return { majorityAccuracy: maj, agentAccuracy: m.agentAccuracy, soloAccuracy: m.agentAccuracy[0] ?? [],

@@ -25,6 +25,7 @@ import { ReplayBuffer, type ReplayState } from "./replay.js";
 import { runIteration, scheduled, stageModels } from "./stage.js";
 import { arithDebateTask, splitSumTask, type Task } from "./tasks.js";
 import { gsm8kTask } from "./gsm8k.js";
+import { lookupTask } from "./lookup.js";
 
 export interface TrainJobOptions {
     /** A partial config (validated and completed with the defaults). Ignored with `resume`. */
@@ -86,6 +87,7 @@ interface JobState {
 
 export function makeTask(cfg: TrainConfig): Task {
     if (cfg.task === "gsm8k") return gsm8kTask({ agents: cfg.agents, dataDir: cfg.taskOptions.data });
+    if (cfg.task === "tool-lookup") return lookupTask({ keyUse: cfg.taskOptions.keyUse, padUse: cfg.taskOptions.padUse });
     if (cfg.task === "split-sum") return splitSumTask({ agents: cfg.agents, digits: cfg.taskOptions.digits, peerUse: cfg.taskOptions.peerUse, format: "compact" });
     return arithDebateTask({ agents: cfg.agents, steps: cfg.taskOptions.steps, maxOperand: cfg.taskOptions.maxOperand, format: "compact" });
 }

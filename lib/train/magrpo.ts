@@ -16,7 +16,8 @@ import { treeReturns } from "../rl/tree.js";
 import type { TrainConfig } from "./config.js";
 import { teamMetrics } from "./evaluate.js";
 import type { AgentStats } from "./maporl.js";
-import { answerOf, packRows, promptFor, type RolloutEntry, type TeamRollout } from "./rollout.js";
+import { answerOf, jointScore, packRows, promptFor, runTools, traceTurns, type RolloutEntry, type TeamRollout } from "./rollout.js";
+import type { ToolResult } from "../env/tools.js";
 import type { IterationResult } from "./stage.js";
 import type { Task, TaskItem } from "./tasks.js";
 import { answerKey } from "../debate/metrics.js";
@@ -28,15 +29,17 @@ const right = (task: Task, text: string, item: TaskItem) => {
 };
 
 // The debate along the first sample of every state (joint action 0, its child 0, ...), for the training metrics.
-function firstPath(task: Task, tree: JointTree, item: TaskItem, turns: number, tokenize: (s: string) => number[]): RolloutEntry[][] {
+async function firstPath(task: Task, tree: JointTree, item: TaskItem, turns: number, tokenize: (s: string) => number[],
+    extra: (action: number, agent: number) => Promise<Partial<RolloutEntry>>): Promise<RolloutEntry[][]> {
     const path: RolloutEntry[][] = [];
     let parent = -1;
     for (let d = 0; d < turns; d++) {
         const id = tree.actions.findIndex((x) => x.parent === parent && x.depth === d);
         if (id < 0) break;
         const act = tree.actions[id]!;
-        path.push(act.generations.map((g, a) => ({ prompt: tokenize(act.prompts[a] as string), completion: (g.tokens ?? []) as number[],
-            stopped: g.finishReason === "stop", text: g.text, extracted: answerOf(task, g.text), correct: right(task, g.text, item), score: right(task, g.text, item) ? 1 : 0 })));
+        path.push(await Promise.all(act.generations.map(async (g, a) => ({ prompt: tokenize(act.prompts[a] as string), completion: (g.tokens ?? []) as number[],
+            stopped: g.finishReason === "stop", text: g.text, extracted: answerOf(task, g.text), correct: right(task, g.text, item), score: right(task, g.text, item) ? 1 : 0,
+            ...(await extra(id, a)) }))));
         parent = id;
     }
     return path;
@@ -48,7 +51,8 @@ type Roll = { turns: number; temperature: number; maxTokens: number; seed: numbe
 // and model): `magrpo.joint` joint actions, the team's mean score as the joint reward, every joint action branching
 // into the next turn's prompts (with the verdicts when `feedback`), the frozen turn-0 models at depth 0 when given.
 // Each answer is verified once: the reward and the next turn's verdicts share the score.
-async function trees(cfg: TrainConfig, task: Task, items: TaskItem[], agents: NativePolicy[], roll: Roll): Promise<JointTree[]> {
+async function trees(cfg: TrainConfig, task: Task, items: TaskItem[], agents: NativePolicy[], roll: Roll):
+    Promise<{ grown: JointTree[]; toolsOf: (item: TaskItem, a: number, depth: number, text: string) => Promise<ToolResult[] | undefined> }> {
     const A = agents.length;
     const verified = new Map<TaskItem, Map<string, Promise<number>>>();
     const scoreOf = (item: TaskItem, text: string) => {
@@ -58,18 +62,32 @@ async function trees(cfg: TrainConfig, task: Task, items: TaskItem[], agents: Na
         if (!s) m.set(text, (s = task.verifier.score({ question: item.question, response: text, reference: item.reference }).then((r) => r.score)));
         return s;
     };
+    // Every agent outside the task's answerers is scored with the turn's joint reward (as rolloutTeam does).
+    const joint = (s: number[]) => (task.answerers ? s.map((x, a) => (task.answerers!.includes(a) ? x : jointScore(task, s))) : s);
     const scores = (item: TaskItem, texts: string[]) => Promise.all(texts.map((text) => scoreOf(item, text)));
+    // A task with tools: each completion's calls run once (the transition), their results shown in the next prompts.
+    const ran = new Map<TaskItem, Map<string, Promise<ToolResult[] | undefined>>>();
+    const toolsOf = (item: TaskItem, a: number, depth: number, text: string) => {
+        let m = ran.get(item);
+        if (!m) ran.set(item, (m = new Map()));
+        const key = `${a}/${depth}/${text}`;
+        let p = m.get(key);
+        if (!p) m.set(key, (p = runTools(task, item, a, text, depth, roll.signal)));
+        return p;
+    };
     const rollout = new JointRollout<TaskItem>({
         agents, ...(roll.turn0 ? { firstTurnAgents: roll.turn0 } : {}), generations: cfg.magrpo.generations, turns: roll.turns, joint: cfg.magrpo.joint,
         prompt: (item, a) => promptFor(task, item, a, null, cfg.feedback ? "empty" : undefined),
-        transition: async ({ item, completions }) => {
-            const answers = completions.map((text) => ({ text, extracted: answerOf(task, text) })), s = cfg.feedback ? await scores(item, completions) : undefined;
+        transition: async ({ item, completions, turn }) => {
+            const results = await Promise.all(completions.map((text, a) => toolsOf(item, a, turn, text)));
+            const answers = completions.map((text, a) => ({ text, extracted: answerOf(task, text), ...(results[a] ? { toolResults: results[a] } : {}) }));
+            const s = cfg.feedback ? joint(await scores(item, completions)) : undefined;
             return agents.map((_, a) => promptFor(task, item, a, answers, s));
         },
-        reward: async (texts, item) => (await scores(item, texts)).reduce((x, y) => x + y, 0) / A,
+        reward: async (texts, item) => jointScore(task, await scores(item, texts)),
         sampling: { temperature: roll.temperature, maxTokens: roll.maxTokens }, seed: (item) => (roll.seed % 1_000_000_007) * 1_000_003 + items.indexOf(item) * 100_003,  // < 2^53
     });
-    return rollout.runBatch(items, roll.signal ? { signal: roll.signal } : {});
+    return { grown: await rollout.runBatch(items, roll.signal ? { signal: roll.signal } : {}), toolsOf };
 }
 
 /**
@@ -107,15 +125,16 @@ export async function magrpoIteration(cfg: TrainConfig, task: Task, items: TaskI
     const rows = new Map<NativePolicy, { prompt: number[]; completion: number[]; stopped: boolean; adv: number; a: number }[]>();
     const paths: RolloutEntry[][][] = [];
     const rewardSum = new Float64Array(A), rewardN = new Float64Array(A);
-    const grown = await trees(cfg, task, items, agents, roll);
+    const { grown, toolsOf } = await trees(cfg, task, items, agents, roll);
     // An item whose tree failed (a request failed: JointRollout's onError 'skip') is dropped; the others train.
     const failed = grown.flatMap((t, i) => (t.error ? [{ item: items[i]!, turn: t.error.depth, agent: t.error.agent, error: t.error.message }] : []));
     if (failed.length === items.length) throw new Error(`rollout: every episode failed (${items.length}); the first at turn ${failed[0]!.turn}, agent ${failed[0]!.agent}: ${failed[0]!.error}`);
     const forest = grown.filter((t) => !t.error);
     items = items.filter((_, i) => !grown[i]!.error);
-    const push = (a: number, depth: number, prompt: string, g: Generation, adv: number) => {
+    const push = (a: number, depth: number, prompt: string, g: Generation, adv: number, credit: Map<string, number>, action: number) => {
         const model = trainable[a];
         if (!model || !trainTurn(depth)) return;
+        credit.set(`${action}/${a}`, adv);
         pushTo(rows, model, { prompt: tok.encodeChat([{ role: "user", content: prompt }]), completion: (g.tokens ?? []) as number[],
             stopped: g.finishReason === "stop", adv, a });
     };
@@ -126,14 +145,18 @@ export async function magrpoIteration(cfg: TrainConfig, task: Task, items: TaskI
             rewardSum[a] = rewardSum[a]! + act.reward;
             rewardN[a] = rewardN[a]! + 1;
         }));
+        const credit = new Map<string, number>();  // "action/agent" -> the advantage the agent's completion trained with
         if (mg.joint === "aligned")  // joint action n is every agent's n-th sample: one advantage for all of them
-            tree.actions.forEach((act, n) => act.generations.forEach((g, a) => push(a, act.depth, act.prompts[a] as string, g, advantages[n]!)));
+            tree.actions.forEach((act, n) => act.generations.forEach((g, a) => push(a, act.depth, act.prompts[a] as string, g, advantages[n]!, credit, n)));
         else
             for (const c of crossCompletions(tree, returns, A, mg.generations, mg.baseline)) {
                 const act = tree.actions[c.action]!;
-                push(c.agent, act.depth, act.prompts[c.agent] as string, act.generations[c.agent]!, c.adv);
+                push(c.agent, act.depth, act.prompts[c.agent] as string, act.generations[c.agent]!, c.adv, credit, c.action);
             }
-        paths.push(firstPath(task, tree, item, roll.turns, (s) => tok.encodeChat([{ role: "user", content: s }])));
+        paths.push(await firstPath(task, tree, item, roll.turns, (s) => tok.encodeChat([{ role: "user", content: s }]), async (n, a) => {
+            const act = tree.actions[n]!, results = await toolsOf(item, a, act.depth, act.generations[a]!.text), c = credit.get(`${n}/${a}`);
+            return { ...(results ? { toolResults: results } : {}), ...(c !== undefined ? { credit: c } : {}) };
+        }));
     }
     const stats: AgentStats[] = Array.from({ length: A }, (_, a) => ({ reward: rewardN[a] ? rewardSum[a]! / rewardN[a]! : 0, kl: 0, clipFrac: 0, entropy: 0,
         valueLoss: 0, policyLoss: 0, updates: 0 }));
@@ -149,8 +172,9 @@ export async function magrpoIteration(cfg: TrainConfig, task: Task, items: TaskI
             st.policyLoss = r.loss; st.entropy = r.stats.entropyMean; st.kl = r.stats.klMean; st.updates++;
         }
     }
-    const team: TeamRollout = { items, entries: paths, agents: A, turns: roll.turns };
+    const team: TeamRollout = { task, items, entries: paths, agents: A, turns: roll.turns };
     const first = paths[0]!;
+    // The replay buffer (replay.ts) keeps the successful episodes of `rollout`: here each tree's first path.
     return { stats, train: teamMetrics(team), ...(failed.length ? { failed } : {}), trace: { question: items[0]!.question, reference: items[0]!.reference,
-        turns: first.map((turn) => turn.map((x) => ({ text: x.text, correct: x.correct }))) } };
+        turns: traceTurns(task, first) }, rollout: team };
 }

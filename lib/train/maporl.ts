@@ -72,6 +72,7 @@ export async function maporlUpdate(r: TeamRollout, models: (NativePolicy | null)
             const model = models[a], critic = critics[a];
             if (!model || !critic || !trainTurn(t)) continue;
             o.signal?.throwIfAborted();
+            r.entries.forEach((ep, e) => { ep[t]![a]!.credit = R[(e * T + t) * A + a]!; });
             const b = packRows(r.entries.map((ep) => ep[t]![a]!), model.tokenizer.eos, model.config.contextLength);
             const [B, L] = b.shape;
             const oldLogp = await model.logprobs(b), refLogp = await ref.logprobs(b), values = await critic.values(b);

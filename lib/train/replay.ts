@@ -1,12 +1,13 @@
 // replay.ts: a replay buffer of successful team trajectories and the offline phase between online bursts (the
 // stability trick the seed documents name). An episode is successful when the team's last-turn majority is right (a
-// strict majority of the agents' last answers correct); its trained turns' answers (prompt and completion token ids,
+// strict majority of the answerers' last answers correct); its trained turns' answers (prompt and completion token ids,
 // by agent) enter the buffer, oldest out first past `capacity`. Every `every` iterations each trained model takes
 // `steps` supervised steps on batches drawn from its agents' samples (draws seeded by the run's seed and the
 // iteration, so a resumed run draws the same). The buffer is part of the checkpoint. Off by default.
 import type { NativePolicy } from "../policy/nativePolicy.js";
 import { mulberry32 } from "../random.js";
 import { packRows, type TeamRollout } from "./rollout.js";
+import { answerersOf } from "./tasks.js";
 
 export interface ReplaySample { agent: number; prompt: number[]; completion: number[]; stopped: boolean; iteration: number }
 export interface ReplayState { stage: string; added: number; samples: ReplaySample[] }
@@ -26,8 +27,9 @@ export class ReplayBuffer {
     /** Adds the trained turns of the successful episodes of a rollout; returns how many episodes were successful. */
     add(r: TeamRollout, trainTurn: (t: number) => boolean, trained: (agent: number) => boolean, iteration: number): number {
         let ok = 0;
+        const who = answerersOf(r.task, r.agents);
         r.entries.forEach((turns) => {
-            const last = turns[turns.length - 1];
+            const last = turns[turns.length - 1]?.filter((_, a) => who.includes(a));
             if (!last || last.filter((e) => e.correct).length * 2 <= last.length) return;
             ok += 1;
             turns.forEach((row, t) => {

@@ -6,7 +6,8 @@
 // batches prompts of any length; fixed-width slots keep the rows' lengths close, so little of a batch idles). Answers end in ";" and the same 3 digits, so agreeing with a peer is a copy.
 import type { NativePolicy } from "../policy/nativePolicy.js";
 import { answerKey } from "../debate/metrics.js";
-import type { Task, TaskItem } from "./tasks.js";
+import { answerersOf, roleOf, type Task, type TaskItem, type ToolPrevious } from "./tasks.js";
+import { runToolCall, type ToolResult } from "../env/tools.js";
 import { pushTo } from "../collections.js";
 import { generateSettled, policyMessage } from "../policy/settle.js";
 
@@ -18,8 +19,14 @@ export interface RolloutEntry {
     text: string;
     extracted: string | null;
     correct: boolean;
-    /** The verifier's score. */
+    /** The verifier's score; for an agent that is not an answerer of its task, the turn's joint reward (the mean
+     * score of the answerers), so every agent is credited with the team's outcome. */
     score: number;
+    /** What the calls this answer made returned (tasks with tools; runToolCall's results). */
+    toolResults?: ToolResult[];
+    /** The credit the trainer assigned to this answer when it trained it (MAPoRL: its influence-aware outcome reward;
+     * CoLLM: its TD advantage; MAGRPO: its group-relative advantage); absent for answers no model trained on. */
+    credit?: number;
 }
 
 export interface TeamRollout {
@@ -63,7 +70,7 @@ function formatAnswer(x: string | null): string {
 }
 
 /** Agent a's user message: the task's own prompt (words tasks, as GSM8K's), else the compact protocol (turnPrompt). */
-export function promptFor(task: Task, item: TaskItem, agent: number, previous: { text: string; extracted: string | null }[] | null,
+export function promptFor(task: Task, item: TaskItem, agent: number, previous: ToolPrevious[] | null,
     scores?: number[] | "empty"): string {
     if (task.prompt) return task.prompt(item, agent, previous, scores);
     return turnPrompt(item.views[agent]!, agent, task.agents, previous ? previous.map((e) => e.extracted) : null, scores);
@@ -133,6 +140,7 @@ export async function rolloutTeam(task: Task, items: TaskItem[], agents: NativeP
                 };
             }
         }
+        for (const i of live) if (!failed.has(i)) await transition(task, items[i]!, turn[i]!, t, o.signal);
         turn.forEach((row, i) => entries[i]!.push(row));
     }
     if (failed.size === 0) return { task, items, entries, agents: A, turns: o.turns };
@@ -142,6 +150,53 @@ export async function rolloutTeam(task: Task, items: TaskItem[], agents: NativeP
     }
     const keep = items.flatMap((_, i) => (failed.has(i) ? [] : [i]));
     return { task, items: keep.map((i) => items[i]!), entries: keep.map((i) => entries[i]!), agents: A, turns: o.turns, failed: [...failed.values()] };
+}
+
+/**
+ * The transition after a turn of one episode: each answer's tool calls (the task's text protocol) run in agent order
+ * with the caller's role, their results kept on the entry (the next observations read them); then, when the task
+ * names its answerers, every other agent's score becomes the turn's joint reward. A tool that throws, hangs or is
+ * forbidden is a result with ok false, never an error of the episode.
+ */
+export async function transition(task: Task, item: TaskItem, row: RolloutEntry[], turn: number, signal?: AbortSignal): Promise<void> {
+    for (const [a, e] of row.entries()) {
+        const results = await runTools(task, item, a, e.text, turn, signal);
+        if (results) e.toolResults = results;
+    }
+    if (task.answerers) {
+        const joint = jointScore(task, row.map((e) => e.score));
+        row.forEach((e, a) => { if (!task.answerers!.includes(a)) e.score = joint; });
+    }
+}
+
+/** The results of the calls one answer makes (in order), or undefined when it makes none or the task has no tools. */
+export async function runTools(task: Task, item: TaskItem, agent: number, text: string, turn: number, signal?: AbortSignal): Promise<ToolResult[] | undefined> {
+    const calls = task.tools?.length && task.toolCalls ? task.toolCalls(text) : [];
+    if (!calls.length) return undefined;
+    const out: ToolResult[] = [];
+    for (const call of calls) out.push(await runToolCall(task.tools!, call, { role: roleOf(task, agent), turn, episode: { item }, ...(signal ? { signal } : {}) }));
+    return out;
+}
+
+/** The joint reward of a turn: the mean score of the task's answerers. */
+export function jointScore(task: Task | undefined, scores: number[]): number {
+    const who = answerersOf(task, scores.length);
+    return who.reduce((s, a) => s + scores[a]!, 0) / who.length;
+}
+
+export interface TraceEntry {
+    text: string;
+    correct: boolean;
+    role?: string;
+    tools?: { name: string; arguments: string; ok: boolean; content: string; error?: string }[];
+    credit?: number;
+}
+
+/** An episode's entries as traces.jsonl records them. */
+export function traceTurns(task: Task | undefined, turns: RolloutEntry[][]): TraceEntry[][] {
+    return turns.map((turn) => turn.map((x, a) => ({ text: x.text, correct: x.correct, ...(task?.roles ? { role: roleOf(task, a) } : {}),
+        ...(x.toolResults ? { tools: x.toolResults.map((c) => ({ name: c.name, arguments: c.arguments, ok: c.ok, content: c.content, ...(c.error ? { error: c.error } : {}) })) } : {}),
+        ...(x.credit !== undefined ? { credit: x.credit } : {}) })));
 }
 
 export interface PackedBatch {

@@ -30,6 +30,10 @@ export async function sftWarmStart(policy: NativePolicy, task: Task, o: SftOptio
         const items = task.generate(o.batchSize, o.seed * 100_003 + s);
         const rng = mulberry32(o.seed * 7919 + s);
         const rows = items.map((item, k) => {
+            if (task.demonstration) {
+                const d = task.demonstration(item, k % task.agents, Math.floor(rng() * o.turns), rng, o.feedback ?? false);
+                return { prompt: tok.encodeChat([{ role: "user", content: d.prompt }]), completion: tok.encode(d.answer), stopped: true };
+            }
             if (!item.solution && !task.warmStart) throw new TypeError(`sft: task ${task.name}: item ${item.id} has no solution to learn from`);
             const a = k % task.agents, turn = Math.floor(rng() * o.turns);
             const noise = turn === 0 ? null : Array.from({ length: task.agents }, () => String(Math.floor(rng() * 200)));

@@ -11,7 +11,7 @@ import { teamMetrics, type EvalResult } from "./evaluate.js";
 import { collmIteration } from "./collm.js";
 import { magrpoIteration } from "./magrpo.js";
 import { maporlUpdate, type AgentStats } from "./maporl.js";
-import { rolloutTeam, type TeamRollout } from "./rollout.js";
+import { rolloutTeam, traceTurns, type TeamRollout, type TraceEntry } from "./rollout.js";
 import type { Task, TaskItem } from "./tasks.js";
 
 export interface StageModels {
@@ -31,8 +31,9 @@ export interface IterationResult {
     train: EvalResult;
     /** Episodes dropped because a request failed (TeamRollout.failed); the iteration trained on the others. */
     failed?: NonNullable<TeamRollout["failed"]>;
-    /** One episode's texts for traces.jsonl. */
-    trace: { question: string; reference: string; turns: { text: string; correct: boolean }[][] };
+    /** One episode for traces.jsonl: per turn and agent its text, whether it was right, and, where they apply, its
+     * role, the tool calls it made (name, arguments, ok, result or error) and the credit the trainer assigned to it. */
+    trace: { question: string; reference: string; turns: TraceEntry[][] };
     /** The iteration's rollout (maporl, collm: what the replay buffer keeps the successful episodes of). */
     rollout?: TeamRollout;
 }
@@ -86,8 +87,7 @@ export function scheduled(cfg: TrainConfig, schedule: TrainConfig["schedule"], m
 }
 
 function traceOf(r: TeamRollout): IterationResult["trace"] {
-    return { question: r.items[0]!.question, reference: r.items[0]!.reference,
-        turns: r.entries[0]!.map((turn) => turn.map((x) => ({ text: x.text, correct: x.correct }))) };
+    return { question: r.items[0]!.question, reference: r.items[0]!.reference, turns: traceTurns(r.task, r.entries[0]!) };
 }
 
 /** One iteration of the configured algorithm on `items`. */

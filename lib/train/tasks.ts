@@ -7,6 +7,8 @@
 // Items carry a per-agent view (what that agent is shown at turn 0) and the reference answer.
 import { mulberry32 } from "../random.js";
 import { gsm8kVerifier, type Verifier } from "../rewards/verifiers.js";
+import type { Tool } from "../env/tools.js";
+import type { ToolCall } from "../policy/types.js";
 import { requireInteger, requireNumber } from "../validate.js";
 
 export interface TaskItem {
@@ -19,12 +21,42 @@ export interface TaskItem {
     reference: string;
     /** A worked solution ending in the answer, for the SFT warm start (tasks that have one). */
     solution?: string;
+    /** The environment's hidden state of the item, what its tools read (plain JSON: scenario suites store it). */
+    hidden?: Record<string, unknown>;
 }
 
+/** A previous turn's answer as the next observation shows it: its text, its extracted answer and, in a task with
+ * tools, what the calls it made returned (the transition). */
+export interface ToolPrevious {
+    text: string;
+    extracted: string | null;
+    toolResults?: { ok: boolean; content: string; name?: string; error?: string }[];
+}
+
+/**
+ * A task is the trainers' environment, a Dec-POMDP: agents (with `roles`), each one's observation (its view of the
+ * item and `prompt`), actions that are whole responses, a transition (the previous turn's answers and, with `tools`,
+ * what their calls returned), the joint reward (the verifier's scores of the `answerers`), and the horizon (the
+ * job's turns). The debate tasks are the instance where every agent answers and nothing else happens between turns.
+ */
 export interface Task {
     readonly name: string;
     readonly agents: number;
     readonly verifier: Verifier;
+    /** Role names by agent (traces, tool permissions). Defaults to "agent-1", "agent-2", .... */
+    readonly roles?: string[];
+    /** The agents whose answers are the team's (metrics, the majority, the joint reward). Defaults to all. */
+    readonly answerers?: number[];
+    /** Tools the agents call through the task's text protocol (`toolCalls`); the rollout runs them between turns,
+     * with the caller's role (a tool's `roles` restrict it), its timeout, and errors as results. */
+    readonly tools?: Tool<never>[];
+    /** The calls a response makes (the text protocol). */
+    toolCalls?(text: string): ToolCall[];
+    /** The centralised critic's observation at a turn (CoLLM-CC); defaults to every view and the previous answers. */
+    centralPrompt?(item: TaskItem, previous: ToolPrevious[] | null, scores?: number[] | "empty"): string;
+    /** A warm-start pair for agent `agent` at `turn` (its observation, built from a demonstrated previous turn, and the
+     * answer to learn); takes precedence over `warmStart` and `solution`. */
+    demonstration?(item: TaskItem, agent: number, turn: number, rng: () => number, feedback: boolean): { prompt: string; answer: string };
     /** `count` items, the same for the same seed. */
     generate(count: number, seed: number): TaskItem[];
     /**
@@ -37,7 +69,7 @@ export interface Task {
     /** Agent `agent`'s user message at a turn, given the previous turn's answers of every agent (null at turn 0)
      * and, with feedback, their verifier scores ("empty" at turn 0). Tasks without one speak the compact protocol
      * (rollout.ts's turnPrompt), which the embedded character-level policy reads. */
-    prompt?(item: TaskItem, agent: number, previous: { text: string; extracted: string | null }[] | null, scores?: number[] | "empty"): string;
+    prompt?(item: TaskItem, agent: number, previous: ToolPrevious[] | null, scores?: number[] | "empty"): string;
     /** The final answer of a response (default: the compact protocol's, rollout.ts's extractAnswer). */
     extract?(text: string): string | null;
 }
@@ -148,3 +180,9 @@ export function arithDebateTask(options: { agents?: number; steps?: number; maxO
         },
     };
 }
+
+/** The role of agent a. */
+export const roleOf = (task: Task, a: number): string => task.roles?.[a] ?? `agent-${a + 1}`;
+
+/** The agents whose answers are the team's. */
+export const answerersOf = (task: Task | undefined, agents: number): number[] => task?.answerers ?? Array.from({ length: agents }, (_, a) => a);
