@@ -13,7 +13,7 @@ import { doctor } from "./doctor.js";
 import { NativePolicy } from "./policy/nativePolicy.js";
 import { servePolicy } from "./policy/server.js";
 import { runTrain } from "./train/trainCli.js";
-import { crossPlay, makeSuite, regressionGate } from "./train/evalGate.js";
+import { crossPlay, makeSuite, regressionGate, teamArg } from "./train/evalGate.js";
 import { runToyCli } from "./train/toyCli.js";
 
 function info(): number {
@@ -76,7 +76,7 @@ const program = buildProgram({
         return g.pass ? 0 : 1;
     },
     crossplay: async (a) => {
-        const r = await crossPlay({ suite: a.suite, metric: a.metric, teams: a.runs.map((run) => ({ run, ...(a.stage ? { stage: a.stage } : {}) })) });
+        const r = await crossPlay({ suite: a.suite, metric: a.metric, teams: a.runs.map((run) => teamArg(run, a.stage)) });
         console.log(`cross-play (${a.metric}): row = agent 0's run, column = its partners' run; chemistry = a team's self-play minus its column's mean (its agent 0 swapped for another run's)`);
         r.labels.forEach((l, i) => console.log(`  [${i}] ${l}`));
         console.log(`       ${r.labels.map((_, j) => `[${j}]`.padStart(7)).join("")}`);

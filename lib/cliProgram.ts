@@ -168,7 +168,7 @@ export function buildProgram(actions: CliActions, options: CliOptions): Command 
 
     command("crossplay").description("cross-play: agent 0 of each run's team with the partners of every other; the drop from self-play is the chemistry figure")
         .requiredOption("--suite <dir>", "the scenario suite")
-        .argument("<runs...>", "run directories (two or more)")
+        .argument("<runs...>", "run directories (two or more); RUN@STAGE takes that stage's team (RUN@base: the untrained base, RUN@independent: the control)")
         .option("--stage <stage>", "which stage's models (default: each run's algorithm)")
         .option("--metric <m>", "majority@last, majority@N, solo or gain", "majority@last")
         .action(async (runs: string[], o: { suite: string; stage?: string; metric: string }) => {

@@ -64,7 +64,8 @@ export function readSuite(dir: string): Suite {
 /** A team: a run directory's agents, with agents replaced by other checkpoints (agent index -> model directory). */
 export interface TeamSpec {
     run: string;
-    /** The stage whose models to take (default: the run's algorithm, e.g. 'maporl'; 'independent' for the control). */
+    /** The stage whose models to take (default: the run's algorithm, e.g. 'maporl'; 'independent' for the control;
+     * 'base' for the run's warm-started, untrained base in every seat). */
     stage?: string;
     replace?: Record<number, string>;
 }
@@ -82,7 +83,7 @@ export async function loadTeam(spec: TeamSpec, agents: number): Promise<Team> {
     const saved = join(spec.run, "checkpoint", "base");
     const baseDir = existsSync(join(saved, "config.json")) || !cfg.model.dir ? saved : cfg.model.dir;
     // The control trains agent 0 against the frozen warm-started base; a method's agents share actor-0 or have their own.
-    const own = (a: number) => (stage === "independent" ? (a === 0 ? join(spec.run, "models", "independent-actor-0") : baseDir)
+    const own = (a: number) => (stage === "base" ? baseDir : stage === "independent" ? (a === 0 ? join(spec.run, "models", "independent-actor-0") : baseDir)
         : join(spec.run, "models", `${stage}-actor-${cfg.shareParameters ? 0 : a}`));
     const dirs = Array.from({ length: agents }, (_, a) => spec.replace?.[a] ?? own(a));
     for (const [k] of Object.entries(spec.replace ?? {}))
@@ -98,6 +99,13 @@ export async function loadTeam(spec: TeamSpec, agents: number): Promise<Team> {
     return { agents: team, ...(base ? { turn0: team.map(() => base) } : {}),
         label: `${spec.run} (${stage}${replaced.length ? `, agents ${replaced.join(", ")} replaced` : ""})`,
         dispose: async () => { for (const p of cache.values()) await p.dispose(); } };
+}
+
+/** A team named on the command line: a run directory, optionally `@stage` (e.g. `runs/a@base`, `runs/a@independent`). */
+export function teamArg(arg: string, stage?: string): TeamSpec {
+    const m = /^(.+)@([A-Za-z0-9-]+)$/.exec(arg);
+    if (m && !existsSync(arg)) return { run: m[1]!, stage: m[2]! };
+    return { run: arg, ...(stage ? { stage } : {}) };
 }
 
 /** The suite on a team. */
