@@ -43,8 +43,8 @@ export interface JointRolloutOptions<Item> {
     prompt: (item: Item, agent: number) => string | ChatMessage[];
     /** Each agent's next prompt after a joint action; required when turns > 1. */
     transition?: (input: TransitionInput<Item>) => (string | ChatMessage[])[] | Promise<(string | ChatMessage[])[]>;
-    /** The joint reward of one joint action. */
-    reward: (completions: string[], item: Item) => number | Promise<number>;
+    /** The joint reward of one joint action (`turn`: its depth, 0 for the first). */
+    reward: (completions: string[], item: Item, turn: number) => number | Promise<number>;
     /** A state whose mean immediate reward is above this is not expanded. Defaults to none. */
     terminationThreshold?: number;
     sampling?: SamplingOptions;
@@ -202,7 +202,7 @@ export class JointRollout<Item> {
                 const ids: number[] = [];
                 for (const sample of combos) {
                     const generations = sample.map((g, a) => gens[st]![a]![g]!);
-                    const reward = await this.o.reward(generations.map((x) => x.text), item);
+                    const reward = await this.o.reward(generations.map((x) => x.text), item, state.depth);
                     if (typeof reward !== "number" || Number.isNaN(reward)) throw new TypeError(`JointRollout: reward: expected a number, got ${String(reward)}`);
                     ids.push(tree.actions.length);
                     tree.actions.push({ parent: state.parent, depth: state.depth, sample, generations, prompts: state.prompts, reward });

@@ -1,14 +1,15 @@
 // lookup.ts: tool-lookup, the demonstration workflow for the embedded model: a researcher and a solver, the
 // information the answer needs behind a tool only the researcher may call. The Dec-POMDP, term by term:
 //   agents        agent 0 the researcher, agent 1 the solver (roles);
-//   observations  the researcher sees a key ("k=c"), the solver an operand ("x=5"); both see the previous turn's
+//   observations  the researcher sees a key ("k=3"), the solver an operand ("x=5"); both see the previous turn's
 //                 answers (the compact protocol's slots) and the team's scratchpad, the shared artifact: "#7" (what the
 //                 last turn's lookup returned), "#?" (nothing), "#!" (the call failed);
-//   actions       a whole response; "@c" in it calls lookup(key c) (the text protocol of the compact models);
+//   actions       a whole response; "@3" in it calls lookup(key 3) (the text protocol of the compact models);
 //   transition    the rollout runs the calls (lookup is restricted to the researcher: the solver's is a 'forbidden'
 //                 tool error) and the results become the scratchpad's next version;
 //   reward        the solver's answer is the team's (answerers): the item's value for the key plus the operand; the
-//                 turn's joint reward is its score, credited to both agents by the trainers' estimators;
+//                 joint reward is its score at the last turn (finalReward: earlier turns pay 0), credited to both
+//                 agents' turns by the trainers' estimators (MAPoRL's discounted influence, CoLLM's TD, MAGRPO's tree);
 //   horizon       the job's turns (2: the lookup, then the answer).
 // The warm start is a weak base: the researcher looks up its own key with probability p (`keyUse`; else a random
 // key), the solver adds the scratchpad's value with probability q (`padUse`) (else guesses the missing term). Only a team whose two
@@ -22,7 +23,7 @@ import { requireNumber } from "../validate.js";
 import { turnPrompt } from "./rollout.js";
 import type { Task, TaskItem, ToolPrevious } from "./tasks.js";
 
-const KEYS = "abcdefghij";
+const KEYS = "0123456789";
 
 /** The scratchpad after a turn's tool results: the first successful lookup's value, "!" when every call failed, "?" for none. */
 export function scratchpad(previous: ToolPrevious[] | null): string {
@@ -33,7 +34,7 @@ export function scratchpad(previous: ToolPrevious[] | null): string {
 
 /** The calls of a compact response: every "@<key>" (at most 4). */
 export function lookupCalls(text: string): ToolCall[] {
-    return [...text.matchAll(/@([a-z])/g)].slice(0, 4).map((m, k) => ({ id: `call_${k}`, name: "lookup", arguments: JSON.stringify({ key: m[1] }) }));
+    return [...text.matchAll(/@([0-9a-z])/g)].slice(0, 4).map((m, k) => ({ id: `call_${k}`, name: "lookup", arguments: JSON.stringify({ key: m[1] }) }));
 }
 
 /** tool-lookup (see above); `keyUse` is p, `padUse` is q. */
@@ -41,8 +42,8 @@ export function lookupTask(options: { keyUse?: number; padUse?: number } = {}): 
     const fn = "lookupTask";
     const p = requireNumber(fn, "keyUse", options.keyUse, 0.3, 0, 1), q = requireNumber(fn, "padUse", options.padUse, 0.3, 0, 1);
     const lookup: Tool<{ key: string }> = {
-        name: "lookup", description: "The item's value for a key (a to j).", roles: ["researcher"], timeoutMs: 1000,
-        parameters: { type: "object", properties: { key: { type: "string", pattern: "^[a-j]$" } }, required: ["key"], additionalProperties: false },
+        name: "lookup", description: "The item's value for a key (a digit).", roles: ["researcher"], timeoutMs: 1000,
+        parameters: { type: "object", properties: { key: { type: "string", pattern: "^[0-9]$" } }, required: ["key"], additionalProperties: false },
         run: ({ key }, ctx) => {
             const item = (ctx.episode as { item?: TaskItem } | undefined)?.item;
             const values = item?.hidden?.values;
@@ -58,6 +59,7 @@ export function lookupTask(options: { keyUse?: number; padUse?: number } = {}): 
         agents: 2,
         roles: ["researcher", "solver"],
         answerers: [1],
+        finalReward: true,
         verifier: gsm8kVerifier({ name: "tool-lookup" }),
         tools: [lookup as Tool<never>],
         toolCalls: lookupCalls,
@@ -82,7 +84,7 @@ export function lookupTask(options: { keyUse?: number; padUse?: number } = {}): 
             if (turn > 0) {
                 const called = rng() < p ? key : KEYS[Math.floor(rng() * KEYS.length)]!;
                 const guess = Math.floor(rng() * 10);
-                previous = [{ text: `@${called}`, extracted: null, toolResults: [{ ok: true, content: values[KEYS.indexOf(called)]! }] },
+                previous = [{ text: `@${called}`, extracted: called, toolResults: [{ ok: true, content: values[KEYS.indexOf(called)]! }] },
                     { text: `${x}+${guess}=${x + guess};${x + guess}`, extracted: String(x + guess) }];
             }
             const marks = !feedback ? undefined : previous ? previous.map(() => rng()) : "empty" as const;

@@ -84,7 +84,7 @@ async function trees(cfg: TrainConfig, task: Task, items: TaskItem[], agents: Na
             const s = cfg.feedback ? joint(await scores(item, completions)) : undefined;
             return agents.map((_, a) => promptFor(task, item, a, answers, s));
         },
-        reward: async (texts, item) => jointScore(task, await scores(item, texts)),
+        reward: async (texts, item, turn) => (task.finalReward && turn < roll.turns - 1 ? 0 : jointScore(task, await scores(item, texts))),
         sampling: { temperature: roll.temperature, maxTokens: roll.maxTokens }, seed: (item) => (roll.seed % 1_000_000_007) * 1_000_003 + items.indexOf(item) * 100_003,  // < 2^53
     });
     return { grown: await rollout.runBatch(items, roll.signal ? { signal: roll.signal } : {}), toolsOf };

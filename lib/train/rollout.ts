@@ -140,7 +140,7 @@ export async function rolloutTeam(task: Task, items: TaskItem[], agents: NativeP
                 };
             }
         }
-        for (const i of live) if (!failed.has(i)) await transition(task, items[i]!, turn[i]!, t, o.signal);
+        for (const i of live) if (!failed.has(i)) await transition(task, items[i]!, turn[i]!, t, t === o.turns - 1, o.signal);
         turn.forEach((row, i) => entries[i]!.push(row));
     }
     if (failed.size === 0) return { task, items, entries, agents: A, turns: o.turns };
@@ -155,10 +155,11 @@ export async function rolloutTeam(task: Task, items: TaskItem[], agents: NativeP
 /**
  * The transition after a turn of one episode: each answer's tool calls (the task's text protocol) run in agent order
  * with the caller's role, their results kept on the entry (the next observations read them); then, when the task
- * names its answerers, every other agent's score becomes the turn's joint reward. A tool that throws, hangs or is
- * forbidden is a result with ok false, never an error of the episode.
+ * names its answerers, every other agent's score becomes the turn's joint reward; with `finalReward`, every score
+ * before the `last` turn is 0. A tool that throws, hangs or is forbidden is a result with ok false, never an error of
+ * the episode.
  */
-export async function transition(task: Task, item: TaskItem, row: RolloutEntry[], turn: number, signal?: AbortSignal): Promise<void> {
+export async function transition(task: Task, item: TaskItem, row: RolloutEntry[], turn: number, last: boolean, signal?: AbortSignal): Promise<void> {
     for (const [a, e] of row.entries()) {
         const results = await runTools(task, item, a, e.text, turn, signal);
         if (results) e.toolResults = results;
@@ -167,6 +168,7 @@ export async function transition(task: Task, item: TaskItem, row: RolloutEntry[]
         const joint = jointScore(task, row.map((e) => e.score));
         row.forEach((e, a) => { if (!task.answerers!.includes(a)) e.score = joint; });
     }
+    if (task.finalReward && !last) for (const e of row) e.score = 0;
 }
 
 /** The results of the calls one answer makes (in order), or undefined when it makes none or the task has no tools. */

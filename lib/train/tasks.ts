@@ -47,6 +47,9 @@ export interface Task {
     readonly roles?: string[];
     /** The agents whose answers are the team's (metrics, the majority, the joint reward). Defaults to all. */
     readonly answerers?: number[];
+    /** The joint reward is the outcome at the horizon only (a workflow's): answers before the last turn score 0, so
+     * an early action (a lookup, a plan) is credited only through what it led to. Debates score every turn. */
+    readonly finalReward?: boolean;
     /** Tools the agents call through the task's text protocol (`toolCalls`); the rollout runs them between turns,
      * with the caller's role (a tool's `roles` restrict it), its timeout, and errors as results. */
     readonly tools?: Tool<never>[];

@@ -31,7 +31,7 @@ async function scripted(name: string, answer: (prompt: string) => string): Promi
     return p;
 }
 // The protocol played right: the researcher looks up its key; the solver adds the scratchpad's value (0 when empty).
-const researcher = (prompt: string) => `@${/^k=([a-j])/.exec(prompt)![1]}`;
+const researcher = (prompt: string) => `@${/^k=(\d)/.exec(prompt)![1]}`;
 const solver = (prompt: string) => {
     const x = Number(/^x=(\d)/.exec(prompt)![1]), pad = /#(.)$/.exec(prompt)![1]!, v = /\d/.test(pad) ? Number(pad) : 0;
     return `${x}+${v}=${x + v};${x + v}`;
@@ -44,9 +44,9 @@ describe("tool-lookup: the task and its tool", () => {
     it("items: the reference is the database's value for the researcher's key plus the solver's operand", () => {
         for (const it of items) {
             const values = it.hidden!.values as string, key = it.views[0]!.slice(2), x = Number(it.views[1]!.slice(2));
-            expect(it.views[0]).toMatch(/^k=[a-j]$/);
+            expect(it.views[0]).toMatch(/^k=\d$/);
             expect(it.views[1]).toMatch(/^x=\d$/);
-            expect(it.reference).toBe(String(Number(values["abcdefghij".indexOf(key)]) + x));
+            expect(it.reference).toBe(String(Number(values[Number(key)]) + x));
             expect(JSON.parse(JSON.stringify(it))).toEqual(it);  // scenario suites store items as JSON
         }
         expect(task.generate(50, 7)).toEqual(items);
@@ -57,16 +57,19 @@ describe("tool-lookup: the task and its tool", () => {
 
     it("the transition: the researcher's lookup returns its value; the solver's is forbidden; bad keys and a missing database are errors, not throws", async () => {
         const it0 = items[0]!, values = it0.hidden!.values as string;
-        const row = [entry("@c@z"), entry("9+1=10;10@a", 1)];
-        await transition(task, it0, row, 0);
+        const row = [entry("@2@z"), entry("9+1=10;10@4", 1)];
+        await transition(task, it0, row, 1, true);
         expect(row[0]!.toolResults!.map((r) => [r.ok, r.content, r.error])).toEqual([[true, values[2], undefined],
             [false, expect.stringMatching(/invalid arguments for 'lookup'.*pattern/) as unknown as string, "arguments"]]);
         expect(row[1]!.toolResults).toMatchObject([{ ok: false, error: "forbidden", content: expect.stringMatching(/solver may not call 'lookup' \(only researcher\)/) }]);
         expect(row[0]!.score).toBe(1);  // the researcher is credited with the turn's joint reward: the solver's score
-        const bare = [entry("@a"), entry("1")];
-        await transition(task, { ...it0, hidden: {} }, bare, 0);
+        const early = [entry("@2"), entry("9+1=10;10", 1)];
+        await transition(task, it0, early, 0, false);
+        expect(early.map((e) => e.score)).toEqual([0, 0]);  // finalReward: the outcome at the horizon only
+        const bare = [entry("@0"), entry("1")];
+        await transition(task, { ...it0, hidden: {} }, bare, 0, false);
         expect(bare[0]!.toolResults).toMatchObject([{ ok: false, error: "threw", content: expect.stringMatching(/no database/) }]);
-        expect(lookupCalls("@a@b@c@d@e").length).toBe(4);
+        expect(lookupCalls("@1@2@3@4@5").length).toBe(4);
         expect(scratchpad([{ text: "", extracted: null, toolResults: [{ ok: false, content: "e" }, { ok: true, content: "7" }] }])).toBe("7");
         expect(scratchpad([{ text: "", extracted: null, toolResults: [{ ok: false, content: "e" }] }])).toBe("!");
         expect(scratchpad(null)).toBe("?");
@@ -98,12 +101,12 @@ describe("tool-lookup: the task and its tool", () => {
         expect(m.agentAccuracy.map((row) => row.length)).toEqual([1, 1]);
         r.entries.forEach((ep, e) => {
             const values = r.items[e]!.hidden!.values as string, key = r.items[e]!.views[0]!.slice(2);
-            expect(ep[0]![0]!.toolResults).toMatchObject([{ name: "lookup", ok: true, content: values["abcdefghij".indexOf(key)] }]);
-            expect(r0.tokenizer.decode(ep[1]![1]!.prompt)).toContain(`#${values["abcdefghij".indexOf(key)]}`);
+            expect(ep[0]![0]!.toolResults).toMatchObject([{ name: "lookup", ok: true, content: values[Number(key)] }]);
+            expect(r0.tokenizer.decode(ep[1]![1]!.prompt)).toContain(`#${values[Number(key)]}`);
             expect(ep[1]![0]!.score).toBe(1);
         });
         // With the researcher replaced by one that looks up the wrong key, the team fails (the chemistry the task needs).
-        const wrong = await scripted("wrong", (p) => `@${"abcdefghij"[("abcdefghij".indexOf(researcher(p)[1]!) + 1) % 10]}`);
+        const wrong = await scripted("wrong", (p) => `@${(Number(researcher(p)[1]) + 1) % 10}`);
         const w = teamMetrics(await rolloutTeam(task, items.slice(0, 20), [wrong, s0], { turns: 2, temperature: 1, maxTokens: 8, seed: 1 }));
         expect(w.majorityAccuracy[1]).toBeLessThan(0.5);
         for (const p of [r0, s0, wrong]) await p.dispose();
