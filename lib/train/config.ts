@@ -74,9 +74,9 @@ export interface TrainConfig {
     alternatingPeriod: number;
     /** 'turn-based': the first `initialIterations` train turn 1, then the trained turn cycles T-1, ..., 1 every `period`. */
     turnBased: { initialIterations: number; period: number };
-    /** A replay buffer of successful team trajectories (the last-turn majority right) and an offline phase from it
-     * every `every` iterations: `steps` supervised steps of `batchSize` answers of the trained turns at `lr` (replay.ts).
-     * maporl and collm only (MAGRPO's trees are not buffered). Off by default. */
+    /** A replay buffer of successful team trajectories (the answerers' last-turn majority right) and an offline phase
+     * from it every `every` iterations: `steps` supervised steps of `batchSize` answers of the trained turns at `lr`
+     * (replay.ts; MAGRPO buffers the first path of each tree). Off by default. */
     replay: { enabled: boolean; capacity: number; every: number; steps: number; batchSize: number; lr: number };
 }
 

@@ -30,11 +30,19 @@ describe("train config", () => {
         expect(resolveConfig({ algo: "maporl" }).episodesPerIteration).toBe(DEFAULT_CONFIG.episodesPerIteration);
     });
 
-    it("replay: off by default, its keys checked, refused with magrpo (trees are not buffered)", () => {
+    it("tool-lookup: its own defaults where unset (2 agents, 2 turns, turn 0 trained); its shape checked", () => {
+        expect(resolveConfig({ task: "tool-lookup" })).toMatchObject({ agents: 2, turns: 2, separateTurn0: false });
+        expect(resolveConfig({ task: "tool-lookup", turns: 3, separateTurn0: true })).toMatchObject({ turns: 3, separateTurn0: true });
+        expect(() => resolveConfig({ task: "tool-lookup", agents: 3 })).toThrow(/agents: tool-lookup has two roles \(researcher, solver\), got 3/);
+        expect(() => resolveConfig({ task: "tool-lookup", turns: 1 })).toThrow(/turns: tool-lookup needs turns >= 2/);
+        expect(() => resolveConfig({ taskOptions: { keyUse: 1.5 } })).toThrow(/taskOptions\.keyUse/);
+    });
+
+    it("replay: off by default, its keys checked, accepted by every algorithm", () => {
         expect(DEFAULT_CONFIG.replay.enabled).toBe(false);
         expect(resolveConfig({ replay: { enabled: true, every: 3 } }).replay).toEqual({ ...DEFAULT_CONFIG.replay, enabled: true, every: 3 });
         expect(() => resolveConfig({ replay: { every: 0 } })).toThrow(/replay\.every/);
-        expect(() => resolveConfig({ algo: "magrpo", replay: { enabled: true } })).toThrow(/replay\.enabled: MAGRPO's joint-action trees are not buffered/);
+        expect(resolveConfig({ algo: "magrpo", replay: { enabled: true } }).replay.enabled).toBe(true);
     });
 
     it("rejects unknown or misspelled keys by path, suggesting the closest", () => {

@@ -1,7 +1,8 @@
 // replay.test.ts: the replay buffer of successful team trajectories and its offline phase (config replay): only
 // episodes whose last-turn majority is right enter it, only their trained turns, oldest out first; the offline phase
 // changes the policy (the run diverges from the same run without replay right after the first phase, and the saved
-// weights differ); a run stopped mid-stage resumes with its buffer and ends with the uninterrupted run's metrics.
+// weights differ); a run stopped mid-stage resumes with its buffer and ends with the uninterrupted run's metrics;
+// with MAPoRL and with MAGRPO (whose buffer takes the first path of each joint-action tree).
 import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -15,7 +16,7 @@ import { readMetrics } from "../helpers/runs.js";
 const work = mkdtempSync(join(tmpdir(), "maporl-replay-"));
 afterAll(() => rmSync(work, { recursive: true, force: true }));
 
-const config = (replay: boolean) => ({ seed: 2, iterations: 4, episodesPerIteration: 16, evalEpisodes: 12, evalEvery: 4, controls: false,
+const config = (replay: boolean, algo = "maporl") => ({ algo, seed: 2, iterations: 4, episodesPerIteration: 16, evalEpisodes: 12, evalEvery: 4, controls: false,
     sft: { steps: 400, batchSize: 32 }, model: { layers: 1, heads: 2, dModel: 64 }, critic: { layers: 1, heads: 2, dModel: 32 },
     replay: { enabled: replay, every: 2, steps: 2, batchSize: 8, capacity: 64 } });
 const lines = (dir: string) => readMetrics(dir).metrics.split("\n").filter((l) => l.includes('"kind":"train"')).map((l) => JSON.parse(l) as
@@ -36,10 +37,10 @@ describe("replay buffer", () => {
         expect(new ReplayBuffer("maporl", 3, b.toJSON()).size).toBe(3);
     });
 
-    it("the offline phase changes the policy; a stopped run resumes with its buffer to the same metrics", async () => {
-        const on = join(work, "on"), off = join(work, "off"), stopped = join(work, "stopped");
-        await trainJob({ out: on, config: config(true) });
-        await trainJob({ out: off, config: config(false) });
+    for (const algo of ["maporl", "magrpo"]) it(`${algo}: the offline phase changes the policy; a stopped run resumes with its buffer to the same metrics`, async () => {
+        const on = join(work, `${algo}-on`), off = join(work, `${algo}-off`), stopped = join(work, `${algo}-stopped`);
+        await trainJob({ out: on, config: config(true, algo) });
+        await trainJob({ out: off, config: config(false, algo) });
         const a = lines(on), b = lines(off);
         expect(a[0]!.replay!.size).toBeGreaterThan(0);  // successful episodes from the first iteration on
         expect(a[1]!.replay!.offlineLoss).toEqual(expect.any(Number));  // the phase after iteration 2
@@ -47,12 +48,12 @@ describe("replay buffer", () => {
         // identical up to the first phase, different after it
         for (const k of [0, 1]) expect([a[k]!.reward, a[k]!.agents]).toEqual([b[k]!.reward, b[k]!.agents]);
         expect(a[2]!.agents).not.toEqual(b[2]!.agents);
-        const w = (dir: string) => readFileSync(join(dir, "models", "maporl-actor-0", "model.safetensors"));
+        const w = (dir: string) => readFileSync(join(dir, "models", `${algo}-actor-0`, "model.safetensors"));
         expect(Buffer.compare(w(on), w(off))).not.toBe(0);
         // stopped after iteration 3 (past a phase, buffer non-empty), resumed: the uninterrupted run's metrics
         const ctl = new AbortController();
-        await expect(trainJob({ out: stopped, config: config(true), signal: ctl.signal,
-            onProgress: (p) => { if (p.stage === "maporl" && p.phase === "train" && p.step === 3) ctl.abort(new Error("stop")); } })).rejects.toThrow();
+        await expect(trainJob({ out: stopped, config: config(true, algo), signal: ctl.signal,
+            onProgress: (p) => { if (p.stage === algo && p.phase === "train" && p.step === 3) ctl.abort(new Error("stop")); } })).rejects.toThrow();
         expect(existsSync(join(stopped, "summary.json"))).toBe(false);
         const state = JSON.parse(readFileSync(join(stopped, "checkpoint", "state.json"), "utf8")) as { state?: { replay?: { samples: unknown[] } }; replay?: { samples: unknown[] } };
         expect((state.state ?? state).replay!.samples.length).toBeGreaterThan(0);
