@@ -7,7 +7,6 @@
 import type { NativePolicy } from "../policy/nativePolicy.js";
 import { mulberry32 } from "../random.js";
 import { packRows, type TeamRollout } from "./rollout.js";
-import { answerersOf } from "./tasks.js";
 
 export interface ReplaySample { agent: number; prompt: number[]; completion: number[]; stopped: boolean; iteration: number }
 export interface ReplayState { stage: string; added: number; samples: ReplaySample[] }
@@ -27,9 +26,9 @@ export class ReplayBuffer {
     /** Adds the trained turns of the successful episodes of a rollout; returns how many episodes were successful. */
     add(r: TeamRollout, trainTurn: (t: number) => boolean, trained: (agent: number) => boolean, iteration: number): number {
         let ok = 0;
-        const who = answerersOf(r.task, r.agents);
+        const who = r.task?.answerers;
         r.entries.forEach((turns) => {
-            const last = turns[turns.length - 1]?.filter((_, a) => who.includes(a));
+            const last = turns[turns.length - 1]?.filter((_, a) => !who || who.includes(a));
             if (!last || last.filter((e) => e.correct).length * 2 <= last.length) return;
             ok += 1;
             turns.forEach((row, t) => {
