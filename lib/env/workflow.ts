@@ -48,6 +48,11 @@ export interface WorkflowTurn {
     usage: { promptTokens: number; completionTokens: number };
     latencyMs: number;
     finishReason: string;
+    /** Each generation of the turn (one per tool round) as the model read and sampled it, when the policy gives token
+     * ids (native models, servers returning ids): what trainWorkflow trains on. */
+    samples?: { promptTokenIds: number[]; tokenIds: number[] }[];
+    /** The credit trainWorkflow assigned to this turn (the role's group-relative advantage), once trained. */
+    credit?: number;
 }
 
 export interface WorkflowState<I> {
@@ -96,21 +101,21 @@ export interface WorkflowEpisode<I> {
 
 export class Workflow<I> {
     private readonly spec: WorkflowSpec<I>;
-    private readonly roles: Map<string, WorkflowRole>;
+    private readonly byName: Map<string, WorkflowRole>;
     private readonly loopOpts: Required<LoopOptions>;
 
     constructor(spec: WorkflowSpec<I>, private readonly o: { tracer?: Tracer; runId?: string; seed?: number } = {}) {
         const where = "Workflow";
         if (!spec || typeof spec !== "object") throw new TypeError(`${where}: spec: expected an object`);
         if (!Array.isArray(spec.roles) || spec.roles.length === 0) throw new TypeError(`${where}: roles: expected a non-empty array`);
-        this.roles = new Map();
+        this.byName = new Map();
         spec.roles.forEach((r, k) => {
             if (!r || typeof r.name !== "string" || r.name === "") throw new TypeError(`${where}: roles[${k}].name: expected a non-empty string`);
-            if (this.roles.has(r.name)) throw new TypeError(`${where}: roles[${k}].name: '${r.name}' twice`);
+            if (this.byName.has(r.name)) throw new TypeError(`${where}: roles[${k}].name: '${r.name}' twice`);
             if (!r.policy || typeof r.policy.generate !== "function") throw new TypeError(`${where}: roles[${k}].policy: expected a Policy (with generate())`);
             if (typeof r.instructions !== "string") throw new TypeError(`${where}: roles[${k}].instructions: expected a string`);
             if (r.sampling !== undefined) samplingOptions(where, `roles[${k}].sampling`, r.sampling);
-            this.roles.set(r.name, r);
+            this.byName.set(r.name, r);
         });
         checkTools(where, spec.tools ?? []);
         for (const f of ["observe", "next", "reward"] as const)
@@ -118,7 +123,7 @@ export class Workflow<I> {
         if (!Number.isInteger(spec.horizon) || spec.horizon < 1) throw new RangeError(`${where}: horizon: expected an integer >= 1, got ${String(spec.horizon)}`);
         const rounds = spec.maxToolRounds ?? 4;
         if (!Number.isInteger(rounds) || rounds < 0) throw new RangeError(`${where}: maxToolRounds: expected an integer >= 0, got ${String(rounds)}`);
-        if (typeof spec.start === "string" && !this.roles.has(spec.start)) throw new RangeError(`${where}: start: no role named '${spec.start}'`);
+        if (typeof spec.start === "string" && !this.byName.has(spec.start)) throw new RangeError(`${where}: start: no role named '${spec.start}'`);
         this.loopOpts = loopOptions(where, spec.loops);
         this.spec = spec;
     }
@@ -129,13 +134,16 @@ export class Workflow<I> {
         return Promise.all(items.map((item, k) => this.episode(item, `${this.o.runId ?? "run"}-${k}`, k, options.signal)));
     }
 
+    /** The roles, in the spec's order. */
+    get roles(): readonly WorkflowRole[] { return this.spec.roles; }
+
     async run(item: I, options: { signal?: AbortSignal } = {}): Promise<WorkflowEpisode<I>> {
         return (await this.runBatch([item], options))[0]!;
     }
 
     private toolsFor(role: string, artifactTools: Tool<never>[]): Tool<never>[] {
         const all = [...(this.spec.tools ?? []), ...artifactTools];
-        const named = this.roles.get(role)!.tools;
+        const named = this.byName.get(role)!.tools;
         return all.filter((t) => (named ? named.includes(t.name) : true) && (!t.roles || t.roles.includes(role)));
     }
 
@@ -152,7 +160,7 @@ export class Workflow<I> {
         const delegation: string[] = [];
         for (let turn = 0; turn < this.spec.horizon && role !== null; turn++) {
             signal?.throwIfAborted();
-            const r = this.roles.get(role);
+            const r = this.byName.get(role);
             if (!r) return out("error", NaN, { turn, role, message: `next() named no role: '${role}'` });
             const tools = this.toolsFor(role, artifactTools);
             const messages = convo.get(role) ?? [{ role: "system" as const, content: r.instructions }];
@@ -163,6 +171,7 @@ export class Workflow<I> {
             const t0 = performance.now(), start = Date.now();
             const results: ToolResult[] = [];
             const usage = { promptTokens: 0, completionTokens: 0 };
+            const samples: { promptTokenIds: number[]; tokenIds: number[] }[] = [];
             let text = "", finish = "stop", loop: LoopEvent | null = null;
             for (let round = 0; ; round++) {
                 const offer = round < (this.spec.maxToolRounds ?? 4) ? tools.map(toolSpec) : [];
@@ -175,6 +184,7 @@ export class Workflow<I> {
                     return out("error", NaN, { turn, role, message });
                 }
                 const g = settled!.generation;
+                if (g.promptTokenIds && g.tokenIds) samples.push({ promptTokenIds: g.promptTokenIds, tokenIds: g.tokenIds });
                 usage.promptTokens += g.usage.promptTokens;
                 usage.completionTokens += g.usage.completionTokens;
                 text = g.text;
@@ -194,7 +204,7 @@ export class Workflow<I> {
             delegation.push(role);
             const entry: WorkflowTurn = { turn, role, delegation: collapse(delegation.slice(0, -1)), observation, text, toolResults: results,
                 artifactSeen: seen, artifactAfter: artifact ? artifact.version : null, shaped: 0, usage,
-                latencyMs: performance.now() - t0, finishReason: finish };
+                latencyMs: performance.now() - t0, finishReason: finish, ...(samples.length ? { samples } : {}) };
             entry.shaped = (this.spec.milestones ? this.spec.milestones(entry, state) : 0) + (loop ? this.loopOpts.penalty : 0);
             shaped[role] = (shaped[role] ?? 0) + entry.shaped;
             state.turns.push(entry);
