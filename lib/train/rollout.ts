@@ -8,6 +8,7 @@ import type { NativePolicy } from "../policy/nativePolicy.js";
 import { answerKey } from "../debate/metrics.js";
 import { answerersOf, roleOf, type Task, type TaskItem, type ToolPrevious } from "./tasks.js";
 import { runToolCall, type ToolResult } from "../env/tools.js";
+import type { ToolCall } from "../policy/types.js";
 import { pushTo } from "../collections.js";
 import { generateSettled, policyMessage } from "../policy/settle.js";
 
@@ -173,8 +174,14 @@ export async function transition(task: Task, item: TaskItem, row: RolloutEntry[]
 
 /** The results of the calls one answer makes (in order), or undefined when it makes none or the task has no tools. */
 export async function runTools(task: Task, item: TaskItem, agent: number, text: string, turn: number, signal?: AbortSignal): Promise<ToolResult[] | undefined> {
-    const calls = task.tools?.length && task.toolCalls ? task.toolCalls(text) : [];
-    if (!calls.length) return undefined;
+    let calls: ToolCall[];
+    try {
+        calls = task.tools?.length && task.toolCalls ? task.toolCalls(text) : [];
+    } catch (e) {  // the task's own parser failed on this answer: an error of the call, the episode goes on
+        return [{ callId: "call_0", name: "?", arguments: "", ok: false, error: "arguments", ms: 0,
+            content: `error: the tool calls of this answer could not be read (${e instanceof Error ? e.message : String(e)})` }];
+    }
+    if (!Array.isArray(calls) || !calls.length) return undefined;
     const out: ToolResult[] = [];
     for (const call of calls) out.push(await runToolCall(task.tools!, call, { role: roleOf(task, agent), turn, episode: { item }, ...(signal ? { signal } : {}) }));
     return out;

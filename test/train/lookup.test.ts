@@ -70,6 +70,10 @@ describe("tool-lookup: the task and its tool", () => {
         await transition(task, { ...it0, hidden: {} }, bare, 0, false);
         expect(bare[0]!.toolResults).toMatchObject([{ ok: false, error: "threw", content: expect.stringMatching(/no database/) }]);
         expect(lookupCalls("@1@2@3@4@5").length).toBe(4);
+        // A task whose own call parser throws: a tool error on that answer, not an error of the episode.
+        const odd = [entry("@1"), entry("2")];
+        await transition({ ...task, toolCalls: () => { throw new Error("parser broke"); } }, it0, odd, 0, false);
+        expect(odd[0]!.toolResults).toMatchObject([{ ok: false, error: "arguments", content: expect.stringMatching(/could not be read \(parser broke\)/) }]);
         expect(scratchpad([{ text: "", extracted: null, toolResults: [{ ok: false, content: "e" }, { ok: true, content: "7" }] }])).toBe("7");
         expect(scratchpad([{ text: "", extracted: null, toolResults: [{ ok: false, content: "e" }] }])).toBe("!");
         expect(scratchpad(null)).toBe("?");
