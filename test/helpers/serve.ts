@@ -24,15 +24,16 @@ export async function tinyCheckpoint(dir: string, contextLength: number, seed: n
  * once it listens. */
 export const startServe = (dir: string, args: string[] = []): Promise<ServeProcess> => startServeProcess(dir, ["--threads", "1", ...args], CLI);
 
-/** Writes a tiny llama-architecture model (random weights, seed) with the fixtures' BPE tokenizer to `dir`. */
-export async function tinyHfModel(dir: string, seed = 3): Promise<void> {
+/** Writes a tiny llama-architecture model (random weights, seed) with the fixtures' BPE tokenizer to `dir`; `shape`
+ * overrides config.json fields (e.g. hidden_size, num_hidden_layers). */
+export async function tinyHfModel(dir: string, seed = 3, shape: Record<string, number> = {}): Promise<void> {
     const tk = `${dir}-tokenizer`;
     mkdirSync(tk, { recursive: true });
     cpSync(join(TOK, "tokenizer.json"), join(tk, "tokenizer.json"));
     writeFileSync(join(tk, "tokenizer_config.json"), readFileSync(join(TOK, "tokenizer_config.qwen.json")));
     const p = await NativePolicy.fromConfig({ model_type: "llama", vocab_size: 320, hidden_size: 32, intermediate_size: 64, num_hidden_layers: 1,
         num_attention_heads: 2, num_key_value_heads: 1, max_position_embeddings: 1024, rms_norm_eps: 1e-6, rope_theta: 10000, tie_word_embeddings: true,
-        eos_token_id: 308 }, { tokenizer: tk, seed });
+        eos_token_id: 308, ...shape }, { tokenizer: tk, seed });
     await p.save(dir);
     await p.dispose();
 }

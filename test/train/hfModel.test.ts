@@ -15,22 +15,14 @@ import { NativePolicy } from "../../lib/index.js";
 import { resolveConfig } from "../../lib/train/config.js";
 import { trainJob } from "../../lib/train/job.js";
 import { readMetrics } from "../helpers/runs.js";
+import { tinyHfModel } from "../helpers/serve.js";
 
 const TOK = join(import.meta.dirname, "..", "fixtures", "hf-tokenizer");
 const work = mkdtempSync(join(tmpdir(), "maporl-train-hf-"));
 const modelDir = join(work, "tiny-llama");
 afterAll(() => rmSync(work, { recursive: true, force: true }));
 
-beforeAll(async () => {
-    const tk = join(work, "tk");
-    cpSync(join(TOK, "tokenizer.json"), join(tk, "tokenizer.json"));
-    writeFileSync(join(tk, "tokenizer_config.json"), readFileSync(join(TOK, "tokenizer_config.qwen.json")));
-    const p = await NativePolicy.fromConfig({ model_type: "llama", vocab_size: 320, hidden_size: 32, intermediate_size: 64, num_hidden_layers: 1,
-        num_attention_heads: 2, num_key_value_heads: 1, max_position_embeddings: 1024, rms_norm_eps: 1e-6, rope_theta: 10000, tie_word_embeddings: true,
-        eos_token_id: 308 }, { tokenizer: tk, seed: 3 });
-    await p.save(modelDir);
-    await p.dispose();
-});
+beforeAll(() => tinyHfModel(modelDir, 3));
 
 const small = (extra: Record<string, unknown> = {}) => ({ model: { dir: modelDir, contextLength: 512 }, lora: { rank: 2, alpha: 4 }, iterations: 2,
     episodesPerIteration: 2, evalEpisodes: 3, evalEvery: 100, agents: 2, sampling: { temperature: 1, maxTokens: 6 }, seed: 1, ...extra });
