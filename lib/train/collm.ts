@@ -19,8 +19,8 @@ function jointPrompt(r: TeamRollout, e: number, t: number, feedback: boolean): s
     const marks = feedback ? (prev ? prev.map((x) => x.score) : "empty" as const) : undefined;
     if (r.task?.centralPrompt) return r.task.centralPrompt(r.items[e]!, prev, marks);
     // A words task (one shared question): agent 0's message, which quotes every previous answer.
-    if (r.task?.prompt) return r.task.prompt(r.items[e]!, 0, prev, feedback ? (prev ? prev.map((x) => x.score) : "empty") : undefined);
-    return turnPrompt(views, 0, r.agents, prev ? prev.map((x) => x.extracted) : null, feedback ? (prev ? prev.map((x) => x.score) : "empty") : undefined);
+    if (r.task?.prompt) return r.task.prompt(r.items[e]!, 0, prev, marks);
+    return turnPrompt(views, 0, r.agents, prev ? prev.map((x) => x.extracted) : null, marks);
 }
 
 export async function collmIteration(cfg: TrainConfig, r: TeamRollout, trainable: (NativePolicy | null)[], critics: (NativePolicy | null)[],

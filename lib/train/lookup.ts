@@ -87,7 +87,8 @@ export function lookupTask(options: { keyUse?: number; padUse?: number } = {}): 
                 previous = [{ text: `@${called}`, extracted: called, toolResults: [{ ok: true, content: values[KEYS.indexOf(called)]! }] },
                     { text: `${x}+${guess}=${x + guess};${x + guess}`, extracted: String(x + guess) }];
             }
-            const marks = !feedback ? undefined : previous ? previous.map(() => rng()) : "empty" as const;
+            // The verdicts the rollout shows: none before the horizon (finalReward scores those turns 0).
+            const marks = !feedback ? undefined : previous ? previous.map(() => 0) : "empty" as const;
             let answer: string;
             if (agent === 0) answer = `@${rng() < p ? key : KEYS[Math.floor(rng() * KEYS.length)]!}`;
             else {

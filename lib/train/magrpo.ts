@@ -53,7 +53,6 @@ type Roll = { turns: number; temperature: number; maxTokens: number; seed: numbe
 // Each answer is verified once: the reward and the next turn's verdicts share the score.
 async function trees(cfg: TrainConfig, task: Task, items: TaskItem[], agents: NativePolicy[], roll: Roll):
     Promise<{ grown: JointTree[]; toolsOf: (item: TaskItem, a: number, depth: number, text: string) => Promise<ToolResult[] | undefined> }> {
-    const A = agents.length;
     const verified = new Map<TaskItem, Map<string, Promise<number>>>();
     const scoreOf = (item: TaskItem, text: string) => {
         let m = verified.get(item);
@@ -81,7 +80,8 @@ async function trees(cfg: TrainConfig, task: Task, items: TaskItem[], agents: Na
         transition: async ({ item, completions, turn }) => {
             const results = await Promise.all(completions.map((text, a) => toolsOf(item, a, turn, text)));
             const answers = completions.map((text, a) => ({ text, extracted: answerOf(task, text), ...(results[a] ? { toolResults: results[a] } : {}) }));
-            const s = cfg.feedback ? joint(await scores(item, completions)) : undefined;
+            // (with finalReward no verdict is shown before the horizon, as rolloutTeam scores those turns 0)
+            const s = !cfg.feedback ? undefined : task.finalReward ? completions.map(() => 0) : joint(await scores(item, completions));
             return agents.map((_, a) => promptFor(task, item, a, answers, s));
         },
         reward: async (texts, item, turn) => (task.finalReward && turn < roll.turns - 1 ? 0 : jointScore(task, await scores(item, texts))),
