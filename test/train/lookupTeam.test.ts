@@ -7,9 +7,9 @@
 //     and the untrained researcher with the trained solver, both fall far below the trained pair;
 //   - the regression gate passes on the team itself and fails when the solver is replaced by the untrained base.
 // Calibration at AVX2 (the test pins it, as splitsum.test does, so every x86-64 machine draws the same): untrained
-// .140 at turn 2, co-trained .925, control .280 (AVX-512, the README's run: .135, .935, .295); cross-play on the suite
-// [[.960, .295], [.325, .150]] (rows: the researcher's team, columns: the solver's; 0 = co-trained, 1 = untrained
-// base). Thresholds leave about half of each measured gap (the smallest, 0.64, is ~15 standard errors of a
+// .190 at turn 2, co-trained .940, control .285 (AVX-512, the README's run: .185, .920, .315); cross-play on the suite
+// [[.945, .370], [.390, .185]] (rows: the researcher's team, columns: the solver's; 0 = co-trained, 1 = untrained
+// base). Thresholds leave about half of each measured gap (the smallest, 0.555, is ~12 standard errors of a
 // 200-question difference).
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
