@@ -10,6 +10,7 @@
 //     one optimizer step per model (roles sharing a model share the step).
 // An episode that failed (a request error: reward NaN) is left out of its group; a role with no signal in a batch
 // (all credits 0) takes no step. Each trained turn records its credit (WorkflowTurn.credit).
+import { pushTo } from "../collections.js";
 import type { NativePolicy } from "../policy/nativePolicy.js";
 import { groupAdvantages } from "../rl/groupAdvantages.js";
 import { packRows } from "../train/rollout.js";
@@ -50,11 +51,10 @@ export async function trainWorkflow<I>(wf: Workflow<I>, items: I[], models: Reco
     }
     const shaped = o.shaped ?? true;
     const episodes = await wf.runBatch(items.flatMap((it) => Array<I>(G).fill(it)), o.signal ? { signal: o.signal } : {});
-    const valid = episodes.map((ep) => Number.isFinite(ep.reward));
+    const ks = episodes.flatMap((ep, k) => (Number.isFinite(ep.reward) ? [k] : []));  // the episodes that did not fail
     const roles: WorkflowTrainResult<I>["roles"] = {};
     const rows = new Map<NativePolicy, { prompt: number[]; completion: number[]; stopped: boolean; adv: number }[]>();
     for (const [name, model] of Object.entries(models)) {
-        const ks = episodes.flatMap((_, k) => (valid[k] ? [k] : []));
         const ret = ks.map((k) => episodes[k]!.reward + (shaped ? episodes[k]!.shaped[name] ?? 0 : 0));
         roles[name] = { meanReturn: ret.length ? ret.reduce((s, x) => s + x, 0) / ret.length : NaN, rows: 0, loss: null };
         if (!ks.length) continue;
@@ -64,12 +64,8 @@ export async function trainWorkflow<I>(wf: Workflow<I>, items: I[], models: Reco
             for (const turn of episodes[k]!.turns) {
                 if (turn.role !== name) continue;
                 turn.credit = adv[j]!;
-                for (const s of turn.samples ?? []) {
-                    let list = rows.get(model);
-                    if (!list) rows.set(model, (list = []));
-                    list.push({ prompt: s.promptTokenIds, completion: s.tokenIds, stopped: false, adv: adv[j]! });
-                    roles[name]!.rows++;
-                }
+                for (const s of turn.samples ?? []) pushTo(rows, model, { prompt: s.promptTokenIds, completion: s.tokenIds, stopped: false, adv: adv[j]! });
+                roles[name]!.rows += turn.samples?.length ?? 0;
             }
         });
     }
@@ -81,5 +77,5 @@ export async function trainWorkflow<I>(wf: Workflow<I>, items: I[], models: Reco
             { loss: { type: "reinforce", aggregation: "seq-mean-token-sum" }, lr, ...(o.signal ? { signal: o.signal } : {}) });
         for (const [name, m] of Object.entries(models)) if (m === model && roles[name]!.rows) roles[name]!.loss = r.loss;
     }
-    return { episodes, roles, failed: valid.filter((v) => !v).length };
+    return { episodes, roles, failed: episodes.length - ks.length };
 }

@@ -51,9 +51,11 @@ export function lookupTask(options: { keyUse?: number; padUse?: number } = {}): 
             return values[KEYS.indexOf(key)]!;
         },
     };
-    const view = (item: TaskItem, agent: number) => item.views[agent]!;
+    const answers = (previous: ToolPrevious[] | null) => (previous ? previous.map((e) => e.extracted) : null);
     const prompt = (item: TaskItem, agent: number, previous: ToolPrevious[] | null, scores?: number[] | "empty") =>
-        `${turnPrompt(view(item, agent), agent, 2, previous ? previous.map((e) => e.extracted) : null, scores)}#${scratchpad(previous)}`;
+        `${turnPrompt(item.views[agent]!, agent, 2, answers(previous), scores)}#${scratchpad(previous)}`;
+    // The warm start's researcher: its own key with probability p, else a uniform one.
+    const call = (key: string, rng: () => number) => (rng() < p ? key : KEYS[Math.floor(rng() * KEYS.length)]!);
     return {
         name: "tool-lookup",
         agents: 2,
@@ -76,13 +78,13 @@ export function lookupTask(options: { keyUse?: number; padUse?: number } = {}): 
         },
         prompt,
         // The central critic (CoLLM-CC) reads both views and the scratchpad.
-        centralPrompt: (item, previous, scores) => `${item.views.join("&")}|${turnPrompt("", 0, 2, previous ? previous.map((e) => e.extracted) : null, scores).slice(1)}#${scratchpad(previous)}`,
+        centralPrompt: (item, previous, scores) => `${item.views.join("&")}|${turnPrompt("", 0, 2, answers(previous), scores).slice(1)}#${scratchpad(previous)}`,
         demonstration(item, agent, turn, rng, feedback) {
             const values = item.hidden!.values as string, key = item.views[0]!.slice(2), x = Number(item.views[1]!.slice(2));
             // The demonstration's previous turn: the researcher's lookup (its own key with probability p) and a guess.
             let previous: ToolPrevious[] | null = null;
             if (turn > 0) {
-                const called = rng() < p ? key : KEYS[Math.floor(rng() * KEYS.length)]!;
+                const called = call(key, rng);
                 const guess = Math.floor(rng() * 10);
                 previous = [{ text: `@${called}`, extracted: called, toolResults: [{ ok: true, content: values[KEYS.indexOf(called)]! }] },
                     { text: `${x}+${guess}=${x + guess};${x + guess}`, extracted: String(x + guess) }];
@@ -90,7 +92,7 @@ export function lookupTask(options: { keyUse?: number; padUse?: number } = {}): 
             // The verdicts the rollout shows: none before the horizon (finalReward scores those turns 0).
             const marks = !feedback ? undefined : previous ? previous.map(() => 0) : "empty" as const;
             let answer: string;
-            if (agent === 0) answer = `@${rng() < p ? key : KEYS[Math.floor(rng() * KEYS.length)]!}`;
+            if (agent === 0) answer = `@${call(key, rng)}`;
             else {
                 const pad = scratchpad(previous);
                 const r = /^\d$/.test(pad) && rng() < q ? Number(pad) : Math.floor(rng() * 10);

@@ -16,7 +16,7 @@ import { treeReturns } from "../rl/tree.js";
 import type { TrainConfig } from "./config.js";
 import { teamMetrics } from "./evaluate.js";
 import type { AgentStats } from "./maporl.js";
-import { answerOf, jointScore, packRows, promptFor, runTools, traceTurns, type RolloutEntry, type TeamRollout } from "./rollout.js";
+import { answerOf, jointScore, packRows, promptFor, runTools, traceTurns, turnScores, type RolloutEntry, type TeamRollout } from "./rollout.js";
 import type { ToolResult } from "../env/tools.js";
 import type { IterationResult } from "./stage.js";
 import type { Task, TaskItem } from "./tasks.js";
@@ -61,8 +61,6 @@ async function trees(cfg: TrainConfig, task: Task, items: TaskItem[], agents: Na
         if (!s) m.set(text, (s = task.verifier.score({ question: item.question, response: text, reference: item.reference }).then((r) => r.score)));
         return s;
     };
-    // Every agent outside the task's answerers is scored with the turn's joint reward (as rolloutTeam does).
-    const joint = (s: number[]) => (task.answerers ? s.map((x, a) => (task.answerers!.includes(a) ? x : jointScore(task, s))) : s);
     const scores = (item: TaskItem, texts: string[]) => Promise.all(texts.map((text) => scoreOf(item, text)));
     // A task with tools: each completion's calls run once (the transition), their results shown in the next prompts.
     const ran = new Map<TaskItem, Map<string, Promise<ToolResult[] | undefined>>>();
@@ -80,8 +78,8 @@ async function trees(cfg: TrainConfig, task: Task, items: TaskItem[], agents: Na
         transition: async ({ item, completions, turn }) => {
             const results = await Promise.all(completions.map((text, a) => toolsOf(item, a, turn, text)));
             const answers = completions.map((text, a) => ({ text, extracted: answerOf(task, text), ...(results[a] ? { toolResults: results[a] } : {}) }));
-            // (with finalReward no verdict is shown before the horizon, as rolloutTeam scores those turns 0)
-            const s = !cfg.feedback ? undefined : task.finalReward ? completions.map(() => 0) : joint(await scores(item, completions));
+            // The verdicts as rolloutTeam shows them (turnScores: answerers, finalReward); a transition is never after the last turn.
+            const s = cfg.feedback ? turnScores(task, await scores(item, completions), false) : undefined;
             return agents.map((_, a) => promptFor(task, item, a, answers, s));
         },
         reward: async (texts, item, turn) => (task.finalReward && turn < roll.turns - 1 ? 0 : jointScore(task, await scores(item, texts))),

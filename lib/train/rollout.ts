@@ -165,11 +165,17 @@ export async function transition(task: Task, item: TaskItem, row: RolloutEntry[]
         const results = await runTools(task, item, a, e.text, turn, signal);
         if (results) e.toolResults = results;
     }
-    if (task.answerers) {
-        const joint = jointScore(task, row.map((e) => e.score));
-        row.forEach((e, a) => { if (!task.answerers!.includes(a)) e.score = joint; });
-    }
-    if (task.finalReward && !last) for (const e of row) e.score = 0;
+    const scores = turnScores(task, row.map((e) => e.score), last);
+    row.forEach((e, a) => { e.score = scores[a]!; });
+}
+
+/** A turn's scores as the trainers credit them: an agent outside the task's answerers gets the turn's joint reward;
+ * with `finalReward`, every score before the `last` turn is 0. */
+export function turnScores(task: Task, scores: number[], last: boolean): number[] {
+    if (task.finalReward && !last) return scores.map(() => 0);
+    if (!task.answerers) return scores;
+    const joint = jointScore(task, scores);
+    return scores.map((x, a) => (task.answerers!.includes(a) ? x : joint));
 }
 
 /** The results of the calls one answer makes (in order), or undefined when it makes none or the task has no tools. */
