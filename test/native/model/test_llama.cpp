@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "test/native/core/check.h"
+#include "test/native/model/llama_variants.h"
 #include "test/native/model/model_check.h"
 #include "native/core/bf16.h"
 #include "native/core/core.h"
@@ -20,35 +21,7 @@
 
 namespace {
 
-namespace L = maporl::llama;
-
-struct Variant {
-    const char * name;
-    L::Config c;
-};
-
-std::vector<Variant> variants() {
-    std::vector<Variant> out;
-    L::Config base;
-    base.vocab = 9; base.context = 8; base.layers = 2; base.d_model = 8; base.heads = 2; base.kv_heads = 1; base.head_dim = 6;
-    base.intermediate = 6; base.rms_eps = 1e-5; base.rope_theta = 10000;
-    L::Config a = base;  // Llama: GQA (MQA here), tied head, llama3 scaling with all three frequency bands
-    a.tie_embeddings = true;
-    a.rope.type = L::RopeScaling::Llama3; a.rope.factor = 4; a.rope.low_freq_factor = 1; a.rope.high_freq_factor = 4;
-    a.rope.original_max_position = 16;
-    out.push_back({"llama-gqa-tied-llama3", a});
-    L::Config b = base;  // Llama with attention_bias
-    b.heads = 2; b.kv_heads = 2; b.head_dim = 4; b.qkv_bias = true; b.o_bias = true;
-    out.push_back({"llama-attention-bias", b});
-    L::Config q2 = base;  // Qwen2: q/k/v biases, linear scaling
-    q2.heads = 4; q2.kv_heads = 2; q2.head_dim = 2; q2.qkv_bias = true;
-    q2.rope.type = L::RopeScaling::Linear; q2.rope.factor = 2;
-    out.push_back({"qwen2-bias-linear", q2});
-    L::Config q3 = base;  // Qwen3: per-head q/k RMSNorm, head_dim * heads != hidden
-    q3.qk_norm = true; q3.heads = 2; q3.kv_heads = 1; q3.head_dim = 6; q3.rope_theta = 1e6;
-    out.push_back({"qwen3-qk-norm", q3});
-    return out;
-}
+using namespace llama_variants;
 
 TEST(every_parameter_gradient_matches_finite_differences) {
     for (const Variant & var : variants()) {
@@ -170,20 +143,6 @@ TEST(rope_scaling_follows_the_bands) {
         else { ++mid; CHECK(f3[i] < f0[i] && f3[i] > f0[i] / 8, "llama3 middle band at %zu: %g of %g", i, f3[i], f0[i]); }
     }
     CHECK(high > 0 && low > 0 && mid > 0, "bands: %d high, %d mid, %d low", high, mid, low);
-}
-
-// A float model of the variant widened to 16 (context 12, vocab 13), initialised from `seed` and perturbed (norms
-// and biases away from 1 and 0).
-L::Config decoder_config(const Variant & var) {
-    L::Config c = var.c;
-    c.context = 12; c.d_model = 16; c.intermediate = 24; c.vocab = 13;
-    return c;
-}
-void perturb(L::Model<float> & m, uint64_t seed) {
-    m.init(seed);
-    std::mt19937 r((uint32_t)seed + 1);
-    std::uniform_real_distribution<float> u(-0.5f, 0.5f);
-    for (auto & x : m.params) x += 0.2f * u(r);
 }
 
 TEST(kv_cache_decoding_equals_the_full_forward) {

@@ -1,0 +1,376 @@
+// llama_device.h: the Llama model of llama.h on a device, written once over an op table D and driven through the
+// DeviceModel interface (model_api.cpp, model_scores.cpp). cuda/model/llama.cu instantiates it with the CUDA ops
+// (llama_cuda.h, gpt_cuda.h); test/native/model/llama_device_emulation.h instantiates it with the CPU ops and CPU
+// emulations of the device-only kernels, so that the composition (the order of the ops, the buffers, the caches,
+// the gradients) is checked against llama::Model on any machine, and the CUDA kernels one by one where a GPU is.
+// Parameters, gradients and AdamW moments live on the device in llama.h's layout (the same offsets, so get / set
+// copy whole vectors); tokens, logits and their gradients cross to the host, in row chunks for the LM head (a
+// vocabulary of 151,936 never needs [B, T, V] at once). Float, full fine-tuning; LoRA adapters and a bfloat16 base
+// stay on the CPU in this version (the host model refuses the move).
+//
+// D provides static functions on device pointers (every backward ADDS into its gradients, as the CPU ops):
+//   alloc(bytes) / release(p) / to_device(dst, src, bytes) / to_host(dst, src, bytes) / zero(p, bytes)
+//   rmsnorm_forward, rmsnorm_scratch, rmsnorm_backward(..., scratch), rope_forward, rope_backward, swiglu_forward,
+//   swiglu_backward, attention_gqa_forward, attention_gqa_backward(..., scratch) (the shapes of llama_cuda.h),
+//   matmul_forward / matmul_backward (gpt_ops.h's), add(out, a, b, n),
+//   embedding_forward(out, tokens, wte, N, C), embedding_backward(dwte, dout, host_tokens, N, C),
+//   rope_rows(x, cos, sin, pos, N, H, dim): row n rotated in place at position pos[n],
+//   kv_store(kc, vc, k, v, rb, rt, N, NKV, max_len, hd): row n's keys / values into cache row rb[n], slot rt[n],
+//   attention_rows(out, q, kc, vc, rb, rt, N, NH, NKV, max_len, hd, scratch): row n over slots 0 .. rt[n],
+//   adamw(params, grads, m, v, n, h, t, scale), global_norm(x, n) (double).
+#pragma once
+
+#include <stdint.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "native/core/core.h"
+#include "native/model/llama.h"
+
+namespace maporl {
+namespace llama {
+
+// What the C entry points drive on a Llama model that lives on a device. Shapes and errors as llama::Model's.
+struct DeviceModel {
+    virtual ~DeviceModel() = default;
+    // which: 0 params, 1 m, 2 v, 3 grads; n must be the parameter count.
+    virtual void upload(int which, const float * host, int64_t n) = 0;
+    virtual void download(int which, float * host, int64_t n) const = 0;
+    // tokens [B, T] (host); logits [B, T, V] (head only) and values [B, T] to the host when not null.
+    virtual void forward(const int32_t * tokens, int64_t B, int64_t T, bool head, float * logits, float * values) = 0;
+    // out [rows, V] (host) = the logits of rows n0 .. n0 + rows of the last forward.
+    virtual void head_rows(float * out, int64_t n0, int64_t rows) = 0;
+    // A backward: begin, the LM head's gradient of any row chunks (dlogits on the host), then the rest of the model
+    // (dvalues [B*T] on the host or null). backward() is all three over every row.
+    virtual void backward_begin() = 0;
+    virtual void head_backward_rows(const float * dlogits, int64_t n0, int64_t rows) = 0;
+    virtual void backward_hidden(const float * dvalues) = 0;
+    virtual void backward(const float * dlogits, const float * dvalues) = 0;
+    virtual void zero_grad() = 0;
+    // Global-norm clip (max_norm <= 0: none) and one AdamW step with step counter t >= 1; the norm before clipping.
+    virtual double update(const gpt::AdamW & h, double max_norm, int64_t t) = 0;
+    virtual void cache_reset(int64_t batch, int64_t max_len) = 0;
+    // Row b at position pos[b]; logits [batch, V] and values [batch] to the host when not null.
+    virtual void decode_rows(const int32_t * tokens, const int64_t * pos, float * logits, float * values) = 0;
+    virtual void prefill(const int32_t * tokens, const int64_t * lens, int64_t P) = 0;
+};
+
+// A device buffer that grows: the new block is allocated before the old one is released (out of memory leaves the
+// old one valid).
+template <class D, typename T = float>
+struct DevBuf {
+    T * p = nullptr;
+    int64_t cap = 0;
+    DevBuf() = default;
+    DevBuf(const DevBuf &) = delete;
+    DevBuf & operator=(const DevBuf &) = delete;
+    DevBuf(DevBuf && o) noexcept : p(o.p), cap(o.cap) { o.p = nullptr, o.cap = 0; }
+    ~DevBuf() { D::release(p); }
+    T * need(int64_t n) {
+        if (n > cap) {
+            T * q = static_cast<T *>(D::alloc(std::max<int64_t>(n, 1) * (int64_t)sizeof(T)));
+            D::release(p);
+            p = q;
+            cap = n;
+        }
+        return p;
+    }
+    T * zeroed(int64_t n) {
+        need(n);
+        D::zero(p, n * (int64_t)sizeof(T));
+        return p;
+    }
+};
+
+template <class D>
+struct DeviceLlama final : DeviceModel {
+    using Buf = DevBuf<D>;
+    using IBuf = DevBuf<D, int32_t>;
+    Config cfg;
+    Layout layout;
+    Buf params, grads, m, v, cos, sin;
+
+    int64_t B = 0, T = 0;  // the last forward's shape (0: none to go back through)
+    std::vector<int32_t> host_tokens;
+    IBuf tokens;
+    Buf embedded, lnf, lnf_rstd, values, head_out;
+    struct Acts {
+        Buf xn1, rstd1, q, k, qn, kn, qrstd, krstd, qr, kr, v, att, y, res2, xn2, rstd2, gate, up, hmid, res3;
+    };
+    std::vector<Acts> acts;
+    Buf dlnf, dres, dh, dgate, dup, dxn, dy, dqr, dkr, dv, dqn, dkn, dq, dk, scratch, dvalues, dlogits;
+    bool dlnf_open = false;
+
+    int64_t cache_batch = 0, cache_len = 0;
+    Buf kcache, vcache;  // [L, batch, NKV, max_len, head_dim]
+    Buf sx, sxn, srs, sq, sk, sv, sy, sproj, sgate, sup, shmid, sscores;
+    IBuf srb, srt, stok;
+
+    explicit DeviceLlama(const Config & c) : cfg(c), layout(make_layout(c)) {
+        if (c.bf16) throw_error(MAPORL_ERR_INVALID_ARG, "device: a bfloat16 base runs on the CPU in this version (load it in float32 to move it)");
+        for (Buf * b : {&params, &grads, &m, &v}) b->zeroed(layout.total);
+        std::vector<float> hc, hs;
+        rope_tables(hc, hs, rope_inv_freq(c.head_dim, c.rope_theta, c.rope), c.context);
+        D::to_device(cos.need((int64_t)hc.size()), hc.data(), (int64_t)(hc.size() * sizeof(float)));
+        D::to_device(sin.need((int64_t)hs.size()), hs.data(), (int64_t)(hs.size() * sizeof(float)));
+    }
+    float * p(int64_t t) const { return params.p + layout.tensors[(size_t)t].offset; }
+    float * g(int64_t t) const { return grads.p + layout.tensors[(size_t)t].offset; }
+    const float * bias(int64_t t) const { return t >= 0 ? p(t) : nullptr; }
+    float * gbias(int64_t t) const { return t >= 0 ? g(t) : nullptr; }
+
+    Buf & which_buf(int which, int64_t n) {
+        if (n != layout.total)
+            throw_error(MAPORL_ERR_INVALID_ARG, "count: expected %lld (the parameter count), got %lld", (long long)layout.total, (long long)n);
+        if (which < 0 || which > 3) throw_error(MAPORL_ERR_INVALID_ARG, "which: expected 0..3, got %d", which);
+        Buf * bs[4] = {&params, &m, &v, &grads};
+        return *bs[which];
+    }
+    void upload(int which, const float * host, int64_t n) override {
+        D::to_device(which_buf(which, n).p, host, n * (int64_t)sizeof(float));
+    }
+    void download(int which, float * host, int64_t n) const override {
+        D::to_host(host, const_cast<DeviceLlama *>(this)->which_buf(which, n).p, n * (int64_t)sizeof(float));
+    }
+
+    void forward(const int32_t * tok, int64_t B_, int64_t T_, bool head, float * logits_out, float * values_out) override {
+        if (T_ < 1 || T_ > cfg.context) throw_error(MAPORL_ERR_INVALID_ARG, "T: expected 1..%lld (context), got %lld", (long long)cfg.context, (long long)T_);
+        if (B_ < 1) throw_error(MAPORL_ERR_INVALID_ARG, "B: expected >= 1, got %lld", (long long)B_);
+        check_tokens(tok, B_ * T_);
+        B = T = 0;  // (a failure below leaves no forward to go back through)
+        const int64_t N = B_ * T_, C = cfg.d_model, NH = cfg.heads, NKV = cfg.kv_heads, hd = cfg.head_dim, QC = NH * hd, KC = NKV * hd,
+                      I = cfg.intermediate;
+        host_tokens.assign(tok, tok + N);
+        D::to_device(tokens.need(N), tok, N * (int64_t)sizeof(int32_t));
+        D::embedding_forward(embedded.need(N * C), tokens.p, p(layout.embed), N, C);
+        acts.resize((size_t)cfg.layers);
+        const float * x = embedded.p;
+        for (int64_t l = 0; l < cfg.layers; ++l) {
+            const auto & bl = layout.blocks[(size_t)l];
+            Acts & a = acts[(size_t)l];
+            D::rmsnorm_forward(a.xn1.need(N * C), a.rstd1.need(N), x, p(bl.in_norm), N, C, cfg.rms_eps);
+            D::matmul_forward(a.q.need(N * QC), a.xn1.p, p(bl.q), bias(bl.qb), N, C, QC);
+            D::matmul_forward(a.k.need(N * KC), a.xn1.p, p(bl.k), bias(bl.kb), N, C, KC);
+            D::matmul_forward(a.v.need(N * KC), a.xn1.p, p(bl.v), bias(bl.vb), N, C, KC);
+            const float * qpre = a.q.p, * kpre = a.k.p;
+            if (cfg.qk_norm) {
+                D::rmsnorm_forward(a.qn.need(N * QC), a.qrstd.need(N * NH), a.q.p, p(bl.q_norm), N * NH, hd, cfg.rms_eps);
+                D::rmsnorm_forward(a.kn.need(N * KC), a.krstd.need(N * NKV), a.k.p, p(bl.k_norm), N * NKV, hd, cfg.rms_eps);
+                qpre = a.qn.p;
+                kpre = a.kn.p;
+            }
+            D::rope_forward(a.qr.need(N * QC), qpre, cos.p, sin.p, B_, T_, 0, NH, hd);
+            D::rope_forward(a.kr.need(N * KC), kpre, cos.p, sin.p, B_, T_, 0, NKV, hd);
+            D::attention_gqa_forward(a.y.need(N * QC), a.att.need(B_ * NH * T_ * T_), a.qr.p, a.kr.p, a.v.p, B_, T_, NH, NKV, hd);
+            D::matmul_forward(a.res2.need(N * C), a.y.p, p(bl.o), bias(bl.ob), N, QC, C);
+            D::add(a.res2.p, a.res2.p, x, N * C);
+            D::rmsnorm_forward(a.xn2.need(N * C), a.rstd2.need(N), a.res2.p, p(bl.post_norm), N, C, cfg.rms_eps);
+            D::matmul_forward(a.gate.need(N * I), a.xn2.p, p(bl.gate), nullptr, N, C, I);
+            D::matmul_forward(a.up.need(N * I), a.xn2.p, p(bl.up), nullptr, N, C, I);
+            D::swiglu_forward(a.hmid.need(N * I), a.gate.p, a.up.p, N * I);
+            D::matmul_forward(a.res3.need(N * C), a.hmid.p, p(bl.down), nullptr, N, I, C);
+            D::add(a.res3.p, a.res3.p, a.res2.p, N * C);
+            x = a.res3.p;
+        }
+        D::rmsnorm_forward(lnf.need(N * C), lnf_rstd.need(N), x, p(layout.norm), N, C, cfg.rms_eps);
+        D::matmul_forward(values.need(N), lnf.p, p(layout.vw), p(layout.vb), N, C, 1);
+        B = B_;
+        T = T_;
+        if (values_out) D::to_host(values_out, values.p, N * (int64_t)sizeof(float));
+        if (head && logits_out) head_rows(logits_out, 0, N);
+    }
+
+    void require_forward(const char * what) const {
+        if (B == 0) throw_error(MAPORL_ERR_INVALID_ARG, "%s: no forward to go back through", what);
+    }
+    void require_rows(const char * what, int64_t n0, int64_t rows) const {
+        require_forward(what);
+        if (n0 < 0 || rows < 0 || n0 + rows > B * T)
+            throw_error(MAPORL_ERR_INVALID_ARG, "%s: rows %lld..%lld of %lld", what, (long long)n0, (long long)(n0 + rows), (long long)(B * T));
+    }
+
+    void head_rows(float * out, int64_t n0, int64_t rows) override {
+        require_rows("head_rows", n0, rows);
+        const int64_t C = cfg.d_model, V = cfg.vocab;
+        D::matmul_forward(head_out.need(rows * V), lnf.p + n0 * C, p(layout.lm_head), nullptr, rows, C, V);
+        D::to_host(out, head_out.p, rows * V * (int64_t)sizeof(float));
+    }
+
+    void backward_begin() override {
+        require_forward("backward");
+        dlnf.zeroed(B * T * cfg.d_model);
+        dlnf_open = true;
+    }
+    void head_backward_rows(const float * dlog, int64_t n0, int64_t rows) override {
+        require_rows("head_backward_rows", n0, rows);
+        if (!dlnf_open) throw_error(MAPORL_ERR_INVALID_ARG, "head_backward_rows: call backward_begin first");
+        const int64_t C = cfg.d_model, V = cfg.vocab;
+        D::to_device(dlogits.need(rows * V), dlog, rows * V * (int64_t)sizeof(float));
+        D::matmul_backward(dlnf.p + n0 * C, g(layout.lm_head), nullptr, dlogits.p, lnf.p + n0 * C, p(layout.lm_head), rows, C, V);
+    }
+    void backward(const float * dlog, const float * dval) override {
+        backward_begin();
+        if (dlog) head_backward_rows(dlog, 0, B * T);
+        backward_hidden(dval);
+    }
+
+    void backward_hidden(const float * dval) override {
+        require_forward("backward");
+        if (!dlnf_open) throw_error(MAPORL_ERR_INVALID_ARG, "backward: call backward_begin first");
+        dlnf_open = false;
+        const int64_t N = B * T, C = cfg.d_model, NH = cfg.heads, NKV = cfg.kv_heads, hd = cfg.head_dim, QC = NH * hd, KC = NKV * hd,
+                      I = cfg.intermediate;
+        scratch.need(std::max({B * NH * T * T, D::rmsnorm_scratch(N, C), D::rmsnorm_scratch(N * NH, hd), D::rmsnorm_scratch(N * NKV, hd)}));
+        if (dval) {
+            D::to_device(dvalues.need(N), dval, N * (int64_t)sizeof(float));
+            D::matmul_backward(dlnf.p, g(layout.vw), g(layout.vb), dvalues.p, lnf.p, p(layout.vw), N, C, 1);
+        }
+        D::rmsnorm_backward(dres.zeroed(N * C), g(layout.norm), dlnf.p, acts.back().res3.p, p(layout.norm), lnf_rstd.p, N, C, scratch.p);
+        for (int64_t l = cfg.layers - 1; l >= 0; --l) {
+            const auto & bl = layout.blocks[(size_t)l];
+            Acts & a = acts[(size_t)l];
+            const float * xin = l == 0 ? embedded.p : acts[(size_t)(l - 1)].res3.p;
+            // res3 = res2 + down(swiglu(gate, up)): dres is the gradient of both.
+            D::matmul_backward(dh.zeroed(N * I), g(bl.down), nullptr, dres.p, a.hmid.p, p(bl.down), N, I, C);
+            D::swiglu_backward(dgate.zeroed(N * I), dup.zeroed(N * I), dh.p, a.gate.p, a.up.p, N * I);
+            D::matmul_backward(dxn.zeroed(N * C), g(bl.gate), nullptr, dgate.p, a.xn2.p, p(bl.gate), N, C, I);
+            D::matmul_backward(dxn.p, g(bl.up), nullptr, dup.p, a.xn2.p, p(bl.up), N, C, I);
+            D::rmsnorm_backward(dres.p, g(bl.post_norm), dxn.p, a.res2.p, p(bl.post_norm), a.rstd2.p, N, C, scratch.p);
+            // res2 = x + o_proj(y).
+            D::matmul_backward(dy.zeroed(N * QC), g(bl.o), gbias(bl.ob), dres.p, a.y.p, p(bl.o), N, QC, C);
+            D::attention_gqa_backward(dqr.zeroed(N * QC), dkr.zeroed(N * KC), dv.zeroed(N * KC), dy.p, a.qr.p, a.kr.p, a.v.p, a.att.p, B, T, NH,
+                                      NKV, hd, scratch.p);
+            D::rope_backward(dqn.zeroed(N * QC), dqr.p, cos.p, sin.p, B, T, 0, NH, hd);
+            D::rope_backward(dkn.zeroed(N * KC), dkr.p, cos.p, sin.p, B, T, 0, NKV, hd);
+            float * dqp = dqn.p, * dkp = dkn.p;
+            if (cfg.qk_norm) {
+                D::rmsnorm_backward(dq.zeroed(N * QC), g(bl.q_norm), dqn.p, a.q.p, p(bl.q_norm), a.qrstd.p, N * NH, hd, scratch.p);
+                D::rmsnorm_backward(dk.zeroed(N * KC), g(bl.k_norm), dkn.p, a.k.p, p(bl.k_norm), a.krstd.p, N * NKV, hd, scratch.p);
+                dqp = dq.p;
+                dkp = dk.p;
+            }
+            D::matmul_backward(dxn.zeroed(N * C), g(bl.q), gbias(bl.qb), dqp, a.xn1.p, p(bl.q), N, C, QC);
+            D::matmul_backward(dxn.p, g(bl.k), gbias(bl.kb), dkp, a.xn1.p, p(bl.k), N, C, KC);
+            D::matmul_backward(dxn.p, g(bl.v), gbias(bl.vb), dv.p, a.xn1.p, p(bl.v), N, C, KC);
+            D::rmsnorm_backward(dres.p, g(bl.in_norm), dxn.p, xin, p(bl.in_norm), a.rstd1.p, N, C, scratch.p);
+        }
+        D::embedding_backward(g(layout.embed), dres.p, host_tokens.data(), N, C);
+    }
+
+    void zero_grad() override { D::zero(grads.p, layout.total * (int64_t)sizeof(float)); }
+
+    double update(const gpt::AdamW & h, double max_norm, int64_t t) override {
+        const double norm = D::global_norm(grads.p, layout.total);
+        const double scale = max_norm > 0 && norm > max_norm ? max_norm / (norm + 1e-6) : 1.0;
+        D::adamw(params.p, grads.p, m.p, v.p, layout.total, h, t, (float)scale);
+        return norm;
+    }
+
+    void cache_reset(int64_t batch, int64_t max_len) override {
+        if (batch < 1) throw_error(MAPORL_ERR_INVALID_ARG, "batch: expected >= 1, got %lld", (long long)batch);
+        if (max_len < 1 || max_len > cfg.context)
+            throw_error(MAPORL_ERR_INVALID_ARG, "max_len: expected 1..%lld (context), got %lld", (long long)cfg.context, (long long)max_len);
+        const int64_t n = cfg.layers * batch * cfg.kv_heads * max_len * cfg.head_dim;
+        cache_batch = cache_len = 0;
+        kcache.zeroed(n);
+        vcache.zeroed(n);
+        cache_batch = batch;
+        cache_len = max_len;
+    }
+
+    void decode_rows(const int32_t * tok, const int64_t * pos, float * logits_out, float * values_out) override {
+        const int64_t Bc = cache_batch, C = cfg.d_model, V = cfg.vocab;
+        if (Bc == 0) throw_error(MAPORL_ERR_INVALID_ARG, "decode: call cache_reset first");
+        for (int64_t b = 0; b < Bc; ++b)
+            if (pos[b] < 0 || pos[b] >= cache_len)
+                throw_error(MAPORL_ERR_INVALID_ARG, "pos: expected 0..%lld, got %lld at row %lld", (long long)(cache_len - 1), (long long)pos[b], (long long)b);
+        check_tokens(tok, Bc);
+        std::vector<int32_t> rb((size_t)Bc), rt((size_t)Bc);
+        for (int64_t b = 0; b < Bc; ++b) rb[(size_t)b] = (int32_t)b, rt[(size_t)b] = (int32_t)pos[b];
+        step_rows(tok, rb, rt);
+        if (!logits_out && !values_out) return;
+        D::rmsnorm_forward(sxn.need(Bc * C), srs.need(Bc), sx.p, p(layout.norm), Bc, C, cfg.rms_eps);
+        if (logits_out) {
+            D::matmul_forward(head_out.need(Bc * V), sxn.p, p(layout.lm_head), nullptr, Bc, C, V);
+            D::to_host(logits_out, head_out.p, Bc * V * (int64_t)sizeof(float));
+        }
+        if (values_out) {
+            D::matmul_forward(sy.need(Bc), sxn.p, p(layout.vw), p(layout.vb), Bc, C, 1);
+            D::to_host(values_out, sy.p, Bc * (int64_t)sizeof(float));
+        }
+    }
+
+    void prefill(const int32_t * tok, const int64_t * lens, int64_t P) override {
+        const int64_t Bc = cache_batch;
+        if (Bc == 0) throw_error(MAPORL_ERR_INVALID_ARG, "prefill: call cache_reset first");
+        if (P < 0) throw_error(MAPORL_ERR_INVALID_ARG, "prefill: P: expected >= 0, got %lld", (long long)P);
+        int64_t longest = 0;
+        for (int64_t b = 0; b < Bc; ++b) {
+            if (lens[b] < 0 || lens[b] > P || lens[b] > cache_len)
+                throw_error(MAPORL_ERR_INVALID_ARG, "prefill: lens: expected 0..%lld at row %lld, got %lld", (long long)std::min(P, cache_len),
+                            (long long)b, (long long)lens[b]);
+            longest = std::max(longest, lens[b]);
+        }
+        // Chunks of about kPrefillRows (row, position) pairs, as the CPU model's.
+        const int64_t span = std::max<int64_t>(1, Model<float>::kPrefillRows / Bc);
+        for (int64_t t0 = 0; t0 < longest; t0 += span) {
+            std::vector<int32_t> rb, rt, ids;
+            for (int64_t b = 0; b < Bc; ++b)
+                for (int64_t t = t0; t < std::min(t0 + span, lens[b]); ++t) rb.push_back((int32_t)b), rt.push_back((int32_t)t), ids.push_back(tok[b * P + t]);
+            check_tokens(ids.data(), (int64_t)ids.size());
+            step_rows(ids.data(), rb, rt);
+        }
+    }
+
+   private:
+    void check_tokens(const int32_t * tok, int64_t n) const {
+        for (int64_t i = 0; i < n; ++i)
+            if (tok[i] < 0 || tok[i] >= cfg.vocab)
+                throw_error(MAPORL_ERR_INVALID_ARG, "tokens: expected ids in [0, %lld), got %d at index %lld", (long long)cfg.vocab, (int)tok[i], (long long)i);
+    }
+
+    // The blocks over the rows (cache row rb[n] at position rt[n]) of tokens tok, leaving the residual stream in sx:
+    // each layer writes the rows' keys and values into the cache, then every row attends over slots 0 .. rt[n].
+    void step_rows(const int32_t * tok, const std::vector<int32_t> & rb, const std::vector<int32_t> & rt) {
+        const int64_t N = (int64_t)rb.size(), C = cfg.d_model, NH = cfg.heads, NKV = cfg.kv_heads, hd = cfg.head_dim, QC = NH * hd,
+                      KC = NKV * hd, I = cfg.intermediate, per_layer = cache_batch * NKV * cache_len * hd;
+        if (N == 0) return;
+        D::to_device(srb.need(N), rb.data(), N * (int64_t)sizeof(int32_t));
+        D::to_device(srt.need(N), rt.data(), N * (int64_t)sizeof(int32_t));
+        D::to_device(stok.need(N), tok, N * (int64_t)sizeof(int32_t));
+        float * x = sx.need(N * C);
+        D::embedding_forward(x, stok.p, p(layout.embed), N, C);
+        float * xn = sxn.need(N * C), * rs = srs.need(N * NH), * q = sq.need(N * QC), * k = sk.need(N * KC), * vv = sv.need(N * KC),
+              * y = sy.need(N * QC), * proj = sproj.need(N * C), * gate = sgate.need(N * I), * up = sup.need(N * I), * hmid = shmid.need(N * I),
+              * sc = sscores.need(N * NH * cache_len);
+        for (int64_t l = 0; l < cfg.layers; ++l) {
+            const auto & bl = layout.blocks[(size_t)l];
+            D::rmsnorm_forward(xn, rs, x, p(bl.in_norm), N, C, cfg.rms_eps);
+            D::matmul_forward(q, xn, p(bl.q), bias(bl.qb), N, C, QC);
+            D::matmul_forward(k, xn, p(bl.k), bias(bl.kb), N, C, KC);
+            D::matmul_forward(vv, xn, p(bl.v), bias(bl.vb), N, C, KC);
+            if (cfg.qk_norm) {
+                D::rmsnorm_forward(q, rs, q, p(bl.q_norm), N * NH, hd, cfg.rms_eps);
+                D::rmsnorm_forward(k, rs, k, p(bl.k_norm), N * NKV, hd, cfg.rms_eps);
+            }
+            D::rope_rows(q, cos.p, sin.p, srt.p, N, NH, hd);
+            D::rope_rows(k, cos.p, sin.p, srt.p, N, NKV, hd);
+            float * kc = kcache.p + l * per_layer, * vc = vcache.p + l * per_layer;
+            D::kv_store(kc, vc, k, vv, srb.p, srt.p, N, NKV, cache_len, hd);
+            D::attention_rows(y, q, kc, vc, srb.p, srt.p, N, NH, NKV, cache_len, hd, sc);
+            D::matmul_forward(proj, y, p(bl.o), bias(bl.ob), N, QC, C);
+            D::add(x, proj, x, N * C);
+            D::rmsnorm_forward(xn, rs, x, p(bl.post_norm), N, C, cfg.rms_eps);
+            D::matmul_forward(gate, xn, p(bl.gate), nullptr, N, C, I);
+            D::matmul_forward(up, xn, p(bl.up), nullptr, N, C, I);
+            D::swiglu_forward(hmid, gate, up, N * I);
+            D::matmul_forward(proj, hmid, p(bl.down), nullptr, N, I, C);
+            D::add(x, proj, x, N * C);
+        }
+    }
+};
+
+}  // namespace llama
+}  // namespace maporl
