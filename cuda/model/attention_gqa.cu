@@ -120,6 +120,55 @@ __global__ void backward_key_kernel(float * dk, float * dv, const float * g, con
     }
 }
 
+// kv_store: one thread per (row, kv head, channel) copies the row's key and value into slot rt[n] of cache row rb[n].
+__global__ void kv_store_kernel(float * kc, float * vc, const float * k, const float * v, const int32_t * rb, const int32_t * rt, int64_t N,
+                                int64_t NKV, int64_t max_len, int64_t hd) {
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < N * NKV * hd; e += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t i = e % hd, kh = (e / hd) % NKV, n = e / (hd * NKV);
+        const int64_t at = (((int64_t)rb[n] * NKV + kh) * max_len + rt[n]) * hd + i;
+        kc[at] = k[e];
+        vc[at] = v[e];
+    }
+}
+
+// attention_rows: one warp per (row n, head h) over the cache slots 0 .. rt[n] of cache row rb[n], as forward_kernel
+// computes a row (the scores in `scratch` [N, NH, max_len]).
+__global__ void rows_kernel(float * out, const float * q, const float * kc, const float * vc, const int32_t * rb, const int32_t * rt, int64_t N,
+                            int64_t NH, int64_t NKV, int64_t max_len, int64_t hs, float scale, float * scratch) {
+    const int lane = threadIdx.x & 31;
+    const int64_t row = (int64_t)blockIdx.x * kWarps + (threadIdx.x >> 5);  // (n, h)
+    if (row >= N * NH) return;
+    const int64_t n = row / NH, h = row % NH, t = rt[n], kvh = h / (NH / NKV);
+    const float * qr = q + row * hs;
+    const float * kb = kc + ((int64_t)rb[n] * NKV + kvh) * max_len * hs;
+    const float * vb = vc + ((int64_t)rb[n] * NKV + kvh) * max_len * hs;
+    float * a = scratch + row * max_len;
+    float mx = -INFINITY;
+    for (int64_t t2 = lane; t2 <= t; t2 += 32) {
+        float s = 0.0f;
+        for (int64_t i = 0; i < hs; ++i) s += qr[i] * kb[t2 * hs + i];
+        s *= scale;
+        a[t2] = s;
+        mx = fmaxf(mx, s);
+    }
+    mx = warp_max(mx);
+    float sum = 0.0f;
+    for (int64_t t2 = lane; t2 <= t; t2 += 32) {
+        const float e = expf(a[t2] - mx);
+        a[t2] = e;
+        sum += e;
+    }
+    const float inv = 1.0f / warp_sum(sum);
+    for (int64_t t2 = lane; t2 <= t; t2 += 32) a[t2] *= inv;
+    __syncwarp();
+    float * o = out + row * hs;
+    for (int64_t i = lane; i < hs; i += 32) {
+        float s = 0.0f;
+        for (int64_t t2 = 0; t2 <= t; ++t2) s += a[t2] * vb[t2 * hs + i];
+        o[i] = s;
+    }
+}
+
 unsigned warps_grid(int64_t rows, const char * what) {
     const int64_t blocks = (rows + kWarps - 1) / kWarps;
     if (blocks > 2147483647LL) throw_error(MAPORL_ERR_INVALID_ARG, "%s: too many rows (%lld)", what, (long long)rows);
@@ -150,6 +199,22 @@ void attention_gqa_backward(float * dq, float * dk, float * dv, const float * do
     MAPORL_CUDA_LAUNCHED("attention_gqa_backward");
     backward_key_kernel<<<warps_grid(B * NKV * T, "attention_gqa_backward"), kWarps * 32>>>(dk, dv, scratch, dout, q, att, B, T, NH, NKV, hs);
     MAPORL_CUDA_LAUNCHED("attention_gqa_backward");
+}
+
+void kv_store(float * kc, float * vc, const float * k, const float * v, const int32_t * rb, const int32_t * rt, int64_t N, int64_t NKV,
+              int64_t max_len, int64_t hd) {
+    if (N * NKV * hd <= 0) return;
+    kv_store_kernel<<<grid_for(N * NKV * hd, 256), 256>>>(kc, vc, k, v, rb, rt, N, NKV, max_len, hd);
+    MAPORL_CUDA_LAUNCHED("kv_store");
+}
+
+void attention_rows(float * out, const float * q, const float * kc, const float * vc, const int32_t * rb, const int32_t * rt, int64_t N,
+                    int64_t NH, int64_t NKV, int64_t max_len, int64_t hs, float * scratch) {
+    if (N <= 0) return;
+    require_groups(NH, NKV, "attention_rows");
+    const float scale = 1.0f / std::sqrt((float)hs);
+    rows_kernel<<<warps_grid(N * NH, "attention_rows"), kWarps * 32>>>(out, q, kc, vc, rb, rt, N, NH, NKV, max_len, hs, scale, scratch);
+    MAPORL_CUDA_LAUNCHED("attention_rows");
 }
 
 }  // namespace cuda

@@ -30,7 +30,26 @@ __global__ void rope_kernel(float * out, const float * inp, const float * cos, c
     }
 }
 
+// rope_rows: row n (H heads) at its own position pos[n], in place.
+__global__ void rope_rows_kernel(float * x, const float * cos, const float * sin, const int32_t * pos, int64_t N, int64_t H, int64_t dim) {
+    const int64_t half = dim / 2, n = N * H * half;
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t i = e % half, nh = e / half, at = (int64_t)pos[nh / H] * half + i;
+        const float c = cos[at], s = sin[at];
+        float * o = x + nh * dim;
+        const float a = o[i], b = o[i + half];
+        o[i] = a * c - b * s;
+        o[i + half] = b * c + a * s;
+    }
+}
+
 }  // namespace
+
+void rope_rows(float * x, const float * cos, const float * sin, const int32_t * pos, int64_t N, int64_t H, int64_t dim) {
+    if (N * H <= 0 || dim < 2) return;
+    rope_rows_kernel<<<grid_for(N * H * (dim / 2), 256), 256>>>(x, cos, sin, pos, N, H, dim);
+    MAPORL_CUDA_LAUNCHED("rope_rows");
+}
 
 void rope_forward(float * out, const float * inp, const float * cos, const float * sin, int64_t B, int64_t T, int64_t pos0, int64_t H,
                   int64_t dim) {

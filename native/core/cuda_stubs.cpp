@@ -6,6 +6,7 @@
 #include "native/core/core.h"
 #include "native/rl/gae.h"
 #include "native/model/gpt_cuda.h"
+#include "native/model/llama_cuda.h"
 #include "native/rl/group_advantages.h"
 #include "native/rl/policy_loss.h"
 #include "native/sampling/sampling.h"
@@ -76,6 +77,12 @@ void cuda_model_cache_reset(CudaModel *, int64_t, int64_t) { no_gpt_device(); }
 void cuda_model_decode(CudaModel *, const int32_t *, int64_t, float *, float *) { no_gpt_device(); }
 
 }  // namespace gpt
+
+namespace llama {
+DeviceModel * cuda_model_create(const Config &) {
+    throw_error(MAPORL_ERR_NO_DEVICE, "device: 'cuda' requested, but this build of maporl has no CUDA support (rebuild with MAPORL_CUDA=1)");
+}
+}  // namespace llama
 }  // namespace maporl
 
 extern "C" {

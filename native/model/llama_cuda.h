@@ -1,9 +1,9 @@
-// llama_cuda.h: the Llama family's layers on CUDA (cuda/model/rmsnorm.cu, rope.cu, swiglu.cu, attention_gqa.cu), on
+// llama_cuda.h: the Llama family's layers on CUDA (cuda/model/rmsnorm.cu, rope.cu, swiglu.cu, attention_gqa.cu,
+// embedding.cu), and the whole model on the device (cuda/model/llama.cu). The layers work on
 // device pointers, with the shapes and the contract of their CPU twins in llama_ops.h: every backward ADDS into its
 // gradient outputs, and every reduction runs in a fixed order (no float atomics), so results repeat run to run.
 // The CPU ops are the reference (test/native/model/test_llama_cuda.cpp, run where a GPU is visible). Plain C++
-// declarations (no CUDA types); compiled only in the CUDA build. The whole Llama model does not run on CUDA yet:
-// these are its layers, checked one by one.
+// declarations (no CUDA types); compiled only in the CUDA build, except cuda_model_create (a stub without CUDA).
 #pragma once
 
 #include <stdint.h>
@@ -36,6 +36,27 @@ void attention_gqa_forward(float * out, float * att, const float * q, const floa
 void attention_gqa_backward(float * dq, float * dk, float * dv, const float * dout, const float * q, const float * k, const float * v,
                             const float * att, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hs, float * scratch);
 
+// The decoder's ops (llama_device.h): row n of N at position pos[n] / rt[n] of cache row rb[n]. rope_rows rotates x
+// [N, H, dim] in place; kv_store writes k, v [N, NKV*hd] into the layer's caches [batch, NKV, max_len, hd];
+// attention_rows attends every row's NH query heads [N, NH*hs] over slots 0 .. rt[n] (scratch: N * NH * max_len).
+void rope_rows(float * x, const float * cos, const float * sin, const int32_t * pos, int64_t N, int64_t H, int64_t dim);
+void kv_store(float * kc, float * vc, const float * k, const float * v, const int32_t * rb, const int32_t * rt, int64_t N, int64_t NKV,
+              int64_t max_len, int64_t hd);
+void attention_rows(float * out, const float * q, const float * kc, const float * vc, const int32_t * rb, const int32_t * rt, int64_t N,
+                    int64_t NH, int64_t NKV, int64_t max_len, int64_t hs, float * scratch);
+
+// Token embedding rows (embedding.cu): out [N, C] = wte[tokens[n]]; the backward adds dout's rows into dwte, each
+// token's rows in ascending order (host_tokens: the same ids on the host, bucketed there).
+void embedding_forward(float * out, const int32_t * tokens, const float * wte, int64_t N, int64_t C);
+void embedding_backward(float * dwte, const float * dout, const int32_t * host_tokens, int64_t N, int64_t C);
+
 }  // namespace cuda
+
+// The whole model on the device (cuda/model/llama.cu: llama_device.h's DeviceLlama over these ops). Throws
+// MAPORL_ERR_NO_DEVICE without a GPU or in a build without CUDA (native/core/cuda_stubs.cpp).
+struct DeviceModel;
+struct Config;
+DeviceModel * cuda_model_create(const Config & c);
+
 }  // namespace llama
 }  // namespace maporl

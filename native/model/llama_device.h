@@ -85,7 +85,7 @@ struct DevBuf {
 };
 
 template <class D>
-struct DeviceLlama final : DeviceModel {
+struct DeviceLlama : DeviceModel {
     using Buf = DevBuf<D>;
     using IBuf = DevBuf<D, int32_t>;
     Config cfg;

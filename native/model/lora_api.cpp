@@ -32,6 +32,8 @@ maporl_lora_config maporl_lora_default_config(void) { return maporl_lora_config{
 maporl_status maporl_lora_add(maporl_gpt * gpt, const maporl_lora_config * config, uint64_t seed, int64_t * id_out) {
     return guarded([&] {
         auto & m = require_llama(gpt, "lora_add");
+        if (gpt->lcuda)
+            throw_error(MAPORL_ERR_INVALID_ARG, "lora_add: the model is on CUDA, and LoRA adapters run on the CPU in this version (move the model to the CPU first)");
         require_ptr(config, "config", 1);
         require_ptr(id_out, "id_out", 1);
         if (config->use_rslora != 0 && config->use_rslora != 1)

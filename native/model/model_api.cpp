@@ -1,8 +1,8 @@
 // model_api.cpp: the C entry points of the model engine (maporl.h's maporl_gpt_* handle calls) over one of the
 // model families: gpt::Model<float> (gpt.cpp, the embedded GPT) or llama::Model<float> (llama.cpp, Hugging Face
-// Llama / Mistral / Qwen2 / Qwen3), or over gpt::CudaModel (cuda/model/gpt.cu) once a GPT is moved to CUDA: then
-// the host Model keeps the config, layout, step counter and shapes, and its parameter vectors serve as staging for
-// get / set. Every call is guarded: a bad argument is a status with a message, never an exception across the C
+// Llama / Mistral / Qwen2 / Qwen3), or over the device models once a model is moved to CUDA (model_device.cpp):
+// gpt::CudaModel (cuda/model/gpt.cu) or llama::DeviceModel (llama_device.h); then the host Model keeps the config,
+// layout, step counter and shapes, and its parameter vectors serve as staging. Every call is guarded: a bad argument is a status with a message, never an exception across the C
 // boundary.
 #include <algorithm>
 #include <cmath>
@@ -121,6 +121,12 @@ maporl_status maporl_gpt_tensor_info(const maporl_gpt * gpt, int64_t index, char
 maporl_status maporl_gpt_get(const maporl_gpt * gpt, int which, float * out, int64_t count) {
     return guarded([&] {
         require_gpt(gpt);
+        if (gpt->lcuda) {  // (no host moments or gradients are made for a model on the device)
+            if (which < 0 || which > 2) throw_error(MAPORL_ERR_INVALID_ARG, "which: expected 0 (params), 1 (m) or 2 (v), got %d", which);
+            require_ptr(out, "out", count);
+            gpt->lcuda->download(which, out, count);
+            return MAPORL_OK;
+        }
         const std::vector<float> & b = buffer(const_cast<maporl_gpt *>(gpt), which);
         if (count != (int64_t)b.size())
             throw_error(MAPORL_ERR_INVALID_ARG, "count: expected %lld (the parameter count), got %lld", (long long)b.size(), (long long)count);
@@ -137,6 +143,12 @@ maporl_status maporl_gpt_get(const maporl_gpt * gpt, int which, float * out, int
 maporl_status maporl_gpt_set(maporl_gpt * gpt, int which, const float * in, int64_t count) {
     return guarded([&] {
         require_gpt(gpt);
+        if (gpt->lcuda) {
+            if (which < 0 || which > 2) throw_error(MAPORL_ERR_INVALID_ARG, "which: expected 0 (params), 1 (m) or 2 (v), got %d", which);
+            require_ptr(in, "in", count);
+            gpt->lcuda->upload(which, in, count);
+            return MAPORL_OK;
+        }
         std::vector<float> & b = buffer(gpt, which);
         if (count != (int64_t)b.size())
             throw_error(MAPORL_ERR_INVALID_ARG, "count: expected %lld (the parameter count), got %lld", (long long)b.size(), (long long)count);
@@ -182,6 +194,12 @@ maporl_status maporl_gpt_forward(maporl_gpt * gpt, const int32_t * tokens, int64
             gpt->gm->T = T;
             return MAPORL_OK;
         }
+        if (gpt->lcuda) {
+            gpt->lcuda->forward(tokens, B, T, logits_out != nullptr, logits_out, values_out);
+            gpt->lm->B = B;
+            gpt->lm->T = T;
+            return MAPORL_OK;
+        }
         // A Llama model computes its [B, T, V] logits only when they are asked for (values alone need none).
         if (gpt->gm) gpt->gm->forward(tokens, B, T);
         else gpt->lm->forward(tokens, B, T, logits_out != nullptr);
@@ -199,6 +217,8 @@ maporl_status maporl_gpt_backward(maporl_gpt * gpt, const float * dlogits, const
         require_gpt(gpt);
         if (gpt->cuda)
             gpt::cuda_model_backward(gpt->cuda, dlogits, dvalues);
+        else if (gpt->lcuda)
+            gpt->lcuda->backward(dlogits, dvalues);
         else
             gpt->visit([&](auto & m) { m.backward(dlogits, dvalues); });
         if (gpt->lm) release_free_memory();
@@ -211,6 +231,8 @@ maporl_status maporl_gpt_zero_grad(maporl_gpt * gpt) {
         require_gpt(gpt);
         if (gpt->cuda)
             gpt::cuda_model_zero_grad(gpt->cuda);
+        else if (gpt->lcuda)
+            gpt->lcuda->zero_grad();
         else
             gpt->visit([](auto & m) { m.zero_grad(); });
         return MAPORL_OK;
@@ -235,6 +257,9 @@ maporl_status maporl_gpt_step(maporl_gpt * gpt, const maporl_adamw_params * para
         if (gpt->cuda) {
             n = gpt::cuda_model_update(gpt->cuda, h, max_grad_norm, gpt->gm->step + 1);
             ++gpt->gm->step;
+        } else if (gpt->lcuda) {
+            n = gpt->lcuda->update(h, max_grad_norm, gpt->lm->step + 1);
+            ++gpt->lm->step;
         } else {
             n = gpt->visit([&](auto & m) { return m.update(h, max_grad_norm); });
         }
@@ -250,6 +275,10 @@ maporl_status maporl_gpt_cache_reset(maporl_gpt * gpt, int64_t batch, int64_t ma
             gpt::cuda_model_cache_reset(gpt->cuda, batch, max_len);
             gpt->gm->cache_batch = batch;
             gpt->gm->cache_len = max_len;
+        } else if (gpt->lcuda) {
+            gpt->lcuda->cache_reset(batch, max_len);
+            gpt->lm->cache_batch = batch;
+            gpt->lm->cache_len = max_len;
         } else {
             gpt->visit([&](auto & m) { m.cache_reset(batch, max_len); });
         }
@@ -264,6 +293,11 @@ maporl_status maporl_gpt_decode(maporl_gpt * gpt, const int32_t * tokens, int64_
         require_ptr(tokens, "tokens", gpt->visit([](const auto & m) { return m.cache_batch; }));
         if (gpt->cuda) {
             gpt::cuda_model_decode(gpt->cuda, tokens, pos, logits_out, values_out);
+            return MAPORL_OK;
+        }
+        if (gpt->lcuda) {
+            const std::vector<int64_t> at((size_t)gpt->lm->cache_batch, pos);
+            gpt->lcuda->decode_rows(tokens, at.data(), logits_out, values_out);
             return MAPORL_OK;
         }
         gpt->visit([&](auto & m) {
@@ -283,7 +317,8 @@ maporl_status maporl_gpt_prefill(maporl_gpt * gpt, const int32_t * tokens, const
         int64_t longest = 0;
         for (int64_t b = 0; b < gpt->lm->cache_batch; ++b) longest = std::max(longest, lens[b]);
         require_ptr(tokens, "tokens", longest > 0 ? gpt->lm->cache_batch * P : 0);
-        gpt->lm->prefill(tokens, lens, P);
+        if (gpt->lcuda) gpt->lcuda->prefill(tokens, lens, P);
+        else gpt->lm->prefill(tokens, lens, P);
         return MAPORL_OK;
     });
 }
@@ -296,6 +331,10 @@ maporl_status maporl_gpt_decode_rows(maporl_gpt * gpt, const int32_t * tokens, c
         auto & m = *gpt->lm;
         require_ptr(tokens, "tokens", m.cache_batch);
         require_ptr(pos, "pos", m.cache_batch);
+        if (gpt->lcuda) {
+            gpt->lcuda->decode_rows(tokens, pos, logits_out, values_out);
+            return MAPORL_OK;
+        }
         m.decode_rows(tokens, pos, logits_out != nullptr, values_out != nullptr);
         if (logits_out) std::memcpy(logits_out, m.step_logits.data(), sizeof(float) * m.step_logits.size());
         if (values_out) std::memcpy(values_out, m.step_values.data(), sizeof(float) * m.step_values.size());
@@ -322,63 +361,6 @@ maporl_status maporl_gpt_forward_shape(const maporl_gpt * gpt, int64_t * B_out, 
             if (B_out) *B_out = m.B;
             if (T_out) *T_out = m.T;
         });
-        return MAPORL_OK;
-    });
-}
-
-maporl_status maporl_gpt_set_device(maporl_gpt * gpt, maporl_device device) {
-    return guarded([&] {
-        require_gpt(gpt);
-        require_device(device);
-        if ((device == MAPORL_DEVICE_CUDA) == (gpt->cuda != nullptr)) return MAPORL_OK;
-        if (!gpt->gm)
-            throw_error(MAPORL_ERR_NO_DEVICE, "device: the Llama family runs on the CPU in this version (its CUDA kernels are not built yet)");
-        gpt::Model<float> & m = *gpt->gm;
-        const int64_t n = m.layout.total;
-        if (device == MAPORL_DEVICE_CUDA) {
-            gpt::CudaModel * c = gpt::cuda_model_create(m.cfg);
-            try {
-                gpt::cuda_model_upload(c, 0, m.params.data(), n);
-                gpt::cuda_model_upload(c, 1, m.m.data(), n);
-                gpt::cuda_model_upload(c, 2, m.v.data(), n);
-                gpt::cuda_model_upload(c, 3, m.grads.data(), n);
-            } catch (...) {
-                gpt::cuda_model_free(c);
-                throw;
-            }
-            gpt->cuda = c;
-        } else {
-            // Download into temporaries first: a failure leaves the model on the device, intact.
-            std::vector<float> p((size_t)n), mm((size_t)n), vv((size_t)n), g((size_t)n);
-            gpt::cuda_model_download(gpt->cuda, 0, p.data(), n);
-            gpt::cuda_model_download(gpt->cuda, 1, mm.data(), n);
-            gpt::cuda_model_download(gpt->cuda, 2, vv.data(), n);
-            gpt::cuda_model_download(gpt->cuda, 3, g.data(), n);
-            m.params.swap(p);
-            m.weights_changed();
-            m.m.swap(mm);
-            m.v.swap(vv);
-            m.grads.swap(g);
-            gpt::cuda_model_free(gpt->cuda);
-            gpt->cuda = nullptr;
-        }
-        // The last forward and the cache belong to the other device.
-        m.B = m.T = 0;
-        m.cache_batch = m.cache_len = 0;
-        m.acts = gpt::Acts<float>();
-        m.logits = std::vector<float>();
-        m.values = std::vector<float>();
-        m.kcache = std::vector<float>();
-        m.vcache = std::vector<float>();
-        return MAPORL_OK;
-    });
-}
-
-maporl_status maporl_gpt_get_device(const maporl_gpt * gpt, maporl_device * device_out) {
-    return guarded([&] {
-        require_gpt(gpt);
-        require_ptr(device_out, "device_out", 1);
-        *device_out = gpt->cuda ? MAPORL_DEVICE_CUDA : MAPORL_DEVICE_CPU;
         return MAPORL_OK;
     });
 }
@@ -466,7 +448,7 @@ inline float f16_to_float(uint16_t h) {
 maporl_status maporl_gpt_set_tensor(maporl_gpt * gpt, int64_t index, int dtype, const void * data, int64_t count) {
     return guarded([&] {
         require_gpt(gpt);
-        if (gpt->cuda) throw_error(MAPORL_ERR_INVALID_ARG, "set_tensor: the model is on CUDA; write tensors before moving it");
+        if (gpt->on_device()) throw_error(MAPORL_ERR_INVALID_ARG, "set_tensor: the model is on CUDA; write tensors before moving it");
         const auto & ts = gpt->visit_trainable([](const auto & m) -> const std::vector<gpt::Layout::Tensor> & { return m.layout.tensors; });
         if (index < 0 || index >= (int64_t)ts.size())
             throw_error(MAPORL_ERR_INVALID_ARG, "index: expected 0..%lld, got %lld", (long long)ts.size() - 1, (long long)index);

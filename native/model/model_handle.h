@@ -11,11 +11,16 @@
 #include "native/model/gpt.h"
 #include "native/model/gpt_cuda.h"
 #include "native/model/llama.h"
+#include "native/model/llama_device.h"
 
 struct maporl_gpt {
     std::unique_ptr<maporl::gpt::Model<float>> gm;    // the GPT family, or
     std::unique_ptr<maporl::llama::Model<float>> lm;  // the Llama family
     maporl::gpt::CudaModel * cuda = nullptr;          // non-null: the (GPT) model lives on the device
+    // Non-null: the (Llama) model lives on the device (llama_device.h); `lm` keeps the config, layout, step counter,
+    // shapes and the parameters as staging for moves.
+    std::unique_ptr<maporl::llama::DeviceModel> lcuda;
+    bool on_device() const { return cuda != nullptr || lcuda != nullptr; }
     explicit maporl_gpt(const maporl::gpt::Config & c) : gm(new maporl::gpt::Model<float>(c)) {}
     explicit maporl_gpt(const maporl::llama::Config & c) : lm(new maporl::llama::Model<float>(c)) {}
     ~maporl_gpt() { maporl::gpt::cuda_model_free(cuda); }

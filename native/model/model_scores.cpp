@@ -49,6 +49,19 @@ maporl_status maporl_gpt_score(maporl_gpt * gpt, const int32_t * tokens, const i
             m.forward(tokens, B, T);
             logprobs_cpu<float>(m.logits.data(), targets, N, V, temperature, logp_out, entropy_out);
             if (values_out) std::memcpy(values_out, m.values.data(), sizeof(float) * (size_t)N);
+        } else if (gpt->lcuda) {  // on the device: each chunk's logits come to the host for their log-probs
+            auto & d = *gpt->lcuda;
+            d.forward(tokens, B, T, /*head=*/false, nullptr, values_out);
+            gpt->lm->B = B;
+            gpt->lm->T = T;
+            const int64_t rows = chunk_rows(chunk, V, N);
+            std::vector<float> & z = gpt->score_z;
+            z.resize((size_t)(rows * V));
+            for (int64_t n0 = 0; n0 < N; n0 += rows) {
+                const int64_t r = std::min(rows, N - n0);
+                d.head_rows(z.data(), n0, r);
+                logprobs_cpu<float>(z.data(), targets + n0, r, V, temperature, logp_out + n0, entropy_out ? entropy_out + n0 : nullptr);
+            }
         } else {
             auto & m = *gpt->lm;
             m.forward(tokens, B, T, /*head=*/false);
@@ -87,13 +100,28 @@ maporl_status maporl_gpt_score_backward(maporl_gpt * gpt, const float * grad_log
             auto & m = *gpt->gm;
             if (head) logits_backward_cpu<float>(m.logits.data(), y, N, V, temp, gl, grad_entropy, m.logits.data());  // in place
             m.backward(head ? m.logits.data() : nullptr, dvalues);
+        } else if (gpt->lcuda) {
+            auto & d = *gpt->lcuda;
+            d.backward_begin();
+            if (head) {
+                const int64_t rows = chunk_rows(gpt->score_chunk, V, N);
+                std::vector<float> & z = gpt->score_z;
+                z.resize((size_t)(rows * V));
+                for (int64_t n0 = 0; n0 < N; n0 += rows) {
+                    const int64_t r = std::min(rows, N - n0);
+                    d.head_rows(z.data(), n0, r);
+                    logits_backward_cpu<float>(z.data(), y + n0, r, V, temp, gl + n0, grad_entropy ? grad_entropy + n0 : nullptr, z.data());
+                    d.head_backward_rows(z.data(), n0, r);
+                }
+            }
+            d.backward_hidden(dvalues);
         } else {
             auto & m = *gpt->lm;
             std::vector<float> dlnf((size_t)(N * m.cfg.d_model), 0.0f);
             if (head) {
                 const int64_t rows = chunk_rows(gpt->score_chunk, V, N);
-                std::vector<float> & z = gpt->score_z;
-            z.resize((size_t)(rows * V));
+                    std::vector<float> & z = gpt->score_z;
+                z.resize((size_t)(rows * V));
                 for (int64_t n0 = 0; n0 < N; n0 += rows) {
                     const int64_t r = std::min(rows, N - n0);
                     m.head_rows(z.data(), n0, r);

@@ -2,7 +2,9 @@
 // llama_ops.h, where a GPU is visible (CUDA build and a device; elsewhere the binary says how many it left out):
 // RMSNorm, rotate-half RoPE (llama3-scaled tables, a position offset, in place), SwiGLU, and GQA / MQA causal
 // attention, forward and backward, at shapes off the warp and tile sizes, every backward accumulating into
-// non-zero gradients (the contract is +=).
+// non-zero gradients (the contract is +=); the decoder's row ops and the embedding against their emulation
+// (llama_device_emulation.h); and the whole model on the device (cuda_model_create) against llama::Model for every
+// variant: forward, gradients, AdamW steps, prefill and per-row decoding.
 #include <cmath>
 #include <cstdint>
 #include <utility>
@@ -14,7 +16,11 @@
 #include "maporl.h"
 
 #ifdef MAPORL_WITH_CUDA
+#include <memory>
+
 #include "native/model/llama_cuda.h"
+#include "test/native/model/llama_device_emulation.h"
+#include "test/native/model/llama_variants.h"
 #endif
 
 namespace {
@@ -90,6 +96,87 @@ GPU_TEST(cuda_gqa_attention_matches_cpu) {
         L::cuda::attention_gqa_backward(DQ.p, DK.p, DV.p, Dd.p, Q.p, K.p, Vd.p, A.p, c.B, c.T, c.NH, c.NKV, c.hs, Sc.p);
         CHECK(close_rel(DQ.host(), dq, 2e-5, "gqa dq") && close_rel(DK.host(), dk, 2e-5, "gqa dk") && close_rel(DV.host(), dv, 2e-5, "gqa dv"),
               "T=%lld NH=%lld NKV=%lld", (long long)c.T, (long long)c.NH, (long long)c.NKV);
+    }
+}
+
+GPU_TEST(cuda_decoder_row_ops_match_their_emulation) {
+    using E = llama_emulation::CpuDevice;
+    const int64_t N = 5, NH = 6, NKV = 2, hd = 24, batch = 3, max_len = 40, C = 32, V = 11;
+    std::vector<float> cos, sin;
+    L::rope_tables(cos, sin, L::rope_inv_freq(hd, 10000.0, L::RopeScaling()), max_len);
+    const std::vector<int32_t> rb = {0, 2, 1, 2, 0}, rt = {0, 39, 7, 38, 1}, tok = {3, 10, 0, 3, 7};
+    const Vec q = rnd((size_t)(N * NH * hd), 1), k = rnd((size_t)(N * NKV * hd), 2), v = rnd((size_t)(N * NKV * hd), 3);
+    Vec kc = rnd((size_t)(batch * NKV * max_len * hd), 4), vc = rnd((size_t)(batch * NKV * max_len * hd), 5);
+    D<float> Q(q), K(k), Vv(v), KC(kc), VC(vc), Cs(cos), Sn(sin), O(N * NH * hd), S(N * NH * max_len);
+    D<int32_t> RB(rb), RT(rt), TK(tok);
+    Vec qe = q, ke = k, oute((size_t)(N * NH * hd)), se((size_t)(N * NH * max_len));
+    E::rope_rows(qe.data(), cos.data(), sin.data(), rt.data(), N, NH, hd);
+    E::rope_rows(ke.data(), cos.data(), sin.data(), rt.data(), N, NKV, hd);
+    L::cuda::rope_rows(Q.p, Cs.p, Sn.p, RT.p, N, NH, hd);
+    L::cuda::rope_rows(K.p, Cs.p, Sn.p, RT.p, N, NKV, hd);
+    CHECK(close_rel(Q.host(), qe, 1e-6, "rope_rows q") && close_rel(K.host(), ke, 1e-6, "rope_rows k"), "rope_rows");
+    E::kv_store(kc.data(), vc.data(), ke.data(), v.data(), rb.data(), rt.data(), N, NKV, max_len, hd);
+    L::cuda::kv_store(KC.p, VC.p, K.p, Vv.p, RB.p, RT.p, N, NKV, max_len, hd);
+    CHECK(KC.host() == kc && VC.host() == vc, "kv_store");
+    E::attention_rows(oute.data(), qe.data(), kc.data(), vc.data(), rb.data(), rt.data(), N, NH, NKV, max_len, hd, se.data());
+    L::cuda::attention_rows(O.p, Q.p, KC.p, VC.p, RB.p, RT.p, N, NH, NKV, max_len, hd, S.p);
+    CHECK(close_rel(O.host(), oute, 1e-5, "attention_rows"), "attention_rows");
+    const Vec wte = rnd((size_t)(V * C), 6), d = rnd((size_t)(N * C), 7);
+    Vec emb((size_t)(N * C)), dw = rnd((size_t)(V * C), 8);
+    D<float> W(wte), E1(N * C), Dd(d), DW(dw);
+    E::embedding_forward(emb.data(), tok.data(), wte.data(), N, C);
+    L::cuda::embedding_forward(E1.p, TK.p, W.p, N, C);
+    CHECK(E1.host() == emb, "embedding_forward");
+    E::embedding_backward(dw.data(), d.data(), tok.data(), N, C);
+    L::cuda::embedding_backward(DW.p, Dd.p, tok.data(), N, C);
+    CHECK(DW.host() == dw, "embedding_backward (the CPU model's order: the same bits)");
+}
+
+GPU_TEST(cuda_llama_model_matches_the_cpu_model) {
+    using namespace llama_variants;
+    for (const Variant & var : variants()) {
+        const L::Config c = decoder_config(var);
+        L::Model<float> host(c);
+        perturb(host, 11);
+        std::unique_ptr<L::DeviceModel> dev(L::cuda_model_create(c));
+        dev->upload(0, host.params.data(), host.layout.total);
+        const int64_t B = 2, T = 9, N = B * T, V = c.vocab, P = host.layout.total;
+        std::vector<int32_t> tok((size_t)N);
+        for (int64_t i = 0; i < N; ++i) tok[(size_t)i] = (int32_t)((7 * i + 3) % V);
+        const Vec dlogits = rnd((size_t)(N * V), 1), dvalues = rnd((size_t)N, 2);
+        const maporl::gpt::AdamW h{1e-2f, 0.9f, 0.95f, 1e-8f, 0.01f};
+        for (int step = 1; step <= 2; ++step) {
+            host.forward(tok.data(), B, T);
+            Vec logits((size_t)(N * V)), values((size_t)N), got((size_t)P);
+            dev->forward(tok.data(), B, T, true, logits.data(), values.data());
+            CHECK(close_rel(logits, host.logits, 1e-4, "logits") && close_rel(values, host.values, 1e-4, "values"), "%s step %d forward", var.name, step);
+            host.zero_grad();
+            host.backward(dlogits.data(), dvalues.data());
+            dev->zero_grad();
+            dev->backward(dlogits.data(), dvalues.data());
+            dev->download(3, got.data(), P);
+            CHECK(close_rel(got, host.grads, 1e-3, "grads"), "%s step %d gradients", var.name, step);
+            const double hn = host.update(h, 0.5), dn = dev->update(h, 0.5, host.step);
+            CHECK(std::fabs(hn - dn) <= 1e-4 * hn, "%s step %d: norm %g vs %g", var.name, step, hn, dn);
+            dev->download(0, got.data(), P);
+            CHECK(close_rel(got, host.params, 1e-4, "params"), "%s step %d AdamW", var.name, step);
+        }
+        const std::vector<int32_t> flat = {3, 0, 0, 1, 4, 1, 9, 2, 6};
+        const std::vector<int64_t> lens = {0, 2, 3};
+        std::vector<int64_t> pos = lens;
+        std::vector<int32_t> cur = {3, 5, 5};
+        host.cache_reset(3, c.context);
+        dev->cache_reset(3, c.context);
+        host.prefill(flat.data(), lens.data(), 3);
+        dev->prefill(flat.data(), lens.data(), 3);
+        for (int s = 0; s < 4; ++s) {
+            host.decode_rows(cur.data(), pos.data());
+            Vec logits((size_t)(3 * V)), values(3);
+            dev->decode_rows(cur.data(), pos.data(), logits.data(), values.data());
+            CHECK(close_rel(logits, host.step_logits, 1e-4, "decode logits") && close_rel(values, host.step_values, 1e-4, "decode values"), "%s decode step %d",
+                  var.name, s);
+            for (int64_t b = 0; b < 3; ++b) cur[(size_t)b] = (int32_t)((cur[(size_t)b] + 4) % V), ++pos[(size_t)b];
+        }
     }
 }
 
