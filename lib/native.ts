@@ -171,7 +171,8 @@ export interface NativeBinding {
     /** Llama family: one decode step with row b at position pos[b]. */
     gptDecodeRowsAsync(h: GptHandle, tokens: Int32Array, pos: Int32Array, logits: F32 | null, values: F32 | null): Promise<void>;
     /** 0 = CPU, 1 = CUDA (MaporlError MAPORL_ERR_NO_DEVICE without a GPU; the model then stays on the CPU). */
-    gptSetDevice(h: GptHandle, device: 0 | 1): void;
+    /** 2: a Llama-family model onto the CPU emulation of its CUDA model (tests of the device path without a GPU). */
+    gptSetDevice(h: GptHandle, device: 0 | 1 | 2): void;
     gptGetDevice(h: GptHandle): 0 | 1;
     gaeAsync(rewards: Float32Array, values: Float32Array, mask: MaskArray, B: number, T: number, gamma: number,
         lambda: number, whiten: boolean, device: 0 | 1, advantages: Float32Array,

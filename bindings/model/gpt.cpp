@@ -8,7 +8,7 @@
 //   gptBackward(handle, dlogits|null, dvalues|null) [+ Async]; gptZeroGrad(handle)
 //   gptStep(handle, lr, beta1, beta2, eps, weightDecay, maxGradNorm) -> grad norm [+ Async]
 //   gptCacheReset(handle, batch, maxLen); gptDecode(handle, tokens: Int32Array, pos, logits|null, values|null)
-//   gptSetDevice(handle, 0 cpu | 1 cuda); gptGetDevice(handle) -> 0 | 1
+//   gptSetDevice(handle, 0 cpu | 1 cuda | 2 emulated cuda (a Llama model, for tests)); gptGetDevice(handle) -> 0 | 1
 //   llamaCreate({...}, seed) -> a Llama-family handle for every call above; gptSetTensor(handle, index, dtype, bytes)
 //   gptScore(handle, tokens, targets, B, T, temperature, chunk, logp, entropy|null, values|null) [+ Async]
 //   gptScoreBackward(handle, gradLogp|null, gradEntropy|null, dvalues|null) [+ Async]
@@ -287,7 +287,8 @@ Napi::Value ZeroGrad(const Napi::CallbackInfo & info) {
 
 Napi::Value SetDevice(const Napi::CallbackInfo & info) {
     Handle * h = Get(info);
-    const maporl_status st = maporl_gpt_set_device(h->gpt, (maporl_device)RequireInt(info, 1, "device", 0, 1));
+    const int64_t d = RequireInt(info, 1, "device", 0, 2);  // 2: the CPU emulation of the Llama family's CUDA model (tests)
+    const maporl_status st = d == 2 ? maporl_llama_emulate_device(h->gpt) : maporl_gpt_set_device(h->gpt, (maporl_device)d);
     if (st != MAPORL_OK) ThrowStatus(info.Env(), st, "gptSetDevice");
     return info.Env().Undefined();
 }

@@ -419,11 +419,16 @@ maporl_status maporl_gpt_forward_shape(const maporl_gpt * gpt, int64_t * B_out, 
  * MAPORL_ERR_NO_DEVICE and the model stays on the CPU, unchanged. */
 maporl_status maporl_gpt_set_device(maporl_gpt * gpt, maporl_device device);
 maporl_status maporl_gpt_get_device(const maporl_gpt * gpt, maporl_device * device_out);
+/* For tests: moves a Llama-family model onto the CPU emulation of its CUDA model (the same composition of the same
+ * layer contracts over host memory, llama_device_host.h), so every device branch of these calls runs without a GPU.
+ * get_device then answers MAPORL_DEVICE_CUDA; maporl_gpt_set_device(MAPORL_DEVICE_CPU) moves it back. */
+maporl_status maporl_llama_emulate_device(maporl_gpt * gpt);
 
 /* ---- the Llama model family (Hugging Face Llama / Mistral / Qwen2 / Qwen3) on the same handle --------------
  * A model made by maporl_llama_create answers every maporl_gpt_* call above (forward, backward, step, cache,
- * get / set, tensors with transformers' names), on the CPU; maporl_gpt_set_device to CUDA is MAPORL_ERR_NO_DEVICE
- * for it in this version. Its gradients and AdamW moments are allocated on the first training call. */
+ * get / set, tensors with transformers' names), on the CPU or, in float32 without LoRA adapters, on CUDA
+ * (maporl_gpt_set_device; a bfloat16 base or a model with adapters is refused, naming it, and stays on the CPU).
+ * Its gradients and AdamW moments are allocated on the first training call. */
 
 typedef struct maporl_llama_config {
     int64_t vocab, context, layers, d_model, heads, kv_heads, head_dim, intermediate;

@@ -1,8 +1,9 @@
 // llama_device.h: the Llama model of llama.h on a device, written once over an op table D and driven through the
 // DeviceModel interface (model_api.cpp, model_scores.cpp). cuda/model/llama.cu instantiates it with the CUDA ops
-// (llama_cuda.h, gpt_cuda.h); test/native/model/llama_device_emulation.h instantiates it with the CPU ops and CPU
-// emulations of the device-only kernels, so that the composition (the order of the ops, the buffers, the caches,
-// the gradients) is checked against llama::Model on any machine, and the CUDA kernels one by one where a GPU is.
+// (llama_cuda.h, gpt_cuda.h); llama_device_host.h instantiates it with the CPU ops and CPU emulations of the
+// device-only kernels, so that the composition (the order of the ops, the buffers, the caches, the gradients) is
+// checked against llama::Model on any machine (test_llama_device.cpp, and through the C entry points with
+// maporl_llama_emulate_device), and the CUDA kernels one by one where a GPU is (test_llama_cuda.cpp).
 // Parameters, gradients and AdamW moments live on the device in llama.h's layout (the same offsets, so get / set
 // copy whole vectors); tokens, logits and their gradients cross to the host, in row chunks for the LM head (a
 // vocabulary of 151,936 never needs [B, T, V] at once). Float, full fine-tuning; LoRA adapters and a bfloat16 base

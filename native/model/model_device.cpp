@@ -8,6 +8,7 @@
 #include "native/core/core.h"
 #include "native/model/gpt_cuda.h"
 #include "native/model/llama_cuda.h"
+#include "native/model/llama_device_host.h"
 #include "native/model/model_handle.h"
 
 using namespace maporl;
@@ -54,13 +55,15 @@ void move_gpt(maporl_gpt * gpt, maporl_device device) {
 
 // On the device the host model keeps its config, layout, step and parameter vector (the staging of later moves);
 // its moments, gradients, activations and caches are released.
-void move_llama(maporl_gpt * gpt, maporl_device device) {
+// emulate: the device is llama_device_host.h's (host memory), for tests of the device path without a GPU.
+void move_llama(maporl_gpt * gpt, maporl_device device, bool emulate = false) {
     llama::Model<float> & m = *gpt->lm;
     const int64_t n = m.layout.total;
     if (device == MAPORL_DEVICE_CUDA) {
         for (const auto & a : m.adapters)
             if (a) throw_error(MAPORL_ERR_INVALID_ARG, "device: the model has LoRA adapters, which run on the CPU in this version (merge or delete them first)");
-        std::unique_ptr<llama::DeviceModel> d(llama::cuda_model_create(m.cfg));  // (refuses a bfloat16 base, naming it)
+        std::unique_ptr<llama::DeviceModel> d(emulate ? new llama::DeviceLlama<llama::HostDevice>(m.cfg)
+                                                      : llama::cuda_model_create(m.cfg));  // (either refuses a bfloat16 base, naming it)
         d->upload(0, m.params.data(), n);
         if (m.grads.size() == (size_t)n) {
             d->upload(1, m.m.data(), n);
@@ -102,6 +105,17 @@ maporl_status maporl_gpt_set_device(maporl_gpt * gpt, maporl_device device) {
         gpt->score_targets.clear();  // the last scoring forward belongs to the other device
         if (gpt->gm) move_gpt(gpt, device);
         else move_llama(gpt, device);
+        return MAPORL_OK;
+    });
+}
+
+maporl_status maporl_llama_emulate_device(maporl_gpt * gpt) {
+    return guarded([&] {
+        if (!gpt) throw_error(MAPORL_ERR_INVALID_ARG, "gpt: expected a model from maporl_gpt_create, got NULL");
+        if (!gpt->lm) throw_error(MAPORL_ERR_INVALID_ARG, "emulate_device: expected a Llama-family model, got the embedded GPT");
+        if (gpt->on_device()) throw_error(MAPORL_ERR_INVALID_ARG, "emulate_device: the model is on a device already");
+        gpt->score_targets.clear();
+        move_llama(gpt, MAPORL_DEVICE_CUDA, /*emulate=*/true);
         return MAPORL_OK;
     });
 }

@@ -3,7 +3,7 @@
 // RMSNorm, rotate-half RoPE (llama3-scaled tables, a position offset, in place), SwiGLU, and GQA / MQA causal
 // attention, forward and backward, at shapes off the warp and tile sizes, every backward accumulating into
 // non-zero gradients (the contract is +=); the decoder's row ops and the embedding against their emulation
-// (llama_device_emulation.h); and the whole model on the device (cuda_model_create) against llama::Model for every
+// (native/model/llama_device_host.h); and the whole model on the device (cuda_model_create) against llama::Model for every
 // variant: forward, gradients, AdamW steps, prefill and per-row decoding.
 #include <cmath>
 #include <cstdint>
@@ -19,7 +19,7 @@
 #include <memory>
 
 #include "native/model/llama_cuda.h"
-#include "test/native/model/llama_device_emulation.h"
+#include "native/model/llama_device_host.h"
 #include "test/native/model/llama_variants.h"
 #endif
 
@@ -100,7 +100,7 @@ GPU_TEST(cuda_gqa_attention_matches_cpu) {
 }
 
 GPU_TEST(cuda_decoder_row_ops_match_their_emulation) {
-    using E = llama_emulation::CpuDevice;
+    using E = maporl::llama::HostDevice;
     const int64_t N = 5, NH = 6, NKV = 2, hd = 24, batch = 3, max_len = 40, C = 32, V = 11;
     std::vector<float> cos, sin;
     L::rope_tables(cos, sin, L::rope_inv_freq(hd, 10000.0, L::RopeScaling()), max_len);

@@ -1,5 +1,5 @@
 // test_llama_device.cpp: the device model's composition (native/model/llama_device.h), run on the CPU through the
-// emulated op table (llama_device_emulation.h), against llama::Model for every variant: the forward's logits and
+// emulated op table (native/model/llama_device_host.h), against llama::Model for every variant: the forward's logits and
 // values, the gradients of a backward (whole, and with the LM head in row chunks), clipped AdamW steps, and KV-cache
 // decoding after a ragged prefill; the misuse errors. With the CPU ops inside, the forward, backward and update
 // must give llama::Model's bits exactly (the same ops in the same order); decoding differs only by the attention
@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "test/native/core/check.h"
-#include "test/native/model/llama_device_emulation.h"
+#include "native/model/llama_device_host.h"
 #include "test/native/model/llama_variants.h"
 #include "native/core/core.h"
 #include "maporl.h"
@@ -21,7 +21,7 @@
 namespace {
 
 using namespace llama_variants;
-using Dev = L::DeviceLlama<llama_emulation::CpuDevice>;
+using Dev = L::DeviceLlama<maporl::llama::HostDevice>;
 
 std::vector<float> download(const Dev & d, int which) {
     std::vector<float> out((size_t)d.layout.total);

@@ -1,9 +1,10 @@
-// llama_device_emulation.h: the op table of native/model/llama_device.h on the CPU ("device" memory is host memory):
-// the layers are the CPU ops themselves (llama_ops.h, gpt_ops.h), and the kernels that exist only on the device
-// (the embedding gather and its bucketed scatter, per-row rotation, the KV-cache store, attention of rows over the
-// cache) are written here the way cuda/model/embedding.cu, rope.cu and attention_gqa.cu compute them: the same
-// loops per thread, run one after another. DeviceLlama<CpuDevice> is then the CUDA model's composition, testable
-// without a GPU against llama::Model (test_llama_device.cpp).
+// llama_device_host.h: the op table of llama_device.h on the CPU ("device" memory is host memory), the emulation
+// of the CUDA model: the layers are the CPU ops themselves (llama_ops.h, gpt_ops.h), and the kernels that exist only
+// on the device (the embedding gather and its bucketed scatter, per-row rotation, the KV-cache store, attention of
+// rows over the cache) are written here the way cuda/model/embedding.cu, rope.cu and attention_gqa.cu compute them:
+// the same loops per thread, run one after another. DeviceLlama<HostDevice> is the CUDA model's composition on any
+// machine: test_llama_device.cpp checks it against llama::Model, and maporl_llama_emulate_device puts it behind the
+// C entry points' device branches (the JS tests drive NativePolicy through them).
 #pragma once
 
 #include <stdint.h>
@@ -13,16 +14,18 @@
 #include <cstring>
 #include <new>
 
+#include "native/core/core.h"
 #include "native/model/gpt_ops.h"
 #include "native/model/llama_device.h"
 #include "native/model/llama_ops.h"
 
-namespace llama_emulation {
+namespace maporl {
+namespace llama {
 
-namespace L = maporl::llama;
 namespace G = maporl::gpt;
+namespace L = maporl::llama;
 
-struct CpuDevice {
+struct HostDevice {
     static void * alloc(int64_t bytes) {
         void * p = std::malloc((size_t)bytes);
         if (!p) throw std::bad_alloc();
@@ -135,4 +138,5 @@ struct CpuDevice {
     }
 };
 
-}  // namespace llama_emulation
+}  // namespace llama
+}  // namespace maporl
