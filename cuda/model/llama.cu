@@ -68,6 +68,8 @@ struct CudaOps {
         G::matmul_backward(dinp, dw, db, dout, inp, w, N, Cc, OC);
     }
     static void add(float * out, const float * a, const float * b, int64_t n) { G::residual_forward(out, a, b, n); }
+    static void scale(float * x, float s, int64_t n) { C::scale(x, s, n); }
+    static void add_rows(float * out, const float * d, const int32_t * mask, int64_t N, int64_t Cc) { C::add_rows(out, d, mask, N, Cc); }
     static void embedding_forward(float * out, const int32_t * tok, const float * wte, int64_t N, int64_t Cc) {
         C::embedding_forward(out, tok, wte, N, Cc);
     }
@@ -83,7 +85,7 @@ struct CudaOps {
 // Every call ends with a device synchronisation, so a kernel's failure surfaces in the call that launched it.
 struct CudaLlama final : DeviceLlama<CudaOps> {
     using Base = DeviceLlama<CudaOps>;
-    explicit CudaLlama(const Config & c) : Base(c) { G::synchronize("llama: to the device"); }
+    CudaLlama(const Config & c, Model<float> * host) : Base(c, host) { G::synchronize("llama: to the device"); }
     void upload(int which, const float * host, int64_t n) override { Base::upload(which, host, n); }
     void download(int which, float * host, int64_t n) const override { Base::download(which, host, n); }
     void forward(const int32_t * tok, int64_t B_, int64_t T_, bool head, float * logits, float * values) override {
@@ -123,9 +125,9 @@ struct CudaLlama final : DeviceLlama<CudaOps> {
 
 }  // namespace
 
-DeviceModel * cuda_model_create(const Config & c) {
+DeviceModel * cuda_model_create(const Config & c, Model<float> * host) {
     G::require_device("device");
-    return new CudaLlama(c);
+    return new CudaLlama(c, host);
 }
 
 }  // namespace llama

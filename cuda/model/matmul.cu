@@ -197,8 +197,8 @@ void matmul_backward(float * dinp, float * dweight, float * dbias, const float *
                      int64_t N, int64_t C, int64_t OC) {
     // dinp[n, c] += sum_o dout[n, o] weight[o, c]
     gemm(N, C, OC, dout, OC, 1, weight, C, 1, dinp, C, true, nullptr, "matmul_backward");
-    // dweight[o, c] += sum_n dout[n, o] inp[n, c]
-    gemm(OC, C, N, dout, 1, OC, inp, C, 1, dweight, C, true, nullptr, "matmul_backward");
+    // dweight[o, c] += sum_n dout[n, o] inp[n, c] (null: a frozen weight, as a base under LoRA)
+    if (dweight) gemm(OC, C, N, dout, 1, OC, inp, C, 1, dweight, C, true, nullptr, "matmul_backward");
     if (dbias && N > 0 && OC > 0) {
         column_sum_kernel<<<grid_dim((OC + 31) / 32, "matmul_backward"), dim3(32, 32)>>>(dbias, dout, N, OC);
         MAPORL_CUDA_LAUNCHED("matmul_backward");

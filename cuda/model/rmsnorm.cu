@@ -86,6 +86,7 @@ void rmsnorm_backward(float * dinp, float * dweight, const float * dout, const f
     if (N <= 0 || C <= 0) return;
     rmsnorm_backward_dinp_kernel<<<row_grid(N, "rmsnorm_backward"), kWarps * 32>>>(dinp, dout, inp, weight, rstd, N, C);
     MAPORL_CUDA_LAUNCHED("rmsnorm_backward");
+    if (!dweight) return;  // (a frozen weight)
     const int64_t chunks = (N + kChunk - 1) / kChunk;
     if (chunks > 65535) throw_error(MAPORL_ERR_INVALID_ARG, "rmsnorm_backward: N: expected <= %d rows, got %lld", 65535 * kChunk, (long long)N);
     const dim3 grid((unsigned)((C + 127) / 128), (unsigned)chunks);

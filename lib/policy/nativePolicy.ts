@@ -102,8 +102,8 @@ export interface TrainResult {
 
 /** Options of NativePolicy.load. */
 export interface LoadOptions {
-    /** 'cpu' (default), 'cuda' or 'auto'. A Llama-family model in float32 runs on either; LoRA adapters and a
-     * bfloat16 base run on the CPU in this version ('auto' keeps such a model there; 'cuda' is an error naming it). */
+    /** 'cpu' (default), 'cuda' or 'auto'. A Llama-family model in float32 (and its LoRA adapters) runs on either; a
+     * bfloat16 base runs on the CPU in this version ('auto' keeps it there; 'cuda' is an error naming it). */
     device?: Device;
     /** Hugging Face directories: cap the positions below max_position_embeddings (KV-cache and activation memory grow
      * with it). Defaults to min(max_position_embeddings, sliding_window where one applies, 8192). */
@@ -234,12 +234,11 @@ export class NativePolicy implements Policy {
     }
 
     // Moves a new model to `device`, freeing it if that fails (the caller never sees a half-made policy). 'auto' keeps
-    // on the CPU what runs only there in this version (a bfloat16 base; a model that gets a LoRA adapter: `lora`);
-    // 'cuda' says so, naming it.
-    private placed(fn: string, device: unknown, lora = false): NativePolicy {
+    // a bfloat16 base on the CPU (where it runs in this version); 'cuda' says so, naming it.
+    private placed(fn: string, device: unknown): NativePolicy {
         const d = resolveDevice(fn, device ?? "cpu", 1, 0);
         try {
-            const cpuOnly = this.family === "llama" && (lora || this.dtype === "bfloat16");
+            const cpuOnly = this.family === "llama" && this.dtype === "bfloat16";
             if (d === "cuda" && !(cpuOnly && device === "auto")) native.gptSetDevice(this.h(), 1);
         } catch (e) {
             this.core.free();
@@ -577,7 +576,7 @@ export class NativePolicy implements Policy {
         requireDtype("NativePolicy.load", o.dtype);
         if (isAdapterDir(dir)) return NativePolicy.loadOnBase(dir, o);
         if (o.base !== undefined) throw new RangeError(`NativePolicy.load: base: only for a PEFT adapter directory (${join(dir, "adapter_config.json")} is missing)`);
-        if (isHfModelDir(dir)) return NativePolicy.withLora(NativePolicy.loadHf(dir, o, o.lora !== undefined), o.lora);
+        if (isHfModelDir(dir)) return NativePolicy.withLora(NativePolicy.loadHf(dir, o), o.lora);
         for (const k of ["contextLength", "tokenizer", "chatTemplate", "lora", "dtype"] as const)
             if (o[k] !== undefined) throw new RangeError(`NativePolicy.load: ${k}: only for Hugging Face directories (${join(dir, "config.json")} has no model_type)`);
         const read = (f: string) => {
@@ -636,13 +635,13 @@ export class NativePolicy implements Policy {
         if (o.dtype === "bfloat16") info.engine.bf16 = true;
         const h = native.llamaCreate(info.engine, seed);
         return NativePolicy.withLora(new NativePolicy({ name: o.name } as NativePolicyConfig, h, { state: { info, tokenizerDir, sourceDir: null }, tokenizer })
-            .placed(fn, o.device, o.lora !== undefined), o.lora);
+            .placed(fn, o.device), o.lora);
     }
 
-    private static loadHf(dir: string, o: LoadOptions, lora = false): NativePolicy {
+    private static loadHf(dir: string, o: LoadOptions): NativePolicy {
         const m = openHfModel(dir, o);
         return new NativePolicy({ name: m.name } as NativePolicyConfig, m.handle, { state: { info: m.info, tokenizerDir: m.tokenizerDir, sourceDir: resolve(dir) }, tokenizer: m.tokenizer })
-            .placed("NativePolicy.load", o.device, lora);
+            .placed("NativePolicy.load", o.device);
     }
 
     // options.lora: the policy of a new adapter 'default' on `base` (whose own policy is released).

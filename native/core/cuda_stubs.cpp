@@ -79,7 +79,7 @@ void cuda_model_decode(CudaModel *, const int32_t *, int64_t, float *, float *) 
 }  // namespace gpt
 
 namespace llama {
-DeviceModel * cuda_model_create(const Config &) {
+DeviceModel * cuda_model_create(const Config &, Model<float> *) {
     throw_error(MAPORL_ERR_NO_DEVICE, "device: 'cuda' requested, but this build of maporl has no CUDA support (rebuild with MAPORL_CUDA=1)");
 }
 }  // namespace llama

@@ -383,6 +383,7 @@ double Model<F>::update(const gpt::AdamW & h, double max_norm) {
     if (Lora<F> * ad = lora()) {
         const double n = clipped_adamw<F>(*ad, h, max_norm);
         ad->nonce = 0;
+        ad->weights_changed();
         return n;
     }
     const double n = clipped_adamw<F>(*this, h, max_norm);

@@ -1,5 +1,5 @@
 // llama_cuda.h: the Llama family's layers on CUDA (cuda/model/rmsnorm.cu, rope.cu, swiglu.cu, attention_gqa.cu,
-// embedding.cu), and the whole model on the device (cuda/model/llama.cu). The layers work on
+// embedding.cu, lora.cu), and the whole model on the device (cuda/model/llama.cu). The layers work on
 // device pointers, with the shapes and the contract of their CPU twins in llama_ops.h: every backward ADDS into its
 // gradient outputs, and every reduction runs in a fixed order (no float atomics), so results repeat run to run.
 // The CPU ops are the reference (test/native/model/test_llama_cuda.cpp, run where a GPU is visible). Plain C++
@@ -50,13 +50,20 @@ void attention_rows(float * out, const float * q, const float * kc, const float 
 void embedding_forward(float * out, const int32_t * tokens, const float * wte, int64_t N, int64_t C);
 void embedding_backward(float * dwte, const float * dout, const int32_t * host_tokens, int64_t N, int64_t C);
 
+// LoRA's elementwise steps (lora.cu): x *= s; out [N, C] rows += d rows where mask[n] != 0.
+void scale(float * x, float s, int64_t n);
+void add_rows(float * out, const float * d, const int32_t * mask, int64_t N, int64_t C);
+
 }  // namespace cuda
 
 // The whole model on the device (cuda/model/llama.cu: llama_device.h's DeviceLlama over these ops). Throws
 // MAPORL_ERR_NO_DEVICE without a GPU or in a build without CUDA (native/core/cuda_stubs.cpp).
+// `host`: the host model whose LoRA adapters the device model runs (null: none).
 struct DeviceModel;
 struct Config;
-DeviceModel * cuda_model_create(const Config & c);
+template <typename F>
+struct Model;
+DeviceModel * cuda_model_create(const Config & c, Model<float> * host);
 
 }  // namespace llama
 }  // namespace maporl

@@ -6,8 +6,12 @@
 // maporl_llama_emulate_device), and the CUDA kernels one by one where a GPU is (test_llama_cuda.cpp).
 // Parameters, gradients and AdamW moments live on the device in llama.h's layout (the same offsets, so get / set
 // copy whole vectors); tokens, logits and their gradients cross to the host, in row chunks for the LM head (a
-// vocabulary of 151,936 never needs [B, T, V] at once). Float, full fine-tuning; LoRA adapters and a bfloat16 base
-// stay on the CPU in this version (the host model refuses the move).
+// vocabulary of 151,936 never needs [B, T, V] at once). Float32 base (a bfloat16 base stays on the CPU in this
+// version). LoRA adapters (lora.h) stay owned by the host model (`host`): their parameters and AdamW moments live
+// there (a few MB), a device copy of each adapter's A, B and value head is refreshed when the host's changes
+// (Lora::version), the adapter's gradients accumulate on the device and come back for the optimizer step
+// (pull_adapter_grads). The selected adapter (host->active) trains with the base frozen; a decode step runs each
+// row's adapter (host->row_adapter), every adapter's term over the batch, added to its own rows.
 //
 // D provides static functions on device pointers (every backward ADDS into its gradients, as the CPU ops):
 //   alloc(bytes) / release(p) / to_device(dst, src, bytes) / to_host(dst, src, bytes) / zero(p, bytes)
@@ -18,12 +22,14 @@
 //   rope_rows(x, cos, sin, pos, N, H, dim): row n rotated in place at position pos[n],
 //   kv_store(kc, vc, k, v, rb, rt, N, NKV, max_len, hd): row n's keys / values into cache row rb[n], slot rt[n],
 //   attention_rows(out, q, kc, vc, rb, rt, N, NH, NKV, max_len, hd, scratch): row n over slots 0 .. rt[n],
-//   adamw(params, grads, m, v, n, h, t, scale), global_norm(x, n) (double).
+//   adamw(params, grads, m, v, n, h, t, scale), global_norm(x, n) (double),
+//   scale(x, s, n): x *= s; add_rows(out, d, mask, N, C): out rows += d rows where mask[n] != 0.
 #pragma once
 
 #include <stdint.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <vector>
 
@@ -56,6 +62,8 @@ struct DeviceModel {
     // Row b at position pos[b]; logits [batch, V] and values [batch] to the host when not null.
     virtual void decode_rows(const int32_t * tokens, const int64_t * pos, float * logits, float * values) = 0;
     virtual void prefill(const int32_t * tokens, const int64_t * lens, int64_t P) = 0;
+    // The selected adapter's gradients accumulated on the device, into the host adapter's grads (for its step).
+    virtual void pull_adapter_grads() = 0;
 };
 
 // A device buffer that grows: the new block is allocated before the old one is released (out of memory leaves the
@@ -91,7 +99,21 @@ struct DeviceLlama : DeviceModel {
     using IBuf = DevBuf<D, int32_t>;
     Config cfg;
     Layout layout;
+    Model<float> * host;  // the adapters' owner (null: none)
     Buf params, grads, m, v, cos, sin;
+
+    // The device copy of host adapter slot i: its params (refreshed on a new version), gradients, and the last
+    // training forward's u = scale x A^T per (layer, target).
+    struct Mirror {
+        const Lora<float> * src = nullptr;
+        uint64_t version = ~(uint64_t)0;
+        Buf params, grads;
+        std::vector<std::array<Buf, kLoraTargets>> us;
+    };
+    std::vector<Mirror> mirrors;
+    int64_t fwd_adapter = -1;  // the adapter the last forward ran (its backward must run the same)
+    Buf lora_tmp, lora_du;
+    IBuf row_mask;
 
     int64_t B = 0, T = 0;  // the last forward's shape (0: none to go back through)
     std::vector<int32_t> host_tokens;
@@ -109,13 +131,60 @@ struct DeviceLlama : DeviceModel {
     Buf sx, sxn, srs, sq, sk, sv, sy, sproj, sgate, sup, shmid, sscores;
     IBuf srb, srt, stok;
 
-    explicit DeviceLlama(const Config & c) : cfg(c), layout(make_layout(c)) {
+    explicit DeviceLlama(const Config & c, Model<float> * host_model = nullptr) : cfg(c), layout(make_layout(c)), host(host_model) {
         if (c.bf16) throw_error(MAPORL_ERR_INVALID_ARG, "device: a bfloat16 base runs on the CPU in this version (load it in float32 to move it)");
         for (Buf * b : {&params, &grads, &m, &v}) b->zeroed(layout.total);
         std::vector<float> hc, hs;
         rope_tables(hc, hs, rope_inv_freq(c.head_dim, c.rope_theta, c.rope), c.context);
         D::to_device(cos.need((int64_t)hc.size()), hc.data(), (int64_t)(hc.size() * sizeof(float)));
         D::to_device(sin.need((int64_t)hs.size()), hs.data(), (int64_t)(hs.size() * sizeof(float)));
+    }
+    // The adapter in slot id, its device copy current.
+    Mirror & mirror(int64_t id) {
+        const Lora<float> * a = host->adapters[(size_t)id].get();
+        if ((int64_t)mirrors.size() <= id) mirrors.resize((size_t)id + 1);
+        Mirror & mr = mirrors[(size_t)id];
+        if (mr.src != a) {  // a new adapter in the slot (or the first use)
+            mr.src = a;
+            mr.version = ~(uint64_t)0;
+            mr.grads.zeroed(a->layout.total);
+            mr.us = std::vector<std::array<Buf, kLoraTargets>>((size_t)cfg.layers);
+        }
+        if (mr.version != a->version) {
+            D::to_device(mr.params.need(a->layout.total), a->params.data(), a->layout.total * (int64_t)sizeof(float));
+            mr.version = a->version;
+        }
+        return mr;
+    }
+    Lora<float> * selected() const { return host ? host->lora() : nullptr; }
+    static float * at(const Buf & b, const Lora<float> & a, int64_t t) { return b.p + a.layout.tensors[(size_t)t].offset; }
+    // out [N, OC] += the adapter's term for (layer l, target t) on inp [N, Cin]; with keep, u is kept for the backward.
+    void lora_term(Mirror & mr, const Lora<float> & a, int64_t l, int t, float * out, const float * inp, int64_t N, bool keep,
+                   const int32_t * mask = nullptr) {
+        const int64_t Cin = a.in_dim(t), OC = a.out_dim(t), r = a.cfg.rank;
+        Buf & ub = keep ? mr.us[(size_t)l][(size_t)t] : lora_du;
+        float * u = ub.need(N * r);
+        D::matmul_forward(u, inp, at(mr.params, a, a.layout.A[(size_t)l][(size_t)t]), nullptr, N, Cin, r);
+        D::scale(u, a.scale, N * r);
+        float * d = lora_tmp.need(N * OC);
+        D::matmul_forward(d, u, at(mr.params, a, a.layout.B[(size_t)l][(size_t)t]), nullptr, N, r, OC);
+        if (mask) D::add_rows(out, d, mask, N, OC);
+        else D::add(out, out, d, N * OC);
+    }
+    // dinp [N, Cin] += the term's input gradient; the adapter's A and B gradients += (from the kept u).
+    void lora_term_back(Mirror & mr, const Lora<float> & a, int64_t l, int t, float * dinp, const float * dout, const float * inp, int64_t N) {
+        const int64_t Cin = a.in_dim(t), OC = a.out_dim(t), r = a.cfg.rank, ia = a.layout.A[(size_t)l][(size_t)t], ib = a.layout.B[(size_t)l][(size_t)t];
+        float * du = lora_du.zeroed(N * r);
+        D::matmul_backward(du, at(mr.grads, a, ib), nullptr, dout, mr.us[(size_t)l][(size_t)t].p, at(mr.params, a, ib), N, r, OC);
+        D::scale(du, a.scale, N * r);
+        D::matmul_backward(dinp, at(mr.grads, a, ia), nullptr, du, inp, at(mr.params, a, ia), N, Cin, r);
+    }
+    void pull_adapter_grads() override {
+        Lora<float> * a = selected();
+        if (!a) throw_error(MAPORL_ERR_INVALID_ARG, "pull_adapter_grads: no adapter is selected");
+        a->ensure_train_state();
+        Mirror & mr = mirror(host->active);
+        D::to_host(a->grads.data(), mr.grads.p, a->layout.total * (int64_t)sizeof(float));
     }
     float * p(int64_t t) const { return params.p + layout.tensors[(size_t)t].offset; }
     float * g(int64_t t) const { return grads.p + layout.tensors[(size_t)t].offset; }
@@ -143,6 +212,13 @@ struct DeviceLlama : DeviceModel {
         B = T = 0;  // (a failure below leaves no forward to go back through)
         const int64_t N = B_ * T_, C = cfg.d_model, NH = cfg.heads, NKV = cfg.kv_heads, hd = cfg.head_dim, QC = NH * hd, KC = NKV * hd,
                       I = cfg.intermediate;
+        Lora<float> * ad = selected();
+        if (ad && host->training && ad->cfg.dropout > 0)
+            throw_error(MAPORL_ERR_INVALID_ARG, "lora.dropout: training with dropout runs on the CPU in this version (the adapter has %g; use 0 on the device)", ad->cfg.dropout);
+        Mirror * mr = ad ? &mirror(host->active) : nullptr;
+        auto lo = [&](int64_t l, int t, float * out, const float * inp) {
+            if (ad && ad->has(l, t)) lora_term(*mr, *ad, l, t, out, inp, N, true);
+        };
         host_tokens.assign(tok, tok + N);
         D::to_device(tokens.need(N), tok, N * (int64_t)sizeof(int32_t));
         D::embedding_forward(embedded.need(N * C), tokens.p, p(layout.embed), N, C);
@@ -155,6 +231,9 @@ struct DeviceLlama : DeviceModel {
             D::matmul_forward(a.q.need(N * QC), a.xn1.p, p(bl.q), bias(bl.qb), N, C, QC);
             D::matmul_forward(a.k.need(N * KC), a.xn1.p, p(bl.k), bias(bl.kb), N, C, KC);
             D::matmul_forward(a.v.need(N * KC), a.xn1.p, p(bl.v), bias(bl.vb), N, C, KC);
+            lo(l, kQ, a.q.p, a.xn1.p);
+            lo(l, kK, a.k.p, a.xn1.p);
+            lo(l, kV, a.v.p, a.xn1.p);
             const float * qpre = a.q.p, * kpre = a.k.p;
             if (cfg.qk_norm) {
                 D::rmsnorm_forward(a.qn.need(N * QC), a.qrstd.need(N * NH), a.q.p, p(bl.q_norm), N * NH, hd, cfg.rms_eps);
@@ -166,19 +245,25 @@ struct DeviceLlama : DeviceModel {
             D::rope_forward(a.kr.need(N * KC), kpre, cos.p, sin.p, B_, T_, 0, NKV, hd);
             D::attention_gqa_forward(a.y.need(N * QC), a.att.need(B_ * NH * T_ * T_), a.qr.p, a.kr.p, a.v.p, B_, T_, NH, NKV, hd);
             D::matmul_forward(a.res2.need(N * C), a.y.p, p(bl.o), bias(bl.ob), N, QC, C);
+            lo(l, kO, a.res2.p, a.y.p);
             D::add(a.res2.p, a.res2.p, x, N * C);
             D::rmsnorm_forward(a.xn2.need(N * C), a.rstd2.need(N), a.res2.p, p(bl.post_norm), N, C, cfg.rms_eps);
             D::matmul_forward(a.gate.need(N * I), a.xn2.p, p(bl.gate), nullptr, N, C, I);
             D::matmul_forward(a.up.need(N * I), a.xn2.p, p(bl.up), nullptr, N, C, I);
+            lo(l, kGate, a.gate.p, a.xn2.p);
+            lo(l, kUp, a.up.p, a.xn2.p);
             D::swiglu_forward(a.hmid.need(N * I), a.gate.p, a.up.p, N * I);
             D::matmul_forward(a.res3.need(N * C), a.hmid.p, p(bl.down), nullptr, N, I, C);
+            lo(l, kDown, a.res3.p, a.hmid.p);
             D::add(a.res3.p, a.res3.p, a.res2.p, N * C);
             x = a.res3.p;
         }
         D::rmsnorm_forward(lnf.need(N * C), lnf_rstd.need(N), x, p(layout.norm), N, C, cfg.rms_eps);
-        D::matmul_forward(values.need(N), lnf.p, p(layout.vw), p(layout.vb), N, C, 1);
+        if (ad) D::matmul_forward(values.need(N), lnf.p, at(mr->params, *ad, ad->layout.vw), at(mr->params, *ad, ad->layout.vb), N, C, 1);
+        else D::matmul_forward(values.need(N), lnf.p, p(layout.vw), p(layout.vb), N, C, 1);
         B = B_;
         T = T_;
+        fwd_adapter = ad ? host->active : -1;
         if (values_out) D::to_host(values_out, values.p, N * (int64_t)sizeof(float));
         if (head && logits_out) head_rows(logits_out, 0, N);
     }
@@ -201,6 +286,8 @@ struct DeviceLlama : DeviceModel {
 
     void backward_begin() override {
         require_forward("backward");
+        if ((host ? host->active : -1) != fwd_adapter)
+            throw_error(MAPORL_ERR_INVALID_ARG, "backward: the selected adapter changed since the forward (run the forward again)");
         dlnf.zeroed(B * T * cfg.d_model);
         dlnf_open = true;
     }
@@ -209,7 +296,7 @@ struct DeviceLlama : DeviceModel {
         if (!dlnf_open) throw_error(MAPORL_ERR_INVALID_ARG, "head_backward_rows: call backward_begin first");
         const int64_t C = cfg.d_model, V = cfg.vocab;
         D::to_device(dlogits.need(rows * V), dlog, rows * V * (int64_t)sizeof(float));
-        D::matmul_backward(dlnf.p + n0 * C, g(layout.lm_head), nullptr, dlogits.p, lnf.p + n0 * C, p(layout.lm_head), rows, C, V);
+        D::matmul_backward(dlnf.p + n0 * C, fwd_adapter >= 0 ? nullptr : g(layout.lm_head), nullptr, dlogits.p, lnf.p + n0 * C, p(layout.lm_head), rows, C, V);
     }
     void backward(const float * dlog, const float * dval) override {
         backward_begin();
@@ -224,9 +311,21 @@ struct DeviceLlama : DeviceModel {
         const int64_t N = B * T, C = cfg.d_model, NH = cfg.heads, NKV = cfg.kv_heads, hd = cfg.head_dim, QC = NH * hd, KC = NKV * hd,
                       I = cfg.intermediate;
         scratch.need(std::max({B * NH * T * T, D::rmsnorm_scratch(N, C), D::rmsnorm_scratch(N * NH, hd), D::rmsnorm_scratch(N * NKV, hd)}));
+        // With an adapter, the base is frozen: no gradient for its tensors (the input gradients still flow).
+        Lora<float> * ad = fwd_adapter >= 0 ? selected() : nullptr;
+        Mirror * mr = ad ? &mirror(fwd_adapter) : nullptr;
+        auto g = [&](int64_t t) { return ad ? (float *)nullptr : grads.p + layout.tensors[(size_t)t].offset; };
+        auto gbias = [&](int64_t t) { return t >= 0 ? g(t) : (float *)nullptr; };
+        auto lo = [&](int64_t l, int t, float * dinp, const float * dout, const float * inp) {
+            if (ad && ad->has(l, t)) lora_term_back(*mr, *ad, l, t, dinp, dout, inp, N);
+        };
         if (dval) {
             D::to_device(dvalues.need(N), dval, N * (int64_t)sizeof(float));
-            D::matmul_backward(dlnf.p, g(layout.vw), g(layout.vb), dvalues.p, lnf.p, p(layout.vw), N, C, 1);
+            if (ad)
+                D::matmul_backward(dlnf.p, at(mr->grads, *ad, ad->layout.vw), at(mr->grads, *ad, ad->layout.vb), dvalues.p, lnf.p,
+                                   at(mr->params, *ad, ad->layout.vw), N, C, 1);
+            else
+                D::matmul_backward(dlnf.p, g(layout.vw), g(layout.vb), dvalues.p, lnf.p, p(layout.vw), N, C, 1);
         }
         D::rmsnorm_backward(dres.zeroed(N * C), g(layout.norm), dlnf.p, acts.back().res3.p, p(layout.norm), lnf_rstd.p, N, C, scratch.p);
         for (int64_t l = cfg.layers - 1; l >= 0; --l) {
@@ -235,12 +334,16 @@ struct DeviceLlama : DeviceModel {
             const float * xin = l == 0 ? embedded.p : acts[(size_t)(l - 1)].res3.p;
             // res3 = res2 + down(swiglu(gate, up)): dres is the gradient of both.
             D::matmul_backward(dh.zeroed(N * I), g(bl.down), nullptr, dres.p, a.hmid.p, p(bl.down), N, I, C);
+            lo(l, kDown, dh.p, dres.p, a.hmid.p);
             D::swiglu_backward(dgate.zeroed(N * I), dup.zeroed(N * I), dh.p, a.gate.p, a.up.p, N * I);
             D::matmul_backward(dxn.zeroed(N * C), g(bl.gate), nullptr, dgate.p, a.xn2.p, p(bl.gate), N, C, I);
             D::matmul_backward(dxn.p, g(bl.up), nullptr, dup.p, a.xn2.p, p(bl.up), N, C, I);
+            lo(l, kGate, dxn.p, dgate.p, a.xn2.p);
+            lo(l, kUp, dxn.p, dup.p, a.xn2.p);
             D::rmsnorm_backward(dres.p, g(bl.post_norm), dxn.p, a.res2.p, p(bl.post_norm), a.rstd2.p, N, C, scratch.p);
             // res2 = x + o_proj(y).
             D::matmul_backward(dy.zeroed(N * QC), g(bl.o), gbias(bl.ob), dres.p, a.y.p, p(bl.o), N, QC, C);
+            lo(l, kO, dy.p, dres.p, a.y.p);
             D::attention_gqa_backward(dqr.zeroed(N * QC), dkr.zeroed(N * KC), dv.zeroed(N * KC), dy.p, a.qr.p, a.kr.p, a.v.p, a.att.p, B, T, NH,
                                       NKV, hd, scratch.p);
             D::rope_backward(dqn.zeroed(N * QC), dqr.p, cos.p, sin.p, B, T, 0, NH, hd);
@@ -255,14 +358,26 @@ struct DeviceLlama : DeviceModel {
             D::matmul_backward(dxn.zeroed(N * C), g(bl.q), gbias(bl.qb), dqp, a.xn1.p, p(bl.q), N, C, QC);
             D::matmul_backward(dxn.p, g(bl.k), gbias(bl.kb), dkp, a.xn1.p, p(bl.k), N, C, KC);
             D::matmul_backward(dxn.p, g(bl.v), gbias(bl.vb), dv.p, a.xn1.p, p(bl.v), N, C, KC);
+            lo(l, kQ, dxn.p, dqp, a.xn1.p);
+            lo(l, kK, dxn.p, dkp, a.xn1.p);
+            lo(l, kV, dxn.p, dv.p, a.xn1.p);
             D::rmsnorm_backward(dres.p, g(bl.in_norm), dxn.p, xin, p(bl.in_norm), a.rstd1.p, N, C, scratch.p);
         }
-        D::embedding_backward(g(layout.embed), dres.p, host_tokens.data(), N, C);
+        if (!ad) D::embedding_backward(g(layout.embed), dres.p, host_tokens.data(), N, C);  // (the embedding is frozen too)
     }
 
-    void zero_grad() override { D::zero(grads.p, layout.total * (int64_t)sizeof(float)); }
+    void zero_grad() override {
+        if (Lora<float> * a = selected()) {
+            Mirror & mr = mirror(host->active);
+            D::zero(mr.grads.p, a->layout.total * (int64_t)sizeof(float));
+            return;
+        }
+        D::zero(grads.p, layout.total * (int64_t)sizeof(float));
+    }
 
+    // The base's step (an adapter's runs on the host: pull_adapter_grads, then its update there).
     double update(const gpt::AdamW & h, double max_norm, int64_t t) override {
+        if (selected()) throw_error(MAPORL_ERR_INTERNAL, "update: an adapter is selected (its step runs on the host)");
         const double norm = D::global_norm(grads.p, layout.total);
         const double scale = max_norm > 0 && norm > max_norm ? max_norm / (norm + 1e-6) : 1.0;
         D::adamw(params.p, grads.p, m.p, v.p, layout.total, h, t, (float)scale);
@@ -299,6 +414,13 @@ struct DeviceLlama : DeviceModel {
         }
         if (values_out) {
             D::matmul_forward(sy.need(Bc), sxn.p, p(layout.vw), p(layout.vb), Bc, C, 1);
+            for (int64_t b = 0; b < Bc; ++b) {  // an adapter's rows: its own value head
+                const int64_t id = row_adapter(b);
+                if (id < 0) continue;
+                Mirror & mr = mirror(id);
+                const Lora<float> & a = *host->adapters[(size_t)id];
+                D::matmul_forward(sy.p + b, sxn.p + b * C, at(mr.params, a, a.layout.vw), at(mr.params, a, a.layout.vb), 1, C, 1);
+            }
             D::to_host(values_out, sy.p, Bc * (int64_t)sizeof(float));
         }
     }
@@ -326,6 +448,10 @@ struct DeviceLlama : DeviceModel {
     }
 
    private:
+    int64_t row_adapter(int64_t b) const {
+        return host && (size_t)b < host->row_adapter.size() ? host->row_adapter[(size_t)b] : -1;
+    }
+
     void check_tokens(const int32_t * tok, int64_t n) const {
         for (int64_t i = 0; i < n; ++i)
             if (tok[i] < 0 || tok[i] >= cfg.vocab)
@@ -343,6 +469,23 @@ struct DeviceLlama : DeviceModel {
         D::to_device(stok.need(N), tok, N * (int64_t)sizeof(int32_t));
         float * x = sx.need(N * C);
         D::embedding_forward(x, stok.p, p(layout.embed), N, C);
+        // The adapters of the rows (host->row_adapter of their cache row), each with its rows' mask.
+        std::vector<std::pair<int64_t, std::vector<int32_t>>> groups;
+        for (int64_t n = 0; n < N; ++n) {
+            const int64_t id = row_adapter(rb[(size_t)n]);
+            if (id < 0) continue;
+            auto it = std::find_if(groups.begin(), groups.end(), [id](const auto & gr) { return gr.first == id; });
+            if (it == groups.end()) it = groups.insert(groups.end(), {id, std::vector<int32_t>((size_t)N, 0)});
+            it->second[(size_t)n] = 1;
+        }
+        int32_t * masks = row_mask.need(std::max<int64_t>(1, (int64_t)groups.size() * N));
+        for (size_t gi = 0; gi < groups.size(); ++gi) D::to_device(masks + gi * N, groups[gi].second.data(), N * (int64_t)sizeof(int32_t));
+        auto lo = [&](int64_t l, int t, float * out, const float * inp) {
+            for (size_t gi = 0; gi < groups.size(); ++gi) {
+                const Lora<float> & a = *host->adapters[(size_t)groups[gi].first];
+                if (a.has(l, t)) lora_term(mirror(groups[gi].first), a, l, t, out, inp, N, false, masks + gi * N);
+            }
+        };
         float * xn = sxn.need(N * C), * rs = srs.need(N * NH), * q = sq.need(N * QC), * k = sk.need(N * KC), * vv = sv.need(N * KC),
               * y = sy.need(N * QC), * proj = sproj.need(N * C), * gate = sgate.need(N * I), * up = sup.need(N * I), * hmid = shmid.need(N * I),
               * sc = sscores.need(N * NH * cache_len);
@@ -352,6 +495,9 @@ struct DeviceLlama : DeviceModel {
             D::matmul_forward(q, xn, p(bl.q), bias(bl.qb), N, C, QC);
             D::matmul_forward(k, xn, p(bl.k), bias(bl.kb), N, C, KC);
             D::matmul_forward(vv, xn, p(bl.v), bias(bl.vb), N, C, KC);
+            lo(l, kQ, q, xn);
+            lo(l, kK, k, xn);
+            lo(l, kV, vv, xn);
             if (cfg.qk_norm) {
                 D::rmsnorm_forward(q, rs, q, p(bl.q_norm), N * NH, hd, cfg.rms_eps);
                 D::rmsnorm_forward(k, rs, k, p(bl.k_norm), N * NKV, hd, cfg.rms_eps);
@@ -362,12 +508,16 @@ struct DeviceLlama : DeviceModel {
             D::kv_store(kc, vc, k, vv, srb.p, srt.p, N, NKV, cache_len, hd);
             D::attention_rows(y, q, kc, vc, srb.p, srt.p, N, NH, NKV, cache_len, hd, sc);
             D::matmul_forward(proj, y, p(bl.o), bias(bl.ob), N, QC, C);
+            lo(l, kO, proj, y);
             D::add(x, proj, x, N * C);
             D::rmsnorm_forward(xn, rs, x, p(bl.post_norm), N, C, cfg.rms_eps);
             D::matmul_forward(gate, xn, p(bl.gate), nullptr, N, C, I);
             D::matmul_forward(up, xn, p(bl.up), nullptr, N, C, I);
+            lo(l, kGate, gate, xn);
+            lo(l, kUp, up, xn);
             D::swiglu_forward(hmid, gate, up, N * I);
             D::matmul_forward(proj, hmid, p(bl.down), nullptr, N, I, C);
+            lo(l, kDown, proj, hmid);
             D::add(x, proj, x, N * C);
         }
     }

@@ -83,6 +83,15 @@ struct HostDevice {
         return std::sqrt(s);
     }
 
+    // lora.cu's scale and add_rows.
+    static void scale(float * x, float s, int64_t n) {
+        for (int64_t i = 0; i < n; ++i) x[i] *= s;
+    }
+    static void add_rows(float * out, const float * d, const int32_t * mask, int64_t N, int64_t C) {
+        for (int64_t n = 0; n < N; ++n)
+            if (mask[n])
+                for (int64_t c = 0; c < C; ++c) out[n * C + c] = out[n * C + c] + d[n * C + c];
+    }
     // embedding.cu: one thread per (row, channel) copies; the backward gives each token id one thread per channel,
     // adding its rows in ascending order (the CPU model's order: row order).
     static void embedding_forward(float * out, const int32_t * tok, const float * wte, int64_t N, int64_t C) {

@@ -62,7 +62,10 @@ struct Lora {
     const F * p(int64_t tensor) const { return params.data() + layout.tensors[(size_t)tensor].offset; }
     bool has(int64_t layer, int t) const { return layout.A[(size_t)layer][(size_t)t] >= 0; }
     void ensure_train_state();
-    void weights_changed() {}  // (the decoder keeps no copies of adapter weights)
+    // Every write of params (set, set_tensor, an update) counts here: a device model's copy of the adapter
+    // (llama_device.h) is refreshed when it differs.
+    uint64_t version = 0;
+    void weights_changed() { ++version; }
     int64_t in_dim(int t) const { return in[(size_t)t]; }
     int64_t out_dim(int t) const { return out[(size_t)t]; }
 

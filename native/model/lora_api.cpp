@@ -32,8 +32,6 @@ maporl_lora_config maporl_lora_default_config(void) { return maporl_lora_config{
 maporl_status maporl_lora_add(maporl_gpt * gpt, const maporl_lora_config * config, uint64_t seed, int64_t * id_out) {
     return guarded([&] {
         auto & m = require_llama(gpt, "lora_add");
-        if (gpt->lcuda)
-            throw_error(MAPORL_ERR_INVALID_ARG, "lora_add: the model is on CUDA, and LoRA adapters run on the CPU in this version (move the model to the CPU first)");
         require_ptr(config, "config", 1);
         require_ptr(id_out, "id_out", 1);
         if (config->use_rslora != 0 && config->use_rslora != 1)
@@ -44,6 +42,8 @@ maporl_status maporl_lora_add(maporl_gpt * gpt, const maporl_lora_config * confi
         c.targets = config->target_modules;
         c.dropout = config->dropout;
         c.rslora = config->use_rslora != 0;
+        // On the device the host's parameters are staging: bring the base's value head (the adapter's initial one) up to date.
+        if (gpt->lcuda) gpt->lcuda->download(0, m.params.data(), m.layout.total);
         *id_out = m.lora_add(c, seed);
         return MAPORL_OK;
     });
@@ -98,6 +98,8 @@ maporl_status maporl_lora_merge(maporl_gpt * gpt, int64_t id) {
     return guarded([&] {
         auto & m = require_llama(gpt, "lora_merge");
         require_live(m, id, "id");
+        if (gpt->lcuda)
+            throw_error(MAPORL_ERR_INVALID_ARG, "lora_merge: the base is on CUDA; merging runs on the CPU in this version (move the model to the CPU, merge, move it back)");
         m.lora_merge(id);
         gpt->score_targets.clear();
         return MAPORL_OK;

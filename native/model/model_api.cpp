@@ -121,7 +121,7 @@ maporl_status maporl_gpt_tensor_info(const maporl_gpt * gpt, int64_t index, char
 maporl_status maporl_gpt_get(const maporl_gpt * gpt, int which, float * out, int64_t count) {
     return guarded([&] {
         require_gpt(gpt);
-        if (gpt->lcuda) {  // (no host moments or gradients are made for a model on the device)
+        if (gpt->lcuda && gpt->lm->active < 0) {  // the base on the device (no host moments are made; an adapter's are the host's)
             if (which < 0 || which > 2) throw_error(MAPORL_ERR_INVALID_ARG, "which: expected 0 (params), 1 (m) or 2 (v), got %d", which);
             require_ptr(out, "out", count);
             gpt->lcuda->download(which, out, count);
@@ -143,7 +143,7 @@ maporl_status maporl_gpt_get(const maporl_gpt * gpt, int which, float * out, int
 maporl_status maporl_gpt_set(maporl_gpt * gpt, int which, const float * in, int64_t count) {
     return guarded([&] {
         require_gpt(gpt);
-        if (gpt->lcuda) {
+        if (gpt->lcuda && gpt->lm->active < 0) {
             if (which < 0 || which > 2) throw_error(MAPORL_ERR_INVALID_ARG, "which: expected 0 (params), 1 (m) or 2 (v), got %d", which);
             require_ptr(in, "in", count);
             gpt->lcuda->upload(which, in, count);
@@ -257,6 +257,9 @@ maporl_status maporl_gpt_step(maporl_gpt * gpt, const maporl_adamw_params * para
         if (gpt->cuda) {
             n = gpt::cuda_model_update(gpt->cuda, h, max_grad_norm, gpt->gm->step + 1);
             ++gpt->gm->step;
+        } else if (gpt->lcuda && gpt->lm->active >= 0) {  // an adapter: its gradients to the host, its step there
+            gpt->lcuda->pull_adapter_grads();
+            n = gpt->lm->update(h, max_grad_norm);
         } else if (gpt->lcuda) {
             n = gpt->lcuda->update(h, max_grad_norm, gpt->lm->step + 1);
             ++gpt->lm->step;
@@ -279,6 +282,7 @@ maporl_status maporl_gpt_cache_reset(maporl_gpt * gpt, int64_t batch, int64_t ma
             gpt->lcuda->cache_reset(batch, max_len);
             gpt->lm->cache_batch = batch;
             gpt->lm->cache_len = max_len;
+            gpt->lm->row_adapter.assign((size_t)batch, gpt->lm->active);
         } else {
             gpt->visit([&](auto & m) { m.cache_reset(batch, max_len); });
         }

@@ -53,17 +53,15 @@ void move_gpt(maporl_gpt * gpt, maporl_device device) {
     m.vcache = std::vector<float>();
 }
 
-// On the device the host model keeps its config, layout, step and parameter vector (the staging of later moves);
-// its moments, gradients, activations and caches are released.
+// On the device the host model keeps its config, layout, step and parameter vector (the staging of later moves) and
+// its LoRA adapters (the device copies theirs); its moments, gradients, activations and caches are released.
 // emulate: the device is llama_device_host.h's (host memory), for tests of the device path without a GPU.
 void move_llama(maporl_gpt * gpt, maporl_device device, bool emulate = false) {
     llama::Model<float> & m = *gpt->lm;
     const int64_t n = m.layout.total;
     if (device == MAPORL_DEVICE_CUDA) {
-        for (const auto & a : m.adapters)
-            if (a) throw_error(MAPORL_ERR_INVALID_ARG, "device: the model has LoRA adapters, which run on the CPU in this version (merge or delete them first)");
-        std::unique_ptr<llama::DeviceModel> d(emulate ? new llama::DeviceLlama<llama::HostDevice>(m.cfg)
-                                                      : llama::cuda_model_create(m.cfg));  // (either refuses a bfloat16 base, naming it)
+        std::unique_ptr<llama::DeviceModel> d(emulate ? new llama::DeviceLlama<llama::HostDevice>(m.cfg, &m)
+                                                      : llama::cuda_model_create(m.cfg, &m));  // (either refuses a bfloat16 base, naming it)
         d->upload(0, m.params.data(), n);
         if (m.grads.size() == (size_t)n) {
             d->upload(1, m.m.data(), n);

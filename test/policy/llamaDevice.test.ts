@@ -4,7 +4,7 @@
 // scoring forward and backward, the value head, AdamW on device buffers, prefill and per-row decoding, the moves
 // back. Against the same checkpoint on the CPU: log-probs, values, losses and gradient norms to the bit (the same
 // layers in the same order), greedy tokens equal (decoding differs from the CPU's only in the attention rows' and
-// the GEMV's rounding); LoRA on the device refused by name.
+// the GEMV's rounding); LoRA adapters on the device base trained and decoded together as on the CPU.
 import { join } from "node:path";
 
 import { describe, expect, it } from "vitest";
@@ -56,8 +56,27 @@ describe("the Llama family's device model, emulated on the CPU", () => {
             const [gc, gd] = [await cpu.generate(reqs), await dev.generate(reqs)];
             expect(gd.map((g) => g.tokenIds)).toEqual(gc.map((g) => g.tokenIds));
             gd.forEach((g, i) => g.logprobs!.forEach((x, t) => expect(Math.abs(x - gc[i]!.logprobs![t]!)).toBeLessThan(1e-4)));
-            // LoRA stays on the CPU in this version: named; the model is unchanged.
-            await expect(dev.withAdapter("a", { rank: 4, alpha: 8 })).rejects.toThrow(/lora_add: the model is on CUDA, and LoRA adapters run on the CPU/);
+            // LoRA adapters on the device base: trained (SFT and the value head), then three of them and the base
+            // decoding in one batch, as on the CPU.
+            const adapters: NativePolicy[][] = [];
+            for (const p of [cpu, dev]) {
+                const a = await p.withAdapter("a", { rank: 4, alpha: 8 }), b = await p.withAdapter("b", { rank: 2, alpha: 4, targets: ["q_proj", "v_proj", "down_proj"] });
+                const c = await p.withAdapter("c", { rank: 3, alpha: 3 });
+                adapters.push([a, b, c]);
+            }
+            for (let s = 0; s < 2; s++)
+                for (let i = 0; i < 3; i++) {
+                    const opts = i === 2 ? { lr: 1e-2, loss: "value" as const } : { lr: 2e-2 };
+                    const bt = { ...batch(s + 3 * i), returns: Float32Array.from({ length: 24 }, (_, j) => Math.sin(j + i)) };
+                    const [rc, rd] = [await adapters[0]![i]!.trainStep(bt, opts), await adapters[1]![i]!.trainStep(bt, opts)];
+                    expect([rd.loss, rd.gradNorm]).toEqual([rc.loss, rc.gradNorm]);
+                }
+            for (let i = 0; i < 3; i++) expect(await adapters[1]![i]!.logprobs(seqs)).toEqual(await adapters[0]![i]!.logprobs(seqs));
+            expect(await dev.logprobs(seqs)).toEqual(await cpu.logprobs(seqs));  // (the base is untouched)
+            const mixed = async (ps: NativePolicy[]) => (await Promise.all(ps.map((p, i) => p.generate([reqs[i % 3]!])))).map((g) => g[0]!.tokenIds);
+            expect(await mixed([...adapters[1]!, dev])).toEqual(await mixed([...adapters[0]!, cpu]));
+            await expect(adapters[1]![0]!.mergeAdapter()).rejects.toThrow(/lora_merge: the base is on CUDA; merging runs on the CPU/);
+            for (const p of adapters.flat()) await p.dispose();
             // Back to the CPU with its moments: training goes on as the CPU twin's.
             await dev.to("cpu");
             expect(dev.device).toBe("cpu");
@@ -68,18 +87,23 @@ describe("the Llama family's device model, emulated on the CPU", () => {
         });
     }
 
-    it("what stays on the CPU is refused by name, and the model is left as it was", async () => {
+    it("a bf16 base stays on the CPU, by name; a model with adapters moves with them", async () => {
         const h = await NativePolicy.load(join(FIX, "qwen3-bf16-sharded"), { tokenizer: null, dtype: "bfloat16" });
         expect(() => native.gptSetDevice(handle(h), 2)).toThrow(/a bfloat16 base runs on the CPU in this version/);
         expect(h.device).toBe("cpu");
         const a = await (await NativePolicy.load(join(FIX, "llama"), { tokenizer: null })).withAdapter("a", { rank: 2, alpha: 4 });
-        const before = await a.logprobs({ tokens: Int32Array.from([1, 2, 3, 4]), shape: [1, 4] });
-        expect(() => native.gptSetDevice(handle(a), 2)).toThrow(/has LoRA adapters, which run on the CPU/);
-        expect(await a.logprobs({ tokens: Int32Array.from([1, 2, 3, 4]), shape: [1, 4] })).toEqual(before);
+        await a.trainStep(batch(1), { lr: 5e-2 });
+        const seq = { tokens: Int32Array.from([1, 2, 3, 4]), shape: [1, 4] as [number, number] };
+        const before = await a.logprobs(seq);
+        native.gptSetDevice(handle(a), 2);
+        expect(await a.logprobs(seq)).toEqual(before);
+        const dropout = await (await NativePolicy.load(join(FIX, "llama"), { tokenizer: null })).withAdapter("d", { rank: 2, alpha: 4, dropout: 0.1 });
+        native.gptSetDevice(handle(dropout), 2);
+        await expect(dropout.trainStep(batch(1), { lr: 1e-2 })).rejects.toThrow(/lora.dropout: training with dropout runs on the CPU/);
         // Without a GPU (or a CUDA build), 'cuda' is MAPORL_ERR_NO_DEVICE and 'auto' stays on the CPU.
         await expect(NativePolicy.load(join(FIX, "llama"), { tokenizer: null, device: "cuda" })).rejects.toThrow(/MAPORL_ERR_NO_DEVICE|no CUDA|device/);
         const auto = await NativePolicy.load(join(FIX, "llama"), { tokenizer: null, device: "auto" });
         expect(auto.device).toBe("cpu");
-        for (const p of [h, a, auto]) await p.dispose();
+        for (const p of [h, a, dropout, auto]) await p.dispose();
     });
 });

@@ -138,7 +138,7 @@ GPU_TEST(cuda_llama_model_matches_the_cpu_model) {
         const L::Config c = decoder_config(var);
         L::Model<float> host(c);
         perturb(host, 11);
-        std::unique_ptr<L::DeviceModel> dev(L::cuda_model_create(c));
+        std::unique_ptr<L::DeviceModel> dev(L::cuda_model_create(c, nullptr));
         dev->upload(0, host.params.data(), host.layout.total);
         const int64_t B = 2, T = 9, N = B * T, V = c.vocab, P = host.layout.total;
         std::vector<int32_t> tok((size_t)N);
@@ -176,6 +176,55 @@ GPU_TEST(cuda_llama_model_matches_the_cpu_model) {
             CHECK(close_rel(logits, host.step_logits, 1e-4, "decode logits") && close_rel(values, host.step_values, 1e-4, "decode values"), "%s decode step %d",
                   var.name, s);
             for (int64_t b = 0; b < 3; ++b) cur[(size_t)b] = (int32_t)((cur[(size_t)b] + 4) % V), ++pos[(size_t)b];
+        }
+    }
+}
+
+GPU_TEST(cuda_llama_lora_adapters_match_the_cpu_model) {
+    using namespace llama_variants;
+    for (const Variant & var : variants()) {
+        const L::Config c = decoder_config(var);
+        L::Model<float> host(c), twin(c);
+        perturb(host, 21);
+        perturb(twin, 21);
+        std::unique_ptr<L::DeviceModel> dev(L::cuda_model_create(c, &twin));
+        dev->upload(0, twin.params.data(), twin.layout.total);
+        L::LoraConfig a;
+        a.rank = 3; a.alpha = 6;
+        for (L::Model<float> * m : {&host, &twin}) {
+            m->lora_add(a, 5);
+            m->lora_add(a, 6);
+            for (auto & ad : m->adapters) {
+                for (size_t i = 0; i < ad->params.size(); ++i) ad->params[i] += 0.3f * std::sin((float)i);
+                ad->weights_changed();
+            }
+            m->active = 0;
+        }
+        const int64_t B = 2, T = 7, N = B * T, V = c.vocab;
+        std::vector<int32_t> tok((size_t)N);
+        for (int64_t i = 0; i < N; ++i) tok[(size_t)i] = (int32_t)((5 * i + 2) % V);
+        const Vec dlogits = rnd((size_t)(N * V), 1), dvalues = rnd((size_t)N, 2);
+        host.forward(tok.data(), B, T);
+        Vec logits((size_t)(N * V)), values((size_t)N);
+        dev->forward(tok.data(), B, T, true, logits.data(), values.data());
+        CHECK(close_rel(logits, host.logits, 1e-4, "lora logits") && close_rel(values, host.values, 1e-4, "lora values"), "%s forward", var.name);
+        host.zero_grad();
+        host.backward(dlogits.data(), dvalues.data());
+        dev->zero_grad();
+        dev->backward(dlogits.data(), dvalues.data());
+        dev->pull_adapter_grads();
+        CHECK(close_rel(twin.adapters[0]->grads, host.adapters[0]->grads, 1e-3, "lora grads"), "%s adapter gradients", var.name);
+        host.active = twin.active = -1;
+        host.cache_reset(3, c.context);
+        dev->cache_reset(3, c.context);
+        host.row_adapter = twin.row_adapter = {0, -1, 1};
+        std::vector<int64_t> pos = {0, 0, 0};
+        std::vector<int32_t> cur = {3, 5, 7};
+        for (int s = 0; s < 3; ++s) {
+            host.decode_rows(cur.data(), pos.data());
+            dev->decode_rows(cur.data(), pos.data(), logits.data(), values.data());
+            CHECK(close_rel(Vec(logits.begin(), logits.begin() + 3 * V), host.step_logits, 1e-4, "lora decode"), "%s decode step %d", var.name, s);
+            for (auto & p : pos) ++p;
         }
     }
 }

@@ -137,6 +137,81 @@ TEST(device_prefill_and_decode_follow_the_host_model) {
     }
 }
 
+// LoRA adapters on the device: the host model keeps them (the reference `host` and the device's owner `twin` have the
+// same adapters); the selected adapter's forward, gradients (pulled back for the host step) and steps are the CPU's
+// bits, the base stays frozen, and a decode step with a different adapter per row follows the CPU decoder.
+TEST(device_lora_adapters_train_and_decode_as_on_the_host) {
+    for (const Variant & var : variants()) {
+        const L::Config c = decoder_config(var);
+        L::Model<float> host(c), twin(c);
+        perturb(host, 21);
+        perturb(twin, 21);
+        Dev dev(c, &twin);
+        dev.upload(0, twin.params.data(), twin.layout.total);
+        L::LoraConfig a, b;
+        a.rank = 3; a.alpha = 6;
+        b.rank = 2; b.alpha = 4; b.rslora = true; b.targets = (1u << L::kQ) | (1u << L::kV) | (1u << L::kDown);
+        for (L::Model<float> * m : {&host, &twin}) {
+            m->lora_add(a, 5);
+            m->lora_add(b, 6);
+            std::mt19937 r(7);
+            std::uniform_real_distribution<float> u(-0.3f, 0.3f);
+            for (auto & ad : m->adapters) {
+                for (auto & x : ad->params) x += u(r);  // B away from zero: the terms count
+                ad->weights_changed();
+            }
+            m->active = 0;
+        }
+        const int64_t B = 2, T = 7, N = B * T, V = c.vocab;
+        std::vector<int32_t> tok((size_t)N);
+        for (int64_t i = 0; i < N; ++i) tok[(size_t)i] = (int32_t)((5 * i + 2) % V);
+        std::mt19937 r(8);
+        std::uniform_real_distribution<float> u(-1, 1);
+        std::vector<float> dlogits((size_t)(N * V)), dvalues((size_t)N);
+        for (auto & x : dlogits) x = u(r);
+        for (auto & x : dvalues) x = u(r);
+        const maporl::gpt::AdamW h{1e-2f, 0.9f, 0.95f, 1e-8f, 0.0f};
+        for (int step = 1; step <= 2; ++step)
+            for (int64_t id : {0, 1}) {
+                host.active = twin.active = id;
+                host.forward(tok.data(), B, T);
+                std::vector<float> logits((size_t)(N * V)), values((size_t)N);
+                dev.forward(tok.data(), B, T, true, logits.data(), values.data());
+                CHECK(logits == host.logits && values == host.values, "%s adapter %lld step %d: forward differs by %g", var.name, (long long)id, step,
+                      worst_diff(logits, host.logits));
+                host.zero_grad();
+                host.backward(dlogits.data(), dvalues.data());
+                dev.zero_grad();
+                dev.backward(dlogits.data(), dvalues.data());
+                dev.pull_adapter_grads();
+                CHECK(twin.adapters[(size_t)id]->grads == host.adapters[(size_t)id]->grads, "%s adapter %lld step %d: gradients differ", var.name,
+                      (long long)id, step);
+                CHECK(host.update(h, 0.5) == twin.update(h, 0.5), "%s: norms differ", var.name);
+            }
+        CHECK(download(dev, 0) == host.params, "%s: the base changed under its adapters", var.name);
+        // A decode step whose rows run adapter 0, the base and adapter 1, after a ragged prefill.
+        host.active = twin.active = -1;
+        host.cache_reset(3, c.context);
+        dev.cache_reset(3, c.context);
+        host.row_adapter = twin.row_adapter = {0, -1, 1};
+        const std::vector<int32_t> flat = {3, 0, 0, 1, 4, 1, 9, 2, 6};
+        const std::vector<int64_t> lens = {0, 2, 3};
+        std::vector<int64_t> pos = lens;
+        std::vector<int32_t> cur = {3, 5, 5};
+        host.prefill(flat.data(), lens.data(), 3);
+        dev.prefill(flat.data(), lens.data(), 3);
+        float worst = 0;
+        for (int s = 0; s < 4; ++s) {
+            host.decode_rows(cur.data(), pos.data());
+            std::vector<float> logits((size_t)(3 * V)), values(3);
+            dev.decode_rows(cur.data(), pos.data(), logits.data(), values.data());
+            worst = std::max({worst, worst_diff(logits, host.step_logits), worst_diff(values, host.step_values)});
+            for (int64_t bb = 0; bb < 3; ++bb) cur[(size_t)bb] = (int32_t)((cur[(size_t)bb] + 4) % V), ++pos[(size_t)bb];
+        }
+        CHECK(worst < 1e-5f, "%s: decoding with per-row adapters differs by %g", var.name, worst);
+    }
+}
+
 TEST(device_model_misuse_is_named) {
     const L::Config c = decoder_config(variants()[0]);
     auto refused = [&](auto fn, const char * needle) {
