@@ -24,7 +24,7 @@ for t in "$build"/test_*; do
     [ -x "$t" ] || continue
     case "$t" in *.*) continue ;; esac
     case "$(basename "$t")" in
-        test_gae|test_group_advantages|test_policy_loss|test_sampling|test_gpt_cuda|test_matmul_cuda) out=$("$t" --bench); rc=$? ;;
+        test_gae|test_group_advantages|test_policy_loss|test_sampling|test_gpt_cuda|test_matmul_cuda|test_llama_cuda) out=$("$t" --bench); rc=$? ;;
         *) out=$("$t"); rc=$? ;;
     esac
     echo "$out"

@@ -3,8 +3,9 @@
 // RMSNorm, rotate-half RoPE (llama3-scaled tables, a position offset, in place), SwiGLU, and GQA / MQA causal
 // attention, forward and backward, at shapes off the warp and tile sizes, every backward accumulating into
 // non-zero gradients (the contract is +=); the decoder's row ops and the embedding against their emulation
-// (native/model/llama_device_host.h); and the whole model on the device (cuda_model_create) against llama::Model for every
-// variant: forward, gradients, AdamW steps, prefill and per-row decoding.
+// (native/model/llama_device_host.h); and the whole model on the device (cuda_model_create) against llama::Model
+// for every variant: forward, gradients, AdamW steps, prefill and per-row decoding, and LoRA adapters (training,
+// a decode step with a different adapter per row).
 #include <cmath>
 #include <cstdint>
 #include <utility>
@@ -229,8 +230,66 @@ GPU_TEST(cuda_llama_lora_adapters_match_the_cpu_model) {
     }
 }
 
+// `--bench` (scripts/device-check.sh): the SmolLM2-135M shape of `npx maporl bench llama` (random weights) on the
+// device: a full fine-tuning step at B=4, T=256 through the scoring path's pieces (forward without the head, the
+// head's logits to the host and their gradient back in 256-row chunks, the rest of the backward, AdamW), and KV-cache
+// decoding at batch 1 and 8 (64 steps after a 64-token prefill), tokens/s.
+void bench() {
+    if (gpu_check::devices() == 0) {
+        std::printf("llama bench (CUDA): no device\n");
+        return;
+    }
+    L::Config c;
+    c.vocab = 49152; c.context = 512; c.layers = 30; c.d_model = 576; c.heads = 9; c.kv_heads = 3; c.head_dim = 64;
+    c.intermediate = 1536; c.rms_eps = 1e-5; c.rope_theta = 10000; c.tie_embeddings = true;
+    L::Model<float> host(c);
+    host.init(1);
+    std::unique_ptr<L::DeviceModel> dev(L::cuda_model_create(c, nullptr));
+    dev->upload(0, host.params.data(), host.layout.total);
+    const int64_t B = 4, T = 256, N = B * T, V = c.vocab, R = 256;
+    std::vector<int32_t> tok((size_t)N);
+    for (int64_t i = 0; i < N; ++i) tok[(size_t)i] = (int32_t)((i * 7919) % V);
+    Vec z((size_t)(R * V)), dv((size_t)N, 0.0f);
+    const maporl::gpt::AdamW h{1e-5f, 0.9f, 0.95f, 1e-8f, 0.0f};
+    int64_t t = 0;
+    const double step_ms = gpu_check::median_ms([&] {
+        dev->zero_grad();
+        dev->forward(tok.data(), B, T, false, nullptr, nullptr);
+        dev->backward_begin();
+        for (int64_t n0 = 0; n0 < N; n0 += R) {
+            dev->head_rows(z.data(), n0, R);
+            for (float & x : z) x *= 1e-6f;  // (a stand-in gradient of the chunk's logits)
+            dev->head_backward_rows(z.data(), n0, R);
+        }
+        dev->backward_hidden(dv.data());
+        dev->update(h, 1.0, ++t);
+    }, 3);
+    std::printf("llama bench (CUDA, SmolLM2-135M shape): full fine-tuning step B=4 T=256 %.1f ms = %.0f tokens/s\n", step_ms, (double)N / step_ms * 1e3);
+    for (int64_t batch : {1, 8}) {
+        Vec logits((size_t)(batch * V));
+        std::vector<int32_t> prompt((size_t)(batch * 64)), cur((size_t)batch, 5);
+        for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = (int32_t)((i * 31) % V);
+        const std::vector<int64_t> lens((size_t)batch, 63);
+        const double ms = gpu_check::median_ms([&] {
+            dev->cache_reset(batch, 128);
+            dev->prefill(prompt.data(), lens.data(), 64);
+            std::vector<int64_t> pos((size_t)batch, 63);
+            for (int s = 0; s < 64; ++s) {
+                dev->decode_rows(cur.data(), pos.data(), logits.data(), nullptr);
+                for (auto & p : pos) ++p;
+            }
+        }, 3);
+        std::printf("llama bench (CUDA, SmolLM2-135M shape): generate B=%lld, 64-token prompts, 64 new: %.1f ms = %.0f tokens/s\n", (long long)batch, ms,
+                    (double)(batch * 64) / ms * 1e3);
+    }
+}
+
+#else
+
+void bench() {}
+
 #endif
 
 }  // namespace
 
-int main(int argc, char ** argv) { return gpu_check::run("test_llama_cuda", "CUDA-vs-CPU", argc, argv, nullptr); }
+int main(int argc, char ** argv) { return gpu_check::run("test_llama_cuda", "CUDA-vs-CPU", argc, argv, bench); }
