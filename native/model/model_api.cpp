@@ -2,8 +2,8 @@
 // model families: gpt::Model<float> (gpt.cpp, the embedded GPT) or llama::Model<float> (llama.cpp, Hugging Face
 // Llama / Mistral / Qwen2 / Qwen3), or over the device models once a model is moved to CUDA (model_device.cpp):
 // gpt::CudaModel (cuda/model/gpt.cu) or llama::DeviceModel (llama_device.h); then the host Model keeps the config,
-// layout, step counter and shapes, and its parameter vectors serve as staging. Every call is guarded: a bad argument is a status with a message, never an exception across the C
-// boundary.
+// layout, step counter and shapes, and its parameter vectors serve as staging. Every call is guarded: a bad argument
+// is a status with a message, never an exception across the C boundary.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
