@@ -23,6 +23,20 @@ constexpr int kWarps = 4;
 using cuda_warp::warp_sum;
 using cuda_warp::warp_max;
 
+// The warp's scores a[0 .. t] (lanes strided) become probabilities: the warp max of the lanes' maxima mx, exp(a -
+// max), their warp sum, then scaled by its inverse.
+__device__ void softmax_in_place(float * a, int64_t t, int lane, float mx) {
+    mx = warp_max(mx);
+    float sum = 0.0f;
+    for (int64_t t2 = lane; t2 <= t; t2 += 32) {
+        const float e = expf(a[t2] - mx);
+        a[t2] = e;
+        sum += e;
+    }
+    const float inv = 1.0f / warp_sum(sum);
+    for (int64_t t2 = lane; t2 <= t; t2 += 32) a[t2] *= inv;
+}
+
 __global__ void forward_kernel(float * out, float * att, const float * q, const float * k, const float * v, int64_t B, int64_t T,
                                int64_t NH, int64_t NKV, int64_t hs, float scale) {
     const int lane = threadIdx.x & 31;
@@ -43,15 +57,7 @@ __global__ void forward_kernel(float * out, float * att, const float * q, const 
         a[t2] = s;
         mx = fmaxf(mx, s);
     }
-    mx = warp_max(mx);
-    float sum = 0.0f;
-    for (int64_t t2 = lane; t2 <= t; t2 += 32) {
-        const float e = expf(a[t2] - mx);
-        a[t2] = e;
-        sum += e;
-    }
-    const float inv = 1.0f / warp_sum(sum);
-    for (int64_t t2 = lane; t2 <= t; t2 += 32) a[t2] *= inv;
+    softmax_in_place(a, t, lane, mx);
     for (int64_t t2 = t + 1 + lane; t2 < T; t2 += 32) a[t2] = 0.0f;
     __syncwarp();
     float * o = out + (b * T + t) * QC + h * hs;
@@ -151,15 +157,7 @@ __global__ void rows_kernel(float * out, const float * q, const float * kc, cons
         a[t2] = s;
         mx = fmaxf(mx, s);
     }
-    mx = warp_max(mx);
-    float sum = 0.0f;
-    for (int64_t t2 = lane; t2 <= t; t2 += 32) {
-        const float e = expf(a[t2] - mx);
-        a[t2] = e;
-        sum += e;
-    }
-    const float inv = 1.0f / warp_sum(sum);
-    for (int64_t t2 = lane; t2 <= t; t2 += 32) a[t2] *= inv;
+    softmax_in_place(a, t, lane, mx);
     __syncwarp();
     float * o = out + row * hs;
     for (int64_t i = lane; i < hs; i += 32) {

@@ -49,6 +49,11 @@ struct Layout {
 };
 Layout make_layout(const Config & c);
 
+// prefill's arguments (a cache of cache_batch rows and cache_len positions; prompts tok [cache_batch, P] of lengths
+// lens): named errors for no cache, P < 0, a length past P or the cache, a prompt token outside the vocabulary;
+// returns the longest length. Shared by llama::Model and the device model (llama_device.h).
+int64_t check_prefill(const int32_t * tok, const int64_t * lens, int64_t P, int64_t cache_batch, int64_t cache_len, int64_t vocab);
+
 template <typename F>
 struct LayerActs {
     std::vector<F> xn1, rstd1, q, k, qn, kn, qrstd, krstd, qr, kr, v, att, y, res2, xn2, rstd2, gate, up, hmid, res3;

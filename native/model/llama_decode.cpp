@@ -86,22 +86,27 @@ void Model<F>::decode_rows(const int32_t * tok, const int64_t * pos, bool logits
     }
 }
 
-template <typename F>
-void Model<F>::prefill(const int32_t * tok, const int64_t * lens, int64_t P) {
-    const int64_t Bc = cache_batch, C = cfg.d_model, V = cfg.vocab;
-    if (Bc == 0) throw_error(MAPORL_ERR_INVALID_ARG, "prefill: call cache_reset first");
+int64_t check_prefill(const int32_t * tok, const int64_t * lens, int64_t P, int64_t cache_batch, int64_t cache_len, int64_t vocab) {
+    if (cache_batch == 0) throw_error(MAPORL_ERR_INVALID_ARG, "prefill: call cache_reset first");
     if (P < 0) throw_error(MAPORL_ERR_INVALID_ARG, "prefill: P: expected >= 0, got %lld", (long long)P);
     int64_t longest = 0;
-    for (int64_t b = 0; b < Bc; ++b) {
+    for (int64_t b = 0; b < cache_batch; ++b) {
         if (lens[b] < 0 || lens[b] > P || lens[b] > cache_len)
             throw_error(MAPORL_ERR_INVALID_ARG, "prefill: lens: expected 0..%lld at row %lld, got %lld", (long long)std::min(P, cache_len),
                         (long long)b, (long long)lens[b]);
         for (int64_t t = 0; t < lens[b]; ++t)
-            if (tok[b * P + t] < 0 || tok[b * P + t] >= V)
-                throw_error(MAPORL_ERR_INVALID_ARG, "prefill: tokens: expected ids in [0, %lld), got %d at row %lld position %lld", (long long)V,
+            if (tok[b * P + t] < 0 || tok[b * P + t] >= vocab)
+                throw_error(MAPORL_ERR_INVALID_ARG, "prefill: tokens: expected ids in [0, %lld), got %d at row %lld position %lld", (long long)vocab,
                             (int)tok[b * P + t], (long long)b, (long long)t);
         longest = std::max(longest, lens[b]);
     }
+    return longest;
+}
+
+template <typename F>
+void Model<F>::prefill(const int32_t * tok, const int64_t * lens, int64_t P) {
+    const int64_t Bc = cache_batch, C = cfg.d_model;
+    const int64_t longest = check_prefill(tok, lens, P, cache_batch, cache_len, cfg.vocab);
     // Chunks of about kPrefillRows rows (every row's positions t0 .. t1): activations stay bounded for long prompts.
     const int64_t span = std::max<int64_t>(1, kPrefillRows / Bc);
     for (int64_t t0 = 0; t0 < longest; t0 += span) {

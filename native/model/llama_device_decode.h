@@ -55,22 +55,13 @@ void DeviceLlama<D>::decode_rows(const int32_t * tok, const int64_t * pos, float
 template <class D>
 void DeviceLlama<D>::prefill(const int32_t * tok, const int64_t * lens, int64_t P) {
     const int64_t Bc = cache_batch;
-    if (Bc == 0) throw_error(MAPORL_ERR_INVALID_ARG, "prefill: call cache_reset first");
-    if (P < 0) throw_error(MAPORL_ERR_INVALID_ARG, "prefill: P: expected >= 0, got %lld", (long long)P);
-    int64_t longest = 0;
-    for (int64_t b = 0; b < Bc; ++b) {
-        if (lens[b] < 0 || lens[b] > P || lens[b] > cache_len)
-            throw_error(MAPORL_ERR_INVALID_ARG, "prefill: lens: expected 0..%lld at row %lld, got %lld", (long long)std::min(P, cache_len),
-                        (long long)b, (long long)lens[b]);
-        longest = std::max(longest, lens[b]);
-    }
+    const int64_t longest = check_prefill(tok, lens, P, cache_batch, cache_len, cfg.vocab);
     // Chunks of about kPrefillRows (row, position) pairs, as the CPU model's.
     const int64_t span = std::max<int64_t>(1, Model<float>::kPrefillRows / Bc);
     for (int64_t t0 = 0; t0 < longest; t0 += span) {
         std::vector<int32_t> rb, rt, ids;
         for (int64_t b = 0; b < Bc; ++b)
             for (int64_t t = t0; t < std::min(t0 + span, lens[b]); ++t) rb.push_back((int32_t)b), rt.push_back((int32_t)t), ids.push_back(tok[b * P + t]);
-        check_tokens(ids.data(), (int64_t)ids.size());
         step_rows(ids.data(), rb, rt);
     }
 }

@@ -23,6 +23,15 @@ int64_t chunk_rows(int64_t asked, int64_t V, int64_t N) {
     return std::min(c, std::max<int64_t>(1, N));
 }
 
+// fn(z, n0, r) for each chunk of rows n0 .. n0 + r (z: room for r x V logits, kept in the handle between calls).
+template <class Fn>
+void over_chunks(maporl_gpt * gpt, int64_t chunk, int64_t V, int64_t N, Fn && fn) {
+    const int64_t rows = chunk_rows(chunk, V, N);
+    std::vector<float> & z = gpt->score_z;
+    z.resize((size_t)(rows * V));
+    for (int64_t n0 = 0; n0 < N; n0 += rows) fn(z.data(), n0, std::min(rows, N - n0));
+}
+
 }  // namespace
 
 extern "C" {
@@ -49,31 +58,21 @@ maporl_status maporl_gpt_score(maporl_gpt * gpt, const int32_t * tokens, const i
             m.forward(tokens, B, T);
             logprobs_cpu<float>(m.logits.data(), targets, N, V, temperature, logp_out, entropy_out);
             if (values_out) std::memcpy(values_out, m.values.data(), sizeof(float) * (size_t)N);
-        } else if (gpt->lcuda) {  // on the device: each chunk's logits come to the host for their log-probs
-            auto & d = *gpt->lcuda;
-            d.forward(tokens, B, T, /*head=*/false, nullptr, values_out);
-            gpt->lm->B = B;
-            gpt->lm->T = T;
-            const int64_t rows = chunk_rows(chunk, V, N);
-            std::vector<float> & z = gpt->score_z;
-            z.resize((size_t)(rows * V));
-            for (int64_t n0 = 0; n0 < N; n0 += rows) {
-                const int64_t r = std::min(rows, N - n0);
-                d.head_rows(z.data(), n0, r);
-                logprobs_cpu<float>(z.data(), targets + n0, r, V, temperature, logp_out + n0, entropy_out ? entropy_out + n0 : nullptr);
+        } else {  // a Llama model, on the CPU or the device (whose chunks of logits come to the host)
+            llama::DeviceModel * d = gpt->lcuda.get();
+            if (d) {
+                d->forward(tokens, B, T, /*head=*/false, nullptr, values_out);
+                gpt->lm->B = B;
+                gpt->lm->T = T;
+            } else {
+                gpt->lm->forward(tokens, B, T, /*head=*/false);
+                if (values_out) std::memcpy(values_out, gpt->lm->values.data(), sizeof(float) * (size_t)N);
             }
-        } else {
-            auto & m = *gpt->lm;
-            m.forward(tokens, B, T, /*head=*/false);
-            const int64_t rows = chunk_rows(chunk, V, N);
-            std::vector<float> & z = gpt->score_z;
-            z.resize((size_t)(rows * V));
-            for (int64_t n0 = 0; n0 < N; n0 += rows) {
-                const int64_t r = std::min(rows, N - n0);
-                m.head_rows(z.data(), n0, r);
-                logprobs_cpu<float>(z.data(), targets + n0, r, V, temperature, logp_out + n0, entropy_out ? entropy_out + n0 : nullptr);
-            }
-            if (values_out) std::memcpy(values_out, m.values.data(), sizeof(float) * (size_t)N);
+            over_chunks(gpt, chunk, V, N, [&](float * z, int64_t n0, int64_t r) {
+                if (d) d->head_rows(z, n0, r);
+                else gpt->lm->head_rows(z, n0, r);
+                logprobs_cpu<float>(z, targets + n0, r, V, temperature, logp_out + n0, entropy_out ? entropy_out + n0 : nullptr);
+            });
         }
         gpt->score_targets.assign(targets, targets + N);
         gpt->score_temperature = temperature;
@@ -100,36 +99,22 @@ maporl_status maporl_gpt_score_backward(maporl_gpt * gpt, const float * grad_log
             auto & m = *gpt->gm;
             if (head) logits_backward_cpu<float>(m.logits.data(), y, N, V, temp, gl, grad_entropy, m.logits.data());  // in place
             m.backward(head ? m.logits.data() : nullptr, dvalues);
-        } else if (gpt->lcuda) {
-            auto & d = *gpt->lcuda;
-            d.backward_begin();
-            if (head) {
-                const int64_t rows = chunk_rows(gpt->score_chunk, V, N);
-                std::vector<float> & z = gpt->score_z;
-                z.resize((size_t)(rows * V));
-                for (int64_t n0 = 0; n0 < N; n0 += rows) {
-                    const int64_t r = std::min(rows, N - n0);
-                    d.head_rows(z.data(), n0, r);
-                    logits_backward_cpu<float>(z.data(), y + n0, r, V, temp, gl + n0, grad_entropy ? grad_entropy + n0 : nullptr, z.data());
-                    d.head_backward_rows(z.data(), n0, r);
-                }
-            }
-            d.backward_hidden(dvalues);
         } else {
             auto & m = *gpt->lm;
-            std::vector<float> dlnf((size_t)(N * m.cfg.d_model), 0.0f);
-            if (head) {
-                const int64_t rows = chunk_rows(gpt->score_chunk, V, N);
-                    std::vector<float> & z = gpt->score_z;
-                z.resize((size_t)(rows * V));
-                for (int64_t n0 = 0; n0 < N; n0 += rows) {
-                    const int64_t r = std::min(rows, N - n0);
-                    m.head_rows(z.data(), n0, r);
-                    logits_backward_cpu<float>(z.data(), y + n0, r, V, temp, gl + n0, grad_entropy ? grad_entropy + n0 : nullptr, z.data());
-                    m.head_backward_rows(dlnf.data(), z.data(), n0, r);
-                }
-            }
-            m.backward_hidden(dlnf, dvalues);
+            llama::DeviceModel * d = gpt->lcuda.get();
+            std::vector<float> dlnf;  // (the CPU model's; the device keeps its own)
+            if (d) d->backward_begin();
+            else dlnf.assign((size_t)(N * m.cfg.d_model), 0.0f);
+            if (head)
+                over_chunks(gpt, gpt->score_chunk, V, N, [&](float * z, int64_t n0, int64_t r) {
+                    if (d) d->head_rows(z, n0, r);
+                    else m.head_rows(z, n0, r);
+                    logits_backward_cpu<float>(z, y + n0, r, V, temp, gl + n0, grad_entropy ? grad_entropy + n0 : nullptr, z);
+                    if (d) d->head_backward_rows(z, n0, r);
+                    else m.head_backward_rows(dlnf.data(), z, n0, r);
+                });
+            if (d) d->backward_hidden(dvalues);
+            else m.backward_hidden(dlnf, dvalues);
         }
         gpt->score_targets.clear();  // one backward per scoring forward
         release_free_memory();
