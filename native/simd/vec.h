@@ -114,6 +114,48 @@ MAPORL_INLINE vd high_half(vf x, std::index_sequence<I...>) {
 }
 }  // namespace detail
 
+namespace detail {
+// One butterfly stage of the W x W transpose: in every 2H x 2H block of rows / lanes, the top-right and bottom-left
+// H x H blocks trade places (rows i and i + H, i & H == 0).
+template <int H, size_t... I>
+MAPORL_INLINE vf trade_low(vf a, vf b, std::index_sequence<I...>) {
+    return __builtin_shufflevector(a, b, ((I & H) == 0 ? (int)I : (int)(W + I - H))...);
+}
+template <int H, size_t... I>
+MAPORL_INLINE vf trade_high(vf a, vf b, std::index_sequence<I...>) {
+    return __builtin_shufflevector(a, b, ((I & H) == 0 ? (int)(I + H) : (int)(W + I))...);
+}
+template <int H>
+MAPORL_INLINE void transpose_stage(vf * r) {
+#pragma GCC unroll 16
+    for (int i = 0; i < W; ++i)
+        if ((i & H) == 0) {
+            const vf a = r[i], b = r[i + H];
+            r[i] = trade_low<H>(a, b, std::make_index_sequence<W>{});
+            r[i + H] = trade_high<H>(a, b, std::make_index_sequence<W>{});
+        }
+}
+// One halving stage of hsum_lanes: a[i] (i < H) gets the pairwise sums of a[i]'s and a[i + H]'s lane blocks.
+template <int H>
+MAPORL_INLINE void hsum_stage(vf * a) {
+#pragma GCC unroll 8
+    for (int i = 0; i < H; ++i) {
+        const vf x = a[i], y = a[i + H];
+        a[i] = trade_low<H>(x, y, std::make_index_sequence<W>{}) + trade_high<H>(x, y, std::make_index_sequence<W>{});
+    }
+}
+}  // namespace detail
+
+// r[i][l] becomes r[l][i] (a W x W block in W vectors): log2(W) butterfly stages of two-source shuffles, pure data
+// movement (the GEMM's packing uses it to turn rows of k into the panels' rows, exactly).
+MAPORL_INLINE void transpose(vf * r) {
+    static_assert(W == 8 || W == 16, "transpose: W is 8 or 16");
+    if constexpr (W == 16) detail::transpose_stage<8>(r);
+    detail::transpose_stage<4>(r);
+    detail::transpose_stage<2>(r);
+    detail::transpose_stage<1>(r);
+}
+
 // Lane i gets x[i + K]; lanes past the end get fill[i].
 template <int K>
 MAPORL_INLINE vf shift_down(vf x, vf fill) {
@@ -322,10 +364,23 @@ MAPORL_INLINE vf vabs(vf x) {
     __builtin_memcpy(&o, &b, sizeof o);
     return o;
 }
+// The sum of x's lanes by pairwise halving: lanes l and l + W/2, then l and l + W/4, ... (log2(W) dependent adds,
+// not W). hsum_lanes computes this very tree for W vectors at once, so a sum does not depend on which one ran.
 MAPORL_INLINE float hsum(vf x) {
-    float s = 0.0f;
-    for (int i = 0; i < W; ++i) s += x[i];
-    return s;
+    if constexpr (W == 16) x = x + detail::trade_high<8>(x, x, std::make_index_sequence<W>{});
+    x = x + detail::trade_high<4>(x, x, std::make_index_sequence<W>{});
+    x = x + detail::trade_high<2>(x, x, std::make_index_sequence<W>{});
+    x = x + detail::trade_high<1>(x, x, std::make_index_sequence<W>{});
+    return x[0];
+}
+// Lane j of the result = hsum(a[j]), bit for bit, for the W vectors a[0..W) (overwritten): the halving stages of the
+// transpose, adding the two halves of every pair instead of keeping both (W - 1 pairs of shuffles and one add each).
+MAPORL_INLINE vf hsum_lanes(vf * a) {
+    if constexpr (W == 16) detail::hsum_stage<8>(a);
+    detail::hsum_stage<4>(a);
+    detail::hsum_stage<2>(a);
+    detail::hsum_stage<1>(a);
+    return a[0];
 }
 MAPORL_INLINE double hsum_d(vf x) {
     double s = 0.0;

@@ -1,0 +1,108 @@
+// test_matmul.cpp: the packed SIMD GEMM behind the float matmuls (native/model/matmul_vec.inc), on each vector level
+// the CPU has. Its contract is exact: every output element is its start value followed by one chain of FMAs over k in
+// ascending order, whatever the strides (a row-major or transposed A, a weight read as weight^T in place or a
+// transposed copy), the B dtype (float, or bfloat16 widened exactly), the blocking (rows past MC, columns past NC,
+// K cut into slices) and the thread count. The reference here is that chain written with fmaf, so any packing
+// slip (a lane, a tail, an edge sliver or panel) changes the bits.
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "maporl.h"
+#include "native/core/bf16.h"
+#include "native/core/isa.h"
+#include "test/native/core/check.h"
+
+namespace maporl {
+#define MAPORL_GEMM_DECLS                                                                                                         \
+    void gemm_acc_f32(int64_t M, int64_t Nc, int64_t K, const float * A, int64_t lda_i, int64_t lda_k, const float * B, int64_t ldb_k, \
+                      int64_t ldb_j, float * Cm, int64_t ldc);                                                                     \
+    void gemm_acc_bf16(int64_t M, int64_t Nc, int64_t K, const float * A, int64_t lda_i, int64_t lda_k, const uint16_t * B,          \
+                       int64_t ldb_k, int64_t ldb_j, float * Cm, int64_t ldc);
+namespace avx512 {
+MAPORL_GEMM_DECLS
+}
+namespace avx2 {
+MAPORL_GEMM_DECLS
+}
+#undef MAPORL_GEMM_DECLS
+}  // namespace maporl
+
+namespace {
+
+std::vector<float> rnd(size_t n, uint32_t seed) {
+    std::mt19937 r(seed);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    std::vector<float> v(n);
+    for (auto & x : v) x = u(r);
+    return v;
+}
+
+struct Level {
+    const char * name;
+    maporl::Isa isa;
+    decltype(&maporl::avx512::gemm_acc_f32) f32;
+    decltype(&maporl::avx512::gemm_acc_bf16) bf16;
+};
+
+// For every level the CPU runs, shape, A layout (rows of k, or transposed), B layout (rows of columns, or a weight
+// [N, K] read in place as its transpose) and B dtype: the kernel's bits equal the fmaf chain's, for 1 and 3 threads.
+TEST(packed_gemm_is_the_fma_chain_over_k_in_every_layout) {
+    const Level levels[] = {{"avx512", maporl::Isa::Avx512, maporl::avx512::gemm_acc_f32, maporl::avx512::gemm_acc_bf16},
+                            {"avx2", maporl::Isa::Avx2, maporl::avx2::gemm_acc_f32, maporl::avx2::gemm_acc_bf16}};
+    struct Shape { int64_t M, N, K; };
+    // (1 x 1 x 1; tails under one vector; every block edge of both levels: rows past MC = 192, columns past NC = 256,
+    // K = 600 in three slices of 208 + 208 + 184, K = 530 past a multiple of 16; a weight-gradient-like tall K.)
+    const Shape shapes[] = {{1, 1, 1}, {5, 7, 3}, {13, 37, 45}, {25, 70, 17}, {200, 300, 600}, {37, 260, 530}, {12, 64, 1100}};
+    int levels_run = 0;
+    for (const Level & lv : levels) {
+        if (maporl::cpu_isa() < lv.isa) continue;
+        ++levels_run;
+        for (const Shape s : shapes) {
+            const int64_t M = s.M, N = s.N, K = s.K;
+            const std::vector<float> a = rnd((size_t)(M * K), 1), b = rnd((size_t)(K * N), 2), c0 = rnd((size_t)(M * N), 3);
+            std::vector<uint16_t> bh((size_t)(K * N));
+            for (size_t i = 0; i < bh.size(); ++i) bh[i] = maporl::float_to_bf16(b[i]);
+            for (int a_t = 0; a_t < 2; ++a_t)
+                for (int b_t = 0; b_t < 2; ++b_t)
+                    for (int half = 0; half < 2; ++half) {
+                        // A(i, k) = a[i * K + k] (rows of k) or a[k * M + i] (transposed); B(k, j) = b[k * N + j] or
+                        // b[j * K + k] (a weight [N, K] read as its transpose).
+                        const int64_t lda_i = a_t ? 1 : K, lda_k = a_t ? M : 1, ldb_k = b_t ? 1 : N, ldb_j = b_t ? K : 1;
+                        std::vector<float> want(c0);
+                        for (int64_t i = 0; i < M; ++i)
+                            for (int64_t j = 0; j < N; ++j) {
+                                float acc = c0[(size_t)(i * N + j)];
+                                for (int64_t k = 0; k < K; ++k) {
+                                    const size_t bi = (size_t)(k * ldb_k + j * ldb_j);
+                                    acc = std::fmaf(a[(size_t)(i * lda_i + k * lda_k)], half ? maporl::bf16_to_float(bh[bi]) : b[bi], acc);
+                                }
+                                want[(size_t)(i * N + j)] = acc;
+                            }
+                        for (int threads : {1, 3}) {
+                            maporl_set_threads(threads);
+                            std::vector<float> got(c0);
+                            if (half) lv.bf16(M, N, K, a.data(), lda_i, lda_k, bh.data(), ldb_k, ldb_j, got.data(), N);
+                            else lv.f32(M, N, K, a.data(), lda_i, lda_k, b.data(), ldb_k, ldb_j, got.data(), N);
+                            size_t bad = 0, first = 0;
+                            for (size_t i = 0; i < got.size(); ++i)
+                                if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0 && bad++ == 0) first = i;
+                            CHECK(bad == 0, "%s M=%lld N=%lld K=%lld A %s, B %s, %s, %d threads: %zu of %zu elements differ from the fmaf chain "
+                                  "(first [%lld, %lld]: %.9g vs %.9g)", lv.name, (long long)M, (long long)N, (long long)K,
+                                  a_t ? "transposed" : "rows", b_t ? "weight^T in place" : "rows", half ? "bf16" : "f32", threads, bad, got.size(),
+                                  (long long)(first / N), (long long)(first % N), bad ? got[first] : 0.0f, bad ? want[first] : 0.0f);
+                        }
+                    }
+        }
+    }
+    maporl_set_threads(0);
+    CHECK(levels_run > 0 || maporl::cpu_isa() == maporl::Isa::Scalar, "no vector level ran");
+    std::printf("  %d vector level(s) checked\n", levels_run);
+}
+
+}  // namespace
+
+int main() { return check::run_all("test_matmul"); }
