@@ -15,9 +15,9 @@ namespace gpt {
 
 AttentionRows attention_rows() {
     switch (active_isa()) {
-    case Isa::Avx512: return {avx512::attention_row_f32, avx512::attention_row_backward_f32};
-    case Isa::Avx2: return {avx2::attention_row_f32, avx2::attention_row_backward_f32};
-    default: return {nullptr, nullptr};
+    case Isa::Avx512: return {avx512::attention_row_f32, avx512::attention_row_backward_f32, avx512::attention_rows_f32};
+    case Isa::Avx2: return {avx2::attention_row_f32, avx2::attention_row_backward_f32, avx2::attention_rows_f32};
+    default: return {nullptr, nullptr, nullptr};
     }
 }
 
@@ -26,15 +26,17 @@ void attention_forward(F * out, F * att, const F * qkv, int64_t B, int64_t T, in
     const int64_t hs = C / NH, C3 = 3 * C;
     const F scale = F(1) / (F)std::sqrt((double)hs);
     if constexpr (std::is_same<F, float>::value) {
-        if (const auto row = attention_rows().forward) {
+        if (const auto rows = attention_rows().forward_rows) {
             parallel_for(B * NH, 1, [&](int64_t p0, int64_t p1) {
                 for (int64_t p = p0; p < p1; ++p) {
                     const int64_t b = p / NH, h = p % NH;
-                    for (int64_t t = 0; t < T; ++t) {
+                    for (int64_t t = 0; t < T; t += kAttentionRowBlock) {
+                        const int64_t R = T - t < kAttentionRowBlock ? T - t : kAttentionRowBlock;
                         F * a = att + ((b * NH + h) * T + t) * T;
-                        row(qkv + (b * T + t) * C3 + h * hs, qkv + b * T * C3 + C + h * hs, C3, qkv + b * T * C3 + 2 * C + h * hs, C3,
-                            t + 1, hs, scale, a, out + (b * T + t) * C + h * hs);
-                        for (int64_t t2 = t + 1; t2 < T; ++t2) a[t2] = F(0);
+                        rows(qkv + (b * T + t) * C3 + h * hs, C3, qkv + b * T * C3 + C + h * hs, C3, qkv + b * T * C3 + 2 * C + h * hs, C3,
+                             t + 1, R, hs, scale, a, T, out + (b * T + t) * C + h * hs, C);
+                        for (int64_t r = 0; r < R; ++r)
+                            for (int64_t t2 = t + r + 1; t2 < T; ++t2) a[r * T + t2] = F(0);
                     }
                 }
             });

@@ -25,6 +25,18 @@ void attention_gqa_forward(F * out, F * att, const F * q, const F * k, const F *
             const int64_t b = p / NH, h = p % NH, kh = h / group;
             const F * kb = k + b * T * KC + kh * hs;
             const F * vb = v + b * T * KC + kh * hs;
+            if constexpr (std::is_same<F, float>::value) {
+                if (rows.forward_rows) {  // blocks of query rows (each row's floats those of rows.forward, as the decoder's)
+                    for (int64_t t = 0; t < T; t += gpt::kAttentionRowBlock) {
+                        const int64_t R = T - t < gpt::kAttentionRowBlock ? T - t : gpt::kAttentionRowBlock;
+                        F * a = att + ((b * NH + h) * T + t) * T;
+                        rows.forward_rows(q + (b * T + t) * QC + h * hs, QC, kb, KC, vb, KC, t + 1, R, hs, scale, a, T, out + (b * T + t) * QC + h * hs, QC);
+                        for (int64_t r = 0; r < R; ++r)
+                            for (int64_t t2 = t + r + 1; t2 < T; ++t2) a[r * T + t2] = F(0);
+                    }
+                    continue;
+                }
+            }
             for (int64_t t = 0; t < T; ++t) {
                 const F * qr = q + (b * T + t) * QC + h * hs;
                 F * a = att + ((b * NH + h) * T + t) * T;

@@ -17,6 +17,9 @@ namespace maporl {
 #define MAPORL_ATTN_ROW_DECLS                                                                                        \
     void attention_row_f32(const float * q, const float * k, int64_t kstride, const float * v, int64_t vstride,       \
                            int64_t len, int64_t hs, float scale, float * att, float * out);                            \
+    void attention_rows_f32(const float * q, int64_t qstride, const float * k, int64_t kstride, const float * v,       \
+                            int64_t vstride, int64_t len0, int64_t R, int64_t hs, float scale, float * att,            \
+                            int64_t astride, float * out, int64_t ostride);                                             \
     void attention_row_backward_f32(const float * q, float * dq, const float * k, float * dk, int64_t kstride,        \
                                     const float * v, float * dv, int64_t vstride, const float * att, const float * dout, \
                                     int64_t len, int64_t hs, float scale, float * datt);
@@ -31,7 +34,12 @@ struct AttentionRows {
     void (*forward)(const float *, const float *, int64_t, const float *, int64_t, int64_t, int64_t, float, float *, float *);
     void (*backward)(const float *, float *, const float *, float *, int64_t, const float *, float *, int64_t, const float *,
                      const float *, int64_t, int64_t, float, float *);
+    // R consecutive query rows of one head at once (lengths len0 .. len0 + R - 1), each row's floats those of forward.
+    void (*forward_rows)(const float *, int64_t, const float *, int64_t, const float *, int64_t, int64_t, int64_t, int64_t, float, float *,
+                         int64_t, float *, int64_t);
 };
+// Query rows per forward_rows call in the training forward (the key and value rows are read once per block).
+constexpr int64_t kAttentionRowBlock = 8;
 AttentionRows attention_rows();
 
 // out[b,t,:] = wte[inp[b,t],:] + wpe[t,:]. Token ids must lie in [0, V) (checked by the caller).

@@ -272,6 +272,41 @@ TEST(float_attention_matches_double_at_every_simd_level) {
     maporl_set_simd("best");
 }
 
+// The blocked attention rows (forward_rows: R queries sharing the key and value reads, the training forward) give
+// every row the bits of the single-row kernel (forward: what the KV-cache decoder runs), at every vector level: head
+// sizes with tails, rows starting at 1 and past a W-key block and the 32-row value chunks, strided operands.
+TEST(blocked_attention_rows_are_the_single_rows_bit_for_bit) {
+    for (const char * level : {"avx2", "avx512"}) {
+        if (maporl_set_simd(level) != MAPORL_OK) continue;
+        const auto rows = g::attention_rows();
+        CHECK(rows.forward && rows.forward_rows, "%s: no vector attention rows", level);
+        if (!rows.forward || !rows.forward_rows) continue;
+        for (int64_t hs : {5, 16, 64, 72}) {
+            const int64_t T = 90, qs = 3 * hs + 1, ks = 2 * hs + 3;  // (strides that are not the head size)
+            std::vector<float> q(T * qs), k(T * ks), v(T * ks);
+            const Vec rq = rnd(q.size(), 60), rk = rnd(k.size(), 61), rv = rnd(v.size(), 62);
+            for (size_t i = 0; i < q.size(); ++i) q[i] = (float)rq[i] * 2;
+            for (size_t i = 0; i < k.size(); ++i) k[i] = (float)rk[i], v[i] = (float)rv[i];
+            for (int64_t len0 : {1, 15, 30, 41}) {
+                for (int64_t R : {1, 3, 8}) {
+                    std::vector<float> att(R * T, -1.0f), out(R * hs, -1.0f), att1(T), out1(hs);
+                    rows.forward_rows(q.data(), qs, k.data(), ks, v.data(), ks, len0, R, hs, 0.125f, att.data(), T, out.data(), hs);
+                    for (int64_t r = 0; r < R; ++r) {
+                        const int64_t len = len0 + r;
+                        rows.forward(q.data() + r * qs, k.data(), ks, v.data(), ks, len, hs, 0.125f, att1.data(), out1.data());
+                        CHECK(std::memcmp(att1.data(), att.data() + r * T, sizeof(float) * (size_t)len) == 0 &&
+                                  std::memcmp(out1.data(), out.data() + r * hs, sizeof(float) * (size_t)hs) == 0,
+                              "%s hs=%lld len0=%lld R=%lld: row %lld differs from the single-row kernel", level, (long long)hs, (long long)len0,
+                              (long long)R, (long long)r);
+                        CHECK(att[(size_t)(r * T + len)] == -1.0f, "%s: row %lld wrote past its length", level, (long long)r);
+                    }
+                }
+            }
+        }
+    }
+    maporl_set_simd("best");
+}
+
 TEST(float_results_do_not_depend_on_the_thread_count) {
     const int64_t B = 3, T = 37, C = 24, NH = 4, N = B * T, OC = 3 * C, V = 11;
     std::mt19937 r(20);
