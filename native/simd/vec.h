@@ -135,15 +135,6 @@ MAPORL_INLINE void transpose_stage(vf * r) {
             r[i + H] = trade_high<H>(a, b, std::make_index_sequence<W>{});
         }
 }
-// One halving stage of hsum_lanes: a[i] (i < H) gets the pairwise sums of a[i]'s and a[i + H]'s lane blocks.
-template <int H>
-MAPORL_INLINE void hsum_stage(vf * a) {
-#pragma GCC unroll 8
-    for (int i = 0; i < H; ++i) {
-        const vf x = a[i], y = a[i + H];
-        a[i] = trade_low<H>(x, y, std::make_index_sequence<W>{}) + trade_high<H>(x, y, std::make_index_sequence<W>{});
-    }
-}
 }  // namespace detail
 
 // r[i][l] becomes r[l][i] (a W x W block in W vectors): log2(W) butterfly stages of two-source shuffles, pure data
@@ -364,23 +355,21 @@ MAPORL_INLINE vf vabs(vf x) {
     __builtin_memcpy(&o, &b, sizeof o);
     return o;
 }
-// The sum of x's lanes by pairwise halving: lanes l and l + W/2, then l and l + W/4, ... (log2(W) dependent adds,
-// not W). hsum_lanes computes this very tree for W vectors at once, so a sum does not depend on which one ran.
+// The sum of x's lanes in lane order from 0 (W dependent adds: the order every float result of the decoding GEMV and
+// attention was calibrated with). hsum_lanes gives W such sums at once, bit for bit.
 MAPORL_INLINE float hsum(vf x) {
-    if constexpr (W == 16) x = x + detail::trade_high<8>(x, x, std::make_index_sequence<W>{});
-    x = x + detail::trade_high<4>(x, x, std::make_index_sequence<W>{});
-    x = x + detail::trade_high<2>(x, x, std::make_index_sequence<W>{});
-    x = x + detail::trade_high<1>(x, x, std::make_index_sequence<W>{});
-    return x[0];
+    float s = 0.0f;
+    for (int i = 0; i < W; ++i) s += x[i];
+    return s;
 }
-// Lane j of the result = hsum(a[j]), bit for bit, for the W vectors a[0..W) (overwritten): the halving stages of the
-// transpose, adding the two halves of every pair instead of keeping both (W - 1 pairs of shuffles and one add each).
+// Lane j of the result = hsum(a[j]), bit for bit, for the W vectors a[0..W) (overwritten): a transpose, then the
+// rows added in lane order from 0 (W full-vector adds for W sums, not W x W scalar ones).
 MAPORL_INLINE vf hsum_lanes(vf * a) {
-    if constexpr (W == 16) detail::hsum_stage<8>(a);
-    detail::hsum_stage<4>(a);
-    detail::hsum_stage<2>(a);
-    detail::hsum_stage<1>(a);
-    return a[0];
+    transpose(a);
+    vf s = splat(0.0f);
+#pragma GCC unroll 16
+    for (int l = 0; l < W; ++l) s = s + a[l];
+    return s;
 }
 MAPORL_INLINE double hsum_d(vf x) {
     double s = 0.0;
