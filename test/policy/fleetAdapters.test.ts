@@ -43,6 +43,11 @@ const reqs = Array.from({ length: 6 }, (_, i) => ({ messages: [{ role: "user" as
     sampling: { temperature: 1, maxTokens: 6 }, seed: 70 + i, routingKey: `episode-${i}/0` }));
 const same = (x: { tokenIds?: number[]; logprobs?: number[] }[], y: { tokenIds?: number[]; logprobs?: number[] }[]) =>
     expect(x.map((g) => [g.tokenIds, g.logprobs])).toEqual(y.map((g) => [g.tokenIds, g.logprobs]));
+// Polls `ok` (every 100 ms, up to 30 s) until it holds; returns its last answer.
+async function eventually(ok: () => Promise<boolean>): Promise<boolean> {
+    for (const end = Date.now() + 30_000; Date.now() < end; await new Promise((r) => setTimeout(r, 100))) if (await ok()) return true;
+    return ok();
+}
 const served = async (p: ServeProcess) => ((await (await fetch(`${p.baseUrl}/models`)).json()) as { data: { id: string; parent: string | null }[] }).data;
 
 describe("adapters pushed to a fleet", () => {
@@ -63,7 +68,10 @@ describe("adapters pushed to a fleet", () => {
             };
             const { v: v1, gens: first } = await step(1);
             expect(first.every((g) => g.model === v1.served && g.tokenIdsExact)).toBe(true);
-            expect(new Set(first.map((g) => g.endpoint)).size).toBe(2);  // both servers serve it
+            // Both servers hold it. (Not asserted through which endpoints answered: on a loaded machine a health probe
+            // that takes over 2 s ejects a server for a while and the fleet routes around it, re-loading the current
+            // version there when it is re-admitted; CI once saw all six answers come from one server.)
+            expect(await eventually(async () => (await Promise.all(procs.map(served))).every((d) => d.some((m) => m.id === v1.served)))).toBe(true);
             const plain = await base.generate(reqs);
             expect(first.map((g) => g.logprobs)).not.toEqual(plain.map((g) => g.logprobs));  // not the base
             same(await fleet.generate(reqs), plain);  // the base stays the base
