@@ -21,7 +21,9 @@ namespace maporl {
     void gemm_acc_f32(int64_t M, int64_t Nc, int64_t K, const float * A, int64_t lda_i, int64_t lda_k, const float * B, int64_t ldb_k, \
                       int64_t ldb_j, float * Cm, int64_t ldc);                                                                     \
     void gemm_acc_bf16(int64_t M, int64_t Nc, int64_t K, const float * A, int64_t lda_i, int64_t lda_k, const uint16_t * B,          \
-                       int64_t ldb_k, int64_t ldb_j, float * Cm, int64_t ldc);
+                       int64_t ldb_k, int64_t ldb_j, float * Cm, int64_t ldc);                                                 \
+    void gemv_rows_f32(int64_t N, int64_t OC, int64_t C, const float * X, const float * Wm, const float * bias, float * out);          \
+    void gemv_rows_bf16(int64_t N, int64_t OC, int64_t C, const float * X, const uint16_t * Wm, const float * bias, float * out);
 namespace avx512 {
 MAPORL_GEMM_DECLS
 }
@@ -101,6 +103,66 @@ TEST(packed_gemm_is_the_fma_chain_over_k_in_every_layout) {
     maporl_set_threads(0);
     CHECK(levels_run > 0 || maporl::cpu_isa() == maporl::Isa::Scalar, "no vector level ran");
     std::printf("  %d vector level(s) checked\n", levels_run);
+}
+
+// The decoding GEMV (gemv_rows): out[n, o] = bias[o] + the dot product of X's row n with Wm's row o, in a fixed
+// order: lane i of two accumulators sums (fmaf chains over c in steps of 2W) the elements c + i and c + W + i, the two
+// are added, the lanes summed in order from 0 (starting at 0), the tail (C % 2W) chained with fmaf, then the bias added.
+// Bit for bit, on each level (W = 16, 8), for both weight dtypes, outputs not a multiple of the row blocks, 1 and 3
+// threads, with and without a bias.
+TEST(decoding_gemv_is_its_documented_sum_order) {
+    struct Level { const char * name; maporl::Isa isa; int W; decltype(&maporl::avx512::gemv_rows_f32) f32; decltype(&maporl::avx512::gemv_rows_bf16) bf16; };
+    const Level levels[] = {{"avx512", maporl::Isa::Avx512, 16, maporl::avx512::gemv_rows_f32, maporl::avx512::gemv_rows_bf16},
+                            {"avx2", maporl::Isa::Avx2, 8, maporl::avx2::gemv_rows_f32, maporl::avx2::gemv_rows_bf16}};
+    struct Shape { int64_t N, OC, C; };
+    const Shape shapes[] = {{1, 1, 5}, {1, 37, 576}, {3, 133, 583}, {2, 16, 64}, {8, 70, 1536}};
+    int levels_run = 0;
+    for (const Level & lv : levels) {
+        if ((int)maporl::cpu_isa() < (int)lv.isa) continue;
+        ++levels_run;
+        const int W = lv.W;
+        for (const Shape & sh : shapes)
+            for (int half = 0; half < 2; ++half)
+                for (int with_bias = 0; with_bias < 2; ++with_bias)
+                    for (int threads : {1, 3}) {
+                        const auto x = rnd((size_t)(sh.N * sh.C), 11), bias = rnd((size_t)sh.OC, 12);
+                        auto w = rnd((size_t)(sh.OC * sh.C), 13);
+                        std::vector<uint16_t> wh(w.size());
+                        for (size_t i = 0; i < w.size(); ++i) wh[i] = maporl::float_to_bf16(w[i]);
+                        if (half)
+                            for (size_t i = 0; i < w.size(); ++i) w[i] = maporl::bf16_to_float(wh[i]);
+                        const int64_t full = sh.C - sh.C % (2 * W);
+                        std::vector<float> want((size_t)(sh.N * sh.OC)), got(want.size(), NAN);
+                        for (int64_t n = 0; n < sh.N; ++n)
+                            for (int64_t o = 0; o < sh.OC; ++o) {
+                                const float * xr = x.data() + n * sh.C;
+                                const float * wr = w.data() + o * sh.C;
+                                float s = 0.0f;
+                                for (int i = 0; i < W; ++i) {
+                                    float a0 = 0.0f, a1 = 0.0f;
+                                    for (int64_t c = 0; c < full; c += 2 * W) {
+                                        a0 = std::fmaf(xr[c + i], wr[c + i], a0);
+                                        a1 = std::fmaf(xr[c + W + i], wr[c + W + i], a1);
+                                    }
+                                    s += a0 + a1;
+                                }
+                                for (int64_t c = full; c < sh.C; ++c) s = std::fmaf(xr[c], wr[c], s);
+                                want[(size_t)(n * sh.OC + o)] = (with_bias ? bias[(size_t)o] : 0.0f) + s;
+                            }
+                        maporl_set_threads(threads);
+                        const float * b = with_bias ? bias.data() : nullptr;
+                        if (half) lv.bf16(sh.N, sh.OC, sh.C, x.data(), wh.data(), b, got.data());
+                        else lv.f32(sh.N, sh.OC, sh.C, x.data(), w.data(), b, got.data());
+                        size_t bad = 0, first = 0;
+                        for (size_t i = 0; i < got.size(); ++i)
+                            if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0 && bad++ == 0) first = i;
+                        CHECK(bad == 0, "%s N=%lld OC=%lld C=%lld %s bias=%d threads=%d: %zu of %zu outputs differ (first [%lld, %lld]: %.9g vs %.9g)", lv.name,
+                              (long long)sh.N, (long long)sh.OC, (long long)sh.C, half ? "bf16" : "f32", with_bias, threads, bad, got.size(),
+                              (long long)(first / sh.OC), (long long)(first % sh.OC), bad ? got[first] : 0.0f, bad ? want[first] : 0.0f);
+                    }
+    }
+    maporl_set_threads(0);
+    CHECK(levels_run > 0 || maporl::cpu_isa() == maporl::Isa::Scalar, "no vector level ran");
 }
 
 }  // namespace
