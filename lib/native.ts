@@ -150,6 +150,7 @@ export interface NativeBinding {
     loraMerge(h: GptHandle, id: number): void;
     loraCacheRows(h: GptHandle, ids: number[]): void;
     gptSetTraining(h: GptHandle, training: boolean): void;
+    gptSetScoreKeep(h: GptHandle, bytes: number): void;
     gptTensors(h: GptHandle): { name: string; shape: number[]; offset: number }[];
     gptParamCount(h: GptHandle): number;
     gptGet(h: GptHandle, which: 0 | 1 | 2, out: F32): void;

@@ -3,6 +3,7 @@
 //   loraRemove(handle, id); loraSelect(handle, id | -1); loraSelected(handle) -> id | -1
 //   loraInfo(handle, id) -> {rank, alpha, targets, dropout, useRslora, count, seed}; loraMerge(handle, id)
 //   loraCacheRows(handle, ids: number[]) (after gptCacheReset); gptSetTraining(handle, boolean)
+//   gptSetScoreKeep(handle, bytes) (the training score's logits budget, maporl_gpt_set_score_keep)
 #include <napi.h>
 
 #include <vector>
@@ -98,6 +99,11 @@ Napi::Value SetTraining(const Napi::CallbackInfo & info) {
     return info.Env().Undefined();
 }
 
+Napi::Value SetScoreKeep(const Napi::CallbackInfo & info) {
+    Check(info, maporl_gpt_set_score_keep(Get(info)->gpt, RequireInt(info, 1, "bytes", 0, (int64_t)1 << 40)), "gptSetScoreKeep");
+    return info.Env().Undefined();
+}
+
 }  // namespace
 
 void InitLora(Napi::Env env, Napi::Object exports) {
@@ -109,6 +115,7 @@ void InitLora(Napi::Env env, Napi::Object exports) {
     exports.Set("loraMerge", Napi::Function::New(env, Merge, "loraMerge"));
     exports.Set("loraCacheRows", Napi::Function::New(env, CacheRows, "loraCacheRows"));
     exports.Set("gptSetTraining", Napi::Function::New(env, SetTraining, "gptSetTraining"));
+    exports.Set("gptSetScoreKeep", Napi::Function::New(env, SetScoreKeep, "gptSetScoreKeep"));
 }
 
 }  // namespace maporl_js

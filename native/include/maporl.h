@@ -466,6 +466,11 @@ maporl_status maporl_gpt_score(maporl_gpt * gpt, const int32_t * tokens, const i
                                float temperature, int64_t chunk, float * logp_out, float * entropy_out, float * values_out);
 maporl_status maporl_gpt_score_backward(maporl_gpt * gpt, const float * grad_logp, const float * grad_entropy,
                                         const float * dvalues);
+/* The most bytes of float logits ([B*T, V] x 4) a training score (maporl_gpt_set_training 1) keeps for its backward,
+ * which then reuses them instead of recomputing the LM head chunk by chunk (the same bits, one LM-head GEMM fewer:
+ * about 7% of a full fine-tuning step at the SmolLM2-135M shape). Larger scores, and scores outside training, keep
+ * only one chunk. The backward frees them. 0 always recomputes; default 256 MiB. bytes: 0 .. 2^40. */
+maporl_status maporl_gpt_set_score_keep(maporl_gpt * gpt, int64_t bytes);
 
 /* ---- LoRA adapters on a Llama-family model (PEFT's LoraLayer) --------------------------------------------
  * An adapter adds scale * dropout(x) A^T B^T to each targeted projection (A [rank, in] Kaiming-uniform as PEFT, B

@@ -55,6 +55,10 @@ struct maporl_gpt {
     float score_temperature = 1.0f;
     int64_t score_chunk = 0;
     std::vector<float> score_z;  // the chunk's logits, kept between calls (no 32 MB allocation per call)
+    // A training score (maporl_gpt_set_training 1) whose [N, V] float logits fit in score_keep_bytes keeps them in
+    // score_kept for its backward, which then skips the LM head's recomputation (maporl_gpt_set_score_keep).
+    int64_t score_keep_bytes = (int64_t)256 << 20;
+    std::vector<float> score_kept;
     maporl_gpt(const maporl_gpt &) = delete;
     maporl_gpt & operator=(const maporl_gpt &) = delete;
 };

@@ -23,14 +23,17 @@ int64_t chunk_rows(int64_t asked, int64_t V, int64_t N) {
     return std::min(c, std::max<int64_t>(1, N));
 }
 
-// fn(z, n0, r) for each chunk of rows n0 .. n0 + r (z: room for r x V logits, kept in the handle between calls).
+// fn(z, n0, r) for each chunk of rows n0 .. n0 + r (z: room for r x V logits, kept in the handle between calls;
+// or, with `whole` (all N x V logits), the chunk's own rows of it).
 template <class Fn>
-void over_chunks(maporl_gpt * gpt, int64_t chunk, int64_t V, int64_t N, Fn && fn) {
+void over_chunks(maporl_gpt * gpt, int64_t chunk, int64_t V, int64_t N, float * whole, Fn && fn) {
     const int64_t rows = chunk_rows(chunk, V, N);
     std::vector<float> & z = gpt->score_z;
-    z.resize((size_t)(rows * V));
-    for (int64_t n0 = 0; n0 < N; n0 += rows) fn(z.data(), n0, std::min(rows, N - n0));
+    if (!whole) z.resize((size_t)(rows * V));
+    for (int64_t n0 = 0; n0 < N; n0 += rows) fn(whole ? whole + n0 * V : z.data(), n0, std::min(rows, N - n0));
 }
+
+void drop_kept(maporl_gpt * gpt) { std::vector<float>().swap(gpt->score_kept); }
 
 }  // namespace
 
@@ -53,6 +56,7 @@ maporl_status maporl_gpt_score(maporl_gpt * gpt, const int32_t * tokens, const i
             if (targets[n] < 0 || targets[n] >= V)
                 throw_error(MAPORL_ERR_INVALID_ARG, "targets: expected ids in [0, %lld), got %d at index %lld", (long long)V, (int)targets[n], (long long)n);
         gpt->score_targets.clear();  // a failed forward leaves nothing for a backward
+        drop_kept(gpt);
         if (gpt->gm) {
             auto & m = *gpt->gm;
             m.forward(tokens, B, T);
@@ -68,11 +72,20 @@ maporl_status maporl_gpt_score(maporl_gpt * gpt, const int32_t * tokens, const i
                 gpt->lm->forward(tokens, B, T, /*head=*/false);
                 if (values_out) std::memcpy(values_out, gpt->lm->values.data(), sizeof(float) * (size_t)N);
             }
-            over_chunks(gpt, chunk, V, N, [&](float * z, int64_t n0, int64_t r) {
+            // A training forward whose logits fit the budget keeps them all for the backward (score_kept; a failure
+            // frees them).
+            if (gpt->lm->training && (double)N * (double)V * sizeof(float) <= (double)gpt->score_keep_bytes) gpt->score_kept.resize((size_t)(N * V));
+            struct Drop {
+                maporl_gpt * g;
+                bool armed = true;
+                ~Drop() { if (armed) drop_kept(g); }
+            } drop{gpt};
+            over_chunks(gpt, chunk, V, N, gpt->score_kept.empty() ? nullptr : gpt->score_kept.data(), [&](float * z, int64_t n0, int64_t r) {
                 if (d) d->head_rows(z, n0, r);
                 else gpt->lm->head_rows(z, n0, r);
                 logprobs_cpu<float>(z, targets + n0, r, V, temperature, logp_out + n0, entropy_out ? entropy_out + n0 : nullptr);
             });
+            drop.armed = false;
         }
         gpt->score_targets.assign(targets, targets + N);
         gpt->score_temperature = temperature;
@@ -105,10 +118,17 @@ maporl_status maporl_gpt_score_backward(maporl_gpt * gpt, const float * grad_log
             std::vector<float> dlnf;  // (the CPU model's; the device keeps its own)
             if (d) d->backward_begin();
             else dlnf.assign((size_t)(N * m.cfg.d_model), 0.0f);
+            // The forward's logits (freed when this call returns, whatever happens: the gradient overwrites them), or
+            // none: each chunk's are recomputed.
+            std::vector<float> kept = std::move(gpt->score_kept);
+            gpt->score_kept.clear();
+            const bool have = kept.size() == (size_t)(N * V);
             if (head)
-                over_chunks(gpt, gpt->score_chunk, V, N, [&](float * z, int64_t n0, int64_t r) {
-                    if (d) d->head_rows(z, n0, r);
-                    else m.head_rows(z, n0, r);
+                over_chunks(gpt, gpt->score_chunk, V, N, have ? kept.data() : nullptr, [&](float * z, int64_t n0, int64_t r) {
+                    if (!have) {
+                        if (d) d->head_rows(z, n0, r);
+                        else m.head_rows(z, n0, r);
+                    }
                     logits_backward_cpu<float>(z, y + n0, r, V, temp, gl + n0, grad_entropy ? grad_entropy + n0 : nullptr, z);
                     if (d) d->head_backward_rows(z, n0, r);
                     else m.head_backward_rows(dlnf.data(), z, n0, r);
@@ -117,7 +137,17 @@ maporl_status maporl_gpt_score_backward(maporl_gpt * gpt, const float * grad_log
             else m.backward_hidden(dlnf, dvalues);
         }
         gpt->score_targets.clear();  // one backward per scoring forward
+        drop_kept(gpt);
         release_free_memory();
+        return MAPORL_OK;
+    });
+}
+
+maporl_status maporl_gpt_set_score_keep(maporl_gpt * gpt, int64_t bytes) {
+    return guarded([&] {
+        if (!gpt) throw_error(MAPORL_ERR_INVALID_ARG, "gpt: expected a model, got NULL");
+        if (bytes < 0 || bytes > ((int64_t)1 << 40)) throw_error(MAPORL_ERR_INVALID_ARG, "bytes: expected 0 .. 2^40, got %lld", (long long)bytes);
+        gpt->score_keep_bytes = bytes;
         return MAPORL_OK;
     });
 }

@@ -140,6 +140,34 @@ describe("training through log-probs", () => {
         expect(Buffer.from(y.buffer).equals(Buffer.from(x.buffer))).toBe(true);
         for (const q of [one.p, two.p, fresh, back]) await q.dispose();
     });
+    it("keepLogitsBytes: the kept logits give the recomputation's losses and parameters bit for bit; bad budgets are named", async () => {
+        const b = batchOf(96), h = (q: NativePolicy) => (q as unknown as { core: { handle: never } }).core.handle;
+        const advantages = Float32Array.from([1, -0.5, 2]), oldLogp = Float32Array.from({ length: 30 }, (_, i) => -4.5 + 0.1 * Math.sin(i));
+        const loss = { type: "ppo" as const, clip: 0.2, entropyCoef: 0.01 };
+        const run = async (keepLogitsBytes: number | undefined) => {
+            const p = await NativePolicy.load(join(FIX, "qwen2"), { tokenizer: null });
+            const out: number[] = [];
+            for (let i = 0; i < 3; i++) {
+                const r = await p.trainStep({ ...b, advantages, oldLogp }, { loss, lr: 1e-2, ...(keepLogitsBytes === undefined ? {} : { keepLogitsBytes }) });
+                out.push(r.loss, r.gradNorm);
+            }
+            const params = new Float32Array(p.parameterCount);
+            native.gptGet(h(p), 0, params);
+            await p.dispose();
+            return { out, params };
+        };
+        // (30 rows x 96 x 4 bytes = 11,520: the default keeps them; 11,519 recomputes; 0 recomputes.)
+        const kept = await run(undefined), exact = await run(30 * 96 * 4), short = await run(30 * 96 * 4 - 1), never = await run(0);
+        for (const r of [exact, short, never]) {
+            expect(r.out).toEqual(kept.out);
+            expect(Buffer.from(r.params.buffer).equals(Buffer.from(kept.params.buffer))).toBe(true);
+        }
+        const p = await NativePolicy.load(join(FIX, "qwen2"), { tokenizer: null });
+        await expect(p.trainStep(b, { keepLogitsBytes: -1 })).rejects.toThrow(/keepLogitsBytes: expected an integer in \[0, 1099511627776\], got -1/);
+        await expect(p.trainStep(b, { keepLogitsBytes: 1.5 })).rejects.toThrow(/keepLogitsBytes/);
+        await expect(p.trainStep(b, { keepLogitsBytes: "big" as unknown as number })).rejects.toThrow(TypeError);
+        await p.dispose();
+    });
 });
 
 describe("the value head on a Hugging Face model", () => {

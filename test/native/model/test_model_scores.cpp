@@ -185,6 +185,77 @@ TEST(the_c_api_scores_as_the_full_logits) {
     maporl_gpt_free(g);
 }
 
+// A training score whose logits fit the budget (maporl_gpt_set_score_keep) keeps them, and its backward reuses them:
+// the same log-probs and parameters after a step, bit for bit, as recomputing, in chunks of 5 rows and of all. Which
+// path ran is seen by changing the LM head between the score and the backward (a probe, not a use): the kept
+// logits are the old head's, a recomputation the new one's. The budget is exact (N x V x 4 bytes keeps, one byte less
+// recomputes), a score outside training keeps nothing, and a bad budget is named.
+TEST(a_training_score_keeps_its_logits_within_the_budget) {
+    maporl_llama_config c = maporl_llama_default_config();
+    c.vocab = 37; c.context = 16; c.layers = 2; c.d_model = 16; c.heads = 4; c.kv_heads = 2; c.head_dim = 4; c.intermediate = 24;
+    c.tie_embeddings = 0;
+    const int64_t B = 2, T = 6, N = B * T, V = c.vocab, whole = N * V * (int64_t)sizeof(float);
+    std::vector<int32_t> tok((size_t)N), y((size_t)N);
+    for (int64_t n = 0; n < N; ++n) {
+        tok[(size_t)n] = (int32_t)((n * 7 + 3) % V);
+        y[(size_t)n] = (int32_t)((n * 5 + 1) % V);
+    }
+    std::vector<float> gl((size_t)N, -1.0f / (float)N), ge((size_t)N, 0.01f);
+    const maporl_adamw_params h{1e-2f, 0.9f, 0.95f, 1e-8f, 0.0f};
+    // One training step (score, backward, AdamW) from seed 3; `poke` (if set) changes the head in between.
+    struct Run { std::vector<float> lp, params; };
+    auto run = [&](int64_t keep, int training, int64_t chunk, bool poke) {
+        maporl_gpt * g = nullptr;
+        CHECK(maporl_llama_create(&c, 3, &g) == MAPORL_OK, "llama_create");
+        int64_t P = 0;
+        maporl_gpt_param_count(g, &P);
+        CHECK(maporl_gpt_set_score_keep(g, keep) == MAPORL_OK, "set_score_keep %lld", (long long)keep);
+        maporl_gpt_set_training(g, training);
+        Run r{std::vector<float>((size_t)N), std::vector<float>((size_t)P)};
+        CHECK(maporl_gpt_score(g, tok.data(), y.data(), B, T, 1.0f, chunk, r.lp.data(), nullptr, nullptr) == MAPORL_OK, "score");
+        if (poke) {  // lm_head.weight scaled by 2
+            int64_t count = 0, off = -1, dims[2] = {0, 0};
+            maporl_gpt_tensor_count(g, &count);
+            for (int64_t i = 0; i < count; ++i) {
+                char name[64];
+                int64_t o = 0;
+                CHECK(maporl_gpt_tensor_info(g, i, name, dims, &o) == MAPORL_OK, "tensor_info");
+                if (std::strcmp(name, "lm_head.weight") == 0) off = o;
+            }
+            CHECK(off >= 0, "no lm_head.weight");
+            std::vector<float> all((size_t)P);
+            maporl_gpt_get(g, 0, all.data(), P);
+            for (int64_t i = 0; i < V * c.d_model; ++i) all[(size_t)(off + i)] *= 2.0f;
+            maporl_gpt_set(g, 0, all.data(), P);
+        }
+        CHECK(maporl_gpt_zero_grad(g) == MAPORL_OK, "zero_grad");
+        CHECK(maporl_gpt_score_backward(g, gl.data(), ge.data(), nullptr) == MAPORL_OK, "score_backward");
+        CHECK(maporl_gpt_step(g, &h, 0.0, nullptr) == MAPORL_OK, "step");
+        maporl_gpt_get(g, 0, r.params.data(), P);
+        maporl_gpt_free(g);
+        return r;
+    };
+    for (const int64_t chunk : {(int64_t)5, (int64_t)0}) {
+        const Run kept = run(whole, 1, chunk, false), recomputed = run(0, 1, chunk, false);
+        CHECK(kept.lp == recomputed.lp, "chunk %lld: the log-probs differ with the logits kept", (long long)chunk);
+        CHECK(kept.params == recomputed.params, "chunk %lld: the step differs with the logits kept", (long long)chunk);
+        // The probe: a changed head shows in the step only when the backward recomputes.
+        const Run kept_poked = run(whole, 1, chunk, true), short_poked = run(whole - 1, 1, chunk, true), idle_poked = run(whole, 0, chunk, true);
+        const Run short_recomputed = run(whole - 1, 1, chunk, false);
+        CHECK(short_recomputed.params == recomputed.params, "chunk %lld: a budget one byte short changes the step", (long long)chunk);
+        auto differs = [](const Run & a, const Run & b) { return a.params != b.params; };
+        CHECK(differs(kept_poked, short_poked), "chunk %lld: the logits at the budget were not kept (the backward recomputed them)", (long long)chunk);
+        CHECK(!differs(short_poked, idle_poked), "chunk %lld: a score outside training kept its logits", (long long)chunk);
+    }
+    maporl_gpt * g = nullptr;
+    CHECK(maporl_llama_create(&c, 3, &g) == MAPORL_OK, "llama_create");
+    CHECK(maporl_gpt_set_score_keep(g, -1) == MAPORL_ERR_INVALID_ARG, "a negative budget is refused");
+    CHECK(std::strstr(maporl_last_error(), "bytes") != nullptr, "the error names bytes: %s", maporl_last_error());
+    CHECK(maporl_gpt_set_score_keep(g, ((int64_t)1 << 40) + 1) == MAPORL_ERR_INVALID_ARG, "a budget past 2^40 is refused");
+    CHECK(maporl_gpt_set_score_keep(nullptr, 0) == MAPORL_ERR_INVALID_ARG, "a NULL model is refused");
+    maporl_gpt_free(g);
+}
+
 }  // namespace
 
 int main() { return check::run_all("test_model_scores"); }
