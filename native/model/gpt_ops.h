@@ -110,6 +110,11 @@ void residual_backward(F * da, F * db, const F * dout, int64_t n);
 struct AdamW {
     float lr, beta1, beta2, eps, weight_decay;
 };
+// sum x^2 over x[0 .. n) in double, in a fixed order whatever the thread count (the global gradient norm's square):
+// blocks of 2^16 elements, each over eight interleaved accumulators combined in order (then its tail), the blocks'
+// sums added in order. On the pool's threads.
+template <typename F>
+double sum_squares(const F * x, int64_t n);
 // One AdamW step (decoupled weight decay, bias correction with step t >= 1) over n parameters; m, v are the
 // moment buffers (zero before the first step). grad_scale multiplies every gradient first (e.g. a clip factor).
 template <typename F>

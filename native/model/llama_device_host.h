@@ -77,11 +77,7 @@ struct HostDevice {
     static void adamw(float * params, const float * grads, float * m, float * v, int64_t n, const G::AdamW & h, int64_t t, float scale) {
         G::adamw_update<float>(params, grads, m, v, n, h, t, scale);
     }
-    static double global_norm(const float * x, int64_t n) {
-        double s = 0;
-        for (int64_t i = 0; i < n; ++i) s += (double)x[i] * (double)x[i];
-        return std::sqrt(s);
-    }
+    static double global_norm(const float * x, int64_t n) { return std::sqrt(G::sum_squares(x, n)); }
 
     // lora.cu's scale and add_rows.
     static void scale(float * x, float s, int64_t n) {

@@ -155,6 +155,37 @@ TEST(adamw_matches_the_torch_definition) {
     CHECK(worst < 1e-12, "AdamW differs from the definition by %g", worst);
 }
 
+// The global norm's sum of squares: its documented order (blocks of 2^16, eight interleaved accumulators, the tail,
+// the blocks in order) bit for bit, whatever the thread count, for sizes around the block and lane edges; and
+// within a few ulps of a long-double sum.
+TEST(sum_squares_is_its_fixed_order_for_any_thread_count) {
+    const int64_t B = (int64_t)1 << 16;
+    for (const int64_t n : {(int64_t)0, (int64_t)1, (int64_t)7, (int64_t)8, (int64_t)13, B - 1, B, B + 9, 3 * B + 5}) {
+        std::vector<float> x((size_t)n);
+        std::mt19937 r((uint32_t)n + 1);
+        std::uniform_real_distribution<float> u(-3.0f, 3.0f);
+        for (auto & e : x) e = u(r);
+        double want = 0;
+        long double exact = 0;
+        for (int64_t b = 0; b * B < n; ++b) {
+            const int64_t len = std::min(B, n - b * B), full = len - len % 8;
+            double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0}, s = 0;
+            for (int64_t i = 0; i < full; ++i) acc[i % 8] += (double)x[(size_t)(b * B + i)] * (double)x[(size_t)(b * B + i)];
+            for (double a : acc) s += a;
+            for (int64_t i = full; i < len; ++i) s += (double)x[(size_t)(b * B + i)] * (double)x[(size_t)(b * B + i)];
+            want += s;
+        }
+        for (float e : x) exact += (long double)e * (long double)e;
+        for (int threads : {1, 2, 3}) {
+            maporl_set_threads(threads);
+            const double got = g::sum_squares(x.data(), n);
+            CHECK(std::memcmp(&got, &want, sizeof got) == 0, "n=%lld threads=%d: %.17g vs %.17g", (long long)n, threads, got, want);
+        }
+        CHECK(std::fabs((long double)want - exact) <= 1e-14L * (exact + 1), "n=%lld: %.17g vs the long-double %.17Lg", (long long)n, want, exact);
+    }
+    maporl_set_threads(0);
+}
+
 // The float kernels of every SIMD level (the packed GEMM on AVX2 / AVX-512) against the double path, on shapes
 // whose columns are not a multiple of the tile width, and on one that crosses every block of the packed GEMM (rows
 // past MC, columns past NC, k past KC, on both ISAs). There the weight read in place (matmul_forward) and through
