@@ -270,6 +270,15 @@ void Model<F>::backward(const F * dlogits, const F * dvalues) {
     backward_hidden(dlnf, dvalues);
 }
 
+namespace {
+// a[0 .. n) = 0 on the pool's threads (a full model's gradients are 4 bytes per parameter: 540 MB at 135M; the
+// backward's per-layer buffers).
+template <typename F>
+void zero_parallel(F * a, size_t n) {
+    parallel_for((int64_t)n, (int64_t)1 << 14, [a](int64_t i0, int64_t i1) { std::memset(a + i0, 0, sizeof(F) * (size_t)(i1 - i0)); });
+}
+}  // namespace
+
 template <typename F>
 void Model<F>::backward_hidden(std::vector<F> & dlnf, const F * dvalues) {
     if (B == 0) throw_error(MAPORL_ERR_INVALID_ARG, "backward: no forward to go back through");
@@ -297,10 +306,7 @@ void Model<F>::backward_hidden(std::vector<F> & dlnf, const F * dvalues) {
         dk.resize((size_t)(N * KC));
     }
     // (About 31 MB of gradient buffers per layer at the SmolLM2 shape: zeroed by the pool's threads, not one.)
-    auto zero = [](std::vector<F> & a) {
-        F * d = a.data();
-        parallel_for((int64_t)a.size(), (int64_t)1 << 14, [d](int64_t i0, int64_t i1) { std::memset(d + i0, 0, sizeof(F) * (size_t)(i1 - i0)); });
-    };
+    auto zero = [](std::vector<F> & a) { zero_parallel(a.data(), a.size()); };
     for (int64_t l = cfg.layers - 1; l >= 0; --l) {
         const auto & bl = layout.blocks[(size_t)l];
         LayerActs<F> & a = acts[(size_t)l];
@@ -356,15 +362,6 @@ void Model<F>::backward_hidden(std::vector<F> & dlnf, const F * dvalues) {
         for (int64_t c = 0; c < C; ++c) row[c] += dres[(size_t)(n * C + c)];
     }
 }
-
-namespace {
-// a[0 .. n) = 0 on the pool's threads (a full model's gradients are 4 bytes per parameter: 540 MB at 135M).
-template <typename F>
-void zero_parallel(F * a, size_t n) {
-    parallel_for((int64_t)n, (int64_t)1 << 14, [a](int64_t i0, int64_t i1) { std::memset(a + i0, 0, sizeof(F) * (size_t)(i1 - i0)); });
-}
-
-}  // namespace
 
 template <typename F>
 void Model<F>::zero_grad() {

@@ -120,8 +120,8 @@ maporl_status maporl_gpt_score_backward(maporl_gpt * gpt, const float * grad_log
             else dlnf.assign((size_t)(N * m.cfg.d_model), 0.0f);
             // The forward's logits (freed when this call returns, whatever happens: the gradient overwrites them), or
             // none: each chunk's are recomputed.
-            std::vector<float> kept = std::move(gpt->score_kept);
-            gpt->score_kept.clear();
+            std::vector<float> kept;
+            kept.swap(gpt->score_kept);
             const bool have = kept.size() == (size_t)(N * V);
             if (head)
                 over_chunks(gpt, gpt->score_chunk, V, N, have ? kept.data() : nullptr, [&](float * z, int64_t n0, int64_t r) {
@@ -137,7 +137,6 @@ maporl_status maporl_gpt_score_backward(maporl_gpt * gpt, const float * grad_log
             else m.backward_hidden(dlnf, dvalues);
         }
         gpt->score_targets.clear();  // one backward per scoring forward
-        drop_kept(gpt);
         release_free_memory();
         return MAPORL_OK;
     });
