@@ -79,12 +79,14 @@ void matmul_forward_rows(F * out, const F * inp, const F * weight, const F * bia
 // kernels: the same bits as the float functions on the widened weight. Only the input's gradient exists for it.
 void matmul_forward_bf16(float * out, const float * inp, const uint16_t * weight, const float * bias, int64_t N, int64_t C, int64_t OC);
 void matmul_forward_rows_bf16(float * out, const float * inp, const uint16_t * weight, const float * bias, int64_t N, int64_t C, int64_t OC);
-void matmul_backward_input_bf16(float * dinp, const float * dout, const uint16_t * weight, int64_t N, int64_t C, int64_t OC);
+void matmul_backward_input_bf16(float * dinp, const float * dout, const uint16_t * weight, int64_t N, int64_t C, int64_t OC,
+                                bool set_dinp = false);
 // dinp += dout @ weight; dweight += dout^T @ inp; dbias += sum_n dout (dweight and dbias may be null: a frozen
-// weight, as LoRA's base, gets the input's gradient only).
+// weight, as LoRA's base, gets the input's gradient only). With set_dinp, dinp = dout @ weight: its old values are
+// not read (the same floats as zeroing it first, without that pass).
 template <typename F>
 void matmul_backward(F * dinp, F * dweight, F * dbias, const F * dout, const F * inp, const F * weight, int64_t N,
-                     int64_t C, int64_t OC);
+                     int64_t C, int64_t OC, bool set_dinp = false);
 
 // Causal multi-head attention from packed qkv [B, T, 3C] (q, k, v each C = NH * hs): out [B, T, C];
 // att [B, NH, T, T] keeps the softmax probabilities (row t uses columns 0..t) for the backward.

@@ -140,6 +140,16 @@ void Model<F>::init(uint64_t seed) {
     }
 }
 
+namespace {
+// dst[i] += src[i] (a residual connection) on the pool's threads.
+template <typename F>
+void add_into(F * dst, const F * src, int64_t n) {
+    parallel_for(n, (int64_t)1 << 14, [dst, src](int64_t i0, int64_t i1) {
+        for (int64_t i = i0; i < i1; ++i) dst[i] += src[i];
+    });
+}
+}  // namespace
+
 template <typename F>
 void Model<F>::forward(const int32_t * tok, int64_t B_, int64_t T_, bool head) {
     if (T_ < 1 || T_ > cfg.context) throw_error(MAPORL_ERR_INVALID_ARG, "T: expected 1..%lld (context), got %lld", (long long)cfg.context, (long long)T_);
@@ -190,7 +200,7 @@ void Model<F>::forward(const int32_t * tok, int64_t B_, int64_t T_, bool head) {
         attention_gqa_forward(a.y.data(), a.att.data(), a.qr.data(), a.kr.data(), a.v.data(), B, T, NH, NKV, hd);
         lin(a.res2.data(), a.y.data(), bl.o, bl.ob, N, QC, C);
         lo(l, kO, a.res2.data(), a.y.data());
-        for (int64_t i = 0; i < N * C; ++i) a.res2[(size_t)i] += x[i];
+        add_into(a.res2.data(), x, N * C);
         rmsnorm_forward(a.xn2.data(), a.rstd2.data(), a.res2.data(), p(bl.post_norm), N, C, cfg.rms_eps);
         lin(a.gate.data(), a.xn2.data(), bl.gate, -1, N, C, I);
         lin(a.up.data(), a.xn2.data(), bl.up, -1, N, C, I);
@@ -199,7 +209,7 @@ void Model<F>::forward(const int32_t * tok, int64_t B_, int64_t T_, bool head) {
         swiglu_forward(a.hmid.data(), a.gate.data(), a.up.data(), N * I);
         lin(a.res3.data(), a.hmid.data(), bl.down, -1, N, I, C);
         lo(l, kDown, a.res3.data(), a.hmid.data());
-        for (int64_t i = 0; i < N * C; ++i) a.res3[(size_t)i] += a.res2[(size_t)i];
+        add_into(a.res3.data(), a.res2.data(), N * C);
         x = a.res3.data();
     }
     sz(lnf, N * C);
@@ -225,13 +235,13 @@ void Model<F>::lin(F * out, const F * inp, int64_t w, int64_t bias, int64_t N, i
 }
 
 template <typename F>
-void Model<F>::lin_back(F * dinp, F * dw, F * db, const F * dout, const F * inp, int64_t w, int64_t N, int64_t Cin, int64_t OC) {
+void Model<F>::lin_back(F * dinp, F * dw, F * db, const F * dout, const F * inp, int64_t w, int64_t N, int64_t Cin, int64_t OC, bool set_dinp) {
     if constexpr (std::is_same<F, float>::value)
         if (is_half(w)) {
             if (dw || db) throw_error(MAPORL_ERR_INTERNAL, "llama: a gradient asked of the frozen bfloat16 tensor %s", layout.tensors[(size_t)w].name.c_str());
-            return gpt::matmul_backward_input_bf16(dinp, dout, h(w), N, Cin, OC);
+            return gpt::matmul_backward_input_bf16(dinp, dout, h(w), N, Cin, OC, set_dinp);
         }
-    matmul_backward(dinp, dw, db, dout, inp, p(w), N, Cin, OC);
+    matmul_backward(dinp, dw, db, dout, inp, p(w), N, Cin, OC, set_dinp);
 }
 
 template <typename F>
@@ -305,28 +315,26 @@ void Model<F>::backward_hidden(std::vector<F> & dlnf, const F * dvalues) {
         dq.resize((size_t)(N * QC));
         dk.resize((size_t)(N * KC));
     }
-    // (About 31 MB of gradient buffers per layer at the SmolLM2 shape: zeroed by the pool's threads, not one.)
+    // (The buffers that ops accumulate into, about 18 MB per layer at the SmolLM2 shape, are zeroed by the pool's
+    // threads; the GEMMs that start a gradient set it instead, with no zeroing pass.)
     auto zero = [](std::vector<F> & a) { zero_parallel(a.data(), a.size()); };
     for (int64_t l = cfg.layers - 1; l >= 0; --l) {
         const auto & bl = layout.blocks[(size_t)l];
         LayerActs<F> & a = acts[(size_t)l];
         const F * xin = l == 0 ? embedded.data() : acts[(size_t)(l - 1)].res3.data();
         // res3 = res2 + down(swiglu(gate, up)): dres is the gradient of both.
-        zero(dh);
-        lin_back(dh.data(), gw(bl.down), (F *)nullptr, dres.data(), a.hmid.data(), bl.down, N, I, C);
+        lin_back(dh.data(), gw(bl.down), (F *)nullptr, dres.data(), a.hmid.data(), bl.down, N, I, C, /*set_dinp=*/true);
         lo(l, kDown, dh.data(), dres.data(), a.hmid.data());
         zero(dgate);
         zero(dup);
         swiglu_backward(dgate.data(), dup.data(), dh.data(), a.gate.data(), a.up.data(), N * I);
-        zero(dxn);
-        lin_back(dxn.data(), gw(bl.gate), (F *)nullptr, dgate.data(), a.xn2.data(), bl.gate, N, C, I);
+        lin_back(dxn.data(), gw(bl.gate), (F *)nullptr, dgate.data(), a.xn2.data(), bl.gate, N, C, I, /*set_dinp=*/true);
         lin_back(dxn.data(), gw(bl.up), (F *)nullptr, dup.data(), a.xn2.data(), bl.up, N, C, I);
         lo(l, kGate, dxn.data(), dgate.data(), a.xn2.data());
         lo(l, kUp, dxn.data(), dup.data(), a.xn2.data());
         rmsnorm_backward(dres.data(), gw(bl.post_norm), dxn.data(), a.res2.data(), p(bl.post_norm), a.rstd2.data(), N, C);
         // res2 = x + o_proj(y).
-        zero(dy);
-        lin_back(dy.data(), gw(bl.o), bias_g(bl.ob), dres.data(), a.y.data(), bl.o, N, QC, C);
+        lin_back(dy.data(), gw(bl.o), bias_g(bl.ob), dres.data(), a.y.data(), bl.o, N, QC, C, /*set_dinp=*/true);
         lo(l, kO, dy.data(), dres.data(), a.y.data());
         zero(dqr);
         zero(dkr);
@@ -345,8 +353,7 @@ void Model<F>::backward_hidden(std::vector<F> & dlnf, const F * dvalues) {
             dqp = &dq;
             dkp = &dk;
         }
-        zero(dxn);
-        lin_back(dxn.data(), gw(bl.q), bias_g(bl.qb), dqp->data(), a.xn1.data(), bl.q, N, C, QC);
+        lin_back(dxn.data(), gw(bl.q), bias_g(bl.qb), dqp->data(), a.xn1.data(), bl.q, N, C, QC, /*set_dinp=*/true);
         lin_back(dxn.data(), gw(bl.k), bias_g(bl.kb), dkp->data(), a.xn1.data(), bl.k, N, C, KC);
         lin_back(dxn.data(), gw(bl.v), bias_g(bl.vb), dv.data(), a.xn1.data(), bl.v, N, C, KC);
         lo(l, kQ, dxn.data(), dqp->data(), a.xn1.data());

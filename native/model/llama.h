@@ -99,8 +99,9 @@ struct Model {
     uint16_t * h(int64_t tensor) { return half.data() + half_off[(size_t)tensor]; }
     // out = inp @ W^T (+ bias) for matrix tensor w (bias: a tensor index or -1), float or bfloat16.
     void lin(F * out, const F * inp, int64_t w, int64_t bias, int64_t N, int64_t Cin, int64_t OC);
-    // dinp += dout @ W; dw, db (may be null) += the weight's and bias's gradients (a bfloat16 W has none).
-    void lin_back(F * dinp, F * dw, F * db, const F * dout, const F * inp, int64_t w, int64_t N, int64_t Cin, int64_t OC);
+    // dinp += dout @ W (with set_dinp, dinp = dout @ W: its old values are not read); dw, db (may be null) += the
+    // weight's and bias's gradients (a bfloat16 W has none).
+    void lin_back(F * dinp, F * dw, F * db, const F * dout, const F * inp, int64_t w, int64_t N, int64_t Cin, int64_t OC, bool set_dinp = false);
     // dst [C] = the embedding row of token id.
     void embed_row(F * dst, int32_t id);
     F * g(int64_t tensor) { return grads.data() + layout.tensors[(size_t)tensor].offset; }

@@ -5,6 +5,7 @@
 // order: also independent of the thread count, and within float rounding of this path); it reads a Linear's
 // weight through its strides, so matmul_forward makes no transposed copy there.
 #include <atomic>
+#include <cstring>
 #include <type_traits>
 #include <vector>
 
@@ -18,6 +19,10 @@ namespace maporl {
 namespace avx512 {
 void gemm_acc_f32(int64_t M, int64_t Nc, int64_t K, const float * A, int64_t lda_i, int64_t lda_k, const float * B,
                   int64_t ldb_k, int64_t ldb_j, float * Cm, int64_t ldc);
+void gemm_set_f32(int64_t M, int64_t Nc, int64_t K, const float * A, int64_t lda_i, int64_t lda_k, const float * B,
+                  int64_t ldb_k, int64_t ldb_j, float * Cm, int64_t ldc, const float * bias);
+void gemm_set_bf16(int64_t M, int64_t Nc, int64_t K, const float * A, int64_t lda_i, int64_t lda_k, const uint16_t * B,
+                   int64_t ldb_k, int64_t ldb_j, float * Cm, int64_t ldc, const float * bias);
 void gemv_rows_f32(int64_t N, int64_t OC, int64_t C, const float * X, const float * Wm, const float * bias, float * out);
 void gemm_acc_bf16(int64_t M, int64_t Nc, int64_t K, const float * A, int64_t lda_i, int64_t lda_k, const uint16_t * B,
                    int64_t ldb_k, int64_t ldb_j, float * Cm, int64_t ldc);
@@ -26,6 +31,10 @@ void gemv_rows_bf16(int64_t N, int64_t OC, int64_t C, const float * X, const uin
 namespace avx2 {
 void gemm_acc_f32(int64_t M, int64_t Nc, int64_t K, const float * A, int64_t lda_i, int64_t lda_k, const float * B,
                   int64_t ldb_k, int64_t ldb_j, float * Cm, int64_t ldc);
+void gemm_set_f32(int64_t M, int64_t Nc, int64_t K, const float * A, int64_t lda_i, int64_t lda_k, const float * B,
+                  int64_t ldb_k, int64_t ldb_j, float * Cm, int64_t ldc, const float * bias);
+void gemm_set_bf16(int64_t M, int64_t Nc, int64_t K, const float * A, int64_t lda_i, int64_t lda_k, const uint16_t * B,
+                   int64_t ldb_k, int64_t ldb_j, float * Cm, int64_t ldc, const float * bias);
 void gemv_rows_f32(int64_t N, int64_t OC, int64_t C, const float * X, const float * Wm, const float * bias, float * out);
 void gemm_acc_bf16(int64_t M, int64_t Nc, int64_t K, const float * A, int64_t lda_i, int64_t lda_k, const uint16_t * B,
                    int64_t ldb_k, int64_t ldb_j, float * Cm, int64_t ldc);
@@ -46,13 +55,22 @@ auto simd_gemm() -> void (*)(int64_t, int64_t, int64_t, const float *, int64_t, 
     return nullptr;
 }
 
-// out[n, :] = bias (or 0): the GEMM accumulates onto it.
+// The vector kernel that sets its output (out = bias + inp @ B: no fill of the output first), or null.
 template <typename F>
-void fill_bias(F * out, const F * bias, int64_t N, int64_t OC) {
-    parallel_for(N, 16, [&](int64_t n0, int64_t n1) {
-        for (int64_t n = n0; n < n1; ++n)
-            for (int64_t k = 0; k < OC; ++k) out[n * OC + k] = bias ? bias[k] : F(0);
-    });
+auto simd_gemm_set() -> void (*)(int64_t, int64_t, int64_t, const float *, int64_t, int64_t, const float *, int64_t, int64_t, float *,
+                                 int64_t, const float *) {
+    if constexpr (std::is_same<F, float>::value) {
+        const Isa isa = active_isa();
+        if (isa == Isa::Avx512) return avx512::gemm_set_f32;
+        if (isa == Isa::Avx2) return avx2::gemm_set_f32;
+    }
+    return nullptr;
+}
+
+// a[0 .. n) = 0 on the pool's threads.
+template <typename F>
+void zero_rows(F * a, int64_t N, int64_t C) {
+    parallel_for(N, 16, [&](int64_t n0, int64_t n1) { std::memset(a + n0 * C, 0, sizeof(F) * (size_t)((n1 - n0) * C)); });
 }
 
 }  // namespace
@@ -64,9 +82,8 @@ bool matmul_packs() {
 
 template <typename F>
 void matmul_forward_wt(F * out, const F * inp, const F * wt, const F * bias, int64_t N, int64_t C, int64_t OC) {
-    if (auto gemm = simd_gemm<F>()) {
-        fill_bias(out, bias, N, OC);
-        gemm((int64_t)N, OC, C, (const float *)inp, C, 1, (const float *)wt, OC, 1, (float *)out, OC);
+    if (auto gemm = simd_gemm_set<F>()) {
+        gemm((int64_t)N, OC, C, (const float *)inp, C, 1, (const float *)wt, OC, 1, (float *)out, OC, (const float *)bias);
         return;
     }
     parallel_for(N, 4, [&](int64_t n0, int64_t n1) {
@@ -110,9 +127,8 @@ void transpose_weight(F * wt, const F * weight, int64_t C, int64_t OC) {
 
 template <typename F>
 void matmul_forward(F * out, const F * inp, const F * weight, const F * bias, int64_t N, int64_t C, int64_t OC) {
-    if (auto gemm = simd_gemm<F>()) {  // the kernel packs weight^T from weight's strides: no transposed copy
-        fill_bias(out, bias, N, OC);
-        gemm((int64_t)N, OC, C, (const float *)inp, C, 1, (const float *)weight, 1, C, (float *)out, OC);
+    if (auto gemm = simd_gemm_set<F>()) {  // the kernel packs weight^T from weight's strides: no transposed copy
+        gemm((int64_t)N, OC, C, (const float *)inp, C, 1, (const float *)weight, 1, C, (float *)out, OC, (const float *)bias);
         return;
     }
     std::vector<F> wt((size_t)(C * OC));  // [C, OC]
@@ -122,10 +138,11 @@ void matmul_forward(F * out, const F * inp, const F * weight, const F * bias, in
 
 template <typename F>
 void matmul_backward(F * dinp, F * dweight, F * dbias, const F * dout, const F * inp, const F * weight, int64_t N,
-                     int64_t C, int64_t OC) {
+                     int64_t C, int64_t OC, bool set_dinp) {
     if (auto gemm = simd_gemm<F>()) {
-        // dinp[N, C] += dout[N, OC] @ weight[OC, C]; dweight[OC, C] += dout^T @ inp (A read with transposed strides).
-        gemm(N, C, OC, (const float *)dout, OC, 1, (const float *)weight, C, 1, (float *)dinp, C);
+        // dinp[N, C] (+)= dout[N, OC] @ weight[OC, C]; dweight[OC, C] += dout^T @ inp (A read with transposed strides).
+        if (set_dinp) simd_gemm_set<F>()(N, C, OC, (const float *)dout, OC, 1, (const float *)weight, C, 1, (float *)dinp, C, nullptr);
+        else gemm(N, C, OC, (const float *)dout, OC, 1, (const float *)weight, C, 1, (float *)dinp, C);
         if (dweight) gemm(OC, C, N, (const float *)dout, 1, OC, (const float *)inp, C, 1, (float *)dweight, C);
         if (dbias)
             parallel_for(OC, 16, [&](int64_t o0, int64_t o1) {
@@ -137,6 +154,7 @@ void matmul_backward(F * dinp, F * dweight, F * dbias, const F * dout, const F *
             });
         return;
     }
+    if (set_dinp) zero_rows(dinp, N, C);
     parallel_for(N, 4, [&](int64_t n0, int64_t n1) {
         for (int64_t n = n0; n < n1; ++n) {
             F * __restrict__ di = dinp + n * C;
@@ -177,11 +195,8 @@ std::vector<float> widened(const uint16_t * w, int64_t n) {
 
 void matmul_forward_bf16(float * out, const float * inp, const uint16_t * weight, const float * bias, int64_t N, int64_t C, int64_t OC) {
     const Isa isa = active_isa();
-    if (isa == Isa::Avx512 || isa == Isa::Avx2) {
-        fill_bias(out, bias, N, OC);
-        (isa == Isa::Avx512 ? avx512::gemm_acc_bf16 : avx2::gemm_acc_bf16)(N, OC, C, inp, C, 1, weight, 1, C, out, OC);
-        return;
-    }
+    if (isa == Isa::Avx512 || isa == Isa::Avx2)
+        return (isa == Isa::Avx512 ? avx512::gemm_set_bf16 : avx2::gemm_set_bf16)(N, OC, C, inp, C, 1, weight, 1, C, out, OC, bias);
     const std::vector<float> w = widened(weight, OC * C);
     matmul_forward(out, inp, w.data(), bias, N, C, OC);
 }
@@ -194,12 +209,14 @@ void matmul_forward_rows_bf16(float * out, const float * inp, const uint16_t * w
     matmul_forward_rows(out, inp, w.data(), bias, N, C, OC);
 }
 
-void matmul_backward_input_bf16(float * dinp, const float * dout, const uint16_t * weight, int64_t N, int64_t C, int64_t OC) {
+void matmul_backward_input_bf16(float * dinp, const float * dout, const uint16_t * weight, int64_t N, int64_t C, int64_t OC, bool set_dinp) {
     const Isa isa = active_isa();
-    if (isa == Isa::Avx512 || isa == Isa::Avx2)
+    if (isa == Isa::Avx512 || isa == Isa::Avx2) {
+        if (set_dinp) return (isa == Isa::Avx512 ? avx512::gemm_set_bf16 : avx2::gemm_set_bf16)(N, C, OC, dout, OC, 1, weight, C, 1, dinp, C, nullptr);
         return (isa == Isa::Avx512 ? avx512::gemm_acc_bf16 : avx2::gemm_acc_bf16)(N, C, OC, dout, OC, 1, weight, C, 1, dinp, C);
+    }
     const std::vector<float> w = widened(weight, OC * C);
-    matmul_backward(dinp, (float *)nullptr, (float *)nullptr, dout, (const float *)nullptr, w.data(), N, C, OC);
+    matmul_backward(dinp, (float *)nullptr, (float *)nullptr, dout, (const float *)nullptr, w.data(), N, C, OC, set_dinp);
 }
 
 #define MAPORL_INSTANTIATE(F)                                                                              \
@@ -208,7 +225,7 @@ void matmul_backward_input_bf16(float * dinp, const float * dout, const uint16_t
     template void transpose_weight<F>(F *, const F *, int64_t, int64_t);                                  \
     template bool matmul_packs<F>();                                                                       \
     template void matmul_forward_rows<F>(F *, const F *, const F *, const F *, int64_t, int64_t, int64_t); \
-    template void matmul_backward<F>(F *, F *, F *, const F *, const F *, const F *, int64_t, int64_t, int64_t);
+    template void matmul_backward<F>(F *, F *, F *, const F *, const F *, const F *, int64_t, int64_t, int64_t, bool);
 MAPORL_INSTANTIATE(float)
 MAPORL_INSTANTIATE(double)
 #undef MAPORL_INSTANTIATE

@@ -5,9 +5,10 @@
 // adapter against the frozen base. Held out, the co-trained adapters must use the hand-off far better than the
 // untrained team and the control.
 // Calibration at AVX2 (pinned, as the other qualitative tests; seed 0, a 1600-step warm start, 40 iterations, 100
-// questions): untrained .190 at turn 2, co-trained .960 after 20 iterations and .890 after 40, control .220. With an
-// 800-step warm start the base came out unable to do its part on this seed (untrained .100, co-trained .080): the
-// tiny llama needs the longer warm start. Thresholds 0.4 and 0.35 leave over 5 standard errors of a 100-question
+// questions): untrained .190 at turn 2, co-trained .960 after 20 iterations and .890 after 40, control .220; with
+// SwiGLU's float sigmoid (2026-12-03, every float of the MLP moved within rounding) untrained .180, co-trained .920
+// after 40, control .230. With an 800-step warm start the base came out unable to do its part on this seed
+// (untrained .100, co-trained .080): the tiny llama needs the longer warm start. Thresholds 0.4 and 0.35 leave over 5 standard errors of a 100-question
 // difference.
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";

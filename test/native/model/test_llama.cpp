@@ -126,6 +126,47 @@ TEST(op_backwards_match_finite_differences) {
     }
 }
 
+// The float SwiGLU: the same bits at every SIMD level (vector body and tails), within float rounding of the double
+// path, and silu's limits kept at the extremes (+-Inf, +-100, NaN propagates).
+TEST(float_swiglu_is_the_same_at_every_simd_level_and_close_to_double) {
+    const int64_t n = 1037;
+    std::mt19937 r(7);
+    std::uniform_real_distribution<double> u(-12.0, 12.0);
+    std::vector<double> g(n), up(n), d(n);
+    for (int64_t i = 0; i < n; ++i) g[(size_t)i] = u(r), up[(size_t)i] = u(r) / 6, d[(size_t)i] = u(r) / 6;
+    g[0] = 0.0, g[1] = -0.0, g[2] = 100.0, g[3] = -100.0, g[4] = INFINITY, g[5] = -200.0, g[6] = 1e-30, g[7] = -90.0;
+    std::vector<double> out(n), dg(n, 0.5), du(n, -0.5);
+    L::swiglu_forward(out.data(), g.data(), up.data(), n);
+    L::swiglu_backward(dg.data(), du.data(), d.data(), g.data(), up.data(), n);
+    std::vector<float> fg(g.begin(), g.end()), fu(up.begin(), up.end()), fd(d.begin(), d.end());
+    fg[8] = NAN;
+    std::vector<std::vector<float>> levels;
+    for (const char * level : {"scalar", "avx2", "avx512"}) {
+        if (maporl_set_simd(level) != MAPORL_OK) continue;
+        std::vector<float> fo(n), fdg(n, 0.5f), fdu(n, -0.5f);
+        L::swiglu_forward(fo.data(), fg.data(), fu.data(), n);
+        L::swiglu_backward(fdg.data(), fdu.data(), fd.data(), fg.data(), fu.data(), n);
+        double worst = 0;
+        for (int64_t i = 0; i < n; ++i) {
+            if (i == 4 || i == 8) continue;
+            worst = std::max({worst, std::fabs(fo[(size_t)i] - out[(size_t)i]), std::fabs(fdg[(size_t)i] - dg[(size_t)i]),
+                              std::fabs(fdu[(size_t)i] - du[(size_t)i])});
+        }
+        CHECK(worst < 1e-5, "%s: float SwiGLU differs from double by %g", level, worst);
+        CHECK(fo[4] == INFINITY * fu[4] && fo[3] == 0.0f && std::isnan(fo[8]) && std::isnan(fdg[8]), "%s: limits: %g %g %g %g", level, fo[4], fo[3],
+              fo[8], fdg[8]);
+        fo.insert(fo.end(), fdg.begin(), fdg.end());
+        fo.insert(fo.end(), fdu.begin(), fdu.end());
+        levels.push_back(fo);
+    }
+    for (size_t l = 1; l < levels.size(); ++l)
+        for (size_t i = 0; i < levels[0].size(); ++i)
+            if (!(std::isnan(levels[l][i]) && std::isnan(levels[0][i])))  // (a NaN's payload may differ)
+                CHECK(std::memcmp(&levels[l][i], &levels[0][i], sizeof(float)) == 0, "SIMD level %zu changed the bits at %zu: %.9g vs %.9g", l, i,
+                      levels[l][i], levels[0][i]);
+    maporl_set_simd("best");
+}
+
 // transformers' llama3 rule by its three bands: high frequencies unchanged, low ones divided by the factor, the
 // middle interpolated (strictly between); linear divides every frequency.
 TEST(rope_scaling_follows_the_bands) {
