@@ -2,9 +2,12 @@
 // 576, 30 layers, 9 heads, 3 KV heads, intermediate 1536, vocab 49152, tied head; random weights, float32) against
 // the same architecture in eager PyTorch (bench/python/llama.py), same run and thread count: KV-cache generation
 // (batch 8, 64-token prompts, 64 new tokens), single-stream decoding against the weight-read floor (the weights'
-// bytes per token over the copy bandwidth measured at the start of the run), a full fine-tuning step (B=4, T=256),
-// single-stream decoding on a bfloat16 base (dtype 'bfloat16': half the bytes per token), the forward's GEMM
-// efficiency (FLOP/s against the FMA peak measured in the run),
+// bytes per token over the copy bandwidth, read + write, which on these machines equals a pure read stream's rate
+// within noise), a full fine-tuning step (B=4, T=256), single-stream decoding on a bfloat16 base (dtype 'bfloat16':
+// half the bytes per token), the forward's GEMM efficiency (FLOP/s against the FMA peak). The probes (bandwidth,
+// peak) are measured right before and after each timed repetition and each share is the median over repetitions of
+// the kernel against its own repetition's probe: a shared VM's speed drifts 2x within minutes, so a probe taken
+// once, minutes away, could move a share by tens of points either way;
 // and loading a ~1 GB bf16 checkpoint (the Qwen2.5-0.5B shape) in a fresh process: seconds and peak RSS.
 import { spawnSync } from "node:child_process";
 import { closeSync, mkdtempSync, openSync, rmSync, writeFileSync, writeSync } from "node:fs";
@@ -16,7 +19,7 @@ import { native } from "../native.js";
 import { NativePolicy } from "../policy/nativePolicy.js";
 import { readHfConfig } from "../policy/hf.js";
 import { lcg } from "../random.js";
-import { timeMedian } from "./measure.js";
+import { median, timeMedian, timeWithProbe } from "./measure.js";
 import { blasName, runPython } from "./python.js";
 import { type BenchContext, type BenchRow } from "./types.js";
 
@@ -96,23 +99,31 @@ export async function benchLlama(ctx: BenchContext): Promise<BenchRow[]> {
         bytesMoved: bytes, baselineMs: null, note: gb.ok ? `${ts(gbm, 8 * 64)}, torch ${gb.torch}, ${blasName(gb)}` : gb.error });
     // Single stream: every new token reads every weight once.
     const one = [{ promptTokenIds: reqs[0]!.promptTokenIds.slice(0, 4), sampling: { temperature: 0, maxTokens: 64 } }];
-    const single = await timeMedian(() => p.generate(one), 2, 1);
-    const copyBps = native.measureCopyBandwidth(256 << 20, 5);
-    const floorMs = (bytes / copyBps) * 1e3 * 68;  // 68 decode steps (4 prompt + 64 new)
+    const copy = () => native.measureCopyBandwidth(256 << 20, 3);
+    // The share of the weight-read floor: per repetition, the floor's time (68 decode steps, 4 prompt + 64 new, each
+    // reading `b` bytes at the bandwidth probed around it) over the decode's; the median of those.
+    const floorShare = (t: { samplesMs: number[]; probes: number[] }, b: number) => {
+        const floors = t.probes.map((bps) => (b / bps) * 1e3 * 68);
+        return { share: median(t.samplesMs.map((ms, i) => floors[i]! / ms)), floorTps: 64 / (median(floors) / 1e3), bw: median(t.probes) };
+    };
+    const single = await timeWithProbe(() => p.generate(one), copy, 3, 1);
+    const f32Floor = floorShare(single, bytes);
     const sb = py({ mode: "generate", batch: 1, prompt: 4, new: 64 });
     const sbm = sb.ok ? sb.median_ms! : null;
     rows.push({ kernel: "llama decode B=1", size: `${size}, prompt=4 new=64`, impl: "maporl NativePolicy.generate", medianMs: single.medianMs, peakExtraBytes: null,
-        bytesMoved: bytes * 68, baselineMs: sbm, note: `${ts(single.medianMs, 64)}; weight-read floor ${Math.round(64 / (floorMs / 1e3))} tokens/s (${(100 * floorMs / single.medianMs).toFixed(0)}% of it)` });
+        bytesMoved: bytes * 68, baselineMs: sbm, note: `${ts(single.medianMs, 64)}; weight-read floor ${Math.round(f32Floor.floorTps)} tokens/s at ` +
+            `${(f32Floor.bw / 1e9).toFixed(1)} GB/s (${(100 * f32Floor.share).toFixed(0)}% of it)` });
     rows.push({ kernel: "llama decode B=1", size: `${size}, prompt=4 new=64`, impl: "PyTorch eager loop with KV cache", medianMs: sbm, peakExtraBytes: null,
         bytesMoved: bytes * 68, baselineMs: null, note: sb.ok ? `${ts(sbm, 64)}, torch ${sb.torch}, ${blasName(sb)}` : sb.error });
     // Single stream on a bfloat16 base (the matrices kept bf16, widened in the GEMV): half the bytes per token.
     const pb = await NativePolicy.fromConfig(SMOL, { tokenizer: null, seed: 0, contextLength: 512, dtype: "bfloat16" });
     const bfBytes = 2 * SMOL_MATRICES + 4 * (pb.parameterCount - SMOL_MATRICES);  // (norms and the value head stay float32)
-    const singleBf = await timeMedian(() => pb.generate(one), 2, 1);
-    const floorBfMs = (bfBytes / copyBps) * 1e3 * 68;
+    const singleBf = await timeWithProbe(() => pb.generate(one), copy, 3, 1);
+    const bfFloor = floorShare(singleBf, bfBytes);
     rows.push({ kernel: "llama decode B=1", size: `${size}, prompt=4 new=64`, impl: "maporl NativePolicy.generate, dtype bfloat16", medianMs: singleBf.medianMs,
         peakExtraBytes: null, bytesMoved: bfBytes * 68, baselineMs: sbm,
-        note: `${ts(singleBf.medianMs, 64)}; weight-read floor ${Math.round(64 / (floorBfMs / 1e3))} tokens/s (${(100 * floorBfMs / singleBf.medianMs).toFixed(0)}% of it)` });
+        note: `${ts(singleBf.medianMs, 64)}; weight-read floor ${Math.round(bfFloor.floorTps)} tokens/s at ${(bfFloor.bw / 1e9).toFixed(1)} GB/s ` +
+            `(${(100 * bfFloor.share).toFixed(0)}% of it)` });
     await pb.dispose();
     // Full fine-tuning step.    // Full fine-tuning step.
     const B = 4, T = 256;
@@ -129,13 +140,15 @@ export async function benchLlama(ctx: BenchContext): Promise<BenchRow[]> {
         peakExtraBytes: tb.ok ? tb.peak_extra_bytes ?? null : null, bytesMoved: bytes, baselineMs: null, note: tb.ok ? `${ts(tbm, B * T)}, torch ${tb.torch}, ${blasName(tb)}` : tb.error });
     // GEMM efficiency: the scoring forward (every matrix of the model and the LM head, [B*T] rows) against the
     // peak FMA rate measured in this run.
-    const fwd = await timeMedian(() => p.logprobs({ tokens: batch.tokens, shape: batch.shape }), 2, 1);
+    const fwd = await timeWithProbe(() => p.logprobs({ tokens: batch.tokens, shape: batch.shape }), () => native.measurePeakFlops(5), 3, 1);
     const flops = llamaForwardFlops(B, T);
-    const peak = native.measurePeakFlops(5);
+    const peak = median(fwd.probes);
     const rate = flops / (fwd.medianMs / 1e3);
+    const share = median(fwd.samplesMs.map((ms, i) => flops / (ms / 1e3) / fwd.probes[i]!));
     rows.push({ kernel: "llama forward", size: `${size}, B=${B} T=${T}`, impl: "maporl NativePolicy.logprobs (GEMM efficiency)", medianMs: fwd.medianMs,
         peakExtraBytes: null, bytesMoved: bytes, baselineMs: null,
-        note: `${(rate / 1e9).toFixed(0)} GFLOP/s = ${(100 * rate / peak).toFixed(0)}% of the measured FMA peak ${(peak / 1e9).toFixed(0)} GFLOP/s (${(flops / 1e9).toFixed(0)} GFLOP)` });
+        note: `${(rate / 1e9).toFixed(0)} GFLOP/s = ${(100 * share).toFixed(0)}% of the measured FMA peak ${(peak / 1e9).toFixed(0)} GFLOP/s (${(flops / 1e9).toFixed(0)} GFLOP; ` +
+            `probes ${fwd.probes.map((x) => (x / 1e9).toFixed(0)).join(", ")})` });
     await p.dispose();
     // Loading a ~1 GB bf16 checkpoint in a fresh process.
     const dir = mkdtempSync(join(tmpdir(), "maporl-bench-load-"));

@@ -22,6 +22,24 @@ export async function timeMedian(fn: () => unknown | Promise<unknown>, reps: num
     return { medianMs: median(samples), samplesMs: samples };
 }
 
+/** As timeMedian, with a machine probe (a copy bandwidth, a peak FLOP rate) measured right before and right after each
+ * timed call: `probes[i]` is the mean of the two around `samplesMs[i]`. On a shared machine whose speed drifts
+ * within minutes, a kernel's share of the probe is then taken against the probe of the same moment, not one
+ * measured minutes away. */
+export async function timeWithProbe(fn: () => unknown | Promise<unknown>, probe: () => number, reps: number, warmup = 1): Promise<Timing & { probes: number[] }> {
+    for (let i = 0; i < warmup; i++) await fn();
+    const samples: number[] = [], probes: number[] = [];
+    for (let i = 0; i < reps; i++) {
+        await new Promise((resolve) => setImmediate(resolve));
+        const before = probe();
+        const t0 = process.hrtime.bigint();
+        await fn();
+        samples.push(Number(process.hrtime.bigint() - t0) / 1e6);
+        probes.push((before + probe()) / 2);
+    }
+    return { medianMs: median(samples), samplesMs: samples, probes };
+}
+
 export function median(xs: readonly number[]): number {
     const s = [...xs].sort((a, b) => a - b);
     const m = s.length >> 1;

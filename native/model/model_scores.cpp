@@ -3,8 +3,9 @@
 // time: each chunk's logits give their log-probs (and entropies), and the backward recomputes them to turn the
 // loss's gradient w.r.t. those log-probs into the head's and the hidden state's gradients. So no [B, T, V] array
 // exists at any time (a Qwen vocabulary of 151,936 at B = 4, T = 256 would be 622 MB of float logits), at the
-// cost of the LM head's GEMM once more in training. The results equal the fused kernel's over the full logits (the
-// same row formulas), up to the summation order of the head's weight gradient over chunks.
+// cost of the LM head's GEMM once more in training (unless the logits fit the keep budget: then they are computed
+// once, over all rows, and kept for the backward). The results equal the fused kernel's over the full logits (the
+// same row formulas, and each weight-gradient element one chain over the rows in order, chunks or not).
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -80,9 +81,14 @@ maporl_status maporl_gpt_score(maporl_gpt * gpt, const int32_t * tokens, const i
                 bool armed = true;
                 ~Drop() { if (armed) drop_kept(g); }
             } drop{gpt};
-            over_chunks(gpt, chunk, V, N, gpt->score_kept.empty() ? nullptr : gpt->score_kept.data(), [&](float * z, int64_t n0, int64_t r) {
+            // Kept logits on the CPU: the head's GEMM over all N rows at once (its weight packed once, not once per
+            // chunk; every logit is the same float either way), then the log-probs chunk by chunk.
+            float * whole = gpt->score_kept.empty() ? nullptr : gpt->score_kept.data();
+            const bool at_once = whole && !d;
+            if (at_once) gpt->lm->head_rows(whole, 0, N);
+            over_chunks(gpt, chunk, V, N, whole, [&](float * z, int64_t n0, int64_t r) {
                 if (d) d->head_rows(z, n0, r);
-                else gpt->lm->head_rows(z, n0, r);
+                else if (!at_once) gpt->lm->head_rows(z, n0, r);
                 logprobs_cpu<float>(z, targets + n0, r, V, temperature, logp_out + n0, entropy_out ? entropy_out + n0 : nullptr);
             });
             drop.armed = false;
@@ -123,6 +129,10 @@ maporl_status maporl_gpt_score_backward(maporl_gpt * gpt, const float * grad_log
             std::vector<float> kept;
             kept.swap(gpt->score_kept);
             const bool have = kept.size() == (size_t)(N * V);
+            // With all the logits kept on the CPU, the head's backward GEMMs run once over all N rows after the
+            // chunks' gradients (the same floats: each weight-gradient element is one chain over the rows in order,
+            // and each input-gradient row its own), instead of once per chunk.
+            const bool at_once = have && !d;
             if (head)
                 over_chunks(gpt, gpt->score_chunk, V, N, have ? kept.data() : nullptr, [&](float * z, int64_t n0, int64_t r) {
                     if (!have) {
@@ -131,8 +141,9 @@ maporl_status maporl_gpt_score_backward(maporl_gpt * gpt, const float * grad_log
                     }
                     logits_backward_cpu<float>(z, y + n0, r, V, temp, gl + n0, grad_entropy ? grad_entropy + n0 : nullptr, z);
                     if (d) d->head_backward_rows(z, n0, r);
-                    else m.head_backward_rows(dlnf.data(), z, n0, r);
+                    else if (!at_once) m.head_backward_rows(dlnf.data(), z, n0, r);
                 });
+            if (head && at_once) m.head_backward_rows(dlnf.data(), kept.data(), 0, N);
             if (d) d->backward_hidden(dvalues);
             else m.backward_hidden(dlnf, dvalues);
         }
