@@ -93,7 +93,7 @@ export interface TrainOptions {
     /** Llama family: the most bytes of float logits ([B, T, V] x 4) the step keeps from its forward for its backward,
      * instead of recomputing the LM head chunk by chunk (the same result; at the SmolLM2-135M shape, B = 4, T = 256,
      * 201 MB kept saves about 7% of the step). Larger batches recompute, so logits memory stays bounded by the larger
-     * of this and one chunk (about 32 MB). Defaults to 256 MiB (2 ** 28); 0 always recomputes. */
+     * of this and one chunk (at most 64 MB). Defaults to 256 MiB (2 ** 28); 0 always recomputes. */
     keepLogitsBytes?: number;
 }
 

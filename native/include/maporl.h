@@ -458,7 +458,7 @@ maporl_status maporl_gpt_set_tensor(maporl_gpt * gpt, int64_t index, int dtype, 
 /* Scoring through log-probs, never [B, T, V] logits (the Llama family's path for large vocabularies; the GPT family
  * answers it too, over its full logits). logp_out[n] = log softmax(z_n / temperature)[targets[n]], entropy_out[n]
  * (or NULL) = the entropy of that distribution, values_out (or NULL) the value head's outputs, all [B*T]. The LM
- * head runs over `chunk` rows at a time (<= 0: about 32 MB of logits per chunk). CPU only. The forward's
+ * head runs over `chunk` rows at a time (<= 0: even chunks of at most 64 MB of logits). CPU only. The forward's
  * activations are kept for maporl_gpt_score_backward, which adds (+=) the gradients of a loss given through
  * grad_logp [B*T] (d loss / d logp), grad_entropy [B*T] (or NULL) and dvalues [B*T] (or NULL): the LM head's
  * logits are recomputed chunk by chunk. One backward per score. */

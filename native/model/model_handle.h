@@ -54,7 +54,7 @@ struct maporl_gpt {
     std::vector<int32_t> score_targets;
     float score_temperature = 1.0f;
     int64_t score_chunk = 0;
-    std::vector<float> score_z;  // the chunk's logits, kept between calls (no 32 MB allocation per call)
+    std::vector<float> score_z;  // the chunk's logits, kept between calls (no 64 MB allocation per call)
     // A training score (maporl_gpt_set_training 1) whose [N, V] float logits fit in score_keep_bytes keeps them in
     // score_kept for its backward, which then skips the LM head's recomputation (maporl_gpt_set_score_keep).
     int64_t score_keep_bytes = (int64_t)256 << 20;
