@@ -305,21 +305,22 @@ TEST(float_attention_matches_double_at_every_simd_level) {
 
 // The blocked attention rows (forward_rows: R queries sharing the key and value reads, the training forward) give
 // every row the bits of the single-row kernel (forward: what the KV-cache decoder runs), at every vector level: head
-// sizes with tails, rows starting at 1 and past a W-key block and the 32-row value chunks, strided operands.
+// sizes with tails, rows starting at 1 and past a W-key block and the 32-row value chunks, strided operands, and
+// groups of rows scored from a transposed key block (dots_block_t) next to rows scored one by one.
 TEST(blocked_attention_rows_are_the_single_rows_bit_for_bit) {
     for (const char * level : {"avx2", "avx512"}) {
         if (maporl_set_simd(level) != MAPORL_OK) continue;
         const auto rows = g::attention_rows();
         CHECK(rows.forward && rows.forward_rows, "%s: no vector attention rows", level);
         if (!rows.forward || !rows.forward_rows) continue;
-        for (int64_t hs : {5, 16, 64, 72}) {
+        for (int64_t hs : {5, 16, 64, 72, 130, 264}) {  // (130: a tail of 2; 264: past the transposed key blocks' 256)
             const int64_t T = 90, qs = 3 * hs + 1, ks = 2 * hs + 3;  // (strides that are not the head size)
             std::vector<float> q(T * qs), k(T * ks), v(T * ks);
             const Vec rq = rnd(q.size(), 60), rk = rnd(k.size(), 61), rv = rnd(v.size(), 62);
             for (size_t i = 0; i < q.size(); ++i) q[i] = (float)rq[i] * 2;
             for (size_t i = 0; i < k.size(); ++i) k[i] = (float)rk[i], v[i] = (float)rv[i];
             for (int64_t len0 : {1, 15, 30, 41}) {
-                for (int64_t R : {1, 3, 8}) {
+                for (int64_t R : {1, 3, 8, 13, 32}) {  // (8, 13, 32: groups of transposed-block rows, 4 or 8 a group, and the rest)
                     std::vector<float> att(R * T, -1.0f), out(R * hs, -1.0f), att1(T), out1(hs);
                     rows.forward_rows(q.data(), qs, k.data(), ks, v.data(), ks, len0, R, hs, 0.125f, att.data(), T, out.data(), hs);
                     for (int64_t r = 0; r < R; ++r) {
