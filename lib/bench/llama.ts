@@ -140,7 +140,7 @@ export async function benchLlama(ctx: BenchContext): Promise<BenchRow[]> {
         peakExtraBytes: tb.ok ? tb.peak_extra_bytes ?? null : null, bytesMoved: bytes, baselineMs: null, note: tb.ok ? `${ts(tbm, B * T)}, torch ${tb.torch}, ${blasName(tb)}` : tb.error });
     // GEMM efficiency: the scoring forward (every matrix of the model and the LM head, [B*T] rows) against the
     // peak FMA rate measured in this run.
-    const fwd = await timeWithProbe(() => p.logprobs({ tokens: batch.tokens, shape: batch.shape }), () => native.measurePeakFlops(5), 3, 1);
+    const fwd = await timeWithProbe(() => p.logprobs({ tokens: batch.tokens, shape: batch.shape }), () => native.measurePeakFlops(5), 5, 1);
     const flops = llamaForwardFlops(B, T);
     const peak = median(fwd.probes);
     const rate = flops / (fwd.medianMs / 1e3);
