@@ -7,8 +7,8 @@
 // half the bytes per token), the forward's GEMM efficiency (FLOP/s against the FMA peak). The probes (bandwidth,
 // peak) are measured right before and after each timed repetition and each share is the median over repetitions of
 // the kernel against its own repetition's probe: a shared VM's speed drifts 2x within minutes, so a probe taken
-// once, minutes away, could move a share by tens of points either way;
-// and loading a ~1 GB bf16 checkpoint (the Qwen2.5-0.5B shape) in a fresh process: seconds and peak RSS.
+// once, minutes away, moved a share by ten points and more. And loading a ~1 GB bf16 checkpoint (the Qwen2.5-0.5B
+// shape) in a fresh process: seconds and peak RSS.
 import { spawnSync } from "node:child_process";
 import { closeSync, mkdtempSync, openSync, rmSync, writeFileSync, writeSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -125,7 +125,7 @@ export async function benchLlama(ctx: BenchContext): Promise<BenchRow[]> {
         note: `${ts(singleBf.medianMs, 64)}; weight-read floor ${Math.round(bfFloor.floorTps)} tokens/s at ${(bfFloor.bw / 1e9).toFixed(1)} GB/s ` +
             `(${(100 * bfFloor.share).toFixed(0)}% of it)` });
     await pb.dispose();
-    // Full fine-tuning step.    // Full fine-tuning step.
+    // Full fine-tuning step.
     const B = 4, T = 256;
     const batch = { tokens: Int32Array.from({ length: B * T }, () => Math.floor(next() * V)), targets: Int32Array.from({ length: B * T }, () => Math.floor(next() * V)),
         mask: new Uint8Array(B * T).fill(1), shape: [B, T] as [number, number] };
@@ -139,7 +139,7 @@ export async function benchLlama(ctx: BenchContext): Promise<BenchRow[]> {
     rows.push({ kernel: "llama train step", size: `${size}, B=${B} T=${T}`, impl: "PyTorch same architecture, AdamW", medianMs: tbm,
         peakExtraBytes: tb.ok ? tb.peak_extra_bytes ?? null : null, bytesMoved: bytes, baselineMs: null, note: tb.ok ? `${ts(tbm, B * T)}, torch ${tb.torch}, ${blasName(tb)}` : tb.error });
     // GEMM efficiency: the scoring forward (every matrix of the model and the LM head, [B*T] rows) against the
-    // peak FMA rate measured in this run.
+    // peak FMA rate probed around each repetition.
     const fwd = await timeWithProbe(() => p.logprobs({ tokens: batch.tokens, shape: batch.shape }), () => native.measurePeakFlops(5), 5, 1);
     const flops = llamaForwardFlops(B, T);
     const peak = median(fwd.probes);
