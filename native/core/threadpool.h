@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <functional>
 
 namespace maporl {
@@ -18,5 +19,11 @@ void pool_set_threads(int n);
 // multiple of `grain` (>= 1). Runs inline when one chunk covers everything. Exceptions thrown by fn are
 // rethrown in the caller (the first one; the other chunks still finish).
 void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)> & fn);
+
+// a[0 .. n) = 0 on the pool's threads (a full model's gradients are 4 bytes per parameter: 540 MB at 135M).
+template <typename T>
+void zero_parallel(T * a, size_t n) {
+    parallel_for((int64_t)n, (int64_t)1 << 14, [a](int64_t i0, int64_t i1) { std::memset(a + i0, 0, sizeof(T) * (size_t)(i1 - i0)); });
+}
 
 }  // namespace maporl

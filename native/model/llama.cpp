@@ -280,15 +280,6 @@ void Model<F>::backward(const F * dlogits, const F * dvalues) {
     backward_hidden(dlnf, dvalues);
 }
 
-namespace {
-// a[0 .. n) = 0 on the pool's threads (a full model's gradients are 4 bytes per parameter: 540 MB at 135M; the
-// backward's per-layer buffers).
-template <typename F>
-void zero_parallel(F * a, size_t n) {
-    parallel_for((int64_t)n, (int64_t)1 << 14, [a](int64_t i0, int64_t i1) { std::memset(a + i0, 0, sizeof(F) * (size_t)(i1 - i0)); });
-}
-}  // namespace
-
 template <typename F>
 void Model<F>::backward_hidden(std::vector<F> & dlnf, const F * dvalues) {
     if (B == 0) throw_error(MAPORL_ERR_INVALID_ARG, "backward: no forward to go back through");

@@ -5,7 +5,6 @@
 // order: also independent of the thread count, and within float rounding of this path); it reads a Linear's
 // weight through its strides, so matmul_forward makes no transposed copy there.
 #include <atomic>
-#include <cstring>
 #include <type_traits>
 #include <vector>
 
@@ -43,49 +42,45 @@ void gemv_rows_bf16(int64_t N, int64_t OC, int64_t C, const float * X, const uin
 namespace gpt {
 namespace {
 
-// The vector kernel for float on a SIMD level, else null.
-template <typename F>
-auto simd_gemm() -> void (*)(int64_t, int64_t, int64_t, const float *, int64_t, int64_t, const float *, int64_t, int64_t, float *,
-                             int64_t) {
-    if constexpr (std::is_same<F, float>::value) {
-        const Isa isa = active_isa();
-        if (isa == Isa::Avx512) return avx512::gemm_acc_f32;
-        if (isa == Isa::Avx2) return avx2::gemm_acc_f32;
-    }
-    return nullptr;
+// The kernels of one SIMD level (matmul_vec.inc): C (+)= A B with B float or bfloat16 (acc adds onto C; set writes
+// bias + A B without reading C), and the decoding GEMV.
+struct GemmKernels {
+    decltype(&avx512::gemm_acc_f32) acc_f32;
+    decltype(&avx512::gemm_set_f32) set_f32;
+    decltype(&avx512::gemm_acc_bf16) acc_bf16;
+    decltype(&avx512::gemm_set_bf16) set_bf16;
+    decltype(&avx512::gemv_rows_f32) gemv_f32;
+    decltype(&avx512::gemv_rows_bf16) gemv_bf16;
+};
+
+// The active level's kernels, or null at the scalar level.
+const GemmKernels * simd_kernels() {
+    static const GemmKernels k512{avx512::gemm_acc_f32, avx512::gemm_set_f32, avx512::gemm_acc_bf16, avx512::gemm_set_bf16,
+                                  avx512::gemv_rows_f32, avx512::gemv_rows_bf16};
+    static const GemmKernels k2{avx2::gemm_acc_f32, avx2::gemm_set_f32, avx2::gemm_acc_bf16, avx2::gemm_set_bf16, avx2::gemv_rows_f32,
+                                avx2::gemv_rows_bf16};
+    const Isa isa = active_isa();
+    return isa == Isa::Avx512 ? &k512 : isa == Isa::Avx2 ? &k2 : nullptr;
 }
 
-// The vector kernel that sets its output (out = bias + inp @ B: no fill of the output first), or null.
+// The same for the float build; null for double (the reference build runs the loops below).
 template <typename F>
-auto simd_gemm_set() -> void (*)(int64_t, int64_t, int64_t, const float *, int64_t, int64_t, const float *, int64_t, int64_t, float *,
-                                 int64_t, const float *) {
-    if constexpr (std::is_same<F, float>::value) {
-        const Isa isa = active_isa();
-        if (isa == Isa::Avx512) return avx512::gemm_set_f32;
-        if (isa == Isa::Avx2) return avx2::gemm_set_f32;
-    }
+const GemmKernels * simd_kernels_for() {
+    if constexpr (std::is_same<F, float>::value) return simd_kernels();
     return nullptr;
-}
-
-// a[0 .. n) = 0 on the pool's threads.
-template <typename F>
-void zero_rows(F * a, int64_t N, int64_t C) {
-    parallel_for(N, 16, [&](int64_t n0, int64_t n1) { std::memset(a + n0 * C, 0, sizeof(F) * (size_t)((n1 - n0) * C)); });
 }
 
 }  // namespace
 
 template <typename F>
 bool matmul_packs() {
-    return simd_gemm<F>() != nullptr;
+    return simd_kernels_for<F>() != nullptr;
 }
 
 template <typename F>
 void matmul_forward_wt(F * out, const F * inp, const F * wt, const F * bias, int64_t N, int64_t C, int64_t OC) {
-    if (auto gemm = simd_gemm_set<F>()) {
-        gemm((int64_t)N, OC, C, (const float *)inp, C, 1, (const float *)wt, OC, 1, (float *)out, OC, (const float *)bias);
-        return;
-    }
+    if (const GemmKernels * k = simd_kernels_for<F>())
+        return k->set_f32(N, OC, C, (const float *)inp, C, 1, (const float *)wt, OC, 1, (float *)out, OC, (const float *)bias);
     parallel_for(N, 4, [&](int64_t n0, int64_t n1) {
         for (int64_t n = n0; n < n1; ++n) {
             F * __restrict__ o = out + n * OC;
@@ -102,11 +97,8 @@ void matmul_forward_wt(F * out, const F * inp, const F * wt, const F * bias, int
 
 template <typename F>
 void matmul_forward_rows(F * out, const F * inp, const F * weight, const F * bias, int64_t N, int64_t C, int64_t OC) {
-    if constexpr (std::is_same<F, float>::value) {
-        const Isa isa = active_isa();
-        if (isa == Isa::Avx512) return avx512::gemv_rows_f32(N, OC, C, inp, weight, bias, out);
-        if (isa == Isa::Avx2) return avx2::gemv_rows_f32(N, OC, C, inp, weight, bias, out);
-    }
+    if (const GemmKernels * k = simd_kernels_for<F>())
+        return k->gemv_f32(N, OC, C, (const float *)inp, (const float *)weight, (const float *)bias, (float *)out);
     parallel_for(OC, 16, [&](int64_t o0, int64_t o1) {
         for (int64_t o = o0; o < o1; ++o)
             for (int64_t n = 0; n < N; ++n) {
@@ -127,10 +119,8 @@ void transpose_weight(F * wt, const F * weight, int64_t C, int64_t OC) {
 
 template <typename F>
 void matmul_forward(F * out, const F * inp, const F * weight, const F * bias, int64_t N, int64_t C, int64_t OC) {
-    if (auto gemm = simd_gemm_set<F>()) {  // the kernel packs weight^T from weight's strides: no transposed copy
-        gemm((int64_t)N, OC, C, (const float *)inp, C, 1, (const float *)weight, 1, C, (float *)out, OC, (const float *)bias);
-        return;
-    }
+    if (const GemmKernels * k = simd_kernels_for<F>())  // the kernel packs weight^T from weight's strides: no transposed copy
+        return k->set_f32(N, OC, C, (const float *)inp, C, 1, (const float *)weight, 1, C, (float *)out, OC, (const float *)bias);
     std::vector<F> wt((size_t)(C * OC));  // [C, OC]
     transpose_weight(wt.data(), weight, C, OC);
     matmul_forward_wt(out, inp, wt.data(), bias, N, C, OC);
@@ -139,11 +129,11 @@ void matmul_forward(F * out, const F * inp, const F * weight, const F * bias, in
 template <typename F>
 void matmul_backward(F * dinp, F * dweight, F * dbias, const F * dout, const F * inp, const F * weight, int64_t N,
                      int64_t C, int64_t OC, bool set_dinp) {
-    if (auto gemm = simd_gemm<F>()) {
+    if (const GemmKernels * k = simd_kernels_for<F>()) {
         // dinp[N, C] (+)= dout[N, OC] @ weight[OC, C]; dweight[OC, C] += dout^T @ inp (A read with transposed strides).
-        if (set_dinp) simd_gemm_set<F>()(N, C, OC, (const float *)dout, OC, 1, (const float *)weight, C, 1, (float *)dinp, C, nullptr);
-        else gemm(N, C, OC, (const float *)dout, OC, 1, (const float *)weight, C, 1, (float *)dinp, C);
-        if (dweight) gemm(OC, C, N, (const float *)dout, 1, OC, (const float *)inp, C, 1, (float *)dweight, C);
+        if (set_dinp) k->set_f32(N, C, OC, (const float *)dout, OC, 1, (const float *)weight, C, 1, (float *)dinp, C, nullptr);
+        else k->acc_f32(N, C, OC, (const float *)dout, OC, 1, (const float *)weight, C, 1, (float *)dinp, C);
+        if (dweight) k->acc_f32(OC, C, N, (const float *)dout, 1, OC, (const float *)inp, C, 1, (float *)dweight, C);
         if (dbias)
             parallel_for(OC, 16, [&](int64_t o0, int64_t o1) {
                 for (int64_t o = o0; o < o1; ++o) {
@@ -154,7 +144,7 @@ void matmul_backward(F * dinp, F * dweight, F * dbias, const F * dout, const F *
             });
         return;
     }
-    if (set_dinp) zero_rows(dinp, N, C);
+    if (set_dinp) zero_parallel(dinp, (size_t)(N * C));
     parallel_for(N, 4, [&](int64_t n0, int64_t n1) {
         for (int64_t n = n0; n < n1; ++n) {
             F * __restrict__ di = dinp + n * C;
@@ -194,26 +184,21 @@ std::vector<float> widened(const uint16_t * w, int64_t n) {
 }  // namespace
 
 void matmul_forward_bf16(float * out, const float * inp, const uint16_t * weight, const float * bias, int64_t N, int64_t C, int64_t OC) {
-    const Isa isa = active_isa();
-    if (isa == Isa::Avx512 || isa == Isa::Avx2)
-        return (isa == Isa::Avx512 ? avx512::gemm_set_bf16 : avx2::gemm_set_bf16)(N, OC, C, inp, C, 1, weight, 1, C, out, OC, bias);
+    if (const GemmKernels * k = simd_kernels()) return k->set_bf16(N, OC, C, inp, C, 1, weight, 1, C, out, OC, bias);
     const std::vector<float> w = widened(weight, OC * C);
     matmul_forward(out, inp, w.data(), bias, N, C, OC);
 }
 
 void matmul_forward_rows_bf16(float * out, const float * inp, const uint16_t * weight, const float * bias, int64_t N, int64_t C, int64_t OC) {
-    const Isa isa = active_isa();
-    if (isa == Isa::Avx512) return avx512::gemv_rows_bf16(N, OC, C, inp, weight, bias, out);
-    if (isa == Isa::Avx2) return avx2::gemv_rows_bf16(N, OC, C, inp, weight, bias, out);
+    if (const GemmKernels * k = simd_kernels()) return k->gemv_bf16(N, OC, C, inp, weight, bias, out);
     const std::vector<float> w = widened(weight, OC * C);
     matmul_forward_rows(out, inp, w.data(), bias, N, C, OC);
 }
 
 void matmul_backward_input_bf16(float * dinp, const float * dout, const uint16_t * weight, int64_t N, int64_t C, int64_t OC, bool set_dinp) {
-    const Isa isa = active_isa();
-    if (isa == Isa::Avx512 || isa == Isa::Avx2) {
-        if (set_dinp) return (isa == Isa::Avx512 ? avx512::gemm_set_bf16 : avx2::gemm_set_bf16)(N, C, OC, dout, OC, 1, weight, C, 1, dinp, C, nullptr);
-        return (isa == Isa::Avx512 ? avx512::gemm_acc_bf16 : avx2::gemm_acc_bf16)(N, C, OC, dout, OC, 1, weight, C, 1, dinp, C);
+    if (const GemmKernels * k = simd_kernels()) {
+        if (set_dinp) return k->set_bf16(N, C, OC, dout, OC, 1, weight, C, 1, dinp, C, nullptr);
+        return k->acc_bf16(N, C, OC, dout, OC, 1, weight, C, 1, dinp, C);
     }
     const std::vector<float> w = widened(weight, OC * C);
     matmul_backward(dinp, (float *)nullptr, (float *)nullptr, dout, (const float *)nullptr, w.data(), N, C, OC, set_dinp);
