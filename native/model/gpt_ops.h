@@ -77,6 +77,21 @@ bool matmul_packs();
 // runs matmul_vec.inc's gemv_rows; each output is summed in a fixed order for any thread count.
 template <typename F>
 void matmul_forward_rows(F * out, const F * inp, const F * weight, const F * bias, int64_t N, int64_t C, int64_t OC);
+// One weight of matmul_forward_rows_parts: out [N, OC] = inp @ W^T (+ bias) with W [OC, C] as F (w) or as
+// bfloat16 (w16, widened exactly); exactly one of the two set.
+template <typename F>
+struct RowsPart {
+    const F * w;
+    const uint16_t * w16;
+    const F * bias;
+    F * out;
+    int64_t OC;
+};
+// matmul_forward_rows for several weights that read the same input (a layer's q, k, v; its gate and up) as one
+// parallel job over all their outputs: every output the same bits as alone, one hand-off between threads instead of
+// one per weight.
+template <typename F>
+void matmul_forward_rows_parts(const RowsPart<F> * parts, int nparts, const F * inp, int64_t N, int64_t C);
 // The same with a bfloat16 weight [OC, C] (a frozen base kept in its file dtype), widened exactly inside the
 // kernels: the same bits as the float functions on the widened weight. Only the input's gradient exists for it.
 void matmul_forward_bf16(float * out, const float * inp, const uint16_t * weight, const float * bias, int64_t N, int64_t C, int64_t OC);

@@ -10,6 +10,7 @@
 
 #include <stdint.h>
 
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -145,6 +146,13 @@ struct Model {
     // by the GEMM (W in place where matmul_packs, else its transposed copy, built on first use).
     static constexpr int64_t kRowsGemv = 8;
     void matmul_forward_wt_or(F * out, const F * inp, int64_t w, int64_t bias, int64_t N, int64_t Cin, int64_t OC);
+    // The same for several weights that read the same input (q, k, v; gate, up): the GEMV runs them as one
+    // parallel job (the same bits as one by one).
+    struct Proj {
+        F * out;
+        int64_t w, bias, OC;
+    };
+    void matmul_forward_wt_or(std::initializer_list<Proj> projs, const F * inp, int64_t N, int64_t Cin);
     // lin for many rows: W in place where the GEMM packs it (or it is bfloat16), else W's transposed copy (wt).
     void lin_many(F * out, const F * inp, int64_t w, int64_t bias, int64_t N, int64_t Cin, int64_t OC);
     std::vector<F> kcache, vcache;  // [L, batch, NKV, max_len, head_dim]

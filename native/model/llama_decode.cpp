@@ -148,14 +148,16 @@ void Model<F>::step_rows(std::vector<F> & x, const int64_t * rb, const int64_t *
         if (decode_rule) matmul_forward_wt_or(out, inp, w, bias, N, Cin, OC);
         else lin(out, inp, w, bias, N, Cin, OC);
     };
+    auto mm_shared = [&](std::initializer_list<Proj> projs, const F * inp, int64_t Cin) {  // weights sharing the input
+        if (decode_rule) return matmul_forward_wt_or(projs, inp, N, Cin);
+        for (const Proj & pr : projs) lin(pr.out, inp, pr.w, pr.bias, N, Cin, pr.OC);
+    };
     const F scale = F(1) / (F)std::sqrt((double)hd);
     [[maybe_unused]] const auto rows = gpt::attention_rows();
     for (int64_t l = 0; l < cfg.layers; ++l) {
         const auto & bl = layout.blocks[(size_t)l];
         rmsnorm_forward(xn.data(), rs.data(), x.data(), p(bl.in_norm), N, C, cfg.rms_eps);
-        mm(q.data(), xn.data(), bl.q, bl.qb, C, QC);
-        mm(k.data(), xn.data(), bl.k, bl.kb, C, KC);
-        mm(vv.data(), xn.data(), bl.v, bl.vb, C, KC);
+        mm_shared({{q.data(), bl.q, bl.qb, QC}, {k.data(), bl.k, bl.kb, KC}, {vv.data(), bl.v, bl.vb, KC}}, xn.data(), C);
         lo(l, kQ, q.data(), xn.data());
         lo(l, kK, k.data(), xn.data());
         lo(l, kV, vv.data(), xn.data());
@@ -212,8 +214,7 @@ void Model<F>::step_rows(std::vector<F> & x, const int64_t * rb, const int64_t *
         lo(l, kO, proj.data(), y.data());
         for (size_t i = 0; i < x.size(); ++i) x[i] = proj[i] + x[i];
         rmsnorm_forward(xn.data(), rs.data(), x.data(), p(bl.post_norm), N, C, cfg.rms_eps);
-        mm(gate.data(), xn.data(), bl.gate, -1, C, I);
-        mm(up.data(), xn.data(), bl.up, -1, C, I);
+        mm_shared({{gate.data(), bl.gate, -1, I}, {up.data(), bl.up, -1, I}}, xn.data(), C);
         lo(l, kGate, gate.data(), xn.data());
         lo(l, kUp, up.data(), xn.data());
         swiglu_forward(hmid.data(), gate.data(), up.data(), N * I);
@@ -225,13 +226,25 @@ void Model<F>::step_rows(std::vector<F> & x, const int64_t * rb, const int64_t *
 
 template <typename F>
 void Model<F>::matmul_forward_wt_or(F * out, const F * inp, int64_t w, int64_t bias, int64_t N, int64_t Cin, int64_t OC) {
-    // A few rows (single-stream and small-batch decoding): dot products over the weight's own rows (float or
+    matmul_forward_wt_or({{out, w, bias, OC}}, inp, N, Cin);
+}
+
+template <typename F>
+void Model<F>::matmul_forward_wt_or(std::initializer_list<Proj> projs, const F * inp, int64_t N, int64_t Cin) {
+    // A few rows (single-stream and small-batch decoding): dot products over the weights' own rows (float or
     // bfloat16, widened as they stream), read once per step; more rows: the GEMM, which reuses each weight across rows.
-    if (N > kRowsGemv) return lin_many(out, inp, w, bias, N, Cin, OC);
-    const F * b = bias >= 0 ? p(bias) : (const F *)nullptr;
-    if constexpr (std::is_same<F, float>::value)
-        if (is_half(w)) return gpt::matmul_forward_rows_bf16(out, inp, h(w), b, N, Cin, OC);
-    gpt::matmul_forward_rows(out, inp, p(w), b, N, Cin, OC);
+    if (N > kRowsGemv) {
+        for (const Proj & pr : projs) lin_many(pr.out, inp, pr.w, pr.bias, N, Cin, pr.OC);
+        return;
+    }
+    gpt::RowsPart<F> parts[4];
+    int n = 0;
+    for (const Proj & pr : projs) {
+        if (n == 4) throw_error(MAPORL_ERR_INTERNAL, "llama: more than 4 weights in one GEMV");
+        const bool half = std::is_same<F, float>::value && is_half(pr.w);
+        parts[n++] = {half ? nullptr : p(pr.w), half ? h(pr.w) : nullptr, pr.bias >= 0 ? p(pr.bias) : (const F *)nullptr, pr.out, pr.OC};
+    }
+    gpt::matmul_forward_rows_parts(parts, n, inp, N, Cin);
 }
 
 template <typename F>
@@ -251,6 +264,7 @@ void Model<F>::lin_many(F * out, const F * inp, int64_t w, int64_t bias, int64_t
     template void Model<F>::prefill(const int32_t *, const int64_t *, int64_t);                                   \
     template void Model<F>::step_rows(std::vector<F> &, const int64_t *, const int64_t *, int64_t, bool);         \
     template void Model<F>::matmul_forward_wt_or(F *, const F *, int64_t, int64_t, int64_t, int64_t, int64_t);       \
+    template void Model<F>::matmul_forward_wt_or(std::initializer_list<Proj>, const F *, int64_t, int64_t);          \
     template void Model<F>::lin_many(F *, const F *, int64_t, int64_t, int64_t, int64_t, int64_t);
 MAPORL_INSTANTIATE(float)
 MAPORL_INSTANTIATE(double)

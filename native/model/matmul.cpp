@@ -4,6 +4,7 @@
 // Float on AVX2 / AVX-512 goes through the packed GEMM of matmul_vec.inc instead (explicit FMA, k in ascending
 // order: also independent of the thread count, and within float rounding of this path); it reads a Linear's
 // weight through its strides, so matmul_forward makes no transposed copy there.
+#include <algorithm>
 #include <atomic>
 #include <type_traits>
 #include <vector>
@@ -22,10 +23,11 @@ void gemm_set_f32(int64_t M, int64_t Nc, int64_t K, const float * A, int64_t lda
                   int64_t ldb_k, int64_t ldb_j, float * Cm, int64_t ldc, const float * bias);
 void gemm_set_bf16(int64_t M, int64_t Nc, int64_t K, const float * A, int64_t lda_i, int64_t lda_k, const uint16_t * B,
                    int64_t ldb_k, int64_t ldb_j, float * Cm, int64_t ldc, const float * bias);
-void gemv_rows_f32(int64_t N, int64_t OC, int64_t C, const float * X, const float * Wm, const float * bias, float * out);
+void gemv_rows_f32(int64_t N, int64_t OC, int64_t C, const float * X, const float * Wm, const float * bias, float * out, int64_t o0, int64_t o1);
 void gemm_acc_bf16(int64_t M, int64_t Nc, int64_t K, const float * A, int64_t lda_i, int64_t lda_k, const uint16_t * B,
                    int64_t ldb_k, int64_t ldb_j, float * Cm, int64_t ldc);
-void gemv_rows_bf16(int64_t N, int64_t OC, int64_t C, const float * X, const uint16_t * Wm, const float * bias, float * out);
+void gemv_rows_bf16(int64_t N, int64_t OC, int64_t C, const float * X, const uint16_t * Wm, const float * bias, float * out, int64_t o0,
+                    int64_t o1);
 }
 namespace avx2 {
 void gemm_acc_f32(int64_t M, int64_t Nc, int64_t K, const float * A, int64_t lda_i, int64_t lda_k, const float * B,
@@ -34,10 +36,11 @@ void gemm_set_f32(int64_t M, int64_t Nc, int64_t K, const float * A, int64_t lda
                   int64_t ldb_k, int64_t ldb_j, float * Cm, int64_t ldc, const float * bias);
 void gemm_set_bf16(int64_t M, int64_t Nc, int64_t K, const float * A, int64_t lda_i, int64_t lda_k, const uint16_t * B,
                    int64_t ldb_k, int64_t ldb_j, float * Cm, int64_t ldc, const float * bias);
-void gemv_rows_f32(int64_t N, int64_t OC, int64_t C, const float * X, const float * Wm, const float * bias, float * out);
+void gemv_rows_f32(int64_t N, int64_t OC, int64_t C, const float * X, const float * Wm, const float * bias, float * out, int64_t o0, int64_t o1);
 void gemm_acc_bf16(int64_t M, int64_t Nc, int64_t K, const float * A, int64_t lda_i, int64_t lda_k, const uint16_t * B,
                    int64_t ldb_k, int64_t ldb_j, float * Cm, int64_t ldc);
-void gemv_rows_bf16(int64_t N, int64_t OC, int64_t C, const float * X, const uint16_t * Wm, const float * bias, float * out);
+void gemv_rows_bf16(int64_t N, int64_t OC, int64_t C, const float * X, const uint16_t * Wm, const float * bias, float * out, int64_t o0,
+                    int64_t o1);
 }
 namespace gpt {
 namespace {
@@ -96,17 +99,45 @@ void matmul_forward_wt(F * out, const F * inp, const F * wt, const F * bias, int
 }
 
 template <typename F>
-void matmul_forward_rows(F * out, const F * inp, const F * weight, const F * bias, int64_t N, int64_t C, int64_t OC) {
-    if (const GemmKernels * k = simd_kernels_for<F>())
-        return k->gemv_f32(N, OC, C, (const float *)inp, (const float *)weight, (const float *)bias, (float *)out);
-    parallel_for(OC, 16, [&](int64_t o0, int64_t o1) {
-        for (int64_t o = o0; o < o1; ++o)
-            for (int64_t n = 0; n < N; ++n) {
-                F s = bias ? bias[o] : F(0);
-                for (int64_t c = 0; c < C; ++c) s += inp[n * C + c] * weight[o * C + c];
-                out[n * OC + o] = s;
+void matmul_forward_rows_parts(const RowsPart<F> * parts, int nparts, const F * inp, int64_t N, int64_t C) {
+    int64_t total = 0;
+    for (int i = 0; i < nparts; ++i) {
+        if ((parts[i].w == nullptr) == (parts[i].w16 == nullptr))
+            throw_error(MAPORL_ERR_INTERNAL, "matmul_forward_rows_parts: part %d: expected exactly one of w, w16", i);
+        total += parts[i].OC;
+    }
+    const GemmKernels * k = simd_kernels_for<F>();
+    // One job over the parts' outputs end to end; each chunk runs its piece of every part it overlaps.
+    parallel_for(total, 16, [&](int64_t g0, int64_t g1) {
+        int64_t off = 0;
+        for (int i = 0; i < nparts; ++i) {
+            const RowsPart<F> & pt = parts[i];
+            const int64_t o0 = std::max(g0, off) - off, o1 = std::min(g1, off + pt.OC) - off;
+            off += pt.OC;
+            if (o0 >= o1) continue;
+            if (k) {
+                if (pt.w16) k->gemv_bf16(N, pt.OC, C, (const float *)inp, pt.w16, (const float *)pt.bias, (float *)pt.out, o0, o1);
+                else k->gemv_f32(N, pt.OC, C, (const float *)inp, (const float *)pt.w, (const float *)pt.bias, (float *)pt.out, o0, o1);
+                continue;
             }
+            for (int64_t o = o0; o < o1; ++o)
+                for (int64_t n = 0; n < N; ++n) {
+                    F s = pt.bias ? pt.bias[o] : F(0);
+                    const F * x = inp + n * C;
+                    if (pt.w16)
+                        for (int64_t c = 0; c < C; ++c) s += x[c] * (F)bf16_to_float(pt.w16[o * C + c]);
+                    else
+                        for (int64_t c = 0; c < C; ++c) s += x[c] * pt.w[o * C + c];
+                    pt.out[n * pt.OC + o] = s;
+                }
+        }
     });
+}
+
+template <typename F>
+void matmul_forward_rows(F * out, const F * inp, const F * weight, const F * bias, int64_t N, int64_t C, int64_t OC) {
+    const RowsPart<F> part{weight, nullptr, bias, out, OC};
+    matmul_forward_rows_parts(&part, 1, inp, N, C);
 }
 
 template <typename F>
@@ -174,7 +205,8 @@ void matmul_backward(F * dinp, F * dweight, F * dbias, const F * dout, const F *
 }
 
 // bfloat16 weights (a frozen base): the SIMD kernels widen them as they pack or stream them (the same bits as the
-// float kernels on the widened values); the scalar level widens a float copy and runs the float path.
+// float kernels on the widened values); the scalar level widens a float copy and runs the float path (the decoding
+// GEMV widens each value as it reads it: matmul_forward_rows_parts).
 namespace {
 std::vector<float> widened(const uint16_t * w, int64_t n) {
     std::vector<float> out((size_t)n);
@@ -190,9 +222,8 @@ void matmul_forward_bf16(float * out, const float * inp, const uint16_t * weight
 }
 
 void matmul_forward_rows_bf16(float * out, const float * inp, const uint16_t * weight, const float * bias, int64_t N, int64_t C, int64_t OC) {
-    if (const GemmKernels * k = simd_kernels()) return k->gemv_bf16(N, OC, C, inp, weight, bias, out);
-    const std::vector<float> w = widened(weight, OC * C);
-    matmul_forward_rows(out, inp, w.data(), bias, N, C, OC);
+    const RowsPart<float> part{nullptr, weight, bias, out, OC};
+    matmul_forward_rows_parts(&part, 1, inp, N, C);
 }
 
 void matmul_backward_input_bf16(float * dinp, const float * dout, const uint16_t * weight, int64_t N, int64_t C, int64_t OC, bool set_dinp) {
@@ -210,6 +241,7 @@ void matmul_backward_input_bf16(float * dinp, const float * dout, const uint16_t
     template void transpose_weight<F>(F *, const F *, int64_t, int64_t);                                  \
     template bool matmul_packs<F>();                                                                       \
     template void matmul_forward_rows<F>(F *, const F *, const F *, const F *, int64_t, int64_t, int64_t); \
+    template void matmul_forward_rows_parts<F>(const RowsPart<F> *, int, const F *, int64_t, int64_t);    \
     template void matmul_backward<F>(F *, F *, F *, const F *, const F *, const F *, int64_t, int64_t, int64_t, bool);
 MAPORL_INSTANTIATE(float)
 MAPORL_INSTANTIATE(double)

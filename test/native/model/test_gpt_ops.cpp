@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "test/native/core/check.h"
+#include "native/core/bf16.h"
+#include "native/core/core.h"
 #include "native/model/gpt_ops.h"
 #include "maporl.h"
 
@@ -25,6 +27,8 @@ Vec rnd(size_t n, uint32_t seed, double scale = 1.0) {
     for (auto & x : v) x = u(r);
     return v;
 }
+
+std::vector<float> fvec(const Vec & v) { return std::vector<float>(v.begin(), v.end()); }
 
 double dot(const Vec & a, const Vec & b) {
     double s = 0;
@@ -258,6 +262,65 @@ TEST(float_rows_matmul_matches_double_at_every_simd_level) {
         }
     }
     maporl_set_simd("best");
+}
+
+// Weights that share an input run as one GEMV job (matmul_forward_rows_parts: a layer's q, k, v while decoding):
+// each part's outputs are the bits of matmul_forward_rows (or _bf16) on it alone, at every SIMD level, float and
+// bfloat16 parts mixed, with and without biases, for 1 and 3 threads (which split the parts' outputs anywhere); a
+// part with neither or both weights is refused.
+TEST(fused_rows_matmul_gives_each_part_its_own_bits) {
+    const int64_t C = 97, OCs[3] = {45, 16, 7};
+    for (int64_t N = 1; N <= 5; N += 4) {
+        const std::vector<float> x = fvec(rnd(N * C, 60));
+        std::vector<std::vector<float>> w, b, alone;
+        std::vector<std::vector<uint16_t>> wh;
+        for (int i = 0; i < 3; ++i) {
+            w.push_back(fvec(rnd(OCs[i] * C, 61 + i)));
+            b.push_back(fvec(rnd(OCs[i], 64 + i)));
+            wh.emplace_back(w.back().size());
+            for (size_t j = 0; j < w.back().size(); ++j) wh.back()[j] = maporl::float_to_bf16(w.back()[j]);
+        }
+        for (const char * level : {"scalar", "avx2", "avx512"}) {
+            if (maporl_set_simd(level) != MAPORL_OK) continue;
+            for (int threads : {1, 3}) {
+                maporl_set_threads(threads);
+                // Part 1 in bfloat16, part 2 without a bias.
+                std::vector<std::vector<float>> want, got;
+                for (int i = 0; i < 3; ++i) {
+                    want.emplace_back((size_t)(N * OCs[i]));
+                    got.emplace_back((size_t)(N * OCs[i]), NAN);
+                    const float * bias = i == 2 ? nullptr : b[i].data();
+                    if (i == 1) g::matmul_forward_rows_bf16(want[i].data(), x.data(), wh[i].data(), bias, N, C, OCs[i]);
+                    else g::matmul_forward_rows(want[i].data(), x.data(), w[i].data(), bias, N, C, OCs[i]);
+                }
+                const g::RowsPart<float> parts[3] = {{w[0].data(), nullptr, b[0].data(), got[0].data(), OCs[0]},
+                                                     {nullptr, wh[1].data(), b[1].data(), got[1].data(), OCs[1]},
+                                                     {w[2].data(), nullptr, nullptr, got[2].data(), OCs[2]}};
+                g::matmul_forward_rows_parts(parts, 3, x.data(), N, C);
+                for (int i = 0; i < 3; ++i)
+                    CHECK(std::memcmp(want[i].data(), got[i].data(), sizeof(float) * want[i].size()) == 0, "%s N=%lld threads=%d: part %d differs from alone",
+                          level, (long long)N, threads, i);
+                // The widened bf16 part is the float GEMV on the widened weight.
+                std::vector<float> widened(w[1].size()), twin((size_t)(N * OCs[1]));
+                for (size_t j = 0; j < widened.size(); ++j) widened[j] = maporl::bf16_to_float(wh[1][j]);
+                g::matmul_forward_rows(twin.data(), x.data(), widened.data(), b[1].data(), N, C, OCs[1]);
+                CHECK(twin == got[1], "%s: the bf16 part differs from its widened float twin", level);
+            }
+        }
+    }
+    maporl_set_threads(0);
+    maporl_set_simd("best");
+    std::vector<float> x(4, 1.0f), w(8, 1.0f), out(2);
+    const g::RowsPart<float> none{nullptr, nullptr, nullptr, out.data(), 2}, both{w.data(), (const uint16_t *)w.data(), nullptr, out.data(), 2};
+    for (const auto & part : {none, both}) {
+        bool threw = false;
+        try {
+            g::matmul_forward_rows_parts(&part, 1, x.data(), 1, 4);
+        } catch (const maporl::Error & e) {
+            threw = e.message.find("exactly one of w, w16") != std::string::npos;
+        }
+        CHECK(threw, "a part with %s weight is refused", part.w ? "both" : "neither");
+    }
 }
 
 TEST(float_gelu_matches_double_at_every_simd_level) {

@@ -4,6 +4,7 @@
 // transposed copy), the B dtype (float, or bfloat16 widened exactly), the blocking (rows past MC, columns past NC,
 // K cut into slices) and the thread count. The reference here is that chain written with fmaf, so any packing
 // slip (a lane, a tail, an edge sliver or panel) changes the bits.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -26,8 +27,10 @@ namespace maporl {
                       int64_t ldb_j, float * Cm, int64_t ldc, const float * bias);                                                 \
     void gemm_set_bf16(int64_t M, int64_t Nc, int64_t K, const float * A, int64_t lda_i, int64_t lda_k, const uint16_t * B,          \
                        int64_t ldb_k, int64_t ldb_j, float * Cm, int64_t ldc, const float * bias);                             \
-    void gemv_rows_f32(int64_t N, int64_t OC, int64_t C, const float * X, const float * Wm, const float * bias, float * out);          \
-    void gemv_rows_bf16(int64_t N, int64_t OC, int64_t C, const float * X, const uint16_t * Wm, const float * bias, float * out);
+    void gemv_rows_f32(int64_t N, int64_t OC, int64_t C, const float * X, const float * Wm, const float * bias, float * out, int64_t o0, \
+                       int64_t o1);                                                                                             \
+    void gemv_rows_bf16(int64_t N, int64_t OC, int64_t C, const float * X, const uint16_t * Wm, const float * bias, float * out,       \
+                        int64_t o0, int64_t o1);
 namespace avx512 {
 MAPORL_GEMM_DECLS
 }
@@ -135,8 +138,8 @@ TEST(packed_gemm_is_the_fma_chain_over_k_in_every_layout) {
 // The decoding GEMV (gemv_rows): out[n, o] = bias[o] + the dot product of X's row n with Wm's row o, in a fixed
 // order: lane i of two accumulators sums (fmaf chains over c in steps of 2W) the elements c + i and c + W + i, the two
 // are added, the lanes summed in order from 0 (starting at 0), the tail (C % 2W) chained with fmaf, then the bias added.
-// Bit for bit, on each level (W = 16, 8), for both weight dtypes, outputs not a multiple of the row blocks, 1 and 3
-// threads, with and without a bias.
+// Bit for bit, on each level (W = 16, 8), for both weight dtypes, outputs not a multiple of the row blocks, with and
+// without a bias, all outputs in one call or in three ranges split anywhere (as threads and fused weights split them).
 TEST(decoding_gemv_is_its_documented_sum_order) {
     struct Level { const char * name; maporl::Isa isa; int W; decltype(&maporl::avx512::gemv_rows_f32) f32; decltype(&maporl::avx512::gemv_rows_bf16) bf16; };
     const Level levels[] = {{"avx512", maporl::Isa::Avx512, 16, maporl::avx512::gemv_rows_f32, maporl::avx512::gemv_rows_bf16},
@@ -151,7 +154,7 @@ TEST(decoding_gemv_is_its_documented_sum_order) {
         for (const Shape & sh : shapes)
             for (int half = 0; half < 2; ++half)
                 for (int with_bias = 0; with_bias < 2; ++with_bias)
-                    for (int threads : {1, 3}) {
+                    for (int pieces : {1, 3}) {
                         const auto x = rnd((size_t)(sh.N * sh.C), 11), bias = rnd((size_t)sh.OC, 12);
                         auto w = rnd((size_t)(sh.OC * sh.C), 13);
                         std::vector<uint16_t> wh(w.size());
@@ -176,19 +179,22 @@ TEST(decoding_gemv_is_its_documented_sum_order) {
                                 for (int64_t c = full; c < sh.C; ++c) s = std::fmaf(xr[c], wr[c], s);
                                 want[(size_t)(n * sh.OC + o)] = (with_bias ? bias[(size_t)o] : 0.0f) + s;
                             }
-                        maporl_set_threads(threads);
                         const float * b = with_bias ? bias.data() : nullptr;
-                        if (half) lv.bf16(sh.N, sh.OC, sh.C, x.data(), wh.data(), b, got.data());
-                        else lv.f32(sh.N, sh.OC, sh.C, x.data(), w.data(), b, got.data());
+                        const int64_t cut[4] = {0, pieces == 1 ? sh.OC : sh.OC / 3, pieces == 1 ? sh.OC : (sh.OC * 2) / 3 + 1, sh.OC};
+                        for (int i = 0; i < 3; ++i) {
+                            const int64_t o0 = std::min(cut[i], sh.OC), o1 = std::min(cut[i + 1], sh.OC);
+                            if (o0 >= o1) continue;
+                            if (half) lv.bf16(sh.N, sh.OC, sh.C, x.data(), wh.data(), b, got.data(), o0, o1);
+                            else lv.f32(sh.N, sh.OC, sh.C, x.data(), w.data(), b, got.data(), o0, o1);
+                        }
                         size_t bad = 0, first = 0;
                         for (size_t i = 0; i < got.size(); ++i)
                             if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0 && bad++ == 0) first = i;
-                        CHECK(bad == 0, "%s N=%lld OC=%lld C=%lld %s bias=%d threads=%d: %zu of %zu outputs differ (first [%lld, %lld]: %.9g vs %.9g)", lv.name,
-                              (long long)sh.N, (long long)sh.OC, (long long)sh.C, half ? "bf16" : "f32", with_bias, threads, bad, got.size(),
+                        CHECK(bad == 0, "%s N=%lld OC=%lld C=%lld %s bias=%d pieces=%d: %zu of %zu outputs differ (first [%lld, %lld]: %.9g vs %.9g)", lv.name,
+                              (long long)sh.N, (long long)sh.OC, (long long)sh.C, half ? "bf16" : "f32", with_bias, pieces, bad, got.size(),
                               (long long)(first / sh.OC), (long long)(first % sh.OC), bad ? got[first] : 0.0f, bad ? want[first] : 0.0f);
                     }
     }
-    maporl_set_threads(0);
     CHECK(levels_run > 0 || maporl::cpu_isa() == maporl::Isa::Scalar, "no vector level ran");
 }
 
