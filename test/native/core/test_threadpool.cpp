@@ -40,8 +40,8 @@ TEST(exceptions_reach_the_caller_and_the_pool_stays_usable) {
     maporl::pool_set_threads(4);
     bool caught = false;
     try {
-        maporl::parallel_for(100, 1, [&](int64_t b, int64_t) {
-            if (b == 50) throw std::runtime_error("boom");
+        maporl::parallel_for(100, 1, [&](int64_t b, int64_t e) {  // the chunk holding index 50, wherever chunks start
+            if (b <= 50 && 50 < e) throw std::runtime_error("boom");
         });
     } catch (const std::runtime_error & e) {
         caught = std::string(e.what()) == "boom";
