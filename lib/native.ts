@@ -96,6 +96,7 @@ export interface NativeBinding {
     setSimd(level: string): string;
     setMatmulPrecision(precision: "highest" | "high"): void;
     measureCopyBandwidth(bytes: number, reps: number): number;
+    measureReadBandwidth(bytes: number, reps: number): number;
     /** Peak float FMA rate (FLOP/s) of the active SIMD level on every pool thread (the GEMM efficiency's denominator). */
     measurePeakFlops(reps: number): number;
     adviseHugePages(array: ArrayBufferView): boolean;

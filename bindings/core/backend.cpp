@@ -79,6 +79,15 @@ Napi::Value JsCopyBandwidth(const Napi::CallbackInfo & info) {
     return Napi::Number::New(info.Env(), rate);
 }
 
+Napi::Value JsReadBandwidth(const Napi::CallbackInfo & info) {
+    int64_t bytes = RequireInt(info, 0, "bytes", 4096, (int64_t)1 << 34);
+    int reps = (int)RequireInt(info, 1, "reps", 1, 1000);
+    double rate = 0;
+    maporl_status st = maporl_measure_read_bandwidth((size_t)bytes, reps, &rate);
+    if (st != MAPORL_OK) ThrowStatus(info.Env(), st, "measureReadBandwidth");
+    return Napi::Number::New(info.Env(), rate);
+}
+
 Napi::Value JsPeakFlops(const Napi::CallbackInfo & info) {
     int reps = (int)RequireInt(info, 0, "reps", 1, 1000);
     double rate = 0;
@@ -120,6 +129,7 @@ void InitBackend(Napi::Env env, Napi::Object exports) {
     exports.Set("setSimd", Napi::Function::New(env, JsSetSimd, "setSimd"));
     exports.Set("setMatmulPrecision", Napi::Function::New(env, JsSetMatmulPrecision, "setMatmulPrecision"));
     exports.Set("measureCopyBandwidth", Napi::Function::New(env, JsCopyBandwidth, "measureCopyBandwidth"));
+    exports.Set("measureReadBandwidth", Napi::Function::New(env, JsReadBandwidth, "measureReadBandwidth"));
     exports.Set("measurePeakFlops", Napi::Function::New(env, JsPeakFlops, "measurePeakFlops"));
     exports.Set("adviseHugePages", Napi::Function::New(env, JsAdviseHugePages, "adviseHugePages"));
     exports.Set("setErrorClass", Napi::Function::New(env, JsSetErrorClass, "setErrorClass"));

@@ -48,7 +48,7 @@ export interface BenchOptions {
 
 export interface BenchReport {
     date: string;
-    machine: { cpu: string; threads: number; simd: string; node: string; copyBandwidthGBps: number };
+    machine: { cpu: string; threads: number; simd: string; node: string; copyBandwidthGBps: number; readBandwidthGBps: number };
     /** The baselines checked against our results on a small batch before timing. */
     baselineCheck: CrossCheck;
     rows: (BenchRow & { ratio: number | null; floorMs: number; xFloor: number | null })[];
@@ -65,9 +65,11 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchReport>
     const threads = setThreads(options.threads ?? 2);
     const ctx: BenchContext = { threads, reps: options.reps ?? 30, pythonReps: options.pythonReps ?? 5, python: options.python ?? true };
     const copyBps = native.measureCopyBandwidth(256 << 20, 9);
+    const readBps = native.measureReadBandwidth(256 << 20, 9);
     const info = backend();
-    const machine = { cpu: cpus()[0]?.model ?? "unknown", threads, simd: info.simd, node: process.version, copyBandwidthGBps: copyBps / 1e9 };
-    log(`maporl ${info.version} bench: ${machine.cpu}, ${threads} threads, SIMD ${info.simd}, copy bandwidth ${(copyBps / 1e9).toFixed(1)} GB/s (read+write)`);
+    const machine = { cpu: cpus()[0]?.model ?? "unknown", threads, simd: info.simd, node: process.version, copyBandwidthGBps: copyBps / 1e9, readBandwidthGBps: readBps / 1e9 };
+    log(`maporl ${info.version} bench: ${machine.cpu}, ${threads} threads, SIMD ${info.simd}, copy bandwidth ${(copyBps / 1e9).toFixed(1)} GB/s (read+write), ` +
+        `read ${(readBps / 1e9).toFixed(1)} GB/s`);
     const baselineCheck: CrossCheck = ctx.python ? crossCheckBaselines() : { ok: false, error: "skipped (--no-python)" };
     if (baselineCheck.ok) {
         const worst = Object.entries(baselineCheck.maxAbsDiff!).map(([k, d]) => `${k} ${d.toExponential(1)}`).join(", ");

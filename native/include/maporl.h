@@ -514,6 +514,13 @@ maporl_status maporl_gpt_set_training(maporl_gpt * gpt, int training);
  * rate in bytes per second counted as read + write (2 * bytes / time). */
 maporl_status maporl_measure_copy_bandwidth(size_t bytes, int reps, double * bytes_per_second_out);
 
+/* Measures host read bandwidth with the thread pool: sums `bytes` (as 64-bit words, every pool thread streaming its
+ * own contiguous part) `reps` times and reports the median rate in bytes read per second. The floor of a kernel that
+ * only reads its operands (a decoding step reads every weight once). On a 2-core Sapphire Rapids VM this is ~0.78x
+ * the copy rate above: a read-only stream per core is bound by its outstanding misses, while a copy's writes add
+ * traffic the read stream cannot use. */
+maporl_status maporl_measure_read_bandwidth(size_t bytes, int reps, double * bytes_per_second_out);
+
 /* Measures the peak float FMA rate of the active SIMD level on every pool thread (independent FMA chains, no
  * memory traffic): the median over `reps` of the floating-point operations per second (2 per FMA lane). The
  * denominator of a GEMM's efficiency. */

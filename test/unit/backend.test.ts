@@ -54,6 +54,22 @@ describe("backend", () => {
         }
     });
 
+    it("measureReadBandwidth / measureCopyBandwidth: plausible rates, arguments validated", () => {
+        // 64 MiB: past any cache of these machines. A read stream moves bytes at least at 1 GB/s and at most at the
+        // rate of a few DDR channels; the copy is counted as read + write.
+        const read = native.measureReadBandwidth(64 << 20, 3), copy = native.measureCopyBandwidth(64 << 20, 3);
+        for (const r of [read, copy]) {
+            expect(Number.isFinite(r)).toBe(true);
+            expect(r).toBeGreaterThan(1e9);
+            expect(r).toBeLessThan(2e12);
+        }
+        for (const f of [native.measureReadBandwidth, native.measureCopyBandwidth]) {
+            expect(() => f(1024, 3)).toThrow(/bytes: expected an integer in \[4096, /);
+            expect(() => f(1 << 20, 0)).toThrow(/reps: expected an integer in \[1, 1000\]/);
+            expect(() => f(1 << 20, 2.5)).toThrow(RangeError);
+        }
+    });
+
     it("measurePeakFlops: the FMA rate of the active SIMD level (vector levels beat one lane), reps validated", () => {
         const best = setSimd("best");
         setThreads(1);
