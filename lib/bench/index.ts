@@ -80,7 +80,7 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchReport>
     const rows: BenchReport["rows"] = [];
     for (const k of kernels) {
         for (const r of await BENCHMARKS[k]!(ctx)) {
-            const floorMs = r.bytesMoved / copyBps * 1e3;
+            const floorMs = r.bytesMoved / (r.readOnly ? readBps : copyBps) * 1e3;
             rows.push({ ...r, ratio: r.medianMs !== null && r.baselineMs !== null ? r.baselineMs / r.medianMs : null,
                 floorMs, xFloor: r.medianMs === null || floorMs === 0 ? null : r.medianMs / floorMs });
         }

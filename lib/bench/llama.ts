@@ -112,17 +112,17 @@ export async function benchLlama(ctx: BenchContext): Promise<BenchRow[]> {
     const sb = py({ mode: "generate", batch: 1, prompt: 4, new: 64 });
     const sbm = sb.ok ? sb.median_ms! : null;
     rows.push({ kernel: "llama decode B=1", size: `${size}, prompt=4 new=64`, impl: "maporl NativePolicy.generate", medianMs: single.medianMs, peakExtraBytes: null,
-        bytesMoved: bytes * 68, baselineMs: sbm, note: `${ts(single.medianMs, 64)}; weight-read floor ${Math.round(f32Floor.floorTps)} tokens/s at ` +
+        bytesMoved: bytes * 68, readOnly: true, baselineMs: sbm, note: `${ts(single.medianMs, 64)}; weight-read floor ${Math.round(f32Floor.floorTps)} tokens/s at ` +
             `${(f32Floor.bw / 1e9).toFixed(1)} GB/s read (${(100 * f32Floor.share).toFixed(0)}% of it)` });
     rows.push({ kernel: "llama decode B=1", size: `${size}, prompt=4 new=64`, impl: "PyTorch eager loop with KV cache", medianMs: sbm, peakExtraBytes: null,
-        bytesMoved: bytes * 68, baselineMs: null, note: sb.ok ? `${ts(sbm, 64)}, torch ${sb.torch}, ${blasName(sb)}` : sb.error });
+        bytesMoved: bytes * 68, readOnly: true, baselineMs: null, note: sb.ok ? `${ts(sbm, 64)}, torch ${sb.torch}, ${blasName(sb)}` : sb.error });
     // Single stream on a bfloat16 base (the matrices kept bf16, widened in the GEMV): half the bytes per token.
     const pb = await NativePolicy.fromConfig(SMOL, { tokenizer: null, seed: 0, contextLength: 512, dtype: "bfloat16" });
     const bfBytes = 2 * SMOL_MATRICES + 4 * (pb.parameterCount - SMOL_MATRICES);  // (norms and the value head stay float32)
     const singleBf = await timeWithProbe(() => pb.generate(one), readBw, 3, 1);
     const bfFloor = floorShare(singleBf, bfBytes);
     rows.push({ kernel: "llama decode B=1", size: `${size}, prompt=4 new=64`, impl: "maporl NativePolicy.generate, dtype bfloat16", medianMs: singleBf.medianMs,
-        peakExtraBytes: null, bytesMoved: bfBytes * 68, baselineMs: sbm,
+        peakExtraBytes: null, bytesMoved: bfBytes * 68, readOnly: true, baselineMs: sbm,
         note: `${ts(singleBf.medianMs, 64)}; weight-read floor ${Math.round(bfFloor.floorTps)} tokens/s at ${(bfFloor.bw / 1e9).toFixed(1)} GB/s read ` +
             `(${(100 * bfFloor.share).toFixed(0)}% of it)` });
     await pb.dispose();

@@ -19,6 +19,9 @@ export interface BenchRow {
     peakExtraBytes: number | null;
     /** Bytes the kernel must move at minimum (the memory floor's numerator). */
     bytesMoved: number;
+    /** The kernel only reads those bytes (a decoding step reads the weights): its floor is over the read bandwidth,
+     * not the copy bandwidth (read + write) of the other rows. */
+    readOnly?: boolean;
     /** The same-run baseline's median this row is compared with, if any. */
     baselineMs: number | null;
     note?: string;
