@@ -70,23 +70,17 @@ Napi::Value JsSetMatmulPrecision(const Napi::CallbackInfo & info) {
     return info.Env().Undefined();
 }
 
-Napi::Value JsCopyBandwidth(const Napi::CallbackInfo & info) {
+// measureCopyBandwidth / measureReadBandwidth(bytes, reps) -> bytes per second (the probe's median).
+Napi::Value ProbeBandwidth(const Napi::CallbackInfo & info, maporl_status (*probe)(size_t, int, double *), const char * name) {
     int64_t bytes = RequireInt(info, 0, "bytes", 4096, (int64_t)1 << 34);
     int reps = (int)RequireInt(info, 1, "reps", 1, 1000);
     double rate = 0;
-    maporl_status st = maporl_measure_copy_bandwidth((size_t)bytes, reps, &rate);
-    if (st != MAPORL_OK) ThrowStatus(info.Env(), st, "measureCopyBandwidth");
+    maporl_status st = probe((size_t)bytes, reps, &rate);
+    if (st != MAPORL_OK) ThrowStatus(info.Env(), st, name);
     return Napi::Number::New(info.Env(), rate);
 }
-
-Napi::Value JsReadBandwidth(const Napi::CallbackInfo & info) {
-    int64_t bytes = RequireInt(info, 0, "bytes", 4096, (int64_t)1 << 34);
-    int reps = (int)RequireInt(info, 1, "reps", 1, 1000);
-    double rate = 0;
-    maporl_status st = maporl_measure_read_bandwidth((size_t)bytes, reps, &rate);
-    if (st != MAPORL_OK) ThrowStatus(info.Env(), st, "measureReadBandwidth");
-    return Napi::Number::New(info.Env(), rate);
-}
+Napi::Value JsCopyBandwidth(const Napi::CallbackInfo & info) { return ProbeBandwidth(info, maporl_measure_copy_bandwidth, "measureCopyBandwidth"); }
+Napi::Value JsReadBandwidth(const Napi::CallbackInfo & info) { return ProbeBandwidth(info, maporl_measure_read_bandwidth, "measureReadBandwidth"); }
 
 Napi::Value JsPeakFlops(const Napi::CallbackInfo & info) {
     int reps = (int)RequireInt(info, 0, "reps", 1, 1000);

@@ -32,6 +32,21 @@ uint64_t read_words(const uint64_t * a, int64_t i0, int64_t i1) {
     return s[0] + s[1] + s[2] + s[3] + s[4] + s[5] + s[6] + s[7];
 }
 
+// `run` once untimed (page faults, caches), then `reps` timed runs: the median of counted_bytes / time.
+template <typename Run>
+double median_rate(int reps, double counted_bytes, Run run) {
+    run();
+    std::vector<double> rates;
+    for (int i = 0; i < reps; ++i) {
+        auto t0 = std::chrono::steady_clock::now();
+        run();
+        double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        rates.push_back(counted_bytes / std::max(s, 1e-9));
+    }
+    std::sort(rates.begin(), rates.end());
+    return rates[rates.size() / 2];
+}
+
 }  // namespace
 
 extern "C" maporl_status maporl_measure_copy_bandwidth(size_t bytes, int reps, double * bytes_per_second_out) {
@@ -39,22 +54,9 @@ extern "C" maporl_status maporl_measure_copy_bandwidth(size_t bytes, int reps, d
     return guarded([&] {
         check_probe_args(bytes, reps, bytes_per_second_out);
         std::vector<char> src(bytes, 1), dst(bytes, 0);  // touched once: no page faults inside the timing
-        const int64_t grain = 1 << 16;
-        auto copy = [&] {
-            parallel_for((int64_t)bytes, grain, [&](int64_t b, int64_t e) {
-                std::memcpy(dst.data() + b, src.data() + b, (size_t)(e - b));
-            });
-        };
-        copy();
-        std::vector<double> rates;
-        for (int i = 0; i < reps; ++i) {
-            auto t0 = std::chrono::steady_clock::now();
-            copy();
-            double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-            rates.push_back(2.0 * (double)bytes / std::max(s, 1e-9));
-        }
-        std::sort(rates.begin(), rates.end());
-        *bytes_per_second_out = rates[rates.size() / 2];
+        *bytes_per_second_out = median_rate(reps, 2.0 * (double)bytes, [&] {
+            parallel_for((int64_t)bytes, 1 << 16, [&](int64_t b, int64_t e) { std::memcpy(dst.data() + b, src.data() + b, (size_t)(e - b)); });
+        });
         return MAPORL_OK;
     });
 }
@@ -66,20 +68,11 @@ extern "C" maporl_status maporl_measure_read_bandwidth(size_t bytes, int reps, d
         const int64_t words = (int64_t)(bytes / 8);
         std::vector<uint64_t> src((size_t)words + 512, 1);  // (the prefetches past the end stay inside)
         std::atomic<uint64_t> sink{0};  // the sums are used: the reads cannot be dropped
-        auto read = [&] {
+        const double rate = median_rate(reps, 8.0 * (double)words, [&] {
             parallel_for(words, 1 << 13, [&](int64_t i0, int64_t i1) { sink.fetch_add(read_words(src.data(), i0, i1), std::memory_order_relaxed); });
-        };
-        read();
-        std::vector<double> rates;
-        for (int i = 0; i < reps; ++i) {
-            auto t0 = std::chrono::steady_clock::now();
-            read();
-            double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-            rates.push_back(8.0 * (double)words / std::max(s, 1e-9));
-        }
-        std::sort(rates.begin(), rates.end());
+        });
         if (sink.load() == 0) throw_error(MAPORL_ERR_INTERNAL, "measure_read_bandwidth: the stream summed to 0");
-        *bytes_per_second_out = rates[rates.size() / 2];
+        *bytes_per_second_out = rate;
         return MAPORL_OK;
     });
 }
