@@ -516,9 +516,9 @@ maporl_status maporl_measure_copy_bandwidth(size_t bytes, int reps, double * byt
 
 /* Measures host read bandwidth with the thread pool: sums `bytes` (as 64-bit words, every pool thread streaming its
  * own contiguous part) `reps` times and reports the median rate in bytes read per second. The floor of a kernel that
- * only reads its operands (a decoding step reads every weight once). On a 2-core Sapphire Rapids VM this is ~0.78x
- * the copy rate above: a read-only stream per core is bound by its outstanding misses, while a copy's writes add
- * traffic the read stream cannot use. */
+ * only reads its operands (a decoding step reads every weight once). On the project's 2-core AVX-512 Xeon VM this is
+ * ~0.78x the copy rate above: a read-only stream per core is bound by its outstanding misses, while a copy's writes
+ * add traffic a read stream cannot use. */
 maporl_status maporl_measure_read_bandwidth(size_t bytes, int reps, double * bytes_per_second_out);
 
 /* Measures the peak float FMA rate of the active SIMD level on every pool thread (independent FMA chains, no
