@@ -5,6 +5,12 @@ import { describe, expect, it } from "vitest";
 
 import { median, timeMedian, timeWithProbe } from "../../lib/bench/measure.js";
 
+// Busy-waits `ms` milliseconds of wall time (a timer may fire early against hrtime: Node's loop clock is cached).
+const spin = (ms: number) => {
+    const t0 = process.hrtime.bigint();
+    while (Number(process.hrtime.bigint() - t0) / 1e6 < ms);
+};
+
 describe("bench timing helpers", () => {
     it("median: odd and even counts, unsorted input left as given", () => {
         const xs = [5, 1, 4];
@@ -20,7 +26,8 @@ describe("bench timing helpers", () => {
         let calls = 0;
         const fn = async () => {
             events.push(`call${++calls}`);
-            await new Promise((r) => setTimeout(r, 2));
+            spin(2);
+            await Promise.resolve();
         };
         const probe = () => {
             events.push("probe");
@@ -30,17 +37,17 @@ describe("bench timing helpers", () => {
         expect(events).toEqual(["call1", "call2", "probe", "call3", "probe", "probe", "call4", "probe", "probe", "call5", "probe"]);
         expect(t.samplesMs).toHaveLength(3);
         expect(t.probes).toEqual([15, 35, 55]);
-        for (const s of t.samplesMs) expect(s).toBeGreaterThanOrEqual(1.5);  // each sample times its call (>= the 2 ms sleep, timer slack aside)
+        for (const s of t.samplesMs) expect(s).toBeGreaterThanOrEqual(2);  // each sample times its call (its 2 ms of spinning)
         expect(t.medianMs).toBe(median(t.samplesMs));
     });
 
     it("timeMedian: the warm-ups run first and are not among the samples", async () => {
-        const durations = [300, 300, 1, 9, 5];  // the two warm-ups sleep longest; a sample would show them
+        const durations = [300, 300, 1, 9, 5];  // the two warm-ups spin longest; a sample would show them
         let i = 0;
-        const t = await timeMedian(() => new Promise((r) => setTimeout(r, durations[i++]!)), 3, 2);
+        const t = await timeMedian(async () => spin(durations[i++]!), 3, 2);
         expect(i).toBe(5);
         expect(t.samplesMs).toHaveLength(3);
         expect(Math.max(...t.samplesMs)).toBeLessThan(250);
-        expect(t.medianMs).toBeGreaterThanOrEqual(4);  // the middle of 1, 9, 5 ms sleeps
+        expect(t.medianMs).toBeGreaterThanOrEqual(5);  // the middle of 1, 9, 5 ms
     });
 });
