@@ -144,11 +144,8 @@ void Model<F>::step_rows(std::vector<F> & x, const int64_t * rb, const int64_t *
     };
     // Each row's products are the same bits whatever the other rows: the GEMV and the packed GEMM compute every
     // output alone, so a request decodes (or is prefilled) as it would alone.
-    auto mm = [&](F * out, const F * inp, int64_t w, int64_t bias, int64_t Cin, int64_t OC) {
-        if (decode_rule) matmul_forward_wt_or(out, inp, w, bias, N, Cin, OC);
-        else lin(out, inp, w, bias, N, Cin, OC);
-    };
-    auto mm_shared = [&](std::initializer_list<Proj> projs, const F * inp, int64_t Cin) {  // weights sharing the input
+    // Weights that read the same input (q, k, v; gate, up) decode as one GEMV job.
+    auto mm = [&](std::initializer_list<Proj> projs, const F * inp, int64_t Cin) {
         if (decode_rule) return matmul_forward_wt_or(projs, inp, N, Cin);
         for (const Proj & pr : projs) lin(pr.out, inp, pr.w, pr.bias, N, Cin, pr.OC);
     };
@@ -157,7 +154,7 @@ void Model<F>::step_rows(std::vector<F> & x, const int64_t * rb, const int64_t *
     for (int64_t l = 0; l < cfg.layers; ++l) {
         const auto & bl = layout.blocks[(size_t)l];
         rmsnorm_forward(xn.data(), rs.data(), x.data(), p(bl.in_norm), N, C, cfg.rms_eps);
-        mm_shared({{q.data(), bl.q, bl.qb, QC}, {k.data(), bl.k, bl.kb, KC}, {vv.data(), bl.v, bl.vb, KC}}, xn.data(), C);
+        mm({{q.data(), bl.q, bl.qb, QC}, {k.data(), bl.k, bl.kb, KC}, {vv.data(), bl.v, bl.vb, KC}}, xn.data(), C);
         lo(l, kQ, q.data(), xn.data());
         lo(l, kK, k.data(), xn.data());
         lo(l, kV, vv.data(), xn.data());
@@ -210,15 +207,15 @@ void Model<F>::step_rows(std::vector<F> & x, const int64_t * rb, const int64_t *
                 }
             }
         }
-        mm(proj.data(), y.data(), bl.o, bl.ob, QC, C);
+        mm({{proj.data(), bl.o, bl.ob, C}}, y.data(), QC);
         lo(l, kO, proj.data(), y.data());
         for (size_t i = 0; i < x.size(); ++i) x[i] = proj[i] + x[i];
         rmsnorm_forward(xn.data(), rs.data(), x.data(), p(bl.post_norm), N, C, cfg.rms_eps);
-        mm_shared({{gate.data(), bl.gate, -1, I}, {up.data(), bl.up, -1, I}}, xn.data(), C);
+        mm({{gate.data(), bl.gate, -1, I}, {up.data(), bl.up, -1, I}}, xn.data(), C);
         lo(l, kGate, gate.data(), xn.data());
         lo(l, kUp, up.data(), xn.data());
         swiglu_forward(hmid.data(), gate.data(), up.data(), N * I);
-        mm(proj.data(), hmid.data(), bl.down, -1, I, C);
+        mm({{proj.data(), bl.down, -1, C}}, hmid.data(), I);
         lo(l, kDown, proj.data(), hmid.data());
         for (size_t i = 0; i < x.size(); ++i) x[i] = proj[i] + x[i];
     }
