@@ -141,7 +141,7 @@ export class Debate {
      */
     async runBatch(items: DebateItem[], options: { signal?: AbortSignal } = {}): Promise<Transcript[]> {
         const out = await this.attempt(items, options.signal, this.o.onError === "fail-fast");
-        if (this.o.onError !== "retry") return out;
+        if (this.o.onError !== "retry") return everyFailed(out);
         for (let attempt = 2; attempt <= this.o.retries + 1; attempt++) {
             const failed = out.flatMap((t, i) => (t.error ? [i] : []));
             if (failed.length === 0) break;
@@ -152,7 +152,7 @@ export class Debate {
                 if (out[i]!.error) out[i]!.error!.attempts = attempt;
             });
         }
-        return out;
+        return everyFailed(out);
     }
 
     private async attempt(items: DebateItem[], signal: AbortSignal | undefined, failFast: boolean): Promise<Transcript[]> {
@@ -281,4 +281,13 @@ export class Debate {
         const scores = top.map((e) => e.score).filter((s): s is number => s !== undefined);
         return scores.length > 0 && scores.reduce((s, x) => s + x, 0) / scores.length >= c.minScore;
     }
+}
+
+/** `out`, unless every episode failed: then a DebateError with the first failure (and every transcript), so that a
+ * batch that produced nothing (a prompt over the context, a server down) is never read as a batch of empty debates. */
+function everyFailed(out: Transcript[]): Transcript[] {
+    const first = out[0];
+    if (first === undefined || out.some((t) => !t.error)) return out;
+    throw new DebateError(`Debate: every episode failed (${out.length} of ${out.length}); the first, ${first.id}: turn ${first.error!.turn}, agent ` +
+        `${first.error!.agent}: ${first.error!.message}`, out);
 }

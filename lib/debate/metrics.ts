@@ -19,6 +19,8 @@ export interface EpisodeRecord {
     reference: string | number;
     /** turns[t][a]: agent a's answer at turn t (fewer turns when the debate stopped early). */
     turns: AnswerRecord[][];
+    /** Set when the episode ended on a failed request (a Transcript's error): its completed turns still count. */
+    error?: unknown;
 }
 
 /** A canonical key for comparing answers: numbers by value ("1,000", "1000.0" -> "1000"), text trimmed, lowercase. */
@@ -72,6 +74,9 @@ export interface DebateMetrics {
     /** Per turn: mean completion tokens per agent answer (NaN when not recorded). */
     tokensPerTurn: number[];
     episodes: number;
+    /** Episodes that ended on a failed request: the turns they completed count above, the turns they missed do not
+     * (an episode that failed at turn 0 is left out of every figure). */
+    failed: number;
 }
 
 const zero = (): Transitions => ({ rightToRight: 0, rightToWrong: 0, wrongToRight: 0, wrongToWrong: 0 });
@@ -117,5 +122,6 @@ export function debateMetrics(episodes: EpisodeRecord[]): DebateMetrics {
         averageTurns: episodes.length ? turns / episodes.length : 0,
         tokensPerTurn: tok.map((s, t) => (tokN[t] ? s / tokN[t]! : NaN)),
         episodes: episodes.length,
+        failed: episodes.filter((e) => e.error !== undefined && e.error !== null).length,
     };
 }

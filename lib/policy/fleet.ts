@@ -19,7 +19,7 @@ import { randomUUID } from "node:crypto";
 
 import { sleep } from "../abort.js";
 import type { Tracer } from "../debate/trace.js";
-import { postJson } from "../http.js";
+import { DEFAULT_MAX_RESPONSE_BYTES, postJson, redactUrl } from "../http.js";
 import { describe } from "../validate.js";
 import { Endpoint, type EndpointStats } from "./fleetEndpoint.js";
 import { type BodyOptions, chatBody, DIALECTS, type Dialect, fillPromptIds, parseChat } from "./openaiDialect.js";
@@ -59,6 +59,10 @@ export interface FleetOptions {
     /** One 'fleet.attempt' span per attempt (endpoint, status, latency, tokens, error). */
     tracer?: Tracer;
     runId?: string;
+    /** Decoded bytes of one reply read at most (a larger reply is a failed attempt). Defaults to 64 MiB. */
+    maxResponseBytes?: number;
+    /** The model's vocabulary size, when known: every token id a reply names must be below it (always below 2^31). */
+    vocabSize?: number;
 }
 
 /** A pushed adapter's current version. */
@@ -76,7 +80,7 @@ function hash(s: string): number {
 
 export class FleetPolicy implements Policy {
     readonly name: string;
-    private readonly o: Required<Omit<FleetOptions, "apiKey" | "name" | "endpoints" | "tracer" | "runId">> & { tracer?: Tracer; runId: string };
+    private readonly o: Required<Omit<FleetOptions, "apiKey" | "name" | "endpoints" | "tracer" | "runId" | "vocabSize">> & { tracer?: Tracer; runId: string; vocabSize?: number };
     private readonly list: FleetOptions["endpoints"];
     private readonly eps = new Map<string, Endpoint>();
     private readonly headers: Record<string, string>;
@@ -99,7 +103,7 @@ export class FleetPolicy implements Policy {
         const e = options.endpoints;
         if (typeof e !== "function" && (!Array.isArray(e) || e.length === 0 || e.some((u) => typeof u !== "string")))
             throw new TypeError(`${fn}: endpoints: expected a non-empty array of base URLs or a function returning one, got ${describe(e)}`);
-        if (Array.isArray(e)) e.forEach((u) => { try { new URL(u); } catch { throw new TypeError(`${fn}: endpoints: not a URL: ${JSON.stringify(u)}`); } });
+        if (Array.isArray(e)) e.forEach((u) => { try { new URL(u); } catch { throw new TypeError(`${fn}: endpoints: not a URL: ${JSON.stringify(redactUrl(u))}`); } });
         const num = (k: keyof FleetOptions, d: number, min: number, int = false) => {
             const v = options[k];
             if (v === undefined) return d;
@@ -113,7 +117,10 @@ export class FleetPolicy implements Policy {
             timeoutMs: num("timeoutMs", 120_000, 1), totalTimeoutMs: num("totalTimeoutMs", 300_000, 1), maxAttempts: num("maxAttempts", 3, 1, true),
             failureThreshold: num("failureThreshold", 2, 1, true), probeIntervalMs: num("probeIntervalMs", 1000, 1),
             healthCheckIntervalMs: num("healthCheckIntervalMs", 10_000, 0), refreshIntervalMs: num("refreshIntervalMs", 30_000, 1),
-            sticky: options.sticky ?? true, ...(options.tracer ? { tracer: options.tracer } : {}), runId: options.runId ?? "run" };
+            sticky: options.sticky ?? true, ...(options.tracer ? { tracer: options.tracer } : {}), runId: options.runId ?? "run",
+            maxResponseBytes: num("maxResponseBytes", DEFAULT_MAX_RESPONSE_BYTES, 1, true) };
+        if (options.vocabSize !== undefined) this.o.vocabSize = num("vocabSize", 0, 1, true);
+        if ((this.o.vocabSize ?? 0) > 2 ** 31) throw new RangeError(`${fn}: vocabSize: expected an integer in [1, 2^31], got ${describe(options.vocabSize)}`);
         this.name = options.name ?? `fleet:${options.model}`;
         this.headers = options.apiKey ? { authorization: `Bearer ${options.apiKey}` } : {};
         this.list = e;
@@ -121,7 +128,7 @@ export class FleetPolicy implements Policy {
     }
 
     /** The endpoints now in rotation or ejected (not those removed by a refresh). */
-    get endpoints(): string[] { return [...this.eps.values()].filter((x) => !x.removed).map((x) => x.url); }
+    get endpoints(): string[] { return [...this.eps.values()].filter((x) => !x.removed).map((x) => x.shown); }
 
     /** Every endpoint's figures (removed ones too, while they are known). */
     stats(): EndpointStats[] { return [...this.eps.values()].map((x) => x.stats()); }
@@ -261,7 +268,7 @@ export class FleetPolicy implements Policy {
                 if (left <= 0) {
                     const all = [...this.eps.values()].filter((ep) => !ep.removed);
                     throw new Error(`${this.name}: no endpoint could take the request within the ${this.o.totalTimeoutMs} ms deadline (` +
-                        (all.length === 0 ? "no endpoints" : all.map((ep) => `${ep.url}: ${!ep.healthy ? "ejected" : !has(ep) ? `without ${served}` : `${ep.outstanding} in flight`}`).join("; ")) + ")");
+                        (all.length === 0 ? "no endpoints" : all.map((ep) => `${ep.shown}: ${!ep.healthy ? "ejected" : !has(ep) ? `without ${served}` : `${ep.outstanding} in flight`}`).join("; ")) + ")");
                 }
                 await this.change(left, signal);
             }
@@ -274,6 +281,9 @@ export class FleetPolicy implements Policy {
     private async one(r: GenerateRequest, i: number, served: string | null, signal?: AbortSignal): Promise<Generation> {
         await this.start();
         const deadline = performance.now() + this.o.totalTimeoutMs, tried = new Set<Endpoint>(), errors: string[] = [];
+        // Endpoints that refused this request with a 4xx: if another endpoint answers it, the refusal was theirs (a
+        // strike against their health); if a second endpoint refuses it too, it is the request's fault.
+        const refused: Endpoint[] = [];
         for (let attempt = 1; ; attempt++) {
             const ep = await this.pick(r.routingKey, served, tried, deadline, signal);
             ep.outstanding++;
@@ -281,15 +291,23 @@ export class FleetPolicy implements Policy {
             try {
                 const g = await this.attempt(ep, r, i, served, deadline, signal);
                 ep.succeeded(g.latencyMs, g.usage.promptTokens, g.usage.completionTokens);
+                for (const x of refused) if (x.strike()) this.scheduleProbe(x);
                 this.span(ep, r, served, start, t0, attempt, g);
-                return { ...g, endpoint: ep.url, attempts: attempt };
+                return { ...g, endpoint: ep.shown, attempts: attempt };
             } catch (e) {
                 if (signal?.aborted) throw signal.reason;
                 const msg = e instanceof Error ? e.message : String(e);
                 this.span(ep, r, served, start, t0, attempt, null, msg);
-                if (e instanceof ClientError) throw e;
                 tried.add(ep);
-                errors.push(`${ep.url}: ${msg}`);
+                errors.push(`${ep.shown}: ${msg}`);
+                if (e instanceof ClientError) {
+                    const elsewhere = [...this.eps.values()].some((x) => x.healthy && !x.removed && !tried.has(x));
+                    const again = refused.length === 0 && elsewhere && attempt < this.o.maxAttempts && performance.now() < deadline;
+                    ep.rejected(msg, again);
+                    refused.push(ep);
+                    if (!again) throw refused.length > 1 ? new ClientError(`${this.name}: the request was refused by ${refused.length} endpoints: ${errors.join(" | ")}`) : e;
+                    continue;
+                }
                 if (e instanceof ModelMissing) {  // the server lost it (restarted): load it there again, meanwhile elsewhere
                     ep.loaded.delete(served!);
                     const v = [...this.current.values()].find((x) => x.served === served);
@@ -307,15 +325,16 @@ export class FleetPolicy implements Policy {
 
     private async attempt(ep: Endpoint, r: GenerateRequest, i: number, served: string | null, deadline: number, signal?: AbortSignal): Promise<Generation> {
         const dialect = await ep.dialect(signal);
-        const o: BodyOptions = { model: this.o.model, adapter: served ?? undefined, dialect, logprobs: this.o.logprobs };
+        const o: BodyOptions = { model: this.o.model, adapter: served ?? undefined, dialect, logprobs: this.o.logprobs, vocabSize: this.o.vocabSize };
         const { json, messages } = chatBody(this.name, r, i, o);
         const budget = Math.max(1, Math.min(this.o.timeoutMs, deadline - performance.now()));
-        const post = { timeoutMs: budget, totalTimeoutMs: budget, retries: 0, backoffMs: 0, headers: this.headers, ...(signal ? { signal } : {}) };
+        const post = { timeoutMs: budget, totalTimeoutMs: budget, retries: 0, backoffMs: 0, headers: this.headers, maxResponseBytes: this.o.maxResponseBytes,
+            ...(signal ? { signal } : {}) };
         const res = await postJson(this.name, `${ep.url}/chat/completions`, json, post);
         if (!res.ok) {
             const text = `HTTP ${res.status}: ${res.text.slice(0, 300)}`;
             if (res.status === 404 && served !== null && this.versions.has(served)) throw new ModelMissing(text);
-            throw new ClientError(`${this.name}: ${ep.url}: ${text}`);
+            throw new ClientError(`${this.name}: ${ep.shown}: ${text}`);
         }
         const { generation, promptIdsMissing } = parseChat(this.name, res.text, res.latencyMs, o);
         if (promptIdsMissing) await fillPromptIds(this.name, ep.url, generation, messages, { ...o, ...post });
@@ -325,7 +344,7 @@ export class FleetPolicy implements Policy {
     private span(ep: Endpoint, r: GenerateRequest, served: string | null, start: number, t0: number, attempt: number, g: Generation | null, error?: string): void {
         this.o.tracer?.span({ name: "fleet.attempt", runId: this.o.runId, episode: r.routingKey ?? "", agent: -1, turn: -1, parent: 0, startMs: start,
             latencyMs: performance.now() - t0, promptTokens: g?.usage.promptTokens ?? 0, completionTokens: g?.usage.completionTokens ?? 0,
-            finishReason: g?.finishReason ?? "error", endpoint: ep.url, model: served ?? this.o.model, attempts: attempt, ...(error !== undefined ? { error } : {}) });
+            finishReason: g?.finishReason ?? "error", endpoint: ep.shown, model: served ?? this.o.model, attempts: attempt, ...(error !== undefined ? { error } : {}) });
     }
 
     // Runs the requests for `target()` (the served name at request time: an adapter's current version), each alone
@@ -407,7 +426,7 @@ export class FleetPolicy implements Policy {
         this.versions.set(v.served, dir);
         const live = [...this.eps.values()].filter((ep) => ep.healthy && !ep.removed);
         const out = await Promise.allSettled(live.map((ep) => ep.loadAdapter(v.served, dir)));
-        const failed = out.flatMap((x, k) => (x.status === "rejected" ? [{ url: live[k]!.url, error: (x.reason as Error).message }] : []));
+        const failed = out.flatMap((x, k) => (x.status === "rejected" ? [{ url: live[k]!.shown, error: (x.reason as Error).message }] : []));
         if (live.length === 0 || failed.length === live.length) {
             this.versions.delete(v.served);
             throw new Error(`${this.name}.pushAdapter: ${name} v${version} could not be loaded on any endpoint` +

@@ -2,7 +2,7 @@
 // GET /health, else /v1/models, re-admits it), the requests in flight, the LoRA adapters loaded on it (vLLM's
 // /v1/load_lora_adapter and /v1/unload_lora_adapter; SGLang's /load_lora_adapter and /unload_lora_adapter), and its
 // figures (requests, errors, failovers, tokens, latency).
-import { getJson, postJson } from "../http.js";
+import { getJson, postJson, redactUrl } from "../http.js";
 import { type Dialect, detectDialect, serverRoot } from "./openaiDialect.js";
 
 /** An endpoint's figures, as FleetPolicy.stats() reports them. */
@@ -12,7 +12,7 @@ export interface EndpointStats {
     dialect: Dialect | null;
     /** Requests being answered now. */
     outstanding: number;
-    /** Attempts sent, answered, failed (network error, timeout, 5xx, 429, malformed reply). */
+    /** Attempts sent, answered, failed (network error, timeout, 5xx, 429, malformed or oversized reply, 4xx). */
     requests: number;
     ok: number;
     errors: number;
@@ -67,7 +67,11 @@ export class Endpoint {
     private readonly lat: number[] = [];
     private lastError: string | null = null;
 
+    /** The URL as messages and stats show it (credentials redacted). */
+    readonly shown: string;
+
     constructor(readonly url: string, private readonly o: EndpointSettings) {
+        this.shown = redactUrl(url);
         if (o.dialect !== "auto") { this.dialectKnown = o.dialect; this.dialectP = Promise.resolve(o.dialect); }
     }
 
@@ -98,10 +102,21 @@ export class Endpoint {
 
     /** Records a failed attempt; true when it ejects the endpoint (failureThreshold consecutive failures). */
     failed(message: string, movedAway: boolean): boolean {
+        this.rejected(message, movedAway);
+        return this.strike();
+    }
+
+    /** Records an attempt the server refused (a 4xx): counted and kept as lastError, but not yet held against the
+     * endpoint's health; strike() does that once the same request succeeds elsewhere. */
+    rejected(message: string, movedAway: boolean): void {
         this.s.requests++;
         this.s.errors++;
         if (movedAway) this.s.failovers++;
         this.lastError = message;
+    }
+
+    /** One failure against the endpoint's health; true when it ejects it (failureThreshold consecutive failures). */
+    strike(): boolean {
         this.consecutiveFailures++;
         if (this.healthy && this.consecutiveFailures >= this.o.failureThreshold) {
             this.eject();
@@ -171,7 +186,7 @@ export class Endpoint {
     /** Loads a PEFT adapter directory as model `served` on this server (its runtime LoRA endpoint). */
     async loadAdapter(served: string, dir: string): Promise<void> {
         const d = await this.dialect();
-        if (d === "openai") throw new Error(`${this.o.where}: ${this.url} speaks the plain OpenAI dialect: no runtime LoRA loading (use vLLM, SGLang or maporl serve)`);
+        if (d === "openai") throw new Error(`${this.o.where}: ${this.shown} speaks the plain OpenAI dialect: no runtime LoRA loading (use vLLM, SGLang or maporl serve)`);
         const url = d === "sglang" ? `${this.root}/load_lora_adapter` : `${this.root}/v1/load_lora_adapter`;
         const r = await postJson(this.o.where, url, JSON.stringify({ lora_name: served, lora_path: dir }), { timeoutMs: this.o.timeoutMs, retries: 1, backoffMs: 100, headers: this.o.headers });
         let sglangFailure: string | null = null;
@@ -182,7 +197,7 @@ export class Endpoint {
             } catch { /* a plain-text success */ }
         }
         if (!r.ok || sglangFailure !== null)
-            throw new Error(`${this.o.where}: loading adapter ${served} from ${dir} on ${this.url}: ${sglangFailure ?? `HTTP ${r.status}: ${r.text.slice(0, 300)}`}` +
+            throw new Error(`${this.o.where}: loading adapter ${served} from ${dir} on ${this.shown}: ${sglangFailure ?? `HTTP ${r.status}: ${r.text.slice(0, 300)}`}` +
                 (r.status === 404 && d === "vllm" ? " (vLLM needs --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True; maporl serve needs --enable-lora)" : ""));
         this.loaded.add(served);
     }
@@ -193,12 +208,12 @@ export class Endpoint {
         const d = await this.dialect();
         const url = d === "sglang" ? `${this.root}/unload_lora_adapter` : `${this.root}/v1/unload_lora_adapter`;
         const r = await postJson(this.o.where, url, JSON.stringify({ lora_name: served }), { timeoutMs: this.o.timeoutMs, retries: 1, backoffMs: 100, headers: this.o.headers });
-        if (!r.ok && r.status !== 404) throw new Error(`${this.o.where}: unloading adapter ${served} on ${this.url}: HTTP ${r.status}: ${r.text.slice(0, 300)}`);
+        if (!r.ok && r.status !== 404) throw new Error(`${this.o.where}: unloading adapter ${served} on ${this.shown}: HTTP ${r.status}: ${r.text.slice(0, 300)}`);
     }
 
     stats(): EndpointStats {
         const s = this.s, n = s.ok;
-        return { url: this.url, healthy: this.healthy && !this.removed, dialect: this.dialectKnown, outstanding: this.outstanding, requests: s.requests, ok: s.ok,
+        return { url: this.shown, healthy: this.healthy && !this.removed, dialect: this.dialectKnown, outstanding: this.outstanding, requests: s.requests, ok: s.ok,
             errors: s.errors, failovers: s.failovers, ejections: s.ejections, readmissions: s.readmissions, adapterReloads: s.adapterReloads, promptTokens: s.promptTokens,
             completionTokens: s.completionTokens, latencyMs: { mean: n ? s.latSum / n : 0, p50: quantile(this.lat, 0.5), p95: quantile(this.lat, 0.95) },
             adapters: [...this.loaded], lastError: this.lastError };

@@ -3,7 +3,7 @@
 // ids the server read and sampled (openaiDialect.ts); per-attempt and per-request timeouts (120 s, 300 s: the worst
 // case of a hung server), retries with exponential backoff on network errors, timeouts, 429 and 5xx (Retry-After
 // honoured), a concurrency limit, and AbortSignal. A malformed reply is an error that says what was missing.
-import { postJson } from "../http.js";
+import { DEFAULT_MAX_RESPONSE_BYTES, postJson, splitCredentials } from "../http.js";
 import { type BodyOptions, chatBody, DIALECTS, type Dialect, detectDialect, fillPromptIds, parseChat } from "./openaiDialect.js";
 import type { ChatMessage, GenerateRequest, Generation, Policy, SettledGeneration } from "./types.js";
 
@@ -29,17 +29,24 @@ export interface OpenAICompatibleOptions {
     /** The server's dialect, which decides how token ids are asked for (openaiDialect.ts): 'vllm' (also `maporl
      * serve`), 'sglang', 'openai' (no ids), or 'auto' (asks GET /v1/models once). Defaults to 'auto'. */
     dialect?: Dialect | "auto";
+    /** Decoded bytes of one reply read at most (a larger reply is a failed request, not retried). Defaults to 64 MiB. */
+    maxResponseBytes?: number;
+    /** The model's vocabulary size, when known: every token id a reply names must be below it (always below 2^31). */
+    vocabSize?: number;
 }
 
 export class OpenAICompatiblePolicy implements Policy {
     readonly name: string;
-    private readonly o: Required<Omit<OpenAICompatibleOptions, "apiKey" | "name" | "dialect">> & { apiKey?: string };
+    private readonly o: Required<Omit<OpenAICompatibleOptions, "apiKey" | "name" | "dialect" | "vocabSize">> & { apiKey?: string; vocabSize?: number };
+    private readonly auth: Record<string, string>;
     private dialect: Promise<Dialect> | null;
 
     constructor(options: OpenAICompatibleOptions) {
         if (options === null || typeof options !== "object") throw new TypeError("OpenAICompatiblePolicy: options: expected an object");
         if (typeof options.baseUrl !== "string") throw new TypeError("OpenAICompatiblePolicy: baseUrl: expected a URL string");
-        new URL(options.baseUrl);
+        let split: ReturnType<typeof splitCredentials>;
+        try { split = splitCredentials(options.baseUrl); } catch { throw new TypeError("OpenAICompatiblePolicy: baseUrl: expected a URL string, got a string that is not a URL"); }
+        if (split.authorization !== null && options.apiKey) throw new TypeError("OpenAICompatiblePolicy: baseUrl: credentials in the URL and apiKey both given: give one");
         if (typeof options.model !== "string" || !options.model) throw new TypeError("OpenAICompatiblePolicy: model: expected a model name");
         const num = (v: unknown, d: number, what: string, min: number) => {
             if (v === undefined) return d;
@@ -47,7 +54,12 @@ export class OpenAICompatiblePolicy implements Policy {
             return v;
         };
         this.name = options.name ?? `openai:${options.model}`;
-        this.o = { baseUrl: options.baseUrl.replace(/\/+$/, ""), model: options.model, apiKey: options.apiKey,
+        const vocab = options.vocabSize;
+        if (vocab !== undefined && (!Number.isInteger(vocab) || vocab < 1 || vocab > 2 ** 31))
+            throw new RangeError(`OpenAICompatiblePolicy: vocabSize: expected an integer in [1, 2^31], got ${String(vocab)}`);
+        this.auth = split.authorization !== null ? { authorization: split.authorization } : options.apiKey ? { authorization: `Bearer ${options.apiKey}` } : {};
+        this.o = { baseUrl: split.url.replace(/\/+$/, ""), model: options.model, apiKey: options.apiKey,
+            maxResponseBytes: num(options.maxResponseBytes, DEFAULT_MAX_RESPONSE_BYTES, "maxResponseBytes", 1), ...(vocab !== undefined ? { vocabSize: vocab } : {}),
             timeoutMs: num(options.timeoutMs, 120_000, "timeoutMs", 1), totalTimeoutMs: num(options.totalTimeoutMs, 300_000, "totalTimeoutMs", 1), retries: num(options.retries, 3, "retries", 0),
             backoffMs: num(options.backoffMs, 250, "backoffMs", 0), concurrency: num(options.concurrency, 8, "concurrency", 1),
             logprobs: options.logprobs ?? true };
@@ -59,14 +71,15 @@ export class OpenAICompatiblePolicy implements Policy {
     /** The dialect in use (detected on the first request under 'auto'; a failed detection is tried again next time). */
     async resolveDialect(signal?: AbortSignal): Promise<Dialect> {
         if (this.dialect === null) {
-            const p = detectDialect(this.name, this.o.baseUrl, { timeoutMs: this.o.timeoutMs, headers: this.headers(), ...(signal ? { signal } : {}) });
+            const p = detectDialect(this.name, this.o.baseUrl, { timeoutMs: this.o.timeoutMs, headers: this.headers(), maxResponseBytes: this.o.maxResponseBytes,
+                ...(signal ? { signal } : {}) });
             this.dialect = p;
             p.catch(() => { if (this.dialect === p) this.dialect = null; });
         }
         return this.dialect;
     }
 
-    private headers(): Record<string, string> { return this.o.apiKey ? { authorization: `Bearer ${this.o.apiKey}` } : {}; }
+    private headers(): Record<string, string> { return this.auth; }
 
     /** Rejects with the first failed request's error (the others are not waited for). */
     async generate(requests: GenerateRequest[], options: { signal?: AbortSignal } = {}): Promise<Generation[]> {
@@ -105,7 +118,7 @@ export class OpenAICompatiblePolicy implements Policy {
         if (!Array.isArray(requests)) throw new TypeError(`${this.name}: requests: expected an array`);
         requests.forEach((r, i) => chatBody(this.name, r, i, { model: this.o.model, dialect: "openai", logprobs: false }));
         if (requests.length === 0) return [];
-        const o: BodyOptions = { model: this.o.model, dialect: await this.resolveDialect(signal), logprobs: this.o.logprobs };
+        const o: BodyOptions = { model: this.o.model, dialect: await this.resolveDialect(signal), logprobs: this.o.logprobs, vocabSize: this.o.vocabSize };
         return requests.map((r, i) => ({ ...chatBody(this.name, r, i, o), o }));
     }
 
@@ -120,7 +133,7 @@ export class OpenAICompatiblePolicy implements Policy {
 
     private async one(b: { json: string; messages: ChatMessage[]; o: BodyOptions }, signal?: AbortSignal): Promise<Generation> {
         const post = { timeoutMs: this.o.timeoutMs, totalTimeoutMs: this.o.totalTimeoutMs, retries: this.o.retries, backoffMs: this.o.backoffMs,
-            headers: this.headers(), ...(signal ? { signal } : {}) };
+            headers: this.headers(), maxResponseBytes: this.o.maxResponseBytes, ...(signal ? { signal } : {}) };
         const r = await postJson(this.name, `${this.o.baseUrl}/chat/completions`, b.json, post);
         if (!r.ok) throw new Error(`${this.name}: HTTP ${r.status}: ${r.text.slice(0, 300)}`);
         const { generation, promptIdsMissing } = parseChat(this.name, r.text, r.latencyMs, b.o);

@@ -7,7 +7,7 @@
 //     adapter named by lora_path;
 //   - 'openai' (OpenAI, llama.cpp, Ollama, or unknown): no ids; the generation says so (tokenIdsExact false).
 // 'auto' asks GET /v1/models once: owned_by "vllm" or "maporl" -> vllm, "sglang" -> sglang, else openai.
-import { getJson, postJson, type PostOptions } from "../http.js";
+import { getJson, postJson, type PostOptions, redactUrl } from "../http.js";
 import { type ChatMessage, type GenerateRequest, type Generation, requestMessages, requestSampling, requestSeed, type ToolCall } from "./types.js";
 
 export type Dialect = "vllm" | "sglang" | "openai";
@@ -18,7 +18,7 @@ export const serverRoot = (baseUrl: string): string => baseUrl.replace(/\/v1$/, 
 
 /** The dialect a server speaks, from its /v1/models (owned_by); 'openai' when it answers anything else, an error
  * status included. */
-export async function detectDialect(where: string, baseUrl: string, o: { timeoutMs: number; headers?: Record<string, string>; signal?: AbortSignal }): Promise<Dialect> {
+export async function detectDialect(where: string, baseUrl: string, o: { timeoutMs: number; headers?: Record<string, string>; signal?: AbortSignal; maxResponseBytes?: number }): Promise<Dialect> {
     const r = await getJson(where, `${baseUrl}/models`, o);  // (a network failure rejects: detection is tried again later)
     if (!r.ok) return "openai";
     let owners: unknown[] = [];
@@ -28,7 +28,19 @@ export async function detectDialect(where: string, baseUrl: string, o: { timeout
     return "openai";
 }
 
-export interface BodyOptions { model: string; adapter?: string | undefined; dialect: Dialect; logprobs: boolean }
+export interface BodyOptions {
+    model: string;
+    adapter?: string | undefined;
+    dialect: Dialect;
+    logprobs: boolean;
+    /** Token ids a reply names must be below it (and always below 2^31). */
+    vocabSize?: number | undefined;
+}
+
+/** Token ids are below this whatever the vocabulary (they travel as int32 in batches and kernels). */
+export const MAX_TOKEN_ID = 2 ** 31 - 1;
+/** A reply's log-prob may exceed 0 by this much (a log-softmax rounded in bf16 / f32), no more; it is kept as sent. */
+export const LOGPROB_EPSILON = 1e-3;
 
 /** A request's chat-completions body (JSON text), checked (every field named in the error). */
 export function chatBody(where: string, r: GenerateRequest, i: number, o: BodyOptions): { json: string; messages: ChatMessage[] } {
@@ -58,11 +70,25 @@ export function chatBody(where: string, r: GenerateRequest, i: number, o: BodyOp
     return { json: r.seed === undefined ? json : json.replace(/"seed":0(?=[,}])/, `"seed":${r.seed}`), messages };
 }
 
-const idList = (x: unknown): number[] | null =>
-    Array.isArray(x) && x.every((v) => Number.isInteger(v) && v >= 0) ? x as number[] : null;
+/** The first entry of `x` that is not a token id below `vocab` (as "[k] = v"), or null when every one is. */
+function badId(x: readonly unknown[], vocab: number | undefined): string | null {
+    const limit = Math.min(vocab ?? MAX_TOKEN_ID + 1, MAX_TOKEN_ID + 1);
+    const k = x.findIndex((v) => !(typeof v === "number" && Number.isInteger(v) && v >= 0 && v < limit));
+    return k < 0 ? null : `[${k}] = ${JSON.stringify(x[k]) ?? String(x[k])}, expected an integer in [0, ${limit})` +
+        (vocab !== undefined && typeof x[k] === "number" && (x[k] as number) >= vocab ? ` (vocabSize ${vocab})` : "");
+}
+
+/** `x` as token ids: null when absent; an error (`fail(why)`) when present but not a list of ids below `vocab`. */
+function idList(x: unknown, vocab: number | undefined, fail: (why: string) => Error): number[] | null {
+    if (x === undefined || x === null) return null;
+    if (!Array.isArray(x)) throw fail(`expected an array of token ids, got ${typeof x}`);
+    const bad = badId(x, vocab);
+    if (bad !== null) throw fail(bad);
+    return x as number[];
+}
 
 /** A reply, parsed; `promptIdsMissing` when the completion's ids came back but the prompt's did not. */
-export function parseChat(where: string, text: string, latencyMs: number, o: { dialect: Dialect; adapter?: string | undefined }): { generation: Generation; promptIdsMissing: boolean } {
+export function parseChat(where: string, text: string, latencyMs: number, o: { dialect: Dialect; adapter?: string | undefined; vocabSize?: number | undefined }): { generation: Generation; promptIdsMissing: boolean } {
     const bad = (what: string) => new SyntaxError(`${where}: malformed reply: ${what}; got ${JSON.stringify(text.slice(0, 160))}`);
     let j: Record<string, unknown>;
     try {
@@ -80,27 +106,36 @@ export function parseChat(where: string, text: string, latencyMs: number, o: { d
     let tokens: (string | number)[] | undefined, logprobs: number[] | undefined;
     if (Array.isArray(content)) {
         tokens = content.map((c, i) => { if (typeof c?.token !== "string") throw bad(`expected logprobs.content[${i}].token`); return c.token; });
+        // A sampled token's log-prob is finite and at most 0 (LOGPROB_EPSILON over it for rounding): anything else
+        // (a positive value, NaN, +-Infinity, null, "-inf") is not a log-prob the server's sampler can have drawn from.
         logprobs = content.map((c, i) => {
             const v = c?.logprob;
-            if (typeof v === "number") return v;
-            if (v === null || v === "-Infinity" || v === "-inf") return -Infinity;  // (a -inf some servers cannot put in JSON)
-            throw bad(`expected logprobs.content[${i}].logprob`);
+            if (typeof v === "number" && Number.isFinite(v) && v <= LOGPROB_EPSILON) return v;
+            throw bad(`logprobs.content[${i}].logprob: expected a finite number <= 0 (${LOGPROB_EPSILON} allowed for rounding), got ${JSON.stringify(v) ?? String(v)}`);
         });
     }
     // Completion ids: the choice's token_ids, else "token_id:N" logprob tokens (vLLM's return_tokens_as_token_ids).
-    let tokenIds: number[] | null = o.dialect === "openai" ? null : idList(choice.token_ids);
-    if (choice.token_ids !== undefined && choice.token_ids !== null && tokenIds === null && o.dialect !== "openai") throw bad("expected choices[0].token_ids as token ids");
+    let tokenIds: number[] | null = o.dialect === "openai" ? null : idList(choice.token_ids, o.vocabSize, (why) => bad(`choices[0].token_ids${why.startsWith("[") ? "" : ": "}${why}`));
     const asIds = tokens?.map((t) => (typeof t === "string" ? /^token_id:(\d+)$/.exec(t) : null));
     if (asIds && asIds.length > 0 && asIds.every((m) => m !== null)) {
         const ids = asIds.map((m) => Number(m![1]));
+        const badTok = badId(ids, o.vocabSize);
+        if (badTok !== null) throw bad(`logprobs.content${badTok.replace(/^\[(\d+)\] = /, (_m, k: string) => `[${k}].token = "${tokens![Number(k)]}": `)}`);
         if (tokenIds !== null && ids.join() !== tokenIds.join()) throw bad("token_ids and the logprob tokens name different ids");
         tokenIds ??= ids;
         tokens = ids;
     }
     if (tokenIds !== null && logprobs !== undefined && logprobs.length !== tokenIds.length)
         throw bad(`${tokenIds.length} token ids but ${logprobs.length} log-probs`);
-    const promptIds = o.dialect === "openai" ? null : idList(j.prompt_token_ids) ?? idList(choice.prompt_token_ids);
+    const promptIds = o.dialect === "openai" ? null
+        : idList(j.prompt_token_ids, o.vocabSize, (why) => bad(`prompt_token_ids${why.startsWith("[") ? "" : ": "}${why}`))
+            ?? idList(choice.prompt_token_ids, o.vocabSize, (why) => bad(`choices[0].prompt_token_ids${why.startsWith("[") ? "" : ": "}${why}`));
     const usage = j.usage as { prompt_tokens?: unknown; completion_tokens?: unknown } | undefined;
+    for (const k of ["prompt_tokens", "completion_tokens"] as const) {
+        const v = usage?.[k];
+        if (v !== undefined && v !== null && !(typeof v === "number" && Number.isSafeInteger(v) && v >= 0))
+            throw bad(`usage.${k}: expected a count (an integer >= 0), got ${JSON.stringify(v) ?? String(v)}`);
+    }
     const exact = tokenIds !== null && promptIds !== null;
     const generation: Generation = {
         text: msg.content, ...(tokens ? { tokens, logprobs } : {}),
@@ -145,10 +180,12 @@ export function wireToolCalls(x: unknown, ids: "required" | "default", fail: (k:
 export async function fillPromptIds(where: string, baseUrl: string, g: Generation, messages: ChatMessage[], o: BodyOptions & PostOptions): Promise<void> {
     const url = o.dialect === "sglang" ? `${baseUrl}/tokenize` : `${serverRoot(baseUrl)}/tokenize`;
     const r = await postJson(where, url, JSON.stringify({ model: o.dialect === "vllm" ? o.adapter ?? o.model : o.model, messages: wireMessages(messages), add_generation_prompt: true }), o);
-    if (!r.ok) throw new Error(`${where}: the reply had no prompt_token_ids and POST ${url} answered HTTP ${r.status}: ${r.text.slice(0, 200)}`);
-    let ids: number[] | null = null;
-    try { ids = idList((JSON.parse(r.text) as { tokens?: unknown }).tokens); } catch { /* below */ }
-    if (ids === null) throw new SyntaxError(`${where}: malformed reply from ${url}: expected { tokens: [ids] }; got ${JSON.stringify(r.text.slice(0, 160))}`);
+    if (!r.ok) throw new Error(`${where}: the reply had no prompt_token_ids and POST ${redactUrl(url)} answered HTTP ${r.status}: ${r.text.slice(0, 200)}`);
+    const fail = (why: string) => new SyntaxError(`${where}: malformed reply from ${redactUrl(url)}: ${why}; got ${JSON.stringify(r.text.slice(0, 160))}`);
+    let parsed: unknown;
+    try { parsed = JSON.parse(r.text); } catch { throw fail("expected JSON { tokens: [ids] }"); }
+    const ids = idList((parsed as { tokens?: unknown } | null)?.tokens, o.vocabSize, (why) => fail(`tokens${why.startsWith("[") ? "" : ": "}${why}`));
+    if (ids === null) throw fail("expected { tokens: [ids] }");
     g.promptTokenIds = ids;
     g.tokenIdsExact = true;
 }

@@ -4,6 +4,7 @@
 // policy the batch is sent as one generate call and, only if that call rejects, each request is sent again alone,
 // so the failure lands on the requests that cause it (a deterministic, seeded policy gives the same answers alone
 // as in the batch: NativePolicy does).
+import { describe } from "../validate.js";
 import type { GenerateRequest, Generation, Policy, SettledGeneration } from "./types.js";
 
 export type { SettledGeneration } from "./types.js";
@@ -21,8 +22,13 @@ export const EPISODE_ERROR_POLICIES: readonly EpisodeErrorPolicy[] = ["fail-fast
 const asError = (e: unknown): Error => (e instanceof Error ? e : new Error(String(e)));
 
 function checked(policy: Policy, gens: unknown, n: number): Generation[] {
-    if (!Array.isArray(gens) || gens.length !== n || gens.some((g) => !g || typeof (g as Generation).text !== "string"))
-        throw new TypeError(`${policy.name}: generate() returned ${Array.isArray(gens) ? `${gens.length} generations` : "no generations"}, expected ${n}`);
+    if (!Array.isArray(gens) || gens.length !== n)
+        throw new TypeError(`${policy.name}: generate() returned ${Array.isArray(gens) ? `${gens.length} generations` : `${describe(gens)}, not an array of generations`}, expected ${n}`);
+    gens.forEach((g: unknown, k) => {
+        if (g === null || typeof g !== "object") throw new TypeError(`${policy.name}: generate() returned ${describe(g)} as generation ${k}, expected an object with text`);
+        const text = (g as { text?: unknown }).text;
+        if (typeof text !== "string") throw new TypeError(`${policy.name}: generate() returned generation ${k} with text ${describe(text)}, expected a string`);
+    });
     return gens as Generation[];
 }
 

@@ -3,7 +3,7 @@
 // gsm8kVerifier, labelVerifier, exactVerifier, regexVerifier, fnVerifier, and HttpVerifier for a remote service.
 // `scoreAll` runs a verifier over a batch with a concurrency limit and records failures as failures (never as a
 // silent 0), which is what the debate transcript stores.
-import { postJson } from "../http.js";
+import { DEFAULT_MAX_RESPONSE_BYTES, postJson, redactUrl } from "../http.js";
 import { extractFinalNumber, extractLabel, parseNumber, sameNumber } from "./extract.js";
 
 export interface VerifyItem {
@@ -141,6 +141,8 @@ export interface HttpVerifierOptions {
     retries?: number;
     backoffMs?: number;
     headers?: Record<string, string>;
+    /** Decoded bytes of one reply read at most. Defaults to 64 MiB. */
+    maxResponseBytes?: number;
 }
 
 /**
@@ -162,7 +164,8 @@ export class HttpVerifier implements Verifier {
         };
         this.name = options.name ?? "http";
         this.o = { url: options.url, timeoutMs: int(options.timeoutMs, 30_000, "timeoutMs"), retries: int(options.retries, 3, "retries"),
-            backoffMs: int(options.backoffMs, 200, "backoffMs"), headers: options.headers ?? {} };
+            backoffMs: int(options.backoffMs, 200, "backoffMs"), headers: options.headers ?? {},
+            maxResponseBytes: int(options.maxResponseBytes, DEFAULT_MAX_RESPONSE_BYTES, "maxResponseBytes") };
     }
 
     async score(item: VerifyItem, options?: { signal?: AbortSignal }): Promise<Verdict> {
@@ -173,8 +176,8 @@ export class HttpVerifier implements Verifier {
         items.forEach((it) => requireItem(this.name, it));
         const body = JSON.stringify({ items: items.map((it) => ({ question: it.question ?? null, response: it.response, reference: it.reference })) });
         const r = await postJson(this.name, this.o.url, body, { timeoutMs: this.o.timeoutMs, retries: this.o.retries,
-            backoffMs: this.o.backoffMs, headers: this.o.headers, signal: options?.signal });
-        if (!r.ok) throw new Error(`${this.name}: ${this.o.url} answered HTTP ${r.status}: ${r.text.slice(0, 200)}`);
+            backoffMs: this.o.backoffMs, headers: this.o.headers, signal: options?.signal, maxResponseBytes: this.o.maxResponseBytes });
+        if (!r.ok) throw new Error(`${this.name}: ${redactUrl(this.o.url)} answered HTTP ${r.status}: ${r.text.slice(0, 200)}`);
         return parseReply(this.name, r.text, items.length);
     }
 }
