@@ -127,7 +127,7 @@ export class Debate {
     /** Runs one episode. Rejects promptly on abort (with signal.reason), and with a DebateError when the episode
      * failed (after the retries of onError 'retry'). */
     async run(item: DebateItem, options: { signal?: AbortSignal } = {}): Promise<Transcript> {
-        const t = (await this.runBatch([item], options))[0]!;
+        const t = (await this.runAll([item], options.signal))[0]!;
         if (t.error) throw new DebateError(`Debate: episode ${t.id}: turn ${t.error.turn}, agent ${t.error.agent}: ${t.error.message}`, [t]);
         return t;
     }
@@ -137,22 +137,27 @@ export class Debate {
      * call (a batching backend such as NativePolicy decodes them as one batch; an HTTP policy sends them under its
      * concurrency limit). Episodes that reach consensus drop out. Each transcript equals what run(item) gives (the
      * seeds depend on the turn and agent only). A failed request ends its own episode only (see `onError`): that
-     * transcript carries `error` and its completed turns.
+     * transcript carries `error` and its completed turns. When every episode failed, rejects with a DebateError naming
+     * the first failure (holding every transcript).
      */
     async runBatch(items: DebateItem[], options: { signal?: AbortSignal } = {}): Promise<Transcript[]> {
-        const out = await this.attempt(items, options.signal, this.o.onError === "fail-fast");
-        if (this.o.onError !== "retry") return everyFailed(out);
+        return everyFailed(await this.runAll(items, options.signal));
+    }
+
+    private async runAll(items: DebateItem[], signal: AbortSignal | undefined): Promise<Transcript[]> {
+        const out = await this.attempt(items, signal, this.o.onError === "fail-fast");
+        if (this.o.onError !== "retry") return out;
         for (let attempt = 2; attempt <= this.o.retries + 1; attempt++) {
             const failed = out.flatMap((t, i) => (t.error ? [i] : []));
             if (failed.length === 0) break;
             // Again from the start (same ids, same seeds), alone.
-            const again = await this.attempt(failed.map((i) => ({ ...items[i]!, id: out[i]!.id })), options.signal, false);
+            const again = await this.attempt(failed.map((i) => ({ ...items[i]!, id: out[i]!.id })), signal, false);
             failed.forEach((i, k) => {
                 out[i] = again[k]!;
                 if (out[i]!.error) out[i]!.error!.attempts = attempt;
             });
         }
-        return everyFailed(out);
+        return out;
     }
 
     private async attempt(items: DebateItem[], signal: AbortSignal | undefined, failFast: boolean): Promise<Transcript[]> {
