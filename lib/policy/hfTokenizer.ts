@@ -12,6 +12,7 @@ import { Template } from "@huggingface/jinja";
 import { Tokenizer } from "@huggingface/tokenizers";
 
 import { describe } from "../validate.js";
+import { renderTemplate, type TemplateLimits } from "./template.js";
 import type { PolicyTokenizer } from "./tokenizer.js";
 import type { ChatMessage } from "./types.js";
 
@@ -49,6 +50,7 @@ export class HfTokenizer implements PolicyTokenizer {
 
     constructor(tokenizerJson: unknown, tokenizerConfig: Record<string, unknown>, options: HfTokenizerOptions) {
         if (tokenizerJson === null || typeof tokenizerJson !== "object") throw new TypeError(`HfTokenizer: tokenizer.json: expected a JSON object, got ${describe(tokenizerJson)}`);
+        tokenizerIds(tokenizerJson as Record<string, unknown>, options.vocabSize);
         this.tk = new Tokenizer(tokenizerJson, tokenizerConfig);
         this.files = { tokenizerJson, tokenizerConfig: options.chatTemplate === undefined ? tokenizerConfig : { ...tokenizerConfig, chat_template: options.chatTemplate } };
         let size = 0;
@@ -102,7 +104,9 @@ export class HfTokenizer implements PolicyTokenizer {
     /** Token ids of `text`, without added special tokens (a chat template writes its own). */
     encode(text: string): number[] {
         if (typeof text !== "string") throw new TypeError(`HfTokenizer.encode: text: expected a string, got ${describe(text)}`);
-        return this.tk.encode(text, { add_special_tokens: false }).ids;
+        const ids = this.tk.encode(text, { add_special_tokens: false }).ids;
+        for (const id of ids) if (!(id >= 0 && id < this.vocabSize)) throw new RangeError(`HfTokenizer.encode: the tokenizer gave id ${id}, outside the model's vocab_size ${this.vocabSize}`);
+        return ids;
     }
 
     /** Text of `ids`, special tokens skipped; ids without a string (padded vocabulary) decode to nothing. */
@@ -115,11 +119,15 @@ export class HfTokenizer implements PolicyTokenizer {
         return keep.length === 0 ? "" : this.tk.decode(keep, { skip_special_tokens: true });
     }
 
-    /** The chat template rendered for `messages` (with the assistant's header when addGenerationPrompt). */
+    /** Bounds of every rendering of the chat template (template.ts; the defaults when unset). */
+    templateLimits: Partial<TemplateLimits> = {};
+
+    /** The chat template rendered for `messages` (with the assistant's header when addGenerationPrompt); a TemplateError
+     * when the template raises or passes a bound. */
     applyChatTemplate(messages: readonly ChatMessage[], options: { addGenerationPrompt?: boolean } = {}): string {
         if (!this.template) throw new Error("HfTokenizer: the tokenizer has no chat_template (pass one as chatTemplate when loading)");
-        return this.template.render({ messages: messages.map((m) => ({ role: m.role, content: m.content })), add_generation_prompt: options.addGenerationPrompt ?? true,
-            ...this.specialTokens });  // (@huggingface/jinja defines raise_exception itself)
+        return renderTemplate(this.template, { messages: messages.map((m) => ({ role: m.role, content: m.content })), add_generation_prompt: options.addGenerationPrompt ?? true,
+            ...this.specialTokens }, this.templateLimits);
     }
 
     encodeChat(messages: readonly ChatMessage[]): number[] {
@@ -148,4 +156,23 @@ export class IdsOnlyTokenizer implements PolicyTokenizer {
     encode(): number[] { throw new Error("this model was loaded without a tokenizer (tokenizer: null): give requests promptTokenIds"); }
     decode(): string { return ""; }
     encodeChat(): number[] { return this.encode(); }
+}
+
+/** Checks that every id tokenizer.json names (model.vocab, a map or Unigram's [piece, score] list whose index is the
+ * id, and added_tokens[].id) is an integer in [0, vocabSize): an id past the model's embedding is a load error, not a
+ * token the engine would read as another. */
+function tokenizerIds(tj: Record<string, unknown>, vocabSize: number): void {
+    if (!Number.isInteger(vocabSize) || vocabSize < 1) throw new RangeError(`HfTokenizer: vocabSize: expected an integer >= 1, got ${describe(vocabSize)}`);
+    const check = (where: string, id: unknown) => {
+        if (!(typeof id === "number" && Number.isInteger(id) && id >= 0 && id < vocabSize))
+            throw new RangeError(`HfTokenizer: tokenizer.json: ${where} = ${describe(id)}: expected an id in [0, ${vocabSize}) (the model's vocab_size)`);
+    };
+    const vocab = (tj.model as { vocab?: unknown } | undefined)?.vocab;
+    if (Array.isArray(vocab)) {
+        if (vocab.length > vocabSize) throw new RangeError(`HfTokenizer: tokenizer.json: model.vocab has ${vocab.length} pieces, more than the model's vocab_size ${vocabSize}`);
+    } else if (vocab !== null && typeof vocab === "object") {
+        for (const [token, id] of Object.entries(vocab)) check(`model.vocab[${JSON.stringify(token.slice(0, 40))}]`, id);
+    }
+    const added = tj.added_tokens;
+    if (Array.isArray(added)) added.forEach((t: { id?: unknown }, k) => check(`added_tokens[${k}].id`, t?.id));
 }
