@@ -10,6 +10,7 @@
 // A Llama-family model trains and scores through log-probs (gptScore): its LM head runs over row chunks, so no
 // [B, T, V] logits exist (a 151,936-token vocabulary).
 import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { totalmem } from "node:os";
 import { join, resolve } from "node:path";
 
 import { type Device, resolveDevice } from "../backend.js";
@@ -51,6 +52,20 @@ export interface NativePolicyConfig {
      * visible). Tokens, logits and their gradients still cross to the host, where sampling and the loss kernels run.
      */
     device?: Device;
+    /** The most bytes the model's parameters, gradients and AdamW moments may take (16 bytes a parameter, allocated
+     * at creation; gptMemoryBytes): a larger configuration is refused before anything is allocated. Defaults to 80%
+     * of the machine's memory (os.totalmem()). */
+    maxMemoryBytes?: number;
+}
+
+/** The bytes an embedded GPT of `config` with vocabulary `vocab` allocates at creation: its parameters (token and
+ * position embeddings, per layer 12 C^2 + 13 C, the final norm, an untied LM head, the value head) in float32, times 4
+ * (weights, gradients, AdamW's two moments). Activations and the KV cache come on top, sized by the batch. */
+export function gptMemoryBytes(config: { contextLength: number; layers: number; dModel: number; mlpRatio?: number; tieEmbeddings?: boolean }, vocab: number): number {
+    const C = config.dModel, H = (config.mlpRatio ?? 4) * C;
+    const perLayer = 2 * C /* ln_1 */ + 3 * C * C + 3 * C /* qkv */ + C * C + C /* proj */ + 2 * C /* ln_2 */ + C * H + H + H * C + C /* mlp */;
+    const params = vocab * C + config.contextLength * C + config.layers * perLayer + 2 * C + (config.tieEmbeddings === false ? vocab * C : 0) + C + 1;
+    return 16 * params;
 }
 
 export interface TrainBatch {
@@ -189,7 +204,7 @@ export class NativePolicy implements Policy {
     readonly tokenizer: PolicyTokenizer;
     /** The GPT's config; for a Hugging Face model its shape in the same terms (mlpRatio = intermediate_size /
      * hidden_size, rounded), the whole config being `hfConfig`. */
-    readonly config: Required<Omit<NativePolicyConfig, "tokenizer" | "name" | "device">>;
+    readonly config: Required<Omit<NativePolicyConfig, "tokenizer" | "name" | "device" | "maxMemoryBytes">>;
     /** 'gpt' (the embedded model) or 'llama' (a Hugging Face llama / mistral / qwen2 / qwen3 model). */
     readonly family: "gpt" | "llama";
     /** The LoRA adapter this policy runs (null: the model itself, or the base of its adapters: the reference model). */
@@ -226,6 +241,15 @@ export class NativePolicy implements Policy {
             seed: requireInt("seed", config.seed ?? 0, 0, Number.MAX_SAFE_INTEGER),
         };
         this.V = this.tokenizer.vocabSize;
+        if (handle === undefined) {  // each field is within its bounds; their product must fit too
+            const limit = config.maxMemoryBytes ?? Math.floor(totalmem() * 0.8);
+            if (typeof limit !== "number" || !(limit > 0)) throw new RangeError(`NativePolicy: maxMemoryBytes: expected a number > 0, got ${describe(config.maxMemoryBytes)}`);
+            const need = gptMemoryBytes(this.config, this.V), gib = (x: number) => `${(x / 2 ** 30).toFixed(2)} GiB`;
+            if (need > limit)
+                throw new RangeError(`NativePolicy: this configuration needs ${gib(need)} for its parameters, gradients and AdamW moments ` +
+                    `(contextLength ${this.config.contextLength}, layers ${this.config.layers}, dModel ${this.config.dModel}, mlpRatio ${this.config.mlpRatio}, ` +
+                    `vocab ${this.V}), more than maxMemoryBytes ${gib(limit)}${config.maxMemoryBytes === undefined ? " (80% of this machine's memory)" : ""}`);
+        }
         if (config.name !== undefined && typeof config.name !== "string") throw new TypeError(`NativePolicy: name: expected a string, got ${describe(config.name)}`);
         this.name = config.name ?? `native-gpt-${this.config.layers}x${this.config.dModel}`;
         this.core = new ModelCore(handle ?? native.gptCreate({ vocab: this.V, context: this.config.contextLength, layers: this.config.layers,

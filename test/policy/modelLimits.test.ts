@@ -1,0 +1,31 @@
+// modelLimits.test.ts: a model's configuration is checked as a whole before anything is allocated. Each field of an
+// embedded GPT may be within its own bounds while their product is not (dModel 4096, contextLength 65536, 8 layers
+// was killed by the kernel at 24 GB): the bytes it needs are computed first (checked against the engine's own
+// parameter count) and a configuration past maxMemoryBytes is refused with the figure.
+import { describe, expect, it } from "vitest";
+
+import { NativePolicy } from "../../lib/index.js";
+import { gptMemoryBytes } from "../../lib/policy/nativePolicy.js";
+
+describe("the embedded GPT's memory is checked before it is allocated", () => {
+    it("gptMemoryBytes is 16 bytes per parameter the engine allocates (tied and untied heads, MLP ratios)", async () => {
+        for (const c of [{ contextLength: 16, layers: 1, heads: 1, dModel: 8 }, { contextLength: 40, layers: 3, heads: 2, dModel: 12, mlpRatio: 2, tieEmbeddings: false }]) {
+            const p = await NativePolicy.create(c);
+            try {
+                expect(gptMemoryBytes(c, p.tokenizer.vocabSize)).toBe(16 * p.parameterCount);
+            } finally { await p.dispose(); }
+        }
+    });
+
+    it("a configuration whose fields pass but whose product does not fit is refused at once, naming the figure", async () => {
+        const t0 = performance.now(), rss0 = process.memoryUsage().rss;
+        await expect(NativePolicy.create({ dModel: 4096, contextLength: 65536, layers: 8, heads: 32 }))
+            .rejects.toThrow(/needs 2[0-9]\.\d\d GiB for its parameters, gradients and AdamW moments .* more than maxMemoryBytes .* \(80% of this machine's memory\)/);
+        await expect(NativePolicy.create({ dModel: 64, contextLength: 64, layers: 2, heads: 2, maxMemoryBytes: 1e5 })).rejects.toThrow(/more than maxMemoryBytes 0\.00 GiB/);
+        await expect(NativePolicy.create({ dModel: 64, contextLength: 64, layers: 2, heads: 2, maxMemoryBytes: Number.NaN })).rejects.toThrow(/maxMemoryBytes: expected a number > 0, got NaN/);
+        expect(performance.now() - t0).toBeLessThan(1000);
+        expect(process.memoryUsage().rss - rss0).toBeLessThan(64 << 20);
+        const ok = await NativePolicy.create({ dModel: 64, contextLength: 64, layers: 2, heads: 2, maxMemoryBytes: 1e9 });
+        await ok.dispose();
+    });
+});
