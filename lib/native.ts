@@ -166,6 +166,8 @@ export interface NativeBinding {
     gptStep(h: GptHandle, lr: number, beta1: number, beta2: number, eps: number, weightDecay: number, maxGradNorm: number): number;
     gptStepAsync(h: GptHandle, lr: number, beta1: number, beta2: number, eps: number, weightDecay: number, maxGradNorm: number): Promise<number>;
     gptCacheReset(h: GptHandle, batch: number, maxLen: number): void;
+    /** Frees the KV cache's memory (gptCacheReset again before decoding). */
+    gptCacheRelease(h: GptHandle): void;
     gptDecode(h: GptHandle, tokens: Int32Array, pos: number, logits: F32 | null, values: F32 | null): void;
     gptDecodeAsync(h: GptHandle, tokens: Int32Array, pos: number, logits: F32 | null, values: F32 | null): Promise<void>;
     /** Llama family: fills cache row b at positions 0 .. lens[b] - 1 from tokens [batch, P] through the GEMM. */

@@ -184,6 +184,12 @@ class ModelCore {
     queue: Promise<unknown> = Promise.resolve();
     readonly adapters = new Map<string, number>();
     openBatch: DecodeCall[] | null = null;
+    /** The open batch's rows and the positions its longest row can reach (its KV cache: rows x positions). */
+    openRows = 0;
+    openLen = 0;
+    /** The KV cache one generation batch may take; a call that alone needs more is refused, and calls that would
+     * together start a new batch. Defaults to 25% of the machine's memory. */
+    maxCacheBytes = Math.floor(totalmem() / 4);
     views = 1;
     readonly baseCount: number;
     constructor(h: GptHandle, readonly baseName: string, bf16 = false) {
@@ -193,6 +199,9 @@ class ModelCore {
     }
     free(): void { if (this.handle) native.gptFree(this.handle); this.handle = null; }
 }
+
+/** A KV cache larger than this is freed after its batch; smaller ones are kept for the next. */
+const CACHE_KEEP_BYTES = 64 << 20;
 
 const TRAIN_OPTION_KEYS = ["loss", "valueClip", "lr", "beta1", "beta2", "eps", "weightDecay", "maxGradNorm", "accumulate", "signal", "onProgress",
     "keepLogitsBytes"];
@@ -289,6 +298,21 @@ export class NativePolicy implements Policy {
 
     /** The trainable parameters: the adapter's (A, B and its value head) for an adapter's policy, else the model's
      * (for a bfloat16 base, every tensor's count). */
+    /** Bytes of KV cache per token of one row: keys and values, float32, of every layer. */
+    get kvBytesPerToken(): number {
+        const e = this.hf?.info.engine;
+        return e ? e.layers * e.kvHeads * e.headDim * 2 * 4 : this.config.layers * this.config.dModel * 2 * 4;
+    }
+
+    /** The KV cache one generation batch may take (shared by every adapter of a base). A generate call that alone
+     * needs more is refused with a RangeError naming the figure; calls that together would need more run as separate
+     * batches. Defaults to 25% of the machine's memory. */
+    get maxCacheBytes(): number { return this.core.maxCacheBytes; }
+    set maxCacheBytes(bytes: number) {
+        if (typeof bytes !== "number" || !(bytes >= 1) || !Number.isFinite(bytes)) throw new RangeError(`${this.name}: maxCacheBytes: expected a number >= 1, got ${describe(bytes)}`);
+        this.core.maxCacheBytes = bytes;
+    }
+
     get parameterCount(): number { return this.adapterId >= 0 ? native.loraInfo(this.h(), this.adapterId).count : this.core.baseCount; }
 
     /** The embedded GPT's CharTokenizer (`what` needs one: a Hugging Face model has none, and the error says so). */
@@ -361,6 +385,14 @@ export class NativePolicy implements Policy {
             if (options[k] !== undefined && typeof options[k] !== "function") throw new TypeError(`${this.name}: ${k}: expected a function, got ${describe(options[k])}`);
         if (requests.length === 0) return [];
         this.h();
+        // The KV cache this call needs alone (its rows x the positions its longest row can reach, as decodeCalls sizes
+        // it), checked against maxCacheBytes before anything is allocated.
+        const rows = prompts.length, len = Math.max(...prompts.map((p, i) => p.length + Math.max(1, Math.min(sampling[i]!.maxTokens ?? 64, this.config.contextLength - p.length))));
+        if (rows * len * this.kvBytesPerToken > this.core.maxCacheBytes) {
+            const mib = (x: number) => `${(x / 2 ** 20).toFixed(1)} MiB`;
+            throw new RangeError(`${this.name}: this generation needs a KV cache of ${mib(rows * len * this.kvBytesPerToken)} (${rows} rows x ${len} positions), ` +
+                `more than maxCacheBytes ${mib(this.core.maxCacheBytes)}: fewer rows, fewer max tokens, or a larger maxCacheBytes (maporl serve --max-cache-bytes)`);
+        }
         // Calls made before the batch starts (on this policy, or on other adapters of its base) join it: one decode
         // step serves every adapter, as vLLM's multi-LoRA batching does.
         const withTools = requests.map((r) => r.tools !== undefined && r.tools.length > 0);
@@ -370,13 +402,29 @@ export class NativePolicy implements Policy {
             const call: DecodeCall = { name: this.name, prompts, sampling, seeds, adapter: this.family === "llama" ? this.adapterId : null,
                 ...(options.signal ? { signal: options.signal } : {}), ...(options.onProgress ? { onProgress: options.onProgress } : {}),
                 ...(options.onToken ? { onToken: options.onToken } : {}), resolve, reject };
-            const open = this.core.openBatch;
-            if (open) { open.push(call); return; }
+            const core = this.core, open = core.openBatch, per = this.kvBytesPerToken;
+            if (open && (core.openRows + rows) * Math.max(core.openLen, len) * per <= core.maxCacheBytes) {
+                open.push(call);
+                core.openRows += rows;
+                core.openLen = Math.max(core.openLen, len);
+                return;
+            }
             const batch = [call];
-            this.core.openBatch = batch;
+            core.openBatch = batch;
+            core.openRows = rows;
+            core.openLen = len;
             this.enqueue(async () => {
-                if (this.core.openBatch === batch) this.core.openBatch = null;
-                try { await decodeCalls(this.h(), this.tokenizer, this.V, this.config.contextLength, batch, this.family === "llama"); } catch (e) { for (const c of batch) c.reject(e); }
+                const bytes = core.openBatch === batch ? core.openRows * core.openLen * per : Infinity;
+                if (core.openBatch === batch) core.openBatch = null;
+                try {
+                    await decodeCalls(this.h(), this.tokenizer, this.V, this.config.contextLength, batch, this.family === "llama");
+                } catch (e) {
+                    for (const c of batch) c.reject(e);
+                } finally {
+                    // A large cache goes back at once (a server holds none sized for its largest request while idle);
+                    // small ones are kept for the next batch.
+                    if (bytes > CACHE_KEEP_BYTES && this.core.handle) native.gptCacheRelease(this.core.handle);
+                }
             }).catch((e: unknown) => { for (const c of batch) c.reject(e); });
         });
     }

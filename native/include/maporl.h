@@ -399,6 +399,9 @@ maporl_status maporl_gpt_step(maporl_gpt * gpt, const maporl_adamw_params * para
  * position pos (0, 1, 2, ... in order) into logits_out [batch, vocab] and values_out [batch] (either may be NULL: that
  * head is then not run, so a prompt position whose next token no row samples costs no LM head). */
 maporl_status maporl_gpt_cache_reset(maporl_gpt * gpt, int64_t batch, int64_t max_len);
+/* Gives the cache's memory back (after a generation: a server keeps no cache sized for its largest request while
+ * idle). On the CPU the cache is then empty (cache_info 0, 0); on a GPU it shrinks to one row of one position. */
+maporl_status maporl_gpt_cache_release(maporl_gpt * gpt);
 maporl_status maporl_gpt_decode(maporl_gpt * gpt, const int32_t * tokens, int64_t pos, float * logits_out,
                                 float * values_out);
 /* Llama family: fills cache row b at positions 0 .. lens[b] - 1 from tokens [batch, P] (row-major; lens[b] <= P,

@@ -101,6 +101,8 @@ struct Model {
     // position (to float rounding). With `logits` / `values` false that head is not run (a prompt position whose
     // next token no row samples needs only the keys and values it caches); its step_ array is then stale.
     void cache_reset(int64_t batch, int64_t max_len);
+    // Frees the cache (its memory goes back; decode then needs cache_reset again).
+    void cache_release() { std::vector<F>().swap(kcache); std::vector<F>().swap(vcache); cache_batch = 0; cache_len = 0; }
     void decode(const int32_t * tokens, int64_t pos, bool logits = true, bool values = true);
     // The decoder multiplies by transposed copies of the weights ([C, OC], built on first use); init(), update()
     // and weights_changed() (call it after writing `params` directly) make them stale.

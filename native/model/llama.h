@@ -127,6 +127,14 @@ struct Model {
     // KV-cache decoding as gpt::Model: every row at position `pos`; equals the full forward at that position. The
     // LM head (the largest matrix of a small model) and the value head run only when asked.
     void cache_reset(int64_t batch, int64_t max_len);
+    // Frees the cache (its memory goes back; decode then needs cache_reset again).
+    void cache_release() {
+        std::vector<F>().swap(kcache);
+        std::vector<F>().swap(vcache);
+        cache_batch = 0;
+        cache_len = 0;
+        row_adapter.clear();
+    }
     void decode(const int32_t * tokens, int64_t pos, bool logits = true, bool values = true);
     // The same with row b at position pos[b] (its own rotation, cache slot and attention span).
     void decode_rows(const int32_t * tokens, const int64_t * pos, bool logits = true, bool values = true);

@@ -290,6 +290,15 @@ maporl_status maporl_gpt_cache_reset(maporl_gpt * gpt, int64_t batch, int64_t ma
     });
 }
 
+maporl_status maporl_gpt_cache_release(maporl_gpt * gpt) {
+    return guarded([&] {
+        require_gpt(gpt);
+        if (gpt->cuda || gpt->lcuda) return maporl_gpt_cache_reset(gpt, 1, 1);  // the device buffers, shrunk
+        gpt->visit([](auto & m) { m.cache_release(); });
+        return MAPORL_OK;
+    });
+}
+
 maporl_status maporl_gpt_decode(maporl_gpt * gpt, const int32_t * tokens, int64_t pos, float * logits_out,
                                 float * values_out) {
     return guarded([&] {

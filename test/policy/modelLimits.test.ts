@@ -29,3 +29,24 @@ describe("the embedded GPT's memory is checked before it is allocated", () => {
         await ok.dispose();
     });
 });
+
+describe("the KV cache is sized, bounded and given back", () => {
+    it("a generation past maxCacheBytes is refused before allocation; a large cache goes back after its batch", async () => {
+        const p = await NativePolicy.create({ contextLength: 8192, layers: 4, heads: 4, dModel: 256, seed: 3 });
+        try {
+            expect(p.kvBytesPerToken).toBe(4 * 256 * 2 * 4);
+            const ask = (n: number, maxTokens: number) => Array.from({ length: n }, (_, i) => ({ prompt: "hi", sampling: { temperature: 0, maxTokens }, seed: i }));
+            const want = await p.generate(ask(2, 6));
+            p.maxCacheBytes = 64 << 20;
+            await expect(p.generate(ask(32, 8100))).rejects.toThrow(/needs a KV cache of 2026\.3 MiB \(32 rows x 8105 positions\), more than maxCacheBytes 64\.0 MiB/);
+            expect(() => { p.maxCacheBytes = Number.NaN; }).toThrow(/maxCacheBytes: expected a number >= 1, got NaN/);
+            p.maxCacheBytes = 2 ** 40;
+            // (the prompt "hi" is 5 tokens in the chat format.) 16 rows that may reach 8,000 positions: a 1 GB cache, aborted after the first token. Its memory goes back.
+            const rss0 = process.memoryUsage().rss;
+            const stop = new AbortController();
+            await expect(p.generate(ask(16, 7990), { signal: stop.signal, onToken: () => stop.abort(new Error("enough")) })).rejects.toThrow(/enough/);
+            expect(process.memoryUsage().rss - rss0).toBeLessThan(256 << 20);
+            expect(await p.generate(ask(2, 6))).toEqual(want.map((g) => ({ ...g, latencyMs: expect.any(Number) })));
+        } finally { await p.dispose(); }
+    });
+});

@@ -173,6 +173,16 @@ TEST(c_api_round_trips_and_rejects_bad_input) {
     const int32_t one[1] = {2};
     CHECK(maporl_gpt_decode(m, one, 0, nullptr, nullptr) == MAPORL_ERR_INVALID_ARG, "decode before cache_reset");
     CHECK(maporl_gpt_cache_reset(m, 1, 9) == MAPORL_ERR_INVALID_ARG, "max_len beyond the context");
+    // Releasing the cache gives back its memory: decoding then needs a reset, and decodes the same logits.
+    std::vector<float> l1(9), l2(9);
+    CHECK(maporl_gpt_cache_reset(m, 1, 8) == MAPORL_OK && maporl_gpt_decode(m, one, 0, l1.data(), nullptr) == MAPORL_OK, "%s", maporl_last_error());
+    int64_t cb = -1, cl = -1;
+    CHECK(maporl_gpt_cache_release(m) == MAPORL_OK && maporl_gpt_cache_info(m, &cb, &cl, nullptr) == MAPORL_OK && cb == 0 && cl == 0,
+          "after release: batch %lld, max_len %lld", (long long)cb, (long long)cl);
+    CHECK(maporl_gpt_decode(m, one, 0, nullptr, nullptr) == MAPORL_ERR_INVALID_ARG, "decode after release, before cache_reset");
+    CHECK(maporl_gpt_cache_reset(m, 1, 8) == MAPORL_OK && maporl_gpt_decode(m, one, 0, l2.data(), nullptr) == MAPORL_OK && l1 == l2,
+          "decoding after a release differs");
+    CHECK(maporl_gpt_cache_release(nullptr) == MAPORL_ERR_INVALID_ARG, "release of NULL");
     maporl_gpt_free(m);
     maporl_gpt_free(nullptr);
     CHECK(nt == 4 + 12 + 2, "tensor count %lld", (long long)nt);
