@@ -10,6 +10,7 @@
 import { MaporlError } from "../errors.js";
 import { native, type GptHandle } from "../native.js";
 import { sample } from "../rl/sampling.js";
+import type { DecodeLease } from "./decodeTurns.js";
 import type { PolicyTokenizer } from "./tokenizer.js";
 import type { Generation, requestSampling, TokenCallback } from "./types.js";
 
@@ -40,7 +41,8 @@ function firstStop(text: string, stop: readonly string[], before: number): numbe
 }
 
 /** Decodes every call's rows in one batch, then settles each call (resolve with its generations, or reject). */
-export async function decodeCalls(h: GptHandle, tokenizer: PolicyTokenizer, V: number, ctx: number, calls: DecodeCall[], prefill = false): Promise<void> {
+export async function decodeCalls(h: GptHandle, tokenizer: PolicyTokenizer, V: number, ctx: number, calls: DecodeCall[], prefill = false,
+    lease: DecodeLease = { run: async (fn) => fn() }): Promise<void> {
     const owner: number[] = [], prompts: number[][] = [], reqs: DecodeCall["sampling"] = [], seeds: bigint[] = [], local: number[] = [];
     calls.forEach((c, k) => c.prompts.forEach((p, i) => { owner.push(k); prompts.push(p); reqs.push(c.sampling[i]!); seeds.push(c.seeds[i]!); local.push(i); }));
     const B = prompts.length, t0 = performance.now();
@@ -49,8 +51,10 @@ export async function decodeCalls(h: GptHandle, tokenizer: PolicyTokenizer, V: n
     // A row generates at most min(maxTokens, context - prompt) tokens (at least the prompt's next-token slot).
     const limit = reqs.map((r, b) => Math.min(r.maxTokens ?? 64, ctx - lens[b]!));
     const total = Math.max(...lens.map((l, b) => l + Math.max(1, limit[b]!)));
-    native.gptCacheReset(h, B, total);
-    if (calls.some((c) => c.adapter !== null)) native.loraCacheRows(h, owner.map((k) => calls[k]!.adapter ?? -1));
+    await lease.run(() => {
+        native.gptCacheReset(h, B, total);
+        if (calls.some((c) => c.adapter !== null)) native.loraCacheRows(h, owner.map((k) => calls[k]!.adapter ?? -1));
+    });
     const logits = new Float32Array(B * V), cur = new Int32Array(B);
     const temperature = Float32Array.from(reqs, (r) => r.temperature ?? 1);
     const topK = Int32Array.from(reqs, (r) => Math.max(0, r.topK ?? 0));  // vLLM's -1 = off = our 0
@@ -78,7 +82,7 @@ export async function decodeCalls(h: GptHandle, tokenizer: PolicyTokenizer, V: n
     if (prefill && done < B) {
         const P = Math.max(...lens) - 1, head = new Int32Array(B * Math.max(P, 0));
         prompts.forEach((p, b) => head.set(p.slice(0, p.length - 1), b * P));
-        if (P > 0) await native.gptPrefillAsync(h, head, Int32Array.from(lens, (l) => l - 1), P);
+        if (P > 0) await lease.run(() => native.gptPrefillAsync(h, head, Int32Array.from(lens, (l) => l - 1), P));
     }
     for (let step = 0; step < lastStep && done < B; step++) {
         calls.forEach((c, k) => { if (failed[k] === null && c.signal?.aborted) fail(k, c.signal.reason); });
@@ -89,8 +93,8 @@ export async function decodeCalls(h: GptHandle, tokenizer: PolicyTokenizer, V: n
         }
         // While every live row is still reading its prompt, only the cache is needed: no LM head.
         const sampling = lens.some((l, b) => !finished[b] && at[b]! >= l - 1);
-        if (prefill) await native.gptDecodeRowsAsync(h, cur, at, logits, null);
-        else await native.gptDecodeAsync(h, cur, step, sampling ? logits : null, null);
+        if (prefill) await lease.run(() => native.gptDecodeRowsAsync(h, cur, at, logits, null));
+        else await lease.run(() => native.gptDecodeAsync(h, cur, step, sampling ? logits : null, null));
         if (!sampling) continue;
         // The token at position at[b] + 1 (the sampler's counter, as when each request decodes alone).
         const s = sample({ logits, shape: [B, V] }, { temperature, topK, topP, seed, position: BigInt64Array.from(at, (p) => BigInt(p + 1)),

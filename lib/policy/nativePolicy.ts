@@ -29,6 +29,7 @@ import { policyLoss } from "../rl/policyLoss.js";
 import { nativeChat, withToolCalls } from "./toolText.js";
 import { type GenerateRequest, type Generation, type Policy, requestMessages, requestSampling, requestSeed, type TokenCallback } from "./types.js";
 import { type DecodeCall, decodeCalls } from "./nativeDecode.js";
+import { type DecodeLease, DecodeTurns } from "./decodeTurns.js";
 import { fnv1a, isAdapterDir, loadAdapterTensors, type LoraOptions, readAdapterConfig, readAdapterState, resolveLora, targetNames, writeAdapterDir } from "./lora.js";
 
 export interface NativePolicyConfig {
@@ -184,6 +185,8 @@ class ModelCore {
     queue: Promise<unknown> = Promise.resolve();
     readonly adapters = new Map<string, number>();
     openBatch: DecodeCall[] | null = null;
+    /** Generation batches running at once, taking turns (decodeTurns.ts). */
+    readonly turns: DecodeTurns;
     /** The open batch's rows and the positions its longest row can reach (its KV cache: rows x positions). */
     openRows = 0;
     openLen = 0;
@@ -194,6 +197,10 @@ class ModelCore {
     readonly baseCount: number;
     constructor(h: GptHandle, readonly baseName: string, bf16 = false) {
         this.handle = h;
+        this.turns = new DecodeTurns(() => {
+            if (!this.handle) throw new Error(`${baseName}: disposed`);
+            return this.handle;
+        });
         // (a bfloat16 base's parameter set is its float tensors; its count, every tensor's)
         this.baseCount = bf16 ? native.gptTensors(h).reduce((a, t) => a + t.shape.filter((d) => d > 0).reduce((x, y) => x * y, 1), 0) : native.gptParamCount(h);
     }
@@ -348,7 +355,13 @@ export class NativePolicy implements Policy {
     // adapter selected. A call queued after a generate closes the batch that generate opened.
     private serial<T>(fn: () => Promise<T>): Promise<T> {
         this.core.openBatch = null;
-        return this.enqueue(fn);
+        const turns = this.core.turns;
+        turns.waitingSerial++;  // no new batch joins running ones while this waits
+        let counted = true;
+        const uncount = () => { if (counted) { counted = false; turns.waitingSerial--; } };
+        const run = this.enqueue(() => { uncount(); return fn(); });
+        run.catch(uncount);
+        return run;
     }
 
     private enqueue<T>(fn: () => Promise<T>): Promise<T> {
@@ -413,19 +426,28 @@ export class NativePolicy implements Policy {
             core.openBatch = batch;
             core.openRows = rows;
             core.openLen = len;
-            this.enqueue(async () => {
-                const bytes = core.openBatch === batch ? core.openRows * core.openLen * per : Infinity;
-                if (core.openBatch === batch) core.openBatch = null;
+            // The batch decodes on its own KV cache; a large one goes back when it ends (a server holds none sized for
+            // its largest request while idle), a small one is kept for the next batch.
+            const run = async (lease: DecodeLease) => {
                 try {
-                    await decodeCalls(this.h(), this.tokenizer, this.V, this.config.contextLength, batch, this.family === "llama");
+                    await decodeCalls(this.h(), this.tokenizer, this.V, this.config.contextLength, batch, this.family === "llama", lease);
                 } catch (e) {
                     for (const c of batch) c.reject(e);
-                } finally {
-                    // A large cache goes back at once (a server holds none sized for its largest request while idle);
-                    // small ones are kept for the next batch.
-                    if (bytes > CACHE_KEEP_BYTES && this.core.handle) native.gptCacheRelease(this.core.handle);
                 }
-            }).catch((e: unknown) => { for (const c of batch) c.reject(e); });
+            };
+            const close = () => {
+                const bytes = core.openBatch === batch ? core.openRows * core.openLen * per : Infinity;
+                if (core.openBatch === batch) core.openBatch = null;
+                return bytes > CACHE_KEEP_BYTES;
+            };
+            const prepare = () => this.select();
+            if (core.turns.canJoin()) {
+                // Decoding is under way: this batch starts beside it (after calls made in this tick join it) and they
+                // take turns, so that it does not wait for the longest request.
+                queueMicrotask(() => { void core.turns.join(run, prepare, close()); });
+                return;
+            }
+            this.enqueue(() => core.turns.session(run, prepare, close())).catch((e: unknown) => { for (const c of batch) c.reject(e); });
         });
     }
 

@@ -402,6 +402,11 @@ maporl_status maporl_gpt_cache_reset(maporl_gpt * gpt, int64_t batch, int64_t ma
 /* Gives the cache's memory back (after a generation: a server keeps no cache sized for its largest request while
  * idle). On the CPU the cache is then empty (cache_info 0, 0); on a GPU it shrinks to one row of one position. */
 maporl_status maporl_gpt_cache_release(maporl_gpt * gpt);
+/* Exchanges the cache (its keys, values, batch, max_len and rows' adapters) with stored slot `slot`, any integer
+ * (created empty when absent; dropped once it holds an empty cache): a caller running several generation batches gives
+ * each a slot and swaps its cache in before each of its decode steps (two swaps: the live one out to its slot, the next
+ * in). CPU models only (MAPORL_ERR_INVALID_ARG on a model on a GPU). */
+maporl_status maporl_gpt_cache_swap(maporl_gpt * gpt, int64_t slot);
 maporl_status maporl_gpt_decode(maporl_gpt * gpt, const int32_t * tokens, int64_t pos, float * logits_out,
                                 float * values_out);
 /* Llama family: fills cache row b at positions 0 .. lens[b] - 1 from tokens [batch, P] (row-major; lens[b] <= P,

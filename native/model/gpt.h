@@ -7,6 +7,8 @@
 
 #include <stdint.h>
 
+#include <map>
+
 #include <string>
 #include <utility>
 #include <vector>
@@ -103,6 +105,16 @@ struct Model {
     void cache_reset(int64_t batch, int64_t max_len);
     // Frees the cache (its memory goes back; decode then needs cache_reset again).
     void cache_release() { std::vector<F>().swap(kcache); std::vector<F>().swap(vcache); cache_batch = 0; cache_len = 0; }
+    // Exchanges the cache with stored slot `slot` (created empty when absent, dropped when it ends up empty): several
+    // generation batches keep their own caches and take turns, one decode step at a time.
+    void cache_swap(int64_t slot) {
+        CacheSlot & s = cache_slots[slot];
+        std::swap(kcache, s.k);
+        std::swap(vcache, s.v);
+        std::swap(cache_batch, s.batch);
+        std::swap(cache_len, s.len);
+        if (s.batch == 0 && s.k.empty() && s.v.empty()) cache_slots.erase(slot);
+    }
     void decode(const int32_t * tokens, int64_t pos, bool logits = true, bool values = true);
     // The decoder multiplies by transposed copies of the weights ([C, OC], built on first use); init(), update()
     // and weights_changed() (call it after writing `params` directly) make them stale.
@@ -112,6 +124,11 @@ struct Model {
     bool wt_stale = true;
     const F * wt(int64_t tensor);
     std::vector<F> kcache, vcache;  // [L, batch, NH, max_len, hs]
+    struct CacheSlot {
+        std::vector<F> k, v;
+        int64_t batch = 0, len = 0;
+    };
+    std::map<int64_t, CacheSlot> cache_slots;  // caches set aside by cache_swap
     int64_t cache_batch = 0, cache_len = 0;
     std::vector<F> step_logits, step_values;
 };

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include <initializer_list>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -135,6 +136,17 @@ struct Model {
         cache_len = 0;
         row_adapter.clear();
     }
+    // Exchanges the cache (and its rows' adapters) with stored slot `slot` (created empty when absent, dropped when it
+    // ends up empty): several generation batches keep their own caches and take turns, one decode step at a time.
+    void cache_swap(int64_t slot) {
+        CacheSlot & s = cache_slots[slot];
+        std::swap(kcache, s.k);
+        std::swap(vcache, s.v);
+        std::swap(cache_batch, s.batch);
+        std::swap(cache_len, s.len);
+        std::swap(row_adapter, s.rows);
+        if (s.batch == 0 && s.k.empty() && s.v.empty()) cache_slots.erase(slot);
+    }
     void decode(const int32_t * tokens, int64_t pos, bool logits = true, bool values = true);
     // The same with row b at position pos[b] (its own rotation, cache slot and attention span).
     void decode_rows(const int32_t * tokens, const int64_t * pos, bool logits = true, bool values = true);
@@ -164,6 +176,12 @@ struct Model {
     // lin for many rows: W in place where the GEMM packs it (or it is bfloat16), else W's transposed copy (wt).
     void lin_many(F * out, const F * inp, int64_t w, int64_t bias, int64_t N, int64_t Cin, int64_t OC);
     std::vector<F> kcache, vcache;  // [L, batch, NKV, max_len, head_dim]
+    struct CacheSlot {
+        std::vector<F> k, v;
+        int64_t batch = 0, len = 0;
+        std::vector<int64_t> rows;
+    };
+    std::map<int64_t, CacheSlot> cache_slots;  // caches set aside by cache_swap
     int64_t cache_batch = 0, cache_len = 0;
     std::vector<F> step_logits, step_values;
 };

@@ -299,6 +299,15 @@ maporl_status maporl_gpt_cache_release(maporl_gpt * gpt) {
     });
 }
 
+maporl_status maporl_gpt_cache_swap(maporl_gpt * gpt, int64_t slot) {
+    return guarded([&] {
+        require_gpt(gpt);
+        if (gpt->cuda || gpt->lcuda) throw_error(MAPORL_ERR_INVALID_ARG, "cache_swap: cache slots are kept on the CPU only; this model is on a GPU");
+        gpt->visit([&](auto & m) { m.cache_swap(slot); });
+        return MAPORL_OK;
+    });
+}
+
 maporl_status maporl_gpt_decode(maporl_gpt * gpt, const int32_t * tokens, int64_t pos, float * logits_out,
                                 float * values_out) {
     return guarded([&] {

@@ -183,6 +183,40 @@ TEST(c_api_round_trips_and_rejects_bad_input) {
     CHECK(maporl_gpt_cache_reset(m, 1, 8) == MAPORL_OK && maporl_gpt_decode(m, one, 0, l2.data(), nullptr) == MAPORL_OK && l1 == l2,
           "decoding after a release differs");
     CHECK(maporl_gpt_cache_release(nullptr) == MAPORL_ERR_INVALID_ARG, "release of NULL");
+    // Two batches that take turns through cache slots decode what each decodes alone.
+    {
+        const int32_t a[3] = {1, 4, 7}, b[2] = {2, 8};
+        std::vector<float> alone_a, alone_b, turn_a, turn_b, l(9 * 2);
+        auto run = [&](const int32_t * toks, int64_t rows, int64_t pos, std::vector<float> & out) {
+            CHECK(maporl_gpt_decode(m, toks, pos, l.data(), nullptr) == MAPORL_OK, "%s", maporl_last_error());
+            out.insert(out.end(), l.begin(), l.begin() + rows * 9);
+        };
+        maporl_gpt_cache_reset(m, 1, 8);
+        for (int64_t p = 0; p < 3; ++p) run(a + p, 1, p, alone_a);
+        maporl_gpt_cache_reset(m, 1, 8);
+        for (int64_t p = 0; p < 2; ++p) run(b + p, 1, p, alone_b);
+        maporl_gpt_cache_release(m);
+        CHECK(maporl_gpt_cache_swap(m, 11) == MAPORL_OK, "%s", maporl_last_error());  // A's slot (empty) in: A resets it
+        maporl_gpt_cache_reset(m, 1, 8);
+        run(a, 1, 0, turn_a);
+        maporl_gpt_cache_swap(m, 11);  // A out
+        maporl_gpt_cache_swap(m, -3);  // B in (new)
+        maporl_gpt_cache_reset(m, 1, 5);
+        run(b, 1, 0, turn_b);
+        maporl_gpt_cache_swap(m, -3);
+        maporl_gpt_cache_swap(m, 11);
+        int64_t cb = 0, cl = 0;
+        maporl_gpt_cache_info(m, &cb, &cl, nullptr);
+        CHECK(cb == 1 && cl == 8, "A's cache back: batch %lld, max_len %lld", (long long)cb, (long long)cl);
+        run(a + 1, 1, 1, turn_a);
+        maporl_gpt_cache_swap(m, 11);
+        maporl_gpt_cache_swap(m, -3);
+        run(b + 1, 1, 1, turn_b);
+        maporl_gpt_cache_swap(m, -3);
+        maporl_gpt_cache_swap(m, 11);
+        run(a + 2, 1, 2, turn_a);
+        CHECK(turn_a == alone_a && turn_b == alone_b, "batches taking turns decode differently from each alone");
+    }
     maporl_gpt_free(m);
     maporl_gpt_free(nullptr);
     CHECK(nt == 4 + 12 + 2, "tensor count %lld", (long long)nt);
