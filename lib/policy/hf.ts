@@ -120,12 +120,57 @@ export function readHfConfig(dir: string, raw: Record<string, unknown>, contextL
 // Tensors written by older exporters that transformers ignores on load.
 const IGNORED = /\.rotary_emb\.inv_freq$/;
 
+/** The tensors (transformers' names and shapes, in the engine's order) of a Llama-family model of `e`, without
+ * allocating it: native/model/llama.cpp's make_layout, less the value head (test: equal to gptTensors of every
+ * fixture). */
+export function llamaLayout(e: LlamaEngineConfig): { name: string; shape: number[] }[] {
+    const C = e.dModel, QC = e.heads * e.headDim, KC = e.kvHeads * e.headDim, I = e.intermediate, out: { name: string; shape: number[] }[] = [];
+    const add = (name: string, ...shape: number[]) => out.push({ name, shape });
+    add("model.embed_tokens.weight", e.vocab, C);
+    for (let l = 0; l < e.layers; l++) {
+        const p = `model.layers.${l}.`;
+        add(`${p}input_layernorm.weight`, C);
+        add(`${p}self_attn.q_proj.weight`, QC, C);
+        if (e.qkvBias) add(`${p}self_attn.q_proj.bias`, QC);
+        add(`${p}self_attn.k_proj.weight`, KC, C);
+        if (e.qkvBias) add(`${p}self_attn.k_proj.bias`, KC);
+        add(`${p}self_attn.v_proj.weight`, KC, C);
+        if (e.qkvBias) add(`${p}self_attn.v_proj.bias`, KC);
+        add(`${p}self_attn.o_proj.weight`, C, QC);
+        if (e.oBias) add(`${p}self_attn.o_proj.bias`, C);
+        if (e.qkNorm) { add(`${p}self_attn.q_norm.weight`, e.headDim); add(`${p}self_attn.k_norm.weight`, e.headDim); }
+        add(`${p}post_attention_layernorm.weight`, C);
+        add(`${p}mlp.gate_proj.weight`, I, C);
+        add(`${p}mlp.up_proj.weight`, I, C);
+        add(`${p}mlp.down_proj.weight`, C, I);
+    }
+    add("model.norm.weight", C);
+    if (!e.tieEmbeddings) add("lm_head.weight", e.vocab, C);
+    return out;
+}
+
+/** The bytes the engine allocates to hold a Llama-family model of `e`: its weights (float32, or bfloat16 matrices
+ * with `e.bf16`) and the value head. Gradients and AdamW moments (8 more bytes a trained parameter) come with the
+ * first training step; activations and the KV cache with each batch. */
+export function llamaWeightBytes(e: LlamaEngineConfig): number {
+    let bytes = 4 * (e.dModel + 1);
+    for (const t of llamaLayout(e)) bytes += t.shape.reduce((a, b) => a * b, 1) * (e.bf16 === true && t.shape.length === 2 ? 2 : 4);
+    return bytes;
+}
+
+/** A weight planned for loading: the engine's tensor `index`, from `file`, as `dtype` (0 F32, 1 BF16, 2 F16). */
+export interface PlannedTensor { index: number; file: string; t: TensorHeader; dtype: 0 | 1 | 2 }
+
+/** Writes planned weights into `h` (its tensors in the order the plan was made for). */
+export function writeHfWeights(dir: string, h: GptHandle, plan: PlannedTensor[]): void {
+    for (const p of plan) native.gptSetTensor(h, p.index, p.dtype, readTensorBytes(join(dir, p.file), p.t));
+}
+
 /**
- * Streams the weights of `dir` into the model `h` (its tensors carry transformers' names; the value head is ours,
- * left as it is: hfLoad.ts reads it from value_head.safetensors when a maporl save wrote one). Every header is checked first (a missing, extra, misshapen or
- * wrongly-typed tensor, a truncated shard), so a bad directory fails before any weight is written.
+ * Every header of `dir`'s weights checked against the tensors `wanted` (names and shapes, in the engine's order):
+ * a missing, extra, misshapen or wrongly-typed tensor, a truncated shard, fails here, before the model is allocated.
  */
-export function loadHfWeights(dir: string, h: GptHandle, tied: boolean): void {
+export function planHfWeights(dir: string, wanted: { name: string; shape: number[] }[], tied: boolean): PlannedTensor[] {
     const files: string[] = [];
     const indexPath = join(dir, "model.safetensors.index.json");
     let weightMap: Record<string, string> | null = null;
@@ -154,15 +199,13 @@ export function loadHfWeights(dir: string, h: GptHandle, tied: boolean): void {
             found.set(t.name, { file: f, t });
         }
     }
-    const plan: { index: number; file: string; t: TensorHeader; dtype: 0 | 1 | 2 }[] = [];
-    const wanted = native.gptTensors(h);
+    const plan: PlannedTensor[] = [];
     const names = new Set<string>();
     wanted.forEach((w, index) => {
-        if (w.name.startsWith("value_head.")) return;
         names.add(w.name);
         const e = found.get(w.name);
         if (!e) throw new SyntaxError(`NativePolicy.load: ${dir}: tensor ${w.name} is missing from the checkpoint`);
-        const shape = w.shape.filter((d) => d > 0);
+        const shape = w.shape;
         if (e.t.shape.join(",") !== shape.join(","))
             throw new SyntaxError(`NativePolicy.load: ${join(dir, e.file)}: tensor ${w.name}: shape [${e.t.shape}], expected [${shape}] (from config.json)`);
         const dtype = ({ F32: 0, BF16: 1, F16: 2 } as Record<string, 0 | 1 | 2>)[e.t.dtype];
@@ -173,7 +216,7 @@ export function loadHfWeights(dir: string, h: GptHandle, tied: boolean): void {
         if (!names.has(name) && !IGNORED.test(name) && !(tied && name === "lm_head.weight"))
             throw new SyntaxError(`NativePolicy.load: ${join(dir, found.get(name)!.file)}: tensor ${name} is not part of this architecture (config.json's settings?)`);
     if (weightMap) for (const name of Object.keys(weightMap)) if (!found.has(name)) throw new SyntaxError(`NativePolicy.load: ${indexPath}: tensor ${name} is mapped to ${weightMap[name]} but not in it`);
-    for (const p of plan) native.gptSetTensor(h, p.index, p.dtype, readTensorBytes(join(dir, p.file), p.t));
+    return plan;
 }
 
 /** The tensors of `h`'s parameter set (the model, or its selected adapter) as views into `params`, its flat copy;

@@ -3,11 +3,13 @@
 // a maporl save added beside it (value_head.safetensors, optimizer.safetensors, maporl.json). A failure frees the
 // model: nothing is left half-loaded.
 import { existsSync } from "node:fs";
+import { totalmem } from "node:os";
 import { join } from "node:path";
 
 import { native, type GptHandle } from "../native.js";
 import { describe } from "../validate.js";
-import { type HfModelInfo, type HfSavedState, loadHfWeights, loadOptimizer, loadValueHead, readHfConfig, readJsonObject } from "./hf.js";
+import { type HfModelInfo, type HfSavedState, llamaLayout, llamaWeightBytes, loadOptimizer, loadValueHead, planHfWeights, readHfConfig, readJsonObject,
+    writeHfWeights } from "./hf.js";
 import { HfTokenizer, IdsOnlyTokenizer } from "./hfTokenizer.js";
 import type { LoadOptions } from "./nativePolicy.js";
 import type { PolicyTokenizer } from "./tokenizer.js";
@@ -53,9 +55,21 @@ export function openHfModel(dir: string, o: LoadOptions): OpenedHfModel {
     if (o.contextLength === undefined && !saved) info.engine.context = Math.min(info.engine.context, 8192);
     const { tokenizer, tokenizerDir } = resolveHfTokenizer(fn, dir, info, o);
     if (o.dtype === "bfloat16") info.engine.bf16 = true;  // the matrices stay bf16 (a file's F32 / F16 rounded to nearest even)
+    // Every header against the config, and the memory against the limit, before anything is allocated.
+    const layout = llamaLayout(info.engine);
+    const plan = planHfWeights(dir, layout, info.engine.tieEmbeddings);
+    const need = llamaWeightBytes(info.engine), limit = o.maxMemoryBytes ?? Math.floor(totalmem() * 0.8);
+    if (typeof limit !== "number" || !(limit > 0)) throw new RangeError(`${fn}: maxMemoryBytes: expected a number > 0, got ${describe(o.maxMemoryBytes)}`);
+    if (need > limit)
+        throw new RangeError(`${fn}: ${dir}: the model's weights take ${(need / 2 ** 30).toFixed(2)} GiB (${info.engine.layers} layers, hidden ${info.engine.dModel}, ` +
+            `intermediate ${info.engine.intermediate}, vocab ${info.engine.vocab}, ${info.engine.bf16 ? "bfloat16 matrices" : "float32"}), more than maxMemoryBytes ` +
+            `${(limit / 2 ** 30).toFixed(2)} GiB${o.maxMemoryBytes === undefined ? " (80% of this machine's memory)" : ""}`);
     const h = native.llamaCreate(info.engine, null);
     try {
-        loadHfWeights(dir, h, info.engine.tieEmbeddings);
+        const made = native.gptTensors(h).filter((w) => !w.name.startsWith("value_head."));
+        if (made.length !== layout.length || made.some((w, i) => w.name !== layout[i]!.name))
+            throw new Error(`${fn}: internal: the engine's tensors differ from llamaLayout's (${made.length} vs ${layout.length})`);
+        writeHfWeights(dir, h, plan);
         const head = join(dir, "value_head.safetensors");
         if (existsSync(head)) loadValueHead(fn, head, h);
         const opt = join(dir, "optimizer.safetensors");

@@ -147,6 +147,9 @@ export interface LoadOptions {
      * shared) or a Hugging Face model directory. Defaults to adapter_config.json's base_model_name_or_path when that
      * is a local model directory (as an adapter saved by maporl records it). */
     base?: NativePolicy | string;
+    /** Hugging Face directories: the most bytes the weights may take in memory (llamaWeightBytes); a larger model is
+     * refused before anything is allocated, with the figure. Defaults to 80% of the machine's memory. */
+    maxMemoryBytes?: number;
 }
 
 /** Options of save(). */
@@ -674,7 +677,8 @@ export class NativePolicy implements Policy {
      * A bad directory fails before any weight is written, naming the file, key or tensor. */
     static async load(dir: string, options: LoadOptions = {}): Promise<NativePolicy> {
         if (typeof dir !== "string" || dir.length === 0) throw new TypeError(`NativePolicy.load: dir: expected a directory path, got ${describe(dir)}`);
-        const o = requireOptions<LoadOptions>("NativePolicy.load", "options", options, ["device", "contextLength", "tokenizer", "chatTemplate", "name", "lora", "base", "dtype"]);
+        const o = requireOptions<LoadOptions>("NativePolicy.load", "options", options, ["device", "contextLength", "tokenizer", "chatTemplate", "name", "lora", "base", "dtype",
+            "maxMemoryBytes"]);
         requireDtype("NativePolicy.load", o.dtype);
         if (isAdapterDir(dir)) return NativePolicy.loadOnBase(dir, o);
         if (o.base !== undefined) throw new RangeError(`NativePolicy.load: base: only for a PEFT adapter directory (${join(dir, "adapter_config.json")} is missing)`);
@@ -701,7 +705,8 @@ export class NativePolicy implements Policy {
         const cfg = json("config.json");
         if (cfg.format !== "maporl-gpt" || cfg.version !== 1) throw new SyntaxError(`NativePolicy.load: ${join(dir, "config.json")}: not a maporl-gpt checkpoint (version 1)`);
         const tokenizer = within("tokenizer.json", () => CharTokenizer.fromJSON(json("tokenizer.json") as never));
-        const policy = within("config.json", () => new NativePolicy({ contextLength: cfg.contextLength as number, layers: cfg.layers as number,
+        const policy = within("config.json", () => new NativePolicy({ ...(o.maxMemoryBytes !== undefined ? { maxMemoryBytes: o.maxMemoryBytes } : {}),
+            contextLength: cfg.contextLength as number, layers: cfg.layers as number,
             heads: cfg.heads as number, dModel: cfg.dModel as number, mlpRatio: cfg.mlpRatio as number, tieEmbeddings: cfg.tieEmbeddings as boolean,
             seed: cfg.seed as number, tokenizer, name: cfg.name as string }));
         const h = policy.h(), n = policy.parameterCount;

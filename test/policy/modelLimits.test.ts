@@ -2,9 +2,15 @@
 // embedded GPT may be within its own bounds while their product is not (dModel 4096, contextLength 65536, 8 layers
 // was killed by the kernel at 24 GB): the bytes it needs are computed first (checked against the engine's own
 // parameter count) and a configuration past maxMemoryBytes is refused with the figure.
+import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+
 import { describe, expect, it } from "vitest";
 
 import { NativePolicy } from "../../lib/index.js";
+import { native } from "../../lib/native.js";
+import { llamaLayout, llamaWeightBytes, readHfConfig } from "../../lib/policy/hf.js";
 import { gptMemoryBytes } from "../../lib/policy/nativePolicy.js";
 
 describe("the embedded GPT's memory is checked before it is allocated", () => {
@@ -48,5 +54,37 @@ describe("the KV cache is sized, bounded and given back", () => {
             expect(process.memoryUsage().rss - rss0).toBeLessThan(256 << 20);
             expect(await p.generate(ask(2, 6))).toEqual(want.map((g) => ({ ...g, latencyMs: expect.any(Number) })));
         } finally { await p.dispose(); }
+    });
+});
+
+describe("a Hugging Face directory is checked against its config before the model is allocated", () => {
+    const FIX = join(import.meta.dirname, "..", "fixtures", "hf");
+    it("llamaLayout (the tensors a config implies, nothing allocated) is the engine's own list for every fixture", async () => {
+        for (const f of ["llama", "llama-f16", "llama-linear-bias", "mistral", "qwen2", "qwen3-bf16-sharded"]) {
+            const info = readHfConfig(join(FIX, f), JSON.parse(readFileSync(join(FIX, f, "config.json"), "utf8")) as Record<string, unknown>);
+            const h = native.llamaCreate(info.engine, null);
+            try {
+                const engine = native.gptTensors(h).filter((t) => !t.name.startsWith("value_head.")).map((t) => ({ name: t.name, shape: t.shape.filter((d) => d > 0) }));
+                expect(llamaLayout(info.engine)).toEqual(engine);
+                expect(llamaWeightBytes(info.engine)).toBe(4 * native.gptParamCount(h));
+            } finally { native.gptFree(h); }
+        }
+    });
+
+    it("a config far larger than its weights file fails on the first header, at once, with no allocation", async () => {
+        const dir = mkdtempSync(join(tmpdir(), "maporl-big-"));
+        try {
+            cpSync(join(FIX, "llama"), dir, { recursive: true });
+            const cfg = JSON.parse(readFileSync(join(dir, "config.json"), "utf8")) as Record<string, unknown>;
+            writeFileSync(join(dir, "config.json"), JSON.stringify({ ...cfg, hidden_size: 8192, intermediate_size: 65536, num_hidden_layers: 2, num_attention_heads: 64, num_key_value_heads: 64 }));
+            const t0 = performance.now(), rss0 = process.memoryUsage().rss;
+            await expect(NativePolicy.load(dir, { tokenizer: null })).rejects.toThrow(/tensor model\.embed_tokens\.weight: shape \[\d+,\d+\], expected \[\d+,8192\] \(from config\.json\)/);
+            expect(performance.now() - t0).toBeLessThan(2000);
+            expect(process.memoryUsage().rss - rss0).toBeLessThan(64 << 20);
+            // Weights that match the config but pass the memory limit: refused with the figure, before allocation.
+            await expect(NativePolicy.load(join(FIX, "llama"), { tokenizer: null, maxMemoryBytes: 1000 }))
+                .rejects.toThrow(/the model's weights take 0\.00 GiB \(\d+ layers, hidden \d+, intermediate \d+, vocab \d+, float32\), more than maxMemoryBytes 0\.00 GiB/);
+            await expect(NativePolicy.load(join(FIX, "llama"), { tokenizer: null, maxMemoryBytes: -1 })).rejects.toThrow(/maxMemoryBytes: expected a number > 0, got -1/);
+        } finally { rmSync(dir, { recursive: true, force: true }); }
     });
 });
