@@ -58,6 +58,7 @@ export { JsonlTracer, otelTracer, teeTracer, type Span, type Tracer } from "./de
 export { JointRollout, JointRolloutError, type JointRolloutOptions, type JointTree, type JointAction, type TransitionInput } from "./debate/jointRollout.js";
 export { NativePolicy, type NativePolicyConfig, type LoadOptions, type SaveOptions, type TrainBatch, type TrainOptions, type TrainResult } from "./policy/nativePolicy.js";
 export { HfTokenizer, IdsOnlyTokenizer, type HfTokenizerOptions } from "./policy/hfTokenizer.js";
+export { DEFAULT_TEMPLATE_LIMITS, renderTemplate, TemplateError, type TemplateLimits } from "./policy/template.js";
 export { HF_MODEL_TYPES, type HfModelType } from "./policy/hf.js";
 export { LORA_TARGETS, type LoraOptions, type LoraTarget } from "./policy/lora.js";
 export { CharTokenizer, SPECIAL_TOKENS, type TokenizerJSON, type PolicyTokenizer } from "./policy/tokenizer.js";
