@@ -26,6 +26,7 @@ import { readSafetensors, writeSafetensors } from "./safetensors.js";
 import { describe, requireArray, requireBoolean, requireInteger, requireNumber, requireOptions, requireShape2 } from "../validate.js";
 import { CharTokenizer, type PolicyTokenizer } from "./tokenizer.js";
 import { policyLoss } from "../rl/policyLoss.js";
+import { TemplateError } from "./template.js";
 import { nativeChat, withToolCalls } from "./toolText.js";
 import { type GenerateRequest, type Generation, type Policy, requestMessages, requestSampling, requestSeed, type TokenCallback } from "./types.js";
 import { type DecodeCall, decodeCalls } from "./nativeDecode.js";
@@ -459,7 +460,10 @@ export class NativePolicy implements Policy {
         const ids = (r as { promptTokenIds?: unknown } | null)?.promptTokenIds;
         if (ids === undefined) {
             const messages = nativeChat(requestMessages(this.name, r, i), r.tools);
-            try { return this.tokenizer.encodeChat(messages); } catch (e) { throw new (e instanceof TypeError ? TypeError : Error)(`${this.name}: requests[${i}]: ${(e as Error).message}`); }
+            try { return this.tokenizer.encodeChat(messages); } catch (e) {
+                const kind = e instanceof TypeError ? TypeError : e instanceof RangeError ? RangeError : e instanceof TemplateError ? TemplateError : Error;
+                throw new kind(`${this.name}: requests[${i}]: ${(e as Error).message}`);
+            }
         }
         if (!Array.isArray(ids) || ids.length === 0 || !ids.every((x) => Number.isInteger(x) && x >= 0 && x < this.V))
             throw new TypeError(`${this.name}: requests[${i}].promptTokenIds: expected a non-empty array of token ids in [0, ${this.V}), got ${describe(ids)}`);

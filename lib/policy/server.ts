@@ -14,7 +14,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 
-import { HttpError, ServedModels } from "./serverModels.js";
+import { clientFault, HttpError, ServedModels } from "./serverModels.js";
 import { streamGeneration } from "./serverStream.js";
 import { assistantMessage, wireToChat, wireTools } from "./serverTools.js";
 import { nativeChat } from "./toolText.js";
@@ -139,11 +139,11 @@ const seedOf = (seed: number | undefined, i: number): number | bigint | undefine
 const choiceRequests = (base: Omit<GenerateRequest, "seed">, seed: number | undefined, n: number): GenerateRequest[] =>
     Array.from({ length: n }, (_, i) => { const s = seedOf(seed, i); return { ...base, ...(s !== undefined ? { seed: s } : {}) }; });
 
-async function generateN(policy: Policy, base: Omit<GenerateRequest, "seed">, seed: number | undefined, n: number): Promise<Generation[]> {
+async function generateN(policy: Policy, base: Omit<GenerateRequest, "seed">, seed: number | undefined, n: number, signal: AbortSignal): Promise<Generation[]> {
     try {
-        return await policy.generate(choiceRequests(base, seed, n));
+        return await policy.generate(choiceRequests(base, seed, n), { signal });
     } catch (e) {
-        throw new HttpError(e instanceof RangeError || e instanceof TypeError ? 400 : 500, e instanceof Error ? e.message : String(e));
+        throw new HttpError(clientFault(e) ? 400 : 500, e instanceof Error ? e.message : String(e));
     }
 }
 
@@ -202,7 +202,10 @@ export async function servePolicy(policy: Policy, options: ServeOptions = {}): P
                 model: served.name, returnIds, includeUsage: (so as { include_usage?: unknown } | undefined)?.include_usage === true, tokenizer: tk,
                 logprobsOf: logprobs ? (ids, lps) => logprobsField(ids, lps, tk, asIds, completions) : null, usage: usageOf,
                 choiceExtras: (g) => (promptIdsPerChoice && g.promptTokenIds ? { prompt_token_ids: g.promptTokenIds } : {}) });
-        const gens = await generateN(served.policy, req, seed, n);
+        // A client that goes away stops its generation (its rows leave the batch at the next step).
+        const abort = new AbortController();
+        res.once("close", () => { if (!res.writableFinished) abort.abort(new Error("the client closed the connection")); });
+        const gens = await generateN(served.policy, req, seed, n, abort.signal);
         const promptIds = gens[0]!.promptTokenIds;
         const choice = (g: Generation, index: number) => ({
             index, finish_reason: g.finishReason,
@@ -284,7 +287,7 @@ export async function servePolicy(policy: Policy, options: ServeOptions = {}): P
         } catch (e) {
             if (res.headersSent) return;
             if (e instanceof HttpError) return fail(res, e.status, e.message, e.type);
-            fail(res, 500, e instanceof Error ? e.message : String(e));
+            fail(res, clientFault(e) ? 400 : 500, e instanceof Error ? e.message : String(e));
         } finally {
             if (counted) pending--;
         }

@@ -3,6 +3,7 @@
 // Each adapter is a model name of its own; a request names the one it wants in `model`. Replacing an adapter in place
 // (load_inplace) loads the new weights under an internal name, switches the served name to them, and only then removes
 // the old ones, after the calls already queued on them: a request is answered wholly by the old or wholly by the new.
+import { TemplateError } from "./template.js";
 import type { Policy } from "./types.js";
 
 /** What a served policy with LoRA adapters offers (NativePolicy of a Hugging Face model does). */
@@ -23,6 +24,10 @@ export class HttpError extends Error {
         super(message);
     }
 }
+
+/** Errors that are the request's fault (a bad field, a prompt past the context or the cache, a chat template that
+ * raised or passed a bound): answered 400, as vLLM does, so that clients do not retry them on a healthy server. */
+export const clientFault = (e: unknown): boolean => e instanceof RangeError || e instanceof TypeError || e instanceof TemplateError;
 
 export class ServedModels {
     private readonly models = new Map<string, Served>();

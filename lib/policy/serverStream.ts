@@ -7,7 +7,7 @@
 // after the stream began is sent as an `error` event before [DONE]; a client that disconnects aborts the generation.
 import type { ServerResponse } from "node:http";
 
-import { HttpError } from "./serverModels.js";
+import { clientFault, HttpError } from "./serverModels.js";
 import type { GenerateRequest, Generation, Policy } from "./types.js";
 
 export interface StreamTokenizer { decode(ids: number[]): string; isStop?(id: number): boolean }
@@ -84,7 +84,7 @@ export async function streamGeneration(res: ServerResponse, r: StreamRequest): P
         });
         if (r.includeUsage) event({ id: r.id, object, created, model: r.model, choices: [], usage: r.usage(gens) });
     } catch (e) {
-        const status = e instanceof RangeError || e instanceof TypeError ? 400 : 500;
+        const status = clientFault(e) ? 400 : 500;
         if (!begun) throw new HttpError(status, e instanceof Error ? e.message : String(e));
         event({ error: { message: e instanceof Error ? e.message : String(e), type: status === 400 ? "invalid_request_error" : "server_error", code: status } });
     }
