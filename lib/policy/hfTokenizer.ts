@@ -47,10 +47,12 @@ export class HfTokenizer implements PolicyTokenizer {
     readonly files: { readonly tokenizerJson: unknown; readonly tokenizerConfig: Readonly<Record<string, unknown>> };
     private readonly tk: Tokenizer;
     private readonly template: Template | null;
+    /** At least the text one token covers, in UTF-16 code units (PolicyTokenizer.maxTokenChars). */
+    readonly maxTokenChars: number;
 
     constructor(tokenizerJson: unknown, tokenizerConfig: Record<string, unknown>, options: HfTokenizerOptions) {
         if (tokenizerJson === null || typeof tokenizerJson !== "object") throw new TypeError(`HfTokenizer: tokenizer.json: expected a JSON object, got ${describe(tokenizerJson)}`);
-        tokenizerIds(tokenizerJson as Record<string, unknown>, options.vocabSize);
+        this.maxTokenChars = tokenizerIds(tokenizerJson as Record<string, unknown>, options.vocabSize);
         this.tk = new Tokenizer(tokenizerJson, tokenizerConfig);
         this.files = { tokenizerJson, tokenizerConfig: options.chatTemplate === undefined ? tokenizerConfig : { ...tokenizerConfig, chat_template: options.chatTemplate } };
         let size = 0;
@@ -160,19 +162,30 @@ export class IdsOnlyTokenizer implements PolicyTokenizer {
 
 /** Checks that every id tokenizer.json names (model.vocab, a map or Unigram's [piece, score] list whose index is the
  * id, and added_tokens[].id) is an integer in [0, vocabSize): an id past the model's embedding is a load error, not a
- * token the engine would read as another. */
-function tokenizerIds(tj: Record<string, unknown>, vocabSize: number): void {
+ * token the engine would read as another. Returns maxTokenChars: 4 x the longest piece's length. */
+function tokenizerIds(tj: Record<string, unknown>, vocabSize: number): number {
     if (!Number.isInteger(vocabSize) || vocabSize < 1) throw new RangeError(`HfTokenizer: vocabSize: expected an integer >= 1, got ${describe(vocabSize)}`);
     const check = (where: string, id: unknown) => {
         if (!(typeof id === "number" && Number.isInteger(id) && id >= 0 && id < vocabSize))
             throw new RangeError(`HfTokenizer: tokenizer.json: ${where} = ${describe(id)}: expected an id in [0, ${vocabSize}) (the model's vocab_size)`);
     };
+    let longest = 1;
     const vocab = (tj.model as { vocab?: unknown } | undefined)?.vocab;
     if (Array.isArray(vocab)) {
         if (vocab.length > vocabSize) throw new RangeError(`HfTokenizer: tokenizer.json: model.vocab has ${vocab.length} pieces, more than the model's vocab_size ${vocabSize}`);
+        for (const piece of vocab) if (Array.isArray(piece) && typeof piece[0] === "string") longest = Math.max(longest, piece[0].length);
     } else if (vocab !== null && typeof vocab === "object") {
-        for (const [token, id] of Object.entries(vocab)) check(`model.vocab[${JSON.stringify(token.slice(0, 40))}]`, id);
+        for (const [token, id] of Object.entries(vocab)) {
+            check(`model.vocab[${JSON.stringify(token.slice(0, 40))}]`, id);
+            longest = Math.max(longest, token.length);
+        }
     }
     const added = tj.added_tokens;
-    if (Array.isArray(added)) added.forEach((t: { id?: unknown }, k) => check(`added_tokens[${k}].id`, t?.id));
+    if (Array.isArray(added)) added.forEach((t: { id?: unknown; content?: unknown }, k) => {
+        check(`added_tokens[${k}].id`, t?.id);
+        if (typeof t?.content === "string") longest = Math.max(longest, t.content.length);
+    });
+    // A piece's text is at most its length (byte-level pieces are a character per byte); x4 leaves room for a
+    // normalizer that shortens text (NFKC composing characters) before it is split.
+    return 4 * longest;
 }

@@ -24,7 +24,7 @@ import { openHfModel, resolveHfTokenizer } from "./hfLoad.js";
 import type { HfTokenizer } from "./hfTokenizer.js";
 import { readSafetensors, writeSafetensors } from "./safetensors.js";
 import { describe, requireArray, requireBoolean, requireInteger, requireNumber, requireOptions, requireShape2 } from "../validate.js";
-import { CharTokenizer, type PolicyTokenizer } from "./tokenizer.js";
+import { CharTokenizer, fewestTokens, type PolicyTokenizer } from "./tokenizer.js";
 import { policyLoss } from "../rl/policyLoss.js";
 import { TemplateError } from "./template.js";
 import { nativeChat, withToolCalls } from "./toolText.js";
@@ -460,6 +460,10 @@ export class NativePolicy implements Policy {
         const ids = (r as { promptTokenIds?: unknown } | null)?.promptTokenIds;
         if (ids === undefined) {
             const messages = nativeChat(requestMessages(this.name, r, i), r.tools);
+            // A prompt far past the context is refused before it is tokenized (a 1 MiB prompt held the event loop ~1 s).
+            const least = fewestTokens(this.tokenizer, messages.reduce((a, m) => a + m.content.length, 0));
+            if (least >= this.config.contextLength)
+                throw new RangeError(`${this.name}: requests[${i}]: the prompt is at least ${least} tokens, the context is ${this.config.contextLength}`);
             try { return this.tokenizer.encodeChat(messages); } catch (e) {
                 const kind = e instanceof TypeError ? TypeError : e instanceof RangeError ? RangeError : e instanceof TemplateError ? TemplateError : Error;
                 throw new kind(`${this.name}: requests[${i}]: ${(e as Error).message}`);

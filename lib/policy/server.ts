@@ -17,6 +17,7 @@ import type { AddressInfo } from "node:net";
 import { clientFault, HttpError, ServedModels } from "./serverModels.js";
 import { streamGeneration } from "./serverStream.js";
 import { assistantMessage, wireToChat, wireTools } from "./serverTools.js";
+import { fewestTokens } from "./tokenizer.js";
 import { nativeChat } from "./toolText.js";
 import type { ChatMessage, GenerateRequest, Generation, Policy, SamplingOptions } from "./types.js";
 
@@ -97,7 +98,8 @@ async function jsonBody(req: IncomingMessage, limit: number): Promise<Record<str
 const MAX_CHOICES = 64;
 
 // The tokenizer of a policy that has one (NativePolicy's), else null.
-type Tk = { encode(t: string): number[]; decode(ids: number[]): string; encodeChat(m: readonly ChatMessage[]): number[]; vocabSize?: number; isStop?(id: number): boolean };
+type Tk = { encode(t: string): number[]; decode(ids: number[]): string; encodeChat(m: readonly ChatMessage[]): number[]; vocabSize?: number; isStop?(id: number): boolean;
+    maxTokenChars?: number };
 const tokenizerOf = (p: Policy): Tk | null => {
     const t = (p as { tokenizer?: Partial<Tk> }).tokenizer;
     return t && typeof t.encode === "function" && typeof t.decode === "function" && typeof t.encodeChat === "function" ? t as Tk : null;
@@ -196,7 +198,11 @@ export async function servePolicy(policy: Policy, options: ServeOptions = {}): P
         }
         const served = models.get(body.model);  // (resolved right before generate: an adapter replaced meanwhile answers wholly)
         const tk = tokenizerOf(served.policy);
-        if (completions && typeof body.prompt === "string" && tk) req = { promptTokenIds: tk.encode(body.prompt), sampling };  // raw text, no chat template
+        if (completions && typeof body.prompt === "string" && tk) {  // raw text, no chat template
+            const least = fewestTokens(tk, body.prompt.length);  // (refused before it is tokenized when far past the context)
+            if (typeof ctx === "number" && least >= ctx) throw new HttpError(400, `prompt: at least ${least} tokens, the context is ${ctx}`);
+            req = { promptTokenIds: tk.encode(body.prompt), sampling };
+        }
         if (body.stream === true)
             return streamGeneration(res, { policy: served.policy, requests: choiceRequests(req, seed, n), completions, id: `${completions ? "cmpl" : "chatcmpl"}-maporl-${++counter}`,
                 model: served.name, returnIds, includeUsage: (so as { include_usage?: unknown } | undefined)?.include_usage === true, tokenizer: tk,

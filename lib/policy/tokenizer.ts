@@ -21,6 +21,14 @@ export interface PolicyTokenizer {
     decode(ids: ArrayLike<number>): string;
     /** A chat in the model's own format, ending where the assistant's reply begins. */
     encodeChat(messages: readonly ChatMessage[]): number[];
+    /** At least as many UTF-16 code units as the text of any one token covers: a text of n code units encodes to at
+     * least ceil(n / maxTokenChars) tokens, so a prompt far past the context is refused before it is tokenized. */
+    readonly maxTokenChars?: number;
+}
+
+/** The fewest tokens `chars` code units of text can encode to with `tk` (0 when the tokenizer gives no bound). */
+export function fewestTokens(tk: { maxTokenChars?: number }, chars: number): number {
+    return typeof tk.maxTokenChars === "number" && tk.maxTokenChars >= 1 ? Math.ceil(chars / tk.maxTokenChars) : 0;
 }
 
 export interface TokenizerJSON {
@@ -32,6 +40,8 @@ export interface TokenizerJSON {
 
 export class CharTokenizer implements PolicyTokenizer {
     readonly alphabet: readonly string[];
+    /** One token per code point: at most 2 code units. */
+    readonly maxTokenChars = 2;
     private readonly index = new Map<string, number>();
 
     /** `alphabet`: the characters (each a single code point, no duplicates). */

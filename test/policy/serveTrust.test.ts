@@ -68,13 +68,21 @@ describe("maporl serve and its clients", () => {
 
     it("a chat template's raise_exception is a 400 with its message", async () => {
         await tinyHfModel(join(work, "hf"));
-        const p = await NativePolicy.load(join(work, "hf"), { chatTemplate: "{% if messages[0].role == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}{{ messages[0].content }}" });
-        const srv = await servePolicy(p, { port: 0, model: "m" });
+        const p = await NativePolicy.load(join(work, "hf"), { contextLength: 1024, chatTemplate: "{% if messages[0].role == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}{{ messages[0].content }}" });
+        const srv = await servePolicy(p, { port: 0, model: "m", maxBodyBytes: 4 << 20 });
         try {
             const r = await post(`${srv.baseUrl}/chat/completions`, { model: "m", messages: [{ role: "system", content: "x" }, { role: "user", content: "hi" }], max_tokens: 2 });
             expect([r.status, JSON.stringify(await r.json())]).toEqual([400, expect.stringMatching(/System role not supported/)]);
             const ok = await post(`${srv.baseUrl}/chat/completions`, { model: "m", messages: [{ role: "user", content: "hi" }], max_tokens: 2 });
             expect(ok.status).toBe(200);
+            // A prompt far past the context is refused before it is tokenized (tokenizing 1 MiB held the event loop ~1 s).
+            const huge = "word ".repeat(200_000);
+            const t0 = performance.now();
+            const [chat, completion] = await Promise.all([post(`${srv.baseUrl}/chat/completions`, { model: "m", messages: [{ role: "user", content: huge }] }),
+                post(`${srv.baseUrl}/completions`, { model: "m", prompt: huge })]);
+            expect(performance.now() - t0).toBeLessThan(400);
+            expect([chat.status, JSON.stringify(await chat.json())]).toEqual([400, expect.stringMatching(/the prompt is at least \d+ tokens, the context is 1024/)]);
+            expect([completion.status, JSON.stringify(await completion.json())]).toEqual([400, expect.stringMatching(/prompt: at least \d+ tokens, the context is 1024/)]);
             const bomb = await NativePolicy.load(join(work, "hf"), { chatTemplate: "{% for i in range(1000000000) %}{% endfor %}x" });
             const srv2 = await servePolicy(bomb, { port: 0, model: "b" });
             try {
