@@ -170,6 +170,8 @@ export interface NativeBinding {
     gptCacheRelease(h: GptHandle): void;
     /** Exchanges the KV cache with stored slot `slot` (CPU models): batches that take turns keep their own caches. */
     gptCacheSwap(h: GptHandle, slot: number): void;
+    /** The live KV cache's rows and positions (0, 0 when none). */
+    gptCacheInfo(h: GptHandle): { batch: number; maxLen: number };
     gptDecode(h: GptHandle, tokens: Int32Array, pos: number, logits: F32 | null, values: F32 | null): void;
     gptDecodeAsync(h: GptHandle, tokens: Int32Array, pos: number, logits: F32 | null, values: F32 | null): Promise<void>;
     /** Llama family: fills cache row b at positions 0 .. lens[b] - 1 from tokens [batch, P] through the GEMM. */

@@ -7,7 +7,7 @@
 //   gptForward(handle, tokens: Int32Array, B, T, logits|null, values|null) [+ Async]
 //   gptBackward(handle, dlogits|null, dvalues|null) [+ Async]; gptZeroGrad(handle)
 //   gptStep(handle, lr, beta1, beta2, eps, weightDecay, maxGradNorm) -> grad norm [+ Async]
-//   gptCacheReset(handle, batch, maxLen); gptCacheRelease(handle); gptCacheSwap(handle, slot); gptDecode(handle, tokens: Int32Array, pos, logits|null, values|null)
+//   gptCacheReset(handle, batch, maxLen); gptCacheRelease(handle); gptCacheSwap(handle, slot); gptCacheInfo(handle) -> {batch, maxLen}; gptDecode(handle, tokens: Int32Array, pos, logits|null, values|null)
 //   gptSetDevice(handle, 0 cpu | 1 cuda | 2 emulated cuda (a Llama model, for tests)); gptGetDevice(handle) -> 0 | 1
 //   llamaCreate({...}, seed) -> a Llama-family handle for every call above; gptSetTensor(handle, index, dtype, bytes)
 //   gptScore(handle, tokens, targets, B, T, temperature, chunk, logp, entropy|null, values|null) [+ Async]
@@ -313,6 +313,16 @@ Napi::Value CacheRelease(const Napi::CallbackInfo & info) {
     return info.Env().Undefined();
 }
 
+Napi::Value CacheInfo(const Napi::CallbackInfo & info) {
+    int64_t batch = 0, max_len = 0;
+    const maporl_status st = maporl_gpt_cache_info(Get(info)->gpt, &batch, &max_len, nullptr);
+    if (st != MAPORL_OK) ThrowStatus(info.Env(), st, "gptCacheInfo");
+    Napi::Object o = Napi::Object::New(info.Env());
+    o.Set("batch", Napi::Number::New(info.Env(), (double)batch));
+    o.Set("maxLen", Napi::Number::New(info.Env(), (double)max_len));
+    return o;
+}
+
 Napi::Value CacheSwap(const Napi::CallbackInfo & info) {
     const maporl_status st = maporl_gpt_cache_swap(Get(info)->gpt, RequireInt(info, 1, "slot", INT32_MIN, INT32_MAX));
     if (st != MAPORL_OK) ThrowStatus(info.Env(), st, "gptCacheSwap");
@@ -505,6 +515,7 @@ void InitGpt(Napi::Env env, Napi::Object exports) {
     exports.Set("gptCacheReset", Napi::Function::New(env, CacheReset, "gptCacheReset"));
     exports.Set("gptCacheRelease", Napi::Function::New(env, CacheRelease, "gptCacheRelease"));
     exports.Set("gptCacheSwap", Napi::Function::New(env, CacheSwap, "gptCacheSwap"));
+    exports.Set("gptCacheInfo", Napi::Function::New(env, CacheInfo, "gptCacheInfo"));
     exports.Set("gptDecode", Napi::Function::New(env, JsDecode, "gptDecode"));
     exports.Set("gptDecodeAsync", Napi::Function::New(env, JsDecodeAsync, "gptDecodeAsync"));
     exports.Set("gptPrefillAsync", Napi::Function::New(env, JsPrefillAsync, "gptPrefillAsync"));

@@ -18,6 +18,7 @@ import { benchGroupAdvantages } from "./groupAdvantages.js";
 import { benchFusedPolicyLoss, benchPolicyLoss } from "./policyLoss.js";
 import { benchReinforceReturns } from "./reinforceReturns.js";
 import { benchSampling } from "./sampling.js";
+import { benchServe } from "./serve.js";
 import { type BenchContext, type BenchRow } from "./types.js";
 
 export type { BenchContext, BenchRow } from "./types.js";
@@ -33,6 +34,7 @@ export const BENCHMARKS: Record<string, (ctx: BenchContext) => Promise<BenchRow[
     llama: benchLlama,
     lora: benchLora,
     fleet: benchFleet,
+    serve: benchServe,
 };
 
 export interface BenchOptions {

@@ -315,6 +315,13 @@ export class NativePolicy implements Policy {
         return e ? e.layers * e.kvHeads * e.headDim * 2 * 4 : this.config.layers * this.config.dModel * 2 * 4;
     }
 
+    /** Bytes of the KV cache the model holds now, between generations (rows x positions x kvBytesPerToken; caches
+     * of batches running beside it not counted): 0 after a batch whose cache passed 64 MiB, which gives it back. */
+    get kvCacheBytes(): number {
+        const c = native.gptCacheInfo(this.h());
+        return c.batch * c.maxLen * this.kvBytesPerToken;
+    }
+
     /** The KV cache one generation batch may take (shared by every adapter of a base). A generate call that alone
      * needs more is refused with a RangeError naming the figure; calls that together would need more run as separate
      * batches. Defaults to 25% of the machine's memory. */

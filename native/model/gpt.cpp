@@ -224,8 +224,10 @@ void Model<F>::cache_reset(int64_t batch, int64_t max_len) {
     cache_batch = batch;
     cache_len = max_len;
     const size_t n = (size_t)(cfg.layers * batch * max_len * cfg.d_model);
-    kcache.assign(n, F(0));
-    vcache.assign(n, F(0));
+    kcache.clear();  // (no zero-fill: a position is read only after it is written)
+    kcache.resize(n);
+    vcache.clear();
+    vcache.resize(n);
 }
 
 template <typename F>

@@ -10,6 +10,7 @@
 #include <map>
 
 #include <string>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -17,6 +18,24 @@
 
 namespace maporl {
 namespace gpt {
+
+// An allocator whose value-less construct default-initialises (for float: leaves the memory as it is). A KV cache
+// sized with it by resize() is not zero-filled: its pages are taken only as positions are written (decoding reads a
+// position only after writing it), so a request that may reach 8,000 positions and stops at 50 costs 50.
+template <typename T>
+struct DefaultInitAllocator : std::allocator<T> {
+    template <typename U>
+    struct rebind { using other = DefaultInitAllocator<U>; };
+    DefaultInitAllocator() = default;
+    template <typename U>
+    DefaultInitAllocator(const DefaultInitAllocator<U> &) noexcept {}
+    template <typename U>
+    void construct(U * p) noexcept { ::new ((void *)p) U; }
+    template <typename U, typename... A>
+    void construct(U * p, A &&... a) { ::new ((void *)p) U(std::forward<A>(a)...); }
+};
+template <typename T>
+using CacheVec = std::vector<T, DefaultInitAllocator<T>>;
 
 struct Config {
     int64_t vocab = 0, context = 0, layers = 0, heads = 0, d_model = 0;
@@ -104,7 +123,7 @@ struct Model {
     // next token no row samples needs only the keys and values it caches); its step_ array is then stale.
     void cache_reset(int64_t batch, int64_t max_len);
     // Frees the cache (its memory goes back; decode then needs cache_reset again).
-    void cache_release() { std::vector<F>().swap(kcache); std::vector<F>().swap(vcache); cache_batch = 0; cache_len = 0; }
+    void cache_release() { CacheVec<F>().swap(kcache); CacheVec<F>().swap(vcache); cache_batch = 0; cache_len = 0; }
     // Exchanges the cache with stored slot `slot` (created empty when absent, dropped when it ends up empty): several
     // generation batches keep their own caches and take turns, one decode step at a time.
     void cache_swap(int64_t slot) {
@@ -123,9 +142,9 @@ struct Model {
     std::vector<int64_t> wt_off;  // per tensor: offset in wt_cache, or -1
     bool wt_stale = true;
     const F * wt(int64_t tensor);
-    std::vector<F> kcache, vcache;  // [L, batch, NH, max_len, hs]
+    CacheVec<F> kcache, vcache;  // [L, batch, NH, max_len, hs]; not zeroed (DefaultInitAllocator)
     struct CacheSlot {
-        std::vector<F> k, v;
+        CacheVec<F> k, v;
         int64_t batch = 0, len = 0;
     };
     std::map<int64_t, CacheSlot> cache_slots;  // caches set aside by cache_swap

@@ -130,8 +130,8 @@ struct Model {
     void cache_reset(int64_t batch, int64_t max_len);
     // Frees the cache (its memory goes back; decode then needs cache_reset again).
     void cache_release() {
-        std::vector<F>().swap(kcache);
-        std::vector<F>().swap(vcache);
+        gpt::CacheVec<F>().swap(kcache);
+        gpt::CacheVec<F>().swap(vcache);
         cache_batch = 0;
         cache_len = 0;
         row_adapter.clear();
@@ -175,9 +175,9 @@ struct Model {
     void matmul_forward_wt_or(std::initializer_list<Proj> projs, const F * inp, int64_t N, int64_t Cin);
     // lin for many rows: W in place where the GEMM packs it (or it is bfloat16), else W's transposed copy (wt).
     void lin_many(F * out, const F * inp, int64_t w, int64_t bias, int64_t N, int64_t Cin, int64_t OC);
-    std::vector<F> kcache, vcache;  // [L, batch, NKV, max_len, head_dim]
+    gpt::CacheVec<F> kcache, vcache;  // [L, batch, NKV, max_len, head_dim]; not zeroed (gpt::DefaultInitAllocator)
     struct CacheSlot {
-        std::vector<F> k, v;
+        gpt::CacheVec<F> k, v;
         int64_t batch = 0, len = 0;
         std::vector<int64_t> rows;
     };

@@ -40,8 +40,10 @@ void Model<F>::cache_reset(int64_t batch, int64_t max_len) {
     if (max_len < 1 || max_len > cfg.context)
         throw_error(MAPORL_ERR_INVALID_ARG, "max_len: expected 1..%lld (context), got %lld", (long long)cfg.context, (long long)max_len);
     const size_t n = (size_t)(cfg.layers * batch * cfg.kv_heads * max_len * cfg.head_dim);
-    kcache.assign(n, F(0));
-    vcache.assign(n, F(0));
+    kcache.clear();  // (no zero-fill: a position is read only after it is written)
+    kcache.resize(n);
+    vcache.clear();
+    vcache.resize(n);
     cache_batch = batch;
     cache_len = max_len;
     row_adapter.assign((size_t)batch, active);

@@ -49,8 +49,7 @@ void move_gpt(maporl_gpt * gpt, maporl_device device) {
     m.acts = gpt::Acts<float>();
     m.logits = std::vector<float>();
     m.values = std::vector<float>();
-    m.kcache = std::vector<float>();
-    m.vcache = std::vector<float>();
+    m.cache_release();
 }
 
 // On the device the host model keeps its config, layout, step and parameter vector (the staging of later moves) and
@@ -87,7 +86,7 @@ void move_llama(maporl_gpt * gpt, maporl_device device, bool emulate = false) {
     m.cache_batch = m.cache_len = 0;
     m.acts = std::vector<llama::LayerActs<float>>();
     m.logits = m.values = m.embedded = m.lnf = m.lnf_rstd = std::vector<float>();
-    m.kcache = m.vcache = std::vector<float>();
+    m.cache_release();
     m.wt_cache = std::vector<std::vector<float>>();
 }
 

@@ -47,12 +47,16 @@ describe("the KV cache is sized, bounded and given back", () => {
             await expect(p.generate(ask(32, 8100))).rejects.toThrow(/needs a KV cache of 2026\.3 MiB \(32 rows x 8105 positions\), more than maxCacheBytes 64\.0 MiB/);
             expect(() => { p.maxCacheBytes = Number.NaN; }).toThrow(/maxCacheBytes: expected a number >= 1, got NaN/);
             p.maxCacheBytes = 2 ** 40;
-            // (the prompt "hi" is 5 tokens in the chat format.) 16 rows that may reach 8,000 positions: a 1 GB cache, aborted after the first token. Its memory goes back.
+            // (the prompt "hi" is 5 tokens in the chat format.) 16 rows that may reach 8,000 positions: a 1 GB cache, aborted
+            // after the first token. It is not zero-filled (pages come as positions are written) and it goes back.
             const rss0 = process.memoryUsage().rss;
             const stop = new AbortController();
             await expect(p.generate(ask(16, 7990), { signal: stop.signal, onToken: () => stop.abort(new Error("enough")) })).rejects.toThrow(/enough/);
-            expect(process.memoryUsage().rss - rss0).toBeLessThan(256 << 20);
+            expect(process.memoryUsage().rss - rss0).toBeLessThan(64 << 20);
+            expect(p.kvCacheBytes).toBe(0);
+            // A small batch's cache is kept for the next one.
             expect(await p.generate(ask(2, 6))).toEqual(want.map((g) => ({ ...g, latencyMs: expect.any(Number) })));
+            expect(p.kvCacheBytes).toBe(2 * (5 + 6) * p.kvBytesPerToken);
         } finally { await p.dispose(); }
     });
 });
