@@ -36,16 +36,16 @@ export class DecodeTurns {
      * Runs `batch` as the first batch of a session: resolves once it and every batch that joined meanwhile have ended
      * (the caller holds the model's queue for that long).
      */
-    session(batch: (lease: DecodeLease) => Promise<void>, prepare: () => void, big: boolean): Promise<void> {
+    session(batch: (lease: DecodeLease) => Promise<void>, prepare: () => void, big: () => boolean): Promise<void> {
         const ended = new Promise<void>((resolve) => { this.idle = resolve; });
         void this.join(batch, prepare, big);
         return ended;
     }
 
     /** Starts `batch` beside the running ones (canJoin() first). `prepare` runs before each of its native calls (the
-     * adapter selection of the policy that made it); a `big` batch's cache is freed when it ends, a small one is kept
+     * adapter selection of the policy that made it); its cache is freed when it ends if `big()` (read then), a small one kept
      * for the next batch unless others still run. */
-    async join(batch: (lease: DecodeLease) => Promise<void>, prepare: () => void, big: boolean): Promise<void> {
+    async join(batch: (lease: DecodeLease) => Promise<void>, prepare: () => void, big: () => boolean): Promise<void> {
         const id = this.nextId++;
         this.active++;
         const lease: DecodeLease = { run: (fn) => this.turn(id, () => { prepare(); return fn(); }) };
@@ -54,7 +54,7 @@ export class DecodeTurns {
         } finally {
             // Its cache is freed when large or when others still run, else left for the next batch.
             await this.turn(id, () => {
-                if (big || this.active > 1) native.gptCacheRelease(this.handle());
+                if (big() || this.active > 1) native.gptCacheRelease(this.handle());
                 this.live = 0;
             }).catch(() => undefined);
             this.active--;

@@ -439,26 +439,31 @@ export class NativePolicy implements Policy {
             core.openLen = len;
             // The batch decodes on its own KV cache; a large one goes back when it ends (a server holds none sized for
             // its largest request while idle), a small one is kept for the next batch.
-            const run = async (lease: DecodeLease) => {
+            let big = true;
+            const close = () => {
+                const bytes = core.openBatch === batch ? core.openRows * core.openLen * per : Infinity;
+                if (core.openBatch === batch) core.openBatch = null;
+                big = bytes > CACHE_KEEP_BYTES;
+            };
+            const run = async (lease: DecodeLease, joined: boolean) => {
                 try {
+                    // A batch joining running ones stays open until its first turn (a step of the others), so that
+                    // requests arriving meanwhile decode with it as one batch rather than each beside the rest.
+                    if (joined) await lease.run(() => undefined);
+                    close();
                     await decodeCalls(this.h(), this.tokenizer, this.V, this.config.contextLength, batch, this.family === "llama", lease);
                 } catch (e) {
                     for (const c of batch) c.reject(e);
                 }
             };
-            const close = () => {
-                const bytes = core.openBatch === batch ? core.openRows * core.openLen * per : Infinity;
-                if (core.openBatch === batch) core.openBatch = null;
-                return bytes > CACHE_KEEP_BYTES;
-            };
             const prepare = () => this.select();
             if (core.turns.canJoin()) {
-                // Decoding is under way: this batch starts beside it (after calls made in this tick join it) and they
-                // take turns, so that it does not wait for the longest request.
-                queueMicrotask(() => { void core.turns.join(run, prepare, close()); });
+                // Decoding is under way: this batch starts beside it and they take turns, so that it does not wait for
+                // the longest request.
+                void core.turns.join((lease) => run(lease, true), prepare, () => big);
                 return;
             }
-            this.enqueue(() => core.turns.session(run, prepare, close())).catch((e: unknown) => { for (const c of batch) c.reject(e); });
+            this.enqueue(() => core.turns.session((lease) => run(lease, false), prepare, () => big)).catch((e: unknown) => { for (const c of batch) c.reject(e); });
         });
     }
 
