@@ -42,9 +42,16 @@ const program = buildProgram({
     },
     serve: async (a) => {
         if (a.threads) setThreads(a.threads);
+        const apiKey = a.apiKey ?? process.env.MAPORL_API_KEY;
+        const loopback = /^(127\.\d+\.\d+\.\d+|::1|localhost)$/.test(a.host);
+        if (!loopback && !apiKey)
+            console.error(`maporl: WARNING: listening on ${a.host} with no authentication: anyone who reaches this address can use the model` +
+                `${a.enableLora ? " and load adapters" : ""}; give --api-key (or MAPORL_API_KEY), or listen on 127.0.0.1`);
         const policy = await NativePolicy.load(a.checkpoint);
+        if (a.maxCacheBytes !== undefined) policy.maxCacheBytes = a.maxCacheBytes;
         const s = await servePolicy(policy, { port: a.port, host: a.host, adapters: a.loraModules, allowAdapterUpdates: a.enableLora, version: backend().version,
-            ...(a.servedModelName ? { model: a.servedModelName } : {}) });
+            ...(a.servedModelName ? { model: a.servedModelName } : {}), ...(a.loraRoot !== undefined ? { loraRoot: a.loraRoot } : {}),
+            allowAnyLoraPath: a.allowAnyLoraPath, maxLoras: a.maxLoras, ...(apiKey ? { apiKey } : {}) }).catch(async (e: unknown) => { await policy.dispose(); throw e; });
         console.log(`maporl: serving ${a.servedModelName ?? policy.name} (${policy.parameterCount} parameters) at ${s.baseUrl}/chat/completions`);
         const protocol = join(a.checkpoint, "maporl-task.json");
         if (existsSync(protocol)) {  // a model trained by `maporl train` on a compact task speaks only that task's protocol

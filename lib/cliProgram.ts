@@ -16,7 +16,8 @@ export interface TrainArgs {
 export interface BenchArgs { kernels: string[]; threads?: number; reps?: number; pythonReps?: number; python: boolean; out?: string }
 export interface ServeArgs {
     checkpoint: string; port: number; host: string; servedModelName?: string; loraModules: Record<string, string>;
-    enableLora: boolean; threads?: number;
+    enableLora: boolean; threads?: number; loraRoot?: string; allowAnyLoraPath: boolean; maxLoras: number; apiKey?: string;
+    maxCacheBytes?: number;
 }
 
 export interface EvalArgs {
@@ -128,8 +129,13 @@ export function buildProgram(actions: CliActions, options: CliOptions): Command 
         .option("--served-model-name <name>", "the base model's id (default: the model's name)")
         .option("--lora-modules <name=dir...>", "PEFT adapters served as models of their own (Hugging Face base models)")
         .option("--enable-lora", "accept POST /v1/load_lora_adapter and /v1/unload_lora_adapter (runtime LoRA updates)", false)
+        .option("--lora-root <dir>", "with --enable-lora: the directory every runtime lora_path must lie in (links resolved)")
+        .option("--allow-any-lora-path", "with --enable-lora: accept any lora_path the server can read (no --lora-root)", false)
+        .option("--max-loras <n>", "adapters loaded at once; one more is a 400", integer(0, 4096), 8)
+        .option("--api-key <key>", "require Authorization: Bearer <key> on every route but /health (also read from MAPORL_API_KEY)")
+        .option("--max-cache-bytes <n>", "the KV cache one generation batch may take; a request that needs more is a 400 (default: 25% of memory)", integer(1, Number.MAX_SAFE_INTEGER))
         .option("--threads <n>", "CPU threads of the model (default: one per core)", integer(1, 1024))
-        .action(async (o: { checkpoint: string; port: number; host: string; servedModelName?: string; loraModules?: string[]; enableLora: boolean; threads?: number }) => {
+        .action(async (o: Omit<ServeArgs, "loraModules"> & { loraModules?: string[] }) => {
             const loraModules: Record<string, string> = {};
             for (const m of o.loraModules ?? []) {
                 const eq = m.indexOf("=");

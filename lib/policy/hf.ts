@@ -3,9 +3,10 @@
 // tensor by tensor from model.safetensors or its shards (F32, BF16, F16, widened to float32 masters in native
 // memory: no float copy of the file in JS), and a directory written back in the same layout (config.json,
 // generation_config.json, model.safetensors or shards with model.safetensors.index.json, the tokenizer files).
-import { copyFileSync, existsSync, readFileSync } from "node:fs";
+import { copyFileSync, existsSync } from "node:fs";
 import { join } from "node:path";
 
+import { readTextFile } from "../files.js";
 import { native, type GptHandle, type NativeLlamaConfig } from "../native.js";
 import { writeFileDurable } from "../durable.js";
 import { describe } from "../validate.js";
@@ -304,7 +305,7 @@ export function writeTokenizerFiles(tokenizer: PolicyTokenizer, from: string | n
 /** Whether `dir` looks like a Hugging Face model directory (a config.json with model_type). */
 export function isHfModelDir(dir: string): boolean {
     try {
-        const raw = JSON.parse(readFileSync(join(dir, "config.json"), "utf8")) as unknown;
+        const raw = JSON.parse(readTextFile(join(dir, "config.json"), "config.json")) as unknown;
         return raw !== null && typeof raw === "object" && "model_type" in (raw as object);
     } catch {
         return false;
@@ -314,7 +315,10 @@ export function isHfModelDir(dir: string): boolean {
 /** config.json of a model directory, as an object (errors name the file). */
 export function readJsonObject(path: string, what: string): Record<string, unknown> {
     let text: string;
-    try { text = readFileSync(path, "utf8"); } catch { throw new Error(`NativePolicy.load: ${path}: missing (${what})`); }
+    try { text = readTextFile(path, what); } catch (e) {
+        const m = (e as Error).message;
+        throw new (e instanceof RangeError ? RangeError : Error)(`NativePolicy.load: ${m.includes(": missing (") ? `${path}: missing (${what})` : m}`);
+    }
     let v: unknown;
     try { v = JSON.parse(text); } catch { throw new SyntaxError(`NativePolicy.load: ${path}: not JSON (truncated or corrupted?)`); }
     if (v === null || typeof v !== "object" || Array.isArray(v)) throw new SyntaxError(`NativePolicy.load: ${path}: expected a JSON object`);

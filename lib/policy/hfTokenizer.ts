@@ -5,12 +5,13 @@
 // with add_generation_prompt and tokenizes the text without adding special tokens again, as transformers'
 // apply_chat_template(tokenize=True) does. Ids the model has but the tokenizer does not (a padded embedding, as
 // Qwen's) decode to nothing.
-import { existsSync, readFileSync } from "node:fs";
+import { existsSync } from "node:fs";
 import { join } from "node:path";
 
 import { Template } from "@huggingface/jinja";
 import { Tokenizer } from "@huggingface/tokenizers";
 
+import { readTextFile } from "../files.js";
 import { describe } from "../validate.js";
 import { renderTemplate, type TemplateLimits } from "./template.js";
 import type { PolicyTokenizer } from "./tokenizer.js";
@@ -87,17 +88,18 @@ export class HfTokenizer implements PolicyTokenizer {
     static fromDir(dir: string, options: HfTokenizerOptions): HfTokenizer {
         const read = (f: string, required: boolean): Record<string, unknown> | null => {
             let text: string;
-            try { text = readFileSync(join(dir, f), "utf8"); } catch {
+            if (!existsSync(join(dir, f))) {
                 if (!required) return null;
                 throw new Error(`HfTokenizer: ${join(dir, f)}: missing (a model directory needs tokenizer.json)`);
             }
+            try { text = readTextFile(join(dir, f), f); } catch (e) { throw new Error(`HfTokenizer: ${(e as Error).message}`); }
             try { return JSON.parse(text) as Record<string, unknown>; } catch { throw new SyntaxError(`HfTokenizer: ${join(dir, f)}: not JSON (truncated or corrupted?)`); }
         };
         const tj = read("tokenizer.json", true)!;
         const cfg = read("tokenizer_config.json", false) ?? {};
         // Newer transformers versions save the template beside the config, as chat_template.jinja.
         if (cfg.chat_template === undefined && options.chatTemplate === undefined && existsSync(join(dir, "chat_template.jinja")))
-            return new HfTokenizer(tj, cfg, { ...options, chatTemplate: readFileSync(join(dir, "chat_template.jinja"), "utf8") });
+            return new HfTokenizer(tj, cfg, { ...options, chatTemplate: readTextFile(join(dir, "chat_template.jinja"), "chat_template.jinja") });
         return new HfTokenizer(tj, cfg, options);
     }
 

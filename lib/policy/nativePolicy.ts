@@ -9,13 +9,14 @@
 // written to a temporary directory that replaces the old one by rename, so a crash never leaves a half-written one.
 // A Llama-family model trains and scores through log-probs (gptScore): its LM head runs over row chunks, so no
 // [B, T, V] logits exist (a 151,936-token vocabulary).
-import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { totalmem } from "node:os";
 import { join, resolve } from "node:path";
 
 import { type Device, resolveDevice } from "../backend.js";
 import { replaceDirDurable, writeFileDurable } from "../durable.js";
 import { MaporlError } from "../errors.js";
+import { readTextFile } from "../files.js";
 import { native, type GptHandle, type NativeLoraConfig } from "../native.js";
 import { fusedPolicyLoss, logprobs } from "../rl/logits.js";
 import { type LossOptions, type PolicyLossStats, valueLoss } from "../rl/policyLoss.js";
@@ -175,7 +176,7 @@ function requireDtype(fn: string, dtype: unknown): void {
 // adapter_config.json's base_model_name_or_path when it names a local model directory, else null.
 function adapterBaseModel(dir: string): string | null {
     try {
-        const b = (JSON.parse(readFileSync(join(dir, "adapter_config.json"), "utf8")) as { base_model_name_or_path?: unknown }).base_model_name_or_path;
+        const b = (JSON.parse(readTextFile(join(dir, "adapter_config.json"), "adapter_config.json")) as { base_model_name_or_path?: unknown }).base_model_name_or_path;
         return typeof b === "string" && isHfModelDir(b) ? b : null;
     } catch { return null; }
 }
@@ -706,7 +707,10 @@ export class NativePolicy implements Policy {
         for (const k of ["contextLength", "tokenizer", "chatTemplate", "lora", "dtype"] as const)
             if (o[k] !== undefined) throw new RangeError(`NativePolicy.load: ${k}: only for Hugging Face directories (${join(dir, "config.json")} has no model_type)`);
         const read = (f: string) => {
-            try { return readFileSync(join(dir, f), "utf8"); } catch { throw new Error(`NativePolicy.load: ${join(dir, f)}: missing (not a checkpoint directory?)`); }
+            try { return readTextFile(join(dir, f), f); } catch (e) {
+                const m = (e as Error).message;
+                throw new Error(`NativePolicy.load: ${m.includes(": missing (") ? `${join(dir, f)}: missing (not a checkpoint directory?)` : m}`);
+            }
         };
         // A bad file is named in the error, whatever its fault (not JSON, a bad field).
         const within = <T>(f: string, fn: () => T): T => {

@@ -2,7 +2,9 @@
 // {name: {dtype, shape, data_offsets: [begin, end]}, "__metadata__": {...}}, then the raw little-endian data),
 // F32 and I32 (readSafetensorsHeader reads the header of any dtype). Files are written atomically: a temporary file in the same directory, fsync, then rename. Reading
 // checks every offset against the file, so a truncated or corrupted file is an error that says what is wrong.
-import { closeSync, fstatSync, fsyncSync, openSync, readFileSync, readSync, renameSync, rmSync, writeSync } from "node:fs";
+import { closeSync, fstatSync, fsyncSync, openSync, readSync, renameSync, rmSync, writeSync } from "node:fs";
+
+import { openRegular, readRegularFile } from "../files.js";
 
 export interface TensorEntry {
     name: string;
@@ -44,7 +46,7 @@ export function writeSafetensors(path: string, tensors: TensorEntry[], metadata:
 
 /** Reads an F32 / I32 safetensors file: its tensors (in file order) and metadata. */
 export function readSafetensors(path: string): { tensors: TensorEntry[]; metadata: Record<string, string> } {
-    const buf = readFileSync(path);
+    const buf = readRegularFile(path, Number.MAX_SAFE_INTEGER, "a safetensors file");
     const bad = (what: string) => new SyntaxError(`readSafetensors: ${path}: ${what}`);
     if (buf.length < 8) throw bad(`expected at least 8 bytes, got ${buf.length} (truncated?)`);
     const n = Number(buf.readBigUInt64LE(0));
@@ -94,7 +96,7 @@ const DTYPE_BYTES: Record<string, number> = { F64: 8, F32: 4, F16: 2, BF16: 2, I
 export function readSafetensorsHeader(path: string): { tensors: TensorHeader[]; metadata: Record<string, string>; size: number } {
     const bad = (what: string) => new SyntaxError(`${path}: ${what}`);
     let fd: number;
-    try { fd = openSync(path, "r"); } catch { throw new Error(`${path}: missing or unreadable`); }
+    fd = openRegular(path, "a safetensors file");
     try {
         const size = fstatSync(fd).size;
         if (size < 8) throw bad(`expected at least 8 bytes, got ${size} (truncated?)`);
@@ -130,7 +132,7 @@ export function readSafetensorsHeader(path: string): { tensors: TensorHeader[]; 
 /** The raw bytes of one tensor of `path` (a header entry from readSafetensorsHeader). */
 export function readTensorBytes(path: string, t: TensorHeader): Uint8Array {
     const out = Buffer.allocUnsafe(t.end - t.begin);
-    const fd = openSync(path, "r");
+    const fd = openRegular(path, "a safetensors file");
     try {
         let done = 0;
         while (done < out.length) {

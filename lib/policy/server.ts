@@ -11,6 +11,8 @@
 // validated (a bad body is a 400 with a message, a body over maxBodyBytes a 413, an unknown `model` a 404 naming the
 // served ones, a prompt over the context a 400 giving the limit); at most maxPending generation requests are answered
 // or wait at once (then 503 with Retry-After). `stream: true` answers with server-sent events (serverStream.ts).
+import { createHash, timingSafeEqual } from "node:crypto";
+import { realpathSync } from "node:fs";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 
@@ -38,6 +40,16 @@ export interface ServeOptions {
     /** Accept POST /v1/load_lora_adapter and /v1/unload_lora_adapter (vLLM's VLLM_ALLOW_RUNTIME_LORA_UPDATING): they
      * read a directory named by the client, so they are off unless asked. Defaults to false. */
     allowAdapterUpdates?: boolean;
+    /** With allowAdapterUpdates: the directory every runtime lora_path must lie in once links are resolved (a path
+     * outside it is a 400). Required unless allowAnyLoraPath. */
+    loraRoot?: string;
+    /** With allowAdapterUpdates: accept a lora_path anywhere the server can read (no loraRoot). Defaults to false. */
+    allowAnyLoraPath?: boolean;
+    /** Adapters loaded at once (at start and at run time); one more is a 400 naming the limit (vLLM's --max-loras).
+     * Defaults to 8. */
+    maxLoras?: number;
+    /** Every route but GET /health requires `Authorization: Bearer <apiKey>` (vLLM's --api-key); else 401. */
+    apiKey?: string;
     /** Reported by GET /version. Defaults to the package's version. */
     version?: string;
 }
@@ -168,10 +180,28 @@ export async function servePolicy(policy: Policy, options: ServeOptions = {}): P
     const model = options.model ?? policy.name, limit = options.maxBodyBytes ?? 1 << 20, maxPending = options.maxPending ?? 64;
     if (!Number.isInteger(maxPending) || maxPending < 1) throw new RangeError(`servePolicy: maxPending: expected an integer >= 1, got ${String(maxPending)}`);
     if (!Number.isInteger(limit) || limit < 1) throw new RangeError(`servePolicy: maxBodyBytes: expected an integer >= 1, got ${String(limit)}`);
+    const maxLoras = options.maxLoras ?? 8;
+    if (!Number.isInteger(maxLoras) || maxLoras < 0) throw new RangeError(`servePolicy: maxLoras: expected an integer >= 0, got ${String(maxLoras)}`);
+    if (options.apiKey !== undefined && (typeof options.apiKey !== "string" || options.apiKey.length === 0))
+        throw new TypeError("servePolicy: apiKey: expected a non-empty string");
+    let loraRoot: string | null = null;
+    if (options.allowAdapterUpdates && !options.allowAnyLoraPath) {
+        if (typeof options.loraRoot !== "string" || options.loraRoot.length === 0)
+            throw new RangeError("servePolicy: runtime LoRA loading (allowAdapterUpdates; maporl serve --enable-lora) reads directories named by clients: " +
+                "give loraRoot (--lora-root DIR), the directory they must lie in, or allowAnyLoraPath (--allow-any-lora-path)");
+        try { loraRoot = realpathSync(options.loraRoot); } catch { throw new RangeError(`servePolicy: loraRoot: ${options.loraRoot} does not exist`); }
+    }
+    const keyBuf = options.apiKey === undefined ? null : createHash("sha256").update(options.apiKey).digest();
+    const authorized = (req: IncomingMessage) => {
+        if (keyBuf === null) return true;
+        const h = req.headers.authorization;
+        const given = typeof h === "string" && h.startsWith("Bearer ") ? h.slice(7) : "";
+        return timingSafeEqual(createHash("sha256").update(given).digest(), keyBuf);  // (equal lengths: digests)
+    };
     const ctx = (policy as { config?: { contextLength?: unknown } }).config?.contextLength;
-    const models = new ServedModels(policy, model, typeof ctx === "number" ? ctx : null);
+    const models = new ServedModels(policy, model, typeof ctx === "number" ? ctx : null, { loraRoot, maxLoras });
     for (const [name, dir] of Object.entries(options.adapters ?? {})) {
-        try { await models.load(name, dir, false); } catch (e) { await models.close(); throw new Error(`servePolicy: adapters.${name}: ${(e as Error).message}`); }
+        try { await models.load(name, dir, false, false); } catch (e) { await models.close(); throw new Error(`servePolicy: adapters.${name}: ${(e as Error).message}`); }
     }
     const version = options.version ?? "maporl";
     let counter = 0, pending = 0;
@@ -262,8 +292,9 @@ export async function servePolicy(policy: Policy, options: ServeOptions = {}): P
         try {
             const url = (req.url ?? "").split("?")[0]!.replace(/\/+$/, "");
             const route = url.startsWith("/v1/") ? url.slice(3) : url;  // /tokenize and /v1/tokenize alike
+            if (req.method === "GET" && url === "/health") { res.writeHead(200, { "content-length": 0 }); return res.end(); }
+            if (!authorized(req)) return fail(res, 401, "Unauthorized: this server requires Authorization: Bearer <api key>");
             if (req.method === "GET") {
-                if (url === "/health") { res.writeHead(200, { "content-length": 0 }); return res.end(); }
                 if (url === "/version") return send(res, 200, { version });
                 if (url === "/v1/models") return send(res, 200, { object: "list", data: models.cards() });
                 return fail(res, 404, `no route GET ${url}`);

@@ -3,6 +3,9 @@
 // Each adapter is a model name of its own; a request names the one it wants in `model`. Replacing an adapter in place
 // (load_inplace) loads the new weights under an internal name, switches the served name to them, and only then removes
 // the old ones, after the calls already queued on them: a request is answered wholly by the old or wholly by the new.
+import { realpath } from "node:fs/promises";
+import { isAbsolute, relative } from "node:path";
+
 import { TemplateError } from "./template.js";
 import type { Policy } from "./types.js";
 
@@ -35,7 +38,8 @@ export class ServedModels {
     // Load / unload of one name run one after another (vLLM takes a lock per name).
     private readonly locks = new Map<string, Promise<unknown>>();
 
-    constructor(readonly base: Policy, readonly baseName: string, private readonly maxModelLen: number | null) {
+    constructor(readonly base: Policy, readonly baseName: string, private readonly maxModelLen: number | null,
+        private readonly limits: { loraRoot: string | null; maxLoras: number } = { loraRoot: null, maxLoras: 8 }) {
         this.models.set(baseName, { policy: base, internal: null, path: baseName, created: Math.floor(Date.now() / 1000) });
     }
 
@@ -66,8 +70,8 @@ export class ServedModels {
     }
 
     /** Loads the PEFT adapter directory `path` as model `name` (vLLM's load_lora_adapter; `inplace` replaces one of that
-     * name). Resolves with vLLM's success text. */
-    load(name: unknown, path: unknown, inplace: boolean): Promise<string> {
+     * name). Resolves with vLLM's success text. A client's path (fromClient) must lie in loraRoot once links are resolved. */
+    load(name: unknown, path: unknown, inplace: boolean, fromClient = true): Promise<string> {
         if (typeof name !== "string" || name.length === 0 || typeof path !== "string" || path.length === 0)
             return Promise.reject(new HttpError(400, "Both 'lora_name' and 'lora_path' must be provided (non-empty strings)."));
         if (name === this.baseName) return Promise.reject(new HttpError(400, `lora_name: '${name}' is the base model's name`));
@@ -75,6 +79,16 @@ export class ServedModels {
             const old = this.models.get(name);
             if (old && !inplace)
                 throw new HttpError(400, `The lora adapter '${name}' has already been loaded. If you want to load the adapter in place, set 'load_inplace' to True.`);
+            const loaded = [...this.models.values()].filter((m) => m.internal !== null).length;
+            if (!old && loaded >= this.limits.maxLoras)
+                throw new HttpError(400, `${loaded} LoRA adapters are loaded, the most this server holds (maxLoras ${this.limits.maxLoras}; maporl serve --max-loras): unload one first`);
+            if (this.limits.loraRoot !== null && fromClient) {
+                let real: string;
+                try { real = await realpath(path); } catch { throw new HttpError(400, `lora_path: ${path} does not exist`); }
+                const rel = relative(this.limits.loraRoot, real);
+                if (rel.startsWith("..") || isAbsolute(rel))
+                    throw new HttpError(400, `lora_path: ${path} is outside the directory adapters are loaded from (${this.limits.loraRoot}; maporl serve --lora-root)`);
+            }
             const host = this.host(), internal = `${name}#${++this.counter}`;
             let policy;
             try {

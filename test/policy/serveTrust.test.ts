@@ -2,7 +2,8 @@
 // abandons a non-streamed request stops its generation (it no longer runs to max_tokens behind others); a chat
 // template's raise_exception is a 400 (vLLM's answer), so clients do not retry it or eject a healthy server; a short
 // request sent while a long one decodes is answered without waiting for it.
-import { mkdtempSync, rmSync } from "node:fs";
+import { execFileSync, spawnSync } from "node:child_process";
+import { cpSync, mkdirSync, mkdtempSync, rmSync, symlinkSync } from "node:fs";
 import { request } from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -95,5 +96,59 @@ describe("maporl serve and its clients", () => {
             await srv.close();
             await p.dispose();
         }
+    });
+
+    it("runtime LoRA loading: paths only inside --lora-root, at most --max-loras, FIFOs refused at once; --api-key; the warning", async () => {
+        const dir = join(work, "lora");
+        await tinyHfModel(join(dir, "base"));
+        const p = await NativePolicy.load(join(dir, "base"));
+        const root = join(dir, "adapters");
+        mkdirSync(root, { recursive: true });
+        const a = await p.withAdapter("a", { rank: 2 });
+        await a.saveAdapter(join(root, "a"));
+        for (const k of ["b", "c"]) cpSync(join(root, "a"), join(root, k), { recursive: true });
+        symlinkSync("/etc", join(root, "escape"));
+        mkdirSync(join(root, "fifo"));
+        execFileSync("mkfifo", [join(root, "fifo", "adapter_config.json")]);
+        await expect(servePolicy(p, { port: 0, allowAdapterUpdates: true })).rejects.toThrow(/give loraRoot \(--lora-root DIR\).*or allowAnyLoraPath/);
+        const srv = await servePolicy(p, { port: 0, model: "m", allowAdapterUpdates: true, loraRoot: root, maxLoras: 2, apiKey: "sekret" });
+        const root0 = srv.baseUrl.replace(/\/v1$/, "");
+        const load = (name: string, path: string, key = "sekret") => fetch(`${srv.baseUrl}/load_lora_adapter`, { method: "POST",
+            headers: { "content-type": "application/json", authorization: `Bearer ${key}` }, body: JSON.stringify({ lora_name: name, lora_path: path }) });
+        const text = async (r: Response) => `${r.status} ${await r.text()}`;
+        try {
+            expect((await fetch(`${root0}/health`)).status).toBe(200);  // no key needed
+            expect(await text(await fetch(`${srv.baseUrl}/models`))).toMatch(/^401 .*Bearer/);
+            expect(await text(await load("x", join(root, "a"), "wrong"))).toMatch(/^401 /);
+            for (const bad of ["/etc", join(root, ".."), join(root, "escape"), "/proc/self"])
+                expect(await text(await load("x", bad))).toMatch(/^400 .*lora_path: .* is outside the directory adapters are loaded from/);
+            const t0 = performance.now();
+            expect(await text(await load("x", join(root, "fifo")))).toMatch(/^400 .*adapter_config\.json: a FIFO, expected a regular file/);
+            expect(performance.now() - t0).toBeLessThan(1000);
+            expect((await fetch(`${root0}/health`)).status).toBe(200);
+            expect(await text(await load("a", join(root, "a")))).toMatch(/^200 /);
+            expect(await text(await load("b", join(root, "b")))).toMatch(/^200 /);
+            expect(await text(await load("c", join(root, "c")))).toMatch(/^400 .*2 LoRA adapters are loaded, the most this server holds \(maxLoras 2/);
+        } finally {
+            await srv.close();
+            await a.dispose();
+            await p.dispose();
+        }
+        // A FIFO as a model's weights: NativePolicy.load fails at once, naming it.
+        const m = join(dir, "fifo-model");
+        cpSync(join(dir, "base"), m, { recursive: true });
+        rmSync(join(m, "model.safetensors"));
+        execFileSync("mkfifo", [join(m, "model.safetensors")]);
+        const t1 = performance.now();
+        await expect(NativePolicy.load(m)).rejects.toThrow(/model\.safetensors: a FIFO, expected a regular file/);
+        expect(performance.now() - t1).toBeLessThan(1000);
+    });
+
+    it("maporl serve on a non-loopback address without --api-key warns on stderr", () => {
+        const cli = join(import.meta.dirname, "..", "..", "dist", "cli.js");
+        const run = (extra: string[]) => spawnSync(process.execPath, [cli, "serve", "--checkpoint", join(work, "nonexistent"), "--port", "0", ...extra], { encoding: "utf8" });
+        expect(run(["--host", "0.0.0.0"]).stderr).toMatch(/WARNING: listening on 0\.0\.0\.0 with no authentication.*--api-key/);
+        expect(run(["--host", "0.0.0.0", "--api-key", "k"]).stderr).not.toMatch(/WARNING/);
+        expect(run([]).stderr).not.toMatch(/WARNING/);
     });
 });

@@ -75,8 +75,10 @@ describe("maporl command line", () => {
         expect(t.code).toBe(7);  // the action's exit code
         expect((await parse(["toy", "--seed", "-1"])).err).toMatch(/'--seed <n>' argument '-1' is invalid/);
         expect((await parse(["bench", "gae", "llama", "--threads=4", "--no-python"])).calls.bench).toEqual({ kernels: ["gae", "llama"], threads: 4, python: false });
-        const s = await parse(["serve", "--checkpoint", "c", "--port", "0", "--lora-modules", "a=/x", "b=/y=z", "--enable-lora"]);
-        expect(s.calls.serve).toEqual({ checkpoint: "c", port: 0, host: "127.0.0.1", loraModules: { a: "/x", b: "/y=z" }, enableLora: true });
+        const s = await parse(["serve", "--checkpoint", "c", "--port", "0", "--lora-modules", "a=/x", "b=/y=z", "--enable-lora", "--lora-root", "/a",
+            "--max-loras", "3", "--api-key", "k"]);
+        expect(s.calls.serve).toEqual({ checkpoint: "c", port: 0, host: "127.0.0.1", loraModules: { a: "/x", b: "/y=z" }, enableLora: true, loraRoot: "/a",
+            allowAnyLoraPath: false, maxLoras: 3, apiKey: "k" });
         expect(String((await parse(["serve", "--checkpoint", "c", "--lora-modules", "a"])).error)).toMatch(/--lora-modules: expected name=path, got "a"/);
     });
 
