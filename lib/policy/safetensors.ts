@@ -44,6 +44,20 @@ export function writeSafetensors(path: string, tensors: TensorEntry[], metadata:
     renameSync(tmp, path);
 }
 
+/** Checks that the tensors' byte ranges [begin, end) within a data section of `bytes` bytes are contiguous, do not
+ * overlap and cover it exactly, as the safetensors format requires (overlapping ranges made two tensors share bytes). */
+function checkRanges(ranges: { name: string; begin: number; end: number }[], bytes: number, bad: (what: string) => Error): void {
+    const sorted = [...ranges].sort((x, y) => x.begin - y.begin || x.end - y.end);
+    let at = 0;
+    for (const r of sorted) {
+        if (r.begin !== at)
+            throw bad(r.begin < at ? `${r.name}: data_offsets [${r.begin}, ${r.end}] overlap the tensor before (which ends at ${at})`
+                : `${r.name}: data_offsets [${r.begin}, ${r.end}] leave a gap after byte ${at} (tensors must be contiguous)`);
+        at = r.end;
+    }
+    if (at !== bytes) throw bad(`the tensors end at data byte ${at}, the data section has ${bytes} bytes (truncated, or bytes after the tensors)`);
+}
+
 /** Reads an F32 / I32 safetensors file: its tensors (in file order) and metadata. */
 export function readSafetensors(path: string): { tensors: TensorEntry[]; metadata: Record<string, string> } {
     const buf = readRegularFile(path, Number.MAX_SAFE_INTEGER, "a safetensors file");
@@ -58,7 +72,7 @@ export function readSafetensors(path: string): { tensors: TensorEntry[]; metadat
         throw bad("the header is not JSON (corrupted)");
     }
     const data = buf.subarray(8 + n);
-    const tensors: TensorEntry[] = [];
+    const tensors: TensorEntry[] = [], ranges: { name: string; begin: number; end: number }[] = [];
     let metadata: Record<string, string> = {};
     for (const [name, v] of Object.entries(header)) {
         if (name === "__metadata__") { metadata = (v ?? {}) as Record<string, string>; continue; }
@@ -72,7 +86,9 @@ export function readSafetensors(path: string): { tensors: TensorEntry[]; metadat
         const out = v.dtype === "I32" ? new Int32Array(count) : new Float32Array(count);
         Buffer.from(out.buffer).set(data.subarray(b, e));
         tensors.push({ name, shape: shape as number[], data: out });
+        ranges.push({ name, begin: b, end: e });
     }
+    checkRanges(ranges, data.length, bad);
     return { tensors, metadata };
 }
 
@@ -123,6 +139,7 @@ export function readSafetensorsHeader(path: string): { tensors: TensorHeader[]; 
             if (8 + n + e > size) throw bad(`${name}: data ends at byte ${8 + n + e}, the file has ${size} (truncated?)`);
             tensors.push({ name, dtype, shape: shape as number[], begin: 8 + n + b, end: 8 + n + e });
         }
+        checkRanges(tensors.map((t) => ({ name: t.name, begin: t.begin - 8 - n, end: t.end - 8 - n })), size - 8 - n, bad);
         return { tensors, metadata, size };
     } finally {
         closeSync(fd);

@@ -12,6 +12,7 @@ import { NativePolicy } from "../../lib/index.js";
 import { native } from "../../lib/native.js";
 import { llamaLayout, llamaWeightBytes, readHfConfig } from "../../lib/policy/hf.js";
 import { gptMemoryBytes } from "../../lib/policy/nativePolicy.js";
+import { readSafetensors, readSafetensorsHeader } from "../../lib/policy/safetensors.js";
 
 describe("the embedded GPT's memory is checked before it is allocated", () => {
     it("gptMemoryBytes is 16 bytes per parameter the engine allocates (tied and untied heads, MLP ratios)", async () => {
@@ -90,5 +91,33 @@ describe("a Hugging Face directory is checked against its config before the mode
                 .rejects.toThrow(/the model's weights take 0\.00 GiB \(\d+ layers, hidden \d+, intermediate \d+, vocab \d+, float32\), more than maxMemoryBytes 0\.00 GiB/);
             await expect(NativePolicy.load(join(FIX, "llama"), { tokenizer: null, maxMemoryBytes: -1 })).rejects.toThrow(/maxMemoryBytes: expected a number > 0, got -1/);
         } finally { rmSync(dir, { recursive: true, force: true }); }
+    });
+});
+
+describe("safetensors byte ranges", () => {
+    // A file of two F32 tensors whose data_offsets are given; `data` bytes after the header.
+    const file = (offsets: [number, number][], data: number) => {
+        const header = JSON.stringify({ a: { dtype: "F32", shape: [2], data_offsets: offsets[0] }, b: { dtype: "F32", shape: [2], data_offsets: offsets[1] } });
+        const len = Buffer.alloc(8);
+        len.writeBigUInt64LE(BigInt(header.length));
+        const path = join(mkdtempSync(join(tmpdir(), "maporl-st-")), "x.safetensors");
+        writeFileSync(path, Buffer.concat([len, Buffer.from(header), Buffer.alloc(data)]));
+        return path;
+    };
+    it("overlapping, gapped or short-covering offsets are refused by both readers; contiguous ones are read", () => {
+        const cases: [[number, number][], number, RegExp][] = [
+            [[[0, 8], [4, 12]], 12, /b: data_offsets \[4, 12\] overlap the tensor before \(which ends at 8\)/],
+            [[[0, 8], [0, 8]], 8, /overlap the tensor before/],
+            [[[0, 8], [12, 20]], 20, /b: data_offsets \[12, 20\] leave a gap after byte 8/],
+            [[[0, 8], [8, 16]], 20, /the tensors end at data byte 16, the data section has 20 bytes/],
+        ];
+        for (const [off, bytes, err] of cases) {
+            const p = file(off, bytes);
+            expect(() => readSafetensors(p)).toThrow(err);
+            expect(() => readSafetensorsHeader(p)).toThrow(err);
+        }
+        const ok = file([[8, 16], [0, 8]], 16);
+        expect(readSafetensors(ok).tensors.map((t) => t.name)).toEqual(["a", "b"]);
+        expect(readSafetensorsHeader(ok).tensors).toHaveLength(2);
     });
 });
