@@ -5,11 +5,13 @@
 // and manifest.jsonl (one line per row: where it is and where it came from). readBatch reads it back exactly.
 // A row must carry the exact ids the model read and sampled (Generation.tokenIdsExact); an answer from a backend
 // without ids is refused unless `retokenize` is given (its log-probs are then NaN and the row says so).
+import { createHash } from "node:crypto";
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 
 import type { Transcript, TurnEntry } from "../debate/transcript.js";
 import { replaceDirDurable, writeFileDurable } from "../durable.js";
+import { readRegularFile, readTextFile } from "../files.js";
 import type { ChatMessage } from "../policy/types.js";
 import { readSafetensors, writeSafetensors } from "../policy/safetensors.js";
 import { describe, requireOptions } from "../validate.js";
@@ -39,10 +41,11 @@ export interface ExportOptions {
 /** batch.json. */
 export interface BatchInfo {
     format: "maporl-batch";
-    version: 1;
+    /** 2: shards carry their SHA-256 and size (version 1 batches are still read, every check but the digests). */
+    version: 1 | 2;
     rows: number;
     padTokenId: number;
-    shards: { file: string; rows: number; promptLength: number; responseLength: number }[];
+    shards: { file: string; rows: number; promptLength: number; responseLength: number; sha256?: string; bytes?: number }[];
     hasAdvantages: boolean;
     /** Answers left out under nonFinite 'skip'. */
     skipped: number;
@@ -137,7 +140,7 @@ export function exportBatch(dir: string, transcripts: Transcript[], options: Exp
         prompt, response, logp, adv });
     })));
     if (rows.length === 0) throw new RangeError(`${FN}: no answer to export (${skipped} skipped for a non-finite reward)`);
-    const info: BatchInfo = { format: "maporl-batch", version: 1, rows: rows.length, padTokenId: pad, shards: [], hasAdvantages: advantage !== null, skipped };
+    const info: BatchInfo = { format: "maporl-batch", version: 2, rows: rows.length, padTokenId: pad, shards: [], hasAdvantages: advantage !== null, skipped };
     replaceDirDurable(dir, (tmp) => {
         const manifest: string[] = [];
         for (let s = 0; s * per < rows.length; s++) {
@@ -171,7 +174,8 @@ export function exportBatch(dir: string, transcripts: Transcript[], options: Exp
                 ...(advantage ? [{ name: "advantages", shape: [n, R], data: adv }] : []),
                 { name: "agent", shape: [n], data: agent }, { name: "turn", shape: [n], data: turn }, { name: "row", shape: [n], data: row },
             ], { format: "pt", maporl: "batch", version: "1" });
-            info.shards.push({ file, rows: n, promptLength: P, responseLength: R });
+            const bytes = readFileSync(join(tmp, file));
+            info.shards.push({ file, rows: n, promptLength: P, responseLength: R, sha256: createHash("sha256").update(bytes).digest("hex"), bytes: bytes.length });
         }
         writeFileDurable(join(tmp, "manifest.jsonl"), manifest.join("\n") + "\n");
         writeFileDurable(join(tmp, "batch.json"), JSON.stringify(info, null, 2));
@@ -179,37 +183,103 @@ export function exportBatch(dir: string, transcripts: Transcript[], options: Exp
     return info;
 }
 
-/** Reads a batch directory written by exportBatch: batch.json and every row (manifest line and unpadded tensors). */
+/**
+ * Reads a batch directory written by exportBatch: batch.json and every row (manifest line and unpadded tensors). The
+ * batch is verified before any row is returned, and a batch that does not verify is an error naming the file, the row
+ * and the field: each shard's SHA-256 and size (version 2), its tensors' names, dtypes and shapes (and their byte
+ * ranges, by the safetensors reader), and the manifest against the tensors field by field: every (shard, index) once,
+ * the counts of batch.json, lengths within the padded widths, the masks and padding where the lengths put them, the
+ * rewards, agents, turns and rows equal, token ids non-negative, log-probs finite and <= 1e-3 (NaN for re-tokenised
+ * rows).
+ */
 export function readBatch(dir: string): { info: BatchInfo; rows: BatchRow[] } {
     const fn = "readBatch";
+    const bad = (where: string, what: string) => new SyntaxError(`${fn}: ${join(dir, where)}: ${what}`);
     let info: BatchInfo;
-    try { info = JSON.parse(readFileSync(join(dir, "batch.json"), "utf8")) as BatchInfo; } catch (e) {
+    try { info = JSON.parse(readTextFile(join(dir, "batch.json"), "batch.json")) as BatchInfo; } catch (e) {
         throw new SyntaxError(`${fn}: ${join(dir, "batch.json")}: ${existsSync(join(dir, "batch.json")) ? "not JSON" : "missing"} (${(e as Error).message})`);
     }
-    if (info?.format !== "maporl-batch" || info.version !== 1) throw new SyntaxError(`${fn}: ${dir}: not a maporl batch (version 1)`);
-    const lines = readFileSync(join(dir, "manifest.jsonl"), "utf8").split("\n").filter((l) => l.length > 0);
-    if (lines.length !== info.rows) throw new SyntaxError(`${fn}: ${dir}/manifest.jsonl: ${lines.length} rows, batch.json says ${info.rows}`);
+    if (info?.format !== "maporl-batch" || (info.version !== 1 && info.version !== 2)) throw new SyntaxError(`${fn}: ${dir}: not a maporl batch (version 1 or 2)`);
+    const int = (x: unknown, lo = 0) => Number.isSafeInteger(x) && (x as number) >= lo;
+    if (!int(info.rows, 1) || !int(info.padTokenId) || !Array.isArray(info.shards) || info.shards.length === 0 || typeof info.hasAdvantages !== "boolean")
+        throw bad("batch.json", "expected rows, padTokenId, shards and hasAdvantages");
+    info.shards.forEach((s, k) => {
+        if (!s || typeof s.file !== "string" || !/^batch-\d{5}\.safetensors$/.test(s.file) || !int(s.rows, 1) || !int(s.promptLength, 1) || !int(s.responseLength, 1))
+            throw bad("batch.json", `shards[${k}]: expected { file: batch-NNNNN.safetensors, rows, promptLength, responseLength } (integers >= 1)`);
+        if (info.version === 2 && (typeof s.sha256 !== "string" || !/^[0-9a-f]{64}$/.test(s.sha256) || !int(s.bytes)))
+            throw bad("batch.json", `shards[${k}]: expected sha256 (64 hex digits) and bytes`);
+    });
+    if (info.shards.reduce((a, s) => a + s.rows, 0) !== info.rows) throw bad("batch.json", `the shards hold ${info.shards.reduce((a, s) => a + s.rows, 0)} rows, rows says ${info.rows}`);
+    const lines = readTextFile(join(dir, "manifest.jsonl"), "manifest.jsonl").split("\n").filter((l) => l.length > 0);
+    if (lines.length !== info.rows) throw bad("manifest.jsonl", `${lines.length} rows, batch.json says ${info.rows}`);
     const rows = lines.map((l, i) => {
-        try { return JSON.parse(l) as ManifestRow; } catch { throw new SyntaxError(`${fn}: ${dir}/manifest.jsonl line ${i + 1}: not JSON`); }
+        let m: ManifestRow;
+        try { m = JSON.parse(l) as ManifestRow; } catch { throw bad("manifest.jsonl", `line ${i + 1}: not JSON`); }
+        const field = (k: keyof ManifestRow, ok: boolean) => { if (!ok) throw bad("manifest.jsonl", `row ${i}: ${k}: ${JSON.stringify(m?.[k]) ?? "absent"} is not valid`); };
+        field("row", m?.row === i);
+        field("shard", int(m.shard) && m.shard < info.shards.length);
+        field("index", int(m.index) && m.index < info.shards[m.shard]!.rows);
+        field("promptLength", int(m.promptLength, 1) && m.promptLength <= info.shards[m.shard]!.promptLength);
+        field("responseLength", int(m.responseLength) && m.responseLength <= info.shards[m.shard]!.responseLength);
+        field("reward", typeof m.reward === "number" && Number.isFinite(m.reward));
+        field("agent", int(m.agent));
+        field("turn", int(m.turn));
+        field("retokenized", typeof m.retokenized === "boolean");
+        return m;
     });
+    const seen = new Set<string>();
+    for (const m of rows) {
+        const k = `${m.shard}/${m.index}`;
+        if (seen.has(k)) throw bad("manifest.jsonl", `row ${m.row}: shard ${m.shard} index ${m.index} is named twice`);
+        seen.add(k);
+    }
+    const ids = ["prompt_ids", "response_ids", "attention_mask", "response_mask", "agent", "turn", "row"];
     const shards = info.shards.map((s) => {
-        const t = new Map(readSafetensors(join(dir, s.file)).tensors.map((x) => [x.name, x]));
-        const need = (name: string, shape: number[]) => {
-            const x = t.get(name);
-            if (!x || x.shape.join() !== shape.join()) throw new SyntaxError(`${fn}: ${dir}/${s.file}: ${name} missing or not of shape [${shape}]`);
-            return x.data;
-        };
+        const path = join(dir, s.file);
+        if (info.version === 2) {
+            const bytes = readRegularFile(path, Number.MAX_SAFE_INTEGER, "a batch shard");
+            if (bytes.length !== s.bytes) throw bad(s.file, `${bytes.length} bytes, batch.json says ${s.bytes} (truncated or changed)`);
+            const digest = createHash("sha256").update(bytes).digest("hex");
+            if (digest !== s.sha256) throw bad(s.file, `SHA-256 ${digest}, batch.json says ${s.sha256} (the shard changed after it was written)`);
+        }
+        let tensors: ReturnType<typeof readSafetensors>["tensors"];
+        try { tensors = readSafetensors(path).tensors; } catch (e) { throw new SyntaxError(`${fn}: ${(e as Error).message}`); }
+        const t = new Map(tensors.map((x) => [x.name, x]));
         const n = s.rows, P = s.promptLength, R = s.responseLength;
-        return { P, R, prompt: need("prompt_ids", [n, P]), response: need("response_ids", [n, R]), mask: need("response_mask", [n, R]),
-            attention: need("attention_mask", [n, P + R]), logp: need("old_log_probs", [n, R]), adv: info.hasAdvantages ? need("advantages", [n, R]) : null };
+        const need = <K extends "i" | "f">(name: string, shape: number[], kind: K): K extends "i" ? Int32Array : Float32Array => {
+            const x = t.get(name);
+            if (!x || x.shape.join() !== shape.join()) throw bad(s.file, `${name} missing or not of shape [${shape}]`);
+            if ((kind === "i") !== (x.data instanceof Int32Array)) throw bad(s.file, `${name}: expected ${kind === "i" ? "I32" : "F32"}`);
+            return x.data as K extends "i" ? Int32Array : Float32Array;
+        };
+        for (const name of ids) if (t.has(name) && !(t.get(name)!.data instanceof Int32Array)) throw bad(s.file, `${name}: expected I32`);
+        return { P, R, prompt: need("prompt_ids", [n, P], "i"), response: need("response_ids", [n, R], "i"), mask: need("response_mask", [n, R], "i"),
+            attention: need("attention_mask", [n, P + R], "i"), logp: need("old_log_probs", [n, R], "f"), rewards: need("rewards", [n], "f"),
+            agent: need("agent", [n], "i"), turn: need("turn", [n], "i"), row: need("row", [n], "i"), adv: info.hasAdvantages ? need("advantages", [n, R], "f") : null };
     });
+    const pad = info.padTokenId;
     return {
         info, rows: rows.map((m) => {
-            const s = shards[m.shard];
-            if (!s || m.index < 0 || m.index >= info.shards[m.shard]!.rows) throw new SyntaxError(`${fn}: ${dir}/manifest.jsonl row ${m.row}: no shard ${m.shard} index ${m.index}`);
-            const i = m.index, { P, R } = s;
-            const promptIds = Array.from(s.prompt.subarray(i * P + P - m.promptLength, (i + 1) * P));
-            const take = (a: Float32Array | Int32Array) => Array.from(a.subarray(i * R, i * R + m.responseLength));
+            const s = shards[m.shard]!, i = m.index, { P, R } = s, file = info.shards[m.shard]!.file;
+            const wrong = (what: string) => bad(file, `row ${m.row} (index ${i}): ${what}`);
+            if (s.rewards[i] !== Math.fround(m.reward)) throw wrong(`rewards ${s.rewards[i]}, the manifest says ${m.reward}`);
+            if (s.agent[i] !== m.agent || s.turn[i] !== m.turn || s.row[i] !== m.row) throw wrong(`agent / turn / row ${s.agent[i]} / ${s.turn[i]} / ${s.row[i]}, the manifest says ${m.agent} / ${m.turn} / ${m.row}`);
+            const lp = m.promptLength, lr = m.responseLength;
+            for (let k = 0; k < P; k++) {
+                const inPrompt = k >= P - lp, id = s.prompt[i * P + k]!;
+                if (s.attention[i * (P + R) + k] !== (inPrompt ? 1 : 0) || (inPrompt ? id < 0 : id !== pad))
+                    throw wrong(`prompt position ${k}: attention_mask / prompt_ids disagree with promptLength ${lp} (left-padded with ${pad})`);
+            }
+            for (let k = 0; k < R; k++) {
+                const inResp = k < lr, id = s.response[i * R + k]!, on = inResp ? 1 : 0;
+                if (s.mask[i * R + k] !== on || s.attention[i * (P + R) + P + k] !== on || (inResp ? id < 0 : id !== pad))
+                    throw wrong(`response position ${k}: response_mask / attention_mask / response_ids disagree with responseLength ${lr} (right-padded with ${pad})`);
+                const l = s.logp[i * R + k]!;
+                if (inResp && !(m.retokenized ? Number.isNaN(l) : Number.isFinite(l) && l <= 1e-3))
+                    throw wrong(`old_log_probs[${k}] = ${l}: expected ${m.retokenized ? "NaN (a re-tokenised row)" : "a finite log-prob <= 0"}`);
+            }
+            const promptIds = Array.from(s.prompt.subarray(i * P + P - lp, (i + 1) * P));
+            const take = (a: Float32Array | Int32Array) => Array.from(a.subarray(i * R, i * R + lr));
             return { ...m, promptIds, responseIds: take(s.response), oldLogProbs: take(s.logp), ...(s.adv ? { advantages: take(s.adv) } : {}) };
         }),
     };

@@ -5,7 +5,8 @@
 // re-tokenisation is asked for; failed episodes (non-finite rewards) are refused or skipped and counted; a damaged
 // batch is a named error.
 import { spawnSync } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { createHash } from "node:crypto";
+import { cpSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
@@ -34,7 +35,7 @@ describe("exportBatch / readBatch", () => {
         const dir = join(work, "b1");
         const info = exportBatch(dir, ts, { rewards, advantages: (_t, e) => e.agent - 1 + e.turn * 0.5, rowsPerShard: 7, padTokenId: 0 });
         const entries = ts.flatMap((t, q) => t.turns.flatMap((row) => row.map((e) => ({ t, q, e }))));
-        expect(info).toMatchObject({ format: "maporl-batch", version: 1, rows: entries.length, hasAdvantages: true, skipped: 0 });
+        expect(info).toMatchObject({ format: "maporl-batch", version: 2, rows: entries.length, hasAdvantages: true, skipped: 0 });
         expect(info.shards.map((s) => s.rows)).toEqual([7, 7, 7, 7, 2]);
         const back = readBatch(dir);
         expect(back.info).toEqual(info);
@@ -103,5 +104,86 @@ describe("exportBatch / readBatch", () => {
         writeFileSync(join(work, "b3", "batch.json"), "{oops");
         expect(() => readBatch(join(work, "b3"))).toThrow(/batch\.json: not JSON/);
         expect(() => readBatch(join(work, "nothing"))).toThrow(/batch\.json: missing/);
+    });
+});
+
+describe("a batch that does not verify is refused by both readers, naming what", () => {
+    const py = join(import.meta.dirname, "..", "..", "bench", "python", "read_batch.py");
+    type Header = Record<string, { dtype: string; shape: number[]; data_offsets: [number, number] }>;
+    // The shard's header and data section, edited in place.
+    const editShard = (dir: string, f: (h: Header, data: Buffer) => Buffer | void) => {
+        const path = join(dir, "batch-00000.safetensors"), buf = readFileSync(path), n = Number(buf.readBigUInt64LE(0));
+        const h = JSON.parse(buf.subarray(8, 8 + n).toString()) as Header;
+        const data = Buffer.from(buf.subarray(8 + n));
+        const out = f(h, data) ?? data;
+        const text = Buffer.from(JSON.stringify(h)), len = Buffer.alloc(8);
+        len.writeBigUInt64LE(BigInt(text.length));
+        writeFileSync(path, Buffer.concat([len, text, out]));
+    };
+    const f32 = (h: Header, data: Buffer, name: string, k: number, v: number) => data.writeFloatLE(v, h[name]!.data_offsets[0] + 4 * k);
+    const i32 = (h: Header, data: Buffer, name: string, k: number, v: number) => data.writeInt32LE(v, h[name]!.data_offsets[0] + 4 * k);
+    const manifest = (dir: string, f: (rows: Record<string, unknown>[]) => Record<string, unknown>[]) => {
+        const rows = readFileSync(join(dir, "manifest.jsonl"), "utf8").trim().split("\n").map((l) => JSON.parse(l) as Record<string, unknown>);
+        writeFileSync(join(dir, "manifest.jsonl"), f(rows).map((r) => JSON.stringify(r)).join("\n") + "\n");
+    };
+    const info = (dir: string, f: (i: Record<string, unknown> & { shards: Record<string, unknown>[] }) => void) => {
+        const i = JSON.parse(readFileSync(join(dir, "batch.json"), "utf8")) as Record<string, unknown> & { shards: Record<string, unknown>[] };
+        f(i);
+        writeFileSync(join(dir, "batch.json"), JSON.stringify(i));
+    };
+    // After a tensor edit, the digests written again: the field-by-field checks must catch it on their own.
+    const resign = (dir: string) => info(dir, (i) => i.shards.forEach((s) => {
+        const b = readFileSync(join(dir, s.file as string));
+        s.sha256 = createHash("sha256").update(b).digest("hex");
+        s.bytes = b.length;
+    }));
+    const cases: [string, (dir: string) => void, RegExp][] = [
+        ["a flipped data byte (a log-prob of -3.4e37)", (d) => {
+            const p = join(d, "batch-00000.safetensors"), b = readFileSync(p), n = Number(b.readBigUInt64LE(0));
+            const h = JSON.parse(b.subarray(8, 8 + n).toString()) as Header;
+            b.writeFloatLE(-3.4e37, 8 + n + h.old_log_probs!.data_offsets[0]);
+            writeFileSync(p, b);
+        }, /SHA-256 [0-9a-f]+, batch\.json says/],
+        ["a truncated shard", (d) => { const p = join(d, "batch-00000.safetensors"); writeFileSync(p, readFileSync(p).subarray(0, 200)); }, /200 bytes, batch\.json says \d+/],
+        ["header dtype I32 -> F32", (d) => { editShard(d, (h) => { h.response_ids!.dtype = "F32"; }); resign(d); }, /response_ids: expected I32/],
+        ["overlapping offsets", (d) => { editShard(d, (h) => { h.turn!.data_offsets = [...h.agent!.data_offsets]; }); resign(d); }, /overlap|gap/],
+        ["bytes after the tensors", (d) => { editShard(d, (_h, x) => Buffer.concat([x, Buffer.alloc(8)])); resign(d); }, /the data section has/],
+        ["manifest responseLength + 2", (d) => manifest(d, (r) => { r[0]!.responseLength = (r[0]!.responseLength as number) + 2; return r; }), /row 0.*responseLength/],
+        ["manifest promptLength + 3", (d) => manifest(d, (r) => { r[0]!.promptLength = (r[0]!.promptLength as number) + 3; return r; }), /row 0.*promptLength/],
+        ["a duplicated index", (d) => manifest(d, (r) => { r[1]!.index = r[0]!.index; return r; }), /row 1.*index|named twice/],
+        ["a manifest reward that disagrees", (d) => manifest(d, (r) => { r[0]!.reward = 99; return r; }), /rewards .*the manifest says 99|disagree/],
+        ["shard \"0\" as a string", (d) => manifest(d, (r) => { r[0]!.shard = "0"; return r; }), /row 0: shard|row 0 is not valid/],
+        ["batch.json rows + 1", (d) => info(d, (i) => { i.rows = (i.rows as number) + 1; }), /rows/],
+        ["a manifest line missing", (d) => manifest(d, (r) => r.slice(1)), /rows, batch\.json says|row 0/],
+        ["rows out of order", (d) => manifest(d, (r) => [r[1]!, r[0]!, ...r.slice(2)]), /row 0: row|row 0 is not valid/],
+        ["a missing shard", (d) => rmSync(join(d, "batch-00001.safetensors")), /batch-00001\.safetensors/],
+        ["a shard renamed in batch.json", (d) => info(d, (i) => { i.shards[0]!.file = "../x.safetensors"; }), /shards\[0\]/],
+        ["the digest removed", (d) => info(d, (i) => { delete i.shards[0]!.sha256; }), /shards\[0\]: expected sha256/],
+        ["an unknown version", (d) => info(d, (i) => { i.version = 3; }), /not a maporl batch/],
+        ["NaN in old_log_probs", (d) => { editShard(d, (h, x) => { f32(h, x, "old_log_probs", 0, NaN); }); resign(d); }, /old_log_probs|log-probs/],
+        ["a positive log-prob", (d) => { editShard(d, (h, x) => { f32(h, x, "old_log_probs", 0, 5.5); }); resign(d); }, /old_log_probs|log-probs/],
+        ["a response mask bit flipped", (d) => { editShard(d, (h, x) => { i32(h, x, "response_mask", 0, 0); }); resign(d); }, /mask/],
+        ["the agent tensor changed", (d) => { editShard(d, (h, x) => { i32(h, x, "agent", 0, 7); }); resign(d); }, /agent/],
+        ["a reward tensor changed", (d) => { editShard(d, (h, x) => { f32(h, x, "rewards", 1, 42); }); resign(d); }, /rewards/],
+        ["a negative response id", (d) => { editShard(d, (h, x) => { i32(h, x, "response_ids", 0, -5); }); resign(d); }, /response_ids|token ids/],
+        ["padding changed", (d) => {
+            editShard(d, (h, x) => { const [n, R] = h.response_ids!.shape as [number, number]; for (let i = 0; i < n; i++) i32(h, x, "response_ids", i * R + R - 1, 77); });
+            resign(d);
+        }, /response_ids|padding/],
+        ["a manifest line that is not JSON", (d) => writeFileSync(join(d, "manifest.jsonl"), readFileSync(join(d, "manifest.jsonl"), "utf8").replace(/^\{/, "[")), /line 1: not JSON|manifest/],
+    ];
+    it.each(cases)("%s", (_what, corrupt, error) => {
+        const src = join(work, "clean");
+        if (!existsSync(src)) {
+            const { scores, shape } = transcriptScores(ts);
+            exportBatch(src, ts, { rewards: influenceRewards({ scores, shape }), rowsPerShard: 20 });
+        }
+        const dir = mkdtempSync(join(work, "corrupt-"));
+        cpSync(src, dir, { recursive: true });
+        corrupt(dir);
+        expect(() => readBatch(dir)).toThrow(error);
+        const r = spawnSync("python3", [py, dir], { encoding: "utf8" });
+        expect(r.status).not.toBe(0);
+        expect(r.stderr).toMatch(/BatchError|Error/);
     });
 });
