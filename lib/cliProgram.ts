@@ -12,6 +12,8 @@ export interface TrainArgs {
     config?: string;
     out?: string;
     resume?: string;
+    /** With resume: config keys whose change since the run started is accepted. */
+    allowConfigChange?: string[];
 }
 export interface BenchArgs { kernels: string[]; threads?: number; reps?: number; pythonReps?: number; python: boolean; out?: string }
 export interface ServeArgs {
@@ -85,7 +87,8 @@ export function buildProgram(actions: CliActions, options: CliOptions): Command 
         .option("--config <file>", "a JSON config (keys as in the README; unknown keys are errors)")
         .option("--set <key=value>", "any config key, dotted for nested ones (e.g. --set maporl.klCoef=0.01); repeatable", collect, [])
         .option("--out <dir>", "the run directory (default runs/<time>)")
-        .option("--resume <dir>", "continue a killed or interrupted run, with identical results")
+        .option("--resume <dir>", "continue a killed or interrupted run, with identical results (a changed config.json or base model is refused)")
+        .option("--allow-config-change <keys>", "with --resume: config keys (comma-separated, dotted) whose change since the run started is accepted and logged; model.dir accepts changed base weights")
         .action(async (o: Record<string, unknown>, cmd: Command) => {
             const flags: Record<string, string> = {};
             // Only what was given on the command line (a default must not override the config file).
@@ -100,7 +103,8 @@ export function buildProgram(actions: CliActions, options: CliOptions): Command 
             }
             if (o.resume !== undefined && o.out !== undefined) throw new RangeError("train: --resume DIR continues DIR; --out names a new run: give one of them");
             done(await actions.train({ flags, ...(o.config ? { config: o.config as string } : {}), ...(o.out ? { out: o.out as string } : {}),
-                ...(o.resume ? { resume: o.resume as string } : {}) }));
+                ...(o.resume ? { resume: o.resume as string } : {}),
+                ...(o.allowConfigChange ? { allowConfigChange: String(o.allowConfigChange).split(",").map((k) => k.trim()).filter((k) => k) } : {}) }));
         });
 
     command("info").description("print the native backend: version, threads, SIMD, CUDA build and devices")

@@ -2,6 +2,7 @@
 // files are opened: a path is opened non-blocking and checked with fstat on the open handle, so a FIFO, a device or a
 // directory is an error naming the path at once (a FIFO named adapter_config.json blocked the whole server, one named
 // model.safetensors blocked NativePolicy.load for ever), and a file is read only up to a bound.
+import { createHash } from "node:crypto";
 import { closeSync, constants, fstatSync, openSync, readSync } from "node:fs";
 
 /** JSON, templates, tokenizers: read at most this many bytes. */
@@ -48,4 +49,21 @@ export function readRegularFile(path: string, maxBytes: number, what = "a file")
 /** The UTF-8 text of regular file `path`, at most MAX_TEXT_FILE_BYTES (or `maxBytes`). */
 export function readTextFile(path: string, what = "a text file", maxBytes = MAX_TEXT_FILE_BYTES): string {
     return readRegularFile(path, maxBytes, what).toString("utf8");
+}
+
+/** SHA-256 (hex) of regular file `path`, read in 16 MiB chunks (a model's weights are never held whole). */
+export function sha256File(path: string): string {
+    const fd = openRegular(path);
+    try {
+        const h = createHash("sha256"), buf = Buffer.allocUnsafe(16 << 20);
+        for (let at = 0; ;) {
+            const n = readSync(fd, buf, 0, buf.length, at);
+            if (n === 0) break;
+            h.update(buf.subarray(0, n));
+            at += n;
+        }
+        return h.digest("hex");
+    } finally {
+        closeSync(fd);
+    }
 }

@@ -65,7 +65,7 @@ function verify(dir: string): { state: Record<string, unknown> } | { why: string
         return { why: `${file}: not valid JSON (truncated or damaged)` };
     }
     const { sha256: recorded, ...body } = parsed;
-    if (recorded === undefined) return { state: body };  // written before checksums (unverified, as then)
+    if (recorded === undefined) return { why: `${file}: no sha256 of its own (every checkpoint is written with one: damaged or edited)` };
     if (typeof recorded !== "string" || sha256(JSON.stringify(body)) !== recorded) return { why: `${file}: its checksum does not match its contents (damaged)` };
     const files = body.files as Record<string, string> | undefined;
     if (!files || typeof files !== "object") return { why: `${file}: no file checksums` };

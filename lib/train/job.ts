@@ -7,13 +7,14 @@
 // metrics.jsonl, traces.jsonl, checkpoint/ and models/. Every random draw comes from (seed, stage, step), and the
 // checkpoint after every step records the byte length of the two logs, so `resume` truncates what a killed
 // process wrote after it and continues with the same numbers as an uninterrupted run.
-import { appendFileSync, existsSync, mkdirSync, readFileSync, statSync, truncateSync, writeFileSync } from "node:fs";
+import { appendFileSync, existsSync, mkdirSync, readdirSync, readFileSync, statSync, truncateSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 
 import { backend, setMatmulPrecision } from "../backend.js";
 import { MaporlError } from "../errors.js";
 import { NativePolicy } from "../policy/nativePolicy.js";
 import { fsyncFile, replaceFileDurable, writeFileDurable } from "../durable.js";
+import { sha256File } from "../files.js";
 import { loadModel, prefixSha256, readCheckpoint, writeCheckpoint } from "./checkpoint.js";
 import { answersPerRollout, JobClock, type StageTiming } from "./clock.js";
 import { resolveConfig, type TrainConfig } from "./config.js";
@@ -34,6 +35,9 @@ export interface TrainJobOptions {
     out: string;
     /** Continue the run in `out` from its last checkpoint. */
     resume?: boolean;
+    /** With resume: config keys (dotted, or a prefix such as "schedule") whose change since the run started is
+     * accepted and logged; any other change is an error naming it. "model.dir" also accepts changed base weights. */
+    allowConfigChange?: string[];
     signal?: AbortSignal;
     /** Progress lines (the CLI draws a bar from `onProgress`). Defaults to none. */
     log?: (line: string) => void;
@@ -83,6 +87,53 @@ interface JobState {
     timings?: Record<string, StageTiming>;
     /** The replay buffer of the current stage (replay.ts; config replay.enabled). */
     replay?: ReplayState | null;
+    /** The resolved config the run started with (a resume compares config.json with it; absent in older runs). */
+    config?: TrainConfig;
+    /** SHA-256 of every file of model.dir when the run started (a resume compares; absent without model.dir). */
+    modelFiles?: Record<string, string>;
+}
+
+/** SHA-256 of every regular file directly in model directory `dir` (weights, config, tokenizer), by name. */
+function digestModelDir(dir: string): Record<string, string> {
+    const out: Record<string, string> = {};
+    for (const f of readdirSync(dir).sort()) if (statSync(join(dir, f)).isFile()) out[f] = sha256File(join(dir, f));
+    return out;
+}
+
+/** The dotted keys whose values differ between two configs (JSON values compared). */
+function configChanges(a: unknown, b: unknown, prefix = ""): string[] {
+    if (a !== null && b !== null && typeof a === "object" && typeof b === "object" && !Array.isArray(a) && !Array.isArray(b)) {
+        const keys = [...new Set([...Object.keys(a), ...Object.keys(b)])].sort();
+        return keys.flatMap((k) => configChanges((a as Record<string, unknown>)[k], (b as Record<string, unknown>)[k], prefix ? `${prefix}.${k}` : k));
+    }
+    return JSON.stringify(a) === JSON.stringify(b) ? [] : [prefix];
+}
+
+/** A resumed run's config and base model against what the run started with: an error naming every change that
+ * `allowed` (config keys, or a key's prefix) does not accept; the accepted changes are logged. */
+function checkResumeInputs(out: string, state: JobState, cfg: TrainConfig, allowed: readonly string[], log: (l: string) => void): void {
+    if (state.config === undefined) {
+        log(`train: --resume ${out}: this checkpoint records no config (written by an older version): config.json and model.dir are not compared`);
+        return;
+    }
+    const changes = configChanges(state.config, cfg);
+    const get = (c: unknown, k: string) => k.split(".").reduce<unknown>((x, p) => (x as Record<string, unknown> | undefined)?.[p], c);
+    const show = (k: string) => `${k} ${JSON.stringify(get(state.config, k))} -> ${JSON.stringify(get(cfg, k))}`;
+    const ok = (k: string) => allowed.some((a) => k === a || k.startsWith(`${a}.`));
+    const refused = changes.filter((k) => !ok(k));
+    if (refused.length > 0)
+        throw new Error(`train: --resume ${out}: config.json changed since the run started (${refused.map(show).join(", ")}); a resumed run continues the run it ` +
+            `was, so this is refused. To accept a change on purpose: --allow-config-change ${refused.join(",")}`);
+    for (const k of changes) log(`train: --resume ${out}: config change accepted (--allow-config-change): ${show(k)}`);
+    if (state.modelFiles !== undefined && cfg.model.dir !== "") {
+        const now = digestModelDir(cfg.model.dir);
+        const names = [...new Set([...Object.keys(state.modelFiles), ...Object.keys(now)])].sort();
+        const diff = names.filter((f) => state.modelFiles![f] !== now[f]);
+        if (diff.length > 0 && !ok("model.dir"))
+            throw new Error(`train: --resume ${out}: the base model in ${cfg.model.dir} changed since the run started (${diff.map((f) =>
+                `${f} ${now[f] === undefined ? "removed" : state.modelFiles![f] === undefined ? "added" : "modified"}`).join(", ")}); refusing to resume ` +
+                "(--allow-config-change model.dir accepts it)");
+    }
 }
 
 export function makeTask(cfg: TrainConfig): Task {
@@ -116,6 +167,8 @@ export async function trainJob(o: TrainJobOptions): Promise<TrainSummary> {
         for (const why of ckpt?.skipped ?? []) log(`the newest checkpoint is damaged (${why}); resuming from ${ckpt!.dir}`);
         if (!ckpt) log(`${out} has no checkpoint yet: starting the run over`);
         state = ckpt ? ckpt.state as unknown as JobState : { version: 1, stage: "sft", step: 0, evals: {}, metricsBytes: 0, tracesBytes: 0 };
+        if (ckpt) checkResumeInputs(out, state, cfg, o.allowConfigChange ?? [], log);
+        state = { ...state, config: cfg, ...(cfg.model.dir !== "" && !state.modelFiles ? { modelFiles: digestModelDir(cfg.model.dir) } : {}) };
         // The logs must hold what the checkpoint recorded, unchanged: shorter (truncateSync would pad it with NUL bytes)
         // or different is an error naming the file, never a silent repair.
         for (const [f, n, h] of [[metricsFile, state.metricsBytes, state.metricsSha256], [tracesFile, state.tracesBytes, state.tracesSha256]] as const) {
@@ -135,7 +188,8 @@ export async function trainJob(o: TrainJobOptions): Promise<TrainSummary> {
         writeFileDurable(join(out, "config.json"), JSON.stringify(cfg, null, 2), true);
         writeFileSync(metricsFile, "");
         writeFileSync(tracesFile, "");
-        state = { version: 1, stage: "sft", step: 0, evals: {}, metricsBytes: 0, tracesBytes: 0 };
+        state = { version: 1, stage: "sft", step: 0, evals: {}, metricsBytes: 0, tracesBytes: 0, config: cfg,
+            ...(cfg.model.dir !== "" ? { modelFiles: digestModelDir(cfg.model.dir) } : {}) };
     }
     const task = makeTask(cfg);
     const metric = (x: object) => appendFileSync(metricsFile, JSON.stringify(x) + "\n");

@@ -31,7 +31,8 @@ export function progressLine(p: JobProgress): string {
 
 /** `maporl train` with its parsed flags (lib/cliProgram.ts). */
 export async function runTrain(args: TrainArgs): Promise<number> {
-    const { flags, config: configFile, out, resume } = args;
+    const { flags, config: configFile, out, resume, allowConfigChange } = args;
+    if (allowConfigChange && !resume) throw new RangeError("train: --allow-config-change goes with --resume DIR");
     if (resume && (configFile || Object.keys(flags).length > 0))
         throw new RangeError(`train: --resume continues a run with the config it was started with; --config and the config flags (${[...(configFile ? ["--config"] : []), ...Object.keys(flags)].join(", ")}) are not taken with it`);
     let partial: Record<string, unknown> = {};
@@ -51,7 +52,7 @@ export async function runTrain(args: TrainArgs): Promise<number> {
     let lastLine = 0, lastKey = "";
     try {
         console.log(`maporl train: run directory ${dir}`);
-        const summary = await trainJob({ out: dir, ...(resume ? { resume: true } : { config: partial }), signal: controller.signal,
+        const summary = await trainJob({ out: dir, ...(resume ? { resume: true, ...(allowConfigChange ? { allowConfigChange } : {}) } : { config: partial }), signal: controller.signal,
             log: (l) => { if (tty) process.stderr.write("\r\x1b[K"); console.log(l); },
             onProgress: (p) => {
                 const line = progressLine(p);

@@ -2,7 +2,7 @@
 // checkpoint and ends with exactly the metrics, traces and summary of an uninterrupted run with the same seed.
 // Runs the real CLI (dist/cli.js, built by `npm test`) on a small config.
 import { spawn, spawnSync } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { cpSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
@@ -78,6 +78,33 @@ describe("train: resume", () => {
         expect(await interrupted(stopped, "SIGINT")).toBe(130);
         finish(["--resume", stopped]);
         expect(read(stopped)).toEqual(read(straight));
+    }, 600_000);
+
+    it("a config.json edited between the kill and the resume is refused, naming the change, unless accepted; a state.json without its checksum is damaged", async () => {
+        const base = join(work, "edited");
+        expect(await interrupted(base, "SIGINT")).toBe(130);
+        const copy = (name: string) => { const d = join(work, name); cpSync(base, d, { recursive: true }); return d; };
+        const edit = (dir: string, f: (c: Record<string, unknown>) => void) => {
+            const c = JSON.parse(readFileSync(join(dir, "config.json"), "utf8")) as Record<string, unknown>;
+            f(c);
+            writeFileSync(join(dir, "config.json"), JSON.stringify(c, null, 2));
+        };
+        const seed = copy("edited-seed");
+        edit(seed, (c) => { c.seed = 5; (c.maporl as Record<string, unknown>).klCoef = 0.5; });
+        const r1 = spawnSync(process.execPath, [cli, "train", "--resume", seed], { encoding: "utf8" });
+        expect(r1.status).toBe(1);
+        expect(r1.stderr).toMatch(/config\.json changed since the run started \(maporl\.klCoef [\d.e-]+ -> 0\.5, seed 4 -> 5\).*--allow-config-change maporl\.klCoef,seed/);
+        const more = copy("edited-iterations");
+        edit(more, (c) => { c.iterations = (c.iterations as number) + 1; });
+        const r2 = spawnSync(process.execPath, [cli, "train", "--resume", more, "--allow-config-change", "iterations"], { encoding: "utf8", timeout: 240_000 });
+        expect(r2.status, r2.stderr).toBe(0);
+        expect(r2.stdout + r2.stderr).toMatch(/config change accepted \(--allow-config-change\): iterations 5 -> 6/);
+        const unsigned = copy("unsigned");
+        const st = join(unsigned, "checkpoint", "state.json");
+        const { sha256: _drop, ...rest } = JSON.parse(readFileSync(st, "utf8")) as Record<string, unknown>;
+        writeFileSync(st, JSON.stringify(rest));
+        const r3 = spawnSync(process.execPath, [cli, "train", "--resume", unsigned], { encoding: "utf8", timeout: 240_000 });
+        expect(r3.stdout + r3.stderr).toMatch(/state\.json: no sha256 of its own/);
     }, 600_000);
 
     it("refuses to overwrite a run and to resume a directory that holds none", () => {
