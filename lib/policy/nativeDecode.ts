@@ -61,6 +61,7 @@ export async function decodeCalls(h: GptHandle, tokenizer: PolicyTokenizer, V: n
     const topP = Float32Array.from(reqs, (r) => r.topP ?? 1);
     const seed = BigUint64Array.from(seeds);
     const toks: number[][] = reqs.map(() => []), lps: number[][] = reqs.map(() => []), stopId: number[] = reqs.map(() => -1);
+    const tops: ({ id: number; logprob: number }[][] | null)[] = reqs.map((r) => ((r.topLogprobs ?? 0) > 0 ? [] : null));
     // Stop strings: the text so far per row, and where the first stop string begins once one has appeared.
     const texts = reqs.map(() => ""), cut: number[] = reqs.map(() => -1);
     const finished: string[] = limit.map((l) => (l > 0 ? "" : "length"));  // maxTokens 0: nothing to generate
@@ -110,8 +111,9 @@ export async function decodeCalls(h: GptHandle, tokenizer: PolicyTokenizer, V: n
         for (let b = 0; b < B; b++) {
             if (finished[b] || at[b]! < lens[b]! - 1) continue;
             const t = s.tokens[b]!, k = owner[b]!;
+            if (tops[b]) tops[b]!.push(topRaw(logits.subarray(b * V, (b + 1) * V), reqs[b]!.topLogprobs!));
             if (calls[k]!.onToken) {  // (a callback that throws fails its own call, not the batch)
-                try { calls[k]!.onToken!(local[b]!, t, s.logprobs[b]!); } catch (e) { fail(k, e); continue; }
+                try { calls[k]!.onToken!(local[b]!, t, s.logprobs[b]!, tops[b]?.at(-1)); } catch (e) { fail(k, e); continue; }
             }
             if (tokenizer.isStop(t)) {  // recorded in tokenIds and logprobs (what was sampled), not in tokens or the text
                 stopId[b] = t;
@@ -134,9 +136,29 @@ export async function decodeCalls(h: GptHandle, tokenizer: PolicyTokenizer, V: n
     const ms = performance.now() - t0;
     const gens = reqs.map((_, b): Generation => ({ text: cut[b]! >= 0 ? texts[b]!.slice(0, cut[b]) : tokenizer.decode(toks[b]!), tokens: toks[b]!,
         logprobs: lps[b]!, tokenIds: stopId[b]! >= 0 ? [...toks[b]!, stopId[b]!] : [...toks[b]!], promptTokenIds: [...prompts[b]!], tokenIdsExact: true, finishReason: (finished[b] || "length") as Generation["finishReason"], usage: { promptTokens: lens[b]!, completionTokens: toks[b]!.length },
-        latencyMs: ms }));
+        latencyMs: ms, ...(tops[b] ? { topLogprobs: tops[b]! } : {}) }));
     calls.forEach((c, k) => {
         if (failed[k] !== null) c.reject(failed[k]);
         else c.resolve(gens.filter((_, b) => owner[b] === k));
     });
 }
+
+/** The k most likely tokens of one row of raw logits and their log-probs under its softmax (in double), most likely
+ * first (ties: the lower id first). */
+export function topRaw(z: Float32Array, k: number): { id: number; logprob: number }[] {
+    let m = -Infinity;
+    for (let i = 0; i < z.length; i++) if (z[i]! > m) m = z[i]!;
+    let sum = 0;
+    for (let i = 0; i < z.length; i++) sum += Math.exp(z[i]! - m);
+    const lse = m + Math.log(sum);
+    const best: number[] = [];  // ids, sorted by logit descending
+    for (let i = 0; i < z.length; i++) {
+        if (best.length === k && !(z[i]! > z[best[k - 1]!]!)) continue;
+        let j = Math.min(best.length, k - 1);
+        if (best.length < k) best.push(i);
+        while (j > 0 && z[best[j - 1]!]! < z[i]!) { best[j] = best[j - 1]!; j--; }
+        best[j] = i;
+    }
+    return best.map((id) => ({ id, logprob: z[id]! - lse }));
+}
+

@@ -21,7 +21,7 @@ import { streamGeneration } from "./serverStream.js";
 import { assistantMessage, wireToChat, wireTools } from "./serverTools.js";
 import { fewestTokens } from "./tokenizer.js";
 import { nativeChat } from "./toolText.js";
-import type { ChatMessage, GenerateRequest, Generation, Policy, SamplingOptions } from "./types.js";
+import { type ChatMessage, type GenerateRequest, type Generation, MAX_TOP_LOGPROBS, type Policy, type SamplingOptions } from "./types.js";
 
 export interface ServeOptions {
     /** Defaults to 127.0.0.1. */
@@ -164,10 +164,27 @@ async function generateN(policy: Policy, base: Omit<GenerateRequest, "seed">, se
 // A choice's logprobs for these sampled tokens (a whole answer's tokenIds, the stop token included, as vLLM; or one
 // streamed token): chat's logprobs.content or completions' parallel lists, a token's piece its text or, with
 // return_tokens_as_token_ids, "token_id:N".
-function logprobsField(ids: readonly (number | string)[], lps: readonly number[] | undefined, tk: Tk | null, asIds: boolean, completions: boolean) {
-    const pieces = ids.map((t) => (typeof t === "number" ? (asIds ? `token_id:${t}` : tk ? tk.decode([t]) : String(t)) : String(t)));
-    return completions ? { tokens: pieces, token_logprobs: pieces.map((_, i) => lps?.[i] ?? 0), top_logprobs: null, text_offset: [] }
-        : { content: pieces.map((token, i) => ({ token, logprob: lps?.[i] ?? 0, bytes: [...Buffer.from(token, "utf8")], top_logprobs: [] })) };
+// With tops (sampling.topLogprobs k > 0): each token's k alternatives, completions' {piece: logprob} dicts, chat's
+// [{token, logprob, bytes}] lists (vLLM's shapes).
+function logprobsField(ids: readonly (number | string)[], lps: readonly number[] | undefined, tk: Tk | null, asIds: boolean, completions: boolean,
+    tops?: readonly { id: number; logprob: number }[][]) {
+    const piece = (t: number | string) => (typeof t === "number" ? (asIds ? `token_id:${t}` : tk ? tk.decode([t]) : String(t)) : String(t));
+    const pieces = ids.map(piece);
+    return completions ? { tokens: pieces, token_logprobs: pieces.map((_, i) => lps?.[i] ?? 0),
+        top_logprobs: tops ? pieces.map((_, i) => Object.fromEntries((tops[i] ?? []).map((x) => [piece(x.id), x.logprob]))) : null, text_offset: [] }
+        : { content: pieces.map((token, i) => ({ token, logprob: lps?.[i] ?? 0, bytes: [...Buffer.from(token, "utf8")],
+            top_logprobs: (tops?.[i] ?? []).map((x) => { const p = piece(x.id); return { token: p, logprob: x.logprob, bytes: [...Buffer.from(p, "utf8")] }; }) })) };
+}
+
+// The alternatives a request asks for: completions' logprobs (an integer k, or a boolean: k 0), chat's top_logprobs
+// (with logprobs: true); 0 to MAX_TOP_LOGPROBS, else a 400 naming the field.
+function topLogprobsOf(body: Record<string, unknown>, completions: boolean): number {
+    const k = completions ? body.logprobs : body.top_logprobs, name = completions ? "logprobs" : "top_logprobs";
+    if (k === undefined || k === null || typeof k === "boolean") return 0;
+    if (typeof k !== "number" || !Number.isInteger(k) || k < 0 || k > MAX_TOP_LOGPROBS)
+        throw new HttpError(400, `${name}: expected an integer in [0, ${MAX_TOP_LOGPROBS}], got ${JSON.stringify(k)}`);
+    if (!completions && k > 0 && body.logprobs !== true) throw new HttpError(400, "top_logprobs: needs logprobs: true");
+    return k;
 }
 
 const usageOf = (gens: Generation[]) => {
@@ -213,8 +230,10 @@ export async function servePolicy(policy: Policy, options: ServeOptions = {}): P
         const logprobs = completions ? body.logprobs !== undefined && body.logprobs !== null && body.logprobs !== false : flag(body, "logprobs");
         if (completions && body.logprobs !== undefined && body.logprobs !== null && typeof body.logprobs !== "number" && typeof body.logprobs !== "boolean")
             throw new HttpError(400, `logprobs: expected an integer, got ${typeof body.logprobs}`);
+        const topK = topLogprobsOf(body, completions);
         const returnIds = flag(body, "return_token_ids"), promptIdsPerChoice = flag(body, "return_prompt_token_ids"), asIds = flag(body, "return_tokens_as_token_ids");
         const { sampling, seed, n } = samplingOf(body);
+        if (topK > 0) sampling.topLogprobs = topK;
         let req: Omit<GenerateRequest, "seed">;
         if (completions) {
             const p = body.prompt;
@@ -236,7 +255,7 @@ export async function servePolicy(policy: Policy, options: ServeOptions = {}): P
         if (body.stream === true)
             return streamGeneration(res, { policy: served.policy, requests: choiceRequests(req, seed, n), completions, id: `${completions ? "cmpl" : "chatcmpl"}-maporl-${++counter}`,
                 model: served.name, returnIds, includeUsage: (so as { include_usage?: unknown } | undefined)?.include_usage === true, tokenizer: tk,
-                logprobsOf: logprobs ? (ids, lps) => logprobsField(ids, lps, tk, asIds, completions) : null, usage: usageOf,
+                logprobsOf: logprobs ? (ids, lps, tops) => logprobsField(ids, lps, tk, asIds, completions, tops) : null, usage: usageOf,
                 choiceExtras: (g) => (promptIdsPerChoice && g.promptTokenIds ? { prompt_token_ids: g.promptTokenIds } : {}) });
         // A client that goes away stops its generation (its rows leave the batch at the next step).
         const abort = new AbortController();
@@ -251,13 +270,13 @@ export async function servePolicy(policy: Policy, options: ServeOptions = {}): P
         const created = Math.floor(Date.now() / 1000);
         send(res, 200, completions ? {
             id: `cmpl-maporl-${++counter}`, object: "text_completion", created, model: served.name,
-            choices: gens.map((g, i) => ({ ...choice(g, i), text: g.text, logprobs: logprobs ? logprobsField(g.tokenIds ?? g.tokens ?? [], g.logprobs, tk, asIds, true) : null })),
+            choices: gens.map((g, i) => ({ ...choice(g, i), text: g.text, logprobs: logprobs ? logprobsField(g.tokenIds ?? g.tokens ?? [], g.logprobs, tk, asIds, true, g.topLogprobs) : null })),
             ...(returnIds && promptIds ? { prompt_token_ids: promptIds } : {}),
             usage: usageOf(gens),
         } : {
             id: `chatcmpl-maporl-${++counter}`, object: "chat.completion", created, model: served.name,
             choices: gens.map((g, i) => ({ ...choice(g, i), message: assistantMessage(g),
-                logprobs: logprobs ? logprobsField(g.tokenIds ?? g.tokens ?? [], g.logprobs, tk, asIds, false) : null })),
+                logprobs: logprobs ? logprobsField(g.tokenIds ?? g.tokens ?? [], g.logprobs, tk, asIds, false, g.topLogprobs) : null })),
             ...(returnIds && promptIds ? { prompt_token_ids: promptIds } : {}),
             usage: usageOf(gens),
         });

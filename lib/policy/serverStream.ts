@@ -23,7 +23,7 @@ export interface StreamRequest {
     includeUsage: boolean;
     tokenizer: StreamTokenizer | null;
     /** A chunk's logprobs for its tokens, as the non-streamed answer gives them; null when not asked. */
-    logprobsOf: ((ids: number[], lps: number[]) => unknown) | null;
+    logprobsOf: ((ids: number[], lps: number[], tops?: { id: number; logprob: number }[][]) => unknown) | null;
     /** The usage of the answers, as the non-streamed reply gives it. */
     usage(gens: Generation[]): unknown;
     choiceExtras(g: Generation): Record<string, unknown>;
@@ -51,13 +51,13 @@ export async function streamGeneration(res: ServerResponse, r: StreamRequest): P
         res.write(`data: ${JSON.stringify(data)}\n\n`);
     };
     const chunk = (choice: Record<string, unknown>, extra: Record<string, unknown> = {}) => event({ id: r.id, object, created, model: r.model, choices: [choice], ...extra });
-    const delta = (index: number, text: string, ids: number[], lps: number[]) => chunk({
-        index, ...(r.completions ? { text } : { delta: { content: text } }), logprobs: r.logprobsOf?.(ids, lps) ?? null, finish_reason: null,
+    const delta = (index: number, text: string, ids: number[], lps: number[], tops?: { id: number; logprob: number }[][]) => chunk({
+        index, ...(r.completions ? { text } : { delta: { content: text } }), logprobs: r.logprobsOf?.(ids, lps, tops) ?? null, finish_reason: null,
         ...(r.returnIds && ids.length > 0 ? { token_ids: ids } : {}),
     });
     const st = Array.from({ length: n }, () => ({ ids: [] as number[], sent: 0, streamed: false }));
     const tk = r.tokenizer;
-    const onToken = (i: number, id: number, logprob: number) => {
+    const onToken = (i: number, id: number, logprob: number, top?: { id: number; logprob: number }[]) => {
         const s = st[i]!;
         s.streamed = true;
         if (!tk?.isStop?.(id)) s.ids.push(id);
@@ -72,13 +72,13 @@ export async function streamGeneration(res: ServerResponse, r: StreamRequest): P
         const ready = Math.max(s.sent, end);
         const piece = text.slice(s.sent, ready);
         s.sent = ready;
-        delta(i, piece, [id], [logprob]);
+        delta(i, piece, [id], [logprob], top ? [top] : undefined);
     };
     try {
         const gens = await r.policy.generate(r.requests, { signal: abort.signal, ...(tk ? { onToken } : {}) });
         gens.forEach((g, i) => {
             const s = st[i]!, rest = g.text.slice(s.sent);
-            if (!s.streamed) delta(i, g.text, g.tokenIds ?? [], g.logprobs ?? []);  // a policy that does not stream: the answer whole
+            if (!s.streamed) delta(i, g.text, g.tokenIds ?? [], g.logprobs ?? [], g.topLogprobs);  // a policy that does not stream: the answer whole
             else if (rest !== "") delta(i, rest, [], []);
             chunk({ index: i, ...(r.completions ? { text: "" } : { delta: {} }), logprobs: null, finish_reason: g.finishReason, ...r.choiceExtras(g) });
         });

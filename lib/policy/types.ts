@@ -40,7 +40,14 @@ export interface SamplingOptions {
     /** Stop strings (OpenAI's `stop`): generation ends when the text contains one; the returned text ends before it
      * (the tokens and log-probs keep every sampled token, as vLLM's token_ids do). */
     stop?: string | string[];
+    /** For every sampled token, the `topLogprobs` most likely tokens and their log-probs under the model's raw softmax
+     * (vLLM's logprobs=k, its default raw_logprobs mode), in Generation.topLogprobs. 0 to MAX_TOP_LOGPROBS; native
+     * policies. */
+    topLogprobs?: number;
 }
+
+/** The most alternatives a request's topLogprobs may ask for (vLLM's default max_logprobs). */
+export const MAX_TOP_LOGPROBS = 20;
 
 export interface GenerateRequest {
     /** Chat messages; or `prompt`, sent as one user message. */
@@ -66,6 +73,9 @@ export interface Generation {
     /** The behaviour log-prob of every sampled token (the processed distribution: temperature, top-k, top-p), aligned
      * with `tokenIds` when present (else with the server's logprobs.content). */
     logprobs?: number[];
+    /** With sampling.topLogprobs = k: per entry of tokenIds, the k most likely tokens under the raw softmax, most
+     * likely first. */
+    topLogprobs?: { id: number; logprob: number }[][];
     /** The completion's token ids exactly as the model sampled them: every sampled token, the one that completed a stop
      * string and the stop token that ended the answer included (as vLLM's token_ids). Present when the backend gives
      * ids. */
@@ -94,7 +104,7 @@ export type SettledGeneration = { ok: true; generation: Generation } | { ok: fal
 
 /** Called for every sampled token, in order, as it is sampled (the stop token that ends an answer included):
  * `request` indexes the generate call's requests. A callback that throws fails its call. */
-export type TokenCallback = (request: number, tokenId: number, logprob: number) => void;
+export type TokenCallback = (request: number, tokenId: number, logprob: number, top?: { id: number; logprob: number }[]) => void;
 
 export interface Policy {
     readonly name: string;
@@ -106,7 +116,7 @@ export interface Policy {
     generateSettled?(requests: GenerateRequest[], options?: { signal?: AbortSignal }): Promise<SettledGeneration[]>;
 }
 
-const SAMPLING_KEYS = ["temperature", "topP", "topK", "maxTokens", "stop"];
+const SAMPLING_KEYS = ["temperature", "topP", "topK", "maxTokens", "stop", "topLogprobs"];
 
 /** A request's sampling options, checked (every field named in the error); `stop` comes back as an array. */
 export function requestSampling(where: string, r: GenerateRequest, i: number): Omit<SamplingOptions, "stop"> & { stop?: string[] } {
@@ -121,6 +131,7 @@ export function samplingOptions(where: string, at: string, x: unknown): Omit<Sam
     if (s.topP !== undefined) out.topP = requireNumber(where, `${at}.topP`, s.topP, 1, 0, 1);
     if (s.topK !== undefined) out.topK = requireInteger(where, `${at}.topK`, s.topK, -1, 2 ** 31 - 1);
     if (s.maxTokens !== undefined) out.maxTokens = requireInteger(where, `${at}.maxTokens`, s.maxTokens, 0, 2 ** 31 - 1);
+    if (s.topLogprobs !== undefined) out.topLogprobs = requireInteger(where, `${at}.topLogprobs`, s.topLogprobs, 0, MAX_TOP_LOGPROBS);
     if (s.stop !== undefined) {
         const stop = typeof s.stop === "string" ? [s.stop] : s.stop;
         if (!Array.isArray(stop) || stop.some((x) => typeof x !== "string" || x.length === 0))
