@@ -70,6 +70,20 @@ describe("train on a Hugging Face model (model.dir)", () => {
         expect(b.rows).toEqual(a.rows);
     }, 300_000);
 
+    it("a resume whose base weights changed in place is refused, naming the file, unless accepted", async () => {
+        const dir = join(work, "tiny-llama-2"), stopped = join(work, "stopped-2");
+        cpSync(modelDir, dir, { recursive: true });
+        const ctl = new AbortController();
+        await expect(trainJob({ out: stopped, config: small({ model: { dir, contextLength: 512 }, iterations: 3, controls: false }), signal: ctl.signal,
+            onProgress: (p) => { if (p.stage === "maporl" && p.phase === "train" && p.step === 1) ctl.abort(new Error("stop")); } })).rejects.toThrow();
+        const w = join(dir, "model.safetensors"), bytes = readFileSync(w);
+        bytes[bytes.length - 3] ^= 0x40;  // one weight byte
+        writeFileSync(w, bytes);
+        await expect(trainJob({ out: stopped, resume: true })).rejects.toThrow(/the base model in .*tiny-llama-2 changed since the run started \(model\.safetensors modified\)/);
+        await trainJob({ out: stopped, resume: true, allowConfigChange: ["model.dir"] });
+        expect(existsSync(join(stopped, "summary.json"))).toBe(true);
+    }, 300_000);
+
     it("a warm-started base is written to models/base, and the run's adapters name it as their base", async () => {
         const out = join(work, "run-warm");
         await trainJob({ out, config: small({ sft: { steps: 2, batchSize: 2 }, controls: false }) });
