@@ -263,7 +263,7 @@ export function readBatch(dir: string): { info: BatchInfo; rows: BatchRow[] } {
             const s = shards[m.shard]!, i = m.index, { P, R } = s, file = info.shards[m.shard]!.file;
             const wrong = (what: string) => bad(file, `row ${m.row} (index ${i}): ${what}`);
             if (s.rewards[i] !== Math.fround(m.reward)) throw wrong(`rewards ${s.rewards[i]}, the manifest says ${m.reward}`);
-            if (s.agent[i] !== m.agent || s.turn[i] !== m.turn || s.row[i] !== m.row) throw wrong(`agent / turn / row ${s.agent[i]} / ${s.turn[i]} / ${s.row[i]}, the manifest says ${m.agent} / ${m.turn} / ${m.row}`);
+            for (const k of ["agent", "turn", "row"] as const) if (s[k][i] !== m[k]) throw wrong(`${k} ${s[k][i]}, the manifest says ${m[k]}`);
             const lp = m.promptLength, lr = m.responseLength;
             for (let k = 0; k < P; k++) {
                 const inPrompt = k >= P - lp, id = s.prompt[i * P + k]!;

@@ -6,7 +6,7 @@
 // batch is a named error.
 import { spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
-import { cpSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { cpSync, existsSync, mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
@@ -137,42 +137,97 @@ describe("a batch that does not verify is refused by both readers, naming what",
         s.sha256 = createHash("sha256").update(b).digest("hex");
         s.bytes = b.length;
     }));
+    const shard0 = "batch-00000\\.safetensors", shard1 = "batch-00001\\.safetensors";
+    // [what, the corruption, what both readers' errors must say]: each names the file, and the row and field where
+    // there is one. The clean batch: 30 rows in shards of 20 and 10, no advantages, pad id 0.
     const cases: [string, (dir: string) => void, RegExp][] = [
         ["a flipped data byte (a log-prob of -3.4e37)", (d) => {
             const p = join(d, "batch-00000.safetensors"), b = readFileSync(p), n = Number(b.readBigUInt64LE(0));
             const h = JSON.parse(b.subarray(8, 8 + n).toString()) as Header;
             b.writeFloatLE(-3.4e37, 8 + n + h.old_log_probs!.data_offsets[0]);
             writeFileSync(p, b);
-        }, /SHA-256 [0-9a-f]+, batch\.json says/],
-        ["a truncated shard", (d) => { const p = join(d, "batch-00000.safetensors"); writeFileSync(p, readFileSync(p).subarray(0, 200)); }, /200 bytes, batch\.json says \d+/],
-        ["header dtype I32 -> F32", (d) => { editShard(d, (h) => { h.response_ids!.dtype = "F32"; }); resign(d); }, /response_ids: expected I32/],
-        ["overlapping offsets", (d) => { editShard(d, (h) => { h.turn!.data_offsets = [...h.agent!.data_offsets]; }); resign(d); }, /overlap|gap/],
-        ["bytes after the tensors", (d) => { editShard(d, (_h, x) => Buffer.concat([x, Buffer.alloc(8)])); resign(d); }, /the data section has/],
-        ["manifest responseLength + 2", (d) => manifest(d, (r) => { r[0]!.responseLength = (r[0]!.responseLength as number) + 2; return r; }), /row 0.*responseLength/],
-        ["manifest promptLength + 3", (d) => manifest(d, (r) => { r[0]!.promptLength = (r[0]!.promptLength as number) + 3; return r; }), /row 0.*promptLength/],
-        ["a duplicated index", (d) => manifest(d, (r) => { r[1]!.index = r[0]!.index; return r; }), /row 1.*index|named twice/],
-        ["a manifest reward that disagrees", (d) => manifest(d, (r) => { r[0]!.reward = 99; return r; }), /rewards .*the manifest says 99|disagree/],
-        ["shard \"0\" as a string", (d) => manifest(d, (r) => { r[0]!.shard = "0"; return r; }), /row 0: shard|row 0 is not valid/],
-        ["batch.json rows + 1", (d) => info(d, (i) => { i.rows = (i.rows as number) + 1; }), /rows/],
-        ["a manifest line missing", (d) => manifest(d, (r) => r.slice(1)), /rows, batch\.json says|row 0/],
-        ["rows out of order", (d) => manifest(d, (r) => [r[1]!, r[0]!, ...r.slice(2)]), /row 0: row|row 0 is not valid/],
-        ["a missing shard", (d) => rmSync(join(d, "batch-00001.safetensors")), /batch-00001\.safetensors/],
-        ["a shard renamed in batch.json", (d) => info(d, (i) => { i.shards[0]!.file = "../x.safetensors"; }), /shards\[0\]/],
-        ["the digest removed", (d) => info(d, (i) => { delete i.shards[0]!.sha256; }), /shards\[0\]: expected sha256/],
-        ["an unknown version", (d) => info(d, (i) => { i.version = 3; }), /not a maporl batch/],
-        ["NaN in old_log_probs", (d) => { editShard(d, (h, x) => { f32(h, x, "old_log_probs", 0, NaN); }); resign(d); }, /old_log_probs|log-probs/],
-        ["a positive log-prob", (d) => { editShard(d, (h, x) => { f32(h, x, "old_log_probs", 0, 5.5); }); resign(d); }, /old_log_probs|log-probs/],
-        ["a response mask bit flipped", (d) => { editShard(d, (h, x) => { i32(h, x, "response_mask", 0, 0); }); resign(d); }, /mask/],
-        ["the agent tensor changed", (d) => { editShard(d, (h, x) => { i32(h, x, "agent", 0, 7); }); resign(d); }, /agent/],
-        ["a reward tensor changed", (d) => { editShard(d, (h, x) => { f32(h, x, "rewards", 1, 42); }); resign(d); }, /rewards/],
-        ["a negative response id", (d) => { editShard(d, (h, x) => { i32(h, x, "response_ids", 0, -5); }); resign(d); }, /response_ids|token ids/],
+        }, new RegExp(`${shard0}: SHA-256 [0-9a-f]{64}, batch\\.json says [0-9a-f]{64}`)],
+        ["a truncated shard", (d) => { const p = join(d, "batch-00000.safetensors"); writeFileSync(p, readFileSync(p).subarray(0, 200)); },
+            new RegExp(`${shard0}: 200 bytes, batch\\.json says \\d+`)],
+        ["bytes appended to a shard", (d) => { const p = join(d, "batch-00001.safetensors"); writeFileSync(p, Buffer.concat([readFileSync(p), Buffer.alloc(4)])); },
+            new RegExp(`${shard1}: \\d+ bytes, batch\\.json says \\d+`)],
+        ["header dtype I32 -> F32", (d) => { editShard(d, (h) => { h.response_ids!.dtype = "F32"; }); resign(d); }, new RegExp(`${shard0}: response_ids: expected I32`)],
+        ["header dtype F32 -> I32", (d) => { editShard(d, (h) => { h.rewards!.dtype = "I32"; }); resign(d); }, new RegExp(`${shard0}: rewards: expected F32`)],
+        ["a header shape transposed", (d) => { editShard(d, (h) => { h.response_ids!.shape.reverse(); }); resign(d); },
+            new RegExp(`${shard0}: response_ids missing or not of shape \\[?20, ?\\d+\\]?`)],
+        ["overlapping offsets", (d) => { editShard(d, (h) => { h.turn!.data_offsets = [...h.agent!.data_offsets]; }); resign(d); }, new RegExp(`${shard0}: .*overlap`)],
+        ["bytes after the tensors", (d) => { editShard(d, (_h, x) => Buffer.concat([x, Buffer.alloc(8)])); resign(d); }, new RegExp(`${shard0}: .*the data section has`)],
+        ["a tensor missing", (d) => {
+            editShard(d, (h, x) => { const [b, e] = h.row!.data_offsets; delete h.row; for (const v of Object.values(h)) if (v.data_offsets?.[0] >= e) v.data_offsets = [v.data_offsets[0] - (e - b), v.data_offsets[1] - (e - b)]; return Buffer.concat([x.subarray(0, b), x.subarray(e)]); });
+            resign(d);
+        }, new RegExp(`${shard0}: row missing or not of shape`)],
+        ["hasAdvantages set without an advantages tensor", (d) => info(d, (i) => { i.hasAdvantages = true; }), new RegExp(`${shard0}: advantages missing`)],
+        ["manifest responseLength + 2", (d) => manifest(d, (r) => { r[0]!.responseLength = (r[0]!.responseLength as number) + 2; return r; }),
+            /(manifest\.jsonl: row 0: responseLength: \d+ is not valid|batch-00000\.safetensors: row 0 \(index 0\): response position \d+)/],
+        ["manifest promptLength + 3", (d) => manifest(d, (r) => { r[0]!.promptLength = (r[0]!.promptLength as number) + 3; return r; }),
+            /(manifest\.jsonl: row 0: promptLength: \d+ is not valid|batch-00000\.safetensors: row 0 \(index 0\): prompt position \d+)/],
+        ["manifest responseLength - 1", (d) => manifest(d, (r) => { r[2]!.responseLength = (r[2]!.responseLength as number) - 1; return r; }),
+            new RegExp(`${shard0}: row 2 \\(index 2\\): response position \\d+: .*responseLength`)],
+        ["a duplicated index (row 1 lost)", (d) => manifest(d, (r) => { r[1]!.index = r[0]!.index; return r; }), /manifest\.jsonl: row 1: shard 0 index 0 is named twice/],
+        ["an index out of its shard", (d) => manifest(d, (r) => { r[25]!.index = 10; return r; }), /manifest\.jsonl: row 25: index: 10 is not valid/],
+        ["a manifest reward that disagrees", (d) => manifest(d, (r) => { r[0]!.reward = 99; return r; }), new RegExp(`${shard0}: row 0 \\(index 0\\): rewards \\S+, the manifest says 99`)],
+        ["a manifest reward that is a string", (d) => manifest(d, (r) => { r[0]!.reward = String(r[0]!.reward); return r; }), /manifest\.jsonl: row 0: reward: "\S+" is not valid/],
+        ["a manifest turn that disagrees", (d) => manifest(d, (r) => { r[0]!.turn = (r[0]!.turn as number) + 1; return r; }), new RegExp(`${shard0}: row 0 \\(index 0\\): turn 0, the manifest says 1`)],
+        ["shard \"0\" as a string", (d) => manifest(d, (r) => { r[0]!.shard = "0"; return r; }), /manifest\.jsonl: row 0: shard: "0" is not valid/],
+        ["retokenized absent", (d) => manifest(d, (r) => { delete r[3]!.retokenized; return r; }), /manifest\.jsonl: row 3: retokenized: absent is not valid/],
+        ["batch.json rows + 1", (d) => info(d, (i) => { i.rows = (i.rows as number) + 1; }), /batch\.json: the shards hold 30 rows, rows says 31/],
+        ["batch.json: a shard's rows + 1 (and rows)", (d) => info(d, (i) => { i.rows = 31; i.shards[1]!.rows = 11; }), /manifest\.jsonl: 30 rows, batch\.json says 31/],
+        ["batch.json: a shard's promptLength + 1", (d) => info(d, (i) => { i.shards[0]!.promptLength = (i.shards[0]!.promptLength as number) + 1; }),
+            new RegExp(`${shard0}: prompt_ids missing or not of shape`)],
+        ["batch.json: padTokenId changed", (d) => info(d, (i) => { i.padTokenId = 5; }), /row \d+ \(index \d+\): (prompt|response) position \d+: .*padded with 5/],
+        ["a manifest line missing", (d) => manifest(d, (r) => r.slice(1)), /manifest\.jsonl: 29 rows, batch\.json says 30/],
+        ["a manifest line added", (d) => manifest(d, (r) => [...r, r[29]!]), /manifest\.jsonl: 31 rows, batch\.json says 30/],
+        ["rows out of order", (d) => manifest(d, (r) => [r[1]!, r[0]!, ...r.slice(2)]), /manifest\.jsonl: row 0: row: 1 is not valid/],
+        ["a missing shard", (d) => rmSync(join(d, "batch-00001.safetensors")), new RegExp(`${shard1}: missing`)],
+        ["a shard renamed on disk", (d) => renameSync(join(d, "batch-00000.safetensors"), join(d, "batch-00002.safetensors")), new RegExp(`${shard0}: missing`)],
+        ["two shards swapped", (d) => {
+            const a = join(d, "batch-00000.safetensors"), b = join(d, "batch-00001.safetensors"), x = readFileSync(a);
+            writeFileSync(a, readFileSync(b));
+            writeFileSync(b, x);
+        }, new RegExp(`${shard0}: \\d+ bytes, batch\\.json says \\d+`)],
+        ["a shard renamed in batch.json", (d) => info(d, (i) => { i.shards[0]!.file = "../x.safetensors"; }), /batch\.json: shards\[0\]: expected \{ file: batch-NNNNN/],
+        ["the digest removed", (d) => info(d, (i) => { delete i.shards[0]!.sha256; }), /batch\.json: shards\[0\]: expected sha256/],
+        ["an unknown version", (d) => info(d, (i) => { i.version = 3; }), /not a maporl batch \(version 1 or 2\)/],
+        ["NaN in old_log_probs", (d) => { editShard(d, (h, x) => { f32(h, x, "old_log_probs", 0, NaN); }); resign(d); },
+            new RegExp(`${shard0}: row 0 \\(index 0\\): old_log_probs\\[0\\] = (NaN|nan): expected a finite log-prob`)],
+        ["-Infinity in old_log_probs", (d) => { editShard(d, (h, x) => { f32(h, x, "old_log_probs", 1, -Infinity); }); resign(d); },
+            new RegExp(`${shard0}: row 0 \\(index 0\\): old_log_probs\\[1\\] = -(Infinity|inf): expected a finite log-prob`)],
+        ["a positive log-prob", (d) => { editShard(d, (h, x) => { f32(h, x, "old_log_probs", 0, 5.5); }); resign(d); },
+            new RegExp(`${shard0}: row 0 \\(index 0\\): old_log_probs\\[0\\] = 5\\.5: expected a finite log-prob`)],
+        ["a response mask bit flipped", (d) => { editShard(d, (h, x) => { i32(h, x, "response_mask", 0, 0); }); resign(d); },
+            new RegExp(`${shard0}: row 0 \\(index 0\\): response position 0: response_mask`)],
+        ["an attention mask bit flipped", (d) => { editShard(d, (h, x) => { const [, W] = h.attention_mask!.shape as [number, number]; i32(h, x, "attention_mask", W + W - 1, 1 - x.readInt32LE(h.attention_mask!.data_offsets[0] + 4 * (2 * W - 1))); }); resign(d); },
+            new RegExp(`${shard0}: row 1 \\(index 1\\): (prompt|response) position \\d+: .*attention_mask`)],
+        ["the agent tensor changed", (d) => { editShard(d, (h, x) => { i32(h, x, "agent", 0, 7); }); resign(d); }, new RegExp(`${shard0}: row 0 \\(index 0\\): agent 7, the manifest says 0`)],
+        ["the row tensor changed", (d) => { editShard(d, (h, x) => { i32(h, x, "row", 4, 5); }); resign(d); }, new RegExp(`${shard0}: row 4 \\(index 4\\): row 5, the manifest says 4`)],
+        ["a reward tensor changed", (d) => { editShard(d, (h, x) => { f32(h, x, "rewards", 1, 42); }); resign(d); }, new RegExp(`${shard0}: row 1 \\(index 1\\): rewards 42(\\.0)?, the manifest says`)],
+        ["a negative response id", (d) => { editShard(d, (h, x) => { i32(h, x, "response_ids", 0, -5); }); resign(d); },
+            new RegExp(`${shard0}: row 0 \\(index 0\\): response position 0: .*response_ids`)],
         ["padding changed", (d) => {
             editShard(d, (h, x) => { const [n, R] = h.response_ids!.shape as [number, number]; for (let i = 0; i < n; i++) i32(h, x, "response_ids", i * R + R - 1, 77); });
             resign(d);
-        }, /response_ids|padding/],
-        ["a manifest line that is not JSON", (d) => writeFileSync(join(d, "manifest.jsonl"), readFileSync(join(d, "manifest.jsonl"), "utf8").replace(/^\{/, "[")), /line 1: not JSON|manifest/],
+        }, new RegExp(`${shard0}: row \\d+ \\(index \\d+\\): response position \\d+: .*right-padded with 0`)],
+        ["a manifest line that is not JSON", (d) => writeFileSync(join(d, "manifest.jsonl"), readFileSync(join(d, "manifest.jsonl"), "utf8").replace(/^\{/, "[")),
+            /manifest\.jsonl: line 1: not JSON/],
+        ["batch.json not JSON", (d) => writeFileSync(join(d, "batch.json"), "{"), /batch\.json: not JSON/],
+        // Version 1 (no digests) is still read, so a version 1 batch gets every other check: the issue's reward edit.
+        ["a version 1 batch whose manifest reward disagrees", (d) => {
+            info(d, (i) => { i.version = 1; for (const s of i.shards) { delete s.sha256; delete s.bytes; } });
+            manifest(d, (r) => { r[0]!.reward = 99; return r; });
+        }, new RegExp(`${shard0}: row 0 \\(index 0\\): rewards \\S+, the manifest says 99`)],
+        // (A version 1 log-prob changed to another plausible one, such as -3.4e37, cannot be told from a true one: the
+        // digests of version 2 are what catch that.)
+        ["a version 1 batch with a positive log-prob", (d) => {
+            info(d, (i) => { i.version = 1; for (const s of i.shards) { delete s.sha256; delete s.bytes; } });
+            editShard(d, (h, x) => { f32(h, x, "old_log_probs", 2, 2); });
+        }, new RegExp(`${shard0}: row 0 \\(index 0\\): old_log_probs\\[2\\] = 2(\\.0)?: expected a finite log-prob`)],
     ];
-    it.each(cases)("%s", (_what, corrupt, error) => {
+    const clean = () => {
         const src = join(work, "clean");
         if (!existsSync(src)) {
             const { scores, shape } = transcriptScores(ts);
@@ -180,10 +235,27 @@ describe("a batch that does not verify is refused by both readers, naming what",
         }
         const dir = mkdtempSync(join(work, "corrupt-"));
         cpSync(src, dir, { recursive: true });
+        return dir;
+    };
+    const python = (dir: string) => spawnSync("python3", [py, dir], { encoding: "utf8" });
+    it.each(cases)("%s", (_what, corrupt, error) => {
+        const dir = clean();
         corrupt(dir);
         expect(() => readBatch(dir)).toThrow(error);
-        const r = spawnSync("python3", [py, dir], { encoding: "utf8" });
-        expect(r.status).not.toBe(0);
-        expect(r.stderr).toMatch(/BatchError|Error/);
+        const r = python(dir);
+        expect(r.error).toBeUndefined();  // python3 (with numpy) is required, as for the round trip above
+        expect(r.stdout).toBe("");
+        expect(r.stderr).toMatch(/^read_batch\.py: BatchError: /);
+        expect(r.stderr).toMatch(error);
+        expect(r.status).toBe(1);
+    });
+    it("the clean batch, and the same batch as version 1 (no digests), are read by both", () => {
+        const dir = clean(), v2 = readBatch(dir).rows;
+        expect(v2.length).toBe(30);
+        info(dir, (i) => { i.version = 1; for (const s of i.shards) { delete s.sha256; delete s.bytes; } });
+        expect(readBatch(dir).rows).toEqual(v2);
+        const r = python(dir);
+        expect(r.status, r.stderr).toBe(0);
+        expect((JSON.parse(r.stdout) as { reward: number }[]).map((x) => x.reward)).toEqual(v2.map((x) => x.reward));
     });
 });
