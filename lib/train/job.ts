@@ -110,14 +110,18 @@ function configChanges(a: unknown, b: unknown, prefix = ""): string[] {
 }
 
 /** A resumed run's config and base model against what the run started with: an error naming every change that
- * `allowed` (config keys, or a key's prefix) does not accept; the accepted changes are logged. */
-function checkResumeInputs(out: string, state: JobState, cfg: TrainConfig, allowed: readonly string[], log: (l: string) => void): void {
+ * `allowed` (config keys, or a key's prefix) does not accept; the accepted changes are logged. Returns the base
+ * model's digests now (model.dir), for the checkpoints to come. */
+function checkResumeInputs(out: string, state: JobState, cfg: TrainConfig, allowed: readonly string[], log: (l: string) => void): Record<string, string> | undefined {
+    const get = (c: unknown, k: string) => k.split(".").reduce<unknown>((x, p) => (x as Record<string, unknown> | undefined)?.[p], c);
+    for (const k of allowed)
+        if (get(cfg, k) === undefined && get(state.config, k) === undefined) throw new RangeError(`train: --allow-config-change ${k}: not a config key`);
+    const digests = () => (cfg.model.dir !== "" ? digestModelDir(cfg.model.dir) : undefined);
     if (state.config === undefined) {
         log(`train: --resume ${out}: this checkpoint records no config (written by an older version): config.json and model.dir are not compared`);
-        return;
+        return digests();
     }
     const changes = configChanges(state.config, cfg);
-    const get = (c: unknown, k: string) => k.split(".").reduce<unknown>((x, p) => (x as Record<string, unknown> | undefined)?.[p], c);
     const show = (k: string) => `${k} ${JSON.stringify(get(state.config, k))} -> ${JSON.stringify(get(cfg, k))}`;
     const ok = (k: string) => allowed.some((a) => k === a || k.startsWith(`${a}.`));
     const refused = changes.filter((k) => !ok(k));
@@ -125,15 +129,17 @@ function checkResumeInputs(out: string, state: JobState, cfg: TrainConfig, allow
         throw new Error(`train: --resume ${out}: config.json changed since the run started (${refused.map(show).join(", ")}); a resumed run continues the run it ` +
             `was, so this is refused. To accept a change on purpose: --allow-config-change ${refused.join(",")}`);
     for (const k of changes) log(`train: --resume ${out}: config change accepted (--allow-config-change): ${show(k)}`);
-    if (state.modelFiles !== undefined && cfg.model.dir !== "") {
-        const now = digestModelDir(cfg.model.dir);
-        const names = [...new Set([...Object.keys(state.modelFiles), ...Object.keys(now)])].sort();
-        const diff = names.filter((f) => state.modelFiles![f] !== now[f]);
+    const now = digests();
+    if (state.modelFiles !== undefined && now !== undefined) {
+        const was = state.modelFiles;
+        const diff = [...new Set([...Object.keys(was), ...Object.keys(now)])].sort().filter((f) => was[f] !== now[f])
+            .map((f) => `${f} ${now[f] === undefined ? "removed" : was[f] === undefined ? "added" : "modified"}`);
         if (diff.length > 0 && !ok("model.dir"))
-            throw new Error(`train: --resume ${out}: the base model in ${cfg.model.dir} changed since the run started (${diff.map((f) =>
-                `${f} ${now[f] === undefined ? "removed" : state.modelFiles![f] === undefined ? "added" : "modified"}`).join(", ")}); refusing to resume ` +
+            throw new Error(`train: --resume ${out}: the base model in ${cfg.model.dir} changed since the run started (${diff.join(", ")}); refusing to resume ` +
                 "(--allow-config-change model.dir accepts it)");
+        if (diff.length > 0) log(`train: --resume ${out}: base model change accepted (--allow-config-change model.dir): ${diff.join(", ")}`);
     }
+    return now;
 }
 
 export function makeTask(cfg: TrainConfig): Task {
@@ -167,8 +173,10 @@ export async function trainJob(o: TrainJobOptions): Promise<TrainSummary> {
         for (const why of ckpt?.skipped ?? []) log(`the newest checkpoint is damaged (${why}); resuming from ${ckpt!.dir}`);
         if (!ckpt) log(`${out} has no checkpoint yet: starting the run over`);
         state = ckpt ? ckpt.state as unknown as JobState : { version: 1, stage: "sft", step: 0, evals: {}, metricsBytes: 0, tracesBytes: 0 };
-        if (ckpt) checkResumeInputs(out, state, cfg, o.allowConfigChange ?? [], log);
-        state = { ...state, config: cfg, ...(cfg.model.dir !== "" && !state.modelFiles ? { modelFiles: digestModelDir(cfg.model.dir) } : {}) };
+        // The inputs as they are now are what the next checkpoints record (an accepted change is not asked for again).
+        const modelFiles = ckpt ? checkResumeInputs(out, state, cfg, o.allowConfigChange ?? [], log) : cfg.model.dir !== "" ? digestModelDir(cfg.model.dir) : undefined;
+        const { modelFiles: _was, ...rest } = state;
+        state = { ...rest, config: cfg, ...(modelFiles ? { modelFiles } : {}) };
         // The logs must hold what the checkpoint recorded, unchanged: shorter (truncateSync would pad it with NUL bytes)
         // or different is an error naming the file, never a silent repair.
         for (const [f, n, h] of [[metricsFile, state.metricsBytes, state.metricsSha256], [tracesFile, state.tracesBytes, state.tracesSha256]] as const) {

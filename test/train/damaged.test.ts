@@ -1,9 +1,9 @@
 // damaged.test.ts: resume never goes on silently from damaged state. A small run completes; copies of its run
 // directory are damaged as a disk or a hostile user would (64 bytes flipped inside a model's weights, state.json
-// truncated, metrics.jsonl shortened or edited) and resumed through the real CLI: a damaged newest checkpoint
-// falls back to checkpoint.old (which verifies; the run then ends with the undamaged run's summary and logs,
-// saying which file was damaged), and when no checkpoint verifies, or a log is not what the checkpoint recorded,
-// the CLI stops with an error naming the file.
+// truncated or without its own sha256, metrics.jsonl shortened or edited) and resumed through the real CLI: a
+// damaged newest checkpoint falls back to checkpoint.old (which verifies; the run then ends with the undamaged run's
+// summary and logs, saying which file was damaged), and when no checkpoint verifies, or a log is not what the
+// checkpoint recorded, the CLI stops with an error naming the file.
 import { spawnSync } from "node:child_process";
 import { cpSync, mkdtempSync, readFileSync, rmSync, truncateSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -57,6 +57,34 @@ describe("train: resume from damaged state", () => {
         expect(r.stdout + r.stderr).toMatch(/checkpoint\/base\/model\.safetensors: SHA-256 does not match.*resuming from .*checkpoint\.old/);
         expect(same(dir, "summary.json")).toEqual(same(done, "summary.json"));
         expect(same(dir, "metrics.jsonl")).toBe(same(done, "metrics.jsonl"));
+    });
+
+    // Deleting state.json's own "sha256" once turned every check off ("written before checksums"), so a flipped
+    // weight byte was trained on. A state.json without it is damaged like any other.
+    const unsign = (file: string) => {
+        const { sha256: _drop, ...rest } = JSON.parse(readFileSync(file, "utf8")) as Record<string, unknown>;
+        writeFileSync(file, JSON.stringify(rest));
+    };
+    it("state.json's sha256 deleted and a weight byte flipped: the checkpoint is damaged, checkpoint.old is used, the run ends as the undamaged one", () => {
+        const dir = copy("unsigned");
+        unsign(join(dir, "checkpoint", "state.json"));
+        flip(join(dir, "checkpoint", "base", "model.safetensors"), 2000, 1);
+        const r = train(["--resume", dir]);
+        expect(r.status, r.stderr).toBe(0);
+        expect(r.stdout + r.stderr).toMatch(/checkpoint\/state\.json: no sha256 of its own \(every checkpoint is written with one: damaged or edited\).*resuming from .*checkpoint\.old/);
+        expect(same(dir, "summary.json")).toEqual(same(done, "summary.json"));
+        expect(same(dir, "metrics.jsonl")).toBe(same(done, "metrics.jsonl"));
+    });
+
+    it("both state.json files without their sha256: an error naming both, nothing resumed", () => {
+        const dir = copy("unsigned-both");
+        unsign(join(dir, "checkpoint", "state.json"));
+        unsign(join(dir, "checkpoint.old", "state.json"));
+        const before = read(dir, "metrics.jsonl");
+        const r = train(["--resume", dir]);
+        expect(r.status).toBe(1);
+        expect(r.stderr).toMatch(/no checkpoint verifies, refusing to resume \(.*checkpoint\/state\.json: no sha256 of its own.*checkpoint\.old\/state\.json: no sha256 of its own/);
+        expect(read(dir, "metrics.jsonl")).toBe(before);
     });
 
     it("both checkpoints damaged: an error naming the files, nothing resumed", () => {

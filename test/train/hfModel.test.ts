@@ -80,7 +80,13 @@ describe("train on a Hugging Face model (model.dir)", () => {
         bytes[bytes.length - 3] ^= 0x40;  // one weight byte
         writeFileSync(w, bytes);
         await expect(trainJob({ out: stopped, resume: true })).rejects.toThrow(/the base model in .*tiny-llama-2 changed since the run started \(model\.safetensors modified\)/);
-        await trainJob({ out: stopped, resume: true, allowConfigChange: ["model.dir"] });
+        // Accepted on purpose: logged, and recorded, so the next resume does not ask again (stopped once more).
+        const lines: string[] = [], ctl2 = new AbortController();
+        await expect(trainJob({ out: stopped, resume: true, allowConfigChange: ["model.dir"], log: (l) => lines.push(l), signal: ctl2.signal,
+            onProgress: (p) => { if (p.stage === "maporl" && p.phase === "train" && p.step === 2) ctl2.abort(new Error("stop")); } })).rejects.toThrow();
+        expect(lines.join("\n")).toMatch(/base model change accepted \(--allow-config-change model\.dir\): model\.safetensors modified/);
+        expect(existsSync(join(stopped, "summary.json"))).toBe(false);
+        await trainJob({ out: stopped, resume: true });
         expect(existsSync(join(stopped, "summary.json"))).toBe(true);
     }, 300_000);
 

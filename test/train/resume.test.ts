@@ -90,10 +90,18 @@ describe("train: resume", () => {
             writeFileSync(join(dir, "config.json"), JSON.stringify(c, null, 2));
         };
         const seed = copy("edited-seed");
-        edit(seed, (c) => { c.seed = 5; (c.maporl as Record<string, unknown>).klCoef = 0.5; });
+        edit(seed, (c) => { c.seed = 5; (c.maporl as Record<string, unknown>).klCoef = 0.5; c.lr = (c.lr as number) * 10; c.iterations = (c.iterations as number) + 3; });
         const r1 = spawnSync(process.execPath, [cli, "train", "--resume", seed], { encoding: "utf8" });
         expect(r1.status).toBe(1);
-        expect(r1.stderr).toMatch(/config\.json changed since the run started \(maporl\.klCoef [\d.e-]+ -> 0\.5, seed 4 -> 5\).*--allow-config-change maporl\.klCoef,seed/);
+        expect(r1.stderr).toMatch(/config\.json changed since the run started \(iterations 5 -> 8, lr 0\.0001 -> 0\.001\d*, maporl\.klCoef [\d.e-]+ -> 0\.5, seed 4 -> 5\)/);
+        expect(r1.stderr).toMatch(/--allow-config-change iterations,lr,maporl\.klCoef,seed/);
+        // Accepting some of the changes is not enough; a key that is not one is an error.
+        const r1b = spawnSync(process.execPath, [cli, "train", "--resume", seed, "--allow-config-change", "iterations,seed"], { encoding: "utf8" });
+        expect(r1b.status).toBe(1);
+        expect(r1b.stderr).toMatch(/changed since the run started \(lr 0\.0001 -> 0\.001\d*, maporl\.klCoef [\d.e-]+ -> 0\.5\)/);
+        const r1c = spawnSync(process.execPath, [cli, "train", "--resume", seed, "--allow-config-change", "iteratons"], { encoding: "utf8" });
+        expect(r1c.status).toBe(1);
+        expect(r1c.stderr).toMatch(/--allow-config-change iteratons: not a config key/);
         const more = copy("edited-iterations");
         edit(more, (c) => { c.iterations = (c.iterations as number) + 1; });
         const r2 = spawnSync(process.execPath, [cli, "train", "--resume", more, "--allow-config-change", "iterations"], { encoding: "utf8", timeout: 240_000 });
