@@ -10,6 +10,7 @@ import { backend, setThreads } from "./backend.js";
 import { BENCHMARKS, runBench } from "./bench/index.js";
 import { buildProgram } from "./cliProgram.js";
 import { doctor } from "./doctor.js";
+import { readTextFile } from "./files.js";
 import { NativePolicy } from "./policy/nativePolicy.js";
 import { servePolicy } from "./policy/server.js";
 import { runTrain } from "./train/trainCli.js";
@@ -47,6 +48,9 @@ const program = buildProgram({
         if (!loopback && !apiKey)
             console.error(`maporl: WARNING: listening on ${a.host} with no authentication: anyone who reaches this address can use the model` +
                 `${a.enableLora ? " and load adapters" : ""}; give --api-key (or MAPORL_API_KEY), or listen on 127.0.0.1`);
+        if (a.enableLora && a.loraRoot === undefined && !a.allowAnyLoraPath)  // (before the model loads: refused at once)
+            throw new RangeError("serve: --enable-lora loads adapter directories named by clients: give --lora-root DIR, the directory they must lie in, " +
+                "or --allow-any-lora-path");
         const policy = await NativePolicy.load(a.checkpoint);
         if (a.maxCacheBytes !== undefined) policy.maxCacheBytes = a.maxCacheBytes;
         const s = await servePolicy(policy, { port: a.port, host: a.host, adapters: a.loraModules, allowAdapterUpdates: a.enableLora, version: backend().version,
@@ -55,8 +59,13 @@ const program = buildProgram({
         console.log(`maporl: serving ${a.servedModelName ?? policy.name} (${policy.parameterCount} parameters) at ${s.baseUrl}/chat/completions`);
         const protocol = join(a.checkpoint, "maporl-task.json");
         if (existsSync(protocol)) {  // a model trained by `maporl train` on a compact task speaks only that task's protocol
-            const t = JSON.parse(readFileSync(protocol, "utf8")) as { task: string; example: string; answer: string; debate: string };
-            console.log(`maporl: this model was trained on ${t.task}'s compact protocol and answers only it: send user messages like ` +
+            // (A regular file read up to its bound: the server already listens, and a FIFO here would block it for ever.)
+            type Protocol = { task: string; example: string; answer: string; debate: string };
+            let t: Protocol | null = null;
+            try { t = JSON.parse(readTextFile(protocol, "maporl-task.json")) as Protocol; } catch (e) {
+                console.error(`maporl: ${protocol} not read (${(e as Error).message}); serving without its protocol note`);
+            }
+            if (t) console.log(`maporl: this model was trained on ${t.task}'s compact protocol and answers only it: send user messages like ` +
                 `${JSON.stringify(t.example)} (the question, then every agent's previous answer) and read "${t.answer}". ` +
                 `A debate that speaks it: ${t.debate} (docs/models.md, "Serving a trained checkpoint")`);
         }

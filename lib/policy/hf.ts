@@ -3,10 +3,10 @@
 // tensor by tensor from model.safetensors or its shards (F32, BF16, F16, widened to float32 masters in native
 // memory: no float copy of the file in JS), and a directory written back in the same layout (config.json,
 // generation_config.json, model.safetensors or shards with model.safetensors.index.json, the tokenizer files).
-import { copyFileSync, existsSync } from "node:fs";
+import { existsSync } from "node:fs";
 import { join } from "node:path";
 
-import { readTextFile } from "../files.js";
+import { MAX_TEXT_FILE_BYTES, readRegularFile, readTextFile } from "../files.js";
 import { native, type GptHandle, type NativeLlamaConfig } from "../native.js";
 import { writeFileDurable } from "../durable.js";
 import { describe } from "../validate.js";
@@ -299,7 +299,7 @@ export function writeTokenizerFiles(tokenizer: PolicyTokenizer, from: string | n
     }
     if (from === null) return;
     for (const f of ["special_tokens_map.json", "vocab.json", "merges.txt", "tokenizer.model", "chat_template.jinja", "added_tokens.json"])
-        if (existsSync(join(from, f))) copyFileSync(join(from, f), join(to, f));
+        if (existsSync(join(from, f))) writeFileDurable(join(to, f), readRegularFile(join(from, f), MAX_TEXT_FILE_BYTES, f));  // (a FIFO there is refused, not waited on)
 }
 
 /** Whether `dir` looks like a Hugging Face model directory (a config.json with model_type). */

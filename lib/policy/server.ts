@@ -15,6 +15,7 @@ import { createHash, timingSafeEqual } from "node:crypto";
 import { realpathSync } from "node:fs";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
+import { resolve } from "node:path";
 
 import { clientFault, HttpError, ServedModels } from "./serverModels.js";
 import { streamGeneration } from "./serverStream.js";
@@ -40,8 +41,9 @@ export interface ServeOptions {
     /** Accept POST /v1/load_lora_adapter and /v1/unload_lora_adapter (vLLM's VLLM_ALLOW_RUNTIME_LORA_UPDATING): they
      * read a directory named by the client, so they are off unless asked. Defaults to false. */
     allowAdapterUpdates?: boolean;
-    /** With allowAdapterUpdates: the directory every runtime lora_path must lie in once links are resolved (a path
-     * outside it is a 400). Required unless allowAnyLoraPath. */
+    /** With allowAdapterUpdates: the directory every runtime lora_path must lie in once links are resolved, with the
+     * adapter files in it (a path outside it is a 400; a relative one is taken from this directory). Required unless
+     * allowAnyLoraPath. */
     loraRoot?: string;
     /** With allowAdapterUpdates: accept a lora_path anywhere the server can read (no loraRoot). Defaults to false. */
     allowAnyLoraPath?: boolean;
@@ -216,7 +218,8 @@ export async function servePolicy(policy: Policy, options: ServeOptions = {}): P
         return timingSafeEqual(createHash("sha256").update(given).digest(), keyBuf);  // (equal lengths: digests)
     };
     const ctx = (policy as { config?: { contextLength?: unknown } }).config?.contextLength;
-    const models = new ServedModels(policy, model, typeof ctx === "number" ? ctx : null, { loraRoot, maxLoras });
+    const models = new ServedModels(policy, model, typeof ctx === "number" ? ctx : null,
+        { loraRoot, maxLoras, ...(loraRoot !== null ? { loraRootAsGiven: resolve(options.loraRoot!) } : {}) });
     for (const [name, dir] of Object.entries(options.adapters ?? {})) {
         try { await models.load(name, dir, false, false); } catch (e) { await models.close(); throw new Error(`servePolicy: adapters.${name}: ${(e as Error).message}`); }
     }

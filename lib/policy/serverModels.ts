@@ -4,7 +4,7 @@
 // (load_inplace) loads the new weights under an internal name, switches the served name to them, and only then removes
 // the old ones, after the calls already queued on them: a request is answered wholly by the old or wholly by the new.
 import { realpath } from "node:fs/promises";
-import { isAbsolute, relative } from "node:path";
+import { isAbsolute, join, relative, resolve, sep } from "node:path";
 
 import { TemplateError } from "./template.js";
 import type { Policy } from "./types.js";
@@ -18,6 +18,15 @@ interface AdapterHost extends Policy {
 
 /** A model card as /v1/models lists it (vLLM's fields). */
 export interface ModelCard { id: string; object: "model"; created: number; owned_by: "maporl"; root: string; parent: string | null; max_model_len: number | null }
+
+// The files a PEFT adapter directory is read from (lora.ts): each must lie in the LoRA root too once links are resolved.
+const ADAPTER_FILES = ["adapter_config.json", "adapter_model.safetensors", "value_head.safetensors", "optimizer.safetensors", "maporl-adapter.json"];
+
+// Whether the absolute path `p` is `root` or lies below it (a name such as "..v2" below it does).
+const inside = (root: string, p: string): boolean => {
+    const rel = relative(root, p);
+    return rel === "" || (rel !== ".." && !rel.startsWith(`..${sep}`) && !isAbsolute(rel));
+};
 
 interface Served { policy: Policy; internal: string | null; path: string; created: number; dispose?: () => Promise<void> }
 
@@ -37,9 +46,11 @@ export class ServedModels {
     private counter = 0;
     // Load / unload of one name run one after another (vLLM takes a lock per name).
     private readonly locks = new Map<string, Promise<unknown>>();
+    // Loads under way that will take a slot of maxLoras (counted before they finish: two at once cannot both pass).
+    private loading = 0;
 
     constructor(readonly base: Policy, readonly baseName: string, private readonly maxModelLen: number | null,
-        private readonly limits: { loraRoot: string | null; maxLoras: number } = { loraRoot: null, maxLoras: 8 }) {
+        private readonly limits: { loraRoot: string | null; maxLoras: number; loraRootAsGiven?: string } = { loraRoot: null, maxLoras: 8 }) {
         this.models.set(baseName, { policy: base, internal: null, path: baseName, created: Math.floor(Date.now() / 1000) });
     }
 
@@ -79,27 +90,43 @@ export class ServedModels {
             const old = this.models.get(name);
             if (old && !inplace)
                 throw new HttpError(400, `The lora adapter '${name}' has already been loaded. If you want to load the adapter in place, set 'load_inplace' to True.`);
+            const dir = this.limits.loraRoot !== null && fromClient ? await this.inRoot(path, this.limits.loraRoot) : path;
             const loaded = [...this.models.values()].filter((m) => m.internal !== null).length;
-            if (!old && loaded >= this.limits.maxLoras)
-                throw new HttpError(400, `${loaded} LoRA adapters are loaded, the most this server holds (maxLoras ${this.limits.maxLoras}; maporl serve --max-loras): unload one first`);
-            if (this.limits.loraRoot !== null && fromClient) {
-                let real: string;
-                try { real = await realpath(path); } catch { throw new HttpError(400, `lora_path: ${path} does not exist`); }
-                const rel = relative(this.limits.loraRoot, real);
-                if (rel.startsWith("..") || isAbsolute(rel))
-                    throw new HttpError(400, `lora_path: ${path} is outside the directory adapters are loaded from (${this.limits.loraRoot}; maporl serve --lora-root)`);
-            }
+            if (!old && loaded + this.loading >= this.limits.maxLoras)
+                throw new HttpError(400, `${loaded} LoRA adapters are loaded${this.loading ? ` and ${this.loading} loading` : ""}, the most this server holds ` +
+                    `(maxLoras ${this.limits.maxLoras}; maporl serve --max-loras): unload one first`);
             const host = this.host(), internal = `${name}#${++this.counter}`;
             let policy;
+            if (!old) this.loading++;
             try {
-                policy = await host.loadAdapter(path, { name: internal });
+                policy = await host.loadAdapter(dir, { name: internal });
             } catch (e) {
                 throw new HttpError(400, `loading LoRA adapter '${name}' from ${path}: ${e instanceof Error ? e.message : String(e)}`);
+            } finally {
+                if (!old) this.loading--;
             }
             this.models.set(name, { policy, internal, path, created: Math.floor(Date.now() / 1000), dispose: () => policy.dispose() });
             if (old) await this.drop(old);
             return `Success: LoRA adapter '${name}' added successfully.`;
         });
+    }
+
+    // The directory a client's lora_path names (a relative one is taken from the root), links resolved, when it and the
+    // adapter files in it lie in `root`; a 400 naming the path and the root otherwise. A path outside the root as written
+    // is refused before the file system is asked, so that a client cannot learn what exists there.
+    private async inRoot(path: string, root: string): Promise<string> {
+        const outside = (p: string, how = "is") => new HttpError(400, `lora_path: ${p} ${how} outside the directory adapters are loaded from (${root}; maporl serve --lora-root)`);
+        const abs = resolve(root, path), given = this.limits.loraRootAsGiven;
+        if (!inside(root, abs) && !(given !== undefined && inside(given, abs))) throw outside(path);
+        let real: string;
+        try { real = await realpath(abs); } catch { throw new HttpError(400, `lora_path: ${path} does not exist`); }
+        if (!inside(root, real)) throw outside(path);
+        for (const f of ADAPTER_FILES) {
+            let r: string;
+            try { r = await realpath(join(real, f)); } catch { continue; }  // (absent: the loader names what is missing)
+            if (!inside(root, r)) throw outside(join(path, f), "links");
+        }
+        return real;
     }
 
     /** Removes adapter `name` (vLLM's unload_lora_adapter); its requests already queued are answered first. */
