@@ -9,6 +9,8 @@ export default defineConfig({
         fileParallelism: false,
         testTimeout: 60_000,
         // .ci/run sets MAPORL_VITEST_JSON to collect counts for its closing "N passed, N failed" line.
-        reporters: process.env.MAPORL_VITEST_JSON ? ["default", ["json", { outputFile: process.env.MAPORL_VITEST_JSON }]] : ["default"],
+        reporters: process.env.MAPORL_VITEST_JSON
+            ? ["default", ["json", { outputFile: process.env.MAPORL_VITEST_JSON }]]
+            : ["default"],
     },
 });

@@ -5,8 +5,7 @@
 /** Throws signal.reason if already aborted; else races `work` against the abort event. */
 export async function withSignal<T>(work: () => Promise<T>, signal: AbortSignal | undefined): Promise<T> {
     if (signal === undefined) return work();
-    if (!(signal instanceof AbortSignal))
-        throw new TypeError(`signal: expected an AbortSignal, got ${typeof signal}`);
+    if (!(signal instanceof AbortSignal)) throw new TypeError(`signal: expected an AbortSignal, got ${typeof signal}`);
     signal.throwIfAborted();
     const promise = work();
     let onAbort: (() => void) | undefined;
@@ -18,7 +17,7 @@ export async function withSignal<T>(work: () => Promise<T>, signal: AbortSignal 
         return await Promise.race([promise, aborted]);
     } finally {
         signal.removeEventListener("abort", onAbort!);
-        promise.catch(() => undefined);  // a late failure after an abort is not an unhandled rejection
+        promise.catch(() => undefined); // a late failure after an abort is not an unhandled rejection
     }
 }
 
@@ -26,8 +25,14 @@ export async function withSignal<T>(work: () => Promise<T>, signal: AbortSignal 
 export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
     return new Promise((resolve, reject) => {
         if (signal?.aborted) return reject(signal.reason);
-        const t = setTimeout(() => { signal?.removeEventListener("abort", stop); resolve(); }, ms);
-        const stop = () => { clearTimeout(t); reject(signal!.reason); };
+        const t = setTimeout(() => {
+            signal?.removeEventListener("abort", stop);
+            resolve();
+        }, ms);
+        const stop = () => {
+            clearTimeout(t);
+            reject(signal!.reason);
+        };
         signal?.addEventListener("abort", stop, { once: true });
     });
 }

@@ -81,7 +81,8 @@ const MATMUL_PRECISIONS: readonly MatmulPrecision[] = ["highest", "high"];
  */
 export function setMatmulPrecision(precision: MatmulPrecision): MatmulPrecision {
     const p = requireChoice("setMatmulPrecision", "precision", precision, MATMUL_PRECISIONS, "highest");
-    if (precision === undefined) throw new TypeError('setMatmulPrecision: precision: expected one of "highest", "high", got undefined');
+    if (precision === undefined)
+        throw new TypeError('setMatmulPrecision: precision: expected one of "highest", "high", got undefined');
     native.setMatmulPrecision(p);
     return native.backendInfo().matmulPrecision;
 }

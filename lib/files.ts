@@ -16,12 +16,22 @@ export function openRegular(path: string, what = "a file"): number {
         fd = openSync(path, constants.O_RDONLY | constants.O_NONBLOCK);
     } catch (e) {
         const code = (e as NodeJS.ErrnoException).code;
-        throw new Error(`${path}: ${code === "ENOENT" ? "missing" : `cannot be opened (${code ?? (e as Error).message})`} (${what})`);
+        throw new Error(
+            `${path}: ${code === "ENOENT" ? "missing" : `cannot be opened (${code ?? (e as Error).message})`} (${what})`,
+        );
     }
     const st = fstatSync(fd);
     if (!st.isFile()) {
         closeSync(fd);
-        const kind = st.isFIFO() ? "a FIFO" : st.isDirectory() ? "a directory" : st.isSocket() ? "a socket" : st.isCharacterDevice() || st.isBlockDevice() ? "a device" : "not a regular file";
+        const kind = st.isFIFO()
+            ? "a FIFO"
+            : st.isDirectory()
+              ? "a directory"
+              : st.isSocket()
+                ? "a socket"
+                : st.isCharacterDevice() || st.isBlockDevice()
+                  ? "a device"
+                  : "not a regular file";
         throw new Error(`${path}: ${kind}, expected a regular file (${what})`);
     }
     return fd;
@@ -55,7 +65,8 @@ export function readTextFile(path: string, what = "a text file", maxBytes = MAX_
 export function sha256File(path: string): string {
     const fd = openRegular(path);
     try {
-        const h = createHash("sha256"), buf = Buffer.allocUnsafe(16 << 20);
+        const h = createHash("sha256"),
+            buf = Buffer.allocUnsafe(16 << 20);
         for (let at = 0; ;) {
             const n = readSync(fd, buf, 0, buf.length, at);
             if (n === 0) break;

@@ -1,62 +1,193 @@
 // index.ts: the public API of maporl.
 export { MaporlError, type MaporlErrorCode } from "./errors.js";
 export {
-    backend, setMatmulPrecision, setSimd, setThreads, type BackendInfo, type DeviceInfo, type Device, type MatmulPrecision, type SimdLevel,
+    backend,
+    setMatmulPrecision,
+    setSimd,
+    setThreads,
+    type BackendInfo,
+    type DeviceInfo,
+    type Device,
+    type MatmulPrecision,
+    type SimdLevel,
 } from "./backend.js";
 export { outputPoolStats, setOutputPool, type OutputPoolStats } from "./alloc.js";
 export { gae, gaeAsync, type GaeBatch, type GaeOptions, type GaeAsyncOptions, type GaeResult } from "./rl/gae.js";
 export {
-    groupAdvantages, groupAdvantagesAsync, groupEstimators, type GroupBatch, type GroupAdvantageOptions,
-    type GroupAdvantageAsyncOptions, type GroupConvention, type GroupEstimator, type GroupKernelParams, type MagrpoBaseline,
-    type MultiObjectiveAggregation, type ScaleRewards,
+    groupAdvantages,
+    groupAdvantagesAsync,
+    groupEstimators,
+    type GroupBatch,
+    type GroupAdvantageOptions,
+    type GroupAdvantageAsyncOptions,
+    type GroupConvention,
+    type GroupEstimator,
+    type GroupKernelParams,
+    type MagrpoBaseline,
+    type MultiObjectiveAggregation,
+    type ScaleRewards,
 } from "./rl/groupAdvantages.js";
 export { createRegistry, type Registry } from "./rl/registry.js";
 export {
-    reinforceReturns, reinforceReturnsAsync, type ReturnsBatch, type ReturnsOptions, type ReturnsResult,
+    reinforceReturns,
+    reinforceReturnsAsync,
+    type ReturnsBatch,
+    type ReturnsOptions,
+    type ReturnsResult,
 } from "./rl/reinforceReturns.js";
 export {
-    influenceRewards, influenceRewardsAsync, collaborationBonus, collaborationBonusAsync, type InfluenceOptions, type InfluenceRule, type InfluenceScope,
-    type BonusCoefficients, type BonusOptions,
+    influenceRewards,
+    influenceRewardsAsync,
+    collaborationBonus,
+    collaborationBonusAsync,
+    type InfluenceOptions,
+    type InfluenceRule,
+    type InfluenceScope,
+    type BonusCoefficients,
+    type BonusOptions,
 } from "./rl/influence.js";
 export { tdAdvantages, tdAdvantagesAsync, type TdBatch, type TdOptions, type TdResult } from "./rl/td.js";
 export { treeReturns, treeReturnsAsync, type TreeBatch, type TreeOptions, type TreeResult } from "./rl/tree.js";
 export {
-    policyLoss, policyLossAsync, valueLoss, valueLossAsync, type PolicyLossBatch, type PolicyLossOptions, type PolicyLossResult,
-    type PolicyLossStats, type PolicyLossType, type KlEstimator, type LossAggregation, type LossOptions, type ValueLossBatch,
-    type ValueLossOptions, type ValueLossResult,
+    policyLoss,
+    policyLossAsync,
+    valueLoss,
+    valueLossAsync,
+    type PolicyLossBatch,
+    type PolicyLossOptions,
+    type PolicyLossResult,
+    type PolicyLossStats,
+    type PolicyLossType,
+    type KlEstimator,
+    type LossAggregation,
+    type LossOptions,
+    type ValueLossBatch,
+    type ValueLossOptions,
+    type ValueLossResult,
 } from "./rl/policyLoss.js";
 export {
-    logprobs, logprobsAsync, fusedPolicyLoss, fusedPolicyLossAsync, type LogprobsBatch, type LogprobsOptions, type LogprobsResult,
-    type FusedBatch, type FusedOptions, type FusedResult, type LogitsShape, type LogitsDtype,
+    logprobs,
+    logprobsAsync,
+    fusedPolicyLoss,
+    fusedPolicyLossAsync,
+    type LogprobsBatch,
+    type LogprobsOptions,
+    type LogprobsResult,
+    type FusedBatch,
+    type FusedOptions,
+    type FusedResult,
+    type LogitsShape,
+    type LogitsDtype,
 } from "./rl/logits.js";
 export {
-    sample, sampleAsync, logprobsOfTokens, logprobsOfTokensAsync, type SampleBatch, type SampleOptions, type SampleResult,
-    type TokensBatch, type LogprobsOfTokensResult, type FilterOrder,
+    sample,
+    sampleAsync,
+    logprobsOfTokens,
+    logprobsOfTokensAsync,
+    type SampleBatch,
+    type SampleOptions,
+    type SampleResult,
+    type TokensBatch,
+    type LogprobsOfTokensResult,
+    type FilterOrder,
 } from "./rl/sampling.js";
 export {
-    extractFinalNumber, extractLabel, lastBoxed, parseNumber, sameNumber, type ExtractedNumber,
+    extractFinalNumber,
+    extractLabel,
+    lastBoxed,
+    parseNumber,
+    sameNumber,
+    type ExtractedNumber,
 } from "./rewards/extract.js";
 export {
-    gsm8kVerifier, labelVerifier, exactVerifier, regexVerifier, fnVerifier, HttpVerifier, scoreAll, type Verifier,
-    type VerifyItem, type Verdict, type HttpVerifierOptions, type ScoreOutcome,
+    gsm8kVerifier,
+    labelVerifier,
+    exactVerifier,
+    regexVerifier,
+    fnVerifier,
+    HttpVerifier,
+    scoreAll,
+    type Verifier,
+    type VerifyItem,
+    type Verdict,
+    type HttpVerifierOptions,
+    type ScoreOutcome,
 } from "./rewards/verifiers.js";
 export { readGsm8k, readAnli, type Gsm8kRecord, type AnliRecord } from "./debate/datasets.js";
 export {
-    debateMetrics, majorityCredit, answerKey, type DebateMetrics, type EpisodeRecord, type AnswerRecord, type Transitions,
+    debateMetrics,
+    majorityCredit,
+    answerKey,
+    type DebateMetrics,
+    type EpisodeRecord,
+    type AnswerRecord,
+    type Transitions,
 } from "./debate/metrics.js";
-export { type Policy, type SettledGeneration, type ChatMessage, type GenerateRequest, type Generation, type SamplingOptions, type TokenCallback } from "./policy/types.js";
+export {
+    type Policy,
+    type SettledGeneration,
+    type ChatMessage,
+    type GenerateRequest,
+    type Generation,
+    type SamplingOptions,
+    type TokenCallback,
+} from "./policy/types.js";
 export { OpenAICompatiblePolicy, type OpenAICompatibleOptions } from "./policy/openai.js";
 export { type Dialect } from "./policy/openaiDialect.js";
 export { FleetPolicy, type FleetOptions, type AdapterVersion } from "./policy/fleet.js";
 export { type EndpointStats } from "./policy/fleetEndpoint.js";
-export { exportBatch, readBatch, type ExportOptions, type BatchInfo, type BatchRow, type ManifestRow, type PerAnswer } from "./export/batch.js";
+export {
+    exportBatch,
+    readBatch,
+    type ExportOptions,
+    type BatchInfo,
+    type BatchRow,
+    type ManifestRow,
+    type PerAnswer,
+} from "./export/batch.js";
 export { generateSettled, type EpisodeErrorPolicy } from "./policy/settle.js";
-export { Debate, DebateError, topologyMatrix, type DebateOptions, type DebateItem, type Topology } from "./debate/debate.js";
-export { defaultPrompts, feedbackBin, type DebatePrompts, type DebateTask, type FollowUpContext, type QuestionContext, type PeerAnswer } from "./debate/prompts.js";
-export { transcriptToJSON, transcriptFromJSON, transcriptScores, type Transcript, type TurnEntry } from "./debate/transcript.js";
+export {
+    Debate,
+    DebateError,
+    topologyMatrix,
+    type DebateOptions,
+    type DebateItem,
+    type Topology,
+} from "./debate/debate.js";
+export {
+    defaultPrompts,
+    feedbackBin,
+    type DebatePrompts,
+    type DebateTask,
+    type FollowUpContext,
+    type QuestionContext,
+    type PeerAnswer,
+} from "./debate/prompts.js";
+export {
+    transcriptToJSON,
+    transcriptFromJSON,
+    transcriptScores,
+    type Transcript,
+    type TurnEntry,
+} from "./debate/transcript.js";
 export { JsonlTracer, otelTracer, teeTracer, type Span, type Tracer } from "./debate/trace.js";
-export { JointRollout, JointRolloutError, type JointRolloutOptions, type JointTree, type JointAction, type TransitionInput } from "./debate/jointRollout.js";
-export { NativePolicy, type NativePolicyConfig, type LoadOptions, type SaveOptions, type TrainBatch, type TrainOptions, type TrainResult } from "./policy/nativePolicy.js";
+export {
+    JointRollout,
+    JointRolloutError,
+    type JointRolloutOptions,
+    type JointTree,
+    type JointAction,
+    type TransitionInput,
+} from "./debate/jointRollout.js";
+export {
+    NativePolicy,
+    type NativePolicyConfig,
+    type LoadOptions,
+    type SaveOptions,
+    type TrainBatch,
+    type TrainOptions,
+    type TrainResult,
+} from "./policy/nativePolicy.js";
 export { HfTokenizer, IdsOnlyTokenizer, type HfTokenizerOptions } from "./policy/hfTokenizer.js";
 export { DEFAULT_TEMPLATE_LIMITS, renderTemplate, TemplateError, type TemplateLimits } from "./policy/template.js";
 export { HF_MODEL_TYPES, type HfModelType } from "./policy/hf.js";
@@ -66,7 +197,15 @@ export { readSafetensors, writeSafetensors, type TensorEntry } from "./policy/sa
 export { splitSumTask, arithDebateTask, type Task, type TaskItem, type ToolPrevious } from "./train/tasks.js";
 export { lookupTask } from "./train/lookup.js";
 export { gsm8kTask } from "./train/gsm8k.js";
-export { toyGame, observation1, observation2, toyPayoffGrid, type ToyOptions, type ToyPayoffs, type ToyResult } from "./train/toy.js";
+export {
+    toyGame,
+    observation1,
+    observation2,
+    toyPayoffGrid,
+    type ToyOptions,
+    type ToyPayoffs,
+    type ToyResult,
+} from "./train/toy.js";
 export { servePolicy, type ServeOptions, type RunningServer } from "./policy/server.js";
 export { trainJob, formatSummary, type JobProgress, type TrainJobOptions, type TrainSummary } from "./train/job.js";
 export { type StageTiming } from "./train/clock.js";
@@ -74,10 +213,26 @@ export { resolveConfig, DEFAULT_CONFIG, type TrainConfig, type Algo, type Schedu
 export { evaluateTeam, type EvalResult } from "./train/evaluate.js";
 export { compactDebate } from "./train/compactDebate.js";
 export { rolloutTeam, turnPrompt, type RolloutOptions, type TeamRollout, type RolloutEntry } from "./train/rollout.js";
-export { Workflow, type WorkflowSpec, type WorkflowRole, type WorkflowTurn, type WorkflowState, type WorkflowEpisode } from "./env/workflow.js";
+export {
+    Workflow,
+    type WorkflowSpec,
+    type WorkflowRole,
+    type WorkflowTurn,
+    type WorkflowState,
+    type WorkflowEpisode,
+} from "./env/workflow.js";
 export { SharedArtifact, type ArtifactVersion } from "./env/artifact.js";
 export { trainWorkflow, type WorkflowTrainOptions, type WorkflowTrainResult } from "./env/workflowTrain.js";
 export { runToolCall, toolSpec, callKey, type Tool, type ToolContext, type ToolResult } from "./env/tools.js";
 export { LoopDetector, type LoopEvent, type LoopOptions } from "./env/loops.js";
-export { codeReviewSpec, codeReviewWorkflow, runCodeTests, runTestsTool, networkIsolationAvailable, type CodeTask, type CodeReviewOptions, type TestRun } from "./env/codeReview.js";
+export {
+    codeReviewSpec,
+    codeReviewWorkflow,
+    runCodeTests,
+    runTestsTool,
+    networkIsolationAvailable,
+    type CodeTask,
+    type CodeReviewOptions,
+    type TestRun,
+} from "./env/codeReview.js";
 export type { ToolCall, ToolSpec } from "./policy/types.js";

@@ -40,24 +40,86 @@ export interface NativeLossParams {
 }
 
 export interface NativeLossStats {
-    loss: number; pgLoss: number; klLoss: number; entropyLoss: number; clipFrac: number; clipFracLower: number;
-    approxKl: number; klMean: number; entropyMean: number; ratioMean: number; ratioMax: number; tokens: number;
+    loss: number;
+    pgLoss: number;
+    klLoss: number;
+    entropyLoss: number;
+    clipFrac: number;
+    clipFracLower: number;
+    approxKl: number;
+    klMean: number;
+    entropyMean: number;
+    ratioMean: number;
+    ratioMax: number;
+    tokens: number;
     sequences: number;
 }
 
-export interface NativeValueStats { loss: number; clipFrac: number; valueMean: number; tokens: number }
+export interface NativeValueStats {
+    loss: number;
+    clipFrac: number;
+    valueMean: number;
+    tokens: number;
+}
 
 type F32 = Float32Array;
-type PolicyLossArgs = [logp: F32, oldLogp: F32 | null, advantages: F32, advPerSeq: boolean, mask: MaskArray,
-    refLogp: F32 | null, entropy: F32 | null, B: number, T: number, params: NativeLossParams, device: 0 | 1,
-    gradLogp: F32 | null, gradEntropy: F32 | null];
-type ValueLossArgs = [values: F32, oldValues: F32 | null, returns: F32, mask: MaskArray, B: number, T: number, clip: number,
-    agg: number, normalizer: number, device: 0 | 1, gradValues: F32 | null];
-type LogprobsArgs = [logits: F32 | Uint16Array, targets: Int32Array, N: number, V: number, temperature: number, device: 0 | 1, logp: F32,
-    entropy: F32 | null];
-type FusedArgs = [logits: F32 | Uint16Array, targets: Int32Array, oldLogp: F32 | null, advantages: F32, advPerSeq: boolean, mask: MaskArray,
-    refLogp: F32 | null, B: number, T: number, V: number, temperature: number, params: NativeLossParams, device: 0 | 1,
-    gradLogits: F32, logp: F32 | null, entropy: F32 | null, gradLogp: F32 | null];
+type PolicyLossArgs = [
+    logp: F32,
+    oldLogp: F32 | null,
+    advantages: F32,
+    advPerSeq: boolean,
+    mask: MaskArray,
+    refLogp: F32 | null,
+    entropy: F32 | null,
+    B: number,
+    T: number,
+    params: NativeLossParams,
+    device: 0 | 1,
+    gradLogp: F32 | null,
+    gradEntropy: F32 | null,
+];
+type ValueLossArgs = [
+    values: F32,
+    oldValues: F32 | null,
+    returns: F32,
+    mask: MaskArray,
+    B: number,
+    T: number,
+    clip: number,
+    agg: number,
+    normalizer: number,
+    device: 0 | 1,
+    gradValues: F32 | null,
+];
+type LogprobsArgs = [
+    logits: F32 | Uint16Array,
+    targets: Int32Array,
+    N: number,
+    V: number,
+    temperature: number,
+    device: 0 | 1,
+    logp: F32,
+    entropy: F32 | null,
+];
+type FusedArgs = [
+    logits: F32 | Uint16Array,
+    targets: Int32Array,
+    oldLogp: F32 | null,
+    advantages: F32,
+    advPerSeq: boolean,
+    mask: MaskArray,
+    refLogp: F32 | null,
+    B: number,
+    T: number,
+    V: number,
+    temperature: number,
+    params: NativeLossParams,
+    device: 0 | 1,
+    gradLogits: F32,
+    logp: F32 | null,
+    entropy: F32 | null,
+    gradLogp: F32 | null,
+];
 
 /** Sampling parameters as bindings/sampling/sampling.cpp reads them: scalars or per-row typed arrays. */
 export interface NativeSampleParams {
@@ -69,25 +131,72 @@ export interface NativeSampleParams {
     position: bigint | BigInt64Array;
     filterOrder: 0 | 1;
 }
-type SampleArgs = [logits: F32, B: number, V: number, params: NativeSampleParams, device: 0 | 1, tokens: Int32Array,
-    logprobs: F32 | null, rawLogprobs: F32 | null, valid: Uint8Array | null];
-type SampleLogprobsArgs = [logits: F32, B: number, V: number, params: NativeSampleParams, device: 0 | 1, tokens: Int32Array,
-    logprobs: F32, rawLogprobs: F32 | null];
+type SampleArgs = [
+    logits: F32,
+    B: number,
+    V: number,
+    params: NativeSampleParams,
+    device: 0 | 1,
+    tokens: Int32Array,
+    logprobs: F32 | null,
+    rawLogprobs: F32 | null,
+    valid: Uint8Array | null,
+];
+type SampleLogprobsArgs = [
+    logits: F32,
+    B: number,
+    V: number,
+    params: NativeSampleParams,
+    device: 0 | 1,
+    tokens: Int32Array,
+    logprobs: F32,
+    rawLogprobs: F32 | null,
+];
 
 /** An embedded-GPT model handle (bindings/model/gpt.cpp). */
 export type GptHandle = { readonly __gpt: unique symbol };
 /** A LoRA adapter's config (maporl_lora_config): targets are MAPORL_LORA_* bits (q_proj 1 ... down_proj 64). */
-export interface NativeLoraConfig { rank: number; alpha: number; targets: number; dropout: number; useRslora: boolean }
+export interface NativeLoraConfig {
+    rank: number;
+    alpha: number;
+    targets: number;
+    dropout: number;
+    useRslora: boolean;
+}
 
 /** The Llama family's engine config (bindings/model/gpt.cpp's llamaCreate; lib/policy/hf.ts builds it from config.json). */
 export interface NativeLlamaConfig {
-    vocab: number; context: number; layers: number; dModel: number; heads: number; kvHeads: number; headDim: number; intermediate: number;
-    rmsEps: number; ropeTheta: number; ropeScaling: 0 | 1 | 2; ropeFactor: number; ropeLowFreqFactor: number; ropeHighFreqFactor: number;
-    ropeOriginalMaxPosition: number; qkvBias: boolean; oBias: boolean; qkNorm: boolean; tieEmbeddings: boolean;
+    vocab: number;
+    context: number;
+    layers: number;
+    dModel: number;
+    heads: number;
+    kvHeads: number;
+    headDim: number;
+    intermediate: number;
+    rmsEps: number;
+    ropeTheta: number;
+    ropeScaling: 0 | 1 | 2;
+    ropeFactor: number;
+    ropeLowFreqFactor: number;
+    ropeHighFreqFactor: number;
+    ropeOriginalMaxPosition: number;
+    qkvBias: boolean;
+    oBias: boolean;
+    qkNorm: boolean;
+    tieEmbeddings: boolean;
     /** The matrices stored as bfloat16 and frozen (LoRA adapters on them train). */
     bf16?: boolean;
 }
-export interface NativeGptConfig { vocab: number; context: number; layers: number; heads: number; dModel: number; mlpRatio: number; tieEmbeddings: boolean }
+export interface NativeGptConfig {
+    vocab: number;
+    context: number;
+    layers: number;
+    heads: number;
+    dModel: number;
+    mlpRatio: number;
+    tieEmbeddings: boolean;
+}
 
 /** The addon's functions (bindings/*.cpp). Device: 0 = CPU, 1 = CUDA. */
 export interface NativeBinding {
@@ -105,19 +214,72 @@ export interface NativeBinding {
     outputPoolStats(): import("./alloc.js").OutputPoolStats;
     setOutputPool(limitBytes: number): import("./alloc.js").OutputPoolStats;
     setErrorClass(ctor: typeof MaporlError): void;
-    gae(rewards: Float32Array, values: Float32Array, mask: MaskArray, B: number, T: number, gamma: number,
-        lambda: number, whiten: boolean, device: 0 | 1, advantages: Float32Array, returns: Float32Array): void;
-    groupAdvantages(scores: Float32Array, groups: Int32Array, weights: Float32Array | null, N: number,
-        baseline: 0 | 1 | 2 | 3, scaleByStd: boolean, stdUnbiased: boolean, eps: number, singletonZero: boolean,
-        nanExclude: boolean, whiten: 0 | 1 | 2, device: 0 | 1, out: Float32Array): void;
-    groupAdvantagesAsync(scores: Float32Array, groups: Int32Array, weights: Float32Array | null, N: number,
-        baseline: 0 | 1 | 2 | 3, scaleByStd: boolean, stdUnbiased: boolean, eps: number, singletonZero: boolean,
-        nanExclude: boolean, whiten: 0 | 1 | 2, device: 0 | 1, out: Float32Array): Promise<void>;
+    gae(
+        rewards: Float32Array,
+        values: Float32Array,
+        mask: MaskArray,
+        B: number,
+        T: number,
+        gamma: number,
+        lambda: number,
+        whiten: boolean,
+        device: 0 | 1,
+        advantages: Float32Array,
+        returns: Float32Array,
+    ): void;
+    groupAdvantages(
+        scores: Float32Array,
+        groups: Int32Array,
+        weights: Float32Array | null,
+        N: number,
+        baseline: 0 | 1 | 2 | 3,
+        scaleByStd: boolean,
+        stdUnbiased: boolean,
+        eps: number,
+        singletonZero: boolean,
+        nanExclude: boolean,
+        whiten: 0 | 1 | 2,
+        device: 0 | 1,
+        out: Float32Array,
+    ): void;
+    groupAdvantagesAsync(
+        scores: Float32Array,
+        groups: Int32Array,
+        weights: Float32Array | null,
+        N: number,
+        baseline: 0 | 1 | 2 | 3,
+        scaleByStd: boolean,
+        stdUnbiased: boolean,
+        eps: number,
+        singletonZero: boolean,
+        nanExclude: boolean,
+        whiten: 0 | 1 | 2,
+        device: 0 | 1,
+        out: Float32Array,
+    ): Promise<void>;
     broadcastRows(values: Float32Array, mask: MaskArray, N: number, T: number, device: 0 | 1, out: Float32Array): void;
-    reinforceReturns(rewards: Float32Array, mask: MaskArray, B: number, T: number, gamma: number, whiten: boolean,
-        device: 0 | 1, returns: Float32Array, advantages: Float32Array): void;
-    reinforceReturnsAsync(rewards: Float32Array, mask: MaskArray, B: number, T: number, gamma: number, whiten: boolean,
-        device: 0 | 1, returns: Float32Array, advantages: Float32Array): Promise<void>;
+    reinforceReturns(
+        rewards: Float32Array,
+        mask: MaskArray,
+        B: number,
+        T: number,
+        gamma: number,
+        whiten: boolean,
+        device: 0 | 1,
+        returns: Float32Array,
+        advantages: Float32Array,
+    ): void;
+    reinforceReturnsAsync(
+        rewards: Float32Array,
+        mask: MaskArray,
+        B: number,
+        T: number,
+        gamma: number,
+        whiten: boolean,
+        device: 0 | 1,
+        returns: Float32Array,
+        advantages: Float32Array,
+    ): Promise<void>;
     policyLoss(...args: PolicyLossArgs): NativeLossStats;
     policyLossAsync(...args: PolicyLossArgs): Promise<NativeLossStats>;
     valueLoss(...args: ValueLossArgs): NativeValueStats;
@@ -135,12 +297,37 @@ export interface NativeBinding {
     /** seed null: every parameter 0 (a loader writes them). */
     llamaCreate(config: NativeLlamaConfig, seed: number | null): GptHandle;
     gptSetTensor(h: GptHandle, index: number, dtype: 0 | 1 | 2, data: Uint8Array): void;
-    gptScore(h: GptHandle, tokens: Int32Array, targets: Int32Array, B: number, T: number, temperature: number, chunk: number, logp: F32,
-        entropy: F32 | null, values: F32 | null): void;
-    gptScoreAsync(h: GptHandle, tokens: Int32Array, targets: Int32Array, B: number, T: number, temperature: number, chunk: number, logp: F32,
-        entropy: F32 | null, values: F32 | null): Promise<void>;
+    gptScore(
+        h: GptHandle,
+        tokens: Int32Array,
+        targets: Int32Array,
+        B: number,
+        T: number,
+        temperature: number,
+        chunk: number,
+        logp: F32,
+        entropy: F32 | null,
+        values: F32 | null,
+    ): void;
+    gptScoreAsync(
+        h: GptHandle,
+        tokens: Int32Array,
+        targets: Int32Array,
+        B: number,
+        T: number,
+        temperature: number,
+        chunk: number,
+        logp: F32,
+        entropy: F32 | null,
+        values: F32 | null,
+    ): Promise<void>;
     gptScoreBackward(h: GptHandle, gradLogp: F32 | null, gradEntropy: F32 | null, dvalues: F32 | null): void;
-    gptScoreBackwardAsync(h: GptHandle, gradLogp: F32 | null, gradEntropy: F32 | null, dvalues: F32 | null): Promise<void>;
+    gptScoreBackwardAsync(
+        h: GptHandle,
+        gradLogp: F32 | null,
+        gradEntropy: F32 | null,
+        dvalues: F32 | null,
+    ): Promise<void>;
     /** LoRA adapters (bindings/model/lora.cpp): while one is selected, the parameter calls (gptTensors, gptParamCount,
      * gptGet / gptSet, gptSetTensor, steps) address its parameters and every forward runs base + adapter. */
     loraAdd(h: GptHandle, config: NativeLoraConfig, seed: number): number;
@@ -159,12 +346,35 @@ export interface NativeBinding {
     gptGetStep(h: GptHandle): number;
     gptSetStep(h: GptHandle, step: number): void;
     gptForward(h: GptHandle, tokens: Int32Array, B: number, T: number, logits: F32 | null, values: F32 | null): void;
-    gptForwardAsync(h: GptHandle, tokens: Int32Array, B: number, T: number, logits: F32 | null, values: F32 | null): Promise<void>;
+    gptForwardAsync(
+        h: GptHandle,
+        tokens: Int32Array,
+        B: number,
+        T: number,
+        logits: F32 | null,
+        values: F32 | null,
+    ): Promise<void>;
     gptBackward(h: GptHandle, dlogits: F32 | null, dvalues: F32 | null): void;
     gptBackwardAsync(h: GptHandle, dlogits: F32 | null, dvalues: F32 | null): Promise<void>;
     gptZeroGrad(h: GptHandle): void;
-    gptStep(h: GptHandle, lr: number, beta1: number, beta2: number, eps: number, weightDecay: number, maxGradNorm: number): number;
-    gptStepAsync(h: GptHandle, lr: number, beta1: number, beta2: number, eps: number, weightDecay: number, maxGradNorm: number): Promise<number>;
+    gptStep(
+        h: GptHandle,
+        lr: number,
+        beta1: number,
+        beta2: number,
+        eps: number,
+        weightDecay: number,
+        maxGradNorm: number,
+    ): number;
+    gptStepAsync(
+        h: GptHandle,
+        lr: number,
+        beta1: number,
+        beta2: number,
+        eps: number,
+        weightDecay: number,
+        maxGradNorm: number,
+    ): Promise<number>;
     gptCacheReset(h: GptHandle, batch: number, maxLen: number): void;
     /** Frees the KV cache's memory (gptCacheReset again before decoding). */
     gptCacheRelease(h: GptHandle): void;
@@ -173,18 +383,40 @@ export interface NativeBinding {
     /** The live KV cache's rows and positions (0, 0 when none). */
     gptCacheInfo(h: GptHandle): { batch: number; maxLen: number };
     gptDecode(h: GptHandle, tokens: Int32Array, pos: number, logits: F32 | null, values: F32 | null): void;
-    gptDecodeAsync(h: GptHandle, tokens: Int32Array, pos: number, logits: F32 | null, values: F32 | null): Promise<void>;
+    gptDecodeAsync(
+        h: GptHandle,
+        tokens: Int32Array,
+        pos: number,
+        logits: F32 | null,
+        values: F32 | null,
+    ): Promise<void>;
     /** Llama family: fills cache row b at positions 0 .. lens[b] - 1 from tokens [batch, P] through the GEMM. */
     gptPrefillAsync(h: GptHandle, tokens: Int32Array, lens: Int32Array, P: number): Promise<void>;
     /** Llama family: one decode step with row b at position pos[b]. */
-    gptDecodeRowsAsync(h: GptHandle, tokens: Int32Array, pos: Int32Array, logits: F32 | null, values: F32 | null): Promise<void>;
+    gptDecodeRowsAsync(
+        h: GptHandle,
+        tokens: Int32Array,
+        pos: Int32Array,
+        logits: F32 | null,
+        values: F32 | null,
+    ): Promise<void>;
     /** 0 = CPU, 1 = CUDA (MaporlError MAPORL_ERR_NO_DEVICE without a GPU; the model then stays on the CPU). */
     /** 2: a Llama-family model onto the CPU emulation of its CUDA model (tests of the device path without a GPU). */
     gptSetDevice(h: GptHandle, device: 0 | 1 | 2): void;
     gptGetDevice(h: GptHandle): 0 | 1;
-    gaeAsync(rewards: Float32Array, values: Float32Array, mask: MaskArray, B: number, T: number, gamma: number,
-        lambda: number, whiten: boolean, device: 0 | 1, advantages: Float32Array,
-        returns: Float32Array): Promise<void>;
+    gaeAsync(
+        rewards: Float32Array,
+        values: Float32Array,
+        mask: MaskArray,
+        B: number,
+        T: number,
+        gamma: number,
+        lambda: number,
+        whiten: boolean,
+        device: 0 | 1,
+        advantages: Float32Array,
+        returns: Float32Array,
+    ): Promise<void>;
 }
 
 const require = createRequire(import.meta.url);
@@ -196,7 +428,8 @@ function load(): NativeBinding {
         const reason = e instanceof Error ? e.message : String(e);
         throw new Error(
             `maporl: the native addon could not be loaded (${reason}). ` +
-            "Build it with `npm rebuild maporl` (CPU) or `MAPORL_CUDA=1 npm rebuild maporl` (CUDA).");
+                "Build it with `npm rebuild maporl` (CPU) or `MAPORL_CUDA=1 npm rebuild maporl` (CUDA).",
+        );
     }
 }
 

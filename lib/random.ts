@@ -4,7 +4,7 @@
 /** A linear congruential generator (Numerical Recipes constants): uniform in [0, 1). */
 export function lcg(seed: number): () => number {
     let s = seed >>> 0;
-    return () => ((s = (s * 1664525 + 1013904223) >>> 0) / 4294967296);
+    return () => (s = (s * 1664525 + 1013904223) >>> 0) / 4294967296;
 }
 
 /** mulberry32: a better-mixed 32-bit generator, uniform in [0, 1). */

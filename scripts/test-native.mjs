@@ -22,11 +22,28 @@ function run(cmd, args, opts = {}) {
 }
 
 const generator = spawnSync("ninja", ["--version"]).status === 0 ? ["-G", "Ninja"] : [];
-if (run("cmake", ["-S", root, "-B", buildDir, ...generator, "-DCMAKE_BUILD_TYPE=Release", `-DMAPORL_CUDA=${cuda && !sanitize ? "ON" : "OFF"}`, `-DMAPORL_SANITIZE=${sanitize ? "ON" : "OFF"}`],
-    { stdio: ["ignore", "ignore", "inherit"] }) !== 0) process.exit(1);
-if (run("cmake", ["--build", buildDir, "--parallel"], { stdio: ["ignore", "ignore", "inherit"] }) !== 0) process.exit(1);
+if (
+    run(
+        "cmake",
+        [
+            "-S",
+            root,
+            "-B",
+            buildDir,
+            ...generator,
+            "-DCMAKE_BUILD_TYPE=Release",
+            `-DMAPORL_CUDA=${cuda && !sanitize ? "ON" : "OFF"}`,
+            `-DMAPORL_SANITIZE=${sanitize ? "ON" : "OFF"}`,
+        ],
+        { stdio: ["ignore", "ignore", "inherit"] },
+    ) !== 0
+)
+    process.exit(1);
+if (run("cmake", ["--build", buildDir, "--parallel"], { stdio: ["ignore", "ignore", "inherit"] }) !== 0)
+    process.exit(1);
 
-let passed = 0, failed = 0;
+let passed = 0,
+    failed = 0;
 const tests = readdirSync(buildDir).filter((f) => f.startsWith("test_") && !f.includes("."));
 for (const t of tests.sort()) {
     // A hang fails the binary (killed after 10 minutes) instead of wedging the suite.
@@ -39,10 +56,14 @@ for (const t of tests.sort()) {
         failed += Number(m[2]);
     }
     if (!m || r.status !== 0) {
-        if (!m) failed += 1;  // crashed before its summary: count the binary as one failure
-        console.error(`${t}: exit ${r.status ?? r.signal}${r.error?.code === "ETIMEDOUT" ? " (timed out after 600 s: a hang)" : ""}`);
+        if (!m) failed += 1; // crashed before its summary: count the binary as one failure
+        console.error(
+            `${t}: exit ${r.status ?? r.signal}${r.error?.code === "ETIMEDOUT" ? " (timed out after 600 s: a hang)" : ""}`,
+        );
     }
 }
 writeFileSync(join(buildDir, "summary.json"), JSON.stringify({ passed, failed }) + "\n");
-console.log(`native tests${sanitize ? " (ASan + UBSan build)" : cuda ? " (CUDA build)" : ""}: ${passed} passed, ${failed} failed`);
+console.log(
+    `native tests${sanitize ? " (ASan + UBSan build)" : cuda ? " (CUDA build)" : ""}: ${passed} passed, ${failed} failed`,
+);
 process.exit(failed === 0 ? 0 : 1);

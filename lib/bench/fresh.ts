@@ -23,28 +23,46 @@ import { reinforceBatch } from "./reinforceReturns.js";
  * lib/bench/index.ts). */
 const CALLS: Record<string, () => { call: () => unknown; reused: () => unknown }> = {
     gae: () => {
-        const batch = gaeBatch(), n = batch.rewards.length, opts = { gamma: 1, lambda: 0.95, whiten: true, device: "cpu" as const };
+        const batch = gaeBatch(),
+            n = batch.rewards.length,
+            opts = { gamma: 1, lambda: 0.95, whiten: true, device: "cpu" as const };
         const out = { advantages: new Float32Array(n), returns: new Float32Array(n) };
         return { call: () => gae(batch, opts), reused: () => gae(batch, { ...opts, out }) };
     },
     reinforceReturns: () => {
-        const batch = reinforceBatch(), n = batch.rewards.length, opts = { gamma: 1, whiten: true, device: "cpu" as const };
+        const batch = reinforceBatch(),
+            n = batch.rewards.length,
+            opts = { gamma: 1, whiten: true, device: "cpu" as const };
         const out = { returns: new Float32Array(n), advantages: new Float32Array(n) };
         return { call: () => reinforceReturns(batch, opts), reused: () => reinforceReturns(batch, { ...opts, out }) };
     },
     groupAdvantages: () => {
-        const batch = grpoBatch(1 << 20, 16, "adjacent"), out = new Float32Array(1 << 20);
-        return { call: () => groupAdvantages(batch, { device: "cpu" }), reused: () => groupAdvantages(batch, { device: "cpu", out }) };
+        const batch = grpoBatch(1 << 20, 16, "adjacent"),
+            out = new Float32Array(1 << 20);
+        return {
+            call: () => groupAdvantages(batch, { device: "cpu" }),
+            reused: () => groupAdvantages(batch, { device: "cpu", out }),
+        };
     },
     policyLoss: () => {
-        const batch = policyLossBatch(), opts = { kl: { coef: 0.001, estimator: "k3" as const }, device: "cpu" as const };
+        const batch = policyLossBatch(),
+            opts = { kl: { coef: 0.001, estimator: "k3" as const }, device: "cpu" as const };
         const out = { gradLogp: new Float32Array(batch.logp.length) };
         return { call: () => policyLoss(batch, opts), reused: () => policyLoss(batch, { ...opts, out }) };
     },
     fusedPolicyLoss: () => {
-        const batch = fusedBatch(), [N, V] = batch.shape;
-        const out = { gradLogits: new Float32Array(N * V), logp: new Float32Array(N), entropy: new Float32Array(N), gradLogp: new Float32Array(N) };
-        return { call: () => fusedPolicyLoss(batch, { device: "cpu" }), reused: () => fusedPolicyLoss(batch, { device: "cpu", out }) };
+        const batch = fusedBatch(),
+            [N, V] = batch.shape;
+        const out = {
+            gradLogits: new Float32Array(N * V),
+            logp: new Float32Array(N),
+            entropy: new Float32Array(N),
+            gradLogp: new Float32Array(N),
+        };
+        return {
+            call: () => fusedPolicyLoss(batch, { device: "cpu" }),
+            reused: () => fusedPolicyLoss(batch, { device: "cpu", out }),
+        };
     },
 };
 
@@ -59,19 +77,24 @@ export interface FreshTiming {
 
 /** Times `kernel`'s calls in a fresh process; `{ error }` (the child's last words) when it failed. */
 export function timeFreshProcess(kernel: string, reps: number, threads: number): FreshTiming | { error: string } {
-    const r = spawnSync(process.execPath, [fileURLToPath(import.meta.url), kernel, String(reps), String(threads)],
-        { encoding: "utf8", timeout: 600_000 });
+    const r = spawnSync(process.execPath, [fileURLToPath(import.meta.url), kernel, String(reps), String(threads)], {
+        encoding: "utf8",
+        timeout: 600_000,
+    });
     const last = (r.stdout ?? "").trim().split("\n").pop() ?? "";
     try {
         return JSON.parse(last) as FreshTiming;
     } catch {
-        return { error: `fresh-process run of ${kernel} failed: ${(r.stderr || r.error?.message || `exit ${r.status}`).trim().split("\n").pop()}` };
+        return {
+            error: `fresh-process run of ${kernel} failed: ${(r.stderr || r.error?.message || `exit ${r.status}`).trim().split("\n").pop()}`,
+        };
     }
 }
 
 async function child(kernel: string, reps: number, threads: number): Promise<void> {
     const make = CALLS[kernel];
-    if (make === undefined) throw new RangeError(`fresh: kernel: expected one of ${Object.keys(CALLS).join(", ")}, got "${kernel}"`);
+    if (make === undefined)
+        throw new RangeError(`fresh: kernel: expected one of ${Object.keys(CALLS).join(", ")}, got "${kernel}"`);
     setThreads(threads);
     const { call, reused } = make();
     const time = (f: () => unknown) => {
@@ -79,7 +102,7 @@ async function child(kernel: string, reps: number, threads: number): Promise<voi
         f();
         return Number(process.hrtime.bigint() - t0) / 1e6;
     };
-    const sync: number[] = [];  // first, while the process is fresh
+    const sync: number[] = []; // first, while the process is fresh
     for (let i = 0; i < reps; i++) sync.push(time(call));
     const turns = async (f: () => unknown) => {
         const ms: number[] = [];
@@ -89,7 +112,8 @@ async function child(kernel: string, reps: number, threads: number): Promise<voi
         }
         return median(ms);
     };
-    const eventLoopMs = await turns(call), reusedMs = await turns(reused);
+    const eventLoopMs = await turns(call),
+        reusedMs = await turns(reused);
     console.log(JSON.stringify({ eventLoopMs, syncMs: median(sync), reusedMs }));
 }
 

@@ -15,36 +15,71 @@ export function grpoBatch(N: number, G: number, layout: "adjacent" | "shuffled")
     const scores = new Float32Array(N).map(next);
     const perm = Int32Array.from({ length: N }, (_, i) => i);
     if (layout === "shuffled")
-        for (let i = N - 1; i > 0; i--) { const j = Math.floor(next() * (i + 1)); [perm[i], perm[j]] = [perm[j]!, perm[i]!]; }
+        for (let i = N - 1; i > 0; i--) {
+            const j = Math.floor(next() * (i + 1));
+            [perm[i], perm[j]] = [perm[j]!, perm[i]!];
+        }
     return { scores, groups: perm.map((p) => Math.floor(p / G)) };
 }
 
 export async function benchGroupAdvantages(ctx: BenchContext): Promise<BenchRow[]> {
     const rows: BenchRow[] = [];
-    for (const [N, G] of [[4096, 8], [1 << 20, 16]] as const) {
+    for (const [N, G] of [
+        [4096, 8],
+        [1 << 20, 16],
+    ] as const) {
         for (const layout of ["adjacent", "shuffled"] as const) {
             const batch = grpoBatch(N, G, layout);
             const base = ctx.python
                 ? runPython({ kernel: "grpo", N, G, layout, threads: ctx.threads, reps: Math.max(ctx.pythonReps, 10) })
                 : { ok: false as const, error: "skipped" };
             const size = `N=${N} G=${G} ${layout}`;
-            const t = await timeMedian(() => groupAdvantages(batch, { device: "cpu" }), N > 100_000 ? Math.max(10, ctx.reps / 3) : ctx.reps * 10);
+            const t = await timeMedian(
+                () => groupAdvantages(batch, { device: "cpu" }),
+                N > 100_000 ? Math.max(10, ctx.reps / 3) : ctx.reps * 10,
+            );
             // Floor: read scores and ids once, write A (the statistics tables are cache-resident or per run).
             const bytes = N * 12;
-            rows.push({ kernel: "groupAdvantages", size, impl: "maporl grpo (from JS)", medianMs: t.medianMs,
-                peakExtraBytes: await peakExtraBytes(() => groupAdvantages(batch, { device: "cpu" })), bytesMoved: bytes,
-                baselineMs: base.ok ? base.median_ms! : null });
-            if (N > 100_000) {  // the kernel without the fresh output's page faults (4 MiB: ~1,000 first touches)
+            rows.push({
+                kernel: "groupAdvantages",
+                size,
+                impl: "maporl grpo (from JS)",
+                medianMs: t.medianMs,
+                peakExtraBytes: await peakExtraBytes(() => groupAdvantages(batch, { device: "cpu" })),
+                bytesMoved: bytes,
+                baselineMs: base.ok ? base.median_ms! : null,
+            });
+            if (N > 100_000) {
+                // the kernel without the fresh output's page faults (4 MiB: ~1,000 first touches)
                 const out = new Float32Array(N);
-                const r = await timeMedian(() => groupAdvantages(batch, { device: "cpu", out }), Math.max(10, ctx.reps / 3));
-                rows.push({ kernel: "groupAdvantages", size, impl: "maporl grpo (from JS), `out` reused", medianMs: r.medianMs,
-                    peakExtraBytes: await peakExtraBytes(() => groupAdvantages(batch, { device: "cpu", out })), bytesMoved: bytes,
-                    baselineMs: base.ok ? base.median_ms! : null });
-                if (layout === "adjacent") rows.push(...freshRows("groupAdvantages", size, ctx, bytes, base.ok ? base.median_ms! : null, "grpo"));
+                const r = await timeMedian(
+                    () => groupAdvantages(batch, { device: "cpu", out }),
+                    Math.max(10, ctx.reps / 3),
+                );
+                rows.push({
+                    kernel: "groupAdvantages",
+                    size,
+                    impl: "maporl grpo (from JS), `out` reused",
+                    medianMs: r.medianMs,
+                    peakExtraBytes: await peakExtraBytes(() => groupAdvantages(batch, { device: "cpu", out })),
+                    bytesMoved: bytes,
+                    baselineMs: base.ok ? base.median_ms! : null,
+                });
+                if (layout === "adjacent")
+                    rows.push(
+                        ...freshRows("groupAdvantages", size, ctx, bytes, base.ok ? base.median_ms! : null, "grpo"),
+                    );
             }
-            rows.push({ kernel: "groupAdvantages", size, impl: "PyTorch grpo_vectorized mirror", medianMs: base.ok ? base.median_ms! : null,
-                peakExtraBytes: base.ok ? base.peak_extra_bytes ?? null : null, bytesMoved: bytes, baselineMs: null,
-                note: base.ok ? `torch ${base.torch}, ${base.threads} threads` : base.error });
+            rows.push({
+                kernel: "groupAdvantages",
+                size,
+                impl: "PyTorch grpo_vectorized mirror",
+                medianMs: base.ok ? base.median_ms! : null,
+                peakExtraBytes: base.ok ? (base.peak_extra_bytes ?? null) : null,
+                bytesMoved: bytes,
+                baselineMs: null,
+                note: base.ok ? `torch ${base.torch}, ${base.threads} threads` : base.error,
+            });
         }
     }
     return rows;

@@ -50,7 +50,14 @@ export interface BenchOptions {
 
 export interface BenchReport {
     date: string;
-    machine: { cpu: string; threads: number; simd: string; node: string; copyBandwidthGBps: number; readBandwidthGBps: number };
+    machine: {
+        cpu: string;
+        threads: number;
+        simd: string;
+        node: string;
+        copyBandwidthGBps: number;
+        readBandwidthGBps: number;
+    };
     /** The baselines checked against our results on a small batch before timing. */
     baselineCheck: CrossCheck;
     rows: (BenchRow & { ratio: number | null; floorMs: number; xFloor: number | null })[];
@@ -63,18 +70,37 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchReport>
     const log = options.log ?? ((l: string) => console.log(l));
     const kernels = options.kernels && options.kernels.length ? options.kernels : Object.keys(BENCHMARKS);
     for (const k of kernels)
-        if (!(k in BENCHMARKS)) throw new RangeError(`bench: unknown kernel "${k}". Registered: ${Object.keys(BENCHMARKS).join(", ")}`);
+        if (!(k in BENCHMARKS))
+            throw new RangeError(`bench: unknown kernel "${k}". Registered: ${Object.keys(BENCHMARKS).join(", ")}`);
     const threads = setThreads(options.threads ?? 2);
-    const ctx: BenchContext = { threads, reps: options.reps ?? 30, pythonReps: options.pythonReps ?? 5, python: options.python ?? true };
+    const ctx: BenchContext = {
+        threads,
+        reps: options.reps ?? 30,
+        pythonReps: options.pythonReps ?? 5,
+        python: options.python ?? true,
+    };
     const copyBps = native.measureCopyBandwidth(256 << 20, 9);
     const readBps = native.measureReadBandwidth(256 << 20, 9);
     const info = backend();
-    const machine = { cpu: cpus()[0]?.model ?? "unknown", threads, simd: info.simd, node: process.version, copyBandwidthGBps: copyBps / 1e9, readBandwidthGBps: readBps / 1e9 };
-    log(`maporl ${info.version} bench: ${machine.cpu}, ${threads} threads, SIMD ${info.simd}, copy bandwidth ${(copyBps / 1e9).toFixed(1)} GB/s (read+write), ` +
-        `read ${(readBps / 1e9).toFixed(1)} GB/s`);
-    const baselineCheck: CrossCheck = ctx.python ? crossCheckBaselines() : { ok: false, error: "skipped (--no-python)" };
+    const machine = {
+        cpu: cpus()[0]?.model ?? "unknown",
+        threads,
+        simd: info.simd,
+        node: process.version,
+        copyBandwidthGBps: copyBps / 1e9,
+        readBandwidthGBps: readBps / 1e9,
+    };
+    log(
+        `maporl ${info.version} bench: ${machine.cpu}, ${threads} threads, SIMD ${info.simd}, copy bandwidth ${(copyBps / 1e9).toFixed(1)} GB/s (read+write), ` +
+            `read ${(readBps / 1e9).toFixed(1)} GB/s`,
+    );
+    const baselineCheck: CrossCheck = ctx.python
+        ? crossCheckBaselines()
+        : { ok: false, error: "skipped (--no-python)" };
     if (baselineCheck.ok) {
-        const worst = Object.entries(baselineCheck.maxAbsDiff!).map(([k, d]) => `${k} ${d.toExponential(1)}`).join(", ");
+        const worst = Object.entries(baselineCheck.maxAbsDiff!)
+            .map(([k, d]) => `${k} ${d.toExponential(1)}`)
+            .join(", ");
         log(`baselines agree with maporl on a ragged 6x40 batch (max |diff|): ${worst}`);
         if (Object.values(baselineCheck.maxAbsDiff!).some((d) => !(d < 1e-4)))
             log("WARNING: a baseline disagrees with maporl by more than 1e-4; its timing compares different work");
@@ -82,14 +108,35 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchReport>
     const rows: BenchReport["rows"] = [];
     for (const k of kernels) {
         for (const r of await BENCHMARKS[k]!(ctx)) {
-            const floorMs = r.bytesMoved / (r.readOnly ? readBps : copyBps) * 1e3;
-            rows.push({ ...r, ratio: r.medianMs !== null && r.baselineMs !== null ? r.baselineMs / r.medianMs : null,
-                floorMs, xFloor: r.medianMs === null || floorMs === 0 ? null : r.medianMs / floorMs });
+            const floorMs = (r.bytesMoved / (r.readOnly ? readBps : copyBps)) * 1e3;
+            rows.push({
+                ...r,
+                ratio: r.medianMs !== null && r.baselineMs !== null ? r.baselineMs / r.medianMs : null,
+                floorMs,
+                xFloor: r.medianMs === null || floorMs === 0 ? null : r.medianMs / floorMs,
+            });
         }
     }
-    const header = ["kernel", "size", "implementation", "median ms", "baseline/ours", "peak extra MB", "floor ms", "x floor"];
-    const table = rows.map((r) => [r.kernel, r.size, r.impl, fmt(r.medianMs), r.ratio === null ? "-" : r.ratio.toFixed(1) + "x",
-        r.peakExtraBytes === null ? "-" : (r.peakExtraBytes / 2 ** 20).toFixed(1), fmt(r.floorMs), r.xFloor === null ? "-" : r.xFloor.toFixed(2)]);
+    const header = [
+        "kernel",
+        "size",
+        "implementation",
+        "median ms",
+        "baseline/ours",
+        "peak extra MB",
+        "floor ms",
+        "x floor",
+    ];
+    const table = rows.map((r) => [
+        r.kernel,
+        r.size,
+        r.impl,
+        fmt(r.medianMs),
+        r.ratio === null ? "-" : r.ratio.toFixed(1) + "x",
+        r.peakExtraBytes === null ? "-" : (r.peakExtraBytes / 2 ** 20).toFixed(1),
+        fmt(r.floorMs),
+        r.xFloor === null ? "-" : r.xFloor.toFixed(2),
+    ]);
     const widths = header.map((h, i) => Math.max(h.length, ...table.map((row) => row[i]!.length)));
     const line = (cells: string[]) => "| " + cells.map((c, i) => c.padEnd(widths[i]!)).join(" | ") + " |";
     log(line(header));

@@ -26,9 +26,15 @@ export async function timeMedian(fn: () => unknown | Promise<unknown>, reps: num
  * timed call: `probes[i]` is the mean of the two around `samplesMs[i]`. On a shared machine whose speed drifts
  * within minutes, a kernel's share of the probe is then taken against the probe of the same moment, not one
  * measured minutes away. */
-export async function timeWithProbe(fn: () => unknown | Promise<unknown>, probe: () => number, reps: number, warmup = 1): Promise<Timing & { probes: number[] }> {
+export async function timeWithProbe(
+    fn: () => unknown | Promise<unknown>,
+    probe: () => number,
+    reps: number,
+    warmup = 1,
+): Promise<Timing & { probes: number[] }> {
     for (let i = 0; i < warmup; i++) await fn();
-    const samples: number[] = [], probes: number[] = [];
+    const samples: number[] = [],
+        probes: number[] = [];
     for (let i = 0; i < reps; i++) {
         await new Promise((resolve) => setImmediate(resolve));
         const before = probe();
@@ -48,7 +54,9 @@ export function median(xs: readonly number[]): number {
 
 function statusKiB(field: string): number | null {
     try {
-        const line = readFileSync("/proc/self/status", "utf8").split("\n").find((l) => l.startsWith(field + ":"));
+        const line = readFileSync("/proc/self/status", "utf8")
+            .split("\n")
+            .find((l) => l.startsWith(field + ":"));
         return line ? Number(line.split(/\s+/)[1]) : null;
     } catch {
         return null;

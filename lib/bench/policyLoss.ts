@@ -9,57 +9,101 @@ import { type BenchContext, type BenchRow } from "./types.js";
 import { lcg } from "../random.js";
 import { freshRows } from "./freshRows.js";
 
-const B = 64, T = 4096, N = 2048, V = 32768;
+const B = 64,
+    T = 4096,
+    N = 2048,
+    V = 32768;
 
 /** The benchmarks' batches (also timed in a fresh process by fresh.ts). */
 export function policyLossBatch() {
-    const n = B * T, next = lcg(5);
+    const n = B * T,
+        next = lcg(5);
     const logp = new Float32Array(n).map(() => -1 - next());
-    return { logp, oldLogp: logp.map((x) => x + 0.1 * (next() - 0.5)), advantages: new Float32Array(n).map(() => next() - 0.5),
-        refLogp: logp.map((x) => x - 0.1 * next()), mask: new Uint8Array(n).fill(1), shape: [B, T] as [number, number] };
+    return {
+        logp,
+        oldLogp: logp.map((x) => x + 0.1 * (next() - 0.5)),
+        advantages: new Float32Array(n).map(() => next() - 0.5),
+        refLogp: logp.map((x) => x - 0.1 * next()),
+        mask: new Uint8Array(n).fill(1),
+        shape: [B, T] as [number, number],
+    };
 }
 
 export function fusedBatch() {
     const next = lcg(9);
     const logits = new Float32Array(N * V);
     for (let i = 0; i < logits.length; i++) logits[i] = 4 * next() - 2;
-    return { logits, targets: Int32Array.from({ length: N }, () => Math.floor(next() * V)),
-        oldLogp: new Float32Array(N).fill(-3), advantages: new Float32Array(N).fill(0.5), mask: new Uint8Array(N).fill(1),
-        shape: [N, V] as [number, number] };
+    return {
+        logits,
+        targets: Int32Array.from({ length: N }, () => Math.floor(next() * V)),
+        oldLogp: new Float32Array(N).fill(-3),
+        advantages: new Float32Array(N).fill(0.5),
+        mask: new Uint8Array(N).fill(1),
+        shape: [N, V] as [number, number],
+    };
 }
 
 export async function benchPolicyLoss(ctx: BenchContext): Promise<BenchRow[]> {
     const n = B * T;
     const batch = policyLossBatch();
     const opts = { kl: { coef: 0.001, estimator: "k3" as const }, device: "cpu" as const };
-    const base = ctx.python ? runPython({ kernel: "policy_loss", B, T, threads: ctx.threads, reps: ctx.pythonReps * 4 })
+    const base = ctx.python
+        ? runPython({ kernel: "policy_loss", B, T, threads: ctx.threads, reps: ctx.pythonReps * 4 })
         : { ok: false as const, error: "skipped" };
     const t = await timeMedian(() => policyLoss(batch, opts), ctx.reps);
     const out = { gradLogp: new Float32Array(n) };
     const tOut = await timeMedian(() => policyLoss(batch, { ...opts, out }), ctx.reps);
-    const bytes = n * (16 + 1 + 4);  // read logp, old, A, ref (f32) and the u8 mask; write the gradient
+    const bytes = n * (16 + 1 + 4); // read logp, old, A, ref (f32) and the u8 mask; write the gradient
     const size = `B=${B} T=${T}`;
     const baselineMs = base.ok ? base.median_ms! : null;
     return [
-        { kernel: "policyLoss", size, impl: "maporl policyLoss ppo+k3, grad", medianMs: t.medianMs,
-            peakExtraBytes: await peakExtraBytes(() => policyLoss(batch, opts)), bytesMoved: bytes, baselineMs },
-        { kernel: "policyLoss", size, impl: "maporl policyLoss ppo+k3, grad, out= reused", medianMs: tOut.medianMs,
-            peakExtraBytes: await peakExtraBytes(() => policyLoss(batch, { ...opts, out })), bytesMoved: bytes, baselineMs },
+        {
+            kernel: "policyLoss",
+            size,
+            impl: "maporl policyLoss ppo+k3, grad",
+            medianMs: t.medianMs,
+            peakExtraBytes: await peakExtraBytes(() => policyLoss(batch, opts)),
+            bytesMoved: bytes,
+            baselineMs,
+        },
+        {
+            kernel: "policyLoss",
+            size,
+            impl: "maporl policyLoss ppo+k3, grad, out= reused",
+            medianMs: tOut.medianMs,
+            peakExtraBytes: await peakExtraBytes(() => policyLoss(batch, { ...opts, out })),
+            bytesMoved: bytes,
+            baselineMs,
+        },
         ...freshRows("policyLoss", size, ctx, bytes, baselineMs, "ppo+k3, grad"),
-        { kernel: "policyLoss", size, impl: "PyTorch verl vanilla + k3, autograd", medianMs: baselineMs,
-            peakExtraBytes: base.ok ? base.peak_extra_bytes ?? null : null, bytesMoved: bytes, baselineMs: null,
-            note: base.ok ? `torch ${base.torch}, ${base.threads} threads` : base.error },
+        {
+            kernel: "policyLoss",
+            size,
+            impl: "PyTorch verl vanilla + k3, autograd",
+            medianMs: baselineMs,
+            peakExtraBytes: base.ok ? (base.peak_extra_bytes ?? null) : null,
+            bytesMoved: bytes,
+            baselineMs: null,
+            note: base.ok ? `torch ${base.torch}, ${base.threads} threads` : base.error,
+        },
     ];
 }
 
 export async function benchFusedPolicyLoss(ctx: BenchContext): Promise<BenchRow[]> {
-    const batch = fusedBatch(), logits = batch.logits;
-    const base = ctx.python ? runPython({ kernel: "fused_policy_loss", N, V, threads: ctx.threads, reps: ctx.pythonReps })
+    const batch = fusedBatch(),
+        logits = batch.logits;
+    const base = ctx.python
+        ? runPython({ kernel: "fused_policy_loss", N, V, threads: ctx.threads, reps: ctx.pythonReps })
         : { ok: false as const, error: "skipped" };
     const reps = Math.max(5, Math.floor(ctx.reps / 3));
     const opts = { device: "cpu" as const };
     const t = await timeMedian(() => fusedPolicyLoss(batch, opts), reps);
-    const out = { gradLogits: new Float32Array(N * V), logp: new Float32Array(N), entropy: new Float32Array(N), gradLogp: new Float32Array(N) };
+    const out = {
+        gradLogits: new Float32Array(N * V),
+        logp: new Float32Array(N),
+        entropy: new Float32Array(N),
+        gradLogp: new Float32Array(N),
+    };
     const tOut = await timeMedian(() => fusedPolicyLoss(batch, { ...opts, out }), reps);
     // bfloat16 logits (the same values truncated), out reused: 2 bytes read per logit instead of 4. No ratio: the
     // baseline reads float32 logits.
@@ -70,21 +114,56 @@ export async function benchFusedPolicyLoss(ctx: BenchContext): Promise<BenchRow[
     const tBf = await timeMedian(() => fusedPolicyLoss(bfBatch, { ...opts, out, logitsDtype: "bf16" }), reps);
     // In place overwrites the logits with the gradient each call (values in [-1, 1], so later calls stay finite).
     const tIn = await timeMedian(() => fusedPolicyLoss(batch, { ...opts, inPlace: true }), reps);
-    const bytes = N * V * 8;  // one read of the logits, one write of the gradient
+    const bytes = N * V * 8; // one read of the logits, one write of the gradient
     const size = `N=${N} V=${V}`;
     const baselineMs = base.ok ? base.median_ms! : null;
     return [
-        { kernel: "fusedPolicyLoss", size, impl: "maporl fusedPolicyLoss ppo, dlogits", medianMs: t.medianMs,
-            peakExtraBytes: await peakExtraBytes(() => fusedPolicyLoss(batch, opts)), bytesMoved: bytes, baselineMs },
-        { kernel: "fusedPolicyLoss", size, impl: "maporl fusedPolicyLoss, out= reused", medianMs: tOut.medianMs,
-            peakExtraBytes: await peakExtraBytes(() => fusedPolicyLoss(batch, { ...opts, out })), bytesMoved: bytes, baselineMs },
-        { kernel: "fusedPolicyLoss", size, impl: "maporl fusedPolicyLoss, inPlace", medianMs: tIn.medianMs,
-            peakExtraBytes: await peakExtraBytes(() => fusedPolicyLoss(batch, { ...opts, inPlace: true })), bytesMoved: bytes, baselineMs },
-        { kernel: "fusedPolicyLoss", size, impl: "maporl fusedPolicyLoss, bf16 logits, out= reused", medianMs: tBf.medianMs,
-            peakExtraBytes: null, bytesMoved: N * V * 6, baselineMs: null },
+        {
+            kernel: "fusedPolicyLoss",
+            size,
+            impl: "maporl fusedPolicyLoss ppo, dlogits",
+            medianMs: t.medianMs,
+            peakExtraBytes: await peakExtraBytes(() => fusedPolicyLoss(batch, opts)),
+            bytesMoved: bytes,
+            baselineMs,
+        },
+        {
+            kernel: "fusedPolicyLoss",
+            size,
+            impl: "maporl fusedPolicyLoss, out= reused",
+            medianMs: tOut.medianMs,
+            peakExtraBytes: await peakExtraBytes(() => fusedPolicyLoss(batch, { ...opts, out })),
+            bytesMoved: bytes,
+            baselineMs,
+        },
+        {
+            kernel: "fusedPolicyLoss",
+            size,
+            impl: "maporl fusedPolicyLoss, inPlace",
+            medianMs: tIn.medianMs,
+            peakExtraBytes: await peakExtraBytes(() => fusedPolicyLoss(batch, { ...opts, inPlace: true })),
+            bytesMoved: bytes,
+            baselineMs,
+        },
+        {
+            kernel: "fusedPolicyLoss",
+            size,
+            impl: "maporl fusedPolicyLoss, bf16 logits, out= reused",
+            medianMs: tBf.medianMs,
+            peakExtraBytes: null,
+            bytesMoved: N * V * 6,
+            baselineMs: null,
+        },
         ...freshRows("fusedPolicyLoss", size, { ...ctx, reps }, bytes, baselineMs, "ppo, dlogits"),
-        { kernel: "fusedPolicyLoss", size, impl: "PyTorch log_softmax+gather+loss, autograd", medianMs: baselineMs,
-            peakExtraBytes: base.ok ? base.peak_extra_bytes ?? null : null, bytesMoved: bytes, baselineMs: null,
-            note: base.ok ? `torch ${base.torch}, ${base.threads} threads` : base.error },
+        {
+            kernel: "fusedPolicyLoss",
+            size,
+            impl: "PyTorch log_softmax+gather+loss, autograd",
+            medianMs: baselineMs,
+            peakExtraBytes: base.ok ? (base.peak_extra_bytes ?? null) : null,
+            bytesMoved: bytes,
+            baselineMs: null,
+            note: base.ok ? `torch ${base.torch}, ${base.threads} threads` : base.error,
+        },
     ];
 }

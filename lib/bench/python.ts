@@ -66,10 +66,17 @@ export function runPython(spec: Record<string, unknown>): PythonResult {
 }
 
 /** Runs bench/python/<script> with a JSON input; returns the parsed JSON output, or an error string. */
-export function runPythonScript(script: string, input: unknown): { ok: true; value: unknown } | { ok: false; error: string } {
+export function runPythonScript(
+    script: string,
+    input: unknown,
+): { ok: true; value: unknown } | { ok: false; error: string } {
     const py = findPython();
     if (py === null) return { ok: false, error: INSTALL_HINT };
-    const r = spawnSync(py, [join(pythonDir, script)], { input: JSON.stringify(input), encoding: "utf8", maxBuffer: 64 << 20 });
+    const r = spawnSync(py, [join(pythonDir, script)], {
+        input: JSON.stringify(input),
+        encoding: "utf8",
+        maxBuffer: 64 << 20,
+    });
     try {
         return { ok: true, value: JSON.parse((r.stdout ?? "").trim().split("\n").pop() ?? "") };
     } catch {

@@ -7,18 +7,25 @@ import { type BenchContext, type BenchRow } from "./types.js";
 import { lcg } from "../random.js";
 import { freshRows } from "./freshRows.js";
 
-const B = 256, T = 4096;
+const B = 256,
+    T = 4096;
 
 /** The benchmark's batch (also timed in a fresh process by fresh.ts). */
 export function reinforceBatch() {
-    const n = B * T, next = lcg(3);
-    return { rewards: new Float32Array(n).map(next), mask: new Float32Array(n).fill(1), shape: [B, T] as [number, number] };
+    const n = B * T,
+        next = lcg(3);
+    return {
+        rewards: new Float32Array(n).map(next),
+        mask: new Float32Array(n).fill(1),
+        shape: [B, T] as [number, number],
+    };
 }
 
 export async function benchReinforceReturns(ctx: BenchContext): Promise<BenchRow[]> {
     const n = B * T;
     const batch = reinforceBatch();
-    const base = ctx.python ? runPython({ kernel: "reinforce", B, T, gamma: 1, whiten: true, threads: ctx.threads, reps: ctx.pythonReps })
+    const base = ctx.python
+        ? runPython({ kernel: "reinforce", B, T, gamma: 1, whiten: true, threads: ctx.threads, reps: ctx.pythonReps })
         : { ok: false as const, error: "skipped" };
     const opts = { gamma: 1, whiten: true, device: "cpu" as const };
     const t = await timeMedian(() => reinforceReturns(batch, opts), ctx.reps);
@@ -31,17 +38,43 @@ export async function benchReinforceReturns(ctx: BenchContext): Promise<BenchRow
     const bytes = n * (12 + 12);
     const size = `B=${B} T=${T}`;
     return [
-        { kernel: "reinforceReturns", size, impl: "maporl reinforceReturns, whiten", medianMs: t.medianMs,
-            peakExtraBytes: await peakExtraBytes(() => reinforceReturns(batch, opts)), bytesMoved: bytes,
-            baselineMs: base.ok ? base.median_ms! : null },
-        { kernel: "reinforceReturns", size, impl: "maporl reinforceReturns, whiten, out= reused", medianMs: tOut.medianMs,
-            peakExtraBytes: await peakExtraBytes(() => reinforceReturns(batch, { ...opts, out })), bytesMoved: bytes,
-            baselineMs: base.ok ? base.median_ms! : null },
-        { kernel: "reinforceReturns", size, impl: "maporl reinforceReturns, whiten, u8 mask, out= reused", medianMs: tU8.medianMs,
-            peakExtraBytes: null, bytesMoved: n * (9 + 9), baselineMs: base.ok ? base.median_ms! : null },
+        {
+            kernel: "reinforceReturns",
+            size,
+            impl: "maporl reinforceReturns, whiten",
+            medianMs: t.medianMs,
+            peakExtraBytes: await peakExtraBytes(() => reinforceReturns(batch, opts)),
+            bytesMoved: bytes,
+            baselineMs: base.ok ? base.median_ms! : null,
+        },
+        {
+            kernel: "reinforceReturns",
+            size,
+            impl: "maporl reinforceReturns, whiten, out= reused",
+            medianMs: tOut.medianMs,
+            peakExtraBytes: await peakExtraBytes(() => reinforceReturns(batch, { ...opts, out })),
+            bytesMoved: bytes,
+            baselineMs: base.ok ? base.median_ms! : null,
+        },
+        {
+            kernel: "reinforceReturns",
+            size,
+            impl: "maporl reinforceReturns, whiten, u8 mask, out= reused",
+            medianMs: tU8.medianMs,
+            peakExtraBytes: null,
+            bytesMoved: n * (9 + 9),
+            baselineMs: base.ok ? base.median_ms! : null,
+        },
         ...freshRows("reinforceReturns", size, ctx, bytes, base.ok ? base.median_ms! : null, "whiten"),
-        { kernel: "reinforceReturns", size, impl: "PyTorch verl-style loop, whiten", medianMs: base.ok ? base.median_ms! : null,
-            peakExtraBytes: base.ok ? base.peak_extra_bytes ?? null : null, bytesMoved: bytes, baselineMs: null,
-            note: base.ok ? `torch ${base.torch}, ${base.threads} threads` : base.error },
+        {
+            kernel: "reinforceReturns",
+            size,
+            impl: "PyTorch verl-style loop, whiten",
+            medianMs: base.ok ? base.median_ms! : null,
+            peakExtraBytes: base.ok ? (base.peak_extra_bytes ?? null) : null,
+            bytesMoved: bytes,
+            baselineMs: null,
+            note: base.ok ? `torch ${base.torch}, ${base.threads} threads` : base.error,
+        },
     ];
 }

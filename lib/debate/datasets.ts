@@ -23,8 +23,13 @@ export interface AnliRecord {
     line: number;
 }
 
-async function* jsonLines(path: string, what: string, signal?: AbortSignal): AsyncGenerator<{ value: Record<string, unknown>; line: number }> {
-    if (typeof path !== "string" || !path) throw new TypeError(`${what}: path: expected a file path, got ${typeof path}`);
+async function* jsonLines(
+    path: string,
+    what: string,
+    signal?: AbortSignal,
+): AsyncGenerator<{ value: Record<string, unknown>; line: number }> {
+    if (typeof path !== "string" || !path)
+        throw new TypeError(`${what}: path: expected a file path, got ${typeof path}`);
     const rl = createInterface({ input: createReadStream(path, { encoding: "utf8" }), crlfDelay: Infinity });
     let line = 0;
     try {
@@ -36,10 +41,14 @@ async function* jsonLines(path: string, what: string, signal?: AbortSignal): Asy
             try {
                 value = JSON.parse(text);
             } catch (e) {
-                throw new SyntaxError(`${what}: ${path}:${line}: expected a JSON object, got ${JSON.stringify(text.slice(0, 60))} (${(e as Error).message})`);
+                throw new SyntaxError(
+                    `${what}: ${path}:${line}: expected a JSON object, got ${JSON.stringify(text.slice(0, 60))} (${(e as Error).message})`,
+                );
             }
             if (value === null || typeof value !== "object" || Array.isArray(value))
-                throw new SyntaxError(`${what}: ${path}:${line}: expected a JSON object, got ${JSON.stringify(text.slice(0, 60))}`);
+                throw new SyntaxError(
+                    `${what}: ${path}:${line}: expected a JSON object, got ${JSON.stringify(text.slice(0, 60))}`,
+                );
             yield { value: value as Record<string, unknown>, line };
         }
     } finally {
@@ -49,7 +58,10 @@ async function* jsonLines(path: string, what: string, signal?: AbortSignal): Asy
 
 function field(what: string, path: string, line: number, v: Record<string, unknown>, key: string): string {
     const x = v[key];
-    if (typeof x !== "string") throw new TypeError(`${what}: ${path}:${line}: "${key}": expected a string, got ${x === undefined ? "nothing" : typeof x}`);
+    if (typeof x !== "string")
+        throw new TypeError(
+            `${what}: ${path}:${line}: "${key}": expected a string, got ${x === undefined ? "nothing" : typeof x}`,
+        );
     return x;
 }
 
@@ -60,15 +72,24 @@ export async function* readGsm8k(path: string, options: { signal?: AbortSignal }
         const solution = field("readGsm8k", path, line, value, "answer");
         const m = /####\s*([^\n]+)\s*$/.exec(solution);
         const n = m ? extractFinalNumber(`#### ${m[1]}`) : null;
-        if (!n) throw new RangeError(`readGsm8k: ${path}:${line}: "answer": expected a last line "#### <number>", got ${JSON.stringify(solution.slice(-40))}`);
+        if (!n)
+            throw new RangeError(
+                `readGsm8k: ${path}:${line}: "answer": expected a last line "#### <number>", got ${JSON.stringify(solution.slice(-40))}`,
+            );
         yield { question, solution, answer: n.value, line };
     }
 }
 
 const NLI: Record<string, AnliRecord["label"]> = {
-    "0": "entailment", e: "entailment", entailment: "entailment",
-    "1": "neutral", n: "neutral", neutral: "neutral",
-    "2": "contradiction", c: "contradiction", contradiction: "contradiction",
+    "0": "entailment",
+    e: "entailment",
+    entailment: "entailment",
+    "1": "neutral",
+    n: "neutral",
+    neutral: "neutral",
+    "2": "contradiction",
+    c: "contradiction",
+    contradiction: "contradiction",
 };
 
 /** Streams an ANLI-style JSONL file (label as 0/1/2, e/n/c or the word). */
@@ -78,7 +99,10 @@ export async function* readAnli(path: string, options: { signal?: AbortSignal } 
         const hypothesis = field("readAnli", path, line, value, "hypothesis");
         const raw = value.label;
         const label = NLI[String(raw).trim().toLowerCase()];
-        if (!label) throw new RangeError(`readAnli: ${path}:${line}: "label": expected 0/1/2, e/n/c or entailment/neutral/contradiction, got ${JSON.stringify(raw)}`);
+        if (!label)
+            throw new RangeError(
+                `readAnli: ${path}:${line}: "label": expected 0/1/2, e/n/c or entailment/neutral/contradiction, got ${JSON.stringify(raw)}`,
+            );
         yield { premise, hypothesis, label, line };
     }
 }

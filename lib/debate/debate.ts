@@ -13,8 +13,20 @@ import { answerKey } from "./metrics.js";
 import { defaultPrompts, type DebatePrompts, type DebateTask, type PeerAnswer } from "./prompts.js";
 import type { Tracer } from "./trace.js";
 import type { Transcript, TurnEntry } from "./transcript.js";
-import { type EpisodeErrorPolicy, episodeErrorPolicy, episodeRetries, generateSettled, policyMessage } from "../policy/settle.js";
-import { type ChatMessage, type Generation, type Policy, type SamplingOptions, samplingOptions } from "../policy/types.js";
+import {
+    type EpisodeErrorPolicy,
+    episodeErrorPolicy,
+    episodeRetries,
+    generateSettled,
+    policyMessage,
+} from "../policy/settle.js";
+import {
+    type ChatMessage,
+    type Generation,
+    type Policy,
+    type SamplingOptions,
+    samplingOptions,
+} from "../policy/types.js";
 import { describe } from "../validate.js";
 import { extractFinalNumber, extractLabel } from "../rewards/extract.js";
 import type { Verifier } from "../rewards/verifiers.js";
@@ -78,21 +90,39 @@ export interface DebateItem {
 export function topologyMatrix(topology: Topology, A: number): boolean[][] {
     const m = Array.from({ length: A }, () => new Array<boolean>(A).fill(false));
     if (topology === "full") for (let i = 0; i < A; i++) for (let j = 0; j < A; j++) m[i]![j] = i !== j;
-    else if (topology === "ring") for (let i = 0; i < A; i++) { if (A > 1) m[i]![(i + A - 1) % A] = true; }
-    else if (topology === "star") for (let i = 1; i < A; i++) { m[0]![i] = true; m[i]![0] = true; }
+    else if (topology === "ring")
+        for (let i = 0; i < A; i++) {
+            if (A > 1) m[i]![(i + A - 1) % A] = true;
+        }
+    else if (topology === "star")
+        for (let i = 1; i < A; i++) {
+            m[0]![i] = true;
+            m[i]![0] = true;
+        }
     else if (Array.isArray(topology)) {
-        if (topology.length !== A || topology.some((r) => !Array.isArray(r) || r.length !== A || r.some((x) => typeof x !== "boolean")))
+        if (
+            topology.length !== A ||
+            topology.some((r) => !Array.isArray(r) || r.length !== A || r.some((x) => typeof x !== "boolean"))
+        )
             throw new TypeError(`Debate: topology: expected an ${A} x ${A} boolean matrix (one row per agent)`);
         for (let i = 0; i < A; i++) for (let j = 0; j < A; j++) m[i]![j] = i !== j && topology[i]![j]!;
-    } else throw new RangeError(`Debate: topology: expected 'full', 'ring', 'star' or an adjacency matrix, got ${JSON.stringify(topology)}`);
+    } else
+        throw new RangeError(
+            `Debate: topology: expected 'full', 'ring', 'star' or an adjacency matrix, got ${JSON.stringify(topology)}`,
+        );
     return m;
 }
 
 const NLI_LABELS = ["entailment", "neutral", "contradiction"];
 
 export class Debate {
-    private readonly o: DebateOptions & { task: DebateTask; prompts: DebatePrompts; extract: (t: string) => string | null; onError: EpisodeErrorPolicy;
-        retries: number };
+    private readonly o: DebateOptions & {
+        task: DebateTask;
+        prompts: DebatePrompts;
+        extract: (t: string) => string | null;
+        onError: EpisodeErrorPolicy;
+        retries: number;
+    };
     readonly adjacency: boolean[][];
 
     constructor(options: DebateOptions) {
@@ -100,9 +130,11 @@ export class Debate {
         const { agents, turns } = options;
         if (!Array.isArray(agents) || agents.length === 0 || agents.some((a) => !a || typeof a.generate !== "function"))
             throw new TypeError("Debate: agents: expected a non-empty array of Policy objects (with generate())");
-        if (!Number.isInteger(turns) || turns < 1) throw new RangeError(`Debate: turns: expected an integer >= 1, got ${String(turns)}`);
+        if (!Number.isInteger(turns) || turns < 1)
+            throw new RangeError(`Debate: turns: expected an integer >= 1, got ${String(turns)}`);
         const task = options.task ?? "math";
-        if (task !== "math" && task !== "nli") throw new RangeError(`Debate: task: expected 'math' or 'nli', got ${JSON.stringify(task)}`);
+        if (task !== "math" && task !== "nli")
+            throw new RangeError(`Debate: task: expected 'math' or 'nli', got ${JSON.stringify(task)}`);
         if (options.feedback && !options.verifier) throw new TypeError("Debate: feedback: needs a verifier");
         const c = options.consensus;
         if (c != null && !(typeof c.share === "number" && c.share > 0 && c.share <= 1))
@@ -112,23 +144,41 @@ export class Debate {
         if (options.seed !== undefined && !Number.isSafeInteger(options.seed))
             throw new TypeError(`Debate: seed: expected an integer, got ${describe(options.seed)}`);
         if (options.extract !== undefined && typeof options.extract !== "function")
-            throw new TypeError(`Debate: extract: expected a function (text) => answer | null, got ${describe(options.extract)}`);
+            throw new TypeError(
+                `Debate: extract: expected a function (text) => answer | null, got ${describe(options.extract)}`,
+            );
         if (options.history !== undefined && options.history !== "full" && options.history !== "last")
             throw new RangeError(`Debate: history: expected 'full' or 'last', got ${describe(options.history)}`);
-        if (options.runId !== undefined && typeof options.runId !== "string") throw new TypeError(`Debate: runId: expected a string, got ${describe(options.runId)}`);
-        if (options.sampling !== undefined) samplingOptions("Debate", "sampling", options.sampling);  // checked before any request
+        if (options.runId !== undefined && typeof options.runId !== "string")
+            throw new TypeError(`Debate: runId: expected a string, got ${describe(options.runId)}`);
+        if (options.sampling !== undefined) samplingOptions("Debate", "sampling", options.sampling); // checked before any request
         this.adjacency = topologyMatrix(options.topology ?? "full", agents.length);
-        const extract = options.extract ?? (task === "nli" ? (t: string) => extractLabel(t, NLI_LABELS)
-            : (t: string) => extractFinalNumber(t)?.text ?? null);
-        const onError = episodeErrorPolicy("Debate", options.onError), retries = episodeRetries("Debate", options.retries);
-        this.o = { ...options, task, extract, prompts: { ...defaultPrompts, ...(options.prompts ?? {}) }, onError, retries };
+        const extract =
+            options.extract ??
+            (task === "nli"
+                ? (t: string) => extractLabel(t, NLI_LABELS)
+                : (t: string) => extractFinalNumber(t)?.text ?? null);
+        const onError = episodeErrorPolicy("Debate", options.onError),
+            retries = episodeRetries("Debate", options.retries);
+        this.o = {
+            ...options,
+            task,
+            extract,
+            prompts: { ...defaultPrompts, ...(options.prompts ?? {}) },
+            onError,
+            retries,
+        };
     }
 
     /** Runs one episode. Rejects promptly on abort (with signal.reason), and with a DebateError when the episode
      * failed (after the retries of onError 'retry'). */
     async run(item: DebateItem, options: { signal?: AbortSignal } = {}): Promise<Transcript> {
         const t = (await this.runAll([item], options.signal))[0]!;
-        if (t.error) throw new DebateError(`Debate: episode ${t.id}: turn ${t.error.turn}, agent ${t.error.agent}: ${t.error.message}`, [t]);
+        if (t.error)
+            throw new DebateError(
+                `Debate: episode ${t.id}: turn ${t.error.turn}, agent ${t.error.agent}: ${t.error.message}`,
+                [t],
+            );
         return t;
     }
 
@@ -151,7 +201,11 @@ export class Debate {
             const failed = out.flatMap((t, i) => (t.error ? [i] : []));
             if (failed.length === 0) break;
             // Again from the start (same ids, same seeds), alone.
-            const again = await this.attempt(failed.map((i) => ({ ...items[i]!, id: out[i]!.id })), signal, false);
+            const again = await this.attempt(
+                failed.map((i) => ({ ...items[i]!, id: out[i]!.id })),
+                signal,
+                false,
+            );
             failed.forEach((i, k) => {
                 out[i] = again[k]!;
                 if (out[i]!.error) out[i]!.error!.attempts = attempt;
@@ -160,105 +214,230 @@ export class Debate {
         return out;
     }
 
-    private async attempt(items: DebateItem[], signal: AbortSignal | undefined, failFast: boolean): Promise<Transcript[]> {
+    private async attempt(
+        items: DebateItem[],
+        signal: AbortSignal | undefined,
+        failFast: boolean,
+    ): Promise<Transcript[]> {
         if (!Array.isArray(items)) throw new TypeError("Debate.runBatch: items: expected an array");
         items.forEach((item, i) => {
             const where = items.length === 1 ? "Debate.run: item" : `Debate.runBatch: items[${i}]`;
             if (!item || typeof item.question !== "string") throw new TypeError(`${where}.question: expected a string`);
-            if (typeof item.reference !== "string" && typeof item.reference !== "number") throw new TypeError(`${where}.reference: expected a string or number`);
-            if (item.id !== undefined && typeof item.id !== "string") throw new TypeError(`${where}.id: expected a string, got ${describe(item.id)}`);
+            if (typeof item.reference !== "string" && typeof item.reference !== "number")
+                throw new TypeError(`${where}.reference: expected a string or number`);
+            if (item.id !== undefined && typeof item.id !== "string")
+                throw new TypeError(`${where}.id: expected a string, got ${describe(item.id)}`);
         });
-        const { agents, turns } = this.o, A = agents.length;
-        const stamp = Date.now().toString(36);  // default ids: unique within the batch
-        const eps = items.map((item, i) => ({ item, id: item.id ?? (items.length > 1 ? `q${stamp}-${i}` : `q${stamp}`), out: [] as TurnEntry[][], stopped: false,
-            error: undefined as Transcript["error"], histories: Array.from({ length: A }, () => [] as ChatMessage[]) }));
-        const transcripts = () => eps.map((e): Transcript => ({ version: 1, id: e.id, question: e.item.question, reference: e.item.reference, agents: A,
-            adjacency: this.adjacency, turns: e.out, stoppedEarly: e.stopped && !e.error, ...(e.error ? { error: e.error } : {}) }));
+        const { agents, turns } = this.o,
+            A = agents.length;
+        const stamp = Date.now().toString(36); // default ids: unique within the batch
+        const eps = items.map((item, i) => ({
+            item,
+            id: item.id ?? (items.length > 1 ? `q${stamp}-${i}` : `q${stamp}`),
+            out: [] as TurnEntry[][],
+            stopped: false,
+            error: undefined as Transcript["error"],
+            histories: Array.from({ length: A }, () => [] as ChatMessage[]),
+        }));
+        const transcripts = () =>
+            eps.map((e): Transcript => ({
+                version: 1,
+                id: e.id,
+                question: e.item.question,
+                reference: e.item.reference,
+                agents: A,
+                adjacency: this.adjacency,
+                turns: e.out,
+                stoppedEarly: e.stopped && !e.error,
+                ...(e.error ? { error: e.error } : {}),
+            }));
         for (let t = 0; t < turns; t++) {
             signal?.throwIfAborted();
             const live = eps.filter((e) => !e.stopped);
             if (live.length === 0) break;
-            const prompts = live.map((e) => agents.map((_, a) => {
-                const content = t === 0 ? this.o.prompts.question({ task: this.o.task, question: e.item.question })
-                    : this.o.prompts.followUp(this.followUpContext(e.item.question, t, a, e.out[t - 1]!));
-                return [...(this.o.history === "last" ? [] : e.histories[a]!), { role: "user" as const, content }];
-            }));
+            const prompts = live.map((e) =>
+                agents.map((_, a) => {
+                    const content =
+                        t === 0
+                            ? this.o.prompts.question({ task: this.o.task, question: e.item.question })
+                            : this.o.prompts.followUp(this.followUpContext(e.item.question, t, a, e.out[t - 1]!));
+                    return [...(this.o.history === "last" ? [] : e.histories[a]!), { role: "user" as const, content }];
+                }),
+            );
             const entries = await this.turnBatch(live, prompts, t, signal);
             live.forEach((e, k) => {
                 const failure = entries[k]!.findIndex((x) => x instanceof Error);
-                if (failure >= 0) {  // the episode ends here; its answers of this turn are in the trace
-                    e.error = { turn: t, agent: failure, message: (entries[k]![failure] as Error).message, attempts: 1 };
+                if (failure >= 0) {
+                    // the episode ends here; its answers of this turn are in the trace
+                    e.error = {
+                        turn: t,
+                        agent: failure,
+                        message: (entries[k]![failure] as Error).message,
+                        attempts: 1,
+                    };
                     e.stopped = true;
                     return;
                 }
                 const row = entries[k] as TurnEntry[];
                 e.out.push(row);
-                row.forEach((x, a) => e.histories[a]!.push(x.prompt[x.prompt.length - 1]!, { role: "assistant", content: x.text }));
+                row.forEach((x, a) =>
+                    e.histories[a]!.push(x.prompt[x.prompt.length - 1]!, { role: "assistant", content: x.text }),
+                );
                 if (t + 1 < turns && this.consensusReached(row)) e.stopped = true;
             });
             const first = failFast ? eps.find((e) => e.error) : undefined;
-            if (first) throw new DebateError(`Debate: episode ${first.id}: turn ${first.error!.turn}, agent ${first.error!.agent}: ${first.error!.message}`, transcripts());
+            if (first)
+                throw new DebateError(
+                    `Debate: episode ${first.id}: turn ${first.error!.turn}, agent ${first.error!.agent}: ${first.error!.message}`,
+                    transcripts(),
+                );
         }
         return transcripts();
     }
 
     // One turn of the live episodes: one generate call per distinct policy, then verification of every answer. A
     // failed request's slot holds its Error.
-    private async turnBatch(live: { item: DebateItem; id: string }[], prompts: ChatMessage[][][], t: number,
-        signal?: AbortSignal): Promise<(TurnEntry | Error)[][]> {
+    private async turnBatch(
+        live: { item: DebateItem; id: string }[],
+        prompts: ChatMessage[][][],
+        t: number,
+        signal?: AbortSignal,
+    ): Promise<(TurnEntry | Error)[][]> {
         const { agents } = this.o;
         const byPolicy = new Map<Policy, { k: number; a: number }[]>();
-        live.forEach((_, k) => agents.forEach((p, a) => {
-            pushTo(byPolicy, p, { k, a });
-        }));
+        live.forEach((_, k) =>
+            agents.forEach((p, a) => {
+                pushTo(byPolicy, p, { k, a });
+            }),
+        );
         const entries: (TurnEntry | Error)[][] = live.map(() => new Array<TurnEntry | Error>(agents.length));
-        await Promise.all([...byPolicy].map(async ([policy, slots]) => {
-            const start = Date.now(), t0 = performance.now();
-            // routingKey: a fleet sends an agent's turns of one episode to one server, whose prefix cache holds its history.
-            const gens = await generateSettled(policy, slots.map(({ k, a }) => ({ messages: prompts[k]![a]!, sampling: this.o.sampling,
-                routingKey: `${live[k]!.id}/${a}`, ...(this.o.seed !== undefined ? { seed: this.o.seed + 1000 * t + a } : {}) })), { signal });
-            await Promise.all(slots.map(async ({ k, a }, j) => {
-                const g = gens[j]!;
-                if (!g.ok) {
-                    const error = new Error(policyMessage(policy, g.error));
-                    this.span(live[k]!.id, t, a, start, t0, { finishReason: "error", error: error.message });
-                    entries[k]![a] = error;
-                    return;
-                }
-                entries[k]![a] = await this.entry(live[k]!.item, live[k]!.id, t, a, prompts[k]![a]!, g.generation, start, t0, signal);
-            }));
-        }));
+        await Promise.all(
+            [...byPolicy].map(async ([policy, slots]) => {
+                const start = Date.now(),
+                    t0 = performance.now();
+                // routingKey: a fleet sends an agent's turns of one episode to one server, whose prefix cache holds its history.
+                const gens = await generateSettled(
+                    policy,
+                    slots.map(({ k, a }) => ({
+                        messages: prompts[k]![a]!,
+                        sampling: this.o.sampling,
+                        routingKey: `${live[k]!.id}/${a}`,
+                        ...(this.o.seed !== undefined ? { seed: this.o.seed + 1000 * t + a } : {}),
+                    })),
+                    { signal },
+                );
+                await Promise.all(
+                    slots.map(async ({ k, a }, j) => {
+                        const g = gens[j]!;
+                        if (!g.ok) {
+                            const error = new Error(policyMessage(policy, g.error));
+                            this.span(live[k]!.id, t, a, start, t0, { finishReason: "error", error: error.message });
+                            entries[k]![a] = error;
+                            return;
+                        }
+                        entries[k]![a] = await this.entry(
+                            live[k]!.item,
+                            live[k]!.id,
+                            t,
+                            a,
+                            prompts[k]![a]!,
+                            g.generation,
+                            start,
+                            t0,
+                            signal,
+                        );
+                    }),
+                );
+            }),
+        );
         return entries;
     }
 
-    private span(id: string, t: number, a: number, start: number, t0: number,
-        extra: { completionTokens?: number; promptTokens?: number; finishReason: string; error?: string; entry?: TurnEntry }): void {
+    private span(
+        id: string,
+        t: number,
+        a: number,
+        start: number,
+        t0: number,
+        extra: {
+            completionTokens?: number;
+            promptTokens?: number;
+            finishReason: string;
+            error?: string;
+            entry?: TurnEntry;
+        },
+    ): void {
         const e = extra.entry;
-        this.o.tracer?.span({ name: "debate.turn", runId: this.o.runId ?? "run", episode: id, agent: a, turn: t, parent: 0,
-            startMs: start, latencyMs: performance.now() - t0, promptTokens: extra.promptTokens ?? 0,
-            completionTokens: extra.completionTokens ?? 0, finishReason: extra.finishReason, ...(extra.error ? { error: extra.error } : {}),
-            ...(e ? { text: e.text, extracted: e.extracted, ...(e.score !== undefined ? { score: e.score } : {}) } : {}),
-            ...(e?.endpoint !== undefined ? { endpoint: e.endpoint } : {}), ...(e?.model !== undefined ? { model: e.model } : {}),
-            ...(e?.attempts !== undefined ? { attempts: e.attempts } : {}) });
+        this.o.tracer?.span({
+            name: "debate.turn",
+            runId: this.o.runId ?? "run",
+            episode: id,
+            agent: a,
+            turn: t,
+            parent: 0,
+            startMs: start,
+            latencyMs: performance.now() - t0,
+            promptTokens: extra.promptTokens ?? 0,
+            completionTokens: extra.completionTokens ?? 0,
+            finishReason: extra.finishReason,
+            ...(extra.error ? { error: extra.error } : {}),
+            ...(e
+                ? { text: e.text, extracted: e.extracted, ...(e.score !== undefined ? { score: e.score } : {}) }
+                : {}),
+            ...(e?.endpoint !== undefined ? { endpoint: e.endpoint } : {}),
+            ...(e?.model !== undefined ? { model: e.model } : {}),
+            ...(e?.attempts !== undefined ? { attempts: e.attempts } : {}),
+        });
     }
 
-    private async entry(item: DebateItem, id: string, t: number, a: number, prompt: ChatMessage[], g: Generation, start: number, t0: number,
-        signal?: AbortSignal): Promise<TurnEntry> {
-        const entry: TurnEntry = { turn: t, agent: a, prompt, text: g.text, ...(g.tokens ? { tokens: g.tokens } : {}),
-            ...(g.logprobs ? { logprobs: g.logprobs } : {}), ...(g.tokenIds ? { tokenIds: g.tokenIds } : {}),
-            ...(g.promptTokenIds ? { promptTokenIds: g.promptTokenIds } : {}), ...(g.tokenIdsExact !== undefined ? { tokenIdsExact: g.tokenIdsExact } : {}),
-            ...(g.model !== undefined ? { model: g.model } : {}), ...(g.endpoint !== undefined ? { endpoint: g.endpoint } : {}),
-            ...(g.attempts !== undefined ? { attempts: g.attempts } : {}), extracted: this.o.extract(g.text), finishReason: g.finishReason,
-            usage: g.usage, latencyMs: g.latencyMs };
+    private async entry(
+        item: DebateItem,
+        id: string,
+        t: number,
+        a: number,
+        prompt: ChatMessage[],
+        g: Generation,
+        start: number,
+        t0: number,
+        signal?: AbortSignal,
+    ): Promise<TurnEntry> {
+        const entry: TurnEntry = {
+            turn: t,
+            agent: a,
+            prompt,
+            text: g.text,
+            ...(g.tokens ? { tokens: g.tokens } : {}),
+            ...(g.logprobs ? { logprobs: g.logprobs } : {}),
+            ...(g.tokenIds ? { tokenIds: g.tokenIds } : {}),
+            ...(g.promptTokenIds ? { promptTokenIds: g.promptTokenIds } : {}),
+            ...(g.tokenIdsExact !== undefined ? { tokenIdsExact: g.tokenIdsExact } : {}),
+            ...(g.model !== undefined ? { model: g.model } : {}),
+            ...(g.endpoint !== undefined ? { endpoint: g.endpoint } : {}),
+            ...(g.attempts !== undefined ? { attempts: g.attempts } : {}),
+            extracted: this.o.extract(g.text),
+            finishReason: g.finishReason,
+            usage: g.usage,
+            latencyMs: g.latencyMs,
+        };
         if (this.o.verifier) {
             try {
-                entry.score = (await this.o.verifier.score({ question: item.question, response: g.text, reference: item.reference }, { signal })).score;
+                entry.score = (
+                    await this.o.verifier.score(
+                        { question: item.question, response: g.text, reference: item.reference },
+                        { signal },
+                    )
+                ).score;
             } catch (e) {
                 if (signal?.aborted) throw signal.reason;
                 entry.verifierError = e instanceof Error ? e.message : String(e);
             }
         }
-        this.span(id, t, a, start, t0, { promptTokens: g.usage.promptTokens, completionTokens: g.usage.completionTokens, finishReason: g.finishReason, entry });
+        this.span(id, t, a, start, t0, {
+            promptTokens: g.usage.promptTokens,
+            completionTokens: g.usage.completionTokens,
+            finishReason: g.finishReason,
+            entry,
+        });
         return entry;
     }
 
@@ -266,10 +445,19 @@ export class Debate {
         const fb = this.o.feedback === true;
         const peers: PeerAnswer[] = [];
         prev.forEach((p, j) => {
-            if (this.adjacency[a]![j]) peers.push({ agent: j, text: p.text, ...(fb && p.score !== undefined ? { score: p.score } : {}) });
+            if (this.adjacency[a]![j])
+                peers.push({ agent: j, text: p.text, ...(fb && p.score !== undefined ? { score: p.score } : {}) });
         });
         const own = prev[a]!;
-        return { task: this.o.task, question, turn: t, agent: a, peers, ownAnswer: own.text, ...(fb && own.score !== undefined ? { ownScore: own.score } : {}) };
+        return {
+            task: this.o.task,
+            question,
+            turn: t,
+            agent: a,
+            peers,
+            ownAnswer: own.text,
+            ...(fb && own.score !== undefined ? { ownScore: own.score } : {}),
+        };
     }
 
     private consensusReached(entries: TurnEntry[]): boolean {
@@ -293,6 +481,9 @@ export class Debate {
 function everyFailed(out: Transcript[]): Transcript[] {
     const first = out[0];
     if (first === undefined || out.some((t) => !t.error)) return out;
-    throw new DebateError(`Debate: every episode failed (${out.length} of ${out.length}); the first, ${first.id}: turn ${first.error!.turn}, agent ` +
-        `${first.error!.agent}: ${first.error!.message}`, out);
+    throw new DebateError(
+        `Debate: every episode failed (${out.length} of ${out.length}); the first, ${first.id}: turn ${first.error!.turn}, agent ` +
+            `${first.error!.agent}: ${first.error!.message}`,
+        out,
+    );
 }

@@ -27,7 +27,10 @@ export interface EpisodeRecord {
 export function answerKey(x: string | number | null): string | null {
     if (x === null) return null;
     if (typeof x === "number") return Number.isFinite(x) ? String(x) : null;
-    const t = x.trim().replace(/^\$/, "").replace(/,(?=\d{3}\b)/g, "");
+    const t = x
+        .trim()
+        .replace(/^\$/, "")
+        .replace(/,(?=\d{3}\b)/g, "");
     if (/^-?\d+(\.\d+)?$/.test(t)) return String(Number(t));
     return t.toLowerCase();
 }
@@ -50,7 +53,7 @@ export function majorityCredit(ep: EpisodeRecord, answers: AnswerRecord[]): numb
     }
     const top = Math.max(0, ...[...counts.values()].map((c) => c.n));
     let tied = [...counts.entries()].filter(([, c]) => c.n === top);
-    if (tied.length > 1) tied = tied.filter(([k]) => k !== null);  // "invalid" leaves a tied majority
+    if (tied.length > 1) tied = tied.filter(([k]) => k !== null); // "invalid" leaves a tied majority
     if (tied.length === 0) return 0;
     return tied.some(([, c]) => c.right) ? 1 / tied.length : 0;
 }
@@ -82,15 +85,24 @@ export interface DebateMetrics {
 const zero = (): Transitions => ({ rightToRight: 0, rightToWrong: 0, wrongToRight: 0, wrongToWrong: 0 });
 
 export function debateMetrics(episodes: EpisodeRecord[]): DebateMetrics {
-    if (!Array.isArray(episodes)) throw new TypeError(`debateMetrics: episodes: expected an array, got ${typeof episodes}`);
+    if (!Array.isArray(episodes))
+        throw new TypeError(`debateMetrics: episodes: expected an array, got ${typeof episodes}`);
     const T = Math.max(0, ...episodes.map((e) => e.turns.length));
-    const maj = new Array<number>(T).fill(0), majN = new Array<number>(T).fill(0);
-    const agentRight: number[][] = [], agentN: number[][] = [];
-    const tok = new Array<number>(T).fill(0), tokN = new Array<number>(T).fill(0);
-    const trans = Array.from({ length: Math.max(0, T - 1) }, () => ({ all: zero(), majorityRight: zero(), majorityWrong: zero() }));
+    const maj = new Array<number>(T).fill(0),
+        majN = new Array<number>(T).fill(0);
+    const agentRight: number[][] = [],
+        agentN: number[][] = [];
+    const tok = new Array<number>(T).fill(0),
+        tokN = new Array<number>(T).fill(0);
+    const trans = Array.from({ length: Math.max(0, T - 1) }, () => ({
+        all: zero(),
+        majorityRight: zero(),
+        majorityWrong: zero(),
+    }));
     let turns = 0;
     episodes.forEach((ep, i) => {
-        if (!ep || !Array.isArray(ep.turns)) throw new TypeError(`debateMetrics: episodes[${i}].turns: expected an array of turns`);
+        if (!ep || !Array.isArray(ep.turns))
+            throw new TypeError(`debateMetrics: episodes[${i}].turns: expected an array of turns`);
         turns += ep.turns.length;
         ep.turns.forEach((answers, t) => {
             const credit = majorityCredit(ep, answers);
@@ -99,7 +111,10 @@ export function debateMetrics(episodes: EpisodeRecord[]): DebateMetrics {
             answers.forEach((a, ag) => {
                 (agentRight[t] ??= [])[ag] = (agentRight[t]![ag] ?? 0) + (isRight(ep, a) ? 1 : 0);
                 (agentN[t] ??= [])[ag] = (agentN[t]![ag] ?? 0) + 1;
-                if (typeof a.completionTokens === "number") { tok[t]! += a.completionTokens; tokN[t]! += 1; }
+                if (typeof a.completionTokens === "number") {
+                    tok[t]! += a.completionTokens;
+                    tokN[t]! += 1;
+                }
             });
             if (t + 1 < ep.turns.length) {
                 const next = ep.turns[t + 1]!;

@@ -48,27 +48,37 @@ const fmt = (x: number) => x.toFixed(3);
 export const defaultPrompts: DebatePrompts = {
     question({ task, question }) {
         if (task === "nli")
-            return `${question}\nPlease determine the relationship between the premise and the hypothesis. Choose one of ` +
+            return (
+                `${question}\nPlease determine the relationship between the premise and the hypothesis. Choose one of ` +
                 "'entailment', 'neutral', 'contradiction'. Start with a concise reasoning, then conclude with your final answer " +
-                "in the format: Answer: <label>.";
-        return `Question: ${question}\nProvide a reasoning for your solution. At the end, you MUST write the answer in the ` +
-            "following format: Answer: \\boxed{ XXX }";
+                "in the format: Answer: <label>."
+            );
+        return (
+            `Question: ${question}\nProvide a reasoning for your solution. At the end, you MUST write the answer in the ` +
+            "following format: Answer: \\boxed{ XXX }"
+        );
     },
     followUp({ question, ownScore, peers }) {
         const parts: string[] = [];
         if (ownScore !== undefined)
-            parts.push(`Reward from a verifier of your answer: ${fmt(ownScore)} out of 1.0, which means ${feedbackBin(ownScore)}.`);
+            parts.push(
+                `Reward from a verifier of your answer: ${fmt(ownScore)} out of 1.0, which means ${feedbackBin(ownScore)}.`,
+            );
         if (peers.length) {
             parts.push("These are the solutions to the problem from other agents:");
             for (const p of peers) {
                 parts.push(`Agent ${p.agent + 1} solution: \`\`\`${p.text}\`\`\``);
                 if (p.score !== undefined)
-                    parts.push(`Reward associated with agent ${p.agent + 1}'s solution calculated by verifier: ${fmt(p.score)} out of 1.0.`);
+                    parts.push(
+                        `Reward associated with agent ${p.agent + 1}'s solution calculated by verifier: ${fmt(p.score)} out of 1.0.`,
+                    );
             }
         }
-        parts.push("Consider your own solution and the solutions of the other agents carefully. If your answer is wrong, " +
-            "revise it; do not simply repeat an answer that has already been given. Keep the reasoning simple, and end with " +
-            "the answer in the required format.");
+        parts.push(
+            "Consider your own solution and the solutions of the other agents carefully. If your answer is wrong, " +
+                "revise it; do not simply repeat an answer that has already been given. Keep the reasoning simple, and end with " +
+                "the answer in the required format.",
+        );
         parts.push(`Once again, the question is: ${question}`);
         return parts.join("\n\n");
     },

@@ -82,16 +82,25 @@ export async function otelTracer(name = "maporl"): Promise<Tracer> {
     try {
         api = await import("@opentelemetry/api");
     } catch {
-        throw new Error("otelTracer: @opentelemetry/api is not installed (npm install @opentelemetry/api, then configure an SDK)");
+        throw new Error(
+            "otelTracer: @opentelemetry/api is not installed (npm install @opentelemetry/api, then configure an SDK)",
+        );
     }
     const tracer = api.trace.getTracer(name);
     return {
         span(s) {
             const span = tracer.startSpan(s.name, {
                 startTime: s.startMs,
-                attributes: { "maporl.run": s.runId, "maporl.episode": s.episode, "maporl.agent": s.agent, "maporl.turn": s.turn,
-                    "maporl.parent": s.parent, "maporl.prompt_tokens": s.promptTokens, "maporl.completion_tokens": s.completionTokens,
-                    "maporl.finish_reason": s.finishReason },
+                attributes: {
+                    "maporl.run": s.runId,
+                    "maporl.episode": s.episode,
+                    "maporl.agent": s.agent,
+                    "maporl.turn": s.turn,
+                    "maporl.parent": s.parent,
+                    "maporl.prompt_tokens": s.promptTokens,
+                    "maporl.completion_tokens": s.completionTokens,
+                    "maporl.finish_reason": s.finishReason,
+                },
             });
             if (s.error) span.setStatus({ code: api.SpanStatusCode.ERROR, message: s.error });
             span.end(s.startMs + s.latencyMs);

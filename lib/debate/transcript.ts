@@ -41,7 +41,9 @@ export function transcriptToJSON(t: Transcript): string {
 }
 
 export function transcriptFromJSON(text: string): Transcript {
-    const t = JSON.parse(text, (_k, v) => (typeof v === "string" && v.startsWith(ENCODED) ? Number(v.slice(ENCODED.length)) : v)) as Transcript;
+    const t = JSON.parse(text, (_k, v) =>
+        typeof v === "string" && v.startsWith(ENCODED) ? Number(v.slice(ENCODED.length)) : v,
+    ) as Transcript;
     if (!t || t.version !== 1 || !Array.isArray(t.turns) || typeof t.question !== "string")
         throw new SyntaxError("transcriptFromJSON: expected a maporl transcript (version 1)");
     return t;
@@ -54,23 +56,30 @@ export function transcriptFromJSON(text: string): Transcript {
  * or a verifier failure) is NaN, which influenceRewards propagates rather than reading as 0.
  */
 export function transcriptScores(transcripts: Transcript[], options: { isCorrect?: (e: TurnEntry) => boolean } = {}) {
-    if (!Array.isArray(transcripts) || transcripts.length === 0) throw new TypeError("transcriptScores: transcripts: expected a non-empty array");
+    if (!Array.isArray(transcripts) || transcripts.length === 0)
+        throw new TypeError("transcriptScores: transcripts: expected a non-empty array");
     const A = transcripts[0]!.agents;
     const T = Math.max(...transcripts.map((t) => t.turns.length));
     transcripts.forEach((t, q) => {
-        if (t.agents !== A) throw new RangeError(`transcriptScores: transcripts[${q}].agents: expected ${A} (as the first), got ${t.agents}`);
+        if (t.agents !== A)
+            throw new RangeError(
+                `transcriptScores: transcripts[${q}].agents: expected ${A} (as the first), got ${t.agents}`,
+            );
     });
     const Q = transcripts.length;
-    const scores = new Float32Array(Q * T * A).fill(NaN), correct = new Float32Array(Q * T * A).fill(NaN);
+    const scores = new Float32Array(Q * T * A).fill(NaN),
+        correct = new Float32Array(Q * T * A).fill(NaN);
     const lastTurn = new Int32Array(Q);
     const isCorrect = options.isCorrect ?? ((e: TurnEntry) => e.score !== undefined && e.score >= 0.5);
     transcripts.forEach((tr, q) => {
         lastTurn[q] = tr.turns.length - 1;
-        tr.turns.forEach((row, t) => row.forEach((e, a) => {
-            const i = (q * T + t) * A + a;
-            scores[i] = e.score ?? NaN;
-            correct[i] = e.score === undefined && !options.isCorrect ? NaN : isCorrect(e) ? 1 : 0;
-        }));
+        tr.turns.forEach((row, t) =>
+            row.forEach((e, a) => {
+                const i = (q * T + t) * A + a;
+                scores[i] = e.score ?? NaN;
+                correct[i] = e.score === undefined && !options.isCorrect ? NaN : isCorrect(e) ? 1 : 0;
+            }),
+        );
     });
     return { scores, correct, shape: [Q, T, A] as [number, number, number], lastTurn };
 }

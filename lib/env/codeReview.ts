@@ -37,7 +37,10 @@ let unshareWorks: boolean | undefined;
 /** Whether `unshare -rn` can make a network-less namespace here (checked once). */
 export function networkIsolationAvailable(): boolean {
     if (unshareWorks === undefined) {
-        const r = process.platform === "linux" ? spawnSync("unshare", ["-rn", "true"], { stdio: "ignore", timeout: 5000 }) : null;
+        const r =
+            process.platform === "linux"
+                ? spawnSync("unshare", ["-rn", "true"], { stdio: "ignore", timeout: 5000 })
+                : null;
         unshareWorks = r !== null && r.status === 0;
     }
     return unshareWorks;
@@ -47,36 +50,79 @@ export function networkIsolationAvailable(): boolean {
  * Runs `tests` against `code` (as solution.mjs) with `node --test` in a child process: killed after `timeoutMs`, no
  * network where `unshare` allows it (`requireIsolation` makes its absence an error instead of a plain run).
  */
-export async function runCodeTests(code: string, tests: string, o: { timeoutMs?: number; signal?: AbortSignal; requireIsolation?: boolean } = {}): Promise<TestRun> {
-    const t0 = performance.now(), timeoutMs = o.timeoutMs ?? 10_000;
+export async function runCodeTests(
+    code: string,
+    tests: string,
+    o: { timeoutMs?: number; signal?: AbortSignal; requireIsolation?: boolean } = {},
+): Promise<TestRun> {
+    const t0 = performance.now(),
+        timeoutMs = o.timeoutMs ?? 10_000;
     const isolated = networkIsolationAvailable();
-    if (!isolated && o.requireIsolation) return { passed: false, status: "error", output: "no network isolation here (unshare -rn failed)", ms: 0, isolated };
+    if (!isolated && o.requireIsolation)
+        return {
+            passed: false,
+            status: "error",
+            output: "no network isolation here (unshare -rn failed)",
+            ms: 0,
+            isolated,
+        };
     const dir = mkdtempSync(join(tmpdir(), "maporl-tests-"));
     try {
         writeFileSync(join(dir, "solution.mjs"), code);
         writeFileSync(join(dir, "solution.test.mjs"), tests);
         const argv = [process.execPath, "--test", "--test-reporter=spec", "solution.test.mjs"];
         const [cmd, ...args] = isolated ? ["unshare", "-rn", ...argv] : argv;
-        const child = spawn(cmd!, args, { cwd: dir, detached: true, stdio: ["ignore", "pipe", "pipe"],
-            env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: dir, NODE_OPTIONS: "" } });
+        const child = spawn(cmd!, args, {
+            cwd: dir,
+            detached: true,
+            stdio: ["ignore", "pipe", "pipe"],
+            env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: dir, NODE_OPTIONS: "" },
+        });
         let out = "";
-        const keep = (c: Buffer) => { out = (out + c.toString()).slice(-8000); };
+        const keep = (c: Buffer) => {
+            out = (out + c.toString()).slice(-8000);
+        };
         child.stdout!.on("data", keep);
         child.stderr!.on("data", keep);
-        const kill = () => { try { process.kill(-child.pid!, "SIGKILL"); } catch { /* gone */ } };
+        const kill = () => {
+            try {
+                process.kill(-child.pid!, "SIGKILL");
+            } catch {
+                /* gone */
+            }
+        };
         let timedOut = false;
-        const timer = setTimeout(() => { timedOut = true; kill(); }, timeoutMs);
+        const timer = setTimeout(() => {
+            timedOut = true;
+            kill();
+        }, timeoutMs);
         const onAbort = () => kill();
         o.signal?.addEventListener("abort", onAbort, { once: true });
         const code_ = await new Promise<number | null>((resolve) => {
             child.once("close", (c) => resolve(c));
-            child.once("error", (e) => { out += String(e); resolve(null); });
+            child.once("error", (e) => {
+                out += String(e);
+                resolve(null);
+            });
         });
         clearTimeout(timer);
         o.signal?.removeEventListener("abort", onAbort);
         const ms = performance.now() - t0;
-        if (timedOut) return { passed: false, status: "timeout", output: `killed after ${timeoutMs} ms\n${out.slice(-2000)}`, ms, isolated };
-        return { passed: code_ === 0, status: code_ === 0 ? "passed" : code_ === null ? "error" : "failed", output: out.slice(-3000), ms, isolated };
+        if (timedOut)
+            return {
+                passed: false,
+                status: "timeout",
+                output: `killed after ${timeoutMs} ms\n${out.slice(-2000)}`,
+                ms,
+                isolated,
+            };
+        return {
+            passed: code_ === 0,
+            status: code_ === 0 ? "passed" : code_ === null ? "error" : "failed",
+            output: out.slice(-3000),
+            ms,
+            isolated,
+        };
     } finally {
         rmSync(dir, { recursive: true, force: true });
     }
@@ -87,13 +133,17 @@ type State = WorkflowState<CodeTask>;
 /** The run_tests tool: the task's tests on the artifact's current version. */
 export function runTestsTool(o: { timeoutMs?: number; requireIsolation?: boolean } = {}): Tool<Record<string, never>> {
     return {
-        name: "run_tests", description: "Runs the task's tests on the current solution file; returns pass/fail and the test output.",
+        name: "run_tests",
+        description: "Runs the task's tests on the current solution file; returns pass/fail and the test output.",
         parameters: { type: "object", properties: {}, additionalProperties: false },
-        timeoutMs: (o.timeoutMs ?? 10_000) + 5_000,  // the child's own limit comes first
+        timeoutMs: (o.timeoutMs ?? 10_000) + 5_000, // the child's own limit comes first
         run: async (_args, ctx) => {
             const st = ctx.episode as State;
-            const r = await runCodeTests(st.artifact!.content, st.item.tests, { timeoutMs: o.timeoutMs ?? 10_000, signal: ctx.signal,
-                ...(o.requireIsolation ? { requireIsolation: true } : {}) });
+            const r = await runCodeTests(st.artifact!.content, st.item.tests, {
+                timeoutMs: o.timeoutMs ?? 10_000,
+                signal: ctx.signal,
+                ...(o.requireIsolation ? { requireIsolation: true } : {}),
+            });
             return `tests ${r.status} (version ${st.artifact!.version}, ${r.ms.toFixed(0)} ms${r.isolated ? ", no network" : ""})\n${r.output}`;
         },
     };
@@ -117,13 +167,28 @@ export function codeReviewSpec(o: CodeReviewOptions): WorkflowSpec<CodeTask> {
     const lastOf = (st: State, role: string) => [...st.turns].reverse().find((t) => t.role === role);
     return {
         roles: [
-            { name: "coder", policy: o.coder, instructions: "You are the coder. Write the solution file with write_solution (the whole file, an ES module). " +
-                "You may read it and run the tests. When you are done, say so in one line." },
-            { name: "reviewer", policy: o.reviewer, instructions: "You are the reviewer. Read the solution, run the tests, and reply APPROVE if it is " +
-                "correct; otherwise say exactly what to change." },
+            {
+                name: "coder",
+                policy: o.coder,
+                instructions:
+                    "You are the coder. Write the solution file with write_solution (the whole file, an ES module). " +
+                    "You may read it and run the tests. When you are done, say so in one line.",
+            },
+            {
+                name: "reviewer",
+                policy: o.reviewer,
+                instructions:
+                    "You are the reviewer. Read the solution, run the tests, and reply APPROVE if it is " +
+                    "correct; otherwise say exactly what to change.",
+            },
         ],
-        tools: [runTestsTool({ ...(o.testTimeoutMs ? { timeoutMs: o.testTimeoutMs } : {}), ...(o.requireIsolation ? { requireIsolation: true } : {}) }) as unknown as Tool<never>,
-            ...(o.tools ?? [])],
+        tools: [
+            runTestsTool({
+                ...(o.testTimeoutMs ? { timeoutMs: o.testTimeoutMs } : {}),
+                ...(o.requireIsolation ? { requireIsolation: true } : {}),
+            }) as unknown as Tool<never>,
+            ...(o.tools ?? []),
+        ],
         artifact: (task) => new SharedArtifact("solution", task.initial ?? ""),
         artifactWriters: ["coder"],
         start: "coder",
@@ -131,7 +196,9 @@ export function codeReviewSpec(o: CodeReviewOptions): WorkflowSpec<CodeTask> {
             const v = st.artifact!.version;
             if (role === "coder") {
                 const review = lastOf(st, "reviewer");
-                return review ? `The reviewer says:\n${review.text}\n(solution at version ${v})` : `Task: ${st.item.spec}\n(solution at version ${v})`;
+                return review
+                    ? `The reviewer says:\n${review.text}\n(solution at version ${v})`
+                    : `Task: ${st.item.spec}\n(solution at version ${v})`;
             }
             return `The coder says:\n${lastOf(st, "coder")?.text ?? ""}\nThe solution is at version ${v}. Review it.`;
         },
@@ -140,11 +207,24 @@ export function codeReviewSpec(o: CodeReviewOptions): WorkflowSpec<CodeTask> {
             if (last.role === "coder") return "reviewer";
             return /\bAPPROVE\b/.test(last.text) ? null : "coder";
         },
-        reward: async (st) => ((await runCodeTests(st.artifact!.content, st.item.tests, { timeoutMs: o.testTimeoutMs ?? 10_000 })).passed ? 1 : 0),
+        reward: async (st) =>
+            (await runCodeTests(st.artifact!.content, st.item.tests, { timeoutMs: o.testTimeoutMs ?? 10_000 })).passed
+                ? 1
+                : 0,
         milestones: (turn, st) => {
-            let r = turn.toolResults.length > 0 && turn.toolResults.every((x) => x.error !== "arguments" && x.error !== "unknown") ? 0.1 : 0;
-            const passedBefore = st.turns.some((t) => t.toolResults.some((x) => x.name === "run_tests" && x.content.startsWith("tests passed")));
-            if (!passedBefore && turn.toolResults.some((x) => x.name === "run_tests" && x.content.startsWith("tests passed"))) r += 0.2;
+            let r =
+                turn.toolResults.length > 0 &&
+                turn.toolResults.every((x) => x.error !== "arguments" && x.error !== "unknown")
+                    ? 0.1
+                    : 0;
+            const passedBefore = st.turns.some((t) =>
+                t.toolResults.some((x) => x.name === "run_tests" && x.content.startsWith("tests passed")),
+            );
+            if (
+                !passedBefore &&
+                turn.toolResults.some((x) => x.name === "run_tests" && x.content.startsWith("tests passed"))
+            )
+                r += 0.2;
             return r;
         },
         horizon: o.horizon ?? 6,
@@ -153,6 +233,9 @@ export function codeReviewSpec(o: CodeReviewOptions): WorkflowSpec<CodeTask> {
 }
 
 /** The code-review workflow, ready to run. */
-export function codeReviewWorkflow(o: CodeReviewOptions, run: { tracer?: import("../debate/trace.js").Tracer; runId?: string; seed?: number } = {}): Workflow<CodeTask> {
+export function codeReviewWorkflow(
+    o: CodeReviewOptions,
+    run: { tracer?: import("../debate/trace.js").Tracer; runId?: string; seed?: number } = {},
+): Workflow<CodeTask> {
     return new Workflow(codeReviewSpec(o), run);
 }

@@ -29,13 +29,21 @@ export function loopOptions(where: string, o: LoopOptions | undefined): Required
     const x = o ?? {};
     const int = (k: "toolRepeats" | "messageRepeats", d: number) => {
         const v = x[k] ?? d;
-        if (!Number.isInteger(v) || v < 2) throw new RangeError(`${where}: loops.${k}: expected an integer >= 2, got ${String(v)}`);
+        if (!Number.isInteger(v) || v < 2)
+            throw new RangeError(`${where}: loops.${k}: expected an integer >= 2, got ${String(v)}`);
         return v;
     };
     const penalty = x.penalty ?? -0.5;
-    if (!Number.isFinite(penalty)) throw new RangeError(`${where}: loops.penalty: expected a finite number, got ${String(penalty)}`);
-    if (x.stop !== undefined && typeof x.stop !== "boolean") throw new TypeError(`${where}: loops.stop: expected a boolean`);
-    return { toolRepeats: int("toolRepeats", 3), messageRepeats: int("messageRepeats", 2), stop: x.stop ?? true, penalty };
+    if (!Number.isFinite(penalty))
+        throw new RangeError(`${where}: loops.penalty: expected a finite number, got ${String(penalty)}`);
+    if (x.stop !== undefined && typeof x.stop !== "boolean")
+        throw new TypeError(`${where}: loops.stop: expected a boolean`);
+    return {
+        toolRepeats: int("toolRepeats", 3),
+        messageRepeats: int("messageRepeats", 2),
+        stop: x.stop ?? true,
+        penalty,
+    };
 }
 
 export class LoopDetector {

@@ -8,7 +8,10 @@ import AjvModule, { type ErrorObject, type ValidateFunction } from "ajv";
 import { checkToolName, type ToolCall, type ToolSpec } from "../policy/types.js";
 
 // ajv is CommonJS: under NodeNext its class is the default export's `default`.
-interface AjvLike { compile(schema: object): ValidateFunction; errorsText(e: ErrorObject[] | null | undefined, o?: { dataVar?: string }): string }
+interface AjvLike {
+    compile(schema: object): ValidateFunction;
+    errorsText(e: ErrorObject[] | null | undefined, o?: { dataVar?: string }): string;
+}
 const AjvClass = ((AjvModule as unknown as { default?: unknown }).default ?? AjvModule) as new (o: object) => AjvLike;
 const ajv = new AjvClass({ allErrors: true, strict: false });
 
@@ -62,9 +65,15 @@ export function checkTools(where: string, tools: unknown): Tool<never>[] {
         checkToolName(at, t, seen);
         if (typeof t.run !== "function") throw new TypeError(`${at}.run: expected a function (args, ctx) => string`);
         if (typeof t.description !== "string") throw new TypeError(`${at}.description: expected a string`);
-        if (t.timeoutMs !== undefined && !(Number.isFinite(t.timeoutMs) && t.timeoutMs > 0)) throw new RangeError(`${at}.timeoutMs: expected a positive number, got ${String(t.timeoutMs)}`);
-        if (t.roles !== undefined && (!Array.isArray(t.roles) || t.roles.some((r) => typeof r !== "string"))) throw new TypeError(`${at}.roles: expected an array of role names`);
-        try { validator(t); } catch (e) { throw new TypeError(`${at}.parameters: not a valid JSON Schema (${(e as Error).message})`); }
+        if (t.timeoutMs !== undefined && !(Number.isFinite(t.timeoutMs) && t.timeoutMs > 0))
+            throw new RangeError(`${at}.timeoutMs: expected a positive number, got ${String(t.timeoutMs)}`);
+        if (t.roles !== undefined && (!Array.isArray(t.roles) || t.roles.some((r) => typeof r !== "string")))
+            throw new TypeError(`${at}.roles: expected an array of role names`);
+        try {
+            validator(t);
+        } catch (e) {
+            throw new TypeError(`${at}.parameters: not a valid JSON Schema (${(e as Error).message})`);
+        }
     });
     return tools as Tool<never>[];
 }
@@ -82,16 +91,43 @@ function validator(t: Tool<never>): (x: unknown) => string | null {
 }
 
 /** Runs one call. Never throws (but rethrows the episode's own abort). */
-export async function runToolCall(tools: readonly Tool<never>[], call: ToolCall, ctx: { role: string; turn: number; signal?: AbortSignal; episode?: unknown }): Promise<ToolResult> {
+export async function runToolCall(
+    tools: readonly Tool<never>[],
+    call: ToolCall,
+    ctx: { role: string; turn: number; signal?: AbortSignal; episode?: unknown },
+): Promise<ToolResult> {
     const t0 = performance.now();
-    const done = (ok: boolean, content: string, error?: ToolResult["error"]): ToolResult =>
-        ({ callId: call.id, name: call.name, arguments: call.arguments, ok, content, ...(error ? { error } : {}), ms: performance.now() - t0 });
+    const done = (ok: boolean, content: string, error?: ToolResult["error"]): ToolResult => ({
+        callId: call.id,
+        name: call.name,
+        arguments: call.arguments,
+        ok,
+        content,
+        ...(error ? { error } : {}),
+        ms: performance.now() - t0,
+    });
     const tool = tools.find((t) => t.name === call.name);
-    if (!tool) return done(false, `error: no tool named '${call.name}' (available: ${tools.map((t) => t.name).join(", ") || "none"})`, "unknown");
-    if (tool.roles && !tool.roles.includes(ctx.role)) return done(false, `error: the ${ctx.role} may not call '${tool.name}' (only ${tool.roles.join(", ")})`, "forbidden");
+    if (!tool)
+        return done(
+            false,
+            `error: no tool named '${call.name}' (available: ${tools.map((t) => t.name).join(", ") || "none"})`,
+            "unknown",
+        );
+    if (tool.roles && !tool.roles.includes(ctx.role))
+        return done(
+            false,
+            `error: the ${ctx.role} may not call '${tool.name}' (only ${tool.roles.join(", ")})`,
+            "forbidden",
+        );
     let args: unknown;
-    try { args = JSON.parse(call.arguments || "{}"); } catch (e) {
-        return done(false, `error: the arguments of '${tool.name}' are not JSON (${(e as Error).message})`, "arguments");
+    try {
+        args = JSON.parse(call.arguments || "{}");
+    } catch (e) {
+        return done(
+            false,
+            `error: the arguments of '${tool.name}' are not JSON (${(e as Error).message})`,
+            "arguments",
+        );
     }
     const invalid = validator(tool)(args);
     if (invalid !== null) return done(false, `error: invalid arguments for '${tool.name}': ${invalid}`, "arguments");
@@ -101,12 +137,21 @@ export async function runToolCall(tools: readonly Tool<never>[], call: ToolCall,
     ctx.signal?.addEventListener("abort", onAbort, { once: true });
     let timer: NodeJS.Timeout | undefined;
     try {
-        const timeout = new Promise<"timeout">((resolve) => { timer = setTimeout(() => resolve("timeout"), timeoutMs); });
-        const run = Promise.resolve().then(() => tool.run(args as never, { signal: ac.signal, role: ctx.role, turn: ctx.turn, ...(ctx.episode !== undefined ? { episode: ctx.episode } : {}) }));
+        const timeout = new Promise<"timeout">((resolve) => {
+            timer = setTimeout(() => resolve("timeout"), timeoutMs);
+        });
+        const run = Promise.resolve().then(() =>
+            tool.run(args as never, {
+                signal: ac.signal,
+                role: ctx.role,
+                turn: ctx.turn,
+                ...(ctx.episode !== undefined ? { episode: ctx.episode } : {}),
+            }),
+        );
         const r = await Promise.race([run, timeout]);
         if (r === "timeout") {
             ac.abort(new Error(`timeout after ${timeoutMs} ms`));
-            run.catch(() => undefined);  // whatever it does later is dropped
+            run.catch(() => undefined); // whatever it does later is dropped
             return done(false, `error: '${tool.name}' did not finish within ${timeoutMs} ms`, "timeout");
         }
         return done(true, typeof r === "string" ? r : JSON.stringify(r));
@@ -121,7 +166,19 @@ export async function runToolCall(tools: readonly Tool<never>[], call: ToolCall,
 
 /** A call's identity for loop detection: the tool and its arguments with keys sorted (whitespace and order ignored). */
 export function callKey(call: { name: string; arguments: string }): string {
-    const canon = (x: unknown): unknown => Array.isArray(x) ? x.map(canon)
-        : x && typeof x === "object" ? Object.fromEntries(Object.keys(x).sort().map((k) => [k, canon((x as Record<string, unknown>)[k])])) : x;
-    try { return `${call.name}(${JSON.stringify(canon(JSON.parse(call.arguments || "{}")))})`; } catch { return `${call.name}(${call.arguments})`; }
+    const canon = (x: unknown): unknown =>
+        Array.isArray(x)
+            ? x.map(canon)
+            : x && typeof x === "object"
+              ? Object.fromEntries(
+                    Object.keys(x)
+                        .sort()
+                        .map((k) => [k, canon((x as Record<string, unknown>)[k])]),
+                )
+              : x;
+    try {
+        return `${call.name}(${JSON.stringify(canon(JSON.parse(call.arguments || "{}")))})`;
+    } catch {
+        return `${call.name}(${call.arguments})`;
+    }
 }

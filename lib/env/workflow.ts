@@ -104,26 +104,36 @@ export class Workflow<I> {
     private readonly byName: Map<string, WorkflowRole>;
     private readonly loopOpts: Required<LoopOptions>;
 
-    constructor(spec: WorkflowSpec<I>, private readonly o: { tracer?: Tracer; runId?: string; seed?: number } = {}) {
+    constructor(
+        spec: WorkflowSpec<I>,
+        private readonly o: { tracer?: Tracer; runId?: string; seed?: number } = {},
+    ) {
         const where = "Workflow";
         if (!spec || typeof spec !== "object") throw new TypeError(`${where}: spec: expected an object`);
-        if (!Array.isArray(spec.roles) || spec.roles.length === 0) throw new TypeError(`${where}: roles: expected a non-empty array`);
+        if (!Array.isArray(spec.roles) || spec.roles.length === 0)
+            throw new TypeError(`${where}: roles: expected a non-empty array`);
         this.byName = new Map();
         spec.roles.forEach((r, k) => {
-            if (!r || typeof r.name !== "string" || r.name === "") throw new TypeError(`${where}: roles[${k}].name: expected a non-empty string`);
+            if (!r || typeof r.name !== "string" || r.name === "")
+                throw new TypeError(`${where}: roles[${k}].name: expected a non-empty string`);
             if (this.byName.has(r.name)) throw new TypeError(`${where}: roles[${k}].name: '${r.name}' twice`);
-            if (!r.policy || typeof r.policy.generate !== "function") throw new TypeError(`${where}: roles[${k}].policy: expected a Policy (with generate())`);
-            if (typeof r.instructions !== "string") throw new TypeError(`${where}: roles[${k}].instructions: expected a string`);
+            if (!r.policy || typeof r.policy.generate !== "function")
+                throw new TypeError(`${where}: roles[${k}].policy: expected a Policy (with generate())`);
+            if (typeof r.instructions !== "string")
+                throw new TypeError(`${where}: roles[${k}].instructions: expected a string`);
             if (r.sampling !== undefined) samplingOptions(where, `roles[${k}].sampling`, r.sampling);
             this.byName.set(r.name, r);
         });
         checkTools(where, spec.tools ?? []);
         for (const f of ["observe", "next", "reward"] as const)
             if (typeof spec[f] !== "function") throw new TypeError(`${where}: ${f}: expected a function`);
-        if (!Number.isInteger(spec.horizon) || spec.horizon < 1) throw new RangeError(`${where}: horizon: expected an integer >= 1, got ${String(spec.horizon)}`);
+        if (!Number.isInteger(spec.horizon) || spec.horizon < 1)
+            throw new RangeError(`${where}: horizon: expected an integer >= 1, got ${String(spec.horizon)}`);
         const rounds = spec.maxToolRounds ?? 4;
-        if (!Number.isInteger(rounds) || rounds < 0) throw new RangeError(`${where}: maxToolRounds: expected an integer >= 0, got ${String(rounds)}`);
-        if (typeof spec.start === "string" && !this.byName.has(spec.start)) throw new RangeError(`${where}: start: no role named '${spec.start}'`);
+        if (!Number.isInteger(rounds) || rounds < 0)
+            throw new RangeError(`${where}: maxToolRounds: expected an integer >= 0, got ${String(rounds)}`);
+        if (typeof spec.start === "string" && !this.byName.has(spec.start))
+            throw new RangeError(`${where}: start: no role named '${spec.start}'`);
         this.loopOpts = loopOptions(where, spec.loops);
         this.spec = spec;
     }
@@ -131,11 +141,15 @@ export class Workflow<I> {
     /** Runs every item as its own episode, concurrently; one failed episode never fails the others. */
     async runBatch(items: I[], options: { signal?: AbortSignal } = {}): Promise<WorkflowEpisode<I>[]> {
         if (!Array.isArray(items)) throw new TypeError("Workflow.runBatch: items: expected an array");
-        return Promise.all(items.map((item, k) => this.episode(item, `${this.o.runId ?? "run"}-${k}`, k, options.signal)));
+        return Promise.all(
+            items.map((item, k) => this.episode(item, `${this.o.runId ?? "run"}-${k}`, k, options.signal)),
+        );
     }
 
     /** The roles, in the spec's order. */
-    get roles(): readonly WorkflowRole[] { return this.spec.roles; }
+    get roles(): readonly WorkflowRole[] {
+        return this.spec.roles;
+    }
 
     async run(item: I, options: { signal?: AbortSignal } = {}): Promise<WorkflowEpisode<I>> {
         return (await this.runBatch([item], options))[0]!;
@@ -152,10 +166,23 @@ export class Workflow<I> {
         const artifactTools = artifact ? artifact.tools(this.spec.artifactWriters) : [];
         const state: WorkflowState<I> = { item, turns: [], artifact };
         const convo = new Map<string, ChatMessage[]>();
-        const loops = new LoopDetector(this.loopOpts), events: LoopEvent[] = [];
+        const loops = new LoopDetector(this.loopOpts),
+            events: LoopEvent[] = [];
         const shaped: Record<string, number> = {};
-        const out = (stoppedBy: WorkflowEpisode<I>["stoppedBy"], reward: number, error?: WorkflowEpisode<I>["error"]): WorkflowEpisode<I> =>
-            ({ item, turns: state.turns, artifact: artifact ? artifact.versions : [], reward, shaped, loops: events, stoppedBy, ...(error ? { error } : {}) });
+        const out = (
+            stoppedBy: WorkflowEpisode<I>["stoppedBy"],
+            reward: number,
+            error?: WorkflowEpisode<I>["error"],
+        ): WorkflowEpisode<I> => ({
+            item,
+            turns: state.turns,
+            artifact: artifact ? artifact.versions : [],
+            reward,
+            shaped,
+            loops: events,
+            stoppedBy,
+            ...(error ? { error } : {}),
+        });
         let role: string | null = typeof this.spec.start === "string" ? this.spec.start : this.spec.start(item);
         const delegation: string[] = [];
         for (let turn = 0; turn < this.spec.horizon && role !== null; turn++) {
@@ -168,23 +195,37 @@ export class Workflow<I> {
             const observation = this.spec.observe(role, state);
             messages.push({ role: "user", content: observation });
             const seen = artifact ? artifact.version : null;
-            const t0 = performance.now(), start = Date.now();
+            const t0 = performance.now(),
+                start = Date.now();
             const results: ToolResult[] = [];
             const usage = { promptTokens: 0, completionTokens: 0 };
             const samples: { promptTokenIds: number[]; tokenIds: number[] }[] = [];
-            let text = "", finish = "stop", loop: LoopEvent | null = null;
+            let text = "",
+                finish = "stop",
+                loop: LoopEvent | null = null;
             for (let round = 0; ; round++) {
                 const offer = round < (this.spec.maxToolRounds ?? 4) ? tools.map(toolSpec) : [];
-                const [settled] = await generateSettled(r.policy, [{ messages: [...messages], ...(offer.length ? { tools: offer } : {}),
-                    ...(r.sampling ? { sampling: r.sampling } : {}), seed: (this.o.seed ?? 0) * 1_000_003 + k * 1009 + turn * 31 + round,
-                    routingKey: `${id}/${role}` }], signal ? { signal } : {});
+                const [settled] = await generateSettled(
+                    r.policy,
+                    [
+                        {
+                            messages: [...messages],
+                            ...(offer.length ? { tools: offer } : {}),
+                            ...(r.sampling ? { sampling: r.sampling } : {}),
+                            seed: (this.o.seed ?? 0) * 1_000_003 + k * 1009 + turn * 31 + round,
+                            routingKey: `${id}/${role}`,
+                        },
+                    ],
+                    signal ? { signal } : {},
+                );
                 if (!settled!.ok) {
                     const message = policyMessage(r.policy, settled!.error);
                     this.span(id, turn, role, delegation, start, t0, usage, "error", results, seen, artifact, message);
                     return out("error", NaN, { turn, role, message });
                 }
                 const g = settled!.generation;
-                if (g.promptTokenIds && g.tokenIds) samples.push({ promptTokenIds: g.promptTokenIds, tokenIds: g.tokenIds });
+                if (g.promptTokenIds && g.tokenIds)
+                    samples.push({ promptTokenIds: g.promptTokenIds, tokenIds: g.tokenIds });
                 usage.promptTokens += g.usage.promptTokens;
                 usage.completionTokens += g.usage.completionTokens;
                 text = g.text;
@@ -192,7 +233,12 @@ export class Workflow<I> {
                 if (!g.toolCalls?.length || offer.length === 0) break;
                 messages.push({ role: "assistant", content: g.text, toolCalls: g.toolCalls });
                 for (const call of g.toolCalls) {
-                    const res = await runToolCall(tools, call, { role, turn, episode: state, ...(signal ? { signal } : {}) });
+                    const res = await runToolCall(tools, call, {
+                        role,
+                        turn,
+                        episode: state,
+                        ...(signal ? { signal } : {}),
+                    });
                     results.push(res);
                     messages.push({ role: "tool", toolCallId: call.id, name: call.name, content: res.content });
                     loop ??= loops.toolCall(role, turn, call);
@@ -202,13 +248,40 @@ export class Workflow<I> {
             messages.push({ role: "assistant", content: text });
             loop ??= loops.message(role, turn, text, artifact ? String(artifact.version) : "");
             delegation.push(role);
-            const entry: WorkflowTurn = { turn, role, delegation: collapse(delegation.slice(0, -1)), observation, text, toolResults: results,
-                artifactSeen: seen, artifactAfter: artifact ? artifact.version : null, shaped: 0, usage,
-                latencyMs: performance.now() - t0, finishReason: finish, ...(samples.length ? { samples } : {}) };
-            entry.shaped = (this.spec.milestones ? this.spec.milestones(entry, state) : 0) + (loop ? this.loopOpts.penalty : 0);
+            const entry: WorkflowTurn = {
+                turn,
+                role,
+                delegation: collapse(delegation.slice(0, -1)),
+                observation,
+                text,
+                toolResults: results,
+                artifactSeen: seen,
+                artifactAfter: artifact ? artifact.version : null,
+                shaped: 0,
+                usage,
+                latencyMs: performance.now() - t0,
+                finishReason: finish,
+                ...(samples.length ? { samples } : {}),
+            };
+            entry.shaped =
+                (this.spec.milestones ? this.spec.milestones(entry, state) : 0) + (loop ? this.loopOpts.penalty : 0);
             shaped[role] = (shaped[role] ?? 0) + entry.shaped;
             state.turns.push(entry);
-            this.span(id, turn, role, entry.delegation, start, t0, usage, finish, results, seen, artifact, undefined, text);
+            this.span(
+                id,
+                turn,
+                role,
+                entry.delegation,
+                start,
+                t0,
+                usage,
+                finish,
+                results,
+                seen,
+                artifact,
+                undefined,
+                text,
+            );
             if (loop) {
                 events.push(loop);
                 if (this.loopOpts.stop) return out("loop", await this.spec.reward(state));
@@ -218,14 +291,47 @@ export class Workflow<I> {
         return out(role === null ? "done" : "horizon", await this.spec.reward(state));
     }
 
-    private span(id: string, turn: number, role: string, delegation: string[], start: number, t0: number, usage: { promptTokens: number; completionTokens: number },
-        finish: string, results: ToolResult[], seen: number | null, artifact: SharedArtifact | null, error?: string, text?: string): void {
+    private span(
+        id: string,
+        turn: number,
+        role: string,
+        delegation: string[],
+        start: number,
+        t0: number,
+        usage: { promptTokens: number; completionTokens: number },
+        finish: string,
+        results: ToolResult[],
+        seen: number | null,
+        artifact: SharedArtifact | null,
+        error?: string,
+        text?: string,
+    ): void {
         if (!this.o.tracer) return;
-        const s: Span = { name: "workflow.turn", runId: this.o.runId ?? "run", episode: id, agent: this.spec.roles.findIndex((r) => r.name === role), turn,
-            parent: delegation.length, startMs: start, latencyMs: performance.now() - t0, promptTokens: usage.promptTokens,
-            completionTokens: usage.completionTokens, finishReason: finish, ...(error ? { error } : {}), ...(text !== undefined ? { text } : {}),
-            role, delegation, toolCalls: results.map((x) => ({ name: x.name, ok: x.ok, ms: x.ms, ...(x.error ? { error: x.error } : {}) })),
-            toolErrors: results.filter((x) => !x.ok).length, ...(artifact ? { artifactSeen: seen, artifactAfter: artifact.version } : {}) };
+        const s: Span = {
+            name: "workflow.turn",
+            runId: this.o.runId ?? "run",
+            episode: id,
+            agent: this.spec.roles.findIndex((r) => r.name === role),
+            turn,
+            parent: delegation.length,
+            startMs: start,
+            latencyMs: performance.now() - t0,
+            promptTokens: usage.promptTokens,
+            completionTokens: usage.completionTokens,
+            finishReason: finish,
+            ...(error ? { error } : {}),
+            ...(text !== undefined ? { text } : {}),
+            role,
+            delegation,
+            toolCalls: results.map((x) => ({
+                name: x.name,
+                ok: x.ok,
+                ms: x.ms,
+                ...(x.error ? { error: x.error } : {}),
+            })),
+            toolErrors: results.filter((x) => !x.ok).length,
+            ...(artifact ? { artifactSeen: seen, artifactAfter: artifact.version } : {}),
+        };
         this.o.tracer.span(s);
     }
 }

@@ -27,17 +27,23 @@ export class DecodeTurns {
     constructor(private readonly handle: () => GptHandle) {}
 
     /** Batches running now. */
-    get running(): number { return this.active; }
+    get running(): number {
+        return this.active;
+    }
 
     /** Whether a new batch may start beside the running ones now (some run, none waits to change the model, CPU). */
-    canJoin(): boolean { return this.active > 0 && this.waitingSerial === 0 && native.gptGetDevice(this.handle()) === 0; }
+    canJoin(): boolean {
+        return this.active > 0 && this.waitingSerial === 0 && native.gptGetDevice(this.handle()) === 0;
+    }
 
     /**
      * Runs `batch` as the first batch of a session: resolves once it and every batch that joined meanwhile have ended
      * (the caller holds the model's queue for that long).
      */
     session(batch: (lease: DecodeLease) => Promise<void>, prepare: () => void, big: () => boolean): Promise<void> {
-        const ended = new Promise<void>((resolve) => { this.idle = resolve; });
+        const ended = new Promise<void>((resolve) => {
+            this.idle = resolve;
+        });
         void this.join(batch, prepare, big);
         return ended;
     }
@@ -48,7 +54,13 @@ export class DecodeTurns {
     async join(batch: (lease: DecodeLease) => Promise<void>, prepare: () => void, big: () => boolean): Promise<void> {
         const id = this.nextId++;
         this.active++;
-        const lease: DecodeLease = { run: (fn) => this.turn(id, () => { prepare(); return fn(); }) };
+        const lease: DecodeLease = {
+            run: (fn) =>
+                this.turn(id, () => {
+                    prepare();
+                    return fn();
+                }),
+        };
         try {
             await batch(lease);
         } finally {
@@ -80,12 +92,12 @@ export class DecodeTurns {
         if (this.live === id) return;
         const h = this.handle();
         if (this.live !== 0) {
-            native.gptCacheSwap(h, this.live);  // the live batch's cache to its slot
+            native.gptCacheSwap(h, this.live); // the live batch's cache to its slot
             this.stashed.add(this.live);
         } else if (this.stashed.has(id)) {
-            native.gptCacheRelease(h);  // a finished batch's cache: nobody's
+            native.gptCacheRelease(h); // a finished batch's cache: nobody's
         }
-        if (this.stashed.delete(id)) native.gptCacheSwap(h, id);  // (a new batch adopts what is there: it resets first)
+        if (this.stashed.delete(id)) native.gptCacheSwap(h, id); // (a new batch adopts what is there: it resets first)
         this.live = id;
     }
 }

@@ -66,21 +66,31 @@ export interface FleetOptions {
 }
 
 /** A pushed adapter's current version. */
-export interface AdapterVersion { name: string; version: number; served: string; dir: string }
+export interface AdapterVersion {
+    name: string;
+    version: number;
+    served: string;
+    dir: string;
+}
 
-class ClientError extends Error {}  // a 4xx that is the request's own fault: no failover
-class ModelMissing extends Error {}  // the endpoint does not have the requested adapter (a 404): try another
+class ClientError extends Error {} // a 4xx that is the request's own fault: no failover
+class ModelMissing extends Error {} // the endpoint does not have the requested adapter (a 404): try another
 
 // FNV-1a of a string, for rendezvous hashing.
 function hash(s: string): number {
     let h = 0x811c9dc5;
-    for (let i = 0; i < s.length; i++) { h ^= s.charCodeAt(i); h = Math.imul(h, 0x01000193) >>> 0; }
+    for (let i = 0; i < s.length; i++) {
+        h ^= s.charCodeAt(i);
+        h = Math.imul(h, 0x01000193) >>> 0;
+    }
     return h;
 }
 
 export class FleetPolicy implements Policy {
     readonly name: string;
-    private readonly o: Required<Omit<FleetOptions, "apiKey" | "name" | "endpoints" | "tracer" | "runId" | "vocabSize">> & { tracer?: Tracer; runId: string; vocabSize?: number };
+    private readonly o: Required<
+        Omit<FleetOptions, "apiKey" | "name" | "endpoints" | "tracer" | "runId" | "vocabSize">
+    > & { tracer?: Tracer; runId: string; vocabSize?: number };
     private readonly list: FleetOptions["endpoints"];
     private readonly eps = new Map<string, Endpoint>();
     private readonly headers: Record<string, string>;
@@ -98,29 +108,59 @@ export class FleetPolicy implements Policy {
 
     constructor(options: FleetOptions) {
         const fn = "FleetPolicy";
-        if (options === null || typeof options !== "object") throw new TypeError(`${fn}: options: expected an object, got ${describe(options)}`);
-        if (typeof options.model !== "string" || !options.model) throw new TypeError(`${fn}: model: expected the served model name, got ${describe(options.model)}`);
+        if (options === null || typeof options !== "object")
+            throw new TypeError(`${fn}: options: expected an object, got ${describe(options)}`);
+        if (typeof options.model !== "string" || !options.model)
+            throw new TypeError(`${fn}: model: expected the served model name, got ${describe(options.model)}`);
         const e = options.endpoints;
         if (typeof e !== "function" && (!Array.isArray(e) || e.length === 0 || e.some((u) => typeof u !== "string")))
-            throw new TypeError(`${fn}: endpoints: expected a non-empty array of base URLs or a function returning one, got ${describe(e)}`);
-        if (Array.isArray(e)) e.forEach((u) => { try { new URL(u); } catch { throw new TypeError(`${fn}: endpoints: not a URL: ${JSON.stringify(redactUrl(u))}`); } });
+            throw new TypeError(
+                `${fn}: endpoints: expected a non-empty array of base URLs or a function returning one, got ${describe(e)}`,
+            );
+        if (Array.isArray(e))
+            e.forEach((u) => {
+                try {
+                    new URL(u);
+                } catch {
+                    throw new TypeError(`${fn}: endpoints: not a URL: ${JSON.stringify(redactUrl(u))}`);
+                }
+            });
         const num = (k: keyof FleetOptions, d: number, min: number, int = false) => {
             const v = options[k];
             if (v === undefined) return d;
             if (typeof v !== "number" || !Number.isFinite(v) || v < min || (int && !Number.isInteger(v)))
-                throw new RangeError(`${fn}: ${k}: expected ${int ? "an integer" : "a number"} >= ${min}, got ${describe(v)}`);
+                throw new RangeError(
+                    `${fn}: ${k}: expected ${int ? "an integer" : "a number"} >= ${min}, got ${describe(v)}`,
+                );
             return v;
         };
         const dialect = options.dialect ?? "auto";
-        if (!DIALECTS.includes(dialect)) throw new RangeError(`${fn}: dialect: expected ${DIALECTS.map((x) => `'${x}'`).join(", ")}, got ${JSON.stringify(dialect)}`);
-        this.o = { model: options.model, dialect, logprobs: options.logprobs ?? true, concurrency: num("concurrency", 8, 1, true),
-            timeoutMs: num("timeoutMs", 120_000, 1), totalTimeoutMs: num("totalTimeoutMs", 300_000, 1), maxAttempts: num("maxAttempts", 3, 1, true),
-            failureThreshold: num("failureThreshold", 2, 1, true), probeIntervalMs: num("probeIntervalMs", 1000, 1),
-            healthCheckIntervalMs: num("healthCheckIntervalMs", 10_000, 0), refreshIntervalMs: num("refreshIntervalMs", 30_000, 1),
-            sticky: options.sticky ?? true, ...(options.tracer ? { tracer: options.tracer } : {}), runId: options.runId ?? "run",
-            maxResponseBytes: num("maxResponseBytes", DEFAULT_MAX_RESPONSE_BYTES, 1, true) };
+        if (!DIALECTS.includes(dialect))
+            throw new RangeError(
+                `${fn}: dialect: expected ${DIALECTS.map((x) => `'${x}'`).join(", ")}, got ${JSON.stringify(dialect)}`,
+            );
+        this.o = {
+            model: options.model,
+            dialect,
+            logprobs: options.logprobs ?? true,
+            concurrency: num("concurrency", 8, 1, true),
+            timeoutMs: num("timeoutMs", 120_000, 1),
+            totalTimeoutMs: num("totalTimeoutMs", 300_000, 1),
+            maxAttempts: num("maxAttempts", 3, 1, true),
+            failureThreshold: num("failureThreshold", 2, 1, true),
+            probeIntervalMs: num("probeIntervalMs", 1000, 1),
+            healthCheckIntervalMs: num("healthCheckIntervalMs", 10_000, 0),
+            refreshIntervalMs: num("refreshIntervalMs", 30_000, 1),
+            sticky: options.sticky ?? true,
+            ...(options.tracer ? { tracer: options.tracer } : {}),
+            runId: options.runId ?? "run",
+            maxResponseBytes: num("maxResponseBytes", DEFAULT_MAX_RESPONSE_BYTES, 1, true),
+        };
         if (options.vocabSize !== undefined) this.o.vocabSize = num("vocabSize", 0, 1, true);
-        if ((this.o.vocabSize ?? 0) > 2 ** 31) throw new RangeError(`${fn}: vocabSize: expected an integer in [1, 2^31], got ${describe(options.vocabSize)}`);
+        if ((this.o.vocabSize ?? 0) > 2 ** 31)
+            throw new RangeError(
+                `${fn}: vocabSize: expected an integer in [1, 2^31], got ${describe(options.vocabSize)}`,
+            );
         this.name = options.name ?? `fleet:${options.model}`;
         this.headers = options.apiKey ? { authorization: `Bearer ${options.apiKey}` } : {};
         this.list = e;
@@ -128,10 +168,14 @@ export class FleetPolicy implements Policy {
     }
 
     /** The endpoints now in rotation or ejected (not those removed by a refresh). */
-    get endpoints(): string[] { return [...this.eps.values()].filter((x) => !x.removed).map((x) => x.shown); }
+    get endpoints(): string[] {
+        return [...this.eps.values()].filter((x) => !x.removed).map((x) => x.shown);
+    }
 
     /** Every endpoint's figures (removed ones too, while they are known). */
-    stats(): EndpointStats[] { return [...this.eps.values()].map((x) => x.stats()); }
+    stats(): EndpointStats[] {
+        return [...this.eps.values()].map((x) => x.stats());
+    }
 
     /** Reads a function `endpoints` again now. */
     async refresh(): Promise<void> {
@@ -147,9 +191,20 @@ export class FleetPolicy implements Policy {
         for (const [u, ep] of this.eps) if (!keep.has(u)) ep.removed = true;
         for (const u of keep) {
             const ep = this.eps.get(u);
-            if (ep) { ep.removed = false; continue; }
-            this.eps.set(u, new Endpoint(u, { where: this.name, timeoutMs: this.o.timeoutMs, headers: this.headers, dialect: this.o.dialect,
-                failureThreshold: this.o.failureThreshold }));
+            if (ep) {
+                ep.removed = false;
+                continue;
+            }
+            this.eps.set(
+                u,
+                new Endpoint(u, {
+                    where: this.name,
+                    timeoutMs: this.o.timeoutMs,
+                    headers: this.headers,
+                    dialect: this.o.dialect,
+                    failureThreshold: this.o.failureThreshold,
+                }),
+            );
         }
         this.notify();
     }
@@ -159,7 +214,9 @@ export class FleetPolicy implements Policy {
         this.started ??= (async () => {
             if (typeof this.list === "function") {
                 await this.refresh();
-                const t = setInterval(() => { this.refresh().catch(() => undefined); }, this.o.refreshIntervalMs);
+                const t = setInterval(() => {
+                    this.refresh().catch(() => undefined);
+                }, this.o.refreshIntervalMs);
                 t.unref();
                 this.timers.push(t);
             }
@@ -179,7 +236,11 @@ export class FleetPolicy implements Policy {
         this.closed = true;
         for (const t of this.timers) clearInterval(t);
         this.timers = [];
-        for (const ep of this.eps.values()) if (ep.probing) { clearTimeout(ep.probing); ep.probing = null; }
+        for (const ep of this.eps.values())
+            if (ep.probing) {
+                clearTimeout(ep.probing);
+                ep.probing = null;
+            }
         this.notify();
     }
 
@@ -192,7 +253,9 @@ export class FleetPolicy implements Policy {
     // Waits for a change (a slot freed, an endpoint re-admitted, an adapter loaded), at most `ms`.
     private async change(ms: number, signal?: AbortSignal): Promise<void> {
         let wake!: () => void;
-        const p = new Promise<void>((r) => { wake = r; });
+        const p = new Promise<void>((r) => {
+            wake = r;
+        });
         this.waiters.push(wake);
         await Promise.race([p, sleep(Math.max(1, Math.min(ms, 250)), signal)]);
     }
@@ -206,12 +269,17 @@ export class FleetPolicy implements Policy {
         }
         if (this.current.size === 0 || !ep.healthy || this.closed) return;
         const models = await ep.servedModels();
-        if (models) await this.restore(ep, [...this.current.values()].filter((v) => !models.includes(v.served)));
+        if (models)
+            await this.restore(
+                ep,
+                [...this.current.values()].filter((v) => !models.includes(v.served)),
+            );
     }
 
     // Loads the given current versions on `ep` again (a server that lost them), then wakes the waiting requests.
     private async restore(ep: Endpoint, versions: AdapterVersion[]): Promise<void> {
-        for (const v of versions) if (this.current.get(v.name)?.served === v.served) await ep.reload(v.served, v.dir).catch(() => undefined);
+        for (const v of versions)
+            if (this.current.get(v.name)?.served === v.served) await ep.reload(v.served, v.dir).catch(() => undefined);
         if (versions.length > 0) this.notify();
     }
 
@@ -222,36 +290,53 @@ export class FleetPolicy implements Policy {
 
     private scheduleProbe(ep: Endpoint): void {
         if (ep.probing || this.closed) return;
-        ep.probing = setTimeout(async () => {
-            ep.probing = null;
-            if (this.closed || ep.removed) return;
-            if (await ep.probe()) {
-                // The current adapter versions first (a restarted server has none); the base is served meanwhile.
-                for (const v of this.current.values()) await ep.loadAdapter(v.served, v.dir).catch(() => undefined);
-                ep.readmit();
-                this.notify();
-            } else this.scheduleProbe(ep);
-        }, this.o.probeIntervalMs * 2 ** Math.min(5, Math.max(0, ep.ejectionStreak - 1)));
+        ep.probing = setTimeout(
+            async () => {
+                ep.probing = null;
+                if (this.closed || ep.removed) return;
+                if (await ep.probe()) {
+                    // The current adapter versions first (a restarted server has none); the base is served meanwhile.
+                    for (const v of this.current.values()) await ep.loadAdapter(v.served, v.dir).catch(() => undefined);
+                    ep.readmit();
+                    this.notify();
+                } else this.scheduleProbe(ep);
+            },
+            this.o.probeIntervalMs * 2 ** Math.min(5, Math.max(0, ep.ejectionStreak - 1)),
+        );
         ep.probing.unref?.();
     }
 
     // An endpoint for a request to `served` (null: the base), preferring those not yet tried; waits for a slot or a
     // re-admission until the deadline.
-    private async pick(key: string | undefined, served: string | null, tried: Set<Endpoint>, deadline: number, signal?: AbortSignal): Promise<Endpoint> {
+    private async pick(
+        key: string | undefined,
+        served: string | null,
+        tried: Set<Endpoint>,
+        deadline: number,
+        signal?: AbortSignal,
+    ): Promise<Endpoint> {
         let counted: Endpoint | null = null;
         try {
             for (;;) {
                 signal?.throwIfAborted();
                 const has = (ep: Endpoint) => served === null || !this.versions.has(served) || ep.loaded.has(served);
                 const cands = [...this.eps.values()].filter((ep) => ep.healthy && !ep.removed && has(ep));
-                const untried = cands.filter((ep) => !tried.has(ep)), pool = untried.length > 0 ? untried : cands;
+                const untried = cands.filter((ep) => !tried.has(ep)),
+                    pool = untried.length > 0 ? untried : cands;
                 const free = pool.filter((ep) => ep.outstanding < this.o.concurrency);
                 let target: Endpoint | undefined;
                 if (key !== undefined && this.o.sticky && pool.length > 0) {
                     // The key's endpoint (rendezvous hashing: it moves only when that endpoint leaves), waited for when
                     // busy, unless as many requests already wait there as it takes at once and another has room.
-                    const sticky = pool.reduce((a, b) => (hash(`${key}\u0000${b.url}`) > hash(`${key}\u0000${a.url}`) ? b : a));
-                    if (sticky.outstanding < this.o.concurrency || free.length === 0 || sticky.waiting - (counted === sticky ? 1 : 0) < this.o.concurrency) target = sticky;
+                    const sticky = pool.reduce((a, b) =>
+                        hash(`${key}\u0000${b.url}`) > hash(`${key}\u0000${a.url}`) ? b : a,
+                    );
+                    if (
+                        sticky.outstanding < this.o.concurrency ||
+                        free.length === 0 ||
+                        sticky.waiting - (counted === sticky ? 1 : 0) < this.o.concurrency
+                    )
+                        target = sticky;
                     if (target && target.outstanding >= this.o.concurrency && counted !== target) {
                         if (counted) counted.waiting--;
                         target.waiting++;
@@ -267,8 +352,18 @@ export class FleetPolicy implements Policy {
                 const left = deadline - performance.now();
                 if (left <= 0) {
                     const all = [...this.eps.values()].filter((ep) => !ep.removed);
-                    throw new Error(`${this.name}: no endpoint could take the request within the ${this.o.totalTimeoutMs} ms deadline (` +
-                        (all.length === 0 ? "no endpoints" : all.map((ep) => `${ep.shown}: ${!ep.healthy ? "ejected" : !has(ep) ? `without ${served}` : `${ep.outstanding} in flight`}`).join("; ")) + ")");
+                    throw new Error(
+                        `${this.name}: no endpoint could take the request within the ${this.o.totalTimeoutMs} ms deadline (` +
+                            (all.length === 0
+                                ? "no endpoints"
+                                : all
+                                      .map(
+                                          (ep) =>
+                                              `${ep.shown}: ${!ep.healthy ? "ejected" : !has(ep) ? `without ${served}` : `${ep.outstanding} in flight`}`,
+                                      )
+                                      .join("; ")) +
+                            ")",
+                    );
                 }
                 await this.change(left, signal);
             }
@@ -280,14 +375,17 @@ export class FleetPolicy implements Policy {
     // One request over the fleet: attempts on endpoints one after another until one answers.
     private async one(r: GenerateRequest, i: number, served: string | null, signal?: AbortSignal): Promise<Generation> {
         await this.start();
-        const deadline = performance.now() + this.o.totalTimeoutMs, tried = new Set<Endpoint>(), errors: string[] = [];
+        const deadline = performance.now() + this.o.totalTimeoutMs,
+            tried = new Set<Endpoint>(),
+            errors: string[] = [];
         // Endpoints that refused this request with a 4xx: if another endpoint answers it, the refusal was theirs (a
         // strike against their health); if a second endpoint refuses it too, it is the request's fault.
         const refused: Endpoint[] = [];
         for (let attempt = 1; ; attempt++) {
             const ep = await this.pick(r.routingKey, served, tried, deadline, signal);
             ep.outstanding++;
-            const start = Date.now(), t0 = performance.now();
+            const start = Date.now(),
+                t0 = performance.now();
             try {
                 const g = await this.attempt(ep, r, i, served, deadline, signal);
                 ep.succeeded(g.latencyMs, g.usage.promptTokens, g.usage.completionTokens);
@@ -302,20 +400,31 @@ export class FleetPolicy implements Policy {
                 errors.push(`${ep.shown}: ${msg}`);
                 if (e instanceof ClientError) {
                     const elsewhere = [...this.eps.values()].some((x) => x.healthy && !x.removed && !tried.has(x));
-                    const again = refused.length === 0 && elsewhere && attempt < this.o.maxAttempts && performance.now() < deadline;
+                    const again =
+                        refused.length === 0 &&
+                        elsewhere &&
+                        attempt < this.o.maxAttempts &&
+                        performance.now() < deadline;
                     ep.rejected(msg, again);
                     refused.push(ep);
-                    if (!again) throw refused.length > 1 ? new ClientError(`${this.name}: the request was refused by ${refused.length} endpoints: ${errors.join(" | ")}`) : e;
+                    if (!again)
+                        throw refused.length > 1
+                            ? new ClientError(
+                                  `${this.name}: the request was refused by ${refused.length} endpoints: ${errors.join(" | ")}`,
+                              )
+                            : e;
                     continue;
                 }
-                if (e instanceof ModelMissing) {  // the server lost it (restarted): load it there again, meanwhile elsewhere
+                if (e instanceof ModelMissing) {
+                    // the server lost it (restarted): load it there again, meanwhile elsewhere
                     ep.loaded.delete(served!);
                     const v = [...this.current.values()].find((x) => x.served === served);
                     if (v) void this.restore(ep, [v]);
-                }
-                else if (ep.failed(msg, attempt < this.o.maxAttempts)) this.scheduleProbe(ep);
+                } else if (ep.failed(msg, attempt < this.o.maxAttempts)) this.scheduleProbe(ep);
                 if (attempt >= this.o.maxAttempts || performance.now() >= deadline)
-                    throw new Error(`${this.name}: the request failed on ${attempt} attempt${attempt > 1 ? "s" : ""}: ${errors.join(" | ")}`);
+                    throw new Error(
+                        `${this.name}: the request failed on ${attempt} attempt${attempt > 1 ? "s" : ""}: ${errors.join(" | ")}`,
+                    );
             } finally {
                 ep.outstanding--;
                 this.notify();
@@ -323,13 +432,33 @@ export class FleetPolicy implements Policy {
         }
     }
 
-    private async attempt(ep: Endpoint, r: GenerateRequest, i: number, served: string | null, deadline: number, signal?: AbortSignal): Promise<Generation> {
+    private async attempt(
+        ep: Endpoint,
+        r: GenerateRequest,
+        i: number,
+        served: string | null,
+        deadline: number,
+        signal?: AbortSignal,
+    ): Promise<Generation> {
         const dialect = await ep.dialect(signal);
-        const o: BodyOptions = { model: this.o.model, adapter: served ?? undefined, dialect, logprobs: this.o.logprobs, vocabSize: this.o.vocabSize };
+        const o: BodyOptions = {
+            model: this.o.model,
+            adapter: served ?? undefined,
+            dialect,
+            logprobs: this.o.logprobs,
+            vocabSize: this.o.vocabSize,
+        };
         const { json, messages } = chatBody(this.name, r, i, o);
         const budget = Math.max(1, Math.min(this.o.timeoutMs, deadline - performance.now()));
-        const post = { timeoutMs: budget, totalTimeoutMs: budget, retries: 0, backoffMs: 0, headers: this.headers, maxResponseBytes: this.o.maxResponseBytes,
-            ...(signal ? { signal } : {}) };
+        const post = {
+            timeoutMs: budget,
+            totalTimeoutMs: budget,
+            retries: 0,
+            backoffMs: 0,
+            headers: this.headers,
+            maxResponseBytes: this.o.maxResponseBytes,
+            ...(signal ? { signal } : {}),
+        };
         const res = await postJson(this.name, `${ep.url}/chat/completions`, json, post);
         if (!res.ok) {
             const text = `HTTP ${res.status}: ${res.text.slice(0, 300)}`;
@@ -341,17 +470,46 @@ export class FleetPolicy implements Policy {
         return generation;
     }
 
-    private span(ep: Endpoint, r: GenerateRequest, served: string | null, start: number, t0: number, attempt: number, g: Generation | null, error?: string): void {
-        this.o.tracer?.span({ name: "fleet.attempt", runId: this.o.runId, episode: r.routingKey ?? "", agent: -1, turn: -1, parent: 0, startMs: start,
-            latencyMs: performance.now() - t0, promptTokens: g?.usage.promptTokens ?? 0, completionTokens: g?.usage.completionTokens ?? 0,
-            finishReason: g?.finishReason ?? "error", endpoint: ep.shown, model: served ?? this.o.model, attempts: attempt, ...(error !== undefined ? { error } : {}) });
+    private span(
+        ep: Endpoint,
+        r: GenerateRequest,
+        served: string | null,
+        start: number,
+        t0: number,
+        attempt: number,
+        g: Generation | null,
+        error?: string,
+    ): void {
+        this.o.tracer?.span({
+            name: "fleet.attempt",
+            runId: this.o.runId,
+            episode: r.routingKey ?? "",
+            agent: -1,
+            turn: -1,
+            parent: 0,
+            startMs: start,
+            latencyMs: performance.now() - t0,
+            promptTokens: g?.usage.promptTokens ?? 0,
+            completionTokens: g?.usage.completionTokens ?? 0,
+            finishReason: g?.finishReason ?? "error",
+            endpoint: ep.shown,
+            model: served ?? this.o.model,
+            attempts: attempt,
+            ...(error !== undefined ? { error } : {}),
+        });
     }
 
     // Runs the requests for `target()` (the served name at request time: an adapter's current version), each alone
     // over the fleet.
-    private async run(requests: GenerateRequest[], target: () => string | null, signal?: AbortSignal): Promise<Promise<Generation>[]> {
+    private async run(
+        requests: GenerateRequest[],
+        target: () => string | null,
+        signal?: AbortSignal,
+    ): Promise<Promise<Generation>[]> {
         if (!Array.isArray(requests)) throw new TypeError(`${this.name}: requests: expected an array`);
-        requests.forEach((r, i) => chatBody(this.name, r, i, { model: this.o.model, dialect: "openai", logprobs: false }));  // checked before any is sent
+        requests.forEach((r, i) =>
+            chatBody(this.name, r, i, { model: this.o.model, dialect: "openai", logprobs: false }),
+        ); // checked before any is sent
         if (this.closed) throw new Error(`${this.name}: closed`);
         return requests.map(async (r, i) => {
             const served = target();
@@ -366,13 +524,24 @@ export class FleetPolicy implements Policy {
 
     private gen(target: () => string | null) {
         return {
-            generate: async (requests: GenerateRequest[], options: { signal?: AbortSignal } = {}): Promise<Generation[]> =>
-                Promise.all(await this.run(requests, target, options.signal)),
-            generateSettled: async (requests: GenerateRequest[], options: { signal?: AbortSignal } = {}): Promise<SettledGeneration[]> => {
+            generate: async (
+                requests: GenerateRequest[],
+                options: { signal?: AbortSignal } = {},
+            ): Promise<Generation[]> => Promise.all(await this.run(requests, target, options.signal)),
+            generateSettled: async (
+                requests: GenerateRequest[],
+                options: { signal?: AbortSignal } = {},
+            ): Promise<SettledGeneration[]> => {
                 const out = await Promise.allSettled(await this.run(requests, target, options.signal));
                 if (options.signal?.aborted) throw options.signal.reason;
-                return out.map((x) => (x.status === "fulfilled" ? { ok: true as const, generation: x.value }
-                    : { ok: false as const, error: x.reason instanceof Error ? x.reason : new Error(String(x.reason)) }));
+                return out.map((x) =>
+                    x.status === "fulfilled"
+                        ? { ok: true as const, generation: x.value }
+                        : {
+                              ok: false as const,
+                              error: x.reason instanceof Error ? x.reason : new Error(String(x.reason)),
+                          },
+                );
             },
         };
     }
@@ -383,13 +552,17 @@ export class FleetPolicy implements Policy {
     }
 
     /** Every request's outcome (a failed request does not stop the others); rejects only on abort or a bad request. */
-    async generateSettled(requests: GenerateRequest[], options: { signal?: AbortSignal } = {}): Promise<SettledGeneration[]> {
+    async generateSettled(
+        requests: GenerateRequest[],
+        options: { signal?: AbortSignal } = {},
+    ): Promise<SettledGeneration[]> {
         return this.gen(() => null).generateSettled(requests, options);
     }
 
     /** A Policy for a model the servers serve by name (an adapter given to them at start, e.g. vLLM's --lora-modules). */
     policy(model: string): Policy {
-        if (typeof model !== "string" || !model) throw new TypeError(`${this.name}.policy: model: expected a served model name, got ${describe(model)}`);
+        if (typeof model !== "string" || !model)
+            throw new TypeError(`${this.name}.policy: model: expected a served model name, got ${describe(model)}`);
         const served = model === this.o.model ? null : model;
         return { name: `${this.name}/${model}`, ...this.gen(() => served) };
     }
@@ -397,18 +570,25 @@ export class FleetPolicy implements Policy {
     /** A Policy for the current version of pushed adapter `name` (pushAdapter): a request asks for the version current
      * when it starts, and its Generation's `model` names it. */
     adapter(name: string): Policy {
-        if (typeof name !== "string" || !name) throw new TypeError(`${this.name}.adapter: name: expected an adapter name, got ${describe(name)}`);
+        if (typeof name !== "string" || !name)
+            throw new TypeError(`${this.name}.adapter: name: expected an adapter name, got ${describe(name)}`);
         return {
-            name: `${this.name}/${name}`, ...this.gen(() => {
+            name: `${this.name}/${name}`,
+            ...this.gen(() => {
                 const v = this.current.get(name);
-                if (!v) throw new Error(`${this.name}: adapter '${name}' has not been pushed (pushAdapter(name, dir) first)`);
+                if (!v)
+                    throw new Error(
+                        `${this.name}: adapter '${name}' has not been pushed (pushAdapter(name, dir) first)`,
+                    );
                 return v.served;
             }),
         };
     }
 
     /** The current version of pushed adapter `name`, or null. */
-    adapterVersion(name: string): AdapterVersion | null { return this.current.get(name) ?? null; }
+    adapterVersion(name: string): AdapterVersion | null {
+        return this.current.get(name) ?? null;
+    }
 
     /**
      * Loads PEFT adapter directory `dir` (readable by the servers at that path) on every healthy endpoint as the next
@@ -417,34 +597,55 @@ export class FleetPolicy implements Policy {
      * listed and do not serve the new version until they load it (an endpoint re-admitted later loads the current
      * versions first).
      */
-    async pushAdapter(name: string, dir: string): Promise<{ version: AdapterVersion; failed: { url: string; error: string }[] }> {
-        if (typeof name !== "string" || !/^[\w.-]+$/.test(name)) throw new TypeError(`${this.name}.pushAdapter: name: expected letters, digits, '_', '.', '-', got ${describe(name)}`);
-        if (typeof dir !== "string" || !dir) throw new TypeError(`${this.name}.pushAdapter: dir: expected the adapter directory's path, got ${describe(dir)}`);
+    async pushAdapter(
+        name: string,
+        dir: string,
+    ): Promise<{ version: AdapterVersion; failed: { url: string; error: string }[] }> {
+        if (typeof name !== "string" || !/^[\w.-]+$/.test(name))
+            throw new TypeError(
+                `${this.name}.pushAdapter: name: expected letters, digits, '_', '.', '-', got ${describe(name)}`,
+            );
+        if (typeof dir !== "string" || !dir)
+            throw new TypeError(
+                `${this.name}.pushAdapter: dir: expected the adapter directory's path, got ${describe(dir)}`,
+            );
         await this.start();
-        const prev = this.current.get(name), version = (prev?.version ?? 0) + 1;
+        const prev = this.current.get(name),
+            version = (prev?.version ?? 0) + 1;
         const v: AdapterVersion = { name, version, served: `${name}-v${version}-${randomUUID().slice(0, 8)}`, dir };
         this.versions.set(v.served, dir);
         const live = [...this.eps.values()].filter((ep) => ep.healthy && !ep.removed);
         const out = await Promise.allSettled(live.map((ep) => ep.loadAdapter(v.served, dir)));
-        const failed = out.flatMap((x, k) => (x.status === "rejected" ? [{ url: live[k]!.shown, error: (x.reason as Error).message }] : []));
+        const failed = out.flatMap((x, k) =>
+            x.status === "rejected" ? [{ url: live[k]!.shown, error: (x.reason as Error).message }] : [],
+        );
         if (live.length === 0 || failed.length === live.length) {
             this.versions.delete(v.served);
-            throw new Error(`${this.name}.pushAdapter: ${name} v${version} could not be loaded on any endpoint` +
-                (failed.length ? `: ${failed.map((f) => f.error).join(" | ")}` : " (none is healthy)"));
+            throw new Error(
+                `${this.name}.pushAdapter: ${name} v${version} could not be loaded on any endpoint` +
+                    (failed.length ? `: ${failed.map((f) => f.error).join(" | ")}` : " (none is healthy)"),
+            );
         }
         this.current.set(name, v);
         this.notify();
-        if (prev) { this.retiring.add(prev.served); this.release(prev.served, 0); }
+        if (prev) {
+            this.retiring.add(prev.served);
+            this.release(prev.served, 0);
+        }
         return { version: v, failed };
     }
 
     // One request to `served` done (delta -1), or a check (0): a retired version with none in flight is unloaded.
     private release(served: string, delta = -1): void {
         const n = (this.inflight.get(served) ?? 0) + delta;
-        if (n > 0) { this.inflight.set(served, n); return; }
+        if (n > 0) {
+            this.inflight.set(served, n);
+            return;
+        }
         this.inflight.delete(served);
         if (!this.retiring.delete(served)) return;
         this.versions.delete(served);
-        for (const ep of this.eps.values()) if (ep.loaded.has(served)) void ep.unloadAdapter(served).catch(() => undefined);
+        for (const ep of this.eps.values())
+            if (ep.loaded.has(served)) void ep.unloadAdapter(served).catch(() => undefined);
     }
 }

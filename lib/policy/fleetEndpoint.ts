@@ -61,7 +61,18 @@ export class Endpoint {
     probing: ReturnType<typeof setTimeout> | null = null;
     private dialectP: Promise<Dialect> | null = null;
     private dialectKnown: Dialect | null = null;
-    private readonly s = { requests: 0, ok: 0, errors: 0, failovers: 0, ejections: 0, readmissions: 0, adapterReloads: 0, promptTokens: 0, completionTokens: 0, latSum: 0 };
+    private readonly s = {
+        requests: 0,
+        ok: 0,
+        errors: 0,
+        failovers: 0,
+        ejections: 0,
+        readmissions: 0,
+        adapterReloads: 0,
+        promptTokens: 0,
+        completionTokens: 0,
+        latSum: 0,
+    };
     /** Adapter versions being loaded again here (one load at a time per version). */
     readonly restoring = new Set<string>();
     private readonly lat: number[] = [];
@@ -70,19 +81,38 @@ export class Endpoint {
     /** The URL as messages and stats show it (credentials redacted). */
     readonly shown: string;
 
-    constructor(readonly url: string, private readonly o: EndpointSettings) {
+    constructor(
+        readonly url: string,
+        private readonly o: EndpointSettings,
+    ) {
         this.shown = redactUrl(url);
-        if (o.dialect !== "auto") { this.dialectKnown = o.dialect; this.dialectP = Promise.resolve(o.dialect); }
+        if (o.dialect !== "auto") {
+            this.dialectKnown = o.dialect;
+            this.dialectP = Promise.resolve(o.dialect);
+        }
     }
 
-    get root(): string { return serverRoot(this.url); }
+    get root(): string {
+        return serverRoot(this.url);
+    }
 
     /** The endpoint's dialect (asked once under 'auto'; asked again after a failed detection or a re-admission). */
     dialect(signal?: AbortSignal): Promise<Dialect> {
         if (this.dialectP === null) {
-            const p = detectDialect(this.o.where, this.url, { timeoutMs: Math.min(this.o.timeoutMs, 10_000), headers: this.o.headers, ...(signal ? { signal } : {}) });
+            const p = detectDialect(this.o.where, this.url, {
+                timeoutMs: Math.min(this.o.timeoutMs, 10_000),
+                headers: this.o.headers,
+                ...(signal ? { signal } : {}),
+            });
             this.dialectP = p;
-            p.then((d) => { this.dialectKnown = d; }, () => { if (this.dialectP === p) this.dialectP = null; });
+            p.then(
+                (d) => {
+                    this.dialectKnown = d;
+                },
+                () => {
+                    if (this.dialectP === p) this.dialectP = null;
+                },
+            );
         }
         return this.dialectP;
     }
@@ -152,7 +182,10 @@ export class Endpoint {
     /** The model ids the server lists (GET /v1/models), or null when it does not answer. */
     async servedModels(): Promise<string[] | null> {
         try {
-            const r = await getJson(this.o.where, `${this.url}/models`, { timeoutMs: Math.min(this.o.timeoutMs, 2000), headers: this.o.headers });
+            const r = await getJson(this.o.where, `${this.url}/models`, {
+                timeoutMs: Math.min(this.o.timeoutMs, 2000),
+                headers: this.o.headers,
+            });
             if (!r.ok) return null;
             const j = JSON.parse(r.text) as { data?: { id?: unknown }[] };
             return Array.isArray(j.data) ? j.data.map((m) => String(m.id)) : null;
@@ -165,12 +198,13 @@ export class Endpoint {
     async reload(served: string, dir: string): Promise<void> {
         if (this.restoring.has(served)) return;
         this.restoring.add(served);
-        this.loaded.delete(served);  // requests for it go elsewhere meanwhile
+        this.loaded.delete(served); // requests for it go elsewhere meanwhile
         try {
             await this.loadAdapter(served, dir);
             this.s.adapterReloads++;
         } catch (e) {
-            if ((await this.servedModels())?.includes(served)) this.loaded.add(served);  // loaded meanwhile (a push): it is there
+            if ((await this.servedModels())?.includes(served))
+                this.loaded.add(served); // loaded meanwhile (a push): it is there
             else throw e;
         } finally {
             this.restoring.delete(served);
@@ -186,19 +220,33 @@ export class Endpoint {
     /** Loads a PEFT adapter directory as model `served` on this server (its runtime LoRA endpoint). */
     async loadAdapter(served: string, dir: string): Promise<void> {
         const d = await this.dialect();
-        if (d === "openai") throw new Error(`${this.o.where}: ${this.shown} speaks the plain OpenAI dialect: no runtime LoRA loading (use vLLM, SGLang or maporl serve)`);
+        if (d === "openai")
+            throw new Error(
+                `${this.o.where}: ${this.shown} speaks the plain OpenAI dialect: no runtime LoRA loading (use vLLM, SGLang or maporl serve)`,
+            );
         const url = d === "sglang" ? `${this.root}/load_lora_adapter` : `${this.root}/v1/load_lora_adapter`;
-        const r = await postJson(this.o.where, url, JSON.stringify({ lora_name: served, lora_path: dir }), { timeoutMs: this.o.timeoutMs, retries: 1, backoffMs: 100, headers: this.o.headers });
+        const r = await postJson(this.o.where, url, JSON.stringify({ lora_name: served, lora_path: dir }), {
+            timeoutMs: this.o.timeoutMs,
+            retries: 1,
+            backoffMs: 100,
+            headers: this.o.headers,
+        });
         let sglangFailure: string | null = null;
         if (r.ok && d === "sglang") {
             try {
                 const j = JSON.parse(r.text) as { success?: unknown; error_message?: unknown };
                 if (j.success === false) sglangFailure = String(j.error_message ?? "success: false");
-            } catch { /* a plain-text success */ }
+            } catch {
+                /* a plain-text success */
+            }
         }
         if (!r.ok || sglangFailure !== null)
-            throw new Error(`${this.o.where}: loading adapter ${served} from ${dir} on ${this.shown}: ${sglangFailure ?? `HTTP ${r.status}: ${r.text.slice(0, 300)}`}` +
-                (r.status === 404 && d === "vllm" ? " (vLLM needs --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True; maporl serve needs --enable-lora)" : ""));
+            throw new Error(
+                `${this.o.where}: loading adapter ${served} from ${dir} on ${this.shown}: ${sglangFailure ?? `HTTP ${r.status}: ${r.text.slice(0, 300)}`}` +
+                    (r.status === 404 && d === "vllm"
+                        ? " (vLLM needs --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True; maporl serve needs --enable-lora)"
+                        : ""),
+            );
         this.loaded.add(served);
     }
 
@@ -207,15 +255,38 @@ export class Endpoint {
         this.loaded.delete(served);
         const d = await this.dialect();
         const url = d === "sglang" ? `${this.root}/unload_lora_adapter` : `${this.root}/v1/unload_lora_adapter`;
-        const r = await postJson(this.o.where, url, JSON.stringify({ lora_name: served }), { timeoutMs: this.o.timeoutMs, retries: 1, backoffMs: 100, headers: this.o.headers });
-        if (!r.ok && r.status !== 404) throw new Error(`${this.o.where}: unloading adapter ${served} on ${this.shown}: HTTP ${r.status}: ${r.text.slice(0, 300)}`);
+        const r = await postJson(this.o.where, url, JSON.stringify({ lora_name: served }), {
+            timeoutMs: this.o.timeoutMs,
+            retries: 1,
+            backoffMs: 100,
+            headers: this.o.headers,
+        });
+        if (!r.ok && r.status !== 404)
+            throw new Error(
+                `${this.o.where}: unloading adapter ${served} on ${this.shown}: HTTP ${r.status}: ${r.text.slice(0, 300)}`,
+            );
     }
 
     stats(): EndpointStats {
-        const s = this.s, n = s.ok;
-        return { url: this.shown, healthy: this.healthy && !this.removed, dialect: this.dialectKnown, outstanding: this.outstanding, requests: s.requests, ok: s.ok,
-            errors: s.errors, failovers: s.failovers, ejections: s.ejections, readmissions: s.readmissions, adapterReloads: s.adapterReloads, promptTokens: s.promptTokens,
-            completionTokens: s.completionTokens, latencyMs: { mean: n ? s.latSum / n : 0, p50: quantile(this.lat, 0.5), p95: quantile(this.lat, 0.95) },
-            adapters: [...this.loaded], lastError: this.lastError };
+        const s = this.s,
+            n = s.ok;
+        return {
+            url: this.shown,
+            healthy: this.healthy && !this.removed,
+            dialect: this.dialectKnown,
+            outstanding: this.outstanding,
+            requests: s.requests,
+            ok: s.ok,
+            errors: s.errors,
+            failovers: s.failovers,
+            ejections: s.ejections,
+            readmissions: s.readmissions,
+            adapterReloads: s.adapterReloads,
+            promptTokens: s.promptTokens,
+            completionTokens: s.completionTokens,
+            latencyMs: { mean: n ? s.latSum / n : 0, p50: quantile(this.lat, 0.5), p95: quantile(this.lat, 0.95) },
+            adapters: [...this.loaded],
+            lastError: this.lastError,
+        };
     }
 }

@@ -29,7 +29,8 @@ export interface HfTokenizerOptions {
 // A special token in tokenizer_config.json: a string, null, or an AddedToken object {content, ...}.
 function tokenString(v: unknown): string | null {
     if (typeof v === "string") return v;
-    if (v && typeof v === "object" && typeof (v as { content?: unknown }).content === "string") return (v as { content: string }).content;
+    if (v && typeof v === "object" && typeof (v as { content?: unknown }).content === "string")
+        return (v as { content: string }).content;
     return null;
 }
 
@@ -52,22 +53,38 @@ export class HfTokenizer implements PolicyTokenizer {
     readonly maxTokenChars: number;
 
     constructor(tokenizerJson: unknown, tokenizerConfig: Record<string, unknown>, options: HfTokenizerOptions) {
-        if (tokenizerJson === null || typeof tokenizerJson !== "object") throw new TypeError(`HfTokenizer: tokenizer.json: expected a JSON object, got ${describe(tokenizerJson)}`);
+        if (tokenizerJson === null || typeof tokenizerJson !== "object")
+            throw new TypeError(`HfTokenizer: tokenizer.json: expected a JSON object, got ${describe(tokenizerJson)}`);
         this.maxTokenChars = tokenizerIds(tokenizerJson as Record<string, unknown>, options.vocabSize);
         this.tk = new Tokenizer(tokenizerJson, tokenizerConfig);
-        this.files = { tokenizerJson, tokenizerConfig: options.chatTemplate === undefined ? tokenizerConfig : { ...tokenizerConfig, chat_template: options.chatTemplate } };
+        this.files = {
+            tokenizerJson,
+            tokenizerConfig:
+                options.chatTemplate === undefined
+                    ? tokenizerConfig
+                    : { ...tokenizerConfig, chat_template: options.chatTemplate },
+        };
         let size = 0;
         for (const id of this.tk.get_vocab(true).values()) size = Math.max(size, id + 1);
         this.tokenizerSize = size;
         if (!Number.isInteger(options.vocabSize) || options.vocabSize < size)
-            throw new RangeError(`HfTokenizer: the tokenizer has ids up to ${size - 1}, the model's vocab_size is ${options.vocabSize}`);
+            throw new RangeError(
+                `HfTokenizer: the tokenizer has ids up to ${size - 1}, the model's vocab_size is ${options.vocabSize}`,
+            );
         this.vocabSize = options.vocabSize;
-        this.specialTokens = { bos_token: tokenString(tokenizerConfig.bos_token), eos_token: tokenString(tokenizerConfig.eos_token),
-            pad_token: tokenString(tokenizerConfig.pad_token), unk_token: tokenString(tokenizerConfig.unk_token) };
+        this.specialTokens = {
+            bos_token: tokenString(tokenizerConfig.bos_token),
+            eos_token: tokenString(tokenizerConfig.eos_token),
+            pad_token: tokenString(tokenizerConfig.pad_token),
+            unk_token: tokenString(tokenizerConfig.unk_token),
+        };
         const id = (s: string | null) => (s === null ? undefined : this.tk.token_to_id(s));
         const stops = (options.stopIds ?? []).filter((x) => Number.isInteger(x) && x >= 0 && x < this.vocabSize);
         const eos = id(this.specialTokens.eos_token) ?? stops[0];
-        if (eos === undefined) throw new RangeError("HfTokenizer: no end-of-sequence token: tokenizer_config.json has no eos_token and config.json no eos_token_id");
+        if (eos === undefined)
+            throw new RangeError(
+                "HfTokenizer: no end-of-sequence token: tokenizer_config.json has no eos_token and config.json no eos_token_id",
+            );
         this.eos = eos;
         this.stopIds = new Set(stops.length > 0 ? stops : [eos]);
         this.pad = id(this.specialTokens.pad_token) ?? eos;
@@ -92,24 +109,46 @@ export class HfTokenizer implements PolicyTokenizer {
                 if (!required) return null;
                 throw new Error(`HfTokenizer: ${join(dir, f)}: missing (a model directory needs tokenizer.json)`);
             }
-            try { text = readTextFile(join(dir, f), f); } catch (e) { throw new Error(`HfTokenizer: ${(e as Error).message}`); }
-            try { return JSON.parse(text) as Record<string, unknown>; } catch { throw new SyntaxError(`HfTokenizer: ${join(dir, f)}: not JSON (truncated or corrupted?)`); }
+            try {
+                text = readTextFile(join(dir, f), f);
+            } catch (e) {
+                throw new Error(`HfTokenizer: ${(e as Error).message}`);
+            }
+            try {
+                return JSON.parse(text) as Record<string, unknown>;
+            } catch {
+                throw new SyntaxError(`HfTokenizer: ${join(dir, f)}: not JSON (truncated or corrupted?)`);
+            }
         };
         const tj = read("tokenizer.json", true)!;
         const cfg = read("tokenizer_config.json", false) ?? {};
         // Newer transformers versions save the template beside the config, as chat_template.jinja.
-        if (cfg.chat_template === undefined && options.chatTemplate === undefined && existsSync(join(dir, "chat_template.jinja")))
-            return new HfTokenizer(tj, cfg, { ...options, chatTemplate: readTextFile(join(dir, "chat_template.jinja"), "chat_template.jinja") });
+        if (
+            cfg.chat_template === undefined &&
+            options.chatTemplate === undefined &&
+            existsSync(join(dir, "chat_template.jinja"))
+        )
+            return new HfTokenizer(tj, cfg, {
+                ...options,
+                chatTemplate: readTextFile(join(dir, "chat_template.jinja"), "chat_template.jinja"),
+            });
         return new HfTokenizer(tj, cfg, options);
     }
 
-    isStop(id: number): boolean { return this.stopIds.has(id); }
+    isStop(id: number): boolean {
+        return this.stopIds.has(id);
+    }
 
     /** Token ids of `text`, without added special tokens (a chat template writes its own). */
     encode(text: string): number[] {
-        if (typeof text !== "string") throw new TypeError(`HfTokenizer.encode: text: expected a string, got ${describe(text)}`);
+        if (typeof text !== "string")
+            throw new TypeError(`HfTokenizer.encode: text: expected a string, got ${describe(text)}`);
         const ids = this.tk.encode(text, { add_special_tokens: false }).ids;
-        for (const id of ids) if (!(id >= 0 && id < this.vocabSize)) throw new RangeError(`HfTokenizer.encode: the tokenizer gave id ${id}, outside the model's vocab_size ${this.vocabSize}`);
+        for (const id of ids)
+            if (!(id >= 0 && id < this.vocabSize))
+                throw new RangeError(
+                    `HfTokenizer.encode: the tokenizer gave id ${id}, outside the model's vocab_size ${this.vocabSize}`,
+                );
         return ids;
     }
 
@@ -129,9 +168,17 @@ export class HfTokenizer implements PolicyTokenizer {
     /** The chat template rendered for `messages` (with the assistant's header when addGenerationPrompt); a TemplateError
      * when the template raises or passes a bound. */
     applyChatTemplate(messages: readonly ChatMessage[], options: { addGenerationPrompt?: boolean } = {}): string {
-        if (!this.template) throw new Error("HfTokenizer: the tokenizer has no chat_template (pass one as chatTemplate when loading)");
-        return renderTemplate(this.template, { messages: messages.map((m) => ({ role: m.role, content: m.content })), add_generation_prompt: options.addGenerationPrompt ?? true,
-            ...this.specialTokens }, this.templateLimits);
+        if (!this.template)
+            throw new Error("HfTokenizer: the tokenizer has no chat_template (pass one as chatTemplate when loading)");
+        return renderTemplate(
+            this.template,
+            {
+                messages: messages.map((m) => ({ role: m.role, content: m.content })),
+                add_generation_prompt: options.addGenerationPrompt ?? true,
+                ...this.specialTokens,
+            },
+            this.templateLimits,
+        );
     }
 
     encodeChat(messages: readonly ChatMessage[]): number[] {
@@ -156,26 +203,41 @@ export class IdsOnlyTokenizer implements PolicyTokenizer {
         this.pad = this.eos;
         this.stops = new Set(stops);
     }
-    isStop(id: number): boolean { return this.stops.has(id); }
-    encode(): number[] { throw new Error("this model was loaded without a tokenizer (tokenizer: null): give requests promptTokenIds"); }
-    decode(): string { return ""; }
-    encodeChat(): number[] { return this.encode(); }
+    isStop(id: number): boolean {
+        return this.stops.has(id);
+    }
+    encode(): number[] {
+        throw new Error("this model was loaded without a tokenizer (tokenizer: null): give requests promptTokenIds");
+    }
+    decode(): string {
+        return "";
+    }
+    encodeChat(): number[] {
+        return this.encode();
+    }
 }
 
 /** Checks that every id tokenizer.json names (model.vocab, a map or Unigram's [piece, score] list whose index is the
  * id, and added_tokens[].id) is an integer in [0, vocabSize): an id past the model's embedding is a load error, not a
  * token the engine would read as another. Returns maxTokenChars: 4 x the longest piece's length. */
 function tokenizerIds(tj: Record<string, unknown>, vocabSize: number): number {
-    if (!Number.isInteger(vocabSize) || vocabSize < 1) throw new RangeError(`HfTokenizer: vocabSize: expected an integer >= 1, got ${describe(vocabSize)}`);
+    if (!Number.isInteger(vocabSize) || vocabSize < 1)
+        throw new RangeError(`HfTokenizer: vocabSize: expected an integer >= 1, got ${describe(vocabSize)}`);
     const check = (where: string, id: unknown) => {
         if (!(typeof id === "number" && Number.isInteger(id) && id >= 0 && id < vocabSize))
-            throw new RangeError(`HfTokenizer: tokenizer.json: ${where} = ${describe(id)}: expected an id in [0, ${vocabSize}) (the model's vocab_size)`);
+            throw new RangeError(
+                `HfTokenizer: tokenizer.json: ${where} = ${describe(id)}: expected an id in [0, ${vocabSize}) (the model's vocab_size)`,
+            );
     };
     let longest = 1;
     const vocab = (tj.model as { vocab?: unknown } | undefined)?.vocab;
     if (Array.isArray(vocab)) {
-        if (vocab.length > vocabSize) throw new RangeError(`HfTokenizer: tokenizer.json: model.vocab has ${vocab.length} pieces, more than the model's vocab_size ${vocabSize}`);
-        for (const piece of vocab) if (Array.isArray(piece) && typeof piece[0] === "string") longest = Math.max(longest, piece[0].length);
+        if (vocab.length > vocabSize)
+            throw new RangeError(
+                `HfTokenizer: tokenizer.json: model.vocab has ${vocab.length} pieces, more than the model's vocab_size ${vocabSize}`,
+            );
+        for (const piece of vocab)
+            if (Array.isArray(piece) && typeof piece[0] === "string") longest = Math.max(longest, piece[0].length);
     } else if (vocab !== null && typeof vocab === "object") {
         for (const [token, id] of Object.entries(vocab)) {
             check(`model.vocab[${JSON.stringify(token.slice(0, 40))}]`, id);
@@ -183,10 +245,11 @@ function tokenizerIds(tj: Record<string, unknown>, vocabSize: number): number {
         }
     }
     const added = tj.added_tokens;
-    if (Array.isArray(added)) added.forEach((t: { id?: unknown; content?: unknown }, k) => {
-        check(`added_tokens[${k}].id`, t?.id);
-        if (typeof t?.content === "string") longest = Math.max(longest, t.content.length);
-    });
+    if (Array.isArray(added))
+        added.forEach((t: { id?: unknown; content?: unknown }, k) => {
+            check(`added_tokens[${k}].id`, t?.id);
+            if (typeof t?.content === "string") longest = Math.max(longest, t.content.length);
+        });
     // A piece's text is at most its length (byte-level pieces are a character per byte); x4 leaves room for a
     // normalizer that shortens text (NFKC composing characters) before it is split.
     return 4 * longest;

@@ -16,7 +16,7 @@ import { readSafetensorsHeader, readTensorBytes, writeSafetensors } from "./safe
 
 /** The projections an adapter may target (PEFT's target_modules names for Llama-family models). */
 export const LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"] as const;
-export type LoraTarget = typeof LORA_TARGETS[number];
+export type LoraTarget = (typeof LORA_TARGETS)[number];
 
 /** A LoRA adapter's settings (PEFT's LoraConfig names in camelCase). */
 export interface LoraOptions {
@@ -36,16 +36,37 @@ export interface LoraOptions {
 
 /** The engine's config and seed of `o` (every field checked, named in the error). */
 export function resolveLora(fn: string, o: LoraOptions | undefined, name: string): NativeLoraConfig & { seed: number } {
-    const x = requireOptions<LoraOptions>(fn, "lora", o ?? {}, ["rank", "alpha", "targets", "dropout", "useRslora", "seed"]);
+    const x = requireOptions<LoraOptions>(fn, "lora", o ?? {}, [
+        "rank",
+        "alpha",
+        "targets",
+        "dropout",
+        "useRslora",
+        "seed",
+    ]);
     const rank = requireInteger(fn, "lora.rank", x.rank ?? 8, 1, 4096);
     const alpha = requireNumber(fn, "lora.alpha", x.alpha, 2 * rank, Number.MIN_VALUE, Number.MAX_VALUE);
     const dropout = requireNumber(fn, "lora.dropout", x.dropout, 0, 0, 1);
     if (dropout === 1) throw new RangeError(`${fn}: lora.dropout: expected a number in [0, 1), got 1`);
     const targets = x.targets ?? LORA_TARGETS;
-    if (!Array.isArray(targets) || targets.length === 0 || !targets.every((t) => LORA_TARGETS.includes(t as LoraTarget)))
-        throw new RangeError(`${fn}: lora.targets: expected a non-empty array of ${LORA_TARGETS.join(", ")}, got ${describe(targets)}`);
-    const seed = x.seed === undefined ? fnv1a(name) : requireInteger(fn, "lora.seed", x.seed, 0, Number.MAX_SAFE_INTEGER);
-    return { rank, alpha, dropout, targets: targetBits(targets as readonly LoraTarget[]), useRslora: requireBoolean(fn, "lora.useRslora", x.useRslora, false), seed };
+    if (
+        !Array.isArray(targets) ||
+        targets.length === 0 ||
+        !targets.every((t) => LORA_TARGETS.includes(t as LoraTarget))
+    )
+        throw new RangeError(
+            `${fn}: lora.targets: expected a non-empty array of ${LORA_TARGETS.join(", ")}, got ${describe(targets)}`,
+        );
+    const seed =
+        x.seed === undefined ? fnv1a(name) : requireInteger(fn, "lora.seed", x.seed, 0, Number.MAX_SAFE_INTEGER);
+    return {
+        rank,
+        alpha,
+        dropout,
+        targets: targetBits(targets as readonly LoraTarget[]),
+        useRslora: requireBoolean(fn, "lora.useRslora", x.useRslora, false),
+        seed,
+    };
 }
 
 const targetBits = (t: readonly LoraTarget[]) => t.reduce((b, x) => b | (1 << LORA_TARGETS.indexOf(x)), 0);
@@ -59,13 +80,25 @@ export function fnv1a(s: string): number {
 }
 
 /** maporl's state beside an adapter directory. */
-export interface AdapterState { format: "maporl-lora"; version: 1; name: string; step: number; /** A's and the dropout masks' seed. */ seed: number }
+export interface AdapterState {
+    format: "maporl-lora";
+    version: 1;
+    name: string;
+    step: number;
+    /** A's and the dropout masks' seed. */ seed: number;
+}
 
 /**
  * Writes the selected adapter of `h` into the empty directory `dir`: adapter_config.json, adapter_model.safetensors
  * (float32), value_head.safetensors, maporl-adapter.json and, once trained, optimizer.safetensors.
  */
-export function writeAdapterDir(dir: string, h: GptHandle, id: number, baseModel: string | null, state: AdapterState): void {
+export function writeAdapterDir(
+    dir: string,
+    h: GptHandle,
+    id: number,
+    baseModel: string | null,
+    state: AdapterState,
+): void {
     const c = native.loraInfo(h, id);
     const params = new Float32Array(native.gptParamCount(h));
     native.gptGet(h, 0, params);
@@ -73,10 +106,25 @@ export function writeAdapterDir(dir: string, h: GptHandle, id: number, baseModel
     writeSafetensors(join(dir, "adapter_model.safetensors"), weights, { format: "pt" });
     writeSafetensors(join(dir, "value_head.safetensors"), valueHead, { format: "pt" });
     const config = {
-        peft_type: "LORA", task_type: "CAUSAL_LM", base_model_name_or_path: baseModel, r: c.rank, lora_alpha: c.alpha,
-        target_modules: targetNames(c.targets), lora_dropout: c.dropout, bias: "none", use_rslora: c.useRslora, use_dora: false,
-        fan_in_fan_out: false, modules_to_save: null, init_lora_weights: true, layers_to_transform: null, layers_pattern: null,
-        rank_pattern: {}, alpha_pattern: {}, inference_mode: true, revision: null,
+        peft_type: "LORA",
+        task_type: "CAUSAL_LM",
+        base_model_name_or_path: baseModel,
+        r: c.rank,
+        lora_alpha: c.alpha,
+        target_modules: targetNames(c.targets),
+        lora_dropout: c.dropout,
+        bias: "none",
+        use_rslora: c.useRslora,
+        use_dora: false,
+        fan_in_fan_out: false,
+        modules_to_save: null,
+        init_lora_weights: true,
+        layers_to_transform: null,
+        layers_pattern: null,
+        rank_pattern: {},
+        alpha_pattern: {},
+        inference_mode: true,
+        revision: null,
     };
     writeFileDurable(join(dir, "adapter_config.json"), JSON.stringify(config, null, 2));
     if (state.step > 0) writeOptimizer(join(dir, "optimizer.safetensors"), h);
@@ -84,14 +132,24 @@ export function writeAdapterDir(dir: string, h: GptHandle, id: number, baseModel
 }
 
 /** Whether `dir` holds a PEFT adapter (adapter_config.json). */
-export function isAdapterDir(dir: string): boolean { return existsSync(join(dir, "adapter_config.json")); }
+export function isAdapterDir(dir: string): boolean {
+    return existsSync(join(dir, "adapter_config.json"));
+}
 
 /** maporl-adapter.json of `dir` (null for an adapter saved elsewhere). */
 export function readAdapterState(fn: string, dir: string): AdapterState | null {
     const statePath = join(dir, "maporl-adapter.json");
     if (!existsSync(statePath)) return null;
     const st = readJsonObject(statePath, "maporl's adapter state") as unknown as AdapterState;
-    if (st.format !== "maporl-lora" || st.version !== 1 || !Number.isInteger(st.step) || st.step < 0 || !Number.isSafeInteger(st.seed) || st.seed < 0 || typeof st.name !== "string")
+    if (
+        st.format !== "maporl-lora" ||
+        st.version !== 1 ||
+        !Number.isInteger(st.step) ||
+        st.step < 0 ||
+        !Number.isSafeInteger(st.seed) ||
+        st.seed < 0 ||
+        typeof st.name !== "string"
+    )
         throw new SyntaxError(`${fn}: ${statePath}: expected {format: 'maporl-lora', version: 1, name, step, seed}`);
     return st;
 }
@@ -100,9 +158,12 @@ export function readAdapterState(fn: string, dir: string): AdapterState | null {
 export function readAdapterConfig(fn: string, dir: string): NativeLoraConfig {
     const path = join(dir, "adapter_config.json");
     const raw = readJsonObject(path, "a PEFT adapter directory needs adapter_config.json");
-    const bad = (key: string, expected: string): never => { throw new RangeError(`${fn}: ${path}: ${key}: expected ${expected}, got ${describe(raw[key])}`); };
+    const bad = (key: string, expected: string): never => {
+        throw new RangeError(`${fn}: ${path}: ${key}: expected ${expected}, got ${describe(raw[key])}`);
+    };
     if (raw.peft_type !== "LORA") bad("peft_type", "'LORA'");
-    if (raw.task_type !== undefined && raw.task_type !== null && raw.task_type !== "CAUSAL_LM") bad("task_type", "'CAUSAL_LM'");
+    if (raw.task_type !== undefined && raw.task_type !== null && raw.task_type !== "CAUSAL_LM")
+        bad("task_type", "'CAUSAL_LM'");
     const r = raw.r;
     if (!Number.isInteger(r) || (r as number) < 1 || (r as number) > 4096) bad("r", "an integer in [1, 4096]");
     const alpha = raw.lora_alpha ?? 8;
@@ -113,9 +174,11 @@ export function readAdapterConfig(fn: string, dir: string): NativeLoraConfig {
     if (raw.use_dora === true) bad("use_dora", "false (DoRA is not supported)");
     if (raw.fan_in_fan_out === true) bad("fan_in_fan_out", "false (Conv1D layouts are GPT-2's)");
     for (const k of ["modules_to_save", "layers_to_transform", "layers_pattern", "layer_replication"])
-        if (raw[k] !== undefined && raw[k] !== null && !(Array.isArray(raw[k]) && (raw[k] as unknown[]).length === 0)) bad(k, "null (not supported)");
+        if (raw[k] !== undefined && raw[k] !== null && !(Array.isArray(raw[k]) && (raw[k] as unknown[]).length === 0))
+            bad(k, "null (not supported)");
     for (const k of ["rank_pattern", "alpha_pattern"])
-        if (raw[k] !== undefined && raw[k] !== null && Object.keys(raw[k] as object).length > 0) bad(k, "{} (per-module ranks are not supported)");
+        if (raw[k] !== undefined && raw[k] !== null && Object.keys(raw[k] as object).length > 0)
+            bad(k, "{} (per-module ranks are not supported)");
     const rs = raw.use_rslora ?? false;
     if (typeof rs !== "boolean") bad("use_rslora", "a boolean");
     // A list of module names (or dotted paths ending in one), 'all-linear', or one name.
@@ -123,12 +186,22 @@ export function readAdapterConfig(fn: string, dir: string): NativeLoraConfig {
     let names: string[];
     if (tm === "all-linear") names = [...LORA_TARGETS];
     else if (typeof tm === "string") names = [tm];
-    else if (Array.isArray(tm) && tm.every((x) => typeof x === "string")) names = (tm as string[]).map((x) => x.split(".").at(-1)!);
+    else if (Array.isArray(tm) && tm.every((x) => typeof x === "string"))
+        names = (tm as string[]).map((x) => x.split(".").at(-1)!);
     else return bad("target_modules", `a list of ${LORA_TARGETS.join(", ")} or 'all-linear'`);
     const unknown = names.filter((x) => !LORA_TARGETS.includes(x as LoraTarget));
     if (unknown.length > 0 || names.length === 0)
-        bad("target_modules", `names among ${LORA_TARGETS.join(", ")} or 'all-linear' (${unknown.length ? `${unknown.join(", ")} not supported` : "empty"})`);
-    return { rank: r as number, alpha: alpha as number, dropout: dropout as number, targets: targetBits(names as LoraTarget[]), useRslora: rs as boolean };
+        bad(
+            "target_modules",
+            `names among ${LORA_TARGETS.join(", ")} or 'all-linear' (${unknown.length ? `${unknown.join(", ")} not supported` : "empty"})`,
+        );
+    return {
+        rank: r as number,
+        alpha: alpha as number,
+        dropout: dropout as number,
+        targets: targetBits(names as LoraTarget[]),
+        useRslora: rs as boolean,
+    };
 }
 
 /**
@@ -138,25 +211,38 @@ export function readAdapterConfig(fn: string, dir: string): NativeLoraConfig {
  */
 export function loadAdapterTensors(fn: string, dir: string, h: GptHandle, state: AdapterState | null): void {
     const file = join(dir, "adapter_model.safetensors");
-    if (!existsSync(file)) throw new Error(`${fn}: ${file}: missing (adapter_model.bin, PyTorch's pickle format, is not read: save with safe_serialization)`);
+    if (!existsSync(file))
+        throw new Error(
+            `${fn}: ${file}: missing (adapter_model.bin, PyTorch's pickle format, is not read: save with safe_serialization)`,
+        );
     const header = readSafetensorsHeader(file);
     const ours = native.gptTensors(h);
     const index = new Map(ours.map((t, k) => [t.name, k]));
     // PEFT saves without the adapter's name; some exporters keep ".default" before ".weight".
-    const byName = new Map(header.tensors.map((t) => [t.name.replace(/\.lora_([AB])\.default\.weight$/, ".lora_$1.weight"), t]));
+    const byName = new Map(
+        header.tensors.map((t) => [t.name.replace(/\.lora_([AB])\.default\.weight$/, ".lora_$1.weight"), t]),
+    );
     for (const [name, t] of byName) {
         const k = index.get(name);
         if (k === undefined || name.startsWith("value_head."))
-            throw new RangeError(`${fn}: ${file}: tensor ${t.name}: not a tensor of this adapter on this model (a different base, or layers / modules this version does not adapt)`);
+            throw new RangeError(
+                `${fn}: ${file}: tensor ${t.name}: not a tensor of this adapter on this model (a different base, or layers / modules this version does not adapt)`,
+            );
         const want = ours[k]!.shape.filter((d) => d > 0);
         if (t.shape.length !== want.length || t.shape.some((d, i) => d !== want[i]))
-            throw new RangeError(`${fn}: ${file}: tensor ${t.name}: shape [${t.shape.join(", ")}], expected [${want.join(", ")}] (r or the base's dimensions differ)`);
+            throw new RangeError(
+                `${fn}: ${file}: tensor ${t.name}: shape [${t.shape.join(", ")}], expected [${want.join(", ")}] (r or the base's dimensions differ)`,
+            );
         const dtype = ({ F32: 0, BF16: 1, F16: 2 } as const)[t.dtype as "F32" | "BF16" | "F16"];
-        if (dtype === undefined) throw new RangeError(`${fn}: ${file}: tensor ${t.name}: dtype ${t.dtype}, expected F32, BF16 or F16`);
+        if (dtype === undefined)
+            throw new RangeError(`${fn}: ${file}: tensor ${t.name}: dtype ${t.dtype}, expected F32, BF16 or F16`);
         native.gptSetTensor(h, k, dtype, readTensorBytes(file, t));
     }
     const missing = ours.filter((t) => !t.name.startsWith("value_head.") && !byName.has(t.name));
-    if (missing.length > 0) throw new RangeError(`${fn}: ${file}: tensor ${missing[0]!.name} missing (${missing.length} of ${ours.length - 2})`);
+    if (missing.length > 0)
+        throw new RangeError(
+            `${fn}: ${file}: tensor ${missing[0]!.name} missing (${missing.length} of ${ours.length - 2})`,
+        );
     const head = join(dir, "value_head.safetensors");
     if (existsSync(head)) loadValueHead(fn, head, h);
     if (!state) return;

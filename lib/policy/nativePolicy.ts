@@ -24,15 +24,41 @@ import { type HfModelInfo, isHfModelDir, loadOptimizer, readHfConfig, writeHfDir
 import { openHfModel, resolveHfTokenizer } from "./hfLoad.js";
 import type { HfTokenizer } from "./hfTokenizer.js";
 import { readSafetensors, writeSafetensors } from "./safetensors.js";
-import { describe, requireArray, requireBoolean, requireInteger, requireNumber, requireOptions, requireShape2 } from "../validate.js";
+import {
+    describe,
+    requireArray,
+    requireBoolean,
+    requireInteger,
+    requireNumber,
+    requireOptions,
+    requireShape2,
+} from "../validate.js";
 import { CharTokenizer, fewestTokens, type PolicyTokenizer } from "./tokenizer.js";
 import { policyLoss } from "../rl/policyLoss.js";
 import { TemplateError } from "./template.js";
 import { nativeChat, withToolCalls } from "./toolText.js";
-import { type GenerateRequest, type Generation, type Policy, requestMessages, requestSampling, requestSeed, type TokenCallback } from "./types.js";
+import {
+    type GenerateRequest,
+    type Generation,
+    type Policy,
+    requestMessages,
+    requestSampling,
+    requestSeed,
+    type TokenCallback,
+} from "./types.js";
 import { type DecodeCall, decodeCalls } from "./nativeDecode.js";
 import { type DecodeLease, DecodeTurns } from "./decodeTurns.js";
-import { fnv1a, isAdapterDir, loadAdapterTensors, type LoraOptions, readAdapterConfig, readAdapterState, resolveLora, targetNames, writeAdapterDir } from "./lora.js";
+import {
+    fnv1a,
+    isAdapterDir,
+    loadAdapterTensors,
+    type LoraOptions,
+    readAdapterConfig,
+    readAdapterState,
+    resolveLora,
+    targetNames,
+    writeAdapterDir,
+} from "./lora.js";
 
 export interface NativePolicyConfig {
     /** The model's maximum sequence length. */
@@ -64,10 +90,31 @@ export interface NativePolicyConfig {
 /** The bytes an embedded GPT of `config` with vocabulary `vocab` allocates at creation: its parameters (token and
  * position embeddings, per layer 12 C^2 + 13 C, the final norm, an untied LM head, the value head) in float32, times 4
  * (weights, gradients, AdamW's two moments). Activations and the KV cache come on top, sized by the batch. */
-export function gptMemoryBytes(config: { contextLength: number; layers: number; dModel: number; mlpRatio?: number; tieEmbeddings?: boolean }, vocab: number): number {
-    const C = config.dModel, H = (config.mlpRatio ?? 4) * C;
-    const perLayer = 2 * C /* ln_1 */ + 3 * C * C + 3 * C /* qkv */ + C * C + C /* proj */ + 2 * C /* ln_2 */ + C * H + H + H * C + C /* mlp */;
-    const params = vocab * C + config.contextLength * C + config.layers * perLayer + 2 * C + (config.tieEmbeddings === false ? vocab * C : 0) + C + 1;
+export function gptMemoryBytes(
+    config: { contextLength: number; layers: number; dModel: number; mlpRatio?: number; tieEmbeddings?: boolean },
+    vocab: number,
+): number {
+    const C = config.dModel,
+        H = (config.mlpRatio ?? 4) * C;
+    const perLayer =
+        2 * C /* ln_1 */ +
+        3 * C * C +
+        3 * C /* qkv */ +
+        C * C +
+        C /* proj */ +
+        2 * C /* ln_2 */ +
+        C * H +
+        H +
+        H * C +
+        C; /* mlp */
+    const params =
+        vocab * C +
+        config.contextLength * C +
+        config.layers * perLayer +
+        2 * C +
+        (config.tieEmbeddings === false ? vocab * C : 0) +
+        C +
+        1;
     return 16 * params;
 }
 
@@ -165,7 +212,11 @@ export interface SaveOptions {
 }
 
 // A Hugging Face model's config, where it and its tokenizer files came from.
-interface HfState { info: HfModelInfo; tokenizerDir: string | null; sourceDir: string | null }
+interface HfState {
+    info: HfModelInfo;
+    tokenizerDir: string | null;
+    sourceDir: string | null;
+}
 
 // LoadOptions.dtype: undefined, 'float32' or 'bfloat16'.
 function requireDtype(fn: string, dtype: unknown): void {
@@ -176,12 +227,24 @@ function requireDtype(fn: string, dtype: unknown): void {
 // adapter_config.json's base_model_name_or_path when it names a local model directory, else null.
 function adapterBaseModel(dir: string): string | null {
     try {
-        const b = (JSON.parse(readTextFile(join(dir, "adapter_config.json"), "adapter_config.json")) as { base_model_name_or_path?: unknown }).base_model_name_or_path;
+        const b = (
+            JSON.parse(readTextFile(join(dir, "adapter_config.json"), "adapter_config.json")) as {
+                base_model_name_or_path?: unknown;
+            }
+        ).base_model_name_or_path;
         return typeof b === "string" && isHfModelDir(b) ? b : null;
-    } catch { return null; }
+    } catch {
+        return null;
+    }
 }
 
-const loraOptionsOf = (c: NativeLoraConfig): LoraOptions => ({ rank: c.rank, alpha: c.alpha, targets: targetNames(c.targets), dropout: c.dropout, useRslora: c.useRslora });
+const loraOptionsOf = (c: NativeLoraConfig): LoraOptions => ({
+    rank: c.rank,
+    alpha: c.alpha,
+    targets: targetNames(c.targets),
+    dropout: c.dropout,
+    useRslora: c.useRslora,
+});
 
 // The native model and what every policy on it shares (the base and its LoRA adapters' policies): the handle, the
 // call queue, the adapters by name, the generate calls waiting to run as one batch, and how many policies are open.
@@ -200,25 +263,47 @@ class ModelCore {
     maxCacheBytes = Math.floor(totalmem() / 4);
     views = 1;
     readonly baseCount: number;
-    constructor(h: GptHandle, readonly baseName: string, bf16 = false) {
+    constructor(
+        h: GptHandle,
+        readonly baseName: string,
+        bf16 = false,
+    ) {
         this.handle = h;
         this.turns = new DecodeTurns(() => {
             if (!this.handle) throw new Error(`${baseName}: disposed`);
             return this.handle;
         });
         // (a bfloat16 base's parameter set is its float tensors; its count, every tensor's)
-        this.baseCount = bf16 ? native.gptTensors(h).reduce((a, t) => a + t.shape.filter((d) => d > 0).reduce((x, y) => x * y, 1), 0) : native.gptParamCount(h);
+        this.baseCount = bf16
+            ? native.gptTensors(h).reduce((a, t) => a + t.shape.filter((d) => d > 0).reduce((x, y) => x * y, 1), 0)
+            : native.gptParamCount(h);
     }
-    free(): void { if (this.handle) native.gptFree(this.handle); this.handle = null; }
+    free(): void {
+        if (this.handle) native.gptFree(this.handle);
+        this.handle = null;
+    }
 }
 
 /** A KV cache larger than this is freed after its batch; smaller ones are kept for the next. */
 const CACHE_KEEP_BYTES = 64 << 20;
 
-const TRAIN_OPTION_KEYS = ["loss", "valueClip", "lr", "beta1", "beta2", "eps", "weightDecay", "maxGradNorm", "accumulate", "signal", "onProgress",
-    "keepLogitsBytes"];
+const TRAIN_OPTION_KEYS = [
+    "loss",
+    "valueClip",
+    "lr",
+    "beta1",
+    "beta2",
+    "eps",
+    "weightDecay",
+    "maxGradNorm",
+    "accumulate",
+    "signal",
+    "onProgress",
+    "keepLogitsBytes",
+];
 
-const requireInt = (what: string, x: unknown, lo: number, hi: number) => requireInteger("NativePolicy", what, x, lo, hi);
+const requireInt = (what: string, x: unknown, lo: number, hi: number) =>
+    requireInteger("NativePolicy", what, x, lo, hi);
 
 export class NativePolicy implements Policy {
     readonly name: string;
@@ -229,7 +314,9 @@ export class NativePolicy implements Policy {
     /** 'gpt' (the embedded model) or 'llama' (a Hugging Face llama / mistral / qwen2 / qwen3 model). */
     readonly family: "gpt" | "llama";
     /** The LoRA adapter this policy runs (null: the model itself, or the base of its adapters: the reference model). */
-    get adapter(): string | null { return this.adapterName; }
+    get adapter(): string | null {
+        return this.adapterName;
+    }
     private adapterName: string | null;
     private disposing: Promise<void> | null = null;
     private readonly hf: HfState | null;
@@ -239,8 +326,12 @@ export class NativePolicy implements Policy {
     private readonly V: number;
     private needZero = true;
 
-    private constructor(config: NativePolicyConfig, handle?: GptHandle, hf?: { state: HfState; tokenizer: PolicyTokenizer },
-        share?: { core: ModelCore; adapter: string | null; id: number }) {
+    private constructor(
+        config: NativePolicyConfig,
+        handle?: GptHandle,
+        hf?: { state: HfState; tokenizer: PolicyTokenizer },
+        share?: { core: ModelCore; adapter: string | null; id: number },
+    ) {
         this.adapterName = share?.adapter ?? null;
         this.adapterId = share?.id ?? -1;
         this.family = hf ? "llama" : "gpt";
@@ -248,39 +339,71 @@ export class NativePolicy implements Policy {
         this.tokenizer = hf?.tokenizer ?? config.tokenizer ?? CharTokenizer.ascii();
         if (hf) {
             const e = hf.state.info.engine;
-            this.config = { contextLength: e.context, layers: e.layers, heads: e.heads, dModel: e.dModel, mlpRatio: Math.max(1, Math.round(e.intermediate / e.dModel)),
-                tieEmbeddings: e.tieEmbeddings, seed: 0 };
+            this.config = {
+                contextLength: e.context,
+                layers: e.layers,
+                heads: e.heads,
+                dModel: e.dModel,
+                mlpRatio: Math.max(1, Math.round(e.intermediate / e.dModel)),
+                tieEmbeddings: e.tieEmbeddings,
+                seed: 0,
+            };
             this.V = e.vocab;
             this.name = config.name ?? `${hf.state.info.modelType}-${e.layers}x${e.dModel}`;
             this.core = share?.core ?? new ModelCore(handle!, this.name, e.bf16 === true);
             return;
         }
         this.config = {
-            contextLength: requireInt("contextLength", config.contextLength, 1, 65536), layers: requireInt("layers", config.layers, 1, 256),
-            heads: requireInt("heads", config.heads, 1, 65536), dModel: requireInt("dModel", config.dModel, 1, 65536),
-            mlpRatio: requireInt("mlpRatio", config.mlpRatio ?? 4, 1, 16), tieEmbeddings: config.tieEmbeddings ?? true,
+            contextLength: requireInt("contextLength", config.contextLength, 1, 65536),
+            layers: requireInt("layers", config.layers, 1, 256),
+            heads: requireInt("heads", config.heads, 1, 65536),
+            dModel: requireInt("dModel", config.dModel, 1, 65536),
+            mlpRatio: requireInt("mlpRatio", config.mlpRatio ?? 4, 1, 16),
+            tieEmbeddings: config.tieEmbeddings ?? true,
             seed: requireInt("seed", config.seed ?? 0, 0, Number.MAX_SAFE_INTEGER),
         };
         this.V = this.tokenizer.vocabSize;
-        if (handle === undefined) {  // each field is within its bounds; their product must fit too
+        if (handle === undefined) {
+            // each field is within its bounds; their product must fit too
             const limit = config.maxMemoryBytes ?? Math.floor(totalmem() * 0.8);
-            if (typeof limit !== "number" || !(limit > 0)) throw new RangeError(`NativePolicy: maxMemoryBytes: expected a number > 0, got ${describe(config.maxMemoryBytes)}`);
-            const need = gptMemoryBytes(this.config, this.V), gib = (x: number) => `${(x / 2 ** 30).toFixed(2)} GiB`;
+            if (typeof limit !== "number" || !(limit > 0))
+                throw new RangeError(
+                    `NativePolicy: maxMemoryBytes: expected a number > 0, got ${describe(config.maxMemoryBytes)}`,
+                );
+            const need = gptMemoryBytes(this.config, this.V),
+                gib = (x: number) => `${(x / 2 ** 30).toFixed(2)} GiB`;
             if (need > limit)
-                throw new RangeError(`NativePolicy: this configuration needs ${gib(need)} for its parameters, gradients and AdamW moments ` +
-                    `(contextLength ${this.config.contextLength}, layers ${this.config.layers}, dModel ${this.config.dModel}, mlpRatio ${this.config.mlpRatio}, ` +
-                    `vocab ${this.V}), more than maxMemoryBytes ${gib(limit)}${config.maxMemoryBytes === undefined ? " (80% of this machine's memory)" : ""}`);
+                throw new RangeError(
+                    `NativePolicy: this configuration needs ${gib(need)} for its parameters, gradients and AdamW moments ` +
+                        `(contextLength ${this.config.contextLength}, layers ${this.config.layers}, dModel ${this.config.dModel}, mlpRatio ${this.config.mlpRatio}, ` +
+                        `vocab ${this.V}), more than maxMemoryBytes ${gib(limit)}${config.maxMemoryBytes === undefined ? " (80% of this machine's memory)" : ""}`,
+                );
         }
-        if (config.name !== undefined && typeof config.name !== "string") throw new TypeError(`NativePolicy: name: expected a string, got ${describe(config.name)}`);
+        if (config.name !== undefined && typeof config.name !== "string")
+            throw new TypeError(`NativePolicy: name: expected a string, got ${describe(config.name)}`);
         this.name = config.name ?? `native-gpt-${this.config.layers}x${this.config.dModel}`;
-        this.core = new ModelCore(handle ?? native.gptCreate({ vocab: this.V, context: this.config.contextLength, layers: this.config.layers,
-            heads: this.config.heads, dModel: this.config.dModel, mlpRatio: this.config.mlpRatio, tieEmbeddings: this.config.tieEmbeddings },
-        this.config.seed), this.name);
+        this.core = new ModelCore(
+            handle ??
+                native.gptCreate(
+                    {
+                        vocab: this.V,
+                        context: this.config.contextLength,
+                        layers: this.config.layers,
+                        heads: this.config.heads,
+                        dModel: this.config.dModel,
+                        mlpRatio: this.config.mlpRatio,
+                        tieEmbeddings: this.config.tieEmbeddings,
+                    },
+                    this.config.seed,
+                ),
+            this.name,
+        );
     }
 
     /** A freshly initialised model (on `config.device`). */
     static async create(config: NativePolicyConfig): Promise<NativePolicy> {
-        if (config === null || typeof config !== "object") throw new TypeError("NativePolicy.create: config: expected an object");
+        if (config === null || typeof config !== "object")
+            throw new TypeError("NativePolicy.create: config: expected an object");
         return new NativePolicy(config).placed("NativePolicy.create", config.device);
     }
 
@@ -299,13 +422,17 @@ export class NativePolicy implements Policy {
     }
 
     /** How the model's matrices are held: 'bfloat16' for a frozen bf16 base (LoadOptions.dtype), else 'float32'. */
-    get dtype(): "float32" | "bfloat16" { return this.hf?.info.engine.bf16 === true ? "bfloat16" : "float32"; }
+    get dtype(): "float32" | "bfloat16" {
+        return this.hf?.info.engine.bf16 === true ? "bfloat16" : "float32";
+    }
 
     // A bfloat16 base cannot be read back as float32 parameters: `what` is refused with the way out.
     private requireFloatBase(what: string): void {
         if (this.adapterId < 0 && this.dtype === "bfloat16")
-            throw new Error(`${this.name}.${what}: the model's matrices are bfloat16 in memory (loaded with dtype 'bfloat16', frozen); ` +
-                `${what} an adapter of it (withAdapter), or load the model with dtype 'float32'`);
+            throw new Error(
+                `${this.name}.${what}: the model's matrices are bfloat16 in memory (loaded with dtype 'bfloat16', frozen); ` +
+                    `${what} an adapter of it (withAdapter), or load the model with dtype 'float32'`,
+            );
     }
 
     /** The trainable parameters: the adapter's (A, B and its value head) for an adapter's policy, else the model's
@@ -326,25 +453,36 @@ export class NativePolicy implements Policy {
     /** The KV cache one generation batch may take (shared by every adapter of a base). A generate call that alone
      * needs more is refused with a RangeError naming the figure; calls that together would need more run as separate
      * batches. Defaults to 25% of the machine's memory. */
-    get maxCacheBytes(): number { return this.core.maxCacheBytes; }
+    get maxCacheBytes(): number {
+        return this.core.maxCacheBytes;
+    }
     set maxCacheBytes(bytes: number) {
-        if (typeof bytes !== "number" || !(bytes >= 1) || !Number.isFinite(bytes)) throw new RangeError(`${this.name}: maxCacheBytes: expected a number >= 1, got ${describe(bytes)}`);
+        if (typeof bytes !== "number" || !(bytes >= 1) || !Number.isFinite(bytes))
+            throw new RangeError(`${this.name}: maxCacheBytes: expected a number >= 1, got ${describe(bytes)}`);
         this.core.maxCacheBytes = bytes;
     }
 
-    get parameterCount(): number { return this.adapterId >= 0 ? native.loraInfo(this.h(), this.adapterId).count : this.core.baseCount; }
+    get parameterCount(): number {
+        return this.adapterId >= 0 ? native.loraInfo(this.h(), this.adapterId).count : this.core.baseCount;
+    }
 
     /** The embedded GPT's CharTokenizer (`what` needs one: a Hugging Face model has none, and the error says so). */
     charTokenizer(what: string): CharTokenizer {
         if (this.tokenizer instanceof CharTokenizer) return this.tokenizer;
-        throw new Error(`${this.name}: ${what} run on the embedded GPT in this version (this is a ${this.hf?.info.modelType ?? "non-GPT"} model)`);
+        throw new Error(
+            `${this.name}: ${what} run on the embedded GPT in this version (this is a ${this.hf?.info.modelType ?? "non-GPT"} model)`,
+        );
     }
 
     /** A Hugging Face model's config.json as loaded (null for the embedded GPT). */
-    get hfConfig(): Readonly<Record<string, unknown>> | null { return this.hf?.info.raw ?? null; }
+    get hfConfig(): Readonly<Record<string, unknown>> | null {
+        return this.hf?.info.raw ?? null;
+    }
 
     /** Where the model lives now. */
-    get device(): "cpu" | "cuda" { return native.gptGetDevice(this.h()) === 1 ? "cuda" : "cpu"; }
+    get device(): "cpu" | "cuda" {
+        return native.gptGetDevice(this.h()) === 1 ? "cuda" : "cpu";
+    }
 
     /**
      * Moves the model (weights, AdamW moments, accumulated gradients) to `device` after the calls in flight. A failed
@@ -368,16 +506,27 @@ export class NativePolicy implements Policy {
     private serial<T>(fn: () => Promise<T>): Promise<T> {
         this.core.openBatch = null;
         const turns = this.core.turns;
-        turns.waitingSerial++;  // no new batch joins running ones while this waits
+        turns.waitingSerial++; // no new batch joins running ones while this waits
         let counted = true;
-        const uncount = () => { if (counted) { counted = false; turns.waitingSerial--; } };
-        const run = this.enqueue(() => { uncount(); return fn(); });
+        const uncount = () => {
+            if (counted) {
+                counted = false;
+                turns.waitingSerial--;
+            }
+        };
+        const run = this.enqueue(() => {
+            uncount();
+            return fn();
+        });
         run.catch(uncount);
         return run;
     }
 
     private enqueue<T>(fn: () => Promise<T>): Promise<T> {
-        const go = () => { this.select(); return fn(); };
+        const go = () => {
+            this.select();
+            return fn();
+        };
         const run = this.core.queue.then(go, go);
         this.core.queue = run.catch(() => undefined);
         return run;
@@ -396,38 +545,72 @@ export class NativePolicy implements Policy {
      * prompt while longer ones are still being read), so the tokens are the same as decoding each request alone (in
      * batches of up to 8 rows). onProgress(done, total) counts finished requests.
      */
-    async generate(requests: GenerateRequest[], options: { signal?: AbortSignal; onProgress?: (done: number, total: number) => void; onToken?: TokenCallback } = {}): Promise<Generation[]> {
+    async generate(
+        requests: GenerateRequest[],
+        options: {
+            signal?: AbortSignal;
+            onProgress?: (done: number, total: number) => void;
+            onToken?: TokenCallback;
+        } = {},
+    ): Promise<Generation[]> {
         if (!Array.isArray(requests)) throw new TypeError(`${this.name}: requests: expected an array`);
         const prompts = requests.map((r, i) => this.promptOf(r, i));
         const sampling = requests.map((r, i) => requestSampling(this.name, r, i));
         const seeds = requests.map((r, i) => requestSeed(this.name, r, i));
         prompts.forEach((p, i) => {
-            if (p.length === 0) throw new RangeError(`${this.name}: requests[${i}]: the prompt encodes to no tokens (nothing to condition the first token on)`);
+            if (p.length === 0)
+                throw new RangeError(
+                    `${this.name}: requests[${i}]: the prompt encodes to no tokens (nothing to condition the first token on)`,
+                );
             if (p.length >= this.config.contextLength)
-                throw new RangeError(`${this.name}: requests[${i}]: the prompt is ${p.length} tokens, the context is ${this.config.contextLength}`);
+                throw new RangeError(
+                    `${this.name}: requests[${i}]: the prompt is ${p.length} tokens, the context is ${this.config.contextLength}`,
+                );
         });
         for (const k of ["onProgress", "onToken"] as const)
-            if (options[k] !== undefined && typeof options[k] !== "function") throw new TypeError(`${this.name}: ${k}: expected a function, got ${describe(options[k])}`);
+            if (options[k] !== undefined && typeof options[k] !== "function")
+                throw new TypeError(`${this.name}: ${k}: expected a function, got ${describe(options[k])}`);
         if (requests.length === 0) return [];
         this.h();
         // The KV cache this call needs alone (its rows x the positions its longest row can reach, as decodeCalls sizes
         // it), checked against maxCacheBytes before anything is allocated.
-        const rows = prompts.length, len = Math.max(...prompts.map((p, i) => p.length + Math.max(1, Math.min(sampling[i]!.maxTokens ?? 64, this.config.contextLength - p.length))));
+        const rows = prompts.length,
+            len = Math.max(
+                ...prompts.map(
+                    (p, i) =>
+                        p.length +
+                        Math.max(1, Math.min(sampling[i]!.maxTokens ?? 64, this.config.contextLength - p.length)),
+                ),
+            );
         if (rows * len * this.kvBytesPerToken > this.core.maxCacheBytes) {
             const mib = (x: number) => `${(x / 2 ** 20).toFixed(1)} MiB`;
-            throw new RangeError(`${this.name}: this generation needs a KV cache of ${mib(rows * len * this.kvBytesPerToken)} (${rows} rows x ${len} positions), ` +
-                `more than maxCacheBytes ${mib(this.core.maxCacheBytes)}: fewer rows, fewer max tokens, or a larger maxCacheBytes (maporl serve --max-cache-bytes)`);
+            throw new RangeError(
+                `${this.name}: this generation needs a KV cache of ${mib(rows * len * this.kvBytesPerToken)} (${rows} rows x ${len} positions), ` +
+                    `more than maxCacheBytes ${mib(this.core.maxCacheBytes)}: fewer rows, fewer max tokens, or a larger maxCacheBytes (maporl serve --max-cache-bytes)`,
+            );
         }
         // Calls made before the batch starts (on this policy, or on other adapters of its base) join it: one decode
         // step serves every adapter, as vLLM's multi-LoRA batching does.
         const withTools = requests.map((r) => r.tools !== undefined && r.tools.length > 0);
-        const done = (gs: Generation[]) => gs.map((g, i) => (withTools[i] ? withToolCalls(g, `call-${seeds[i]}-${i}`) : g));
+        const done = (gs: Generation[]) =>
+            gs.map((g, i) => (withTools[i] ? withToolCalls(g, `call-${seeds[i]}-${i}`) : g));
         return new Promise<Generation[]>((resolveAll, reject) => {
             const resolve = (gs: Generation[]) => resolveAll(done(gs));
-            const call: DecodeCall = { name: this.name, prompts, sampling, seeds, adapter: this.family === "llama" ? this.adapterId : null,
-                ...(options.signal ? { signal: options.signal } : {}), ...(options.onProgress ? { onProgress: options.onProgress } : {}),
-                ...(options.onToken ? { onToken: options.onToken } : {}), resolve, reject };
-            const core = this.core, open = core.openBatch, per = this.kvBytesPerToken;
+            const call: DecodeCall = {
+                name: this.name,
+                prompts,
+                sampling,
+                seeds,
+                adapter: this.family === "llama" ? this.adapterId : null,
+                ...(options.signal ? { signal: options.signal } : {}),
+                ...(options.onProgress ? { onProgress: options.onProgress } : {}),
+                ...(options.onToken ? { onToken: options.onToken } : {}),
+                resolve,
+                reject,
+            };
+            const core = this.core,
+                open = core.openBatch,
+                per = this.kvBytesPerToken;
             if (open && (core.openRows + rows) * Math.max(core.openLen, len) * per <= core.maxCacheBytes) {
                 open.push(call);
                 core.openRows += rows;
@@ -452,7 +635,15 @@ export class NativePolicy implements Policy {
                     // requests arriving meanwhile decode with it as one batch rather than each beside the rest.
                     if (joined) await lease.run(() => undefined);
                     close();
-                    await decodeCalls(this.h(), this.tokenizer, this.V, this.config.contextLength, batch, this.family === "llama", lease);
+                    await decodeCalls(
+                        this.h(),
+                        this.tokenizer,
+                        this.V,
+                        this.config.contextLength,
+                        batch,
+                        this.family === "llama",
+                        lease,
+                    );
                 } catch (e) {
                     for (const c of batch) c.reject(e);
                 }
@@ -461,10 +652,22 @@ export class NativePolicy implements Policy {
             if (core.turns.canJoin()) {
                 // Decoding is under way: this batch starts beside it and they take turns, so that it does not wait for
                 // the longest request.
-                void core.turns.join((lease) => run(lease, true), prepare, () => big);
+                void core.turns.join(
+                    (lease) => run(lease, true),
+                    prepare,
+                    () => big,
+                );
                 return;
             }
-            this.enqueue(() => core.turns.session((lease) => run(lease, false), prepare, () => big)).catch((e: unknown) => { for (const c of batch) c.reject(e); });
+            this.enqueue(() =>
+                core.turns.session(
+                    (lease) => run(lease, false),
+                    prepare,
+                    () => big,
+                ),
+            ).catch((e: unknown) => {
+                for (const c of batch) c.reject(e);
+            });
         });
     }
 
@@ -474,16 +677,32 @@ export class NativePolicy implements Policy {
         if (ids === undefined) {
             const messages = nativeChat(requestMessages(this.name, r, i), r.tools);
             // A prompt far past the context is refused before it is tokenized (a 1 MiB prompt held the event loop ~1 s).
-            const least = fewestTokens(this.tokenizer, messages.reduce((a, m) => a + m.content.length, 0));
+            const least = fewestTokens(
+                this.tokenizer,
+                messages.reduce((a, m) => a + m.content.length, 0),
+            );
             if (least >= this.config.contextLength)
-                throw new RangeError(`${this.name}: requests[${i}]: the prompt is at least ${least} tokens, the context is ${this.config.contextLength}`);
-            try { return this.tokenizer.encodeChat(messages); } catch (e) {
-                const kind = e instanceof TypeError ? TypeError : e instanceof RangeError ? RangeError : e instanceof TemplateError ? TemplateError : Error;
+                throw new RangeError(
+                    `${this.name}: requests[${i}]: the prompt is at least ${least} tokens, the context is ${this.config.contextLength}`,
+                );
+            try {
+                return this.tokenizer.encodeChat(messages);
+            } catch (e) {
+                const kind =
+                    e instanceof TypeError
+                        ? TypeError
+                        : e instanceof RangeError
+                          ? RangeError
+                          : e instanceof TemplateError
+                            ? TemplateError
+                            : Error;
                 throw new kind(`${this.name}: requests[${i}]: ${(e as Error).message}`);
             }
         }
         if (!Array.isArray(ids) || ids.length === 0 || !ids.every((x) => Number.isInteger(x) && x >= 0 && x < this.V))
-            throw new TypeError(`${this.name}: requests[${i}].promptTokenIds: expected a non-empty array of token ids in [0, ${this.V}), got ${describe(ids)}`);
+            throw new TypeError(
+                `${this.name}: requests[${i}].promptTokenIds: expected a non-empty array of token ids in [0, ${this.V}), got ${describe(ids)}`,
+            );
         return [...(ids as number[])];
     }
 
@@ -496,7 +715,8 @@ export class NativePolicy implements Policy {
             for (let b = 0; b < B; b++)
                 for (let t = 0; t < T; t++) targets[b * T + t] = batch.tokens[b * T + Math.min(t + 1, T - 1)]!;
             let out: Float32Array;
-            if (this.family === "llama") {  // the LM head in row chunks: never [B, T, V] logits
+            if (this.family === "llama") {
+                // the LM head in row chunks: never [B, T, V] logits
                 out = new Float32Array(B * T);
                 await native.gptScoreAsync(this.h(), batch.tokens, targets, B, T, 1, 0, out, null, null);
             } else {
@@ -526,9 +746,11 @@ export class NativePolicy implements Policy {
     // The batch object, its shape [B, T] (T within the context) and its tokens; returns [B, T].
     private checkBatch(fn: string, batch: { tokens: Int32Array; shape: readonly [number, number] }): [number, number] {
         const where = `${this.name}.${fn}`;
-        if (batch === null || typeof batch !== "object") throw new TypeError(`${where}: batch: expected an object with tokens and shape, got ${describe(batch)}`);
+        if (batch === null || typeof batch !== "object")
+            throw new TypeError(`${where}: batch: expected an object with tokens and shape, got ${describe(batch)}`);
         const [B, T] = requireShape2(where, batch.shape, ["B", "T"]);
-        if (!(T >= 1 && T <= this.config.contextLength)) throw new RangeError(`${where}: shape[1] (T): expected 1..${this.config.contextLength}, got ${T}`);
+        if (!(T >= 1 && T <= this.config.contextLength))
+            throw new RangeError(`${where}: shape[1] (T): expected 1..${this.config.contextLength}, got ${T}`);
         requireArray(where, "tokens", batch.tokens, [Int32Array], B * T);
         return [B, T];
     }
@@ -541,19 +763,34 @@ export class NativePolicy implements Policy {
         const [B, T] = this.checkBatch("trainStep", batch);
         const fn = `${this.name}.trainStep`;
         const o = requireOptions<TrainOptions>(fn, "options", options, TRAIN_OPTION_KEYS);
-        if (o.loss !== undefined && o.loss !== "sft" && o.loss !== "value" && (o.loss === null || typeof o.loss !== "object" || Array.isArray(o.loss)))
-            throw new (typeof o.loss === "string" ? RangeError : TypeError)(`${fn}: loss: expected 'sft', 'value' or policy-loss options, got ${describe(o.loss)}`);
+        if (
+            o.loss !== undefined &&
+            o.loss !== "sft" &&
+            o.loss !== "value" &&
+            (o.loss === null || typeof o.loss !== "object" || Array.isArray(o.loss))
+        )
+            throw new (typeof o.loss === "string" ? RangeError : TypeError)(
+                `${fn}: loss: expected 'sft', 'value' or policy-loss options, got ${describe(o.loss)}`,
+            );
         const lr = requireNumber(fn, "lr", o.lr, 3e-4, 0, Number.MAX_VALUE);
-        const beta1 = requireNumber(fn, "beta1", o.beta1, 0.9, 0, 1), beta2 = requireNumber(fn, "beta2", o.beta2, 0.95, 0, 1);
-        if (beta1 === 1 || beta2 === 1) throw new RangeError(`${fn}: ${beta1 === 1 ? "beta1" : "beta2"}: expected a number in [0, 1), got 1`);
+        const beta1 = requireNumber(fn, "beta1", o.beta1, 0.9, 0, 1),
+            beta2 = requireNumber(fn, "beta2", o.beta2, 0.95, 0, 1);
+        if (beta1 === 1 || beta2 === 1)
+            throw new RangeError(`${fn}: ${beta1 === 1 ? "beta1" : "beta2"}: expected a number in [0, 1), got 1`);
         const eps = requireNumber(fn, "eps", o.eps, 1e-8, Number.MIN_VALUE, Number.MAX_VALUE);
         const weightDecay = requireNumber(fn, "weightDecay", o.weightDecay, 0, 0, Number.MAX_VALUE);
         const maxGradNorm = requireNumber(fn, "maxGradNorm", o.maxGradNorm, 1, -Number.MAX_VALUE, Number.MAX_VALUE);
         const accumulate = requireBoolean(fn, "accumulate", o.accumulate, false);
-        const keepLogitsBytes = o.keepLogitsBytes === undefined ? 2 ** 28 : requireInteger(fn, "keepLogitsBytes", o.keepLogitsBytes, 0, 2 ** 40);
-        if (o.valueClip !== undefined && o.valueClip !== null) requireNumber(fn, "valueClip", o.valueClip, 0, Number.MIN_VALUE, Number.MAX_VALUE);
-        if (o.signal !== undefined && !(o.signal instanceof AbortSignal)) throw new TypeError(`${fn}: signal: expected an AbortSignal, got ${describe(o.signal)}`);
-        if (!(batch.targets instanceof Int32Array) || batch.targets.length !== B * T) throw new TypeError(`${fn}: targets: expected Int32Array of ${B * T} elements`);
+        const keepLogitsBytes =
+            o.keepLogitsBytes === undefined
+                ? 2 ** 28
+                : requireInteger(fn, "keepLogitsBytes", o.keepLogitsBytes, 0, 2 ** 40);
+        if (o.valueClip !== undefined && o.valueClip !== null)
+            requireNumber(fn, "valueClip", o.valueClip, 0, Number.MIN_VALUE, Number.MAX_VALUE);
+        if (o.signal !== undefined && !(o.signal instanceof AbortSignal))
+            throw new TypeError(`${fn}: signal: expected an AbortSignal, got ${describe(o.signal)}`);
+        if (!(batch.targets instanceof Int32Array) || batch.targets.length !== B * T)
+            throw new TypeError(`${fn}: targets: expected Int32Array of ${B * T} elements`);
         const loss = o.loss ?? "sft";
         if (loss === "value") {
             if (!(batch.returns instanceof Float32Array) || batch.returns.length !== B * T)
@@ -565,35 +802,63 @@ export class NativePolicy implements Policy {
         return this.serial(async () => {
             const h = this.h();
             const phases = accumulate ? 3 : 4;
-            const phase = (done: number) => { o.onProgress?.(done, phases); };
+            const phase = (done: number) => {
+                o.onProgress?.(done, phases);
+            };
             o.signal?.throwIfAborted();
             const isValue = loss === "value";
             if (this.family === "llama" && !isValue) {
                 const r = await this.scoredLoss(batch, loss, keepLogitsBytes, o.signal, phase);
                 return this.finishStep(h, r, accumulate, [lr, beta1, beta2, eps, weightDecay, maxGradNorm], phase);
             }
-            const logits = isValue ? null : new Float32Array(B * T * this.V), values = isValue ? new Float32Array(B * T) : null;
+            const logits = isValue ? null : new Float32Array(B * T * this.V),
+                values = isValue ? new Float32Array(B * T) : null;
             if (this.family === "llama") native.gptSetTraining(h, true);
-            try { await native.gptForwardAsync(h, batch.tokens, B, T, logits, values); } finally { if (this.family === "llama") native.gptSetTraining(h, false); }
+            try {
+                await native.gptForwardAsync(h, batch.tokens, B, T, logits, values);
+            } finally {
+                if (this.family === "llama") native.gptSetTraining(h, false);
+            }
             phase(1);
             o.signal?.throwIfAborted();
             const sft = loss === "sft";
-            const r = isValue ? this.valueGrad(values!, batch, o.valueClip ?? null) : fusedPolicyLoss({ logits: logits!, targets: batch.targets, mask: batch.mask, shape: [B, T, this.V],
-                advantages: sft ? new Float32Array(B * T).fill(1) : batch.advantages!, ...(batch.oldLogp ? { oldLogp: batch.oldLogp } : {}),
-                ...(batch.refLogp ? { refLogp: batch.refLogp } : {}) },
-            sft ? { type: "reinforce", aggregation: "token-mean", inPlace: true, device: "cpu" } : { ...loss, inPlace: true, device: "cpu" });
+            const r = isValue
+                ? this.valueGrad(values!, batch, o.valueClip ?? null)
+                : fusedPolicyLoss(
+                      {
+                          logits: logits!,
+                          targets: batch.targets,
+                          mask: batch.mask,
+                          shape: [B, T, this.V],
+                          advantages: sft ? new Float32Array(B * T).fill(1) : batch.advantages!,
+                          ...(batch.oldLogp ? { oldLogp: batch.oldLogp } : {}),
+                          ...(batch.refLogp ? { refLogp: batch.refLogp } : {}),
+                      },
+                      sft
+                          ? { type: "reinforce", aggregation: "token-mean", inPlace: true, device: "cpu" }
+                          : { ...loss, inPlace: true, device: "cpu" },
+                  );
             phase(2);
             o.signal?.throwIfAborted();
             if (this.needZero) native.gptZeroGrad(h);
-            await native.gptBackwardAsync(h, "gradValues" in r ? null : r.gradLogits, "gradValues" in r ? r.gradValues : null);
+            await native.gptBackwardAsync(
+                h,
+                "gradValues" in r ? null : r.gradLogits,
+                "gradValues" in r ? r.gradValues : null,
+            );
             phase(3);
             return this.finishStep(h, r, accumulate, [lr, beta1, beta2, eps, weightDecay, maxGradNorm], phase);
         });
     }
 
     // The optimizer step after a backward (or, with accumulate, the gradients kept for the next call).
-    private async finishStep(h: GptHandle, r: { loss: number; stats: PolicyLossStats }, accumulate: boolean,
-        adam: [number, number, number, number, number, number], phase: (done: number) => void): Promise<TrainResult> {
+    private async finishStep(
+        h: GptHandle,
+        r: { loss: number; stats: PolicyLossStats },
+        accumulate: boolean,
+        adam: [number, number, number, number, number, number],
+        phase: (done: number) => void,
+    ): Promise<TrainResult> {
         if (accumulate) {
             this.needZero = false;
             return { loss: r.loss, gradNorm: NaN, stats: r.stats, step: native.gptGetStep(h) };
@@ -609,19 +874,40 @@ export class NativePolicy implements Policy {
     // token-mean, which is the mean cross-entropy), and the backward turns d loss / d logp and d loss / d entropy
     // into the gradients, recomputing each chunk's logits (or reusing the forward's, when they fit keepLogitsBytes).
     // The same loss and gradient as the fused kernel on the full logits, without them.
-    private async scoredLoss(batch: TrainBatch, loss: "sft" | LossOptions, keepLogitsBytes: number, signal: AbortSignal | undefined,
-        phase: (done: number) => void): Promise<{ loss: number; stats: PolicyLossStats }> {
-        const [B, T] = batch.shape, N = B * T, h = this.h();
-        const logp = new Float32Array(N), entropy = new Float32Array(N);
+    private async scoredLoss(
+        batch: TrainBatch,
+        loss: "sft" | LossOptions,
+        keepLogitsBytes: number,
+        signal: AbortSignal | undefined,
+        phase: (done: number) => void,
+    ): Promise<{ loss: number; stats: PolicyLossStats }> {
+        const [B, T] = batch.shape,
+            N = B * T,
+            h = this.h();
+        const logp = new Float32Array(N),
+            entropy = new Float32Array(N);
         native.gptSetScoreKeep(h, keepLogitsBytes);
-        native.gptSetTraining(h, true);  // (the adapter's dropout; the rest of the model has none; the logits kept)
-        try { await native.gptScoreAsync(h, batch.tokens, batch.targets, B, T, 1, 0, logp, entropy, null); } finally { native.gptSetTraining(h, false); }
+        native.gptSetTraining(h, true); // (the adapter's dropout; the rest of the model has none; the logits kept)
+        try {
+            await native.gptScoreAsync(h, batch.tokens, batch.targets, B, T, 1, 0, logp, entropy, null);
+        } finally {
+            native.gptSetTraining(h, false);
+        }
         phase(1);
         signal?.throwIfAborted();
         const sft = loss === "sft";
-        const r = policyLoss({ logp, mask: batch.mask, shape: [B, T], entropy, advantages: sft ? new Float32Array(N).fill(1) : batch.advantages!,
-            ...(batch.oldLogp ? { oldLogp: batch.oldLogp } : {}), ...(batch.refLogp ? { refLogp: batch.refLogp } : {}) },
-        sft ? { type: "reinforce", aggregation: "token-mean", device: "cpu" } : { ...loss, device: "cpu" });
+        const r = policyLoss(
+            {
+                logp,
+                mask: batch.mask,
+                shape: [B, T],
+                entropy,
+                advantages: sft ? new Float32Array(N).fill(1) : batch.advantages!,
+                ...(batch.oldLogp ? { oldLogp: batch.oldLogp } : {}),
+                ...(batch.refLogp ? { refLogp: batch.refLogp } : {}),
+            },
+            sft ? { type: "reinforce", aggregation: "token-mean", device: "cpu" } : { ...loss, device: "cpu" },
+        );
         phase(2);
         signal?.throwIfAborted();
         if (this.needZero) native.gptZeroGrad(h);
@@ -631,14 +917,43 @@ export class NativePolicy implements Policy {
     }
 
     // verl's (clipped) value loss on the value head's outputs, and its gradient w.r.t. them.
-    private valueGrad(values: Float32Array, batch: TrainBatch, clip: number | null): { loss: number; gradValues: Float32Array; stats: PolicyLossStats } {
+    private valueGrad(
+        values: Float32Array,
+        batch: TrainBatch,
+        clip: number | null,
+    ): { loss: number; gradValues: Float32Array; stats: PolicyLossStats } {
         const [B, T] = batch.shape;
-        const r = valueLoss({ values, returns: batch.returns!, mask: batch.mask, shape: [B, T], ...(batch.oldValues ? { oldValues: batch.oldValues } : {}) },
-            { clip, device: "cpu" });
+        const r = valueLoss(
+            {
+                values,
+                returns: batch.returns!,
+                mask: batch.mask,
+                shape: [B, T],
+                ...(batch.oldValues ? { oldValues: batch.oldValues } : {}),
+            },
+            { clip, device: "cpu" },
+        );
         let sequences = 0;
-        for (let b = 0; b < B; b++) for (let t = 0; t < T; t++) if (batch.mask[b * T + t]) { sequences++; break; }
-        const stats: PolicyLossStats = { pgLoss: r.loss, klLoss: 0, entropyLoss: 0, clipFrac: r.stats.clipFrac, clipFracLower: 0, approxKl: 0,
-            klMean: 0, entropyMean: 0, ratioMean: 1, ratioMax: 1, tokens: r.stats.tokens, sequences };
+        for (let b = 0; b < B; b++)
+            for (let t = 0; t < T; t++)
+                if (batch.mask[b * T + t]) {
+                    sequences++;
+                    break;
+                }
+        const stats: PolicyLossStats = {
+            pgLoss: r.loss,
+            klLoss: 0,
+            entropyLoss: 0,
+            clipFrac: r.stats.clipFrac,
+            clipFracLower: 0,
+            approxKl: 0,
+            klMean: 0,
+            entropyMean: 0,
+            ratioMean: 1,
+            ratioMax: 1,
+            tokens: r.stats.tokens,
+            sequences,
+        };
         return { loss: r.loss, gradValues: r.gradValues, stats };
     }
 
@@ -649,7 +964,11 @@ export class NativePolicy implements Policy {
         this.requireFloatBase("clone");
         return this.serial(async () => {
             const cname = name ?? `${this.name}-clone`;
-            const c = this.hf ? new NativePolicy({ name: cname } as NativePolicyConfig, native.llamaCreate(this.hf.info.engine, 0), { state: this.hf, tokenizer: this.tokenizer })
+            const c = this.hf
+                ? new NativePolicy({ name: cname } as NativePolicyConfig, native.llamaCreate(this.hf.info.engine, 0), {
+                      state: this.hf,
+                      tokenizer: this.tokenizer,
+                  })
                 : new NativePolicy({ ...this.config, tokenizer: this.charTokenizer("clone"), name: cname });
             const p = new Float32Array(this.parameterCount);
             native.gptGet(this.h(), 0, p);
@@ -663,30 +982,78 @@ export class NativePolicy implements Policy {
      * load as it is, plus maporl's value_head.safetensors, maporl.json and, once trained, optimizer.safetensors. */
     async save(dir: string, options: SaveOptions = {}): Promise<void> {
         const o = requireOptions<SaveOptions>(`${this.name}.save`, "options", options, ["maxShardBytes", "baseModel"]);
-        const maxShardBytes = requireNumber(`${this.name}.save`, "maxShardBytes", o.maxShardBytes, 5e9, 1, Number.MAX_SAFE_INTEGER);
-        if (o.baseModel !== undefined && (typeof o.baseModel !== "string" || o.baseModel === "" || this.adapter === null))
-            throw new TypeError(`${this.name}.save: baseModel: expected a non-empty string, for an adapter's policy, got ${describe(o.baseModel)}${this.adapter === null ? " (this policy runs no adapter)" : ""}`);
+        const maxShardBytes = requireNumber(
+            `${this.name}.save`,
+            "maxShardBytes",
+            o.maxShardBytes,
+            5e9,
+            1,
+            Number.MAX_SAFE_INTEGER,
+        );
+        if (
+            o.baseModel !== undefined &&
+            (typeof o.baseModel !== "string" || o.baseModel === "" || this.adapter === null)
+        )
+            throw new TypeError(
+                `${this.name}.save: baseModel: expected a non-empty string, for an adapter's policy, got ${describe(o.baseModel)}${this.adapter === null ? " (this policy runs no adapter)" : ""}`,
+            );
         this.requireFloatBase("save");
         return this.serial(async () => {
-            const h = this.h(), n = this.parameterCount, step = native.gptGetStep(h);
-            if (this.adapter !== null) return replaceDirDurable(dir, (tmp) => writeAdapterDir(tmp, h, this.adapterId, o.baseModel ?? this.hf?.sourceDir ?? null,
-                { format: "maporl-lora", version: 1, name: this.adapter!, step, seed: native.loraInfo(h, this.adapterId).seed }));
+            const h = this.h(),
+                n = this.parameterCount,
+                step = native.gptGetStep(h);
+            if (this.adapter !== null)
+                return replaceDirDurable(dir, (tmp) =>
+                    writeAdapterDir(tmp, h, this.adapterId, o.baseModel ?? this.hf?.sourceDir ?? null, {
+                        format: "maporl-lora",
+                        version: 1,
+                        name: this.adapter!,
+                        step,
+                        seed: native.loraInfo(h, this.adapterId).seed,
+                    }),
+                );
             return replaceDirDurable(dir, (tmp) => {
                 const optimizer = () => writeOptimizer(join(tmp, "optimizer.safetensors"), h);
                 if (this.hf) {
-                    writeHfDir(tmp, h, this.hf.info, { format: "maporl-hf", version: 1, name: this.name, step, contextLength: this.config.contextLength },
-                        this.tokenizer, this.hf.tokenizerDir, maxShardBytes);
-                    if (step > 0) optimizer();  // (an untrained model's moments are zero: not allocated, not written)
+                    writeHfDir(
+                        tmp,
+                        h,
+                        this.hf.info,
+                        {
+                            format: "maporl-hf",
+                            version: 1,
+                            name: this.name,
+                            step,
+                            contextLength: this.config.contextLength,
+                        },
+                        this.tokenizer,
+                        this.hf.tokenizerDir,
+                        maxShardBytes,
+                    );
+                    if (step > 0) optimizer(); // (an untrained model's moments are zero: not allocated, not written)
                 } else {
                     const p = new Float32Array(n);
                     native.gptGet(h, 0, p);
                     const tensors = native.gptTensors(h);
-                    writeSafetensors(join(tmp, "model.safetensors"), tensors.map((t) => ({ name: t.name, shape: t.shape,
-                        data: p.subarray(t.offset, t.offset + t.shape.reduce((a, b) => a * b, 1)) })), { format: "pt" });
+                    writeSafetensors(
+                        join(tmp, "model.safetensors"),
+                        tensors.map((t) => ({
+                            name: t.name,
+                            shape: t.shape,
+                            data: p.subarray(t.offset, t.offset + t.shape.reduce((a, b) => a * b, 1)),
+                        })),
+                        { format: "pt" },
+                    );
                     optimizer();
                     writeFileDurable(join(tmp, "tokenizer.json"), JSON.stringify(this.charTokenizer("save").toJSON()));
-                    writeFileDurable(join(tmp, "config.json"), JSON.stringify({ format: "maporl-gpt", version: 1, name: this.name, ...this.config,
-                        vocab: this.V, step }, null, 2));
+                    writeFileDurable(
+                        join(tmp, "config.json"),
+                        JSON.stringify(
+                            { format: "maporl-gpt", version: 1, name: this.name, ...this.config, vocab: this.V, step },
+                            null,
+                            2,
+                        ),
+                    );
                 }
             });
         });
@@ -697,50 +1064,103 @@ export class NativePolicy implements Policy {
      * and tokenizer_config.json's chat template). Checkpoints do not record a device: `options.device`, default 'cpu'.
      * A bad directory fails before any weight is written, naming the file, key or tensor. */
     static async load(dir: string, options: LoadOptions = {}): Promise<NativePolicy> {
-        if (typeof dir !== "string" || dir.length === 0) throw new TypeError(`NativePolicy.load: dir: expected a directory path, got ${describe(dir)}`);
-        const o = requireOptions<LoadOptions>("NativePolicy.load", "options", options, ["device", "contextLength", "tokenizer", "chatTemplate", "name", "lora", "base", "dtype",
-            "maxMemoryBytes"]);
+        if (typeof dir !== "string" || dir.length === 0)
+            throw new TypeError(`NativePolicy.load: dir: expected a directory path, got ${describe(dir)}`);
+        const o = requireOptions<LoadOptions>("NativePolicy.load", "options", options, [
+            "device",
+            "contextLength",
+            "tokenizer",
+            "chatTemplate",
+            "name",
+            "lora",
+            "base",
+            "dtype",
+            "maxMemoryBytes",
+        ]);
         requireDtype("NativePolicy.load", o.dtype);
         if (isAdapterDir(dir)) return NativePolicy.loadOnBase(dir, o);
-        if (o.base !== undefined) throw new RangeError(`NativePolicy.load: base: only for a PEFT adapter directory (${join(dir, "adapter_config.json")} is missing)`);
+        if (o.base !== undefined)
+            throw new RangeError(
+                `NativePolicy.load: base: only for a PEFT adapter directory (${join(dir, "adapter_config.json")} is missing)`,
+            );
         if (isHfModelDir(dir)) return NativePolicy.withLora(NativePolicy.loadHf(dir, o), o.lora);
         for (const k of ["contextLength", "tokenizer", "chatTemplate", "lora", "dtype"] as const)
-            if (o[k] !== undefined) throw new RangeError(`NativePolicy.load: ${k}: only for Hugging Face directories (${join(dir, "config.json")} has no model_type)`);
+            if (o[k] !== undefined)
+                throw new RangeError(
+                    `NativePolicy.load: ${k}: only for Hugging Face directories (${join(dir, "config.json")} has no model_type)`,
+                );
         const read = (f: string) => {
-            try { return readTextFile(join(dir, f), f); } catch (e) {
+            try {
+                return readTextFile(join(dir, f), f);
+            } catch (e) {
                 const m = (e as Error).message;
-                throw new Error(`NativePolicy.load: ${m.includes(": missing (") ? `${join(dir, f)}: missing (not a checkpoint directory?)` : m}`);
+                throw new Error(
+                    `NativePolicy.load: ${m.includes(": missing (") ? `${join(dir, f)}: missing (not a checkpoint directory?)` : m}`,
+                );
             }
         };
         // A bad file is named in the error, whatever its fault (not JSON, a bad field).
         const within = <T>(f: string, fn: () => T): T => {
-            try { return fn(); } catch (e) {
-                if ((e instanceof SyntaxError || e instanceof TypeError || e instanceof RangeError) && !e.message.startsWith("NativePolicy.load:"))
-                    throw new (e.constructor as new (m: string) => Error)(`NativePolicy.load: ${join(dir, f)}: ${e.message}`);
+            try {
+                return fn();
+            } catch (e) {
+                if (
+                    (e instanceof SyntaxError || e instanceof TypeError || e instanceof RangeError) &&
+                    !e.message.startsWith("NativePolicy.load:")
+                )
+                    throw new (e.constructor as new (m: string) => Error)(
+                        `NativePolicy.load: ${join(dir, f)}: ${e.message}`,
+                    );
                 throw e;
             }
         };
         const json = (f: string): Record<string, unknown> => {
             const text = read(f);
-            const v = within(f, () => { try { return JSON.parse(text) as unknown; } catch { throw new SyntaxError("not JSON (corrupted?)"); } });
-            if (v === null || typeof v !== "object" || Array.isArray(v)) throw new SyntaxError(`NativePolicy.load: ${join(dir, f)}: expected a JSON object`);
+            const v = within(f, () => {
+                try {
+                    return JSON.parse(text) as unknown;
+                } catch {
+                    throw new SyntaxError("not JSON (corrupted?)");
+                }
+            });
+            if (v === null || typeof v !== "object" || Array.isArray(v))
+                throw new SyntaxError(`NativePolicy.load: ${join(dir, f)}: expected a JSON object`);
             return v as Record<string, unknown>;
         };
         const cfg = json("config.json");
-        if (cfg.format !== "maporl-gpt" || cfg.version !== 1) throw new SyntaxError(`NativePolicy.load: ${join(dir, "config.json")}: not a maporl-gpt checkpoint (version 1)`);
+        if (cfg.format !== "maporl-gpt" || cfg.version !== 1)
+            throw new SyntaxError(
+                `NativePolicy.load: ${join(dir, "config.json")}: not a maporl-gpt checkpoint (version 1)`,
+            );
         const tokenizer = within("tokenizer.json", () => CharTokenizer.fromJSON(json("tokenizer.json") as never));
-        const policy = within("config.json", () => new NativePolicy({ ...(o.maxMemoryBytes !== undefined ? { maxMemoryBytes: o.maxMemoryBytes } : {}),
-            contextLength: cfg.contextLength as number, layers: cfg.layers as number,
-            heads: cfg.heads as number, dModel: cfg.dModel as number, mlpRatio: cfg.mlpRatio as number, tieEmbeddings: cfg.tieEmbeddings as boolean,
-            seed: cfg.seed as number, tokenizer, name: cfg.name as string }));
-        const h = policy.h(), n = policy.parameterCount;
+        const policy = within(
+            "config.json",
+            () =>
+                new NativePolicy({
+                    ...(o.maxMemoryBytes !== undefined ? { maxMemoryBytes: o.maxMemoryBytes } : {}),
+                    contextLength: cfg.contextLength as number,
+                    layers: cfg.layers as number,
+                    heads: cfg.heads as number,
+                    dModel: cfg.dModel as number,
+                    mlpRatio: cfg.mlpRatio as number,
+                    tieEmbeddings: cfg.tieEmbeddings as boolean,
+                    seed: cfg.seed as number,
+                    tokenizer,
+                    name: cfg.name as string,
+                }),
+        );
+        const h = policy.h(),
+            n = policy.parameterCount;
         const model = readSafetensors(join(dir, "model.safetensors"));
         const byName = new Map(model.tensors.map((t) => [t.name, t]));
         const p = new Float32Array(n);
         for (const t of native.gptTensors(h)) {
             const src = byName.get(t.name);
             const size = t.shape.reduce((a, b) => a * b, 1);
-            if (!src || !(src.data instanceof Float32Array) || src.data.length !== size) throw new SyntaxError(`NativePolicy.load: ${dir}/model.safetensors: tensor ${t.name} missing or of the wrong size or dtype`);
+            if (!src || !(src.data instanceof Float32Array) || src.data.length !== size)
+                throw new SyntaxError(
+                    `NativePolicy.load: ${dir}/model.safetensors: tensor ${t.name} missing or of the wrong size or dtype`,
+                );
             p.set(src.data, t.offset);
         }
         native.gptSet(h, 0, p);
@@ -754,10 +1174,23 @@ export class NativePolicy implements Policy {
      * from_config): matrices normal(0, 0.02), norms 1, biases 0. `tokenizer` is a directory with tokenizer.json, an
      * HfTokenizer, or null. save() writes it as a Hugging Face directory.
      */
-    static async fromConfig(hfConfig: Record<string, unknown>, options: Omit<LoadOptions, "tokenizer"> & { tokenizer: string | HfTokenizer | null; seed?: number }): Promise<NativePolicy> {
+    static async fromConfig(
+        hfConfig: Record<string, unknown>,
+        options: Omit<LoadOptions, "tokenizer"> & { tokenizer: string | HfTokenizer | null; seed?: number },
+    ): Promise<NativePolicy> {
         const fn = "NativePolicy.fromConfig";
-        if (hfConfig === null || typeof hfConfig !== "object" || Array.isArray(hfConfig)) throw new TypeError(`${fn}: hfConfig: expected a config.json object, got ${describe(hfConfig)}`);
-        const o = requireOptions<LoadOptions & { seed?: number }>(fn, "options", options, ["device", "contextLength", "tokenizer", "chatTemplate", "name", "seed", "lora", "dtype"]);
+        if (hfConfig === null || typeof hfConfig !== "object" || Array.isArray(hfConfig))
+            throw new TypeError(`${fn}: hfConfig: expected a config.json object, got ${describe(hfConfig)}`);
+        const o = requireOptions<LoadOptions & { seed?: number }>(fn, "options", options, [
+            "device",
+            "contextLength",
+            "tokenizer",
+            "chatTemplate",
+            "name",
+            "seed",
+            "lora",
+            "dtype",
+        ]);
         requireDtype(fn, o.dtype);
         const seed = requireInt("seed", o.seed ?? 0, 0, Number.MAX_SAFE_INTEGER);
         const info = readHfConfig("(hfConfig)", { ...hfConfig }, o.contextLength);
@@ -765,40 +1198,64 @@ export class NativePolicy implements Policy {
         const { tokenizer, tokenizerDir } = resolveHfTokenizer(fn, null, info, o);
         if (o.dtype === "bfloat16") info.engine.bf16 = true;
         const h = native.llamaCreate(info.engine, seed);
-        return NativePolicy.withLora(new NativePolicy({ name: o.name } as NativePolicyConfig, h, { state: { info, tokenizerDir, sourceDir: null }, tokenizer })
-            .placed(fn, o.device), o.lora);
+        return NativePolicy.withLora(
+            new NativePolicy({ name: o.name } as NativePolicyConfig, h, {
+                state: { info, tokenizerDir, sourceDir: null },
+                tokenizer,
+            }).placed(fn, o.device),
+            o.lora,
+        );
     }
 
     private static loadHf(dir: string, o: LoadOptions): NativePolicy {
         const m = openHfModel(dir, o);
-        return new NativePolicy({ name: m.name } as NativePolicyConfig, m.handle, { state: { info: m.info, tokenizerDir: m.tokenizerDir, sourceDir: resolve(dir) }, tokenizer: m.tokenizer })
-            .placed("NativePolicy.load", o.device);
+        return new NativePolicy({ name: m.name } as NativePolicyConfig, m.handle, {
+            state: { info: m.info, tokenizerDir: m.tokenizerDir, sourceDir: resolve(dir) },
+            tokenizer: m.tokenizer,
+        }).placed("NativePolicy.load", o.device);
     }
 
     // options.lora: the policy of a new adapter 'default' on `base` (whose own policy is released).
     private static async withLora(base: NativePolicy, lora: LoraOptions | undefined): Promise<NativePolicy> {
         if (lora === undefined) return base;
-        try { return await base.withAdapter("default", lora); } finally { await base.dispose(); }
+        try {
+            return await base.withAdapter("default", lora);
+        } finally {
+            await base.dispose();
+        }
     }
 
     // A PEFT adapter directory on options.base (a policy whose model it joins, or a model directory to load).
     private static async loadOnBase(dir: string, o: LoadOptions): Promise<NativePolicy> {
         const fn = "NativePolicy.load";
-        if (o.lora !== undefined) throw new RangeError(`${fn}: lora: not for an adapter directory (${dir} is one: its adapter_config.json gives the settings)`);
-        if (o.base instanceof NativePolicy) return o.base.loadAdapter(dir, o.name !== undefined ? { name: o.name } : {});
+        if (o.lora !== undefined)
+            throw new RangeError(
+                `${fn}: lora: not for an adapter directory (${dir} is one: its adapter_config.json gives the settings)`,
+            );
+        if (o.base instanceof NativePolicy)
+            return o.base.loadAdapter(dir, o.name !== undefined ? { name: o.name } : {});
         // Without options.base: adapter_config.json's base_model_name_or_path, when it is a local model directory.
         const named = o.base === undefined ? adapterBaseModel(dir) : null;
         if (typeof o.base !== "string" && named === null)
-            throw new TypeError(`${fn}: base: expected the base model of the adapter in ${dir} (a NativePolicy or a model directory; its ` +
-                `base_model_name_or_path is not a local model directory), got ${describe(o.base)}`);
-        const { name, ...rest } = o, base = (o.base as string | undefined) ?? named!;
+            throw new TypeError(
+                `${fn}: base: expected the base model of the adapter in ${dir} (a NativePolicy or a model directory; its ` +
+                    `base_model_name_or_path is not a local model directory), got ${describe(o.base)}`,
+            );
+        const { name, ...rest } = o,
+            base = (o.base as string | undefined) ?? named!;
         delete rest.base;
         const b = await NativePolicy.load(base, rest);
-        try { return await b.loadAdapter(dir, name !== undefined ? { name } : {}); } finally { await b.dispose(); }
+        try {
+            return await b.loadAdapter(dir, name !== undefined ? { name } : {});
+        } finally {
+            await b.dispose();
+        }
     }
 
     /** The names of the LoRA adapters on this policy's base. */
-    get adapters(): string[] { return [...this.core.adapters.keys()]; }
+    get adapters(): string[] {
+        return [...this.core.adapters.keys()];
+    }
 
     /**
      * The policy of LoRA adapter `name` on this policy's base, sharing its memory (a few MB per adapter; switching is
@@ -809,16 +1266,23 @@ export class NativePolicy implements Policy {
      */
     async withAdapter(name: string | null, lora?: LoraOptions): Promise<NativePolicy> {
         const fn = `${this.name}.withAdapter`;
-        if (this.family !== "llama") throw new Error(`${fn}: LoRA adapters need a Hugging Face (Llama-family) model; this is the embedded GPT`);
-        if (name !== null && (typeof name !== "string" || name.length === 0)) throw new TypeError(`${fn}: name: expected a non-empty string or null, got ${describe(name)}`);
+        if (this.family !== "llama")
+            throw new Error(`${fn}: LoRA adapters need a Hugging Face (Llama-family) model; this is the embedded GPT`);
+        if (name !== null && (typeof name !== "string" || name.length === 0))
+            throw new TypeError(`${fn}: name: expected a non-empty string or null, got ${describe(name)}`);
         if (name === null && lora !== undefined) throw new RangeError(`${fn}: lora: not for the base (name null)`);
         return this.serial(async () => {
             if (name === null) return this.view(null, -1);
             const h = this.h();
             let id = this.core.adapters.get(name);
-            if (id !== undefined && lora !== undefined) throw new RangeError(`${fn}: lora: adapter '${name}' exists (the options are for a new one)`);
+            if (id !== undefined && lora !== undefined)
+                throw new RangeError(`${fn}: lora: adapter '${name}' exists (the options are for a new one)`);
             if (id === undefined) {
-                const c = resolveLora(fn, lora ?? (this.adapterId >= 0 ? loraOptionsOf(native.loraInfo(h, this.adapterId)) : undefined), name);
+                const c = resolveLora(
+                    fn,
+                    lora ?? (this.adapterId >= 0 ? loraOptionsOf(native.loraInfo(h, this.adapterId)) : undefined),
+                    name,
+                );
                 id = native.loraAdd(h, c, c.seed);
                 this.core.adapters.set(name, id);
             }
@@ -828,8 +1292,12 @@ export class NativePolicy implements Policy {
 
     // A policy on this one's model running `adapter` (id; null / -1: the base).
     private view(adapter: string | null, id: number): NativePolicy {
-        const v = new NativePolicy({ name: adapter ?? this.core.baseName } as NativePolicyConfig, undefined, { state: this.hf!, tokenizer: this.tokenizer },
-            { core: this.core, adapter, id });
+        const v = new NativePolicy(
+            { name: adapter ?? this.core.baseName } as NativePolicyConfig,
+            undefined,
+            { state: this.hf!, tokenizer: this.tokenizer },
+            { core: this.core, adapter, id },
+        );
         this.core.views++;
         return v;
     }
@@ -838,7 +1306,8 @@ export class NativePolicy implements Policy {
     private async cloneAdapter(name: string): Promise<NativePolicy> {
         return this.serial(async () => {
             const h = this.h();
-            if (this.core.adapters.has(name)) throw new RangeError(`${this.name}.clone: name: adapter '${name}' exists`);
+            if (this.core.adapters.has(name))
+                throw new RangeError(`${this.name}.clone: name: adapter '${name}' exists`);
             const p = new Float32Array(this.parameterCount);
             native.gptGet(h, 0, p);
             const c = native.loraInfo(h, this.adapterId);
@@ -855,15 +1324,20 @@ export class NativePolicy implements Policy {
      * options.name, else the one maporl saved, else 'default'. A bad directory adds nothing. */
     async loadAdapter(dir: string, options: { name?: string } = {}): Promise<NativePolicy> {
         const fn = `${this.name}.loadAdapter`;
-        if (this.family !== "llama") throw new Error(`${fn}: LoRA adapters need a Hugging Face (Llama-family) model; this is the embedded GPT`);
+        if (this.family !== "llama")
+            throw new Error(`${fn}: LoRA adapters need a Hugging Face (Llama-family) model; this is the embedded GPT`);
         const o = requireOptions<{ name?: string }>(fn, "options", options, ["name"]);
-        if (o.name !== undefined && (typeof o.name !== "string" || o.name.length === 0)) throw new TypeError(`${fn}: name: expected a non-empty string, got ${describe(o.name)}`);
-        const c = readAdapterConfig(fn, dir), state = readAdapterState(fn, dir);
+        if (o.name !== undefined && (typeof o.name !== "string" || o.name.length === 0))
+            throw new TypeError(`${fn}: name: expected a non-empty string, got ${describe(o.name)}`);
+        const c = readAdapterConfig(fn, dir),
+            state = readAdapterState(fn, dir);
         const name = o.name ?? state?.name ?? "default";
         return this.serial(async () => {
-            if (this.core.adapters.has(name)) throw new RangeError(`${fn}: adapter '${name}' exists on this base (pass options.name)`);
+            if (this.core.adapters.has(name))
+                throw new RangeError(`${fn}: adapter '${name}' exists on this base (pass options.name)`);
             // The saved seed keeps the dropout masks of a resumed run; a PEFT adapter from elsewhere gets its name's.
-            const h = this.h(), id = native.loraAdd(h, c, state?.seed ?? fnv1a(name));
+            const h = this.h(),
+                id = native.loraAdd(h, c, state?.seed ?? fnv1a(name));
             try {
                 native.loraSelect(h, id);
                 loadAdapterTensors(fn, dir, h, state);
@@ -878,7 +1352,8 @@ export class NativePolicy implements Policy {
 
     /** Writes this adapter as a PEFT adapter directory (as save() does for an adapter's policy). */
     async saveAdapter(dir: string): Promise<void> {
-        if (this.adapterName === null) throw new Error(`${this.name}.saveAdapter: this policy runs no adapter (the base: use save())`);
+        if (this.adapterName === null)
+            throw new Error(`${this.name}.saveAdapter: this policy runs no adapter (the base: use save())`);
         return this.save(dir);
     }
 
@@ -899,7 +1374,10 @@ export class NativePolicy implements Policy {
     async deleteAdapter(name: string): Promise<void> {
         return this.serial(async () => {
             const id = this.core.adapters.get(name);
-            if (id === undefined) throw new RangeError(`${this.name}.deleteAdapter: name: no adapter '${String(name)}' (adapters: ${this.adapters.join(", ") || "none"})`);
+            if (id === undefined)
+                throw new RangeError(
+                    `${this.name}.deleteAdapter: name: no adapter '${String(name)}' (adapters: ${this.adapters.join(", ") || "none"})`,
+                );
             native.loraRemove(this.h(), id);
             this.core.adapters.delete(name);
         });
@@ -915,5 +1393,7 @@ export class NativePolicy implements Policy {
         return this.disposing;
     }
 
-    async [Symbol.asyncDispose](): Promise<void> { await this.dispose(); }
+    async [Symbol.asyncDispose](): Promise<void> {
+        await this.dispose();
+    }
 }

@@ -14,19 +14,39 @@ export interface ServeProcess {
 }
 
 /** Starts `maporl serve --checkpoint dir --port 0 ...args`, with `cli` the command's script (default: this package's). */
-export function startServeProcess(dir: string, args: string[] = [], cli = fileURLToPath(new URL("../cli.js", import.meta.url))): Promise<ServeProcess> {
-    const proc = spawn(process.execPath, [cli, "serve", "--checkpoint", dir, "--port", "0", ...args], { stdio: ["ignore", "pipe", "pipe"] });
+export function startServeProcess(
+    dir: string,
+    args: string[] = [],
+    cli = fileURLToPath(new URL("../cli.js", import.meta.url)),
+): Promise<ServeProcess> {
+    const proc = spawn(process.execPath, [cli, "serve", "--checkpoint", dir, "--port", "0", ...args], {
+        stdio: ["ignore", "pipe", "pipe"],
+    });
     let out = "";
     const exited = new Promise<number | null>((r) => proc.once("exit", (code) => r(code)));
-    const stop = async (signal: NodeJS.Signals = "SIGTERM") => { if (proc.exitCode === null && proc.signalCode === null) proc.kill(signal); return exited; };
+    const stop = async (signal: NodeJS.Signals = "SIGTERM") => {
+        if (proc.exitCode === null && proc.signalCode === null) proc.kill(signal);
+        return exited;
+    };
     return new Promise((resolve, reject) => {
-        const timer = setTimeout(() => { proc.kill("SIGKILL"); reject(new Error(`maporl serve did not start in 30 s: ${out}`)); }, 30_000);
+        const timer = setTimeout(() => {
+            proc.kill("SIGKILL");
+            reject(new Error(`maporl serve did not start in 30 s: ${out}`));
+        }, 30_000);
         proc.stdout!.on("data", (c: Buffer) => {
             out += c.toString();
             const m = /at (http:\/\/\S+\/v1)\/chat\/completions/.exec(out);
-            if (m) { clearTimeout(timer); resolve({ baseUrl: m[1]!, proc, output: () => out, stop }); }
+            if (m) {
+                clearTimeout(timer);
+                resolve({ baseUrl: m[1]!, proc, output: () => out, stop });
+            }
         });
-        proc.stderr!.on("data", (c: Buffer) => { out += c.toString(); });
-        proc.once("exit", (code) => { clearTimeout(timer); reject(new Error(`maporl serve exited (${code}) before listening: ${out}`)); });
+        proc.stderr!.on("data", (c: Buffer) => {
+            out += c.toString();
+        });
+        proc.once("exit", (code) => {
+            clearTimeout(timer);
+            reject(new Error(`maporl serve exited (${code}) before listening: ${out}`));
+        });
     });
 }

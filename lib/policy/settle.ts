@@ -23,11 +23,19 @@ const asError = (e: unknown): Error => (e instanceof Error ? e : new Error(Strin
 
 function checked(policy: Policy, gens: unknown, n: number): Generation[] {
     if (!Array.isArray(gens) || gens.length !== n)
-        throw new TypeError(`${policy.name}: generate() returned ${Array.isArray(gens) ? `${gens.length} generations` : `${describe(gens)}, not an array of generations`}, expected ${n}`);
+        throw new TypeError(
+            `${policy.name}: generate() returned ${Array.isArray(gens) ? `${gens.length} generations` : `${describe(gens)}, not an array of generations`}, expected ${n}`,
+        );
     gens.forEach((g: unknown, k) => {
-        if (g === null || typeof g !== "object") throw new TypeError(`${policy.name}: generate() returned ${describe(g)} as generation ${k}, expected an object with text`);
+        if (g === null || typeof g !== "object")
+            throw new TypeError(
+                `${policy.name}: generate() returned ${describe(g)} as generation ${k}, expected an object with text`,
+            );
         const text = (g as { text?: unknown }).text;
-        if (typeof text !== "string") throw new TypeError(`${policy.name}: generate() returned generation ${k} with text ${describe(text)}, expected a string`);
+        if (typeof text !== "string")
+            throw new TypeError(
+                `${policy.name}: generate() returned generation ${k} with text ${describe(text)}, expected a string`,
+            );
     });
     return gens as Generation[];
 }
@@ -35,21 +43,32 @@ function checked(policy: Policy, gens: unknown, n: number): Generation[] {
 /**
  * Generates `requests` on `policy` and reports each request's outcome. Rejects only on abort (with signal.reason).
  */
-export async function generateSettled(policy: Policy, requests: GenerateRequest[], options: { signal?: AbortSignal } = {}): Promise<SettledGeneration[]> {
+export async function generateSettled(
+    policy: Policy,
+    requests: GenerateRequest[],
+    options: { signal?: AbortSignal } = {},
+): Promise<SettledGeneration[]> {
     const signal = options.signal;
     if (typeof policy.generateSettled === "function") {
         const out = await policy.generateSettled(requests, { signal });
-        if (!Array.isArray(out) || out.length !== requests.length) throw new TypeError(`${policy.name}: generateSettled() returned ${Array.isArray(out) ? out.length : "no"} outcomes, expected ${requests.length}`);
+        if (!Array.isArray(out) || out.length !== requests.length)
+            throw new TypeError(
+                `${policy.name}: generateSettled() returned ${Array.isArray(out) ? out.length : "no"} outcomes, expected ${requests.length}`,
+            );
         return out;
     }
     try {
-        return checked(policy, await policy.generate(requests, { signal }), requests.length).map((generation) => ({ ok: true as const, generation }));
+        return checked(policy, await policy.generate(requests, { signal }), requests.length).map((generation) => ({
+            ok: true as const,
+            generation,
+        }));
     } catch (e) {
         if (signal?.aborted) throw signal.reason;
         if (requests.length === 1) return [{ ok: false, error: asError(e) }];
     }
     const out: SettledGeneration[] = [];
-    for (const r of requests) {  // one at a time: a policy that failed a batch is not sent all of it again at once
+    for (const r of requests) {
+        // one at a time: a policy that failed a batch is not sent all of it again at once
         try {
             out.push({ ok: true, generation: checked(policy, await policy.generate([r], { signal }), 1)[0]! });
         } catch (e) {
@@ -64,13 +83,16 @@ export async function generateSettled(policy: Policy, requests: GenerateRequest[
 export function episodeErrorPolicy(where: string, x: unknown): EpisodeErrorPolicy {
     if (x === undefined) return "skip";
     if (typeof x !== "string" || !EPISODE_ERROR_POLICIES.includes(x as EpisodeErrorPolicy))
-        throw new RangeError(`${where}: onError: expected ${EPISODE_ERROR_POLICIES.map((p) => `'${p}'`).join(", ")}, got ${JSON.stringify(x)}`);
+        throw new RangeError(
+            `${where}: onError: expected ${EPISODE_ERROR_POLICIES.map((p) => `'${p}'`).join(", ")}, got ${JSON.stringify(x)}`,
+        );
     return x as EpisodeErrorPolicy;
 }
 
 /** Checks a `retries` option (episode retries under onError 'retry'): an integer in [0, 100], default 2. */
 export function episodeRetries(where: string, x: unknown): number {
     if (x === undefined) return 2;
-    if (typeof x !== "number" || !Number.isInteger(x) || x < 0 || x > 100) throw new RangeError(`${where}: retries: expected an integer in [0, 100], got ${String(x)}`);
+    if (typeof x !== "number" || !Number.isInteger(x) || x < 0 || x > 100)
+        throw new RangeError(`${where}: retries: expected an integer in [0, 100], got ${String(x)}`);
     return x;
 }

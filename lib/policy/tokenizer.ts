@@ -5,7 +5,7 @@ import type { ChatMessage } from "./types.js";
 import { describe } from "../validate.js";
 
 export const SPECIAL_TOKENS = ["<pad>", "<bos>", "<eos>", "<unk>", "<|system|>", "<|user|>", "<|assistant|>"] as const;
-export type SpecialToken = typeof SPECIAL_TOKENS[number];
+export type SpecialToken = (typeof SPECIAL_TOKENS)[number];
 
 /** What NativePolicy and the trainers need of a tokenizer: CharTokenizer (the embedded GPT's) or HfTokenizer (a Hugging
  * Face model directory's). */
@@ -47,10 +47,13 @@ export class CharTokenizer implements PolicyTokenizer {
     /** `alphabet`: the characters (each a single code point, no duplicates). */
     constructor(alphabet: string | readonly string[]) {
         if (typeof alphabet !== "string" && !Array.isArray(alphabet))
-            throw new TypeError(`CharTokenizer: alphabet: expected a string or an array of characters, got ${describe(alphabet)}`);
+            throw new TypeError(
+                `CharTokenizer: alphabet: expected a string or an array of characters, got ${describe(alphabet)}`,
+            );
         const chars = [...alphabet];
         chars.forEach((c, i) => {
-            if (typeof c !== "string" || [...c].length !== 1) throw new TypeError(`CharTokenizer: alphabet[${i}]: expected one character, got ${JSON.stringify(c)}`);
+            if (typeof c !== "string" || [...c].length !== 1)
+                throw new TypeError(`CharTokenizer: alphabet[${i}]: expected one character, got ${JSON.stringify(c)}`);
             if (this.index.has(c)) throw new RangeError(`CharTokenizer: alphabet: ${JSON.stringify(c)} appears twice`);
             this.index.set(c, SPECIAL_TOKENS.length + i);
         });
@@ -64,16 +67,31 @@ export class CharTokenizer implements PolicyTokenizer {
         return new CharTokenizer(s);
     }
 
-    get vocabSize(): number { return SPECIAL_TOKENS.length + this.alphabet.length; }
-    id(special: SpecialToken): number { return SPECIAL_TOKENS.indexOf(special); }
-    get pad(): number { return 0; }
-    get bos(): number { return 1; }
-    get eos(): number { return 2; }
-    get unk(): number { return 3; }
-    isStop(id: number): boolean { return id === 2; }
+    get vocabSize(): number {
+        return SPECIAL_TOKENS.length + this.alphabet.length;
+    }
+    id(special: SpecialToken): number {
+        return SPECIAL_TOKENS.indexOf(special);
+    }
+    get pad(): number {
+        return 0;
+    }
+    get bos(): number {
+        return 1;
+    }
+    get eos(): number {
+        return 2;
+    }
+    get unk(): number {
+        return 3;
+    }
+    isStop(id: number): boolean {
+        return id === 2;
+    }
 
     encode(text: string): number[] {
-        if (typeof text !== "string") throw new TypeError(`CharTokenizer.encode: text: expected a string, got ${typeof text}`);
+        if (typeof text !== "string")
+            throw new TypeError(`CharTokenizer.encode: text: expected a string, got ${typeof text}`);
         const out: number[] = [];
         for (const c of text) out.push(this.index.get(c) ?? this.unk);
         return out;
@@ -93,7 +111,8 @@ export class CharTokenizer implements PolicyTokenizer {
     /** <bos> then, per message, its role separator and text; ends with <|assistant|> for the reply. */
     encodeChat(messages: readonly ChatMessage[]): number[] {
         const out = [this.bos];
-        for (const m of messages) {  // (no push(...ids): a spread of a long prompt overflows the call stack)
+        for (const m of messages) {
+            // (no push(...ids): a spread of a long prompt overflows the call stack)
             out.push(this.id(`<|${m.role}|>` as SpecialToken));
             for (const id of this.encode(m.content)) out.push(id);
         }
@@ -107,9 +126,17 @@ export class CharTokenizer implements PolicyTokenizer {
 
     static fromJSON(j: unknown): CharTokenizer {
         const t = j as Partial<TokenizerJSON>;
-        if (!t || t.type !== "maporl-char" || t.version !== 1 || !Array.isArray(t.alphabet) || !Array.isArray(t.specials) ||
-            t.specials.join("\u0000") !== SPECIAL_TOKENS.join("\u0000"))
-            throw new SyntaxError("CharTokenizer.fromJSON: expected a maporl-char tokenizer (version 1) with the standard special tokens");
+        if (
+            !t ||
+            t.type !== "maporl-char" ||
+            t.version !== 1 ||
+            !Array.isArray(t.alphabet) ||
+            !Array.isArray(t.specials) ||
+            t.specials.join("\u0000") !== SPECIAL_TOKENS.join("\u0000")
+        )
+            throw new SyntaxError(
+                "CharTokenizer.fromJSON: expected a maporl-char tokenizer (version 1) with the standard special tokens",
+            );
         return new CharTokenizer(t.alphabet);
     }
 }

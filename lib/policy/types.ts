@@ -104,13 +104,21 @@ export type SettledGeneration = { ok: true; generation: Generation } | { ok: fal
 
 /** Called for every sampled token, in order, as it is sampled (the stop token that ends an answer included):
  * `request` indexes the generate call's requests. A callback that throws fails its call. */
-export type TokenCallback = (request: number, tokenId: number, logprob: number, top?: { id: number; logprob: number }[]) => void;
+export type TokenCallback = (
+    request: number,
+    tokenId: number,
+    logprob: number,
+    top?: { id: number; logprob: number }[],
+) => void;
 
 export interface Policy {
     readonly name: string;
     /** Rejects when any request fails (after the policy's own retries) or on abort. `onToken`: a policy that decodes
      * here (NativePolicy) calls it for every token as it is sampled; others ignore it (their answers arrive whole). */
-    generate(requests: GenerateRequest[], options?: { signal?: AbortSignal; onToken?: TokenCallback }): Promise<Generation[]>;
+    generate(
+        requests: GenerateRequest[],
+        options?: { signal?: AbortSignal; onToken?: TokenCallback },
+    ): Promise<Generation[]>;
     /** Optional: every request's outcome, rejecting only on abort (Debate and JointRollout use it, through
      * settle.ts's generateSettled, so that one failed request fails only its own episode). */
     generateSettled?(requests: GenerateRequest[], options?: { signal?: AbortSignal }): Promise<SettledGeneration[]>;
@@ -119,23 +127,36 @@ export interface Policy {
 const SAMPLING_KEYS = ["temperature", "topP", "topK", "maxTokens", "stop", "topLogprobs"];
 
 /** A request's sampling options, checked (every field named in the error); `stop` comes back as an array. */
-export function requestSampling(where: string, r: GenerateRequest, i: number): Omit<SamplingOptions, "stop"> & { stop?: string[] } {
+export function requestSampling(
+    where: string,
+    r: GenerateRequest,
+    i: number,
+): Omit<SamplingOptions, "stop"> & { stop?: string[] } {
     return samplingOptions(where, `requests[${i}].sampling`, r.sampling);
 }
 
 /** Sampling options `x` (named `at` in errors), checked; `stop` comes back as an array. */
-export function samplingOptions(where: string, at: string, x: unknown): Omit<SamplingOptions, "stop"> & { stop?: string[] } {
+export function samplingOptions(
+    where: string,
+    at: string,
+    x: unknown,
+): Omit<SamplingOptions, "stop"> & { stop?: string[] } {
     const s = requireOptions<SamplingOptions>(where, at, x, SAMPLING_KEYS);
     const out: Omit<SamplingOptions, "stop"> & { stop?: string[] } = {};
-    if (s.temperature !== undefined) out.temperature = requireNumber(where, `${at}.temperature`, s.temperature, 1, 0, Number.MAX_VALUE);
+    if (s.temperature !== undefined)
+        out.temperature = requireNumber(where, `${at}.temperature`, s.temperature, 1, 0, Number.MAX_VALUE);
     if (s.topP !== undefined) out.topP = requireNumber(where, `${at}.topP`, s.topP, 1, 0, 1);
     if (s.topK !== undefined) out.topK = requireInteger(where, `${at}.topK`, s.topK, -1, 2 ** 31 - 1);
-    if (s.maxTokens !== undefined) out.maxTokens = requireInteger(where, `${at}.maxTokens`, s.maxTokens, 0, 2 ** 31 - 1);
-    if (s.topLogprobs !== undefined) out.topLogprobs = requireInteger(where, `${at}.topLogprobs`, s.topLogprobs, 0, MAX_TOP_LOGPROBS);
+    if (s.maxTokens !== undefined)
+        out.maxTokens = requireInteger(where, `${at}.maxTokens`, s.maxTokens, 0, 2 ** 31 - 1);
+    if (s.topLogprobs !== undefined)
+        out.topLogprobs = requireInteger(where, `${at}.topLogprobs`, s.topLogprobs, 0, MAX_TOP_LOGPROBS);
     if (s.stop !== undefined) {
         const stop = typeof s.stop === "string" ? [s.stop] : s.stop;
         if (!Array.isArray(stop) || stop.some((x) => typeof x !== "string" || x.length === 0))
-            throw new TypeError(`${where}: ${at}.stop: expected a non-empty string or an array of them, got ${describe(s.stop)}`);
+            throw new TypeError(
+                `${where}: ${at}.stop: expected a non-empty string or an array of them, got ${describe(s.stop)}`,
+            );
         out.stop = stop;
     }
     return out;
@@ -154,19 +175,34 @@ export function requestSeed(where: string, r: GenerateRequest, i: number): bigin
 
 /** The messages of a request (a prompt becomes one user message); throws naming the request on bad input. */
 export function requestMessages(where: string, r: GenerateRequest, i: number): ChatMessage[] {
-    if (r === null || typeof r !== "object") throw new TypeError(`${where}: requests[${i}]: expected an object, got ${typeof r}`);
+    if (r === null || typeof r !== "object")
+        throw new TypeError(`${where}: requests[${i}]: expected an object, got ${typeof r}`);
     if (r.messages !== undefined) {
         if (!Array.isArray(r.messages) || r.messages.length === 0)
             throw new TypeError(`${where}: requests[${i}].messages: expected a non-empty array of { role, content }`);
         r.messages.forEach((m, j) => {
             const at = `${where}: requests[${i}].messages[${j}]`;
             if (!m || !["system", "user", "assistant", "tool"].includes(m.role) || typeof m.content !== "string")
-                throw new TypeError(`${at}: expected { role: 'system' | 'user' | 'assistant' | 'tool', content: string }`);
+                throw new TypeError(
+                    `${at}: expected { role: 'system' | 'user' | 'assistant' | 'tool', content: string }`,
+                );
             if (m.role === "tool" && (typeof m.toolCallId !== "string" || m.toolCallId === ""))
-                throw new TypeError(`${at}.toolCallId: expected the id of the call a tool message answers, got ${describe(m.toolCallId)}`);
+                throw new TypeError(
+                    `${at}.toolCallId: expected the id of the call a tool message answers, got ${describe(m.toolCallId)}`,
+                );
             if (m.toolCalls !== undefined) {
-                if (m.role !== "assistant") throw new TypeError(`${at}.toolCalls: expected only on an assistant message, got role '${m.role}'`);
-                if (!Array.isArray(m.toolCalls) || m.toolCalls.some((c) => !c || typeof c.id !== "string" || typeof c.name !== "string" || typeof c.arguments !== "string"))
+                if (m.role !== "assistant")
+                    throw new TypeError(`${at}.toolCalls: expected only on an assistant message, got role '${m.role}'`);
+                if (
+                    !Array.isArray(m.toolCalls) ||
+                    m.toolCalls.some(
+                        (c) =>
+                            !c ||
+                            typeof c.id !== "string" ||
+                            typeof c.name !== "string" ||
+                            typeof c.arguments !== "string",
+                    )
+                )
                     throw new TypeError(`${at}.toolCalls: expected an array of { id, name, arguments (JSON text) }`);
             }
         });
@@ -175,8 +211,10 @@ export function requestMessages(where: string, r: GenerateRequest, i: number): C
     }
     if (r.tools !== undefined) requestTools(where, r.tools, i);
     if (typeof r.prompt !== "string")
-        throw new TypeError(`${where}: requests[${i}]: expected messages or a prompt string` +
-            (r.promptTokenIds !== undefined ? " (promptTokenIds are read by native policies only)" : ""));
+        throw new TypeError(
+            `${where}: requests[${i}]: expected messages or a prompt string` +
+                (r.promptTokenIds !== undefined ? " (promptTokenIds are read by native policies only)" : ""),
+        );
     return [{ role: "user", content: r.prompt }];
 }
 
@@ -190,13 +228,20 @@ export function checkToolName(at: string, t: { name?: unknown } | null | undefin
 
 /** A request's tools, checked: names unique, of OpenAI's form ([a-zA-Z0-9_-]{1,64}), parameters an object. */
 export function requestTools(where: string, tools: unknown, i: number): ToolSpec[] {
-    if (!Array.isArray(tools)) throw new TypeError(`${where}: requests[${i}].tools: expected an array of { name, description?, parameters? }, got ${describe(tools)}`);
+    if (!Array.isArray(tools))
+        throw new TypeError(
+            `${where}: requests[${i}].tools: expected an array of { name, description?, parameters? }, got ${describe(tools)}`,
+        );
     const seen = new Set<string>();
     tools.forEach((t: ToolSpec, k) => {
         const at = `${where}: requests[${i}].tools[${k}]`;
         checkToolName(at, t, seen);
-        if (t.description !== undefined && typeof t.description !== "string") throw new TypeError(`${at}.description: expected a string`);
-        if (t.parameters !== undefined && (t.parameters === null || typeof t.parameters !== "object" || Array.isArray(t.parameters)))
+        if (t.description !== undefined && typeof t.description !== "string")
+            throw new TypeError(`${at}.description: expected a string`);
+        if (
+            t.parameters !== undefined &&
+            (t.parameters === null || typeof t.parameters !== "object" || Array.isArray(t.parameters))
+        )
             throw new TypeError(`${at}.parameters: expected a JSON Schema object`);
     });
     return tools as ToolSpec[];

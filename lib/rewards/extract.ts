@@ -16,7 +16,7 @@ const NUMBER = /[-−]?\$?\s?\d[\d,]*(?:\.\d+)?(?:\s*\/\s*\d+(?:\.\d+)?)?|[-−]
 export function parseNumber(token: string): number | null {
     let t = token.trim().replace(/−/g, "-").replace(/\$/g, "").replace(/\s+/g, "");
     if (/^-?\d{1,3}(,\d{3})+(\.\d+)?$/.test(t) || /^-?\d+(,\d{3})+(\.\d+)?$/.test(t)) t = t.replace(/,/g, "");
-    else if (t.includes(",")) return null;  // "1,2" is not a number
+    else if (t.includes(",")) return null; // "1,2" is not a number
     const frac = /^(-?\d+(?:\.\d+)?)\/(\d+(?:\.\d+)?)$/.exec(t);
     if (frac) {
         const d = Number(frac[2]);
@@ -38,7 +38,8 @@ function lastNumberIn(text: string): ExtractedNumber | null {
     for (let m = NUMBER.exec(text); m; m = NUMBER.exec(text)) {
         let tok = m[0].replace(/,+$/, "");
         let v = parseNumber(tok);
-        if (v === null && tok.includes(",")) {  // "5,6 and 7" or a list: take the part after the last comma
+        if (v === null && tok.includes(",")) {
+            // "5,6 and 7" or a list: take the part after the last comma
             tok = tok.slice(tok.lastIndexOf(",") + 1);
             v = parseNumber(tok);
         }
@@ -75,7 +76,11 @@ export function extractFinalNumber(text: string): ExtractedNumber | null {
         const n = lastNumberIn(boxed);
         if (n) return n;
     }
-    const markers = [/####\s*([^\n]*)/g, /(?:^|\n)\s*(?:A|Answer|Final answer)\s*[:：]\s*([^\n]*)/gi, /\banswer is\s*[:：]?\s*([^\n]*)/gi];
+    const markers = [
+        /####\s*([^\n]*)/g,
+        /(?:^|\n)\s*(?:A|Answer|Final answer)\s*[:：]\s*([^\n]*)/gi,
+        /\banswer is\s*[:：]?\s*([^\n]*)/gi,
+    ];
     for (const re of markers) {
         let span: string | null = null;
         for (let m = re.exec(text); m; m = re.exec(text)) span = m[1]!;
@@ -116,7 +121,11 @@ export function sameNumber(a: number, b: number): boolean {
  */
 export function extractLabel(text: string, labels: readonly string[]): string | null {
     if (typeof text !== "string") return null;
-    const norm = (s: string) => s.toLowerCase().replace(/[^a-z0-9]+/g, " ").trim();
+    const norm = (s: string) =>
+        s
+            .toLowerCase()
+            .replace(/[^a-z0-9]+/g, " ")
+            .trim();
     const byLength = [...labels].sort((a, b) => b.length - a.length);
     const find = (hay: string) => {
         const h = ` ${norm(hay)} `;

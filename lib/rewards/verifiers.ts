@@ -27,8 +27,10 @@ export interface Verifier {
 }
 
 function requireItem(name: string, item: VerifyItem): void {
-    if (item === null || typeof item !== "object") throw new TypeError(`${name}: item: expected { response, reference }, got ${typeof item}`);
-    if (typeof item.response !== "string") throw new TypeError(`${name}: item.response: expected a string, got ${typeof item.response}`);
+    if (item === null || typeof item !== "object")
+        throw new TypeError(`${name}: item: expected { response, reference }, got ${typeof item}`);
+    if (typeof item.response !== "string")
+        throw new TypeError(`${name}: item.response: expected a string, got ${typeof item.response}`);
     if (typeof item.reference !== "string" && typeof item.reference !== "number")
         throw new TypeError(`${name}: item.reference: expected a string or number, got ${typeof item.reference}`);
 }
@@ -50,7 +52,10 @@ export function gsm8kVerifier(options: { name?: string } = {}): Verifier {
         async score(item) {
             requireItem(name, item);
             const ref = referenceNumber(item.reference);
-            if (ref === null) throw new RangeError(`${name}: item.reference: expected a number or text ending in one, got ${JSON.stringify(item.reference)}`);
+            if (ref === null)
+                throw new RangeError(
+                    `${name}: item.reference: expected a number or text ending in one, got ${JSON.stringify(item.reference)}`,
+                );
             const got = extractFinalNumber(item.response);
             if (got === null) return { score: 0, extracted: null, reason: "no number in the response" };
             const ok = sameNumber(got.value, ref);
@@ -70,9 +75,16 @@ export function labelVerifier(options: { labels?: readonly string[]; name?: stri
         async score(item) {
             requireItem(name, item);
             const ref = extractLabel(String(item.reference), labels);
-            if (ref === null) throw new RangeError(`${name}: item.reference: expected one of ${labels.join(", ")}, got ${JSON.stringify(item.reference)}`);
+            if (ref === null)
+                throw new RangeError(
+                    `${name}: item.reference: expected one of ${labels.join(", ")}, got ${JSON.stringify(item.reference)}`,
+                );
             const got = extractLabel(item.response, labels);
-            return { score: got === ref ? 1 : 0, extracted: got, reason: got === null ? "no label in the response" : undefined };
+            return {
+                score: got === ref ? 1 : 0,
+                extracted: got,
+                reason: got === null ? "no label in the response" : undefined,
+            };
         },
     };
 }
@@ -80,7 +92,10 @@ export function labelVerifier(options: { labels?: readonly string[]; name?: stri
 /** Exact match after normalisation: 'trim' (default), 'case' (trim + case-insensitive) or 'none'. */
 export function exactVerifier(options: { normalize?: "trim" | "case" | "none"; name?: string } = {}): Verifier {
     const mode = options.normalize ?? "trim";
-    if (!["trim", "case", "none"].includes(mode)) throw new RangeError(`exactVerifier: normalize: expected "trim", "case" or "none", got ${JSON.stringify(mode)}`);
+    if (!["trim", "case", "none"].includes(mode))
+        throw new RangeError(
+            `exactVerifier: normalize: expected "trim", "case" or "none", got ${JSON.stringify(mode)}`,
+        );
     const norm = (s: string) => (mode === "none" ? s : mode === "trim" ? s.trim() : s.trim().toLowerCase());
     const name = options.name ?? "exact";
     return {
@@ -95,7 +110,8 @@ export function exactVerifier(options: { normalize?: "trim" | "case" | "none"; n
 
 /** The last match of `pattern` (capture `group`, default 1 or the whole match) equals the reference, trimmed. */
 export function regexVerifier(pattern: RegExp, options: { group?: number; name?: string } = {}): Verifier {
-    if (!(pattern instanceof RegExp)) throw new TypeError(`regexVerifier: pattern: expected a RegExp, got ${typeof pattern}`);
+    if (!(pattern instanceof RegExp))
+        throw new TypeError(`regexVerifier: pattern: expected a RegExp, got ${typeof pattern}`);
     const re = new RegExp(pattern.source, pattern.flags.includes("g") ? pattern.flags : pattern.flags + "g");
     const name = options.name ?? "regex";
     return {
@@ -116,7 +132,10 @@ export function regexVerifier(pattern: RegExp, options: { group?: number; name?:
 }
 
 /** A user function as a verifier; it may return a number in [0, 1] or a Verdict, sync or async. */
-export function fnVerifier(name: string, fn: (item: VerifyItem) => number | Verdict | Promise<number | Verdict>): Verifier {
+export function fnVerifier(
+    name: string,
+    fn: (item: VerifyItem) => number | Verdict | Promise<number | Verdict>,
+): Verifier {
     if (typeof name !== "string" || !name) throw new TypeError("fnVerifier: name: expected a non-empty string");
     if (typeof fn !== "function") throw new TypeError(`fnVerifier: fn: expected a function, got ${typeof fn}`);
     return {
@@ -126,8 +145,14 @@ export function fnVerifier(name: string, fn: (item: VerifyItem) => number | Verd
             const v = await fn(item);
             const verdict: Verdict = typeof v === "number" ? { score: v, extracted: null } : v;
             if (verdict === null || typeof verdict !== "object" || !(verdict.score >= 0 && verdict.score <= 1))
-                throw new RangeError(`${name}: expected a score in [0, 1], got ${JSON.stringify(typeof v === "number" ? v : verdict?.score)}`);
-            return { score: verdict.score, extracted: verdict.extracted ?? null, ...(verdict.reason ? { reason: verdict.reason } : {}) };
+                throw new RangeError(
+                    `${name}: expected a score in [0, 1], got ${JSON.stringify(typeof v === "number" ? v : verdict?.score)}`,
+                );
+            return {
+                score: verdict.score,
+                extracted: verdict.extracted ?? null,
+                ...(verdict.reason ? { reason: verdict.reason } : {}),
+            };
         },
     };
 }
@@ -156,16 +181,22 @@ export class HttpVerifier implements Verifier {
     constructor(options: HttpVerifierOptions) {
         if (options === null || typeof options !== "object" || typeof options.url !== "string")
             throw new TypeError("HttpVerifier: options.url: expected a URL string");
-        new URL(options.url);  // throws a TypeError naming the bad URL
+        new URL(options.url); // throws a TypeError naming the bad URL
         const int = (v: unknown, d: number, what: string) => {
             if (v === undefined) return d;
-            if (typeof v !== "number" || !Number.isFinite(v) || v < 0) throw new RangeError(`HttpVerifier: ${what}: expected a number >= 0, got ${String(v)}`);
+            if (typeof v !== "number" || !Number.isFinite(v) || v < 0)
+                throw new RangeError(`HttpVerifier: ${what}: expected a number >= 0, got ${String(v)}`);
             return v;
         };
         this.name = options.name ?? "http";
-        this.o = { url: options.url, timeoutMs: int(options.timeoutMs, 30_000, "timeoutMs"), retries: int(options.retries, 3, "retries"),
-            backoffMs: int(options.backoffMs, 200, "backoffMs"), headers: options.headers ?? {},
-            maxResponseBytes: int(options.maxResponseBytes, DEFAULT_MAX_RESPONSE_BYTES, "maxResponseBytes") };
+        this.o = {
+            url: options.url,
+            timeoutMs: int(options.timeoutMs, 30_000, "timeoutMs"),
+            retries: int(options.retries, 3, "retries"),
+            backoffMs: int(options.backoffMs, 200, "backoffMs"),
+            headers: options.headers ?? {},
+            maxResponseBytes: int(options.maxResponseBytes, DEFAULT_MAX_RESPONSE_BYTES, "maxResponseBytes"),
+        };
     }
 
     async score(item: VerifyItem, options?: { signal?: AbortSignal }): Promise<Verdict> {
@@ -174,10 +205,25 @@ export class HttpVerifier implements Verifier {
 
     async scoreBatch(items: VerifyItem[], options?: { signal?: AbortSignal }): Promise<Verdict[]> {
         items.forEach((it) => requireItem(this.name, it));
-        const body = JSON.stringify({ items: items.map((it) => ({ question: it.question ?? null, response: it.response, reference: it.reference })) });
-        const r = await postJson(this.name, this.o.url, body, { timeoutMs: this.o.timeoutMs, retries: this.o.retries,
-            backoffMs: this.o.backoffMs, headers: this.o.headers, signal: options?.signal, maxResponseBytes: this.o.maxResponseBytes });
-        if (!r.ok) throw new Error(`${this.name}: ${redactUrl(this.o.url)} answered HTTP ${r.status}: ${r.text.slice(0, 200)}`);
+        const body = JSON.stringify({
+            items: items.map((it) => ({
+                question: it.question ?? null,
+                response: it.response,
+                reference: it.reference,
+            })),
+        });
+        const r = await postJson(this.name, this.o.url, body, {
+            timeoutMs: this.o.timeoutMs,
+            retries: this.o.retries,
+            backoffMs: this.o.backoffMs,
+            headers: this.o.headers,
+            signal: options?.signal,
+            maxResponseBytes: this.o.maxResponseBytes,
+        });
+        if (!r.ok)
+            throw new Error(
+                `${this.name}: ${redactUrl(this.o.url)} answered HTTP ${r.status}: ${r.text.slice(0, 200)}`,
+            );
         return parseReply(this.name, r.text, items.length);
     }
 }
@@ -187,16 +233,28 @@ function parseReply(name: string, text: string, n: number): Verdict[] {
     try {
         json = JSON.parse(text);
     } catch {
-        throw new SyntaxError(`${name}: malformed reply: expected JSON { results: [...] }, got ${JSON.stringify(text.slice(0, 120))}`);
+        throw new SyntaxError(
+            `${name}: malformed reply: expected JSON { results: [...] }, got ${JSON.stringify(text.slice(0, 120))}`,
+        );
     }
     const results = (json as { results?: unknown })?.results;
     if (!Array.isArray(results) || results.length !== n)
-        throw new SyntaxError(`${name}: malformed reply: expected { results: [...] } with ${n} entries, got ${JSON.stringify(text.slice(0, 120))}`);
+        throw new SyntaxError(
+            `${name}: malformed reply: expected { results: [...] } with ${n} entries, got ${JSON.stringify(text.slice(0, 120))}`,
+        );
     return results.map((r, i) => {
         const s = (r as { score?: unknown })?.score;
-        if (typeof s !== "number" || !(s >= 0 && s <= 1)) throw new SyntaxError(`${name}: malformed reply: results[${i}].score: expected a number in [0, 1], got ${JSON.stringify(s)}`);
-        const ex = (r as { extracted?: unknown }).extracted, reason = (r as { reason?: unknown }).reason;
-        return { score: s, extracted: typeof ex === "string" ? ex : null, ...(typeof reason === "string" ? { reason } : {}) };
+        if (typeof s !== "number" || !(s >= 0 && s <= 1))
+            throw new SyntaxError(
+                `${name}: malformed reply: results[${i}].score: expected a number in [0, 1], got ${JSON.stringify(s)}`,
+            );
+        const ex = (r as { extracted?: unknown }).extracted,
+            reason = (r as { reason?: unknown }).reason;
+        return {
+            score: s,
+            extracted: typeof ex === "string" ? ex : null,
+            ...(typeof reason === "string" ? { reason } : {}),
+        };
     });
 }
 
@@ -204,9 +262,14 @@ function parseReply(name: string, text: string, n: number): Verdict[] {
 export type ScoreOutcome = { ok: true; verdict: Verdict } | { ok: false; error: string };
 
 /** Scores every item with at most `concurrency` in flight (default 8); failures are returned, not thrown. */
-export async function scoreAll(verifier: Verifier, items: VerifyItem[], options: { concurrency?: number; signal?: AbortSignal } = {}): Promise<ScoreOutcome[]> {
+export async function scoreAll(
+    verifier: Verifier,
+    items: VerifyItem[],
+    options: { concurrency?: number; signal?: AbortSignal } = {},
+): Promise<ScoreOutcome[]> {
     const limit = options.concurrency ?? 8;
-    if (!Number.isInteger(limit) || limit < 1) throw new RangeError(`scoreAll: concurrency: expected an integer >= 1, got ${String(limit)}`);
+    if (!Number.isInteger(limit) || limit < 1)
+        throw new RangeError(`scoreAll: concurrency: expected an integer >= 1, got ${String(limit)}`);
     const out: ScoreOutcome[] = new Array(items.length);
     let next = 0;
     const worker = async () => {

@@ -6,7 +6,14 @@ import { withSignal } from "../abort.js";
 import { outputFloat32 } from "../alloc.js";
 import { type Device, resolveDevice } from "../backend.js";
 import { native, type MaskArray } from "../native.js";
-import { requireArray, requireBoolean, requireDisjoint, requireNumber, requireOptions, requireShape2 } from "../validate.js";
+import {
+    requireArray,
+    requireBoolean,
+    requireDisjoint,
+    requireNumber,
+    requireOptions,
+    requireShape2,
+} from "../validate.js";
 
 export interface GaeBatch {
     /** Per-token rewards, [B, T]. */
@@ -51,7 +58,7 @@ export interface GaeResult {
 }
 
 const OPTION_KEYS = ["gamma", "lambda", "whiten", "device", "out"] as const;
-const AUTO_CUDA_TOKENS = 1 << 24;  // below this the host<->device copies cost more than the CPU kernel
+const AUTO_CUDA_TOKENS = 1 << 24; // below this the host<->device copies cost more than the CPU kernel
 
 interface GaeCall {
     rewards: Float32Array;
@@ -68,7 +75,10 @@ interface GaeCall {
 }
 
 function prepare(fn: string, batch: GaeBatch, options: unknown, extraKeys: readonly string[]): GaeCall {
-    if (batch === null || typeof batch !== "object") throw new TypeError(`${fn}: batch: expected an object with rewards, values, mask and shape, got ${typeof batch}`);
+    if (batch === null || typeof batch !== "object")
+        throw new TypeError(
+            `${fn}: batch: expected an object with rewards, values, mask and shape, got ${typeof batch}`,
+        );
     const o = requireOptions<GaeOptions>(fn, "options", options, [...OPTION_KEYS, ...extraKeys]);
     const [B, T] = requireShape2(fn, batch.shape, ["B", "T"]);
     const n = B * T;
@@ -76,15 +86,25 @@ function prepare(fn: string, batch: GaeBatch, options: unknown, extraKeys: reado
     const values = requireArray(fn, "values", batch.values, [Float32Array], n);
     const mask = requireArray(fn, "mask", batch.mask, [Uint8Array, Float32Array], n);
     const out = requireOptions<NonNullable<GaeOptions["out"]>>(fn, "out", o.out, ["advantages", "returns"]);
-    const advantages = out.advantages === undefined ? outputFloat32(n)  // the kernel writes every element
-        : requireArray(fn, "out.advantages", out.advantages, [Float32Array], n);
-    const returns = out.returns === undefined ? outputFloat32(n)
-        : requireArray(fn, "out.returns", out.returns, [Float32Array], n);
-    requireDisjoint(fn, { "out.advantages": advantages, "out.returns": returns },
-        { rewards, values, mask, "out.advantages": advantages });
+    const advantages =
+        out.advantages === undefined
+            ? outputFloat32(n) // the kernel writes every element
+            : requireArray(fn, "out.advantages", out.advantages, [Float32Array], n);
+    const returns =
+        out.returns === undefined ? outputFloat32(n) : requireArray(fn, "out.returns", out.returns, [Float32Array], n);
+    requireDisjoint(
+        fn,
+        { "out.advantages": advantages, "out.returns": returns },
+        { rewards, values, mask, "out.advantages": advantages },
+    );
     return {
-        rewards, values, mask, advantages, returns,
-        B, T,
+        rewards,
+        values,
+        mask,
+        advantages,
+        returns,
+        B,
+        T,
         gamma: requireNumber(fn, "gamma", o.gamma, 1, 0, 1),
         lambda: requireNumber(fn, "lambda", o.lambda, 0.95, 0, 1),
         whiten: requireBoolean(fn, "whiten", o.whiten, false),
@@ -93,8 +113,19 @@ function prepare(fn: string, batch: GaeBatch, options: unknown, extraKeys: reado
 }
 
 function args(c: GaeCall) {
-    return [c.rewards, c.values, c.mask, c.B, c.T, c.gamma, c.lambda, c.whiten, c.device === "cuda" ? 1 : 0,
-        c.advantages, c.returns] as const;
+    return [
+        c.rewards,
+        c.values,
+        c.mask,
+        c.B,
+        c.T,
+        c.gamma,
+        c.lambda,
+        c.whiten,
+        c.device === "cuda" ? 1 : 0,
+        c.advantages,
+        c.returns,
+    ] as const;
 }
 
 /**

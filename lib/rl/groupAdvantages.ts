@@ -6,7 +6,14 @@ import { withSignal } from "../abort.js";
 import { outputFloat32 } from "../alloc.js";
 import { type Device, resolveDevice } from "../backend.js";
 import { native } from "../native.js";
-import { requireArray, requireChoice, requireDisjoint, requireNumber, requireOptions, requireShape2 } from "../validate.js";
+import {
+    requireArray,
+    requireChoice,
+    requireDisjoint,
+    requireNumber,
+    requireOptions,
+    requireShape2,
+} from "../validate.js";
 import { createRegistry } from "./registry.js";
 import { type MultiObjectiveAggregation, type ScaleRewards, trlAdvantages } from "./trlAdvantages.js";
 
@@ -92,23 +99,46 @@ const BASELINES: Record<MagrpoBaseline, 0 | 1 | 2 | 3> = { mean: 0, rloo: 1, max
 groupEstimators.register({ name: "grpo", params: () => ({ baseline: 0, scaleByStd: true, whiten: false }) });
 groupEstimators.register({ name: "drgrpo", params: () => ({ baseline: 0, scaleByStd: false, whiten: false }) });
 groupEstimators.register({ name: "rloo", params: () => ({ baseline: 1, scaleByStd: false, whiten: false }) });
-groupEstimators.register({ name: "reinforce++-baseline", params: () => ({ baseline: 0, scaleByStd: false, whiten: true }) });
+groupEstimators.register({
+    name: "reinforce++-baseline",
+    params: () => ({ baseline: 0, scaleByStd: false, whiten: true }),
+});
 groupEstimators.register({
     name: "magrpo",
     params: (o) => ({
-        baseline: BASELINES[requireChoice("groupAdvantages", "baseline", o.baseline, ["mean", "max", "rloo", "none"], "mean")],
-        scaleByStd: false, whiten: false,
+        baseline:
+            BASELINES[
+                requireChoice("groupAdvantages", "baseline", o.baseline, ["mean", "max", "rloo", "none"], "mean")
+            ],
+        scaleByStd: false,
+        whiten: false,
     }),
 });
 
-const CONVENTIONS: Record<GroupConvention, { std: "unbiased" | "biased"; eps: number; singleton: "raw" | "zero"; nanExclude: boolean }> = {
+const CONVENTIONS: Record<
+    GroupConvention,
+    { std: "unbiased" | "biased"; eps: number; singleton: "raw" | "zero"; nanExclude: boolean }
+> = {
     verl: { std: "unbiased", eps: 1e-6, singleton: "raw", nanExclude: false },
     trl: { std: "unbiased", eps: 1e-4, singleton: "zero", nanExclude: true },
     openrlhf: { std: "unbiased", eps: 1e-9, singleton: "zero", nanExclude: false },
 };
 
-const OPTION_KEYS = ["estimator", "baseline", "convention", "std", "eps", "singleton", "weights", "broadcast", "device", "out", "scaleRewards",
-    "multiObjectiveAggregation", "rewardWeights"];
+const OPTION_KEYS = [
+    "estimator",
+    "baseline",
+    "convention",
+    "std",
+    "eps",
+    "singleton",
+    "weights",
+    "broadcast",
+    "device",
+    "out",
+    "scaleRewards",
+    "multiObjectiveAggregation",
+    "rewardWeights",
+];
 const AUTO_CUDA = 1 << 22;
 
 interface Call {
@@ -120,10 +150,16 @@ interface Call {
 }
 
 function prepare(fn: string, batch: GroupBatch, options: unknown, extra: string[]): Call {
-    if (batch === null || typeof batch !== "object") throw new TypeError(`${fn}: batch: expected an object with scores and groups, got ${typeof batch}`);
+    if (batch === null || typeof batch !== "object")
+        throw new TypeError(`${fn}: batch: expected an object with scores and groups, got ${typeof batch}`);
     const o = requireOptions<GroupAdvantageOptions>(fn, "options", options, [...OPTION_KEYS, ...extra]);
     const F = batch.shape === undefined ? 1 : requireShape2(fn, batch.shape, ["N", "F"])[1];
-    const N = batch.shape !== undefined ? batch.shape[0] : Array.isArray(batch.scores) || ArrayBuffer.isView(batch.scores) ? (batch.scores as { length: number }).length : -1;
+    const N =
+        batch.shape !== undefined
+            ? batch.shape[0]
+            : Array.isArray(batch.scores) || ArrayBuffer.isView(batch.scores)
+              ? (batch.scores as { length: number }).length
+              : -1;
     const scores = requireArray(fn, "scores", batch.scores, [Float32Array], Math.max(N, 0) * F);
     const groups = requireArray(fn, "groups", batch.groups, [Int32Array], N);
     const estimator = groupEstimators.get(o.estimator ?? "grpo");
@@ -133,17 +169,27 @@ function prepare(fn: string, batch: GroupBatch, options: unknown, extra: string[
     const eps = requireNumber(fn, "eps", o.eps, conv.eps, 0, 1);
     const singleton = requireChoice(fn, "singleton", o.singleton, ["raw", "zero"], conv.singleton);
     const device = resolveDevice(fn, o.device, N, AUTO_CUDA) === "cuda" ? 1 : 0;
-    let weights: Float32Array | null = o.weights === undefined ? null : requireArray(fn, "weights", o.weights, [Float32Array], N);
+    let weights: Float32Array | null =
+        o.weights === undefined ? null : requireArray(fn, "weights", o.weights, [Float32Array], N);
     let broadcast: Call["broadcast"];
     if (o.broadcast !== undefined) {
-        const b = requireOptions<NonNullable<GroupAdvantageOptions["broadcast"]>>(fn, "broadcast", o.broadcast, ["mask", "shape"]);
+        const b = requireOptions<NonNullable<GroupAdvantageOptions["broadcast"]>>(fn, "broadcast", o.broadcast, [
+            "mask",
+            "shape",
+        ]);
         const [bn, T] = requireShape2(fn, b.shape, ["N", "T"]);
         if (bn !== N) throw new RangeError(`${fn}: broadcast.shape[0]: expected ${N} (one row per score), got ${bn}`);
         const mask = requireArray(fn, "broadcast.mask", b.mask, [Uint8Array, Float32Array], N * T);
-        const tokens = o.out === undefined ? outputFloat32(N * T) : requireArray(fn, "out", o.out, [Float32Array], N * T);
-        requireDisjoint(fn, { out: tokens }, { scores, groups, "broadcast.mask": mask, ...(o.weights ? { weights: o.weights } : {}) });
+        const tokens =
+            o.out === undefined ? outputFloat32(N * T) : requireArray(fn, "out", o.out, [Float32Array], N * T);
+        requireDisjoint(
+            fn,
+            { out: tokens },
+            { scores, groups, "broadcast.mask": mask, ...(o.weights ? { weights: o.weights } : {}) },
+        );
         broadcast = { mask, N, T, device, tokens };
-        if (k.whiten && weights === null) {  // verl whitens over tokens: weight each response by its token count
+        if (k.whiten && weights === null) {
+            // verl whitens over tokens: weight each response by its token count
             weights = new Float32Array(N);
             for (let n = 0; n < N; n++) {
                 let c = 0;
@@ -152,29 +198,69 @@ function prepare(fn: string, batch: GroupBatch, options: unknown, extra: string[
             }
         }
     }
-    const out = broadcast !== undefined || o.out === undefined ? outputFloat32(N) : requireArray(fn, "out", o.out, [Float32Array], N);
+    const out =
+        broadcast !== undefined || o.out === undefined
+            ? outputFloat32(N)
+            : requireArray(fn, "out", o.out, [Float32Array], N);
     // TRL's options (convention 'trl', GRPO): the kernel serves one reward function scaled per group or not at all;
     // batch scaling and several functions run in trlAdvantages.ts.
     const isTrl = o.convention === "trl";
     for (const key of ["scaleRewards", "multiObjectiveAggregation", "rewardWeights"] as const)
-        if (o[key] !== undefined && !isTrl) throw new RangeError(`${fn}: ${key}: TRL's option needs convention 'trl', got convention ${JSON.stringify(o.convention ?? "verl")}`);
-    if (F > 1 && !isTrl) throw new RangeError(`${fn}: shape: several reward functions ([N, ${F}]) need convention 'trl' (TRL's multi_objective_aggregation)`);
+        if (o[key] !== undefined && !isTrl)
+            throw new RangeError(
+                `${fn}: ${key}: TRL's option needs convention 'trl', got convention ${JSON.stringify(o.convention ?? "verl")}`,
+            );
+    if (F > 1 && !isTrl)
+        throw new RangeError(
+            `${fn}: shape: several reward functions ([N, ${F}]) need convention 'trl' (TRL's multi_objective_aggregation)`,
+        );
     const scale = requireChoice(fn, "scaleRewards", o.scaleRewards, ["group", "batch", "none"], "group");
-    const moa = requireChoice(fn, "multiObjectiveAggregation", o.multiObjectiveAggregation, ["sum_then_normalize", "normalize_then_sum"], "sum_then_normalize");
-    const rw = o.rewardWeights === undefined ? new Float32Array(F).fill(1) : requireArray(fn, "rewardWeights", o.rewardWeights, [Float32Array], F);
-    rw.forEach((x, k) => { if (!Number.isFinite(x)) throw new RangeError(`${fn}: rewardWeights[${k}]: expected a finite number, got ${x}`); });
+    const moa = requireChoice(
+        fn,
+        "multiObjectiveAggregation",
+        o.multiObjectiveAggregation,
+        ["sum_then_normalize", "normalize_then_sum"],
+        "sum_then_normalize",
+    );
+    const rw =
+        o.rewardWeights === undefined
+            ? new Float32Array(F).fill(1)
+            : requireArray(fn, "rewardWeights", o.rewardWeights, [Float32Array], F);
+    rw.forEach((x, k) => {
+        if (!Number.isFinite(x)) throw new RangeError(`${fn}: rewardWeights[${k}]: expected a finite number, got ${x}`);
+    });
     const trlPath = isTrl && (F > 1 || scale === "batch" || moa === "normalize_then_sum");
-    if (isTrl && (o.scaleRewards !== undefined || F > 1 || o.multiObjectiveAggregation !== undefined) && (o.estimator ?? "grpo") !== "grpo")
-        throw new RangeError(`${fn}: scaleRewards / several reward functions: TRL's GRPO advantages (estimator 'grpo'), got estimator ${JSON.stringify(o.estimator)}`);
+    if (
+        isTrl &&
+        (o.scaleRewards !== undefined || F > 1 || o.multiObjectiveAggregation !== undefined) &&
+        (o.estimator ?? "grpo") !== "grpo"
+    )
+        throw new RangeError(
+            `${fn}: scaleRewards / several reward functions: TRL's GRPO advantages (estimator 'grpo'), got estimator ${JSON.stringify(o.estimator)}`,
+        );
     if (broadcast === undefined && o.out !== undefined)
         requireDisjoint(fn, { out }, { scores, groups, ...(weights ? { weights } : {}) });
     // Whitening as the convention's system does it: OpenRLHF's biased variance and rsqrt(clamp(var, 1e-8)), else verl's.
     const whiten = !k.whiten ? 0 : conv === CONVENTIONS.openrlhf ? 2 : 1;
     return {
-        args: [scores, groups, weights, N, k.baseline, k.scaleByStd && scale !== "none", std === "unbiased", eps, singleton === "zero",
-            conv.nanExclude, whiten, device, out],
+        args: [
+            scores,
+            groups,
+            weights,
+            N,
+            k.baseline,
+            k.scaleByStd && scale !== "none",
+            std === "unbiased",
+            eps,
+            singleton === "zero",
+            conv.nanExclude,
+            whiten,
+            device,
+            out,
+        ],
         ...(trlPath ? { trl: () => out.set(trlAdvantages(scores, F, groups, rw, scale, moa)) } : {}),
-        out, broadcast,
+        out,
+        broadcast,
     };
 }
 
@@ -198,9 +284,14 @@ export function groupAdvantages(batch: GroupBatch, options?: GroupAdvantageOptio
 }
 
 /** {@link groupAdvantages} off the main thread. */
-export async function groupAdvantagesAsync(batch: GroupBatch, options?: GroupAdvantageAsyncOptions): Promise<Float32Array> {
+export async function groupAdvantagesAsync(
+    batch: GroupBatch,
+    options?: GroupAdvantageAsyncOptions,
+): Promise<Float32Array> {
     const c = prepare("groupAdvantagesAsync", batch, options, ["signal"]);
-    if (c.trl) { options?.signal?.throwIfAborted(); c.trl(); }
-    else await withSignal(() => native.groupAdvantagesAsync(...c.args), options?.signal);
+    if (c.trl) {
+        options?.signal?.throwIfAborted();
+        c.trl();
+    } else await withSignal(() => native.groupAdvantagesAsync(...c.args), options?.signal);
     return finish(c);
 }

@@ -6,11 +6,15 @@ import { requireArray, requireChoice, requireNumber, requireOptions } from "../v
 
 function requireShape3(fn: string, shape: unknown): [number, number, number] {
     if (!Array.isArray(shape) || shape.length !== 3)
-        throw new (Array.isArray(shape) ? RangeError : TypeError)(`${fn}: shape: expected [Q, T, A], got ${Array.isArray(shape) ? shape.length + " dimensions" : typeof shape}`);
+        throw new (Array.isArray(shape) ? RangeError : TypeError)(
+            `${fn}: shape: expected [Q, T, A], got ${Array.isArray(shape) ? shape.length + " dimensions" : typeof shape}`,
+        );
     shape.forEach((d, i) => {
         if (typeof d !== "number") throw new TypeError(`${fn}: shape[${i}]: expected an integer, got ${typeof d}`);
         if (!Number.isSafeInteger(d) || d < (i === 0 ? 0 : 1))
-            throw new RangeError(`${fn}: shape[${i}] (${"QTA"[i]}): expected an integer >= ${i === 0 ? 0 : 1}, got ${d}`);
+            throw new RangeError(
+                `${fn}: shape[${i}] (${"QTA"[i]}): expected an integer >= ${i === 0 ? 0 : 1}, got ${d}`,
+            );
     });
     return shape as [number, number, number];
 }
@@ -49,9 +53,13 @@ export interface InfluenceOptions {
  * rule 'last': s(q,x,·) (team mean for 'all'); rule 'current': s(q,t,·) (team mean for 'all').
  * Turns after lastTurn[q] are NaN. A NaN score propagates into the rewards that include it.
  */
-export function influenceRewards(batch: { scores: Float32Array; shape: readonly [number, number, number] }, options?: InfluenceOptions): Float32Array {
+export function influenceRewards(
+    batch: { scores: Float32Array; shape: readonly [number, number, number] },
+    options?: InfluenceOptions,
+): Float32Array {
     const fn = "influenceRewards";
-    if (batch === null || typeof batch !== "object") throw new TypeError(`${fn}: batch: expected an object with scores and shape, got ${typeof batch}`);
+    if (batch === null || typeof batch !== "object")
+        throw new TypeError(`${fn}: batch: expected an object with scores and shape, got ${typeof batch}`);
     const o = requireOptions<InfluenceOptions>(fn, "options", options, ["discount", "rule", "scope", "lastTurn"]);
     const [Q, T, A] = requireShape3(fn, batch.shape);
     const s = requireArray(fn, "scores", batch.scores, [Float32Array], Q * T * A);
@@ -76,7 +84,9 @@ export function influenceRewards(batch: { scores: Float32Array; shape: readonly 
                 else if (rule === "current") r = scope === "all" ? means[t]! : at(q, t, a);
                 else if (rule === "last") r = scope === "all" ? means[x]! : at(q, x, a);
                 else {
-                    let num = at(q, t, a), den = 1, w = 1;
+                    let num = at(q, t, a),
+                        den = 1,
+                        w = 1;
                     for (let u = t + 1; u <= x; u++) {
                         w *= d;
                         num += w * (scope === "all" ? means[u]! : at(q, u, a));
@@ -131,14 +141,26 @@ export interface BonusOptions extends BonusCoefficients {
  * code reads an unplayed turn as its -1 sentinel, which its forward rule takes for "the others turned wrong"; maporl
  * does not count what was not played (docs/conventions.md).
  */
-export function collaborationBonus(batch: { correct: Float32Array | Uint8Array; shape: readonly [number, number, number] }, options?: BonusOptions): Float32Array {
+export function collaborationBonus(
+    batch: { correct: Float32Array | Uint8Array; shape: readonly [number, number, number] },
+    options?: BonusOptions,
+): Float32Array {
     const fn = "collaborationBonus";
-    if (batch === null || typeof batch !== "object") throw new TypeError(`${fn}: batch: expected an object with correct and shape, got ${typeof batch}`);
-    const o = requireOptions<BonusOptions>(fn, "options", options, ["correctedAlone", "persuadedCorrectly", "wrongButUseful", "persuasive", "signs", "lastTurn"]);
+    if (batch === null || typeof batch !== "object")
+        throw new TypeError(`${fn}: batch: expected an object with correct and shape, got ${typeof batch}`);
+    const o = requireOptions<BonusOptions>(fn, "options", options, [
+        "correctedAlone",
+        "persuadedCorrectly",
+        "wrongButUseful",
+        "persuasive",
+        "signs",
+        "lastTurn",
+    ]);
     const [Q, T, A] = requireShape3(fn, batch.shape);
     const c = requireArray(fn, "correct", batch.correct, [Float32Array, Uint8Array], Q * T * A);
     c.forEach((v, i) => {
-        if (v !== 0 && v !== 1) throw new RangeError(`${fn}: correct: expected 0 or 1 at every position, got ${v} at index ${i}`);
+        if (v !== 0 && v !== 1)
+            throw new RangeError(`${fn}: correct: expected 0 or 1 at every position, got ${v} at index ${i}`);
     });
     const a0 = requireNumber(fn, "persuadedCorrectly", o.persuadedCorrectly, 0, -1e6, 1e6);
     const a1 = requireNumber(fn, "correctedAlone", o.correctedAlone, 0, -1e6, 1e6);
@@ -162,7 +184,8 @@ export function collaborationBonus(batch: { correct: Float32Array | Uint8Array; 
         for (let t = 1; t <= x; t++)
             for (let a = 0; a < A; a++) {
                 let bonus = 0;
-                const before = at(q, t - 1, a), now = at(q, t, a);
+                const before = at(q, t - 1, a),
+                    now = at(q, t, a);
                 if (A === 1) {
                     if (before === 0 && now === 1) bonus = guard(bonus + a1);
                     else if (before === 1 && now === 0) bonus = guard(bonus - a1);
@@ -171,7 +194,8 @@ export function collaborationBonus(batch: { correct: Float32Array | Uint8Array; 
                     if (before === 0 && now === 1 && o1 !== 0.5) bonus = guard(bonus + (o1 < 0.5 ? a1 : a0));
                     else if (before === 1 && now === 0 && o1 !== 0.5) bonus = guard(bonus - (o1 > 0.5 ? a1 : a0));
                     if (t + 1 <= x) {
-                        const ot = others(q, t, a), on = others(q, t + 1, a);
+                        const ot = others(q, t, a),
+                            on = others(q, t + 1, a);
                         if (ot < 0.5 && on > 0.5) bonus = guard(bonus + sign * (now === 1 ? a3 : a2));
                         else if (ot > 0.5 && on < 0.5) bonus = guard(bonus - sign * (now === 1 ? a2 : a3));
                     }
@@ -183,14 +207,20 @@ export function collaborationBonus(batch: { correct: Float32Array | Uint8Array; 
 }
 
 /** {@link influenceRewards} as a promise (TS work on the calling thread; `signal` checked first). */
-export async function influenceRewardsAsync(batch: Parameters<typeof influenceRewards>[0], options?: InfluenceOptions & { signal?: AbortSignal }): Promise<Float32Array> {
+export async function influenceRewardsAsync(
+    batch: Parameters<typeof influenceRewards>[0],
+    options?: InfluenceOptions & { signal?: AbortSignal },
+): Promise<Float32Array> {
     const { signal, ...rest } = options ?? {};
     signal?.throwIfAborted();
     return influenceRewards(batch, rest);
 }
 
 /** {@link collaborationBonus} as a promise (TS work on the calling thread; `signal` checked first). */
-export async function collaborationBonusAsync(batch: Parameters<typeof collaborationBonus>[0], options?: BonusOptions & { signal?: AbortSignal }): Promise<Float32Array> {
+export async function collaborationBonusAsync(
+    batch: Parameters<typeof collaborationBonus>[0],
+    options?: BonusOptions & { signal?: AbortSignal },
+): Promise<Float32Array> {
     const { signal, ...rest } = options ?? {};
     signal?.throwIfAborted();
     return collaborationBonus(batch, rest);

@@ -6,9 +6,7 @@ import { withSignal } from "../abort.js";
 import { outputFloat32 } from "../alloc.js";
 import { type Device, resolveDevice } from "../backend.js";
 import { native, type NativeLossStats } from "../native.js";
-import {
-    describe, requireArray, requireBoolean, requireDisjoint, requireNumber, requireOptions,
-} from "../validate.js";
+import { describe, requireArray, requireBoolean, requireDisjoint, requireNumber, requireOptions } from "../validate.js";
 import { LOSS_OPTION_KEYS, type LossOptions, lossParams, type PolicyLossStats, statsOf } from "./policyLoss.js";
 
 /** [N, V] (N tokens), or [B, T, V] (B sequences of T tokens, for per-sequence advantages and seq-mean aggregation). */
@@ -17,12 +15,14 @@ export type LogitsShape = readonly [number, number] | readonly [number, number, 
 function requireLogitsShape(fn: string, shape: unknown): { B: number; T: number; V: number } {
     const expected = "[N, V] or [B, T, V] with non-negative integers";
     if (!Array.isArray(shape)) throw new TypeError(`${fn}: shape: expected ${expected}, got ${describe(shape)}`);
-    if (shape.length !== 2 && shape.length !== 3) throw new RangeError(`${fn}: shape: expected ${expected}, got ${shape.length} dimensions`);
+    if (shape.length !== 2 && shape.length !== 3)
+        throw new RangeError(`${fn}: shape: expected ${expected}, got ${shape.length} dimensions`);
     shape.forEach((d, i) => {
         if (typeof d !== "number") throw new TypeError(`${fn}: shape[${i}]: expected an integer, got ${describe(d)}`);
-        if (!Number.isSafeInteger(d) || d < 0) throw new RangeError(`${fn}: shape[${i}]: expected a non-negative integer, got ${describe(d)}`);
+        if (!Number.isSafeInteger(d) || d < 0)
+            throw new RangeError(`${fn}: shape[${i}]: expected a non-negative integer, got ${describe(d)}`);
     });
-    const [B, T, V] = shape.length === 3 ? shape as number[] : [1, shape[0] as number, shape[1] as number];
+    const [B, T, V] = shape.length === 3 ? (shape as number[]) : [1, shape[0] as number, shape[1] as number];
     if (B! * T! * V! > 2 ** 32) throw new RangeError(`${fn}: shape: expected at most 2^32 logits, got ${B! * T! * V!}`);
     return { B: B!, T: T!, V: V! };
 }
@@ -41,7 +41,9 @@ function requireLogits(fn: string, logits: unknown, dtype: unknown, n: number): 
         throw new RangeError(`${fn}: logitsDtype: expected 'float32' or 'bf16', got ${describe(dtype)}`);
     if (dtype === "bf16") return requireArray(fn, "logits", logits, [Uint16Array], n);
     if (logits instanceof Uint16Array)
-        throw new TypeError(`${fn}: logits: expected a Float32Array, or a Uint16Array with logitsDtype: 'bf16' (fp16 is not supported), got a Uint16Array with logitsDtype ${dtype === undefined ? "unset" : "'float32'"}`);
+        throw new TypeError(
+            `${fn}: logits: expected a Float32Array, or a Uint16Array with logitsDtype: 'bf16' (fp16 is not supported), got a Uint16Array with logitsDtype ${dtype === undefined ? "unset" : "'float32'"}`,
+        );
     return requireArray(fn, "logits", logits, [Float32Array], n);
 }
 
@@ -73,8 +75,16 @@ export interface LogprobsResult {
 }
 
 function prepareLogprobs(fn: string, batch: LogprobsBatch, options: unknown, extra: string[]) {
-    if (batch === null || typeof batch !== "object") throw new TypeError(`${fn}: batch: expected an object with logits, targets and shape, got ${describe(batch)}`);
-    const o = requireOptions<LogprobsOptions>(fn, "options", options, ["temperature", "logitsDtype", "entropy", "device", "out", ...extra]);
+    if (batch === null || typeof batch !== "object")
+        throw new TypeError(`${fn}: batch: expected an object with logits, targets and shape, got ${describe(batch)}`);
+    const o = requireOptions<LogprobsOptions>(fn, "options", options, [
+        "temperature",
+        "logitsDtype",
+        "entropy",
+        "device",
+        "out",
+        ...extra,
+    ]);
     if (!Array.isArray(batch.shape) || batch.shape.length !== 2)
         throw new RangeError(`${fn}: shape: expected [N, V], got ${describe(batch.shape)}`);
     const { T: N, V } = requireLogitsShape(fn, batch.shape);
@@ -85,7 +95,11 @@ function prepareLogprobs(fn: string, batch: LogprobsBatch, options: unknown, ext
     const device = resolveDevice(fn, o.device, N * V, 1 << 26);
     const out = requireOptions<NonNullable<LogprobsOptions["out"]>>(fn, "out", o.out, ["logp", "entropy"]);
     const logp = out.logp === undefined ? outputFloat32(N) : requireArray(fn, "out.logp", out.logp, [Float32Array], N);
-    const entropy = !wantEntropy ? null : out.entropy === undefined ? outputFloat32(N) : requireArray(fn, "out.entropy", out.entropy, [Float32Array], N);
+    const entropy = !wantEntropy
+        ? null
+        : out.entropy === undefined
+          ? outputFloat32(N)
+          : requireArray(fn, "out.entropy", out.entropy, [Float32Array], N);
     const outs: Record<string, ArrayBufferView> = { "out.logp": logp };
     if (entropy) outs["out.entropy"] = entropy;
     requireDisjoint(fn, outs, { logits, targets, ...outs });
@@ -103,7 +117,10 @@ export function logprobs(batch: LogprobsBatch, options?: LogprobsOptions): Logpr
 }
 
 /** {@link logprobs} off the main thread. */
-export async function logprobsAsync(batch: LogprobsBatch, options?: LogprobsOptions & { signal?: AbortSignal }): Promise<LogprobsResult> {
+export async function logprobsAsync(
+    batch: LogprobsBatch,
+    options?: LogprobsOptions & { signal?: AbortSignal },
+): Promise<LogprobsResult> {
     const c = prepareLogprobs("logprobsAsync", batch, options, ["signal"]);
     await withSignal(() => native.logprobsAsync(...c.args), options?.signal);
     return c.result;
@@ -150,8 +167,18 @@ export interface FusedResult {
 }
 
 function prepareFused(fn: string, batch: FusedBatch, options: unknown, extra: string[]) {
-    if (batch === null || typeof batch !== "object") throw new TypeError(`${fn}: batch: expected an object with logits, targets, oldLogp, advantages, mask and shape, got ${describe(batch)}`);
-    const o = requireOptions<FusedOptions>(fn, "options", options, [...LOSS_OPTION_KEYS, "temperature", "inPlace", "logitsDtype", "out", ...extra]);
+    if (batch === null || typeof batch !== "object")
+        throw new TypeError(
+            `${fn}: batch: expected an object with logits, targets, oldLogp, advantages, mask and shape, got ${describe(batch)}`,
+        );
+    const o = requireOptions<FusedOptions>(fn, "options", options, [
+        ...LOSS_OPTION_KEYS,
+        "temperature",
+        "inPlace",
+        "logitsDtype",
+        "out",
+        ...extra,
+    ]);
     const { B, T, V } = requireLogitsShape(fn, batch.shape);
     const N = B * T;
     const logits = requireLogits(fn, batch.logits, o.logitsDtype, N * V);
@@ -166,26 +193,69 @@ function prepareFused(fn: string, batch: FusedBatch, options: unknown, extra: st
     const temperature = requireNumber(fn, "temperature", o.temperature, 1, Number.MIN_VALUE, Number.MAX_VALUE);
     const inPlace = requireBoolean(fn, "inPlace", o.inPlace, false);
     const device = resolveDevice(fn, o.device, N * V, 1 << 26);
-    const out = requireOptions<NonNullable<FusedOptions["out"]>>(fn, "out", o.out, ["gradLogits", "logp", "entropy", "gradLogp"]);
-    if (inPlace && out.gradLogits !== undefined) throw new RangeError(`${fn}: out.gradLogits: expected undefined with inPlace, got ${describe(out.gradLogits)}`);
+    const out = requireOptions<NonNullable<FusedOptions["out"]>>(fn, "out", o.out, [
+        "gradLogits",
+        "logp",
+        "entropy",
+        "gradLogp",
+    ]);
+    if (inPlace && out.gradLogits !== undefined)
+        throw new RangeError(`${fn}: out.gradLogits: expected undefined with inPlace, got ${describe(out.gradLogits)}`);
     if (inPlace && logits instanceof Uint16Array)
-        throw new RangeError(`${fn}: inPlace: expected false with logitsDtype 'bf16' (the gradient is float32, twice the logits' bytes), got true`);
-    const gradLogits = inPlace ? logits as Float32Array : out.gradLogits === undefined ? outputFloat32(N * V)
-        : requireArray(fn, "out.gradLogits", out.gradLogits, [Float32Array], N * V);
+        throw new RangeError(
+            `${fn}: inPlace: expected false with logitsDtype 'bf16' (the gradient is float32, twice the logits' bytes), got true`,
+        );
+    const gradLogits = inPlace
+        ? (logits as Float32Array)
+        : out.gradLogits === undefined
+          ? outputFloat32(N * V)
+          : requireArray(fn, "out.gradLogits", out.gradLogits, [Float32Array], N * V);
     const logp = out.logp === undefined ? outputFloat32(N) : requireArray(fn, "out.logp", out.logp, [Float32Array], N);
-    const entropy = out.entropy === undefined ? outputFloat32(N) : requireArray(fn, "out.entropy", out.entropy, [Float32Array], N);
-    const gradLogp = out.gradLogp === undefined ? outputFloat32(N) : requireArray(fn, "out.gradLogp", out.gradLogp, [Float32Array], N);
+    const entropy =
+        out.entropy === undefined ? outputFloat32(N) : requireArray(fn, "out.entropy", out.entropy, [Float32Array], N);
+    const gradLogp =
+        out.gradLogp === undefined
+            ? outputFloat32(N)
+            : requireArray(fn, "out.gradLogp", out.gradLogp, [Float32Array], N);
     const inputs: Record<string, ArrayBufferView> = { targets, advantages, mask };
     if (oldLogp) inputs.oldLogp = oldLogp;
     if (refLogp) inputs.refLogp = refLogp;
-    const outs: Record<string, ArrayBufferView> = { "out.logp": logp, "out.entropy": entropy, "out.gradLogp": gradLogp };
+    const outs: Record<string, ArrayBufferView> = {
+        "out.logp": logp,
+        "out.entropy": entropy,
+        "out.gradLogp": gradLogp,
+    };
     if (!inPlace) outs["out.gradLogits"] = gradLogits;
     requireDisjoint(fn, outs, { ...inputs, ...outs, ...(inPlace ? {} : { logits }) });
     return {
-        args: [logits, targets, oldLogp, advantages, perSeq, mask, refLogp, B, T, V, temperature, params,
-            device === "cuda" ? 1 : 0, gradLogits, logp, entropy, gradLogp] as const,
-        finish: (s: NativeLossStats): FusedResult => ({ loss: s.loss, gradLogits, logp, entropy,
-            gradLogp, stats: statsOf(s), device }),
+        args: [
+            logits,
+            targets,
+            oldLogp,
+            advantages,
+            perSeq,
+            mask,
+            refLogp,
+            B,
+            T,
+            V,
+            temperature,
+            params,
+            device === "cuda" ? 1 : 0,
+            gradLogits,
+            logp,
+            entropy,
+            gradLogp,
+        ] as const,
+        finish: (s: NativeLossStats): FusedResult => ({
+            loss: s.loss,
+            gradLogits,
+            logp,
+            entropy,
+            gradLogp,
+            stats: statsOf(s),
+            device,
+        }),
     };
 }
 
@@ -199,7 +269,10 @@ export function fusedPolicyLoss(batch: FusedBatch, options?: FusedOptions): Fuse
 }
 
 /** {@link fusedPolicyLoss} off the main thread. */
-export async function fusedPolicyLossAsync(batch: FusedBatch, options?: FusedOptions & { signal?: AbortSignal }): Promise<FusedResult> {
+export async function fusedPolicyLossAsync(
+    batch: FusedBatch,
+    options?: FusedOptions & { signal?: AbortSignal },
+): Promise<FusedResult> {
     const c = prepareFused("fusedPolicyLossAsync", batch, options, ["signal"]);
     return c.finish(await withSignal(() => native.fusedPolicyLossAsync(...c.args), options?.signal));
 }

@@ -10,20 +10,58 @@ import { outputFloat32 } from "../alloc.js";
 import { type Device, resolveDevice } from "../backend.js";
 import { native, type NativeLossParams, type NativeLossStats } from "../native.js";
 import {
-    describe, requireArray, requireChoice, requireDisjoint, requireNumber, requireOptions, requireShape2,
+    describe,
+    requireArray,
+    requireChoice,
+    requireDisjoint,
+    requireNumber,
+    requireOptions,
+    requireShape2,
 } from "../validate.js";
 
 export type PolicyLossType = "ppo" | "gspo" | "cispo" | "reinforce";
 /** KL estimators (verl's names are accepted too: 'kl' = 'k1', 'mse' = 'k2', 'low_var_kl' = 'k3'). A '+' suffix
  * is the straight-through variant: the value of the estimator with the gradient of k2. */
-export type KlEstimator = "k1" | "abs" | "k2" | "k3" | "k1+" | "abs+" | "k2+" | "k3+" | "kl" | "mse" | "low_var_kl" |
-    "kl+" | "mse+" | "low_var_kl+";
+export type KlEstimator =
+    | "k1"
+    | "abs"
+    | "k2"
+    | "k3"
+    | "k1+"
+    | "abs+"
+    | "k2+"
+    | "k3+"
+    | "kl"
+    | "mse"
+    | "low_var_kl"
+    | "kl+"
+    | "mse+"
+    | "low_var_kl+";
 export type LossAggregation = "token-mean" | "seq-mean-token-sum" | "seq-mean-token-mean" | "seq-mean-token-sum-norm";
 
 const TYPES: readonly PolicyLossType[] = ["ppo", "gspo", "cispo", "reinforce"];
-const AGGS: readonly LossAggregation[] = ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"];
-const KLS: readonly KlEstimator[] = ["k1", "abs", "k2", "k3", "k1+", "abs+", "k2+", "k3+", "kl", "mse", "low_var_kl", "kl+",
-    "mse+", "low_var_kl+"];
+const AGGS: readonly LossAggregation[] = [
+    "token-mean",
+    "seq-mean-token-sum",
+    "seq-mean-token-mean",
+    "seq-mean-token-sum-norm",
+];
+const KLS: readonly KlEstimator[] = [
+    "k1",
+    "abs",
+    "k2",
+    "k3",
+    "k1+",
+    "abs+",
+    "k2+",
+    "k3+",
+    "kl",
+    "mse",
+    "low_var_kl",
+    "kl+",
+    "mse+",
+    "low_var_kl+",
+];
 const KL_CODE: Record<string, number> = { k1: 1, kl: 1, abs: 2, k2: 3, mse: 3, k3: 4, low_var_kl: 4 };
 
 export interface LossOptions {
@@ -112,9 +150,16 @@ export interface PolicyLossResult {
 }
 
 /** The loss options as the native kernels take them. Shared with fusedPolicyLoss. */
-export function lossParams(fn: string, o: Partial<LossOptions>, hasRef: boolean, hasEntropy: boolean, hasOld: boolean): NativeLossParams {
+export function lossParams(
+    fn: string,
+    o: Partial<LossOptions>,
+    hasRef: boolean,
+    hasEntropy: boolean,
+    hasOld: boolean,
+): NativeLossParams {
     const type = requireChoice(fn, "type", o.type, TYPES, "ppo");
-    let low = 0.2, high = 0.2;
+    let low = 0.2,
+        high = 0.2;
     if (typeof o.clip === "number" || o.clip === undefined) {
         low = high = requireNumber(fn, "clip", o.clip, 0.2, 0, 1);
     } else {
@@ -125,10 +170,20 @@ export function lossParams(fn: string, o: Partial<LossOptions>, hasRef: boolean,
     let dual = 0;
     if (type === "ppo" && o.dualClip !== null) {
         dual = requireNumber(fn, "dualClip", o.dualClip, 3, 1, Number.MAX_VALUE);
-        if (dual <= 1) throw new RangeError(`${fn}: dualClip: expected a number > 1 or null, got ${describe(o.dualClip)}`);
+        if (dual <= 1)
+            throw new RangeError(`${fn}: dualClip: expected a number > 1 or null, got ${describe(o.dualClip)}`);
     }
-    const clamp = requireNumber(fn, "logRatioClamp", o.logRatioClamp, type === "gspo" ? 10 : 20, Number.MIN_VALUE, Infinity);
-    let kl = 0, st = 0, klCoef = 0;
+    const clamp = requireNumber(
+        fn,
+        "logRatioClamp",
+        o.logRatioClamp,
+        type === "gspo" ? 10 : 20,
+        Number.MIN_VALUE,
+        Infinity,
+    );
+    let kl = 0,
+        st = 0,
+        klCoef = 0;
     if (o.kl !== undefined && o.kl !== null) {
         const k = requireOptions<{ coef: number; estimator: KlEstimator }>(fn, "kl", o.kl, ["coef", "estimator"]);
         if (k.coef === undefined) throw new TypeError(`${fn}: kl.coef: expected a finite number, got undefined`);
@@ -139,24 +194,58 @@ export function lossParams(fn: string, o: Partial<LossOptions>, hasRef: boolean,
         if (!hasRef) throw new TypeError(`${fn}: refLogp: expected Float32Array (required with kl), got undefined`);
     }
     const entropyCoef = requireNumber(fn, "entropyCoef", o.entropyCoef, 0, -Number.MAX_VALUE, Number.MAX_VALUE);
-    if (entropyCoef !== 0 && !hasEntropy) throw new TypeError(`${fn}: entropy: expected Float32Array (required with entropyCoef), got undefined`);
-    if (!hasOld && type !== "reinforce") throw new TypeError(`${fn}: oldLogp: expected Float32Array (required for ${JSON.stringify(type)}), got undefined`);
+    if (entropyCoef !== 0 && !hasEntropy)
+        throw new TypeError(`${fn}: entropy: expected Float32Array (required with entropyCoef), got undefined`);
+    if (!hasOld && type !== "reinforce")
+        throw new TypeError(
+            `${fn}: oldLogp: expected Float32Array (required for ${JSON.stringify(type)}), got undefined`,
+        );
     const aggDefault: LossAggregation = type === "reinforce" ? "seq-mean-token-sum" : "token-mean";
     const agg = requireChoice(fn, "aggregation", o.aggregation, AGGS, aggDefault);
-    const normalizer = o.normalizer === undefined ? 0 : requireNumber(fn, "normalizer", o.normalizer, 0, Number.MIN_VALUE, Number.MAX_VALUE);
+    const normalizer =
+        o.normalizer === undefined
+            ? 0
+            : requireNumber(fn, "normalizer", o.normalizer, 0, Number.MIN_VALUE, Number.MAX_VALUE);
     if (o.sequenceNormalizer !== undefined && type !== "gspo")
-        throw new RangeError(`${fn}: sequenceNormalizer: only for type 'gspo' (its policy term's sequence count), got type ${JSON.stringify(type)}`);
-    const seqNormalizer = o.sequenceNormalizer === undefined ? 0
-        : requireNumber(fn, "sequenceNormalizer", o.sequenceNormalizer, 0, Number.MIN_VALUE, Number.MAX_VALUE);
-    return { type: TYPES.indexOf(type), clipLow: low, clipHigh: high, dualClip: dual, logRatioClamp: clamp, kl,
-        klStraightThrough: st, klCoef, entropyCoef, agg: AGGS.indexOf(agg), normalizer, seqNormalizer };
+        throw new RangeError(
+            `${fn}: sequenceNormalizer: only for type 'gspo' (its policy term's sequence count), got type ${JSON.stringify(type)}`,
+        );
+    const seqNormalizer =
+        o.sequenceNormalizer === undefined
+            ? 0
+            : requireNumber(fn, "sequenceNormalizer", o.sequenceNormalizer, 0, Number.MIN_VALUE, Number.MAX_VALUE);
+    return {
+        type: TYPES.indexOf(type),
+        clipLow: low,
+        clipHigh: high,
+        dualClip: dual,
+        logRatioClamp: clamp,
+        kl,
+        klStraightThrough: st,
+        klCoef,
+        entropyCoef,
+        agg: AGGS.indexOf(agg),
+        normalizer,
+        seqNormalizer,
+    };
 }
 
-export const LOSS_OPTION_KEYS = ["type", "clip", "dualClip", "logRatioClamp", "kl", "entropyCoef", "aggregation", "normalizer",
-    "sequenceNormalizer", "device"];
+export const LOSS_OPTION_KEYS = [
+    "type",
+    "clip",
+    "dualClip",
+    "logRatioClamp",
+    "kl",
+    "entropyCoef",
+    "aggregation",
+    "normalizer",
+    "sequenceNormalizer",
+    "device",
+];
 
 function batchObject(fn: string, x: unknown, what: string): void {
-    if (x === null || typeof x !== "object") throw new TypeError(`${fn}: batch: expected an object with ${what}, got ${describe(x)}`);
+    if (x === null || typeof x !== "object")
+        throw new TypeError(`${fn}: batch: expected an object with ${what}, got ${describe(x)}`);
 }
 
 function preparePolicy(fn: string, batch: PolicyLossBatch, options: unknown, extra: string[]) {
@@ -175,9 +264,16 @@ function preparePolicy(fn: string, batch: PolicyLossBatch, options: unknown, ext
     const params = lossParams(fn, o, refLogp !== null, entropy !== null, oldLogp !== null);
     const device = resolveDevice(fn, o.device, n, 1 << 24);
     const out = requireOptions<NonNullable<PolicyLossOptions["out"]>>(fn, "out", o.out, ["gradLogp", "gradEntropy"]);
-    const gradLogp = out.gradLogp === undefined ? outputFloat32(n) : requireArray(fn, "out.gradLogp", out.gradLogp, [Float32Array], n);
-    const gradEntropy = entropy === null ? null : out.gradEntropy === undefined ? outputFloat32(n)
-        : requireArray(fn, "out.gradEntropy", out.gradEntropy, [Float32Array], n);
+    const gradLogp =
+        out.gradLogp === undefined
+            ? outputFloat32(n)
+            : requireArray(fn, "out.gradLogp", out.gradLogp, [Float32Array], n);
+    const gradEntropy =
+        entropy === null
+            ? null
+            : out.gradEntropy === undefined
+              ? outputFloat32(n)
+              : requireArray(fn, "out.gradEntropy", out.gradEntropy, [Float32Array], n);
     const inputs: Record<string, ArrayBufferView> = { logp, advantages, mask };
     if (oldLogp) inputs.oldLogp = oldLogp;
     if (refLogp) inputs.refLogp = refLogp;
@@ -186,19 +282,48 @@ function preparePolicy(fn: string, batch: PolicyLossBatch, options: unknown, ext
     if (gradEntropy) outs["out.gradEntropy"] = gradEntropy;
     requireDisjoint(fn, outs, { ...inputs, ...outs });
     return {
-        args: [logp, oldLogp, advantages, perSeq, mask, refLogp, entropy, B, T, params, device === "cuda" ? 1 : 0, gradLogp,
-            gradEntropy] as const,
-        finish: (s: NativeStats): PolicyLossResult => ({ loss: s.loss, gradLogp, ...(gradEntropy ? { gradEntropy } : {}),
-            stats: statsOf(s), device }),
+        args: [
+            logp,
+            oldLogp,
+            advantages,
+            perSeq,
+            mask,
+            refLogp,
+            entropy,
+            B,
+            T,
+            params,
+            device === "cuda" ? 1 : 0,
+            gradLogp,
+            gradEntropy,
+        ] as const,
+        finish: (s: NativeStats): PolicyLossResult => ({
+            loss: s.loss,
+            gradLogp,
+            ...(gradEntropy ? { gradEntropy } : {}),
+            stats: statsOf(s),
+            device,
+        }),
     };
 }
 
 type NativeStats = NativeLossStats;
 
 export function statsOf(s: NativeStats): PolicyLossStats {
-    return { pgLoss: s.pgLoss, klLoss: s.klLoss, entropyLoss: s.entropyLoss, clipFrac: s.clipFrac, clipFracLower: s.clipFracLower,
-        approxKl: s.approxKl, klMean: s.klMean, entropyMean: s.entropyMean, ratioMean: s.ratioMean, ratioMax: s.ratioMax,
-        tokens: s.tokens, sequences: s.sequences };
+    return {
+        pgLoss: s.pgLoss,
+        klLoss: s.klLoss,
+        entropyLoss: s.entropyLoss,
+        clipFrac: s.clipFrac,
+        clipFracLower: s.clipFracLower,
+        approxKl: s.approxKl,
+        klMean: s.klMean,
+        entropyMean: s.entropyMean,
+        ratioMean: s.ratioMean,
+        ratioMax: s.ratioMax,
+        tokens: s.tokens,
+        sequences: s.sequences,
+    };
 }
 
 /**
@@ -212,7 +337,10 @@ export function policyLoss(batch: PolicyLossBatch, options?: PolicyLossOptions):
 }
 
 /** {@link policyLoss} off the main thread. */
-export async function policyLossAsync(batch: PolicyLossBatch, options?: PolicyLossOptions & { signal?: AbortSignal }): Promise<PolicyLossResult> {
+export async function policyLossAsync(
+    batch: PolicyLossBatch,
+    options?: PolicyLossOptions & { signal?: AbortSignal },
+): Promise<PolicyLossResult> {
     const c = preparePolicy("policyLossAsync", batch, options, ["signal"]);
     return c.finish(await withSignal(() => native.policyLossAsync(...c.args), options?.signal));
 }
@@ -248,27 +376,58 @@ export interface ValueLossResult {
 
 function prepareValue(fn: string, batch: ValueLossBatch, options: unknown, extra: string[]) {
     batchObject(fn, batch, "values, returns, mask and shape");
-    const o = requireOptions<ValueLossOptions>(fn, "options", options, ["clip", "aggregation", "normalizer", "device", "out", ...extra]);
+    const o = requireOptions<ValueLossOptions>(fn, "options", options, [
+        "clip",
+        "aggregation",
+        "normalizer",
+        "device",
+        "out",
+        ...extra,
+    ]);
     const [B, T] = requireShape2(fn, batch.shape, ["B", "T"]);
     const n = B * T;
     const values = requireArray(fn, "values", batch.values, [Float32Array], n);
     const returns = requireArray(fn, "returns", batch.returns, [Float32Array], n);
     const mask = requireArray(fn, "mask", batch.mask, [Uint8Array, Float32Array], n);
     const clip = o.clip === null ? 0 : requireNumber(fn, "clip", o.clip, 0.5, Number.MIN_VALUE, Number.MAX_VALUE);
-    const oldValues = batch.oldValues === undefined ? null : requireArray(fn, "oldValues", batch.oldValues, [Float32Array], n);
-    if (clip > 0 && !oldValues) throw new TypeError(`${fn}: oldValues: expected Float32Array (required unless clip is null), got undefined`);
+    const oldValues =
+        batch.oldValues === undefined ? null : requireArray(fn, "oldValues", batch.oldValues, [Float32Array], n);
+    if (clip > 0 && !oldValues)
+        throw new TypeError(`${fn}: oldValues: expected Float32Array (required unless clip is null), got undefined`);
     const agg = requireChoice(fn, "aggregation", o.aggregation, AGGS, "token-mean");
-    const normalizer = o.normalizer === undefined ? 0 : requireNumber(fn, "normalizer", o.normalizer, 0, Number.MIN_VALUE, Number.MAX_VALUE);
+    const normalizer =
+        o.normalizer === undefined
+            ? 0
+            : requireNumber(fn, "normalizer", o.normalizer, 0, Number.MIN_VALUE, Number.MAX_VALUE);
     const device = resolveDevice(fn, o.device, n, 1 << 24);
     const out = requireOptions<NonNullable<ValueLossOptions["out"]>>(fn, "out", o.out, ["gradValues"]);
-    const gradValues = out.gradValues === undefined ? outputFloat32(n) : requireArray(fn, "out.gradValues", out.gradValues, [Float32Array], n);
+    const gradValues =
+        out.gradValues === undefined
+            ? outputFloat32(n)
+            : requireArray(fn, "out.gradValues", out.gradValues, [Float32Array], n);
     const inputs: Record<string, ArrayBufferView> = { values, returns, mask, "out.gradValues": gradValues };
     if (oldValues) inputs.oldValues = oldValues;
     requireDisjoint(fn, { "out.gradValues": gradValues }, inputs);
     return {
-        args: [values, oldValues, returns, mask, B, T, clip, AGGS.indexOf(agg), normalizer, device === "cuda" ? 1 : 0, gradValues] as const,
-        finish: (s: ReturnType<typeof native.valueLoss>): ValueLossResult => ({ loss: s.loss, gradValues,
-            stats: { clipFrac: s.clipFrac, valueMean: s.valueMean, tokens: s.tokens }, device }),
+        args: [
+            values,
+            oldValues,
+            returns,
+            mask,
+            B,
+            T,
+            clip,
+            AGGS.indexOf(agg),
+            normalizer,
+            device === "cuda" ? 1 : 0,
+            gradValues,
+        ] as const,
+        finish: (s: ReturnType<typeof native.valueLoss>): ValueLossResult => ({
+            loss: s.loss,
+            gradValues,
+            stats: { clipFrac: s.clipFrac, valueMean: s.valueMean, tokens: s.tokens },
+            device,
+        }),
     };
 }
 
@@ -279,7 +438,10 @@ export function valueLoss(batch: ValueLossBatch, options?: ValueLossOptions): Va
 }
 
 /** {@link valueLoss} off the main thread. */
-export async function valueLossAsync(batch: ValueLossBatch, options?: ValueLossOptions & { signal?: AbortSignal }): Promise<ValueLossResult> {
+export async function valueLossAsync(
+    batch: ValueLossBatch,
+    options?: ValueLossOptions & { signal?: AbortSignal },
+): Promise<ValueLossResult> {
     const c = prepareValue("valueLossAsync", batch, options, ["signal"]);
     return c.finish(await withSignal(() => native.valueLossAsync(...c.args), options?.signal));
 }

@@ -14,14 +14,17 @@ export function createRegistry<T extends { readonly name: string }>(kind: string
             if (entry === null || typeof entry !== "object" || typeof entry.name !== "string" || entry.name === "")
                 throw new TypeError(`register: expected a ${kind} with a non-empty name, got ${typeof entry}`);
             const existing = entries.get(entry.name);
-            if (existing !== undefined && existing !== entry) throw new RangeError(`${kind} "${entry.name}" is already registered`);
+            if (existing !== undefined && existing !== entry)
+                throw new RangeError(`${kind} "${entry.name}" is already registered`);
             entries.set(entry.name, entry);
             return entry;
         },
         get(name: string): T {
             const entry = entries.get(name);
             if (entry === undefined)
-                throw new RangeError(`Unknown ${kind} ${JSON.stringify(name)}. Registered: ${[...entries.keys()].join(", ")}`);
+                throw new RangeError(
+                    `Unknown ${kind} ${JSON.stringify(name)}. Registered: ${[...entries.keys()].join(", ")}`,
+                );
             return entry;
         },
         has: (name: string) => entries.has(name),

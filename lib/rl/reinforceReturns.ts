@@ -5,7 +5,14 @@ import { withSignal } from "../abort.js";
 import { outputFloat32 } from "../alloc.js";
 import { type Device, resolveDevice } from "../backend.js";
 import { native } from "../native.js";
-import { requireArray, requireBoolean, requireDisjoint, requireNumber, requireOptions, requireShape2 } from "../validate.js";
+import {
+    requireArray,
+    requireBoolean,
+    requireDisjoint,
+    requireNumber,
+    requireOptions,
+    requireShape2,
+} from "../validate.js";
 
 export interface ReturnsBatch {
     /** Per-token rewards, [B, T] (e.g. the score at the last token minus a KL penalty). */
@@ -35,7 +42,8 @@ export interface ReturnsResult {
 }
 
 function prepare(fn: string, batch: ReturnsBatch, options: unknown, extra: string[]) {
-    if (batch === null || typeof batch !== "object") throw new TypeError(`${fn}: batch: expected an object with rewards, mask and shape, got ${typeof batch}`);
+    if (batch === null || typeof batch !== "object")
+        throw new TypeError(`${fn}: batch: expected an object with rewards, mask and shape, got ${typeof batch}`);
     const o = requireOptions<ReturnsOptions>(fn, "options", options, ["gamma", "whiten", "device", "out", ...extra]);
     const [B, T] = requireShape2(fn, batch.shape, ["B", "T"]);
     const n = B * T;
@@ -45,12 +53,21 @@ function prepare(fn: string, batch: ReturnsBatch, options: unknown, extra: strin
     const whiten = requireBoolean(fn, "whiten", o.whiten, true);
     const device = resolveDevice(fn, o.device, n, 1 << 24);
     const out = requireOptions<NonNullable<ReturnsOptions["out"]>>(fn, "out", o.out, ["returns", "advantages"]);
-    const returns = out.returns === undefined ? outputFloat32(n) : requireArray(fn, "out.returns", out.returns, [Float32Array], n);
-    const advantages = out.advantages === undefined ? outputFloat32(n)  // the kernel writes every element
-        : requireArray(fn, "out.advantages", out.advantages, [Float32Array], n);
-    requireDisjoint(fn, { "out.returns": returns, "out.advantages": advantages }, { rewards, mask, "out.returns": returns });
-    return { args: [rewards, mask, B, T, gamma, whiten, device === "cuda" ? 1 : 0, returns, advantages] as const,
-        result: { returns, advantages, device } as ReturnsResult };
+    const returns =
+        out.returns === undefined ? outputFloat32(n) : requireArray(fn, "out.returns", out.returns, [Float32Array], n);
+    const advantages =
+        out.advantages === undefined
+            ? outputFloat32(n) // the kernel writes every element
+            : requireArray(fn, "out.advantages", out.advantages, [Float32Array], n);
+    requireDisjoint(
+        fn,
+        { "out.returns": returns, "out.advantages": advantages },
+        { rewards, mask, "out.returns": returns },
+    );
+    return {
+        args: [rewards, mask, B, T, gamma, whiten, device === "cuda" ? 1 : 0, returns, advantages] as const,
+        result: { returns, advantages, device } as ReturnsResult,
+    };
 }
 
 /**
@@ -64,7 +81,10 @@ export function reinforceReturns(batch: ReturnsBatch, options?: ReturnsOptions):
 }
 
 /** {@link reinforceReturns} off the main thread. */
-export async function reinforceReturnsAsync(batch: ReturnsBatch, options?: ReturnsOptions & { signal?: AbortSignal }): Promise<ReturnsResult> {
+export async function reinforceReturnsAsync(
+    batch: ReturnsBatch,
+    options?: ReturnsOptions & { signal?: AbortSignal },
+): Promise<ReturnsResult> {
     const c = prepare("reinforceReturnsAsync", batch, options, ["signal"]);
     await withSignal(() => native.reinforceReturnsAsync(...c.args), options?.signal);
     return c.result;

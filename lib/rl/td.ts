@@ -38,9 +38,11 @@ export interface TdResult {
 
 export function tdAdvantages(batch: TdBatch, options?: TdOptions): TdResult {
     const fn = "tdAdvantages";
-    if (batch === null || typeof batch !== "object") throw new TypeError(`${fn}: batch: expected an object with rewards, values and lengths, got ${typeof batch}`);
+    if (batch === null || typeof batch !== "object")
+        throw new TypeError(`${fn}: batch: expected an object with rewards, values and lengths, got ${typeof batch}`);
     const o = requireOptions<TdOptions>(fn, "options", options, ["gamma", "normalize", "std"]);
-    if (!(batch.lengths instanceof Int32Array)) throw new TypeError(`${fn}: lengths: expected Int32Array, got ${describe(batch.lengths)}`);
+    if (!(batch.lengths instanceof Int32Array))
+        throw new TypeError(`${fn}: lengths: expected Int32Array, got ${describe(batch.lengths)}`);
     let total = 0;
     batch.lengths.forEach((h, e) => {
         if (h < 1) throw new RangeError(`${fn}: lengths[${e}]: expected an episode length >= 1, got ${h}`);
@@ -48,12 +50,21 @@ export function tdAdvantages(batch: TdBatch, options?: TdOptions): TdResult {
     });
     const r = requireArray(fn, "rewards", batch.rewards, [Float32Array], total);
     const v = requireArray(fn, "values", batch.values, [Float32Array], total);
-    const next = batch.nextValues === undefined ? undefined : requireArray(fn, "nextValues", batch.nextValues, [Float32Array], total);
+    const next =
+        batch.nextValues === undefined
+            ? undefined
+            : requireArray(fn, "nextValues", batch.nextValues, [Float32Array], total);
     const gamma = requireNumber(fn, "gamma", o.gamma, 1, 0, 1);
-    const norm = o.normalize === undefined || o.normalize === true ? "turn" : o.normalize === false ? "off"
-        : requireChoice(fn, "normalize", o.normalize, ["turn", "batch"], "turn");
+    const norm =
+        o.normalize === undefined || o.normalize === true
+            ? "turn"
+            : o.normalize === false
+              ? "off"
+              : requireChoice(fn, "normalize", o.normalize, ["turn", "batch"], "turn");
     const biased = requireChoice(fn, "std", o.std, ["biased", "unbiased"], "biased") === "biased";
-    const targets = new Float32Array(total), adv = new Float64Array(total), turn = new Int32Array(total);
+    const targets = new Float32Array(total),
+        adv = new Float64Array(total),
+        turn = new Int32Array(total);
     let i0 = 0;
     for (const H of batch.lengths) {
         for (let t = 0; t < H; t++) {
@@ -69,7 +80,7 @@ export function tdAdvantages(batch: TdBatch, options?: TdOptions): TdResult {
         const groups = new Map<number, number[]>();
         for (let i = 0; i < total; i++) pushTo(groups, norm === "turn" ? turn[i]! : 0, i);
         for (const g of groups.values()) {
-            if (g.length < 2) continue;  // (CoMLRL normalises only when there is more than one)
+            if (g.length < 2) continue; // (CoMLRL normalises only when there is more than one)
             let mean = 0;
             for (const i of g) mean += adv[i]!;
             mean /= g.length;
@@ -83,7 +94,10 @@ export function tdAdvantages(batch: TdBatch, options?: TdOptions): TdResult {
 }
 
 /** {@link tdAdvantages} as a promise (TS work on the calling thread; `signal` checked first). */
-export async function tdAdvantagesAsync(batch: TdBatch, options?: TdOptions & { signal?: AbortSignal }): Promise<TdResult> {
+export async function tdAdvantagesAsync(
+    batch: TdBatch,
+    options?: TdOptions & { signal?: AbortSignal },
+): Promise<TdResult> {
     const { signal, ...rest } = options ?? {};
     signal?.throwIfAborted();
     return tdAdvantages(batch, rest);

@@ -10,7 +10,7 @@ import { pushTo } from "../collections.js";
 export type ScaleRewards = "group" | "batch" | "none";
 export type MultiObjectiveAggregation = "sum_then_normalize" | "normalize_then_sum";
 
-const EPS = 1e-4;  // TRL's constant in both aggregations
+const EPS = 1e-4; // TRL's constant in both aggregations
 
 // Unbiased std of the finite values (TRL's nanstd: Bessel's correction); 0 for fewer than 2.
 function nanstd(xs: number[]): number {
@@ -25,13 +25,22 @@ function nanmean(xs: number[]): number {
 }
 
 /** scores: [N, F] row-major (F reward functions), weights [F]; groups [N]. Returns [N]. */
-export function trlAdvantages(scores: Float32Array, F: number, groups: Int32Array, weights: Float32Array, scale: ScaleRewards,
-    aggregation: MultiObjectiveAggregation): Float32Array {
+export function trlAdvantages(
+    scores: Float32Array,
+    F: number,
+    groups: Int32Array,
+    weights: Float32Array,
+    scale: ScaleRewards,
+    aggregation: MultiObjectiveAggregation,
+): Float32Array {
     const N = groups.length;
     const members = new Map<number, number[]>();
     for (let i = 0; i < N; i++) pushTo(members, groups[i]!, i);
     const at = (i: number, k: number) => scores[i * F + k]!;
-    const unscored = (i: number) => { for (let k = 0; k < F; k++) if (!Number.isNaN(at(i, k))) return false; return true; };
+    const unscored = (i: number) => {
+        for (let k = 0; k < F; k++) if (!Number.isNaN(at(i, k))) return false;
+        return true;
+    };
     const out = new Float32Array(N);
     if (aggregation === "sum_then_normalize") {
         const r = Array.from({ length: N }, (_, i) => {
@@ -42,7 +51,9 @@ export function trlAdvantages(scores: Float32Array, F: number, groups: Int32Arra
         });
         const batchStd = nanstd(r);
         for (const list of members.values()) {
-            const g = list.map((i) => r[i]!), mean = nanmean(g), std = scale === "batch" ? batchStd : nanstd(g);
+            const g = list.map((i) => r[i]!),
+                mean = nanmean(g),
+                std = scale === "batch" ? batchStd : nanstd(g);
             for (const i of list) {
                 const a = r[i]! - mean;
                 out[i] = Number.isNaN(a) ? 0 : scale === "none" ? a : a / (std + EPS);
@@ -54,7 +65,9 @@ export function trlAdvantages(scores: Float32Array, F: number, groups: Int32Arra
     const z = new Float64Array(N * F);
     for (const list of members.values())
         for (let k = 0; k < F; k++) {
-            const g = list.map((i) => at(i, k)), mean = nanmean(g), std = nanstd(g);
+            const g = list.map((i) => at(i, k)),
+                mean = nanmean(g),
+                std = nanstd(g);
             for (const i of list) z[i * F + k] = (at(i, k) - mean) / (std + EPS);
         }
     const r = Array.from({ length: N }, (_, i) => {
@@ -63,7 +76,8 @@ export function trlAdvantages(scores: Float32Array, F: number, groups: Int32Arra
         for (let k = 0; k < F; k++) if (!Number.isNaN(z[i * F + k]!)) s += weights[k]! * z[i * F + k]!;
         return s;
     });
-    const mean = nanmean(r), std = nanstd(r);
+    const mean = nanmean(r),
+        std = nanstd(r);
     for (let i = 0; i < N; i++) out[i] = Number.isNaN(r[i]!) ? 0 : (r[i]! - mean) / (std + EPS);
     return out;
 }

@@ -15,7 +15,9 @@ import { NativePolicy } from "../policy/nativePolicy.js";
 const sha256 = (data: Buffer | string) => createHash("sha256").update(data).digest("hex");
 
 function filesUnder(dir: string): string[] {
-    return readdirSync(dir, { withFileTypes: true }).flatMap((e) => (e.isDirectory() ? filesUnder(join(dir, e.name)) : [join(dir, e.name)]));
+    return readdirSync(dir, { withFileTypes: true }).flatMap((e) =>
+        e.isDirectory() ? filesUnder(join(dir, e.name)) : [join(dir, e.name)],
+    );
 }
 
 function syncTree(dir: string): void {
@@ -36,7 +38,9 @@ export function prefixSha256(path: string, bytes: number): string {
  * written, by path relative to the checkpoint) and `sha256` (of the rest of state.json).
  */
 export async function writeCheckpoint(out: string, models: Record<string, NativePolicy>, state: object): Promise<void> {
-    const dir = join(out, "checkpoint"), tmp = join(out, "checkpoint.tmp"), old = join(out, "checkpoint.old");
+    const dir = join(out, "checkpoint"),
+        tmp = join(out, "checkpoint.tmp"),
+        old = join(out, "checkpoint.old");
     rmSync(tmp, { recursive: true, force: true });
     mkdirSync(tmp, { recursive: true });
     for (const [name, m] of Object.entries(models)) await m.save(join(tmp, name));
@@ -65,17 +69,21 @@ function verify(dir: string): { state: Record<string, unknown> } | { why: string
         return { why: `${file}: not valid JSON (truncated or damaged)` };
     }
     const { sha256: recorded, ...body } = parsed;
-    if (recorded === undefined) return { why: `${file}: no sha256 of its own (every checkpoint is written with one: damaged or edited)` };
-    if (typeof recorded !== "string" || sha256(JSON.stringify(body)) !== recorded) return { why: `${file}: its checksum does not match its contents (damaged)` };
+    if (recorded === undefined)
+        return { why: `${file}: no sha256 of its own (every checkpoint is written with one: damaged or edited)` };
+    if (typeof recorded !== "string" || sha256(JSON.stringify(body)) !== recorded)
+        return { why: `${file}: its checksum does not match its contents (damaged)` };
     const files = body.files as Record<string, string> | undefined;
     if (!files || typeof files !== "object") return { why: `${file}: no file checksums` };
     for (const [name, want] of Object.entries(files)) {
         const path = join(dir, name);
         if (!existsSync(path)) return { why: `${path}: missing` };
-        if (sha256(readFileSync(path)) !== want) return { why: `${path}: SHA-256 does not match the checkpoint's record (damaged or modified)` };
+        if (sha256(readFileSync(path)) !== want)
+            return { why: `${path}: SHA-256 does not match the checkpoint's record (damaged or modified)` };
     }
     for (const f of filesUnder(dir))
-        if (f !== file && !(relative(dir, f) in files)) return { why: `${f}: not part of the checkpoint (added after it was written)` };
+        if (f !== file && !(relative(dir, f) in files))
+            return { why: `${f}: not part of the checkpoint (added after it was written)` };
     return { state: body };
 }
 
@@ -100,7 +108,13 @@ export function readCheckpoint(out: string): { dir: string; state: Record<string
 }
 
 /** A model of a checkpoint: a saved model, or a LoRA adapter saved there, put back on `base` (whose memory it shares). */
-export function loadModel(dir: string, name: string, device: "cpu" | "cuda" | "auto" = "cpu", base?: NativePolicy): Promise<NativePolicy> {
-    if (base && base.family === "llama" && existsSync(join(dir, name, "adapter_config.json"))) return base.loadAdapter(join(dir, name), { name });
+export function loadModel(
+    dir: string,
+    name: string,
+    device: "cpu" | "cuda" | "auto" = "cpu",
+    base?: NativePolicy,
+): Promise<NativePolicy> {
+    if (base && base.family === "llama" && existsSync(join(dir, name, "adapter_config.json")))
+        return base.loadAdapter(join(dir, name), { name });
     return NativePolicy.load(join(dir, name), { device });
 }

@@ -23,8 +23,10 @@ export const ITERATION_OVER_ROLLOUT = 2.5;
 /** The answers one rollout of `episodes` questions generates under `cfg` (MAGRPO: G per agent and state, aligned). */
 export function answersPerRollout(cfg: TrainConfig, episodes: number, training: boolean): number {
     if (!training || cfg.algo !== "magrpo") return episodes * cfg.agents * cfg.turns;
-    const G = cfg.magrpo.generations, perLevel = cfg.magrpo.joint === "cross" ? G ** cfg.agents : G;
-    let states = 1, answers = 0;
+    const G = cfg.magrpo.generations,
+        perLevel = cfg.magrpo.joint === "cross" ? G ** cfg.agents : G;
+    let states = 1,
+        answers = 0;
     for (let t = 0; t < cfg.turns; t++) {
         answers += states * G * cfg.agents;
         states *= perLevel;
@@ -40,20 +42,26 @@ export class JobClock {
     readonly timings: Record<string, StageTiming>;
     private segment: { stage: string; t0: number; base: number } | null = null;
 
-    constructor(private readonly cfg: TrainConfig, private readonly stages: string[], timings: Record<string, StageTiming> = {}) {
+    constructor(
+        private readonly cfg: TrainConfig,
+        private readonly stages: string[],
+        timings: Record<string, StageTiming> = {},
+    ) {
         this.timings = structuredClone(timings);
     }
 
     /** Marks `stage` as the one this process works on now (its first start is recorded once). */
     enter(stage: string): void {
-        const t = this.timings[stage] ??= { stage, startedAt: new Date().toISOString(), durationMs: 0 };
+        const t = (this.timings[stage] ??= { stage, startedAt: new Date().toISOString(), durationMs: 0 });
         this.segment = { stage, t0: performance.now(), base: t.durationMs };
     }
 
     /** Brings the current stage's duration up to now (called before every checkpoint). */
     update(): void {
         if (!this.segment) return;
-        this.timings[this.segment.stage]!.durationMs = Math.round(this.segment.base + performance.now() - this.segment.t0);
+        this.timings[this.segment.stage]!.durationMs = Math.round(
+            this.segment.base + performance.now() - this.segment.t0,
+        );
     }
 
     /** Ends the current stage; returns its timing. */
@@ -65,17 +73,24 @@ export class JobClock {
         return t;
     }
 
-    calibrate(ms: number, answers: number): void { this.calibratedAnswerMs = ms / Math.max(1, answers); }
-    observeSft(ms: number, steps: number): void { if (steps > 0) this.sftStepMs = ms / steps; }
-    observeEval(ms: number, answers: number): void { if (answers > 0) this.answerMs = ms / answers; }
-    observeIteration(stage: string, ms: number): void {  // the stage's mean so far: single iterations vary a lot
+    calibrate(ms: number, answers: number): void {
+        this.calibratedAnswerMs = ms / Math.max(1, answers);
+    }
+    observeSft(ms: number, steps: number): void {
+        if (steps > 0) this.sftStepMs = ms / steps;
+    }
+    observeEval(ms: number, answers: number): void {
+        if (answers > 0) this.answerMs = ms / answers;
+    }
+    observeIteration(stage: string, ms: number): void {
+        // the stage's mean so far: single iterations vary a lot
         const prev = this.iterationMs.get(stage) ?? { ms: 0, n: 0 };
         this.iterationMs.set(stage, { ms: prev.ms + ms, n: prev.n + 1 });
     }
 
     private evalMs(): number {
         const a = Number.isFinite(this.answerMs) ? this.answerMs : this.calibratedAnswerMs;
-        const t0 = this.cfg.separateTurn0 ? this.cfg.evalEpisodes * this.cfg.agents : 0;  // "trained alone" rollout
+        const t0 = this.cfg.separateTurn0 ? this.cfg.evalEpisodes * this.cfg.agents : 0; // "trained alone" rollout
         return a * (answersPerRollout(this.cfg, this.cfg.evalEpisodes, false) + t0);
     }
 
@@ -94,19 +109,23 @@ export class JobClock {
      * `step` is then still to come). NaN while a needed rate is still unknown.
      */
     remainingMs(stage: string, step: number, inEval: number | null = null): number {
-        const c = this.cfg, order = ["sft", ...this.stages], evalMs = this.evalMs();
+        const c = this.cfg,
+            order = ["sft", ...this.stages],
+            evalMs = this.evalMs();
         const at = Math.max(0, order.indexOf(stage));
         const current = inEval === null ? 0 : (1 - inEval) * evalMs;
         let ms = 0;
         for (let k = at; k < order.length; k++) {
-            const s = order[k]!, done = k === at ? step : 0;
+            const s = order[k]!,
+                done = k === at ? step : 0;
             if (s === "sft") {
                 ms += Math.max(0, c.sft.steps - done) * (c.sft.steps > done ? this.sftStepMs : 0);
-                ms += k === at && inEval !== null ? current : evalMs;  // the untrained team's evaluation
+                ms += k === at && inEval !== null ? current : evalMs; // the untrained team's evaluation
                 continue;
             }
-            let evals = 0;  // periodic evaluations still to start, and the final one
-            for (let it = Math.max(1, inEval === null || k !== at ? done : done + 1); it < c.iterations; it++) if (it % c.evalEvery === 0) evals += 1;
+            let evals = 0; // periodic evaluations still to start, and the final one
+            for (let it = Math.max(1, inEval === null || k !== at ? done : done + 1); it < c.iterations; it++)
+                if (it % c.evalEvery === 0) evals += 1;
             if (!(k === at && inEval !== null && done >= c.iterations)) evals += 1;
             ms += (c.iterations - done) * this.iterMs(s) + evals * evalMs + (k === at && inEval !== null ? current : 0);
         }

@@ -22,18 +22,46 @@ export interface EvalResult {
 /** The team's metrics: over the answers of the task's answerers (every agent in a debate; the solver of tool-lookup). */
 export function teamMetrics(r: TeamRollout): EvalResult {
     const who = answerersOf(r.task, r.agents);
-    const m = debateMetrics(r.entries.map((ep, i) => ({
-        reference: r.items[i]!.reference,
-        turns: ep.map((turn) => who.map((a) => turn[a]!).map((x) => ({ extracted: x.extracted, correct: x.correct, completionTokens: x.completion.length }))),
-    })));
+    const m = debateMetrics(
+        r.entries.map((ep, i) => ({
+            reference: r.items[i]!.reference,
+            turns: ep.map((turn) =>
+                who
+                    .map((a) => turn[a]!)
+                    .map((x) => ({
+                        extracted: x.extracted,
+                        correct: x.correct,
+                        completionTokens: x.completion.length,
+                    })),
+            ),
+        })),
+    );
     const maj = m.majorityAccuracy;
-    return { majorityAccuracy: maj, agentAccuracy: m.agentAccuracy, soloAccuracy: m.agentAccuracy[0] ?? [],
-        transitions: m.transitions.map((x) => x.all), gain: maj[maj.length - 1]! - maj[0]!, episodes: m.episodes };
+    return {
+        majorityAccuracy: maj,
+        agentAccuracy: m.agentAccuracy,
+        soloAccuracy: m.agentAccuracy[0] ?? [],
+        transitions: m.transitions.map((x) => x.all),
+        gain: maj[maj.length - 1]! - maj[0]!,
+        episodes: m.episodes,
+    };
 }
 
-export async function evaluateTeam(task: Task, items: TaskItem[], agents: NativePolicy[],
-    o: { turns: number; temperature: number; maxTokens: number; seed: number; turn0?: NativePolicy[]; feedback?: boolean; signal?: AbortSignal;
-        onAnswers?: (n: number) => void }): Promise<EvalResult> {
+export async function evaluateTeam(
+    task: Task,
+    items: TaskItem[],
+    agents: NativePolicy[],
+    o: {
+        turns: number;
+        temperature: number;
+        maxTokens: number;
+        seed: number;
+        turn0?: NativePolicy[];
+        feedback?: boolean;
+        signal?: AbortSignal;
+        onAnswers?: (n: number) => void;
+    },
+): Promise<EvalResult> {
     const r = teamMetrics(await rolloutTeam(task, items, agents, o));
     if (o.turn0 && o.turn0.some((m, a) => m !== agents[a])) {
         const { turn0: _, ...alone } = o;

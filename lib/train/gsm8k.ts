@@ -19,17 +19,39 @@ export const GSM8K_FIXTURE = fileURLToPath(new URL("../../test/fixtures/gsm8k", 
 
 // GSM8K's answer field: the rationale with <<a*b=c>> calculator annotations, then "#### n".
 function parse(path: string, split: string): TaskItem[] {
-    if (!existsSync(path)) throw new Error(`gsm8kTask: ${path}: missing (a GSM8K directory holds train.jsonl and test.jsonl; pass --data DIR)`);
-    return readFileSync(path, "utf8").split("\n").filter((l) => l.trim()).map((line, k) => {
-        let row: { question?: unknown; answer?: unknown };
-        try { row = JSON.parse(line) as typeof row; } catch { throw new SyntaxError(`gsm8kTask: ${path}: line ${k + 1}: not JSON`); }
-        if (typeof row.question !== "string" || typeof row.answer !== "string" || !row.answer.includes("####"))
-            throw new SyntaxError(`gsm8kTask: ${path}: line ${k + 1}: expected {question, answer: '... #### n'}`);
-        const at = row.answer.lastIndexOf("####");
-        const reference = row.answer.slice(at + 4).trim().replace(/,/g, "");
-        const rationale = row.answer.slice(0, at).replace(/<<[^>]*>>/g, "").trim();
-        return { id: `gsm8k-${split}-${k}`, question: row.question, views: [], reference, solution: `${rationale}\nAnswer: \\boxed{ ${reference} }` };
-    });
+    if (!existsSync(path))
+        throw new Error(
+            `gsm8kTask: ${path}: missing (a GSM8K directory holds train.jsonl and test.jsonl; pass --data DIR)`,
+        );
+    return readFileSync(path, "utf8")
+        .split("\n")
+        .filter((l) => l.trim())
+        .map((line, k) => {
+            let row: { question?: unknown; answer?: unknown };
+            try {
+                row = JSON.parse(line) as typeof row;
+            } catch {
+                throw new SyntaxError(`gsm8kTask: ${path}: line ${k + 1}: not JSON`);
+            }
+            if (typeof row.question !== "string" || typeof row.answer !== "string" || !row.answer.includes("####"))
+                throw new SyntaxError(`gsm8kTask: ${path}: line ${k + 1}: expected {question, answer: '... #### n'}`);
+            const at = row.answer.lastIndexOf("####");
+            const reference = row.answer
+                .slice(at + 4)
+                .trim()
+                .replace(/,/g, "");
+            const rationale = row.answer
+                .slice(0, at)
+                .replace(/<<[^>]*>>/g, "")
+                .trim();
+            return {
+                id: `gsm8k-${split}-${k}`,
+                question: row.question,
+                views: [],
+                reference,
+                solution: `${rationale}\nAnswer: \\boxed{ ${reference} }`,
+            };
+        });
 }
 
 /** GSM8K from `dataDir` (default: the fixture copy) for `agents` agents. */
@@ -45,8 +67,10 @@ export function gsm8kTask(options: { agents?: number; dataDir?: string } = {}): 
         verifier: gsm8kVerifier({ name: "gsm8k" }),
         // `count` training questions drawn without replacement (a fresh permutation for each seed; wraps past 7,473).
         generate(count, seed) {
-            if (!Number.isInteger(count) || count < 0) throw new RangeError(`gsm8k: count: expected an integer >= 0, got ${String(count)}`);
-            const next = mulberry32(seed ^ 0x65b8), order = train.map((_, i) => i);
+            if (!Number.isInteger(count) || count < 0)
+                throw new RangeError(`gsm8k: count: expected an integer >= 0, got ${String(count)}`);
+            const next = mulberry32(seed ^ 0x65b8),
+                order = train.map((_, i) => i);
             for (let i = order.length - 1; i > 0; i--) {
                 const j = Math.floor(next() * (i + 1));
                 [order[i], order[j]] = [order[j]!, order[i]!];
@@ -59,10 +83,21 @@ export function gsm8kTask(options: { agents?: number; dataDir?: string } = {}): 
         },
         prompt(item, agent, previous, scores) {
             if (!previous) return defaultPrompts.question({ task: "math", question: item.question });
-            const own = previous[agent]!, s = Array.isArray(scores) ? scores : undefined;
-            return `Your previous answer: \`\`\`${own.text}\`\`\`\n\n` + defaultPrompts.followUp({ task: "math", question: item.question, turn: 1, agent,
-                ...(s ? { ownScore: s[agent]! } : {}),
-                peers: previous.flatMap((p, j) => (j === agent ? [] : [{ agent: j, text: p.text, ...(s ? { score: s[j]! } : {}) }])) });
+            const own = previous[agent]!,
+                s = Array.isArray(scores) ? scores : undefined;
+            return (
+                `Your previous answer: \`\`\`${own.text}\`\`\`\n\n` +
+                defaultPrompts.followUp({
+                    task: "math",
+                    question: item.question,
+                    turn: 1,
+                    agent,
+                    ...(s ? { ownScore: s[agent]! } : {}),
+                    peers: previous.flatMap((p, j) =>
+                        j === agent ? [] : [{ agent: j, text: p.text, ...(s ? { score: s[j]! } : {}) }],
+                    ),
+                })
+            );
         },
         extract: (text) => extractFinalNumber(text)?.text ?? null,
     };

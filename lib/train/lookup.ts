@@ -34,20 +34,32 @@ export function scratchpad(previous: ToolPrevious[] | null): string {
 
 /** The calls of a compact response: every "@<key>" (at most 4). */
 export function lookupCalls(text: string): ToolCall[] {
-    return [...text.matchAll(/@([0-9a-z])/g)].slice(0, 4).map((m, k) => ({ id: `call_${k}`, name: "lookup", arguments: JSON.stringify({ key: m[1] }) }));
+    return [...text.matchAll(/@([0-9a-z])/g)]
+        .slice(0, 4)
+        .map((m, k) => ({ id: `call_${k}`, name: "lookup", arguments: JSON.stringify({ key: m[1] }) }));
 }
 
 /** tool-lookup (see above); `keyUse` is p, `padUse` is q. */
 export function lookupTask(options: { keyUse?: number; padUse?: number } = {}): Task {
     const fn = "lookupTask";
-    const p = requireNumber(fn, "keyUse", options.keyUse, 0.3, 0, 1), q = requireNumber(fn, "padUse", options.padUse, 0.3, 0, 1);
+    const p = requireNumber(fn, "keyUse", options.keyUse, 0.3, 0, 1),
+        q = requireNumber(fn, "padUse", options.padUse, 0.3, 0, 1);
     const lookup: Tool<{ key: string }> = {
-        name: "lookup", description: "The item's value for a key (a digit).", roles: ["researcher"], timeoutMs: 1000,
-        parameters: { type: "object", properties: { key: { type: "string", pattern: "^[0-9]$" } }, required: ["key"], additionalProperties: false },
+        name: "lookup",
+        description: "The item's value for a key (a digit).",
+        roles: ["researcher"],
+        timeoutMs: 1000,
+        parameters: {
+            type: "object",
+            properties: { key: { type: "string", pattern: "^[0-9]$" } },
+            required: ["key"],
+            additionalProperties: false,
+        },
         run: ({ key }, ctx) => {
             const item = (ctx.episode as { item?: TaskItem } | undefined)?.item;
             const values = item?.hidden?.values;
-            if (typeof values !== "string" || values.length !== KEYS.length) throw new Error("this item has no database");
+            if (typeof values !== "string" || values.length !== KEYS.length)
+                throw new Error("this item has no database");
             return values[KEYS.indexOf(key)]!;
         },
     };
@@ -66,31 +78,48 @@ export function lookupTask(options: { keyUse?: number; padUse?: number } = {}): 
         tools: [lookup as Tool<never>],
         toolCalls: lookupCalls,
         generate(count, seed) {
-            if (!Number.isInteger(count) || count < 0) throw new RangeError(`tool-lookup: count: expected an integer >= 0, got ${String(count)}`);
-            if (!Number.isInteger(seed) || seed < 0) throw new RangeError(`tool-lookup: seed: expected an integer >= 0, got ${String(seed)}`);
+            if (!Number.isInteger(count) || count < 0)
+                throw new RangeError(`tool-lookup: count: expected an integer >= 0, got ${String(count)}`);
+            if (!Number.isInteger(seed) || seed < 0)
+                throw new RangeError(`tool-lookup: seed: expected an integer >= 0, got ${String(seed)}`);
             const next = mulberry32(seed ^ 0x100c);
             return Array.from({ length: count }, (_, i) => {
                 const values = Array.from({ length: KEYS.length }, () => String(Math.floor(next() * 10))).join("");
-                const k = Math.floor(next() * KEYS.length), x = Math.floor(next() * 10);
-                return { id: `tool-lookup-${seed}-${i}`, question: `${values}[${KEYS[k]}]+${x}`, views: [`k=${KEYS[k]}`, `x=${x}`],
-                    reference: String(Number(values[k]) + x), hidden: { values } };
+                const k = Math.floor(next() * KEYS.length),
+                    x = Math.floor(next() * 10);
+                return {
+                    id: `tool-lookup-${seed}-${i}`,
+                    question: `${values}[${KEYS[k]}]+${x}`,
+                    views: [`k=${KEYS[k]}`, `x=${x}`],
+                    reference: String(Number(values[k]) + x),
+                    hidden: { values },
+                };
             });
         },
         prompt,
         // The central critic (CoLLM-CC) reads both views and the scratchpad.
-        centralPrompt: (item, previous, scores) => `${item.views.join("&")}|${turnPrompt("", 0, 2, answers(previous), scores).slice(1)}#${scratchpad(previous)}`,
+        centralPrompt: (item, previous, scores) =>
+            `${item.views.join("&")}|${turnPrompt("", 0, 2, answers(previous), scores).slice(1)}#${scratchpad(previous)}`,
         demonstration(item, agent, turn, rng, feedback) {
-            const values = item.hidden!.values as string, key = item.views[0]!.slice(2), x = Number(item.views[1]!.slice(2));
+            const values = item.hidden!.values as string,
+                key = item.views[0]!.slice(2),
+                x = Number(item.views[1]!.slice(2));
             // The demonstration's previous turn: the researcher's lookup (its own key with probability p) and a guess.
             let previous: ToolPrevious[] | null = null;
             if (turn > 0) {
                 const called = call(key, rng);
                 const guess = Math.floor(rng() * 10);
-                previous = [{ text: `@${called}`, extracted: called, toolResults: [{ ok: true, content: values[KEYS.indexOf(called)]! }] },
-                    { text: `${x}+${guess}=${x + guess};${x + guess}`, extracted: String(x + guess) }];
+                previous = [
+                    {
+                        text: `@${called}`,
+                        extracted: called,
+                        toolResults: [{ ok: true, content: values[KEYS.indexOf(called)]! }],
+                    },
+                    { text: `${x}+${guess}=${x + guess};${x + guess}`, extracted: String(x + guess) },
+                ];
             }
             // The verdicts the rollout shows: none before the horizon (finalReward scores those turns 0).
-            const marks = !feedback ? undefined : previous ? previous.map(() => 0) : "empty" as const;
+            const marks = !feedback ? undefined : previous ? previous.map(() => 0) : ("empty" as const);
             let answer: string;
             if (agent === 0) answer = `@${call(key, rng)}`;
             else {

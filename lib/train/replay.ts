@@ -8,23 +8,44 @@ import type { NativePolicy } from "../policy/nativePolicy.js";
 import { mulberry32 } from "../random.js";
 import { packRows, type TeamRollout } from "./rollout.js";
 
-export interface ReplaySample { agent: number; prompt: number[]; completion: number[]; stopped: boolean; iteration: number }
-export interface ReplayState { stage: string; added: number; samples: ReplaySample[] }
+export interface ReplaySample {
+    agent: number;
+    prompt: number[];
+    completion: number[];
+    stopped: boolean;
+    iteration: number;
+}
+export interface ReplayState {
+    stage: string;
+    added: number;
+    samples: ReplaySample[];
+}
 
 export class ReplayBuffer {
     private samples: ReplaySample[];
     private added: number;
 
-    constructor(readonly stage: string, private readonly capacity: number, state?: ReplayState | null) {
-        const mine = state && state.stage === stage ? state : null;  // a new stage starts empty
+    constructor(
+        readonly stage: string,
+        private readonly capacity: number,
+        state?: ReplayState | null,
+    ) {
+        const mine = state && state.stage === stage ? state : null; // a new stage starts empty
         this.samples = mine ? mine.samples.map((s) => ({ ...s })) : [];
         this.added = mine ? mine.added : 0;
     }
 
-    get size(): number { return this.samples.length; }
+    get size(): number {
+        return this.samples.length;
+    }
 
     /** Adds the trained turns of the successful episodes of a rollout; returns how many episodes were successful. */
-    add(r: TeamRollout, trainTurn: (t: number) => boolean, trained: (agent: number) => boolean, iteration: number): number {
+    add(
+        r: TeamRollout,
+        trainTurn: (t: number) => boolean,
+        trained: (agent: number) => boolean,
+        iteration: number,
+    ): number {
         let ok = 0;
         const who = r.task?.answerers;
         r.entries.forEach((turns) => {
@@ -35,7 +56,13 @@ export class ReplayBuffer {
                 if (!trainTurn(t)) return;
                 row.forEach((e, agent) => {
                     if (!trained(agent)) return;
-                    this.samples.push({ agent, prompt: [...e.prompt], completion: [...e.completion], stopped: e.stopped, iteration });
+                    this.samples.push({
+                        agent,
+                        prompt: [...e.prompt],
+                        completion: [...e.completion],
+                        stopped: e.stopped,
+                        iteration,
+                    });
                     this.added += 1;
                 });
             });
@@ -46,7 +73,10 @@ export class ReplayBuffer {
 
     /** The offline phase: `steps` supervised steps per trained model on its agents' samples; the mean loss, or null when
      * the buffer held nothing for any model. */
-    async offline(trainable: (NativePolicy | null)[], o: { steps: number; batchSize: number; lr: number; seed: number; signal?: AbortSignal }): Promise<number | null> {
+    async offline(
+        trainable: (NativePolicy | null)[],
+        o: { steps: number; batchSize: number; lr: number; seed: number; signal?: AbortSignal },
+    ): Promise<number | null> {
         const models = [...new Set(trainable.filter((m): m is NativePolicy => m !== null))];
         const losses: number[] = [];
         for (const [k, model] of models.entries()) {
@@ -55,14 +85,22 @@ export class ReplayBuffer {
             const rng = mulberry32(o.seed * 15_485_863 + k);
             for (let s = 0; s < o.steps; s++) {
                 o.signal?.throwIfAborted();
-                const rows = Array.from({ length: Math.min(o.batchSize, mine.length) }, () => mine[Math.floor(rng() * mine.length)]!);
+                const rows = Array.from(
+                    { length: Math.min(o.batchSize, mine.length) },
+                    () => mine[Math.floor(rng() * mine.length)]!,
+                );
                 const b = packRows(rows, model.tokenizer.eos, model.config.contextLength);
-                const r = await model.trainStep({ tokens: b.tokens, targets: b.targets, mask: b.mask, shape: b.shape }, { lr: o.lr, ...(o.signal ? { signal: o.signal } : {}) });
+                const r = await model.trainStep(
+                    { tokens: b.tokens, targets: b.targets, mask: b.mask, shape: b.shape },
+                    { lr: o.lr, ...(o.signal ? { signal: o.signal } : {}) },
+                );
                 losses.push(r.loss);
             }
         }
         return losses.length ? losses.reduce((a, b) => a + b, 0) / losses.length : null;
     }
 
-    toJSON(): ReplayState { return { stage: this.stage, added: this.added, samples: this.samples }; }
+    toJSON(): ReplayState {
+        return { stage: this.stage, added: this.added, samples: this.samples };
+    }
 }

@@ -15,42 +15,82 @@ import type { TrainSummary } from "./job.js";
 const esc = (s: string) => s.replace(/[&<>"]/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" })[c]!);
 
 /** One point of a chart: x, y, the series it belongs to and (optional) a second grouping drawn as the line's dash. */
-export interface ChartPoint { x: number; y: number; series: string; dash?: string }
+export interface ChartPoint {
+    x: number;
+    y: number;
+    series: string;
+    dash?: string;
+}
 
 /**
  * A line chart as static SVG (Vega-Lite rendered by Vega, no script): quantitative x (`xTitle`) and y (`yTitle`), a
  * colour per series and, when points carry `dash`, a dash pattern per dash value. Non-finite points are dropped; with
  * none left the figure says "no data".
  */
-export async function lineChart(title: string, points: ChartPoint[], xTitle: string, yTitle: string, yDomain?: [number, number]): Promise<string> {
+export async function lineChart(
+    title: string,
+    points: ChartPoint[],
+    xTitle: string,
+    yTitle: string,
+    yDomain?: [number, number],
+): Promise<string> {
     const values = points.filter((p) => Number.isFinite(p.x) && Number.isFinite(p.y));
     if (!values.length) return `<figure><figcaption>${esc(title)}</figcaption><p>no data</p></figure>`;
     const dashed = values.some((p) => p.dash !== undefined);
     const spec: TopLevelSpec = {
-        width: 460, height: 220, background: "white", data: { values },
+        width: 460,
+        height: 220,
+        background: "white",
+        data: { values },
         mark: { type: "line", point: values.length <= 60, strokeWidth: 1.6 },
         encoding: {
             x: { field: "x", type: "quantitative", title: xTitle, axis: { tickMinStep: 1 } },
-            y: { field: "y", type: "quantitative", title: yTitle, ...(yDomain ? { scale: { domain: yDomain } } : { scale: { zero: false } }) },
+            y: {
+                field: "y",
+                type: "quantitative",
+                title: yTitle,
+                ...(yDomain ? { scale: { domain: yDomain } } : { scale: { zero: false } }),
+            },
             color: { field: "series", type: "nominal", title: null, legend: { orient: "right" } },
-            ...(dashed ? { strokeDash: { field: "dash", type: "nominal", title: null, legend: { symbolType: "stroke" } }, detail: { field: "dash" } } : {}),
+            ...(dashed
+                ? {
+                      strokeDash: { field: "dash", type: "nominal", title: null, legend: { symbolType: "stroke" } },
+                      detail: { field: "dash" },
+                  }
+                : {}),
         },
-        config: { font: "system-ui, sans-serif", axis: { labelFontSize: 11, titleFontSize: 12 }, legend: { labelFontSize: 11 } },
+        config: {
+            font: "system-ui, sans-serif",
+            axis: { labelFontSize: 11, titleFontSize: 12 },
+            legend: { labelFontSize: 11 },
+        },
     };
     const view = new View(parse(compile(spec).spec), { renderer: "none" });
-    const svg = (await view.toSVG()).replace(/ xmlns(:xlink)?="[^"]*"/g, "");  // inline in HTML: no namespaces needed
+    const svg = (await view.toSVG()).replace(/ xmlns(:xlink)?="[^"]*"/g, ""); // inline in HTML: no namespaces needed
     await view.finalize();
     return `<figure><figcaption>${esc(title)}</figcaption>${svg.replace("<svg ", `<svg role="img" aria-label="${esc(title)}" `)}</figure>`;
 }
 
 function readJsonl(file: string): Record<string, unknown>[] {
-    return readFileSync(file, "utf8").split("\n").filter((l) => l.trim()).map((l) => JSON.parse(l) as Record<string, unknown>);
+    return readFileSync(file, "utf8")
+        .split("\n")
+        .filter((l) => l.trim())
+        .map((l) => JSON.parse(l) as Record<string, unknown>);
 }
 
-type TrainLine = { stage: string; iteration: number; reward: number; accuracy: number[]; agents: { kl: number; clipFrac: number; updates: number }[] };
+type TrainLine = {
+    stage: string;
+    iteration: number;
+    reward: number;
+    accuracy: number[];
+    agents: { kl: number; clipFrac: number; updates: number }[];
+};
 type EvalLine = { stage: string; name: string; iteration: number; majorityAccuracy: number[] };
 
-const fmtMs = (ms: number) => (ms >= 60_000 ? `${Math.floor(ms / 60_000)} min ${String(Math.round(ms / 1000) % 60).padStart(2, "0")} s` : `${(ms / 1000).toFixed(1)} s`);
+const fmtMs = (ms: number) =>
+    ms >= 60_000
+        ? `${Math.floor(ms / 60_000)} min ${String(Math.round(ms / 1000) % 60).padStart(2, "0")} s`
+        : `${(ms / 1000).toFixed(1)} s`;
 
 export async function writeReport(out: string, s: TrainSummary): Promise<void> {
     const lines = readJsonl(join(out, "metrics.jsonl"));
@@ -59,44 +99,118 @@ export async function writeReport(out: string, s: TrainSummary): Promise<void> {
     const stages = [...new Set(train.map((l) => l.stage))];
     const T = s.config.turns;
     const smooth = (pts: [number, number][], k = 5): [number, number][] =>
-        pts.map(([x], i) => { const w = pts.slice(Math.max(0, i - k + 1), i + 1); return [x, w.reduce((a, p) => a + p[1], 0) / w.length]; });
-    const by = (f: (l: TrainLine) => number, stage: string, series = stage): { x: number; y: number; series: string }[] =>
-        smooth(train.filter((l) => l.stage === stage).map((l) => [l.iteration, f(l)])).map(([x, y]) => ({ x, y, series }));
+        pts.map(([x], i) => {
+            const w = pts.slice(Math.max(0, i - k + 1), i + 1);
+            return [x, w.reduce((a, p) => a + p[1], 0) / w.length];
+        });
+    const by = (
+        f: (l: TrainLine) => number,
+        stage: string,
+        series = stage,
+    ): { x: number; y: number; series: string }[] =>
+        smooth(train.filter((l) => l.stage === stage).map((l) => [l.iteration, f(l)])).map(([x, y]) => ({
+            x,
+            y,
+            series,
+        }));
     const avg = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / Math.max(1, xs.length);
-    const trained = (l: TrainLine) => l.agents.filter((a) => a.updates > 0);  // frozen partners would dilute the means
+    const trained = (l: TrainLine) => l.agents.filter((a) => a.updates > 0); // frozen partners would dilute the means
     // Held-out accuracy: every stage starts from the untrained team's evaluation (iteration 0).
     const untrained = evals.find((e) => e.stage === "sft");
-    const heldOut = stages.flatMap((st) => [...(untrained ? [untrained] : []), ...evals.filter((e) => e.stage === st)]
-        .flatMap((e) => [0, T - 1].filter((t, k, a) => a.indexOf(t) === k)
-            .map((t) => ({ x: e.iteration, y: e.majorityAccuracy[t] ?? NaN, series: st, dash: `turn ${t + 1}` }))));
-    const nonzero = (f: (l: TrainLine) => number) => train.some((l) => { const v = f(l); return Number.isFinite(v) && v !== 0; });
-    const kl = (l: TrainLine) => avg(trained(l).map((a) => a.kl)), clip = (l: TrainLine) => avg(trained(l).map((a) => a.clipFrac));
+    const heldOut = stages.flatMap((st) =>
+        [...(untrained ? [untrained] : []), ...evals.filter((e) => e.stage === st)].flatMap((e) =>
+            [0, T - 1]
+                .filter((t, k, a) => a.indexOf(t) === k)
+                .map((t) => ({ x: e.iteration, y: e.majorityAccuracy[t] ?? NaN, series: st, dash: `turn ${t + 1}` })),
+        ),
+    );
+    const nonzero = (f: (l: TrainLine) => number) =>
+        train.some((l) => {
+            const v = f(l);
+            return Number.isFinite(v) && v !== 0;
+        });
+    const kl = (l: TrainLine) => avg(trained(l).map((a) => a.kl)),
+        clip = (l: TrainLine) => avg(trained(l).map((a) => a.clipFrac));
     const charts = await Promise.all([
-        lineChart(`Held-out majority accuracy (${s.config.evalEpisodes} questions), turn 1 and turn ${T}`, heldOut, "iteration", "accuracy"),
-        lineChart("Reward per iteration (mean over agents, 5-iteration moving average)", stages.flatMap((st) => by((l) => l.reward, st)), "iteration", "reward"),
-        ...stages.map((st) => lineChart(`Training accuracy per turn, ${st} (majority vote, moving average)`,
-            Array.from({ length: T }, (_, t) => by((l) => l.accuracy[t] ?? NaN, st, `turn ${t + 1}`)).flat(), "iteration", "accuracy")),
-        ...(nonzero(kl) ? [lineChart("KL to the reference policy (per token, trained agents)", stages.flatMap((st) => by(kl, st)), "iteration", "KL")] : []),
-        ...(nonzero(clip) ? [lineChart("Clip fraction (trained agents)", stages.flatMap((st) => by(clip, st)), "iteration", "clip fraction")] : []),
+        lineChart(
+            `Held-out majority accuracy (${s.config.evalEpisodes} questions), turn 1 and turn ${T}`,
+            heldOut,
+            "iteration",
+            "accuracy",
+        ),
+        lineChart(
+            "Reward per iteration (mean over agents, 5-iteration moving average)",
+            stages.flatMap((st) => by((l) => l.reward, st)),
+            "iteration",
+            "reward",
+        ),
+        ...stages.map((st) =>
+            lineChart(
+                `Training accuracy per turn, ${st} (majority vote, moving average)`,
+                Array.from({ length: T }, (_, t) => by((l) => l.accuracy[t] ?? NaN, st, `turn ${t + 1}`)).flat(),
+                "iteration",
+                "accuracy",
+            ),
+        ),
+        ...(nonzero(kl)
+            ? [
+                  lineChart(
+                      "KL to the reference policy (per token, trained agents)",
+                      stages.flatMap((st) => by(kl, st)),
+                      "iteration",
+                      "KL",
+                  ),
+              ]
+            : []),
+        ...(nonzero(clip)
+            ? [
+                  lineChart(
+                      "Clip fraction (trained agents)",
+                      stages.flatMap((st) => by(clip, st)),
+                      "iteration",
+                      "clip fraction",
+                  ),
+              ]
+            : []),
     ]);
-    const table = `<table><tr><th>team</th>${Array.from({ length: T }, (_, t) => `<th>turn ${t + 1}</th>`).join("")}<th>gain 1&rarr;${T}</th><th>solo</th><th>trained alone</th></tr>` +
-        s.rows.map((r) => `<tr><td>${esc(r.name)}</td>${r.majorityAccuracy.map((x) => `<td>${x.toFixed(3)}</td>`).join("")}` +
-            `<td>${r.gain >= 0 ? "+" : ""}${r.gain.toFixed(3)}</td><td>${r.soloAccuracy.toFixed(3)}</td><td>${r.trainedAlone.toFixed(3)}</td></tr>`).join("") +
+    const table =
+        `<table><tr><th>team</th>${Array.from({ length: T }, (_, t) => `<th>turn ${t + 1}</th>`).join("")}<th>gain 1&rarr;${T}</th><th>solo</th><th>trained alone</th></tr>` +
+        s.rows
+            .map(
+                (r) =>
+                    `<tr><td>${esc(r.name)}</td>${r.majorityAccuracy.map((x) => `<td>${x.toFixed(3)}</td>`).join("")}` +
+                    `<td>${r.gain >= 0 ? "+" : ""}${r.gain.toFixed(3)}</td><td>${r.soloAccuracy.toFixed(3)}</td><td>${r.trainedAlone.toFixed(3)}</td></tr>`,
+            )
+            .join("") +
         "</table><p>solo: each agent answering alone (turn 0). trained alone: with a separate turn-0 model, the trained discussion model " +
         "answering alone, which separates what it learned about the task from what it learned about the discussion.</p>";
-    const timings = s.stages?.length ? `<table class="timing"><tr><th>stage</th><th>started</th><th>ended</th><th>duration</th></tr>` +
-        s.stages.map((t) => `<tr><td>${esc(t.stage)}</td><td>${esc(t.startedAt)}</td><td>${esc(t.endedAt ?? "")}</td><td>${fmtMs(t.durationMs)}</td></tr>`).join("") +
-        `<tr><td>all</td><td></td><td></td><td>${fmtMs(s.stages.reduce((x, t) => x + t.durationMs, 0))}</td></tr></table>` +
-        "<p>duration: the time processes worked on the stage (a resumed stage adds the time before the interruption).</p>" : "";
-    const transitions = Object.entries(s.evals).map(([name, e]) => {
-        const cells = e.transitions.map((x, t) => {
-            const n = x.rightToRight + x.rightToWrong + x.wrongToRight + x.wrongToWrong || 1;
-            const cell = (v: number) => `<td style="background:rgba(31,119,180,${(v / n).toFixed(2)})">${v} (${(100 * v / n).toFixed(0)}%)</td>`;
-            return `<table class="tm"><caption>turn ${t + 1} &rarr; ${t + 2}</caption><tr><th></th><th>&rarr; right</th><th>&rarr; wrong</th></tr>` +
-                `<tr><th>right</th>${cell(x.rightToRight)}${cell(x.rightToWrong)}</tr><tr><th>wrong</th>${cell(x.wrongToRight)}${cell(x.wrongToWrong)}</tr></table>`;
-        }).join("");
-        return `<h3>${esc(name)}</h3><div class="row">${cells}</div>`;
-    }).join("");
+    const timings = s.stages?.length
+        ? `<table class="timing"><tr><th>stage</th><th>started</th><th>ended</th><th>duration</th></tr>` +
+          s.stages
+              .map(
+                  (t) =>
+                      `<tr><td>${esc(t.stage)}</td><td>${esc(t.startedAt)}</td><td>${esc(t.endedAt ?? "")}</td><td>${fmtMs(t.durationMs)}</td></tr>`,
+              )
+              .join("") +
+          `<tr><td>all</td><td></td><td></td><td>${fmtMs(s.stages.reduce((x, t) => x + t.durationMs, 0))}</td></tr></table>` +
+          "<p>duration: the time processes worked on the stage (a resumed stage adds the time before the interruption).</p>"
+        : "";
+    const transitions = Object.entries(s.evals)
+        .map(([name, e]) => {
+            const cells = e.transitions
+                .map((x, t) => {
+                    const n = x.rightToRight + x.rightToWrong + x.wrongToRight + x.wrongToWrong || 1;
+                    const cell = (v: number) =>
+                        `<td style="background:rgba(31,119,180,${(v / n).toFixed(2)})">${v} (${((100 * v) / n).toFixed(0)}%)</td>`;
+                    return (
+                        `<table class="tm"><caption>turn ${t + 1} &rarr; ${t + 2}</caption><tr><th></th><th>&rarr; right</th><th>&rarr; wrong</th></tr>` +
+                        `<tr><th>right</th>${cell(x.rightToRight)}${cell(x.rightToWrong)}</tr><tr><th>wrong</th>${cell(x.wrongToRight)}${cell(x.wrongToWrong)}</tr></table>`
+                    );
+                })
+                .join("");
+            return `<h3>${esc(name)}</h3><div class="row">${cells}</div>`;
+        })
+        .join("");
     const html = `<!doctype html><html lang="en"><head><meta charset="utf-8"><title>maporl run report</title><style>
 body{font:14px system-ui,sans-serif;margin:24px;color:#222;max-width:1200px}figure{display:inline-block;margin:8px;vertical-align:top}
 figcaption{font-weight:600;margin-bottom:4px;max-width:560px}

@@ -71,24 +71,42 @@ function formatAnswer(x: string | null): string {
 }
 
 /** Agent a's user message: the task's own prompt (words tasks, as GSM8K's), else the compact protocol (turnPrompt). */
-export function promptFor(task: Task, item: TaskItem, agent: number, previous: ToolPrevious[] | null,
-    scores?: number[] | "empty"): string {
+export function promptFor(
+    task: Task,
+    item: TaskItem,
+    agent: number,
+    previous: ToolPrevious[] | null,
+    scores?: number[] | "empty",
+): string {
     if (task.prompt) return task.prompt(item, agent, previous, scores);
-    return turnPrompt(item.views[agent]!, agent, task.agents, previous ? previous.map((e) => e.extracted) : null, scores);
+    return turnPrompt(
+        item.views[agent]!,
+        agent,
+        task.agents,
+        previous ? previous.map((e) => e.extracted) : null,
+        scores,
+    );
 }
 
 /** A response's final answer under the task's format. */
-export const answerOf = (task: Task, text: string): string | null => (task.extract ? task.extract(text) : extractAnswer(text));
+export const answerOf = (task: Task, text: string): string | null =>
+    task.extract ? task.extract(text) : extractAnswer(text);
 
 /**
  * The user message agent a of `agents` sees: its view, then everyone's previous answers (own first), or empty slots
  * at turn 0. With `scores` (MAPoRL's reward feedback) each answer is followed by the verifier's verdict, "+" for a
  * score >= 0.5 and "-" below ("?" in an empty slot).
  */
-export function turnPrompt(view: string, agent: number, agents: number, previous: (string | null)[] | null,
-    scores?: number[] | "empty"): string {
+export function turnPrompt(
+    view: string,
+    agent: number,
+    agents: number,
+    previous: (string | null)[] | null,
+    scores?: number[] | "empty",
+): string {
     const order = [agent, ...Array.from({ length: agents }, (_, j) => j).filter((j) => j !== agent)];
-    const mark = (j: number) => (scores === undefined ? "" : scores === "empty" || !previous ? "?" : scores[j]! >= 0.5 ? "+" : "-");
+    const mark = (j: number) =>
+        scores === undefined ? "" : scores === "empty" || !previous ? "?" : scores[j]! >= 0.5 ? "+" : "-";
     return `${view}|${order.map((j) => formatAnswer(previous ? previous[j]! : null) + mark(j)).join(",")}`;
 }
 
@@ -103,7 +121,12 @@ export function protocolSolution(solution: string): string {
  * episode whose request fails (generateSettled: the batch, then its requests alone) is dropped and listed in
  * `failed`; the others go on. Rejects when every episode failed (nothing to train on), and on abort.
  */
-export async function rolloutTeam(task: Task, items: TaskItem[], agents: NativePolicy[], o: RolloutOptions): Promise<TeamRollout> {
+export async function rolloutTeam(
+    task: Task,
+    items: TaskItem[],
+    agents: NativePolicy[],
+    o: RolloutOptions,
+): Promise<TeamRollout> {
     const A = agents.length;
     const entries: RolloutEntry[][][] = items.map(() => []);
     const failed = new Map<number, { item: TaskItem; turn: number; agent: number; error: string }>();
@@ -117,40 +140,71 @@ export async function rolloutTeam(task: Task, items: TaskItem[], agents: NativeP
         for (const [model, who] of byModel) {
             const content = who.map(({ i, a }) => {
                 const prev = t === 0 ? null : entries[i]![t - 1]!;
-                return promptFor(task, items[i]!, a, prev, o.feedback ? (prev ? prev.map((e) => e.score) : "empty") : undefined);
+                return promptFor(
+                    task,
+                    items[i]!,
+                    a,
+                    prev,
+                    o.feedback ? (prev ? prev.map((e) => e.score) : "empty") : undefined,
+                );
             });
-            const gens = await generateSettled(model, who.map(({ i, a }, k) => ({
-                messages: [{ role: "user" as const, content: content[k]! }],
-                sampling: { temperature: o.temperature, maxTokens: o.maxTokens },
-                seed: o.seed * 1_000_000 + i * 1000 + t * 16 + a,
-            })), { ...(o.signal ? { signal: o.signal } : {}) });
+            const gens = await generateSettled(
+                model,
+                who.map(({ i, a }, k) => ({
+                    messages: [{ role: "user" as const, content: content[k]! }],
+                    sampling: { temperature: o.temperature, maxTokens: o.maxTokens },
+                    seed: o.seed * 1_000_000 + i * 1000 + t * 16 + a,
+                })),
+                { ...(o.signal ? { signal: o.signal } : {}) },
+            );
             o.onAnswers?.(who.length);
             for (let k = 0; k < who.length; k++) {
-                const { i, a } = who[k]!, settled = gens[k]!, item = items[i]!;
+                const { i, a } = who[k]!,
+                    settled = gens[k]!,
+                    item = items[i]!;
                 if (!settled.ok) {
-                    if (!failed.has(i)) failed.set(i, { item, turn: t, agent: a, error: policyMessage(model, settled.error) });
+                    if (!failed.has(i))
+                        failed.set(i, { item, turn: t, agent: a, error: policyMessage(model, settled.error) });
                     continue;
                 }
                 const g = settled.generation;
                 const extracted = answerOf(task, g.text);
-                const verdict = await task.verifier.score({ question: item.question, response: g.text, reference: item.reference });
+                const verdict = await task.verifier.score({
+                    question: item.question,
+                    response: g.text,
+                    reference: item.reference,
+                });
                 turn[i]![a] = {
                     prompt: model.tokenizer.encodeChat([{ role: "user", content: content[k]! }]),
-                    completion: (g.tokens ?? []) as number[], stopped: g.finishReason === "stop", text: g.text, extracted,
-                    correct: extracted !== null && answerKey(extracted) === answerKey(item.reference), score: verdict.score,
+                    completion: (g.tokens ?? []) as number[],
+                    stopped: g.finishReason === "stop",
+                    text: g.text,
+                    extracted,
+                    correct: extracted !== null && answerKey(extracted) === answerKey(item.reference),
+                    score: verdict.score,
                 };
             }
         }
-        for (const i of live) if (!failed.has(i)) await transition(task, items[i]!, turn[i]!, t, t === o.turns - 1, o.signal);
+        for (const i of live)
+            if (!failed.has(i)) await transition(task, items[i]!, turn[i]!, t, t === o.turns - 1, o.signal);
         turn.forEach((row, i) => entries[i]!.push(row));
     }
     if (failed.size === 0) return { task, items, entries, agents: A, turns: o.turns };
     if (failed.size === items.length) {
         const f = [...failed.values()][0]!;
-        throw new Error(`rollout: every episode failed (${items.length}); the first at turn ${f.turn}, agent ${f.agent}: ${f.error}`);
+        throw new Error(
+            `rollout: every episode failed (${items.length}); the first at turn ${f.turn}, agent ${f.agent}: ${f.error}`,
+        );
     }
     const keep = items.flatMap((_, i) => (failed.has(i) ? [] : [i]));
-    return { task, items: keep.map((i) => items[i]!), entries: keep.map((i) => entries[i]!), agents: A, turns: o.turns, failed: [...failed.values()] };
+    return {
+        task,
+        items: keep.map((i) => items[i]!),
+        entries: keep.map((i) => entries[i]!),
+        agents: A,
+        turns: o.turns,
+        failed: [...failed.values()],
+    };
 }
 
 /**
@@ -160,13 +214,26 @@ export async function rolloutTeam(task: Task, items: TaskItem[], agents: NativeP
  * before the `last` turn is 0. A tool that throws, hangs or is forbidden is a result with ok false, never an error of
  * the episode.
  */
-export async function transition(task: Task, item: TaskItem, row: RolloutEntry[], turn: number, last: boolean, signal?: AbortSignal): Promise<void> {
+export async function transition(
+    task: Task,
+    item: TaskItem,
+    row: RolloutEntry[],
+    turn: number,
+    last: boolean,
+    signal?: AbortSignal,
+): Promise<void> {
     for (const [a, e] of row.entries()) {
         const results = await runTools(task, item, a, e.text, turn, signal);
         if (results) e.toolResults = results;
     }
-    const scores = turnScores(task, row.map((e) => e.score), last);
-    row.forEach((e, a) => { e.score = scores[a]!; });
+    const scores = turnScores(
+        task,
+        row.map((e) => e.score),
+        last,
+    );
+    row.forEach((e, a) => {
+        e.score = scores[a]!;
+    });
 }
 
 /** A turn's scores as the trainers credit them: an agent outside the task's answerers gets the turn's joint reward;
@@ -179,17 +246,42 @@ export function turnScores(task: Task, scores: number[], last: boolean): number[
 }
 
 /** The results of the calls one answer makes (in order), or undefined when it makes none or the task has no tools. */
-export async function runTools(task: Task, item: TaskItem, agent: number, text: string, turn: number, signal?: AbortSignal): Promise<ToolResult[] | undefined> {
+export async function runTools(
+    task: Task,
+    item: TaskItem,
+    agent: number,
+    text: string,
+    turn: number,
+    signal?: AbortSignal,
+): Promise<ToolResult[] | undefined> {
     let calls: ToolCall[];
     try {
         calls = task.tools?.length && task.toolCalls ? task.toolCalls(text) : [];
-    } catch (e) {  // the task's own parser failed on this answer: an error of the call, the episode goes on
-        return [{ callId: "call_0", name: "?", arguments: "", ok: false, error: "arguments", ms: 0,
-            content: `error: the tool calls of this answer could not be read (${e instanceof Error ? e.message : String(e)})` }];
+    } catch (e) {
+        // the task's own parser failed on this answer: an error of the call, the episode goes on
+        return [
+            {
+                callId: "call_0",
+                name: "?",
+                arguments: "",
+                ok: false,
+                error: "arguments",
+                ms: 0,
+                content: `error: the tool calls of this answer could not be read (${e instanceof Error ? e.message : String(e)})`,
+            },
+        ];
     }
     if (!Array.isArray(calls) || !calls.length) return undefined;
     const out: ToolResult[] = [];
-    for (const call of calls) out.push(await runToolCall(task.tools!, call, { role: roleOf(task, agent), turn, episode: { item }, ...(signal ? { signal } : {}) }));
+    for (const call of calls)
+        out.push(
+            await runToolCall(task.tools!, call, {
+                role: roleOf(task, agent),
+                turn,
+                episode: { item },
+                ...(signal ? { signal } : {}),
+            }),
+        );
     return out;
 }
 
@@ -209,9 +301,25 @@ export interface TraceEntry {
 
 /** An episode's entries as traces.jsonl records them. */
 export function traceTurns(task: Task | undefined, turns: RolloutEntry[][]): TraceEntry[][] {
-    return turns.map((turn) => turn.map((x, a) => ({ text: x.text, correct: x.correct, ...(task?.roles ? { role: roleOf(task, a) } : {}),
-        ...(x.toolResults ? { tools: x.toolResults.map((c) => ({ name: c.name, arguments: c.arguments, ok: c.ok, content: c.content, ...(c.error ? { error: c.error } : {}) })) } : {}),
-        ...(x.credit !== undefined ? { credit: x.credit } : {}) })));
+    return turns.map((turn) =>
+        turn.map((x, a) => ({
+            text: x.text,
+            correct: x.correct,
+            ...(task?.roles ? { role: roleOf(task, a) } : {}),
+            ...(x.toolResults
+                ? {
+                      tools: x.toolResults.map((c) => ({
+                          name: c.name,
+                          arguments: c.arguments,
+                          ok: c.ok,
+                          content: c.content,
+                          ...(c.error ? { error: c.error } : {}),
+                      })),
+                  }
+                : {}),
+            ...(x.credit !== undefined ? { credit: x.credit } : {}),
+        })),
+    );
 }
 
 export interface PackedBatch {
@@ -225,13 +333,21 @@ export interface PackedBatch {
 }
 
 /** Packs (prompt, answer) rows into [B, T] next-token batches; T is the longest row, at most `context`. */
-export function packRows(rows: { prompt: number[]; completion: number[]; stopped: boolean }[], eos: number, context: number): PackedBatch {
+export function packRows(
+    rows: { prompt: number[]; completion: number[]; stopped: boolean }[],
+    eos: number,
+    context: number,
+): PackedBatch {
     const seqs = rows.map((r) => {
         const s = [...r.prompt, ...r.completion, ...(r.stopped ? [eos] : [])];
         return s.length > context ? s.slice(0, context) : s;
     });
-    const B = rows.length, T = Math.max(2, ...seqs.map((s) => s.length));
-    const tokens = new Int32Array(B * T), targets = new Int32Array(B * T), mask = new Float32Array(B * T), last = new Int32Array(B);
+    const B = rows.length,
+        T = Math.max(2, ...seqs.map((s) => s.length));
+    const tokens = new Int32Array(B * T),
+        targets = new Int32Array(B * T),
+        mask = new Float32Array(B * T),
+        last = new Int32Array(B);
     seqs.forEach((s, b) => {
         const p = rows[b]!.prompt.length;
         for (let t = 0; t < s.length; t++) tokens[b * T + t] = s[t]!;

@@ -31,23 +31,52 @@ export async function sftWarmStart(policy: NativePolicy, task: Task, o: SftOptio
         const rng = mulberry32(o.seed * 7919 + s);
         const rows = items.map((item, k) => {
             if (task.demonstration) {
-                const d = task.demonstration(item, k % task.agents, Math.floor(rng() * o.turns), rng, o.feedback ?? false);
-                return { prompt: tok.encodeChat([{ role: "user", content: d.prompt }]), completion: tok.encode(d.answer), stopped: true };
+                const d = task.demonstration(
+                    item,
+                    k % task.agents,
+                    Math.floor(rng() * o.turns),
+                    rng,
+                    o.feedback ?? false,
+                );
+                return {
+                    prompt: tok.encodeChat([{ role: "user", content: d.prompt }]),
+                    completion: tok.encode(d.answer),
+                    stopped: true,
+                };
             }
-            if (!item.solution && !task.warmStart) throw new TypeError(`sft: task ${task.name}: item ${item.id} has no solution to learn from`);
-            const a = k % task.agents, turn = Math.floor(rng() * o.turns);
-            const noise = turn === 0 ? null : Array.from({ length: task.agents }, () => String(Math.floor(rng() * 200)));
-            const marks = !o.feedback ? undefined : noise ? noise.map(() => rng()) : "empty" as const;
+            if (!item.solution && !task.warmStart)
+                throw new TypeError(`sft: task ${task.name}: item ${item.id} has no solution to learn from`);
+            const a = k % task.agents,
+                turn = Math.floor(rng() * o.turns);
+            const noise =
+                turn === 0 ? null : Array.from({ length: task.agents }, () => String(Math.floor(rng() * 200)));
+            const marks = !o.feedback ? undefined : noise ? noise.map(() => rng()) : ("empty" as const);
             // Words tasks (GSM8K): their own prompts, the noise as previous answers, and the solution as written.
-            const prompt = task.prompt ? task.prompt(item, a, noise ? noise.map((n) => ({ text: `Answer: \\boxed{ ${n} }`, extracted: n })) : null, marks)
+            const prompt = task.prompt
+                ? task.prompt(
+                      item,
+                      a,
+                      noise ? noise.map((n) => ({ text: `Answer: \\boxed{ ${n} }`, extracted: n })) : null,
+                      marks,
+                  )
                 : turnPrompt(item.views[a]!, a, task.agents, noise, marks);
-            const answer = task.warmStart ? task.warmStart(item, a, turn, noise, rng) : task.prompt ? item.solution! : protocolSolution(item.solution!);
-            return { prompt: tok.encodeChat([{ role: "user", content: prompt }]), completion: tok.encode(answer),
-                stopped: true };
+            const answer = task.warmStart
+                ? task.warmStart(item, a, turn, noise, rng)
+                : task.prompt
+                  ? item.solution!
+                  : protocolSolution(item.solution!);
+            return {
+                prompt: tok.encodeChat([{ role: "user", content: prompt }]),
+                completion: tok.encode(answer),
+                stopped: true,
+            };
         });
         const b = packRows(rows, tok.eos, policy.config.contextLength);
         const warm = Math.min(1, (s + 1) / Math.max(1, Math.floor(o.steps / 10)));
-        const r = await policy.trainStep({ tokens: b.tokens, targets: b.targets, mask: b.mask, shape: b.shape }, { lr: o.lr * warm, ...(o.signal ? { signal: o.signal } : {}) });
+        const r = await policy.trainStep(
+            { tokens: b.tokens, targets: b.targets, mask: b.mask, shape: b.shape },
+            { lr: o.lr * warm, ...(o.signal ? { signal: o.signal } : {}) },
+        );
         o.onStep?.(s + 1, r.loss);
     }
 }

@@ -59,7 +59,13 @@ export interface Task {
     centralPrompt?(item: TaskItem, previous: ToolPrevious[] | null, scores?: number[] | "empty"): string;
     /** A warm-start pair for agent `agent` at `turn` (its observation, built from a demonstrated previous turn, and the
      * answer to learn); takes precedence over `warmStart` and `solution`. */
-    demonstration?(item: TaskItem, agent: number, turn: number, rng: () => number, feedback: boolean): { prompt: string; answer: string };
+    demonstration?(
+        item: TaskItem,
+        agent: number,
+        turn: number,
+        rng: () => number,
+        feedback: boolean,
+    ): { prompt: string; answer: string };
     /** `count` items, the same for the same seed. */
     generate(count: number, seed: number): TaskItem[];
     /**
@@ -78,13 +84,16 @@ export interface Task {
 }
 
 function requireFormat(where: string, format: unknown): "words" | "compact" {
-    if (format !== "words" && format !== "compact") throw new RangeError(`${where}: format: expected 'words' or 'compact', got ${JSON.stringify(format)}`);
+    if (format !== "words" && format !== "compact")
+        throw new RangeError(`${where}: format: expected 'words' or 'compact', got ${JSON.stringify(format)}`);
     return format;
 }
 
 function requireCount(where: string, count: unknown, seed: unknown): void {
-    if (!Number.isInteger(count) || (count as number) < 0) throw new RangeError(`${where}: count: expected an integer >= 0, got ${String(count)}`);
-    if (!Number.isInteger(seed) || (seed as number) < 0) throw new RangeError(`${where}: seed: expected an integer >= 0, got ${String(seed)}`);
+    if (!Number.isInteger(count) || (count as number) < 0)
+        throw new RangeError(`${where}: count: expected an integer >= 0, got ${String(count)}`);
+    if (!Number.isInteger(seed) || (seed as number) < 0)
+        throw new RangeError(`${where}: seed: expected an integer >= 0, got ${String(seed)}`);
 }
 
 /**
@@ -94,10 +103,14 @@ function requireCount(where: string, count: unknown, seed: unknown): void {
  * except that at a follow-up turn it builds on a peer's previous answer (r = that answer mod 10^digits) with
  * probability `peerUse`. Nobody announces its number on purpose: co-training has to find that protocol.
  */
-export function splitSumTask(options: { agents?: number; digits?: number; format?: "words" | "compact"; peerUse?: number } = {}): Task {
-    const fn = "splitSumTask", format = requireFormat(fn, options.format ?? "words");
+export function splitSumTask(
+    options: { agents?: number; digits?: number; format?: "words" | "compact"; peerUse?: number } = {},
+): Task {
+    const fn = "splitSumTask",
+        format = requireFormat(fn, options.format ?? "words");
     const peerUse = requireNumber(fn, "peerUse", options.peerUse, 0.3, 0, 1);
-    const agents = requireInteger(fn, "agents", options.agents ?? 2, 2, 16), digits = requireInteger(fn, "digits", options.digits ?? 1, 1, 6);
+    const agents = requireInteger(fn, "agents", options.agents ?? 2, 2, 16),
+        digits = requireInteger(fn, "digits", options.digits ?? 1, 1, 6);
     const hi = 10 ** digits;
     return {
         name: "split-sum",
@@ -111,21 +124,35 @@ export function splitSumTask(options: { agents?: number; digits?: number; format
                 return {
                     id: `split-sum-${seed}-${i}`,
                     question: format === "compact" ? ops.join("+") : `What is ${ops.join(" + ")}?`,
-                    views: ops.map((x, a) => format === "compact" ? `${"abcdefghijklmnop"[a]}=${x}` : `You are agent ${a + 1} of ${agents}. Your number is ${x}. ` +
-                        `The answer is the sum of all ${agents} agents' numbers. What is the sum?`),
+                    views: ops.map((x, a) =>
+                        format === "compact"
+                            ? `${"abcdefghijklmnop"[a]}=${x}`
+                            : `You are agent ${a + 1} of ${agents}. Your number is ${x}. ` +
+                              `The answer is the sum of all ${agents} agents' numbers. What is the sum?`,
+                    ),
                     reference: String(ops.reduce((s, x) => s + x, 0)),
                 };
             });
         },
-        ...(format === "compact" ? {
-            warmStart(item: TaskItem, agent: number, turn: number, previous: string[] | null, rng: () => number): string {
-                const x = Number(/=(\d+)$/.exec(item.views[agent]!)![1]);
-                const peers = previous ? previous.filter((_, j) => j !== agent) : [];
-                const r = turn > 0 && peers.length && rng() < peerUse
-                    ? Number(peers[Math.floor(rng() * peers.length)]!) % hi : Math.floor(rng() * hi);
-                return `${x}+${r}=${x + r};${x + r}`;
-            },
-        } : {}),
+        ...(format === "compact"
+            ? {
+                  warmStart(
+                      item: TaskItem,
+                      agent: number,
+                      turn: number,
+                      previous: string[] | null,
+                      rng: () => number,
+                  ): string {
+                      const x = Number(/=(\d+)$/.exec(item.views[agent]!)![1]);
+                      const peers = previous ? previous.filter((_, j) => j !== agent) : [];
+                      const r =
+                          turn > 0 && peers.length && rng() < peerUse
+                              ? Number(peers[Math.floor(rng() * peers.length)]!) % hi
+                              : Math.floor(rng() * hi);
+                      return `${x}+${r}=${x + r};${x + r}`;
+                  },
+              }
+            : {}),
     };
 }
 
@@ -137,9 +164,13 @@ const THINGS = ["apples", "books", "coins", "marbles", "stamps", "shells"];
  * stay >= 0. Format 'words' (default): word problems for LLMs. Format 'compact': "7+2*3-4" with the solution
  * "7+2=9,9*3=27,27-4=23;23", for the embedded character-level policy. The same seed gives the same problems in both.
  */
-export function arithDebateTask(options: { agents?: number; steps?: number; maxOperand?: number; format?: "words" | "compact" } = {}): Task {
-    const fn = "arithDebateTask", format = requireFormat(fn, options.format ?? "words");
-    const agents = requireInteger(fn, "agents", options.agents ?? 3, 1, 16), steps = requireInteger(fn, "steps", options.steps ?? 3, 1, 8);
+export function arithDebateTask(
+    options: { agents?: number; steps?: number; maxOperand?: number; format?: "words" | "compact" } = {},
+): Task {
+    const fn = "arithDebateTask",
+        format = requireFormat(fn, options.format ?? "words");
+    const agents = requireInteger(fn, "agents", options.agents ?? 3, 1, 16),
+        steps = requireInteger(fn, "steps", options.steps ?? 3, 1, 8);
     const maxOperand = requireInteger(fn, "maxOperand", options.maxOperand ?? 9, 2, 99);
     return {
         name: "arith-debate",
@@ -150,9 +181,11 @@ export function arithDebateTask(options: { agents?: number; steps?: number; maxO
             const next = mulberry32(seed ^ 0xa417);
             const int = (lo: number, hi: number) => lo + Math.floor(next() * (hi - lo + 1));
             return Array.from({ length: count }, (_, i) => {
-                const who = NAMES[int(0, NAMES.length - 1)]!, what = THINGS[int(0, THINGS.length - 1)]!;
+                const who = NAMES[int(0, NAMES.length - 1)]!,
+                    what = THINGS[int(0, THINGS.length - 1)]!;
                 let value = int(2, maxOperand);
-                const parts = [`${who} has ${value} ${what}.`], chain: string[] = [];
+                const parts = [`${who} has ${value} ${what}.`],
+                    chain: string[] = [];
                 let compact = String(value);
                 const apply = (sym: string, x: number, next: number) => {
                     chain.push(`${value}${sym}${x}=${next}`);
@@ -177,8 +210,13 @@ export function arithDebateTask(options: { agents?: number; steps?: number; maxO
                 }
                 parts.push(`How many ${what} does ${who} have now?`);
                 const question = format === "compact" ? compact : parts.join(" ");
-                return { id: `arith-debate-${seed}-${i}`, question, views: Array.from({ length: agents }, () => question), reference: String(value),
-                    solution: `${chain.join(",")};${value}` };
+                return {
+                    id: `arith-debate-${seed}-${i}`,
+                    question,
+                    views: Array.from({ length: agents }, () => question),
+                    reference: String(value),
+                    solution: `${chain.join(",")};${value}`,
+                };
             });
         },
     };
@@ -188,4 +226,5 @@ export function arithDebateTask(options: { agents?: number; steps?: number; maxO
 export const roleOf = (task: Task, a: number): string => task.roles?.[a] ?? `agent-${a + 1}`;
 
 /** The agents whose answers are the team's. */
-export const answerersOf = (task: Task | undefined, agents: number): number[] => task?.answerers ?? Array.from({ length: agents }, (_, a) => a);
+export const answerersOf = (task: Task | undefined, agents: number): number[] =>
+    task?.answerers ?? Array.from({ length: agents }, (_, a) => a);

@@ -22,7 +22,11 @@ import { reinforceReturns } from "../rl/reinforceReturns.js";
 import { sample } from "../rl/sampling.js";
 import { requireChoice, requireInteger, requireNumber, requireOptions } from "../validate.js";
 
-export interface ToyPayoffs { rCol: number; rInd: number; rSyn: number }
+export interface ToyPayoffs {
+    rCol: number;
+    rInd: number;
+    rSyn: number;
+}
 
 export interface ToyOptions {
     payoffs: ToyPayoffs;
@@ -59,7 +63,21 @@ export interface ToyResult {
     perTurn: number[][];
 }
 
-const KEYS = ["payoffs", "turns", "agents", "threshold", "mode", "partnerPi", "reward", "episodes", "iterations", "lr", "entropyCoef", "seed", "every"];
+const KEYS = [
+    "payoffs",
+    "turns",
+    "agents",
+    "threshold",
+    "mode",
+    "partnerPi",
+    "reward",
+    "episodes",
+    "iterations",
+    "lr",
+    "entropyCoef",
+    "seed",
+    "every",
+];
 
 /** Observation 1's prediction: does a learner facing a partner who collaborates with probability pi collaborate? */
 export function observation1(p: ToyPayoffs, pi: number): boolean {
@@ -82,36 +100,58 @@ export function toyGame(options: ToyOptions): ToyResult {
     const p = o.payoffs;
     if (!p || typeof p !== "object") throw new TypeError("toyGame: payoffs: expected { rCol, rInd, rSyn }");
     const payoff = (k: keyof ToyPayoffs) => requireNumber("toyGame", `payoffs.${k}`, p[k] ?? NaN, NaN, -1e6, 1e6);
-    const rCol = payoff("rCol"), rInd = payoff("rInd"), rSyn = payoff("rSyn");
-    if (!(rCol < rInd && rInd < rSyn)) throw new RangeError(`toyGame: payoffs: expected rCol < rInd < rSyn, got ${rCol}, ${rInd}, ${rSyn}`);
-    const T = requireInt("turns", o.turns, 10, 1, 1000), A = requireInt("agents", o.agents, 2, 2, 64);
+    const rCol = payoff("rCol"),
+        rInd = payoff("rInd"),
+        rSyn = payoff("rSyn");
+    if (!(rCol < rInd && rInd < rSyn))
+        throw new RangeError(`toyGame: payoffs: expected rCol < rInd < rSyn, got ${rCol}, ${rInd}, ${rSyn}`);
+    const T = requireInt("turns", o.turns, 10, 1, 1000),
+        A = requireInt("agents", o.agents, 2, 2, 64);
     const threshold = requireInt("threshold", o.threshold, 1, 0, A - 1);
     const mode = requireChoice("toyGame", "mode", o.mode, ["co-train", "fixed-partner"] as const, "co-train");
     const reward = requireChoice("toyGame", "reward", o.reward, ["own", "team"] as const, "own");
     const pi = requireNumber("toyGame", "partnerPi", o.partnerPi, 0.5, 0, 1);
-    const E = requireInt("episodes", o.episodes, 64, 2, 1 << 16), iters = requireInt("iterations", o.iterations, 300, 1, 1e7);
+    const E = requireInt("episodes", o.episodes, 64, 2, 1 << 16),
+        iters = requireInt("iterations", o.iterations, 300, 1, 1e7);
     const every = requireInt("every", o.every, 10, 1, 1e7);
-    const lr = requireNumber("toyGame", "lr", o.lr, 0.5, 0, 1e3), tau = requireNumber("toyGame", "entropyCoef", o.entropyCoef, 0.001, 0, 10);
+    const lr = requireNumber("toyGame", "lr", o.lr, 0.5, 0, 1e3),
+        tau = requireNumber("toyGame", "entropyCoef", o.entropyCoef, 0.001, 0, 10);
     const seed = requireInt("seed", o.seed, 0, 0, 2 ** 31 - 1);
     const learners = mode === "co-train" ? A : 1;
-    const theta = Array.from({ length: learners }, () => new Float32Array(T * 2));  // logits [T, {C, D}]
+    const theta = Array.from({ length: learners }, () => new Float32Array(T * 2)); // logits [T, {C, D}]
     const partnerRng = mulberry32(seed ^ 0x70f1);
     const N = E * T;
-    const logits = new Float32Array(N * 2), mask = new Uint8Array(N).fill(1);
-    const groups = Int32Array.from({ length: N }, (_, i) => i % T);  // the baseline: the batch mean per turn
+    const logits = new Float32Array(N * 2),
+        mask = new Uint8Array(N).fill(1);
+    const groups = Int32Array.from({ length: N }, (_, i) => i % T); // the baseline: the batch mean per turn
     const position = Int32Array.from({ length: N }, (_, i) => i);
     const prob = (th: Float32Array, t: number) => 1 / (1 + Math.exp(th[2 * t + 1]! - th[2 * t]!));
-    const rate = () => theta.reduce((s, th) => s + Array.from({ length: T }, (_, t) => prob(th, t)).reduce((a, b) => a + b, 0) / T, 0) / learners;
+    const rate = () =>
+        theta.reduce(
+            (s, th) => s + Array.from({ length: T }, (_, t) => prob(th, t)).reduce((a, b) => a + b, 0) / T,
+            0,
+        ) / learners;
     const curve: ToyResult["curve"] = [];
-    const collab = Array.from({ length: A }, () => new Uint8Array(N));  // [agent][episode * T + turn]: 1 = C
+    const collab = Array.from({ length: A }, () => new Uint8Array(N)); // [agent][episode * T + turn]: 1 = C
     const pay = Array.from({ length: A }, () => new Float32Array(N));
     for (let it = 0; it < iters; it++) {
         if (it % every === 0) curve.push({ iteration: it, rate: rate() });
         for (let a = 0; a < A; a++) {
             if (a < learners) {
                 const th = theta[a]!;
-                for (let i = 0; i < N; i++) { logits[2 * i] = th[2 * (i % T)]!; logits[2 * i + 1] = th[2 * (i % T) + 1]!; }
-                const s = sample({ logits, shape: [N, 2] }, { seed: BigInt(seed) * 1000003n + BigInt(it * 64 + a), position, rawLogprobs: false, device: "cpu" });
+                for (let i = 0; i < N; i++) {
+                    logits[2 * i] = th[2 * (i % T)]!;
+                    logits[2 * i + 1] = th[2 * (i % T) + 1]!;
+                }
+                const s = sample(
+                    { logits, shape: [N, 2] },
+                    {
+                        seed: BigInt(seed) * 1000003n + BigInt(it * 64 + a),
+                        position,
+                        rawLogprobs: false,
+                        device: "cpu",
+                    },
+                );
                 for (let i = 0; i < N; i++) collab[a]![i] = s.tokens[i] === 0 ? 1 : 0;
             } else {
                 for (let i = 0; i < N; i++) collab[a]![i] = partnerRng() < pi ? 1 : 0;
@@ -125,7 +165,9 @@ export function toyGame(options: ToyOptions): ToyResult {
                 let cs = 0;
                 for (let a = 0; a < A; a++) cs += collab[a]![i]!;
                 for (let a = 0; a < A; a++) {
-                    const c = collab[a]![i]!, row = pay[a]!, later = e * T + Math.min(t + 1, T - 1);
+                    const c = collab[a]![i]!,
+                        row = pay[a]!,
+                        later = e * T + Math.min(t + 1, T - 1);
                     row[i] = row[i]! + (c ? rCol : rInd);
                     if (c && cs - 1 >= threshold) row[later] = row[later]! + rSyn - rInd;
                 }
@@ -139,13 +181,30 @@ export function toyGame(options: ToyOptions): ToyResult {
         }
         for (let a = 0; a < learners; a++) {
             const th = theta[a]!;
-            const ret = reinforceReturns({ rewards: pay[a]!, mask, shape: [E, T] }, { gamma: 1, whiten: false, device: "cpu" }).returns;
-            const adv = groupAdvantages({ scores: ret, groups }, { estimator: "magrpo", baseline: "mean", device: "cpu" });
-            for (let i = 0; i < N; i++) { logits[2 * i] = th[2 * (i % T)]!; logits[2 * i + 1] = th[2 * (i % T) + 1]!; }
+            const ret = reinforceReturns(
+                { rewards: pay[a]!, mask, shape: [E, T] },
+                { gamma: 1, whiten: false, device: "cpu" },
+            ).returns;
+            const adv = groupAdvantages(
+                { scores: ret, groups },
+                { estimator: "magrpo", baseline: "mean", device: "cpu" },
+            );
+            for (let i = 0; i < N; i++) {
+                logits[2 * i] = th[2 * (i % T)]!;
+                logits[2 * i + 1] = th[2 * (i % T) + 1]!;
+            }
             const targets = Int32Array.from(collab[a]!, (c) => (c ? 0 : 1));
             // seq-mean-token-sum over E sequences of T turns: each turn's logit gets the mean over episodes of A * dlogp.
-            const g = fusedPolicyLoss({ logits, targets, advantages: adv, mask, shape: [E, T, 2] },
-                { type: "reinforce", aggregation: "seq-mean-token-sum", entropyCoef: tau, inPlace: true, device: "cpu" }).gradLogits;
+            const g = fusedPolicyLoss(
+                { logits, targets, advantages: adv, mask, shape: [E, T, 2] },
+                {
+                    type: "reinforce",
+                    aggregation: "seq-mean-token-sum",
+                    entropyCoef: tau,
+                    inPlace: true,
+                    device: "cpu",
+                },
+            ).gradLogits;
             for (let i = 0; i < N; i++) {
                 const k = 2 * (i % T);
                 th[k] = th[k]! - lr * g[2 * i]!;

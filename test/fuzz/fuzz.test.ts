@@ -21,15 +21,32 @@ describe("fuzz at the public API", () => {
     for (const [k, simd] of levels.slice(0, best + 1).entries())
         it(`${simd}: ${CALLS} kernel calls, a NativePolicy and failing debates: no crash, no hang`, () => {
             const repro = join(mkdtempSync(join(tmpdir(), "maporl-fuzz-")), "repro.jsonl");
-            const r = spawnSync(process.execPath, [driver, String(17 + k), String(CALLS), repro], { encoding: "utf8", timeout: 300_000, killSignal: "SIGKILL",
-                env: { ...process.env, MAPORL_SIMD: simd } });
+            const r = spawnSync(process.execPath, [driver, String(17 + k), String(CALLS), repro], {
+                encoding: "utf8",
+                timeout: 300_000,
+                killSignal: "SIGKILL",
+                env: { ...process.env, MAPORL_SIMD: simd },
+            });
             const last = existsSync(repro) ? readFileSync(repro, "utf8").trim().split("\n").at(-1) : "(none)";
-            const why = r.error?.message.includes("ETIMEDOUT") ? "hung (killed after 300 s)" : r.signal ? `crashed (${r.signal})` : `exited ${r.status}`;
-            expect(r.status, `${simd}: ${why}; stderr: ${r.stderr.slice(-2000)}\nreproducer (the last call made): ${last}`).toBe(0);
-            const counts = JSON.parse(r.stdout.trim().split("\n").at(-1)!) as { calls: number; ok: number; threw: number; simd: string; seconds: number };
+            const why = r.error?.message.includes("ETIMEDOUT")
+                ? "hung (killed after 300 s)"
+                : r.signal
+                  ? `crashed (${r.signal})`
+                  : `exited ${r.status}`;
+            expect(
+                r.status,
+                `${simd}: ${why}; stderr: ${r.stderr.slice(-2000)}\nreproducer (the last call made): ${last}`,
+            ).toBe(0);
+            const counts = JSON.parse(r.stdout.trim().split("\n").at(-1)!) as {
+                calls: number;
+                ok: number;
+                threw: number;
+                simd: string;
+                seconds: number;
+            };
             console.log(`fuzz ${simd}: ${JSON.stringify(counts)}`);
             expect(counts.simd).toBe(simd);
             expect(counts.calls).toBeGreaterThanOrEqual(CALLS);
-            expect(counts.ok).toBeGreaterThan(counts.calls / 4);  // most calls reach the kernels, not only the argument checks
+            expect(counts.ok).toBeGreaterThan(counts.calls / 4); // most calls reach the kernels, not only the argument checks
         }, 320_000);
 });

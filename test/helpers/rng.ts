@@ -13,12 +13,18 @@ export function uniformArray(n: number, next: () => number, lo = -1, hi = 1): Fl
  * Elementwise |a - b| <= atol + rtol * scale, NaN only where the reference is NaN; scale defaults to |b|
  * (pass the size of the summed terms where the result can cancel). Returns the first failure.
  */
-export function firstMismatch(a: ArrayLike<number>, b: ArrayLike<number>, rtol: number, atol: number,
-    scale?: ArrayLike<number>): string | null {
+export function firstMismatch(
+    a: ArrayLike<number>,
+    b: ArrayLike<number>,
+    rtol: number,
+    atol: number,
+    scale?: ArrayLike<number>,
+): string | null {
     if (a.length !== b.length) return `length ${a.length} vs ${b.length}`;
     for (let i = 0; i < a.length; i++) {
-        const x = a[i]!, y = b[i]!;
-        if (x === y) continue;  // equal infinities included
+        const x = a[i]!,
+            y = b[i]!;
+        if (x === y) continue; // equal infinities included
         const tol = atol + rtol * (scale ? scale[i]! : Math.abs(y));
         if (Number.isNaN(y) ? !Number.isNaN(x) : !(Math.abs(x - y) <= tol))
             return `index ${i}: got ${x}, expected ${y} (tolerance ${tol})`;

@@ -5,7 +5,10 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 
 export function metricsWithoutTimings(text: string): string {
-    return text.split("\n").filter((l) => !l.startsWith('{"kind":"timing"')).join("\n");
+    return text
+        .split("\n")
+        .filter((l) => !l.startsWith('{"kind":"timing"'))
+        .join("\n");
 }
 
 export function summaryWithoutTimings(text: string): unknown {
@@ -17,6 +20,9 @@ export function summaryWithoutTimings(text: string): unknown {
 /** metrics.jsonl of a run, and the stage names its timing lines record (in order). */
 export function readMetrics(dir: string): { metrics: string; timed: string[] } {
     const text = readFileSync(join(dir, "metrics.jsonl"), "utf8");
-    const timed = text.split("\n").filter((l) => l.startsWith('{"kind":"timing"')).map((l) => (JSON.parse(l) as { stage: string }).stage);
+    const timed = text
+        .split("\n")
+        .filter((l) => l.startsWith('{"kind":"timing"'))
+        .map((l) => (JSON.parse(l) as { stage: string }).stage);
     return { metrics: metricsWithoutTimings(text), timed };
 }

@@ -22,7 +22,8 @@ export async function tinyCheckpoint(dir: string, contextLength: number, seed: n
 
 /** Starts `maporl serve --checkpoint dir --port 0 --threads 1 ...args` (the built dist/cli.js); resolves with its base URL
  * once it listens. */
-export const startServe = (dir: string, args: string[] = []): Promise<ServeProcess> => startServeProcess(dir, ["--threads", "1", ...args], CLI);
+export const startServe = (dir: string, args: string[] = []): Promise<ServeProcess> =>
+    startServeProcess(dir, ["--threads", "1", ...args], CLI);
 
 /** Writes a tiny llama-architecture model (random weights, seed) with the fixtures' BPE tokenizer to `dir`; `shape`
  * overrides config.json fields (e.g. hidden_size, num_hidden_layers). */
@@ -31,9 +32,24 @@ export async function tinyHfModel(dir: string, seed = 3, shape: Record<string, n
     mkdirSync(tk, { recursive: true });
     cpSync(join(TOK, "tokenizer.json"), join(tk, "tokenizer.json"));
     writeFileSync(join(tk, "tokenizer_config.json"), readFileSync(join(TOK, "tokenizer_config.qwen.json")));
-    const p = await NativePolicy.fromConfig({ model_type: "llama", vocab_size: 320, hidden_size: 32, intermediate_size: 64, num_hidden_layers: 1,
-        num_attention_heads: 2, num_key_value_heads: 1, max_position_embeddings: 1024, rms_norm_eps: 1e-6, rope_theta: 10000, tie_word_embeddings: true,
-        eos_token_id: 308, ...shape }, { tokenizer: tk, seed });
+    const p = await NativePolicy.fromConfig(
+        {
+            model_type: "llama",
+            vocab_size: 320,
+            hidden_size: 32,
+            intermediate_size: 64,
+            num_hidden_layers: 1,
+            num_attention_heads: 2,
+            num_key_value_heads: 1,
+            max_position_embeddings: 1024,
+            rms_norm_eps: 1e-6,
+            rope_theta: 10000,
+            tie_word_embeddings: true,
+            eos_token_id: 308,
+            ...shape,
+        },
+        { tokenizer: tk, seed },
+    );
     await p.save(dir);
     await p.dispose();
 }

@@ -23,7 +23,7 @@ beforeAll(async () => {
     await tinyHfModel(modelDir);
     base = await NativePolicy.load(modelDir);
     agent = await base.withAdapter("a0", { rank: 4, alpha: 8 });
-    procs.push(...await Promise.all([0, 1].map(() => startServe(modelDir, ["--enable-lora", "--lora-root", work]))));
+    procs.push(...(await Promise.all([0, 1].map(() => startServe(modelDir, ["--enable-lora", "--lora-root", work])))));
 });
 afterAll(async () => {
     for (const p of procs) await p.stop("SIGKILL");
@@ -34,25 +34,43 @@ afterAll(async () => {
 
 // A few SFT steps move the adapter's B away from zero (a fresh adapter is the base).
 async function train(p: NativePolicy, seed: number) {
-    const B = 2, T = 16, tokens = new Int32Array(B * T), targets = new Int32Array(B * T);
-    for (let i = 0; i < B * T; i++) { tokens[i] = (i * 37 + seed * 11 + 5) % 300; targets[i] = (i * 53 + seed * 7 + 3) % 300; }
-    for (let s = 0; s < 3; s++) await p.trainStep({ tokens, targets, mask: new Uint8Array(B * T).fill(1), shape: [B, T] }, { lr: 3e-2 });
+    const B = 2,
+        T = 16,
+        tokens = new Int32Array(B * T),
+        targets = new Int32Array(B * T);
+    for (let i = 0; i < B * T; i++) {
+        tokens[i] = (i * 37 + seed * 11 + 5) % 300;
+        targets[i] = (i * 53 + seed * 7 + 3) % 300;
+    }
+    for (let s = 0; s < 3; s++)
+        await p.trainStep({ tokens, targets, mask: new Uint8Array(B * T).fill(1), shape: [B, T] }, { lr: 3e-2 });
 }
 
-const reqs = Array.from({ length: 6 }, (_, i) => ({ messages: [{ role: "user" as const, content: `Question ${i}: 2 + ${i}?` }],
-    sampling: { temperature: 1, maxTokens: 6 }, seed: 70 + i, routingKey: `episode-${i}/0` }));
+const reqs = Array.from({ length: 6 }, (_, i) => ({
+    messages: [{ role: "user" as const, content: `Question ${i}: 2 + ${i}?` }],
+    sampling: { temperature: 1, maxTokens: 6 },
+    seed: 70 + i,
+    routingKey: `episode-${i}/0`,
+}));
 const same = (x: { tokenIds?: number[]; logprobs?: number[] }[], y: { tokenIds?: number[]; logprobs?: number[] }[]) =>
     expect(x.map((g) => [g.tokenIds, g.logprobs])).toEqual(y.map((g) => [g.tokenIds, g.logprobs]));
 // Polls `ok` (every 100 ms, up to 30 s) until it holds; returns its last answer.
 async function eventually(ok: () => Promise<boolean>): Promise<boolean> {
-    for (const end = Date.now() + 30_000; Date.now() < end; await new Promise((r) => setTimeout(r, 100))) if (await ok()) return true;
+    for (const end = Date.now() + 30_000; Date.now() < end; await new Promise((r) => setTimeout(r, 100)))
+        if (await ok()) return true;
     return ok();
 }
-const served = async (p: ServeProcess) => ((await (await fetch(`${p.baseUrl}/models`)).json()) as { data: { id: string; parent: string | null }[] }).data;
+const served = async (p: ServeProcess) =>
+    ((await (await fetch(`${p.baseUrl}/models`)).json()) as { data: { id: string; parent: string | null }[] }).data;
 
 describe("adapters pushed to a fleet", () => {
     it("after each push the agent's generations are the new adapter's; the old version is unloaded", async () => {
-        const fleet = new FleetPolicy({ endpoints: procs.map((p) => p.baseUrl), model: "llama-1x32", healthCheckIntervalMs: 200, probeIntervalMs: 100 });
+        const fleet = new FleetPolicy({
+            endpoints: procs.map((p) => p.baseUrl),
+            model: "llama-1x32",
+            healthCheckIntervalMs: 200,
+            probeIntervalMs: 100,
+        });
         try {
             const a0 = fleet.adapter("a0");
             await expect(a0.generate([reqs[0]!])).rejects.toThrow(/adapter 'a0' has not been pushed/);
@@ -71,15 +89,24 @@ describe("adapters pushed to a fleet", () => {
             // Both servers hold it. (Not asserted through which endpoints answered: on a loaded machine a health probe
             // that takes over 2 s ejects a server for a while and the fleet routes around it, re-loading the current
             // version there when it is re-admitted; CI once saw all six answers come from one server.)
-            expect(await eventually(async () => (await Promise.all(procs.map(served))).every((d) => d.some((m) => m.id === v1.served)))).toBe(true);
+            expect(
+                await eventually(async () =>
+                    (await Promise.all(procs.map(served))).every((d) => d.some((m) => m.id === v1.served)),
+                ),
+            ).toBe(true);
             const plain = await base.generate(reqs);
-            expect(first.map((g) => g.logprobs)).not.toEqual(plain.map((g) => g.logprobs));  // not the base
-            same(await fleet.generate(reqs), plain);  // the base stays the base
+            expect(first.map((g) => g.logprobs)).not.toEqual(plain.map((g) => g.logprobs)); // not the base
+            same(await fleet.generate(reqs), plain); // the base stays the base
 
             const { v: v2, gens: second } = await step(2);
             expect(second.map((g) => g.logprobs)).not.toEqual(first.map((g) => g.logprobs));
             expect(second.every((g) => g.model === v2.served)).toBe(true);
-            for (let k = 0; k < 50 && (await Promise.all(procs.map(served))).some((d) => d.some((m) => m.id === v1.served)); k++) await new Promise((r) => setTimeout(r, 40));
+            for (
+                let k = 0;
+                k < 50 && (await Promise.all(procs.map(served))).some((d) => d.some((m) => m.id === v1.served));
+                k++
+            )
+                await new Promise((r) => setTimeout(r, 40));
             for (const p of procs) expect((await served(p)).map((m) => m.id)).toEqual(["llama-1x32", v2.served]);
 
             // A server killed and restarted on its port gets the current version again: ejected and re-admitted with it
@@ -87,7 +114,12 @@ describe("adapters pushed to a fleet", () => {
             const port = new URL(procs[1]!.baseUrl).port;
             await procs[1]!.stop("SIGKILL");
             procs[1] = await startServe(modelDir, ["--enable-lora", "--lora-root", work, "--port", port]);
-            const back = async () => (await served(procs[1]!)).some((m) => m.id === v2.served) && fleet.stats().find((s) => s.url === procs[1]!.baseUrl)!.adapters.includes(v2.served);
+            const back = async () =>
+                (await served(procs[1]!)).some((m) => m.id === v2.served) &&
+                fleet
+                    .stats()
+                    .find((s) => s.url === procs[1]!.baseUrl)!
+                    .adapters.includes(v2.served);
             for (let k = 0; k < 200 && !(await back()); k++) await new Promise((r) => setTimeout(r, 50));
             const st = fleet.stats().find((s) => s.url === procs[1]!.baseUrl)!;
             expect(st).toMatchObject({ healthy: true, adapters: [v2.served] });
@@ -97,7 +129,9 @@ describe("adapters pushed to a fleet", () => {
             expect(new Set(third.map((g) => g.endpoint)).size).toBe(2);
 
             // A push that no server can load switches nothing.
-            await expect(fleet.pushAdapter("a0", join(work, "missing"))).rejects.toThrow(/a0 v3 could not be loaded on any endpoint: .*missing/);
+            await expect(fleet.pushAdapter("a0", join(work, "missing"))).rejects.toThrow(
+                /a0 v3 could not be loaded on any endpoint: .*missing/,
+            );
             expect(fleet.adapterVersion("a0")!.served).toBe(v2.served);
             same(await a0.generate(reqs), second);
         } finally {
@@ -107,18 +141,43 @@ describe("adapters pushed to a fleet", () => {
 
     it("maporl serve replaces an adapter in place only when asked, and names what it cannot load", async () => {
         const root = procs[0]!.baseUrl.replace(/\/v1$/, "");
-        const post = (path: string, body: unknown) => fetch(`${root}${path}`, { method: "POST", body: JSON.stringify(body) });
-        expect((await post("/v1/load_lora_adapter", { lora_name: "x", lora_path: join(work, "a0-step1") })).status).toBe(200);
+        const post = (path: string, body: unknown) =>
+            fetch(`${root}${path}`, { method: "POST", body: JSON.stringify(body) });
+        expect(
+            (await post("/v1/load_lora_adapter", { lora_name: "x", lora_path: join(work, "a0-step1") })).status,
+        ).toBe(200);
         const again = await post("/v1/load_lora_adapter", { lora_name: "x", lora_path: join(work, "a0-step2") });
         expect(again.status).toBe(400);
-        expect(((await again.json()) as { error: { message: string } }).error.message).toMatch(/already been loaded.*load_inplace/);
-        const chat = async () => ((await (await post("/v1/chat/completions", { model: "x", messages: reqs[0]!.messages, max_tokens: 4, seed: 3, logprobs: true,
-            return_token_ids: true })).json()) as { choices: { token_ids: number[] }[] }).choices[0]!.token_ids;
+        expect(((await again.json()) as { error: { message: string } }).error.message).toMatch(
+            /already been loaded.*load_inplace/,
+        );
+        const chat = async () =>
+            (
+                (await (
+                    await post("/v1/chat/completions", {
+                        model: "x",
+                        messages: reqs[0]!.messages,
+                        max_tokens: 4,
+                        seed: 3,
+                        logprobs: true,
+                        return_token_ids: true,
+                    })
+                ).json()) as { choices: { token_ids: number[] }[] }
+            ).choices[0]!.token_ids;
         const before = await chat();
-        expect((await post("/v1/load_lora_adapter", { lora_name: "x", lora_path: join(work, "a0-step2"), load_inplace: true })).status).toBe(200);
+        expect(
+            (
+                await post("/v1/load_lora_adapter", {
+                    lora_name: "x",
+                    lora_path: join(work, "a0-step2"),
+                    load_inplace: true,
+                })
+            ).status,
+        ).toBe(200);
         const req = { messages: reqs[0]!.messages, sampling: { maxTokens: 4 }, seed: 3 };
         const step1 = await base.loadAdapter(join(work, "a0-step1"), { name: "step1" });
-        const [was] = await step1.generate([req]), [want] = await agent.generate([req]);
+        const [was] = await step1.generate([req]),
+            [want] = await agent.generate([req]);
         await step1.dispose();
         expect(before).toEqual(was!.tokenIds);
         expect(await chat()).toEqual(want!.tokenIds);
@@ -127,29 +186,38 @@ describe("adapters pushed to a fleet", () => {
         expect((await post("/v1/unload_lora_adapter", { lora_name: "x" })).status).toBe(404);
         const bad = await post("/v1/load_lora_adapter", { lora_name: "y", lora_path: join(work, "nope") });
         expect(bad.status).toBe(400);
-        expect(((await bad.json()) as { error: { message: string } }).error.message).toMatch(/loading LoRA adapter 'y' from .*nope|lora_path: .*nope does not exist/);
+        expect(((await bad.json()) as { error: { message: string } }).error.message).toMatch(
+            /loading LoRA adapter 'y' from .*nope|lora_path: .*nope does not exist/,
+        );
         expect((await served(procs[0]!)).map((m) => m.id)).not.toContain("y");
     });
 
     it("a server that comes back without its adapters before any health check: the missing model is loaded there again, no answer is lost", async () => {
         // Health checks off: only a request's 404 ("no such model") can reveal the restart.
-        const fleet = new FleetPolicy({ endpoints: procs.map((p) => p.baseUrl), model: "llama-1x32", healthCheckIntervalMs: 0, probeIntervalMs: 100 });
+        const fleet = new FleetPolicy({
+            endpoints: procs.map((p) => p.baseUrl),
+            model: "llama-1x32",
+            healthCheckIntervalMs: 0,
+            probeIntervalMs: 100,
+        });
         try {
             const v = (await fleet.pushAdapter("b0", join(work, "a0-step2"))).version;
-            const a = fleet.adapter("b0"), first = await a.generate(reqs);
+            const a = fleet.adapter("b0"),
+                first = await a.generate(reqs);
             expect(new Set(first.map((g) => g.endpoint)).size).toBe(2);
             const port = new URL(procs[0]!.baseUrl).port;
             await procs[0]!.stop("SIGKILL");
             procs[0] = await startServe(modelDir, ["--enable-lora", "--lora-root", work, "--port", port]);
             expect((await served(procs[0]!)).map((m) => m.id)).not.toContain(v.served);
-            const again = await a.generate(reqs);  // the rows routed to the restarted server get 404, then go to the other
+            const again = await a.generate(reqs); // the rows routed to the restarted server get 404, then go to the other
             same(again, first);
             expect(again.every((g) => g.model === v.served)).toBe(true);
-            for (let k = 0; k < 100 && !(await served(procs[0]!)).some((m) => m.id === v.served); k++) await new Promise((r) => setTimeout(r, 50));
+            for (let k = 0; k < 100 && !(await served(procs[0]!)).some((m) => m.id === v.served); k++)
+                await new Promise((r) => setTimeout(r, 50));
             expect((await served(procs[0]!)).map((m) => m.id)).toContain(v.served);
             const st = fleet.stats().find((s) => s.url === procs[0]!.baseUrl)!;
             expect(st).toMatchObject({ healthy: true, ejections: 0, adapterReloads: 1, adapters: [v.served] });
-            expect(new Set((await a.generate(reqs)).map((g) => g.endpoint)).size).toBe(2);  // both serve it again
+            expect(new Set((await a.generate(reqs)).map((g) => g.endpoint)).size).toBe(2); // both serve it again
         } finally {
             fleet.close();
         }

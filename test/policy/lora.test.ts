@@ -16,28 +16,55 @@ import { readSafetensors, writeSafetensors } from "../../lib/policy/safetensors.
 
 const FIX = join(import.meta.dirname, "..", "fixtures", "hf");
 const dirs: string[] = [];
-const tmp = () => { const d = mkdtempSync(join(tmpdir(), "maporl-lora-")); dirs.push(d); return d; };
-afterAll(() => { for (const d of dirs) rmSync(d, { recursive: true, force: true }); });
+const tmp = () => {
+    const d = mkdtempSync(join(tmpdir(), "maporl-lora-"));
+    dirs.push(d);
+    return d;
+};
+afterAll(() => {
+    for (const d of dirs) rmSync(d, { recursive: true, force: true });
+});
 
 const V = 96;
 function batch(seed: number) {
-    const B = 2, T = 12, tokens = new Int32Array(B * T), targets = new Int32Array(B * T), mask = new Uint8Array(B * T).fill(1);
-    for (let i = 0; i < B * T; i++) { tokens[i] = (i * 37 + seed * 11 + 5) % V; targets[i] = (i * 53 + seed * 7 + 3) % V; }
+    const B = 2,
+        T = 12,
+        tokens = new Int32Array(B * T),
+        targets = new Int32Array(B * T),
+        mask = new Uint8Array(B * T).fill(1);
+    for (let i = 0; i < B * T; i++) {
+        tokens[i] = (i * 37 + seed * 11 + 5) % V;
+        targets[i] = (i * 53 + seed * 7 + 3) % V;
+    }
     return { tokens, targets, mask, shape: [B, T] as [number, number] };
 }
-const seqs = { tokens: Int32Array.from({ length: 2 * 10 }, (_, i) => (i * 29 + 4) % V), shape: [2, 10] as [number, number] };
+const seqs = {
+    tokens: Int32Array.from({ length: 2 * 10 }, (_, i) => (i * 29 + 4) % V),
+    shape: [2, 10] as [number, number],
+};
 
 describe("LoRA adapters in PEFT's layout", () => {
     it("a saved adapter applied outside the package as W + (alpha / r) B A gives the package's log-probs", async () => {
-        const p = await NativePolicy.load(join(FIX, "qwen2"), { tokenizer: null, lora: { rank: 4, alpha: 8, targets: ["q_proj", "v_proj", "o_proj", "down_proj"] } });
+        const p = await NativePolicy.load(join(FIX, "qwen2"), {
+            tokenizer: null,
+            lora: { rank: 4, alpha: 8, targets: ["q_proj", "v_proj", "o_proj", "down_proj"] },
+        });
         expect(p.adapter).toBe("default");
-        for (let s = 0; s < 3; s++) await p.trainStep(batch(s), { lr: 1e-2 });  // B away from zero
+        for (let s = 0; s < 3; s++) await p.trainStep(batch(s), { lr: 1e-2 }); // B away from zero
         const mine = await p.logprobs(seqs);
         const out = join(tmp(), "adapter");
         await p.saveAdapter(out);
         const cfg = JSON.parse(readFileSync(join(out, "adapter_config.json"), "utf8")) as Record<string, unknown>;
-        expect(cfg).toMatchObject({ peft_type: "LORA", task_type: "CAUSAL_LM", r: 4, lora_alpha: 8, lora_dropout: 0, bias: "none",
-            target_modules: ["q_proj", "v_proj", "o_proj", "down_proj"], base_model_name_or_path: join(FIX, "qwen2") });
+        expect(cfg).toMatchObject({
+            peft_type: "LORA",
+            task_type: "CAUSAL_LM",
+            r: 4,
+            lora_alpha: 8,
+            lora_dropout: 0,
+            bias: "none",
+            target_modules: ["q_proj", "v_proj", "o_proj", "down_proj"],
+            base_model_name_or_path: join(FIX, "qwen2"),
+        });
         // Merge by hand from the files alone: PEFT's names, A [r, in], B [out, r].
         const ad = new Map(readSafetensors(join(out, "adapter_model.safetensors")).tensors.map((t) => [t.name, t]));
         expect(ad.size).toBe(2 * 4 * 2);
@@ -47,9 +74,11 @@ describe("LoRA adapters in PEFT's layout", () => {
         const tensors = base.map((t) => {
             const m = /^model\.layers\.(\d+)\.(self_attn|mlp)\.(\w+)\.weight$/.exec(t.name);
             const key = m ? `base_model.model.model.layers.${m[1]}.${m[2]}.${m[3]}` : "";
-            const A = ad.get(`${key}.lora_A.weight`), B = ad.get(`${key}.lora_B.weight`);
+            const A = ad.get(`${key}.lora_A.weight`),
+                B = ad.get(`${key}.lora_B.weight`);
             if (!A || !B) return t;
-            const [out_, inn] = t.shape as [number, number], r = A.shape[0]!;
+            const [out_, inn] = t.shape as [number, number],
+                r = A.shape[0]!;
             expect(A.shape).toEqual([r, inn]);
             expect(B.shape).toEqual([out_, r]);
             const W = new Float32Array(t.data);
@@ -91,7 +120,8 @@ describe("LoRA adapters in PEFT's layout", () => {
         expect(agents[0]!.parameterCount).toBeLessThan(base.parameterCount / 4);
         // A new adapter changes nothing (B = 0).
         expect(Array.from(await agents[1]!.logprobs(seqs))).toEqual(Array.from(ref0));
-        for (let s = 0; s < 4; s++) for (const [k, a] of agents.entries()) await a.trainStep(batch(k * 10 + s), { lr: 2e-2 });
+        for (let s = 0; s < 4; s++)
+            for (const [k, a] of agents.entries()) await a.trainStep(batch(k * 10 + s), { lr: 2e-2 });
         const ref = await (await agents[0]!.withAdapter(null)).logprobs(seqs);
         expect(Array.from(ref)).toEqual(Array.from(ref0));
         expect(Array.from(await base.logprobs(seqs))).toEqual(Array.from(ref0));
@@ -106,9 +136,14 @@ describe("LoRA adapters in PEFT's layout", () => {
         const p = await NativePolicy.load(join(FIX, "llama"), { tokenizer: null, lora: { rank: 4 } });
         const q = await p.withAdapter("second");
         const r = await p.withAdapter("third", { rank: 2, targets: ["k_proj", "up_proj"] });
-        for (const [k, a] of [p, q, r].entries()) for (let s = 0; s < 3; s++) await a.trainStep(batch(k + s), { lr: 2e-2 });
+        for (const [k, a] of [p, q, r].entries())
+            for (let s = 0; s < 3; s++) await a.trainStep(batch(k + s), { lr: 2e-2 });
         const ref = await p.withAdapter(null);
-        const req = (i: number) => ({ promptTokenIds: [3 + i, 9, 17 + i], seed: 40 + i, sampling: { temperature: 1, maxTokens: 10 } });
+        const req = (i: number) => ({
+            promptTokenIds: [3 + i, 9, 17 + i],
+            seed: 40 + i,
+            sampling: { temperature: 1, maxTokens: 10 },
+        });
         const agents = [p, q, r, ref];
         const together = await Promise.all(agents.map((a, i) => a.generate([req(i), req(i + 4)])));
         for (const [i, a] of agents.entries()) {
@@ -162,12 +197,46 @@ describe("bad adapters and options", () => {
             writeFileSync(join(d, "adapter_config.json"), JSON.stringify(cfg));
             return d;
         };
-        await expect(p.loadAdapter(variant((c) => { c.use_dora = true; }))).rejects.toThrow(/use_dora/);
-        await expect(p.loadAdapter(variant((c) => { c.target_modules = ["q_proj", "lm_head"]; }))).rejects.toThrow(/target_modules.*lm_head/);
-        await expect(p.loadAdapter(variant((c) => { c.peft_type = "IA3"; }))).rejects.toThrow(/peft_type/);
-        await expect(p.loadAdapter(good)).rejects.toThrow(/adapter 'default' exists on this base \(pass options\.name\)/);
-        await expect(p.loadAdapter(variant((c) => { c.r = 8; }), { name: "x" })).rejects.toThrow(/shape \[4, 16\], expected \[8, 16\]/);
-        await expect(p.loadAdapter(variant((c) => { c.target_modules = ["q_proj"]; }), { name: "x" })).rejects.toThrow(/k_proj.*not a tensor of this adapter/);
+        await expect(
+            p.loadAdapter(
+                variant((c) => {
+                    c.use_dora = true;
+                }),
+            ),
+        ).rejects.toThrow(/use_dora/);
+        await expect(
+            p.loadAdapter(
+                variant((c) => {
+                    c.target_modules = ["q_proj", "lm_head"];
+                }),
+            ),
+        ).rejects.toThrow(/target_modules.*lm_head/);
+        await expect(
+            p.loadAdapter(
+                variant((c) => {
+                    c.peft_type = "IA3";
+                }),
+            ),
+        ).rejects.toThrow(/peft_type/);
+        await expect(p.loadAdapter(good)).rejects.toThrow(
+            /adapter 'default' exists on this base \(pass options\.name\)/,
+        );
+        await expect(
+            p.loadAdapter(
+                variant((c) => {
+                    c.r = 8;
+                }),
+                { name: "x" },
+            ),
+        ).rejects.toThrow(/shape \[4, 16\], expected \[8, 16\]/);
+        await expect(
+            p.loadAdapter(
+                variant((c) => {
+                    c.target_modules = ["q_proj"];
+                }),
+                { name: "x" },
+            ),
+        ).rejects.toThrow(/k_proj.*not a tensor of this adapter/);
         const fewer = join(tmp(), "fewer");
         cpSync(good, fewer, { recursive: true });
         const t = readSafetensors(join(good, "adapter_model.safetensors")).tensors;
@@ -176,8 +245,16 @@ describe("bad adapters and options", () => {
         expect(p.adapters).toEqual(["default"]);
         const elsewhere = join(tmp(), "elsewhere");
         cpSync(good, elsewhere, { recursive: true });
-        writeFileSync(join(elsewhere, "adapter_config.json"), JSON.stringify({ ...JSON.parse(readFileSync(join(good, "adapter_config.json"), "utf8")), base_model_name_or_path: "Qwen/Qwen2-0.5B" }));
-        await expect(NativePolicy.load(elsewhere)).rejects.toThrow(/base: expected the base model.*base_model_name_or_path/);
+        writeFileSync(
+            join(elsewhere, "adapter_config.json"),
+            JSON.stringify({
+                ...JSON.parse(readFileSync(join(good, "adapter_config.json"), "utf8")),
+                base_model_name_or_path: "Qwen/Qwen2-0.5B",
+            }),
+        );
+        await expect(NativePolicy.load(elsewhere)).rejects.toThrow(
+            /base: expected the base model.*base_model_name_or_path/,
+        );
         // A maporl adapter names its local base: it loads without options.base.
         const alone = await NativePolicy.load(good, { tokenizer: null });
         expect(Array.from(await alone.logprobs(seqs))).toEqual(Array.from(await p.logprobs(seqs)));
@@ -210,16 +287,23 @@ describe("memory", () => {
             const b = { tokens, targets: tokens.map((x) => (x + 1) % 32000), mask: new Uint8Array(B * T).fill(1), shape: [B, T] };
             for (const a of agents) { await a.trainStep(b, { lr: 1e-3 }); await a.generate([{ promptTokenIds: [1, 2, 3], sampling: { maxTokens: 4 } }]); }
             console.log(JSON.stringify({ rss: process.resourceUsage().maxRSS * 1024 }));`;
-        const r = spawnSync(process.execPath, ["--input-type=module", "-e", script], { encoding: "utf8", timeout: 120_000 });
+        const r = spawnSync(process.execPath, ["--input-type=module", "-e", script], {
+            encoding: "utf8",
+            timeout: 120_000,
+        });
         expect(r.status, r.stderr).toBe(0);
         return (JSON.parse(r.stdout.trim().split("\n").at(-1)!) as { rss: number }).rss;
     };
 
     it("three agents as adapters on one base use less than 1.2x the memory of one (three full copies would not)", () => {
-        const one = peak(1, "lora"), three = peak(3, "lora"), full = peak(3, "full");
-        console.log(`peak RSS: 1 adapter ${(one / 2 ** 20).toFixed(0)} MiB, 3 adapters ${(three / 2 ** 20).toFixed(0)} MiB (${(three / one).toFixed(3)}x), ` +
-            `3 full copies ${(full / 2 ** 20).toFixed(0)} MiB (${(full / one).toFixed(2)}x)`);
+        const one = peak(1, "lora"),
+            three = peak(3, "lora"),
+            full = peak(3, "full");
+        console.log(
+            `peak RSS: 1 adapter ${(one / 2 ** 20).toFixed(0)} MiB, 3 adapters ${(three / 2 ** 20).toFixed(0)} MiB (${(three / one).toFixed(3)}x), ` +
+                `3 full copies ${(full / 2 ** 20).toFixed(0)} MiB (${(full / one).toFixed(2)}x)`,
+        );
         expect(three / one).toBeLessThan(1.2);
-        expect(full / one).toBeGreaterThan(1.5);  // the measurement sees a model's size
+        expect(full / one).toBeGreaterThan(1.5); // the measurement sees a model's size
     });
 });

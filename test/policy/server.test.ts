@@ -12,12 +12,19 @@ beforeAll(async () => {
     policy = await NativePolicy.create({ contextLength: 1024, layers: 1, heads: 2, dModel: 16, seed: 2 });
     srv = await servePolicy(policy, { port: 0, model: "tiny" });
 });
-afterAll(async () => { await srv.close(); await policy.dispose(); });
+afterAll(async () => {
+    await srv.close();
+    await policy.dispose();
+});
 
 describe("servePolicy", () => {
     it("answers chat completions with log-probs, the same as the policy itself", async () => {
         const client = new OpenAICompatiblePolicy({ baseUrl: srv.baseUrl, model: "tiny" });
-        const req = { messages: [{ role: "user" as const, content: "hello" }], sampling: { temperature: 0.9, maxTokens: 6 }, seed: 11 };
+        const req = {
+            messages: [{ role: "user" as const, content: "hello" }],
+            sampling: { temperature: 0.9, maxTokens: 6 },
+            seed: 11,
+        };
         const [remote] = await client.generate([req]);
         const [local] = await policy.generate([req]);
         expect(remote!.text).toBe(local!.text);
@@ -30,29 +37,40 @@ describe("servePolicy", () => {
         expect(remote!.promptTokenIds).toEqual(policy.tokenizer.encodeChat(req.messages));
         expect(remote!.model).toBe("tiny");
         // A client in the plain OpenAI dialect gets text pieces and no ids, and says so.
-        const [plain] = await new OpenAICompatiblePolicy({ baseUrl: srv.baseUrl, model: "tiny", dialect: "openai" }).generate([req]);
+        const [plain] = await new OpenAICompatiblePolicy({
+            baseUrl: srv.baseUrl,
+            model: "tiny",
+            dialect: "openai",
+        }).generate([req]);
         expect(plain!.tokens).toEqual(local!.tokenIds!.map((t) => policy.tokenizer.decode([t])));
         expect(plain!.tokenIds).toBeUndefined();
         expect(plain!.tokenIdsExact).toBe(false);
         expect(plain!.logprobs).toEqual(local!.logprobs);
-        const models = await (await fetch(`${srv.baseUrl}/models`)).json() as { data: { id: string }[] };
+        const models = (await (await fetch(`${srv.baseUrl}/models`)).json()) as { data: { id: string }[] };
         expect(models.data[0]!.id).toBe("tiny");
     });
 
     it("serves a debate and rejects bad requests with 400", async () => {
         const agents = [0, 1].map(() => new OpenAICompatiblePolicy({ baseUrl: srv.baseUrl, model: "tiny" }));
-        const tr = await new Debate({ agents, turns: 2, sampling: { maxTokens: 4 }, seed: 1 }).run({ question: "1+1?", reference: 2 });
+        const tr = await new Debate({ agents, turns: 2, sampling: { maxTokens: 4 }, seed: 1 }).run({
+            question: "1+1?",
+            reference: 2,
+        });
         expect(tr.turns.length).toBe(2);
-        const post = (body: unknown) => fetch(`${srv.baseUrl}/chat/completions`, { method: "POST", body: typeof body === "string" ? body : JSON.stringify(body) });
+        const post = (body: unknown) =>
+            fetch(`${srv.baseUrl}/chat/completions`, {
+                method: "POST",
+                body: typeof body === "string" ? body : JSON.stringify(body),
+            });
         const bad = await post("{oops");
         expect(bad.status).toBe(400);
         expect(((await bad.json()) as { error: { message: string } }).error.message).toMatch(/not JSON/);
         expect((await post({ messages: [] })).status).toBe(400);
         expect((await post({ messages: [{ role: "user", content: "x" }], stream: "yes" })).status).toBe(400);
-        expect((await post({ messages: [{ role: "user", content: "x".repeat(1100) }] })).status).toBe(400);  // longer than the context
+        expect((await post({ messages: [{ role: "user", content: "x".repeat(1100) }] })).status).toBe(400); // longer than the context
         expect((await fetch(`${srv.baseUrl}/nope`)).status).toBe(404);
         const msg = async (r: Response) => ((await r.json()) as { error: { message: string } }).error.message;
-        const typed = await post({ messages: [{ role: "user", content: "x" }], top_p: "0.9" });  // JSON numbers only
+        const typed = await post({ messages: [{ role: "user", content: "x" }], top_p: "0.9" }); // JSON numbers only
         expect(typed.status).toBe(400);
         expect(await msg(typed)).toMatch(/top_p: expected a number, got string/);
         const range = await post({ messages: [{ role: "user", content: "x" }], temperature: -2 });
@@ -61,18 +79,29 @@ describe("servePolicy", () => {
     });
 
     it("answers n choices, the first as a single request, and refuses malformed n / logprobs / bodies", async () => {
-        const post = (body: unknown) => fetch(`${srv.baseUrl}/chat/completions`, { method: "POST", body: JSON.stringify(body) });
+        const post = (body: unknown) =>
+            fetch(`${srv.baseUrl}/chat/completions`, { method: "POST", body: JSON.stringify(body) });
         const req = { messages: [{ role: "user", content: "hi" }], temperature: 1, max_tokens: 6, seed: 5 };
-        type Reply = { choices: { index: number; message: { content: string } }[]; usage: { completion_tokens: number } };
-        const one = await (await post(req)).json() as Reply, three = await (await post({ ...req, n: 3 })).json() as Reply;
+        type Reply = {
+            choices: { index: number; message: { content: string } }[];
+            usage: { completion_tokens: number };
+        };
+        const one = (await (await post(req)).json()) as Reply,
+            three = (await (await post({ ...req, n: 3 })).json()) as Reply;
         expect(three.choices.map((c) => c.index)).toEqual([0, 1, 2]);
         expect(three.choices[0]!.message.content).toBe(one.choices[0]!.message.content);
-        const second = await policy.generate([{ messages: req.messages as never, sampling: { temperature: 1, maxTokens: 6 }, seed: 6 }]);
-        expect(three.choices[1]!.message.content).toBe(second[0]!.text);  // choice i = seed + i
+        const second = await policy.generate([
+            { messages: req.messages as never, sampling: { temperature: 1, maxTokens: 6 }, seed: 6 },
+        ]);
+        expect(three.choices[1]!.message.content).toBe(second[0]!.text); // choice i = seed + i
         expect(three.usage.completion_tokens).toBeGreaterThanOrEqual(one.usage.completion_tokens);
-        for (const [bad, re] of [[{ ...req, n: 0 }, /n: expected an integer in \[1, 64\], got 0/], [{ ...req, n: 1.5 }, /n: expected an integer/],
-            [{ ...req, logprobs: "yes" }, /logprobs: expected a boolean, got string/], [null, /the body: expected a JSON object/],
-            [[req], /the body: expected a JSON object/]] as const) {
+        for (const [bad, re] of [
+            [{ ...req, n: 0 }, /n: expected an integer in \[1, 64\], got 0/],
+            [{ ...req, n: 1.5 }, /n: expected an integer/],
+            [{ ...req, logprobs: "yes" }, /logprobs: expected a boolean, got string/],
+            [null, /the body: expected a JSON object/],
+            [[req], /the body: expected a JSON object/],
+        ] as const) {
             const r = await post(bad);
             expect(r.status).toBe(400);
             expect(((await r.json()) as { error: { message: string } }).error.message).toMatch(re);
@@ -81,7 +110,10 @@ describe("servePolicy", () => {
 
     it("passes stop strings through, as the policy applies them", async () => {
         const client = new OpenAICompatiblePolicy({ baseUrl: srv.baseUrl, model: "tiny" });
-        const req = { messages: [{ role: "user" as const, content: "hi" }], sampling: { temperature: 0, maxTokens: 24 } };
+        const req = {
+            messages: [{ role: "user" as const, content: "hi" }],
+            sampling: { temperature: 0, maxTokens: 24 },
+        };
         const [full] = await policy.generate([req]);
         const stop = full!.text.slice(2, 3);
         const [remote] = await client.generate([{ ...req, sampling: { ...req.sampling, stop: [stop] } }]);

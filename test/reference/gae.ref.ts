@@ -12,13 +12,24 @@ export interface GaeRef {
     returnsScale: Float64Array;
 }
 
-export function gaeReference(rewards: ArrayLike<number>, values: ArrayLike<number>, mask: ArrayLike<number>,
-    B: number, T: number, gamma: number, lambda: number, whiten: boolean): GaeRef {
-    const A = new Float64Array(B * T), R = new Float64Array(B * T);
+export function gaeReference(
+    rewards: ArrayLike<number>,
+    values: ArrayLike<number>,
+    mask: ArrayLike<number>,
+    B: number,
+    T: number,
+    gamma: number,
+    lambda: number,
+    whiten: boolean,
+): GaeRef {
+    const A = new Float64Array(B * T),
+        R = new Float64Array(B * T);
     // S: the same recursion on absolute values, the size of everything summed into A (for error bounds).
     const S = new Float64Array(B * T);
     for (let b = 0; b < B; b++) {
-        let nextValue = 0, lastGae = 0, lastS = 0;
+        let nextValue = 0,
+            lastGae = 0,
+            lastS = 0;
         for (let t = T - 1; t >= 0; t--) {
             const i = b * T + t;
             if (mask[i] !== 1) continue;
@@ -31,19 +42,25 @@ export function gaeReference(rewards: ArrayLike<number>, values: ArrayLike<numbe
             S[i] = lastS;
         }
     }
-    const advantagesScale = new Float64Array(B * T), returnsScale = new Float64Array(B * T);
+    const advantagesScale = new Float64Array(B * T),
+        returnsScale = new Float64Array(B * T);
     for (let i = 0; i < B * T; i++) {
         advantagesScale[i] = S[i]!;
         returnsScale[i] = S[i]! + (mask[i] === 1 ? Math.abs(values[i]!) : 0);
     }
     if (whiten) {
-        let n = 0, sum = 0;
-        for (let i = 0; i < B * T; i++) if (mask[i] === 1) { n++; sum += A[i]!; }
+        let n = 0,
+            sum = 0;
+        for (let i = 0; i < B * T; i++)
+            if (mask[i] === 1) {
+                n++;
+                sum += A[i]!;
+            }
         if (n > 0) {
-            const mean = sum / n;  // exact (verl divides by n + 1e-8: docs/conventions.md); n < 2: verl raises, we whiten to 0
+            const mean = sum / n; // exact (verl divides by n + 1e-8: docs/conventions.md); n < 2: verl raises, we whiten to 0
             let dev = 0;
             for (let i = 0; i < B * T; i++) if (mask[i] === 1) dev += (A[i]! - mean) ** 2;
-            const variance = n >= 2 ? dev / (n + 1e-8) * n / (n - 1) : 0;
+            const variance = n >= 2 ? ((dev / (n + 1e-8)) * n) / (n - 1) : 0;
             const rstd = 1 / Math.sqrt(variance + 1e-8);
             for (let i = 0; i < B * T; i++) advantagesScale[i] = (advantagesScale[i]! + Math.abs(mean)) * rstd;
             for (let i = 0; i < B * T; i++) if (mask[i] === 1) A[i] = (A[i]! - mean) * rstd;

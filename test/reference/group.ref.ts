@@ -37,9 +37,15 @@ export function groupReference(scores: ArrayLike<number>, groups: ArrayLike<numb
         for (const i of list) {
             const s = scores[i]!;
             let a: number;
-            if (o.baseline === "none") { out[i] = s; continue; }
+            if (o.baseline === "none") {
+                out[i] = s;
+                continue;
+            }
             if (n === 1) {
-                if (o.singletonZero) { out[i] = 0; continue; }
+                if (o.singletonZero) {
+                    out[i] = 0;
+                    continue;
+                }
                 a = s;
             } else if (o.baseline === "rloo") a = s - (sum - s) / (n - 1);
             else if (o.baseline === "max") a = s - max;
@@ -48,14 +54,20 @@ export function groupReference(scores: ArrayLike<number>, groups: ArrayLike<numb
         }
     }
     if (o.whiten) {
-        let W = 0, S = 0;
-        const w = (i: number) => (o.nanExclude && Number.isNaN(scores[i])) ? 0 : (o.weights ? o.weights[i]! : 1);
-        for (let i = 0; i < N; i++) { W += w(i); S += w(i) * out[i]!; }
+        let W = 0,
+            S = 0;
+        const w = (i: number) => (o.nanExclude && Number.isNaN(scores[i]) ? 0 : o.weights ? o.weights[i]! : 1);
+        for (let i = 0; i < N; i++) {
+            W += w(i);
+            S += w(i) * out[i]!;
+        }
         const mean = S / (W || 1);
         let dev = 0;
         for (let i = 0; i < N; i++) dev += w(i) * (out[i]! - mean) ** 2;
-        const rstd = o.whiten === "openrlhf" ? 1 / Math.sqrt(Math.max(W > 0 ? dev / W : 0, 1e-8))
-            : 1 / Math.sqrt((W >= 2 ? dev / (W + 1e-8) * W / (W - 1) : 0) + 1e-8);
+        const rstd =
+            o.whiten === "openrlhf"
+                ? 1 / Math.sqrt(Math.max(W > 0 ? dev / W : 0, 1e-8))
+                : 1 / Math.sqrt((W >= 2 ? ((dev / (W + 1e-8)) * W) / (W - 1) : 0) + 1e-8);
         for (let i = 0; i < N; i++) out[i] = w(i) === 0 ? 0 : (out[i]! - mean) * rstd;
     }
     return out;

@@ -17,16 +17,29 @@ afterAll(() => rmSync(work, { recursive: true, force: true }));
 
 describe("train: co-training on arith-debate (3 agents, 3 turns)", () => {
     it("MAPoRL beats the untrained team and the independent control; solo accuracy barely moves", async () => {
-        const s = await trainJob({ out: join(work, "run"), config: { iterations: 60, episodesPerIteration: 32, evalEpisodes: 150, evalEvery: 1000,
-            sft: { steps: 800, batchSize: 32, lr: 2e-3 } } });
+        const s = await trainJob({
+            out: join(work, "run"),
+            config: {
+                iterations: 60,
+                episodesPerIteration: 32,
+                evalEpisodes: 150,
+                evalEvery: 1000,
+                sft: { steps: 800, batchSize: 32, lr: 2e-3 },
+            },
+        });
         console.log(formatSummary(s));
         const [untrained, maporl, independent] = s.rows;
-        expect(s.rows.map((r) => r.name)).toEqual(["untrained team", "team co-trained by maporl", "independent control"]);
+        expect(s.rows.map((r) => r.name)).toEqual([
+            "untrained team",
+            "team co-trained by maporl",
+            "independent control",
+        ]);
         const final = (r: typeof untrained) => r!.majorityAccuracy[2]!;
         expect(final(maporl) - final(untrained)).toBeGreaterThan(0.1);
         expect(maporl!.gain - untrained!.gain).toBeGreaterThan(0.1);
         expect(maporl!.gain - independent!.gain).toBeGreaterThan(0.06);
-        const teamMove = final(maporl) - final(untrained), soloMove = Math.abs(maporl!.soloAccuracy - untrained!.soloAccuracy);
+        const teamMove = final(maporl) - final(untrained),
+            soloMove = Math.abs(maporl!.soloAccuracy - untrained!.soloAccuracy);
         expect(soloMove).toBeLessThan(teamMove / 3);
     }, 900_000);
 });

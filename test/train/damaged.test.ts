@@ -17,8 +17,17 @@ const cli = join(root, "dist", "cli.js");
 const work = mkdtempSync(join(tmpdir(), "maporl-damaged-"));
 afterAll(() => rmSync(work, { recursive: true, force: true }));
 
-const config = { iterations: 2, episodesPerIteration: 4, evalEpisodes: 8, evalEvery: 2, controls: false, sft: { steps: 20, batchSize: 8 },
-    model: { layers: 1, heads: 2, dModel: 16, contextLength: 64 }, critic: { layers: 1, heads: 2, dModel: 16 }, seed: 2 };
+const config = {
+    iterations: 2,
+    episodesPerIteration: 4,
+    evalEpisodes: 8,
+    evalEvery: 2,
+    controls: false,
+    sft: { steps: 20, batchSize: 8 },
+    model: { layers: 1, heads: 2, dModel: 16, contextLength: 64 },
+    critic: { layers: 1, heads: 2, dModel: 16 },
+    seed: 2,
+};
 const done = join(work, "done");
 
 function train(args: string[]) {
@@ -26,13 +35,13 @@ function train(args: string[]) {
 }
 const read = (dir: string, f: string) => readFileSync(join(dir, f), "utf8");
 // The logs without their wall-clock records (stage timings), which differ between any two runs.
-const same = (dir: string, f: "summary.json" | "metrics.jsonl") => f === "summary.json"
-    ? summaryWithoutTimings(read(dir, f)) : metricsWithoutTimings(read(dir, f));
+const same = (dir: string, f: "summary.json" | "metrics.jsonl") =>
+    f === "summary.json" ? summaryWithoutTimings(read(dir, f)) : metricsWithoutTimings(read(dir, f));
 
 function copy(name: string): string {
     const dir = join(work, name);
     cpSync(done, dir, { recursive: true });
-    rmSync(join(dir, "summary.json"));  // the resumed run writes it again
+    rmSync(join(dir, "summary.json")); // the resumed run writes it again
     return dir;
 }
 
@@ -54,7 +63,9 @@ describe("train: resume from damaged state", () => {
         flip(join(dir, "checkpoint", "base", "model.safetensors"), 2000);
         const r = train(["--resume", dir]);
         expect(r.status, r.stderr).toBe(0);
-        expect(r.stdout + r.stderr).toMatch(/checkpoint\/base\/model\.safetensors: SHA-256 does not match.*resuming from .*checkpoint\.old/);
+        expect(r.stdout + r.stderr).toMatch(
+            /checkpoint\/base\/model\.safetensors: SHA-256 does not match.*resuming from .*checkpoint\.old/,
+        );
         expect(same(dir, "summary.json")).toEqual(same(done, "summary.json"));
         expect(same(dir, "metrics.jsonl")).toBe(same(done, "metrics.jsonl"));
     });
@@ -71,7 +82,9 @@ describe("train: resume from damaged state", () => {
         flip(join(dir, "checkpoint", "base", "model.safetensors"), 2000, 1);
         const r = train(["--resume", dir]);
         expect(r.status, r.stderr).toBe(0);
-        expect(r.stdout + r.stderr).toMatch(/checkpoint\/state\.json: no sha256 of its own \(every checkpoint is written with one: damaged or edited\).*resuming from .*checkpoint\.old/);
+        expect(r.stdout + r.stderr).toMatch(
+            /checkpoint\/state\.json: no sha256 of its own \(every checkpoint is written with one: damaged or edited\).*resuming from .*checkpoint\.old/,
+        );
         expect(same(dir, "summary.json")).toEqual(same(done, "summary.json"));
         expect(same(dir, "metrics.jsonl")).toBe(same(done, "metrics.jsonl"));
     });
@@ -83,7 +96,9 @@ describe("train: resume from damaged state", () => {
         const before = read(dir, "metrics.jsonl");
         const r = train(["--resume", dir]);
         expect(r.status).toBe(1);
-        expect(r.stderr).toMatch(/no checkpoint verifies, refusing to resume \(.*checkpoint\/state\.json: no sha256 of its own.*checkpoint\.old\/state\.json: no sha256 of its own/);
+        expect(r.stderr).toMatch(
+            /no checkpoint verifies, refusing to resume \(.*checkpoint\/state\.json: no sha256 of its own.*checkpoint\.old\/state\.json: no sha256 of its own/,
+        );
         expect(read(dir, "metrics.jsonl")).toBe(before);
     });
 
@@ -94,8 +109,10 @@ describe("train: resume from damaged state", () => {
         const before = read(dir, "metrics.jsonl");
         const r = train(["--resume", dir]);
         expect(r.status).not.toBe(0);
-        expect(r.stderr).toMatch(/no checkpoint verifies, refusing to resume \(.*checkpoint\/base\/model\.safetensors: SHA-256 does not match.*checkpoint\.old\/state\.json: not valid JSON/);
-        expect(read(dir, "metrics.jsonl")).toBe(before);  // the logs are left as they were
+        expect(r.stderr).toMatch(
+            /no checkpoint verifies, refusing to resume \(.*checkpoint\/base\/model\.safetensors: SHA-256 does not match.*checkpoint\.old\/state\.json: not valid JSON/,
+        );
+        expect(read(dir, "metrics.jsonl")).toBe(before); // the logs are left as they were
     });
 
     it("a truncated state.json: checkpoint.old is used, saying so", () => {
@@ -103,7 +120,9 @@ describe("train: resume from damaged state", () => {
         truncateSync(join(dir, "checkpoint", "state.json"), 100);
         const r = train(["--resume", dir]);
         expect(r.status, r.stderr).toBe(0);
-        expect(r.stdout + r.stderr).toMatch(/checkpoint\/state\.json: not valid JSON \(truncated or damaged\).*resuming from/);
+        expect(r.stdout + r.stderr).toMatch(
+            /checkpoint\/state\.json: not valid JSON \(truncated or damaged\).*resuming from/,
+        );
         expect(same(dir, "summary.json")).toEqual(same(done, "summary.json"));
     });
 
@@ -114,7 +133,7 @@ describe("train: resume from damaged state", () => {
         const r = train(["--resume", short]);
         expect(r.status).not.toBe(0);
         expect(r.stderr).toMatch(/metrics\.jsonl is \d+ bytes, shorter than the \d+ its checkpoint records/);
-        expect(readFileSync(m).includes(0)).toBe(false);  // never padded with NUL bytes
+        expect(readFileSync(m).includes(0)).toBe(false); // never padded with NUL bytes
         const edited = copy("edited");
         flip(join(edited, "metrics.jsonl"), 10, 1);
         const e = train(["--resume", edited]);

@@ -19,21 +19,38 @@ import { rolloutTeam, transition, type RolloutEntry } from "../../lib/train/roll
 const work = mkdtempSync(join(tmpdir(), "maporl-lookup-"));
 afterAll(() => rmSync(work, { recursive: true, force: true }));
 
-const entry = (text: string, score = 0): RolloutEntry => ({ prompt: [], completion: [], stopped: true, text, extracted: null, correct: false, score });
+const entry = (text: string, score = 0): RolloutEntry => ({
+    prompt: [],
+    completion: [],
+    stopped: true,
+    text,
+    extracted: null,
+    correct: false,
+    score,
+});
 
 // A policy that answers by a script of its prompt (the model's own tokenizer gives the completion's ids).
 async function scripted(name: string, answer: (prompt: string) => string): Promise<NativePolicy> {
     const p = await NativePolicy.create({ contextLength: 64, layers: 1, heads: 2, dModel: 16, seed: 3, name });
-    p.generate = async (reqs: GenerateRequest[]): Promise<Generation[]> => reqs.map((r) => {
-        const text = answer(String(r.messages![0]!.content));
-        return { text, tokens: p.tokenizer.encode(text), finishReason: "stop", usage: { promptTokens: 0, completionTokens: text.length }, latencyMs: 0 };
-    });
+    p.generate = async (reqs: GenerateRequest[]): Promise<Generation[]> =>
+        reqs.map((r) => {
+            const text = answer(String(r.messages![0]!.content));
+            return {
+                text,
+                tokens: p.tokenizer.encode(text),
+                finishReason: "stop",
+                usage: { promptTokens: 0, completionTokens: text.length },
+                latencyMs: 0,
+            };
+        });
     return p;
 }
 // The protocol played right: the researcher looks up its key; the solver adds the scratchpad's value (0 when empty).
 const researcher = (prompt: string) => `@${/^k=(\d)/.exec(prompt)![1]}`;
 const solver = (prompt: string) => {
-    const x = Number(/^x=(\d)/.exec(prompt)![1]), pad = /#(.)$/.exec(prompt)![1]!, v = /\d/.test(pad) ? Number(pad) : 0;
+    const x = Number(/^x=(\d)/.exec(prompt)![1]),
+        pad = /#(.)$/.exec(prompt)![1]!,
+        v = /\d/.test(pad) ? Number(pad) : 0;
     return `${x}+${v}=${x + v};${x + v}`;
 };
 
@@ -43,11 +60,13 @@ describe("tool-lookup: the task and its tool", () => {
 
     it("items: the reference is the database's value for the researcher's key plus the solver's operand", () => {
         for (const it of items) {
-            const values = it.hidden!.values as string, key = it.views[0]!.slice(2), x = Number(it.views[1]!.slice(2));
+            const values = it.hidden!.values as string,
+                key = it.views[0]!.slice(2),
+                x = Number(it.views[1]!.slice(2));
             expect(it.views[0]).toMatch(/^k=\d$/);
             expect(it.views[1]).toMatch(/^x=\d$/);
             expect(it.reference).toBe(String(Number(values[Number(key)]) + x));
-            expect(JSON.parse(JSON.stringify(it))).toEqual(it);  // scenario suites store items as JSON
+            expect(JSON.parse(JSON.stringify(it))).toEqual(it); // scenario suites store items as JSON
         }
         expect(task.generate(50, 7)).toEqual(items);
         expect(new Set(items.map((i) => i.reference)).size).toBeGreaterThan(8);
@@ -56,76 +75,164 @@ describe("tool-lookup: the task and its tool", () => {
     });
 
     it("the transition: the researcher's lookup returns its value; the solver's is forbidden; bad keys and a missing database are errors, not throws", async () => {
-        const it0 = items[0]!, values = it0.hidden!.values as string;
+        const it0 = items[0]!,
+            values = it0.hidden!.values as string;
         const row = [entry("@2@z"), entry("9+1=10;10@4", 1)];
         await transition(task, it0, row, 1, true);
-        expect(row[0]!.toolResults!.map((r) => [r.ok, r.content, r.error])).toEqual([[true, values[2], undefined],
-            [false, expect.stringMatching(/invalid arguments for 'lookup'.*pattern/) as unknown as string, "arguments"]]);
-        expect(row[1]!.toolResults).toMatchObject([{ ok: false, error: "forbidden", content: expect.stringMatching(/solver may not call 'lookup' \(only researcher\)/) }]);
-        expect(row[0]!.score).toBe(1);  // the researcher is credited with the turn's joint reward: the solver's score
+        expect(row[0]!.toolResults!.map((r) => [r.ok, r.content, r.error])).toEqual([
+            [true, values[2], undefined],
+            [false, expect.stringMatching(/invalid arguments for 'lookup'.*pattern/) as unknown as string, "arguments"],
+        ]);
+        expect(row[1]!.toolResults).toMatchObject([
+            {
+                ok: false,
+                error: "forbidden",
+                content: expect.stringMatching(/solver may not call 'lookup' \(only researcher\)/),
+            },
+        ]);
+        expect(row[0]!.score).toBe(1); // the researcher is credited with the turn's joint reward: the solver's score
         const early = [entry("@2"), entry("9+1=10;10", 1)];
         await transition(task, it0, early, 0, false);
-        expect(early.map((e) => e.score)).toEqual([0, 0]);  // finalReward: the outcome at the horizon only
+        expect(early.map((e) => e.score)).toEqual([0, 0]); // finalReward: the outcome at the horizon only
         const bare = [entry("@0"), entry("1")];
         await transition(task, { ...it0, hidden: {} }, bare, 0, false);
-        expect(bare[0]!.toolResults).toMatchObject([{ ok: false, error: "threw", content: expect.stringMatching(/no database/) }]);
+        expect(bare[0]!.toolResults).toMatchObject([
+            { ok: false, error: "threw", content: expect.stringMatching(/no database/) },
+        ]);
         expect(lookupCalls("@1@2@3@4@5").length).toBe(4);
         // A task whose own call parser throws: a tool error on that answer, not an error of the episode.
         const odd = [entry("@1"), entry("2")];
-        await transition({ ...task, toolCalls: () => { throw new Error("parser broke"); } }, it0, odd, 0, false);
-        expect(odd[0]!.toolResults).toMatchObject([{ ok: false, error: "arguments", content: expect.stringMatching(/could not be read \(parser broke\)/) }]);
-        expect(scratchpad([{ text: "", extracted: null, toolResults: [{ ok: false, content: "e" }, { ok: true, content: "7" }] }])).toBe("7");
+        await transition(
+            {
+                ...task,
+                toolCalls: () => {
+                    throw new Error("parser broke");
+                },
+            },
+            it0,
+            odd,
+            0,
+            false,
+        );
+        expect(odd[0]!.toolResults).toMatchObject([
+            { ok: false, error: "arguments", content: expect.stringMatching(/could not be read \(parser broke\)/) },
+        ]);
+        expect(
+            scratchpad([
+                {
+                    text: "",
+                    extracted: null,
+                    toolResults: [
+                        { ok: false, content: "e" },
+                        { ok: true, content: "7" },
+                    ],
+                },
+            ]),
+        ).toBe("7");
         expect(scratchpad([{ text: "", extracted: null, toolResults: [{ ok: false, content: "e" }] }])).toBe("!");
         expect(scratchpad(null)).toBe("?");
     });
 
     it("the warm start's demonstrations: the researcher's own key at rate p + (1 - p)/10, the solver's use of the scratchpad at q + (1 - q)/10", () => {
-        const t = lookupTask({ keyUse: 0.4, padUse: 0.2 }), rng = mulberry32(5), many = t.generate(4000, 3);
-        let own = 0, used = 0, shown = 0;
+        const t = lookupTask({ keyUse: 0.4, padUse: 0.2 }),
+            rng = mulberry32(5),
+            many = t.generate(4000, 3);
+        let own = 0,
+            used = 0,
+            shown = 0;
         for (const it of many) {
             const r = t.demonstration!(it, 0, 0, rng, false);
             expect(r.prompt).toBe(`${it.views[0]}|???,???#?`);
             if (r.answer === `@${it.views[0]!.slice(2)}`) own++;
-            const s = t.demonstration!(it, 1, 1, rng, false), pad = /#(\d)$/.exec(s.prompt)![1]!;
+            const s = t.demonstration!(it, 1, 1, rng, false),
+                pad = /#(\d)$/.exec(s.prompt)![1]!;
             shown++;
             if (s.answer.split("=")[0]!.endsWith(`+${pad}`)) used++;
         }
-        const se = (p: number) => Math.sqrt(p * (1 - p) / many.length);
+        const se = (p: number) => Math.sqrt((p * (1 - p)) / many.length);
         expect(Math.abs(own / many.length - 0.46)).toBeLessThan(4 * se(0.46));
         expect(Math.abs(used / shown - 0.28)).toBeLessThan(4 * se(0.28));
     });
 
     it("a team playing the protocol: every tool call and result on the entries, the scratchpad in the solver's next prompt, accuracy 1 at turn 2", async () => {
-        const r0 = await scripted("researcher", researcher), s0 = await scripted("solver", solver);
-        const r = await rolloutTeam(task, items.slice(0, 20), [r0, s0], { turns: 2, temperature: 1, maxTokens: 8, seed: 1 });
+        const r0 = await scripted("researcher", researcher),
+            s0 = await scripted("solver", solver);
+        const r = await rolloutTeam(task, items.slice(0, 20), [r0, s0], {
+            turns: 2,
+            temperature: 1,
+            maxTokens: 8,
+            seed: 1,
+        });
         const m = teamMetrics(r);
         expect(m.majorityAccuracy[1]).toBe(1);
         // Turn 1: the solver had nothing to read (right only where the value is 0); metrics read the solver alone.
-        expect(m.majorityAccuracy[0]).toBeCloseTo(r.items.filter((it, e) => r.entries[e]![0]![1]!.correct).length / 20, 10);
+        expect(m.majorityAccuracy[0]).toBeCloseTo(
+            r.items.filter((it, e) => r.entries[e]![0]![1]!.correct).length / 20,
+            10,
+        );
         expect(m.agentAccuracy.map((row) => row.length)).toEqual([1, 1]);
         r.entries.forEach((ep, e) => {
-            const values = r.items[e]!.hidden!.values as string, key = r.items[e]!.views[0]!.slice(2);
+            const values = r.items[e]!.hidden!.values as string,
+                key = r.items[e]!.views[0]!.slice(2);
             expect(ep[0]![0]!.toolResults).toMatchObject([{ name: "lookup", ok: true, content: values[Number(key)] }]);
             expect(r0.tokenizer.decode(ep[1]![1]!.prompt)).toContain(`#${values[Number(key)]}`);
             expect(ep[1]![0]!.score).toBe(1);
         });
         // With the researcher replaced by one that looks up the wrong key, the team fails (the chemistry the task needs).
         const wrong = await scripted("wrong", (p) => `@${(Number(researcher(p)[1]) + 1) % 10}`);
-        const w = teamMetrics(await rolloutTeam(task, items.slice(0, 20), [wrong, s0], { turns: 2, temperature: 1, maxTokens: 8, seed: 1 }));
+        const w = teamMetrics(
+            await rolloutTeam(task, items.slice(0, 20), [wrong, s0], {
+                turns: 2,
+                temperature: 1,
+                maxTokens: 8,
+                seed: 1,
+            }),
+        );
         expect(w.majorityAccuracy[1]).toBeLessThan(0.5);
         for (const p of [r0, s0, wrong]) await p.dispose();
     });
 });
 
 describe("tool-lookup: the trainers on the workflow", () => {
-    const small = { task: "tool-lookup", iterations: 3, episodesPerIteration: 8, evalEpisodes: 8, evalEvery: 100, controls: true, sft: { steps: 20, batchSize: 16, lr: 2e-3 } };
-    const traces = (dir: string) => readFileSync(join(dir, "traces.jsonl"), "utf8").trim().split("\n").map((l) => JSON.parse(l) as {
-        stage: string; turns: { role: string; text: string; tools?: { name: string; ok: boolean }[]; credit?: number }[][] });
+    const small = {
+        task: "tool-lookup",
+        iterations: 3,
+        episodesPerIteration: 8,
+        evalEpisodes: 8,
+        evalEvery: 100,
+        controls: true,
+        sft: { steps: 20, batchSize: 16, lr: 2e-3 },
+    };
+    const traces = (dir: string) =>
+        readFileSync(join(dir, "traces.jsonl"), "utf8")
+            .trim()
+            .split("\n")
+            .map(
+                (l) =>
+                    JSON.parse(l) as {
+                        stage: string;
+                        turns: {
+                            role: string;
+                            text: string;
+                            tools?: { name: string; ok: boolean }[];
+                            credit?: number;
+                        }[][];
+                    },
+            );
 
     for (const algo of ["maporl", "collm-cc", "magrpo"] as const)
         it(`${algo}: roles, tool calls and the credit each trained answer got are in traces.jsonl; the control credits the researcher only`, async () => {
             const dir = join(work, algo);
-            const s = await trainJob({ out: dir, config: { ...small, algo, ...(algo === "magrpo" ? { episodesPerIteration: 4, replay: { enabled: true, every: 2, steps: 1, batchSize: 4 } } : {}) } });
+            const s = await trainJob({
+                out: dir,
+                config: {
+                    ...small,
+                    algo,
+                    ...(algo === "magrpo"
+                        ? { episodesPerIteration: 4, replay: { enabled: true, every: 2, steps: 1, batchSize: 4 } }
+                        : {}),
+                },
+            });
             expect(s.config.agents).toBe(2);
             expect(s.config.turns).toBe(2);
             expect(s.config.separateTurn0).toBe(false);
@@ -133,17 +240,23 @@ describe("tool-lookup: the trainers on the workflow", () => {
             const t = traces(dir);
             expect(t.length).toBe(6);
             for (const x of t) {
-                expect(x.turns.map((turn) => turn.map((e) => e.role))).toEqual([["researcher", "solver"], ["researcher", "solver"]]);
+                expect(x.turns.map((turn) => turn.map((e) => e.role))).toEqual([
+                    ["researcher", "solver"],
+                    ["researcher", "solver"],
+                ]);
                 for (const turn of x.turns) {
                     for (const e of turn) if (e.tools) expect(e.tools.length).toBe(lookupCalls(e.text).length);
                     if (x.stage === "independent") {
                         expect(typeof turn[0]!.credit).toBe("number");
-                        expect(turn[1]!.credit).toBeUndefined();  // the frozen solver is not trained
+                        expect(turn[1]!.credit).toBeUndefined(); // the frozen solver is not trained
                     } else expect(turn.every((e) => Number.isFinite(e.credit))).toBe(true);
                 }
             }
             if (algo === "magrpo") {
-                const replay = readFileSync(join(dir, "metrics.jsonl"), "utf8").trim().split("\n").map((l) => JSON.parse(l) as { kind: string; replay?: { size: number; offlineLoss?: number } })
+                const replay = readFileSync(join(dir, "metrics.jsonl"), "utf8")
+                    .trim()
+                    .split("\n")
+                    .map((l) => JSON.parse(l) as { kind: string; replay?: { size: number; offlineLoss?: number } })
                     .filter((m) => m.kind === "train");
                 expect(replay.every((m) => m.replay !== undefined)).toBe(true);
             }

@@ -21,12 +21,16 @@ import { crossPlay, makeSuite, regressionGate, teamArg } from "../../lib/train/e
 import { formatSummary, trainJob } from "../../lib/train/job.js";
 
 const work = mkdtempSync(join(tmpdir(), "maporl-lookup-team-"));
-afterAll(() => { rmSync(work, { recursive: true, force: true }); setSimd("best"); });
+afterAll(() => {
+    rmSync(work, { recursive: true, force: true });
+    setSimd("best");
+});
 
 describe("train: tool-lookup (researcher -> solver, a tool only the researcher may call)", () => {
     it("the co-trained hand-off beats the untrained team and the control; cross-play and the gate see the chemistry", async () => {
         if (backend().simd !== "scalar") setSimd("avx2");
-        const run = join(work, "run"), suite = join(work, "suite");
+        const run = join(work, "run"),
+            suite = join(work, "suite");
         const s = await trainJob({ out: run, config: { task: "tool-lookup", iterations: 120, evalEvery: 1000 } });
         console.log(formatSummary(s));
         const [untrained, maporl, independent] = s.rows.map((r) => r.majorityAccuracy);
@@ -46,8 +50,14 @@ describe("train: tool-lookup (researcher -> solver, a tool only the researcher m
 
         const same = await regressionGate({ suite, baseline: { run }, candidate: { run } });
         expect([same.pass, same.drop]).toEqual([true, 0]);
-        const swapped = await regressionGate({ suite, baseline: { run }, candidate: { run, replace: { 1: join(run, "checkpoint", "base") } } });
+        const swapped = await regressionGate({
+            suite,
+            baseline: { run },
+            candidate: { run, replace: { 1: join(run, "checkpoint", "base") } },
+        });
         expect(swapped.pass).toBe(false);
-        expect(swapped.message).toMatch(/^majority@last: .*agents 1 replaced.*more than the threshold 0.02: regression$/);
+        expect(swapped.message).toMatch(
+            /^majority@last: .*agents 1 replaced.*more than the threshold 0.02: regression$/,
+        );
     }, 900_000);
 });

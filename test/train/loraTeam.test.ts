@@ -20,15 +20,35 @@ import { formatSummary, trainJob } from "../../lib/train/job.js";
 import { tinyHfModel } from "../helpers/serve.js";
 
 const work = mkdtempSync(join(tmpdir(), "maporl-lora-team-"));
-afterAll(() => { rmSync(work, { recursive: true, force: true }); setSimd("best"); });
+afterAll(() => {
+    rmSync(work, { recursive: true, force: true });
+    setSimd("best");
+});
 
 describe("train: LoRA adapters on a from-scratch llama co-train the tool-lookup hand-off", () => {
     it("co-trained adapters beat the untrained team and the control", async () => {
         if (backend().simd !== "scalar") setSimd("avx2");
         const modelDir = join(work, "model");
-        await tinyHfModel(modelDir, 3, { hidden_size: 64, intermediate_size: 128, num_hidden_layers: 2, num_attention_heads: 4, num_key_value_heads: 2 });
-        const s = await trainJob({ out: join(work, "run"), config: { task: "tool-lookup", model: { dir: modelDir, contextLength: 128 }, lora: { rank: 8, alpha: 16 },
-            sft: { steps: 1600, batchSize: 32, lr: 2e-3 }, iterations: 40, evalEpisodes: 100, evalEvery: 1000, lr: 1e-3 } });
+        await tinyHfModel(modelDir, 3, {
+            hidden_size: 64,
+            intermediate_size: 128,
+            num_hidden_layers: 2,
+            num_attention_heads: 4,
+            num_key_value_heads: 2,
+        });
+        const s = await trainJob({
+            out: join(work, "run"),
+            config: {
+                task: "tool-lookup",
+                model: { dir: modelDir, contextLength: 128 },
+                lora: { rank: 8, alpha: 16 },
+                sft: { steps: 1600, batchSize: 32, lr: 2e-3 },
+                iterations: 40,
+                evalEpisodes: 100,
+                evalEvery: 1000,
+                lr: 1e-3,
+            },
+        });
         console.log(formatSummary(s));
         expect(Object.keys(s.memory!.adapters).some((n) => n.startsWith("maporl/actor"))).toBe(true);
         const [untrained, maporl, independent] = s.rows.map((r) => r.majorityAccuracy[1]!);

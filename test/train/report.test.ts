@@ -22,35 +22,70 @@ describe("train: report.html", () => {
     it("renders in headless Chromium with every chart drawn and no console errors", async () => {
         expect(chromium, "Chromium is required (.ci/run installs Debian's chromium)").toBeDefined();
         const out = join(work, "run");
-        await trainJob({ out, config: { iterations: 4, episodesPerIteration: 6, evalEpisodes: 12, evalEvery: 2, sft: { steps: 20, batchSize: 16 },
-            model: { layers: 1, heads: 2, dModel: 32, contextLength: 64 }, critic: { layers: 1, heads: 2, dModel: 32 } } });
+        await trainJob({
+            out,
+            config: {
+                iterations: 4,
+                episodesPerIteration: 6,
+                evalEpisodes: 12,
+                evalEvery: 2,
+                sft: { steps: 20, batchSize: 16 },
+                model: { layers: 1, heads: 2, dModel: 32, contextLength: 64 },
+                critic: { layers: 1, heads: 2, dModel: 32 },
+            },
+        });
         const html = readFileSync(join(out, "report.html"), "utf8");
-        expect(html).not.toMatch(/<script|https?:\/\//);  // offline: nothing to fetch, nothing to run
-        const r = spawnSync(chromium!, ["--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-extensions",
-            "--enable-logging=stderr", "--v=0", "--virtual-time-budget=2000", "--dump-dom", `file://${join(out, "report.html")}`],
-        { encoding: "utf8", timeout: 120_000 });
+        expect(html).not.toMatch(/<script|https?:\/\//); // offline: nothing to fetch, nothing to run
+        const r = spawnSync(
+            chromium!,
+            [
+                "--headless=new",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--no-first-run",
+                "--disable-extensions",
+                "--enable-logging=stderr",
+                "--v=0",
+                "--virtual-time-budget=2000",
+                "--dump-dom",
+                `file://${join(out, "report.html")}`,
+            ],
+            { encoding: "utf8", timeout: 120_000 },
+        );
         expect(r.status, r.stderr).toBe(0);
         const dom = r.stdout;
         // Console messages from the page appear as CONSOLE(...) lines; failed loads as net::ERR.
         expect(r.stderr.split("\n").filter((l) => /CONSOLE\(|Uncaught|net::ERR_/.test(l))).toEqual([]);
         const charts = [...dom.matchAll(/<figure><figcaption>([^<]*)<\/figcaption><svg[\s\S]*?<\/svg><\/figure>/g)];
         // held-out accuracy, reward, accuracy per turn for each of 2 stages, KL, clip fraction
-        expect(charts.map((m) => m[1]!.split(" ")[0])).toEqual(["Held-out", "Reward", "Training", "Training", "KL", "Clip"]);
+        expect(charts.map((m) => m[1]!.split(" ")[0])).toEqual([
+            "Held-out",
+            "Reward",
+            "Training",
+            "Training",
+            "KL",
+            "Clip",
+        ]);
         for (const [svg] of charts) {
-            const paths = [...svg.matchAll(/class="mark-line role-mark[^"]*"[^>]*>([\s\S]*?)<\/g>/g)]
-                .flatMap((m) => [...m[1]!.matchAll(/ d="M([^"]*)"/g)].map((d) => d[1]!.split("L").length));
+            const paths = [...svg.matchAll(/class="mark-line role-mark[^"]*"[^>]*>([\s\S]*?)<\/g>/g)].flatMap((m) =>
+                [...m[1]!.matchAll(/ d="M([^"]*)"/g)].map((d) => d[1]!.split("L").length),
+            );
             expect(paths.length).toBeGreaterThan(0);
             expect(Math.max(...paths)).toBeGreaterThanOrEqual(2);
-            const ticks = [...svg.matchAll(/role-axis-label[\s\S]*?<\/g>/g)].flatMap((m) => [...m[0].matchAll(/>(-?[0-9.]+)<\/text>/g)].map((t) => t[1]!));
+            const ticks = [...svg.matchAll(/role-axis-label[\s\S]*?<\/g>/g)].flatMap((m) =>
+                [...m[0].matchAll(/>(-?[0-9.]+)<\/text>/g)].map((t) => t[1]!),
+            );
             expect(ticks.length).toBeGreaterThan(3);
-            for (const t of ticks) expect(t.replace(/^-?\d+\.?/, "").length, `tick ${t}`).toBeLessThanOrEqual(4);  // round ticks
+            for (const t of ticks) expect(t.replace(/^-?\d+\.?/, "").length, `tick ${t}`).toBeLessThanOrEqual(4); // round ticks
         }
         expect(dom).toMatch(/<details><summary>Configuration<\/summary>/);
-        expect(dom).toMatch(/<table class="timing">[\s\S]*<td>sft<\/td>[\s\S]*<td>maporl<\/td>[\s\S]*<td>independent<\/td>/);
+        expect(dom).toMatch(
+            /<table class="timing">[\s\S]*<td>sft<\/td>[\s\S]*<td>maporl<\/td>[\s\S]*<td>independent<\/td>/,
+        );
         expect(dom).toContain("untrained team");
         expect(dom).toContain("team co-trained by maporl");
         expect(dom).toContain("independent control");
-        expect((dom.match(/class="tm"/g) ?? []).length).toBe(3 * 2);  // 3 evaluations x 2 turn transitions
+        expect((dom.match(/class="tm"/g) ?? []).length).toBe(3 * 2); // 3 evaluations x 2 turn transitions
     }, 300_000);
 
     it("leaves out KL and clip fraction where they are zero by construction (MAGRPO)", async () => {
@@ -59,8 +94,17 @@ describe("train: report.html", () => {
         const acc = (x: number) => [x, x + 0.1];
         const metrics = [
             { kind: "eval", stage: "sft", name: "untrained team", iteration: 0, majorityAccuracy: acc(0.3) },
-            ...[1, 2, 3, 4].map((it) => ({ kind: "train", stage: "magrpo", iteration: it, reward: 0.1 * it, accuracy: acc(0.1 * it),
-                agents: [{ kl: 0, clipFrac: 0, updates: 1 }, { kl: 0, clipFrac: 0, updates: 1 }] })),
+            ...[1, 2, 3, 4].map((it) => ({
+                kind: "train",
+                stage: "magrpo",
+                iteration: it,
+                reward: 0.1 * it,
+                accuracy: acc(0.1 * it),
+                agents: [
+                    { kl: 0, clipFrac: 0, updates: 1 },
+                    { kl: 0, clipFrac: 0, updates: 1 },
+                ],
+            })),
             { kind: "eval", stage: "magrpo", name: "co-trained", iteration: 2, majorityAccuracy: acc(0.4) },
             { kind: "eval", stage: "magrpo", name: "co-trained", iteration: 4, majorityAccuracy: acc(0.5) },
         ];
@@ -72,7 +116,10 @@ describe("train: report.html", () => {
         expect(titles.map((t) => t.split(" ")[0])).toEqual(["Held-out", "Reward", "Training"]);
         // the held-out curve: iterations 0 (the untrained team), 2 and 4, for turn 1 and turn 2
         const held = html.slice(html.indexOf("Held-out"), html.indexOf("Reward"));
-        expect([...held.matchAll(/class="mark-line role-mark[^"]*"[^>]*>([\s\S]*?)<\/g>/g)]
-            .flatMap((m) => [...m[1]!.matchAll(/ d="M([^"]*)"/g)].map((d) => d[1]!.split("L").length))).toEqual([3, 3]);
+        expect(
+            [...held.matchAll(/class="mark-line role-mark[^"]*"[^>]*>([\s\S]*?)<\/g>/g)].flatMap((m) =>
+                [...m[1]!.matchAll(/ d="M([^"]*)"/g)].map((d) => d[1]!.split("L").length),
+            ),
+        ).toEqual([3, 3]);
     });
 });

@@ -16,17 +16,38 @@ import { backend, setSimd } from "../../lib/index.js";
 import { formatSummary, trainJob } from "../../lib/train/job.js";
 
 const work = mkdtempSync(join(tmpdir(), "maporl-splitsum-"));
-afterAll(() => { rmSync(work, { recursive: true, force: true }); setSimd("best"); });
+afterAll(() => {
+    rmSync(work, { recursive: true, force: true });
+    setSimd("best");
+});
 
 describe("train: split-sum (2 agents, 3 turns)", () => {
     it("co-trained agents far exceed chance; the independent control does not", async () => {
         if (backend().simd !== "scalar") setSimd("avx2");
-        const s = await trainJob({ out: join(work, "run"), config: { task: "split-sum", agents: 2, turns: 3, iterations: 400, evalEvery: 1000,
-            sft: { steps: 400, batchSize: 32, lr: 2e-3 }, taskOptions: { steps: 3, maxOperand: 9, digits: 1, peerUse: 0.15 },
-            maporl: { bonus: { correctedAlone: 0, persuadedCorrectly: 0, wrongButUseful: 2, persuasive: 0, signs: "paper" } } } });
+        const s = await trainJob({
+            out: join(work, "run"),
+            config: {
+                task: "split-sum",
+                agents: 2,
+                turns: 3,
+                iterations: 400,
+                evalEvery: 1000,
+                sft: { steps: 400, batchSize: 32, lr: 2e-3 },
+                taskOptions: { steps: 3, maxOperand: 9, digits: 1, peerUse: 0.15 },
+                maporl: {
+                    bonus: {
+                        correctedAlone: 0,
+                        persuadedCorrectly: 0,
+                        wrongButUseful: 2,
+                        persuasive: 0,
+                        signs: "paper",
+                    },
+                },
+            },
+        });
         console.log(formatSummary(s));
         const [untrained, maporl, independent] = s.rows.map((r) => r.majorityAccuracy[2]!);
-        const chance = 0.1;  // one digit alone: the other is uniform over 10
+        const chance = 0.1; // one digit alone: the other is uniform over 10
         expect(untrained!).toBeLessThan(chance + 0.05);
         expect(maporl!).toBeGreaterThan(2 * chance);
         expect(independent!).toBeLessThan(chance + 0.05);

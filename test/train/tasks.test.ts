@@ -8,7 +8,9 @@ import { arithDebateTask, splitSumTask } from "../../lib/index.js";
 describe("tasks", () => {
     it("split-sum: deterministic, each agent sees only its operand, the sum needs all of them", async () => {
         const task = splitSumTask({ agents: 3, digits: 2 });
-        const a = task.generate(50, 7), b = task.generate(50, 7), c = task.generate(50, 8);
+        const a = task.generate(50, 7),
+            b = task.generate(50, 7),
+            c = task.generate(50, 8);
         expect(a).toEqual(b);
         expect(a).not.toEqual(c);
         for (const item of a) {
@@ -16,11 +18,24 @@ describe("tasks", () => {
             expect(ops.length).toBe(3);
             expect(Number(item.reference)).toBe(ops[0]! + ops[1]! + ops[2]!);
             item.views.forEach((v, k) => {
-                const nums = v.replace(/agent \d+ of \d+/, "").replace(/all \d+ agents/, "").match(/\d+/g)!.map(Number);
-                expect(nums).toEqual([ops[k]!]);  // only its own operand
+                const nums = v
+                    .replace(/agent \d+ of \d+/, "")
+                    .replace(/all \d+ agents/, "")
+                    .match(/\d+/g)!
+                    .map(Number);
+                expect(nums).toEqual([ops[k]!]); // only its own operand
             });
-            expect((await task.verifier.score({ response: `Answer: ${item.reference}`, reference: item.reference })).score).toBe(1);
-            expect((await task.verifier.score({ response: `Answer: ${Number(item.reference) + 1}`, reference: item.reference })).score).toBe(0);
+            expect(
+                (await task.verifier.score({ response: `Answer: ${item.reference}`, reference: item.reference })).score,
+            ).toBe(1);
+            expect(
+                (
+                    await task.verifier.score({
+                        response: `Answer: ${Number(item.reference) + 1}`,
+                        reference: item.reference,
+                    })
+                ).score,
+            ).toBe(0);
         }
         expect(() => splitSumTask({ agents: 1 })).toThrow(/agents: expected an integer in \[2, 16\]/);
         expect(() => task.generate(-1, 0)).toThrow(/count: expected an integer >= 0/);
@@ -47,13 +62,20 @@ describe("tasks", () => {
     });
 
     it("arith-debate compact: the same problems as the words format, with a left-to-right worked solution", () => {
-        const words = arithDebateTask({ steps: 3 }).generate(100, 9), compact = arithDebateTask({ steps: 3, format: "compact" }).generate(100, 9);
+        const words = arithDebateTask({ steps: 3 }).generate(100, 9),
+            compact = arithDebateTask({ steps: 3, format: "compact" }).generate(100, 9);
         compact.forEach((item, i) => {
             expect(item.reference).toBe(words[i]!.reference);
             // Evaluate "7+2*3-4" left to right, and check every step of the solution.
             const toks = item.question.match(/\d+|[+*-]/g)!;
             let v = Number(toks[0]);
-            for (let k = 1; k < toks.length; k += 2) v = toks[k] === "+" ? v + Number(toks[k + 1]) : toks[k] === "-" ? v - Number(toks[k + 1]) : v * Number(toks[k + 1]);
+            for (let k = 1; k < toks.length; k += 2)
+                v =
+                    toks[k] === "+"
+                        ? v + Number(toks[k + 1])
+                        : toks[k] === "-"
+                          ? v - Number(toks[k + 1])
+                          : v * Number(toks[k + 1]);
             expect(String(v)).toBe(item.reference);
             const [chain, answer] = item.solution!.split(";");
             expect(answer).toBe(item.reference);
@@ -75,9 +97,11 @@ describe("tasks", () => {
             expect(item.reference).toBe(String(x! + y!));
         }
         let s = 5;
-        const rng = () => ((s = (s * 1103515245 + 12345) >>> 0) / 2 ** 32);
-        const item = items[0]!, x = Number(item.views[0]!.slice(2));
-        let onPeer0 = 0, onPeer1 = 0;
+        const rng = () => (s = (s * 1103515245 + 12345) >>> 0) / 2 ** 32;
+        const item = items[0]!,
+            x = Number(item.views[0]!.slice(2));
+        let onPeer0 = 0,
+            onPeer1 = 0;
         const n = 20000;
         for (let k = 0; k < n; k++) {
             const d0 = /^(\d+)\+(\d+)=(\d+);(\d+)$/.exec(task.warmStart!(item, 0, 0, null, rng))!;
@@ -85,10 +109,10 @@ describe("tasks", () => {
             expect(Number(d0[3])).toBe(x + Number(d0[2]));
             if (Number(d0[2]) === 7) onPeer0++;
             const d1 = /^(\d+)\+(\d+)=/.exec(task.warmStart!(item, 0, 1, ["3", "17"], rng))!;
-            if (Number(d1[2]) === 7) onPeer1++;  // 17 mod 10: the peer's answer
+            if (Number(d1[2]) === 7) onPeer1++; // 17 mod 10: the peer's answer
         }
-        expect(Math.abs(onPeer0 / n - 0.1)).toBeLessThan(0.01);             // turn 0: a uniform guess
-        expect(Math.abs(onPeer1 / n - (0.4 + 0.6 * 0.1))).toBeLessThan(0.015);  // follow-up: the peer 40 % of the time
+        expect(Math.abs(onPeer0 / n - 0.1)).toBeLessThan(0.01); // turn 0: a uniform guess
+        expect(Math.abs(onPeer1 / n - (0.4 + 0.6 * 0.1))).toBeLessThan(0.015); // follow-up: the peer 40 % of the time
         expect(() => splitSumTask({ peerUse: 2 })).toThrow(/peerUse: expected a number in \[0, 1\], got 2/);
     });
 });

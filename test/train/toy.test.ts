@@ -35,19 +35,28 @@ describe("toy game (MAPoRL §2)", () => {
         });
 
         it(`T=${T}: the learned behaviour agrees with the closed forms on >= 95% of a payoff grid`, () => {
-            let agree = 0, total = 0;
+            let agree = 0,
+                total = 0;
             const misses: string[] = [];
             const check = (what: string, rate: number, predicted: boolean) => {
                 total++;
-                if ((rate >= 0.5) === predicted) agree++;
+                if (rate >= 0.5 === predicted) agree++;
                 else misses.push(`${what}: rate ${rate.toFixed(2)}, predicted ${predicted ? "collaborate" : "defect"}`);
             };
             grid().forEach((p, i) => {
                 for (const reward of ["team", "own"] as const)
-                    check(`${reward} ${JSON.stringify(p)}`, toyGame({ payoffs: p, turns: T, reward, seed: 100 + i, ...FAST }).rate, observation2(p, reward));
+                    check(
+                        `${reward} ${JSON.stringify(p)}`,
+                        toyGame({ payoffs: p, turns: T, reward, seed: 100 + i, ...FAST }).rate,
+                        observation2(p, reward),
+                    );
                 for (const pi of [0.3, 0.7])
-                    check(`pi ${pi} ${JSON.stringify(p)}`, toyGame({ payoffs: p, turns: T, mode: "fixed-partner", partnerPi: pi, seed: 200 + i, ...FAST }).rate,
-                        observation1(p, pi));
+                    check(
+                        `pi ${pi} ${JSON.stringify(p)}`,
+                        toyGame({ payoffs: p, turns: T, mode: "fixed-partner", partnerPi: pi, seed: 200 + i, ...FAST })
+                            .rate,
+                        observation1(p, pi),
+                    );
             });
             expect(total).toBe(96);
             expect(agree / total, misses.join("\n")).toBeGreaterThanOrEqual(0.95);
@@ -67,7 +76,9 @@ describe("toy game (MAPoRL §2)", () => {
 
     it("rejects bad input naming the parameter", () => {
         const p = { rCol: 0, rInd: 1, rSyn: 2 };
-        expect(() => toyGame({ payoffs: { rCol: 1, rInd: 1, rSyn: 2 } })).toThrow(/payoffs: expected rCol < rInd < rSyn, got 1, 1, 2/);
+        expect(() => toyGame({ payoffs: { rCol: 1, rInd: 1, rSyn: 2 } })).toThrow(
+            /payoffs: expected rCol < rInd < rSyn, got 1, 1, 2/,
+        );
         expect(() => toyGame({ payoffs: { rCol: NaN, rInd: 1, rSyn: 2 } })).toThrow(/payoffs.rCol: expected a number/);
         expect(() => toyGame({ payoffs: { rInd: 1, rSyn: 2 } as ToyPayoffs })).toThrow(/payoffs.rCol/);
         expect(() => toyGame({ payoffs: p, turns: 0 })).toThrow(/turns: expected an integer in \[1, 1000\], got 0/);

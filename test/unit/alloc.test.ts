@@ -21,14 +21,18 @@ describe("outputFloat32", () => {
     it("advises huge pages where the kernel has them, and only on whole 2 MiB pages", () => {
         const thp = platform() === "linux" && existsSync("/sys/kernel/mm/transparent_hugepage/enabled");
         expect(native.adviseHugePages(new Float32Array(Buffer.allocUnsafeSlow(8 << 20).buffer))).toBe(thp);
-        expect(native.adviseHugePages(new Float32Array(1024))).toBe(false);  // 4 KiB: no 2 MiB page inside
+        expect(native.adviseHugePages(new Float32Array(1024))).toBe(false); // 4 KiB: no 2 MiB page inside
         expect(() => native.adviseHugePages([1, 2] as unknown as Float32Array)).toThrow(TypeError);
     });
 
     it("changes no result: a 32 MiB GAE output equals the same call into a caller's buffer, bit for bit", () => {
-        const B = 2048, T = 4096, n = B * T;  // 32 MiB per output: the advised path
+        const B = 2048,
+            T = 4096,
+            n = B * T; // 32 MiB per output: the advised path
         expect(n * 4).toBeGreaterThanOrEqual(HUGE_OUTPUT_BYTES);
-        const rewards = new Float32Array(n), values = new Float32Array(n), mask = new Uint8Array(n);
+        const rewards = new Float32Array(n),
+            values = new Float32Array(n),
+            mask = new Uint8Array(n);
         let s = 12345;
         for (let i = 0; i < n; i++) {
             s = (s * 1103515245 + 12345) >>> 0;

@@ -24,7 +24,9 @@ describe("backend", () => {
         try {
             expect(setMatmulPrecision("high")).toBe("high");
             expect(backend().matmulPrecision).toBe("high");
-            expect(() => setMatmulPrecision("medium" as never)).toThrow(/setMatmulPrecision: precision: expected one of "highest", "high", got "medium"/);
+            expect(() => setMatmulPrecision("medium" as never)).toThrow(
+                /setMatmulPrecision: precision: expected one of "highest", "high", got "medium"/,
+            );
             expect(() => setMatmulPrecision(undefined as never)).toThrow(TypeError);
             expect(backend().matmulPrecision).toBe("high");
         } finally {
@@ -57,7 +59,8 @@ describe("backend", () => {
     it("measureReadBandwidth / measureCopyBandwidth: plausible rates, arguments validated", () => {
         // 64 MiB (part of it may stay in a large L3): any machine streams it faster than 1 GB/s and slower than 2 TB/s
         // (the copy counted as read + write).
-        const read = native.measureReadBandwidth(64 << 20, 3), copy = native.measureCopyBandwidth(64 << 20, 3);
+        const read = native.measureReadBandwidth(64 << 20, 3),
+            copy = native.measureCopyBandwidth(64 << 20, 3);
         for (const r of [read, copy]) {
             expect(Number.isFinite(r)).toBe(true);
             expect(r).toBeGreaterThan(1e9);

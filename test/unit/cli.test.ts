@@ -7,24 +7,73 @@ import { join } from "node:path";
 import { CommanderError } from "commander";
 import { describe, expect, it } from "vitest";
 
-import { buildProgram, type BenchArgs, type CrossPlayArgs, type EvalArgs, type ServeArgs, type TrainArgs } from "../../lib/cliProgram.js";
+import {
+    buildProgram,
+    type BenchArgs,
+    type CrossPlayArgs,
+    type EvalArgs,
+    type ServeArgs,
+    type TrainArgs,
+} from "../../lib/cliProgram.js";
 
 const root = join(import.meta.dirname, "..", "..");
 const version = (JSON.parse(readFileSync(join(root, "package.json"), "utf8")) as { version: string }).version;
 
 async function parse(argv: string[]) {
-    const calls: { train?: TrainArgs; bench?: BenchArgs; serve?: ServeArgs; toy?: { seed: number }; info?: true; eval?: EvalArgs; crossplay?: CrossPlayArgs } = {};
-    let out = "", err = "";
-    const program = buildProgram({
-        train: async (a) => { calls.train = a; return 0; },
-        info: () => { calls.info = true; return 0; },
-        bench: async (a) => { calls.bench = a; return 0; },
-        serve: async (a) => { calls.serve = a; return 0; },
-        toy: (a) => { calls.toy = a; return 7; },
-        doctor: async () => 0,
-        eval: async (a) => { calls.eval = a; return 0; },
-        crossplay: async (a) => { calls.crossplay = a; return 0; },
-    }, { version, kernels: ["gae", "policyLoss", "llama"], writeOut: (s) => { out += s; }, writeErr: (s) => { err += s; } });
+    const calls: {
+        train?: TrainArgs;
+        bench?: BenchArgs;
+        serve?: ServeArgs;
+        toy?: { seed: number };
+        info?: true;
+        eval?: EvalArgs;
+        crossplay?: CrossPlayArgs;
+    } = {};
+    let out = "",
+        err = "";
+    const program = buildProgram(
+        {
+            train: async (a) => {
+                calls.train = a;
+                return 0;
+            },
+            info: () => {
+                calls.info = true;
+                return 0;
+            },
+            bench: async (a) => {
+                calls.bench = a;
+                return 0;
+            },
+            serve: async (a) => {
+                calls.serve = a;
+                return 0;
+            },
+            toy: (a) => {
+                calls.toy = a;
+                return 7;
+            },
+            doctor: async () => 0,
+            eval: async (a) => {
+                calls.eval = a;
+                return 0;
+            },
+            crossplay: async (a) => {
+                calls.crossplay = a;
+                return 0;
+            },
+        },
+        {
+            version,
+            kernels: ["gae", "policyLoss", "llama"],
+            writeOut: (s) => {
+                out += s;
+            },
+            writeErr: (s) => {
+                err += s;
+            },
+        },
+    );
     let code: number | undefined, error: unknown;
     try {
         await program.parseAsync(argv, { from: "user" });
@@ -38,13 +87,44 @@ async function parse(argv: string[]) {
 
 describe("maporl command line", () => {
     it("train: only the flags given reach the config, in either --flag=value or --flag value form; --set repeats", async () => {
-        const r = await parse(["train", "--iterations=5", "--algo", "magrpo", "--set", "maporl.klCoef=0.01", "--set=magrpo.generations=2", "--out", "runs/x"]);
+        const r = await parse([
+            "train",
+            "--iterations=5",
+            "--algo",
+            "magrpo",
+            "--set",
+            "maporl.klCoef=0.01",
+            "--set=magrpo.generations=2",
+            "--out",
+            "runs/x",
+        ]);
         expect(r.code).toBe(0);
-        expect(r.calls.train).toEqual({ flags: { iterations: "5", algo: "magrpo", "maporl.klCoef": "0.01", "magrpo.generations": "2" }, out: "runs/x" });
+        expect(r.calls.train).toEqual({
+            flags: { iterations: "5", algo: "magrpo", "maporl.klCoef": "0.01", "magrpo.generations": "2" },
+            out: "runs/x",
+        });
         // defaults (task, algo, schedule, device) are not sent: a config file's values stand
         expect((await parse(["train", "--config", "my.json"])).calls.train).toEqual({ flags: {}, config: "my.json" });
-        const hf = await parse(["train", "--model", "m", "--lora-rank", "8", "--data", "d", "--device", "auto", "--task", "gsm8k"]);
-        expect(hf.calls.train!.flags).toEqual({ "model.dir": "m", "lora.rank": "8", "taskOptions.data": "d", device: "auto", task: "gsm8k" });
+        const hf = await parse([
+            "train",
+            "--model",
+            "m",
+            "--lora-rank",
+            "8",
+            "--data",
+            "d",
+            "--device",
+            "auto",
+            "--task",
+            "gsm8k",
+        ]);
+        expect(hf.calls.train!.flags).toEqual({
+            "model.dir": "m",
+            "lora.rank": "8",
+            "taskOptions.data": "d",
+            device: "auto",
+            task: "gsm8k",
+        });
     });
 
     it("bad flags: a suggestion for a misspelt option or command, the allowed choices, and nothing run", async () => {
@@ -72,26 +152,82 @@ describe("maporl command line", () => {
     it("toy --seed 0 is taken (0 is the default); bench and serve options parsed", async () => {
         const t = await parse(["toy", "--seed", "0"]);
         expect(t.calls.toy).toEqual({ seed: 0 });
-        expect(t.code).toBe(7);  // the action's exit code
+        expect(t.code).toBe(7); // the action's exit code
         expect((await parse(["toy", "--seed", "-1"])).err).toMatch(/'--seed <n>' argument '-1' is invalid/);
-        expect((await parse(["bench", "gae", "llama", "--threads=4", "--no-python"])).calls.bench).toEqual({ kernels: ["gae", "llama"], threads: 4, python: false });
-        const s = await parse(["serve", "--checkpoint", "c", "--port", "0", "--lora-modules", "a=/x", "b=/y=z", "--enable-lora", "--lora-root", "/a",
-            "--max-loras", "3", "--api-key", "k"]);
-        expect(s.calls.serve).toEqual({ checkpoint: "c", port: 0, host: "127.0.0.1", loraModules: { a: "/x", b: "/y=z" }, enableLora: true, loraRoot: "/a",
-            allowAnyLoraPath: false, maxLoras: 3, apiKey: "k" });
-        expect(String((await parse(["serve", "--checkpoint", "c", "--lora-modules", "a"])).error)).toMatch(/--lora-modules: expected name=path, got "a"/);
+        expect((await parse(["bench", "gae", "llama", "--threads=4", "--no-python"])).calls.bench).toEqual({
+            kernels: ["gae", "llama"],
+            threads: 4,
+            python: false,
+        });
+        const s = await parse([
+            "serve",
+            "--checkpoint",
+            "c",
+            "--port",
+            "0",
+            "--lora-modules",
+            "a=/x",
+            "b=/y=z",
+            "--enable-lora",
+            "--lora-root",
+            "/a",
+            "--max-loras",
+            "3",
+            "--api-key",
+            "k",
+        ]);
+        expect(s.calls.serve).toEqual({
+            checkpoint: "c",
+            port: 0,
+            host: "127.0.0.1",
+            loraModules: { a: "/x", b: "/y=z" },
+            enableLora: true,
+            loraRoot: "/a",
+            allowAnyLoraPath: false,
+            maxLoras: 3,
+            apiKey: "k",
+        });
+        expect(String((await parse(["serve", "--checkpoint", "c", "--lora-modules", "a"])).error)).toMatch(
+            /--lora-modules: expected name=path, got "a"/,
+        );
     });
 
     it("eval and crossplay: options parsed, replacements and thresholds checked", async () => {
-        const e = await parse(["eval", "--suite", "s", "--baseline", "r", "--replace", "0=r/checkpoint/base", "--threshold=0.05", "--metric", "majority@2"]);
-        expect(e.calls.eval).toEqual({ suite: "s", makeSuite: false, baseline: "r", replace: { 0: "r/checkpoint/base" }, metric: "majority@2", threshold: 0.05 });
-        expect(String((await parse(["eval", "--suite", "s", "--baseline", "r", "--replace", "x"])).error)).toMatch(/--replace: expected i=dir, got "x"/);
+        const e = await parse([
+            "eval",
+            "--suite",
+            "s",
+            "--baseline",
+            "r",
+            "--replace",
+            "0=r/checkpoint/base",
+            "--threshold=0.05",
+            "--metric",
+            "majority@2",
+        ]);
+        expect(e.calls.eval).toEqual({
+            suite: "s",
+            makeSuite: false,
+            baseline: "r",
+            replace: { 0: "r/checkpoint/base" },
+            metric: "majority@2",
+            threshold: 0.05,
+        });
+        expect(String((await parse(["eval", "--suite", "s", "--baseline", "r", "--replace", "x"])).error)).toMatch(
+            /--replace: expected i=dir, got "x"/,
+        );
         expect(String((await parse(["eval", "--suite", "s"])).error)).toMatch(/--baseline RUN is required/);
-        expect(String((await parse(["eval", "--suite", "s", "--make-suite"])).error)).toMatch(/--make-suite needs --from-run/);
-        expect((await parse(["eval", "--suite", "s", "--baseline", "r", "--threshold", "-1"])).err).toMatch(/expected a number >= 0/);
+        expect(String((await parse(["eval", "--suite", "s", "--make-suite"])).error)).toMatch(
+            /--make-suite needs --from-run/,
+        );
+        expect((await parse(["eval", "--suite", "s", "--baseline", "r", "--threshold", "-1"])).err).toMatch(
+            /expected a number >= 0/,
+        );
         const c = await parse(["crossplay", "--suite", "s", "a", "b"]);
         expect(c.calls.crossplay).toEqual({ runs: ["a", "b"], suite: "s", metric: "majority@last" });
-        expect(String((await parse(["crossplay", "--suite", "s", "a"])).error)).toMatch(/two or more run directories, got 1/);
+        expect(String((await parse(["crossplay", "--suite", "s", "a"])).error)).toMatch(
+            /two or more run directories, got 1/,
+        );
     });
 
     it("help and version: every command has its own help, exit code 0", async () => {

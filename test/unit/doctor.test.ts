@@ -14,7 +14,8 @@ describe("maporl doctor", () => {
         const r = await doctor({ log: (l) => lines.push(l) });
         expect(r.failed).toBe(0);
         expect(r.passed).toBeGreaterThanOrEqual(6 * r.simd.length + 2);
-        for (const level of r.simd) expect(r.checks.some((c) => c.name === `gae (${level})` && c.status === "pass")).toBe(true);
+        for (const level of r.simd)
+            expect(r.checks.some((c) => c.name === `gae (${level})` && c.status === "pass")).toBe(true);
         expect(lines.at(-1)).toMatch(/doctor: \d+ passed, 0 failed/);
         if (backend().cuda.devices.length === 0) expect(r.checks.find((c) => c.name === "CUDA")?.status).toBe("skip");
         else expect(r.checks.filter((c) => c.name.startsWith("CUDA ")).length).toBeGreaterThanOrEqual(8);

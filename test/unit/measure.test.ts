@@ -31,23 +31,35 @@ describe("bench timing helpers", () => {
         };
         const probe = () => {
             events.push("probe");
-            return (probeValue += 10);  // 10, 20, 30, ...: the mean of a repetition's pair is known
+            return (probeValue += 10); // 10, 20, 30, ...: the mean of a repetition's pair is known
         };
         const t = await timeWithProbe(fn, probe, 3, 2);
-        expect(events).toEqual(["call1", "call2", "probe", "call3", "probe", "probe", "call4", "probe", "probe", "call5", "probe"]);
+        expect(events).toEqual([
+            "call1",
+            "call2",
+            "probe",
+            "call3",
+            "probe",
+            "probe",
+            "call4",
+            "probe",
+            "probe",
+            "call5",
+            "probe",
+        ]);
         expect(t.samplesMs).toHaveLength(3);
         expect(t.probes).toEqual([15, 35, 55]);
-        for (const s of t.samplesMs) expect(s).toBeGreaterThanOrEqual(2);  // each sample times its call (its 2 ms of spinning)
+        for (const s of t.samplesMs) expect(s).toBeGreaterThanOrEqual(2); // each sample times its call (its 2 ms of spinning)
         expect(t.medianMs).toBe(median(t.samplesMs));
     });
 
     it("timeMedian: the warm-ups run first and are not among the samples", async () => {
-        const durations = [300, 300, 1, 9, 5];  // the two warm-ups spin longest; a sample would show them
+        const durations = [300, 300, 1, 9, 5]; // the two warm-ups spin longest; a sample would show them
         let i = 0;
         const t = await timeMedian(async () => spin(durations[i++]!), 3, 2);
         expect(i).toBe(5);
         expect(t.samplesMs).toHaveLength(3);
         expect(Math.max(...t.samplesMs)).toBeLessThan(250);
-        expect(t.medianMs).toBeGreaterThanOrEqual(5);  // the middle of 1, 9, 5 ms
+        expect(t.medianMs).toBeGreaterThanOrEqual(5); // the middle of 1, 9, 5 ms
     });
 });

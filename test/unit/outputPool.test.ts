@@ -26,18 +26,20 @@ async function collect(done: () => boolean = () => outputPoolStats().outstanding
 }
 
 describe("output pool", () => {
-    afterAll(() => { setOutputPool({ limitBytes: limit0 }); });
+    afterAll(() => {
+        setOutputPool({ limitBytes: limit0 });
+    });
 
     it("hands out arrays of exactly the asked size from the pool, and small ones from V8", () => {
         const before = outputPoolStats();
-        const n = POOL_MIN_BYTES / 4 + 5;  // not a size class: the ArrayBuffer is still exactly n floats
+        const n = POOL_MIN_BYTES / 4 + 5; // not a size class: the ArrayBuffer is still exactly n floats
         const a = outputFloat32(n);
         expect(a.length).toBe(n);
         expect(a.buffer.byteLength).toBe(n * 4);
         const after = outputPoolStats();
         expect(after.hits + after.misses).toBe(before.hits + before.misses + 1);
         expect(after.outstandingBytes).toBeGreaterThanOrEqual(before.outstandingBytes + n * 4);
-        a.fill(1);  // writable over its whole length
+        a.fill(1); // writable over its whole length
         expect(a[n - 1]).toBe(1);
         const small = outputFloat32(1000);
         expect(small.buffer.byteLength).toBe(4000);
@@ -46,13 +48,20 @@ describe("output pool", () => {
     });
 
     it("takes a collected output back and gives it to the next call of its size; results stay bit-identical", async () => {
-        const B = 64, T = 4096, n = B * T;  // 1 MiB outputs
-        const rewards = new Float32Array(n).map((_, i) => Math.sin(i)), values = new Float32Array(n).map((_, i) => Math.cos(i));
+        const B = 64,
+            T = 4096,
+            n = B * T; // 1 MiB outputs
+        const rewards = new Float32Array(n).map((_, i) => Math.sin(i)),
+            values = new Float32Array(n).map((_, i) => Math.cos(i));
         const mask = new Uint8Array(n).map((_, i) => (i % 7 ? 1 : 0));
         const batch = { rewards, values, mask, shape: [B, T] as [number, number] };
         const opts = { gamma: 0.99, lambda: 0.95, whiten: true, device: "cpu" as const };
-        const ref = gae(batch, { ...opts, out: { advantages: new Float32Array(n).fill(NaN), returns: new Float32Array(n).fill(NaN) } });
-        const poison = () => {  // a default call whose outputs are filled with stale NaNs and dropped
+        const ref = gae(batch, {
+            ...opts,
+            out: { advantages: new Float32Array(n).fill(NaN), returns: new Float32Array(n).fill(NaN) },
+        });
+        const poison = () => {
+            // a default call whose outputs are filled with stale NaNs and dropped
             const first = gae(batch, opts);
             first.advantages.fill(NaN);
             first.returns.fill(NaN);
@@ -64,20 +73,20 @@ describe("output pool", () => {
         expect(cached.cachedBytes).toBeGreaterThanOrEqual(2 * n * 4);
         const again = gae(batch, opts);
         const after = outputPoolStats();
-        expect(after.hits).toBe(cached.hits + 2);  // both outputs from cached blocks
+        expect(after.hits).toBe(cached.hits + 2); // both outputs from cached blocks
         expect(Buffer.compare(Buffer.from(again.advantages.buffer), Buffer.from(ref.advantages.buffer))).toBe(0);
         expect(Buffer.compare(Buffer.from(again.returns.buffer), Buffer.from(ref.returns.buffer))).toBe(0);
     });
 
     it("a loop that never yields takes at most 64 MiB of new blocks of one size, then plain allocations", async () => {
         await collect();
-        setOutputPool({ limitBytes: 0 });  // empty the cache, then start over
+        setOutputPool({ limitBytes: 0 }); // empty the cache, then start over
         setOutputPool({ limitBytes: 1 << 30 });
         const before = outputPoolStats();
         const held: Float32Array[] = [];
-        for (let i = 0; i < 24; i++) held.push(outputFloat32((4 << 20) / 4));  // 24 x 4 MiB, all alive
+        for (let i = 0; i < 24; i++) held.push(outputFloat32((4 << 20) / 4)); // 24 x 4 MiB, all alive
         const after = outputPoolStats();
-        expect(after.misses - before.misses).toBe(16);  // 64 MiB
+        expect(after.misses - before.misses).toBe(16); // 64 MiB
         expect(after.refused - before.refused).toBe(8);
         expect(held.every((a) => a.length === 1 << 20)).toBe(true);
         held.length = 0;
@@ -85,7 +94,7 @@ describe("output pool", () => {
         const back = outputPoolStats();
         expect(back.outstandingBytes).toBeLessThanOrEqual(after.outstandingBytes - (64 << 20));
         expect(outputFloat32(1 << 20).length).toBe(1 << 20);
-        expect(outputPoolStats().hits).toBe(back.hits + 1);  // the streak is over: a block came back
+        expect(outputPoolStats().hits).toBe(back.hits + 1); // the streak is over: a block came back
     });
 
     it("never holds more than its limit; 0 turns it off", async () => {
@@ -93,7 +102,7 @@ describe("output pool", () => {
         const s = setOutputPool({ limitBytes: 8 << 20 });
         expect(s.limitBytes).toBe(8 << 20);
         expect(s.cachedBytes + s.outstandingBytes).toBeLessThanOrEqual(8 << 20);
-        const held = [outputFloat32(1 << 20), outputFloat32(1 << 20), outputFloat32(1 << 20)];  // 12 MiB asked
+        const held = [outputFloat32(1 << 20), outputFloat32(1 << 20), outputFloat32(1 << 20)]; // 12 MiB asked
         const t = outputPoolStats();
         expect(t.cachedBytes + t.outstandingBytes).toBeLessThanOrEqual(8 << 20);
         expect(held.map((a) => a.length)).toEqual([1 << 20, 1 << 20, 1 << 20]);
@@ -106,7 +115,9 @@ describe("output pool", () => {
 
     it("refuses a bad limit with the parameter's name", () => {
         for (const bad of [-1, 1.5, NaN, Infinity, "1" as unknown as number, undefined as unknown as number])
-            expect(() => setOutputPool({ limitBytes: bad })).toThrow(/setOutputPool: limitBytes: expected a non-negative integer/);
+            expect(() => setOutputPool({ limitBytes: bad })).toThrow(
+                /setOutputPool: limitBytes: expected a non-negative integer/,
+            );
         expect(() => setOutputPool(undefined as unknown as { limitBytes: number })).toThrow(/limitBytes/);
     });
 });
