@@ -51,7 +51,7 @@ export function requireArray<C extends TypedArrayCtor>(
     const expected = `${ctors.map((c) => c.name).join(" or ")} of ${length} elements`;
     const match = ctors.some((c) => x instanceof c);
     if (!match) throw new TypeError(`${fn}: ${name}: expected ${expected}, got ${describe(x)}`);
-    const view = x as unknown as ArrayBufferView & { length: number };
+    const view = x as ArrayBufferView & { length: number };
     const buf = view.buffer as ArrayBufferLike & { resizable?: boolean; growable?: boolean };
     if (isDetached(buf)) throw new TypeError(`${fn}: ${name}: expected ${expected}, got a detached buffer`);
     if (buf.resizable === true || buf.growable === true)
@@ -163,7 +163,7 @@ export function requireOptions<O extends object>(
         const hint = best && best[1] <= Math.max(2, Math.floor(key.length / 3)) ? ` Did you mean "${best[0]}"?` : "";
         throw new RangeError(`${fn}: ${name}: unknown option "${key}".${hint} Known options: ${known.join(", ")}`);
     }
-    return x as Partial<O>;
+    return x;
 }
 
 /**

@@ -3,7 +3,7 @@
 import { gae } from "../rl/gae.js";
 import { type BenchContext, type BenchRow } from "./types.js";
 import { peakExtraBytes, timeMedian } from "./measure.js";
-import { type PythonResult, runPython } from "./python.js";
+import { runPython } from "./python.js";
 import { lcg } from "../random.js";
 import { freshRows } from "./freshRows.js";
 
@@ -39,7 +39,7 @@ export async function benchGae(ctx: BenchContext): Promise<BenchRow[]> {
                   threads: ctx.threads,
                   reps: ctx.pythonReps,
               })
-            : ({ ok: false, error: "skipped (--no-python)" } as PythonResult),
+            : { ok: false, error: "skipped (--no-python)" },
     );
     const rows: BenchRow[] = [];
     const variants: [string, boolean, object][] = [

@@ -208,7 +208,7 @@ export class Debate {
             );
             failed.forEach((i, k) => {
                 out[i] = again[k]!;
-                if (out[i]!.error) out[i]!.error!.attempts = attempt;
+                if (out[i].error) out[i].error.attempts = attempt;
             });
         }
         return out;

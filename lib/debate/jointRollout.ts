@@ -200,7 +200,7 @@ export class JointRollout<Item> {
             );
             failed.forEach((i, k) => {
                 out[i] = again[k]!;
-                if (out[i]!.error) out[i]!.error!.attempts = attempt;
+                if (out[i].error) out[i].error.attempts = attempt;
             });
         }
         return out;

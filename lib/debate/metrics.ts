@@ -109,8 +109,8 @@ export function debateMetrics(episodes: EpisodeRecord[]): DebateMetrics {
             maj[t]! += credit;
             majN[t]! += 1;
             answers.forEach((a, ag) => {
-                (agentRight[t] ??= [])[ag] = (agentRight[t]![ag] ?? 0) + (isRight(ep, a) ? 1 : 0);
-                (agentN[t] ??= [])[ag] = (agentN[t]![ag] ?? 0) + 1;
+                (agentRight[t] ??= [])[ag] = (agentRight[t][ag] ?? 0) + (isRight(ep, a) ? 1 : 0);
+                (agentN[t] ??= [])[ag] = (agentN[t][ag] ?? 0) + 1;
                 if (typeof a.completionTokens === "number") {
                     tok[t]! += a.completionTokens;
                     tokN[t]! += 1;
@@ -135,7 +135,7 @@ export function debateMetrics(episodes: EpisodeRecord[]): DebateMetrics {
         agentAccuracy: agentRight.map((row, t) => row.map((r, ag) => r / agentN[t]![ag]!)),
         transitions: trans,
         averageTurns: episodes.length ? turns / episodes.length : 0,
-        tokensPerTurn: tok.map((s, t) => (tokN[t] ? s / tokN[t]! : NaN)),
+        tokensPerTurn: tok.map((s, t) => (tokN[t] ? s / tokN[t] : NaN)),
         episodes: episodes.length,
         failed: episodes.filter((e) => e.error !== undefined && e.error !== null).length,
     };

@@ -66,6 +66,6 @@ export class SharedArtifact {
             ...(writers ? { roles: writers } : {}),
             run: (args, ctx) => `version ${this.write(args.content, ctx.role, ctx.turn)}`,
         };
-        return [read, write] as unknown as Tool<never>[];
+        return [read, write];
     }
 }

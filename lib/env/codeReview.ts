@@ -82,8 +82,8 @@ export async function runCodeTests(
         const keep = (c: Buffer) => {
             out = (out + c.toString()).slice(-8000);
         };
-        child.stdout!.on("data", keep);
-        child.stderr!.on("data", keep);
+        child.stdout.on("data", keep);
+        child.stderr.on("data", keep);
         const kill = () => {
             try {
                 process.kill(-child.pid!, "SIGKILL");
@@ -186,7 +186,7 @@ export function codeReviewSpec(o: CodeReviewOptions): WorkflowSpec<CodeTask> {
             runTestsTool({
                 ...(o.testTimeoutMs ? { timeoutMs: o.testTimeoutMs } : {}),
                 ...(o.requireIsolation ? { requireIsolation: true } : {}),
-            }) as unknown as Tool<never>,
+            }),
             ...(o.tools ?? []),
         ],
         artifact: (task) => new SharedArtifact("solution", task.initial ?? ""),

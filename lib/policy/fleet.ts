@@ -290,17 +290,19 @@ export class FleetPolicy implements Policy {
 
     private scheduleProbe(ep: Endpoint): void {
         if (ep.probing || this.closed) return;
+        const probe = async () => {
+            ep.probing = null;
+            if (this.closed || ep.removed) return;
+            if (await ep.probe()) {
+                // The current adapter versions first (a restarted server has none); the base is served meanwhile.
+                for (const v of this.current.values()) await ep.loadAdapter(v.served, v.dir).catch(() => undefined);
+                ep.readmit();
+                this.notify();
+            } else this.scheduleProbe(ep);
+        };
+        // (A probe that throws is a failed probe: retried later, never an unhandled rejection.)
         ep.probing = setTimeout(
-            async () => {
-                ep.probing = null;
-                if (this.closed || ep.removed) return;
-                if (await ep.probe()) {
-                    // The current adapter versions first (a restarted server has none); the base is served meanwhile.
-                    for (const v of this.current.values()) await ep.loadAdapter(v.served, v.dir).catch(() => undefined);
-                    ep.readmit();
-                    this.notify();
-                } else this.scheduleProbe(ep);
-            },
+            () => void probe().catch(() => this.scheduleProbe(ep)),
             this.o.probeIntervalMs * 2 ** Math.min(5, Math.max(0, ep.ejectionStreak - 1)),
         );
         ep.probing.unref?.();

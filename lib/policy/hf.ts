@@ -439,7 +439,7 @@ export function writeTokenizerFiles(tokenizer: PolicyTokenizer, from: string | n
 export function isHfModelDir(dir: string): boolean {
     try {
         const raw = JSON.parse(readTextFile(join(dir, "config.json"), "config.json")) as unknown;
-        return raw !== null && typeof raw === "object" && "model_type" in (raw as object);
+        return raw !== null && typeof raw === "object" && "model_type" in raw;
     } catch {
         return false;
     }

@@ -177,7 +177,7 @@ export function readAdapterConfig(fn: string, dir: string): NativeLoraConfig {
         if (raw[k] !== undefined && raw[k] !== null && !(Array.isArray(raw[k]) && (raw[k] as unknown[]).length === 0))
             bad(k, "null (not supported)");
     for (const k of ["rank_pattern", "alpha_pattern"])
-        if (raw[k] !== undefined && raw[k] !== null && Object.keys(raw[k] as object).length > 0)
+        if (raw[k] !== undefined && raw[k] !== null && Object.keys(raw[k]).length > 0)
             bad(k, "{} (per-module ranks are not supported)");
     const rs = raw.use_rslora ?? false;
     if (typeof rs !== "boolean") bad("use_rslora", "a boolean");
@@ -186,8 +186,7 @@ export function readAdapterConfig(fn: string, dir: string): NativeLoraConfig {
     let names: string[];
     if (tm === "all-linear") names = [...LORA_TARGETS];
     else if (typeof tm === "string") names = [tm];
-    else if (Array.isArray(tm) && tm.every((x) => typeof x === "string"))
-        names = (tm as string[]).map((x) => x.split(".").at(-1)!);
+    else if (Array.isArray(tm) && tm.every((x) => typeof x === "string")) names = tm.map((x) => x.split(".").at(-1)!);
     else return bad("target_modules", `a list of ${LORA_TARGETS.join(", ")} or 'all-linear'`);
     const unknown = names.filter((x) => !LORA_TARGETS.includes(x as LoraTarget));
     if (unknown.length > 0 || names.length === 0)

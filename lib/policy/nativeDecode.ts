@@ -182,7 +182,7 @@ export async function decodeCalls(
             if (calls[k]!.onToken) {
                 // (a callback that throws fails its own call, not the batch)
                 try {
-                    calls[k]!.onToken!(local[b]!, t, s.logprobs[b]!, tops[b]?.at(-1));
+                    calls[k]!.onToken(local[b]!, t, s.logprobs[b]!, tops[b]?.at(-1));
                 } catch (e) {
                     fail(k, e);
                     continue;
@@ -215,10 +215,10 @@ export async function decodeCalls(
         tokenIds: stopId[b]! >= 0 ? [...toks[b]!, stopId[b]!] : [...toks[b]!],
         promptTokenIds: [...prompts[b]!],
         tokenIdsExact: true,
-        finishReason: (finished[b] || "length") as Generation["finishReason"],
+        finishReason: finished[b] || "length",
         usage: { promptTokens: lens[b]!, completionTokens: toks[b]!.length },
         latencyMs: ms,
-        ...(tops[b] ? { topLogprobs: tops[b]! } : {}),
+        ...(tops[b] ? { topLogprobs: tops[b] } : {}),
     }));
     calls.forEach((c, k) => {
         if (failed[k] !== null) c.reject(failed[k]);

@@ -9,13 +9,13 @@
 // written to a temporary directory that replaces the old one by rename, so a crash never leaves a half-written one.
 // A Llama-family model trains and scores through log-probs (gptScore): its LM head runs over row chunks, so no
 // [B, T, V] logits exist (a 151,936-token vocabulary).
-import { existsSync, mkdirSync, renameSync, rmSync, writeFileSync } from "node:fs";
+
 import { totalmem } from "node:os";
 import { join, resolve } from "node:path";
 
 import { type Device, resolveDevice } from "../backend.js";
 import { replaceDirDurable, writeFileDurable } from "../durable.js";
-import { MaporlError } from "../errors.js";
+
 import { readTextFile } from "../files.js";
 import { native, type GptHandle, type NativeLoraConfig } from "../native.js";
 import { fusedPolicyLoss, logprobs } from "../rl/logits.js";
@@ -1242,7 +1242,7 @@ export class NativePolicy implements Policy {
                     `base_model_name_or_path is not a local model directory), got ${describe(o.base)}`,
             );
         const { name, ...rest } = o,
-            base = (o.base as string | undefined) ?? named!;
+            base = o.base ?? named!;
         delete rest.base;
         const b = await NativePolicy.load(base, rest);
         try {

@@ -108,9 +108,7 @@ function badId(x: readonly unknown[], vocab: number | undefined): string | null 
     return k < 0
         ? null
         : `[${k}] = ${JSON.stringify(x[k]) ?? String(x[k])}, expected an integer in [0, ${limit})` +
-              (vocab !== undefined && typeof x[k] === "number" && (x[k] as number) >= vocab
-                  ? ` (vocabSize ${vocab})`
-                  : "");
+              (vocab !== undefined && typeof x[k] === "number" && x[k] >= vocab ? ` (vocabSize ${vocab})` : "");
 }
 
 /** `x` as token ids: null when absent; an error (`fail(why)`) when present but not a list of ids below `vocab`. */
@@ -179,7 +177,7 @@ export function parseChat(
               );
     const asIds = tokens?.map((t) => (typeof t === "string" ? /^token_id:(\d+)$/.exec(t) : null));
     if (asIds && asIds.length > 0 && asIds.every((m) => m !== null)) {
-        const ids = asIds.map((m) => Number(m![1]));
+        const ids = asIds.map((m) => Number(m[1]));
         const badTok = badId(ids, o.vocabSize);
         if (badTok !== null)
             throw bad(

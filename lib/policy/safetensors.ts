@@ -160,8 +160,7 @@ export function readSafetensorsHeader(path: string): {
     size: number;
 } {
     const bad = (what: string) => new SyntaxError(`${path}: ${what}`);
-    let fd: number;
-    fd = openRegular(path, "a safetensors file");
+    const fd = openRegular(path, "a safetensors file");
     try {
         const size = fstatSync(fd).size;
         if (size < 8) throw bad(`expected at least 8 bytes, got ${size} (truncated?)`);

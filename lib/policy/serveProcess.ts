@@ -33,7 +33,7 @@ export function startServeProcess(
             proc.kill("SIGKILL");
             reject(new Error(`maporl serve did not start in 30 s: ${out}`));
         }, 30_000);
-        proc.stdout!.on("data", (c: Buffer) => {
+        proc.stdout.on("data", (c: Buffer) => {
             out += c.toString();
             const m = /at (http:\/\/\S+\/v1)\/chat\/completions/.exec(out);
             if (m) {
@@ -41,7 +41,7 @@ export function startServeProcess(
                 resolve({ baseUrl: m[1]!, proc, output: () => out, stop });
             }
         });
-        proc.stderr!.on("data", (c: Buffer) => {
+        proc.stderr.on("data", (c: Buffer) => {
             out += c.toString();
         });
         proc.once("exit", (code) => {

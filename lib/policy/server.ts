@@ -183,7 +183,7 @@ function samplingOf(body: Record<string, unknown>): { sampling: SamplingOptions;
     const seed = s.seed as number | undefined;
     delete s.seed;
     if (body.stop !== undefined && body.stop !== null) s.stop = body.stop;
-    return { sampling: s as SamplingOptions, seed, n };
+    return { sampling: s, seed, n };
 }
 
 // n choices in one batch: choice i draws with seed + i (modulo 2^64; i alone without a seed), so choice 0 is what a
@@ -477,7 +477,7 @@ export async function servePolicy(policy: Policy, options: ServeOptions = {}): P
         send(res, 200, { prompt: tk.decode(ids as number[]) });
     };
 
-    const server = createServer(async (req, res) => {
+    const handle = async (req: IncomingMessage, res: ServerResponse) => {
         let counted = false;
         try {
             const url = (req.url ?? "").split("?")[0]!.replace(/\/+$/, "");
@@ -540,7 +540,9 @@ export async function servePolicy(policy: Policy, options: ServeOptions = {}): P
         } finally {
             if (counted) pending--;
         }
-    });
+    };
+    // (handle answers every failure itself; the catch is for a reply that cannot be written at all.)
+    const server = createServer((req, res) => void handle(req, res).catch(() => res.destroy()));
     await new Promise<void>((resolve, reject) => {
         server.once("error", reject);
         server.listen(options.port ?? 8000, options.host ?? "127.0.0.1", () => resolve());

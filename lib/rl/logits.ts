@@ -105,7 +105,7 @@ function prepareLogprobs(fn: string, batch: LogprobsBatch, options: unknown, ext
     requireDisjoint(fn, outs, { logits, targets, ...outs });
     return {
         args: [logits, targets, N, V, temperature, device === "cuda" ? 1 : 0, logp, entropy] as const,
-        result: { logp, ...(entropy ? { entropy } : {}), device } as LogprobsResult,
+        result: { logp, ...(entropy ? { entropy } : {}), device },
     };
 }
 

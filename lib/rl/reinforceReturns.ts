@@ -66,7 +66,7 @@ function prepare(fn: string, batch: ReturnsBatch, options: unknown, extra: strin
     );
     return {
         args: [rewards, mask, B, T, gamma, whiten, device === "cuda" ? 1 : 0, returns, advantages] as const,
-        result: { returns, advantages, device } as ReturnsResult,
+        result: { returns, advantages, device },
     };
 }
 

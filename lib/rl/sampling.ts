@@ -216,7 +216,7 @@ function prepareSample(fn: string, batch: SampleBatch, options: unknown, extra: 
     requireDisjoint(fn, outs, { logits, ...outs });
     return {
         args: [logits, B, V, p, device === "cuda" ? 1 : 0, tokens, logprobs, raw, valid] as const,
-        result: { tokens, logprobs, ...(raw ? { rawLogprobs: raw } : {}), valid, device } as SampleResult,
+        result: { tokens, logprobs, ...(raw ? { rawLogprobs: raw } : {}), valid, device },
     };
 }
 
@@ -284,7 +284,7 @@ function prepareGiven(fn: string, batch: TokensBatch, options: unknown, extra: s
     requireDisjoint(fn, outs, { logits, tokens, ...outs });
     return {
         args: [logits, B, V, p, device === "cuda" ? 1 : 0, tokens, logprobs, raw] as const,
-        result: { logprobs, ...(raw ? { rawLogprobs: raw } : {}), device } as LogprobsOfTokensResult,
+        result: { logprobs, ...(raw ? { rawLogprobs: raw } : {}), device },
     };
 }
 

@@ -576,7 +576,7 @@ export async function trainJob(o: TrainJobOptions): Promise<TrainSummary> {
         if (hfBase) for (const name of base.adapters) await base.deleteAdapter(name); // the next stage starts from the base
     }
     const summary = summarize(cfg, state.evals);
-    summary.stages = names.flatMap((n) => (clock.timings[n] ? [clock.timings[n]!] : []));
+    summary.stages = names.flatMap((n) => (clock.timings[n] ? [clock.timings[n]] : []));
     if (hfBase)
         summary.memory = {
             peakRssBytes: process.resourceUsage().maxRSS * 1024,

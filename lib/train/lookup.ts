@@ -75,7 +75,7 @@ export function lookupTask(options: { keyUse?: number; padUse?: number } = {}): 
         answerers: [1],
         finalReward: true,
         verifier: gsm8kVerifier({ name: "tool-lookup" }),
-        tools: [lookup as Tool<never>],
+        tools: [lookup],
         toolCalls: lookupCalls,
         generate(count, seed) {
             if (!Number.isInteger(count) || count < 0)

@@ -285,7 +285,7 @@ export async function magrpoIteration(
         );
     }
     const stats: AgentStats[] = Array.from({ length: A }, (_, a) => ({
-        reward: rewardN[a] ? rewardSum[a]! / rewardN[a]! : 0,
+        reward: rewardN[a] ? rewardSum[a]! / rewardN[a] : 0,
         kl: 0,
         clipFrac: 0,
         entropy: 0,

@@ -67,7 +67,7 @@ export async function lineChart(
     };
     const view = new View(parse(compile(spec).spec), { renderer: "none" });
     const svg = (await view.toSVG()).replace(/ xmlns(:xlink)?="[^"]*"/g, ""); // inline in HTML: no namespaces needed
-    await view.finalize();
+    view.finalize();
     return `<figure><figcaption>${esc(title)}</figcaption>${svg.replace("<svg ", `<svg role="img" aria-label="${esc(title)}" `)}</figure>`;
 }
 

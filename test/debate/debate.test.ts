@@ -124,7 +124,7 @@ describe("Debate over the OpenAI-compatible backend", () => {
                     expect(e.logprobs).toEqual([-0.5, -1.25]);
                 }),
             );
-            const seen = (t: number, a: number) => tr.turns[t]![a]!.prompt.at(-1)!.content;
+            const seen = (t: number, a: number) => tr.turns[t][a].prompt.at(-1)!.content;
             if (topology === "full") {
                 expect(seen(1, 0)).toContain("Agent 2 solution: ```Agent 2 reasoning at turn 0");
                 expect(seen(1, 0)).toContain("Agent 3 solution:");
@@ -149,8 +149,8 @@ describe("Debate over the OpenAI-compatible backend", () => {
         });
         const tr = await d.run({ ...item, reference: 12 }); // agent 2's turn-0 answer (12) is right
         tracer.close();
-        expect(tr.turns[0]!.map((e) => e.score)).toEqual([0, 1, 0]);
-        const msg = tr.turns[1]![0]!.prompt.at(-1)!.content;
+        expect(tr.turns[0].map((e) => e.score)).toEqual([0, 1, 0]);
+        const msg = tr.turns[1][0].prompt.at(-1)!.content;
         expect(
             msg.startsWith(
                 "Reward from a verifier of your answer: 0.000 out of 1.0, which means your answer is highly likely wrong.",
@@ -174,9 +174,9 @@ describe("Debate over the OpenAI-compatible backend", () => {
             completionTokens: 2,
         });
         const back = transcriptFromJSON(
-            transcriptToJSON({ ...tr, turns: [[{ ...tr.turns[0]![0]!, logprobs: [-Infinity, -1] }]] }),
+            transcriptToJSON({ ...tr, turns: [[{ ...tr.turns[0][0], logprobs: [-Infinity, -1] }]] }),
         );
-        expect(back.turns[0]![0]!.logprobs).toEqual([-Infinity, -1]);
+        expect(back.turns[0][0].logprobs).toEqual([-Infinity, -1]);
         expect(transcriptFromJSON(transcriptToJSON(tr))).toEqual(tr);
     });
 
@@ -254,7 +254,7 @@ describe("Debate over the OpenAI-compatible backend", () => {
             res.end("overloaded");
         });
         const [ok] = await p.generate([{ prompt: "hi" }]);
-        expect(ok!.text).toContain("Answer: \\boxed{11}");
+        expect(ok.text).toContain("Answer: \\boxed{11}");
         overrides.push((_, res) => {
             res.writeHead(200);
             res.end(JSON.stringify({ choices: [{ message: {} }] }));

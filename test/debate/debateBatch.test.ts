@@ -67,11 +67,11 @@ describe("Debate.runBatch", () => {
             const alone = await debate.run(item);
             expect(batch[i]).toEqual(alone);
         }
-        expect(batch[0]!.stoppedEarly).toBe(true);
-        expect(batch[0]!.turns.length).toBe(1);
+        expect(batch[0].stoppedEarly).toBe(true);
+        expect(batch[0].turns.length).toBe(1);
         expect(batch.filter((t) => t.turns.length === 3).length).toBeGreaterThan(0);
         await expect(debate.runBatch("x" as never)).rejects.toThrow(/items: expected an array/);
-        await expect(debate.runBatch([items[0]!, { question: 3 } as never])).rejects.toThrow(
+        await expect(debate.runBatch([items[0], { question: 3 } as never])).rejects.toThrow(
             /items\[1\]\.question: expected a string/,
         );
         expect(await debate.runBatch([])).toEqual([]);
@@ -97,10 +97,10 @@ describe("Debate.runBatch", () => {
         const batch = await debate.runBatch(some);
         for (const [i, item] of some.entries()) {
             const alone = await debate.run(item);
-            expect(batch[i]!.turns.map((t) => t.map((e) => e.tokens))).toEqual(
+            expect(batch[i].turns.map((t) => t.map((e) => e.tokens))).toEqual(
                 alone.turns.map((t) => t.map((e) => e.tokens)),
             );
-            expect(batch[i]!.turns.map((t) => t.map((e) => e.logprobs))).toEqual(
+            expect(batch[i].turns.map((t) => t.map((e) => e.logprobs))).toEqual(
                 alone.turns.map((t) => t.map((e) => e.logprobs)),
             );
         }

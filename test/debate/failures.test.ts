@@ -32,7 +32,7 @@ const faults = new Map<string, { fault: Fault; times: number }>();
 const hits = new Map<string, number>();
 
 function answer(body: { model: string; messages: { content: string }[] }, res: ServerResponse) {
-    const q = /What is (\d+)/.exec(body.messages[0]!.content)?.[1] ?? "x";
+    const q = /What is (\d+)/.exec(body.messages[0].content)?.[1] ?? "x";
     const key = `${body.model}/${q}`,
         turn = (body.messages.length - 1) / 2;
     hits.set(key, (hits.get(key) ?? 0) + 1);
@@ -142,16 +142,16 @@ describe("a failed agent never loses the batch", () => {
         tracer.close();
         expect(out.length).toBe(5);
         for (const i of [0, 1]) {
-            expect(out[i]!.error).toBeUndefined();
-            expect(out[i]!.turns.length).toBe(3);
+            expect(out[i].error).toBeUndefined();
+            expect(out[i].turns.length).toBe(3);
         }
-        expect(out[2]!.error).toMatchObject({ turn: 1, agent: 1, attempts: 1 });
-        expect(out[2]!.error!.message).toMatch(/agent-2.*HTTP 500/);
-        expect(out[2]!.turns.length).toBe(1);
-        expect(out[3]!.error).toMatchObject({ turn: 0, agent: 2 });
-        expect(out[3]!.error!.message).toMatch(/malformed reply/);
-        expect(out[3]!.turns.length).toBe(0);
-        expect(out[4]!.error).toMatchObject({ turn: 1, agent: 0 });
+        expect(out[2].error).toMatchObject({ turn: 1, agent: 1, attempts: 1 });
+        expect(out[2].error!.message).toMatch(/agent-2.*HTTP 500/);
+        expect(out[2].turns.length).toBe(1);
+        expect(out[3].error).toMatchObject({ turn: 0, agent: 2 });
+        expect(out[3].error!.message).toMatch(/malformed reply/);
+        expect(out[3].turns.length).toBe(0);
+        expect(out[4].error).toMatchObject({ turn: 1, agent: 0 });
         const spans = readFileSync(join(dir, "trace.jsonl"), "utf8")
             .trim()
             .split("\n")
@@ -185,7 +185,7 @@ describe("a failed agent never loses the batch", () => {
         expect(err.message).toMatch(/episode q2: turn 1, agent 1: .*HTTP 500/);
         expect(err.transcripts.length).toBe(5);
         expect(err.transcripts[0].turns.length).toBe(2); // turns 0 and 1 done when turn 1 failed
-        await expect(new Debate({ agents: agents(), turns: 2 }).run(items[2]!)).rejects.toThrow(
+        await expect(new Debate({ agents: agents(), turns: 2 }).run(items[2])).rejects.toThrow(
             /episode q2: turn 1, agent 1/,
         );
         faults.set("agent-2/2", { fault: "500", times: 2 }); // both attempts of one request: the episode's first try fails
@@ -193,7 +193,7 @@ describe("a failed agent never loses the batch", () => {
         expect(out.every((t) => !t.error && t.turns.length === 3)).toBe(true);
         faults.set("agent-2/2", { fault: "500", times: Infinity });
         const gaveUp = await new Debate({ agents: agents(), turns: 3, onError: "retry", retries: 1 }).runBatch(items);
-        expect(gaveUp[2]!.error).toMatchObject({ turn: 1, agent: 1, attempts: 2 });
+        expect(gaveUp[2].error).toMatchObject({ turn: 1, agent: 1, attempts: 2 });
         expect(gaveUp.filter((t) => !t.error).length).toBe(4);
         expect(() => new Debate({ agents: agents(), turns: 1, onError: "ignore" as never })).toThrow(
             /onError: expected 'fail-fast', 'skip', 'retry', got "ignore"/,
@@ -217,11 +217,11 @@ describe("a failed agent never loses the batch", () => {
             reward: () => 1,
         });
         const trees = await roll.runBatch([0, 1, 2]);
-        expect(trees[1]!.error).toMatchObject({ depth: 1, agent: 1 });
-        expect(trees[1]!.actions.length).toBe(2); // the first depth's joint actions
+        expect(trees[1].error).toMatchObject({ depth: 1, agent: 1 });
+        expect(trees[1].actions.length).toBe(2); // the first depth's joint actions
         for (const i of [0, 2]) {
-            expect(trees[i]!.error).toBeUndefined();
-            expect(trees[i]!.actions.length).toBe(2 + 4);
+            expect(trees[i].error).toBeUndefined();
+            expect(trees[i].actions.length).toBe(2 + 4);
         }
         await expect(roll.run(1)).rejects.toThrow(/depth 1, agent 1: openai:agent-2: .*HTTP 500/);
     });
@@ -240,7 +240,7 @@ describe("a failed agent never loses the batch", () => {
         const items = task.generate(4, 11);
         const orig = bad.generate.bind(bad);
         bad.generate = async (reqs, o) => {
-            if (reqs.some((r) => String(r.messages?.[0]?.content).startsWith(items[2]!.views[1]! + "|")))
+            if (reqs.some((r) => String(r.messages?.[0]?.content).startsWith(items[2].views[1] + "|")))
                 throw new Error("model server gone");
             return orig(reqs, o);
         };
@@ -280,7 +280,7 @@ describe("the HTTP client", () => {
         hits.delete("busy");
         const t0 = performance.now();
         const [g] = await one("/busy");
-        expect(g!.text).toMatch(/answer is 2/);
+        expect(g.text).toMatch(/answer is 2/);
         expect(performance.now() - t0).toBeGreaterThanOrEqual(950);
         expect(hits.get("busy")).toBe(2);
     });
@@ -290,7 +290,7 @@ describe("the HTTP client", () => {
             /HTTP 307 redirecting to http:\/\/127\.0\.0\.2:9\/v1\/chat\/completions: another origin, not followed/,
         );
         const [g] = await one("/moved");
-        expect(g!.text).toMatch(/answer is 2/);
+        expect(g.text).toMatch(/answer is 2/);
     });
 
     it("bounds a hung server by the request's deadline", async () => {

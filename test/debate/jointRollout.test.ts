@@ -52,12 +52,12 @@ describe("JointRollout", () => {
         const tree = await new JointRollout<string>({ ...base, joint: "aligned", seed: 3 }).run("q");
         expect(tree.actions.length).toBe(2 + 4);
         expect(tree.leaves).toBe(4); // G^T
-        expect(tree.actions[0]!.sample).toEqual([0, 0]);
-        expect(tree.actions[0]!.generations.map((g) => g.text)).toEqual(["a:q/0#0", "b:q/1#0"]);
+        expect(tree.actions[0].sample).toEqual([0, 0]);
+        expect(tree.actions[0].generations.map((g) => g.text)).toEqual(["a:q/0#0", "b:q/1#0"]);
         // a state's joint actions first, then each one's subtree
         expect(Array.from(tree.parent)).toEqual([-1, -1, 0, 0, 1, 1]);
-        expect(tree.actions[2]!.prompts).toEqual(["t1(0)", "t1(0)"]);
-        expect(tree.actions[4]!.prompts).toEqual(["t1(1)", "t1(1)"]);
+        expect(tree.actions[2].prompts).toEqual(["t1(0)", "t1(0)"]);
+        expect(tree.actions[4].prompts).toEqual(["t1(1)", "t1(1)"]);
         const r = treeReturns({ parent: tree.parent, rewards: tree.rewards }, { gamma: 0.9 });
         expect(r.returns[0]).toBeCloseTo(0 + 0.9 * 0.5); // children rewards 0 and 1
     });
@@ -87,7 +87,7 @@ describe("JointRollout", () => {
             generations: 1,
             transition: (x) => {
                 seen.push(x.history);
-                return x.completions.map((c) => `n${x.turn}`);
+                return x.completions.map(() => `n${x.turn}`);
             },
         }).run("q");
         expect(seen[1]).toEqual({ prompts: [["q/0"], ["q/1"]], responses: [["a:q/0#0"], ["b:q/1#0"]] });
@@ -126,10 +126,10 @@ describe("JointRollout", () => {
         // the same item alone draws the same samples (seeds follow the state's path, not the batch)
         const alone = await new JointRollout<string>(opts).run("y");
         expect(alone.actions.map((a) => a.generations.map((g) => g.text))).toEqual(
-            trees[1]!.actions.map((a) => a.generations.map((g) => g.text)),
+            trees[1].actions.map((a) => a.generations.map((g) => g.text)),
         );
         // distinct states draw distinct seeds
-        const seeds = new Set(trees[1]!.actions.flatMap((a) => a.generations.map((g) => g.text.split("@").at(-1))));
+        const seeds = new Set(trees[1].actions.flatMap((a) => a.generations.map((g) => g.text.split("@").at(-1))));
         expect(seeds.size).toBe(2 * 3 * 7); // 7 states x 3 agents x G = 2 (one state's G samples are its aligned joint actions)
         await expect(new JointRollout<string>(opts).runBatch("x" as never)).rejects.toThrow(/items: expected an array/);
         // firstTurnAgents answer the first state only; a per-item seed function
@@ -141,13 +141,13 @@ describe("JointRollout", () => {
             seed: (it: string) => it.charCodeAt(0),
         }).runBatch(["x", "y"]);
         expect(
-            t2[0]!.actions.filter((a) => a.depth === 0).flatMap((a) => a.generations.map((g) => g.text.split(":")[0])),
+            t2[0].actions.filter((a) => a.depth === 0).flatMap((a) => a.generations.map((g) => g.text.split(":")[0])),
         ).toEqual(["f0", "f1", "f2", "f0", "f1", "f2"]);
         expect(
-            t2[0]!.actions.filter((a) => a.depth === 1).flatMap((a) => a.generations.map((g) => g.text.split(":")[0])),
+            t2[0].actions.filter((a) => a.depth === 1).flatMap((a) => a.generations.map((g) => g.text.split(":")[0])),
         ).toEqual(Array(4).fill(["s", "s", "c"]).flat());
-        expect(t2[0]!.actions[0]!.generations[0]!.text.endsWith(`@${"x".charCodeAt(0)}`)).toBe(true);
-        expect(t2[1]!.actions[0]!.generations[0]!.text.endsWith(`@${"y".charCodeAt(0)}`)).toBe(true);
+        expect(t2[0].actions[0].generations[0].text.endsWith(`@${"x".charCodeAt(0)}`)).toBe(true);
+        expect(t2[1].actions[0].generations[0].text.endsWith(`@${"y".charCodeAt(0)}`)).toBe(true);
         expect(() => new JointRollout<string>({ ...opts, firstTurnAgents: [shared] })).toThrow(
             /firstTurnAgents: expected 3/,
         );

@@ -51,20 +51,20 @@ describe("debateMetrics", () => {
         expect(m.tokensPerTurn[0]).toBeCloseTo(75 / 6);
         expect(m.tokensPerTurn[2]).toBeNaN();
         // turn 0 -> 1: episode 1 (majority wrong): R->R, W->R, W->W; episode 2 (majority right): R->W, R->R, W->R
-        expect(m.transitions[0]!.all).toEqual({ rightToRight: 2, rightToWrong: 1, wrongToRight: 2, wrongToWrong: 1 });
-        expect(m.transitions[0]!.majorityWrong).toEqual({
+        expect(m.transitions[0].all).toEqual({ rightToRight: 2, rightToWrong: 1, wrongToRight: 2, wrongToWrong: 1 });
+        expect(m.transitions[0].majorityWrong).toEqual({
             rightToRight: 1,
             rightToWrong: 0,
             wrongToRight: 1,
             wrongToWrong: 1,
         });
-        expect(m.transitions[0]!.majorityRight).toEqual({
+        expect(m.transitions[0].majorityRight).toEqual({
             rightToRight: 1,
             rightToWrong: 1,
             wrongToRight: 1,
             wrongToWrong: 0,
         });
-        expect(m.transitions[1]!.all).toEqual({ rightToRight: 2, rightToWrong: 0, wrongToRight: 1, wrongToWrong: 0 });
+        expect(m.transitions[1].all).toEqual({ rightToRight: 2, rightToWrong: 0, wrongToRight: 1, wrongToWrong: 0 });
         expect(m.episodes).toBe(2);
     });
 });

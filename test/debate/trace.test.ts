@@ -80,7 +80,7 @@ describe("tracing", () => {
             },
             end: 1025,
         });
-        expect(captured[1]!.status).toEqual({ code: 2, message: "HTTP 500" });
+        expect(captured[1].status).toEqual({ code: 2, message: "HTTP 500" });
         expect(
             readFileSync(file.file, "utf8")
                 .trim()

@@ -94,7 +94,7 @@ const policy = (model: string) => new OpenAICompatiblePolicy({ baseUrl, model, d
 // The last tool message's content, and how many assistant messages the conversation holds.
 const lastTool = (b: Parameters<Script>[0]) => [...b.messages].reverse().find((m) => m.role === "tool")?.content ?? "";
 const lastUser = (b: Parameters<Script>[0]) => [...b.messages].reverse().find((m) => m.role === "user")?.content ?? "";
-const afterTool = (b: Parameters<Script>[0]) => b.messages[b.messages.length - 1]!.role === "tool";
+const afterTool = (b: Parameters<Script>[0]) => b.messages[b.messages.length - 1].role === "tool";
 
 describe("code review workflow over a scripted OpenAI-compatible server", () => {
     it("coder -> reviewer -> coder -> reviewer: every tool call, result and artifact version in the transcript; approved, reward 1", async () => {
@@ -141,13 +141,13 @@ describe("code review workflow over a scripted OpenAI-compatible server", () => 
             [1, 2],
             [2, 2],
         ]);
-        expect(ep.turns[1]!.toolResults.map((r) => [r.name, r.ok])).toEqual([
+        expect(ep.turns[1].toolResults.map((r) => [r.name, r.ok])).toEqual([
             ["read_solution", true],
             ["run_tests", true],
         ]);
-        expect(ep.turns[1]!.toolResults[0]!.content).toBe(`version 1\n${buggy}`);
-        expect(ep.turns[1]!.toolResults[1]!.content).toMatch(/^tests failed \(version 1/);
-        expect(ep.turns[3]!.toolResults[1]!.content).toMatch(/^tests passed \(version 2/);
+        expect(ep.turns[1].toolResults[0].content).toBe(`version 1\n${buggy}`);
+        expect(ep.turns[1].toolResults[1].content).toMatch(/^tests failed \(version 1/);
+        expect(ep.turns[3].toolResults[1].content).toMatch(/^tests passed \(version 2/);
         expect(ep.turns.map((t) => t.delegation)).toEqual([
             [],
             ["coder"],
@@ -182,8 +182,8 @@ describe("code review workflow over a scripted OpenAI-compatible server", () => 
         const ep = await codeReviewWorkflow({ coder: policy("coder-2"), reviewer: policy("reviewer-2") }).run(task);
         expect(ep.stoppedBy).toBe("loop");
         expect(ep.loops).toEqual([{ kind: "tool", role: "reviewer", turn: 1, what: "run_tests({})", count: 3 }]);
-        expect(ep.turns[1]!.toolResults.filter((r) => r.name === "run_tests").length).toBe(3);
-        expect(ep.turns[1]!.shaped).toBeCloseTo(0.1 - 0.5);
+        expect(ep.turns[1].toolResults.filter((r) => r.name === "run_tests").length).toBe(3);
+        expect(ep.turns[1].shaped).toBeCloseTo(0.1 - 0.5);
         expect(ep.reward).toBe(0); // the final version still fails
     }, 60_000);
 
@@ -236,7 +236,7 @@ describe("code review workflow over a scripted OpenAI-compatible server", () => 
             tools: [crash, hang],
         }).run(task);
         expect(ep.stoppedBy).toBe("done");
-        const r = ep.turns[0]!.toolResults;
+        const r = ep.turns[0].toolResults;
         expect(r.map((x) => [x.name, x.ok, x.error])).toEqual([
             ["lint", false, "threw"],
             ["docs", false, "timeout"],
@@ -245,9 +245,9 @@ describe("code review workflow over a scripted OpenAI-compatible server", () => 
             ["nope", false, "unknown"],
             ["write_solution", true, undefined],
         ]);
-        expect(r[0]!.content).toBe("error: 'lint' failed: linter crashed");
-        expect(r[1]!.content).toBe("error: 'docs' did not finish within 200 ms");
-        expect(r[3]!.content).toMatch(
+        expect(r[0].content).toBe("error: 'lint' failed: linter crashed");
+        expect(r[1].content).toBe("error: 'docs' did not finish within 200 ms");
+        expect(r[3].content).toMatch(
             /invalid arguments for 'write_solution': arguments must have required property 'content'/,
         );
         expect(ep.reward).toBe(1);
@@ -265,8 +265,8 @@ describe("code review workflow over a scripted OpenAI-compatible server", () => 
         const wf = codeReviewWorkflow({ coder: policy("coder-5"), reviewer: policy("reviewer-5") });
         const eps = await wf.runBatch([task, { ...task, id: "bad", spec: "FAIL" }, task]);
         expect(eps.map((e) => e.stoppedBy)).toEqual(["done", "error", "done"]);
-        expect(eps[1]!.error).toMatchObject({ turn: 0, role: "coder" });
-        expect(eps[1]!.error!.message).toMatch(/HTTP 500/);
+        expect(eps[1].error).toMatchObject({ turn: 0, role: "coder" });
+        expect(eps[1].error!.message).toMatch(/HTTP 500/);
         expect(eps.map((e) => e.reward)).toEqual([1, NaN, 1]);
     }, 60_000);
 });

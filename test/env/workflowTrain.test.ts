@@ -20,9 +20,9 @@ function spec(writer: NativePolicy, checker: NativePolicy, milestone = 0): Workf
             { name: "checker", policy: checker, instructions: "c", sampling: { temperature: 1, maxTokens: 2 } },
         ],
         start: "writer",
-        observe: (role, st) => (role === "writer" ? `n${st.item % 4}` : `>${st.turns[st.turns.length - 1]!.text}`),
+        observe: (role, st) => (role === "writer" ? `n${st.item % 4}` : `>${st.turns[st.turns.length - 1].text}`),
         next: (st) => (st.turns.length === 1 ? "checker" : null),
-        reward: (st) => (/^\d/.test(st.turns[0]!.text) ? 1 : 0),
+        reward: (st) => (/^\d/.test(st.turns[0].text) ? 1 : 0),
         milestones: (turn) => (turn.role === "checker" ? milestone : 0),
         horizon: 2,
         maxToolRounds: 0,
@@ -74,13 +74,13 @@ describe("trainWorkflow", () => {
             const group = r.episodes.slice(Math.floor(k / G) * G, Math.floor(k / G) * G + G),
                 m = mean(group.map((e) => e.reward));
             const [w, c] = ep.turns;
-            expect(w!.credit).toBeCloseTo(ep.reward - m, 6);
-            expect(c!.credit).toBeCloseTo(ep.reward + 0.25 - (m + 0.25), 6); // the milestone is the same in every episode
-            expect(w!.samples!.length).toBe(1);
-            expect(w!.samples![0]!.tokenIds.length).toBeGreaterThan(0);
+            expect(w.credit).toBeCloseTo(ep.reward - m, 6);
+            expect(c.credit).toBeCloseTo(ep.reward + 0.25 - (m + 0.25), 6); // the milestone is the same in every episode
+            expect(w.samples!.length).toBe(1);
+            expect(w.samples![0].tokenIds.length).toBeGreaterThan(0);
         });
-        expect(r.roles.writer!.rows).toBe(12);
-        expect(r.roles.checker!.meanReturn).toBeCloseTo(r.roles.writer!.meanReturn + 0.25, 6);
+        expect(r.roles.writer.rows).toBe(12);
+        expect(r.roles.checker.meanReturn).toBeCloseTo(r.roles.writer.meanReturn + 0.25, 6);
         const unshaped = await trainWorkflow(wf, items(2), { checker }, { groups: 2, shaped: false, lr: 1e-3 });
         expect(Object.keys(unshaped.roles)).toEqual(["checker"]);
         await writer.dispose();

@@ -67,7 +67,7 @@ describe("exportBatch / readBatch", () => {
         const back = readBatch(dir);
         expect(back.info).toEqual(info);
         back.rows.forEach((r, i) => {
-            const { t, q, e } = entries[i]!;
+            const { t, q, e } = entries[i];
             expect(r).toMatchObject({
                 row: i,
                 episode: t.id,
@@ -87,11 +87,11 @@ describe("exportBatch / readBatch", () => {
             expect(r.promptIds).toEqual(policy.tokenizer.encodeChat(e.prompt)); // the prompt the model read
         });
         // The tensors themselves: prompts left-padded, responses right-padded, masks over the tokens.
-        const s0 = info.shards[0]!,
+        const s0 = info.shards[0],
             t0 = new Map(readSafetensors(join(dir, s0.file)).tensors.map((x) => [x.name, x]));
         const P = s0.promptLength,
             R = s0.responseLength,
-            r0 = back.rows[0]!;
+            r0 = back.rows[0];
         expect(t0.get("prompt_ids")!.shape).toEqual([7, P]);
         const row0 = Array.from(t0.get("prompt_ids")!.data.subarray(0, P));
         expect(row0).toEqual([...new Array(P - r0.promptLength).fill(0), ...r0.promptIds]);
@@ -133,13 +133,13 @@ describe("exportBatch / readBatch", () => {
         expect(py.length).toBe(js.length);
         py.forEach((p, i) =>
             expect(p).toEqual({
-                row: js[i]!.row,
-                promptIds: js[i]!.promptIds,
-                responseIds: js[i]!.responseIds,
-                oldLogProbs: js[i]!.oldLogProbs,
-                reward: js[i]!.reward,
-                agent: js[i]!.agent,
-                turn: js[i]!.turn,
+                row: js[i].row,
+                promptIds: js[i].promptIds,
+                responseIds: js[i].responseIds,
+                oldLogProbs: js[i].oldLogProbs,
+                reward: js[i].reward,
+                agent: js[i].agent,
+                turn: js[i].turn,
             }),
         );
     });
@@ -156,13 +156,13 @@ describe("exportBatch / readBatch", () => {
         const info = exportBatch(join(work, "b2"), textOnly, { rewards, retokenize: policy.tokenizer });
         const back = readBatch(join(work, "b2"));
         expect(info.hasAdvantages).toBe(false);
-        const e = textOnly[0]!.turns[0]![0]!;
+        const e = textOnly[0].turns[0][0];
         expect(back.rows[0]).toMatchObject({
             retokenized: true,
             responseIds: policy.tokenizer.encode(e.text),
             promptIds: policy.tokenizer.encodeChat(e.prompt),
         });
-        expect(back.rows[0]!.oldLogProbs.every((x) => Number.isNaN(x))).toBe(true);
+        expect(back.rows[0].oldLogProbs.every((x) => Number.isNaN(x))).toBe(true);
     });
 
     it("non-finite rewards (failed episodes) are an error, or skipped and counted; bad options and damaged batches are named", () => {
@@ -208,9 +208,9 @@ describe("a batch that does not verify is refused by both readers, naming what",
         writeFileSync(path, Buffer.concat([len, text, out]));
     };
     const f32 = (h: Header, data: Buffer, name: string, k: number, v: number) =>
-        data.writeFloatLE(v, h[name]!.data_offsets[0] + 4 * k);
+        data.writeFloatLE(v, h[name].data_offsets[0] + 4 * k);
     const i32 = (h: Header, data: Buffer, name: string, k: number, v: number) =>
-        data.writeInt32LE(v, h[name]!.data_offsets[0] + 4 * k);
+        data.writeInt32LE(v, h[name].data_offsets[0] + 4 * k);
     const manifest = (dir: string, f: (rows: Record<string, unknown>[]) => Record<string, unknown>[]) => {
         const rows = readFileSync(join(dir, "manifest.jsonl"), "utf8")
             .trim()
@@ -251,7 +251,7 @@ describe("a batch that does not verify is refused by both readers, naming what",
                     b = readFileSync(p),
                     n = Number(b.readBigUInt64LE(0));
                 const h = JSON.parse(b.subarray(8, 8 + n).toString()) as Header;
-                b.writeFloatLE(-3.4e37, 8 + n + h.old_log_probs!.data_offsets[0]);
+                b.writeFloatLE(-3.4e37, 8 + n + h.old_log_probs.data_offsets[0]);
                 writeFileSync(p, b);
             },
             new RegExp(`${shard0}: SHA-256 [0-9a-f]{64}, batch\\.json says [0-9a-f]{64}`),
@@ -276,7 +276,7 @@ describe("a batch that does not verify is refused by both readers, naming what",
             "header dtype I32 -> F32",
             (d) => {
                 editShard(d, (h) => {
-                    h.response_ids!.dtype = "F32";
+                    h.response_ids.dtype = "F32";
                 });
                 resign(d);
             },
@@ -286,7 +286,7 @@ describe("a batch that does not verify is refused by both readers, naming what",
             "header dtype F32 -> I32",
             (d) => {
                 editShard(d, (h) => {
-                    h.rewards!.dtype = "I32";
+                    h.rewards.dtype = "I32";
                 });
                 resign(d);
             },
@@ -296,7 +296,7 @@ describe("a batch that does not verify is refused by both readers, naming what",
             "a header shape transposed",
             (d) => {
                 editShard(d, (h) => {
-                    h.response_ids!.shape.reverse();
+                    h.response_ids.shape.reverse();
                 });
                 resign(d);
             },
@@ -306,7 +306,7 @@ describe("a batch that does not verify is refused by both readers, naming what",
             "overlapping offsets",
             (d) => {
                 editShard(d, (h) => {
-                    h.turn!.data_offsets = [...h.agent!.data_offsets];
+                    h.turn.data_offsets = [...h.agent.data_offsets];
                 });
                 resign(d);
             },
@@ -324,7 +324,7 @@ describe("a batch that does not verify is refused by both readers, naming what",
             "a tensor missing",
             (d) => {
                 editShard(d, (h, x) => {
-                    const [b, e] = h.row!.data_offsets;
+                    const [b, e] = h.row.data_offsets;
                     delete h.row;
                     for (const v of Object.values(h))
                         if (v.data_offsets?.[0] >= e)
@@ -347,7 +347,7 @@ describe("a batch that does not verify is refused by both readers, naming what",
             "manifest responseLength + 2",
             (d) =>
                 manifest(d, (r) => {
-                    r[0]!.responseLength = (r[0]!.responseLength as number) + 2;
+                    r[0].responseLength = (r[0].responseLength as number) + 2;
                     return r;
                 }),
             /(manifest\.jsonl: row 0: responseLength: \d+ is not valid|batch-00000\.safetensors: row 0 \(index 0\): response position \d+)/,
@@ -356,7 +356,7 @@ describe("a batch that does not verify is refused by both readers, naming what",
             "manifest promptLength + 3",
             (d) =>
                 manifest(d, (r) => {
-                    r[0]!.promptLength = (r[0]!.promptLength as number) + 3;
+                    r[0].promptLength = (r[0].promptLength as number) + 3;
                     return r;
                 }),
             /(manifest\.jsonl: row 0: promptLength: \d+ is not valid|batch-00000\.safetensors: row 0 \(index 0\): prompt position \d+)/,
@@ -365,7 +365,7 @@ describe("a batch that does not verify is refused by both readers, naming what",
             "manifest responseLength - 1",
             (d) =>
                 manifest(d, (r) => {
-                    r[2]!.responseLength = (r[2]!.responseLength as number) - 1;
+                    r[2].responseLength = (r[2].responseLength as number) - 1;
                     return r;
                 }),
             new RegExp(`${shard0}: row 2 \\(index 2\\): response position \\d+: .*responseLength`),
@@ -374,7 +374,7 @@ describe("a batch that does not verify is refused by both readers, naming what",
             "a duplicated index (row 1 lost)",
             (d) =>
                 manifest(d, (r) => {
-                    r[1]!.index = r[0]!.index;
+                    r[1].index = r[0].index;
                     return r;
                 }),
             /manifest\.jsonl: row 1: shard 0 index 0 is named twice/,
@@ -383,7 +383,7 @@ describe("a batch that does not verify is refused by both readers, naming what",
             "an index out of its shard",
             (d) =>
                 manifest(d, (r) => {
-                    r[25]!.index = 10;
+                    r[25].index = 10;
                     return r;
                 }),
             /manifest\.jsonl: row 25: index: 10 is not valid/,
@@ -392,7 +392,7 @@ describe("a batch that does not verify is refused by both readers, naming what",
             "a manifest reward that disagrees",
             (d) =>
                 manifest(d, (r) => {
-                    r[0]!.reward = 99;
+                    r[0].reward = 99;
                     return r;
                 }),
             new RegExp(`${shard0}: row 0 \\(index 0\\): rewards \\S+, the manifest says 99`),
@@ -401,7 +401,7 @@ describe("a batch that does not verify is refused by both readers, naming what",
             "a manifest reward that is a string",
             (d) =>
                 manifest(d, (r) => {
-                    r[0]!.reward = String(r[0]!.reward);
+                    r[0].reward = String(r[0].reward);
                     return r;
                 }),
             /manifest\.jsonl: row 0: reward: "\S+" is not valid/,
@@ -410,7 +410,7 @@ describe("a batch that does not verify is refused by both readers, naming what",
             "a manifest turn that disagrees",
             (d) =>
                 manifest(d, (r) => {
-                    r[0]!.turn = (r[0]!.turn as number) + 1;
+                    r[0].turn = (r[0].turn as number) + 1;
                     return r;
                 }),
             new RegExp(`${shard0}: row 0 \\(index 0\\): turn 0, the manifest says 1`),
@@ -419,7 +419,7 @@ describe("a batch that does not verify is refused by both readers, naming what",
             'shard "0" as a string',
             (d) =>
                 manifest(d, (r) => {
-                    r[0]!.shard = "0";
+                    r[0].shard = "0";
                     return r;
                 }),
             /manifest\.jsonl: row 0: shard: "0" is not valid/,
@@ -428,7 +428,7 @@ describe("a batch that does not verify is refused by both readers, naming what",
             "retokenized absent",
             (d) =>
                 manifest(d, (r) => {
-                    delete r[3]!.retokenized;
+                    delete r[3].retokenized;
                     return r;
                 }),
             /manifest\.jsonl: row 3: retokenized: absent is not valid/,
@@ -446,7 +446,7 @@ describe("a batch that does not verify is refused by both readers, naming what",
             (d) =>
                 info(d, (i) => {
                     i.rows = 31;
-                    i.shards[1]!.rows = 11;
+                    i.shards[1].rows = 11;
                 }),
             /manifest\.jsonl: 30 rows, batch\.json says 31/,
         ],
@@ -454,7 +454,7 @@ describe("a batch that does not verify is refused by both readers, naming what",
             "batch.json: a shard's promptLength + 1",
             (d) =>
                 info(d, (i) => {
-                    i.shards[0]!.promptLength = (i.shards[0]!.promptLength as number) + 1;
+                    i.shards[0].promptLength = (i.shards[0].promptLength as number) + 1;
                 }),
             new RegExp(`${shard0}: prompt_ids missing or not of shape`),
         ],
@@ -473,12 +473,12 @@ describe("a batch that does not verify is refused by both readers, naming what",
         ],
         [
             "a manifest line added",
-            (d) => manifest(d, (r) => [...r, r[29]!]),
+            (d) => manifest(d, (r) => [...r, r[29]]),
             /manifest\.jsonl: 31 rows, batch\.json says 30/,
         ],
         [
             "rows out of order",
-            (d) => manifest(d, (r) => [r[1]!, r[0]!, ...r.slice(2)]),
+            (d) => manifest(d, (r) => [r[1], r[0], ...r.slice(2)]),
             /manifest\.jsonl: row 0: row: 1 is not valid/,
         ],
         ["a missing shard", (d) => rmSync(join(d, "batch-00001.safetensors")), new RegExp(`${shard1}: missing`)],
@@ -502,7 +502,7 @@ describe("a batch that does not verify is refused by both readers, naming what",
             "a shard renamed in batch.json",
             (d) =>
                 info(d, (i) => {
-                    i.shards[0]!.file = "../x.safetensors";
+                    i.shards[0].file = "../x.safetensors";
                 }),
             /batch\.json: shards\[0\]: expected \{ file: batch-NNNNN/,
         ],
@@ -510,7 +510,7 @@ describe("a batch that does not verify is refused by both readers, naming what",
             "the digest removed",
             (d) =>
                 info(d, (i) => {
-                    delete i.shards[0]!.sha256;
+                    delete i.shards[0].sha256;
                 }),
             /batch\.json: shards\[0\]: expected sha256/,
         ],
@@ -568,13 +568,13 @@ describe("a batch that does not verify is refused by both readers, naming what",
             "an attention mask bit flipped",
             (d) => {
                 editShard(d, (h, x) => {
-                    const [, W] = h.attention_mask!.shape as [number, number];
+                    const [, W] = h.attention_mask.shape as [number, number];
                     i32(
                         h,
                         x,
                         "attention_mask",
                         W + W - 1,
-                        1 - x.readInt32LE(h.attention_mask!.data_offsets[0] + 4 * (2 * W - 1)),
+                        1 - x.readInt32LE(h.attention_mask.data_offsets[0] + 4 * (2 * W - 1)),
                     );
                 });
                 resign(d);
@@ -625,7 +625,7 @@ describe("a batch that does not verify is refused by both readers, naming what",
             "padding changed",
             (d) => {
                 editShard(d, (h, x) => {
-                    const [n, R] = h.response_ids!.shape as [number, number];
+                    const [n, R] = h.response_ids.shape as [number, number];
                     for (let i = 0; i < n; i++) i32(h, x, "response_ids", i * R + R - 1, 77);
                 });
                 resign(d);
@@ -654,7 +654,7 @@ describe("a batch that does not verify is refused by both readers, naming what",
                     }
                 });
                 manifest(d, (r) => {
-                    r[0]!.reward = 99;
+                    r[0].reward = 99;
                     return r;
                 });
             },

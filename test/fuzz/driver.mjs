@@ -412,16 +412,14 @@ function flaky(name) {
             const r = rnd();
             if (r < 0.1) throw new Error(`${name}: HTTP 500 after retries`);
             if (r < 0.13)
-                return reqs
-                    .slice(1)
-                    .map(() => ({
-                        text: "short",
-                        finishReason: "stop",
-                        usage: { promptTokens: 1, completionTokens: 1 },
-                        latencyMs: 0,
-                    }));
+                return reqs.slice(1).map(() => ({
+                    text: "short",
+                    finishReason: "stop",
+                    usage: { promptTokens: 1, completionTokens: 1 },
+                    latencyMs: 0,
+                }));
             if (r < 0.15) return reqs.map(() => ({ nope: true }));
-            if (r < 0.16) throw "a string"; // eslint-disable-line no-throw-literal
+            if (r < 0.16) throw "a string";
             return reqs.map(() => ({
                 text: `answer ${int(5)}`,
                 finishReason: "stop",

@@ -22,10 +22,10 @@ export function firstMismatch(
 ): string | null {
     if (a.length !== b.length) return `length ${a.length} vs ${b.length}`;
     for (let i = 0; i < a.length; i++) {
-        const x = a[i]!,
-            y = b[i]!;
+        const x = a[i],
+            y = b[i];
         if (x === y) continue; // equal infinities included
-        const tol = atol + rtol * (scale ? scale[i]! : Math.abs(y));
+        const tol = atol + rtol * (scale ? scale[i] : Math.abs(y));
         if (Number.isNaN(y) ? !Number.isNaN(x) : !(Math.abs(x - y) <= tol))
             return `index ${i}: got ${x}, expected ${y} (tolerance ${tol})`;
     }

@@ -39,7 +39,7 @@ async function failing(target: string): Promise<string> {
     const s = createServer((req, res) => {
         let data = "";
         req.on("data", (c) => (data += c));
-        req.on("end", async () => {
+        const reply = async () => {
             if (req.method === "POST") {
                 res.writeHead(500, { "content-type": "application/json" });
                 res.end('{"error":{"message":"injected"}}');
@@ -48,7 +48,8 @@ async function failing(target: string): Promise<string> {
             const r = await fetch(`${target.replace(/\/v1$/, "")}${req.url}`);
             res.writeHead(r.status, { "content-type": "application/json" });
             res.end(await r.text());
-        });
+        };
+        req.on("end", () => void reply().catch(() => res.destroy()));
     });
     servers.push(s);
     await new Promise<void>((r) => s.listen(0, "127.0.0.1", r));
@@ -74,7 +75,7 @@ const answers = (ts: Transcript[]) =>
 describe("FleetPolicy over maporl serve processes", () => {
     it("a debate survives a server killed mid-run and one answering 500s: every answer once, figures in the trace", async () => {
         const [a, b] = procs as [ServeProcess, ServeProcess, ServeProcess];
-        const bad = await failing(procs[2]!.baseUrl);
+        const bad = await failing(procs[2].baseUrl);
         const tracer = new JsonlTracer(join(work, "trace"));
         const fleet = new FleetPolicy({
             endpoints: [a.baseUrl, b.baseUrl, bad],
@@ -139,7 +140,7 @@ describe("FleetPolicy over maporl serve processes", () => {
     it("sticky routing: an agent's turns of an episode go to one server; keys spread over the servers", async () => {
         const [a, , c] = procs;
         const fleet = new FleetPolicy({
-            endpoints: [a!.baseUrl, c!.baseUrl],
+            endpoints: [a.baseUrl, c.baseUrl],
             model: "tiny",
             concurrency: 2,
             healthCheckIntervalMs: 0,
@@ -160,7 +161,7 @@ describe("FleetPolicy over maporl serve processes", () => {
     });
 
     it("an endpoint list from a function: refresh() adds the new endpoints and retires the ones gone", async () => {
-        let list = [procs[0]!.baseUrl];
+        let list = [procs[0].baseUrl];
         const fleet = new FleetPolicy({
             endpoints: () => list,
             model: "tiny",
@@ -174,16 +175,16 @@ describe("FleetPolicy over maporl serve processes", () => {
                 seed: i,
                 routingKey: `k${i}`,
             }));
-            expect(new Set((await fleet.generate(reqs)).map((g) => g.endpoint))).toEqual(new Set([procs[0]!.baseUrl]));
-            list = [procs[2]!.baseUrl];
+            expect(new Set((await fleet.generate(reqs)).map((g) => g.endpoint))).toEqual(new Set([procs[0].baseUrl]));
+            list = [procs[2].baseUrl];
             await fleet.refresh();
-            expect(fleet.endpoints).toEqual([procs[2]!.baseUrl]);
+            expect(fleet.endpoints).toEqual([procs[2].baseUrl]);
             const after = await fleet.generate(reqs);
-            expect(new Set(after.map((g) => g.endpoint))).toEqual(new Set([procs[2]!.baseUrl]));
+            expect(new Set(after.map((g) => g.endpoint))).toEqual(new Set([procs[2].baseUrl]));
             expect(after.map((g) => g.tokenIds)).toEqual((await local.generate(reqs)).map((g) => g.tokenIds));
             expect(fleet.stats().map((x) => [x.url, x.healthy])).toEqual([
-                [procs[0]!.baseUrl, false],
-                [procs[2]!.baseUrl, true],
+                [procs[0].baseUrl, false],
+                [procs[2].baseUrl, true],
             ]);
             list = [42 as never];
             await expect(fleet.refresh()).rejects.toThrow(/endpoints\(\): expected an array of base URLs/);
@@ -193,7 +194,7 @@ describe("FleetPolicy over maporl serve processes", () => {
     });
 
     it("a request no endpoint can answer fails alone, naming every attempt; bad options are named", async () => {
-        const bad = await failing(procs[0]!.baseUrl);
+        const bad = await failing(procs[0].baseUrl);
         const fleet = new FleetPolicy({
             endpoints: [bad, "http://127.0.0.1:9/v1"],
             model: "tiny",
@@ -205,7 +206,7 @@ describe("FleetPolicy over maporl serve processes", () => {
         });
         const out = await fleet.generateSettled([{ prompt: "hi", sampling: { maxTokens: 2 } }]);
         fleet.close();
-        expect(out[0]!.ok).toBe(false);
+        expect(out[0].ok).toBe(false);
         expect((out[0] as { error: Error }).error.message).toMatch(
             /failed on 2 attempts: .*HTTP 500.* \| .*127\.0\.0\.1:9/,
         );

@@ -73,7 +73,7 @@ describe("adapters pushed to a fleet", () => {
         });
         try {
             const a0 = fleet.adapter("a0");
-            await expect(a0.generate([reqs[0]!])).rejects.toThrow(/adapter 'a0' has not been pushed/);
+            await expect(a0.generate([reqs[0]])).rejects.toThrow(/adapter 'a0' has not been pushed/);
             // A training step, its adapter pushed as version `step`: the served generations are the trained adapter's own.
             const step = async (k: number) => {
                 await train(agent, k);
@@ -111,17 +111,17 @@ describe("adapters pushed to a fleet", () => {
 
             // A server killed and restarted on its port gets the current version again: ejected and re-admitted with it
             // loaded first, or, when it came back between two health checks, found without it and loaded again.
-            const port = new URL(procs[1]!.baseUrl).port;
-            await procs[1]!.stop("SIGKILL");
+            const port = new URL(procs[1].baseUrl).port;
+            await procs[1].stop("SIGKILL");
             procs[1] = await startServe(modelDir, ["--enable-lora", "--lora-root", work, "--port", port]);
             const back = async () =>
-                (await served(procs[1]!)).some((m) => m.id === v2.served) &&
+                (await served(procs[1])).some((m) => m.id === v2.served) &&
                 fleet
                     .stats()
-                    .find((s) => s.url === procs[1]!.baseUrl)!
+                    .find((s) => s.url === procs[1].baseUrl)!
                     .adapters.includes(v2.served);
             for (let k = 0; k < 200 && !(await back()); k++) await new Promise((r) => setTimeout(r, 50));
-            const st = fleet.stats().find((s) => s.url === procs[1]!.baseUrl)!;
+            const st = fleet.stats().find((s) => s.url === procs[1].baseUrl)!;
             expect(st).toMatchObject({ healthy: true, adapters: [v2.served] });
             expect(st.ejections + st.adapterReloads).toBe(1);
             const third = await a0.generate(reqs);
@@ -140,7 +140,7 @@ describe("adapters pushed to a fleet", () => {
     });
 
     it("maporl serve replaces an adapter in place only when asked, and names what it cannot load", async () => {
-        const root = procs[0]!.baseUrl.replace(/\/v1$/, "");
+        const root = procs[0].baseUrl.replace(/\/v1$/, "");
         const post = (path: string, body: unknown) =>
             fetch(`${root}${path}`, { method: "POST", body: JSON.stringify(body) });
         expect(
@@ -156,14 +156,14 @@ describe("adapters pushed to a fleet", () => {
                 (await (
                     await post("/v1/chat/completions", {
                         model: "x",
-                        messages: reqs[0]!.messages,
+                        messages: reqs[0].messages,
                         max_tokens: 4,
                         seed: 3,
                         logprobs: true,
                         return_token_ids: true,
                     })
                 ).json()) as { choices: { token_ids: number[] }[] }
-            ).choices[0]!.token_ids;
+            ).choices[0].token_ids;
         const before = await chat();
         expect(
             (
@@ -174,14 +174,14 @@ describe("adapters pushed to a fleet", () => {
                 })
             ).status,
         ).toBe(200);
-        const req = { messages: reqs[0]!.messages, sampling: { maxTokens: 4 }, seed: 3 };
+        const req = { messages: reqs[0].messages, sampling: { maxTokens: 4 }, seed: 3 };
         const step1 = await base.loadAdapter(join(work, "a0-step1"), { name: "step1" });
         const [was] = await step1.generate([req]),
             [want] = await agent.generate([req]);
         await step1.dispose();
-        expect(before).toEqual(was!.tokenIds);
-        expect(await chat()).toEqual(want!.tokenIds);
-        expect(was!.logprobs).not.toEqual(want!.logprobs);
+        expect(before).toEqual(was.tokenIds);
+        expect(await chat()).toEqual(want.tokenIds);
+        expect(was.logprobs).not.toEqual(want.logprobs);
         expect((await post("/v1/unload_lora_adapter", { lora_name: "x" })).status).toBe(200);
         expect((await post("/v1/unload_lora_adapter", { lora_name: "x" })).status).toBe(404);
         const bad = await post("/v1/load_lora_adapter", { lora_name: "y", lora_path: join(work, "nope") });
@@ -189,7 +189,7 @@ describe("adapters pushed to a fleet", () => {
         expect(((await bad.json()) as { error: { message: string } }).error.message).toMatch(
             /loading LoRA adapter 'y' from .*nope|lora_path: .*nope does not exist/,
         );
-        expect((await served(procs[0]!)).map((m) => m.id)).not.toContain("y");
+        expect((await served(procs[0])).map((m) => m.id)).not.toContain("y");
     });
 
     it("a server that comes back without its adapters before any health check: the missing model is loaded there again, no answer is lost", async () => {
@@ -205,17 +205,17 @@ describe("adapters pushed to a fleet", () => {
             const a = fleet.adapter("b0"),
                 first = await a.generate(reqs);
             expect(new Set(first.map((g) => g.endpoint)).size).toBe(2);
-            const port = new URL(procs[0]!.baseUrl).port;
-            await procs[0]!.stop("SIGKILL");
+            const port = new URL(procs[0].baseUrl).port;
+            await procs[0].stop("SIGKILL");
             procs[0] = await startServe(modelDir, ["--enable-lora", "--lora-root", work, "--port", port]);
-            expect((await served(procs[0]!)).map((m) => m.id)).not.toContain(v.served);
+            expect((await served(procs[0])).map((m) => m.id)).not.toContain(v.served);
             const again = await a.generate(reqs); // the rows routed to the restarted server get 404, then go to the other
             same(again, first);
             expect(again.every((g) => g.model === v.served)).toBe(true);
-            for (let k = 0; k < 100 && !(await served(procs[0]!)).some((m) => m.id === v.served); k++)
+            for (let k = 0; k < 100 && !(await served(procs[0])).some((m) => m.id === v.served); k++)
                 await new Promise((r) => setTimeout(r, 50));
-            expect((await served(procs[0]!)).map((m) => m.id)).toContain(v.served);
-            const st = fleet.stats().find((s) => s.url === procs[0]!.baseUrl)!;
+            expect((await served(procs[0])).map((m) => m.id)).toContain(v.served);
+            const st = fleet.stats().find((s) => s.url === procs[0].baseUrl)!;
             expect(st).toMatchObject({ healthy: true, ejections: 0, adapterReloads: 1, adapters: [v.served] });
             expect(new Set((await a.generate(reqs)).map((g) => g.endpoint)).size).toBe(2); // both serve it again
         } finally {

@@ -41,7 +41,7 @@ describe("Hugging Face checkpoints against the float64 reference", () => {
             for (const s of exp.sequences) {
                 const T = s.tokens.length;
                 const lp = await p.logprobs({ tokens: Int32Array.from(s.tokens), shape: [1, T] });
-                for (let t = 0; t < T - 1; t++) worst = Math.max(worst, Math.abs(lp[t]! - s.logprobs[t]!));
+                for (let t = 0; t < T - 1; t++) worst = Math.max(worst, Math.abs(lp[t] - s.logprobs[t]));
                 expect(lp[T - 1]).toBe(0);
             }
             expect(worst).toBeLessThan(1e-4); // measured ~5e-7 (float32 activations)
@@ -49,7 +49,7 @@ describe("Hugging Face checkpoints against the float64 reference", () => {
                 exp.greedy.map((g) => ({ promptTokenIds: g.prompt, sampling: { temperature: 0, maxTokens: 8 } })),
             );
             gens.forEach((g, i) => {
-                const want = exp.greedy[i]!.tokens;
+                const want = exp.greedy[i].tokens;
                 expect(g.tokens).toEqual(want.slice(0, g.tokens!.length));
                 // Generation ends early only on one of the model's stop ids (generation_config.json's eos_token_id).
                 if (g.tokens!.length < want.length) {
@@ -73,16 +73,16 @@ describe("decoding", () => {
         }));
         const batched = await p.generate(reqs);
         for (let i = 0; i < reqs.length; i++) {
-            const [alone] = await p.generate([reqs[i]!]);
-            expect(alone!.tokens).toEqual(batched[i]!.tokens);
-            expect(alone!.logprobs).toEqual(batched[i]!.logprobs);
-            expect(alone!.tokenIds).toEqual(batched[i]!.tokenIds);
-            expect(batched[i]!.promptTokenIds).toEqual(prompts[i]);
-            const seq = [...prompts[i]!, ...batched[i]!.tokenIds!]; // (a stop token sampled is in tokenIds and logprobs)
-            expect(batched[i]!.logprobs!.length).toBe(batched[i]!.tokenIds!.length);
+            const [alone] = await p.generate([reqs[i]]);
+            expect(alone.tokens).toEqual(batched[i].tokens);
+            expect(alone.logprobs).toEqual(batched[i].logprobs);
+            expect(alone.tokenIds).toEqual(batched[i].tokenIds);
+            expect(batched[i].promptTokenIds).toEqual(prompts[i]);
+            const seq = [...prompts[i], ...batched[i].tokenIds!]; // (a stop token sampled is in tokenIds and logprobs)
+            expect(batched[i].logprobs!.length).toBe(batched[i].tokenIds!.length);
             const lp = await p.logprobs({ tokens: Int32Array.from(seq), shape: [1, seq.length] });
-            batched[i]!.logprobs!.forEach((x, k) =>
-                expect(Math.abs(x - lp[prompts[i]!.length - 1 + k]!)).toBeLessThan(2e-5),
+            batched[i].logprobs!.forEach((x, k) =>
+                expect(Math.abs(x - lp[prompts[i].length - 1 + k])).toBeLessThan(2e-5),
             );
         }
         await p.dispose();
@@ -155,7 +155,7 @@ describe("training through log-probs", () => {
         const one = await run(1),
             two = await run(2);
         setThreads(0);
-        expect(one.losses.at(-1)!).toBeLessThan(0.5 * one.losses[0]!);
+        expect(one.losses.at(-1)!).toBeLessThan(0.5 * one.losses[0]);
         expect(Buffer.from(two.params.buffer).equals(Buffer.from(one.params.buffer))).toBe(true);
         // The first SFT loss is the mean cross-entropy of the trained targets.
         const fresh = await NativePolicy.load(join(FIX, "llama"), { tokenizer: null });
@@ -167,10 +167,10 @@ describe("training through log-probs", () => {
             if (!b.mask[i]) continue;
             const z = logits.subarray(i * 96, (i + 1) * 96),
                 m = Math.max(...z);
-            ce += Math.log(z.reduce((s, x) => s + Math.exp(x - m), 0)) + m - z[b.targets[i]!]!;
+            ce += Math.log(z.reduce((s, x) => s + Math.exp(x - m), 0)) + m - z[b.targets[i]];
             n++;
         }
-        expect(Math.abs(one.losses[0]! - ce / n)).toBeLessThan(1e-5);
+        expect(Math.abs(one.losses[0] - ce / n)).toBeLessThan(1e-5);
         // Save after 30 steps, load, and take one more step on both: the same parameters.
         const dir = join(tmp(), "ckpt");
         await one.p.save(dir);
@@ -238,7 +238,7 @@ describe("the value head on a Hugging Face model", () => {
                 n = 0;
             for (let i = 0; i < 30; i++)
                 if (b.mask[i]) {
-                    s += (v[i]! - returns[i]!) ** 2;
+                    s += (v[i] - returns[i]) ** 2;
                     n++;
                 }
             return s / n;
@@ -265,7 +265,7 @@ describe("the value head on a Hugging Face model", () => {
 describe("saving a Hugging Face directory", () => {
     it("writes transformers' names and layout, sharded above maxShardBytes, and loads back to the same log-probs", async () => {
         const p = await NativePolicy.load(join(FIX, "qwen3-bf16-sharded"), { tokenizer: null });
-        const seq = Int32Array.from(expected("qwen3-bf16-sharded").sequences[1]!.tokens);
+        const seq = Int32Array.from(expected("qwen3-bf16-sharded").sequences[1].tokens);
         const want = await p.logprobs({ tokens: seq, shape: [1, seq.length] });
         const root = tmp();
         await p.save(join(root, "one"));

@@ -136,21 +136,19 @@ describe("a llama-architecture model with a BPE tokenizer, end to end", () => {
                 sampling: { temperature: 0, maxTokens: 4 },
             })),
         );
-        const right = gens.filter((g, i) => g.text === items[i]!.a && g.finishReason === "stop").length;
+        const right = gens.filter((g, i) => g.text === items[i].a && g.finishReason === "stop").length;
         console.log(
-            `  SFT loss ${losses[0]!.toFixed(3)} -> ${losses.at(-1)!.toFixed(4)}; ${right}/${items.length} answered exactly`,
+            `  SFT loss ${losses[0].toFixed(3)} -> ${losses.at(-1)!.toFixed(4)}; ${right}/${items.length} answered exactly`,
         );
         expect(right).toBeGreaterThanOrEqual(23);
         // Saved as a Hugging Face directory with its tokenizer, it loads and answers the same.
         await p.save(join(dir, "saved"));
         const q = await NativePolicy.load(join(dir, "saved"));
         const again = await q.generate(
-            items
-                .slice(0, 5)
-                .map((it) => ({
-                    messages: [{ role: "user" as const, content: it.q }],
-                    sampling: { temperature: 0, maxTokens: 4 },
-                })),
+            items.slice(0, 5).map((it) => ({
+                messages: [{ role: "user" as const, content: it.q }],
+                sampling: { temperature: 0, maxTokens: 4 },
+            })),
         );
         expect(again.map((g) => g.text)).toEqual(gens.slice(0, 5).map((g) => g.text));
         await p.dispose();

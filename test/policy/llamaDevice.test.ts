@@ -80,7 +80,7 @@ describe("the Llama family's device model, emulated on the CPU", () => {
             const [gc, gd] = [await cpu.generate(reqs), await dev.generate(reqs)];
             expect(gd.map((g) => g.tokenIds)).toEqual(gc.map((g) => g.tokenIds));
             gd.forEach((g, i) =>
-                g.logprobs!.forEach((x, t) => expect(Math.abs(x - gc[i]!.logprobs![t]!)).toBeLessThan(1e-4)),
+                g.logprobs!.forEach((x, t) => expect(Math.abs(x - gc[i].logprobs![t])).toBeLessThan(1e-4)),
             );
             // LoRA adapters on the device base: trained (SFT and the value head), then three of them and the base
             // decoding in one batch, as on the CPU.
@@ -99,18 +99,18 @@ describe("the Llama family's device model, emulated on the CPU", () => {
                         returns: Float32Array.from({ length: 24 }, (_, j) => Math.sin(j + i)),
                     };
                     const [rc, rd] = [
-                        await adapters[0]![i]!.trainStep(bt, opts),
-                        await adapters[1]![i]!.trainStep(bt, opts),
+                        await adapters[0][i].trainStep(bt, opts),
+                        await adapters[1][i].trainStep(bt, opts),
                     ];
                     expect([rd.loss, rd.gradNorm]).toEqual([rc.loss, rc.gradNorm]);
                 }
             for (let i = 0; i < 3; i++)
-                expect(await adapters[1]![i]!.logprobs(seqs)).toEqual(await adapters[0]![i]!.logprobs(seqs));
+                expect(await adapters[1][i].logprobs(seqs)).toEqual(await adapters[0][i].logprobs(seqs));
             expect(await dev.logprobs(seqs)).toEqual(await cpu.logprobs(seqs)); // (the base is untouched)
             const mixed = async (ps: NativePolicy[]) =>
-                (await Promise.all(ps.map((p, i) => p.generate([reqs[i % 3]!])))).map((g) => g[0]!.tokenIds);
-            expect(await mixed([...adapters[1]!, dev])).toEqual(await mixed([...adapters[0]!, cpu]));
-            await expect(adapters[1]![0]!.mergeAdapter()).rejects.toThrow(
+                (await Promise.all(ps.map((p, i) => p.generate([reqs[i % 3]])))).map((g) => g[0].tokenIds);
+            expect(await mixed([...adapters[1], dev])).toEqual(await mixed([...adapters[0], cpu]));
+            await expect(adapters[1][0].mergeAdapter()).rejects.toThrow(
                 /lora_merge: the base is on CUDA; merging runs on the CPU/,
             );
             for (const p of adapters.flat()) await p.dispose();

@@ -78,15 +78,15 @@ describe("LoRA adapters in PEFT's layout", () => {
                 B = ad.get(`${key}.lora_B.weight`);
             if (!A || !B) return t;
             const [out_, inn] = t.shape as [number, number],
-                r = A.shape[0]!;
+                r = A.shape[0];
             expect(A.shape).toEqual([r, inn]);
             expect(B.shape).toEqual([out_, r]);
             const W = new Float32Array(t.data);
             for (let o = 0; o < out_; o++)
                 for (let c = 0; c < inn; c++) {
                     let sum = 0;
-                    for (let k = 0; k < r; k++) sum += B.data[o * r + k]! * A.data[k * inn + c]!;
-                    W[o * inn + c] = t.data[o * inn + c]! + scale * sum;
+                    for (let k = 0; k < r; k++) sum += B.data[o * r + k] * A.data[k * inn + c];
+                    W[o * inn + c] = t.data[o * inn + c] + scale * sum;
                 }
             merged++;
             return { ...t, data: W };
@@ -98,13 +98,13 @@ describe("LoRA adapters in PEFT's layout", () => {
         const plain = await NativePolicy.load(dir, { tokenizer: null });
         const theirs = await plain.logprobs(seqs);
         let worst = 0;
-        for (let i = 0; i < mine.length; i++) worst = Math.max(worst, Math.abs(mine[i]! - theirs[i]!));
+        for (let i = 0; i < mine.length; i++) worst = Math.max(worst, Math.abs(mine[i] - theirs[i]));
         expect(worst).toBeLessThan(1e-5);
         // mergeAdapter does the same in place; save() then writes a plain model directory.
         await p.mergeAdapter();
         expect(p.adapter).toBeNull();
         const inPlace = await p.logprobs(seqs);
-        for (let i = 0; i < mine.length; i++) expect(Math.abs(inPlace[i]! - mine[i]!)).toBeLessThan(1e-5);
+        for (let i = 0; i < mine.length; i++) expect(Math.abs(inPlace[i] - mine[i])).toBeLessThan(1e-5);
         const saved = join(tmp(), "plain");
         await p.save(saved);
         const again = await NativePolicy.load(saved, { tokenizer: null });
@@ -117,12 +117,12 @@ describe("LoRA adapters in PEFT's layout", () => {
         const ref0 = await base.logprobs(seqs);
         const agents = await Promise.all(["a0", "a1", "a2"].map((n) => base.withAdapter(n, { rank: 2 })));
         expect(base.adapters).toEqual(["a0", "a1", "a2"]);
-        expect(agents[0]!.parameterCount).toBeLessThan(base.parameterCount / 4);
+        expect(agents[0].parameterCount).toBeLessThan(base.parameterCount / 4);
         // A new adapter changes nothing (B = 0).
-        expect(Array.from(await agents[1]!.logprobs(seqs))).toEqual(Array.from(ref0));
+        expect(Array.from(await agents[1].logprobs(seqs))).toEqual(Array.from(ref0));
         for (let s = 0; s < 4; s++)
             for (const [k, a] of agents.entries()) await a.trainStep(batch(k * 10 + s), { lr: 2e-2 });
-        const ref = await (await agents[0]!.withAdapter(null)).logprobs(seqs);
+        const ref = await (await agents[0].withAdapter(null)).logprobs(seqs);
         expect(Array.from(ref)).toEqual(Array.from(ref0));
         expect(Array.from(await base.logprobs(seqs))).toEqual(Array.from(ref0));
         const lp = await Promise.all(agents.map((a) => a.logprobs(seqs)));
@@ -148,19 +148,19 @@ describe("LoRA adapters in PEFT's layout", () => {
         const together = await Promise.all(agents.map((a, i) => a.generate([req(i), req(i + 4)])));
         for (const [i, a] of agents.entries()) {
             const alone = await a.generate([req(i), req(i + 4)]);
-            expect(together[i]!.map((g) => g.tokens)).toEqual(alone.map((g) => g.tokens));
-            expect(together[i]!.map((g) => g.logprobs)).toEqual(alone.map((g) => g.logprobs));
+            expect(together[i].map((g) => g.tokens)).toEqual(alone.map((g) => g.tokens));
+            expect(together[i].map((g) => g.logprobs)).toEqual(alone.map((g) => g.logprobs));
         }
         // The adapters differ, so the same request differs between them (the batch really ran each row's adapter).
         const same = await Promise.all(agents.map((a) => a.generate([req(0)])));
-        expect(new Set(same.map((g) => JSON.stringify(g[0]!.logprobs))).size).toBe(4);
+        expect(new Set(same.map((g) => JSON.stringify(g[0].logprobs))).size).toBe(4);
         // An aborted call fails alone.
         const ctl = new AbortController();
         const running = [p.generate([req(1)]), q.generate([req(2)], { signal: ctl.signal })];
         ctl.abort(new Error("stop that one"));
         const settled = await Promise.allSettled(running);
-        expect(settled[0]!.status).toBe("fulfilled");
-        expect(settled[1]!.status).toBe("rejected");
+        expect(settled[0].status).toBe("fulfilled");
+        expect(settled[1].status).toBe("rejected");
         for (const a of agents) await a.dispose();
     });
 

@@ -70,7 +70,7 @@ describe("NativePolicy", () => {
                     })),
                 );
                 acc =
-                    out.filter((o, i) => o.text === [...words[i]!].reverse().join("") && o.finishReason === "stop")
+                    out.filter((o, i) => o.text === [...words[i]].reverse().join("") && o.finishReason === "stop")
                         .length / words.length;
                 curve.push(
                     `step ${s}: loss ${r.loss.toFixed(4)}, exact match ${(100 * acc).toFixed(1)} %, ${((Date.now() - t0) / 1000).toFixed(1)} s`,
@@ -108,7 +108,7 @@ describe("NativePolicy", () => {
         if (process.env.MAPORL_UPDATE_GOLDEN === "1" || !existsSync(file))
             writeFileSync(file, JSON.stringify(runs[0]) + "\n");
         expect(runs[0]).toEqual(JSON.parse(readFileSync(file, "utf8")));
-        expect(runs[0]![9]!).toBeLessThan(runs[0]![0]!);
+        expect(runs[0][9]).toBeLessThan(runs[0][0]);
     });
 
     it("reproduces seeded generation; checkpoints round-trip bit-exactly and follow the safetensors spec", async () => {
@@ -117,9 +117,9 @@ describe("NativePolicy", () => {
         const [a] = await p.generate([req(5)]);
         const [b] = await p.generate([req(5)]);
         const [c] = await p.generate([req(6)]);
-        expect(b!.text).toBe(a!.text);
-        expect(b!.logprobs).toEqual(a!.logprobs);
-        expect(c!.tokens).not.toEqual(a!.tokens);
+        expect(b.text).toBe(a.text);
+        expect(b.logprobs).toEqual(a.logprobs);
+        expect(c.tokens).not.toEqual(a.tokens);
         const [none] = await p.generate([{ prompt: "abc", sampling: { maxTokens: 0 } }]);
         expect(none).toMatchObject({ text: "", tokens: [], finishReason: "length" });
         await p.trainStep({
@@ -134,7 +134,7 @@ describe("NativePolicy", () => {
         const q = await NativePolicy.load(dir);
         const probe = { tokens: Int32Array.from({ length: 12 }, (_, i) => 20 + i), shape: [1, 12] as [number, number] };
         expect(Array.from(await q.logprobs(probe))).toEqual(Array.from(await p.logprobs(probe)));
-        expect((await q.generate([req(9)]))[0]!.text).toBe((await p.generate([req(9)]))[0]!.text);
+        expect((await q.generate([req(9)]))[0].text).toBe((await p.generate([req(9)]))[0].text);
         // A reader written here from the spec: u64 LE header size, JSON header, little-endian F32 data.
         const buf = readFileSync(join(dir, "model.safetensors"));
         const n = Number(buf.readBigUInt64LE(0));
@@ -142,7 +142,7 @@ describe("NativePolicy", () => {
             string,
             { dtype: string; shape: number[]; data_offsets: [number, number] }
         >;
-        const wte = header.wte!;
+        const wte = header.wte;
         expect(wte.dtype).toBe("F32");
         expect(wte.shape).toEqual([p.tokenizer.vocabSize, 16]);
         const first = buf.readFloatLE(8 + n + wte.data_offsets[0]);
@@ -204,11 +204,11 @@ describe("NativePolicy", () => {
             Array.from({ length: progress.length }, (_, i) => i + 1 + (reqs.length - progress.length)),
         );
         for (let i = 0; i < reqs.length; i++) {
-            const [alone] = await p.generate([reqs[i]!]);
-            expect(together[i]!.tokens).toEqual(alone!.tokens);
-            expect(together[i]!.logprobs).toEqual(alone!.logprobs);
-            expect(together[i]!.finishReason).toBe(alone!.finishReason);
-            expect(together[i]!.usage).toEqual(alone!.usage);
+            const [alone] = await p.generate([reqs[i]]);
+            expect(together[i].tokens).toEqual(alone.tokens);
+            expect(together[i].logprobs).toEqual(alone.logprobs);
+            expect(together[i].finishReason).toBe(alone.finishReason);
+            expect(together[i].usage).toEqual(alone.usage);
         }
         expect(together.at(-1)!.tokens).toEqual([]);
         expect(new Set(together.map((g) => g.usage.promptTokens)).size).toBeGreaterThan(5);
@@ -240,23 +240,23 @@ describe("NativePolicy", () => {
         try {
             const req = { prompt: "ab", sampling: { temperature: 0, maxTokens: 40 } };
             const [full] = await p.generate([req]);
-            const text = full!.text;
+            const text = full.text;
             expect(text.length).toBeGreaterThan(6);
             // A stop string taken from inside the greedy text, and one that never occurs: the earliest match wins.
             const stop = text.slice(3, 5),
                 at = text.indexOf(stop);
             const [g] = await p.generate([{ ...req, sampling: { ...req.sampling, stop: ["\u0001never", stop] } }]);
-            expect(g!.finishReason).toBe("stop");
-            expect(g!.text).toBe(text.slice(0, at));
+            expect(g.finishReason).toBe("stop");
+            expect(g.text).toBe(text.slice(0, at));
             const n = at + stop.length; // one token per character here
-            expect(g!.tokens).toEqual(full!.tokens!.slice(0, n));
-            expect(g!.logprobs).toEqual(full!.logprobs!.slice(0, n));
+            expect(g.tokens).toEqual(full.tokens!.slice(0, n));
+            expect(g.logprobs).toEqual(full.logprobs!.slice(0, n));
             const [single] = await p.generate([{ ...req, sampling: { ...req.sampling, stop } }]); // a string, as OpenAI allows
-            expect(single!.text).toBe(g!.text);
+            expect(single.text).toBe(g.text);
             // In a batch, the row with the stop ends early and the other decodes as alone.
             const [a, b] = await p.generate([{ ...req, sampling: { ...req.sampling, stop } }, req]);
-            expect(a!.text).toBe(g!.text);
-            expect(b!.text).toBe(text);
+            expect(a.text).toBe(g.text);
+            expect(b.text).toBe(text);
         } finally {
             await p.dispose();
         }
@@ -292,8 +292,8 @@ describe("NativePolicy", () => {
             await expect(gen({ seed: 1.5 })).rejects.toThrow(RangeError);
             await expect(gen({ seed: "7" })).rejects.toThrow(TypeError);
             // A negative seed is its int64 bits: -1 and 2^64 - 1 draw the same tokens.
-            expect((await gen({ seed: -1, sampling: { maxTokens: 8 } }))[0]!.tokens).toEqual(
-                (await gen({ seed: 2n ** 64n - 1n, sampling: { maxTokens: 8 } }))[0]!.tokens,
+            expect((await gen({ seed: -1, sampling: { maxTokens: 8 } }))[0].tokens).toEqual(
+                (await gen({ seed: 2n ** 64n - 1n, sampling: { maxTokens: 8 } }))[0].tokens,
             );
             const batch = {
                 tokens: new Int32Array(8).fill(5),

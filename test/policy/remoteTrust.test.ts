@@ -345,7 +345,7 @@ describe("failures are loud", () => {
     it("a generation without text names the field", async () => {
         const p: Policy = { name: "bad", generate: async () => [{ text: undefined } as never] };
         const [out] = await generateSettled(p, [{ prompt: "x" }]);
-        expect(out!.ok).toBe(false);
+        expect(out.ok).toBe(false);
         expect((out as { error: Error }).error.message).toMatch(
             /bad: generate\(\) returned generation 0 with text undefined, expected a string/,
         );

@@ -39,7 +39,7 @@ describe("maporl serve and its clients", () => {
                 const t0 = performance.now();
                 try {
                     const g: Generation[] = await inner.generate(reqs, o ?? {});
-                    settled.push({ ok: true, ms: performance.now() - t0, tokens: g[0]!.tokens!.length });
+                    settled.push({ ok: true, ms: performance.now() - t0, tokens: g[0].tokens!.length });
                     return g;
                 } catch (e) {
                     settled.push({ ok: false, ms: performance.now() - t0, tokens: 0 });
@@ -69,8 +69,8 @@ describe("maporl serve and its clients", () => {
             });
             await new Promise((r) => setTimeout(r, 300));
             expect(settled).toHaveLength(2);
-            expect(settled[1]!.ok).toBe(false);
-            expect(settled[1]!.ms).toBeLessThan(Math.max(600, full / 2));
+            expect(settled[1].ok).toBe(false);
+            expect(settled[1].ms).toBeLessThan(Math.max(600, full / 2));
             // A 2-token request sent while a long one decodes is answered in a fraction of the long one's time.
             const longRun = post(`${srv.baseUrl}/completions`, long).then((r) => r.json());
             await new Promise((r) => setTimeout(r, 50));

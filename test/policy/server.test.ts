@@ -27,27 +27,27 @@ describe("servePolicy", () => {
         };
         const [remote] = await client.generate([req]);
         const [local] = await policy.generate([req]);
-        expect(remote!.text).toBe(local!.text);
-        expect(remote!.logprobs).toEqual(local!.logprobs);
-        expect(remote!.usage).toEqual(local!.usage);
+        expect(remote.text).toBe(local.text);
+        expect(remote.logprobs).toEqual(local.logprobs);
+        expect(remote.usage).toEqual(local.usage);
         // The exact ids the server read and sampled (vLLM's return_token_ids), the stop token included.
-        expect(remote!.tokenIdsExact).toBe(true);
-        expect(remote!.tokenIds).toEqual(local!.tokenIds);
-        expect(remote!.promptTokenIds).toEqual(local!.promptTokenIds);
-        expect(remote!.promptTokenIds).toEqual(policy.tokenizer.encodeChat(req.messages));
-        expect(remote!.model).toBe("tiny");
+        expect(remote.tokenIdsExact).toBe(true);
+        expect(remote.tokenIds).toEqual(local.tokenIds);
+        expect(remote.promptTokenIds).toEqual(local.promptTokenIds);
+        expect(remote.promptTokenIds).toEqual(policy.tokenizer.encodeChat(req.messages));
+        expect(remote.model).toBe("tiny");
         // A client in the plain OpenAI dialect gets text pieces and no ids, and says so.
         const [plain] = await new OpenAICompatiblePolicy({
             baseUrl: srv.baseUrl,
             model: "tiny",
             dialect: "openai",
         }).generate([req]);
-        expect(plain!.tokens).toEqual(local!.tokenIds!.map((t) => policy.tokenizer.decode([t])));
-        expect(plain!.tokenIds).toBeUndefined();
-        expect(plain!.tokenIdsExact).toBe(false);
-        expect(plain!.logprobs).toEqual(local!.logprobs);
+        expect(plain.tokens).toEqual(local.tokenIds!.map((t) => policy.tokenizer.decode([t])));
+        expect(plain.tokenIds).toBeUndefined();
+        expect(plain.tokenIdsExact).toBe(false);
+        expect(plain.logprobs).toEqual(local.logprobs);
         const models = (await (await fetch(`${srv.baseUrl}/models`)).json()) as { data: { id: string }[] };
-        expect(models.data[0]!.id).toBe("tiny");
+        expect(models.data[0].id).toBe("tiny");
     });
 
     it("serves a debate and rejects bad requests with 400", async () => {
@@ -89,11 +89,11 @@ describe("servePolicy", () => {
         const one = (await (await post(req)).json()) as Reply,
             three = (await (await post({ ...req, n: 3 })).json()) as Reply;
         expect(three.choices.map((c) => c.index)).toEqual([0, 1, 2]);
-        expect(three.choices[0]!.message.content).toBe(one.choices[0]!.message.content);
+        expect(three.choices[0].message.content).toBe(one.choices[0].message.content);
         const second = await policy.generate([
             { messages: req.messages as never, sampling: { temperature: 1, maxTokens: 6 }, seed: 6 },
         ]);
-        expect(three.choices[1]!.message.content).toBe(second[0]!.text); // choice i = seed + i
+        expect(three.choices[1].message.content).toBe(second[0].text); // choice i = seed + i
         expect(three.usage.completion_tokens).toBeGreaterThanOrEqual(one.usage.completion_tokens);
         for (const [bad, re] of [
             [{ ...req, n: 0 }, /n: expected an integer in \[1, 64\], got 0/],
@@ -115,9 +115,9 @@ describe("servePolicy", () => {
             sampling: { temperature: 0, maxTokens: 24 },
         };
         const [full] = await policy.generate([req]);
-        const stop = full!.text.slice(2, 3);
+        const stop = full.text.slice(2, 3);
         const [remote] = await client.generate([{ ...req, sampling: { ...req.sampling, stop: [stop] } }]);
-        expect(remote!.text).toBe(full!.text.slice(0, full!.text.indexOf(stop)));
-        expect(remote!.finishReason).toBe("stop");
+        expect(remote.text).toBe(full.text.slice(0, full.text.indexOf(stop)));
+        expect(remote.finishReason).toBe("stop");
     });
 });

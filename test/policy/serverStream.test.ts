@@ -89,19 +89,19 @@ describe("servePolicy stream: true", () => {
         expect(done).toBe(true);
         expect(chunks.every((c) => c.object === "chat.completion.chunk")).toBe(true);
         for (let i = 0; i < 2; i++) {
-            const mine = chunks.filter((c) => c.choices[0]?.index === i).map((c) => c.choices[0]!);
-            expect(mine[0]!.delta).toEqual({ role: "assistant", content: "" });
-            expect(mine.map((c) => c.delta?.content ?? "").join("")).toBe(whole.choices[i]!.message!.content);
+            const mine = chunks.filter((c) => c.choices[0]?.index === i).map((c) => c.choices[0]);
+            expect(mine[0].delta).toEqual({ role: "assistant", content: "" });
+            expect(mine.map((c) => c.delta?.content ?? "").join("")).toBe(whole.choices[i].message!.content);
             expect(mine.flatMap((c) => c.logprobs?.content?.map((x) => x.logprob) ?? [])).toEqual(
-                whole.choices[i]!.logprobs.content!.map((x) => x.logprob),
+                whole.choices[i].logprobs.content!.map((x) => x.logprob),
             );
-            expect(mine.flatMap((c) => c.token_ids ?? [])).toEqual(whole.choices[i]!.token_ids);
-            expect(mine.at(-1)!.finish_reason).toBe(whole.choices[i]!.finish_reason);
+            expect(mine.flatMap((c) => c.token_ids ?? [])).toEqual(whole.choices[i].token_ids);
+            expect(mine.at(-1)!.finish_reason).toBe(whole.choices[i].finish_reason);
             expect(mine.slice(0, -1).every((c) => c.finish_reason === null)).toBe(true);
             expect(mine.length).toBeGreaterThan(3); // token by token, not the answer at the end
             // a chunk never ends inside a character
             expect(mine.some((c) => (c.delta?.content ?? "").includes("\uFFFD"))).toBe(
-                whole.choices[i]!.message!.content.includes("\uFFFD"),
+                whole.choices[i].message!.content.includes("\uFFFD"),
             );
         }
         const usage = chunks.at(-1)!;
@@ -111,24 +111,24 @@ describe("servePolicy stream: true", () => {
 
     it("a stop string never reaches the client; completions stream text chunks", async () => {
         const base = { messages: [{ role: "user", content: "count" }], temperature: 1, max_tokens: 30, seed: 9 };
-        const free = (await post("chat/completions", base)).choices[0]!.message!.content;
+        const free = (await post("chat/completions", base)).choices[0].message!.content;
         expect(free.length).toBeGreaterThan(8);
         const stop = free.slice(5, 8); // a string the free answer contains
         const cut = await post("chat/completions", { ...base, stop });
-        expect(cut.choices[0]!.message!.content).toBe(free.slice(0, free.indexOf(stop)));
+        expect(cut.choices[0].message!.content).toBe(free.slice(0, free.indexOf(stop)));
         const { chunks } = await stream(srv.baseUrl, "chat/completions", { ...base, stop });
         const texts = chunks.map((c) => c.choices[0]?.delta?.content ?? "");
-        expect(texts.join("")).toBe(cut.choices[0]!.message!.content);
+        expect(texts.join("")).toBe(cut.choices[0].message!.content);
         expect(texts.join("")).not.toContain(stop);
-        expect(chunks.at(-1)!.choices[0]!.finish_reason).toBe("stop");
+        expect(chunks.at(-1)!.choices[0].finish_reason).toBe("stop");
 
         const cbody = { prompt: "1 2 3", temperature: 1, max_tokens: 12, seed: 4, logprobs: 1 };
         const cw = await post("completions", cbody);
         const cs = await stream(srv.baseUrl, "completions", cbody);
         expect(cs.chunks.every((c) => c.object === "text_completion")).toBe(true);
-        expect(cs.chunks.map((c) => c.choices[0]!.text).join("")).toBe(cw.choices[0]!.text);
-        expect(cs.chunks.flatMap((c) => c.choices[0]!.logprobs?.token_logprobs ?? [])).toEqual(
-            cw.choices[0]!.logprobs.token_logprobs,
+        expect(cs.chunks.map((c) => c.choices[0].text).join("")).toBe(cw.choices[0].text);
+        expect(cs.chunks.flatMap((c) => c.choices[0].logprobs?.token_logprobs ?? [])).toEqual(
+            cw.choices[0].logprobs.token_logprobs,
         );
     });
 
@@ -164,7 +164,7 @@ describe("servePolicy stream: true", () => {
             max_tokens: 4,
             seed: 1,
         });
-        expect(after.choices[0]!.finish_reason).toMatch(/stop|length/);
+        expect(after.choices[0].finish_reason).toMatch(/stop|length/);
         expect(performance.now() - t0).toBeLessThan(20_000);
     });
 
@@ -190,7 +190,7 @@ describe("servePolicy stream: true", () => {
             });
             expect(done).toBe(true);
             for (const i of [0, 1]) {
-                const mine = chunks.filter((c) => c.choices[0]?.index === i).map((c) => c.choices[0]!);
+                const mine = chunks.filter((c) => c.choices[0]?.index === i).map((c) => c.choices[0]);
                 expect(mine.map((c) => c.delta?.content ?? "").join("")).toBe(`answer ${i}`);
                 expect(mine.flatMap((c) => c.logprobs?.content?.map((x) => x.logprob) ?? [])).toEqual([-0.5, -0.25]);
                 expect(mine.at(-1)!.finish_reason).toBe("stop");

@@ -87,7 +87,7 @@ describe("chat templates render within bounds", () => {
 describe("tokenizer.json ids are below the model's vocabulary", () => {
     it("a vocab id of 2^40 is a load error (it was read as id 0 by the engine)", () => {
         const tj = tokenizerJson();
-        const token = Object.keys(tj.model.vocab)[5]!;
+        const token = Object.keys(tj.model.vocab)[5];
         tj.model.vocab[token] = 2 ** 40;
         expect(() => new HfTokenizer(tj, config, { vocabSize: 320 })).toThrow(
             /tokenizer\.json: model\.vocab\[".*"\] = 1099511627776: expected an id in \[0, 320\)/,
@@ -96,7 +96,7 @@ describe("tokenizer.json ids are below the model's vocabulary", () => {
     it("an added token's id past the vocabulary, or not an integer, is a load error", () => {
         for (const bad of [2 ** 40, 320, -1, 1.5]) {
             const tj = tokenizerJson();
-            tj.added_tokens[0]!.id = bad;
+            tj.added_tokens[0].id = bad;
             expect(() => new HfTokenizer(tj, config, { vocabSize: 320 })).toThrow(
                 /added_tokens\[0\]\.id = .*: expected an id in \[0, 320\)/,
             );

@@ -42,7 +42,7 @@ async function serve(
     const s = createServer((req, res) => {
         let data = "";
         req.on("data", (c) => (data += c));
-        req.on("end", async () => {
+        const reply = async () => {
             const [status, out] = await handle(
                 req.url ?? "",
                 data ? (JSON.parse(data) as Record<string, unknown>) : null,
@@ -50,7 +50,8 @@ async function serve(
             const text = typeof out === "string" ? out : JSON.stringify(out);
             res.writeHead(status, { "content-type": typeof out === "string" ? "text/plain" : "application/json" });
             res.end(text);
-        });
+        };
+        req.on("end", () => void reply().catch(() => res.destroy()));
     });
     servers.push(s);
     await new Promise<void>((r) => s.listen(0, "127.0.0.1", r));
@@ -71,10 +72,10 @@ describe("token-exact generations from a server", () => {
             mine = await local.generate(reqs);
         remote.forEach((g, i) => {
             expect(g.tokenIdsExact).toBe(true);
-            expect(g.tokenIds).toEqual(mine[i]!.tokenIds);
-            expect(g.promptTokenIds).toEqual(mine[i]!.promptTokenIds);
-            expect(g.logprobs).toEqual(mine[i]!.logprobs); // JSON carries float32 values exactly
-            expect(g.text).toBe(mine[i]!.text);
+            expect(g.tokenIds).toEqual(mine[i].tokenIds);
+            expect(g.promptTokenIds).toEqual(mine[i].promptTokenIds);
+            expect(g.logprobs).toEqual(mine[i].logprobs); // JSON carries float32 values exactly
+            expect(g.text).toBe(mine[i].text);
             expect(g.logprobs!.length).toBe(g.tokenIds!.length);
             expect(g.endpoint).toBe(srv.baseUrl);
         });
@@ -96,12 +97,12 @@ describe("token-exact generations from a server", () => {
             return [r.status, j];
         });
         const client = new OpenAICompatiblePolicy({ baseUrl: proxy, model: "tiny" });
-        const [g] = await client.generate([reqs[0]!]),
-            [want] = await local.generate([reqs[0]!]);
-        expect(g!.tokenIdsExact).toBe(true);
-        expect(g!.tokenIds).toEqual(want!.tokenIds);
-        expect(g!.tokens).toEqual(want!.tokenIds); // "token_id:N" read as ids
-        expect(g!.promptTokenIds).toEqual(want!.promptTokenIds);
+        const [g] = await client.generate([reqs[0]]),
+            [want] = await local.generate([reqs[0]]);
+        expect(g.tokenIdsExact).toBe(true);
+        expect(g.tokenIds).toEqual(want.tokenIds);
+        expect(g.tokens).toEqual(want.tokenIds); // "token_id:N" read as ids
+        expect(g.promptTokenIds).toEqual(want.promptTokenIds);
         expect(tokenizeCalls).toBe(1);
     });
 
@@ -127,23 +128,23 @@ describe("token-exact generations from a server", () => {
                     choices: [
                         {
                             index: 0,
-                            message: { role: "assistant", content: g!.text },
-                            finish_reason: g!.finishReason,
+                            message: { role: "assistant", content: g.text },
+                            finish_reason: g.finishReason,
                             logprobs: {
-                                content: g!.tokenIds!.map((t, i) => ({
+                                content: g.tokenIds!.map((t, i) => ({
                                     token: local.tokenizer.decode([t]),
-                                    logprob: g!.logprobs![i],
+                                    logprob: g.logprobs![i],
                                     bytes: [],
                                     top_logprobs: [],
                                 })),
                             },
-                            ...(body!.return_prompt_token_ids ? { prompt_token_ids: g!.promptTokenIds } : {}),
-                            ...(body!.return_token_ids ? { token_ids: g!.tokenIds } : {}),
+                            ...(body!.return_prompt_token_ids ? { prompt_token_ids: g.promptTokenIds } : {}),
+                            ...(body!.return_token_ids ? { token_ids: g.tokenIds } : {}),
                         },
                     ],
                     usage: {
-                        prompt_tokens: g!.usage.promptTokens,
-                        completion_tokens: g!.usage.completionTokens,
+                        prompt_tokens: g.usage.promptTokens,
+                        completion_tokens: g.usage.completionTokens,
                         total_tokens: 0,
                     },
                 },
@@ -151,24 +152,24 @@ describe("token-exact generations from a server", () => {
         });
         const client = new OpenAICompatiblePolicy({ baseUrl: sglang, model: "tiny" });
         expect(await client.resolveDialect()).toBe("sglang");
-        const [g] = await client.generate([reqs[1]!]),
-            [want] = await local.generate([reqs[1]!]);
+        const [g] = await client.generate([reqs[1]]),
+            [want] = await local.generate([reqs[1]]);
         expect(seen[0]).toMatchObject({
             return_prompt_token_ids: true,
             return_token_ids: true,
             logprobs: true,
             model: "tiny",
         });
-        expect(seen[0]!.return_tokens_as_token_ids).toBeUndefined();
-        expect(g!.tokenIdsExact).toBe(true);
-        expect(g!.tokenIds).toEqual(want!.tokenIds);
-        expect(g!.promptTokenIds).toEqual(want!.promptTokenIds);
-        expect(g!.logprobs).toEqual(want!.logprobs);
-        expect(g!.tokens).toEqual(want!.tokenIds!.map((t) => local.tokenizer.decode([t]))); // SGLang's pieces kept as text
+        expect(seen[0].return_tokens_as_token_ids).toBeUndefined();
+        expect(g.tokenIdsExact).toBe(true);
+        expect(g.tokenIds).toEqual(want.tokenIds);
+        expect(g.promptTokenIds).toEqual(want.promptTokenIds);
+        expect(g.logprobs).toEqual(want.logprobs);
+        expect(g.tokens).toEqual(want.tokenIds!.map((t) => local.tokenizer.decode([t]))); // SGLang's pieces kept as text
         // An adapter: SGLang names it by lora_path on the base model; vLLM (and maporl serve) by the model name.
         const body = (dialect: "sglang" | "vllm") =>
             JSON.parse(
-                chatBody("t", reqs[0]!, 0, { model: "tiny", adapter: "a0-v2", dialect, logprobs: true }).json,
+                chatBody("t", reqs[0], 0, { model: "tiny", adapter: "a0-v2", dialect, logprobs: true }).json,
             ) as Record<string, unknown>;
         expect(body("sglang")).toMatchObject({ model: "tiny", lora_path: "a0-v2" });
         expect(body("vllm")).toMatchObject({
@@ -199,7 +200,7 @@ describe("token-exact generations from a server", () => {
         };
         const [g] = await new OpenAICompatiblePolicy({ baseUrl: plain, model: "gpt-x" }).generate([{ prompt: "hi" }]);
         expect(g).toMatchObject({ text: "42", tokens: ["42"], logprobs: [-0.1], tokenIdsExact: false });
-        expect(g!.tokenIds).toBeUndefined();
+        expect(g.tokenIds).toBeUndefined();
         reply = {
             choices: [
                 {
@@ -256,11 +257,11 @@ describe("maporl serve's vLLM endpoints", () => {
         const [want] = await local.generate([
             { promptTokenIds: ids, sampling: { temperature: 1, maxTokens: 8 }, seed: 9 },
         ]);
-        const c = (r.json.choices as Record<string, unknown>[])[0]!;
-        expect(c.token_ids).toEqual(want!.tokenIds);
-        expect(c.text).toBe(want!.text);
+        const c = (r.json.choices as Record<string, unknown>[])[0];
+        expect(c.token_ids).toEqual(want.tokenIds);
+        expect(c.text).toBe(want.text);
         expect(r.json.prompt_token_ids).toEqual(ids);
-        expect((c.logprobs as { token_logprobs: number[] }).token_logprobs).toEqual(want!.logprobs);
+        expect((c.logprobs as { token_logprobs: number[] }).token_logprobs).toEqual(want.logprobs);
     });
 
     it("/health, /version and /v1/models answer; runtime LoRA routes are off unless --enable-lora", async () => {

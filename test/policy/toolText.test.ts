@@ -47,7 +47,7 @@ describe("tool calling: OpenAI's wire form", () => {
                     parameters: { type: "object", properties: {} },
                 },
             },
-            { type: "function", function: { name: "write_file", parameters: tools[1]!.parameters } },
+            { type: "function", function: { name: "write_file", parameters: tools[1].parameters } },
         ]);
         expect(b.messages[2]).toEqual({
             role: "assistant",
@@ -113,13 +113,13 @@ describe("tool calling: the text protocol of native models", () => {
     it("renders tools into the system message, calls as <tool_call> lines, answers as one <tool_response> user message", () => {
         const m = toolTextMessages(convo, tools);
         expect(m.map((x) => x.role)).toEqual(["system", "user", "assistant", "user"]);
-        expect(m[0]!.content).toMatch(
+        expect(m[0].content).toMatch(
             /^You are the coder\.\n\nYou may call tools\. Available tools, one JSON object each:\n\{"name":"run_tests",/,
         );
-        expect(m[2]!.content).toBe(
+        expect(m[2].content).toBe(
             '<tool_call>{"name": "write_file", "arguments": {"content":"x"}}</tool_call>\n<tool_call>{"name": "run_tests", "arguments": {}}</tool_call>',
         );
-        expect(m[3]!.content).toBe(
+        expect(m[3].content).toBe(
             '<tool_response name="write_file">\nversion 1\n</tool_response>\n<tool_response name="run_tests">\ntests passed\n</tool_response>',
         );
     });
@@ -145,7 +145,7 @@ describe("tool calling: the text protocol of native models", () => {
     it("a native model reads the protocol: the prompt it decodes holds the tools and the tool exchange", async () => {
         const p = await NativePolicy.create({ contextLength: 1024, layers: 1, heads: 2, dModel: 16, seed: 3 });
         const [g] = await p.generate([{ messages: convo, tools, sampling: { temperature: 0, maxTokens: 4 }, seed: 1 }]);
-        const prompt = p.tokenizer.decode(g!.promptTokenIds!);
+        const prompt = p.tokenizer.decode(g.promptTokenIds!);
         expect(prompt).toContain("You may call tools.");
         expect(prompt).toContain('<tool_call>{"name": "write_file", "arguments": {"content":"x"}}</tool_call>');
         expect(prompt).toContain('<tool_response name="run_tests">\ntests passed\n</tool_response>');
@@ -175,8 +175,8 @@ describe("tool calling through maporl serve", () => {
             const req = { messages: convo, tools, sampling: { temperature: 0, maxTokens: 6 }, seed: 5 };
             const [here] = await p.generate([req]);
             const [there] = await remote.generate([req]);
-            expect(there!.promptTokenIds).toEqual(here!.promptTokenIds); // the same rendering of the tools and the exchange
-            expect(there!.tokenIds).toEqual(here!.tokenIds);
+            expect(there.promptTokenIds).toEqual(here.promptTokenIds); // the same rendering of the tools and the exchange
+            expect(there.tokenIds).toEqual(here.tokenIds);
             // a streamed request with tools is refused whole, naming the field
             const r = await fetch(`${s.baseUrl}/chat/completions`, {
                 method: "POST",
@@ -240,7 +240,7 @@ describe("tool calling through maporl serve", () => {
                 dialect: "openai",
                 retries: 0,
             }).generate([{ messages: [{ role: "user", content: "go" }], tools: [{ name: "run_tests" }] }]);
-            expect(g!.toolCalls).toEqual([{ id: "t1", name: "run_tests", arguments: "{}" }]);
+            expect(g.toolCalls).toEqual([{ id: "t1", name: "run_tests", arguments: "{}" }]);
         } finally {
             await s2.close();
         }

@@ -44,16 +44,16 @@ describe("top log-probs", () => {
         const [g] = await policy.generate([
             { prompt: "ab", sampling: { temperature: 0, maxTokens: 6, topLogprobs: 4 } },
         ]);
-        expect(g!.topLogprobs).toHaveLength(g!.tokenIds!.length);
+        expect(g.topLogprobs).toHaveLength(g.tokenIds!.length);
         // Score the same sequence: log p(token t | prefix) under the raw softmax.
-        const seq = [...g!.promptTokenIds!, ...g!.tokenIds!],
+        const seq = [...g.promptTokenIds!, ...g.tokenIds!],
             T = seq.length;
         const lp = await policy.logprobs({ tokens: Int32Array.from(seq), shape: [1, T] });
-        g!.topLogprobs!.forEach((alts, t) => {
+        g.topLogprobs!.forEach((alts, t) => {
             expect(alts).toHaveLength(4);
-            expect(alts[0]!.id).toBe(g!.tokenIds![t]); // greedy
-            expect(alts[0]!.logprob).toBeCloseTo(lp[g!.promptTokenIds!.length - 1 + t]!, 4);
-            for (let j = 1; j < alts.length; j++) expect(alts[j]!.logprob).toBeLessThanOrEqual(alts[j - 1]!.logprob);
+            expect(alts[0].id).toBe(g.tokenIds![t]); // greedy
+            expect(alts[0].logprob).toBeCloseTo(lp[g.promptTokenIds!.length - 1 + t], 4);
+            for (let j = 1; j < alts.length; j++) expect(alts[j].logprob).toBeLessThanOrEqual(alts[j - 1].logprob);
         });
         await expect(policy.generate([{ prompt: "x", sampling: { topLogprobs: 21 } }])).rejects.toThrow(
             /topLogprobs: expected an integer .*20/,
@@ -63,7 +63,7 @@ describe("top log-probs", () => {
     it("maporl serve: completions logprobs=k and chat top_logprobs as vLLM shapes them; bad values are 400", async () => {
         const c = await post("/completions", { model: "m", prompt: "ab", max_tokens: 3, temperature: 0, logprobs: 2 });
         expect(c.status).toBe(200);
-        const lc = (c.json.choices as { logprobs: { tokens: string[]; top_logprobs: Record<string, number>[] } }[])[0]!
+        const lc = (c.json.choices as { logprobs: { tokens: string[]; top_logprobs: Record<string, number>[] } }[])[0]
             .logprobs;
         expect(lc.top_logprobs).toHaveLength(lc.tokens.length);
         for (const d of lc.top_logprobs) expect(Object.keys(d).length).toBeGreaterThanOrEqual(1); // (two ids may decode to one piece)
@@ -82,10 +82,10 @@ describe("top log-probs", () => {
                     content: { token: string; top_logprobs: { token: string; logprob: number; bytes: number[] }[] }[];
                 };
             }[]
-        )[0]!.logprobs.content;
+        )[0].logprobs.content;
         for (const e of content) {
             expect(e.top_logprobs).toHaveLength(3);
-            expect(e.top_logprobs[0]!.token).toBe(e.token);
+            expect(e.top_logprobs[0].token).toBe(e.token);
         }
         // Streamed: each chunk's token with its alternatives.
         const s = await fetch(`${srv.baseUrl}/completions`, {

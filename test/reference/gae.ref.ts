@@ -33,12 +33,12 @@ export function gaeReference(
         for (let t = T - 1; t >= 0; t--) {
             const i = b * T + t;
             if (mask[i] !== 1) continue;
-            const delta = rewards[i]! + gamma * nextValue - values[i]!;
+            const delta = rewards[i] + gamma * nextValue - values[i];
             lastGae = delta + gamma * lambda * lastGae;
-            lastS = Math.abs(rewards[i]!) + gamma * Math.abs(nextValue) + Math.abs(values[i]!) + gamma * lambda * lastS;
+            lastS = Math.abs(rewards[i]) + gamma * Math.abs(nextValue) + Math.abs(values[i]) + gamma * lambda * lastS;
             nextValue = values[i]!;
             A[i] = lastGae;
-            R[i] = lastGae + values[i]!;
+            R[i] = lastGae + values[i];
             S[i] = lastS;
         }
     }
@@ -46,7 +46,7 @@ export function gaeReference(
         returnsScale = new Float64Array(B * T);
     for (let i = 0; i < B * T; i++) {
         advantagesScale[i] = S[i]!;
-        returnsScale[i] = S[i]! + (mask[i] === 1 ? Math.abs(values[i]!) : 0);
+        returnsScale[i] = S[i] + (mask[i] === 1 ? Math.abs(values[i]) : 0);
     }
     if (whiten) {
         let n = 0,
@@ -54,16 +54,16 @@ export function gaeReference(
         for (let i = 0; i < B * T; i++)
             if (mask[i] === 1) {
                 n++;
-                sum += A[i]!;
+                sum += A[i];
             }
         if (n > 0) {
             const mean = sum / n; // exact (verl divides by n + 1e-8: docs/conventions.md); n < 2: verl raises, we whiten to 0
             let dev = 0;
-            for (let i = 0; i < B * T; i++) if (mask[i] === 1) dev += (A[i]! - mean) ** 2;
+            for (let i = 0; i < B * T; i++) if (mask[i] === 1) dev += (A[i] - mean) ** 2;
             const variance = n >= 2 ? ((dev / (n + 1e-8)) * n) / (n - 1) : 0;
             const rstd = 1 / Math.sqrt(variance + 1e-8);
-            for (let i = 0; i < B * T; i++) advantagesScale[i] = (advantagesScale[i]! + Math.abs(mean)) * rstd;
-            for (let i = 0; i < B * T; i++) if (mask[i] === 1) A[i] = (A[i]! - mean) * rstd;
+            for (let i = 0; i < B * T; i++) advantagesScale[i] = (advantagesScale[i] + Math.abs(mean)) * rstd;
+            for (let i = 0; i < B * T; i++) if (mask[i] === 1) A[i] = (A[i] - mean) * rstd;
         }
     }
     return { advantages: A, returns: R, advantagesScale, returnsScale };

@@ -21,21 +21,21 @@ export function groupReference(scores: ArrayLike<number>, groups: ArrayLike<numb
     const members = new Map<number, number[]>();
     for (let i = 0; i < N; i++) {
         if (o.nanExclude && Number.isNaN(scores[i])) continue;
-        const list = members.get(groups[i]!) ?? [];
+        const list = members.get(groups[i]) ?? [];
         list.push(i);
-        members.set(groups[i]!, list);
+        members.set(groups[i], list);
     }
     const out = new Float64Array(N);
     for (const list of members.values()) {
         const n = list.length;
-        const vals = list.map((i) => scores[i]!);
+        const vals = list.map((i) => scores[i]);
         const sum = vals.reduce((a, b) => a + b, 0);
         const mean = sum / n;
         const max = vals.some(Number.isNaN) ? NaN : Math.max(...vals);
         const dev = vals.reduce((a, v) => a + (v - mean) ** 2, 0);
         const std = n > 1 ? Math.sqrt(dev / (o.unbiased ? n - 1 : n)) : 1;
         for (const i of list) {
-            const s = scores[i]!;
+            const s = scores[i];
             let a: number;
             if (o.baseline === "none") {
                 out[i] = s;
@@ -56,19 +56,19 @@ export function groupReference(scores: ArrayLike<number>, groups: ArrayLike<numb
     if (o.whiten) {
         let W = 0,
             S = 0;
-        const w = (i: number) => (o.nanExclude && Number.isNaN(scores[i]) ? 0 : o.weights ? o.weights[i]! : 1);
+        const w = (i: number) => (o.nanExclude && Number.isNaN(scores[i]) ? 0 : o.weights ? o.weights[i] : 1);
         for (let i = 0; i < N; i++) {
             W += w(i);
-            S += w(i) * out[i]!;
+            S += w(i) * out[i];
         }
         const mean = S / (W || 1);
         let dev = 0;
-        for (let i = 0; i < N; i++) dev += w(i) * (out[i]! - mean) ** 2;
+        for (let i = 0; i < N; i++) dev += w(i) * (out[i] - mean) ** 2;
         const rstd =
             o.whiten === "openrlhf"
                 ? 1 / Math.sqrt(Math.max(W > 0 ? dev / W : 0, 1e-8))
                 : 1 / Math.sqrt((W >= 2 ? ((dev / (W + 1e-8)) * W) / (W - 1) : 0) + 1e-8);
-        for (let i = 0; i < N; i++) out[i] = w(i) === 0 ? 0 : (out[i]! - mean) * rstd;
+        for (let i = 0; i < N; i++) out[i] = w(i) === 0 ? 0 : (out[i] - mean) * rstd;
     }
     return out;
 }

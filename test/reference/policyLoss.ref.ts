@@ -33,7 +33,7 @@ const clamp = (x: number, lo: number, hi: number) => Math.min(Math.max(x, lo), h
 export function policyLossReference(x: RefBatch, o: RefOptions) {
     const { B, T } = x;
     const perSeq = x.advantages.length === B && B !== B * T;
-    const A = (b: number, t: number) => (perSeq ? x.advantages[b]! : x.advantages[b * T + t]!);
+    const A = (b: number, t: number) => (perSeq ? x.advantages[b] : x.advantages[b * T + t]);
     const on = (i: number) => x.mask[i] === 1;
     const len = new Array<number>(B).fill(0);
     for (let b = 0; b < B; b++) for (let t = 0; t < T; t++) len[b] += on(b * T + t) ? 1 : 0;
@@ -48,7 +48,7 @@ export function policyLossReference(x: RefBatch, o: RefOptions) {
             case "seq-mean-token-sum":
                 return 1 / (n ?? seqs);
             case "seq-mean-token-mean":
-                return 1 / ((n ?? seqs) * len[b]!);
+                return 1 / ((n ?? seqs) * len[b]);
             default:
                 return 1 / (n ?? T);
         }
@@ -61,7 +61,7 @@ export function policyLossReference(x: RefBatch, o: RefOptions) {
             ? weight(b)
             : len[b] === 0
               ? 0
-              : 1 / ((o.sequenceNormalizer ?? (seqAgg ? o.normalizer : null) ?? seqs) * len[b]!);
+              : 1 / ((o.sequenceNormalizer ?? (seqAgg ? o.normalizer : null) ?? seqs) * len[b]);
     const lo = 1 - o.clipLow,
         hi = 1 + o.clipHigh,
         C = o.logRatioClamp;
@@ -80,17 +80,17 @@ export function policyLossReference(x: RefBatch, o: RefOptions) {
         rmax = -Infinity;
     for (let b = 0; b < B; b++) {
         let seqMean = 0;
-        if (o.type === "gspo" && len[b]! > 0) {
-            for (let t = 0; t < T; t++) if (on(b * T + t)) seqMean += x.logp[b * T + t]! - x.oldLogp![b * T + t]!;
-            seqMean /= len[b]!;
+        if (o.type === "gspo" && len[b] > 0) {
+            for (let t = 0; t < T; t++) if (on(b * T + t)) seqMean += x.logp[b * T + t] - x.oldLogp![b * T + t];
+            seqMean /= len[b];
         }
         const w = weight(b),
             wp = pgWeight(b);
         for (let t = 0; t < T; t++) {
             const i = b * T + t;
             if (!on(i)) continue;
-            const lp = x.logp[i]!,
-                old = x.oldLogp ? x.oldLogp[i]! : lp,
+            const lp = x.logp[i],
+                old = x.oldLogp ? x.oldLogp[i] : lp,
                 a = A(b, t);
             let L: number,
                 dL: number,
@@ -139,7 +139,7 @@ export function policyLossReference(x: RefBatch, o: RefOptions) {
             let k = 0,
                 dk = 0;
             if (o.kl) {
-                const d = lp - x.refLogp![i]!;
+                const d = lp - x.refLogp![i];
                 if (o.kl.estimator === "k1") {
                     k = d;
                     dk = 1;
@@ -158,7 +158,7 @@ export function policyLossReference(x: RefBatch, o: RefOptions) {
                 }
                 if (o.kl.straightThrough) dk = d;
             }
-            const H = x.entropy ? x.entropy[i]! : 0;
+            const H = x.entropy ? x.entropy[i] : 0;
             grad[i] = wp * dL + w * (o.kl ? o.kl.coef * dk : 0);
             gradScale[i] = wp * Math.abs(dL) + w * (o.kl ? Math.abs(o.kl.coef * dk) : 0); // the size of what was summed
             gradEnt[i] = -o.entropyCoef * w;
@@ -200,14 +200,14 @@ export function policyLossReference(x: RefBatch, o: RefOptions) {
 /** log softmax(z / temp)[y] and the entropy, in float64 with the two-pass formula. */
 export function logprobsReference(z: ArrayLike<number>, V: number, n: number, y: number, temp: number) {
     let m = -Infinity;
-    for (let v = 0; v < V; v++) m = Math.max(m, z[n * V + v]! / temp);
+    for (let v = 0; v < V; v++) m = Math.max(m, z[n * V + v] / temp);
     let s = 0,
         tt = 0;
     for (let v = 0; v < V; v++) {
-        const q = z[n * V + v]! / temp - m,
+        const q = z[n * V + v] / temp - m,
             e = Math.exp(q);
         s += e;
         if (e > 0) tt += e * q;
     }
-    return { logp: z[n * V + y]! / temp - m - Math.log(s), entropy: Math.log(s) - tt / s, lse: m + Math.log(s) };
+    return { logp: z[n * V + y] / temp - m - Math.log(s), entropy: Math.log(s) - tt / s, lse: m + Math.log(s) };
 }

@@ -21,8 +21,8 @@ export function returnsReference(
                 abs = 0;
                 continue;
             }
-            running = rewards[i]! + gamma * running;
-            abs = Math.abs(rewards[i]!) + gamma * abs;
+            running = rewards[i] + gamma * running;
+            abs = Math.abs(rewards[i]) + gamma * abs;
             G[i] = running;
             scale[i] = abs;
         }
@@ -35,18 +35,18 @@ export function returnsReference(
         for (let i = 0; i < B * T; i++)
             if (mask[i] === 1) {
                 n++;
-                s += G[i]!;
+                s += G[i];
             }
         if (n > 0) {
             const mean = n >= 2 ? s / (n + 1e-8) : s / n;
             let dev = 0;
-            for (let i = 0; i < B * T; i++) if (mask[i] === 1) dev += (G[i]! - mean) ** 2;
+            for (let i = 0; i < B * T; i++) if (mask[i] === 1) dev += (G[i] - mean) ** 2;
             const variance = n >= 2 ? ((dev / (n + 1e-8)) * n) / (n - 1) : 0;
             const rstd = 1 / Math.sqrt(variance + 1e-8);
             for (let i = 0; i < B * T; i++)
                 if (mask[i] === 1) {
-                    A[i] = (G[i]! - mean) * rstd;
-                    scaleA[i] = (scale[i]! + Math.abs(mean)) * rstd;
+                    A[i] = (G[i] - mean) * rstd;
+                    scaleA[i] = (scale[i] + Math.abs(mean)) * rstd;
                 }
         }
     }

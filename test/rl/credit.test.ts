@@ -25,14 +25,14 @@ function influenceRef(
     last?: Int32Array,
 ) {
     const out = new Float64Array(Q * T * A);
-    const S = (q: number, t: number, a: number) => s[(q * T + t) * A + a]!;
+    const S = (q: number, t: number, a: number) => s[(q * T + t) * A + a];
     const mean = (q: number, t: number) => {
         let m = 0;
         for (let j = 0; j < A; j++) m += S(q, t, j);
         return m / A;
     };
     for (let q = 0; q < Q; q++) {
-        const x = last ? last[q]! : T - 1;
+        const x = last ? last[q] : T - 1;
         for (let t = 0; t < T; t++)
             for (let a = 0; a < A; a++) {
                 let v: number;
@@ -77,7 +77,7 @@ describe("influenceRewards", () => {
                             const want = influenceRef(s, Q, T, A, d, rule, scope, lt);
                             for (let i = 0; i < want.length; i++)
                                 if (Number.isNaN(want[i])) expect(got[i]).toBeNaN();
-                                else expect(got[i]).toBeCloseTo(want[i]!, 6);
+                                else expect(got[i]).toBeCloseTo(want[i], 6);
                         }
         }
     });
@@ -128,7 +128,7 @@ describe("collaborationBonus", () => {
     const coef = { correctedAlone: 1, persuadedCorrectly: 2, wrongButUseful: 4, persuasive: 8 };
     const B = (rows: number[][], opts = {}) =>
         collaborationBonus(
-            { correct: Uint8Array.from(rows.flat()), shape: [1, rows.length, rows[0]!.length] },
+            { correct: Uint8Array.from(rows.flat()), shape: [1, rows.length, rows[0].length] },
             { ...coef, ...opts },
         );
 
@@ -238,10 +238,10 @@ describe("tdAdvantages", () => {
         for (const H of lengths) {
             for (let t = 0; t < H; t++) {
                 const i = i0 + t;
-                const y = t < H - 1 ? rewards[i]! + gamma * values[i + 1]! : rewards[i]!;
+                const y = t < H - 1 ? rewards[i] + gamma * values[i + 1] : rewards[i];
                 expect(raw.targets[i]).toBeCloseTo(y, 6);
-                expect(raw.advantages[i]).toBeCloseTo(y - values[i]!, 6);
-                want.push(y - values[i]!);
+                expect(raw.advantages[i]).toBeCloseTo(y - values[i], 6);
+                want.push(y - values[i]);
             }
             i0 += H;
         }
@@ -251,25 +251,25 @@ describe("tdAdvantages", () => {
         );
         const mean = want.reduce((a, b) => a + b, 0) / n;
         const std = Math.sqrt(want.reduce((a, b) => a + (b - mean) ** 2, 0) / (n - 1));
-        norm.advantages.forEach((x, i) => expect(x).toBeCloseTo((want[i]! - mean) / std, 5));
+        norm.advantages.forEach((x, i) => expect(x).toBeCloseTo((want[i] - mean) / std, 5));
         // The default: within each turn index, the biased std (CoMLRL's _prepare_advantages per turn group).
         const byTurn = tdAdvantages({ rewards, values, lengths }, { gamma });
         const turnOf: number[] = [];
         for (const H of lengths) for (let t = 0; t < H; t++) turnOf.push(t);
         for (let t = 0; t < 5; t++) {
             const idx = turnOf.flatMap((u, i) => (u === t ? [i] : []));
-            const xs = idx.map((i) => want[i]!),
+            const xs = idx.map((i) => want[i]),
                 m = xs.reduce((a, b) => a + b, 0) / xs.length;
             const sd = Math.max(Math.sqrt(xs.reduce((a, b) => a + (b - m) ** 2, 0) / xs.length), 1e-6);
             idx.forEach((i) =>
-                expect(byTurn.advantages[i]).toBeCloseTo(xs.length > 1 ? (want[i]! - m) / sd : want[i]!, 5),
+                expect(byTurn.advantages[i]).toBeCloseTo(xs.length > 1 ? (want[i] - m) / sd : want[i], 5),
             );
         }
         // nextValues replaces the shifted values.
         const nv = Float32Array.from({ length: n }, () => 2);
         const withNext = tdAdvantages({ rewards, values, lengths, nextValues: nv }, { gamma, normalize: false });
-        expect(withNext.targets[1]).toBeCloseTo(rewards[1]! + gamma * 2, 6);
-        expect(withNext.targets[0]).toBeCloseTo(rewards[0]!, 6); // a one-turn episode: y = r
+        expect(withNext.targets[1]).toBeCloseTo(rewards[1] + gamma * 2, 6);
+        expect(withNext.targets[0]).toBeCloseTo(rewards[0], 6); // a one-turn episode: y = r
     });
 
     it("a constant batch normalises to 0 (std floor 1e-6); bad lengths are refused", () => {
@@ -337,7 +337,7 @@ describe("treeReturns", () => {
             const gamma = 0.9;
             const R = (i: number): number => {
                 const kids = parent.map((p, j) => (p === i ? j : -1)).filter((j) => j >= 0);
-                return rewards[i]! + (kids.length ? (gamma * kids.map(R).reduce((a, b) => a + b, 0)) / kids.length : 0);
+                return rewards[i] + (kids.length ? (gamma * kids.map(R).reduce((a, b) => a + b, 0)) / kids.length : 0);
             };
             const out = await treeReturnsAsync(
                 { parent: Int32Array.from(parent), rewards: Float32Array.from(rewards) },
@@ -346,8 +346,8 @@ describe("treeReturns", () => {
             parent.forEach((_, i) => expect(out.returns[i]).toBeCloseTo(R(i), 5));
             for (const p of new Set(parent)) {
                 const sib = parent.map((q, j) => (q === p ? j : -1)).filter((j) => j >= 0);
-                const m = sib.reduce((a, j) => a + out.returns[j]!, 0) / sib.length;
-                for (const j of sib) expect(out.advantages[j]).toBeCloseTo(out.returns[j]! - m, 5);
+                const m = sib.reduce((a, j) => a + out.returns[j], 0) / sib.length;
+                for (const j of sib) expect(out.advantages[j]).toBeCloseTo(out.returns[j] - m, 5);
             }
         }
     });

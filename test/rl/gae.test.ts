@@ -137,7 +137,7 @@ describe("gae properties", () => {
                     expect(advantages[i]).toBe(0);
                     continue;
                 }
-                const td = c.rewards[i]! + gamma * next - c.values[i]!;
+                const td = c.rewards[i] + gamma * next - c.values[i];
                 expect(advantages[i]).toBeCloseTo(td, 5);
                 next = c.values[i]!;
             }
@@ -152,8 +152,8 @@ describe("gae properties", () => {
             for (let t = c.T - 1; t >= 0; t--) {
                 const i = b * c.T + t;
                 if (!c.mask[i]) continue;
-                togo += c.rewards[i]!;
-                expect(advantages[i]).toBeCloseTo(togo - c.values[i]!, 4);
+                togo += c.rewards[i];
+                expect(advantages[i]).toBeCloseTo(togo - c.values[i], 4);
                 expect(returns[i]).toBeCloseTo(togo, 4);
             }
         }
@@ -190,9 +190,9 @@ describe("gae properties", () => {
         }
         const spread = gae({ rewards: r2, values: v2, mask: m2, shape: [B, T2] }, { gamma: 0.97, lambda: 0.9 });
         for (let b = 0; b < B; b++) {
-            slots[b]!.forEach((p, t) => {
-                expect(spread.advantages[b * T2 + p]).toBeCloseTo(base.advantages[b * T + t]!, 5);
-                expect(spread.returns[b * T2 + p]).toBeCloseTo(base.returns[b * T + t]!, 5);
+            slots[b].forEach((p, t) => {
+                expect(spread.advantages[b * T2 + p]).toBeCloseTo(base.advantages[b * T + t], 5);
+                expect(spread.returns[b * T2 + p]).toBeCloseTo(base.returns[b * T + t], 5);
             });
             for (let p = 0; p < T2; p++)
                 if (!m2[b * T2 + p]) {
@@ -209,7 +209,7 @@ describe("gae properties", () => {
             if (!c.mask[i]) {
                 expect(advantages[i]).toBe(0);
                 expect(returns[i]).toBe(0);
-            } else expect(returns[i]).toBeCloseTo(advantages[i]! + c.values[i]!, 5);
+            } else expect(returns[i]).toBeCloseTo(advantages[i] + c.values[i], 5);
         }
     });
 
@@ -224,15 +224,15 @@ describe("gae properties", () => {
             expect(
                 Buffer.from(r.advantages.buffer, r.advantages.byteOffset, r.advantages.byteLength).equals(
                     Buffer.from(
-                        runs[0]!.advantages.buffer,
-                        runs[0]!.advantages.byteOffset,
-                        runs[0]!.advantages.byteLength,
+                        runs[0].advantages.buffer,
+                        runs[0].advantages.byteOffset,
+                        runs[0].advantages.byteLength,
                     ),
                 ),
             ).toBe(true);
             expect(
                 Buffer.from(r.returns.buffer, r.returns.byteOffset, r.returns.byteLength).equals(
-                    Buffer.from(runs[0]!.returns.buffer, runs[0]!.returns.byteOffset, runs[0]!.returns.byteLength),
+                    Buffer.from(runs[0].returns.buffer, runs[0].returns.byteOffset, runs[0].returns.byteLength),
                 ),
             ).toBe(true);
         }
@@ -258,7 +258,7 @@ describe("gae properties", () => {
         const { advantages } = gae({ ...c, shape: [c.B, c.T] }, { whiten: true });
         const vals: number[] = [];
         for (let i = 0; i < c.B * c.T; i++)
-            if (c.mask[i]) vals.push(advantages[i]!);
+            if (c.mask[i]) vals.push(advantages[i]);
             else expect(advantages[i]).toBe(0);
         const mean = vals.reduce((a, b) => a + b, 0) / vals.length;
         const variance = vals.reduce((a, b) => a + (b - mean) ** 2, 0) / (vals.length - 1);
@@ -301,7 +301,7 @@ describe("gaeAsync", () => {
         const cases = [0, 1, 2, 3, 4, 5, 6, 7].map((k) => makeCase(16 + k, 64 + k, 100 + k, "u8"));
         const results = await Promise.all(cases.map((c) => gaeAsync({ ...c, shape: [c.B, c.T] })));
         results.forEach((r, k) => {
-            const want = gae({ ...cases[k]!, shape: [cases[k]!.B, cases[k]!.T] });
+            const want = gae({ ...cases[k], shape: [cases[k].B, cases[k].T] });
             expect([...r.advantages]).toEqual([...want.advantages]);
         });
     });
@@ -405,7 +405,7 @@ describe("gae errors", () => {
                 8,
                 x.length,
             );
-            y.set(x as never);
+            y.set(x);
             return y;
         };
         const b = { ...a, rewards: shared(a.rewards), values: shared(a.values), mask: shared(a.mask) };

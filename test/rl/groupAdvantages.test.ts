@@ -53,7 +53,7 @@ function makeBatch(
         gid = 0;
     const sizes = [1, 2, 3, 8];
     while (i < N) {
-        const size = Math.min(N - i, opts.uniform ?? sizes[Math.floor(next() * sizes.length)]!);
+        const size = Math.min(N - i, opts.uniform ?? sizes[Math.floor(next() * sizes.length)]);
         const constant = opts.constant && next() < 0.3;
         const c = Math.floor(next() * 5);
         const id = opts.sparse ? Math.floor((next() - 0.5) * 2e9) : gid * 3 - 7;
@@ -68,8 +68,8 @@ function makeBatch(
     for (let k = N - 1; k > 0; k--) {
         // shuffle: groups are not contiguous
         const j = Math.floor(next() * (k + 1));
-        [scores[k], scores[j]] = [scores[j]!, scores[k]!];
-        [groups[k], groups[j]] = [groups[j]!, groups[k]!];
+        [scores[k], scores[j]] = [scores[j], scores[k]];
+        [groups[k], groups[j]] = [groups[j], groups[k]];
     }
     return { scores, groups };
 }
@@ -150,10 +150,10 @@ describe("groupAdvantages properties", () => {
         b.groups.forEach((g, i) => by.set(g, [...(by.get(g) ?? []), i]));
         for (const idx of by.values()) {
             if (idx.length < 2) continue;
-            const vals = idx.map((i) => a[i]!);
+            const vals = idx.map((i) => a[i]);
             const sum = vals.reduce((x, y) => x + y, 0);
             expect(Math.abs(sum)).toBeLessThan(1e-4);
-            const sc = idx.map((i) => b.scores[i]!);
+            const sc = idx.map((i) => b.scores[i]);
             if (sc.every((x) => x === sc[0])) {
                 expect(vals.every((x) => x === 0)).toBe(true);
                 continue;
@@ -168,7 +168,7 @@ describe("groupAdvantages properties", () => {
         const b = makeBatch(500, 22);
         for (const est of ["grpo", "drgrpo", "rloo"] as const) {
             const base = groupAdvantages(b, { estimator: est });
-            const shifted = { scores: b.scores.map((s, i) => s + (b.groups[i]! % 7) * 3.5), groups: b.groups };
+            const shifted = { scores: b.scores.map((s, i) => s + (b.groups[i] % 7) * 3.5), groups: b.groups };
             const singles = new Set<number>();
             const count = new Map<number, number>();
             b.groups.forEach((g) => count.set(g, (count.get(g) ?? 0) + 1));
@@ -178,8 +178,8 @@ describe("groupAdvantages properties", () => {
             const s2 = groupAdvantages(shifted, { estimator: est });
             const neg = groupAdvantages({ scores: b.scores.map((s) => -s), groups: b.groups }, { estimator: est });
             for (let i = 0; i < base.length; i++) {
-                expect(neg[i]).toBeCloseTo(-base[i]!, 4);
-                if (!singles.has(i)) expect(s2[i]).toBeCloseTo(base[i]!, 3);
+                expect(neg[i]).toBeCloseTo(-base[i], 4);
+                if (!singles.has(i)) expect(s2[i]).toBeCloseTo(base[i], 3);
             }
         }
     });
@@ -191,8 +191,8 @@ describe("groupAdvantages properties", () => {
             return groupAdvantages(b, { estimator: "reinforce++-baseline", convention: "trl" });
         });
         setThreads(0);
-        expect(Buffer.from(runs[1]!.buffer).equals(Buffer.from(runs[0]!.buffer))).toBe(true);
-        expect(Buffer.from(runs[2]!.buffer).equals(Buffer.from(runs[0]!.buffer))).toBe(true);
+        expect(Buffer.from(runs[1].buffer).equals(Buffer.from(runs[0].buffer))).toBe(true);
+        expect(Buffer.from(runs[2].buffer).equals(Buffer.from(runs[0].buffer))).toBe(true);
         // The same grouping with ids spread over int32 (sort path) gives the same numbers.
         const remap = new Map<number, number>();
         const sparse = b.groups.map((g) => {
@@ -203,7 +203,7 @@ describe("groupAdvantages properties", () => {
             { scores: b.scores, groups: sparse },
             { estimator: "reinforce++-baseline", convention: "trl" },
         );
-        expect(Buffer.from(viaSort.buffer).equals(Buffer.from(runs[0]!.buffer))).toBe(true);
+        expect(Buffer.from(viaSort.buffer).equals(Buffer.from(runs[0].buffer))).toBe(true);
     });
 
     it("adjacent, ascending groups (the fast path) agree with the same groups shuffled (the table path)", () => {
@@ -217,7 +217,7 @@ describe("groupAdvantages properties", () => {
         const placed: number[] = [];
         while (queues.some((q) => q.length)) {
             const live = queues.filter((q) => q.length);
-            placed.push(live[Math.floor(next() * live.length)]!.shift()!);
+            placed.push(live[Math.floor(next() * live.length)].shift()!);
         }
         placed.forEach((src, dst) => {
             shuffled.scores[dst] = b.scores[src]!;
@@ -299,12 +299,12 @@ describe("groupAdvantages properties", () => {
         // verl: tile (s - mean_g) over tokens, masked_whiten over all valid tokens, times the mask.
         const centered = groupReference(b.scores, b.groups, { ...refOptions("drgrpo", "verl") });
         const flat: number[] = [];
-        for (let i = 0; i < N * T; i++) if (mask[i]) flat.push(centered[Math.floor(i / T)]!);
+        for (let i = 0; i < N * T; i++) if (mask[i]) flat.push(centered[Math.floor(i / T)]);
         const mean = flat.reduce((x, y) => x + y, 0) / (flat.length + 1e-8);
         const variance =
             ((flat.reduce((x, v) => x + (v - mean) ** 2, 0) / (flat.length + 1e-8)) * flat.length) / (flat.length - 1);
         for (let i = 0; i < N * T; i++) {
-            const want = mask[i] ? (centered[Math.floor(i / T)]! - mean) / Math.sqrt(variance + 1e-8) : 0;
+            const want = mask[i] ? (centered[Math.floor(i / T)] - mean) / Math.sqrt(variance + 1e-8) : 0;
             expect(rpp[i]).toBeCloseTo(want, 4);
         }
     });

@@ -38,9 +38,9 @@ function makeLogits(N: number, V: number, seed: number) {
     for (let n = 0; n < N; n++) targets[n] = Math.floor(next() * V);
     if (V > 2 && N > 3) {
         for (let v = 0; v < V; v += 2) if (v !== targets[0]) logits[v] = -Infinity; // row 0: half the row -Inf
-        logits[1 * V + targets[1]!] = 90; // row 1: one dominant logit
-        logits[2 * V + ((targets[2]! + 1) % V)] = -Infinity;
-        logits[3 * V + targets[3]!] = -Infinity; // row 3: the target itself -Inf
+        logits[1 * V + targets[1]] = 90; // row 1: one dominant logit
+        logits[2 * V + ((targets[2] + 1) % V)] = -Infinity;
+        logits[3 * V + targets[3]] = -Infinity; // row 3: the target itself -Inf
     }
     return { logits, targets };
 }
@@ -56,15 +56,15 @@ describe("logprobs", () => {
                     const { logits, targets } = makeLogits(N, V, V * 7 + 1);
                     const r = logprobs({ logits, targets, shape: [N, V] }, { temperature, entropy: true });
                     for (let n = 0; n < N; n++) {
-                        const want = logprobsReference(logits, V, n, targets[n]!, temperature);
+                        const want = logprobsReference(logits, V, n, targets[n], temperature);
                         const ctx = `V=${V} T=${temperature} row ${n}`;
                         if (want.logp === -Infinity) expect(r.logp[n], ctx).toBe(-Infinity);
                         else
                             expect(
-                                Math.abs(r.logp[n]! - want.logp),
+                                Math.abs(r.logp[n] - want.logp),
                                 `${ctx}: ${r.logp[n]} vs ${want.logp}`,
                             ).toBeLessThan(2e-6 + 2e-6 * Math.abs(want.logp));
-                        expect(Math.abs(r.entropy![n]! - want.entropy), `${ctx}: entropy`).toBeLessThan(5e-6);
+                        expect(Math.abs(r.entropy![n] - want.entropy), `${ctx}: entropy`).toBeLessThan(5e-6);
                     }
                 }
         });
@@ -108,12 +108,12 @@ function composed(
     const g = new Float64Array(N * V);
     for (let n = 0; n < N; n++) {
         if (!mask[n]) continue;
-        const { lse } = logprobsReference(logits, V, n, targets[n]!, temperature);
-        const H = lp.entropy![n]!,
-            gl = pl.gradLogp[n]!,
-            ge = pl.gradEntropy![n]!;
+        const { lse } = logprobsReference(logits, V, n, targets[n], temperature);
+        const H = lp.entropy![n],
+            gl = pl.gradLogp[n],
+            ge = pl.gradEntropy![n];
         for (let v = 0; v < V; v++) {
-            const x = logits[n * V + v]! / temperature,
+            const x = logits[n * V + v] / temperature,
                 p = Math.exp(x - lse);
             const dH = p === 0 ? 0 : -p * (x - lse + H);
             g[n * V + v] = (((v === targets[n] ? 1 : 0) - p) * gl + ge * dH) / temperature;
@@ -200,7 +200,7 @@ describe("fusedPolicyLoss", () => {
             n = 0;
         for (let i = 0; i < N; i++)
             if (mask[i]) {
-                s += plain.entropy[i]!;
+                s += plain.entropy[i];
                 n++;
             }
         expect(plain.stats.entropyMean).toBeCloseTo(s / n, 6);
@@ -253,8 +253,8 @@ function toBf16(x: Float32Array): { bf16: Uint16Array; widened: Float32Array } {
     const widened = new Float32Array(x.length);
     const w32 = new Uint32Array(widened.buffer);
     for (let i = 0; i < x.length; i++) {
-        bf16[i] = u32[i]! >>> 16; // truncation: any bf16 value will do
-        w32[i] = (bf16[i]! << 16) >>> 0;
+        bf16[i] = u32[i] >>> 16; // truncation: any bf16 value will do
+        w32[i] = (bf16[i] << 16) >>> 0;
     }
     return { bf16, widened };
 }

@@ -48,8 +48,8 @@ function makeBatch(B: number, T: number, seed: number, f32Mask = false, perSeq =
         const b = Math.floor(i / T);
         mask[i] = b === 2 ? 0 : next() < 0.8 ? 1 : 0;
         logp[i] = -0.05 - 3 * next();
-        oldLogp[i] = logp[i]! + 6 * (next() - 0.5); // ratios from e^-3 to e^3
-        refLogp[i] = logp[i]! + 4 * (next() - 0.5);
+        oldLogp[i] = logp[i] + 6 * (next() - 0.5); // ratios from e^-3 to e^3
+        refLogp[i] = logp[i] + 4 * (next() - 0.5);
         entropy[i] = 3 * next();
         if (!mask[i]) {
             logp[i] = NaN;
@@ -81,8 +81,8 @@ function refOf(x: Batch, o: Partial<RefOptions>) {
 
 function expectStats(got: Record<string, number>, want: Record<string, number>, ctx: string) {
     for (const k of Object.keys(want)) {
-        const w = want[k]!,
-            g = got[k]!;
+        const w = want[k],
+            g = got[k];
         expect(Math.abs(g - w) <= 1e-6 + 2e-5 * Math.abs(w), `${ctx}: stats.${k} ${g} vs ${w}`).toBe(true);
     }
 }
@@ -136,12 +136,12 @@ describe("policyLoss", () => {
             n = 0;
         for (let i = 0; i < logp.length; i++)
             if (x.mask[i]) {
-                s -= x.advantages[i]!;
+                s -= x.advantages[i];
                 n++;
             }
         expect(r.loss).toBeCloseTo(s / n, 6);
         for (let i = 0; i < logp.length; i++)
-            expect(r.gradLogp[i]).toBeCloseTo(x.mask[i] ? -x.advantages[i]! / n : 0, 7);
+            expect(r.gradLogp[i]).toBeCloseTo(x.mask[i] ? -x.advantages[i] / n : 0, 7);
         expect(r.stats.clipFrac).toBe(0);
         expect(r.stats.ratioMean).toBe(1);
     });
@@ -247,8 +247,8 @@ describe("policyLoss", () => {
         };
         const half = policyLoss(first, {});
         const halfGlobal = policyLoss(first, { normalizer: full.stats.tokens });
-        expect(halfGlobal.gradLogp[0]! * full.stats.tokens).toBeCloseTo(half.gradLogp[0]! * half.stats.tokens, 5);
-        expect(halfGlobal.gradLogp[0]).toBeCloseTo(full.gradLogp[0]!, 7);
+        expect(halfGlobal.gradLogp[0] * full.stats.tokens).toBeCloseTo(half.gradLogp[0] * half.stats.tokens, 5);
+        expect(halfGlobal.gradLogp[0]).toBeCloseTo(full.gradLogp[0], 7);
     });
 
     it("REINFORCE works without oldLogp and is -A * logp", () => {
@@ -271,9 +271,9 @@ describe("policyLoss", () => {
         expect(Array.from(a.gradLogp)).toEqual(Array.from(s.gradLogp));
         expect(() => policyLoss(x, { type: "ppo2" as "ppo" })).toThrow(/policyLoss: type: expected one of "ppo"/);
         expect(() => policyLoss(x, { kl: { coef: 0.1, estimator: "k4" as "k3" } })).toThrow(/kl.estimator/);
-        expect(() =>
-            policyLoss({ ...x, refLogp: undefined as unknown as Float32Array }, { kl: { coef: 0.1 } }),
-        ).toThrow(/refLogp: expected Float32Array/);
+        expect(() => policyLoss({ ...x, refLogp: undefined }, { kl: { coef: 0.1 } })).toThrow(
+            /refLogp: expected Float32Array/,
+        );
         expect(() => policyLoss(x, { entropyCoef: NaN })).toThrow(/entropyCoef: expected a number/);
         expect(() => policyLoss(x, { dualClip: 1 })).toThrow(/dualClip: expected a number > 1/);
         expect(() => policyLoss(x, { clip: { low: 0.2, hihg: 0.3 } as { low: number } })).toThrow(
@@ -306,7 +306,7 @@ describe("valueLoss", () => {
             mask = new Uint8Array(n);
         for (let i = 0; i < n; i++) {
             values[i] = 2 * next() - 1;
-            oldValues[i] = values[i]! + (next() - 0.5);
+            oldValues[i] = values[i] + (next() - 0.5);
             returns[i] = 2 * next() - 1;
             mask[i] = Math.floor(i / T) === 1 ? 0 : next() < 0.8 ? 1 : 0;
             if (!mask[i]) values[i] = NaN;
@@ -333,15 +333,15 @@ describe("valueLoss", () => {
                             : aggregation === "seq-mean-token-sum"
                               ? 1 / seqs
                               : aggregation === "seq-mean-token-mean"
-                                ? 1 / (seqs * len[b]!)
+                                ? 1 / (seqs * len[b])
                                 : 1 / T;
-                    const v = values[i]!,
-                        R = returns[i]!;
+                    const v = values[i],
+                        R = returns[i];
                     const l1 = (v - R) ** 2;
                     let li = l1,
                         g = (v - R) * w;
                     if (clip !== null) {
-                        const vc = Math.min(Math.max(v, oldValues[i]! - clip), oldValues[i]! + clip);
+                        const vc = Math.min(Math.max(v, oldValues[i] - clip), oldValues[i] + clip);
                         if ((vc - R) ** 2 > l1) {
                             li = (vc - R) ** 2;
                             g = 0;

@@ -90,7 +90,7 @@ describe("reinforceReturns", () => {
         for (let b = 0; b < 4; b++) {
             let acc = 0;
             for (let t = 49; t >= 0; t--) {
-                acc += c.rewards[b * 50 + t]!;
+                acc += c.rewards[b * 50 + t];
                 expect(returns[b * 50 + t]).toBeCloseTo(acc, 4);
             }
         }
@@ -117,9 +117,9 @@ describe("reinforceReturns", () => {
         });
         setThreads(0);
         for (const r of runs)
-            expect(Buffer.from(r.advantages.buffer).equals(Buffer.from(runs[0]!.advantages.buffer))).toBe(true);
+            expect(Buffer.from(r.advantages.buffer).equals(Buffer.from(runs[0].advantages.buffer))).toBe(true);
         const a = await reinforceReturnsAsync(c, { gamma: 0.97 });
-        expect(Buffer.from(a.returns.buffer).equals(Buffer.from(runs[0]!.returns.buffer))).toBe(true);
+        expect(Buffer.from(a.returns.buffer).equals(Buffer.from(runs[0].returns.buffer))).toBe(true);
     });
 
     it("bad input gives TypeError, RangeError or MaporlError naming the parameter", () => {

@@ -34,28 +34,28 @@ interface F {
 function reference(z: ArrayLike<number>, f: F): Float64Array {
     const V = z.length;
     let M = -Infinity;
-    for (let i = 0; i < V; i++) M = Math.max(M, z[i]! / f.T);
-    const e = Float64Array.from({ length: V }, (_, i) => (z[i] === -Infinity ? 0 : Math.exp(z[i]! / f.T - M)));
-    const idx = Array.from({ length: V }, (_, i) => i).sort((a, b) => z[b]! - z[a]! || a - b);
+    for (let i = 0; i < V; i++) M = Math.max(M, z[i] / f.T);
+    const e = Float64Array.from({ length: V }, (_, i) => (z[i] === -Infinity ? 0 : Math.exp(z[i] / f.T - M)));
+    const idx = Array.from({ length: V }, (_, i) => i).sort((a, b) => z[b] - z[a] || a - b);
     const hasK = f.k > 0 && f.k < V,
         n = hasK ? f.k : V;
     const keep = new Uint8Array(V);
-    for (let j = 0; j < n; j++) keep[idx[j]!] = z[idx[j]!]! > -Infinity ? 1 : 0;
+    for (let j = 0; j < n; j++) keep[idx[j]] = z[idx[j]] > -Infinity ? 1 : 0;
     if (f.p > 0 && f.p < 1) {
         let total = 0;
-        for (let i = 0; i < V; i++) total += hasK && !f.joint ? (keep[i] ? e[i]! : 0) : e[i]!;
+        for (let i = 0; i < V; i++) total += hasK && !f.joint ? (keep[i] ? e[i] : 0) : e[i];
         let before = 0;
         for (let j = 0; j < n; j++) {
-            const i = idx[j]!;
+            const i = idx[j];
             if (!keep[i]) continue;
             if (!(before < f.p * total)) keep[i] = 0;
-            before += e[i]!;
+            before += e[i];
         }
     }
-    if (f.minP > 0) for (let i = 0; i < V; i++) if (e[i]! < f.minP) keep[i] = 0;
+    if (f.minP > 0) for (let i = 0; i < V; i++) if (e[i] < f.minP) keep[i] = 0;
     let S = 0;
-    for (let i = 0; i < V; i++) S += keep[i] ? e[i]! : 0;
-    return Float64Array.from({ length: V }, (_, i) => (keep[i] ? e[i]! / S : 0));
+    for (let i = 0; i < V; i++) S += keep[i] ? e[i] : 0;
+    return Float64Array.from({ length: V }, (_, i) => (keep[i] ? e[i] / S : 0));
 }
 
 function rows(z: Float32Array, n: number): Float32Array {
@@ -93,10 +93,10 @@ describe("sample", () => {
                 },
             );
             for (let b = 0; b < B; b++) {
-                const t = r.tokens[b]!;
+                const t = r.tokens[b];
                 expect(r.valid[b]).toBe(1);
                 expect(want[t], `trial ${trial} row ${b}: token ${t}`).toBeGreaterThan(0);
-                expect(Math.abs(r.logprobs[b]! - Math.log(want[t]!)), `trial ${trial}`).toBeLessThan(1e-5);
+                expect(Math.abs(r.logprobs[b] - Math.log(want[t])), `trial ${trial}`).toBeLessThan(1e-5);
             }
         }
     });
@@ -119,7 +119,7 @@ describe("sample", () => {
         );
         const want = reference(z, f),
             count = new Float64Array(V);
-        for (const t of r.tokens) count[t]! += 1;
+        for (const t of r.tokens) count[t] += 1;
         let chi = 0,
             df = -1;
         for (let i = 0; i < V; i++) {
@@ -127,7 +127,7 @@ describe("sample", () => {
                 expect(count[i]).toBe(0);
                 continue;
             }
-            chi += (count[i]! - want[i]! * N) ** 2 / (want[i]! * N);
+            chi += (count[i] - want[i] * N) ** 2 / (want[i] * N);
             df++;
         }
         // chi-square critical value at p = 1e-3 (Wilson-Hilferty)
@@ -164,7 +164,7 @@ describe("sample", () => {
         for (const b of [0, 7, 23]) {
             const one = sample(
                 { logits: logits.subarray(b * V, (b + 1) * V), shape: [1, V] },
-                { temperature: 0.8, topP: 0.95, seed: seed[b]!, position: position[b]! },
+                { temperature: 0.8, topP: 0.95, seed: seed[b], position: position[b] },
             );
             expect(one.tokens[0]).toBe(ref[b]);
         }

@@ -19,12 +19,12 @@ import { rng } from "../helpers/rng.js";
 // ---- verl (volcengine/verl, verl/trainer/ppo/core_algos.py and verl/utils/torch_functional.py) ----
 
 const masked_mean = (x: number[], m: number[]) =>
-    x.reduce((s, v, i) => s + v * m[i]!, 0) / (m.reduce((s, v) => s + v, 0) + 1e-8);
+    x.reduce((s, v, i) => s + v * m[i], 0) / (m.reduce((s, v) => s + v, 0) + 1e-8);
 
 // agg_loss(loss_mat, loss_mask, loss_agg_mode) over [B, T] rows.
 function verlAggLoss(L: number[], m: number[], B: number, T: number, mode: LossAggregation): number {
     const rows = Array.from({ length: B }, (_, b) => b);
-    const rowSum = (b: number) => L.slice(b * T, b * T + T).reduce((s, v, t) => s + v * m[b * T + t]!, 0);
+    const rowSum = (b: number) => L.slice(b * T, b * T + T).reduce((s, v, t) => s + v * m[b * T + t], 0);
     const rowLen = (b: number) => m.slice(b * T, b * T + T).reduce((s, v) => s + v, 0);
     if (mode === "token-mean") return masked_mean(L, m);
     if (mode === "seq-mean-token-sum") return rows.reduce((s, b) => s + rowSum(b), 0) / B;
@@ -48,13 +48,13 @@ function verlGspo(
         let n = 0,
             s = 0;
         for (let t = 0; t < T; t++) {
-            n += m[b * T + t]!;
-            s += (lp[b * T + t]! - old[b * T + t]!) * m[b * T + t]!;
+            n += m[b * T + t];
+            s += (lp[b * T + t] - old[b * T + t]) * m[b * T + t];
         }
         const seq = s / Math.max(n, 1);
         for (let t = 0; t < T; t++) {
             const r = Math.exp(Math.min(seq, 10.0)),
-                a = adv[b * T + t]!;
+                a = adv[b * T + t];
             pg.push(Math.max(-a * r, -a * Math.min(Math.max(r, 1 - low), 1 + high)));
         }
     }
@@ -108,7 +108,7 @@ describe("verl", () => {
                 const ref = back(logp.map((x) => x + (next() - 0.5))),
                     ent = back(Array.from({ length: n }, () => 2 * next()));
                 const advRow = back(Array.from({ length: B }, () => 2 * (next() - 0.5)));
-                const adv = Array.from({ length: n }, (_, i) => advRow[Math.floor(i / T)]!);
+                const adv = Array.from({ length: n }, (_, i) => advRow[Math.floor(i / T)]);
                 const klCoef = 0.1,
                     entCoef = 0.01;
                 const got = policyLoss(
@@ -136,7 +136,7 @@ describe("verl", () => {
                     entCoef * verlAggLoss(ent, mask, B, T, mode) +
                     klCoef *
                         verlAggLoss(
-                            logp.map((x, i) => k3(x, ref[i]!)),
+                            logp.map((x, i) => k3(x, ref[i])),
                             mask,
                             B,
                             T,
@@ -174,7 +174,7 @@ describe("verl", () => {
         );
         expect(got.stats.approxKl).toBeCloseTo(
             masked_mean(
-                old.map((o, i) => o - lp[i]!),
+                old.map((o, i) => o - lp[i]),
                 lp.map(() => 1),
             ),
             4,
@@ -186,7 +186,7 @@ describe("verl", () => {
 // * n / (n - 1)); (x - mean) * rsqrt(var + 1e-8). NOTE: masked_mean divides by n + 1e-8; maporl by n (see below).
 function verlMaskedWhiten(x: number[], m: number[], exactMean = false) {
     const n = m.reduce((s, v) => s + v, 0),
-        mean = exactMean ? x.reduce((s, v, i) => s + v * m[i]!, 0) / n : masked_mean(x, m);
+        mean = exactMean ? x.reduce((s, v, i) => s + v * m[i], 0) / n : masked_mean(x, m);
     const varBiased = masked_mean(
             x.map((v) => (v - mean) ** 2),
             m,
@@ -198,13 +198,13 @@ function verlMaskedWhiten(x: number[], m: number[], exactMean = false) {
 // compute_reinforce_plus_plus_baseline_outcome_advantage: score - group mean, tiled over the response, masked_whiten.
 function verlReinforceBaseline(scores: number[], groups: number[], mask: number[], T: number) {
     const mean = new Map<number, number[]>();
-    scores.forEach((s, i) => mean.set(groups[i]!, [...(mean.get(groups[i]!) ?? []), s]));
+    scores.forEach((s, i) => mean.set(groups[i], [...(mean.get(groups[i]) ?? []), s]));
     const centred = scores.map((s, i) => {
-        const g = mean.get(groups[i]!)!;
+        const g = mean.get(groups[i])!;
         return g.length === 1 ? s : s - g.reduce((a, b) => a + b, 0) / g.length;
     });
-    const tiled = mask.map((v, k) => centred[Math.floor(k / T)]! * v);
-    return verlMaskedWhiten(tiled, mask).map((v, k) => v * mask[k]!);
+    const tiled = mask.map((v, k) => centred[Math.floor(k / T)] * v);
+    return verlMaskedWhiten(tiled, mask).map((v, k) => v * mask[k]);
 }
 
 // OpenRLHF (experience_maker.py, advantage_estimator "reinforce_baseline"): rewards - mean over the prompt's samples,
@@ -218,11 +218,11 @@ function openrlhfReinforceBaseline(scores: number[], groupSize: number, mask: nu
         );
         return s - g.reduce((a, b) => a + b, 0) / g.length;
     });
-    const x = mask.map((v, k) => centred[Math.floor(k / T)]! * v),
+    const x = mask.map((v, k) => centred[Math.floor(k / T)] * v),
         n = mask.reduce((s, v) => s + v, 0);
-    const mean = x.reduce((s, v, k) => s + v * mask[k]!, 0) / n;
-    const variance = x.reduce((s, v, k) => s + (v - mean) ** 2 * mask[k]!, 0) / n;
-    return x.map((v, k) => ((v - mean) / Math.sqrt(Math.max(variance, 1e-8))) * mask[k]!);
+    const mean = x.reduce((s, v, k) => s + v * mask[k], 0) / n;
+    const variance = x.reduce((s, v, k) => s + (v - mean) ** 2 * mask[k], 0) / n;
+    return x.map((v, k) => ((v - mean) / Math.sqrt(Math.max(variance, 1e-8))) * mask[k]);
 }
 
 describe("OpenRLHF", () => {
@@ -261,7 +261,7 @@ describe("OpenRLHF", () => {
             });
             const wo = openrlhfReinforceBaseline(scores, G, mask, T);
             o.forEach((x, k) =>
-                expect(Math.abs(x - wo[k]!), `openrlhf case ${c} at ${k}`).toBeLessThan(2e-6 * (1 + Math.abs(wo[k]!))),
+                expect(Math.abs(x - wo[k]), `openrlhf case ${c} at ${k}`).toBeLessThan(2e-6 * (1 + Math.abs(wo[k]))),
             );
             const v = groupAdvantages(args, {
                 estimator: "reinforce++-baseline",
@@ -269,7 +269,7 @@ describe("OpenRLHF", () => {
             });
             const wv = verlReinforceBaseline(scores, groups, mask, T);
             v.forEach((x, k) =>
-                expect(Math.abs(x - wv[k]!), `verl case ${c} at ${k}`).toBeLessThan(2e-6 * (1 + Math.abs(wv[k]!))),
+                expect(Math.abs(x - wv[k]), `verl case ${c} at ${k}`).toBeLessThan(2e-6 * (1 + Math.abs(wv[k]))),
             );
         }
     });
@@ -326,7 +326,7 @@ describe("whitening precision (the float64 two-pass answer)", () => {
             const want = twoPass(x);
             let worst = 0;
             r.advantages.forEach((v, i) => {
-                worst = Math.max(worst, Math.abs(v - want[i]!));
+                worst = Math.max(worst, Math.abs(v - want[i]));
             });
             expect(worst, `offset ${offset}: worst ${worst}`).toBeLessThan(2e-6); // float rounding of the whitened values
             const mean = Array.from(r.advantages).reduce((s, v) => s + v, 0) / n;
@@ -347,7 +347,7 @@ function mapoBonus(
     agent: number,
     alpha: number[],
 ): number[] {
-    const get = (q: number, t: number, a: number) => (finished[q] !== -1 && t > finished[q]! ? -1 : c[q]![t]![a]!);
+    const get = (q: number, t: number, a: number) => (finished[q] !== -1 && t > finished[q] ? -1 : c[q][t][a]);
     const others = (q: number, t: number) => {
         let s = 0;
         for (let a = 0; a < A; a++) if (a !== agent) s += get(q, t, a);
@@ -365,28 +365,28 @@ function mapoBonus(
         if (prev > 0.5 && cur < 0.5) {
             if (A > 1) {
                 if (po > 0.5) {
-                    out[q] -= alpha[1]!;
+                    out[q] -= alpha[1];
                     nudge(q);
                 } else if (po < 0.5) {
-                    out[q] -= alpha[0]!;
+                    out[q] -= alpha[0];
                     nudge(q);
                 }
             } else {
-                out[q] -= alpha[1]!;
+                out[q] -= alpha[1];
                 nudge(q);
             }
         }
         if (prev < 0.5 && cur > 0.5) {
             if (A > 1) {
                 if (po < 0.5) {
-                    out[q] += alpha[1]!;
+                    out[q] += alpha[1];
                     nudge(q);
                 } else if (po > 0.5) {
-                    out[q] += alpha[0]!;
+                    out[q] += alpha[0];
                     nudge(q);
                 }
             } else {
-                out[q] += alpha[1]!;
+                out[q] += alpha[1];
                 nudge(q);
             }
         }
@@ -398,19 +398,19 @@ function mapoBonus(
                 co = others(q, turn);
             if (next > 0.5 && co < 0.5) {
                 if (cur > 0.5) {
-                    out[q] -= alpha[3]!;
+                    out[q] -= alpha[3];
                     nudge(q);
                 } else if (cur < 0.5) {
-                    out[q] -= alpha[2]!;
+                    out[q] -= alpha[2];
                     nudge(q);
                 }
             }
             if (next < 0.5 && co > 0.5) {
                 if (cur < 0.5) {
-                    out[q] += alpha[3]!;
+                    out[q] += alpha[3];
                     nudge(q);
                 } else if (cur > 0.5) {
-                    out[q] += alpha[2]!;
+                    out[q] += alpha[2];
                     nudge(q);
                 }
             }
@@ -429,7 +429,7 @@ function mapoScore(
     turn: number,
     agent: number,
 ): number[] {
-    const get = (q: number, t: number, a: number) => (finished[q] !== -1 && t > finished[q]! ? -1 : s[q]![t]![a]!);
+    const get = (q: number, t: number, a: number) => (finished[q] !== -1 && t > finished[q] ? -1 : s[q][t][a]);
     const mean = (q: number, t: number) => {
         let m = 0;
         for (let a = 0; a < A; a++) m += get(q, t, a);
@@ -438,7 +438,7 @@ function mapoScore(
     return s.map((_, q) => {
         if (rule === "last") return share === "all" ? mean(q, T - 1) : get(q, T - 1, agent);
         if (rule === "current") return share === "all" ? mean(q, turn) : get(q, turn, agent);
-        const x = finished[q] === -1 ? T - 1 : finished[q]!;
+        const x = finished[q] === -1 ? T - 1 : finished[q];
         if (turn > x) return -1;
         let D = 0;
         for (let t = turn; t <= x; t++) D += d ** (t - turn);
@@ -486,7 +486,7 @@ describe("MAPoRL's reference code", () => {
                 [0, 1, 2, 0.5],
             ]) {
                 const Q = 40,
-                    c = make(Q, T, A, seed + 10 * alpha[0]!);
+                    c = make(Q, T, A, seed + 10 * alpha[0]);
                 const got = collaborationBonus(
                     { correct: flat(c), shape: [Q, T, A] },
                     {
@@ -578,7 +578,7 @@ describe("MAPoRL's reference code", () => {
                                 a,
                             ).forEach((w, q) =>
                                 expect(
-                                    Math.abs(got[(q * T + t) * A + a]! - w),
+                                    Math.abs(got[(q * T + t) * A + a] - w),
                                     `${rule}/${share} q=${q} t=${t} a=${a}`,
                                 ).toBeLessThan(1e-6),
                             );
@@ -623,7 +623,7 @@ function trlGrpo(
     const N = r.length,
         F = w.length;
     if (agg === "sum_then_normalize") {
-        const rewards = r.map((row) => row.reduce((s, v, k) => s + v * w[k]!, 0));
+        const rewards = r.map((row) => row.reduce((s, v, k) => s + v * w[k], 0));
         const adv: number[] = [];
         for (let g = 0; g < N / G; g++) {
             const grp = rewards.slice(g * G, g * G + G),
@@ -636,16 +636,18 @@ function trlGrpo(
     const rk = r.map((row) => row.slice());
     for (let g = 0; g < N / G; g++)
         for (let k = 0; k < F; k++) {
-            const col = r.slice(g * G, g * G + G).map((row) => row[k]!),
+            const col = r.slice(g * G, g * G + G).map((row) => row[k]),
                 mean = col.reduce((a, b) => a + b, 0) / G,
                 std = G > 1 ? tstd(col) : 0;
-            for (let i = 0; i < G; i++) rk[g * G + i]![k] = (col[i]! - mean) / (std + 1e-4);
+            for (let i = 0; i < G; i++) rk[g * G + i][k] = (col[i] - mean) / (std + 1e-4);
         }
-    const rewards = rk.map((row) => row.reduce((s, v, k) => s + v * w[k]!, 0));
+    const rewards = rk.map((row) => row.reduce((s, v, k) => s + v * w[k], 0));
     const mean = rewards.reduce((a, b) => a + b, 0) / N,
         std = tstd(rewards);
     return rewards.map((x) => (x - mean) / (std + 1e-4));
 }
+
+const AGGS: ("sum_then_normalize" | "normalize_then_sum")[] = ["sum_then_normalize", "normalize_then_sum"];
 
 describe("TRL", () => {
     it("scale_rewards 'batch' / 'group' / 'none' and multi_objective_aggregation, as GRPOTrainer computes them (random cases)", () => {
@@ -662,9 +664,7 @@ describe("TRL", () => {
             );
             const w = back(Array.from({ length: F }, (_, k) => 1 + 0.5 * k));
             for (const scale of ["group", "batch", "none"] as const)
-                for (const agg of (F > 1 ? ["sum_then_normalize", "normalize_then_sum"] : ["sum_then_normalize"]) as (
-                    "sum_then_normalize" | "normalize_then_sum"
-                )[]) {
+                for (const agg of F > 1 ? AGGS : AGGS.slice(0, 1)) {
                     if (agg === "normalize_then_sum" && scale !== "group") continue; // (TRL ignores scale_rewards there)
                     const got = groupAdvantages(
                         {
@@ -682,9 +682,9 @@ describe("TRL", () => {
                     const want = trlGrpo(r, w, G, scale, agg);
                     got.forEach((x, i) =>
                         expect(
-                            Math.abs(x - want[i]!),
+                            Math.abs(x - want[i]),
                             `G=${G} F=${F} ${scale} ${agg} at ${i}: ${x} vs ${want[i]}`,
-                        ).toBeLessThan(2e-5 * (1 + Math.abs(want[i]!))),
+                        ).toBeLessThan(2e-5 * (1 + Math.abs(want[i]))),
                     );
                 }
         }
@@ -722,7 +722,7 @@ function coReturns(n: CoNode, gamma: number): number[] {
         n.children.length === 0
             ? [...n.rewards]
             : n.rewards.map((r, j) => {
-                  const c = coReturns(n.children[j]!, gamma);
+                  const c = coReturns(n.children[j], gamma);
                   return r + gamma * (c.reduce((a, b) => a + b, 0) / c.length);
               });
     return n.returns;
@@ -743,7 +743,7 @@ describe("CoMLRL", () => {
         for (let c = 0; c < 8; c++) {
             const G = 2 + (c % 3),
                 T = 1 + (c % 3),
-                gamma = [0.9, 1, 0.5][c % 3]!,
+                gamma = [0.9, 1, 0.5][c % 3],
                 threshold = 0.7;
             // Build CoMLRL's node tree and maporl's parent / rewards arrays together (breadth first, as JointRollout lists them).
             const parent: number[] = [],
@@ -756,7 +756,7 @@ describe("CoMLRL", () => {
             };
             frontier.push({ node: root, parentIdx: -1, depth: 0 });
             for (let k = 0; k < frontier.length; k++) {
-                const { node, parentIdx, depth } = frontier[k]!;
+                const { node, parentIdx, depth } = frontier[k];
                 const base = parent.length;
                 node.rewards.forEach((r) => {
                     parent.push(parentIdx);
@@ -787,11 +787,11 @@ describe("CoMLRL", () => {
                     { gamma, baseline: mine },
                 );
                 got.returns.forEach((x, i) =>
-                    expect(Math.abs(x - wantR[i]!), `case ${c} return ${i}`).toBeLessThan(1e-5),
+                    expect(Math.abs(x - wantR[i]), `case ${c} return ${i}`).toBeLessThan(1e-5),
                 );
                 const wantA = nodes.flatMap((n) => coAdvantages(n.returns!.map(Math.fround), mode));
                 got.advantages.forEach((x, i) =>
-                    expect(Math.abs(x - wantA[i]!), `case ${c} ${mode} advantage ${i}`).toBeLessThan(1e-5),
+                    expect(Math.abs(x - wantA[i]), `case ${c} ${mode} advantage ${i}`).toBeLessThan(1e-5),
                 );
             }
         }
@@ -813,9 +813,9 @@ describe("CoMLRL", () => {
             let i0 = 0;
             for (const H of lengths) {
                 for (let t = 0; t < H; t++) {
-                    const y = t < H - 1 ? r[i0 + t]! + gamma * v[i0 + t + 1]! : r[i0 + t]!;
+                    const y = t < H - 1 ? r[i0 + t] + gamma * v[i0 + t + 1] : r[i0 + t];
                     targets.push(y);
-                    adv.push(y - v[i0 + t]!);
+                    adv.push(y - v[i0 + t]);
                     turn.push(t);
                 }
                 i0 += H;
@@ -825,15 +825,15 @@ describe("CoMLRL", () => {
             for (let t = 0; t < 3; t++) {
                 const idx = turn.flatMap((u, i) => (u === t ? [i] : []));
                 if (idx.length <= 1) continue;
-                const m = idx.reduce((a, i) => a + adv[i]!, 0) / idx.length;
-                const sd = Math.max(Math.sqrt(idx.reduce((a, i) => a + (adv[i]! - m) ** 2, 0) / idx.length), 1e-6);
+                const m = idx.reduce((a, i) => a + adv[i], 0) / idx.length;
+                const sd = Math.max(Math.sqrt(idx.reduce((a, i) => a + (adv[i] - m) ** 2, 0) / idx.length), 1e-6);
                 idx.forEach((i) => {
-                    want[i] = (adv[i]! - m) / sd;
+                    want[i] = (adv[i] - m) / sd;
                 });
             }
             const got = tdAdvantages({ rewards: f32(r), values: f32(v), lengths: Int32Array.from(lengths) }, { gamma });
-            got.targets.forEach((x, i) => expect(Math.abs(x - targets[i]!)).toBeLessThan(1e-6));
-            got.advantages.forEach((x, i) => expect(Math.abs(x - want[i]!), `case ${c} at ${i}`).toBeLessThan(1e-4));
+            got.targets.forEach((x, i) => expect(Math.abs(x - targets[i])).toBeLessThan(1e-6));
+            got.advantages.forEach((x, i) => expect(Math.abs(x - want[i]), `case ${c} at ${i}`).toBeLessThan(1e-4));
         }
     });
 });

@@ -34,12 +34,12 @@ describe("train: co-training on arith-debate (3 agents, 3 turns)", () => {
             "team co-trained by maporl",
             "independent control",
         ]);
-        const final = (r: typeof untrained) => r!.majorityAccuracy[2]!;
+        const final = (r: typeof untrained) => r.majorityAccuracy[2];
         expect(final(maporl) - final(untrained)).toBeGreaterThan(0.1);
-        expect(maporl!.gain - untrained!.gain).toBeGreaterThan(0.1);
-        expect(maporl!.gain - independent!.gain).toBeGreaterThan(0.06);
+        expect(maporl.gain - untrained.gain).toBeGreaterThan(0.1);
+        expect(maporl.gain - independent.gain).toBeGreaterThan(0.06);
         const teamMove = final(maporl) - final(untrained),
-            soloMove = Math.abs(maporl!.soloAccuracy - untrained!.soloAccuracy);
+            soloMove = Math.abs(maporl.soloAccuracy - untrained.soloAccuracy);
         expect(soloMove).toBeLessThan(teamMove / 3);
     }, 900_000);
 });

@@ -14,7 +14,6 @@ import {
     OpenAICompatiblePolicy,
     turnPrompt,
     type ChatMessage,
-    type Generation,
     type GenerateRequest,
     type Policy,
 } from "../../lib/index.js";
@@ -55,7 +54,7 @@ function recording(inner: Policy): { policy: Policy; seen: ChatMessage[][] } {
         name: inner.name,
         generate: (reqs: GenerateRequest[], o?: object) => {
             for (const r of reqs) seen.push(r.messages ?? []);
-            return inner.generate(reqs, o) as Promise<Generation[]>;
+            return inner.generate(reqs, o);
         },
     };
     return { policy, seen };
@@ -96,11 +95,11 @@ describe("serving a trained checkpoint: Debate with compactDebate", () => {
         const transcripts = await debate.runBatch(items);
         expect(transcripts.map((t) => [t.error, t.turns.length])).toEqual(items.map(() => [undefined, 3]));
         expect(seen.length).toBe(items.length * 3 * 3);
-        expect(seen.every((m) => m.length === 1 && m[0]!.role === "user")).toBe(true); // history 'last'
+        expect(seen.every((m) => m.length === 1 && m[0].role === "user")).toBe(true); // history 'last'
         for (const t of transcripts) {
             for (let turn = 0; turn < 3; turn++)
                 for (let a = 0; a < 3; a++) {
-                    const prev = turn === 0 ? null : t.turns[turn - 1]!;
+                    const prev = turn === 0 ? null : t.turns[turn - 1];
                     const want = turnPrompt(
                         t.question,
                         a,
@@ -108,10 +107,10 @@ describe("serving a trained checkpoint: Debate with compactDebate", () => {
                         prev ? prev.map((e) => extractAnswer(e.text)) : null,
                         prev ? prev.map((e) => e.score ?? 0) : "empty",
                     );
-                    const sent = t.turns[turn]![a]!.prompt;
+                    const sent = t.turns[turn][a].prompt;
                     expect(sent.length).toBe(1);
-                    expect(sent[0]!.content).toBe(want);
-                    expect(t.turns[turn]![a]!.usage.promptTokens).toBeLessThanOrEqual(64);
+                    expect(sent[0].content).toBe(want);
+                    expect(t.turns[turn][a].usage.promptTokens).toBeLessThanOrEqual(64);
                 }
         }
     }, 120_000);

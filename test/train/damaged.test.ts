@@ -47,7 +47,7 @@ function copy(name: string): string {
 
 function flip(file: string, at: number, n = 64) {
     const b = readFileSync(file);
-    for (let i = at; i < at + n; i++) b[i] = b[i]! ^ 0x5a;
+    for (let i = at; i < at + n; i++) b[i] = b[i] ^ 0x5a;
     writeFileSync(file, b);
 }
 

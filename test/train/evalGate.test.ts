@@ -99,8 +99,8 @@ describe("maporl crossplay", () => {
         expect(r.matrix.length).toBe(2);
         const selfA = await regressionGate({ suite, baseline: { run: runA }, candidate: { run: runA } });
         const selfB = await regressionGate({ suite, baseline: { run: runB }, candidate: { run: runB } });
-        expect([r.matrix[0]![0], r.matrix[1]![1]]).toEqual([selfA.baseline, selfB.baseline]);
-        expect(r.chemistry).toEqual([r.matrix[0]![0]! - r.matrix[1]![0]!, r.matrix[1]![1]! - r.matrix[0]![1]!]); // per team (column)
+        expect([r.matrix[0][0], r.matrix[1][1]]).toEqual([selfA.baseline, selfB.baseline]);
+        expect(r.chemistry).toEqual([r.matrix[0][0] - r.matrix[1][0], r.matrix[1][1] - r.matrix[0][1]]); // per team (column)
         const cmd = spawnSync(process.execPath, [cli, "crossplay", "--suite", suite, runA, runB], {
             encoding: "utf8",
             timeout: 120_000,

@@ -18,8 +18,8 @@ describe("gsm8k task", () => {
         expect(c.map((x) => x.id)).not.toEqual(b.map((x) => x.id));
         const held = task.heldOut!(2000);
         expect(held.length).toBe(1319);
-        expect(held[0]!.id).toBe("gsm8k-test-0");
-        expect(held[0]!.reference).toBe("18"); // Janet's ducks
+        expect(held[0].id).toBe("gsm8k-test-0");
+        expect(held[0].reference).toBe("18"); // Janet's ducks
         for (const x of [...a.slice(0, 200), ...held]) {
             expect(x.reference).toMatch(/^-?\d+(\.\d+)?$/);
             expect(x.views).toEqual([x.question, x.question, x.question]);
@@ -31,7 +31,7 @@ describe("gsm8k task", () => {
     });
 
     it("speaks MAPoRL's math prompts", async () => {
-        const item = task.heldOut!(1)[0]!;
+        const item = task.heldOut!(1)[0];
         const p0 = task.prompt!(item, 0, null, "empty");
         expect(p0).toBe(
             `Question: ${item.question}\nProvide a reasoning for your solution. At the end, you MUST write the answer in the following format: Answer: \\boxed{ XXX }`,
@@ -53,7 +53,7 @@ describe("gsm8k task", () => {
         expect(p1).not.toContain("Agent 2 solution");
         expect(p1.endsWith(`Once again, the question is: ${item.question}`)).toBe(true);
         expect(
-            (await task.verifier.score({ question: item.question, response: prev[0]!.text, reference: item.reference }))
+            (await task.verifier.score({ question: item.question, response: prev[0].text, reference: item.reference }))
                 .score,
         ).toBe(1);
     });

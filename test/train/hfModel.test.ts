@@ -88,7 +88,7 @@ describe("train on a Hugging Face model (model.dir)", () => {
             const [g] = await agent.generate([
                 { messages: [{ role: "user", content: "1+2=" }], sampling: { temperature: 0, maxTokens: 4 } },
             ]);
-            expect(typeof g!.text).toBe("string");
+            expect(typeof g.text).toBe("string");
             await agent.dispose();
         }, 300_000);
     }
@@ -231,8 +231,8 @@ describe("train on a Hugging Face model (model.dir)", () => {
             }),
         });
         expect(s.config.sampling.maxTokens).toBe(8);
-        expect(s.evals.untrained!.episodes).toBe(3); // the first questions of test.jsonl
-        const trace = JSON.parse(readFileSync(join(out, "traces.jsonl"), "utf8").split("\n")[0]!) as {
+        expect(s.evals.untrained.episodes).toBe(3); // the first questions of test.jsonl
+        const trace = JSON.parse(readFileSync(join(out, "traces.jsonl"), "utf8").split("\n")[0]) as {
             question: string;
             reference: string;
         };

@@ -34,7 +34,7 @@ async function scripted(name: string, answer: (prompt: string) => string): Promi
     const p = await NativePolicy.create({ contextLength: 64, layers: 1, heads: 2, dModel: 16, seed: 3, name });
     p.generate = async (reqs: GenerateRequest[]): Promise<Generation[]> =>
         reqs.map((r) => {
-            const text = answer(String(r.messages![0]!.content));
+            const text = answer(String(r.messages![0].content));
             return {
                 text,
                 tokens: p.tokenizer.encode(text),
@@ -49,7 +49,7 @@ async function scripted(name: string, answer: (prompt: string) => string): Promi
 const researcher = (prompt: string) => `@${/^k=(\d)/.exec(prompt)![1]}`;
 const solver = (prompt: string) => {
     const x = Number(/^x=(\d)/.exec(prompt)![1]),
-        pad = /#(.)$/.exec(prompt)![1]!,
+        pad = /#(.)$/.exec(prompt)![1],
         v = /\d/.test(pad) ? Number(pad) : 0;
     return `${x}+${v}=${x + v};${x + v}`;
 };
@@ -61,8 +61,8 @@ describe("tool-lookup: the task and its tool", () => {
     it("items: the reference is the database's value for the researcher's key plus the solver's operand", () => {
         for (const it of items) {
             const values = it.hidden!.values as string,
-                key = it.views[0]!.slice(2),
-                x = Number(it.views[1]!.slice(2));
+                key = it.views[0].slice(2),
+                x = Number(it.views[1].slice(2));
             expect(it.views[0]).toMatch(/^k=\d$/);
             expect(it.views[1]).toMatch(/^x=\d$/);
             expect(it.reference).toBe(String(Number(values[Number(key)]) + x));
@@ -75,28 +75,28 @@ describe("tool-lookup: the task and its tool", () => {
     });
 
     it("the transition: the researcher's lookup returns its value; the solver's is forbidden; bad keys and a missing database are errors, not throws", async () => {
-        const it0 = items[0]!,
+        const it0 = items[0],
             values = it0.hidden!.values as string;
         const row = [entry("@2@z"), entry("9+1=10;10@4", 1)];
         await transition(task, it0, row, 1, true);
-        expect(row[0]!.toolResults!.map((r) => [r.ok, r.content, r.error])).toEqual([
+        expect(row[0].toolResults!.map((r) => [r.ok, r.content, r.error])).toEqual([
             [true, values[2], undefined],
             [false, expect.stringMatching(/invalid arguments for 'lookup'.*pattern/) as unknown as string, "arguments"],
         ]);
-        expect(row[1]!.toolResults).toMatchObject([
+        expect(row[1].toolResults).toMatchObject([
             {
                 ok: false,
                 error: "forbidden",
                 content: expect.stringMatching(/solver may not call 'lookup' \(only researcher\)/),
             },
         ]);
-        expect(row[0]!.score).toBe(1); // the researcher is credited with the turn's joint reward: the solver's score
+        expect(row[0].score).toBe(1); // the researcher is credited with the turn's joint reward: the solver's score
         const early = [entry("@2"), entry("9+1=10;10", 1)];
         await transition(task, it0, early, 0, false);
         expect(early.map((e) => e.score)).toEqual([0, 0]); // finalReward: the outcome at the horizon only
         const bare = [entry("@0"), entry("1")];
         await transition(task, { ...it0, hidden: {} }, bare, 0, false);
-        expect(bare[0]!.toolResults).toMatchObject([
+        expect(bare[0].toolResults).toMatchObject([
             { ok: false, error: "threw", content: expect.stringMatching(/no database/) },
         ]);
         expect(lookupCalls("@1@2@3@4@5").length).toBe(4);
@@ -114,7 +114,7 @@ describe("tool-lookup: the task and its tool", () => {
             0,
             false,
         );
-        expect(odd[0]!.toolResults).toMatchObject([
+        expect(odd[0].toolResults).toMatchObject([
             { ok: false, error: "arguments", content: expect.stringMatching(/could not be read \(parser broke\)/) },
         ]);
         expect(
@@ -143,11 +143,11 @@ describe("tool-lookup: the task and its tool", () => {
         for (const it of many) {
             const r = t.demonstration!(it, 0, 0, rng, false);
             expect(r.prompt).toBe(`${it.views[0]}|???,???#?`);
-            if (r.answer === `@${it.views[0]!.slice(2)}`) own++;
+            if (r.answer === `@${it.views[0].slice(2)}`) own++;
             const s = t.demonstration!(it, 1, 1, rng, false),
-                pad = /#(\d)$/.exec(s.prompt)![1]!;
+                pad = /#(\d)$/.exec(s.prompt)![1];
             shown++;
-            if (s.answer.split("=")[0]!.endsWith(`+${pad}`)) used++;
+            if (s.answer.split("=")[0].endsWith(`+${pad}`)) used++;
         }
         const se = (p: number) => Math.sqrt((p * (1 - p)) / many.length);
         expect(Math.abs(own / many.length - 0.46)).toBeLessThan(4 * se(0.46));
@@ -167,16 +167,16 @@ describe("tool-lookup: the task and its tool", () => {
         expect(m.majorityAccuracy[1]).toBe(1);
         // Turn 1: the solver had nothing to read (right only where the value is 0); metrics read the solver alone.
         expect(m.majorityAccuracy[0]).toBeCloseTo(
-            r.items.filter((it, e) => r.entries[e]![0]![1]!.correct).length / 20,
+            r.items.filter((it, e) => r.entries[e][0][1].correct).length / 20,
             10,
         );
         expect(m.agentAccuracy.map((row) => row.length)).toEqual([1, 1]);
         r.entries.forEach((ep, e) => {
-            const values = r.items[e]!.hidden!.values as string,
-                key = r.items[e]!.views[0]!.slice(2);
-            expect(ep[0]![0]!.toolResults).toMatchObject([{ name: "lookup", ok: true, content: values[Number(key)] }]);
-            expect(r0.tokenizer.decode(ep[1]![1]!.prompt)).toContain(`#${values[Number(key)]}`);
-            expect(ep[1]![0]!.score).toBe(1);
+            const values = r.items[e].hidden!.values as string,
+                key = r.items[e].views[0].slice(2);
+            expect(ep[0][0].toolResults).toMatchObject([{ name: "lookup", ok: true, content: values[Number(key)] }]);
+            expect(r0.tokenizer.decode(ep[1][1].prompt)).toContain(`#${values[Number(key)]}`);
+            expect(ep[1][0].score).toBe(1);
         });
         // With the researcher replaced by one that looks up the wrong key, the team fails (the chemistry the task needs).
         const wrong = await scripted("wrong", (p) => `@${(Number(researcher(p)[1]) + 1) % 10}`);
@@ -247,8 +247,8 @@ describe("tool-lookup: the trainers on the workflow", () => {
                 for (const turn of x.turns) {
                     for (const e of turn) if (e.tools) expect(e.tools.length).toBe(lookupCalls(e.text).length);
                     if (x.stage === "independent") {
-                        expect(typeof turn[0]!.credit).toBe("number");
-                        expect(turn[1]!.credit).toBeUndefined(); // the frozen solver is not trained
+                        expect(typeof turn[0].credit).toBe("number");
+                        expect(turn[1].credit).toBeUndefined(); // the frozen solver is not trained
                     } else expect(turn.every((e) => Number.isFinite(e.credit))).toBe(true);
                 }
             }

@@ -35,9 +35,9 @@ describe("train: tool-lookup (researcher -> solver, a tool only the researcher m
         console.log(formatSummary(s));
         const [untrained, maporl, independent] = s.rows.map((r) => r.majorityAccuracy);
         const chance = 0.1;
-        for (const r of [untrained, maporl, independent]) expect(r![0]!).toBeLessThan(chance + 0.06);
-        expect(maporl![1]! - untrained![1]!).toBeGreaterThan(0.4);
-        expect(maporl![1]! - independent![1]!).toBeGreaterThan(0.3);
+        for (const r of [untrained, maporl, independent]) expect(r[0]).toBeLessThan(chance + 0.06);
+        expect(maporl[1] - untrained[1]).toBeGreaterThan(0.4);
+        expect(maporl[1] - independent[1]).toBeGreaterThan(0.3);
 
         makeSuite(suite, { config: s.config as unknown as Record<string, unknown>, items: 200 });
         const c = await crossPlay({ suite, teams: [teamArg(run), teamArg(`${run}@base`)] });
@@ -46,7 +46,7 @@ describe("train: tool-lookup (researcher -> solver, a tool only the researcher m
         expect(self - researcherOnly).toBeGreaterThan(0.3);
         expect(self - solverOnly).toBeGreaterThan(0.3);
         expect(self - base).toBeGreaterThan(0.4);
-        expect(c.chemistry[0]!).toBeGreaterThan(0.3);
+        expect(c.chemistry[0]).toBeGreaterThan(0.3);
 
         const same = await regressionGate({ suite, baseline: { run }, candidate: { run } });
         expect([same.pass, same.drop]).toEqual([true, 0]);

@@ -101,12 +101,12 @@ describe("replay buffer", () => {
             await trainJob({ out: off, config: config(false, algo) });
             const a = lines(on),
                 b = lines(off);
-            expect(a[0]!.replay!.size).toBeGreaterThan(0); // successful episodes from the first iteration on
-            expect(a[1]!.replay!.offlineLoss).toEqual(expect.any(Number)); // the phase after iteration 2
-            expect(a[3]!.replay!.offlineLoss).toEqual(expect.any(Number));
+            expect(a[0].replay!.size).toBeGreaterThan(0); // successful episodes from the first iteration on
+            expect(a[1].replay!.offlineLoss).toEqual(expect.any(Number)); // the phase after iteration 2
+            expect(a[3].replay!.offlineLoss).toEqual(expect.any(Number));
             // identical up to the first phase, different after it
-            for (const k of [0, 1]) expect([a[k]!.reward, a[k]!.agents]).toEqual([b[k]!.reward, b[k]!.agents]);
-            expect(a[2]!.agents).not.toEqual(b[2]!.agents);
+            for (const k of [0, 1]) expect([a[k].reward, a[k].agents]).toEqual([b[k].reward, b[k].agents]);
+            expect(a[2].agents).not.toEqual(b[2].agents);
             const w = (dir: string) => readFileSync(join(dir, "models", `${algo}-actor-0`, "model.safetensors"));
             expect(Buffer.compare(w(on), w(off))).not.toBe(0);
             // stopped after iteration 3 (past a phase, buffer non-empty), resumed: the uninterrupted run's metrics

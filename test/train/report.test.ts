@@ -58,7 +58,7 @@ describe("train: report.html", () => {
         expect(r.stderr.split("\n").filter((l) => /CONSOLE\(|Uncaught|net::ERR_/.test(l))).toEqual([]);
         const charts = [...dom.matchAll(/<figure><figcaption>([^<]*)<\/figcaption><svg[\s\S]*?<\/svg><\/figure>/g)];
         // held-out accuracy, reward, accuracy per turn for each of 2 stages, KL, clip fraction
-        expect(charts.map((m) => m[1]!.split(" ")[0])).toEqual([
+        expect(charts.map((m) => m[1].split(" ")[0])).toEqual([
             "Held-out",
             "Reward",
             "Training",
@@ -68,12 +68,12 @@ describe("train: report.html", () => {
         ]);
         for (const [svg] of charts) {
             const paths = [...svg.matchAll(/class="mark-line role-mark[^"]*"[^>]*>([\s\S]*?)<\/g>/g)].flatMap((m) =>
-                [...m[1]!.matchAll(/ d="M([^"]*)"/g)].map((d) => d[1]!.split("L").length),
+                [...m[1].matchAll(/ d="M([^"]*)"/g)].map((d) => d[1].split("L").length),
             );
             expect(paths.length).toBeGreaterThan(0);
             expect(Math.max(...paths)).toBeGreaterThanOrEqual(2);
             const ticks = [...svg.matchAll(/role-axis-label[\s\S]*?<\/g>/g)].flatMap((m) =>
-                [...m[0].matchAll(/>(-?[0-9.]+)<\/text>/g)].map((t) => t[1]!),
+                [...m[0].matchAll(/>(-?[0-9.]+)<\/text>/g)].map((t) => t[1]),
             );
             expect(ticks.length).toBeGreaterThan(3);
             for (const t of ticks) expect(t.replace(/^-?\d+\.?/, "").length, `tick ${t}`).toBeLessThanOrEqual(4); // round ticks
@@ -112,13 +112,13 @@ describe("train: report.html", () => {
         const config = { ...resolveConfig({ algo: "magrpo", turns: 2, agents: 2 }) };
         await writeReport(out, { config, rows: [], evals: {} });
         const html = readFileSync(join(out, "report.html"), "utf8");
-        const titles = [...html.matchAll(/<figcaption>([^<]*)<\/figcaption>/g)].map((m) => m[1]!);
+        const titles = [...html.matchAll(/<figcaption>([^<]*)<\/figcaption>/g)].map((m) => m[1]);
         expect(titles.map((t) => t.split(" ")[0])).toEqual(["Held-out", "Reward", "Training"]);
         // the held-out curve: iterations 0 (the untrained team), 2 and 4, for turn 1 and turn 2
         const held = html.slice(html.indexOf("Held-out"), html.indexOf("Reward"));
         expect(
             [...held.matchAll(/class="mark-line role-mark[^"]*"[^>]*>([\s\S]*?)<\/g>/g)].flatMap((m) =>
-                [...m[1]!.matchAll(/ d="M([^"]*)"/g)].map((d) => d[1]!.split("L").length),
+                [...m[1].matchAll(/ d="M([^"]*)"/g)].map((d) => d[1].split("L").length),
             ),
         ).toEqual([3, 3]);
     });

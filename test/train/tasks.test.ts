@@ -16,14 +16,14 @@ describe("tasks", () => {
         for (const item of a) {
             const ops = item.question.match(/\d+/g)!.map(Number);
             expect(ops.length).toBe(3);
-            expect(Number(item.reference)).toBe(ops[0]! + ops[1]! + ops[2]!);
+            expect(Number(item.reference)).toBe(ops[0] + ops[1] + ops[2]);
             item.views.forEach((v, k) => {
                 const nums = v
                     .replace(/agent \d+ of \d+/, "")
                     .replace(/all \d+ agents/, "")
                     .match(/\d+/g)!
                     .map(Number);
-                expect(nums).toEqual([ops[k]!]); // only its own operand
+                expect(nums).toEqual([ops[k]]); // only its own operand
             });
             expect(
                 (await task.verifier.score({ response: `Answer: ${item.reference}`, reference: item.reference })).score,
@@ -65,7 +65,7 @@ describe("tasks", () => {
         const words = arithDebateTask({ steps: 3 }).generate(100, 9),
             compact = arithDebateTask({ steps: 3, format: "compact" }).generate(100, 9);
         compact.forEach((item, i) => {
-            expect(item.reference).toBe(words[i]!.reference);
+            expect(item.reference).toBe(words[i].reference);
             // Evaluate "7+2*3-4" left to right, and check every step of the solution.
             const toks = item.question.match(/\d+|[+*-]/g)!;
             let v = Number(toks[0]);
@@ -79,7 +79,7 @@ describe("tasks", () => {
             expect(String(v)).toBe(item.reference);
             const [chain, answer] = item.solution!.split(";");
             expect(answer).toBe(item.reference);
-            for (const step of chain!.split(",")) {
+            for (const step of chain.split(",")) {
                 const m = /^(\d+)([+*-])(\d+)=(\d+)$/.exec(step)!;
                 const [a, op, b, r] = [Number(m[1]), m[2], Number(m[3]), Number(m[4])];
                 expect(op === "+" ? a + b : op === "-" ? a - b : a * b).toBe(r);
@@ -94,12 +94,12 @@ describe("tasks", () => {
         for (const item of items) {
             const [x, y] = item.question.split("+").map(Number);
             expect(item.views).toEqual([`a=${x}`, `b=${y}`]);
-            expect(item.reference).toBe(String(x! + y!));
+            expect(item.reference).toBe(String(x + y));
         }
         let s = 5;
         const rng = () => (s = (s * 1103515245 + 12345) >>> 0) / 2 ** 32;
-        const item = items[0]!,
-            x = Number(item.views[0]!.slice(2));
+        const item = items[0],
+            x = Number(item.views[0].slice(2));
         let onPeer0 = 0,
             onPeer1 = 0;
         const n = 20000;

@@ -82,11 +82,11 @@ describe("MAPoRL's turn reward", () => {
         for (let e = 0; e < E; e++)
             for (let t = 0; t < T; t++)
                 for (let a = 0; a < A; a++) {
-                    let num = entries[e]![t]![a]!.score,
+                    let num = entries[e][t][a].score,
                         den = 1;
                     for (let u = t + 1; u < T; u++) {
                         const w = d ** (u - t);
-                        num += (w * entries[e]![u]!.reduce((x, y) => x + y.score, 0)) / A;
+                        num += (w * entries[e][u].reduce((x, y) => x + y.score, 0)) / A;
                         den += w;
                     }
                     expect(R[(e * T + t) * A + a]).toBeCloseTo(num / den, 6);
@@ -108,12 +108,12 @@ describe("MAPoRL's turn reward", () => {
                 ),
             ],
             turns: 2,
-            items: [r.items[0]!],
+            items: [r.items[0]],
         };
         const withBonus = maporlTurnRewards(two, d, { persuadedCorrectly: 2 }),
             plain = maporlTurnRewards(two, d, {});
-        expect(withBonus[1 * 3 + 0]! - plain[1 * 3 + 0]!).toBeCloseTo(2, 6);
-        expect(withBonus[0]! - plain[0]!).toBe(0);
+        expect(withBonus[1 * 3 + 0] - plain[1 * 3 + 0]).toBeCloseTo(2, 6);
+        expect(withBonus[0] - plain[0]).toBe(0);
     });
 });
 
@@ -183,8 +183,8 @@ describe("one iteration of every algorithm", () => {
             else expect(algo).toBe("magrpo");
             expect(r.stats.length).toBe(3);
             for (const s of r.stats) for (const v of Object.values(s)) expect(Number.isFinite(v)).toBe(true);
-            expect(r.stats[0]!.updates).toBeGreaterThan(0);
-            expect(r.stats[1]!.updates).toBe(0);
+            expect(r.stats[0].updates).toBeGreaterThan(0);
+            expect(r.stats[1].updates).toBe(0);
             expect(r.train.majorityAccuracy.length).toBe(2);
             expect(r.trace.turns.length).toBe(2);
         });
@@ -213,7 +213,7 @@ describe("MAGRPO cross joint actions", () => {
                 sample,
                 generations: sample.map((k, a) => gen(`a${a}k${k}`)),
                 prompts: ["p0", "p1"],
-                reward: [1, 2, 4, 8][n]!,
+                reward: [1, 2, 4, 8][n],
             })),
             parent: new Int32Array(4).fill(-1),
             rewards: Float32Array.from([1, 2, 4, 8]),
@@ -223,7 +223,7 @@ describe("MAGRPO cross joint actions", () => {
         const returns = Float32Array.from([1, 2, 4, 8]);
         const got = crossCompletions(tree, returns, 2, 2, "mean");
         // agent 0: k0 holds 1+2 = 3, k1 holds 4+8 = 12 (mean 7.5); agent 1: k0 holds 1+4 = 5, k1 holds 2+8 = 10 (mean 7.5)
-        expect(got.map((c) => [c.agent, tree.actions[c.action]!.generations[c.agent]!.text, c.adv])).toEqual([
+        expect(got.map((c) => [c.agent, tree.actions[c.action].generations[c.agent].text, c.adv])).toEqual([
             [0, "a0k0", -4.5],
             [0, "a0k1", 4.5],
             [1, "a1k0", -2.5],

@@ -17,7 +17,7 @@ describe("the npm package", () => {
         });
         expect(r.status, r.stderr).toBe(0);
         const [pack] = JSON.parse(r.stdout) as { files: { path: string; size: number }[] }[];
-        const paths = pack!.files.map((f) => f.path);
+        const paths = pack.files.map((f) => f.path);
         const allowed =
             /^(dist|lib|native|cuda|bindings|bench\/python|prebuilds\/[a-z0-9-]+)\/|^(package\.json|README\.md|LICENSE|binding\.gyp|CMakeLists\.txt|scripts\/install\.mjs|scripts\/test-native\.mjs|test\/fixtures\/gsm8k\/(train|test)\.jsonl|test\/fixtures\/gsm8k\/LICENSE)$/;
         expect(paths.filter((p) => !allowed.test(p))).toEqual([]);
@@ -34,7 +34,7 @@ describe("the npm package", () => {
         expect(paths.some((p) => /^(build|build-[^/]*|runs|bench\/results)\//.test(p) || /\.test\.ts$/.test(p))).toBe(
             false,
         );
-        expect(pack!.files.filter((f) => f.size > 5 << 20).map((f) => f.path)).toEqual([]);
+        expect(pack.files.filter((f) => f.size > 5 << 20).map((f) => f.path)).toEqual([]);
     }, 120_000);
 
     it("declares its entry points, types, engines, files and licence", () => {
