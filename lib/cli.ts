@@ -11,10 +11,10 @@ import { BENCHMARKS, runBench } from "./bench/index.js";
 import { buildProgram } from "./cliProgram.js";
 import { doctor } from "./doctor.js";
 import { readTextFile } from "./files.js";
-import { NativePolicy } from "./policy/nativePolicy.js";
-import { servePolicy } from "./policy/server.js";
+import { NativePolicy } from "./model/nativePolicy.js";
+import { servePolicy } from "./serve/server.js";
 import { runTrain } from "./train/trainCli.js";
-import { crossPlay, makeSuite, regressionGate, teamArg } from "./train/evalGate.js";
+import { crossPlay, makeSuite, regressionGate, teamArg } from "./train/job/evalGate.js";
 import { runToyCli } from "./train/toyCli.js";
 
 function info(): number {

@@ -3,7 +3,7 @@
 // --version prints the package's version). The actions are passed in, so tests parse without running a job.
 import { Command, InvalidArgumentError, Option } from "commander";
 
-import { ALGOS, DEFAULT_CONFIG, DEVICES, SCHEDULES, TASKS } from "./train/config.js";
+import { ALGOS, DEFAULT_CONFIG, DEVICES, SCHEDULES, TASKS } from "./train/job/config.js";
 import { editDistance } from "./validate.js";
 
 export interface TrainArgs {

@@ -8,7 +8,7 @@
 import { arch, cpus, platform } from "node:os";
 
 import { backend, setSimd, setThreads, type SimdLevel } from "./backend.js";
-import { NativePolicy } from "./policy/nativePolicy.js";
+import { NativePolicy } from "./model/nativePolicy.js";
 import { mulberry32 } from "./random.js";
 import { gae } from "./rl/gae.js";
 import { groupAdvantages } from "./rl/groupAdvantages.js";

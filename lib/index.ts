@@ -132,10 +132,10 @@ export {
     type SamplingOptions,
     type TokenCallback,
 } from "./policy/types.js";
-export { OpenAICompatiblePolicy, type OpenAICompatibleOptions } from "./policy/openai.js";
-export { type Dialect } from "./policy/openaiDialect.js";
-export { FleetPolicy, type FleetOptions, type AdapterVersion } from "./policy/fleet.js";
-export { type EndpointStats } from "./policy/fleetEndpoint.js";
+export { OpenAICompatiblePolicy, type OpenAICompatibleOptions } from "./remote/openai.js";
+export { type Dialect } from "./remote/openaiDialect.js";
+export { FleetPolicy, type FleetOptions, type AdapterVersion } from "./remote/fleet.js";
+export { type EndpointStats } from "./remote/fleetEndpoint.js";
 export {
     exportBatch,
     readBatch,
@@ -187,16 +187,16 @@ export {
     type TrainBatch,
     type TrainOptions,
     type TrainResult,
-} from "./policy/nativePolicy.js";
-export { HfTokenizer, IdsOnlyTokenizer, type HfTokenizerOptions } from "./policy/hfTokenizer.js";
-export { DEFAULT_TEMPLATE_LIMITS, renderTemplate, TemplateError, type TemplateLimits } from "./policy/template.js";
-export { HF_MODEL_TYPES, type HfModelType } from "./policy/hf.js";
-export { LORA_TARGETS, type LoraOptions, type LoraTarget } from "./policy/lora.js";
+} from "./model/nativePolicy.js";
+export { HfTokenizer, IdsOnlyTokenizer, type HfTokenizerOptions } from "./model/hfTokenizer.js";
+export { DEFAULT_TEMPLATE_LIMITS, renderTemplate, TemplateError, type TemplateLimits } from "./model/template.js";
+export { HF_MODEL_TYPES, type HfModelType } from "./model/hf.js";
+export { LORA_TARGETS, type LoraOptions, type LoraTarget } from "./model/lora.js";
 export { CharTokenizer, SPECIAL_TOKENS, type TokenizerJSON, type PolicyTokenizer } from "./policy/tokenizer.js";
-export { readSafetensors, writeSafetensors, type TensorEntry } from "./policy/safetensors.js";
-export { splitSumTask, arithDebateTask, type Task, type TaskItem, type ToolPrevious } from "./train/tasks.js";
-export { lookupTask } from "./train/lookup.js";
-export { gsm8kTask } from "./train/gsm8k.js";
+export { readSafetensors, writeSafetensors, type TensorEntry } from "./model/safetensors.js";
+export { splitSumTask, arithDebateTask, type Task, type TaskItem, type ToolPrevious } from "./train/tasks/tasks.js";
+export { lookupTask } from "./train/tasks/lookup.js";
+export { gsm8kTask } from "./train/tasks/gsm8k.js";
 export {
     toyGame,
     observation1,
@@ -205,14 +205,20 @@ export {
     type ToyOptions,
     type ToyPayoffs,
     type ToyResult,
-} from "./train/toy.js";
-export { servePolicy, type ServeOptions, type RunningServer } from "./policy/server.js";
-export { trainJob, formatSummary, type JobProgress, type TrainJobOptions, type TrainSummary } from "./train/job.js";
-export { type StageTiming } from "./train/clock.js";
-export { resolveConfig, DEFAULT_CONFIG, type TrainConfig, type Algo, type Schedule } from "./train/config.js";
-export { evaluateTeam, type EvalResult } from "./train/evaluate.js";
-export { compactDebate } from "./train/compactDebate.js";
-export { rolloutTeam, turnPrompt, type RolloutOptions, type TeamRollout, type RolloutEntry } from "./train/rollout.js";
+} from "./train/tasks/toy.js";
+export { servePolicy, type ServeOptions, type RunningServer } from "./serve/server.js";
+export { trainJob, formatSummary, type JobProgress, type TrainJobOptions, type TrainSummary } from "./train/job/job.js";
+export { type StageTiming } from "./train/job/clock.js";
+export { resolveConfig, DEFAULT_CONFIG, type TrainConfig, type Algo, type Schedule } from "./train/job/config.js";
+export { evaluateTeam, type EvalResult } from "./train/job/evaluate.js";
+export { compactDebate } from "./train/tasks/compactDebate.js";
+export {
+    rolloutTeam,
+    turnPrompt,
+    type RolloutOptions,
+    type TeamRollout,
+    type RolloutEntry,
+} from "./train/trainers/rollout.js";
 export {
     Workflow,
     type WorkflowSpec,

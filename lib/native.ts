@@ -164,7 +164,7 @@ export interface NativeLoraConfig {
     useRslora: boolean;
 }
 
-/** The Llama family's engine config (bindings/model/gpt.cpp's llamaCreate; lib/policy/hf.ts builds it from config.json). */
+/** The Llama family's engine config (bindings/model/gpt.cpp's llamaCreate; lib/model/hf.ts builds it from config.json). */
 export interface NativeLlamaConfig {
     vocab: number;
     context: number;

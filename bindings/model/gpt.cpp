@@ -1,5 +1,5 @@
 // gpt.cpp: N-API glue for the embedded GPT (maporl_gpt_* in maporl.h). A model is a JS External that frees the
-// native model when collected (or at gptFree). lib/policy/nativePolicy.ts serialises calls on one model, so a
+// native model when collected (or at gptFree). lib/model/nativePolicy.ts serialises calls on one model, so a
 // model never runs two calls at once. JS:
 //   gptCreate({vocab, context, layers, heads, dModel, mlpRatio, tieEmbeddings}, seed) -> handle
 //   gptFree(handle); gptTensors(handle) -> [{name, shape, offset}]; gptParamCount(handle) -> number

@@ -11,9 +11,9 @@ import { join } from "node:path";
 
 import { Debate } from "../debate/debate.js";
 import type { Transcript } from "../debate/transcript.js";
-import { FleetPolicy } from "../policy/fleet.js";
-import { NativePolicy } from "../policy/nativePolicy.js";
-import { startServeProcess } from "../policy/serveProcess.js";
+import { FleetPolicy } from "../remote/fleet.js";
+import { NativePolicy } from "../model/nativePolicy.js";
+import { startServeProcess } from "../serve/serveProcess.js";
 import type { Policy } from "../policy/types.js";
 import { type BenchContext, type BenchRow } from "./types.js";
 

@@ -1,7 +1,7 @@
 // gpt.ts (bench): the embedded policy (NativePolicy) against the same architecture in PyTorch (bench/python/gpt.py),
 // same run, 2 threads: training tokens/s (one AdamW step on [32, 128] tokens, dModel 128, 4 layers, 4 heads,
 // vocab 64) and greedy generation tokens/s with a KV cache (batch 32, 16-token prompts, 64 new tokens).
-import { NativePolicy } from "../policy/nativePolicy.js";
+import { NativePolicy } from "../model/nativePolicy.js";
 import { CharTokenizer } from "../policy/tokenizer.js";
 import { timeMedian } from "./measure.js";
 import { runPython } from "./python.js";

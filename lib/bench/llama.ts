@@ -17,8 +17,8 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 
 import { native } from "../native.js";
-import { NativePolicy } from "../policy/nativePolicy.js";
-import { readHfConfig } from "../policy/hf.js";
+import { NativePolicy } from "../model/nativePolicy.js";
+import { readHfConfig } from "../model/hf.js";
 import { lcg } from "../random.js";
 import { median, timeMedian, timeWithProbe } from "./measure.js";
 import { blasName, runPython } from "./python.js";

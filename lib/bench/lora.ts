@@ -2,7 +2,7 @@
 // projection targeted) against full fine-tuning of the same model and against eager PyTorch with a hand-written LoRA
 // (bench/python/lora.py), same run and thread count: the training step (B=4, T=256: tokens/s and the peak memory it
 // adds; on the float32 base and on a bfloat16 one), and generation with three adapters in one batch against the same number of rows on one adapter.
-import { NativePolicy } from "../policy/nativePolicy.js";
+import { NativePolicy } from "../model/nativePolicy.js";
 import { lcg } from "../random.js";
 import { timeMedian } from "./measure.js";
 import { blasName, runPython } from "./python.js";

@@ -10,8 +10,8 @@ import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
-import { NativePolicy } from "../policy/nativePolicy.js";
-import { type ServeProcess, startServeProcess } from "../policy/serveProcess.js";
+import { NativePolicy } from "../model/nativePolicy.js";
+import { type ServeProcess, startServeProcess } from "../serve/serveProcess.js";
 import { type BenchContext, type BenchRow } from "./types.js";
 
 const post = (url: string, body: unknown, signal?: AbortSignal) =>

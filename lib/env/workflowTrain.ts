@@ -11,9 +11,9 @@
 // An episode that failed (a request error: reward NaN) is left out of its group; a role with no signal in a batch
 // (all credits 0) takes no step. Each trained turn records its credit (WorkflowTurn.credit).
 import { pushTo } from "../collections.js";
-import type { NativePolicy } from "../policy/nativePolicy.js";
+import type { NativePolicy } from "../model/nativePolicy.js";
 import { groupAdvantages } from "../rl/groupAdvantages.js";
-import { packRows } from "../train/rollout.js";
+import { packRows } from "../train/trainers/rollout.js";
 import type { Workflow, WorkflowEpisode } from "./workflow.js";
 
 export interface WorkflowTrainOptions {

@@ -13,7 +13,7 @@ import type { Transcript, TurnEntry } from "../debate/transcript.js";
 import { replaceDirDurable, writeFileDurable } from "../durable.js";
 import { readRegularFile, readTextFile } from "../files.js";
 import type { ChatMessage } from "../policy/types.js";
-import { readSafetensors, writeSafetensors } from "../policy/safetensors.js";
+import { readSafetensors, writeSafetensors } from "../model/safetensors.js";
 import { describe, requireOptions } from "../validate.js";
 
 /** A value per (question, turn, agent): a [Q, T, A] array as transcriptScores lays it out (e.g. influenceRewards'

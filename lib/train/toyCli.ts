@@ -1,6 +1,6 @@
 // toyCli.ts: `maporl toy`: the collaboration-rate curves of the toy game at T = 10 and 20 and the agreement of
-// the learned behaviour with Observations 1 and 2 over the payoff grid (lib/train/toy.ts).
-import { observation1, observation2, toyGame, toyPayoffGrid, type ToyPayoffs } from "./toy.js";
+// the learned behaviour with Observations 1 and 2 over the payoff grid (lib/train/tasks/toy.ts).
+import { observation1, observation2, toyGame, toyPayoffGrid, type ToyPayoffs } from "./tasks/toy.js";
 
 export interface ToyReport {
     turns: number;

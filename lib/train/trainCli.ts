@@ -6,8 +6,8 @@ import { join } from "node:path";
 
 import type { TrainArgs } from "../cliProgram.js";
 
-import { configFromFlags, mergePartial, resolveConfig } from "./config.js";
-import { formatSummary, trainJob, type JobProgress } from "./job.js";
+import { configFromFlags, mergePartial, resolveConfig } from "./job/config.js";
+import { formatSummary, trainJob, type JobProgress } from "./job/job.js";
 
 function fmtTime(ms: number): string {
     if (!Number.isFinite(ms) || ms < 0) return "?";

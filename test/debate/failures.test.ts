@@ -21,8 +21,8 @@ import {
     OpenAICompatiblePolicy,
     type Policy,
 } from "../../lib/index.js";
-import { rolloutTeam } from "../../lib/train/rollout.js";
-import { arithDebateTask } from "../../lib/train/tasks.js";
+import { rolloutTeam } from "../../lib/train/trainers/rollout.js";
+import { arithDebateTask } from "../../lib/train/tasks/tasks.js";
 
 type Fault = "500" | "malformed" | "reset" | "hang" | null;
 let server: Server,

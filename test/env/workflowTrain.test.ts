@@ -8,7 +8,7 @@ import { describe, expect, it } from "vitest";
 
 import { Workflow, type WorkflowSpec } from "../../lib/env/workflow.js";
 import { trainWorkflow } from "../../lib/env/workflowTrain.js";
-import { NativePolicy } from "../../lib/policy/nativePolicy.js";
+import { NativePolicy } from "../../lib/model/nativePolicy.js";
 
 const tiny = (seed: number, name: string) =>
     NativePolicy.create({ contextLength: 64, layers: 1, heads: 2, dModel: 32, seed, name });

@@ -4,7 +4,7 @@ import { cpSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 
 import { NativePolicy } from "../../lib/index.js";
-import { type ServeProcess, startServeProcess } from "../../lib/policy/serveProcess.js";
+import { type ServeProcess, startServeProcess } from "../../lib/serve/serveProcess.js";
 
 const CLI = join(import.meta.dirname, "..", "..", "dist", "cli.js");
 const TOK = join(import.meta.dirname, "..", "fixtures", "hf-tokenizer");

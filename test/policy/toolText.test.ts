@@ -4,7 +4,7 @@
 import { describe, expect, it } from "vitest";
 
 import { NativePolicy, type ChatMessage } from "../../lib/index.js";
-import { chatBody, parseChat } from "../../lib/policy/openaiDialect.js";
+import { chatBody, parseChat } from "../../lib/remote/openaiDialect.js";
 import { parseToolText, toolTextMessages, withToolCalls } from "../../lib/policy/toolText.js";
 import { requestMessages } from "../../lib/policy/types.js";
 

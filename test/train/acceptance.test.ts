@@ -10,7 +10,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 
-import { formatSummary, trainJob } from "../../lib/train/job.js";
+import { formatSummary, trainJob } from "../../lib/train/job/job.js";
 
 const work = mkdtempSync(join(tmpdir(), "maporl-accept-"));
 afterAll(() => rmSync(work, { recursive: true, force: true }));

@@ -17,8 +17,8 @@ import {
     type GenerateRequest,
     type Policy,
 } from "../../lib/index.js";
-import { extractAnswer } from "../../lib/train/rollout.js";
-import { trainJob } from "../../lib/train/job.js";
+import { extractAnswer } from "../../lib/train/trainers/rollout.js";
+import { trainJob } from "../../lib/train/job/job.js";
 import { startServe, type ServeProcess } from "../helpers/serve.js";
 
 const work = mkdtempSync(join(tmpdir(), "maporl-compact-"));

@@ -15,8 +15,8 @@ import {
     MAGRPO_DEFAULTS,
     mergePartial,
     resolveConfig,
-} from "../../lib/train/config.js";
-import { trainJob } from "../../lib/train/job.js";
+} from "../../lib/train/job/config.js";
+import { trainJob } from "../../lib/train/job/job.js";
 
 describe("train config", () => {
     it("fills the defaults and keeps what is given", () => {

@@ -9,8 +9,8 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 
 import { NativePolicy } from "../../lib/index.js";
-import { crossPlay, loadTeam, makeSuite, readSuite, regressionGate } from "../../lib/train/evalGate.js";
-import { trainJob } from "../../lib/train/job.js";
+import { crossPlay, loadTeam, makeSuite, readSuite, regressionGate } from "../../lib/train/job/evalGate.js";
+import { trainJob } from "../../lib/train/job/job.js";
 
 const work = mkdtempSync(join(tmpdir(), "maporl-eval-"));
 const cli = join(import.meta.dirname, "..", "..", "dist", "cli.js");

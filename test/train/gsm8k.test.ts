@@ -1,10 +1,10 @@
-// gsm8k.test.ts: the GSM8K task (lib/train/gsm8k.ts) on the real data the tests ship: the splits' sizes, references
+// gsm8k.test.ts: the GSM8K task (lib/train/tasks/gsm8k.ts) on the real data the tests ship: the splits' sizes, references
 // parsed from "#### n" (commas dropped), worked solutions without calculator annotations ending in \boxed{},
 // seeded draws without repeats, MAPoRL's prompts (the question prompt at turn 0; verdicts and the other agents'
 // solutions after), and the answer extraction the verifier shares.
 import { describe, expect, it } from "vitest";
 
-import { gsm8kTask } from "../../lib/train/gsm8k.js";
+import { gsm8kTask } from "../../lib/train/tasks/gsm8k.js";
 
 describe("gsm8k task", () => {
     const task = gsm8kTask({ agents: 3 });

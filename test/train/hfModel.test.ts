@@ -12,8 +12,8 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 
 import { NativePolicy } from "../../lib/index.js";
-import { resolveConfig } from "../../lib/train/config.js";
-import { trainJob } from "../../lib/train/job.js";
+import { resolveConfig } from "../../lib/train/job/config.js";
+import { trainJob } from "../../lib/train/job/job.js";
 import { readMetrics } from "../helpers/runs.js";
 import { tinyHfModel } from "../helpers/serve.js";
 

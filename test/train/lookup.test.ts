@@ -8,13 +8,13 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 
-import { NativePolicy } from "../../lib/policy/nativePolicy.js";
+import { NativePolicy } from "../../lib/model/nativePolicy.js";
 import type { Generation, GenerateRequest } from "../../lib/policy/types.js";
 import { mulberry32 } from "../../lib/random.js";
-import { teamMetrics } from "../../lib/train/evaluate.js";
-import { trainJob } from "../../lib/train/job.js";
-import { lookupCalls, lookupTask, scratchpad } from "../../lib/train/lookup.js";
-import { rolloutTeam, transition, type RolloutEntry } from "../../lib/train/rollout.js";
+import { teamMetrics } from "../../lib/train/job/evaluate.js";
+import { trainJob } from "../../lib/train/job/job.js";
+import { lookupCalls, lookupTask, scratchpad } from "../../lib/train/tasks/lookup.js";
+import { rolloutTeam, transition, type RolloutEntry } from "../../lib/train/trainers/rollout.js";
 
 const work = mkdtempSync(join(tmpdir(), "maporl-lookup-"));
 afterAll(() => rmSync(work, { recursive: true, force: true }));

@@ -17,8 +17,8 @@ import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 
 import { backend, setSimd } from "../../lib/index.js";
-import { crossPlay, makeSuite, regressionGate, teamArg } from "../../lib/train/evalGate.js";
-import { formatSummary, trainJob } from "../../lib/train/job.js";
+import { crossPlay, makeSuite, regressionGate, teamArg } from "../../lib/train/job/evalGate.js";
+import { formatSummary, trainJob } from "../../lib/train/job/job.js";
 
 const work = mkdtempSync(join(tmpdir(), "maporl-lookup-team-"));
 afterAll(() => {

@@ -8,9 +8,9 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 
-import { trainJob } from "../../lib/train/job.js";
-import { ReplayBuffer } from "../../lib/train/replay.js";
-import type { TeamRollout } from "../../lib/train/rollout.js";
+import { trainJob } from "../../lib/train/job/job.js";
+import { ReplayBuffer } from "../../lib/train/trainers/replay.js";
+import type { TeamRollout } from "../../lib/train/trainers/rollout.js";
 import { readMetrics } from "../helpers/runs.js";
 
 const work = mkdtempSync(join(tmpdir(), "maporl-replay-"));

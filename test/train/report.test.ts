@@ -9,9 +9,9 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 
-import { resolveConfig } from "../../lib/train/config.js";
-import { trainJob } from "../../lib/train/job.js";
-import { writeReport } from "../../lib/train/report.js";
+import { resolveConfig } from "../../lib/train/job/config.js";
+import { trainJob } from "../../lib/train/job/job.js";
+import { writeReport } from "../../lib/train/job/report.js";
 
 const work = mkdtempSync(join(tmpdir(), "maporl-report-"));
 afterAll(() => rmSync(work, { recursive: true, force: true }));

@@ -13,7 +13,7 @@ import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 
 import { backend, setSimd } from "../../lib/index.js";
-import { formatSummary, trainJob } from "../../lib/train/job.js";
+import { formatSummary, trainJob } from "../../lib/train/job/job.js";
 
 const work = mkdtempSync(join(tmpdir(), "maporl-splitsum-"));
 afterAll(() => {

@@ -1,5 +1,5 @@
 // toy.test.ts: MAPoRL §2's collaborate-or-act-alone game, learned through the package's kernels, against the
-// closed forms of Observations 1 and 2 (lib/train/toy.ts gives the payoff model and the derivations):
+// closed forms of Observations 1 and 2 (lib/train/tasks/toy.ts gives the payoff model and the derivations):
 //   - co-learners reach a collaboration rate >= 0.9 where Observation 2 predicts collaboration, at T = 10 and 20;
 //   - one learner against a fixed partner falls to <= 0.1 where Observation 1 predicts defection;
 //   - over a grid of payoffs (and partner probabilities), the learned side agrees with the closed form on >= 95%.

@@ -8,12 +8,18 @@ import { describe, expect, it } from "vitest";
 
 import { fnVerifier, NativePolicy } from "../../lib/index.js";
 import { native } from "../../lib/native.js";
-import { crossCompletions } from "../../lib/train/magrpo.js";
-import { resolveConfig, type Algo } from "../../lib/train/config.js";
-import { makeTask } from "../../lib/train/job.js";
-import { maporlTurnRewards } from "../../lib/train/maporl.js";
-import { extractAnswer, packRows, protocolSolution, turnPrompt, type TeamRollout } from "../../lib/train/rollout.js";
-import { runIteration, scheduled, stageModels } from "../../lib/train/stage.js";
+import { crossCompletions } from "../../lib/train/trainers/magrpo.js";
+import { resolveConfig, type Algo } from "../../lib/train/job/config.js";
+import { makeTask } from "../../lib/train/job/job.js";
+import { maporlTurnRewards } from "../../lib/train/trainers/maporl.js";
+import {
+    extractAnswer,
+    packRows,
+    protocolSolution,
+    turnPrompt,
+    type TeamRollout,
+} from "../../lib/train/trainers/rollout.js";
+import { runIteration, scheduled, stageModels } from "../../lib/train/trainers/stage.js";
 
 const params = (m: NativePolicy) => {
     const p = new Float32Array(m.parameterCount);

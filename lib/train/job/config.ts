@@ -1,0 +1,412 @@
+// config.ts: the training job's configuration: defaults, merging of a config file and CLI flags, and validation.
+// Every key is checked against the defaults' shape; an unknown or misspelled key is an error that names its path
+// (and the closest known key), and every value is checked for its type and range.
+
+import { existsSync } from "node:fs";
+import { join } from "node:path";
+
+import { isHfModelDir, readHfConfig, readJsonObject } from "../../model/hf.js";
+import { GSM8K_FIXTURE } from "../tasks/gsm8k.js";
+import { editDistance } from "../../validate.js";
+
+export type Algo = "maporl" | "magrpo" | "collm-cc" | "collm-dc";
+export type Schedule = "joint" | "independent" | "alternating" | "turn-based";
+
+export interface TrainConfig {
+    /** The task: arith-debate, split-sum and tool-lookup (the embedded policy's compact protocol, any model; tool-lookup
+     * is a researcher / solver workflow with a tool, lookup.ts), or gsm8k (real models: model.dir; MAPoRL's math
+     * prompts, the train split for training, the test split held out). */
+    task: "arith-debate" | "split-sum" | "tool-lookup" | "gsm8k";
+    /** arith-debate: operations per problem and the largest operand; split-sum: digits per operand and the warm
+     * start's tendency to build on a peer's previous answer (splitSumTask's peerUse); tool-lookup: how often the warm
+     * start's researcher looks up its own key (keyUse) and its solver uses the scratchpad (padUse); gsm8k: `data`, a directory
+     * with train.jsonl and test.jsonl (default: the copy the tests ship, test/fixtures/gsm8k). */
+    taskOptions: {
+        steps: number;
+        maxOperand: number;
+        digits: number;
+        peerUse: number;
+        keyUse: number;
+        padUse: number;
+        data: string;
+    };
+    algo: Algo;
+    agents: number;
+    turns: number;
+    schedule: Schedule;
+    /** One model for every trained agent (MAPoRL's homogeneous setting), or one per agent (diff_model_training). */
+    shareParameters: boolean;
+    /** MAPoRL's collaboration_separation with task_training off: turn 0 is answered by the frozen warm-started model
+     * (the "policy" adapter), turns >= 1 by the trained model (the "col" adapter); turn 0 is never trained. */
+    separateTurn0: boolean;
+    /** Show every previous answer's verifier verdict in the prompts (MAPoRL's reward_feedback). */
+    feedback: boolean;
+    seed: number;
+    iterations: number;
+    /** Questions per iteration (each runs a whole debate). */
+    episodesPerIteration: number;
+    evalEpisodes: number;
+    /** Evaluate on the held-out split every N iterations (and always before and after). */
+    evalEvery: number;
+    /** Also train the `independent` control (one agent against frozen partners) for the final table. */
+    controls: boolean;
+    /** Where every model (actors, critics, the reference) lives: 'cpu' (bit-identical for any thread count), 'cuda'
+     * (deterministic run to run, not bit-equal to the CPU), or 'auto' (a visible GPU, else the CPU). */
+    device: "cpu" | "cuda" | "auto";
+    /** The models' float32 matmuls on CUDA: 'highest' (float32) or 'high' (TF32 tensor cores); see setMatmulPrecision.
+     * No effect on the CPU. */
+    matmulPrecision: "highest" | "high";
+    sampling: { temperature: number; maxTokens: number };
+    /** The embedded GPT's shape, or `dir`: a Hugging Face model directory (llama, mistral, qwen2, qwen3) whose agents
+     * and critics are LoRA adapters (`lora`) on its one frozen base; the warm start is then off unless sft.steps is
+     * given (real models are already instruction-tuned), and contextLength defaults to 512. */
+    model: {
+        layers: number;
+        heads: number;
+        dModel: number;
+        contextLength: number;
+        dir: string;
+        /** model.dir only: the base's matrices in memory: 'float32', or 'bfloat16' (frozen, half the memory; the
+         * warm start, which trains the base, is then not possible). */
+        dtype: "float32" | "bfloat16";
+    };
+    /** model.dir only: every agent's and critic's adapter (PEFT's r, lora_alpha, lora_dropout; every block projection). */
+    lora: { rank: number; alpha: number; dropout: number };
+    critic: { layers: number; heads: number; dModel: number };
+    sft: { steps: number; batchSize: number; lr: number };
+    lr: number;
+    criticLr: number;
+    maporl: {
+        klCoef: number;
+        discount: number;
+        gamma: number;
+        lambda: number;
+        ppoEpochs: number;
+        clip: number;
+        valueClip: number;
+        bonus: {
+            correctedAlone: number;
+            persuadedCorrectly: number;
+            wrongButUseful: number;
+            persuasive: number;
+            signs: "paper" | "reference-code";
+        };
+    };
+    /** joint: 'aligned' (the g-th sample of every agent, G joint actions per state) or 'cross' (every combination, G^agents:
+     * mind the tree's size, G^(agents * turns) leaves). */
+    magrpo: {
+        generations: number;
+        baseline: "mean" | "max" | "rloo" | "none";
+        discount: number;
+        klCoef: number;
+        joint: "aligned" | "cross";
+    };
+    collm: { gamma: number; normalize: boolean };
+    /** 'alternating': each agent in turn is frozen for this many iterations. */
+    alternatingPeriod: number;
+    /** 'turn-based': the first `initialIterations` train turn 1, then the trained turn cycles T-1, ..., 1 every `period`. */
+    turnBased: { initialIterations: number; period: number };
+    /** A replay buffer of successful team trajectories (the answerers' last-turn majority right) and an offline phase
+     * from it every `every` iterations: `steps` supervised steps of `batchSize` answers of the trained turns at `lr`
+     * (replay.ts; MAGRPO buffers the first path of each tree). Off by default. */
+    replay: { enabled: boolean; capacity: number; every: number; steps: number; batchSize: number; lr: number };
+}
+
+export const DEFAULT_CONFIG: TrainConfig = {
+    task: "arith-debate",
+    taskOptions: { steps: 3, maxOperand: 9, digits: 1, peerUse: 0.3, keyUse: 0.3, padUse: 0.3, data: "" },
+    algo: "maporl",
+    agents: 3,
+    turns: 3,
+    schedule: "joint",
+    shareParameters: true,
+    separateTurn0: true,
+    feedback: true,
+    seed: 0,
+    iterations: 120,
+    episodesPerIteration: 32,
+    evalEpisodes: 200,
+    evalEvery: 40,
+    controls: true,
+    device: "cpu",
+    matmulPrecision: "highest",
+    sampling: { temperature: 1, maxTokens: 30 },
+    model: { layers: 2, heads: 4, dModel: 64, contextLength: 64, dir: "", dtype: "float32" },
+    lora: { rank: 16, alpha: 32, dropout: 0 },
+    critic: { layers: 1, heads: 4, dModel: 64 },
+    sft: { steps: 800, batchSize: 32, lr: 2e-3 },
+    lr: 1e-4,
+    criticLr: 1e-3,
+    maporl: {
+        klCoef: 0.002,
+        discount: 0.3,
+        gamma: 1,
+        lambda: 0.95,
+        ppoEpochs: 2,
+        clip: 0.2,
+        valueClip: 0.2,
+        bonus: { correctedAlone: 0, persuadedCorrectly: 0, wrongButUseful: 0, persuasive: 0, signs: "paper" },
+    },
+    magrpo: { generations: 4, baseline: "mean", discount: 0.9, klCoef: 0, joint: "aligned" },
+    collm: { gamma: 1, normalize: true },
+    alternatingPeriod: 10,
+    turnBased: { initialIterations: 20, period: 40 },
+    replay: { enabled: false, capacity: 1024, every: 10, steps: 4, batchSize: 32, lr: 1e-4 },
+};
+
+/** The choices of the keys the command line offers as flags (cliProgram.ts lists and checks them from here). */
+export const TASKS = ["arith-debate", "split-sum", "tool-lookup", "gsm8k"] as const,
+    ALGOS = ["maporl", "magrpo", "collm-cc", "collm-dc"] as const,
+    SCHEDULES = ["joint", "independent", "alternating", "turn-based"] as const,
+    DEVICES = ["cpu", "cuda", "auto"] as const;
+
+type Rule = { int?: [number, number]; num?: [number, number]; choices?: readonly string[] };
+const RULES: Record<string, Rule> = {
+    task: { choices: TASKS },
+    algo: { choices: ALGOS },
+    schedule: { choices: SCHEDULES },
+    device: { choices: DEVICES },
+    matmulPrecision: { choices: ["highest", "high"] },
+    "model.dtype": { choices: ["float32", "bfloat16"] },
+    "taskOptions.steps": { int: [1, 8] },
+    "taskOptions.maxOperand": { int: [2, 99] },
+    "taskOptions.digits": { int: [1, 2] },
+    "taskOptions.peerUse": { num: [0, 1] },
+    "taskOptions.keyUse": { num: [0, 1] },
+    "taskOptions.padUse": { num: [0, 1] },
+    agents: { int: [2, 8] },
+    turns: { int: [1, 8] },
+    seed: { int: [0, 2 ** 31 - 1] },
+    iterations: { int: [0, 1e7] },
+    episodesPerIteration: { int: [1, 4096] },
+    evalEpisodes: { int: [1, 100000] },
+    evalEvery: { int: [1, 1e7] },
+    "sampling.temperature": { num: [0, 10] },
+    "sampling.maxTokens": { int: [1, 4096] },
+    "model.layers": { int: [1, 64] },
+    "model.heads": { int: [1, 64] },
+    "model.dModel": { int: [8, 4096] },
+    "model.contextLength": { int: [16, 8192] },
+    "lora.rank": { int: [1, 4096] },
+    "lora.alpha": { num: [1e-6, 1e6] },
+    "lora.dropout": { num: [0, 0.99] },
+    "critic.layers": { int: [1, 64] },
+    "critic.heads": { int: [1, 64] },
+    "critic.dModel": { int: [8, 4096] },
+    "sft.steps": { int: [0, 1e7] },
+    "sft.batchSize": { int: [1, 4096] },
+    "sft.lr": { num: [0, 1] },
+    lr: { num: [0, 1] },
+    criticLr: { num: [0, 1] },
+    "maporl.klCoef": { num: [0, 100] },
+    "maporl.discount": { num: [0, 1] },
+    "maporl.gamma": { num: [0, 1] },
+    "maporl.lambda": { num: [0, 1] },
+    "maporl.ppoEpochs": { int: [1, 100] },
+    "maporl.clip": { num: [0, 10] },
+    "maporl.valueClip": { num: [0, 100] },
+    "maporl.bonus.correctedAlone": { num: [0, 100] },
+    "maporl.bonus.persuadedCorrectly": { num: [0, 100] },
+    "maporl.bonus.wrongButUseful": { num: [0, 100] },
+    "maporl.bonus.persuasive": { num: [0, 100] },
+    "maporl.bonus.signs": { choices: ["paper", "reference-code"] },
+    "magrpo.generations": { int: [2, 64] },
+    "magrpo.baseline": { choices: ["mean", "max", "rloo", "none"] },
+    "magrpo.joint": { choices: ["aligned", "cross"] },
+    "magrpo.discount": { num: [0, 1] },
+    "magrpo.klCoef": { num: [0, 100] },
+    "collm.gamma": { num: [0, 1] },
+    alternatingPeriod: { int: [1, 1e7] },
+    "turnBased.initialIterations": { int: [0, 1e7] },
+    "turnBased.period": { int: [1, 1e7] },
+    "replay.capacity": { int: [1, 1e6] },
+    "replay.every": { int: [1, 1e7] },
+    "replay.steps": { int: [1, 1e4] },
+    "replay.batchSize": { int: [1, 4096] },
+    "replay.lr": { num: [0, 1] },
+};
+
+// Checks `x` against the shape of `dflt` and returns the merged value.
+function merge(where: string, dflt: unknown, x: unknown, path: string): unknown {
+    if (x === undefined) return dflt;
+    if (dflt !== null && typeof dflt === "object") {
+        if (x === null || typeof x !== "object" || Array.isArray(x))
+            throw new TypeError(
+                `${where}: ${path ? path + ": " : ""}expected an object, got ${Array.isArray(x) ? "an array" : x === null ? "null" : typeof x}`,
+            );
+        const out: Record<string, unknown> = {};
+        const known = Object.keys(dflt);
+        for (const k of Object.keys(x)) {
+            if (!known.includes(k)) {
+                const best = known.map((c) => [c, editDistance(k, c)] as const).sort((p, q) => p[1] - q[1])[0];
+                throw new RangeError(
+                    `${where}: ${path ? path + "." : ""}${k}: unknown key${best && best[1] <= 3 ? ` (did you mean ${best[0]}?)` : ""}; known: ${known.join(", ")}`,
+                );
+            }
+        }
+        for (const k of known)
+            out[k] = merge(
+                where,
+                (dflt as Record<string, unknown>)[k],
+                (x as Record<string, unknown>)[k],
+                path ? `${path}.${k}` : k,
+            );
+        return out;
+    }
+    const rule = RULES[path];
+    const got = typeof x === "number" ? (Number.isNaN(x) ? "NaN" : String(x)) : JSON.stringify(x);
+    if (typeof dflt === "boolean") {
+        if (typeof x !== "boolean") throw new TypeError(`${where}: ${path}: expected true or false, got ${got}`);
+    } else if (rule?.choices) {
+        if (typeof x !== "string" || !rule.choices.includes(x))
+            throw new RangeError(
+                `${where}: ${path}: expected one of ${rule.choices.map((c) => `'${c}'`).join(", ")}, got ${got}`,
+            );
+    } else if (rule?.int) {
+        if (typeof x !== "number" || !Number.isInteger(x) || x < rule.int[0] || x > rule.int[1])
+            throw new RangeError(
+                `${where}: ${path}: expected an integer in [${rule.int[0]}, ${rule.int[1]}], got ${got}`,
+            );
+    } else if (rule?.num) {
+        if (typeof x !== "number" || !(x >= rule.num[0] && x <= rule.num[1]))
+            throw new RangeError(
+                `${where}: ${path}: expected a number in [${rule.num[0]}, ${rule.num[1]}], got ${got}`,
+            );
+    } else if (typeof x !== typeof dflt)
+        throw new TypeError(`${where}: ${path}: expected a ${typeof dflt}, got ${got}`);
+    return x;
+}
+
+// model.dir: a Hugging Face model directory of an architecture the engine runs (the error names the key).
+function checkModelDir(where: string, dir: string): void {
+    if (!isHfModelDir(dir))
+        throw new RangeError(
+            `${where}: model.dir: ${dir} is not a Hugging Face model directory (expected a config.json with model_type; download one, e.g. huggingface-cli download Qwen/Qwen2.5-0.5B-Instruct --local-dir DIR)`,
+        );
+    try {
+        readHfConfig(dir, readJsonObject(join(dir, "config.json"), "a model directory needs config.json"));
+    } catch (e) {
+        throw new RangeError(`${where}: model.dir: ${(e as Error).message.replace(/^NativePolicy\.load: /, "")}`);
+    }
+    if (!existsSync(join(dir, "tokenizer.json")))
+        throw new RangeError(
+            `${where}: model.dir: ${join(dir, "tokenizer.json")} missing (the agents speak through the model's tokenizer and chat template)`,
+        );
+}
+
+/** `--algo magrpo`'s own defaults (applied where the config leaves them unset). */
+export const MAGRPO_DEFAULTS = { episodesPerIteration: 16, generations: 2 } as const;
+
+/** Validates a (partial) config against the defaults and returns the resolved config. */
+export function resolveConfig(partial: unknown, where = "config"): TrainConfig {
+    const c = merge(where, DEFAULT_CONFIG, partial ?? {}, "") as TrainConfig;
+    // MAGRPO answers G times per agent and state: with the shared defaults (32 questions, G = 4) an iteration took
+    // 33 s on 2 cores (over an hour for 120). Its own defaults where the user left them: 16 questions, G = 2 (4.6 min).
+    const asked = (partial ?? {}) as { episodesPerIteration?: unknown; magrpo?: { generations?: unknown } };
+    if (c.algo === "magrpo") {
+        if (asked.episodesPerIteration === undefined) c.episodesPerIteration = MAGRPO_DEFAULTS.episodesPerIteration;
+        if (asked.magrpo?.generations === undefined) c.magrpo.generations = MAGRPO_DEFAULTS.generations;
+    }
+    // tool-lookup is a two-role workflow whose first turn is the researcher's lookup: its own defaults where the user
+    // left them (2 agents, 2 turns, turn 0 trained like the others).
+    const set = (partial ?? {}) as { agents?: unknown; turns?: unknown; separateTurn0?: unknown };
+    if (c.task === "tool-lookup") {
+        if (set.agents === undefined) c.agents = 2;
+        if (set.turns === undefined) c.turns = 2;
+        if (set.separateTurn0 === undefined) c.separateTurn0 = false;
+    }
+    if (c.model.dir) {
+        checkModelDir(where, c.model.dir);
+        const given = (partial ?? {}) as {
+            sft?: { steps?: unknown };
+            model?: { contextLength?: unknown };
+            sampling?: { maxTokens?: unknown };
+        };
+        if (given.sft?.steps === undefined) c.sft.steps = 0;
+        // GSM8K: reasoning needs room (three agents' solutions are quoted at turn t >= 1).
+        if (given.model?.contextLength === undefined) c.model.contextLength = c.task === "gsm8k" ? 2048 : 512;
+        if (given.sampling?.maxTokens === undefined && c.task === "gsm8k") c.sampling.maxTokens = 320;
+        if (c.task === "gsm8k")
+            for (const f of ["train.jsonl", "test.jsonl"]) {
+                const path = join(c.taskOptions.data || GSM8K_FIXTURE, f);
+                if (!existsSync(path))
+                    throw new RangeError(
+                        `${where}: taskOptions.data: ${path} missing (a GSM8K directory holds train.jsonl and test.jsonl)`,
+                    );
+            }
+        if (c.model.dtype === "bfloat16" && c.sft.steps > 0)
+            throw new RangeError(
+                `${where}: model.dtype: 'bfloat16' keeps the base frozen, and the warm start (sft.steps ${c.sft.steps}) trains it: give one of them`,
+            );
+    } else if (c.task === "gsm8k") {
+        throw new RangeError(
+            `${where}: task: 'gsm8k' needs a real model (model.dir, --model DIR); the embedded character-level GPT reads the compact tasks only`,
+        );
+    }
+    if (!c.model.dir && c.model.dtype !== "float32")
+        throw new RangeError(
+            `${where}: model.dtype: '${c.model.dtype}' is for a Hugging Face base (model.dir, --model DIR); the embedded GPT trains in float32`,
+        );
+    if (c.model.dModel % c.model.heads !== 0)
+        throw new RangeError(
+            `${where}: model.dModel: expected a multiple of model.heads (${c.model.heads}), got ${c.model.dModel}`,
+        );
+    if (c.critic.dModel % c.critic.heads !== 0)
+        throw new RangeError(
+            `${where}: critic.dModel: expected a multiple of critic.heads (${c.critic.heads}), got ${c.critic.dModel}`,
+        );
+    if (c.schedule === "alternating" && c.shareParameters)
+        throw new RangeError(
+            `${where}: schedule: 'alternating' freezes one agent at a time and needs shareParameters: false`,
+        );
+    if (c.task === "tool-lookup" && c.agents !== 2)
+        throw new RangeError(`${where}: agents: tool-lookup has two roles (researcher, solver), got ${c.agents}`);
+    if (c.task === "tool-lookup" && c.turns < 2)
+        throw new RangeError(
+            `${where}: turns: tool-lookup needs turns >= 2 (the lookup, then the answer), got ${c.turns}`,
+        );
+    if (c.task === "split-sum" && c.agents !== 2)
+        throw new RangeError(`${where}: agents: split-sum's warm start is written for 2 agents, got ${c.agents}`);
+    if (c.separateTurn0 && c.turns < 2)
+        throw new RangeError(`${where}: separateTurn0: needs turns >= 2 (turn 0 is frozen), got turns ${c.turns}`);
+    if (c.schedule === "turn-based" && c.turns < 2)
+        throw new RangeError(`${where}: schedule: 'turn-based' needs turns >= 2, got ${c.turns}`);
+    return c;
+}
+
+/** Parses `--key value` CLI flags of `maporl train` into a partial config (dotted keys reach nested ones). */
+export function configFromFlags(flags: Record<string, string>): Record<string, unknown> {
+    const out: Record<string, unknown> = {};
+    for (const [key, raw] of Object.entries(flags)) {
+        const parts = key.split(".");
+        let node = out;
+        parts.slice(0, -1).forEach((p) => {
+            node = (node[p] ??= {}) as Record<string, unknown>;
+        });
+        const v =
+            key === "model.dir" || key === "taskOptions.data"
+                ? raw // (a path, even one that reads as a number)
+                : raw === "true"
+                  ? true
+                  : raw === "false"
+                    ? false
+                    : raw !== "" && !Number.isNaN(Number(raw))
+                      ? Number(raw)
+                      : raw;
+        node[parts.at(-1)!] = v;
+    }
+    return out;
+}
+
+/** Deep-merges `b` over `a` (plain objects only). */
+export function mergePartial(a: Record<string, unknown>, b: Record<string, unknown>): Record<string, unknown> {
+    const out: Record<string, unknown> = { ...a };
+    for (const [k, v] of Object.entries(b)) {
+        const prev = out[k];
+        out[k] =
+            prev && typeof prev === "object" && !Array.isArray(prev) && v && typeof v === "object" && !Array.isArray(v)
+                ? mergePartial(prev as Record<string, unknown>, v as Record<string, unknown>)
+                : v;
+    }
+    return out;
+}

@@ -1,0 +1,337 @@
+// magrpo.ts: one MAGRPO iteration (algorithms.md B.2-B.3, CoMLRL's MAGRPOTrainer) on the embedded policy:
+//   - per question, a joint-action tree (JointRollout): at every state each agent samples G answers, paired 'aligned'
+//     (the g-th of every agent: G joint actions, G^T leaves) or 'cross' (every combination: G^A joint actions), each
+//     of which branches to the next turn; the trees of all questions grow breadth first, one batched decode per
+//     depth and model;
+//   - the joint reward of a joint action is the team's mean verifier score; returns R = r + gamma * mean(children);
+//   - advantages are group-relative within each sibling set (baseline mean | max | rloo | none, no std); with cross
+//     joint actions per completion, over the sum of the returns of the joint actions that hold it (CoMLRL's rule);
+//   - loss -A * log pi(answer), the sequence log-prob summed over its tokens ('seq-mean-token-sum'), no ratio, no
+//     clip; an optional KL to the reference policy (Schulman k3, `klCoef`), in the loss rather than the reward.
+import { JointRollout, type JointTree } from "../../debate/jointRollout.js";
+import type { Generation } from "../../policy/types.js";
+import { groupAdvantages } from "../../rl/groupAdvantages.js";
+import type { NativePolicy } from "../../model/nativePolicy.js";
+import { treeReturns } from "../../rl/tree.js";
+import type { TrainConfig } from "../job/config.js";
+import { teamMetrics } from "../job/evaluate.js";
+import type { AgentStats } from "./maporl.js";
+import {
+    answerOf,
+    jointScore,
+    packRows,
+    promptFor,
+    runTools,
+    traceTurns,
+    turnScores,
+    type RolloutEntry,
+    type TeamRollout,
+} from "./rollout.js";
+import type { ToolResult } from "../../env/tools.js";
+import type { IterationResult } from "./stage.js";
+import type { Task, TaskItem } from "../tasks/tasks.js";
+import { answerKey } from "../../debate/metrics.js";
+import { pushTo } from "../../collections.js";
+
+const right = (task: Task, text: string, item: TaskItem) => {
+    const x = answerOf(task, text);
+    return x !== null && answerKey(x) === answerKey(item.reference);
+};
+
+// The debate along the first sample of every state (joint action 0, its child 0, ...), for the training metrics.
+async function firstPath(
+    task: Task,
+    tree: JointTree,
+    item: TaskItem,
+    turns: number,
+    tokenize: (s: string) => number[],
+    extra: (action: number, agent: number) => Promise<Partial<RolloutEntry>>,
+): Promise<RolloutEntry[][]> {
+    const path: RolloutEntry[][] = [];
+    let parent = -1;
+    for (let d = 0; d < turns; d++) {
+        const id = tree.actions.findIndex((x) => x.parent === parent && x.depth === d);
+        if (id < 0) break;
+        const act = tree.actions[id]!;
+        path.push(
+            await Promise.all(
+                act.generations.map(async (g, a) => ({
+                    prompt: tokenize(act.prompts[a] as string),
+                    completion: (g.tokens ?? []) as number[],
+                    stopped: g.finishReason === "stop",
+                    text: g.text,
+                    extracted: answerOf(task, g.text),
+                    correct: right(task, g.text, item),
+                    score: right(task, g.text, item) ? 1 : 0,
+                    ...(await extra(id, a)),
+                })),
+            ),
+        );
+        parent = id;
+    }
+    return path;
+}
+
+type Roll = {
+    turns: number;
+    temperature: number;
+    maxTokens: number;
+    seed: number;
+    turn0?: NativePolicy[];
+    signal?: AbortSignal;
+};
+
+// The joint-action trees of every item through JointRollout.runBatch (breadth first: one batched decode per depth
+// and model): `magrpo.joint` joint actions, the team's mean score as the joint reward, every joint action branching
+// into the next turn's prompts (with the verdicts when `feedback`), the frozen turn-0 models at depth 0 when given.
+// Each answer is verified once: the reward and the next turn's verdicts share the score.
+async function trees(
+    cfg: TrainConfig,
+    task: Task,
+    items: TaskItem[],
+    agents: NativePolicy[],
+    roll: Roll,
+): Promise<{
+    grown: JointTree[];
+    toolsOf: (item: TaskItem, a: number, depth: number, text: string) => Promise<ToolResult[] | undefined>;
+}> {
+    const verified = new Map<TaskItem, Map<string, Promise<number>>>();
+    const scoreOf = (item: TaskItem, text: string) => {
+        let m = verified.get(item);
+        if (!m) verified.set(item, (m = new Map()));
+        let s = m.get(text);
+        if (!s)
+            m.set(
+                text,
+                (s = task.verifier
+                    .score({ question: item.question, response: text, reference: item.reference })
+                    .then((r) => r.score)),
+            );
+        return s;
+    };
+    const scores = (item: TaskItem, texts: string[]) => Promise.all(texts.map((text) => scoreOf(item, text)));
+    // A task with tools: each completion's calls run once (the transition), their results shown in the next prompts.
+    const ran = new Map<TaskItem, Map<string, Promise<ToolResult[] | undefined>>>();
+    const toolsOf = (item: TaskItem, a: number, depth: number, text: string) => {
+        let m = ran.get(item);
+        if (!m) ran.set(item, (m = new Map()));
+        const key = `${a}/${depth}/${text}`;
+        let p = m.get(key);
+        if (!p) m.set(key, (p = runTools(task, item, a, text, depth, roll.signal)));
+        return p;
+    };
+    const rollout = new JointRollout<TaskItem>({
+        agents,
+        ...(roll.turn0 ? { firstTurnAgents: roll.turn0 } : {}),
+        generations: cfg.magrpo.generations,
+        turns: roll.turns,
+        joint: cfg.magrpo.joint,
+        prompt: (item, a) => promptFor(task, item, a, null, cfg.feedback ? "empty" : undefined),
+        transition: async ({ item, completions, turn }) => {
+            const results = await Promise.all(completions.map((text, a) => toolsOf(item, a, turn, text)));
+            const answers = completions.map((text, a) => ({
+                text,
+                extracted: answerOf(task, text),
+                ...(results[a] ? { toolResults: results[a] } : {}),
+            }));
+            // The verdicts as rolloutTeam shows them (turnScores: answerers, finalReward); a transition is never after the last turn.
+            const s = cfg.feedback ? turnScores(task, await scores(item, completions), false) : undefined;
+            return agents.map((_, a) => promptFor(task, item, a, answers, s));
+        },
+        reward: async (texts, item, turn) =>
+            task.finalReward && turn < roll.turns - 1 ? 0 : jointScore(task, await scores(item, texts)),
+        sampling: { temperature: roll.temperature, maxTokens: roll.maxTokens },
+        seed: (item) => (roll.seed % 1_000_000_007) * 1_000_003 + items.indexOf(item) * 100_003, // < 2^53
+    });
+    return { grown: await rollout.runBatch(items, roll.signal ? { signal: roll.signal } : {}), toolsOf };
+}
+
+/**
+ * Cross joint actions (CoMLRL's joint_mode="cross", algorithms.md B.3): agent a's completion k at a state takes part
+ * in G^(A-1) joint actions; it gets the SUM of their returns, baselined over the agent's own G completions at that
+ * state (mean | max | rloo | none, as the aligned case). One entry per (state, agent, completion), naming a joint
+ * action that holds the completion.
+ */
+export function crossCompletions(
+    tree: JointTree,
+    returns: Float32Array,
+    A: number,
+    G: number,
+    baseline: TrainConfig["magrpo"]["baseline"],
+): { action: number; agent: number; adv: number }[] {
+    const states = new Map<number, number[]>(); // a state's joint actions share their parent
+    tree.actions.forEach((act, n) => {
+        pushTo(states, act.parent, n);
+    });
+    const scores: number[] = [],
+        groups: number[] = [],
+        where: { action: number; agent: number }[] = [];
+    for (const ids of states.values())
+        for (let a = 0; a < A; a++) {
+            const group = groups.length ? groups[groups.length - 1]! + 1 : 0;
+            for (let k = 0; k < G; k++) {
+                const holding = ids.filter((n) => tree.actions[n]!.sample[a] === k);
+                if (holding.length === 0) continue;
+                scores.push(holding.reduce((sum, n) => sum + returns[n]!, 0));
+                groups.push(group);
+                where.push({ action: holding[0]!, agent: a });
+            }
+        }
+    const adv = groupAdvantages(
+        { scores: Float32Array.from(scores), groups: Int32Array.from(groups) },
+        { estimator: "magrpo", baseline, device: "cpu" },
+    );
+    return where.map((w, j) => ({ ...w, adv: adv[j]! }));
+}
+
+export async function magrpoIteration(
+    cfg: TrainConfig,
+    task: Task,
+    items: TaskItem[],
+    agents: NativePolicy[],
+    trainable: (NativePolicy | null)[],
+    trainTurn: (t: number) => boolean,
+    ref: NativePolicy,
+    roll: Roll,
+): Promise<IterationResult> {
+    const A = agents.length,
+        mg = cfg.magrpo,
+        tok = agents[0]!.tokenizer;
+    const rows = new Map<
+        NativePolicy,
+        { prompt: number[]; completion: number[]; stopped: boolean; adv: number; a: number }[]
+    >();
+    const paths: RolloutEntry[][][] = [];
+    const rewardSum = new Float64Array(A),
+        rewardN = new Float64Array(A);
+    const { grown, toolsOf } = await trees(cfg, task, items, agents, roll);
+    // An item whose tree failed (a request failed: JointRollout's onError 'skip') is dropped; the others train.
+    const failed = grown.flatMap((t, i) =>
+        t.error ? [{ item: items[i]!, turn: t.error.depth, agent: t.error.agent, error: t.error.message }] : [],
+    );
+    if (failed.length === items.length)
+        throw new Error(
+            `rollout: every episode failed (${items.length}); the first at turn ${failed[0]!.turn}, agent ${failed[0]!.agent}: ${failed[0]!.error}`,
+        );
+    const forest = grown.filter((t) => !t.error);
+    items = items.filter((_, i) => !grown[i]!.error);
+    const push = (
+        a: number,
+        depth: number,
+        prompt: string,
+        g: Generation,
+        adv: number,
+        credit: Map<string, number>,
+        action: number,
+    ) => {
+        const model = trainable[a];
+        if (!model || !trainTurn(depth)) return;
+        credit.set(`${action}/${a}`, adv);
+        pushTo(rows, model, {
+            prompt: tok.encodeChat([{ role: "user", content: prompt }]),
+            completion: (g.tokens ?? []) as number[],
+            stopped: g.finishReason === "stop",
+            adv,
+            a,
+        });
+    };
+    for (const [i, item] of items.entries()) {
+        const tree = forest[i]!;
+        const { returns, advantages } = treeReturns(
+            { parent: tree.parent, rewards: tree.rewards },
+            { gamma: mg.discount, baseline: mg.baseline },
+        );
+        tree.actions.forEach((act) =>
+            act.generations.forEach((_, a) => {
+                rewardSum[a] = rewardSum[a]! + act.reward;
+                rewardN[a] = rewardN[a]! + 1;
+            }),
+        );
+        const credit = new Map<string, number>(); // "action/agent" -> the advantage the agent's completion trained with
+        if (mg.joint === "aligned")
+            // joint action n is every agent's n-th sample: one advantage for all of them
+            tree.actions.forEach((act, n) =>
+                act.generations.forEach((g, a) =>
+                    push(a, act.depth, act.prompts[a] as string, g, advantages[n]!, credit, n),
+                ),
+            );
+        else
+            for (const c of crossCompletions(tree, returns, A, mg.generations, mg.baseline)) {
+                const act = tree.actions[c.action]!;
+                push(
+                    c.agent,
+                    act.depth,
+                    act.prompts[c.agent] as string,
+                    act.generations[c.agent]!,
+                    c.adv,
+                    credit,
+                    c.action,
+                );
+            }
+        paths.push(
+            await firstPath(
+                task,
+                tree,
+                item,
+                roll.turns,
+                (s) => tok.encodeChat([{ role: "user", content: s }]),
+                async (n, a) => {
+                    const act = tree.actions[n]!,
+                        results = await toolsOf(item, a, act.depth, act.generations[a]!.text),
+                        c = credit.get(`${n}/${a}`);
+                    return { ...(results ? { toolResults: results } : {}), ...(c !== undefined ? { credit: c } : {}) };
+                },
+            ),
+        );
+    }
+    const stats: AgentStats[] = Array.from({ length: A }, (_, a) => ({
+        reward: rewardN[a] ? rewardSum[a]! / rewardN[a] : 0,
+        kl: 0,
+        clipFrac: 0,
+        entropy: 0,
+        valueLoss: 0,
+        policyLoss: 0,
+        updates: 0,
+    }));
+    for (const [model, list] of rows) {
+        roll.signal?.throwIfAborted();
+        const b = packRows(list, tok.eos, model.config.contextLength);
+        const kl = mg.klCoef > 0 ? { refLogp: await ref.logprobs(b) } : {};
+        const r = await model.trainStep(
+            {
+                tokens: b.tokens,
+                targets: b.targets,
+                mask: b.mask,
+                shape: b.shape,
+                advantages: Float32Array.from(list, (x) => x.adv),
+                ...kl,
+            },
+            {
+                loss: {
+                    type: "reinforce",
+                    aggregation: "seq-mean-token-sum",
+                    ...(mg.klCoef > 0 ? { kl: { coef: mg.klCoef, estimator: "k3" as const } } : {}),
+                },
+                lr: cfg.lr,
+                ...(roll.signal ? { signal: roll.signal } : {}),
+            },
+        );
+        for (const a of new Set(list.map((x) => x.a))) {
+            const st = stats[a]!;
+            st.policyLoss = r.loss;
+            st.entropy = r.stats.entropyMean;
+            st.kl = r.stats.klMean;
+            st.updates++;
+        }
+    }
+    const team: TeamRollout = { task, items, entries: paths, agents: A, turns: roll.turns };
+    const first = paths[0]!;
+    // The replay buffer (replay.ts) keeps the successful episodes of `rollout`: here each tree's first path.
+    return {
+        stats,
+        train: teamMetrics(team),
+        ...(failed.length ? { failed } : {}),
+        trace: { question: items[0]!.question, reference: items[0]!.reference, turns: traceTurns(task, first) },
+        rollout: team,
+    };
+}

@@ -1,0 +1,181 @@
+// maporl.ts: one MAPoRL update (algorithms.md A.4-A.6, the reference code's multi-agent PPOv2):
+//   - every (turn, agent) answer is its own PPO episode; the outcome reward at its last token is the
+//     influence-aware verification reward (Definition 1, discount 0.3) plus the optional collaboration bonuses;
+//   - every answer token also pays -klCoef * (log pi - log pi_ref) against the frozen reference policy;
+//   - token-level GAE (gamma 1, lambda 0.95) on the agent's critic, advantages whitened per (turn, agent) batch;
+//   - PPO epochs over the (turn, agent) micro-batches: the clipped surrogate for the actor, verl's clipped value
+//     loss for the critic, one optimizer step each (as the reference code steps per micro-batch).
+import type { NativePolicy } from "../../model/nativePolicy.js";
+import { mulberry32 } from "../../random.js";
+import { gae } from "../../rl/gae.js";
+import { collaborationBonus, influenceRewards, type BonusOptions } from "../../rl/influence.js";
+import { packRows, type PackedBatch, type TeamRollout } from "./rollout.js";
+
+export interface MaporlOptions {
+    klCoef: number;
+    discount: number;
+    bonus: BonusOptions;
+    gamma: number;
+    lambda: number;
+    ppoEpochs: number;
+    clip: number;
+    valueClip: number;
+    lr: number;
+    criticLr: number;
+    seed: number;
+    signal?: AbortSignal;
+}
+
+export interface AgentStats {
+    reward: number;
+    kl: number;
+    clipFrac: number;
+    entropy: number;
+    valueLoss: number;
+    policyLoss: number;
+    /** (turn, agent) batches that were trained. */
+    updates: number;
+}
+
+/** The per-turn outcome reward [E, T, A]: Definition 1 plus the collaboration bonuses. */
+export function maporlTurnRewards(r: TeamRollout, discount: number, bonus: BonusOptions): Float32Array {
+    const { turns: T, agents: A } = r,
+        E = r.items.length;
+    const scores = new Float32Array(E * T * A),
+        correct = new Uint8Array(E * T * A);
+    r.entries.forEach((ep, e) =>
+        ep.forEach((turn, t) =>
+            turn.forEach((x, a) => {
+                scores[(e * T + t) * A + a] = x.score;
+                correct[(e * T + t) * A + a] = x.correct ? 1 : 0;
+            }),
+        ),
+    );
+    const R = influenceRewards({ scores, shape: [E, T, A] }, { discount });
+    if (Object.values(bonus).some((v) => typeof v === "number" && v !== 0)) {
+        const b = collaborationBonus({ correct, shape: [E, T, A] }, bonus);
+        for (let i = 0; i < R.length; i++) R[i] = R[i]! + b[i]!;
+    }
+    return R;
+}
+
+/** One MAPoRL update. `models[a]` is agent a's trainable policy, or null when agent a is frozen (schedules);
+ * `trainTurn(t)` says whether turn t's answers are trained (turn-based schedules). */
+export async function maporlUpdate(
+    r: TeamRollout,
+    models: (NativePolicy | null)[],
+    critics: (NativePolicy | null)[],
+    ref: NativePolicy,
+    trainTurn: (t: number) => boolean,
+    o: MaporlOptions,
+): Promise<AgentStats[]> {
+    const { turns: T, agents: A } = r,
+        E = r.items.length;
+    const R = maporlTurnRewards(r, o.discount, o.bonus);
+    const stats: AgentStats[] = Array.from({ length: A }, () => ({
+        reward: 0,
+        kl: 0,
+        clipFrac: 0,
+        entropy: 0,
+        valueLoss: 0,
+        policyLoss: 0,
+        updates: 0,
+    }));
+    for (let a = 0; a < A; a++) {
+        let s = 0;
+        for (let e = 0; e < E; e++) for (let t = 0; t < T; t++) s += R[(e * T + t) * A + a]!;
+        stats[a]!.reward = s / (E * T);
+    }
+    interface Group {
+        t: number;
+        a: number;
+        b: PackedBatch;
+        oldLogp: Float32Array;
+        refLogp: Float32Array;
+        values: Float32Array;
+        adv: Float32Array;
+        ret: Float32Array;
+    }
+    const groups: Group[] = [];
+    for (let t = 0; t < T; t++)
+        for (let a = 0; a < A; a++) {
+            const model = models[a],
+                critic = critics[a];
+            if (!model || !critic || !trainTurn(t)) continue;
+            o.signal?.throwIfAborted();
+            r.entries.forEach((ep, e) => {
+                ep[t]![a]!.credit = R[(e * T + t) * A + a]!;
+            });
+            const b = packRows(
+                r.entries.map((ep) => ep[t]![a]!),
+                model.tokenizer.eos,
+                model.config.contextLength,
+            );
+            const [B, L] = b.shape;
+            const oldLogp = await model.logprobs(b),
+                refLogp = await ref.logprobs(b),
+                values = await critic.values(b);
+            const rewards = new Float32Array(B * L);
+            let kl = 0,
+                n = 0;
+            for (let i = 0; i < B * L; i++) {
+                if (!b.mask[i]) continue;
+                const d = oldLogp[i]! - refLogp[i]!;
+                rewards[i] = -o.klCoef * d;
+                kl += d;
+                n++;
+            }
+            for (let e = 0; e < B; e++) {
+                const k = e * L + b.last[e]!;
+                rewards[k] = rewards[k]! + R[(e * T + t) * A + a]!;
+            }
+            const g = gae(
+                { rewards, values, mask: b.mask, shape: b.shape },
+                { gamma: o.gamma, lambda: o.lambda, whiten: true, device: "cpu" },
+            );
+            stats[a]!.kl += n ? kl / n : 0;
+            groups.push({ t, a, b, oldLogp, refLogp, values, adv: g.advantages, ret: g.returns });
+        }
+    const rng = mulberry32(o.seed);
+    for (let epoch = 0; epoch < o.ppoEpochs; epoch++) {
+        const order = groups.map((_, i) => i);
+        for (let i = order.length - 1; i > 0; i--) {
+            const j = Math.floor(rng() * (i + 1));
+            [order[i], order[j]] = [order[j]!, order[i]!];
+        }
+        for (const gi of order) {
+            o.signal?.throwIfAborted();
+            const g = groups[gi]!,
+                st = stats[g.a]!;
+            const batch = { tokens: g.b.tokens, targets: g.b.targets, mask: g.b.mask, shape: g.b.shape };
+            const p = await models[g.a]!.trainStep(
+                { ...batch, advantages: g.adv, oldLogp: g.oldLogp },
+                {
+                    loss: { type: "ppo", clip: o.clip, aggregation: "token-mean" },
+                    lr: o.lr,
+                    ...(o.signal ? { signal: o.signal } : {}),
+                },
+            );
+            const v = await critics[g.a]!.trainStep(
+                { ...batch, returns: g.ret, oldValues: g.values },
+                { loss: "value", valueClip: o.valueClip, lr: o.criticLr, ...(o.signal ? { signal: o.signal } : {}) },
+            );
+            st.clipFrac += p.stats.clipFrac;
+            st.entropy += p.stats.entropyMean;
+            st.policyLoss += p.loss;
+            st.valueLoss += v.loss;
+            st.updates++;
+        }
+    }
+    for (const st of stats) {
+        const turnsTrained = st.updates / Math.max(1, o.ppoEpochs);
+        if (st.updates) {
+            st.clipFrac /= st.updates;
+            st.entropy /= st.updates;
+            st.policyLoss /= st.updates;
+            st.valueLoss /= st.updates;
+            st.kl /= turnsTrained;
+        }
+    }
+    return stats;
+}

@@ -1,0 +1,359 @@
+// rollout.ts: batched debate rollouts of the embedded policy for the trainers, and the packing of answers into
+// training batches. The protocol is MAPoRL's (algorithms.md A.2) in a compact form a character-level model can
+// read: agent a sees its view of the item, then "|" and the previous turn's answers of every agent, its own first,
+// each as a 3-digit number ("???" when none was given, and at turn 0, so that answering alone and in a discussion
+// differ only in what the slots hold). The A x E requests of a turn decode as one batch per distinct model (NativePolicy
+// batches prompts of any length; fixed-width slots keep the rows' lengths close, so little of a batch idles). Answers end in ";" and the same 3 digits, so agreeing with a peer is a copy.
+import type { NativePolicy } from "../../model/nativePolicy.js";
+import { answerKey } from "../../debate/metrics.js";
+import { answerersOf, roleOf, type Task, type TaskItem, type ToolPrevious } from "../tasks/tasks.js";
+import { runToolCall, type ToolResult } from "../../env/tools.js";
+import type { ToolCall } from "../../policy/types.js";
+import { pushTo } from "../../collections.js";
+import { generateSettled, policyMessage } from "../../policy/settle.js";
+
+export interface RolloutEntry {
+    prompt: number[];
+    /** The sampled tokens (without the EOS) and whether the answer ended with EOS. */
+    completion: number[];
+    stopped: boolean;
+    text: string;
+    extracted: string | null;
+    correct: boolean;
+    /** The verifier's score; for an agent that is not an answerer of its task, the turn's joint reward (the mean
+     * score of the answerers), so every agent is credited with the team's outcome. */
+    score: number;
+    /** What the calls this answer made returned (tasks with tools; runToolCall's results). */
+    toolResults?: ToolResult[];
+    /** The credit the trainer assigned to this answer when it trained it (MAPoRL: its influence-aware outcome reward;
+     * CoLLM: its TD advantage; MAGRPO: its group-relative advantage); absent for answers no model trained on. */
+    credit?: number;
+}
+
+export interface TeamRollout {
+    /** The task the debates ran (its prompts serve the centralised critic too). */
+    task?: Task;
+    items: TaskItem[];
+    /** entries[item][turn][agent]. */
+    entries: RolloutEntry[][][];
+    agents: number;
+    turns: number;
+    /** Episodes dropped because a request failed (the others go on): their item, where, and the error. */
+    failed?: { item: TaskItem; turn: number; agent: number; error: string }[];
+}
+
+export interface RolloutOptions {
+    turns: number;
+    temperature: number;
+    maxTokens: number;
+    /** Seed of the episode batch; agent a of item i at turn t draws with seed*1e6 + i*1000 + t*16 + a. */
+    seed: number;
+    /** The models that answer turn 0 (MAPoRL's separate turn-0 "policy" adapter); defaults to `agents`. */
+    turn0?: NativePolicy[];
+    /** Show the verifier's verdict on every previous answer (MAPoRL's reward feedback). Defaults to false. */
+    feedback?: boolean;
+    signal?: AbortSignal;
+    /** Called after each batch of answers with how many it generated (progress inside an evaluation). */
+    onAnswers?: (n: number) => void;
+}
+
+const ANSWER_WIDTH = 3;
+
+/** The final answer of a compact solution: the number after the last ';' (else the last number). */
+export function extractAnswer(text: string): string | null {
+    const m = /;\s*(-?\d+)\s*$/.exec(text) ?? /(-?\d+)(?!.*\d)/s.exec(text);
+    return m ? m[1]! : null;
+}
+
+function formatAnswer(x: string | null): string {
+    if (x === null || !/^\d+$/.test(x) || x.length > ANSWER_WIDTH) return "?".repeat(ANSWER_WIDTH);
+    return x.padStart(ANSWER_WIDTH, "0");
+}
+
+/** Agent a's user message: the task's own prompt (words tasks, as GSM8K's), else the compact protocol (turnPrompt). */
+export function promptFor(
+    task: Task,
+    item: TaskItem,
+    agent: number,
+    previous: ToolPrevious[] | null,
+    scores?: number[] | "empty",
+): string {
+    if (task.prompt) return task.prompt(item, agent, previous, scores);
+    return turnPrompt(
+        item.views[agent]!,
+        agent,
+        task.agents,
+        previous ? previous.map((e) => e.extracted) : null,
+        scores,
+    );
+}
+
+/** A response's final answer under the task's format. */
+export const answerOf = (task: Task, text: string): string | null =>
+    task.extract ? task.extract(text) : extractAnswer(text);
+
+/**
+ * The user message agent a of `agents` sees: its view, then everyone's previous answers (own first), or empty slots
+ * at turn 0. With `scores` (MAPoRL's reward feedback) each answer is followed by the verifier's verdict, "+" for a
+ * score >= 0.5 and "-" below ("?" in an empty slot).
+ */
+export function turnPrompt(
+    view: string,
+    agent: number,
+    agents: number,
+    previous: (string | null)[] | null,
+    scores?: number[] | "empty",
+): string {
+    const order = [agent, ...Array.from({ length: agents }, (_, j) => j).filter((j) => j !== agent)];
+    const mark = (j: number) =>
+        scores === undefined ? "" : scores === "empty" || !previous ? "?" : scores[j]! >= 0.5 ? "+" : "-";
+    return `${view}|${order.map((j) => formatAnswer(previous ? previous[j]! : null) + mark(j)).join(",")}`;
+}
+
+/** A task solution "chain;42" in the protocol's answer format "chain;042". */
+export function protocolSolution(solution: string): string {
+    const m = /^(.*;)(\d+)$/s.exec(solution);
+    return m ? m[1]! + formatAnswer(m[2]!) : solution;
+}
+
+/**
+ * Runs E debates of `turns` turns; agents[a] answers for agent a (the same model may appear several times). An
+ * episode whose request fails (generateSettled: the batch, then its requests alone) is dropped and listed in
+ * `failed`; the others go on. Rejects when every episode failed (nothing to train on), and on abort.
+ */
+export async function rolloutTeam(
+    task: Task,
+    items: TaskItem[],
+    agents: NativePolicy[],
+    o: RolloutOptions,
+): Promise<TeamRollout> {
+    const A = agents.length;
+    const entries: RolloutEntry[][][] = items.map(() => []);
+    const failed = new Map<number, { item: TaskItem; turn: number; agent: number; error: string }>();
+    for (let t = 0; t < o.turns; t++) {
+        o.signal?.throwIfAborted();
+        const turn: RolloutEntry[][] = items.map(() => new Array(A));
+        const byModel = new Map<NativePolicy, { i: number; a: number }[]>();
+        const who = t === 0 && o.turn0 ? o.turn0 : agents;
+        const live = items.flatMap((_, i) => (failed.has(i) ? [] : [i]));
+        for (let a = 0; a < A; a++) pushTo(byModel, who[a]!, ...live.map((i) => ({ i, a })));
+        for (const [model, who] of byModel) {
+            const content = who.map(({ i, a }) => {
+                const prev = t === 0 ? null : entries[i]![t - 1]!;
+                return promptFor(
+                    task,
+                    items[i]!,
+                    a,
+                    prev,
+                    o.feedback ? (prev ? prev.map((e) => e.score) : "empty") : undefined,
+                );
+            });
+            const gens = await generateSettled(
+                model,
+                who.map(({ i, a }, k) => ({
+                    messages: [{ role: "user" as const, content: content[k]! }],
+                    sampling: { temperature: o.temperature, maxTokens: o.maxTokens },
+                    seed: o.seed * 1_000_000 + i * 1000 + t * 16 + a,
+                })),
+                { ...(o.signal ? { signal: o.signal } : {}) },
+            );
+            o.onAnswers?.(who.length);
+            for (let k = 0; k < who.length; k++) {
+                const { i, a } = who[k]!,
+                    settled = gens[k]!,
+                    item = items[i]!;
+                if (!settled.ok) {
+                    if (!failed.has(i))
+                        failed.set(i, { item, turn: t, agent: a, error: policyMessage(model, settled.error) });
+                    continue;
+                }
+                const g = settled.generation;
+                const extracted = answerOf(task, g.text);
+                const verdict = await task.verifier.score({
+                    question: item.question,
+                    response: g.text,
+                    reference: item.reference,
+                });
+                turn[i]![a] = {
+                    prompt: model.tokenizer.encodeChat([{ role: "user", content: content[k]! }]),
+                    completion: (g.tokens ?? []) as number[],
+                    stopped: g.finishReason === "stop",
+                    text: g.text,
+                    extracted,
+                    correct: extracted !== null && answerKey(extracted) === answerKey(item.reference),
+                    score: verdict.score,
+                };
+            }
+        }
+        for (const i of live)
+            if (!failed.has(i)) await transition(task, items[i]!, turn[i]!, t, t === o.turns - 1, o.signal);
+        turn.forEach((row, i) => entries[i]!.push(row));
+    }
+    if (failed.size === 0) return { task, items, entries, agents: A, turns: o.turns };
+    if (failed.size === items.length) {
+        const f = [...failed.values()][0]!;
+        throw new Error(
+            `rollout: every episode failed (${items.length}); the first at turn ${f.turn}, agent ${f.agent}: ${f.error}`,
+        );
+    }
+    const keep = items.flatMap((_, i) => (failed.has(i) ? [] : [i]));
+    return {
+        task,
+        items: keep.map((i) => items[i]!),
+        entries: keep.map((i) => entries[i]!),
+        agents: A,
+        turns: o.turns,
+        failed: [...failed.values()],
+    };
+}
+
+/**
+ * The transition after a turn of one episode: each answer's tool calls (the task's text protocol) run in agent order
+ * with the caller's role, their results kept on the entry (the next observations read them); then, when the task
+ * names its answerers, every other agent's score becomes the turn's joint reward; with `finalReward`, every score
+ * before the `last` turn is 0. A tool that throws, hangs or is forbidden is a result with ok false, never an error of
+ * the episode.
+ */
+export async function transition(
+    task: Task,
+    item: TaskItem,
+    row: RolloutEntry[],
+    turn: number,
+    last: boolean,
+    signal?: AbortSignal,
+): Promise<void> {
+    for (const [a, e] of row.entries()) {
+        const results = await runTools(task, item, a, e.text, turn, signal);
+        if (results) e.toolResults = results;
+    }
+    const scores = turnScores(
+        task,
+        row.map((e) => e.score),
+        last,
+    );
+    row.forEach((e, a) => {
+        e.score = scores[a]!;
+    });
+}
+
+/** A turn's scores as the trainers credit them: an agent outside the task's answerers gets the turn's joint reward;
+ * with `finalReward`, every score before the `last` turn is 0. */
+export function turnScores(task: Task, scores: number[], last: boolean): number[] {
+    if (task.finalReward && !last) return scores.map(() => 0);
+    if (!task.answerers) return scores;
+    const joint = jointScore(task, scores);
+    return scores.map((x, a) => (task.answerers!.includes(a) ? x : joint));
+}
+
+/** The results of the calls one answer makes (in order), or undefined when it makes none or the task has no tools. */
+export async function runTools(
+    task: Task,
+    item: TaskItem,
+    agent: number,
+    text: string,
+    turn: number,
+    signal?: AbortSignal,
+): Promise<ToolResult[] | undefined> {
+    let calls: ToolCall[];
+    try {
+        calls = task.tools?.length && task.toolCalls ? task.toolCalls(text) : [];
+    } catch (e) {
+        // the task's own parser failed on this answer: an error of the call, the episode goes on
+        return [
+            {
+                callId: "call_0",
+                name: "?",
+                arguments: "",
+                ok: false,
+                error: "arguments",
+                ms: 0,
+                content: `error: the tool calls of this answer could not be read (${e instanceof Error ? e.message : String(e)})`,
+            },
+        ];
+    }
+    if (!Array.isArray(calls) || !calls.length) return undefined;
+    const out: ToolResult[] = [];
+    for (const call of calls)
+        out.push(
+            await runToolCall(task.tools!, call, {
+                role: roleOf(task, agent),
+                turn,
+                episode: { item },
+                ...(signal ? { signal } : {}),
+            }),
+        );
+    return out;
+}
+
+/** The joint reward of a turn: the mean score of the task's answerers. */
+export function jointScore(task: Task | undefined, scores: number[]): number {
+    const who = answerersOf(task, scores.length);
+    return who.reduce((s, a) => s + scores[a]!, 0) / who.length;
+}
+
+export interface TraceEntry {
+    text: string;
+    correct: boolean;
+    role?: string;
+    tools?: { name: string; arguments: string; ok: boolean; content: string; error?: string }[];
+    credit?: number;
+}
+
+/** An episode's entries as traces.jsonl records them. */
+export function traceTurns(task: Task | undefined, turns: RolloutEntry[][]): TraceEntry[][] {
+    return turns.map((turn) =>
+        turn.map((x, a) => ({
+            text: x.text,
+            correct: x.correct,
+            ...(task?.roles ? { role: roleOf(task, a) } : {}),
+            ...(x.toolResults
+                ? {
+                      tools: x.toolResults.map((c) => ({
+                          name: c.name,
+                          arguments: c.arguments,
+                          ok: c.ok,
+                          content: c.content,
+                          ...(c.error ? { error: c.error } : {}),
+                      })),
+                  }
+                : {}),
+            ...(x.credit !== undefined ? { credit: x.credit } : {}),
+        })),
+    );
+}
+
+export interface PackedBatch {
+    tokens: Int32Array;
+    targets: Int32Array;
+    /** 1 at the positions that predict an answer token (and its EOS), [B, T]. */
+    mask: Float32Array;
+    /** Per row, the position predicting its last answer token (where the outcome reward lands). */
+    last: Int32Array;
+    shape: [number, number];
+}
+
+/** Packs (prompt, answer) rows into [B, T] next-token batches; T is the longest row, at most `context`. */
+export function packRows(
+    rows: { prompt: number[]; completion: number[]; stopped: boolean }[],
+    eos: number,
+    context: number,
+): PackedBatch {
+    const seqs = rows.map((r) => {
+        const s = [...r.prompt, ...r.completion, ...(r.stopped ? [eos] : [])];
+        return s.length > context ? s.slice(0, context) : s;
+    });
+    const B = rows.length,
+        T = Math.max(2, ...seqs.map((s) => s.length));
+    const tokens = new Int32Array(B * T),
+        targets = new Int32Array(B * T),
+        mask = new Float32Array(B * T),
+        last = new Int32Array(B);
+    seqs.forEach((s, b) => {
+        const p = rows[b]!.prompt.length;
+        for (let t = 0; t < s.length; t++) tokens[b * T + t] = s[t]!;
+        for (let t = 0; t + 1 < s.length; t++) targets[b * T + t] = s[t + 1]!;
+        for (let t = p - 1; t + 1 < s.length; t++) mask[b * T + t] = 1;
+        last[b] = Math.max(p - 1, s.length - 2);
+    });
+    return { tokens, targets, mask, last, shape: [B, T] };
+}
