@@ -1,4 +1,4 @@
-// cli.test.ts: the `maporl` command line (lib/cliProgram.ts) parsed with stub actions (no job runs), and the real
+// cli.test.ts: the `maporl` command line (lib/cli/program.ts) parsed with stub actions (no job runs), and the real
 // dist/cli.js for help, version and exit codes.
 import { spawnSync } from "node:child_process";
 import { readFileSync } from "node:fs";
@@ -14,7 +14,7 @@ import {
     type EvalArgs,
     type ServeArgs,
     type TrainArgs,
-} from "../../lib/cliProgram.js";
+} from "../../lib/cli/program.js";
 
 const root = join(import.meta.dirname, "..", "..");
 const version = (JSON.parse(readFileSync(join(root, "package.json"), "utf8")) as { version: string }).version;
@@ -256,5 +256,14 @@ describe("maporl command line", () => {
         expect(resume.status).toBe(1);
         expect(resume.stderr).toMatch(/no config.json there/);
         expect(resume.stdout).not.toMatch(/run directory/);
+        // An unknown command is an error with or without --help (commander alone printed the top-level help, exit 0).
+        for (const argv of [["gateway"], ["gateway", "--help"], ["trian", "-h"]]) {
+            const r = run(...argv);
+            expect(r.status, argv.join(" ")).toBe(1);
+            expect(r.stderr).toContain(`unknown command '${argv[0]}'`);
+            expect(r.stdout).toBe("");
+        }
+        expect(run("trian", "--help").stderr).toContain("Did you mean train?");
+        expect(run("help", "train")).toMatchObject({ status: 0 });
     });
 });

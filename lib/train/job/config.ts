@@ -154,7 +154,7 @@ export const DEFAULT_CONFIG: TrainConfig = {
     replay: { enabled: false, capacity: 1024, every: 10, steps: 4, batchSize: 32, lr: 1e-4 },
 };
 
-/** The choices of the keys the command line offers as flags (cliProgram.ts lists and checks them from here). */
+/** The choices of the keys the command line offers as flags (lib/cli/commands/train.ts lists and checks them from here). */
 export const TASKS = ["arith-debate", "split-sum", "tool-lookup", "gsm8k"] as const,
     ALGOS = ["maporl", "magrpo", "collm-cc", "collm-dc"] as const,
     SCHEDULES = ["joint", "independent", "alternating", "turn-based"] as const,

@@ -1,6 +1,9 @@
-// toyCli.ts: `maporl toy`: the collaboration-rate curves of the toy game at T = 10 and 20 and the agreement of
+// toy.ts: `maporl toy`: the collaboration-rate curves of the toy game at T = 10 and 20 and the agreement of
 // the learned behaviour with Observations 1 and 2 over the payoff grid (lib/train/tasks/toy.ts).
-import { observation1, observation2, toyGame, toyPayoffGrid, type ToyPayoffs } from "./tasks/toy.js";
+import type { Command } from "commander";
+
+import { integer } from "../parse.js";
+import { observation1, observation2, toyGame, toyPayoffGrid, type ToyPayoffs } from "../../train/tasks/toy.js";
 
 export interface ToyReport {
     turns: number;
@@ -75,6 +78,7 @@ export function runToy(
 
 /** `maporl toy` as the CLI runs it: the study's lines on stdout, its progress on stderr (redrawn on a terminal; in
  * logs a line every 5 s and at the end of each grid). */
+/** `maporl toy`: prints the study. */
 export function runToyCli(options: { turns?: number[]; seed?: number }): void {
     const tty = process.stderr.isTTY === true,
         t0 = performance.now();
@@ -95,4 +99,19 @@ export function runToyCli(options: { turns?: number[]; seed?: number }): void {
         },
     });
     if (tty) process.stderr.write("\r\x1b[K");
+}
+
+/** Declares `maporl toy` on `cmd`. */
+export function declare(cmd: Command, act: (a: { seed: number }) => Promise<void>): void {
+    cmd.description(
+        "MAPoRL's toy game: collaboration-rate curves at T = 10 and 20, and the learned behaviour against Observations 1 and 2 over a payoff grid",
+    )
+        .option("--seed <n>", "the seed", integer(0, 2 ** 31 - 1), 0)
+        .action(async (o: { seed: number }) => await act(o));
+}
+
+/** `maporl toy`: the exit code. */
+export function run(a: { seed: number }): number {
+    runToyCli(a);
+    return 0;
 }
