@@ -8,25 +8,15 @@
 // advised to huge pages from HUGE_OUTPUT_BYTES on. No stale byte can be observed either way: the kernel overwrites
 // every element (masked positions included).
 import { Buffer } from "node:buffer";
-import { native } from "./native.js";
+import { native, type OutputPoolStats } from "./native.js";
+
+export type { OutputPoolStats } from "./native.js";
 
 /** Outputs at least this large (bytes) are advised to huge pages when they do not come from the pool. */
 export const HUGE_OUTPUT_BYTES = 32 << 20;
 /** Outputs at least this large (bytes) come from the output pool; smaller ones are cheap for malloc. */
 export const POOL_MIN_BYTES = 256 << 10;
 
-/** The output pool's state: bytes cached for reuse, bytes handed out and alive, and how requests were met. */
-export interface OutputPoolStats {
-    limitBytes: number;
-    cachedBytes: number;
-    outstandingBytes: number;
-    /** Requests met by a cached block. */
-    hits: number;
-    /** Requests met by a new block. */
-    misses: number;
-    /** Requests over the limit (or refused by the runtime), met by a plain allocation instead. */
-    refused: number;
-}
 
 /** A Float32Array of `n` elements whose contents are unspecified until a kernel writes all of them. */
 export function outputFloat32(n: number): Float32Array {

@@ -207,7 +207,9 @@ export {
     type ToyResult,
 } from "./train/tasks/toy.js";
 export { servePolicy, type ServeOptions, type RunningServer } from "./serve/server.js";
-export { trainJob, formatSummary, type JobProgress, type TrainJobOptions, type TrainSummary } from "./train/job/job.js";
+export { trainJob } from "./train/job/job.js";
+export { formatSummary } from "./train/job/summary.js";
+export type { JobProgress, TrainJobOptions, TrainSummary } from "./train/job/types.js";
 export { type StageTiming } from "./train/job/clock.js";
 export { resolveConfig, DEFAULT_CONFIG, type TrainConfig, type Algo, type Schedule } from "./train/job/config.js";
 export { evaluateTeam, type EvalResult } from "./train/job/evaluate.js";

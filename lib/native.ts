@@ -7,6 +7,19 @@ import { MaporlError } from "./errors.js";
 /** Raw mask arrays accepted by the kernels. */
 export type MaskArray = Uint8Array | Float32Array;
 
+/** The output pool's state: bytes cached for reuse, bytes handed out and alive, and how requests were met. */
+export interface OutputPoolStats {
+    limitBytes: number;
+    cachedBytes: number;
+    outstandingBytes: number;
+    /** Requests met by a cached block. */
+    hits: number;
+    /** Requests met by a new block. */
+    misses: number;
+    /** Requests over the limit (or refused by the runtime), met by a plain allocation instead. */
+    refused: number;
+}
+
 export interface NativeDeviceInfo {
     index: number;
     name: string;
@@ -211,8 +224,8 @@ export interface NativeBinding {
     adviseHugePages(array: ArrayBufferView): boolean;
     /** An external ArrayBuffer of exactly `bytes` from the output pool, or undefined (over its bound, or refused). */
     outputBuffer(bytes: number): ArrayBuffer | undefined;
-    outputPoolStats(): import("./alloc.js").OutputPoolStats;
-    setOutputPool(limitBytes: number): import("./alloc.js").OutputPoolStats;
+    outputPoolStats(): OutputPoolStats;
+    setOutputPool(limitBytes: number): OutputPoolStats;
     setErrorClass(ctor: typeof MaporlError): void;
     gae(
         rewards: Float32Array,

@@ -14,10 +14,7 @@ import { groupAdvantages } from "../rl/groupAdvantages.js";
 import { policyLoss } from "../rl/policyLoss.js";
 import { reinforceReturns } from "../rl/reinforceReturns.js";
 import { median } from "./measure.js";
-import { fusedBatch, policyLossBatch } from "./policyLoss.js";
-import { gaeBatch } from "./gae.js";
-import { grpoBatch } from "./groupAdvantages.js";
-import { reinforceBatch } from "./reinforceReturns.js";
+import { fusedBatch, gaeBatch, grpoBatch, policyLossBatch, reinforceBatch } from "./batches.js";
 
 /** The default call and the call into reused `out` buffers at the benchmark's sizes, by kernel name (the names of
  * lib/bench/index.ts). */

@@ -4,20 +4,10 @@ import { gae } from "../rl/gae.js";
 import { type BenchContext, type BenchRow } from "./types.js";
 import { peakExtraBytes, timeMedian } from "./measure.js";
 import { runPython } from "./python.js";
-import { lcg } from "../random.js";
 import { freshRows } from "./freshRows.js";
+import { gaeBatch, SHAPES } from "./batches.js";
 
-const B = 256,
-    T = 4096;
-
-/** The benchmark's batch (also timed in a fresh process by fresh.ts). */
-export function gaeBatch() {
-    const n = B * T,
-        next = lcg(1);
-    const rewards = new Float32Array(n).map(next),
-        values = new Float32Array(n).map(next);
-    return { rewards, values, mask: new Float32Array(n).fill(1), shape: [B, T] as [number, number] };
-}
+const [B, T] = SHAPES.gae;
 
 export async function benchGae(ctx: BenchContext): Promise<BenchRow[]> {
     const n = B * T;

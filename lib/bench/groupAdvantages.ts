@@ -6,21 +6,8 @@ import { groupAdvantages } from "../rl/groupAdvantages.js";
 import { peakExtraBytes, timeMedian } from "./measure.js";
 import { runPython } from "./python.js";
 import { type BenchContext, type BenchRow } from "./types.js";
-import { lcg } from "../random.js";
 import { freshRows } from "./freshRows.js";
-
-/** The benchmark's batch of N scores in groups of G (also timed in a fresh process by fresh.ts). */
-export function grpoBatch(N: number, G: number, layout: "adjacent" | "shuffled") {
-    const next = lcg(7);
-    const scores = new Float32Array(N).map(next);
-    const perm = Int32Array.from({ length: N }, (_, i) => i);
-    if (layout === "shuffled")
-        for (let i = N - 1; i > 0; i--) {
-            const j = Math.floor(next() * (i + 1));
-            [perm[i], perm[j]] = [perm[j]!, perm[i]!];
-        }
-    return { scores, groups: perm.map((p) => Math.floor(p / G)) };
-}
+import { grpoBatch } from "./batches.js";
 
 export async function benchGroupAdvantages(ctx: BenchContext): Promise<BenchRow[]> {
     const rows: BenchRow[] = [];

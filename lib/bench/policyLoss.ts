@@ -6,42 +6,11 @@ import { policyLoss } from "../rl/policyLoss.js";
 import { peakExtraBytes, timeMedian } from "./measure.js";
 import { runPython } from "./python.js";
 import { type BenchContext, type BenchRow } from "./types.js";
-import { lcg } from "../random.js";
 import { freshRows } from "./freshRows.js";
+import { fusedBatch, policyLossBatch, SHAPES } from "./batches.js";
 
-const B = 64,
-    T = 4096,
-    N = 2048,
-    V = 32768;
-
-/** The benchmarks' batches (also timed in a fresh process by fresh.ts). */
-export function policyLossBatch() {
-    const n = B * T,
-        next = lcg(5);
-    const logp = new Float32Array(n).map(() => -1 - next());
-    return {
-        logp,
-        oldLogp: logp.map((x) => x + 0.1 * (next() - 0.5)),
-        advantages: new Float32Array(n).map(() => next() - 0.5),
-        refLogp: logp.map((x) => x - 0.1 * next()),
-        mask: new Uint8Array(n).fill(1),
-        shape: [B, T] as [number, number],
-    };
-}
-
-export function fusedBatch() {
-    const next = lcg(9);
-    const logits = new Float32Array(N * V);
-    for (let i = 0; i < logits.length; i++) logits[i] = 4 * next() - 2;
-    return {
-        logits,
-        targets: Int32Array.from({ length: N }, () => Math.floor(next() * V)),
-        oldLogp: new Float32Array(N).fill(-3),
-        advantages: new Float32Array(N).fill(0.5),
-        mask: new Uint8Array(N).fill(1),
-        shape: [N, V] as [number, number],
-    };
-}
+const [B, T] = SHAPES.policyLoss,
+    [N, V] = SHAPES.fusedPolicyLoss;
 
 export async function benchPolicyLoss(ctx: BenchContext): Promise<BenchRow[]> {
     const n = B * T;

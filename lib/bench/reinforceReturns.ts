@@ -4,22 +4,10 @@ import { reinforceReturns } from "../rl/reinforceReturns.js";
 import { peakExtraBytes, timeMedian } from "./measure.js";
 import { runPython } from "./python.js";
 import { type BenchContext, type BenchRow } from "./types.js";
-import { lcg } from "../random.js";
 import { freshRows } from "./freshRows.js";
+import { reinforceBatch, SHAPES } from "./batches.js";
 
-const B = 256,
-    T = 4096;
-
-/** The benchmark's batch (also timed in a fresh process by fresh.ts). */
-export function reinforceBatch() {
-    const n = B * T,
-        next = lcg(3);
-    return {
-        rewards: new Float32Array(n).map(next),
-        mask: new Float32Array(n).fill(1),
-        shape: [B, T] as [number, number],
-    };
-}
+const [B, T] = SHAPES.reinforceReturns;
 
 export async function benchReinforceReturns(ctx: BenchContext): Promise<BenchRow[]> {
     const n = B * T;

@@ -10,7 +10,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 
-import { formatSummary, trainJob } from "../../lib/train/job/job.js";
+import { trainJob } from "../../lib/train/job/job.js";
+import { formatSummary } from "../../lib/train/job/summary.js";
 
 const work = mkdtempSync(join(tmpdir(), "maporl-accept-"));
 afterAll(() => rmSync(work, { recursive: true, force: true }));

@@ -18,7 +18,8 @@ import { afterAll, describe, expect, it } from "vitest";
 
 import { backend, setSimd } from "../../lib/index.js";
 import { crossPlay, makeSuite, regressionGate, teamArg } from "../../lib/train/job/evalGate.js";
-import { formatSummary, trainJob } from "../../lib/train/job/job.js";
+import { trainJob } from "../../lib/train/job/job.js";
+import { formatSummary } from "../../lib/train/job/summary.js";
 
 const work = mkdtempSync(join(tmpdir(), "maporl-lookup-team-"));
 afterAll(() => {

@@ -16,7 +16,8 @@ import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 
 import { backend, setSimd } from "../../lib/index.js";
-import { formatSummary, trainJob } from "../../lib/train/job/job.js";
+import { trainJob } from "../../lib/train/job/job.js";
+import { formatSummary } from "../../lib/train/job/summary.js";
 import { tinyHfModel } from "../helpers/serve.js";
 
 const work = mkdtempSync(join(tmpdir(), "maporl-lora-team-"));

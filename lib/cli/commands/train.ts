@@ -18,7 +18,9 @@ import {
     SCHEDULES,
     TASKS,
 } from "../../train/job/config.js";
-import { formatSummary, trainJob, type JobProgress } from "../../train/job/job.js";
+import { trainJob } from "../../train/job/job.js";
+import { formatSummary } from "../../train/job/summary.js";
+import type { JobProgress } from "../../train/job/types.js";
 
 export interface TrainArgs {
     /** Config keys from the flags (dotted for nested ones), as strings: the config validates and converts them. */

@@ -13,7 +13,8 @@ import { join } from "node:path";
 import { NativePolicy } from "../../model/nativePolicy.js";
 import { resolveConfig, type TrainConfig } from "./config.js";
 import { evaluateTeam, type EvalResult } from "./evaluate.js";
-import { makeTask, mean } from "./job.js";
+import { makeTask } from "./job.js";
+import { mean } from "./summary.js";
 import type { TaskItem } from "../tasks/tasks.js";
 
 export interface SuiteConfig {

@@ -7,181 +7,28 @@
 // metrics.jsonl, traces.jsonl, checkpoint/ and models/. Every random draw comes from (seed, stage, step), and the
 // checkpoint after every step records the byte length of the two logs, so `resume` truncates what a killed
 // process wrote after it and continues with the same numbers as an uninterrupted run.
-import {
-    appendFileSync,
-    existsSync,
-    mkdirSync,
-    readdirSync,
-    readFileSync,
-    statSync,
-    truncateSync,
-    writeFileSync,
-} from "node:fs";
+import { appendFileSync, existsSync, mkdirSync, readFileSync, statSync, truncateSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 
 import { backend, setMatmulPrecision } from "../../backend.js";
 import { MaporlError } from "../../errors.js";
 import { NativePolicy } from "../../model/nativePolicy.js";
 import { fsyncFile, replaceFileDurable, writeFileDurable } from "../../durable.js";
-import { sha256File } from "../../files.js";
 import { loadModel, prefixSha256, readCheckpoint, writeCheckpoint } from "./checkpoint.js";
-import { answersPerRollout, JobClock, type StageTiming } from "./clock.js";
+import { answersPerRollout, JobClock } from "./clock.js";
 import { resolveConfig, type TrainConfig } from "./config.js";
-import { evaluateTeam, type EvalResult } from "./evaluate.js";
+import { evaluateTeam } from "./evaluate.js";
 import { writeReport } from "./report.js";
+import { checkResumeInputs, digestModelDir } from "./resume.js";
+import { mean, summarize, taskProtocol } from "./summary.js";
+import type { JobProgress, JobState, TrainJobOptions, TrainSummary } from "./types.js";
 import { sftWarmStart } from "../trainers/sft.js";
-import { rolloutTeam, turnPrompt } from "../trainers/rollout.js";
-import { ReplayBuffer, type ReplayState } from "../trainers/replay.js";
+import { rolloutTeam } from "../trainers/rollout.js";
+import { ReplayBuffer } from "../trainers/replay.js";
 import { runIteration, scheduled, stageModels } from "../trainers/stage.js";
 import { arithDebateTask, splitSumTask, type Task } from "../tasks/tasks.js";
 import { gsm8kTask } from "../tasks/gsm8k.js";
 import { lookupTask } from "../tasks/lookup.js";
-
-export interface TrainJobOptions {
-    /** A partial config (validated and completed with the defaults). Ignored with `resume`. */
-    config?: unknown;
-    /** The run directory. */
-    out: string;
-    /** Continue the run in `out` from its last checkpoint. */
-    resume?: boolean;
-    /** With resume: config keys (dotted, or a prefix such as "schedule") whose change since the run started is
-     * accepted and logged; any other change is an error naming it. "model.dir" also accepts changed base weights. */
-    allowConfigChange?: string[];
-    signal?: AbortSignal;
-    /** Progress lines (the CLI draws a bar from `onProgress`). Defaults to none. */
-    log?: (line: string) => void;
-    onProgress?: (p: JobProgress) => void;
-}
-
-/** Where a job stands: the step of its stage (SFT steps, iterations, or the answers of a held-out evaluation). */
-export interface JobProgress {
-    stage: string;
-    /** 'eval': `step` / `total` count the answers of the evaluation running at iteration `iteration`. */
-    phase: "sft" | "train" | "eval";
-    step: number;
-    total: number;
-    /** The stage's iteration (or SFT step) the evaluation runs at; equals `step` outside evaluations. */
-    iteration: number;
-    reward: number;
-    accuracy: number[];
-    /** Since this process started the job. */
-    elapsedMs: number;
-    /** The whole job's stages in order, and the time its work left should take at the rates measured so far
-     * (NaN until one is known). */
-    job: { stages: string[]; etaMs: number };
-}
-
-export interface TrainSummary {
-    config: TrainConfig;
-    rows: { name: string; majorityAccuracy: number[]; gain: number; soloAccuracy: number; trainedAlone: number }[];
-    evals: Record<string, EvalResult>;
-    /** When each stage ran (a resumed stage counts the time of every process that worked on it). */
-    stages?: StageTiming[];
-    /** The process's memory: its peak RSS, and on a Hugging Face base (model.dir) the base's parameters and the
-     * trainable parameters of every adapter the job held (agents and critics share the one base). */
-    memory?: { peakRssBytes: number; baseParameters: number; adapters: Record<string, number> };
-}
-
-interface JobState {
-    version: 1;
-    stage: string;
-    step: number;
-    evals: Record<string, EvalResult>;
-    metricsBytes: number;
-    tracesBytes: number;
-    /** SHA-256 of the logs' first metricsBytes / tracesBytes bytes (checked on resume; absent in older runs). */
-    metricsSha256?: string;
-    tracesSha256?: string;
-    /** Stage timings so far (clock.ts). */
-    timings?: Record<string, StageTiming>;
-    /** The replay buffer of the current stage (replay.ts; config replay.enabled). */
-    replay?: ReplayState | null;
-    /** The resolved config the run started with (a resume compares config.json with it; absent in older runs). */
-    config?: TrainConfig;
-    /** SHA-256 of every file of model.dir when the run started (a resume compares; absent without model.dir). */
-    modelFiles?: Record<string, string>;
-}
-
-/** SHA-256 of every regular file directly in model directory `dir` (weights, config, tokenizer), by name. */
-function digestModelDir(dir: string): Record<string, string> {
-    const out: Record<string, string> = {};
-    for (const f of readdirSync(dir).sort()) if (statSync(join(dir, f)).isFile()) out[f] = sha256File(join(dir, f));
-    return out;
-}
-
-/** The dotted keys whose values differ between two configs (JSON values compared). */
-function configChanges(a: unknown, b: unknown, prefix = ""): string[] {
-    if (
-        a !== null &&
-        b !== null &&
-        typeof a === "object" &&
-        typeof b === "object" &&
-        !Array.isArray(a) &&
-        !Array.isArray(b)
-    ) {
-        const keys = [...new Set([...Object.keys(a), ...Object.keys(b)])].sort();
-        return keys.flatMap((k) =>
-            configChanges(
-                (a as Record<string, unknown>)[k],
-                (b as Record<string, unknown>)[k],
-                prefix ? `${prefix}.${k}` : k,
-            ),
-        );
-    }
-    return JSON.stringify(a) === JSON.stringify(b) ? [] : [prefix];
-}
-
-/** A resumed run's config and base model against what the run started with: an error naming every change that
- * `allowed` (config keys, or a key's prefix) does not accept; the accepted changes are logged. Returns the base
- * model's digests now (model.dir), for the checkpoints to come. */
-function checkResumeInputs(
-    out: string,
-    state: JobState,
-    cfg: TrainConfig,
-    allowed: readonly string[],
-    log: (l: string) => void,
-): Record<string, string> | undefined {
-    const get = (c: unknown, k: string) =>
-        k.split(".").reduce<unknown>((x, p) => (x as Record<string, unknown> | undefined)?.[p], c);
-    for (const k of allowed)
-        if (get(cfg, k) === undefined && get(state.config, k) === undefined)
-            throw new RangeError(`train: --allow-config-change ${k}: not a config key`);
-    const digests = () => (cfg.model.dir !== "" ? digestModelDir(cfg.model.dir) : undefined);
-    if (state.config === undefined) {
-        log(
-            `train: --resume ${out}: this checkpoint records no config (written by an older version): config.json and model.dir are not compared`,
-        );
-        return digests();
-    }
-    const changes = configChanges(state.config, cfg);
-    const show = (k: string) => `${k} ${JSON.stringify(get(state.config, k))} -> ${JSON.stringify(get(cfg, k))}`;
-    const ok = (k: string) => allowed.some((a) => k === a || k.startsWith(`${a}.`));
-    const refused = changes.filter((k) => !ok(k));
-    if (refused.length > 0)
-        throw new Error(
-            `train: --resume ${out}: config.json changed since the run started (${refused.map(show).join(", ")}); a resumed run continues the run it ` +
-                `was, so this is refused. To accept a change on purpose: --allow-config-change ${refused.join(",")}`,
-        );
-    for (const k of changes) log(`train: --resume ${out}: config change accepted (--allow-config-change): ${show(k)}`);
-    const now = digests();
-    if (state.modelFiles !== undefined && now !== undefined) {
-        const was = state.modelFiles;
-        const diff = [...new Set([...Object.keys(was), ...Object.keys(now)])]
-            .sort()
-            .filter((f) => was[f] !== now[f])
-            .map((f) => `${f} ${now[f] === undefined ? "removed" : was[f] === undefined ? "added" : "modified"}`);
-        if (diff.length > 0 && !ok("model.dir"))
-            throw new Error(
-                `train: --resume ${out}: the base model in ${cfg.model.dir} changed since the run started (${diff.join(", ")}); refusing to resume ` +
-                    "(--allow-config-change model.dir accepts it)",
-            );
-        if (diff.length > 0)
-            log(
-                `train: --resume ${out}: base model change accepted (--allow-config-change model.dir): ${diff.join(", ")}`,
-            );
-    }
-    return now;
-}
 
 export function makeTask(cfg: TrainConfig): Task {
     if (cfg.task === "gsm8k") return gsm8kTask({ agents: cfg.agents, dataDir: cfg.taskOptions.data });
@@ -587,87 +434,4 @@ export async function trainJob(o: TrainJobOptions): Promise<TrainSummary> {
     await writeReport(out, summary);
     await base.dispose();
     return summary;
-}
-
-/** What a model trained on a compact task expects (written beside it in models/; `maporl serve` prints it). */
-export function taskProtocol(cfg: TrainConfig): Record<string, unknown> {
-    const example = cfg.task === "split-sum" ? "a=7" : "7+2*3-4";
-    return {
-        task: cfg.task,
-        protocol: "compact",
-        agents: cfg.agents,
-        turns: cfg.turns,
-        feedback: cfg.feedback,
-        example: turnPrompt(example, 0, cfg.agents, null, cfg.feedback ? "empty" : undefined),
-        answer: "<working>;<answer in 3 digits>, e.g. 2*3=6,7+6=13,13-4=9;009",
-        debate:
-            `new Debate({ agents, turns: ${cfg.turns}, ...compactDebate({ agents: ${cfg.agents}, feedback: ${cfg.feedback} }), verifier, ` +
-            `sampling: { temperature: 0, maxTokens: ${cfg.sampling.maxTokens} } })`,
-    };
-}
-
-/** The mean (NaN for none): the job's tables and the regression gate's metrics read it alike. */
-export function mean(xs: number[]): number {
-    return xs.length ? xs.reduce((s, x) => s + x, 0) / xs.length : NaN;
-}
-
-function summarize(cfg: TrainConfig, evals: Record<string, EvalResult>): TrainSummary {
-    const names: [string, string][] = [
-        ["untrained", "untrained team"],
-        [cfg.algo, `team co-trained by ${cfg.algo}`],
-        ["independent", "independent control"],
-    ];
-    const rows = names
-        .filter(([k]) => evals[k])
-        .map(([k, name]) => {
-            const e = evals[k]!;
-            return {
-                name,
-                majorityAccuracy: e.majorityAccuracy,
-                gain: e.gain,
-                soloAccuracy: mean(e.soloAccuracy),
-                trainedAlone: e.trainedAlone ? mean(e.trainedAlone) : mean(e.soloAccuracy),
-            };
-        });
-    return { config: cfg, rows, evals };
-}
-
-/** The before/after table as text. */
-export function formatSummary(s: TrainSummary): string {
-    const T = s.config.turns;
-    const head = [
-        "team",
-        ...Array.from({ length: T }, (_, t) => `turn ${t + 1}`),
-        `gain 1->${T}`,
-        "solo",
-        "trained alone",
-    ];
-    const body = s.rows.map((r) => [
-        r.name,
-        ...r.majorityAccuracy.map((x) => x.toFixed(3)),
-        (r.gain >= 0 ? "+" : "") + r.gain.toFixed(3),
-        r.soloAccuracy.toFixed(3),
-        r.trainedAlone.toFixed(3),
-    ]);
-    const w = head.map((h, i) => Math.max(h.length, ...body.map((b) => b[i]!.length)));
-    const line = (cells: string[]) => cells.map((c, i) => (i === 0 ? c.padEnd(w[i]!) : c.padStart(w[i]!))).join("  ");
-    const out = [line(head), line(w.map((n) => "-".repeat(n))), ...body.map(line)];
-    if (s.stages?.length) {
-        const f = (ms: number) =>
-            ms >= 60_000
-                ? `${Math.floor(ms / 60_000)}m${String(Math.round(ms / 1000) % 60).padStart(2, "0")}s`
-                : `${(ms / 1000).toFixed(1)} s`;
-        const total = s.stages.reduce((x, t) => x + t.durationMs, 0);
-        out.push("", `time: ${s.stages.map((t) => `${t.stage} ${f(t.durationMs)}`).join(", ")} (${f(total)} in all)`);
-    }
-    if (s.memory) {
-        const n = Object.values(s.memory.adapters),
-            sum = n.reduce((x, y) => x + y, 0);
-        out.push(
-            "",
-            `memory: peak RSS ${(s.memory.peakRssBytes / 2 ** 30).toFixed(2)} GiB; one base of ${(s.memory.baseParameters / 1e6).toFixed(1)}M parameters ` +
-                `shared by ${n.length} LoRA adapters (agents and critics, ${(sum / 1e6).toFixed(2)}M trainable parameters in all)`,
-        );
-    }
-    return out.join("\n");
 }

@@ -10,7 +10,7 @@ import { join } from "node:path";
 import { parse, View } from "vega";
 import { compile, type TopLevelSpec } from "vega-lite";
 
-import type { TrainSummary } from "./job.js";
+import type { TrainSummary } from "./types.js";
 
 const esc = (s: string) => s.replace(/[&<>"]/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" })[c]!);
 

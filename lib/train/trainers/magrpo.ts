@@ -28,7 +28,7 @@ import {
     type TeamRollout,
 } from "./rollout.js";
 import type { ToolResult } from "../../env/tools.js";
-import type { IterationResult } from "./stage.js";
+import type { IterationResult } from "./iteration.js";
 import type { Task, TaskItem } from "../tasks/tasks.js";
 import { answerKey } from "../../debate/metrics.js";
 import { pushTo } from "../../collections.js";

@@ -7,11 +7,14 @@
 //                           the trained turn cycles T-1, ..., 1 every `period` iterations (turn 0 never trained).
 import { NativePolicy } from "../../model/nativePolicy.js";
 import type { TrainConfig } from "../job/config.js";
-import { teamMetrics, type EvalResult } from "../job/evaluate.js";
+import { teamMetrics } from "../job/evaluate.js";
 import { collmIteration } from "./collm.js";
 import { magrpoIteration } from "./magrpo.js";
 import { maporlUpdate, type AgentStats } from "./maporl.js";
-import { rolloutTeam, traceTurns, type TeamRollout, type TraceEntry } from "./rollout.js";
+import { rolloutTeam, traceTurns, type TeamRollout } from "./rollout.js";
+import type { IterationResult } from "./iteration.js";
+
+export type { IterationResult } from "./iteration.js";
 import type { Task, TaskItem } from "../tasks/tasks.js";
 
 export interface StageModels {
@@ -23,19 +26,6 @@ export interface StageModels {
     critics: (NativePolicy | null)[];
     /** Every model to checkpoint, by name. */
     named: Record<string, NativePolicy>;
-}
-
-export interface IterationResult {
-    stats: AgentStats[];
-    /** The training rollout's team metrics (accuracy per turn of this iteration's questions). */
-    train: EvalResult;
-    /** Episodes dropped because a request failed (TeamRollout.failed); the iteration trained on the others. */
-    failed?: NonNullable<TeamRollout["failed"]>;
-    /** One episode for traces.jsonl: per turn and agent its text, whether it was right, and, where they apply, its
-     * role, the tool calls it made (name, arguments, ok, result or error) and the credit the trainer assigned to it. */
-    trace: { question: string; reference: string; turns: TraceEntry[][] };
-    /** The iteration's rollout (maporl, collm: what the replay buffer keeps the successful episodes of). */
-    rollout?: TeamRollout;
 }
 
 /** Builds (or, with `load`, reloads) the models of a stage that trains under `schedule`: copies of the warm-started

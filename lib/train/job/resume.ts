@@ -1,0 +1,88 @@
+// resume.ts: what a resume compares before it continues a run: the config the run started with and the base
+// model's files (docs/training.md, "Resuming").
+import { readdirSync, statSync } from "node:fs";
+import { join } from "node:path";
+
+import { sha256File } from "../../files.js";
+import type { TrainConfig } from "./config.js";
+import type { JobState } from "./types.js";
+/** SHA-256 of every regular file directly in model directory `dir` (weights, config, tokenizer), by name. */
+export function digestModelDir(dir: string): Record<string, string> {
+    const out: Record<string, string> = {};
+    for (const f of readdirSync(dir).sort()) if (statSync(join(dir, f)).isFile()) out[f] = sha256File(join(dir, f));
+    return out;
+}
+
+/** The dotted keys whose values differ between two configs (JSON values compared). */
+export function configChanges(a: unknown, b: unknown, prefix = ""): string[] {
+    if (
+        a !== null &&
+        b !== null &&
+        typeof a === "object" &&
+        typeof b === "object" &&
+        !Array.isArray(a) &&
+        !Array.isArray(b)
+    ) {
+        const keys = [...new Set([...Object.keys(a), ...Object.keys(b)])].sort();
+        return keys.flatMap((k) =>
+            configChanges(
+                (a as Record<string, unknown>)[k],
+                (b as Record<string, unknown>)[k],
+                prefix ? `${prefix}.${k}` : k,
+            ),
+        );
+    }
+    return JSON.stringify(a) === JSON.stringify(b) ? [] : [prefix];
+}
+
+/** A resumed run's config and base model against what the run started with: an error naming every change that
+ * `allowed` (config keys, or a key's prefix) does not accept; the accepted changes are logged. Returns the base
+ * model's digests now (model.dir), for the checkpoints to come. */
+export function checkResumeInputs(
+    out: string,
+    state: JobState,
+    cfg: TrainConfig,
+    allowed: readonly string[],
+    log: (l: string) => void,
+): Record<string, string> | undefined {
+    const get = (c: unknown, k: string) =>
+        k.split(".").reduce<unknown>((x, p) => (x as Record<string, unknown> | undefined)?.[p], c);
+    for (const k of allowed)
+        if (get(cfg, k) === undefined && get(state.config, k) === undefined)
+            throw new RangeError(`train: --allow-config-change ${k}: not a config key`);
+    const digests = () => (cfg.model.dir !== "" ? digestModelDir(cfg.model.dir) : undefined);
+    if (state.config === undefined) {
+        log(
+            `train: --resume ${out}: this checkpoint records no config (written by an older version): config.json and model.dir are not compared`,
+        );
+        return digests();
+    }
+    const changes = configChanges(state.config, cfg);
+    const show = (k: string) => `${k} ${JSON.stringify(get(state.config, k))} -> ${JSON.stringify(get(cfg, k))}`;
+    const ok = (k: string) => allowed.some((a) => k === a || k.startsWith(`${a}.`));
+    const refused = changes.filter((k) => !ok(k));
+    if (refused.length > 0)
+        throw new Error(
+            `train: --resume ${out}: config.json changed since the run started (${refused.map(show).join(", ")}); a resumed run continues the run it ` +
+                `was, so this is refused. To accept a change on purpose: --allow-config-change ${refused.join(",")}`,
+        );
+    for (const k of changes) log(`train: --resume ${out}: config change accepted (--allow-config-change): ${show(k)}`);
+    const now = digests();
+    if (state.modelFiles !== undefined && now !== undefined) {
+        const was = state.modelFiles;
+        const diff = [...new Set([...Object.keys(was), ...Object.keys(now)])]
+            .sort()
+            .filter((f) => was[f] !== now[f])
+            .map((f) => `${f} ${now[f] === undefined ? "removed" : was[f] === undefined ? "added" : "modified"}`);
+        if (diff.length > 0 && !ok("model.dir"))
+            throw new Error(
+                `train: --resume ${out}: the base model in ${cfg.model.dir} changed since the run started (${diff.join(", ")}); refusing to resume ` +
+                    "(--allow-config-change model.dir accepts it)",
+            );
+        if (diff.length > 0)
+            log(
+                `train: --resume ${out}: base model change accepted (--allow-config-change model.dir): ${diff.join(", ")}`,
+            );
+    }
+    return now;
+}
