@@ -17,7 +17,6 @@ export const HUGE_OUTPUT_BYTES = 32 << 20;
 /** Outputs at least this large (bytes) come from the output pool; smaller ones are cheap for malloc. */
 export const POOL_MIN_BYTES = 256 << 10;
 
-
 /** A Float32Array of `n` elements whose contents are unspecified until a kernel writes all of them. */
 export function outputFloat32(n: number): Float32Array {
     const bytes = n * 4;

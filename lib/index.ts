@@ -188,6 +188,7 @@ export {
     type TrainOptions,
     type TrainResult,
 } from "./model/nativePolicy.js";
+export type { ModelShape } from "./model/core.js";
 export { HfTokenizer, IdsOnlyTokenizer, type HfTokenizerOptions } from "./model/hfTokenizer.js";
 export { DEFAULT_TEMPLATE_LIMITS, renderTemplate, TemplateError, type TemplateLimits } from "./model/template.js";
 export { HF_MODEL_TYPES, type HfModelType } from "./model/hf.js";

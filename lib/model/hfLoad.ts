@@ -7,21 +7,12 @@ import { totalmem } from "node:os";
 import { join } from "node:path";
 
 import { native, type GptHandle } from "../native.js";
-import { describe } from "../validate.js";
-import {
-    type HfModelInfo,
-    type HfSavedState,
-    llamaLayout,
-    llamaWeightBytes,
-    loadOptimizer,
-    loadValueHead,
-    planHfWeights,
-    readHfConfig,
-    readJsonObject,
-    writeHfWeights,
-} from "./hf.js";
+import { describe, requireInteger, requireOptions } from "../validate.js";
+import { requireDtype } from "./core.js";
+import { type HfModelInfo, llamaLayout, llamaWeightBytes, readHfConfig, readJsonObject } from "./hf.js";
+import { type HfSavedState, loadOptimizer, loadValueHead, planHfWeights, writeHfWeights } from "./hfWeights.js";
 import { HfTokenizer, IdsOnlyTokenizer } from "./hfTokenizer.js";
-import type { LoadOptions } from "./nativePolicy.js";
+import type { HfLoadOptions as LoadOptions } from "./options.js";
 import type { PolicyTokenizer } from "../policy/tokenizer.js";
 
 /** A loaded Hugging Face model: the engine's handle (owned by the caller), its config and tokenizer. */
@@ -126,4 +117,32 @@ export function openHfModel(dir: string, o: LoadOptions): OpenedHfModel {
     }
     const name = o.name ?? (saved && typeof saved.name === "string" ? saved.name : undefined);
     return { handle: h, info, tokenizer, tokenizerDir, name };
+}
+
+/** A randomly initialised model of a Hugging Face architecture from its config.json object (NativePolicy.fromConfig):
+ * the options checked, the tokenizer resolved, the engine created from `options.seed`. */
+export function createHfModel(
+    fn: string,
+    hfConfig: Record<string, unknown>,
+    options: Omit<LoadOptions, "tokenizer"> & { tokenizer: string | HfTokenizer | null; seed?: number },
+): OpenedHfModel {
+    if (hfConfig === null || typeof hfConfig !== "object" || Array.isArray(hfConfig))
+        throw new TypeError(`${fn}: hfConfig: expected a config.json object, got ${describe(hfConfig)}`);
+    const o = requireOptions<LoadOptions & { seed?: number }>(fn, "options", options, [
+        "device",
+        "contextLength",
+        "tokenizer",
+        "chatTemplate",
+        "name",
+        "seed",
+        "lora",
+        "dtype",
+    ]);
+    requireDtype(fn, o.dtype);
+    const seed = requireInteger("NativePolicy", "seed", o.seed ?? 0, 0, Number.MAX_SAFE_INTEGER);
+    const info = readHfConfig("(hfConfig)", { ...hfConfig }, o.contextLength);
+    if (o.contextLength === undefined) info.engine.context = Math.min(info.engine.context, 8192);
+    const { tokenizer, tokenizerDir } = resolveHfTokenizer(fn, null, info, o);
+    if (o.dtype === "bfloat16") info.engine.bf16 = true;
+    return { handle: native.llamaCreate(info.engine, seed), info, tokenizer, tokenizerDir, name: o.name };
 }

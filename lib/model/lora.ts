@@ -11,7 +11,8 @@ import { join } from "node:path";
 import { writeFileDurable } from "../durable.js";
 import { native, type GptHandle, type NativeLoraConfig } from "../native.js";
 import { describe, requireBoolean, requireInteger, requireNumber, requireOptions } from "../validate.js";
-import { loadOptimizer, loadValueHead, readJsonObject, tensorViews, writeOptimizer } from "./hf.js";
+import { readJsonObject } from "./hf.js";
+import { loadOptimizer, loadValueHead, tensorViews, writeOptimizer } from "./hfWeights.js";
 import { readSafetensorsHeader, readTensorBytes, writeSafetensors } from "./safetensors.js";
 
 /** The projections an adapter may target (PEFT's target_modules names for Llama-family models). */

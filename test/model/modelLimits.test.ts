@@ -11,7 +11,7 @@ import { describe, expect, it } from "vitest";
 import { NativePolicy } from "../../lib/index.js";
 import { native } from "../../lib/native.js";
 import { llamaLayout, llamaWeightBytes, readHfConfig } from "../../lib/model/hf.js";
-import { gptMemoryBytes } from "../../lib/model/nativePolicy.js";
+import { gptMemoryBytes } from "../../lib/model/options.js";
 import { readSafetensors, readSafetensorsHeader } from "../../lib/model/safetensors.js";
 
 describe("the embedded GPT's memory is checked before it is allocated", () => {
