@@ -96,3 +96,30 @@ export function episodeRetries(where: string, x: unknown): number {
         throw new RangeError(`${where}: retries: expected an integer in [0, 100], got ${String(x)}`);
     return x;
 }
+
+/** generate and generateSettled over `run`, which starts every request and gives each one's promise (a fleet's
+ * requests each go alone): generate rejects with the first failure, generateSettled reports each outcome and
+ * rejects only on abort. */
+export function settledPolicy(
+    run: (requests: GenerateRequest[], signal?: AbortSignal) => Promise<Promise<Generation>[]>,
+): Pick<Policy, "generate"> & { generateSettled: NonNullable<Policy["generateSettled"]> } {
+    return {
+        generate: async (requests: GenerateRequest[], options: { signal?: AbortSignal } = {}): Promise<Generation[]> =>
+            Promise.all(await run(requests, options.signal)),
+        generateSettled: async (
+            requests: GenerateRequest[],
+            options: { signal?: AbortSignal } = {},
+        ): Promise<SettledGeneration[]> => {
+            const out = await Promise.allSettled(await run(requests, options.signal));
+            if (options.signal?.aborted) throw options.signal.reason;
+            return out.map((x) =>
+                x.status === "fulfilled"
+                    ? { ok: true as const, generation: x.value }
+                    : {
+                          ok: false as const,
+                          error: x.reason instanceof Error ? x.reason : new Error(String(x.reason)),
+                      },
+            );
+        },
+    };
+}

@@ -21,70 +21,17 @@ import { sleep } from "../abort.js";
 import type { Tracer } from "../debate/trace.js";
 import { DEFAULT_MAX_RESPONSE_BYTES, postJson, redactUrl } from "../http.js";
 import { describe } from "../validate.js";
-import { Endpoint, type EndpointStats } from "./fleetEndpoint.js";
-import { type BodyOptions, chatBody, DIALECTS, type Dialect, fillPromptIds, parseChat } from "./openaiDialect.js";
-import type { GenerateRequest, Generation, Policy, SettledGeneration } from "../policy/types.js";
+import { Endpoint, type EndpointStats, hash, traceAttempt } from "./fleetEndpoint.js";
+import { FleetHealth } from "./fleetHealth.js";
+import { type AdapterVersion, AdapterVersions, type FleetOptions } from "./fleetOptions.js";
 
-export interface FleetOptions {
-    /** Base URLs ("http://10.0.0.5:8000/v1"), or a function giving the current list (read again every
-     * refreshIntervalMs: endpoints added join, endpoints gone finish what they hold and get nothing more). */
-    endpoints: string[] | (() => string[] | Promise<string[]>);
-    /** The base model's served name. */
-    model: string;
-    name?: string;
-    apiKey?: string;
-    /** Every endpoint's dialect, or 'auto' (each asks its GET /v1/models). Defaults to 'auto'. */
-    dialect?: Dialect | "auto";
-    /** Ask for token log-probs. Defaults to true. */
-    logprobs?: boolean;
-    /** Requests in flight per endpoint. Defaults to 8. */
-    concurrency?: number;
-    /** One attempt. Defaults to 120,000 ms. */
-    timeoutMs?: number;
-    /** One request, every attempt and wait included. Defaults to 300,000 ms. */
-    totalTimeoutMs?: number;
-    /** Attempts per request over the endpoints (the first and its failovers). Defaults to 3. */
-    maxAttempts?: number;
-    /** Consecutive failures that eject an endpoint. Defaults to 2. */
-    failureThreshold?: number;
-    /** How often an ejected endpoint is probed (doubling with each ejection since it last answered, up to 32 x).
-     * Defaults to 1,000 ms. */
-    probeIntervalMs?: number;
-    /** How often healthy endpoints are checked (0: only by their requests). Defaults to 10,000 ms. */
-    healthCheckIntervalMs?: number;
-    /** How often a function `endpoints` is read again. Defaults to 30,000 ms. */
-    refreshIntervalMs?: number;
-    /** Route requests with a routingKey to one endpoint. Defaults to true. */
-    sticky?: boolean;
-    /** One 'fleet.attempt' span per attempt (endpoint, status, latency, tokens, error). */
-    tracer?: Tracer;
-    runId?: string;
-    /** Decoded bytes of one reply read at most (a larger reply is a failed attempt). Defaults to 64 MiB. */
-    maxResponseBytes?: number;
-    /** The model's vocabulary size, when known: every token id a reply names must be below it (always below 2^31). */
-    vocabSize?: number;
-}
-
-/** A pushed adapter's current version. */
-export interface AdapterVersion {
-    name: string;
-    version: number;
-    served: string;
-    dir: string;
-}
+export type { AdapterVersion, FleetOptions } from "./fleetOptions.js";
 
 class ClientError extends Error {} // a 4xx that is the request's own fault: no failover
 class ModelMissing extends Error {} // the endpoint does not have the requested adapter (a 404): try another
-
-// FNV-1a of a string, for rendezvous hashing.
-function hash(s: string): number {
-    let h = 0x811c9dc5;
-    for (let i = 0; i < s.length; i++) {
-        h ^= s.charCodeAt(i);
-        h = Math.imul(h, 0x01000193) >>> 0;
-    }
-    return h;
-}
+import { type BodyOptions, chatBody, DIALECTS, fillPromptIds, parseChat } from "./openaiDialect.js";
+import type { GenerateRequest, Generation, Policy, SettledGeneration } from "../policy/types.js";
+import { settledPolicy } from "../policy/settle.js";
 
 export class FleetPolicy implements Policy {
     readonly name: string;
@@ -99,12 +46,13 @@ export class FleetPolicy implements Policy {
     private started: Promise<void> | null = null;
     private closed = false;
     private rr = 0;
-    // Pushed adapters: the current version per name, every loaded version (served name -> dir), requests in flight per
-    // served name, and versions to unload once idle.
-    private readonly current = new Map<string, AdapterVersion>();
-    private readonly versions = new Map<string, string>();
-    private readonly inflight = new Map<string, number>();
-    private readonly retiring = new Set<string>();
+    // Pushed adapters: the current version per name, every loaded version, requests in flight per version.
+    private readonly pushed = new AdapterVersions((served) => {
+        for (const ep of this.eps.values())
+            if (ep.loaded.has(served)) void ep.unloadAdapter(served).catch(() => undefined);
+    });
+    private readonly current = this.pushed.current;
+    private readonly health: FleetHealth;
 
     constructor(options: FleetOptions) {
         const fn = "FleetPolicy";
@@ -156,6 +104,12 @@ export class FleetPolicy implements Policy {
             runId: options.runId ?? "run",
             maxResponseBytes: num("maxResponseBytes", DEFAULT_MAX_RESPONSE_BYTES, 1, true),
         };
+        this.health = new FleetHealth({
+            current: this.current,
+            probeIntervalMs: this.o.probeIntervalMs,
+            closed: () => this.closed,
+            notify: () => this.notify(),
+        });
         if (options.vocabSize !== undefined) this.o.vocabSize = num("vocabSize", 0, 1, true);
         if ((this.o.vocabSize ?? 0) > 2 ** 31)
             throw new RangeError(
@@ -222,7 +176,7 @@ export class FleetPolicy implements Policy {
             }
             if (this.o.healthCheckIntervalMs > 0) {
                 const t = setInterval(() => {
-                    for (const ep of this.eps.values()) if (ep.healthy && !ep.removed) void this.check(ep);
+                    for (const ep of this.eps.values()) if (ep.healthy && !ep.removed) void this.health.check(ep);
                 }, this.o.healthCheckIntervalMs);
                 t.unref();
                 this.timers.push(t);
@@ -260,54 +214,6 @@ export class FleetPolicy implements Policy {
         await Promise.race([p, sleep(Math.max(1, Math.min(ms, 250)), signal)]);
     }
 
-    // A health check: the probe, and once adapters have been pushed the server's model list, so that a server restarted
-    // between two checks (it answers, but has lost the adapters loaded at run time) gets the current versions again.
-    private async check(ep: Endpoint): Promise<void> {
-        if (!(await ep.probe())) {
-            if (ep.healthy) this.eject(ep);
-            return;
-        }
-        if (this.current.size === 0 || !ep.healthy || this.closed) return;
-        const models = await ep.servedModels();
-        if (models)
-            await this.restore(
-                ep,
-                [...this.current.values()].filter((v) => !models.includes(v.served)),
-            );
-    }
-
-    // Loads the given current versions on `ep` again (a server that lost them), then wakes the waiting requests.
-    private async restore(ep: Endpoint, versions: AdapterVersion[]): Promise<void> {
-        for (const v of versions)
-            if (this.current.get(v.name)?.served === v.served) await ep.reload(v.served, v.dir).catch(() => undefined);
-        if (versions.length > 0) this.notify();
-    }
-
-    private eject(ep: Endpoint): void {
-        ep.eject();
-        this.scheduleProbe(ep);
-    }
-
-    private scheduleProbe(ep: Endpoint): void {
-        if (ep.probing || this.closed) return;
-        const probe = async () => {
-            ep.probing = null;
-            if (this.closed || ep.removed) return;
-            if (await ep.probe()) {
-                // The current adapter versions first (a restarted server has none); the base is served meanwhile.
-                for (const v of this.current.values()) await ep.loadAdapter(v.served, v.dir).catch(() => undefined);
-                ep.readmit();
-                this.notify();
-            } else this.scheduleProbe(ep);
-        };
-        // (A probe that throws is a failed probe: retried later, never an unhandled rejection.)
-        ep.probing = setTimeout(
-            () => void probe().catch(() => this.scheduleProbe(ep)),
-            this.o.probeIntervalMs * 2 ** Math.min(5, Math.max(0, ep.ejectionStreak - 1)),
-        );
-        ep.probing.unref?.();
-    }
-
     // An endpoint for a request to `served` (null: the base), preferring those not yet tried; waits for a slot or a
     // re-admission until the deadline.
     private async pick(
@@ -321,7 +227,7 @@ export class FleetPolicy implements Policy {
         try {
             for (;;) {
                 signal?.throwIfAborted();
-                const has = (ep: Endpoint) => served === null || !this.versions.has(served) || ep.loaded.has(served);
+                const has = (ep: Endpoint) => served === null || !this.pushed.dirs.has(served) || ep.loaded.has(served);
                 const cands = [...this.eps.values()].filter((ep) => ep.healthy && !ep.removed && has(ep));
                 const untried = cands.filter((ep) => !tried.has(ep)),
                     pool = untried.length > 0 ? untried : cands;
@@ -391,13 +297,13 @@ export class FleetPolicy implements Policy {
             try {
                 const g = await this.attempt(ep, r, i, served, deadline, signal);
                 ep.succeeded(g.latencyMs, g.usage.promptTokens, g.usage.completionTokens);
-                for (const x of refused) if (x.strike()) this.scheduleProbe(x);
-                this.span(ep, r, served, start, t0, attempt, g);
+                for (const x of refused) if (x.strike()) this.health.scheduleProbe(x);
+                traceAttempt(this.o, ep, r, served, start, t0, attempt, g);
                 return { ...g, endpoint: ep.shown, attempts: attempt };
             } catch (e) {
                 if (signal?.aborted) throw signal.reason;
                 const msg = e instanceof Error ? e.message : String(e);
-                this.span(ep, r, served, start, t0, attempt, null, msg);
+                traceAttempt(this.o, ep, r, served, start, t0, attempt, null, msg);
                 tried.add(ep);
                 errors.push(`${ep.shown}: ${msg}`);
                 if (e instanceof ClientError) {
@@ -421,8 +327,8 @@ export class FleetPolicy implements Policy {
                     // the server lost it (restarted): load it there again, meanwhile elsewhere
                     ep.loaded.delete(served!);
                     const v = [...this.current.values()].find((x) => x.served === served);
-                    if (v) void this.restore(ep, [v]);
-                } else if (ep.failed(msg, attempt < this.o.maxAttempts)) this.scheduleProbe(ep);
+                    if (v) void this.health.restore(ep, [v]);
+                } else if (ep.failed(msg, attempt < this.o.maxAttempts)) this.health.scheduleProbe(ep);
                 if (attempt >= this.o.maxAttempts || performance.now() >= deadline)
                     throw new Error(
                         `${this.name}: the request failed on ${attempt} attempt${attempt > 1 ? "s" : ""}: ${errors.join(" | ")}`,
@@ -464,41 +370,12 @@ export class FleetPolicy implements Policy {
         const res = await postJson(this.name, `${ep.url}/chat/completions`, json, post);
         if (!res.ok) {
             const text = `HTTP ${res.status}: ${res.text.slice(0, 300)}`;
-            if (res.status === 404 && served !== null && this.versions.has(served)) throw new ModelMissing(text);
+            if (res.status === 404 && served !== null && this.pushed.dirs.has(served)) throw new ModelMissing(text);
             throw new ClientError(`${this.name}: ${ep.shown}: ${text}`);
         }
         const { generation, promptIdsMissing } = parseChat(this.name, res.text, res.latencyMs, o);
         if (promptIdsMissing) await fillPromptIds(this.name, ep.url, generation, messages, { ...o, ...post });
         return generation;
-    }
-
-    private span(
-        ep: Endpoint,
-        r: GenerateRequest,
-        served: string | null,
-        start: number,
-        t0: number,
-        attempt: number,
-        g: Generation | null,
-        error?: string,
-    ): void {
-        this.o.tracer?.span({
-            name: "fleet.attempt",
-            runId: this.o.runId,
-            episode: r.routingKey ?? "",
-            agent: -1,
-            turn: -1,
-            parent: 0,
-            startMs: start,
-            latencyMs: performance.now() - t0,
-            promptTokens: g?.usage.promptTokens ?? 0,
-            completionTokens: g?.usage.completionTokens ?? 0,
-            finishReason: g?.finishReason ?? "error",
-            endpoint: ep.shown,
-            model: served ?? this.o.model,
-            attempts: attempt,
-            ...(error !== undefined ? { error } : {}),
-        });
     }
 
     // Runs the requests for `target()` (the served name at request time: an adapter's current version), each alone
@@ -515,37 +392,17 @@ export class FleetPolicy implements Policy {
         if (this.closed) throw new Error(`${this.name}: closed`);
         return requests.map(async (r, i) => {
             const served = target();
-            if (served !== null) this.inflight.set(served, (this.inflight.get(served) ?? 0) + 1);
+            if (served !== null) this.pushed.begin(served);
             try {
                 return await this.one(r, i, served, signal);
             } finally {
-                if (served !== null) this.release(served);
+                if (served !== null) this.pushed.release(served);
             }
         });
     }
 
     private gen(target: () => string | null) {
-        return {
-            generate: async (
-                requests: GenerateRequest[],
-                options: { signal?: AbortSignal } = {},
-            ): Promise<Generation[]> => Promise.all(await this.run(requests, target, options.signal)),
-            generateSettled: async (
-                requests: GenerateRequest[],
-                options: { signal?: AbortSignal } = {},
-            ): Promise<SettledGeneration[]> => {
-                const out = await Promise.allSettled(await this.run(requests, target, options.signal));
-                if (options.signal?.aborted) throw options.signal.reason;
-                return out.map((x) =>
-                    x.status === "fulfilled"
-                        ? { ok: true as const, generation: x.value }
-                        : {
-                              ok: false as const,
-                              error: x.reason instanceof Error ? x.reason : new Error(String(x.reason)),
-                          },
-                );
-            },
-        };
+        return settledPolicy((requests, signal) => this.run(requests, target, signal));
     }
 
     /** Requests to the base model: each request alone over the fleet; rejects with the first failure. */
@@ -615,14 +472,14 @@ export class FleetPolicy implements Policy {
         const prev = this.current.get(name),
             version = (prev?.version ?? 0) + 1;
         const v: AdapterVersion = { name, version, served: `${name}-v${version}-${randomUUID().slice(0, 8)}`, dir };
-        this.versions.set(v.served, dir);
+        this.pushed.dirs.set(v.served, dir);
         const live = [...this.eps.values()].filter((ep) => ep.healthy && !ep.removed);
         const out = await Promise.allSettled(live.map((ep) => ep.loadAdapter(v.served, dir)));
         const failed = out.flatMap((x, k) =>
             x.status === "rejected" ? [{ url: live[k]!.shown, error: (x.reason as Error).message }] : [],
         );
         if (live.length === 0 || failed.length === live.length) {
-            this.versions.delete(v.served);
+            this.pushed.dirs.delete(v.served);
             throw new Error(
                 `${this.name}.pushAdapter: ${name} v${version} could not be loaded on any endpoint` +
                     (failed.length ? `: ${failed.map((f) => f.error).join(" | ")}` : " (none is healthy)"),
@@ -631,23 +488,8 @@ export class FleetPolicy implements Policy {
         this.current.set(name, v);
         this.notify();
         if (prev) {
-            this.retiring.add(prev.served);
-            this.release(prev.served, 0);
+            this.pushed.retire(prev.served);
         }
         return { version: v, failed };
-    }
-
-    // One request to `served` done (delta -1), or a check (0): a retired version with none in flight is unloaded.
-    private release(served: string, delta = -1): void {
-        const n = (this.inflight.get(served) ?? 0) + delta;
-        if (n > 0) {
-            this.inflight.set(served, n);
-            return;
-        }
-        this.inflight.delete(served);
-        if (!this.retiring.delete(served)) return;
-        this.versions.delete(served);
-        for (const ep of this.eps.values())
-            if (ep.loaded.has(served)) void ep.unloadAdapter(served).catch(() => undefined);
     }
 }

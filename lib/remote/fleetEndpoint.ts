@@ -4,6 +4,8 @@
 // figures (requests, errors, failovers, tokens, latency).
 import { getJson, postJson, redactUrl } from "../http.js";
 import { type Dialect, detectDialect, serverRoot } from "./openaiDialect.js";
+import type { Tracer } from "../debate/trace.js";
+import type { GenerateRequest, Generation } from "../policy/types.js";
 
 /** An endpoint's figures, as FleetPolicy.stats() reports them. */
 export interface EndpointStats {
@@ -289,4 +291,45 @@ export class Endpoint {
             lastError: this.lastError,
         };
     }
+}
+
+/** One attempt of a fleet request at `ep`, as a "fleet.attempt" span on the tracer (when there is one). */
+export function traceAttempt(
+    o: { tracer?: Tracer; runId: string; model: string },
+    ep: Endpoint,
+    r: GenerateRequest,
+    served: string | null,
+    start: number,
+    t0: number,
+    attempt: number,
+    g: Generation | null,
+    error?: string,
+): void {
+    o.tracer?.span({
+        name: "fleet.attempt",
+        runId: o.runId,
+        episode: r.routingKey ?? "",
+        agent: -1,
+        turn: -1,
+        parent: 0,
+        startMs: start,
+        latencyMs: performance.now() - t0,
+        promptTokens: g?.usage.promptTokens ?? 0,
+        completionTokens: g?.usage.completionTokens ?? 0,
+        finishReason: g?.finishReason ?? "error",
+        endpoint: ep.shown,
+        model: served ?? o.model,
+        attempts: attempt,
+        ...(error !== undefined ? { error } : {}),
+    });
+}
+
+/** FNV-1a of a string, for rendezvous hashing. */
+export function hash(s: string): number {
+    let h = 0x811c9dc5;
+    for (let i = 0; i < s.length; i++) {
+        h ^= s.charCodeAt(i);
+        h = Math.imul(h, 0x01000193) >>> 0;
+    }
+    return h;
 }
