@@ -83,12 +83,20 @@ describe("train: resume", () => {
         expect(progress.some((l) => / eval \d+\/\d+ answers /.test(l))).toBe(true);
         for (const l of progress) expect(l).toMatch(/\| job \d+% elapsed \S+ ETA \d+(m\d\ds|s)$/);
         expect(run.stdout).toMatch(
-            /estimated duration on this machine: about \d+ minutes? after the warm start's 30 steps \(refined as it runs\)/,
+            /estimated duration on this machine: about \d+ minutes? \(\d+ s; measured at the start, refined as it runs\)/,
         );
+        // The share of the job done never goes back.
+        const shares = progress.map((l) => Number(/\| job (\d+)%/.exec(l)![1]));
+        shares.forEach((x, i) => expect(x).toBeGreaterThanOrEqual(shares[i - 1] ?? 0));
         expect(run.stdout).toMatch(/time: sft [\d.]+ s, maporl [\d.ms ]+, independent [\d.ms ]+ \(.* in all\)/);
         expect(await interrupted(killed, "SIGKILL")).toBeNull();
         expect(existsSync(join(killed, "summary.json"))).toBe(false);
-        finish(["--resume", killed]);
+        // The resumed process counts the time the killed one spent: its first share is not 0, its elapsed time not 0 s.
+        const resumed = finish(["--resume", killed])
+            .stderr.split("\n")
+            .filter((l) => l.startsWith("["));
+        expect(Number(/\| job (\d+)%/.exec(resumed[0])![1])).toBeGreaterThan(0);
+        expect(resumed[0]).not.toMatch(/elapsed 0s /);
         const a = read(straight),
             b = read(killed);
         expect(b.metrics).toBe(a.metrics);

@@ -147,8 +147,8 @@ export function progressLine(p: JobProgress): string {
     const acc = p.accuracy.length ? ` acc/turn ${p.accuracy.map((x) => x.toFixed(2)).join("/")}` : "";
     const rew = Number.isFinite(p.reward) ? ` reward ${p.reward.toFixed(3)}` : "";
     const eta = p.job.etaMs,
-        pct = Number.isFinite(eta) ? ` ${Math.round((100 * p.elapsedMs) / Math.max(1, p.elapsedMs + eta))}%` : "";
-    return `[${k}/${p.job.stages.length} ${p.stage}] [${bar}] ${what}${rew}${acc} | job${pct} elapsed ${fmtTime(p.elapsedMs)} ETA ${fmtTime(eta)}`;
+        pct = Number.isFinite(eta) ? ` ${Math.floor(100 * p.job.share)}%` : "";
+    return `[${k}/${p.job.stages.length} ${p.stage}] [${bar}] ${what}${rew}${acc} | job${pct} elapsed ${fmtTime(p.job.priorMs + p.elapsedMs)} ETA ${fmtTime(eta)}`;
 }
 
 /** `maporl train` with its parsed flags: the exit code. */

@@ -15,6 +15,7 @@ import { MaporlError } from "../../errors.js";
 import { NativePolicy } from "../../model/nativePolicy.js";
 import { fsyncFile, replaceFileDurable, writeFileDurable } from "../../durable.js";
 import { loadModel, prefixSha256, readCheckpoint, writeCheckpoint } from "./checkpoint.js";
+import { calibrateClock } from "./calibrate.js";
 import { answersPerRollout, JobClock } from "./clock.js";
 import { resolveConfig, type TrainConfig } from "./config.js";
 import { evaluateTeam } from "./evaluate.js";
@@ -23,7 +24,6 @@ import { checkResumeInputs, digestModelDir } from "./resume.js";
 import { mean, summarize, taskProtocol } from "./summary.js";
 import type { JobProgress, JobState, TrainJobOptions, TrainSummary } from "./types.js";
 import { sftWarmStart } from "../trainers/sft.js";
-import { rolloutTeam } from "../trainers/rollout.js";
 import { ReplayBuffer } from "../trainers/replay.js";
 import { runIteration, scheduled, stageModels } from "../trainers/stage.js";
 import { arithDebateTask, splitSumTask, type Task } from "../tasks/tasks.js";
@@ -166,12 +166,17 @@ export async function trainJob(o: TrainJobOptions): Promise<TrainSummary> {
         state.timings,
     );
     const names = ["sft", ...stages.map((x) => x.name)];
-    const progress = (p: Omit<JobProgress, "elapsedMs" | "job">, inEval: number | null = null) =>
-        o.onProgress?.({
-            ...p,
-            elapsedMs: performance.now() - t0,
-            job: { stages: names, etaMs: clock.remainingMs(p.stage, p.iteration, inEval) },
-        });
+    // The job's share done counts the time earlier processes of a resumed run spent, and never goes back (a rate
+    // measured anew can lengthen the time left).
+    const priorMs = Object.values(state.timings ?? {}).reduce((a, t) => a + t.durationMs, 0);
+    let share = 0;
+    const progress = (p: Omit<JobProgress, "elapsedMs" | "job">, inEval: number | null = null) => {
+        const elapsedMs = performance.now() - t0,
+            etaMs = clock.remainingMs(p.stage, p.iteration, inEval);
+        if (Number.isFinite(etaMs))
+            share = Math.max(share, (priorMs + elapsedMs) / Math.max(1, priorMs + elapsedMs + etaMs));
+        o.onProgress?.({ ...p, elapsedMs, job: { stages: names, etaMs, priorMs, share } });
+    };
     const endStage = () => {
         const t = clock.finish();
         metric({ kind: "timing", ...t });
@@ -237,29 +242,15 @@ export async function trainJob(o: TrainJobOptions): Promise<TrainSummary> {
     const baseOf = (): Record<string, NativePolicy> => (hfBase && cfg.sft.steps === 0 ? {} : { base });
     const adapters: Record<string, number> = {};
     if (!hfBase && state.stage !== "done") {
-        // the rate of answers until an evaluation measures it (a real model's answers are too slow to spare)
-        const c0 = performance.now(),
-            few = evalItems.slice(0, 2);
-        await rolloutTeam(
-            task,
-            few,
-            [...Array(cfg.agents)].map(() => base),
-            {
-                turns: cfg.turns,
-                temperature: cfg.sampling.temperature,
-                maxTokens: cfg.sampling.maxTokens,
-                seed: 1,
-                ...(signal ? { signal } : {}),
-            },
-        );
-        clock.calibrate(performance.now() - c0, answersPerRollout(cfg, few.length, false));
-        const inSft = state.stage === "sft" && cfg.sft.steps > state.step; // its rate is unknown until a step has run
-        const est = clock.remainingMs(state.stage, inSft ? cfg.sft.steps : state.step);
+        // the rates of answers and SFT steps until the job's work measures them (a real model's are too slow to spare)
+        const inSft = state.stage === "sft" && cfg.sft.steps > state.step;
+        await calibrateClock(clock, cfg, task, base, evalItems, inSft, signal);
+        const est = clock.remainingMs(state.stage, state.step);
         if (Number.isFinite(est)) {
             const min = est / 60_000;
             log(
                 `estimated duration on this machine: about ${min < 1 ? "1" : Math.round(min)} minute${min < 1.5 ? "" : "s"}` +
-                    `${inSft ? ` after the warm start's ${cfg.sft.steps - state.step} steps` : ""} (refined as it runs)`,
+                    ` (${Math.round(est / 1000)} s; measured at the start, refined as it runs)`,
             );
             if (min > 15)
                 log(

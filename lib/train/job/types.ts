@@ -34,9 +34,10 @@ export interface JobProgress {
     accuracy: number[];
     /** Since this process started the job. */
     elapsedMs: number;
-    /** The whole job's stages in order, and the time its work left should take at the rates measured so far
-     * (NaN until one is known). */
-    job: { stages: string[]; etaMs: number };
+    /** The whole job: its stages in order; the time its work left should take at the rates measured so far (NaN until
+     * one is known); the time earlier processes of a resumed run spent on it; and the share of it done, (prior +
+     * elapsed) / (prior + elapsed + eta), never lower than a share reported before (0 until an ETA is known). */
+    job: { stages: string[]; etaMs: number; priorMs: number; share: number };
 }
 
 export interface TrainSummary {
