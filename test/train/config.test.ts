@@ -3,7 +3,7 @@
 import { describe, expect, it } from "vitest";
 
 import { spawnSync } from "node:child_process";
-import { mkdtempSync, existsSync } from "node:fs";
+import { mkdtempSync, existsSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -19,6 +19,24 @@ import {
 import { trainJob } from "../../lib/train/job/job.js";
 
 describe("train config", () => {
+    it("docs/training.md's Config keys table lists every key with its default, and nothing else", () => {
+        const doc = readFileSync(
+            join(dirname(fileURLToPath(import.meta.url)), "..", "..", "docs", "training.md"),
+            "utf8",
+        );
+        const rows = new Map([...doc.matchAll(/^\| `([\w.]+)` \| `([^`]*)` \|/gm)].map((m) => [m[1], m[2]] as const));
+        const leaves: [string, string][] = [];
+        const walk = (o: object, prefix: string) => {
+            for (const [k, v] of Object.entries(o) as [string, unknown][])
+                if (v !== null && typeof v === "object" && !Array.isArray(v)) walk(v, `${prefix}${k}.`);
+                else leaves.push([`${prefix}${k}`, JSON.stringify(v)]);
+        };
+        walk(DEFAULT_CONFIG, "");
+        expect(leaves.length).toBeGreaterThan(60);
+        expect([...rows.keys()].sort()).toEqual(leaves.map(([k]) => k).sort());
+        for (const [k, v] of leaves) expect(rows.get(k), k).toBe(v);
+    });
+
     it("fills the defaults and keeps what is given", () => {
         expect(resolveConfig({})).toEqual(DEFAULT_CONFIG);
         const c = resolveConfig({ algo: "magrpo", maporl: { klCoef: 0.01 }, model: { layers: 3 } });

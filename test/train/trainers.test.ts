@@ -38,7 +38,10 @@ describe("the debate protocol of the embedded policy", () => {
         expect(protocolSolution("2+3=5,5*4=20;20")).toBe("2+3=5,5*4=20;020");
         expect(extractAnswer("2+3=5,5*4=20;020")).toBe("020");
         expect(extractAnswer("no answer")).toBeNull();
-        expect(extractAnswer("2+3=5")).toBe("5");
+        // Only the protocol's format is an answer: noise holding the reference's digits is not paid.
+        for (const noise of ["2+3=5", "x2q", "20", "0;2x", "a;20b", ";;2 7", "020;"])
+            expect(extractAnswer(noise)).toBeNull();
+        expect(extractAnswer("junk;7")).toBe("7");
     });
 
     it("packRows: the mask covers exactly the positions that predict the answer and its EOS", () => {

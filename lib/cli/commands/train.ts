@@ -66,7 +66,10 @@ export function declare(cmd: Command, act: (a: TrainArgs) => Promise<void>): voi
                 .choices(DEVICES)
                 .default(DEFAULT_CONFIG.device),
         )
-        .option("--config <file>", "a JSON config (keys as in the README; unknown keys are errors)")
+        .option(
+            "--config <file>",
+            'a JSON config: any keys of docs/training.md\'s "Config keys" table, nested as their dots (unknown keys are errors)',
+        )
         .option(
             "--set <key=value>",
             "any config key, dotted for nested ones (e.g. --set maporl.klCoef=0.01); repeatable",

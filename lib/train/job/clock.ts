@@ -5,8 +5,8 @@
 //   - the whole job's ETA: the work left (SFT steps, iterations of every stage still to run, held-out evaluations)
 //     times the rates measured so far: seconds per SFT step, per generated answer in an evaluation, per iteration of
 //     each stage. An iteration's rate before any iteration ran is the evaluation's rate for the answers an iteration
-//     generates times ITERATION_OVER_ROLLOUT (training adds scoring and backward passes), and before any evaluation
-//     ran it comes from a short calibration rollout at the start (job.ts).
+//     generates times 1 + TRAINED_AGENT_OVER_ROLLOUT per agent it trains (training adds scoring, backward passes and
+//     the critic), and before any evaluation ran it comes from the calibration at the start (calibrate.ts).
 import type { TrainConfig } from "./config.js";
 
 /** When a stage ran: ISO times, and the milliseconds processes spent on it. */
@@ -17,8 +17,19 @@ export interface StageTiming {
     durationMs: number;
 }
 
-/** An iteration costs about this many times the generation of its answers alone (measured on 2 cores, all methods). */
-export const ITERATION_OVER_ROLLOUT = 2.5;
+/** Each agent an iteration trains adds about this many times the generation of the iteration's answers (its PPO
+ * updates of the actor and critic over its share of them). Measured on 2 cores, main job (MAPoRL, 3 agents, 3
+ * turns): an iteration of the joint stage (3 agents trained) took 6.0 times its rollout, one of the independent
+ * control (agent 0 trained) 3.3 times. */
+export const TRAINED_AGENT_OVER_ROLLOUT = 2;
+
+/** The agents a stage trains in an iteration (stage.ts's schedules; the control trains agent 0). */
+export function trainedAgents(cfg: TrainConfig, stage: string): number {
+    const schedule = stage === "independent" ? "independent" : cfg.schedule;
+    if (schedule === "independent") return 1;
+    if (schedule === "alternating") return Math.max(1, cfg.agents - 1);
+    return cfg.agents;
+}
 
 /** The answers one rollout of `episodes` questions generates under `cfg` (MAGRPO: G per agent and state, aligned). */
 export function answersPerRollout(cfg: TrainConfig, episodes: number, training: boolean): number {
@@ -97,10 +108,12 @@ export class JobClock {
     private iterMs(stage: string): number {
         const own = this.iterationMs.get(stage);
         if (own !== undefined) return own.ms / own.n;
-        const any = [...this.iterationMs.values()][0];
-        if (any !== undefined) return any.ms / any.n;
+        const weight = (s: string) => 1 + TRAINED_AGENT_OVER_ROLLOUT * trainedAgents(this.cfg, s);
+        // Another stage's measured rate, scaled by the agents each trains (the control trains one).
+        const [other, any] = [...this.iterationMs.entries()][0] ?? [];
+        if (other !== undefined && any !== undefined) return ((any.ms / any.n) * weight(stage)) / weight(other);
         const a = Number.isFinite(this.answerMs) ? this.answerMs : this.calibratedAnswerMs;
-        return a * answersPerRollout(this.cfg, this.cfg.episodesPerIteration, true) * ITERATION_OVER_ROLLOUT;
+        return a * answersPerRollout(this.cfg, this.cfg.episodesPerIteration, true) * weight(stage);
     }
 
     /**

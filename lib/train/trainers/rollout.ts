@@ -59,9 +59,11 @@ export interface RolloutOptions {
 
 const ANSWER_WIDTH = 3;
 
-/** The final answer of a compact solution: the number after the last ';' (else the last number). */
+/** The final answer of a compact solution, in the protocol's format only: the number after the last ';', ending the
+ * text ("2*3=6,7+6=13;013"). Anything else is no answer: a model is not paid for noise that happens to contain the
+ * reference's digits (taking the last number anywhere in the text graded such noise right). */
 export function extractAnswer(text: string): string | null {
-    const m = /;\s*(-?\d+)\s*$/.exec(text) ?? /(-?\d+)(?!.*\d)/s.exec(text);
+    const m = /;\s*(-?\d+)\s*$/.exec(text);
     return m ? m[1]! : null;
 }
 
