@@ -78,6 +78,23 @@ describe("train: report.html", () => {
             expect(ticks.length).toBeGreaterThan(3);
             for (const t of ticks) expect(t.replace(/^-?\d+\.?/, "").length, `tick ${t}`).toBeLessThanOrEqual(4); // round ticks
         }
+        // The first chart: a legend swatch for each line style, drawn in a colour (they were invisible); turn 1, answered
+        // by the frozen turn-0 model in both stages (separateTurn0), drawn once as "every stage" (one stage's line hid
+        // the other's); each series in its own colour.
+        const first = charts[0][0];
+        const dashLegend = first.slice(first.indexOf("Symbol legend for strokeDash"));
+        const swatches = [...dashLegend.matchAll(/role-legend-symbol[^>]*><path [^>]*stroke="(#[0-9a-f]+)"/g)];
+        expect(swatches.map((m) => m[1])).toEqual(["#444", "#444"]);
+        expect(first).toContain(">every stage</text>");
+        const colours = (svg: string) =>
+            new Set(
+                [...svg.matchAll(/class="mark-line role-mark[^"]*"[^>]*>([\s\S]*?)<\/g>/g)].flatMap((m) =>
+                    [...m[1].matchAll(/ stroke="(#[0-9a-f]+)"/g)].map((c) => c[1]),
+                ),
+            );
+        expect(colours(first).size).toBe(3); // every stage, maporl, independent
+        expect(colours(charts[2][0]).size).toBe(3); // turns 1, 2, 3
+        expect(colours(charts[2][0]).has("#d62728")).toBe(false); // no red beside orange
         expect(dom).toMatch(/<details><summary>Configuration<\/summary>/);
         expect(dom).toMatch(
             /<table class="timing">[\s\S]*<td>sft<\/td>[\s\S]*<td>maporl<\/td>[\s\S]*<td>independent<\/td>/,

@@ -14,6 +14,9 @@ import type { TrainSummary } from "./types.js";
 
 const esc = (s: string) => s.replace(/[&<>"]/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" })[c]!);
 
+/** Series colours in order: hues told apart at a glance (category10 without its red next to orange). */
+export const PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#7f7f7f"];
+
 /** One point of a chart: x, y, the series it belongs to and (optional) a second grouping drawn as the line's dash. */
 export interface ChartPoint {
     x: number;
@@ -33,10 +36,18 @@ export async function lineChart(
     xTitle: string,
     yTitle: string,
     yDomain?: [number, number],
+    colors: Record<string, string> = {},
 ): Promise<string> {
     const values = points.filter((p) => Number.isFinite(p.x) && Number.isFinite(p.y));
     if (!values.length) return `<figure><figcaption>${esc(title)}</figcaption><p>no data</p></figure>`;
     const dashed = values.some((p) => p.dash !== undefined);
+    const series = [...new Set(values.map((p) => p.series))];
+    // A flat chart (every value equal, e.g. accuracy 0 throughout) gets a domain around its value, not an empty one.
+    const ys = values.map((p) => p.y),
+        lo = Math.min(...ys),
+        hi = Math.max(...ys);
+    if (!yDomain && hi - lo < 1e-12)
+        yDomain = [lo === 0 ? 0 : lo - 0.1 * Math.abs(lo), hi === 0 ? 1 : hi + 0.1 * Math.abs(hi)];
     const spec: TopLevelSpec = {
         width: 460,
         height: 220,
@@ -51,10 +62,29 @@ export async function lineChart(
                 title: yTitle,
                 ...(yDomain ? { scale: { domain: yDomain } } : { scale: { zero: false } }),
             },
-            color: { field: "series", type: "nominal", title: null, legend: { orient: "right" } },
+            color: {
+                field: "series",
+                type: "nominal",
+                title: null,
+                legend: { orient: "right" },
+                scale: { domain: series, range: series.map((x, i) => colors[x] ?? PALETTE[i % PALETTE.length]!) },
+            },
             ...(dashed
                 ? {
-                      strokeDash: { field: "dash", type: "nominal", title: null, legend: { symbolType: "stroke" } },
+                      // (the dash legend's swatches are drawn in a neutral colour: a line style, not a series)
+                      strokeDash: {
+                          field: "dash",
+                          type: "nominal",
+                          title: null,
+                          // (both colours: with points on the line, vega-lite otherwise strokes the swatch transparent)
+                          legend: {
+                              symbolType: "stroke",
+                              symbolSize: 400,
+                              symbolStrokeWidth: 2,
+                              symbolStrokeColor: "#444",
+                              symbolFillColor: "#444",
+                          },
+                      },
                       detail: { field: "dash" },
                   }
                 : {}),
@@ -87,6 +117,8 @@ type TrainLine = {
 };
 type EvalLine = { stage: string; name: string; iteration: number; majorityAccuracy: number[] };
 
+const EVERY_STAGE = "every stage";
+
 const fmtMs = (ms: number) =>
     ms >= 60_000
         ? `${Math.floor(ms / 60_000)} min ${String(Math.round(ms / 1000) % 60).padStart(2, "0")} s`
@@ -117,13 +149,26 @@ export async function writeReport(out: string, s: TrainSummary): Promise<void> {
     const trained = (l: TrainLine) => l.agents.filter((a) => a.updates > 0); // frozen partners would dilute the means
     // Held-out accuracy: every stage starts from the untrained team's evaluation (iteration 0).
     const untrained = evals.find((e) => e.stage === "sft");
-    const heldOut = stages.flatMap((st) =>
-        [...(untrained ? [untrained] : []), ...evals.filter((e) => e.stage === st)].flatMap((e) =>
-            [0, T - 1]
-                .filter((t, k, a) => a.indexOf(t) === k)
-                .map((t) => ({ x: e.iteration, y: e.majorityAccuracy[t] ?? NaN, series: st, dash: `turn ${t + 1}` })),
-        ),
-    );
+    const heldOutOf = (st: string, t: number) =>
+        [...(untrained ? [untrained] : []), ...evals.filter((e) => e.stage === st)].map((e) => ({
+            x: e.iteration,
+            y: e.majorityAccuracy[t] ?? NaN,
+            series: st,
+            dash: `turn ${t + 1}`,
+        }));
+    // Turn 1 is the same line for every stage when a frozen model answers it (separateTurn0): drawn once, in grey, as
+    // "every stage" (one stage's line would hide the others').
+    const first = stages.map((st) => heldOutOf(st, 0));
+    const sameFirst =
+        first.length > 1 &&
+        first.every(
+            (l) =>
+                l.length === first[0]!.length && l.every((p, i) => p.x === first[0]![i]!.x && p.y === first[0]![i]!.y),
+        );
+    const heldOut = [
+        ...(sameFirst ? first[0]!.map((p) => ({ ...p, series: EVERY_STAGE })) : first.flat()),
+        ...(T > 1 ? stages.flatMap((st) => heldOutOf(st, T - 1)) : []),
+    ];
     const nonzero = (f: (l: TrainLine) => number) =>
         train.some((l) => {
             const v = f(l);
@@ -137,6 +182,8 @@ export async function writeReport(out: string, s: TrainSummary): Promise<void> {
             heldOut,
             "iteration",
             "accuracy",
+            undefined,
+            { [EVERY_STAGE]: "#7f7f7f" },
         ),
         lineChart(
             "Reward per iteration (mean over agents, 5-iteration moving average)",
