@@ -35,6 +35,8 @@ struct DevicePlan {
     int64_t head_rows = 0;       // the LM head's row chunk (logits and their gradient, [rows, V] each)
     int64_t cache_batch = 0, cache_len = 0;  // a KV cache (generation)
     int64_t step_rows = 0;       // the most rows one decode / prefill step runs (<= 256 for a prefill)
+    int64_t norm_scratch = 0;    // the op table's RMSNorm backward scratch in floats: the largest D::rmsnorm_scratch of
+                                 // (N, C), (N x heads, head_dim), (N x kv_heads, head_dim) (CUDA's; 0 on the emulated device)
 };
 
 // The attention probabilities a training forward keeps: B x heads x T^2 floats per layer (the bound on T).
@@ -76,7 +78,7 @@ inline DeviceBytes device_plan(const Config & c, const Layout & layout, const De
         if (w.backward) {
             a += N * (3 * C + 3 * I + 3 * QC + 3 * KC + 1);  // dlnf dres dxn, dh dgate dup, dy dqr dqn, dkr dv dkn, dvalues
             if (c.qk_norm) a += N * (QC + KC);
-            a += w.B * NH * w.T * w.T;  // scratch (the CPU op table's rmsnorm needs none; CUDA's fits in it)
+            a += std::max(w.B * NH * w.T * w.T, w.norm_scratch);  // scratch: the attention backward's, or the norms'
         }
     }
     a += w.head_rows * V * (w.backward ? 2 : 1);  // head_out, dlogits

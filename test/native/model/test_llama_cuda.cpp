@@ -6,6 +6,7 @@
 // (native/model/llama_device_host.h); and the whole model on the device (cuda_model_create) against llama::Model
 // for every variant: forward, gradients, AdamW steps, prefill and per-row decoding, and LoRA adapters (training,
 // a decode step with a different adapter per row).
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <utility>
@@ -143,6 +144,50 @@ GPU_TEST(cuda_decoder_row_ops_match_their_emulation) {
     E::embedding_backward(dw.data(), d.data(), tok.data(), N, C);
     L::cuda::embedding_backward(DW.p, Dd.p, tok.data(), N, C);
     CHECK(DW.host() == dw, "embedding_backward (the CPU model's order: the same bits)");
+}
+
+// The CUDA instantiation's bytes by kind are device_plan's (llama_device_memory.h), for LoRA training and for the base's.
+GPU_TEST(cuda_llama_model_memory_is_the_plan) {
+    using namespace llama_variants;
+    for (const Variant & var : variants())
+        for (bool lora : {true, false}) {
+            const L::Config c = decoder_config(var);
+            L::Model<float> host(c);
+            perturb(host, 3);
+            L::DevicePlan w;
+            w.B = 2, w.T = 7, w.backward = true, w.head_rows = 5;
+            const int64_t N = w.B * w.T, V = c.vocab;
+            w.norm_scratch = std::max({L::cuda::rmsnorm_scratch(N, c.d_model), L::cuda::rmsnorm_scratch(N * c.heads, c.head_dim),
+                                       L::cuda::rmsnorm_scratch(N * c.kv_heads, c.head_dim)});
+            if (lora) {
+                L::LoraConfig a;
+                a.rank = 3;
+                host.active = host.lora_add(a, 9);
+                w.lora_rank = a.rank, w.lora_targets = a.targets;
+            } else {
+                w.train_base = true;
+            }
+            std::unique_ptr<L::DeviceModel> dev(L::cuda_model_create(c, &host));
+            dev->upload(0, host.params.data(), host.layout.total);
+            std::vector<int32_t> tok((size_t)N);
+            for (int64_t i = 0; i < N; ++i) tok[(size_t)i] = (int32_t)((3 * i + 1) % V);
+            const Vec dlog = rnd((size_t)(N * V), 5), dval = rnd((size_t)N, 6);
+            Vec z((size_t)(5 * V));
+            dev->forward(tok.data(), w.B, w.T, false, nullptr, nullptr);
+            dev->backward_begin();
+            for (int64_t n0 = 0; n0 < N; n0 += 5) {
+                dev->head_rows(z.data(), n0, std::min<int64_t>(5, N - n0));
+                dev->head_backward_rows(dlog.data() + n0 * V, n0, std::min<int64_t>(5, N - n0));
+            }
+            dev->backward_hidden(dval.data());
+            if (!lora) dev->update(maporl::gpt::AdamW{1e-3f, 0.9f, 0.95f, 1e-8f, 0.0f}, 1.0, 1);
+            const L::DeviceBytes got = dev->memory(), want = L::device_plan(c, L::make_layout(c), w);
+            CHECK(got.weights == want.weights && got.adapters == want.adapters && got.gradients == want.gradients && got.moments == want.moments &&
+                      got.activations == want.activations && got.cache == want.cache,
+                  "%s lora=%d: bytes by kind: activations %lld / %lld, gradients %lld / %lld, total %lld / %lld", var.name, (int)lora,
+                  (long long)got.activations, (long long)want.activations, (long long)got.gradients, (long long)want.gradients, (long long)got.total(),
+                  (long long)want.total());
+        }
 }
 
 GPU_TEST(cuda_llama_model_matches_the_cpu_model) {
