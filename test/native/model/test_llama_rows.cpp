@@ -5,6 +5,7 @@
 // keys (the comparison before) fails, and the like-with-like one (the emulation stores the device's keys) holds.
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <vector>
 
 #include "test/native/core/check.h"
@@ -40,6 +41,7 @@ TEST(kv_store_is_compared_like_with_like_under_a_contracted_rotation) {
         const Result r = check_rope_rows_and_kv_store(
             c, [order](Vec & x, const Vec & cs, const Vec & sn, const IVec & pos, int64_t N, int64_t H, int64_t hd) { rope_rows_fma(x, cs, sn, pos, N, H, hd, order); },
             kv_store_emulated, order == 0 ? "fma order 0" : "fma order 1");
+        std::printf("  fma order %d: %lld of %zu rotated keys differ from the emulation's in their last bits\n", order, (long long)r.keys_differ, r.kd.size());
         CHECK(r.keys_differ > 0, "order %d: the contracted rotation differs from the emulation's in the last bits (%lld of %zu keys)", order,
               (long long)r.keys_differ, r.kd.size());
         // The comparison before: the emulation's own keys stored, against the device's cache, bit for bit.
