@@ -454,11 +454,12 @@ struct DeviceLlama : DeviceModel {
     double update(const gpt::AdamW & h, double max_norm, int64_t t) override {
         if (selected()) throw_error(MAPORL_ERR_INTERNAL, "update: an adapter is selected (its step runs on the host)");
         ensure_grads();
-        if (m.cap < layout.total || v.cap < layout.total) {  // the moments of the first step (both, or neither: all or nothing)
+        if (m.cap < layout.total || v.cap < layout.total) {  // the moments of the first step, both allocated before either is kept
             Buf nm, nv;
-            nm.zeroed(layout.total);
-            nv.zeroed(layout.total);
-            std::swap(m.p, nm.p), std::swap(m.cap, nm.cap), std::swap(v.p, nv.p), std::swap(v.cap, nv.cap);
+            if (m.cap < layout.total) nm.zeroed(layout.total);
+            if (v.cap < layout.total) nv.zeroed(layout.total);
+            if (nm.p) std::swap(m.p, nm.p), std::swap(m.cap, nm.cap);
+            if (nv.p) std::swap(v.p, nv.p), std::swap(v.cap, nv.cap);
         }
         const double norm = D::global_norm(grads.p, layout.total);
         const double scale = max_norm > 0 && norm > max_norm ? max_norm / (norm + 1e-6) : 1.0;

@@ -6,6 +6,7 @@
 // of memory anywhere adds nothing (a retry gives the bits of a clean backward); the attention probabilities' bound is
 // named when it does not fit; and a 7B-shaped configuration accounted without allocating it.
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -221,6 +222,31 @@ TEST(a_backward_out_of_memory_anywhere_adds_nothing) {
                   (long long)k);
         }
     }
+}
+
+TEST(an_uploaded_first_moment_is_kept_by_the_first_step) {
+    const L::Config c = decoder_config(variants()[1]);
+    L::Model<float> host(c);
+    perturb(host, 5);
+    Dev dev(c, &host);
+    dev.upload(0, host.params.data(), host.layout.total);
+    const int64_t n = dev.layout.total, B = 1, T = 5;
+    const auto m0 = uniform(n, 17);
+    dev.upload(1, m0.data(), n);  // (m alone: v is allocated, zero, by the step)
+    const auto tok = tokens(B * T, c.vocab, 18);
+    dev.forward(tok.data(), B, T, false, nullptr, nullptr);
+    dev.backward(uniform(B * T * c.vocab, 19).data(), nullptr);
+    std::vector<float> g((size_t)n), m1((size_t)n), v1((size_t)n);
+    dev.download(3, g.data(), n);
+    dev.update(maporl::gpt::AdamW{0.0f, 0.9f, 0.95f, 1e-8f, 0.0f}, 0.0, 1);
+    dev.download(1, m1.data(), n);
+    dev.download(2, v1.data(), n);
+    double worst_m = 0, worst_v = 0;
+    for (int64_t i = 0; i < n; ++i) {
+        worst_m = std::max(worst_m, std::fabs((double)m1[(size_t)i] - (0.9 * m0[(size_t)i] + 0.1 * g[(size_t)i])));
+        worst_v = std::max(worst_v, std::fabs((double)v1[(size_t)i] - 0.05 * g[(size_t)i] * g[(size_t)i]));
+    }
+    CHECK(worst_m < 1e-6 && worst_v < 1e-6, "m = 0.9 m0 + 0.1 g (worst %g), v = 0.05 g^2 from zero (worst %g)", worst_m, worst_v);
 }
 
 TEST(attention_probabilities_that_do_not_fit_are_named) {
