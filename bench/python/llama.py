@@ -1,6 +1,6 @@
 """The Llama architecture in plain PyTorch (eager), written for maporl's benchmark from transformers' LlamaForCausalLM
 semantics (RMSNorm, rotate-half rotary embeddings, grouped-query causal attention, SwiGLU, tied or untied head),
-random weights, float32. Modes (spec["mode"]):
+random weights, float32, on spec["device"] ("cpu" or "cuda"). Modes (spec["mode"]):
 - "generate": greedy generation of `new` tokens for `batch` prompts of `prompt` tokens with a KV cache, token by
   token in a Python loop (as a plain PyTorch decoding loop does);
 - "train": one full fine-tuning AdamW step (cross-entropy over every position) on a [batch, T] batch.
@@ -47,7 +47,7 @@ class Block(torch.nn.Module):
         k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
         att = (q @ k.transpose(-2, -1)) / math.sqrt(self.hd)
         Tk = k.shape[2]
-        mask = torch.ones(T, Tk, dtype=torch.bool).tril(Tk - T)
+        mask = torch.ones(T, Tk, dtype=torch.bool, device=x.device).tril(Tk - T)
         att = att.masked_fill(~mask, float("-inf")).softmax(-1)
         y = (att @ v).transpose(1, 2).reshape(B, T, self.H * self.hd)
         x = x + self.o(y)
@@ -82,12 +82,14 @@ class Llama(torch.nn.Module):
 
 def run(spec):
     torch.manual_seed(0)
-    m = Llama(spec)
+    dev = torch.device(spec.get("device", "cpu"))  # "cuda": the model, its rotary tables and the batches on the GPU
+    m = Llama(spec).to(dev)
+    m.cos, m.sin = m.cos.to(dev), m.sin.to(dev)
     V, B = spec["vocab"], spec["batch"]
     g = torch.Generator().manual_seed(1)
     if spec.get("mode") == "generate":
         m.eval()
-        prompts = torch.randint(0, V, (B, spec["prompt"]), generator=g)
+        prompts = torch.randint(0, V, (B, spec["prompt"]), generator=g).to(dev)
 
         def gen():
             with torch.no_grad():
@@ -100,8 +102,8 @@ def run(spec):
                     pos += 1
         return gen
     T = spec["T"]
-    ids = torch.randint(0, V, (B, T), generator=g)
-    tgt = torch.randint(0, V, (B, T), generator=g)
+    ids = torch.randint(0, V, (B, T), generator=g).to(dev)
+    tgt = torch.randint(0, V, (B, T), generator=g).to(dev)
     opt = torch.optim.AdamW(m.parameters(), lr=1e-5, betas=(0.9, 0.95), weight_decay=0.0)
 
     def step():

@@ -5,6 +5,9 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
+#include <cstdint>
+
 #include "native/core/core.h"
 
 #define MAPORL_CUDA_CALL(expr)                                                                        \
@@ -29,7 +32,15 @@
     } while (0)
 
 // After a kernel launch: a bad launch configuration throws here (execution errors surface at the next sync).
-#define MAPORL_CUDA_LAUNCHED(what) MAPORL_CUDA_THROW(cudaPeekAtLastError())
+// Each one is counted (cuda_launches: bench/device/bench_device.cu reports kernel launches per decode step).
+namespace maporl {
+inline std::atomic<int64_t> cuda_launches{0};
+}
+#define MAPORL_CUDA_LAUNCHED(what) \
+    do {                           \
+        ::maporl::cuda_launches.fetch_add(1, std::memory_order_relaxed); \
+        MAPORL_CUDA_THROW(cudaPeekAtLastError()); \
+    } while (0)
 
 #define MAPORL_RETURN_IF_ERROR(expr)                   \
     do {                                               \

@@ -35,6 +35,7 @@
 
 #include "native/core/core.h"
 #include "native/model/llama.h"
+#include "native/model/llama_device_memory.h"
 
 namespace maporl {
 namespace llama {
@@ -64,6 +65,10 @@ struct DeviceModel {
     virtual void prefill(const int32_t * tokens, const int64_t * lens, int64_t P) = 0;
     // The selected adapter's gradients accumulated on the device, into the host adapter's grads (for its step).
     virtual void pull_adapter_grads() = 0;
+    // Host adapter slot id was removed: its device copy (parameters, gradients, kept activations) is freed.
+    virtual void lora_removed(int64_t id) = 0;
+    // The bytes held on the device now, by kind (llama_device_memory.h).
+    virtual DeviceBytes memory() const = 0;
 };
 
 // A device buffer that grows: the new block is allocated before the old one is released (out of memory leaves the
@@ -86,6 +91,11 @@ struct DevBuf {
         }
         return p;
     }
+    void free() {
+        D::release(p);
+        p = nullptr;
+        cap = 0;
+    }
     T * zeroed(int64_t n) {
         need(n);
         D::zero(p, n * (int64_t)sizeof(T));
@@ -100,6 +110,8 @@ struct DeviceLlama : DeviceModel {
     Config cfg;
     Layout layout;
     Model<float> * host;  // the adapters' owner (null: none)
+    // grads: allocated by the first backward or update of the base (or an upload of them); m, v: by the first update
+    // (or an upload). Generation and LoRA training (the base frozen) never allocate them.
     Buf params, grads, m, v, cos, sin;
 
     // The device copy of host adapter slot i: its params (refreshed on a new version), gradients, and the last
@@ -133,7 +145,7 @@ struct DeviceLlama : DeviceModel {
 
     explicit DeviceLlama(const Config & c, Model<float> * host_model = nullptr) : cfg(c), layout(make_layout(c)), host(host_model) {
         if (c.bf16) throw_error(MAPORL_ERR_INVALID_ARG, "device: a bfloat16 base runs on the CPU in this version (load it in float32 to move it)");
-        for (Buf * b : {&params, &grads, &m, &v}) b->zeroed(layout.total);
+        params.zeroed(layout.total);
         std::vector<float> hc, hs;
         rope_tables(hc, hs, rope_inv_freq(c.head_dim, c.rope_theta, c.rope), c.context);
         D::to_device(cos.need((int64_t)hc.size()), hc.data(), (int64_t)(hc.size() * sizeof(float)));
@@ -199,11 +211,32 @@ struct DeviceLlama : DeviceModel {
         return *bs[which];
     }
     void upload(int which, const float * host, int64_t n) override {
-        D::to_device(which_buf(which, n).p, host, n * (int64_t)sizeof(float));
+        Buf & b = which_buf(which, n);
+        D::to_device(b.need(n), host, n * (int64_t)sizeof(float));
     }
+    // Gradients or moments never allocated are zeros (the CPU model's state before its first training call).
     void download(int which, float * host, int64_t n) const override {
-        D::to_host(host, const_cast<DeviceLlama *>(this)->which_buf(which, n).p, n * (int64_t)sizeof(float));
+        const Buf & b = const_cast<DeviceLlama *>(this)->which_buf(which, n);
+        if (b.cap < n) std::fill(host, host + n, 0.0f);
+        else D::to_host(host, b.p, n * (int64_t)sizeof(float));
     }
+    bool base_grads() const { return grads.cap >= layout.total; }
+    void ensure_grads() {
+        if (!base_grads()) grads.zeroed(layout.total);
+    }
+    // Host adapter slot id left: its mirror's device memory goes with it (a later adapter in the slot starts afresh).
+    void lora_removed(int64_t id) override {
+        if (id >= 0 && (size_t)id < mirrors.size()) {
+            Mirror & mr = mirrors[(size_t)id];
+            mr.params.free();
+            mr.grads.free();
+            std::vector<std::array<Buf, kLoraTargets>>().swap(mr.us);
+            mr.src = nullptr;
+            mr.version = ~(uint64_t)0;
+        }
+        if (fwd_adapter == id) B = T = 0, fwd_adapter = -1;
+    }
+    DeviceBytes memory() const override;
 
     void forward(const int32_t * tok, int64_t B_, int64_t T_, bool head, float * logits_out, float * values_out) override {
         if (T_ < 1 || T_ > cfg.context) throw_error(MAPORL_ERR_INVALID_ARG, "T: expected 1..%lld (context), got %lld", (long long)cfg.context, (long long)T_);
@@ -243,7 +276,7 @@ struct DeviceLlama : DeviceModel {
             }
             D::rope_forward(a.qr.need(N * QC), qpre, cos.p, sin.p, B_, T_, 0, NH, hd);
             D::rope_forward(a.kr.need(N * KC), kpre, cos.p, sin.p, B_, T_, 0, NKV, hd);
-            D::attention_gqa_forward(a.y.need(N * QC), a.att.need(B_ * NH * T_ * T_), a.qr.p, a.kr.p, a.v.p, B_, T_, NH, NKV, hd);
+            D::attention_gqa_forward(a.y.need(N * QC), att_probs(a, B_, T_), a.qr.p, a.kr.p, a.v.p, B_, T_, NH, NKV, hd);
             D::matmul_forward(a.res2.need(N * C), a.y.p, p(bl.o), bias(bl.ob), N, QC, C);
             lo(l, kO, a.res2.p, a.y.p);
             D::add(a.res2.p, a.res2.p, x, N * C);
@@ -268,6 +301,20 @@ struct DeviceLlama : DeviceModel {
         if (head && logits_out) head_rows(logits_out, 0, N);
     }
 
+    // The attention probabilities kept for the backward: B x heads x T^2 floats a layer (attention_probs_bytes), the
+    // bound on T of a training forward on the device; out of memory here names it.
+    float * att_probs(Acts & a, int64_t B_, int64_t T_) {
+        try {
+            return a.att.need(B_ * cfg.heads * T_ * T_);
+        } catch (const Error & e) {
+            if (e.status != MAPORL_ERR_OUT_OF_MEMORY) throw;
+            throw_error(MAPORL_ERR_OUT_OF_MEMORY,
+                        "forward: the attention probabilities kept for the backward (B x heads x T^2 floats a layer: B=%lld heads=%lld T=%lld, "
+                        "%lld bytes a layer, %lld for %lld layers) do not fit on the device: run fewer rows (B) or shorter sequences (T) per call",
+                        (long long)B_, (long long)cfg.heads, (long long)T_, (long long)(B_ * cfg.heads * T_ * T_ * 4),
+                        (long long)attention_probs_bytes(cfg, B_, T_), (long long)cfg.layers);
+        }
+    }
     void require_forward(const char * what) const {
         if (B == 0) throw_error(MAPORL_ERR_INVALID_ARG, "%s: no forward to go back through", what);
     }
@@ -288,8 +335,36 @@ struct DeviceLlama : DeviceModel {
         require_forward("backward");
         if ((host ? host->active : -1) != fwd_adapter)
             throw_error(MAPORL_ERR_INVALID_ARG, "backward: the selected adapter changed since the forward (run the forward again)");
+        // Everything the backward allocates is allocated here, before any gradient is added: an out-of-memory error
+        // leaves the gradients as they were, and the whole backward can be retried (all or nothing).
+        reserve_backward();
         dlnf.zeroed(B * T * cfg.d_model);
         dlnf_open = true;
+    }
+    void reserve_backward() {
+        const int64_t N = B * T, C = cfg.d_model, NH = cfg.heads, NKV = cfg.kv_heads, hd = cfg.head_dim, QC = NH * hd, KC = NKV * hd,
+                      I = cfg.intermediate;
+        if (fwd_adapter < 0) ensure_grads();
+        else {
+            const Lora<float> & a = *host->adapters[(size_t)fwd_adapter];
+            mirror(fwd_adapter);
+            lora_du.need(N * a.cfg.rank);
+        }
+        dlnf.need(N * C);
+        dres.need(N * C);
+        dxn.need(N * C);
+        dh.need(N * I);
+        dgate.need(N * I);
+        dup.need(N * I);
+        dy.need(N * QC);
+        dqr.need(N * QC);
+        dqn.need(N * QC);
+        dkr.need(N * KC);
+        dv.need(N * KC);
+        dkn.need(N * KC);
+        if (cfg.qk_norm) dq.need(N * QC), dk.need(N * KC);
+        dvalues.need(N);
+        scratch.need(std::max({B * NH * T * T, D::rmsnorm_scratch(N, C), D::rmsnorm_scratch(N * NH, hd), D::rmsnorm_scratch(N * NKV, hd)}));
     }
     void head_backward_rows(const float * dlog, int64_t n0, int64_t rows) override {
         require_rows("head_backward_rows", n0, rows);
@@ -310,7 +385,7 @@ struct DeviceLlama : DeviceModel {
         dlnf_open = false;
         const int64_t N = B * T, C = cfg.d_model, NH = cfg.heads, NKV = cfg.kv_heads, hd = cfg.head_dim, QC = NH * hd, KC = NKV * hd,
                       I = cfg.intermediate;
-        scratch.need(std::max({B * NH * T * T, D::rmsnorm_scratch(N, C), D::rmsnorm_scratch(N * NH, hd), D::rmsnorm_scratch(N * NKV, hd)}));
+        // (reserve_backward allocated every buffer below: nothing here runs out of memory between gradient additions)
         // With an adapter, the base is frozen: no gradient for its tensors (the input gradients still flow).
         Lora<float> * ad = fwd_adapter >= 0 ? selected() : nullptr;
         Mirror * mr = ad ? &mirror(fwd_adapter) : nullptr;
@@ -372,12 +447,20 @@ struct DeviceLlama : DeviceModel {
             D::zero(mr.grads.p, a->layout.total * (int64_t)sizeof(float));
             return;
         }
-        D::zero(grads.p, layout.total * (int64_t)sizeof(float));
+        if (base_grads()) D::zero(grads.p, layout.total * (int64_t)sizeof(float));  // (none yet: nothing to zero)
     }
 
     // The base's step (an adapter's runs on the host: pull_adapter_grads, then its update there).
     double update(const gpt::AdamW & h, double max_norm, int64_t t) override {
         if (selected()) throw_error(MAPORL_ERR_INTERNAL, "update: an adapter is selected (its step runs on the host)");
+        ensure_grads();
+        if (m.cap < layout.total || v.cap < layout.total) {  // the moments of the first step, both allocated before either is kept
+            Buf nm, nv;
+            if (m.cap < layout.total) nm.zeroed(layout.total);
+            if (v.cap < layout.total) nv.zeroed(layout.total);
+            if (nm.p) std::swap(m.p, nm.p), std::swap(m.cap, nm.cap);
+            if (nv.p) std::swap(v.p, nv.p), std::swap(v.cap, nv.cap);
+        }
         const double norm = D::global_norm(grads.p, layout.total);
         const double scale = max_norm > 0 && norm > max_norm ? max_norm / (norm + 1e-6) : 1.0;
         D::adamw(params.p, grads.p, m.p, v.p, layout.total, h, t, (float)scale);

@@ -10,6 +10,29 @@ namespace maporl {
 namespace llama {
 
 template <class D>
+DeviceBytes DeviceLlama<D>::memory() const {
+    auto sum = [](const auto &... bufs) { return ((bufs.cap * (int64_t)sizeof(*bufs.p)) + ... + (int64_t)0); };
+    DeviceBytes b;
+    b.weights = sum(params, cos, sin);
+    b.gradients = sum(grads);
+    b.moments = sum(m, v);
+    for (const Mirror & mr : mirrors) {
+        b.adapters += sum(mr.params);
+        b.gradients += sum(mr.grads);
+        for (const auto & us : mr.us)
+            for (const Buf & u : us) b.activations += sum(u);
+    }
+    for (const Acts & a : acts)
+        b.activations += sum(a.xn1, a.rstd1, a.q, a.k, a.qn, a.kn, a.qrstd, a.krstd, a.qr, a.kr, a.v, a.att, a.y, a.res2, a.xn2,
+                              a.rstd2, a.gate, a.up, a.hmid, a.res3);
+    b.activations += sum(lora_tmp, lora_du, row_mask, tokens, embedded, lnf, lnf_rstd, values, head_out, dlnf, dres, dh, dgate,
+                          dup, dxn, dy, dqr, dkr, dv, dqn, dkn, dq, dk, scratch, dvalues, dlogits, sx, sxn, srs, sq, sk,
+                          sv, sy, sproj, sgate, sup, shmid, sscores, srb, srt, stok);
+    b.cache = sum(kcache, vcache);
+    return b;
+}
+
+template <class D>
 void DeviceLlama<D>::cache_reset(int64_t batch, int64_t max_len) {
     if (batch < 1) throw_error(MAPORL_ERR_INVALID_ARG, "batch: expected >= 1, got %lld", (long long)batch);
     if (max_len < 1 || max_len > cfg.context)

@@ -26,12 +26,33 @@ namespace G = maporl::gpt;
 namespace L = maporl::llama;
 
 struct HostDevice {
-    static void * alloc(int64_t bytes) {
-        void * p = std::malloc((size_t)bytes);
-        if (!p) throw std::bad_alloc();
-        return p;
+    // The emulated device's accounting (tests): bytes held now, and an injected failure: the fail_after-th
+    // allocation from now (0: none) fails as cudaMalloc's out-of-memory does in cuda/model/gpt.cu.
+    struct Counters {
+        int64_t live = 0, allocs = 0, fail_after = 0;
+    };
+    static Counters & counters() {
+        static Counters c;
+        return c;
     }
-    static void release(void * p) { std::free(p); }
+    static void * alloc(int64_t bytes) {
+        Counters & c = counters();
+        if (c.fail_after > 0 && --c.fail_after == 0)
+            throw_error(MAPORL_ERR_OUT_OF_MEMORY, "out of device memory asking for %lld bytes (an injected failure of the emulated device)", (long long)bytes);
+        // A header before the block keeps its size, for the count at release.
+        void * p = std::malloc((size_t)bytes + 16);
+        if (!p) throw std::bad_alloc();
+        *static_cast<int64_t *>(p) = bytes;
+        c.live += bytes;
+        ++c.allocs;
+        return static_cast<char *>(p) + 16;
+    }
+    static void release(void * p) {
+        if (!p) return;
+        char * h = static_cast<char *>(p) - 16;
+        counters().live -= *reinterpret_cast<int64_t *>(h);
+        std::free(h);
+    }
     static void to_device(void * d, const void * s, int64_t b) { if (b > 0) std::memcpy(d, s, (size_t)b); }
     static void to_host(void * d, const void * s, int64_t b) { if (b > 0) std::memcpy(d, s, (size_t)b); }
     static void zero(void * p, int64_t b) { if (b > 0) std::memset(p, 0, (size_t)b); }

@@ -54,6 +54,7 @@ maporl_status maporl_lora_remove(maporl_gpt * gpt, int64_t id) {
         auto & m = require_llama(gpt, "lora_remove");
         require_live(m, id, "id");
         m.lora_remove(id);
+        if (gpt->lcuda) gpt->lcuda->lora_removed(id);  // (its device copy, gradients and kept activations go too)
         gpt->score_targets.clear();  // the last scoring forward ran through it
         return MAPORL_OK;
     });

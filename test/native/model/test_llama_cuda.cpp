@@ -6,6 +6,7 @@
 // (native/model/llama_device_host.h); and the whole model on the device (cuda_model_create) against llama::Model
 // for every variant: forward, gradients, AdamW steps, prefill and per-row decoding, and LoRA adapters (training,
 // a decode step with a different adapter per row).
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <utility>
@@ -22,6 +23,7 @@
 #include "native/model/llama_cuda.h"
 #include "native/model/llama_device_host.h"
 #include "test/native/model/llama_variants.h"
+#include "test/native/model/row_ops_check.h"
 #endif
 
 namespace {
@@ -102,24 +104,35 @@ GPU_TEST(cuda_gqa_attention_matches_cpu) {
 
 GPU_TEST(cuda_decoder_row_ops_match_their_emulation) {
     using E = maporl::llama::HostDevice;
-    const int64_t N = 5, NH = 6, NKV = 2, hd = 24, batch = 3, max_len = 40, C = 32, V = 11;
-    std::vector<float> cos, sin;
-    L::rope_tables(cos, sin, L::rope_inv_freq(hd, 10000.0, L::RopeScaling()), max_len);
-    const std::vector<int32_t> rb = {0, 2, 1, 2, 0}, rt = {0, 39, 7, 38, 1}, tok = {3, 10, 0, 3, 7};
-    const Vec q = rnd((size_t)(N * NH * hd), 1), k = rnd((size_t)(N * NKV * hd), 2), v = rnd((size_t)(N * NKV * hd), 3);
-    Vec kc = rnd((size_t)(batch * NKV * max_len * hd), 4), vc = rnd((size_t)(batch * NKV * max_len * hd), 5);
-    D<float> Q(q), K(k), Vv(v), KC(kc), VC(vc), Cs(cos), Sn(sin), O(N * NH * hd), S(N * NH * max_len);
-    D<int32_t> RB(rb), RT(rt), TK(tok);
-    Vec qe = q, ke = k, oute((size_t)(N * NH * hd)), se((size_t)(N * NH * max_len));
-    E::rope_rows(qe.data(), cos.data(), sin.data(), rt.data(), N, NH, hd);
-    E::rope_rows(ke.data(), cos.data(), sin.data(), rt.data(), N, NKV, hd);
-    L::cuda::rope_rows(Q.p, Cs.p, Sn.p, RT.p, N, NH, hd);
-    L::cuda::rope_rows(K.p, Cs.p, Sn.p, RT.p, N, NKV, hd);
-    CHECK(close_rel(Q.host(), qe, 1e-6, "rope_rows q") && close_rel(K.host(), ke, 1e-6, "rope_rows k"), "rope_rows");
-    E::kv_store(kc.data(), vc.data(), ke.data(), v.data(), rb.data(), rt.data(), N, NKV, max_len, hd);
-    L::cuda::kv_store(KC.p, VC.p, K.p, Vv.p, RB.p, RT.p, N, NKV, max_len, hd);
-    CHECK(KC.host() == kc && VC.host() == vc, "kv_store");
-    E::attention_rows(oute.data(), qe.data(), kc.data(), vc.data(), rb.data(), rt.data(), N, NH, NKV, max_len, hd, se.data());
+    using namespace row_ops_check;
+    const int64_t C = 32, V = 11;
+    const Case c;
+    const std::vector<int32_t> tok = {3, 10, 0, 3, 7};
+    D<int32_t> TK(tok);
+    // The rotation within 1e-6 (rope.cu keeps contraction), the store bit for bit of the GPU's own keys.
+    const Result r = check_rope_rows_and_kv_store(
+        c,
+        [](Vec & x, const Vec & cs, const Vec & sn, const IVec & pos, int64_t N, int64_t H, int64_t hd) {
+            D<float> X(x), Cs(cs), Sn(sn);
+            D<int32_t> P(pos);
+            L::cuda::rope_rows(X.p, Cs.p, Sn.p, P.p, N, H, hd);
+            x = X.host();
+        },
+        [](Vec & kc, Vec & vc, const Vec & k, const Vec & v, const IVec & rb, const IVec & rt, int64_t N, int64_t NKV, int64_t max_len, int64_t hd) {
+            D<float> KC(kc), VC(vc), K(k), Vv(v);
+            D<int32_t> RB(rb), RT(rt);
+            L::cuda::kv_store(KC.p, VC.p, K.p, Vv.p, RB.p, RT.p, N, NKV, max_len, hd);
+            kc = KC.host();
+            vc = VC.host();
+        },
+        "cuda");
+    std::printf("  rope_rows: %lld of %zu rotated keys differ from the emulation's in their last bits (contraction)\n", (long long)r.keys_differ, r.kd.size());
+    // Attention over the GPU's own rotated queries and cache, on both sides.
+    const int64_t N = c.N, NH = c.NH, NKV = c.NKV, hd = c.hd, max_len = c.max_len;
+    Vec oute((size_t)(N * NH * hd)), se((size_t)(N * NH * max_len));
+    D<float> Q(r.qd), KC(r.kcd), VC(r.vcd), O(N * NH * hd), S(N * NH * max_len);
+    D<int32_t> RB(c.rb), RT(c.rt);
+    E::attention_rows(oute.data(), r.qd.data(), r.kcd.data(), r.vcd.data(), c.rb.data(), c.rt.data(), N, NH, NKV, max_len, hd, se.data());
     L::cuda::attention_rows(O.p, Q.p, KC.p, VC.p, RB.p, RT.p, N, NH, NKV, max_len, hd, S.p);
     CHECK(close_rel(O.host(), oute, 1e-5, "attention_rows"), "attention_rows");
     const Vec wte = rnd((size_t)(V * C), 6), d = rnd((size_t)(N * C), 7);
@@ -131,6 +144,50 @@ GPU_TEST(cuda_decoder_row_ops_match_their_emulation) {
     E::embedding_backward(dw.data(), d.data(), tok.data(), N, C);
     L::cuda::embedding_backward(DW.p, Dd.p, tok.data(), N, C);
     CHECK(DW.host() == dw, "embedding_backward (the CPU model's order: the same bits)");
+}
+
+// The CUDA instantiation's bytes by kind are device_plan's (llama_device_memory.h), for LoRA training and for the base's.
+GPU_TEST(cuda_llama_model_memory_is_the_plan) {
+    using namespace llama_variants;
+    for (const Variant & var : variants())
+        for (bool lora : {true, false}) {
+            const L::Config c = decoder_config(var);
+            L::Model<float> host(c);
+            perturb(host, 3);
+            L::DevicePlan w;
+            w.B = 2, w.T = 7, w.backward = true, w.head_rows = 5;
+            const int64_t N = w.B * w.T, V = c.vocab;
+            w.norm_scratch = std::max({L::cuda::rmsnorm_scratch(N, c.d_model), L::cuda::rmsnorm_scratch(N * c.heads, c.head_dim),
+                                       L::cuda::rmsnorm_scratch(N * c.kv_heads, c.head_dim)});
+            if (lora) {
+                L::LoraConfig a;
+                a.rank = 3;
+                host.active = host.lora_add(a, 9);
+                w.lora_rank = a.rank, w.lora_targets = a.targets;
+            } else {
+                w.train_base = true;
+            }
+            std::unique_ptr<L::DeviceModel> dev(L::cuda_model_create(c, &host));
+            dev->upload(0, host.params.data(), host.layout.total);
+            std::vector<int32_t> tok((size_t)N);
+            for (int64_t i = 0; i < N; ++i) tok[(size_t)i] = (int32_t)((3 * i + 1) % V);
+            const Vec dlog = rnd((size_t)(N * V), 5), dval = rnd((size_t)N, 6);
+            Vec z((size_t)(5 * V));
+            dev->forward(tok.data(), w.B, w.T, false, nullptr, nullptr);
+            dev->backward_begin();
+            for (int64_t n0 = 0; n0 < N; n0 += 5) {
+                dev->head_rows(z.data(), n0, std::min<int64_t>(5, N - n0));
+                dev->head_backward_rows(dlog.data() + n0 * V, n0, std::min<int64_t>(5, N - n0));
+            }
+            dev->backward_hidden(dval.data());
+            if (!lora) dev->update(maporl::gpt::AdamW{1e-3f, 0.9f, 0.95f, 1e-8f, 0.0f}, 1.0, 1);
+            const L::DeviceBytes got = dev->memory(), want = L::device_plan(c, L::make_layout(c), w);
+            CHECK(got.weights == want.weights && got.adapters == want.adapters && got.gradients == want.gradients && got.moments == want.moments &&
+                      got.activations == want.activations && got.cache == want.cache,
+                  "%s lora=%d: bytes by kind: activations %lld / %lld, gradients %lld / %lld, total %lld / %lld", var.name, (int)lora,
+                  (long long)got.activations, (long long)want.activations, (long long)got.gradients, (long long)want.gradients, (long long)got.total(),
+                  (long long)want.total());
+        }
 }
 
 GPU_TEST(cuda_llama_model_matches_the_cpu_model) {
