@@ -85,19 +85,41 @@ function deviceCheckScript() {
         fake("test_b", 'echo "# test_b: 3 passed, 0 failed"');
         fake("test_c.txt", 'echo "# test_c: 1 passed, 0 failed"');
         fake("test_d", 'echo "# test_d: 1 passed, 0 failed"', 0o644);
-        const sh = (...args) => spawnSync("bash", [join(root, "scripts", "device-check.sh"), ...args], { encoding: "utf8", timeout: 60_000 });
+        const sh = (...args) =>
+            spawnSync("bash", [join(root, "scripts", "device-check.sh"), ...args], {
+                encoding: "utf8",
+                timeout: 60_000,
+            });
         const list = sh("--list-tests", dir);
-        const names = list.stdout.trim().split("\n").map((l) => l.slice(dir.length + 1));
-        check("lists_tests_by_file_name", list.status === 0 && names.join(",") === "test_a,test_b", `got ${JSON.stringify(names)}`);
+        const names = list.stdout
+            .trim()
+            .split("\n")
+            .map((l) => l.slice(dir.length + 1));
+        check(
+            "lists_tests_by_file_name",
+            list.status === 0 && names.join(",") === "test_a,test_b",
+            `got ${JSON.stringify(names)}`,
+        );
         let r = sh("--run-tests", dir);
         const last = (x) => x.stdout.trim().split("\n").pop();
-        check("runs_the_tests_of_a_dotted_path", r.status === 0 && /2 binaries, 5 passed, 0 failed/.test(r.stdout) && last(r) === "RESULT: PASS",
-            `exit ${r.status}, ${last(r)}`);
+        check(
+            "runs_the_tests_of_a_dotted_path",
+            r.status === 0 && /2 binaries, 5 passed, 0 failed/.test(r.stdout) && last(r) === "RESULT: PASS",
+            `exit ${r.status}, ${last(r)}`,
+        );
         r = sh("--run-tests", join(dir, "empty"));
-        check("fails_when_no_test_ran", r.status === 1 && /^RESULT: FAIL \(no test binary ran/.test(last(r)), `exit ${r.status}, ${last(r)}`);
+        check(
+            "fails_when_no_test_ran",
+            r.status === 1 && /^RESULT: FAIL \(no test binary ran/.test(last(r)),
+            `exit ${r.status}, ${last(r)}`,
+        );
         fake("test_e", "exit 3");
         r = sh("--run-tests", dir);
-        check("fails_on_a_binary_without_summary", r.status === 1 && /RESULT: FAIL \(test_e: exit 3, no summary\)/.test(last(r)), `exit ${r.status}, ${last(r)}`);
+        check(
+            "fails_on_a_binary_without_summary",
+            r.status === 1 && /RESULT: FAIL \(test_e: exit 3, no summary\)/.test(last(r)),
+            `exit ${r.status}, ${last(r)}`,
+        );
     } finally {
         rmSync(base, { recursive: true, force: true });
     }

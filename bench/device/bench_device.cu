@@ -83,7 +83,7 @@ struct Limits {
 Limits bandwidth_and_peaks() {
     Limits lim;
     const int64_t bytes = quick ? (256ll << 20) : (2ll << 30);
-    float * a = dev<float>(bytes / 4), * b = dev<float>(bytes / 4), * sink = dev<float>(1);
+    float *a = dev<float>(bytes / 4), *b = dev<float>(bytes / 4), *sink = dev<float>(1);
     const double tc = median_s([&] { cudaMemcpy(b, a, (size_t)bytes, cudaMemcpyDeviceToDevice); }, 10);
     int sms = 0, clock_khz = 0, major = 0, minor = 0;
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
@@ -97,87 +97,107 @@ Limits bandwidth_and_peaks() {
     const double clk = clock_khz * 1e3;
     lim.fp32_peak = 2.0 * (major == 8 && minor == 0 ? 64 : 128) * sms * clk;
     lim.tf32_peak = (major >= 9 ? 2048.0 : 1024.0) * sms * clk;
-    std::printf("{\"name\": \"device\", \"sms\": %d, \"clock_ghz\": %.3f, \"cc\": \"%d.%d\", \"fp32_peak_tflops\": %.1f, \"tf32_peak_tflops\": %.1f}\n", sms,
-                clk / 1e9, major, minor, lim.fp32_peak / 1e12, lim.tf32_peak / 1e12);
-    std::printf("{\"name\": \"bandwidth\", \"bytes\": %lld, \"copy_gbs\": %.1f, \"read_gbs\": %.1f}\n", (long long)bytes, lim.copy_bw / 1e9,
-                lim.read_bw / 1e9);
+    std::printf(
+        "{\"name\": \"device\", \"sms\": %d, \"clock_ghz\": %.3f, \"cc\": \"%d.%d\", \"fp32_peak_tflops\": %.1f, "
+        "\"tf32_peak_tflops\": %.1f}\n",
+        sms, clk / 1e9, major, minor, lim.fp32_peak / 1e12, lim.tf32_peak / 1e12);
+    std::printf("{\"name\": \"bandwidth\", \"bytes\": %lld, \"copy_gbs\": %.1f, \"read_gbs\": %.1f}\n",
+                (long long)bytes, lim.copy_bw / 1e9, lim.read_bw / 1e9);
     maporl_device_free(a), maporl_device_free(b), maporl_device_free(sink);
     return lim;
 }
 
 void kernel_line(const char * name, const char * shape, double s, double bytes, const Limits & lim) {
-    std::printf("{\"name\": \"%s\", \"shape\": \"%s\", \"ms\": %.4f, \"bytes\": %.0f, \"gbs\": %.1f, \"of_copy_bw\": %.3f}\n", name, shape, s * 1e3,
-                bytes, bytes / s / 1e9, bytes / s / lim.copy_bw);
+    std::printf(
+        "{\"name\": \"%s\", \"shape\": \"%s\", \"ms\": %.4f, \"bytes\": %.0f, \"gbs\": %.1f, \"of_copy_bw\": %.3f}\n",
+        name, shape, s * 1e3, bytes, bytes / s / 1e9, bytes / s / lim.copy_bw);
 }
 
 void rl_kernels(const Limits & lim) {
     {  // GAE B=256 T=4096: rewards, values, mask (u8) read; advantages, returns written
         const int64_t B = 256, T = 4096, n = B * T;
-        float * r = dev<float>(n), * v = dev<float>(n), * a = dev<float>(n), * ret = dev<float>(n);
+        float *r = dev<float>(n), *v = dev<float>(n), *a = dev<float>(n), *ret = dev<float>(n);
         uint8_t * m = dev<uint8_t>(n, 1);
         for (int whiten : {0, 1}) {
             maporl_gae_params p = maporl_gae_default_params();
             p.whiten = whiten;
-            const double s = median_s([&] { ok(maporl_gae(MAPORL_DEVICE_CUDA, r, v, m, MAPORL_MASK_U8, B, T, p, a, ret), "gae"); }, 10);
+            const double s = median_s(
+                [&] { ok(maporl_gae(MAPORL_DEVICE_CUDA, r, v, m, MAPORL_MASK_U8, B, T, p, a, ret), "gae"); }, 10);
             kernel_line(whiten ? "gae_whiten" : "gae", "B=256 T=4096", s, (double)n * (4 + 4 + 1 + 4 + 4), lim);
         }
         for (void * q : {(void *)r, (void *)v, (void *)a, (void *)ret, (void *)m}) maporl_device_free(q);
     }
     {  // policy loss B=64 T=4096: logp, old, advantages, mask read; grad_logp written
         const int64_t B = 64, T = 4096, n = B * T;
-        float * lp = dev<float>(n, -1.0f), * old = dev<float>(n, -1.1f), * adv = dev<float>(n), * g = dev<float>(n);
+        float *lp = dev<float>(n, -1.0f), *old = dev<float>(n, -1.1f), *adv = dev<float>(n), *g = dev<float>(n);
         uint8_t * m = dev<uint8_t>(n, 1);
         const maporl_policy_loss_params p = maporl_policy_loss_default_params();
         maporl_policy_loss_stats st;
-        const double s = median_s([&] {
-            ok(maporl_policy_loss(MAPORL_DEVICE_CUDA, lp, old, adv, 0, m, MAPORL_MASK_U8, nullptr, nullptr, B, T, p, g, nullptr, &st), "policy_loss");
-        }, 20);
+        const double s = median_s(
+            [&] {
+                ok(maporl_policy_loss(MAPORL_DEVICE_CUDA, lp, old, adv, 0, m, MAPORL_MASK_U8, nullptr, nullptr, B, T, p,
+                                      g, nullptr, &st),
+                   "policy_loss");
+            },
+            20);
         kernel_line("policy_loss", "B=64 T=4096", s, (double)n * (4 * 4 + 1), lim);
         for (void * q : {(void *)lp, (void *)old, (void *)adv, (void *)g, (void *)m}) maporl_device_free(q);
     }
     {  // fused loss N=2048 V=32768: logits read, grad_logits written (the per-token vectors are noise beside them)
         const int64_t B = 2, T = 1024, N = B * T, V = 32768;
-        float * z = dev<float>(N * V, 0.01f), * gz = dev<float>(N * V), * old = dev<float>(N, -10.0f), * adv = dev<float>(N), * lp = dev<float>(N);
+        float *z = dev<float>(N * V, 0.01f), *gz = dev<float>(N * V), *old = dev<float>(N, -10.0f),
+              *adv = dev<float>(N), *lp = dev<float>(N);
         int32_t * y = dev<int32_t>(N, 3);
         uint8_t * m = dev<uint8_t>(N, 1);
         const maporl_policy_loss_params p = maporl_policy_loss_default_params();
         maporl_policy_loss_stats st;
-        const double s = median_s([&] {
-            ok(maporl_fused_policy_loss(MAPORL_DEVICE_CUDA, z, y, old, adv, 0, m, MAPORL_MASK_U8, nullptr, B, T, V, 1.0f, p, gz, lp, nullptr, nullptr,
-                                        &st),
-               "fused_policy_loss");
-        }, 10);
+        const double s = median_s(
+            [&] {
+                ok(maporl_fused_policy_loss(MAPORL_DEVICE_CUDA, z, y, old, adv, 0, m, MAPORL_MASK_U8, nullptr, B, T, V,
+                                            1.0f, p, gz, lp, nullptr, nullptr, &st),
+                   "fused_policy_loss");
+            },
+            10);
         kernel_line("fused_policy_loss", "N=2048 V=32768", s, 2.0 * N * V * 4, lim);
-        for (void * q : {(void *)z, (void *)gz, (void *)old, (void *)adv, (void *)lp, (void *)y, (void *)m}) maporl_device_free(q);
+        for (void * q : {(void *)z, (void *)gz, (void *)old, (void *)adv, (void *)lp, (void *)y, (void *)m})
+            maporl_device_free(q);
     }
     {  // sampling B=64 V=151936 (top-k 50, top-p 0.9, temperature 0.7): the logits read
         const int64_t B = 64, V = 151936;
-        float * z = dev<float>(B * V, 0.0f), * lp = dev<float>(B);
+        float *z = dev<float>(B * V, 0.0f), *lp = dev<float>(B);
         int32_t * tok = dev<int32_t>(B, 0);
         maporl_sample_params p = maporl_sample_default_params();
         p.temperature_all = 0.7f, p.top_k_all = 50, p.top_p_all = 0.9f;
-        const double s = median_s([&] { ok(maporl_sample(MAPORL_DEVICE_CUDA, z, B, V, &p, tok, lp, nullptr, nullptr), "sample"); }, 10);
+        const double s = median_s(
+            [&] { ok(maporl_sample(MAPORL_DEVICE_CUDA, z, B, V, &p, tok, lp, nullptr, nullptr), "sample"); }, 10);
         kernel_line("sampling", "B=64 V=151936 top_k=50 top_p=0.9", s, (double)B * V * 4, lim);
         for (void * q : {(void *)z, (void *)lp, (void *)tok}) maporl_device_free(q);
     }
 }
 
 void gemms(const Limits & lim) {
-    struct S { const char * what; int64_t M, K, N; };
-    const S shapes[] = {{"decode q_proj", 1, 576, 576},  {"decode up_proj", 8, 576, 1536}, {"decode lm_head", 8, 576, 49152},
-                        {"train up_proj", 1024, 576, 1536}, {"train down_proj", 1024, 1536, 576}, {"train lm_head", 1024, 576, 49152}};
+    struct S {
+        const char * what;
+        int64_t M, K, N;
+    };
+    const S shapes[] = {{"decode q_proj", 1, 576, 576},       {"decode up_proj", 8, 576, 1536},
+                        {"decode lm_head", 8, 576, 49152},    {"train up_proj", 1024, 576, 1536},
+                        {"train down_proj", 1024, 1536, 576}, {"train lm_head", 1024, 576, 49152}};
     for (int prec : {MAPORL_MATMUL_HIGHEST, MAPORL_MATMUL_HIGH}) {
         ok(maporl_set_matmul_precision(prec), "set_matmul_precision");
         for (const S & s : shapes) {
-            float * x = GC::alloc_f32(s.M * s.K), * w = GC::alloc_f32(s.K * s.N), * o = GC::alloc_f32(s.M * s.N);
+            float *x = GC::alloc_f32(s.M * s.K), *w = GC::alloc_f32(s.K * s.N), *o = GC::alloc_f32(s.M * s.N);
             GC::fill_zero(x, s.M * s.K * 4), GC::fill_zero(w, s.K * s.N * 4);
             const double t = median_s([&] { GC::matmul_forward(o, x, w, nullptr, s.M, s.K, s.N); }, 20);
-            const double fl = 2.0 * s.M * s.K * s.N / t, peak = prec == MAPORL_MATMUL_HIGH ? lim.tf32_peak : lim.fp32_peak;
+            const double fl = 2.0 * s.M * s.K * s.N / t,
+                         peak = prec == MAPORL_MATMUL_HIGH ? lim.tf32_peak : lim.fp32_peak;
             const double bytes = 4.0 * (s.M * s.K + s.K * s.N + s.M * s.N);
-            std::printf("{\"name\": \"gemm\", \"precision\": \"%s\", \"shape\": \"%s M=%lld K=%lld N=%lld\", \"ms\": %.4f, \"tflops\": %.2f, \"of_peak\": %.3f, "
-                        "\"of_read_bw\": %.3f}\n",
-                        prec == MAPORL_MATMUL_HIGH ? "tf32" : "fp32", s.what, (long long)s.M, (long long)s.K, (long long)s.N, t * 1e3, fl / 1e12, fl / peak,
-                        bytes / t / lim.read_bw);
+            std::printf(
+                "{\"name\": \"gemm\", \"precision\": \"%s\", \"shape\": \"%s M=%lld K=%lld N=%lld\", \"ms\": %.4f, "
+                "\"tflops\": %.2f, \"of_peak\": %.3f, "
+                "\"of_read_bw\": %.3f}\n",
+                prec == MAPORL_MATMUL_HIGH ? "tf32" : "fp32", s.what, (long long)s.M, (long long)s.K, (long long)s.N,
+                t * 1e3, fl / 1e12, fl / peak, bytes / t / lim.read_bw);
             GC::release(x), GC::release(w), GC::release(o);
         }
     }
@@ -186,13 +206,15 @@ void gemms(const Limits & lim) {
 
 L::Config smollm2_135m() {
     L::Config c;
-    c.vocab = 49152, c.context = 2048, c.layers = 30, c.d_model = 576, c.heads = 9, c.kv_heads = 3, c.head_dim = 64, c.intermediate = 1536;
+    c.vocab = 49152, c.context = 2048, c.layers = 30, c.d_model = 576, c.heads = 9, c.kv_heads = 3, c.head_dim = 64,
+    c.intermediate = 1536;
     c.rms_eps = 1e-5, c.rope_theta = 100000, c.tie_embeddings = true;
     return c;
 }
 L::Config tiny() {
     L::Config c;
-    c.vocab = 64, c.context = 64, c.layers = 2, c.d_model = 32, c.heads = 4, c.kv_heads = 2, c.head_dim = 8, c.intermediate = 48;
+    c.vocab = 64, c.context = 64, c.layers = 2, c.d_model = 32, c.heads = 4, c.kv_heads = 2, c.head_dim = 8,
+    c.intermediate = 48;
     return c;
 }
 
@@ -201,7 +223,9 @@ void model(const L::Config & c, const Limits & lim, bool emulated) {
     L::Model<float> host(c);
     host.init(1);
     auto make = [&]() -> std::unique_ptr<L::DeviceModel> {
-        std::unique_ptr<L::DeviceModel> d(emulated ? static_cast<L::DeviceModel *>(new L::DeviceLlama<L::HostDevice>(c, &host)) : L::cuda_model_create(c, &host));
+        std::unique_ptr<L::DeviceModel> d(
+            emulated ? static_cast<L::DeviceModel *>(new L::DeviceLlama<L::HostDevice>(c, &host))
+                     : L::cuda_model_create(c, &host));
         d->upload(0, host.params.data(), host.layout.total);
         return d;
     };
@@ -224,18 +248,22 @@ void model(const L::Config & c, const Limits & lim, bool emulated) {
         const double t0 = now_s();
         for (int64_t s = 1; s < steps; ++s) {
             for (auto & p : pos) p = P + s;
-            d->decode_rows(next.data(), pos.data(), logits.data(), nullptr);  // (the logits come to the host, as sampling on the host needs)
+            d->decode_rows(next.data(), pos.data(), logits.data(),
+                           nullptr);  // (the logits come to the host, as sampling on the host needs)
         }
         if (!emulated) cudaDeviceSynchronize();
         const double per_step = (now_s() - t0) / (double)(steps - 1);
         const double floor_s = emulated ? 0 : weight_bytes / lim.read_bw;
-        std::printf("{\"name\": \"decode\", \"model\": \"%s\", \"B\": %lld, \"ms_per_step\": %.3f, \"tokens_per_s\": %.1f, \"weight_read_floor_ms\": %.3f, "
-                    "\"of_floor\": %.3f, \"launches_per_step\": %lld, \"emulated\": %s}\n",
-                    emulated ? "tiny" : "SmolLM2-135M shape", (long long)B, per_step * 1e3, B / per_step, floor_s * 1e3, floor_s / per_step,
-                    (long long)launches, emulated ? "true" : "false");
+        std::printf(
+            "{\"name\": \"decode\", \"model\": \"%s\", \"B\": %lld, \"ms_per_step\": %.3f, \"tokens_per_s\": %.1f, "
+            "\"weight_read_floor_ms\": %.3f, "
+            "\"of_floor\": %.3f, \"launches_per_step\": %lld, \"emulated\": %s}\n",
+            emulated ? "tiny" : "SmolLM2-135M shape", (long long)B, per_step * 1e3, B / per_step, floor_s * 1e3,
+            floor_s / per_step, (long long)launches, emulated ? "true" : "false");
     }
     {  // one training step: B x T tokens, the LM head in 512-row chunks, the full model trained (AdamW)
-        const int64_t B = emulated ? 2 : 8, T = emulated ? 16 : 256, N = B * T, chunk = std::min<int64_t>(512, N), V = c.vocab;
+        const int64_t B = emulated ? 2 : 8, T = emulated ? 16 : 256, N = B * T, chunk = std::min<int64_t>(512, N),
+                      V = c.vocab;
         auto d = make();
         std::vector<int32_t> tok((size_t)N);
         for (size_t i = 0; i < tok.size(); ++i) tok[i] = (int32_t)(i * 5 % (size_t)V);
@@ -257,9 +285,12 @@ void model(const L::Config & c, const Limits & lim, bool emulated) {
         };
         const double s = median_s(step, emulated ? 1 : 3, !emulated);
         const L::DeviceBytes mem = d->memory();
-        std::printf("{\"name\": \"train_step\", \"model\": \"%s\", \"B\": %lld, \"T\": %lld, \"ms\": %.2f, \"tokens_per_s\": %.0f, \"device_bytes\": %lld, "
-                    "\"emulated\": %s}\n",
-                    emulated ? "tiny" : "SmolLM2-135M shape", (long long)B, (long long)T, s * 1e3, N / s, (long long)mem.total(), emulated ? "true" : "false");
+        std::printf(
+            "{\"name\": \"train_step\", \"model\": \"%s\", \"B\": %lld, \"T\": %lld, \"ms\": %.2f, \"tokens_per_s\": "
+            "%.0f, \"device_bytes\": %lld, "
+            "\"emulated\": %s}\n",
+            emulated ? "tiny" : "SmolLM2-135M shape", (long long)B, (long long)T, s * 1e3, N / s,
+            (long long)mem.total(), emulated ? "true" : "false");
     }
 }
 

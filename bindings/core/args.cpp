@@ -8,18 +8,30 @@ namespace maporl_js {
 
 const char * TypedArrayTypeName(napi_typedarray_type t) {
     switch (t) {
-        case napi_int8_array: return "Int8Array";
-        case napi_uint8_array: return "Uint8Array";
-        case napi_uint8_clamped_array: return "Uint8ClampedArray";
-        case napi_int16_array: return "Int16Array";
-        case napi_uint16_array: return "Uint16Array";
-        case napi_int32_array: return "Int32Array";
-        case napi_uint32_array: return "Uint32Array";
-        case napi_float32_array: return "Float32Array";
-        case napi_float64_array: return "Float64Array";
-        case napi_bigint64_array: return "BigInt64Array";
-        case napi_biguint64_array: return "BigUint64Array";
-        default: return "TypedArray";
+        case napi_int8_array:
+            return "Int8Array";
+        case napi_uint8_array:
+            return "Uint8Array";
+        case napi_uint8_clamped_array:
+            return "Uint8ClampedArray";
+        case napi_int16_array:
+            return "Int16Array";
+        case napi_uint16_array:
+            return "Uint16Array";
+        case napi_int32_array:
+            return "Int32Array";
+        case napi_uint32_array:
+            return "Uint32Array";
+        case napi_float32_array:
+            return "Float32Array";
+        case napi_float64_array:
+            return "Float64Array";
+        case napi_bigint64_array:
+            return "BigInt64Array";
+        case napi_biguint64_array:
+            return "BigUint64Array";
+        default:
+            return "TypedArray";
     }
 }
 
@@ -52,19 +64,22 @@ Napi::TypedArray RequireTypedArray(const Napi::CallbackInfo & info, size_t i, co
                                    std::initializer_list<napi_typedarray_type> types, size_t length) {
     Napi::Env env = info.Env();
     if (i >= info.Length() || !info[i].IsTypedArray())
-        throw Napi::TypeError::New(env, std::string(name) + ": expected " + TypesList(types) + ", got " +
-                                            (i >= info.Length() ? "nothing" : "another type"));
+        throw Napi::TypeError::New(env,
+                                   std::string(name) + ": expected " + TypesList(types) + ", got " +
+                                       (i >= info.Length() ? "nothing" : "another type"));
     Napi::TypedArray a = info[i].As<Napi::TypedArray>();
     bool ok = false;
     for (auto t : types) ok = ok || a.TypedArrayType() == t;
     if (!ok)
-        throw Napi::TypeError::New(env, std::string(name) + ": expected " + TypesList(types) + ", got " +
-                                            TypedArrayTypeName(a.TypedArrayType()));
+        throw Napi::TypeError::New(
+            env,
+            std::string(name) + ": expected " + TypesList(types) + ", got " + TypedArrayTypeName(a.TypedArrayType()));
     if (a.ElementLength() == 0 && length != 0 && IsDetached(env, a))
         throw Napi::TypeError::New(env, std::string(name) + ": expected an attached buffer, got a detached one");
     if (a.ElementLength() != length)
-        throw Napi::RangeError::New(env, std::string(name) + ": expected " + std::to_string(length) +
-                                             " elements, got " + std::to_string(a.ElementLength()));
+        throw Napi::RangeError::New(env,
+                                    std::string(name) + ": expected " + std::to_string(length) + " elements, got " +
+                                        std::to_string(a.ElementLength()));
     return a;
 }
 
@@ -77,9 +92,9 @@ double RequireNumber(const Napi::CallbackInfo & info, size_t i, const char * nam
 int64_t RequireInt(const Napi::CallbackInfo & info, size_t i, const char * name, int64_t lo, int64_t hi) {
     double d = RequireNumber(info, i, name);
     if (!(d >= (double)lo && d <= (double)hi) || std::floor(d) != d)
-        throw Napi::RangeError::New(info.Env(), std::string(name) + ": expected an integer in [" +
-                                                    std::to_string(lo) + ", " + std::to_string(hi) + "], got " +
-                                                    std::to_string(d));
+        throw Napi::RangeError::New(info.Env(),
+                                    std::string(name) + ": expected an integer in [" + std::to_string(lo) + ", " +
+                                        std::to_string(hi) + "], got " + std::to_string(d));
     return (int64_t)d;
 }
 

@@ -28,8 +28,12 @@ public:
     KernelWorker(Napi::Env env, const char * where, std::vector<Napi::Value> keep,
                  std::function<maporl_status()> compute, std::function<Napi::Value(Napi::Env)> result = nullptr,
                  std::function<void(Napi::Env)> done = nullptr)
-        : Napi::AsyncWorker(env, "maporl"), deferred_(Napi::Promise::Deferred::New(env)), where_(where),
-          compute_(std::move(compute)), result_(std::move(result)), done_(std::move(done)) {
+        : Napi::AsyncWorker(env, "maporl"),
+          deferred_(Napi::Promise::Deferred::New(env)),
+          where_(where),
+          compute_(std::move(compute)),
+          result_(std::move(result)),
+          done_(std::move(done)) {
         for (auto & v : keep) {
             refs_.push_back(Napi::Persistent(v));
             lengths_.push_back(v.IsTypedArray() ? v.As<Napi::TypedArray>().ElementLength() : 0);
@@ -41,9 +45,7 @@ public:
     void Execute() override {
         try {
             status_ = compute_();
-        } catch (...) {
-            status_ = MAPORL_ERR_INTERNAL;
-        }
+        } catch (...) { status_ = MAPORL_ERR_INTERNAL; }
         if (status_ != MAPORL_OK) message_ = std::string(where_) + ": " + maporl_last_error();
     }
 
@@ -54,9 +56,13 @@ public:
         for (size_t i = 0; i < refs_.size(); ++i) {
             const Napi::Value v = refs_[i].Value();
             if (lengths_[i] > 0 && v.IsTypedArray() && v.As<Napi::TypedArray>().ElementLength() == 0) {
-                deferred_.Reject(Napi::TypeError::New(env, std::string(where_) + ": an array of this call was detached (transferred) "
-                                                      "while it ran; its results are discarded (arrays must stay attached until "
-                                                      "the promise settles)").Value());
+                deferred_.Reject(
+                    Napi::TypeError::New(env,
+                                         std::string(where_) +
+                                             ": an array of this call was detached (transferred) "
+                                             "while it ran; its results are discarded (arrays must stay attached until "
+                                             "the promise settles)")
+                        .Value());
                 return;
             }
         }
@@ -117,8 +123,10 @@ Napi::Value RunCall(const Napi::CallbackInfo & info, const char * where,
     const Call c = unpack(info, nullptr);
     const maporl_status st = c.run();
     if (st != MAPORL_OK) ThrowStatus(info.Env(), st, where);
-    if constexpr (HasResult<Call>::value) return c.result(info.Env());
-    else return info.Env().Undefined();
+    if constexpr (HasResult<Call>::value)
+        return c.result(info.Env());
+    else
+        return info.Env().Undefined();
 }
 
 template <typename Call>
@@ -128,10 +136,12 @@ Napi::Value QueueCall(const Napi::CallbackInfo & info, const char * where,
     std::vector<Napi::Value> keep;
     const Call c = unpack(info, &keep);
     if constexpr (HasResult<Call>::value)
-        return QueueKernel(info.Env(), where, std::move(keep), [c] { return c.run(); },
-                           [c](Napi::Env env) { return c.result(env); }, std::move(done));
+        return QueueKernel(
+            info.Env(), where, std::move(keep), [c] { return c.run(); }, [c](Napi::Env env) { return c.result(env); },
+            std::move(done));
     else
-        return QueueKernel(info.Env(), where, std::move(keep), [c] { return c.run(); }, nullptr, std::move(done));
+        return QueueKernel(
+            info.Env(), where, std::move(keep), [c] { return c.run(); }, nullptr, std::move(done));
 }
 
 }  // namespace maporl_js

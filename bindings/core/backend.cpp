@@ -64,14 +64,16 @@ Napi::Value JsSetMatmulPrecision(const Napi::CallbackInfo & info) {
         throw Napi::TypeError::New(info.Env(), "setMatmulPrecision: precision: expected a string");
     const std::string p = info[0].As<Napi::String>().Utf8Value();
     if (p != "highest" && p != "high")
-        throw Napi::RangeError::New(info.Env(), "setMatmulPrecision: precision: expected 'highest' or 'high', got \"" + p + "\"");
+        throw Napi::RangeError::New(info.Env(),
+                                    "setMatmulPrecision: precision: expected 'highest' or 'high', got \"" + p + "\"");
     maporl_status st = maporl_set_matmul_precision(p == "high" ? MAPORL_MATMUL_HIGH : MAPORL_MATMUL_HIGHEST);
     if (st != MAPORL_OK) ThrowStatus(info.Env(), st, "setMatmulPrecision");
     return info.Env().Undefined();
 }
 
 // measureCopyBandwidth / measureReadBandwidth(bytes, reps) -> bytes per second (the probe's median).
-Napi::Value ProbeBandwidth(const Napi::CallbackInfo & info, maporl_status (*probe)(size_t, int, double *), const char * name) {
+Napi::Value ProbeBandwidth(const Napi::CallbackInfo & info, maporl_status (*probe)(size_t, int, double *),
+                           const char * name) {
     int64_t bytes = RequireInt(info, 0, "bytes", 4096, (int64_t)1 << 34);
     int reps = (int)RequireInt(info, 1, "reps", 1, 1000);
     double rate = 0;
@@ -79,8 +81,12 @@ Napi::Value ProbeBandwidth(const Napi::CallbackInfo & info, maporl_status (*prob
     if (st != MAPORL_OK) ThrowStatus(info.Env(), st, name);
     return Napi::Number::New(info.Env(), rate);
 }
-Napi::Value JsCopyBandwidth(const Napi::CallbackInfo & info) { return ProbeBandwidth(info, maporl_measure_copy_bandwidth, "measureCopyBandwidth"); }
-Napi::Value JsReadBandwidth(const Napi::CallbackInfo & info) { return ProbeBandwidth(info, maporl_measure_read_bandwidth, "measureReadBandwidth"); }
+Napi::Value JsCopyBandwidth(const Napi::CallbackInfo & info) {
+    return ProbeBandwidth(info, maporl_measure_copy_bandwidth, "measureCopyBandwidth");
+}
+Napi::Value JsReadBandwidth(const Napi::CallbackInfo & info) {
+    return ProbeBandwidth(info, maporl_measure_read_bandwidth, "measureReadBandwidth");
+}
 
 Napi::Value JsPeakFlops(const Napi::CallbackInfo & info) {
     int reps = (int)RequireInt(info, 0, "reps", 1, 1000);

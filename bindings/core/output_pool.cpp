@@ -57,9 +57,9 @@ struct Pool {
     size_t limit;
     size_t cached = 0, outstanding = 0;
     double hits = 0, misses = 0, refused = 0;
-    std::unordered_map<void *, Block> blocks;            // every block: data pointer -> its mapping
+    std::unordered_map<void *, Block> blocks;              // every block: data pointer -> its mapping
     std::unordered_map<size_t, std::vector<void *>> free;  // size class -> cached data pointers
-    std::unordered_map<size_t, size_t> streak;           // size class -> bytes of new blocks since one came back
+    std::unordered_map<size_t, size_t> streak;             // size class -> bytes of new blocks since one came back
 
     Pool() {
         limit = (size_t)512 << 20;
@@ -109,7 +109,8 @@ void UnmapBlock(const Block & b) {
 
 // Unmaps cached blocks (any class but `keep`) until `need` more bytes fit under the limit. Caller holds the lock.
 void EvictFor(Pool & pool, size_t need, size_t keep) {
-    for (auto it = pool.free.begin(); it != pool.free.end() && pool.cached + pool.outstanding + need > pool.limit; ++it) {
+    for (auto it = pool.free.begin(); it != pool.free.end() && pool.cached + pool.outstanding + need > pool.limit;
+         ++it) {
         if (it->first == keep) continue;
         auto & list = it->second;
         while (!list.empty() && pool.cached + pool.outstanding + need > pool.limit) {

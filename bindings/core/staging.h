@@ -11,10 +11,10 @@
 namespace maporl_js {
 
 struct StagedArg {
-    void * host;    // host memory (inputs are only read)
+    void * host;  // host memory (inputs are only read)
     size_t bytes;
-    bool input;     // copied host -> device before the call
-    bool output;    // copied device -> host after the call
+    bool input;   // copied host -> device before the call
+    bool output;  // copied device -> host after the call
 };
 
 // Calls fn with one device pointer per arg, in order. Returns the first non-OK status.

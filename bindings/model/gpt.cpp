@@ -47,7 +47,8 @@ Napi::Value Wrap(Napi::Env env, maporl_gpt * g, int64_t bytes_per_param) {
 }
 
 Napi::Value Create(const Napi::CallbackInfo & info) {
-    if (info.Length() < 2 || !info[0].IsObject()) throw Napi::TypeError::New(info.Env(), "gptCreate: expected (config, seed)");
+    if (info.Length() < 2 || !info[0].IsObject())
+        throw Napi::TypeError::New(info.Env(), "gptCreate: expected (config, seed)");
     Napi::Object o = info[0].As<Napi::Object>();
     maporl_gpt_config c = maporl_gpt_default_config();
     c.vocab = Field(o, "vocab", 0);
@@ -83,7 +84,8 @@ int Flag(const Napi::Object & o, const char * key) {
 // 0|1|2, ropeFactor, ropeLowFreqFactor, ropeHighFreqFactor, ropeOriginalMaxPosition, qkvBias, oBias, qkNorm,
 // tieEmbeddings, bf16 (optional: matrices stored as bfloat16, frozen)}, seed | null) -> handle (answers every gpt* call; null: parameters 0, for a loader)
 Napi::Value LlamaCreate(const Napi::CallbackInfo & info) {
-    if (info.Length() < 2 || !info[0].IsObject()) throw Napi::TypeError::New(info.Env(), "llamaCreate: expected (config, seed)");
+    if (info.Length() < 2 || !info[0].IsObject())
+        throw Napi::TypeError::New(info.Env(), "llamaCreate: expected (config, seed)");
     Napi::Object o = info[0].As<Napi::Object>();
     maporl_llama_config c = maporl_llama_default_config();
     c.vocab = Field(o, "vocab", 0);
@@ -107,7 +109,8 @@ Napi::Value LlamaCreate(const Napi::CallbackInfo & info) {
     c.tie_embeddings = Flag(o, "tieEmbeddings");
     c.bf16_matrices = Flag(o, "bf16");
     maporl_gpt * g = nullptr;
-    const maporl_status st = info[1].IsNull() ? maporl_llama_create_zeroed(&c, &g) : maporl_llama_create(&c, (uint64_t)RequireNumber(info, 1, "seed"), &g);
+    const maporl_status st = info[1].IsNull() ? maporl_llama_create_zeroed(&c, &g)
+                                              : maporl_llama_create(&c, (uint64_t)RequireNumber(info, 1, "seed"), &g);
     if (st != MAPORL_OK) ThrowStatus(info.Env(), st, "llamaCreate");
     return Wrap(info.Env(), g, 4);  // the weights; gradients and moments come with the first training call
 }
@@ -123,7 +126,8 @@ Napi::Value Free(const Napi::CallbackInfo & info) {
 
 // QueueCall on a model: counts the call in flight on its handle (checked free and idle by the unpacker's Get).
 template <typename Call>
-Napi::Value QueueGpt(const Napi::CallbackInfo & info, const char * where, Call (*unpack)(const Napi::CallbackInfo &, std::vector<Napi::Value> *)) {
+Napi::Value QueueGpt(const Napi::CallbackInfo & info, const char * where,
+                     Call (*unpack)(const Napi::CallbackInfo &, std::vector<Napi::Value> *)) {
     Handle * h = Get(info);
     Napi::Value p = QueueCall(info, where, unpack, [h](Napi::Env env) {
         if (--h->pending == 0 && h->freed) h->Release(env);
@@ -176,13 +180,16 @@ Napi::Value JsGet(const Napi::CallbackInfo & info) { return GetSet(info, false);
 Napi::Value SetTensor(const Napi::CallbackInfo & info) {
     Handle * h = Get(info);
     const double index = RequireNumber(info, 1, "index"), dtype = RequireNumber(info, 2, "dtype");
-    if (info.Length() < 4 || !info[3].IsTypedArray() || info[3].As<Napi::TypedArray>().TypedArrayType() != napi_uint8_array)
+    if (info.Length() < 4 || !info[3].IsTypedArray() ||
+        info[3].As<Napi::TypedArray>().TypedArrayType() != napi_uint8_array)
         throw Napi::TypeError::New(info.Env(), "gptSetTensor: data: expected a Uint8Array");
     Napi::Uint8Array a = info[3].As<Napi::Uint8Array>();
     const int64_t width = dtype == 0 ? 4 : 2;
     if ((int64_t)a.ByteLength() % width != 0)
-        throw Napi::RangeError::New(info.Env(), "gptSetTensor: data: the byte length is not a multiple of the dtype's width");
-    const maporl_status st = maporl_gpt_set_tensor(h->gpt, (int64_t)index, (int)dtype, a.Data(), (int64_t)a.ByteLength() / width);
+        throw Napi::RangeError::New(info.Env(),
+                                    "gptSetTensor: data: the byte length is not a multiple of the dtype's width");
+    const maporl_status st =
+        maporl_gpt_set_tensor(h->gpt, (int64_t)index, (int)dtype, a.Data(), (int64_t)a.ByteLength() / width);
     if (st != MAPORL_OK) ThrowStatus(info.Env(), st, "gptSetTensor");
     return info.Env().Undefined();
 }
@@ -200,7 +207,8 @@ Napi::Value SetStep(const Napi::CallbackInfo & info) {
 }
 
 // Optional Float32Array at info[i] (null / undefined: none).
-float * OptionalF32(const Napi::CallbackInfo & info, size_t i, const char * name, size_t n, std::vector<Napi::Value> * keep) {
+float * OptionalF32(const Napi::CallbackInfo & info, size_t i, const char * name, size_t n,
+                    std::vector<Napi::Value> * keep) {
     if (i >= info.Length() || info[i].IsNull() || info[i].IsUndefined()) return nullptr;
     Napi::TypedArray a = RequireTypedArray(info, i, name, {napi_float32_array}, n);
     if (keep) keep->push_back(a);
@@ -287,8 +295,10 @@ Napi::Value ZeroGrad(const Napi::CallbackInfo & info) {
 
 Napi::Value SetDevice(const Napi::CallbackInfo & info) {
     Handle * h = Get(info);
-    const int64_t d = RequireInt(info, 1, "device", 0, 2);  // 2: the CPU emulation of the Llama family's CUDA model (tests)
-    const maporl_status st = d == 2 ? maporl_llama_emulate_device(h->gpt) : maporl_gpt_set_device(h->gpt, (maporl_device)d);
+    const int64_t d =
+        RequireInt(info, 1, "device", 0, 2);  // 2: the CPU emulation of the Llama family's CUDA model (tests)
+    const maporl_status st =
+        d == 2 ? maporl_llama_emulate_device(h->gpt) : maporl_gpt_set_device(h->gpt, (maporl_device)d);
     if (st != MAPORL_OK) ThrowStatus(info.Env(), st, "gptSetDevice");
     return info.Env().Undefined();
 }
@@ -425,7 +435,9 @@ struct ScoreCall {
     float * logp;
     float * entropy;
     float * values;
-    maporl_status run() const { return maporl_gpt_score(gpt, tokens, targets, B, T, temperature, chunk, logp, entropy, values); }
+    maporl_status run() const {
+        return maporl_gpt_score(gpt, tokens, targets, B, T, temperature, chunk, logp, entropy, values);
+    }
 };
 
 // gptScore(handle, tokens, targets, B, T, temperature, chunk, logp, entropy | null, values | null)
@@ -475,8 +487,12 @@ ScoreBackwardCall UnpackScoreBackward(const Napi::CallbackInfo & info, std::vect
 
 Napi::Value JsScore(const Napi::CallbackInfo & i) { return RunCall(i, "gptScore", UnpackScore); }
 Napi::Value JsScoreAsync(const Napi::CallbackInfo & i) { return QueueGpt(i, "gptScore", UnpackScore); }
-Napi::Value JsScoreBackward(const Napi::CallbackInfo & i) { return RunCall(i, "gptScoreBackward", UnpackScoreBackward); }
-Napi::Value JsScoreBackwardAsync(const Napi::CallbackInfo & i) { return QueueGpt(i, "gptScoreBackward", UnpackScoreBackward); }
+Napi::Value JsScoreBackward(const Napi::CallbackInfo & i) {
+    return RunCall(i, "gptScoreBackward", UnpackScoreBackward);
+}
+Napi::Value JsScoreBackwardAsync(const Napi::CallbackInfo & i) {
+    return QueueGpt(i, "gptScoreBackward", UnpackScoreBackward);
+}
 Napi::Value JsForward(const Napi::CallbackInfo & i) { return RunCall(i, "gptForward", UnpackForward); }
 Napi::Value JsForwardAsync(const Napi::CallbackInfo & i) { return QueueGpt(i, "gptForward", UnpackForward); }
 Napi::Value JsBackward(const Napi::CallbackInfo & i) { return RunCall(i, "gptBackward", UnpackBackward); }

@@ -15,9 +15,9 @@ namespace maporl_js {
 // collection sees what undisposed models hold.
 struct Handle {
     maporl_gpt * gpt = nullptr;
-    int pending = 0;        // async calls in flight (main thread only)
-    bool freed = false;     // gptFree was called
-    int64_t external = 0;   // bytes reported to V8
+    int pending = 0;       // async calls in flight (main thread only)
+    bool freed = false;    // gptFree was called
+    int64_t external = 0;  // bytes reported to V8
     void Release(Napi::Env env) {
         maporl_gpt_free(gpt);
         gpt = nullptr;
@@ -27,11 +27,14 @@ struct Handle {
 };
 
 inline Handle * Get(const Napi::CallbackInfo & info, size_t i = 0, bool read_only = false) {
-    if (i >= info.Length() || !info[i].IsExternal()) throw Napi::TypeError::New(info.Env(), "gpt: expected a model handle");
+    if (i >= info.Length() || !info[i].IsExternal())
+        throw Napi::TypeError::New(info.Env(), "gpt: expected a model handle");
     Handle * h = info[i].As<Napi::External<Handle>>().Data();
     if (!h->gpt || h->freed) throw Napi::Error::New(info.Env(), "gpt: the model was freed");
     if (h->pending > 0 && !read_only)
-        throw Napi::Error::New(info.Env(), "gpt: the model is busy with an async call; calls on one model must not overlap (await it first)");
+        throw Napi::Error::New(
+            info.Env(),
+            "gpt: the model is busy with an async call; calls on one model must not overlap (await it first)");
     return h;
 }
 

@@ -22,13 +22,15 @@ int64_t Id(const Napi::CallbackInfo & info, size_t i) { return RequireInt(info, 
 
 Napi::Value Add(const Napi::CallbackInfo & info) {
     Handle * h = Get(info);
-    if (info.Length() < 3 || !info[1].IsObject()) throw Napi::TypeError::New(info.Env(), "loraAdd: expected (handle, config, seed)");
+    if (info.Length() < 3 || !info[1].IsObject())
+        throw Napi::TypeError::New(info.Env(), "loraAdd: expected (handle, config, seed)");
     Napi::Object o = info[1].As<Napi::Object>();
     maporl_lora_config c = maporl_lora_default_config();
     auto num = [&](const char * k, double fallback) {
         Napi::Value v = o.Get(k);
         if (v.IsUndefined()) return fallback;
-        if (!v.IsNumber()) throw Napi::TypeError::New(info.Env(), std::string("loraAdd: config.") + k + ": expected a number");
+        if (!v.IsNumber())
+            throw Napi::TypeError::New(info.Env(), std::string("loraAdd: config.") + k + ": expected a number");
         return v.As<Napi::Number>().DoubleValue();
     };
     c.rank = (int64_t)num("rank", 8);
@@ -82,7 +84,8 @@ Napi::Value Merge(const Napi::CallbackInfo & info) {
 
 Napi::Value CacheRows(const Napi::CallbackInfo & info) {
     Handle * h = Get(info);
-    if (info.Length() < 2 || !info[1].IsArray()) throw Napi::TypeError::New(info.Env(), "loraCacheRows: ids: expected an array of adapter ids");
+    if (info.Length() < 2 || !info[1].IsArray())
+        throw Napi::TypeError::New(info.Env(), "loraCacheRows: ids: expected an array of adapter ids");
     Napi::Array a = info[1].As<Napi::Array>();
     std::vector<int64_t> ids(a.Length());
     for (uint32_t i = 0; i < a.Length(); ++i) {
@@ -100,7 +103,8 @@ Napi::Value SetTraining(const Napi::CallbackInfo & info) {
 }
 
 Napi::Value SetScoreKeep(const Napi::CallbackInfo & info) {
-    Check(info, maporl_gpt_set_score_keep(Get(info)->gpt, RequireInt(info, 1, "bytes", 0, (int64_t)1 << 40)), "gptSetScoreKeep");
+    Check(info, maporl_gpt_set_score_keep(Get(info)->gpt, RequireInt(info, 1, "bytes", 0, (int64_t)1 << 40)),
+          "gptSetScoreKeep");
     return info.Env().Undefined();
 }
 

@@ -83,11 +83,13 @@ struct ReturnsCall {
         if (device == MAPORL_DEVICE_CPU)
             return maporl_reinforce_returns(MAPORL_DEVICE_CPU, rewards, mask, mask_type, B, T, params, G, A);
         const size_t fbytes = sizeof(float) * (size_t)(B * T);
-        return RunStaged({{(void *)rewards, fbytes, true, false}, {(void *)mask, mask_bytes, true, false},
-                          {G, fbytes, false, true}, {A, fbytes, false, true}},
+        return RunStaged({{(void *)rewards, fbytes, true, false},
+                          {(void *)mask, mask_bytes, true, false},
+                          {G, fbytes, false, true},
+                          {A, fbytes, false, true}},
                          [&](const std::vector<void *> & d) {
-                             return maporl_reinforce_returns(MAPORL_DEVICE_CUDA, (const float *)d[0], d[1], mask_type, B,
-                                                             T, params, (float *)d[2], (float *)d[3]);
+                             return maporl_reinforce_returns(MAPORL_DEVICE_CUDA, (const float *)d[0], d[1], mask_type,
+                                                             B, T, params, (float *)d[2], (float *)d[3]);
                          });
     }
 };
@@ -116,8 +118,12 @@ ReturnsCall UnpackReturns(const Napi::CallbackInfo & info, std::vector<Napi::Val
     return c;
 }
 
-Napi::Value JsReinforceReturns(const Napi::CallbackInfo & info) { return RunCall(info, "reinforceReturns", UnpackReturns); }
-Napi::Value JsReinforceReturnsAsync(const Napi::CallbackInfo & info) { return QueueCall(info, "reinforceReturns", UnpackReturns); }
+Napi::Value JsReinforceReturns(const Napi::CallbackInfo & info) {
+    return RunCall(info, "reinforceReturns", UnpackReturns);
+}
+Napi::Value JsReinforceReturnsAsync(const Napi::CallbackInfo & info) {
+    return QueueCall(info, "reinforceReturns", UnpackReturns);
+}
 
 }  // namespace
 

@@ -24,8 +24,8 @@ struct GroupCall {
         if (device == MAPORL_DEVICE_CPU)
             return maporl_group_advantages(MAPORL_DEVICE_CPU, scores, groups, weights, N, p, out);
         const size_t b = 4 * (size_t)N;
-        std::vector<StagedArg> args = {{(void *)scores, b, true, false}, {(void *)groups, b, true, false},
-                                       {out, b, false, true}};
+        std::vector<StagedArg> args = {
+            {(void *)scores, b, true, false}, {(void *)groups, b, true, false}, {out, b, false, true}};
         if (weights) args.push_back({(void *)weights, b, true, false});
         return RunStaged(args, [&](const std::vector<void *> & d) {
             return maporl_group_advantages(MAPORL_DEVICE_CUDA, (const float *)d[0], (const int32_t *)d[1],
@@ -64,7 +64,9 @@ GroupCall Unpack(const Napi::CallbackInfo & info, std::vector<Napi::Value> * kee
 }
 
 Napi::Value JsGroupAdvantages(const Napi::CallbackInfo & info) { return RunCall(info, "groupAdvantages", Unpack); }
-Napi::Value JsGroupAdvantagesAsync(const Napi::CallbackInfo & info) { return QueueCall(info, "groupAdvantages", Unpack); }
+Napi::Value JsGroupAdvantagesAsync(const Napi::CallbackInfo & info) {
+    return QueueCall(info, "groupAdvantages", Unpack);
+}
 
 Napi::Value JsBroadcastRows(const Napi::CallbackInfo & info) {
     int64_t N, T;
@@ -76,9 +78,11 @@ Napi::Value JsBroadcastRows(const Napi::CallbackInfo & info) {
     const maporl_mask_type mt = m.TypedArrayType() == napi_uint8_array ? MAPORL_MASK_U8 : MAPORL_MASK_F32;
     maporl_status st;
     if (device == MAPORL_DEVICE_CPU) {
-        st = maporl_broadcast_rows(MAPORL_DEVICE_CPU, (const float *)DataOf(v), DataOf(m), mt, N, T, (float *)DataOf(o));
+        st =
+            maporl_broadcast_rows(MAPORL_DEVICE_CPU, (const float *)DataOf(v), DataOf(m), mt, N, T, (float *)DataOf(o));
     } else {
-        st = RunStaged({{DataOf(v), v.ByteLength(), true, false}, {DataOf(m), m.ByteLength(), true, false},
+        st = RunStaged({{DataOf(v), v.ByteLength(), true, false},
+                        {DataOf(m), m.ByteLength(), true, false},
                         {DataOf(o), o.ByteLength(), false, true}},
                        [&](const std::vector<void *> & d) {
                            return maporl_broadcast_rows(MAPORL_DEVICE_CUDA, (const float *)d[0], d[1], mt, N, T,

@@ -49,8 +49,7 @@ Arr Required(const Napi::CallbackInfo & info, size_t i, const char * name,
 
 double Field(const Napi::Object & o, const char * key) {
     Napi::Value v = o.Get(key);
-    if (!v.IsNumber())
-        throw Napi::TypeError::New(o.Env(), std::string("params.") + key + ": expected a number");
+    if (!v.IsNumber()) throw Napi::TypeError::New(o.Env(), std::string("params.") + key + ": expected a number");
     return v.As<Napi::Number>().DoubleValue();
 }
 
@@ -103,15 +102,19 @@ struct PolicyCall {
 
     maporl_status run() const {
         return RunOn(device,
-                     {{lp.data, lp.bytes, true, false}, {old.data, old.bytes, true, false},
-                      {adv.data, adv.bytes, true, false}, {mask.data, mask.bytes, true, false},
-                      {ref.data, ref.bytes, true, false}, {ent.data, ent.bytes, true, false},
-                      {g.data, g.bytes, false, true}, {ge.data, ge.bytes, false, true}},
+                     {{lp.data, lp.bytes, true, false},
+                      {old.data, old.bytes, true, false},
+                      {adv.data, adv.bytes, true, false},
+                      {mask.data, mask.bytes, true, false},
+                      {ref.data, ref.bytes, true, false},
+                      {ent.data, ent.bytes, true, false},
+                      {g.data, g.bytes, false, true},
+                      {ge.data, ge.bytes, false, true}},
                      [&](const std::vector<void *> & d) {
-                         return maporl_policy_loss(device, (const float *)d[0], (const float *)d[1], (const float *)d[2],
-                                                   adv_per_seq, d[3], MaskType(mask), (const float *)d[4],
-                                                   (const float *)d[5], B, T, p, (float *)d[6], (float *)d[7],
-                                                   stats.get());
+                         return maporl_policy_loss(device, (const float *)d[0], (const float *)d[1],
+                                                   (const float *)d[2], adv_per_seq, d[3], MaskType(mask),
+                                                   (const float *)d[4], (const float *)d[5], B, T, p, (float *)d[6],
+                                                   (float *)d[7], stats.get());
                      });
     }
     Napi::Value result(Napi::Env env) const { return StatsObject(env, *stats); }
@@ -145,8 +148,11 @@ struct ValueCall {
 
     maporl_status run() const {
         return RunOn(device,
-                     {{v.data, v.bytes, true, false}, {old.data, old.bytes, true, false}, {R.data, R.bytes, true, false},
-                      {mask.data, mask.bytes, true, false}, {g.data, g.bytes, false, true}},
+                     {{v.data, v.bytes, true, false},
+                      {old.data, old.bytes, true, false},
+                      {R.data, R.bytes, true, false},
+                      {mask.data, mask.bytes, true, false},
+                      {g.data, g.bytes, false, true}},
                      [&](const std::vector<void *> & d) {
                          return maporl_value_loss(device, (const float *)d[0], (const float *)d[1], (const float *)d[2],
                                                   d[3], MaskType(mask), B, T, clip, agg, normalizer, (float *)d[4],
@@ -186,7 +192,9 @@ struct LogprobsCall {
 
     maporl_status run() const {
         return RunOn(device,
-                     {{z.data, z.bytes, true, false}, {y.data, y.bytes, true, false}, {lp.data, lp.bytes, false, true},
+                     {{z.data, z.bytes, true, false},
+                      {y.data, y.bytes, true, false},
+                      {lp.data, lp.bytes, false, true},
                       {H.data, H.bytes, false, true}},
                      [&](const std::vector<void *> & d) {
                          if (z.type == napi_uint16_array)  // bfloat16 bit patterns
@@ -221,24 +229,27 @@ struct FusedCall {
 
     maporl_status run() const {
         return RunOn(device,
-                     {{z.data, z.bytes, true, false}, {y.data, y.bytes, true, false}, {old.data, old.bytes, true, false},
-                      {adv.data, adv.bytes, true, false}, {mask.data, mask.bytes, true, false},
-                      {ref.data, ref.bytes, true, false}, {gz.data, gz.bytes, false, true},
-                      {lp.data, lp.bytes, false, true}, {H.data, H.bytes, false, true},
+                     {{z.data, z.bytes, true, false},
+                      {y.data, y.bytes, true, false},
+                      {old.data, old.bytes, true, false},
+                      {adv.data, adv.bytes, true, false},
+                      {mask.data, mask.bytes, true, false},
+                      {ref.data, ref.bytes, true, false},
+                      {gz.data, gz.bytes, false, true},
+                      {lp.data, lp.bytes, false, true},
+                      {H.data, H.bytes, false, true},
                       {glp.data, glp.bytes, false, true}},
                      [&](const std::vector<void *> & d) {
                          // On CUDA the staged gradient is its own buffer even when the caller asked for in place.
                          if (z.type == napi_uint16_array)  // bfloat16 bit patterns
-                             return maporl_fused_policy_loss_bf16(device, (const uint16_t *)d[0], (const int32_t *)d[1],
-                                                                  (const float *)d[2], (const float *)d[3], adv_per_seq,
-                                                                  d[4], MaskType(mask), (const float *)d[5], B, T, V,
-                                                                  temp, p, (float *)d[6], (float *)d[7], (float *)d[8],
-                                                                  (float *)d[9], stats.get());
-                         return maporl_fused_policy_loss(device, (const float *)d[0], (const int32_t *)d[1],
-                                                         (const float *)d[2], (const float *)d[3], adv_per_seq, d[4],
-                                                         MaskType(mask), (const float *)d[5], B, T, V, temp, p,
-                                                         (float *)d[6], (float *)d[7], (float *)d[8], (float *)d[9],
-                                                         stats.get());
+                             return maporl_fused_policy_loss_bf16(
+                                 device, (const uint16_t *)d[0], (const int32_t *)d[1], (const float *)d[2],
+                                 (const float *)d[3], adv_per_seq, d[4], MaskType(mask), (const float *)d[5], B, T, V,
+                                 temp, p, (float *)d[6], (float *)d[7], (float *)d[8], (float *)d[9], stats.get());
+                         return maporl_fused_policy_loss(
+                             device, (const float *)d[0], (const int32_t *)d[1], (const float *)d[2],
+                             (const float *)d[3], adv_per_seq, d[4], MaskType(mask), (const float *)d[5], B, T, V, temp,
+                             p, (float *)d[6], (float *)d[7], (float *)d[8], (float *)d[9], stats.get());
                      });
     }
     Napi::Value result(Napi::Env env) const { return StatsObject(env, *stats); }

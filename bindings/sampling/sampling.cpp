@@ -28,7 +28,8 @@ void Field(const Napi::Object & o, const char * key, napi_typedarray_type type, 
     if (v.IsTypedArray()) {
         Napi::TypedArray t = v.As<Napi::TypedArray>();
         if (t.TypedArrayType() != type || t.ElementLength() != B)
-            throw Napi::RangeError::New(o.Env(), std::string("params.") + key + ": expected a typed array of the right type and B elements");
+            throw Napi::RangeError::New(
+                o.Env(), std::string("params.") + key + ": expected a typed array of the right type and B elements");
         arr->host = DataOf(t);
         arr->bytes = t.ByteLength();
         if (keep) keep->push_back(t);
@@ -39,7 +40,8 @@ void Field(const Napi::Object & o, const char * key, napi_typedarray_type type, 
         *scalar = (T)v.As<Napi::BigInt>().Uint64Value(&lossless);
         return;
     }
-    if (!v.IsNumber()) throw Napi::TypeError::New(o.Env(), std::string("params.") + key + ": expected a number or typed array");
+    if (!v.IsNumber())
+        throw Napi::TypeError::New(o.Env(), std::string("params.") + key + ": expected a number or typed array");
     *scalar = (T)v.As<Napi::Number>().DoubleValue();
 }
 
@@ -56,7 +58,7 @@ void ReadParams(const Napi::CallbackInfo & info, size_t i, size_t B, maporl_samp
     Field(o, "position", napi_bigint64_array, B, &p->position_all, &a->position, keep);
     const Napi::Value order = o.Get("filterOrder");
     p->filter_order = order.IsNumber() && order.As<Napi::Number>().Int32Value() == 1 ? MAPORL_FILTER_JOINT
-                                                                                        : MAPORL_FILTER_TOP_K_FIRST;
+                                                                                     : MAPORL_FILTER_TOP_K_FIRST;
 }
 
 struct SampleCall {
@@ -92,7 +94,8 @@ struct SampleCall {
 
 ArrayArg Arg(const Napi::CallbackInfo & info, size_t i, const char * name, napi_typedarray_type type, size_t n,
              bool optional, std::vector<Napi::Value> * keep) {
-    if (optional && (i >= info.Length() || info[i].IsNull() || info[i].IsUndefined())) return ArrayArg{nullptr, 0, false, true};
+    if (optional && (i >= info.Length() || info[i].IsNull() || info[i].IsUndefined()))
+        return ArrayArg{nullptr, 0, false, true};
     Napi::TypedArray t = RequireTypedArray(info, i, name, {type}, n);
     if (keep) keep->push_back(t);
     return ArrayArg{DataOf(t), t.ByteLength(), false, true};
@@ -114,8 +117,12 @@ SampleCall Unpack(const Napi::CallbackInfo & info, std::vector<Napi::Value> * ke
     return c;
 }
 
-SampleCall UnpackSample(const Napi::CallbackInfo & info, std::vector<Napi::Value> * keep) { return Unpack(info, keep, false); }
-SampleCall UnpackGiven(const Napi::CallbackInfo & info, std::vector<Napi::Value> * keep) { return Unpack(info, keep, true); }
+SampleCall UnpackSample(const Napi::CallbackInfo & info, std::vector<Napi::Value> * keep) {
+    return Unpack(info, keep, false);
+}
+SampleCall UnpackGiven(const Napi::CallbackInfo & info, std::vector<Napi::Value> * keep) {
+    return Unpack(info, keep, true);
+}
 
 Napi::Value JsSample(const Napi::CallbackInfo & i) { return RunCall(i, "sample", UnpackSample); }
 Napi::Value JsSampleAsync(const Napi::CallbackInfo & i) { return QueueCall(i, "sample", UnpackSample); }

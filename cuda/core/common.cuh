@@ -10,25 +10,25 @@
 
 #include "native/core/core.h"
 
-#define MAPORL_CUDA_CALL(expr)                                                                        \
-    do {                                                                                              \
-        cudaError_t maporl_e_ = (expr);                                                               \
-        if (maporl_e_ != cudaSuccess) {                                                               \
-            (void)cudaGetLastError();                                                                 \
-            return ::maporl::set_error(MAPORL_ERR_CUDA, "%s failed: %s (%s)", #expr,                  \
-                                       cudaGetErrorName(maporl_e_), cudaGetErrorString(maporl_e_));  \
-        }                                                                                             \
+#define MAPORL_CUDA_CALL(expr)                                                                                    \
+    do {                                                                                                          \
+        cudaError_t maporl_e_ = (expr);                                                                           \
+        if (maporl_e_ != cudaSuccess) {                                                                           \
+            (void)cudaGetLastError();                                                                             \
+            return ::maporl::set_error(MAPORL_ERR_CUDA, "%s failed: %s (%s)", #expr, cudaGetErrorName(maporl_e_), \
+                                       cudaGetErrorString(maporl_e_));                                            \
+        }                                                                                                         \
     } while (0)
 
 // The throwing twin, for host code that runs inside maporl::guarded (the GPT ops and model).
-#define MAPORL_CUDA_THROW(expr)                                                                       \
-    do {                                                                                              \
-        cudaError_t maporl_e_ = (expr);                                                               \
-        if (maporl_e_ != cudaSuccess) {                                                               \
-            (void)cudaGetLastError();                                                                 \
-            ::maporl::throw_error(MAPORL_ERR_CUDA, "%s failed: %s (%s)", #expr,                       \
-                                  cudaGetErrorName(maporl_e_), cudaGetErrorString(maporl_e_));       \
-        }                                                                                             \
+#define MAPORL_CUDA_THROW(expr)                                                                              \
+    do {                                                                                                     \
+        cudaError_t maporl_e_ = (expr);                                                                      \
+        if (maporl_e_ != cudaSuccess) {                                                                      \
+            (void)cudaGetLastError();                                                                        \
+            ::maporl::throw_error(MAPORL_ERR_CUDA, "%s failed: %s (%s)", #expr, cudaGetErrorName(maporl_e_), \
+                                  cudaGetErrorString(maporl_e_));                                            \
+        }                                                                                                    \
     } while (0)
 
 // After a kernel launch: a bad launch configuration throws here (execution errors surface at the next sync).
@@ -36,16 +36,16 @@
 namespace maporl {
 inline std::atomic<int64_t> cuda_launches{0};
 }
-#define MAPORL_CUDA_LAUNCHED(what) \
-    do {                           \
+#define MAPORL_CUDA_LAUNCHED(what)                                       \
+    do {                                                                 \
         ::maporl::cuda_launches.fetch_add(1, std::memory_order_relaxed); \
-        MAPORL_CUDA_THROW(cudaPeekAtLastError()); \
+        MAPORL_CUDA_THROW(cudaPeekAtLastError());                        \
     } while (0)
 
-#define MAPORL_RETURN_IF_ERROR(expr)                   \
-    do {                                               \
-        maporl_status maporl_s_ = (expr);              \
-        if (maporl_s_ != MAPORL_OK) return maporl_s_;  \
+#define MAPORL_RETURN_IF_ERROR(expr)                  \
+    do {                                              \
+        maporl_status maporl_s_ = (expr);             \
+        if (maporl_s_ != MAPORL_OK) return maporl_s_; \
     } while (0)
 
 namespace maporl {
@@ -67,7 +67,9 @@ struct DeviceBuffer {
         return MAPORL_OK;
     }
     template <typename X>
-    X * as() const { return static_cast<X *>(ptr); }
+    X * as() const {
+        return static_cast<X *>(ptr);
+    }
 };
 
 // Block-wide reductions (every thread gets the result); `sh` holds one value per warp (32 entries). The sum is
@@ -107,16 +109,16 @@ constexpr int64_t kGridX = 2147483647, kGridYZ = 65535;
 
 inline maporl_status check_grid(int64_t blocks, const char * what, int64_t limit = kGridX) {
     if (blocks > limit)
-        return set_error(MAPORL_ERR_INVALID_ARG, "%s: %lld blocks, over CUDA's grid limit of %lld (split the call)", what,
-                         (long long)blocks, (long long)limit);
+        return set_error(MAPORL_ERR_INVALID_ARG, "%s: %lld blocks, over CUDA's grid limit of %lld (split the call)",
+                         what, (long long)blocks, (long long)limit);
     return MAPORL_OK;
 }
 
 // The throwing twin, for host code inside maporl::guarded; returns the count as gridDim takes it.
 inline unsigned grid_dim(int64_t blocks, const char * what, int64_t limit = kGridX) {
     if (blocks > limit)
-        throw_error(MAPORL_ERR_INVALID_ARG, "%s: %lld blocks, over CUDA's grid limit of %lld (split the call)", what, (long long)blocks,
-                    (long long)limit);
+        throw_error(MAPORL_ERR_INVALID_ARG, "%s: %lld blocks, over CUDA's grid limit of %lld (split the call)", what,
+                    (long long)blocks, (long long)limit);
     return (unsigned)(blocks < 1 ? 1 : blocks);
 }
 

@@ -65,8 +65,8 @@ maporl_status maporl_device_malloc(size_t bytes, void ** ptr_out) {
         cudaError_t e = cudaMalloc(ptr_out, bytes == 0 ? 1 : bytes);
         if (e == cudaErrorMemoryAllocation) {
             (void)cudaGetLastError();
-            return maporl::set_error(MAPORL_ERR_OUT_OF_MEMORY, "device_malloc: out of device memory asking for %zu bytes",
-                                     bytes);
+            return maporl::set_error(MAPORL_ERR_OUT_OF_MEMORY,
+                                     "device_malloc: out of device memory asking for %zu bytes", bytes);
         }
         MAPORL_CUDA_CALL(e);
         return MAPORL_OK;

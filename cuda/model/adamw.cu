@@ -51,8 +51,8 @@ void adamw_update(float * params, const float * grads, float * m, float * v, int
                   float grad_scale) {
     if (n <= 0) return;
     const double c1 = 1.0 - std::pow((double)h.beta1, (double)t), c2 = 1.0 - std::pow((double)h.beta2, (double)t);
-    adamw_kernel<<<grid_for(n, kThreads), kThreads>>>(params, grads, m, v, n, h.lr, h.beta1, h.beta2, h.eps, h.weight_decay,
-                                                      (float)(1.0 / c1), (float)(1.0 / c2), grad_scale);
+    adamw_kernel<<<grid_for(n, kThreads), kThreads>>>(params, grads, m, v, n, h.lr, h.beta1, h.beta2, h.eps,
+                                                      h.weight_decay, (float)(1.0 / c1), (float)(1.0 / c2), grad_scale);
     MAPORL_CUDA_LAUNCHED("adamw_update");
 }
 

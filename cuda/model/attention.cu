@@ -20,8 +20,8 @@ namespace {
 
 constexpr int kWarps = 4;
 
-using cuda_warp::warp_sum;
 using cuda_warp::warp_max;
+using cuda_warp::warp_sum;
 
 // One query row against `len` keys: att[0..len) = softmax(q . k / sqrt(hs)); out[0..hs) = sum att v. The whole
 // warp calls it.
@@ -68,7 +68,8 @@ __global__ void attention_forward_kernel(float * out, float * att, const float *
 
 // Pass 1: g[t, 0..t] into scratch (same layout as att), dq[t] += sum_t2 g k[t2].
 __global__ void attention_backward_query_kernel(float * dqkv, float * g, const float * dout, const float * qkv,
-                                                const float * att, int64_t B, int64_t T, int64_t C, int64_t NH, float scale) {
+                                                const float * att, int64_t B, int64_t T, int64_t C, int64_t NH,
+                                                float scale) {
     const int lane = threadIdx.x & 31;
     const int64_t row = (int64_t)blockIdx.x * kWarps + (threadIdx.x >> 5);
     if (row >= B * NH * T) return;
@@ -123,7 +124,8 @@ __global__ void attention_backward_key_kernel(float * dqkv, const float * g, con
 }
 
 __global__ void attention_decode_kernel(float * out, float * kcache, float * vcache, const float * qkv, int64_t batch,
-                                        int64_t max_len, int64_t pos, int64_t C, int64_t NH, float scale, float * scratch) {
+                                        int64_t max_len, int64_t pos, int64_t C, int64_t NH, float scale,
+                                        float * scratch) {
     const int lane = threadIdx.x & 31;
     const int64_t row = (int64_t)blockIdx.x * kWarps + (threadIdx.x >> 5);  // (b, h)
     if (row >= batch * NH) return;
@@ -150,7 +152,8 @@ unsigned warps_grid(int64_t rows, const char * what) {
 void attention_forward(float * out, float * att, const float * qkv, int64_t B, int64_t T, int64_t C, int64_t NH) {
     if (B * T <= 0) return;
     const float scale = 1.0f / std::sqrt((float)(C / NH));
-    attention_forward_kernel<<<warps_grid(B * NH * T, "attention_forward"), kWarps * 32>>>(out, att, qkv, B, T, C, NH, scale);
+    attention_forward_kernel<<<warps_grid(B * NH * T, "attention_forward"), kWarps * 32>>>(out, att, qkv, B, T, C, NH,
+                                                                                           scale);
     MAPORL_CUDA_LAUNCHED("attention_forward");
 }
 
@@ -169,8 +172,8 @@ void attention_decode(float * out, float * kcache, float * vcache, const float *
                       int64_t pos, int64_t C, int64_t NH, float * scratch) {
     if (batch <= 0) return;
     const float scale = 1.0f / std::sqrt((float)(C / NH));
-    attention_decode_kernel<<<warps_grid(batch * NH, "attention_decode"), kWarps * 32>>>(out, kcache, vcache, qkv, batch, max_len,
-                                                                                         pos, C, NH, scale, scratch);
+    attention_decode_kernel<<<warps_grid(batch * NH, "attention_decode"), kWarps * 32>>>(
+        out, kcache, vcache, qkv, batch, max_len, pos, C, NH, scale, scratch);
     MAPORL_CUDA_LAUNCHED("attention_decode");
 }
 

@@ -20,8 +20,8 @@ namespace {
 
 constexpr int kWarps = 4;
 
-using cuda_warp::warp_sum;
 using cuda_warp::warp_max;
+using cuda_warp::warp_sum;
 
 // The warp's scores a[0 .. t] (lanes strided) become probabilities: the warp max of the lanes' maxima mx, exp(a -
 // max), their warp sum, then scaled by its inverse.
@@ -37,8 +37,8 @@ __device__ void softmax_in_place(float * a, int64_t t, int lane, float mx) {
     for (int64_t t2 = lane; t2 <= t; t2 += 32) a[t2] *= inv;
 }
 
-__global__ void forward_kernel(float * out, float * att, const float * q, const float * k, const float * v, int64_t B, int64_t T,
-                               int64_t NH, int64_t NKV, int64_t hs, float scale) {
+__global__ void forward_kernel(float * out, float * att, const float * q, const float * k, const float * v, int64_t B,
+                               int64_t T, int64_t NH, int64_t NKV, int64_t hs, float scale) {
     const int lane = threadIdx.x & 31;
     const int64_t row = (int64_t)blockIdx.x * kWarps + (threadIdx.x >> 5);  // (b, h, t)
     if (row >= B * NH * T) return;
@@ -68,8 +68,9 @@ __global__ void forward_kernel(float * out, float * att, const float * q, const 
     }
 }
 
-__global__ void backward_query_kernel(float * dq, float * g, const float * dout, const float * q, const float * k, const float * v,
-                                      const float * att, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hs, float scale) {
+__global__ void backward_query_kernel(float * dq, float * g, const float * dout, const float * q, const float * k,
+                                      const float * v, const float * att, int64_t B, int64_t T, int64_t NH, int64_t NKV,
+                                      int64_t hs, float scale) {
     const int lane = threadIdx.x & 31;
     const int64_t row = (int64_t)blockIdx.x * kWarps + (threadIdx.x >> 5);
     if (row >= B * NH * T) return;
@@ -102,8 +103,8 @@ __global__ void backward_query_kernel(float * dq, float * g, const float * dout,
 }
 
 // Warp per key row (b, kv head, t2): dk[t2] = sum_h sum_{t >= t2} g[h, t, t2] q[t, h]; dv likewise with att and dout.
-__global__ void backward_key_kernel(float * dk, float * dv, const float * g, const float * dout, const float * q, const float * att,
-                                    int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hs) {
+__global__ void backward_key_kernel(float * dk, float * dv, const float * g, const float * dout, const float * q,
+                                    const float * att, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hs) {
     const int lane = threadIdx.x & 31;
     const int64_t row = (int64_t)blockIdx.x * kWarps + (threadIdx.x >> 5);
     if (row >= B * NKV * T) return;
@@ -127,9 +128,10 @@ __global__ void backward_key_kernel(float * dk, float * dv, const float * g, con
 }
 
 // kv_store: one thread per (row, kv head, channel) copies the row's key and value into slot rt[n] of cache row rb[n].
-__global__ void kv_store_kernel(float * kc, float * vc, const float * k, const float * v, const int32_t * rb, const int32_t * rt, int64_t N,
-                                int64_t NKV, int64_t max_len, int64_t hd) {
-    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < N * NKV * hd; e += (int64_t)gridDim.x * blockDim.x) {
+__global__ void kv_store_kernel(float * kc, float * vc, const float * k, const float * v, const int32_t * rb,
+                                const int32_t * rt, int64_t N, int64_t NKV, int64_t max_len, int64_t hd) {
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < N * NKV * hd;
+         e += (int64_t)gridDim.x * blockDim.x) {
         const int64_t i = e % hd, kh = (e / hd) % NKV, n = e / (hd * NKV);
         const int64_t at = (((int64_t)rb[n] * NKV + kh) * max_len + rt[n]) * hd + i;
         kc[at] = k[e];
@@ -139,8 +141,9 @@ __global__ void kv_store_kernel(float * kc, float * vc, const float * k, const f
 
 // attention_rows: one warp per (row n, head h) over the cache slots 0 .. rt[n] of cache row rb[n], as forward_kernel
 // computes a row (the scores in `scratch` [N, NH, max_len]).
-__global__ void rows_kernel(float * out, const float * q, const float * kc, const float * vc, const int32_t * rb, const int32_t * rt, int64_t N,
-                            int64_t NH, int64_t NKV, int64_t max_len, int64_t hs, float scale, float * scratch) {
+__global__ void rows_kernel(float * out, const float * q, const float * kc, const float * vc, const int32_t * rb,
+                            const int32_t * rt, int64_t N, int64_t NH, int64_t NKV, int64_t max_len, int64_t hs,
+                            float scale, float * scratch) {
     const int lane = threadIdx.x & 31;
     const int64_t row = (int64_t)blockIdx.x * kWarps + (threadIdx.x >> 5);  // (n, h)
     if (row >= N * NH) return;
@@ -174,44 +177,52 @@ unsigned warps_grid(int64_t rows, const char * what) {
 }
 
 void require_groups(int64_t NH, int64_t NKV, const char * what) {
-    if (NKV < 1 || NH % NKV != 0) throw_error(MAPORL_ERR_INVALID_ARG, "%s: NKV: expected a divisor of NH (%lld), got %lld", what, (long long)NH, (long long)NKV);
+    if (NKV < 1 || NH % NKV != 0)
+        throw_error(MAPORL_ERR_INVALID_ARG, "%s: NKV: expected a divisor of NH (%lld), got %lld", what, (long long)NH,
+                    (long long)NKV);
 }
 
 }  // namespace
 
-void attention_gqa_forward(float * out, float * att, const float * q, const float * k, const float * v, int64_t B, int64_t T,
-                           int64_t NH, int64_t NKV, int64_t hs) {
+void attention_gqa_forward(float * out, float * att, const float * q, const float * k, const float * v, int64_t B,
+                           int64_t T, int64_t NH, int64_t NKV, int64_t hs) {
     if (B * T <= 0) return;
     require_groups(NH, NKV, "attention_gqa_forward");
     const float scale = 1.0f / std::sqrt((float)hs);
-    forward_kernel<<<warps_grid(B * NH * T, "attention_gqa_forward"), kWarps * 32>>>(out, att, q, k, v, B, T, NH, NKV, hs, scale);
+    forward_kernel<<<warps_grid(B * NH * T, "attention_gqa_forward"), kWarps * 32>>>(out, att, q, k, v, B, T, NH, NKV,
+                                                                                     hs, scale);
     MAPORL_CUDA_LAUNCHED("attention_gqa_forward");
 }
 
-void attention_gqa_backward(float * dq, float * dk, float * dv, const float * dout, const float * q, const float * k, const float * v,
-                            const float * att, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hs, float * scratch) {
+void attention_gqa_backward(float * dq, float * dk, float * dv, const float * dout, const float * q, const float * k,
+                            const float * v, const float * att, int64_t B, int64_t T, int64_t NH, int64_t NKV,
+                            int64_t hs, float * scratch) {
     if (B * T <= 0) return;
     require_groups(NH, NKV, "attention_gqa_backward");
     const float scale = 1.0f / std::sqrt((float)hs);
-    backward_query_kernel<<<warps_grid(B * NH * T, "attention_gqa_backward"), kWarps * 32>>>(dq, scratch, dout, q, k, v, att, B, T, NH, NKV, hs, scale);
+    backward_query_kernel<<<warps_grid(B * NH * T, "attention_gqa_backward"), kWarps * 32>>>(
+        dq, scratch, dout, q, k, v, att, B, T, NH, NKV, hs, scale);
     MAPORL_CUDA_LAUNCHED("attention_gqa_backward");
-    backward_key_kernel<<<warps_grid(B * NKV * T, "attention_gqa_backward"), kWarps * 32>>>(dk, dv, scratch, dout, q, att, B, T, NH, NKV, hs);
+    backward_key_kernel<<<warps_grid(B * NKV * T, "attention_gqa_backward"), kWarps * 32>>>(dk, dv, scratch, dout, q,
+                                                                                            att, B, T, NH, NKV, hs);
     MAPORL_CUDA_LAUNCHED("attention_gqa_backward");
 }
 
-void kv_store(float * kc, float * vc, const float * k, const float * v, const int32_t * rb, const int32_t * rt, int64_t N, int64_t NKV,
-              int64_t max_len, int64_t hd) {
+void kv_store(float * kc, float * vc, const float * k, const float * v, const int32_t * rb, const int32_t * rt,
+              int64_t N, int64_t NKV, int64_t max_len, int64_t hd) {
     if (N * NKV * hd <= 0) return;
     kv_store_kernel<<<grid_for(N * NKV * hd, 256), 256>>>(kc, vc, k, v, rb, rt, N, NKV, max_len, hd);
     MAPORL_CUDA_LAUNCHED("kv_store");
 }
 
-void attention_rows(float * out, const float * q, const float * kc, const float * vc, const int32_t * rb, const int32_t * rt, int64_t N,
-                    int64_t NH, int64_t NKV, int64_t max_len, int64_t hs, float * scratch) {
+void attention_rows(float * out, const float * q, const float * kc, const float * vc, const int32_t * rb,
+                    const int32_t * rt, int64_t N, int64_t NH, int64_t NKV, int64_t max_len, int64_t hs,
+                    float * scratch) {
     if (N <= 0) return;
     require_groups(NH, NKV, "attention_rows");
     const float scale = 1.0f / std::sqrt((float)hs);
-    rows_kernel<<<warps_grid(N * NH, "attention_rows"), kWarps * 32>>>(out, q, kc, vc, rb, rt, N, NH, NKV, max_len, hs, scale, scratch);
+    rows_kernel<<<warps_grid(N * NH, "attention_rows"), kWarps * 32>>>(out, q, kc, vc, rb, rt, N, NH, NKV, max_len, hs,
+                                                                       scale, scratch);
     MAPORL_CUDA_LAUNCHED("attention_rows");
 }
 

@@ -17,8 +17,8 @@ __global__ void embedding_forward_kernel(float * out, const int32_t * tok, const
 }
 
 // Block k: token ids[k]; threads stride over channels.
-__global__ void embedding_backward_kernel(float * dwte, const float * dout, const int32_t * ids, const int32_t * offsets,
-                                          const int32_t * positions, int64_t C) {
+__global__ void embedding_backward_kernel(float * dwte, const float * dout, const int32_t * ids,
+                                          const int32_t * offsets, const int32_t * positions, int64_t C) {
     const int64_t k = blockIdx.x;
     const int64_t id = ids[k], p0 = offsets[k], p1 = offsets[k + 1];
     for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
@@ -45,7 +45,8 @@ void embedding_backward(float * dwte, const float * dout, const int32_t * host_t
         gpt::cuda::to_device(ids, tb.ids.data(), nid * 4);
         gpt::cuda::to_device(ids + nid, tb.offsets.data(), (nid + 1) * 4);
         gpt::cuda::to_device(ids + 2 * nid + 1, tb.positions.data(), N * 4);
-        embedding_backward_kernel<<<grid_dim(nid, "embedding_backward"), C < 256 ? 128 : 256>>>(dwte, dout, ids, ids + nid, ids + 2 * nid + 1, C);
+        embedding_backward_kernel < <<grid_dim(nid, "embedding_backward"), C<256 ? 128 : 256>>>(
+                                        dwte, dout, ids, ids + nid, ids + 2 * nid + 1, C);
         MAPORL_CUDA_LAUNCHED("embedding_backward");
         gpt::cuda::synchronize("embedding_backward");  // (before the buckets are freed)
     } catch (...) {

@@ -10,8 +10,8 @@ namespace gpt {
 namespace cuda {
 namespace {
 
-__global__ void encoder_forward_kernel(float * out, const int32_t * inp, const float * wte, const float * wpe, int64_t N,
-                                       int64_t T, int64_t C) {
+__global__ void encoder_forward_kernel(float * out, const int32_t * inp, const float * wte, const float * wpe,
+                                       int64_t N, int64_t T, int64_t C) {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < N * C; i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t n = i / C, c = i % C;
         out[i] = wte[(int64_t)inp[n] * C + c] + wpe[(n % T) * C + c];
@@ -19,8 +19,8 @@ __global__ void encoder_forward_kernel(float * out, const int32_t * inp, const f
 }
 
 // Block k: token ids[k]; threads stride over channels.
-__global__ void encoder_backward_wte_kernel(float * dwte, const float * dout, const int32_t * ids, const int32_t * offsets,
-                                            const int32_t * positions, int64_t C) {
+__global__ void encoder_backward_wte_kernel(float * dwte, const float * dout, const int32_t * ids,
+                                            const int32_t * offsets, const int32_t * positions, int64_t C) {
     const int64_t k = blockIdx.x;
     const int64_t id = ids[k], p0 = offsets[k], p1 = offsets[k + 1];
     for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
@@ -40,7 +40,8 @@ __global__ void encoder_backward_wpe_kernel(float * dwpe, const float * dout, in
 
 }  // namespace
 
-void encoder_forward(float * out, const int32_t * inp, const float * wte, const float * wpe, int64_t B, int64_t T, int64_t C) {
+void encoder_forward(float * out, const int32_t * inp, const float * wte, const float * wpe, int64_t B, int64_t T,
+                     int64_t C) {
     if (B * T * C <= 0) return;
     encoder_forward_kernel<<<grid_for(B * T * C, 256), 256>>>(out, inp, wte, wpe, B * T, T, C);
     MAPORL_CUDA_LAUNCHED("encoder_forward");
@@ -50,7 +51,8 @@ void encoder_backward(float * dwte, float * dwpe, const float * dout, const int3
                       const int32_t * positions, int64_t n_ids, int64_t B, int64_t T, int64_t C) {
     if (B * T * C <= 0) return;
     if (n_ids > 0) {
-        encoder_backward_wte_kernel<<<grid_dim(n_ids, "encoder_backward"), C < 256 ? 128 : 256>>>(dwte, dout, ids, offsets, positions, C);
+        encoder_backward_wte_kernel < <<grid_dim(n_ids, "encoder_backward"), C<256 ? 128 : 256>>>(
+                                          dwte, dout, ids, offsets, positions, C);
         MAPORL_CUDA_LAUNCHED("encoder_backward");
     }
     encoder_backward_wpe_kernel<<<grid_for(T * C, 256), 256>>>(dwpe, dout, B, T, C);

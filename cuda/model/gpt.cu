@@ -109,12 +109,13 @@ struct CudaModel {
 
     // Carves the arena for (B_, T_), growing it when needed.
     void shape(int64_t B_, int64_t T_) {
-        const int64_t N = B_ * T_, C = cfg.d_model, H = cfg.mlp_ratio * C, NH = cfg.heads, V = cfg.vocab, L = cfg.layers;
+        const int64_t N = B_ * T_, C = cfg.d_model, H = cfg.mlp_ratio * C, NH = cfg.heads, V = cfg.vocab,
+                      L = cfg.layers;
         const int64_t att = B_ * NH * T_ * T_;
         const int64_t per_layer = 10 * N * C + 2 * N * H + 4 * N + att;  // see the carve below
         const int64_t lnsc = cuda::layernorm_scratch(N, C);
         const int64_t total = 2 * N * C + 2 * N + N * V + N + L * per_layer +
-                              (4 * N * C + 2 * N * H + 3 * N * C + N * V + N + att + lnsc);
+            (4 * N * C + 2 * N * H + 3 * N * C + N * V + N + att + lnsc);
         arena.reserve(total * (int64_t)sizeof(float));  // (out of memory: throws, the old arena and carve intact)
         float * cur = arena.f();
         auto take = [&](int64_t n) {
@@ -130,11 +131,21 @@ struct CudaModel {
         values = take(N);
         layers.resize((size_t)L);
         for (auto & x_ : layers) {
-            x_.ln1 = take(N * C); x_.ln1m = take(N); x_.ln1r = take(N);
-            x_.qkv = take(3 * N * C); x_.att = take(att); x_.atty = take(N * C);
-            x_.attproj = take(N * C); x_.res2 = take(N * C);
-            x_.ln2 = take(N * C); x_.ln2m = take(N); x_.ln2r = take(N);
-            x_.fch = take(N * H); x_.fchg = take(N * H); x_.fcproj = take(N * C); x_.res3 = take(N * C);
+            x_.ln1 = take(N * C);
+            x_.ln1m = take(N);
+            x_.ln1r = take(N);
+            x_.qkv = take(3 * N * C);
+            x_.att = take(att);
+            x_.atty = take(N * C);
+            x_.attproj = take(N * C);
+            x_.res2 = take(N * C);
+            x_.ln2 = take(N * C);
+            x_.ln2m = take(N);
+            x_.ln2r = take(N);
+            x_.fch = take(N * H);
+            x_.fchg = take(N * H);
+            x_.fcproj = take(N * C);
+            x_.res3 = take(N * C);
         }
         dlnf = take(N * C);
         dres = take(N * C);
@@ -147,7 +158,8 @@ struct CudaModel {
         dvalues = take(N);
         attg = take(att);
         lnscratch = take(lnsc);
-        if ((cur - arena.f()) * (int64_t)sizeof(float) > arena.bytes) throw_error(MAPORL_ERR_INTERNAL, "cuda gpt: arena carve overflow");
+        if ((cur - arena.f()) * (int64_t)sizeof(float) > arena.bytes)
+            throw_error(MAPORL_ERR_INTERNAL, "cuda gpt: arena carve overflow");
     }
 };
 
@@ -160,27 +172,35 @@ void cuda_model_free(CudaModel * m) { delete m; }
 
 static Dev & buffer_of(CudaModel * m, int which) {
     switch (which) {
-    case 0: return m->params;
-    case 1: return m->m;
-    case 2: return m->v;
-    case 3: return m->grads;
-    default: throw_error(MAPORL_ERR_INVALID_ARG, "which: expected 0 (params), 1 (m), 2 (v) or 3 (grads), got %d", which);
+        case 0:
+            return m->params;
+        case 1:
+            return m->m;
+        case 2:
+            return m->v;
+        case 3:
+            return m->grads;
+        default:
+            throw_error(MAPORL_ERR_INVALID_ARG, "which: expected 0 (params), 1 (m), 2 (v) or 3 (grads), got %d", which);
     }
 }
 
 void cuda_model_upload(CudaModel * m, int which, const float * host, int64_t n) {
     if (n != m->layout.total)
-        throw_error(MAPORL_ERR_INVALID_ARG, "count: expected %lld (the parameter count), got %lld", (long long)m->layout.total, (long long)n);
+        throw_error(MAPORL_ERR_INVALID_ARG, "count: expected %lld (the parameter count), got %lld",
+                    (long long)m->layout.total, (long long)n);
     cuda::to_device(buffer_of(m, which).p, host, n * (int64_t)sizeof(float));
 }
 
 void cuda_model_download(const CudaModel * m, int which, float * host, int64_t n) {
     if (n != m->layout.total)
-        throw_error(MAPORL_ERR_INVALID_ARG, "count: expected %lld (the parameter count), got %lld", (long long)m->layout.total, (long long)n);
+        throw_error(MAPORL_ERR_INVALID_ARG, "count: expected %lld (the parameter count), got %lld",
+                    (long long)m->layout.total, (long long)n);
     cuda::to_host(host, buffer_of(const_cast<CudaModel *>(m), which).p, n * (int64_t)sizeof(float));
 }
 
-void cuda_model_forward(CudaModel * M, const int32_t * tok, int64_t B, int64_t T, float * logits_out, float * values_out) {
+void cuda_model_forward(CudaModel * M, const int32_t * tok, int64_t B, int64_t T, float * logits_out,
+                        float * values_out) {
     using namespace cuda;
     check_forward(M->cfg, tok, B, T);
     M->B = M->T = 0;  // a forward that fails (out of memory, a kernel error) leaves nothing to go back through
@@ -235,7 +255,8 @@ void cuda_model_backward(CudaModel * M, const float * dlogits, const float * dva
         matmul_backward(M->dlnf, M->g(lay.vw), M->g(lay.vb), M->dvalues, M->lnf, M->p(lay.vw), N, C, 1);
     }
     const float * last = M->cfg.layers > 0 ? M->layers.back().res3 : M->encoded;
-    layernorm_backward(M->dres, M->g(lay.lnfw), M->g(lay.lnfb), M->dlnf, last, M->p(lay.lnfw), M->lnfm, M->lnfr, N, C, M->lnscratch);
+    layernorm_backward(M->dres, M->g(lay.lnfw), M->g(lay.lnfb), M->dlnf, last, M->p(lay.lnfw), M->lnfm, M->lnfr, N, C,
+                       M->lnscratch);
     for (int64_t l = M->cfg.layers - 1; l >= 0; --l) {
         const auto & bl = lay.blocks[(size_t)l];
         LayerPtrs & x = M->layers[(size_t)l];
@@ -246,14 +267,16 @@ void cuda_model_backward(CudaModel * M, const float * dlogits, const float * dva
         gelu_backward(M->dfch, x.fch, M->dtmp, N * H);
         fill_zero(M->dln, N * C * fb);
         matmul_backward(M->dln, M->g(bl.fcw), M->g(bl.fcb), M->dfch, x.ln2, M->p(bl.fcw), N, C, H);
-        layernorm_backward(M->dres, M->g(bl.ln2w), M->g(bl.ln2b), M->dln, x.res2, M->p(bl.ln2w), x.ln2m, x.ln2r, N, C, M->lnscratch);
+        layernorm_backward(M->dres, M->g(bl.ln2w), M->g(bl.ln2b), M->dln, x.res2, M->p(bl.ln2w), x.ln2m, x.ln2r, N, C,
+                           M->lnscratch);
         fill_zero(M->datty, N * C * fb);
         matmul_backward(M->datty, M->g(bl.attprojw), M->g(bl.attprojb), M->dres, x.atty, M->p(bl.attprojw), N, C, C);
         fill_zero(M->dqkv, 3 * N * C * fb);
         attention_backward(M->dqkv, M->datty, x.qkv, x.att, B, T, C, NH, M->attg);
         fill_zero(M->dln, N * C * fb);
         matmul_backward(M->dln, M->g(bl.qkvw), M->g(bl.qkvb), M->dqkv, x.ln1, M->p(bl.qkvw), N, C, 3 * C);
-        layernorm_backward(M->dres, M->g(bl.ln1w), M->g(bl.ln1b), M->dln, resid, M->p(bl.ln1w), x.ln1m, x.ln1r, N, C, M->lnscratch);
+        layernorm_backward(M->dres, M->g(bl.ln1w), M->g(bl.ln1b), M->dln, resid, M->p(bl.ln1w), x.ln1m, x.ln1r, N, C,
+                           M->lnscratch);
     }
     const TokenBuckets tb = bucket_tokens(M->host_tokens.data(), N);
     const int64_t nid = (int64_t)tb.ids.size();
@@ -283,8 +306,10 @@ double cuda_model_update(CudaModel * M, const AdamW & h, double max_norm, int64_
 void cuda_model_cache_reset(CudaModel * M, int64_t batch, int64_t max_len) {
     if (batch < 1) throw_error(MAPORL_ERR_INVALID_ARG, "batch: expected >= 1, got %lld", (long long)batch);
     if (max_len < 1 || max_len > M->cfg.context)
-        throw_error(MAPORL_ERR_INVALID_ARG, "max_len: expected 1..%lld (context), got %lld", (long long)M->cfg.context, (long long)max_len);
-    const int64_t C = M->cfg.d_model, H = M->cfg.mlp_ratio * C, NH = M->cfg.heads, V = M->cfg.vocab, fb = (int64_t)sizeof(float);
+        throw_error(MAPORL_ERR_INVALID_ARG, "max_len: expected 1..%lld (context), got %lld", (long long)M->cfg.context,
+                    (long long)max_len);
+    const int64_t C = M->cfg.d_model, H = M->cfg.mlp_ratio * C, NH = M->cfg.heads, V = M->cfg.vocab,
+                  fb = (int64_t)sizeof(float);
     const int64_t n = M->cfg.layers * batch * max_len * C;
     // No cache until every buffer is in place: a failed allocation leaves "call cache_reset first", not sizes that
     // describe buffers of another shape.
@@ -293,7 +318,8 @@ void cuda_model_cache_reset(CudaModel * M, int64_t batch, int64_t max_len) {
     M->vcache.reset(n * fb);
     cuda::fill_zero(M->kcache.p, n * fb);
     cuda::fill_zero(M->vcache.p, n * fb);
-    const int64_t per = 4 * batch * C + 3 * batch * C + 2 * batch * H + 2 * batch + batch * NH * max_len + batch * V + batch;
+    const int64_t per =
+        4 * batch * C + 3 * batch * C + 2 * batch * H + 2 * batch + batch * NH * max_len + batch * V + batch;
     M->step.reset(per * fb);
     float * cur = M->step.f();
     auto take = [&](int64_t k) {
@@ -321,13 +347,16 @@ void cuda_model_cache_reset(CudaModel * M, int64_t batch, int64_t max_len) {
 
 void cuda_model_decode(CudaModel * M, const int32_t * tok, int64_t pos, float * logits_out, float * values_out) {
     using namespace cuda;
-    const int64_t Bc = M->cache_batch, C = M->cfg.d_model, H = M->cfg.mlp_ratio * C, NH = M->cfg.heads, V = M->cfg.vocab;
+    const int64_t Bc = M->cache_batch, C = M->cfg.d_model, H = M->cfg.mlp_ratio * C, NH = M->cfg.heads,
+                  V = M->cfg.vocab;
     if (Bc == 0) throw_error(MAPORL_ERR_INVALID_ARG, "decode: call cache_reset first");
     if (pos < 0 || pos >= M->cache_len)
-        throw_error(MAPORL_ERR_INVALID_ARG, "pos: expected 0..%lld, got %lld", (long long)(M->cache_len - 1), (long long)pos);
+        throw_error(MAPORL_ERR_INVALID_ARG, "pos: expected 0..%lld, got %lld", (long long)(M->cache_len - 1),
+                    (long long)pos);
     for (int64_t b = 0; b < Bc; ++b)
         if (tok[b] < 0 || tok[b] >= V)
-            throw_error(MAPORL_ERR_INVALID_ARG, "tokens: expected ids in [0, %lld), got %d at index %lld", (long long)V, (int)tok[b], (long long)b);
+            throw_error(MAPORL_ERR_INVALID_ARG, "tokens: expected ids in [0, %lld), got %d at index %lld", (long long)V,
+                        (int)tok[b], (long long)b);
     const Layout & lay = M->layout;
     to_device(M->step_tokens.p, tok, Bc * (int64_t)sizeof(int32_t));
     encoder_forward(M->x, M->step_tokens.i(), M->p(lay.wte), M->p(lay.wpe) + pos * C, Bc, 1, C);
@@ -336,8 +365,8 @@ void cuda_model_decode(CudaModel * M, const int32_t * tok, int64_t pos, float * 
         const auto & bl = lay.blocks[(size_t)l];
         layernorm_forward(M->ln, M->mean, M->rstd, M->x, M->p(bl.ln1w), M->p(bl.ln1b), Bc, C);
         matmul_forward(M->qkv, M->ln, M->p(bl.qkvw), M->p(bl.qkvb), Bc, C, 3 * C);
-        attention_decode(M->y, M->kcache.f() + l * per_layer, M->vcache.f() + l * per_layer, M->qkv, Bc, M->cache_len, pos, C, NH,
-                         M->scores);
+        attention_decode(M->y, M->kcache.f() + l * per_layer, M->vcache.f() + l * per_layer, M->qkv, Bc, M->cache_len,
+                         pos, C, NH, M->scores);
         matmul_forward(M->proj, M->y, M->p(bl.attprojw), M->p(bl.attprojb), Bc, C, C);
         residual_forward(M->x, M->x, M->proj, Bc * C);
         layernorm_forward(M->ln, M->mean, M->rstd, M->x, M->p(bl.ln2w), M->p(bl.ln2b), Bc, C);

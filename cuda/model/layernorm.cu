@@ -92,22 +92,27 @@ __global__ void layernorm_backward_reduce_kernel(float * dweight, float * dbias,
 
 }  // namespace
 
-void layernorm_forward(float * out, float * mean, float * rstd, const float * inp, const float * weight, const float * bias,
-                       int64_t N, int64_t C) {
+void layernorm_forward(float * out, float * mean, float * rstd, const float * inp, const float * weight,
+                       const float * bias, int64_t N, int64_t C) {
     if (N <= 0 || C <= 0) return;
-    layernorm_forward_kernel<<<grid_dim((N + kWarps - 1) / kWarps, "layernorm_forward"), kWarps * 32>>>(out, mean, rstd, inp, weight, bias, N, C);
+    layernorm_forward_kernel<<<grid_dim((N + kWarps - 1) / kWarps, "layernorm_forward"), kWarps * 32>>>(
+        out, mean, rstd, inp, weight, bias, N, C);
     MAPORL_CUDA_LAUNCHED("layernorm_forward");
 }
 
 int64_t layernorm_scratch(int64_t N, int64_t C) { return 2 * ((N + kChunk - 1) / kChunk) * C; }
 
 void layernorm_backward(float * dinp, float * dweight, float * dbias, const float * dout, const float * inp,
-                        const float * weight, const float * mean, const float * rstd, int64_t N, int64_t C, float * scratch) {
+                        const float * weight, const float * mean, const float * rstd, int64_t N, int64_t C,
+                        float * scratch) {
     if (N <= 0 || C <= 0) return;
-    layernorm_backward_dinp_kernel<<<grid_dim((N + kWarps - 1) / kWarps, "layernorm_backward"), kWarps * 32>>>(dinp, dout, inp, weight, mean, rstd, N, C);
+    layernorm_backward_dinp_kernel<<<grid_dim((N + kWarps - 1) / kWarps, "layernorm_backward"), kWarps * 32>>>(
+        dinp, dout, inp, weight, mean, rstd, N, C);
     MAPORL_CUDA_LAUNCHED("layernorm_backward");
     const int64_t chunks = (N + kChunk - 1) / kChunk;
-    if (chunks > 65535) throw_error(MAPORL_ERR_INVALID_ARG, "layernorm_backward: N: expected <= %d rows, got %lld", 65535 * kChunk, (long long)N);
+    if (chunks > 65535)
+        throw_error(MAPORL_ERR_INVALID_ARG, "layernorm_backward: N: expected <= %d rows, got %lld", 65535 * kChunk,
+                    (long long)N);
     const dim3 grid((unsigned)((C + 127) / 128), (unsigned)chunks);
     layernorm_backward_partials_kernel<<<grid, 128>>>(scratch, dout, inp, mean, rstd, N, C);
     MAPORL_CUDA_LAUNCHED("layernorm_backward");

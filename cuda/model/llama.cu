@@ -20,63 +20,74 @@ struct CudaOps {
     static void to_host(void * d, const void * s, int64_t b) { G::to_host(d, s, b); }
     static void zero(void * p, int64_t b) { G::fill_zero(p, b); }
 
-    static void rmsnorm_forward(float * out, float * rstd, const float * inp, const float * w, int64_t N, int64_t Cc, double eps) {
+    static void rmsnorm_forward(float * out, float * rstd, const float * inp, const float * w, int64_t N, int64_t Cc,
+                                double eps) {
         C::rmsnorm_forward(out, rstd, inp, w, N, Cc, eps);
     }
     static int64_t rmsnorm_scratch(int64_t N, int64_t Cc) { return C::rmsnorm_scratch(N, Cc); }
-    static void rmsnorm_backward(float * dinp, float * dw, const float * dout, const float * inp, const float * w, const float * rstd, int64_t N,
-                                 int64_t Cc, float * scratch) {
+    static void rmsnorm_backward(float * dinp, float * dw, const float * dout, const float * inp, const float * w,
+                                 const float * rstd, int64_t N, int64_t Cc, float * scratch) {
         C::rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, Cc, scratch);
     }
-    static void rope_forward(float * out, const float * inp, const float * cos, const float * sin, int64_t B, int64_t T, int64_t pos0, int64_t H,
-                             int64_t dim) {
+    static void rope_forward(float * out, const float * inp, const float * cos, const float * sin, int64_t B, int64_t T,
+                             int64_t pos0, int64_t H, int64_t dim) {
         C::rope_forward(out, inp, cos, sin, B, T, pos0, H, dim);
     }
-    static void rope_backward(float * dinp, const float * dout, const float * cos, const float * sin, int64_t B, int64_t T, int64_t pos0,
-                              int64_t H, int64_t dim) {
+    static void rope_backward(float * dinp, const float * dout, const float * cos, const float * sin, int64_t B,
+                              int64_t T, int64_t pos0, int64_t H, int64_t dim) {
         C::rope_backward(dinp, dout, cos, sin, B, T, pos0, H, dim);
     }
-    static void rope_rows(float * x, const float * cos, const float * sin, const int32_t * pos, int64_t N, int64_t H, int64_t dim) {
+    static void rope_rows(float * x, const float * cos, const float * sin, const int32_t * pos, int64_t N, int64_t H,
+                          int64_t dim) {
         C::rope_rows(x, cos, sin, pos, N, H, dim);
     }
-    static void swiglu_forward(float * out, const float * gate, const float * up, int64_t n) { C::swiglu_forward(out, gate, up, n); }
-    static void swiglu_backward(float * dgate, float * dup, const float * dout, const float * gate, const float * up, int64_t n) {
+    static void swiglu_forward(float * out, const float * gate, const float * up, int64_t n) {
+        C::swiglu_forward(out, gate, up, n);
+    }
+    static void swiglu_backward(float * dgate, float * dup, const float * dout, const float * gate, const float * up,
+                                int64_t n) {
         C::swiglu_backward(dgate, dup, dout, gate, up, n);
     }
-    static void attention_gqa_forward(float * out, float * att, const float * q, const float * k, const float * v, int64_t B, int64_t T,
-                                      int64_t NH, int64_t NKV, int64_t hs) {
+    static void attention_gqa_forward(float * out, float * att, const float * q, const float * k, const float * v,
+                                      int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hs) {
         C::attention_gqa_forward(out, att, q, k, v, B, T, NH, NKV, hs);
     }
-    static void attention_gqa_backward(float * dq, float * dk, float * dv, const float * dout, const float * q, const float * k,
-                                       const float * v, const float * att, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hs,
-                                       float * scratch) {
+    static void attention_gqa_backward(float * dq, float * dk, float * dv, const float * dout, const float * q,
+                                       const float * k, const float * v, const float * att, int64_t B, int64_t T,
+                                       int64_t NH, int64_t NKV, int64_t hs, float * scratch) {
         C::attention_gqa_backward(dq, dk, dv, dout, q, k, v, att, B, T, NH, NKV, hs, scratch);
     }
-    static void kv_store(float * kc, float * vc, const float * k, const float * v, const int32_t * rb, const int32_t * rt, int64_t N, int64_t NKV,
-                         int64_t max_len, int64_t hd) {
+    static void kv_store(float * kc, float * vc, const float * k, const float * v, const int32_t * rb,
+                         const int32_t * rt, int64_t N, int64_t NKV, int64_t max_len, int64_t hd) {
         C::kv_store(kc, vc, k, v, rb, rt, N, NKV, max_len, hd);
     }
-    static void attention_rows(float * out, const float * q, const float * kc, const float * vc, const int32_t * rb, const int32_t * rt, int64_t N,
-                               int64_t NH, int64_t NKV, int64_t max_len, int64_t hd, float * scratch) {
+    static void attention_rows(float * out, const float * q, const float * kc, const float * vc, const int32_t * rb,
+                               const int32_t * rt, int64_t N, int64_t NH, int64_t NKV, int64_t max_len, int64_t hd,
+                               float * scratch) {
         C::attention_rows(out, q, kc, vc, rb, rt, N, NH, NKV, max_len, hd, scratch);
     }
-    static void matmul_forward(float * out, const float * inp, const float * w, const float * bias, int64_t N, int64_t Cc, int64_t OC) {
+    static void matmul_forward(float * out, const float * inp, const float * w, const float * bias, int64_t N,
+                               int64_t Cc, int64_t OC) {
         G::matmul_forward(out, inp, w, bias, N, Cc, OC);
     }
-    static void matmul_backward(float * dinp, float * dw, float * db, const float * dout, const float * inp, const float * w, int64_t N,
-                                int64_t Cc, int64_t OC) {
+    static void matmul_backward(float * dinp, float * dw, float * db, const float * dout, const float * inp,
+                                const float * w, int64_t N, int64_t Cc, int64_t OC) {
         G::matmul_backward(dinp, dw, db, dout, inp, w, N, Cc, OC);
     }
     static void add(float * out, const float * a, const float * b, int64_t n) { G::residual_forward(out, a, b, n); }
     static void scale(float * x, float s, int64_t n) { C::scale(x, s, n); }
-    static void add_rows(float * out, const float * d, const int32_t * mask, int64_t N, int64_t Cc) { C::add_rows(out, d, mask, N, Cc); }
+    static void add_rows(float * out, const float * d, const int32_t * mask, int64_t N, int64_t Cc) {
+        C::add_rows(out, d, mask, N, Cc);
+    }
     static void embedding_forward(float * out, const int32_t * tok, const float * wte, int64_t N, int64_t Cc) {
         C::embedding_forward(out, tok, wte, N, Cc);
     }
-    static void embedding_backward(float * dwte, const float * dout, const int32_t * host_tokens, int64_t N, int64_t Cc) {
+    static void embedding_backward(float * dwte, const float * dout, const int32_t * host_tokens, int64_t N,
+                                   int64_t Cc) {
         C::embedding_backward(dwte, dout, host_tokens, N, Cc);
     }
-    static void adamw(float * params, const float * grads, float * m, float * v, int64_t n, const gpt::AdamW & h, int64_t t, float scale) {
+    static void adamw(float * params, const float * grads, float * m, float * v, int64_t n, const gpt::AdamW & h,
+                      int64_t t, float scale) {
         G::adamw_update(params, grads, m, v, n, h, t, scale);
     }
     static double global_norm(const float * x, int64_t n) { return G::global_norm(x, n); }

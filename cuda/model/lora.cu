@@ -10,7 +10,8 @@ namespace cuda {
 namespace {
 
 __global__ void scale_kernel(float * x, float s, int64_t n) {
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) x[i] *= s;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        x[i] *= s;
 }
 
 __global__ void add_rows_kernel(float * out, const float * d, const int32_t * mask, int64_t N, int64_t C) {

@@ -27,14 +27,21 @@ constexpr int BM = 64, BN = 64, BK = 16, kThreads = 256;
 // each read along whichever index is contiguous (coalesced); `store` maps a value as it enters shared memory.
 template <int KD, int LD, typename Store>
 __device__ __forceinline__ void load_slabs(float (*As)[LD], float (*Bs)[LD], int64_t M, int64_t Ncols, int64_t K,
-                                           const float * __restrict__ A, int64_t ai, int64_t ak, const float * __restrict__ Bm,
-                                           int64_t bk, int64_t bj, int64_t i0, int64_t j0, int64_t k0, Store store) {
+                                           const float * __restrict__ A, int64_t ai, int64_t ak,
+                                           const float * __restrict__ Bm, int64_t bk, int64_t bj, int64_t i0,
+                                           int64_t j0, int64_t k0, Store store) {
     const int tid = threadIdx.x;
 #pragma unroll
     for (int r = 0; r < (BM * KD) / kThreads; ++r) {
         const int e = tid + r * kThreads;
         int ii, kk;
-        if (ak == 1) { kk = e % KD; ii = e / KD; } else { ii = e % BM; kk = e / BM; }
+        if (ak == 1) {
+            kk = e % KD;
+            ii = e / KD;
+        } else {
+            ii = e % BM;
+            kk = e / BM;
+        }
         const int64_t gi = i0 + ii, gk = k0 + kk;
         As[kk][ii] = store((gi < M && gk < K) ? A[gi * ai + gk * ak] : 0.0f);
     }
@@ -42,20 +49,27 @@ __device__ __forceinline__ void load_slabs(float (*As)[LD], float (*Bs)[LD], int
     for (int r = 0; r < (BN * KD) / kThreads; ++r) {
         const int e = tid + r * kThreads;
         int jj, kk;
-        if (bj == 1) { jj = e % BN; kk = e / BN; } else { kk = e % KD; jj = e / KD; }
+        if (bj == 1) {
+            jj = e % BN;
+            kk = e / BN;
+        } else {
+            kk = e % KD;
+            jj = e / KD;
+        }
         const int64_t gj = j0 + jj, gk = k0 + kk;
         Bs[kk][jj] = store((gj < Ncols && gk < K) ? Bm[gk * bk + gj * bj] : 0.0f);
     }
 }
 
-__global__ void __launch_bounds__(kThreads) gemm_kernel(int64_t M, int64_t Ncols, int64_t K, const float * __restrict__ A,
-                                                        int64_t ai, int64_t ak, const float * __restrict__ Bm, int64_t bk,
-                                                        int64_t bj, float * __restrict__ Cm, int64_t ldc, bool accumulate,
-                                                        const float * __restrict__ bias, bool rows_on_x) {
+__global__ void __launch_bounds__(kThreads)
+    gemm_kernel(int64_t M, int64_t Ncols, int64_t K, const float * __restrict__ A, int64_t ai, int64_t ak,
+                const float * __restrict__ Bm, int64_t bk, int64_t bj, float * __restrict__ Cm, int64_t ldc,
+                bool accumulate, const float * __restrict__ bias, bool rows_on_x) {
     __shared__ float As[BK][BM + 4];
     __shared__ float Bs[BK][BN + 4];
     const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
-    const int64_t i0 = (int64_t)(rows_on_x ? blockIdx.x : blockIdx.y) * BM, j0 = (int64_t)(rows_on_x ? blockIdx.y : blockIdx.x) * BN;
+    const int64_t i0 = (int64_t)(rows_on_x ? blockIdx.x : blockIdx.y) * BM,
+                  j0 = (int64_t)(rows_on_x ? blockIdx.y : blockIdx.x) * BN;
     float acc[4][4] = {};
     for (int64_t k0 = 0; k0 < K; k0 += BK) {
         load_slabs<BK, BM + 4>(As, Bs, M, Ncols, K, A, ai, ak, Bm, bk, bj, i0, j0, k0, [](float v) { return v; });
@@ -111,22 +125,24 @@ __global__ void column_sum_kernel(float * dbias, const float * dout, int64_t N, 
 // columns 32 * (w % 2) of the block's tile: one A fragment, two B fragments and two accumulators per 8-deep step.
 constexpr int TK = 32, kPad = 8, kLd = BM + kPad;  // kLd * 4 bytes keeps every fragment pointer 32-byte aligned
 
-__global__ void __launch_bounds__(kThreads) gemm_tf32_kernel(int64_t M, int64_t Ncols, int64_t K, const float * __restrict__ A,
-                                                             int64_t ai, int64_t ak, const float * __restrict__ Bm,
-                                                             int64_t bk, int64_t bj, float * __restrict__ Cm, int64_t ldc,
-                                                             bool accumulate, const float * __restrict__ bias, bool rows_on_x) {
+__global__ void __launch_bounds__(kThreads)
+    gemm_tf32_kernel(int64_t M, int64_t Ncols, int64_t K, const float * __restrict__ A, int64_t ai, int64_t ak,
+                     const float * __restrict__ Bm, int64_t bk, int64_t bj, float * __restrict__ Cm, int64_t ldc,
+                     bool accumulate, const float * __restrict__ bias, bool rows_on_x) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     namespace wmma = nvcuda::wmma;
     __shared__ __align__(32) float As[TK][kLd];  // As[k][i] = A(i0 + i, k0 + k): a column-major 64 x TK block
     __shared__ __align__(32) float Bs[TK][kLd];  // Bs[k][j] = B(k0 + k, j0 + j): a row-major TK x 64 block
     __shared__ __align__(32) float Cs[BM][kLd];
     const int tid = threadIdx.x, warp = tid / 32, wr = warp / 2, wc = warp % 2;
-    const int64_t i0 = (int64_t)(rows_on_x ? blockIdx.x : blockIdx.y) * BM, j0 = (int64_t)(rows_on_x ? blockIdx.y : blockIdx.x) * BN;
+    const int64_t i0 = (int64_t)(rows_on_x ? blockIdx.x : blockIdx.y) * BM,
+                  j0 = (int64_t)(rows_on_x ? blockIdx.y : blockIdx.x) * BN;
     wmma::fragment<wmma::accumulator, 16, 16, 8, float> acc[2];
     wmma::fill_fragment(acc[0], 0.0f);
     wmma::fill_fragment(acc[1], 0.0f);
     for (int64_t k0 = 0; k0 < K; k0 += TK) {
-        load_slabs<TK, kLd>(As, Bs, M, Ncols, K, A, ai, ak, Bm, bk, bj, i0, j0, k0, [](float v) { return wmma::__float_to_tf32(v); });
+        load_slabs<TK, kLd>(As, Bs, M, Ncols, K, A, ai, ak, Bm, bk, bj, i0, j0, k0,
+                            [](float v) { return wmma::__float_to_tf32(v); });
         __syncthreads();
 #pragma unroll
         for (int ks = 0; ks < TK; ks += 8) {
@@ -142,7 +158,8 @@ __global__ void __launch_bounds__(kThreads) gemm_tf32_kernel(int64_t M, int64_t 
         __syncthreads();
     }
 #pragma unroll
-    for (int f = 0; f < 2; ++f) wmma::store_matrix_sync(&Cs[wr * 16][wc * 32 + f * 16], acc[f], kLd, wmma::mem_row_major);
+    for (int f = 0; f < 2; ++f)
+        wmma::store_matrix_sync(&Cs[wr * 16][wc * 32 + f * 16], acc[f], kLd, wmma::mem_row_major);
     __syncthreads();
 #pragma unroll
     for (int r = 0; r < (BM * BN) / kThreads; ++r) {
@@ -166,8 +183,10 @@ void require_tf32(const char * what) {
     MAPORL_CUDA_THROW(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
     MAPORL_CUDA_THROW(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
     if (major < 8)
-        throw_error(MAPORL_ERR_INVALID_ARG, "%s: matmul precision 'high' (TF32) needs compute capability 8.0 or newer; device %d is %d.%d "
-                    "(setMatmulPrecision('highest'))", what, dev, major, minor);
+        throw_error(MAPORL_ERR_INVALID_ARG,
+                    "%s: matmul precision 'high' (TF32) needs compute capability 8.0 or newer; device %d is %d.%d "
+                    "(setMatmulPrecision('highest'))",
+                    what, dev, major, minor);
 }
 
 void gemm(int64_t M, int64_t Ncols, int64_t K, const float * A, int64_t ai, int64_t ak, const float * B, int64_t bk,
@@ -180,7 +199,8 @@ void gemm(int64_t M, int64_t Ncols, int64_t K, const float * A, int64_t ai, int6
     const unsigned gx = grid_dim(rows_on_x ? rt : ct, what), gy = grid_dim(rows_on_x ? ct : rt, what, kGridYZ);
     if (maporl_get_matmul_precision() == MAPORL_MATMUL_HIGH) {
         require_tf32(what);
-        gemm_tf32_kernel<<<dim3(gx, gy), kThreads>>>(M, Ncols, K, A, ai, ak, B, bk, bj, C, ldc, accumulate, bias, rows_on_x);
+        gemm_tf32_kernel<<<dim3(gx, gy), kThreads>>>(M, Ncols, K, A, ai, ak, B, bk, bj, C, ldc, accumulate, bias,
+                                                     rows_on_x);
     } else
         gemm_kernel<<<dim3(gx, gy), kThreads>>>(M, Ncols, K, A, ai, ak, B, bk, bj, C, ldc, accumulate, bias, rows_on_x);
     MAPORL_CUDA_LAUNCHED(what);
@@ -188,13 +208,14 @@ void gemm(int64_t M, int64_t Ncols, int64_t K, const float * A, int64_t ai, int6
 
 }  // namespace
 
-void matmul_forward(float * out, const float * inp, const float * weight, const float * bias, int64_t N, int64_t C, int64_t OC) {
+void matmul_forward(float * out, const float * inp, const float * weight, const float * bias, int64_t N, int64_t C,
+                    int64_t OC) {
     // out[n, o] = bias[o] + sum_c inp[n, c] weight[o, c]
     gemm(N, OC, C, inp, C, 1, weight, 1, C, out, OC, false, bias, "matmul_forward");
 }
 
-void matmul_backward(float * dinp, float * dweight, float * dbias, const float * dout, const float * inp, const float * weight,
-                     int64_t N, int64_t C, int64_t OC) {
+void matmul_backward(float * dinp, float * dweight, float * dbias, const float * dout, const float * inp,
+                     const float * weight, int64_t N, int64_t C, int64_t OC) {
     // dinp[n, c] += sum_o dout[n, o] weight[o, c]
     gemm(N, C, OC, dout, OC, 1, weight, C, 1, dinp, C, true, nullptr, "matmul_backward");
     // dweight[o, c] += sum_n dout[n, o] inp[n, c] (null: a frozen weight, as a base under LoRA)

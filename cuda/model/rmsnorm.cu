@@ -16,7 +16,8 @@ constexpr int kWarps = 8;
 
 using cuda_warp::warp_sum;
 
-__global__ void rmsnorm_forward_kernel(float * out, float * rstd, const float * inp, const float * w, int64_t N, int64_t C, float eps) {
+__global__ void rmsnorm_forward_kernel(float * out, float * rstd, const float * inp, const float * w, int64_t N,
+                                       int64_t C, float eps) {
     const int lane = threadIdx.x & 31;
     const int64_t n = (int64_t)blockIdx.x * kWarps + (threadIdx.x >> 5);
     if (n >= N) return;
@@ -31,8 +32,8 @@ __global__ void rmsnorm_forward_kernel(float * out, float * rstd, const float * 
 }
 
 // dx = r * (w dout - x r^2 mean(w dout x)).
-__global__ void rmsnorm_backward_dinp_kernel(float * dinp, const float * dout, const float * inp, const float * w, const float * rstd,
-                                             int64_t N, int64_t C) {
+__global__ void rmsnorm_backward_dinp_kernel(float * dinp, const float * dout, const float * inp, const float * w,
+                                             const float * rstd, int64_t N, int64_t C) {
     const int lane = threadIdx.x & 31;
     const int64_t n = (int64_t)blockIdx.x * kWarps + (threadIdx.x >> 5);
     if (n >= N) return;
@@ -46,8 +47,8 @@ __global__ void rmsnorm_backward_dinp_kernel(float * dinp, const float * dout, c
     for (int64_t c = lane; c < C; c += 32) di[c] += r * (w[c] * d[c] - x[c] * r * r * m);
 }
 
-__global__ void rmsnorm_backward_partials_kernel(float * partials, const float * dout, const float * inp, const float * rstd, int64_t N,
-                                                 int64_t C) {
+__global__ void rmsnorm_backward_partials_kernel(float * partials, const float * dout, const float * inp,
+                                                 const float * rstd, int64_t N, int64_t C) {
     const int64_t k = blockIdx.y;
     for (int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; c < C; c += (int64_t)gridDim.x * blockDim.x) {
         float sw = 0.0f;
@@ -73,7 +74,8 @@ unsigned row_grid(int64_t N, const char * what) {
 
 }  // namespace
 
-void rmsnorm_forward(float * out, float * rstd, const float * inp, const float * weight, int64_t N, int64_t C, double eps) {
+void rmsnorm_forward(float * out, float * rstd, const float * inp, const float * weight, int64_t N, int64_t C,
+                     double eps) {
     if (N <= 0 || C <= 0) return;
     rmsnorm_forward_kernel<<<row_grid(N, "rmsnorm_forward"), kWarps * 32>>>(out, rstd, inp, weight, N, C, (float)eps);
     MAPORL_CUDA_LAUNCHED("rmsnorm_forward");
@@ -81,14 +83,16 @@ void rmsnorm_forward(float * out, float * rstd, const float * inp, const float *
 
 int64_t rmsnorm_scratch(int64_t N, int64_t C) { return ((N + kChunk - 1) / kChunk) * C; }
 
-void rmsnorm_backward(float * dinp, float * dweight, const float * dout, const float * inp, const float * weight, const float * rstd,
-                      int64_t N, int64_t C, float * scratch) {
+void rmsnorm_backward(float * dinp, float * dweight, const float * dout, const float * inp, const float * weight,
+                      const float * rstd, int64_t N, int64_t C, float * scratch) {
     if (N <= 0 || C <= 0) return;
     rmsnorm_backward_dinp_kernel<<<row_grid(N, "rmsnorm_backward"), kWarps * 32>>>(dinp, dout, inp, weight, rstd, N, C);
     MAPORL_CUDA_LAUNCHED("rmsnorm_backward");
     if (!dweight) return;  // (a frozen weight)
     const int64_t chunks = (N + kChunk - 1) / kChunk;
-    if (chunks > 65535) throw_error(MAPORL_ERR_INVALID_ARG, "rmsnorm_backward: N: expected <= %d rows, got %lld", 65535 * kChunk, (long long)N);
+    if (chunks > 65535)
+        throw_error(MAPORL_ERR_INVALID_ARG, "rmsnorm_backward: N: expected <= %d rows, got %lld", 65535 * kChunk,
+                    (long long)N);
     const dim3 grid((unsigned)((C + 127) / 128), (unsigned)chunks);
     rmsnorm_backward_partials_kernel<<<grid, 128>>>(scratch, dout, inp, rstd, N, C);
     MAPORL_CUDA_LAUNCHED("rmsnorm_backward");

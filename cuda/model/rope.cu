@@ -10,8 +10,8 @@ namespace cuda {
 namespace {
 
 // sign +1: the forward rotation; -1: its inverse (the backward of an orthogonal map).
-__global__ void rope_kernel(float * out, const float * inp, const float * cos, const float * sin, int64_t B, int64_t T, int64_t pos0,
-                            int64_t H, int64_t dim, float sign, bool add) {
+__global__ void rope_kernel(float * out, const float * inp, const float * cos, const float * sin, int64_t B, int64_t T,
+                            int64_t pos0, int64_t H, int64_t dim, float sign, bool add) {
     const int64_t half = dim / 2, n = B * T * H * half;
     for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
         const int64_t i = e % half, bth = e / half, t = (bth / H) % T;
@@ -31,7 +31,8 @@ __global__ void rope_kernel(float * out, const float * inp, const float * cos, c
 }
 
 // rope_rows: row n (H heads) at its own position pos[n], in place.
-__global__ void rope_rows_kernel(float * x, const float * cos, const float * sin, const int32_t * pos, int64_t N, int64_t H, int64_t dim) {
+__global__ void rope_rows_kernel(float * x, const float * cos, const float * sin, const int32_t * pos, int64_t N,
+                                 int64_t H, int64_t dim) {
     const int64_t half = dim / 2, n = N * H * half;
     for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
         const int64_t i = e % half, nh = e / half, at = (int64_t)pos[nh / H] * half + i;
@@ -45,21 +46,22 @@ __global__ void rope_rows_kernel(float * x, const float * cos, const float * sin
 
 }  // namespace
 
-void rope_rows(float * x, const float * cos, const float * sin, const int32_t * pos, int64_t N, int64_t H, int64_t dim) {
+void rope_rows(float * x, const float * cos, const float * sin, const int32_t * pos, int64_t N, int64_t H,
+               int64_t dim) {
     if (N * H <= 0 || dim < 2) return;
     rope_rows_kernel<<<grid_for(N * H * (dim / 2), 256), 256>>>(x, cos, sin, pos, N, H, dim);
     MAPORL_CUDA_LAUNCHED("rope_rows");
 }
 
-void rope_forward(float * out, const float * inp, const float * cos, const float * sin, int64_t B, int64_t T, int64_t pos0, int64_t H,
-                  int64_t dim) {
+void rope_forward(float * out, const float * inp, const float * cos, const float * sin, int64_t B, int64_t T,
+                  int64_t pos0, int64_t H, int64_t dim) {
     if (B * T * H <= 0 || dim < 2) return;
     rope_kernel<<<grid_for(B * T * H * (dim / 2), 256), 256>>>(out, inp, cos, sin, B, T, pos0, H, dim, 1.0f, false);
     MAPORL_CUDA_LAUNCHED("rope_forward");
 }
 
-void rope_backward(float * dinp, const float * dout, const float * cos, const float * sin, int64_t B, int64_t T, int64_t pos0,
-                   int64_t H, int64_t dim) {
+void rope_backward(float * dinp, const float * dout, const float * cos, const float * sin, int64_t B, int64_t T,
+                   int64_t pos0, int64_t H, int64_t dim) {
     if (B * T * H <= 0 || dim < 2) return;
     rope_kernel<<<grid_for(B * T * H * (dim / 2), 256), 256>>>(dinp, dout, cos, sin, B, T, pos0, H, dim, -1.0f, true);
     MAPORL_CUDA_LAUNCHED("rope_backward");

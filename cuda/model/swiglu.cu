@@ -25,7 +25,8 @@ __global__ void swiglu_forward_kernel(float * out, const float * gate, const flo
 }
 
 // silu'(g) = s (1 + g (1 - s)), s = sigmoid(g).
-__global__ void swiglu_backward_kernel(float * dgate, float * dup, const float * dout, const float * gate, const float * up, int64_t n) {
+__global__ void swiglu_backward_kernel(float * dgate, float * dup, const float * dout, const float * gate,
+                                       const float * up, int64_t n) {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         const float g = gate[i], s = sigmoid_f(g), d = dout[i];
         const float dsilu = __fmul_rn(s, __fadd_rn(1.0f, __fmul_rn(g, __fsub_rn(1.0f, s))));

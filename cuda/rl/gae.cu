@@ -16,9 +16,16 @@ namespace {
 constexpr int kWarpsPerBlock = 8;
 constexpr unsigned kFull = 0xffffffffu;
 
-template <typename M> __device__ __forceinline__ bool mask_bad(M m);
-template <> __device__ __forceinline__ bool mask_bad<uint8_t>(uint8_t m) { return m > 1; }
-template <> __device__ __forceinline__ bool mask_bad<float>(float m) { return !(m == 0.0f || m == 1.0f); }
+template <typename M>
+__device__ __forceinline__ bool mask_bad(M m);
+template <>
+__device__ __forceinline__ bool mask_bad<uint8_t>(uint8_t m) {
+    return m > 1;
+}
+template <>
+__device__ __forceinline__ bool mask_bad<float>(float m) {
+    return !(m == 0.0f || m == 1.0f);
+}
 
 __device__ __forceinline__ GaeCarryMap<float> shfl_down_map(GaeCarryMap<float> m, int d) {
     GaeCarryMap<float> o;
@@ -154,7 +161,8 @@ __global__ void whiten_apply_kernel(float * __restrict__ adv, const M * __restri
 }
 
 // Temporaries of a scan: the bad-mask index (set to ~0) and, with whitening, per-row partials and the stats.
-maporl_status scan_buffers(int64_t B, bool whiten, DeviceBuffer & bad_buf, DeviceBuffer & partials, DeviceBuffer & stats) {
+maporl_status scan_buffers(int64_t B, bool whiten, DeviceBuffer & bad_buf, DeviceBuffer & partials,
+                           DeviceBuffer & stats) {
     MAPORL_RETURN_IF_ERROR(bad_buf.alloc(sizeof(unsigned long long)));
     MAPORL_CUDA_CALL(cudaMemset(bad_buf.ptr, 0xff, sizeof(unsigned long long)));
     if (whiten) {
@@ -175,10 +183,9 @@ maporl_status finish_scan(const DeviceBuffer & bad_buf, const M * mask, int64_t 
     if (bad != ~0ull) {
         M value;
         MAPORL_CUDA_CALL(cudaMemcpy(&value, mask + bad, sizeof value, cudaMemcpyDeviceToHost));
-        return set_error(MAPORL_ERR_INVALID_ARG,
-                         "mask: expected 0 or 1 at every position, got %g at index %llu (row %lld, t %lld)",
-                         (double)value, bad, (long long)(bad / (unsigned long long)T),
-                         (long long)(bad % (unsigned long long)T));
+        return set_error(
+            MAPORL_ERR_INVALID_ARG, "mask: expected 0 or 1 at every position, got %g at index %llu (row %lld, t %lld)",
+            (double)value, bad, (long long)(bad / (unsigned long long)T), (long long)(bad % (unsigned long long)T));
     }
     if (partials != nullptr) {
         whiten_stats_kernel<<<1, 256>>>(partials, B, stats);
@@ -249,7 +256,7 @@ maporl_status returns_cuda_typed(const float * r, const M * mask, int64_t B, int
     MAPORL_RETURN_IF_ERROR(scan_buffers(B, whiten, bad_buf, partials, stats));
     MAPORL_RETURN_IF_ERROR(check_grid((B + 255) / 256, "reinforce_returns: rows (B)"));
     returns_kernel<M><<<(unsigned)((B + 255) / 256), 256>>>(r, mask, B, T, gamma, G, A, partials.as<double>(),
-                                                           bad_buf.as<unsigned long long>());
+                                                            bad_buf.as<unsigned long long>());
     return finish_scan<M>(bad_buf, mask, B, T, partials.as<double>(), stats.as<double>(), A);
 }
 
@@ -260,7 +267,8 @@ maporl_status reinforce_returns_cuda(const float * rewards, const void * mask, m
     MAPORL_RETURN_IF_ERROR(cuda_require_device("reinforce_returns"));
     if (B == 0 || T == 0) return MAPORL_OK;
     if (mask_type == MAPORL_MASK_U8)
-        return returns_cuda_typed(rewards, static_cast<const uint8_t *>(mask), B, T, gamma, whiten, returns, advantages);
+        return returns_cuda_typed(rewards, static_cast<const uint8_t *>(mask), B, T, gamma, whiten, returns,
+                                  advantages);
     return returns_cuda_typed(rewards, static_cast<const float *>(mask), B, T, gamma, whiten, returns, advantages);
 }
 

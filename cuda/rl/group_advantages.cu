@@ -84,8 +84,9 @@ __global__ void write_kernel(const float * __restrict__ s, const int32_t * __res
 // Whitening over the batch in two exact passes (the CPU takes the second one only where one pass loses digits):
 // per-block partials in fixed order, reduced by one thread. Without `center`: (sum w a, -, sum w); with it:
 // (-, sum w (a - center)^2, -).
-__global__ void whiten_partials_kernel(const float * __restrict__ a, const float * __restrict__ s, const float * __restrict__ w,
-                                       int64_t N, int excl, const double * __restrict__ center, double * __restrict__ part) {
+__global__ void whiten_partials_kernel(const float * __restrict__ a, const float * __restrict__ s,
+                                       const float * __restrict__ w, int64_t N, int excl,
+                                       const double * __restrict__ center, double * __restrict__ part) {
     __shared__ double sh[3][256];
     double s1 = 0, s2 = 0, sw = 0;
     const double c = center ? center[0] : 0.0;
@@ -99,7 +100,9 @@ __global__ void whiten_partials_kernel(const float * __restrict__ a, const float
             sw += wi;
         }
     }
-    sh[0][threadIdx.x] = s1; sh[1][threadIdx.x] = s2; sh[2][threadIdx.x] = sw;
+    sh[0][threadIdx.x] = s1;
+    sh[1][threadIdx.x] = s2;
+    sh[2][threadIdx.x] = sw;
     __syncthreads();
     for (int k = blockDim.x / 2; k > 0; k >>= 1) {
         if ((int)threadIdx.x < k)
@@ -114,7 +117,10 @@ __global__ void whiten_partials_kernel(const float * __restrict__ a, const float
 __global__ void whiten_mean_kernel(const double * __restrict__ part, int blocks, double * __restrict__ st) {
     if (threadIdx.x != 0 || blockIdx.x != 0) return;
     double s1 = 0, sw = 0;
-    for (int b = 0; b < blocks; ++b) { s1 += part[3 * b]; sw += part[3 * b + 2]; }
+    for (int b = 0; b < blocks; ++b) {
+        s1 += part[3 * b];
+        sw += part[3 * b + 2];
+    }
     st[0] = whiten_mean(s1, sw);
     st[2] = sw;
 }
@@ -170,7 +176,8 @@ maporl_status group_advantages_cuda(const float * scores, const int32_t * groups
         if (bad != ~0ull) {
             float w = 0;
             MAPORL_CUDA_CALL(cudaMemcpy(&w, weights + bad, sizeof w, cudaMemcpyDeviceToHost));
-            return set_error(MAPORL_ERR_INVALID_ARG, "weights: expected finite values >= 0, got %g at index %llu", (double)w, bad);
+            return set_error(MAPORL_ERR_INVALID_ARG, "weights: expected finite values >= 0, got %g at index %llu",
+                             (double)w, bad);
         }
     }
     DeviceBuffer mm, table;
@@ -183,15 +190,18 @@ maporl_status group_advantages_cuda(const float * scores, const int32_t * groups
     MAPORL_CUDA_CALL(cudaMemcpy(lohi, mm.ptr, sizeof lohi, cudaMemcpyDeviceToHost));
     const int64_t K = (int64_t)lohi[1] - lohi[0] + 1;
     if (K > 2 * N + 1024)
-        return set_error(MAPORL_ERR_INVALID_ARG,
-                         "groups: the CUDA path needs ids within a range of 2N + 1024 = %lld values, got ids from %d to %d "
-                         "(remap them to 0..G-1, or use device 'cpu')", (long long)(2 * N + 1024), lohi[0], lohi[1]);
+        return set_error(
+            MAPORL_ERR_INVALID_ARG,
+            "groups: the CUDA path needs ids within a range of 2N + 1024 = %lld values, got ids from %d to %d "
+            "(remap them to 0..G-1, or use device 'cpu')",
+            (long long)(2 * N + 1024), lohi[0], lohi[1]);
     const bool use_max = p.baseline == MAPORL_BASELINE_MAX;
     MAPORL_RETURN_IF_ERROR(table.alloc(sizeof(Slot) * (size_t)K));
     init_kernel<<<grid_for(K), 256>>>(table.as<Slot>(), K, use_max ? -INFINITY : 0.0);
     accumulate_kernel<<<grid_for(N), 256>>>(scores, groups, N, lohi[0], table.as<Slot>(), p.nan_exclude, use_max);
     mean_kernel<<<grid_for(K), 256>>>(table.as<Slot>(), K);
-    if (p.scale_by_std) deviation_kernel<<<grid_for(N), 256>>>(scores, groups, N, lohi[0], table.as<Slot>(), p.nan_exclude);
+    if (p.scale_by_std)
+        deviation_kernel<<<grid_for(N), 256>>>(scores, groups, N, lohi[0], table.as<Slot>(), p.nan_exclude);
     write_kernel<<<grid_for(N), 256>>>(scores, groups, N, lohi[0], table.as<Slot>(), p, out);
     MAPORL_CUDA_CALL(cudaGetLastError());
     if (p.whiten) {
@@ -201,7 +211,8 @@ maporl_status group_advantages_cuda(const float * scores, const int32_t * groups
         MAPORL_RETURN_IF_ERROR(st.alloc(sizeof(double) * 3));
         whiten_partials_kernel<<<blocks, 256>>>(out, scores, weights, N, p.nan_exclude, nullptr, part.as<double>());
         whiten_mean_kernel<<<1, 32>>>(part.as<double>(), (int)blocks, st.as<double>());
-        whiten_partials_kernel<<<blocks, 256>>>(out, scores, weights, N, p.nan_exclude, st.as<double>(), part.as<double>());
+        whiten_partials_kernel<<<blocks, 256>>>(out, scores, weights, N, p.nan_exclude, st.as<double>(),
+                                                part.as<double>());
         whiten_finish_kernel<<<1, 32>>>(part.as<double>(), (int)blocks, p.whiten, st.as<double>());
         whiten_write_kernel<<<grid_for(N), 256>>>(out, scores, weights, N, p.nan_exclude, st.as<double>());
         MAPORL_CUDA_CALL(cudaGetLastError());
@@ -219,15 +230,17 @@ maporl_status broadcast_rows_cuda(const float * values, const void * mask, mapor
     MAPORL_RETURN_IF_ERROR(bad_buf.alloc(sizeof(unsigned long long)));
     MAPORL_CUDA_CALL(cudaMemset(bad_buf.ptr, 0xff, sizeof(unsigned long long)));
     if (mask_type == MAPORL_MASK_U8)
-        broadcast_kernel<uint8_t><<<grid_for(N * T), 256>>>(values, (const uint8_t *)mask, N, T, out, bad_buf.as<unsigned long long>());
+        broadcast_kernel<uint8_t>
+            <<<grid_for(N * T), 256>>>(values, (const uint8_t *)mask, N, T, out, bad_buf.as<unsigned long long>());
     else
-        broadcast_kernel<float><<<grid_for(N * T), 256>>>(values, (const float *)mask, N, T, out, bad_buf.as<unsigned long long>());
+        broadcast_kernel<float>
+            <<<grid_for(N * T), 256>>>(values, (const float *)mask, N, T, out, bad_buf.as<unsigned long long>());
     MAPORL_CUDA_CALL(cudaGetLastError());
     unsigned long long bad = 0;
     MAPORL_CUDA_CALL(cudaMemcpy(&bad, bad_buf.ptr, sizeof bad, cudaMemcpyDeviceToHost));
     if (bad != ~0ull)
-        return set_error(MAPORL_ERR_INVALID_ARG, "mask: expected 0 or 1 at every position, got another value at index %llu",
-                         bad);
+        return set_error(MAPORL_ERR_INVALID_ARG,
+                         "mask: expected 0 or 1 at every position, got another value at index %llu", bad);
     return MAPORL_OK;
 }
 

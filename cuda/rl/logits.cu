@@ -25,8 +25,8 @@ __device__ __forceinline__ float logit(const float * z, int64_t i) { return z[i]
 __device__ __forceinline__ float logit(const uint16_t * z, int64_t i) { return __uint_as_float((unsigned)z[i] << 16); }
 
 struct RowSoftmax {
-    double lse;    // log-sum-exp of the tempered row, in double (the log-prob subtracts it in double, as the CPU)
-    float H;       // entropy (0 when not asked)
+    double lse;  // log-sum-exp of the tempered row, in double (the log-prob subtracts it in double, as the CPU)
+    float H;     // entropy (0 when not asked)
 };
 
 // Softmax statistics of row z (length V) over the block (native/rl/logits_online.h: each thread's online state over
@@ -40,11 +40,15 @@ __device__ RowSoftmax row_softmax(const In * __restrict__ z, int64_t V, float te
     for (int64_t v = threadIdx.x; v < V; v += blockDim.x) {
         const float zv = logit(z, v);
         const float x = temp == 1.0f ? zv : zv / temp;
-        if (isnan(x) || x == INFINITY) { nan = true; continue; }
+        if (isnan(x) || x == INFINITY) {
+            nan = true;
+            continue;
+        }
         online_softmax_push(o, x, entropy);
     }
     for (int d = 16; d > 0; d >>= 1) {
-        OnlineSoftmax p{__shfl_down_sync(kFull, o.m, d), __shfl_down_sync(kFull, o.s, d), __shfl_down_sync(kFull, o.t, d)};
+        OnlineSoftmax p{__shfl_down_sync(kFull, o.m, d), __shfl_down_sync(kFull, o.s, d),
+                        __shfl_down_sync(kFull, o.t, d)};
         o = online_softmax_merge(o, p);
     }
     const int any_nan = __syncthreads_or(nan ? 1 : 0);
@@ -58,7 +62,8 @@ __device__ RowSoftmax row_softmax(const In * __restrict__ z, int64_t V, float te
 
 __device__ __forceinline__ bool row_on(const void * mask, int mt, int64_t n) {
     if (!mask) return true;
-    return mt == MAPORL_MASK_U8 ? static_cast<const uint8_t *>(mask)[n] == 1 : static_cast<const float *>(mask)[n] == 1.0f;
+    return mt == MAPORL_MASK_U8 ? static_cast<const uint8_t *>(mask)[n] == 1
+                                : static_cast<const float *>(mask)[n] == 1.0f;
 }
 
 // Pass A for rows n (one block each): lse[n], logp[n], entropy[n] (if entropy != null); masked rows get 0. The mask and
@@ -89,12 +94,16 @@ __global__ void pass_a_kernel(const In * __restrict__ z, const int32_t * __restr
 // The mask (0 or 1 everywhere) and the targets of the rows it keeps (in [0, V)): the first bad index of each, before
 // any output is written (the CPU checks both before writing).
 __global__ void check_rows_kernel(const int32_t * __restrict__ y, const void * mask, int mt, int64_t N, int64_t V,
-                                  unsigned long long * __restrict__ bad_mask, unsigned long long * __restrict__ bad_target) {
+                                  unsigned long long * __restrict__ bad_mask,
+                                  unsigned long long * __restrict__ bad_target) {
     for (int64_t n = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; n < N; n += (int64_t)gridDim.x * blockDim.x) {
         if (mask) {
             const bool u8 = mt == MAPORL_MASK_U8;
             const float mv = u8 ? (float)static_cast<const uint8_t *>(mask)[n] : static_cast<const float *>(mask)[n];
-            if (!(mv == 0.0f || mv == 1.0f)) { atomicMin(bad_mask, (unsigned long long)n); continue; }
+            if (!(mv == 0.0f || mv == 1.0f)) {
+                atomicMin(bad_mask, (unsigned long long)n);
+                continue;
+            }
             if (mv == 0.0f) continue;
         }
         if (y[n] < 0 || y[n] >= V) atomicMin(bad_target, (unsigned long long)n);
@@ -135,12 +144,15 @@ struct Scratch {
 // Calls launch with the logits that are set, typed (float32 or bfloat16), so each kernel launch is written once.
 template <typename Launch>
 void on_logits(const float * f32, const uint16_t * bf16, Launch && launch) {
-    if (bf16) launch(bf16);
-    else launch(f32);
+    if (bf16)
+        launch(bf16);
+    else
+        launch(f32);
 }
 
 // check_rows_kernel, then the CPU's errors: the mask's first bad value (row and t of [B, T]), else the first bad target.
-maporl_status check_rows(const int32_t * targets, const void * mask, maporl_mask_type mt, int64_t N, int64_t T, int64_t V) {
+maporl_status check_rows(const int32_t * targets, const void * mask, maporl_mask_type mt, int64_t N, int64_t T,
+                         int64_t V) {
     DeviceBuffer bad_dev;
     MAPORL_RETURN_IF_ERROR(bad_dev.alloc(2 * sizeof(unsigned long long)));
     const unsigned long long none[2] = {~0ull, ~0ull};
@@ -153,10 +165,14 @@ maporl_status check_rows(const int32_t * targets, const void * mask, maporl_mask
     if (bad[0] != ~0ull) {
         float mv = 0;
         uint8_t mb = 0;
-        if (mt == MAPORL_MASK_U8) MAPORL_CUDA_CALL(cudaMemcpy(&mb, static_cast<const char *>(mask) + bad[0], 1, cudaMemcpyDeviceToHost));
-        else MAPORL_CUDA_CALL(cudaMemcpy(&mv, static_cast<const char *>(mask) + 4 * bad[0], 4, cudaMemcpyDeviceToHost));
-        return set_error(MAPORL_ERR_INVALID_ARG, "mask: expected 0 or 1 at every position, got %g at index %llu (row %llu, t %llu)",
-                         mt == MAPORL_MASK_U8 ? (double)mb : (double)mv, bad[0], bad[0] / (unsigned long long)T, bad[0] % (unsigned long long)T);
+        if (mt == MAPORL_MASK_U8)
+            MAPORL_CUDA_CALL(cudaMemcpy(&mb, static_cast<const char *>(mask) + bad[0], 1, cudaMemcpyDeviceToHost));
+        else
+            MAPORL_CUDA_CALL(cudaMemcpy(&mv, static_cast<const char *>(mask) + 4 * bad[0], 4, cudaMemcpyDeviceToHost));
+        return set_error(MAPORL_ERR_INVALID_ARG,
+                         "mask: expected 0 or 1 at every position, got %g at index %llu (row %llu, t %llu)",
+                         mt == MAPORL_MASK_U8 ? (double)mb : (double)mv, bad[0], bad[0] / (unsigned long long)T,
+                         bad[0] % (unsigned long long)T);
     }
     if (bad[1] == ~0ull) return MAPORL_OK;
     int32_t t = 0;
@@ -185,28 +201,43 @@ maporl_status logprobs_cuda(const float * logits, const uint16_t * logits_bf16, 
 maporl_status fused_policy_loss_cuda(const FusedArgs<float> & fa, maporl_policy_loss_stats * st) {
     MAPORL_RETURN_IF_ERROR(cuda_require_device("fused_policy_loss"));
     const int64_t N = fa.loss.B * fa.loss.T, V = fa.V;
-    if (N > 0 && V < 1) return set_error(MAPORL_ERR_INVALID_ARG, "V: expected >= 1 when B*T > 0, got %lld", (long long)V);
+    if (N > 0 && V < 1)
+        return set_error(MAPORL_ERR_INVALID_ARG, "V: expected >= 1 when B*T > 0, got %lld", (long long)V);
     const maporl_policy_loss_params & P = fa.loss.params;
     const bool want_entropy = P.entropy_coef != 0.0f || fa.entropy_out != nullptr;
     Scratch<float> lse, lp, ent, glp, gent;
     MAPORL_RETURN_IF_ERROR(lse.alloc(N));
     float * logp = fa.logp_out;
-    if (!logp) { MAPORL_RETURN_IF_ERROR(lp.alloc(N)); logp = lp.get(); }
+    if (!logp) {
+        MAPORL_RETURN_IF_ERROR(lp.alloc(N));
+        logp = lp.get();
+    }
     float * H = nullptr;
     if (want_entropy) {
         H = fa.entropy_out;
-        if (!H) { MAPORL_RETURN_IF_ERROR(ent.alloc(N)); H = ent.get(); }
+        if (!H) {
+            MAPORL_RETURN_IF_ERROR(ent.alloc(N));
+            H = ent.get();
+        }
     }
     float * dlogp = fa.grad_logp_out;
-    if (!dlogp) { MAPORL_RETURN_IF_ERROR(glp.alloc(N)); dlogp = glp.get(); }
+    if (!dlogp) {
+        MAPORL_RETURN_IF_ERROR(glp.alloc(N));
+        dlogp = glp.get();
+    }
     float * dent = nullptr;
-    if (P.entropy_coef != 0.0f) { MAPORL_RETURN_IF_ERROR(gent.alloc(N)); dent = gent.get(); }
-    if (N == 0) return policy_loss_cuda(PolicyLossArgs<float>{logp, fa.loss.old_logp, fa.loss.advantages,
-                                                              fa.loss.adv_per_seq, fa.loss.mask, fa.loss.mask_type,
-                                                              fa.loss.ref_logp, nullptr, fa.loss.B, fa.loss.T, P,
-                                                              nullptr, nullptr}, st);
+    if (P.entropy_coef != 0.0f) {
+        MAPORL_RETURN_IF_ERROR(gent.alloc(N));
+        dent = gent.get();
+    }
+    if (N == 0)
+        return policy_loss_cuda(PolicyLossArgs<float>{logp, fa.loss.old_logp, fa.loss.advantages, fa.loss.adv_per_seq,
+                                                      fa.loss.mask, fa.loss.mask_type, fa.loss.ref_logp, nullptr,
+                                                      fa.loss.B, fa.loss.T, P, nullptr, nullptr},
+                                st);
     MAPORL_RETURN_IF_ERROR(check_grid(N, "fused_policy_loss: rows (B*T)"));
-    MAPORL_RETURN_IF_ERROR(check_rows(fa.targets, fa.loss.mask, fa.loss.mask_type, N, fa.loss.T, V));  // before any write
+    MAPORL_RETURN_IF_ERROR(
+        check_rows(fa.targets, fa.loss.mask, fa.loss.mask_type, N, fa.loss.T, V));  // before any write
     on_logits(fa.logits, fa.logits_bf16, [&](const auto * z) {
         pass_a_kernel<<<(unsigned)N, kThreads>>>(z, fa.targets, fa.loss.mask, (int)fa.loss.mask_type, V, fa.temperature,
                                                  lse.get(), logp, H);

@@ -19,7 +19,8 @@ constexpr int kThreads = 256;
 constexpr int kBlocks = 512;  // fixed: the partial sums, and so the statistics, do not depend on the device
 enum { kPg, kKl, kEnt, kClip, kLower, kNkl, kKlv, kEntv, kRatio, kTokens, kMax, kStats };
 
-template <typename M> __device__ __forceinline__ float mval(const void * m, int64_t i) {
+template <typename M>
+__device__ __forceinline__ float mval(const void * m, int64_t i) {
     return (float)static_cast<const M *>(m)[i];
 }
 __device__ __forceinline__ float mask_at(const void * m, int mt, int64_t i) {
@@ -51,7 +52,8 @@ __global__ void plan_kernel(const void * __restrict__ mask, int mt, const float 
 }
 
 __global__ void token_kernel(PolicyLossArgs<float> a, LossCfg c, const double * __restrict__ w,
-                             const double * __restrict__ wa, const double * __restrict__ seq, double * __restrict__ partials) {
+                             const double * __restrict__ wa, const double * __restrict__ seq,
+                             double * __restrict__ partials) {
     __shared__ double sh[32];
     const int64_t n = a.B * a.T;
     double acc[kStats] = {};
@@ -71,7 +73,8 @@ __global__ void token_kernel(PolicyLossArgs<float> a, LossCfg c, const double * 
         const TokenTerms<ScalarOps<float>> t = token_terms<ScalarOps<float>>(c, lp, old, adv, (float)seq[b], ref);
         // w: the policy term's weight, wa: the KL and entropy terms' (they differ for GSPO only; the CPU's rule).
         const float wb = (float)w[b], wab = (float)wa[b];
-        if (a.grad_logp) a.grad_logp[i] = wb == wab ? wb * (t.dpg + c.kl_coef * t.dkl) : wb * t.dpg + wab * (c.kl_coef * t.dkl);
+        if (a.grad_logp)
+            a.grad_logp[i] = wb == wab ? wb * (t.dpg + c.kl_coef * t.dkl) : wb * t.dpg + wab * (c.kl_coef * t.dkl);
         if (a.grad_entropy) a.grad_entropy[i] = -c.ent_coef * wab;
         const double ent = a.entropy ? (double)a.entropy[i] : 0.0;
         acc[kPg] += w[b] * t.pg;
@@ -161,14 +164,17 @@ maporl_status plan_cuda(const PolicyLossArgs<float> & a, bool with_seq, RowPlan 
         const size_t msz = a.mask_type == MAPORL_MASK_U8 ? 1 : 4;
         float mv = 0;
         uint8_t mb = 0;
-        if (msz == 1) MAPORL_CUDA_CALL(cudaMemcpy(&mb, static_cast<const char *>(a.mask) + bad, 1, cudaMemcpyDeviceToHost));
-        else MAPORL_CUDA_CALL(cudaMemcpy(&mv, static_cast<const char *>(a.mask) + 4 * bad, 4, cudaMemcpyDeviceToHost));
-        return set_error(MAPORL_ERR_INVALID_ARG, "mask: expected 0 or 1 at every position, got %g at index %llu (row %llu, t %llu)",
-                         msz == 1 ? (double)mb : (double)mv, bad, bad / (unsigned long long)a.T,
-                         bad % (unsigned long long)a.T);
+        if (msz == 1)
+            MAPORL_CUDA_CALL(cudaMemcpy(&mb, static_cast<const char *>(a.mask) + bad, 1, cudaMemcpyDeviceToHost));
+        else
+            MAPORL_CUDA_CALL(cudaMemcpy(&mv, static_cast<const char *>(a.mask) + 4 * bad, 4, cudaMemcpyDeviceToHost));
+        return set_error(
+            MAPORL_ERR_INVALID_ARG, "mask: expected 0 or 1 at every position, got %g at index %llu (row %llu, t %llu)",
+            msz == 1 ? (double)mb : (double)mv, bad, bad / (unsigned long long)a.T, bad % (unsigned long long)a.T);
     }
     p.len.assign((size_t)B, 0.0);
-    if (B > 0) MAPORL_CUDA_CALL(cudaMemcpy(p.len.data(), len_dev.ptr, sizeof(double) * (size_t)B, cudaMemcpyDeviceToHost));
+    if (B > 0)
+        MAPORL_CUDA_CALL(cudaMemcpy(p.len.data(), len_dev.ptr, sizeof(double) * (size_t)B, cudaMemcpyDeviceToHost));
     for (int64_t b = 0; b < B; ++b) {
         p.tokens += p.len[b];
         p.seqs += p.len[b] > 0 ? 1 : 0;
@@ -176,7 +182,8 @@ maporl_status plan_cuda(const PolicyLossArgs<float> & a, bool with_seq, RowPlan 
     plan_weights(a.params, a.T, p);
     if (B > 0) {
         MAPORL_CUDA_CALL(cudaMemcpy(w_dev.ptr, p.w.data(), sizeof(double) * (size_t)B, cudaMemcpyHostToDevice));
-        MAPORL_CUDA_CALL(cudaMemcpy(w_dev.as<double>() + B, p.wa.data(), sizeof(double) * (size_t)B, cudaMemcpyHostToDevice));
+        MAPORL_CUDA_CALL(
+            cudaMemcpy(w_dev.as<double>() + B, p.wa.data(), sizeof(double) * (size_t)B, cudaMemcpyHostToDevice));
     }
     return MAPORL_OK;
 }
@@ -188,16 +195,15 @@ maporl_status policy_loss_cuda(const PolicyLossArgs<float> & a, maporl_policy_lo
     LossCfg c;
     try {
         c = loss_cfg(a.params, a.ref_logp != nullptr, a.entropy != nullptr, a.old_logp != nullptr);
-    } catch (const Error & e) {
-        return set_error(e.status, "%s", e.message.c_str());
-    }
+    } catch (const Error & e) { return set_error(e.status, "%s", e.message.c_str()); }
     RowPlan p;
     DeviceBuffer w_dev, seq_dev, part_dev;
     MAPORL_RETURN_IF_ERROR(plan_cuda(a, true, p, w_dev, seq_dev));
     const int64_t n = a.B * a.T;
     const int grid = grid_for(n);
     MAPORL_RETURN_IF_ERROR(part_dev.alloc(sizeof(double) * kStats * (size_t)grid));
-    token_kernel<<<grid, kThreads>>>(a, c, w_dev.as<double>(), w_dev.as<double>() + a.B, seq_dev.as<double>(), part_dev.as<double>());
+    token_kernel<<<grid, kThreads>>>(a, c, w_dev.as<double>(), w_dev.as<double>() + a.B, seq_dev.as<double>(),
+                                     part_dev.as<double>());
     MAPORL_CUDA_CALL(cudaGetLastError());
     std::vector<double> part((size_t)grid * kStats);
     MAPORL_CUDA_CALL(cudaMemcpy(part.data(), part_dev.ptr, sizeof(double) * part.size(), cudaMemcpyDeviceToHost));
@@ -207,8 +213,10 @@ maporl_status policy_loss_cuda(const PolicyLossArgs<float> & a, maporl_policy_lo
     for (int g = 0; g < grid; ++g)
         for (int k = 0; k < kStats; ++k) {
             const double v = part[(size_t)g * kStats + k];
-            if (k == kMax) s[k] = v > s[k] ? v : s[k];
-            else s[k] += v;
+            if (k == kMax)
+                s[k] = v > s[k] ? v : s[k];
+            else
+                s[k] += v;
         }
     const double tok = s[kTokens], inv = tok > 0 ? 1.0 / tok : 0.0;
     st->pg_loss = s[kPg];
@@ -236,9 +244,7 @@ maporl_status value_loss_cuda(const float * values, const float * old_values, co
     pp.normalizer = normalizer;
     try {
         loss_cfg(pp, false, false, true);
-    } catch (const Error & e) {
-        return set_error(e.status, "%s", e.message.c_str());
-    }
+    } catch (const Error & e) { return set_error(e.status, "%s", e.message.c_str()); }
     PolicyLossArgs<float> a{values, nullptr, values, 0, mask, mask_type, nullptr, nullptr, B, T, pp, nullptr, nullptr};
     RowPlan p;
     DeviceBuffer w_dev, seq_dev, part_dev;

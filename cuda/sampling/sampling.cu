@@ -28,8 +28,9 @@ maporl_status copy_row_params(const T * dev, int64_t B, std::vector<T> & host, c
 
 }  // namespace
 
-maporl_status sample_cuda(const float * logits, int64_t B, int64_t V, const maporl_sample_params & p, const int32_t * given,
-                          int32_t * tokens, float * logprobs, float * raw_logprobs, uint8_t * valid) {
+maporl_status sample_cuda(const float * logits, int64_t B, int64_t V, const maporl_sample_params & p,
+                          const int32_t * given, int32_t * tokens, float * logprobs, float * raw_logprobs,
+                          uint8_t * valid) {
     MAPORL_RETURN_IF_ERROR(cuda_require_device("sample"));
     if (B > 0 && V < 1) return set_error(MAPORL_ERR_INVALID_ARG, "V: expected >= 1 when B > 0, got %lld", (long long)V);
     // The per-row parameters (and given tokens) are device arrays: check a host copy, as the CPU does.
@@ -42,16 +43,15 @@ maporl_status sample_cuda(const float * logits, int64_t B, int64_t V, const mapo
     MAPORL_RETURN_IF_ERROR(copy_row_params(p.min_p, B, mp, &h.min_p));
     try {
         check_sample_params(h, B);
-    } catch (const Error & e) {
-        return set_error(e.status, "%s", e.message.c_str());
-    }
+    } catch (const Error & e) { return set_error(e.status, "%s", e.message.c_str()); }
     if (given) {
         const int32_t * gh = nullptr;
         MAPORL_RETURN_IF_ERROR(copy_row_params(given, B, gv, &gh));
         for (int64_t b = 0; b < B; ++b)
             if (gh[b] < 0 || gh[b] >= V)
-                return set_error(MAPORL_ERR_INVALID_ARG, "tokens: expected token ids in [0, %lld) (V), got %d at index %lld",
-                                 (long long)V, (int)gh[b], (long long)b);
+                return set_error(MAPORL_ERR_INVALID_ARG,
+                                 "tokens: expected token ids in [0, %lld) (V), got %d at index %lld", (long long)V,
+                                 (int)gh[b], (long long)b);
     }
     if (B == 0) return MAPORL_OK;
     return sample_split_cuda(logits, B, V, p, h, given, tokens, logprobs, raw_logprobs, valid);

@@ -47,7 +47,10 @@ __device__ long long block_min(long long v, long long * sh) {
 template <class Pred>
 __device__ int64_t nth_index(int64_t i0, int64_t i1, int64_t m, Pred pred, int * shw) {
     __shared__ long long found, seen;
-    if (threadIdx.x == 0) { found = i1; seen = 0; }
+    if (threadIdx.x == 0) {
+        found = i1;
+        seen = 0;
+    }
     __syncthreads();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     for (int64_t base = i0; base < i1; base += blockDim.x) {
@@ -97,7 +100,7 @@ struct SlicePart {
     double sraw;  // sum over the slice of exp(z - max)
     long long finite;
     unsigned long long ties;  // elements of the current selection's set with the threshold key
-    double s;     // support mass at the temperature, relative to the row's M
+    double s;                 // support mass at the temperature, relative to the row's M
     float key;
     long long best;
     int given_in;
@@ -188,7 +191,8 @@ __global__ void split_pass1_kernel(const float * __restrict__ logits, int64_t V,
 }
 
 // One thread per row: which selections run (valid rows with a temperature, as sampling.cu decides k_on / has_p).
-__global__ void split_init_kernel(int64_t B, int64_t V, int S, maporl_sample_params P, const SlicePart * parts, SplitRow * rows) {
+__global__ void split_init_kernel(int64_t B, int64_t V, int S, maporl_sample_params P, const SlicePart * parts,
+                                  SplitRow * rows) {
     const int64_t b = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (b >= B) return;
     int bad = 0;
@@ -207,8 +211,8 @@ __global__ void split_init_kernel(int64_t B, int64_t V, int S, maporl_sample_par
 
 // One round's histogram: Which 0 = top-k (count of finite keys), 1 = top-p (fixed-point mass over the top-k set).
 template <int Which>
-__global__ void split_hist_kernel(const float * __restrict__ logits, int64_t V, int S, maporl_sample_params P, int round,
-                                  double scale, SplitRow * rows) {
+__global__ void split_hist_kernel(const float * __restrict__ logits, int64_t V, int S, maporl_sample_params P,
+                                  int round, double scale, SplitRow * rows) {
     __shared__ unsigned long long h[kRadixBins];
     const Slice c = slice_of(V, S);
     SplitRow * r = rows + c.b;
@@ -222,7 +226,8 @@ __global__ void split_hist_kernel(const float * __restrict__ logits, int64_t V, 
         if (Which == 0 ? !(z[i] > -INFINITY) : !in_k(z, i, r)) continue;
         const uint32_t key = radix_key(z[i]);
         if ((key & mask) != prefix) continue;
-        atomicAdd(&h[radix_digit(key, round)], Which == 0 ? 1ull : radix_fixed(det_exp_nonpos(x_at(z, i, T) - r->M), scale));
+        atomicAdd(&h[radix_digit(key, round)],
+                  Which == 0 ? 1ull : radix_fixed(det_exp_nonpos(x_at(z, i, T) - r->M), scale));
     }
     __syncthreads();
     for (int t = threadIdx.x; t < kRadixBins; t += blockDim.x)
@@ -236,14 +241,17 @@ __global__ void split_pick_kernel(int64_t B, maporl_sample_params P, int round, 
     if (b >= B) return;
     SplitRow & r = rows[b];
     if (Which == 0 ? !r.k_on : !r.p_on) return;
-    if (Which == 0) radix_pick_count(r.hist, (unsigned long long)row_params(P, b).k, round, r.ksel);
-    else radix_pick_mass(r.hist, r.target, round, r.psel);
+    if (Which == 0)
+        radix_pick_count(r.hist, (unsigned long long)row_params(P, b).k, round, r.ksel);
+    else
+        radix_pick_mass(r.hist, r.target, round, r.psel);
     for (int t = 0; t < kRadixBins; ++t) r.hist[t] = 0;
 }
 
 // Per slice: the selection set's elements with the threshold key.
 template <int Which>
-__global__ void split_ties_kernel(const float * __restrict__ logits, int64_t V, int S, SplitRow * rows, SlicePart * parts) {
+__global__ void split_ties_kernel(const float * __restrict__ logits, int64_t V, int S, SplitRow * rows,
+                                  SlicePart * parts) {
     __shared__ long long shl[32];
     const Slice c = slice_of(V, S);
     const SplitRow * r = rows + c.b;
@@ -296,16 +304,16 @@ __global__ void split_tie_index_kernel(const float * __restrict__ logits, int64_
     if ((Which == 0 ? !r->k_on : !r->p_on) || r->tie_slice != (int)c.sl) return;
     const float * z = logits + c.b * V;
     const uint32_t t = Which == 0 ? r->ksel.prefix : r->psel.prefix;
-    const int64_t at = nth_index(c.i0, c.i1, (int64_t)r->tie_rank, [&](int64_t i) {
-        return (Which == 0 ? z[i] > -INFINITY : in_k(z, i, r)) && radix_key(z[i]) == t;
-    }, shw);
+    const int64_t at = nth_index(
+        c.i0, c.i1, (int64_t)r->tie_rank,
+        [&](int64_t i) { return (Which == 0 ? z[i] > -INFINITY : in_k(z, i, r)) && radix_key(z[i]) == t; }, shw);
     if (threadIdx.x == 0) (Which == 0 ? r->ik : r->ip) = at;
 }
 
 // Per slice: the fixed-point mass top-p's total runs over (the top-k set with filter order top-k-first, else
 // every finite logit), added into the row's total.
-__global__ void split_total_kernel(const float * __restrict__ logits, int64_t V, int S, maporl_sample_params P, double scale,
-                                   SplitRow * rows) {
+__global__ void split_total_kernel(const float * __restrict__ logits, int64_t V, int S, maporl_sample_params P,
+                                   double scale, SplitRow * rows) {
     __shared__ unsigned long long sum;
     const Slice c = slice_of(V, S);
     SplitRow * r = rows + c.b;
@@ -376,9 +384,9 @@ __global__ void split_pass2_kernel(const float * __restrict__ logits, int64_t V,
 }
 
 // One thread per row.
-__global__ void split_pass3_kernel(const float * __restrict__ logits, int64_t B, int64_t V, int S, maporl_sample_params P,
-                                   const int32_t * __restrict__ given, const SlicePart * parts, int32_t * tok, float * lp,
-                                   float * raw, uint8_t * valid) {
+__global__ void split_pass3_kernel(const float * __restrict__ logits, int64_t B, int64_t V, int S,
+                                   maporl_sample_params P, const int32_t * __restrict__ given, const SlicePart * parts,
+                                   int32_t * tok, float * lp, float * raw, uint8_t * valid) {
     const int64_t b = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (b >= B) return;
     const SlicePart * q = parts + b * S;
@@ -416,7 +424,8 @@ __global__ void split_pass3_kernel(const float * __restrict__ logits, int64_t B,
         for (int k = 0; k < S; ++k) {
             S_ += q[k].s;
             gin |= q[k].given_in;
-            if (q[k].best != LLONG_MAX && (best == LLONG_MAX || q[k].key > bk || (q[k].key == bk && q[k].best < best))) {
+            if (q[k].best != LLONG_MAX &&
+                (best == LLONG_MAX || q[k].key > bk || (q[k].key == bk && q[k].best < best))) {
                 bk = q[k].key;
                 best = q[k].best;
             }
@@ -459,8 +468,8 @@ int slices_per_row(int64_t B, int64_t V) {
 }  // namespace
 
 maporl_status sample_split_cuda(const float * logits, int64_t B, int64_t V, const maporl_sample_params & p,
-                                const maporl_sample_params & h, const int32_t * given, int32_t * tokens, float * logprobs,
-                                float * raw_logprobs, uint8_t * valid) {
+                                const maporl_sample_params & h, const int32_t * given, int32_t * tokens,
+                                float * logprobs, float * raw_logprobs, uint8_t * valid) {
     const int S = slices_per_row(B, V);
     bool any_k = false, any_p = false;
     for (int64_t b = 0; b < B; ++b) {  // h holds host copies of these two only (seeds and positions stay on the device)
@@ -493,7 +502,8 @@ maporl_status sample_split_cuda(const float * logits, int64_t B, int64_t V, cons
     split_pass2_kernel<<<grid, kThreads>>>(logits, V, S, p, given, any_k || any_p ? rows.as<SplitRow>() : nullptr,
                                            parts.as<SlicePart>());
     MAPORL_CUDA_CALL(cudaGetLastError());
-    split_pass3_kernel<<<row_blocks, 64>>>(logits, B, V, S, p, given, parts.as<SlicePart>(), tokens, logprobs, raw_logprobs, valid);
+    split_pass3_kernel<<<row_blocks, 64>>>(logits, B, V, S, p, given, parts.as<SlicePart>(), tokens, logprobs,
+                                           raw_logprobs, valid);
     MAPORL_CUDA_CALL(cudaGetLastError());
     MAPORL_CUDA_CALL(cudaDeviceSynchronize());
     return MAPORL_OK;

@@ -78,6 +78,7 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchReport>
         reps: options.reps ?? 30,
         pythonReps: options.pythonReps ?? 5,
         python: options.python ?? true,
+        log,
     };
     const copyBps = native.measureCopyBandwidth(256 << 20, 9);
     const readBps = native.measureReadBandwidth(256 << 20, 9);
@@ -107,7 +108,15 @@ export async function runBench(options: BenchOptions = {}): Promise<BenchReport>
     } else log(`baseline check: ${baselineCheck.error}`);
     const rows: BenchReport["rows"] = [];
     for (const k of kernels) {
-        for (const r of await BENCHMARKS[k]!(ctx)) {
+        const k0 = performance.now();
+        log(`${k}: running${ctx.python ? " (with its PyTorch baselines)" : ""}...`);
+        const got = await BENCHMARKS[k]!(ctx);
+        for (const r of got)
+            log(
+                `  ${r.kernel} ${r.size}, ${r.impl}: ${r.medianMs === null ? (r.note ?? "not run") : `${r.medianMs.toFixed(3)} ms`}`,
+            );
+        log(`${k}: done in ${((performance.now() - k0) / 1000).toFixed(1)} s`);
+        for (const r of got) {
             const floorMs = (r.bytesMoved / (r.readOnly ? readBps : copyBps)) * 1e3;
             rows.push({
                 ...r,

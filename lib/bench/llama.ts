@@ -110,6 +110,12 @@ export function llamaForwardFlops(B: number, T: number): number {
     return 2 * (B * T * SMOL_MATRICES + B * attention);
 }
 
+/** PyTorch's time over ours for the same work, measured on the reference 2-core machine (AVX-512, 2026-12-02,
+ * bench/results/reference-llama-cpu-2threads-2026-12-02.json): the estimates printed before the baselines run. */
+const TORCH_OVER_OURS = { "generate B=8": 4.3, "decode B=1": 8.6, "train step": 1.3 };
+const minutes = (ms: number) =>
+    ms >= 90_000 ? `${(ms / 60_000).toFixed(0)} min` : `${Math.max(1, Math.round(ms / 1000))} s`;
+
 export async function benchLlama(ctx: BenchContext): Promise<BenchRow[]> {
     const rows: BenchRow[] = [];
     const next = lcg(7);
@@ -132,8 +138,18 @@ export async function benchLlama(ctx: BenchContext): Promise<BenchRow[]> {
         reps: 3,
         warmup: 1,
     };
-    const py = (extra: Record<string, unknown>) =>
-        ctx.python ? runPython({ ...spec, ...extra }) : { ok: false as const, error: "skipped" };
+    // Each baseline runs in a child process for minutes on a CPU: its estimate is printed first, from the time we
+    // just measured for the same work and PyTorch's ratio to it on the reference 2-core machine (TORCH_OVER_OURS).
+    const py = (extra: Record<string, unknown>, what: keyof typeof TORCH_OVER_OURS, oursMs: number) => {
+        if (!ctx.python) return { ok: false as const, error: "skipped" };
+        const runs = spec.reps + spec.warmup,
+            est = runs * oursMs * TORCH_OVER_OURS[what];
+        ctx.log?.(`  llama: PyTorch baseline of ${what} (${runs} runs): about ${minutes(est)}...`);
+        const t0 = performance.now(),
+            r = runPython({ ...spec, ...extra });
+        ctx.log?.(`  llama: PyTorch baseline of ${what} took ${minutes(performance.now() - t0)}`);
+        return r;
+    };
     const size = "SmolLM2-135M shape";
     // Generation, batch 8.
     const reqs = Array.from({ length: 8 }, () => ({
@@ -141,7 +157,8 @@ export async function benchLlama(ctx: BenchContext): Promise<BenchRow[]> {
         sampling: { temperature: 0, maxTokens: 64 },
     }));
     const gen = await timeMedian(() => p.generate(reqs), 2, 1);
-    const gb = py({ mode: "generate", batch: 8, prompt: 64, new: 64 });
+    ctx.log?.(`  llama: generate B=8, maporl ${gen.medianMs.toFixed(0)} ms`);
+    const gb = py({ mode: "generate", batch: 8, prompt: 64, new: 64 }, "generate B=8", gen.medianMs);
     const gbm = gb.ok ? gb.median_ms! : null;
     rows.push({
         kernel: "llama generate",
@@ -178,7 +195,8 @@ export async function benchLlama(ctx: BenchContext): Promise<BenchRow[]> {
     };
     const single = await timeWithProbe(() => p.generate(one), readBw, 3, 1);
     const f32Floor = floorShare(single, bytes);
-    const sb = py({ mode: "generate", batch: 1, prompt: 4, new: 64 });
+    ctx.log?.(`  llama: decode B=1, maporl ${median(single.samplesMs).toFixed(0)} ms`);
+    const sb = py({ mode: "generate", batch: 1, prompt: 4, new: 64 }, "decode B=1", median(single.samplesMs));
     const sbm = sb.ok ? sb.median_ms! : null;
     rows.push({
         kernel: "llama decode B=1",
@@ -235,7 +253,8 @@ export async function benchLlama(ctx: BenchContext): Promise<BenchRow[]> {
     const rss0 = process.memoryUsage().rss;
     const train = await timeMedian(() => p.trainStep(batch, { lr: 1e-5 }), 2, 1);
     const rss1 = process.resourceUsage().maxRSS * 1024;
-    const tb = py({ mode: "train", batch: B, T });
+    ctx.log?.(`  llama: train step, maporl ${train.medianMs.toFixed(0)} ms`);
+    const tb = py({ mode: "train", batch: B, T }, "train step", train.medianMs);
     const tbm = tb.ok ? tb.median_ms! : null;
     rows.push({
         kernel: "llama train step",

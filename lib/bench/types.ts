@@ -7,6 +7,8 @@ export interface BenchContext {
     pythonReps: number;
     /** Run the PyTorch baselines. */
     python: boolean;
+    /** Progress lines (a row measured, a long baseline about to run with its estimate); defaults to none. */
+    log?: (line: string) => void;
 }
 
 export interface BenchRow {

@@ -14,8 +14,10 @@ namespace {
 
 void check_probe_args(size_t bytes, int reps, const double * out) {
     using namespace maporl;
-    if (out == nullptr) throw_error(MAPORL_ERR_INVALID_ARG, "bytes_per_second_out: expected a non-NULL pointer, got NULL");
-    if (bytes < 4096 || bytes > ((size_t)1 << 34)) throw_error(MAPORL_ERR_INVALID_ARG, "bytes: expected in [4096, 2^34], got %zu", bytes);
+    if (out == nullptr)
+        throw_error(MAPORL_ERR_INVALID_ARG, "bytes_per_second_out: expected a non-NULL pointer, got NULL");
+    if (bytes < 4096 || bytes > ((size_t)1 << 34))
+        throw_error(MAPORL_ERR_INVALID_ARG, "bytes: expected in [4096, 2^34], got %zu", bytes);
     if (reps < 1 || reps > 1000) throw_error(MAPORL_ERR_INVALID_ARG, "reps: expected in [1, 1000], got %d", reps);
 }
 
@@ -55,7 +57,8 @@ extern "C" maporl_status maporl_measure_copy_bandwidth(size_t bytes, int reps, d
         check_probe_args(bytes, reps, bytes_per_second_out);
         std::vector<char> src(bytes, 1), dst(bytes, 0);  // touched once: no page faults inside the timing
         *bytes_per_second_out = median_rate(reps, 2.0 * (double)bytes, [&] {
-            parallel_for((int64_t)bytes, 1 << 16, [&](int64_t b, int64_t e) { std::memcpy(dst.data() + b, src.data() + b, (size_t)(e - b)); });
+            parallel_for((int64_t)bytes, 1 << 16,
+                         [&](int64_t b, int64_t e) { std::memcpy(dst.data() + b, src.data() + b, (size_t)(e - b)); });
         });
         return MAPORL_OK;
     });
@@ -67,9 +70,11 @@ extern "C" maporl_status maporl_measure_read_bandwidth(size_t bytes, int reps, d
         check_probe_args(bytes, reps, bytes_per_second_out);
         const int64_t words = (int64_t)(bytes / 8);
         std::vector<uint64_t> src((size_t)words + 512, 1);  // (the prefetches past the end stay inside)
-        std::atomic<uint64_t> sink{0};  // the sums are used: the reads cannot be dropped
+        std::atomic<uint64_t> sink{0};                      // the sums are used: the reads cannot be dropped
         const double rate = median_rate(reps, 8.0 * (double)words, [&] {
-            parallel_for(words, 1 << 13, [&](int64_t i0, int64_t i1) { sink.fetch_add(read_words(src.data(), i0, i1), std::memory_order_relaxed); });
+            parallel_for(words, 1 << 13, [&](int64_t i0, int64_t i1) {
+                sink.fetch_add(read_words(src.data(), i0, i1), std::memory_order_relaxed);
+            });
         });
         if (sink.load() == 0) throw_error(MAPORL_ERR_INTERNAL, "measure_read_bandwidth: the stream summed to 0");
         *bytes_per_second_out = rate;

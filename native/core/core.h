@@ -41,15 +41,11 @@ maporl_status guarded(F && body) noexcept {
     try {
         clear_error();
         return body();
-    } catch (const Error & e) {
-        return set_error(e.status, "%s", e.message.c_str());
-    } catch (const std::bad_alloc &) {
+    } catch (const Error & e) { return set_error(e.status, "%s", e.message.c_str()); } catch (const std::bad_alloc &) {
         return set_error(MAPORL_ERR_OUT_OF_MEMORY, "out of host memory");
     } catch (const std::exception & e) {
         return set_error(MAPORL_ERR_INTERNAL, "internal error: %s", e.what());
-    } catch (...) {
-        return set_error(MAPORL_ERR_INTERNAL, "internal error: unknown exception");
-    }
+    } catch (...) { return set_error(MAPORL_ERR_INTERNAL, "internal error: unknown exception"); }
 }
 
 // ---- argument checks (throw Error with a message naming the parameter) -----------------------------
@@ -87,7 +83,8 @@ int enum_int(const E & e) {
 inline void require_device(const maporl_device & d) {
     const int v = enum_int(d);
     if (v != MAPORL_DEVICE_CPU && v != MAPORL_DEVICE_CUDA)
-        throw_error(MAPORL_ERR_INVALID_ARG, "device: expected MAPORL_DEVICE_CPU (0) or MAPORL_DEVICE_CUDA (1), got %d", v);
+        throw_error(MAPORL_ERR_INVALID_ARG, "device: expected MAPORL_DEVICE_CPU (0) or MAPORL_DEVICE_CUDA (1), got %d",
+                    v);
 }
 
 inline void require_mask_type(const maporl_mask_type & t) {

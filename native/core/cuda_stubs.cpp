@@ -46,7 +46,8 @@ maporl_status value_loss_cuda(const float *, const float *, const float *, const
     return no_device("value_loss");
 }
 
-maporl_status logprobs_cuda(const float *, const uint16_t *, const int32_t *, int64_t, int64_t, float, float *, float *) {
+maporl_status logprobs_cuda(const float *, const uint16_t *, const int32_t *, int64_t, int64_t, float, float *,
+                            float *) {
     return no_device("logprobs");
 }
 
@@ -54,8 +55,8 @@ maporl_status fused_policy_loss_cuda(const FusedArgs<float> &, maporl_policy_los
     return no_device("fused_policy_loss");
 }
 
-maporl_status sample_cuda(const float *, int64_t, int64_t, const maporl_sample_params &, const int32_t *, int32_t *, float *,
-                          float *, uint8_t *) {
+maporl_status sample_cuda(const float *, int64_t, int64_t, const maporl_sample_params &, const int32_t *, int32_t *,
+                          float *, float *, uint8_t *) {
     return no_device("sample");
 }
 
@@ -63,7 +64,8 @@ namespace gpt {
 
 // The device model: creation answers "no CUDA in this build"; the rest is unreachable without a model.
 [[noreturn]] static void no_gpt_device() {
-    throw_error(MAPORL_ERR_NO_DEVICE, "device: 'cuda' requested, but this build of maporl has no CUDA support (rebuild with MAPORL_CUDA=1)");
+    throw_error(MAPORL_ERR_NO_DEVICE,
+                "device: 'cuda' requested, but this build of maporl has no CUDA support (rebuild with MAPORL_CUDA=1)");
 }
 CudaModel * cuda_model_create(const Config &) { no_gpt_device(); }
 void cuda_model_free(CudaModel *) {}
@@ -80,7 +82,8 @@ void cuda_model_decode(CudaModel *, const int32_t *, int64_t, float *, float *) 
 
 namespace llama {
 DeviceModel * cuda_model_create(const Config &, Model<float> *) {
-    throw_error(MAPORL_ERR_NO_DEVICE, "device: 'cuda' requested, but this build of maporl has no CUDA support (rebuild with MAPORL_CUDA=1)");
+    throw_error(MAPORL_ERR_NO_DEVICE,
+                "device: 'cuda' requested, but this build of maporl has no CUDA support (rebuild with MAPORL_CUDA=1)");
 }
 }  // namespace llama
 }  // namespace maporl
@@ -102,9 +105,7 @@ maporl_status maporl_cuda_device_info(int index, maporl_device_info *) {
 }
 
 maporl_status maporl_device_malloc(size_t, void **) { return maporl::no_device("device_malloc"); }
-maporl_status maporl_device_free(void * ptr) {
-    return ptr == nullptr ? MAPORL_OK : maporl::no_device("device_free");
-}
+maporl_status maporl_device_free(void * ptr) { return ptr == nullptr ? MAPORL_OK : maporl::no_device("device_free"); }
 maporl_status maporl_memcpy_to_device(void *, const void *, size_t) { return maporl::no_device("memcpy_to_device"); }
 maporl_status maporl_memcpy_to_host(void *, const void *, size_t) { return maporl::no_device("memcpy_to_host"); }
 

@@ -30,9 +30,18 @@ Isa detect() {
 }
 
 bool parse(const char * s, Isa * out) {
-    if (std::strcmp(s, "scalar") == 0) { *out = Isa::Scalar; return true; }
-    if (std::strcmp(s, "avx2") == 0) { *out = Isa::Avx2; return true; }
-    if (std::strcmp(s, "avx512") == 0) { *out = Isa::Avx512; return true; }
+    if (std::strcmp(s, "scalar") == 0) {
+        *out = Isa::Scalar;
+        return true;
+    }
+    if (std::strcmp(s, "avx2") == 0) {
+        *out = Isa::Avx2;
+        return true;
+    }
+    if (std::strcmp(s, "avx512") == 0) {
+        *out = Isa::Avx512;
+        return true;
+    }
     return false;
 }
 
@@ -61,9 +70,12 @@ Isa active_isa() {
 
 const char * isa_name(Isa isa) {
     switch (isa) {
-        case Isa::Avx512: return "avx512";
-        case Isa::Avx2: return "avx2";
-        default: return "scalar";
+        case Isa::Avx512:
+            return "avx512";
+        case Isa::Avx2:
+            return "avx2";
+        default:
+            return "scalar";
     }
 }
 
@@ -77,13 +89,14 @@ maporl_status maporl_set_simd(const char * level) {
     using namespace maporl;
     return guarded([&] {
         if (level == nullptr)
-            throw_error(MAPORL_ERR_INVALID_ARG, "level: expected \"scalar\", \"avx2\", \"avx512\" or \"best\", got NULL");
+            throw_error(MAPORL_ERR_INVALID_ARG,
+                        "level: expected \"scalar\", \"avx2\", \"avx512\" or \"best\", got NULL");
         Isa want;
         if (std::strcmp(level, "best") == 0)
             want = cpu_isa();
         else if (!parse(level, &want))
-            throw_error(MAPORL_ERR_INVALID_ARG, "level: expected \"scalar\", \"avx2\", \"avx512\" or \"best\", got \"%.32s\"",
-                        level);
+            throw_error(MAPORL_ERR_INVALID_ARG,
+                        "level: expected \"scalar\", \"avx2\", \"avx512\" or \"best\", got \"%.32s\"", level);
         if ((int)want > (int)cpu_isa())
             throw_error(MAPORL_ERR_INVALID_ARG, "level: \"%s\" is not supported here (best is \"%s\")", level,
                         isa_name(cpu_isa()));

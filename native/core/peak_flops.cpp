@@ -9,8 +9,12 @@
 #include "native/core/threadpool.h"
 
 namespace maporl {
-namespace avx512 { double fma_loop(int64_t iters, float * sink); }
-namespace avx2 { double fma_loop(int64_t iters, float * sink); }
+namespace avx512 {
+double fma_loop(int64_t iters, float * sink);
+}
+namespace avx2 {
+double fma_loop(int64_t iters, float * sink);
+}
 namespace {
 
 // The scalar level: 12 chains of fmaf.
@@ -35,7 +39,9 @@ extern "C" maporl_status maporl_measure_peak_flops(int reps, double * flops_per_
             throw_error(MAPORL_ERR_INVALID_ARG, "flops_per_second_out: expected a non-NULL pointer, got NULL");
         if (reps < 1 || reps > 1000) throw_error(MAPORL_ERR_INVALID_ARG, "reps: expected in [1, 1000], got %d", reps);
         const Isa isa = active_isa();
-        double (*loop)(int64_t, float *) = isa == Isa::Avx512 ? avx512::fma_loop : isa == Isa::Avx2 ? avx2::fma_loop : scalar_fma_loop;
+        double (*loop)(int64_t, float *) = isa == Isa::Avx512 ? avx512::fma_loop
+            : isa == Isa::Avx2                                ? avx2::fma_loop
+                                                              : scalar_fma_loop;
         const int64_t threads = pool_threads(), iters = 2000000;
         std::vector<float> sink((size_t)threads);
         std::vector<double> flops((size_t)threads);

@@ -101,12 +101,12 @@ MAPORL_HD float det_log(float x) {
     }
     const float s = MAPORL_FDIV(MAPORL_FSUB(m, 1.0f), MAPORL_FADD(m, 1.0f));
     const float s2 = MAPORL_FMUL(s, s);
-    float p = 0.0769230769f;                                   // 1/13
-    p = MAPORL_FADD(MAPORL_FMUL(p, s2), 0.0909090909f);        // 1/11
-    p = MAPORL_FADD(MAPORL_FMUL(p, s2), 0.1111111111f);        // 1/9
-    p = MAPORL_FADD(MAPORL_FMUL(p, s2), 0.1428571429f);        // 1/7
-    p = MAPORL_FADD(MAPORL_FMUL(p, s2), 0.2f);                 // 1/5
-    p = MAPORL_FADD(MAPORL_FMUL(p, s2), 0.3333333333f);        // 1/3
+    float p = 0.0769230769f;                             // 1/13
+    p = MAPORL_FADD(MAPORL_FMUL(p, s2), 0.0909090909f);  // 1/11
+    p = MAPORL_FADD(MAPORL_FMUL(p, s2), 0.1111111111f);  // 1/9
+    p = MAPORL_FADD(MAPORL_FMUL(p, s2), 0.1428571429f);  // 1/7
+    p = MAPORL_FADD(MAPORL_FMUL(p, s2), 0.2f);           // 1/5
+    p = MAPORL_FADD(MAPORL_FMUL(p, s2), 0.3333333333f);  // 1/3
     p = MAPORL_FADD(MAPORL_FMUL(p, s2), 1.0f);
     const float logm = MAPORL_FMUL(MAPORL_FMUL(2.0f, s), p);
     // e * ln2 in two parts (the high part has few bits, so e * hi is exact).

@@ -15,7 +15,7 @@ namespace maporl {
 constexpr size_t kScratchKeep = size_t(64) << 20;
 
 class ScratchLease {
-   public:
+public:
     explicit ScratchLease(size_t bytes) {
         bytes = bytes == 0 ? 1 : bytes;
         Cache & c = cache();
@@ -42,7 +42,7 @@ class ScratchLease {
     // 64-byte aligned, uninitialised.
     void * data() const { return ptr_; }
 
-   private:
+private:
     struct Free {
         void operator()(unsigned char * p) const { std::free(p); }
     };

@@ -10,9 +10,7 @@ thread_local char g_last_error[1024] = "";
 
 namespace maporl {
 
-static void vformat_error(const char * fmt, va_list ap) {
-    std::vsnprintf(g_last_error, sizeof g_last_error, fmt, ap);
-}
+static void vformat_error(const char * fmt, va_list ap) { std::vsnprintf(g_last_error, sizeof g_last_error, fmt, ap); }
 
 maporl_status set_error(maporl_status status, const char * fmt, ...) {
     va_list ap;
@@ -41,13 +39,20 @@ const char * maporl_last_error(void) { return g_last_error; }
 
 const char * maporl_status_name(maporl_status status) {
     switch (status) {
-        case MAPORL_OK: return "MAPORL_OK";
-        case MAPORL_ERR_INVALID_ARG: return "MAPORL_ERR_INVALID_ARG";
-        case MAPORL_ERR_OUT_OF_MEMORY: return "MAPORL_ERR_OUT_OF_MEMORY";
-        case MAPORL_ERR_NO_DEVICE: return "MAPORL_ERR_NO_DEVICE";
-        case MAPORL_ERR_CUDA: return "MAPORL_ERR_CUDA";
-        case MAPORL_ERR_ABORTED: return "MAPORL_ERR_ABORTED";
-        case MAPORL_ERR_INTERNAL: return "MAPORL_ERR_INTERNAL";
+        case MAPORL_OK:
+            return "MAPORL_OK";
+        case MAPORL_ERR_INVALID_ARG:
+            return "MAPORL_ERR_INVALID_ARG";
+        case MAPORL_ERR_OUT_OF_MEMORY:
+            return "MAPORL_ERR_OUT_OF_MEMORY";
+        case MAPORL_ERR_NO_DEVICE:
+            return "MAPORL_ERR_NO_DEVICE";
+        case MAPORL_ERR_CUDA:
+            return "MAPORL_ERR_CUDA";
+        case MAPORL_ERR_ABORTED:
+            return "MAPORL_ERR_ABORTED";
+        case MAPORL_ERR_INTERNAL:
+            return "MAPORL_ERR_INTERNAL";
     }
     return "MAPORL_ERR_UNKNOWN";
 }

@@ -169,7 +169,8 @@ private:
 #if defined(__x86_64__) || defined(__i386__)
             __builtin_ia32_pause();
 #endif
-            if ((i & 63) == 63 && std::chrono::steady_clock::now() - t0 > std::chrono::microseconds(kSpinMicros)) return;
+            if ((i & 63) == 63 && std::chrono::steady_clock::now() - t0 > std::chrono::microseconds(kSpinMicros))
+                return;
         }
     }
 
@@ -200,8 +201,8 @@ private:
     uint64_t generation_ = 0;
     std::atomic<uint64_t> gen_pub_{0};  // generation_ and active_ as published for the lock-free spins
     std::atomic<int> active_pub_{0};
-    bool open_ = false;     // a job is accepting workers (guarded by wake_mu_)
-    int active_ = 0;        // workers inside work_on_job (guarded by wake_mu_)
+    bool open_ = false;  // a job is accepting workers (guarded by wake_mu_)
+    int active_ = 0;     // workers inside work_on_job (guarded by wake_mu_)
     bool stopping_ = false;
     bool started_ = false;
     int threads_ = 1;
@@ -244,9 +245,7 @@ maporl_status maporl_set_threads(int n) {
 int maporl_get_threads(void) {
     try {
         return maporl::pool_threads();
-    } catch (...) {
-        return 1;
-    }
+    } catch (...) { return 1; }
 }
 
 }  // extern "C"

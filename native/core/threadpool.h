@@ -23,7 +23,8 @@ void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, in
 // a[0 .. n) = 0 on the pool's threads (a full model's gradients are 4 bytes per parameter: 540 MB at 135M).
 template <typename T>
 void zero_parallel(T * a, size_t n) {
-    parallel_for((int64_t)n, (int64_t)1 << 14, [a](int64_t i0, int64_t i1) { std::memset(a + i0, 0, sizeof(T) * (size_t)(i1 - i0)); });
+    parallel_for((int64_t)n, (int64_t)1 << 14,
+                 [a](int64_t i0, int64_t i1) { std::memset(a + i0, 0, sizeof(T) * (size_t)(i1 - i0)); });
 }
 
 }  // namespace maporl

@@ -32,24 +32,21 @@ extern "C" {
 #define MAPORL_VERSION_PATCH 0
 
 typedef enum maporl_status {
-    MAPORL_OK                =  0,
-    MAPORL_ERR_INVALID_ARG   = -1,  /* a shape, pointer, value or hyperparameter is out of range */
+    MAPORL_OK = 0,
+    MAPORL_ERR_INVALID_ARG = -1, /* a shape, pointer, value or hyperparameter is out of range */
     MAPORL_ERR_OUT_OF_MEMORY = -2,
-    MAPORL_ERR_NO_DEVICE     = -3,  /* built without CUDA, or no GPU visible */
-    MAPORL_ERR_CUDA          = -4,  /* a CUDA call failed; maporl_last_error() has CUDA's message */
-    MAPORL_ERR_ABORTED       = -5,  /* a cancel flag was raised or a progress callback returned false */
-    MAPORL_ERR_INTERNAL      = -6   /* a bug: please report with maporl_last_error() */
+    MAPORL_ERR_NO_DEVICE = -3, /* built without CUDA, or no GPU visible */
+    MAPORL_ERR_CUDA = -4,      /* a CUDA call failed; maporl_last_error() has CUDA's message */
+    MAPORL_ERR_ABORTED = -5,   /* a cancel flag was raised or a progress callback returned false */
+    MAPORL_ERR_INTERNAL = -6   /* a bug: please report with maporl_last_error() */
 } maporl_status;
 
-typedef enum maporl_device {
-    MAPORL_DEVICE_CPU  = 0,
-    MAPORL_DEVICE_CUDA = 1
-} maporl_device;
+typedef enum maporl_device { MAPORL_DEVICE_CPU = 0, MAPORL_DEVICE_CUDA = 1 } maporl_device;
 
 /* Element type of a mask argument. */
 typedef enum maporl_mask_type {
-    MAPORL_MASK_U8  = 0,   /* uint8_t, 0 or 1 */
-    MAPORL_MASK_F32 = 1    /* float, 0.0f or 1.0f */
+    MAPORL_MASK_U8 = 0, /* uint8_t, 0 or 1 */
+    MAPORL_MASK_F32 = 1 /* float, 0.0f or 1.0f */
 } maporl_mask_type;
 
 /* ---- errors and build info ---------------------------------------------------------------------- */
@@ -73,7 +70,7 @@ maporl_status maporl_set_simd(const char * level);
 /* Sets the number of threads the CPU kernels use, the calling thread included. n = 0 means the number of
  * hardware threads. 1 <= n <= 1024 otherwise. Results never depend on the thread count. */
 maporl_status maporl_set_threads(int n);
-int           maporl_get_threads(void);
+int maporl_get_threads(void);
 
 /* ---- float32 matmul precision on CUDA (PyTorch's torch.set_float32_matmul_precision) ----------------- */
 
@@ -90,31 +87,31 @@ maporl_matmul_precision maporl_get_matmul_precision(void);
 /* ---- devices ------------------------------------------------------------------------------------ */
 
 typedef struct maporl_device_info {
-    char    name[256];          /* e.g. "NVIDIA H200" */
-    int64_t total_memory;       /* bytes */
-    int     compute_major;      /* compute capability, e.g. 9 */
-    int     compute_minor;      /* e.g. 0 */
-    int     multiprocessors;    /* SM count */
+    char name[256];       /* e.g. "NVIDIA H200" */
+    int64_t total_memory; /* bytes */
+    int compute_major;    /* compute capability, e.g. 9 */
+    int compute_minor;    /* e.g. 0 */
+    int multiprocessors;  /* SM count */
 } maporl_device_info;
 
 /* 1 when the core was built with CUDA kernels, else 0. */
-int           maporl_cuda_compiled(void);
+int maporl_cuda_compiled(void);
 /* Number of usable CUDA devices. 0 (and MAPORL_OK) without CUDA, without a driver or without a GPU. */
 maporl_status maporl_cuda_device_count(int * count_out);
 maporl_status maporl_cuda_device_info(int index, maporl_device_info * info_out);
 
 /* Device memory for MAPORL_DEVICE_CUDA arguments. Without a device these return MAPORL_ERR_NO_DEVICE. */
 maporl_status maporl_device_malloc(size_t bytes, void ** ptr_out);
-maporl_status maporl_device_free(void * ptr);                                   /* NULL-safe */
+maporl_status maporl_device_free(void * ptr); /* NULL-safe */
 maporl_status maporl_memcpy_to_device(void * dst_device, const void * src_host, size_t bytes);
 maporl_status maporl_memcpy_to_host(void * dst_host, const void * src_device, size_t bytes);
 
 /* ---- GAE: generalized advantage estimation, verl's compute_gae_advantage_return ----------------- */
 
 typedef struct maporl_gae_params {
-    float gamma;    /* discount, finite, in [0, 1]. Default 1.0 */
-    float lambda;   /* GAE lambda, finite, in [0, 1]. Default 0.95 */
-    int   whiten;   /* 1: whiten advantages over all unmasked tokens of the batch (unbiased var, eps 1e-8). Default 0 */
+    float gamma;  /* discount, finite, in [0, 1]. Default 1.0 */
+    float lambda; /* GAE lambda, finite, in [0, 1]. Default 0.95 */
+    int whiten;   /* 1: whiten advantages over all unmasked tokens of the batch (unbiased var, eps 1e-8). Default 0 */
 } maporl_gae_params;
 
 maporl_gae_params maporl_gae_default_params(void);
@@ -126,17 +123,15 @@ maporl_gae_params maporl_gae_default_params(void);
  *   rewards, values: [B, T] float;  mask: [B, T] of mask_type;  advantages_out, returns_out: [B, T] float (=).
  * B >= 0, T >= 0. A mask value other than 0 or 1 is MAPORL_ERR_INVALID_ARG (outputs then unspecified).
  * NaN or Inf in rewards/values at unmasked positions propagate; at masked positions they are never read. */
-maporl_status maporl_gae(maporl_device device,
-                         const float * rewards, const float * values,
-                         const void * mask, maporl_mask_type mask_type,
-                         int64_t B, int64_t T, maporl_gae_params params,
+maporl_status maporl_gae(maporl_device device, const float * rewards, const float * values, const void * mask,
+                         maporl_mask_type mask_type, int64_t B, int64_t T, maporl_gae_params params,
                          float * advantages_out, float * returns_out);
 
 /* ---- REINFORCE++ discounted returns ------------------------------------------------------------ */
 
 typedef struct maporl_returns_params {
-    float gamma;   /* discount, finite, in [0, 1]. Default 1.0 */
-    int   whiten;  /* 1: advantages = returns whitened over all unmasked tokens (verl's masked_whiten). Default 1 */
+    float gamma; /* discount, finite, in [0, 1]. Default 1.0 */
+    int whiten;  /* 1: advantages = returns whitened over all unmasked tokens (verl's masked_whiten). Default 1 */
 } maporl_returns_params;
 
 maporl_returns_params maporl_returns_default_params(void);
@@ -152,21 +147,21 @@ maporl_status maporl_reinforce_returns(maporl_device device, const float * rewar
 /* ---- group-relative advantages (GRPO, Dr.GRPO, RLOO, REINFORCE++-baseline, MAGRPO) ---------------- */
 
 typedef enum maporl_group_baseline {
-    MAPORL_BASELINE_MEAN = 0,   /* A = s - mean_g                      (GRPO, Dr.GRPO, MAGRPO 'mean') */
-    MAPORL_BASELINE_RLOO = 1,   /* A = s - mean of the other members   (RLOO, MAGRPO 'rloo') */
-    MAPORL_BASELINE_MAX  = 2,   /* A = s - max_g                       (MAGRPO 'max', MA-ReMax) */
-    MAPORL_BASELINE_NONE = 3    /* A = s                               (MAGRPO 'none', MA-REINFORCE) */
+    MAPORL_BASELINE_MEAN = 0, /* A = s - mean_g                      (GRPO, Dr.GRPO, MAGRPO 'mean') */
+    MAPORL_BASELINE_RLOO = 1, /* A = s - mean of the other members   (RLOO, MAGRPO 'rloo') */
+    MAPORL_BASELINE_MAX = 2,  /* A = s - max_g                       (MAGRPO 'max', MA-ReMax) */
+    MAPORL_BASELINE_NONE = 3  /* A = s                               (MAGRPO 'none', MA-REINFORCE) */
 } maporl_group_baseline;
 
 typedef struct maporl_group_params {
-    maporl_group_baseline baseline;  /* default MAPORL_BASELINE_MEAN */
-    int   scale_by_std;    /* 1: divide by (std_g + eps), GRPO. Default 1 */
-    int   std_unbiased;    /* 1: std with n - 1 (verl, TRL, OpenRLHF); 0: with n. Default 1 */
-    float eps;             /* finite, >= 0, added to std. verl 1e-6 (default), TRL 1e-4, OpenRLHF 1e-9 */
-    int   singleton_zero;  /* a group with one counted member: 0 -> its raw score (verl, default), 1 -> 0 */
-    int   nan_exclude;     /* 1: NaN scores are left out of group statistics and get 0 (TRL); 0: NaN propagates
+    maporl_group_baseline baseline; /* default MAPORL_BASELINE_MEAN */
+    int scale_by_std;               /* 1: divide by (std_g + eps), GRPO. Default 1 */
+    int std_unbiased;               /* 1: std with n - 1 (verl, TRL, OpenRLHF); 0: with n. Default 1 */
+    float eps;                      /* finite, >= 0, added to std. verl 1e-6 (default), TRL 1e-4, OpenRLHF 1e-9 */
+    int singleton_zero;             /* a group with one counted member: 0 -> its raw score (verl, default), 1 -> 0 */
+    int nan_exclude;                /* 1: NaN scores are left out of group statistics and get 0 (TRL); 0: NaN propagates
                               through its group (default) */
-    int   whiten;          /* then whiten over the batch (REINFORCE++-baseline), weighted by `weights` (e.g. token
+    int whiten; /* then whiten over the batch (REINFORCE++-baseline), weighted by `weights` (e.g. token
                               counts, as verl's token-level masked_whiten); rows of weight 0 and excluded NaN rows
                               get 0. 1: verl's (unbiased variance, 1 / sqrt(var + 1e-8)); 2: OpenRLHF's (biased
                               variance, 1 / sqrt(max(var, 1e-8))); the mean exact in both. Default 0 (off) */
@@ -190,42 +185,42 @@ maporl_status maporl_broadcast_rows(maporl_device device, const float * values, 
 /* ---- policy losses (PPO clip family, GSPO, CISPO, REINFORCE) with their gradients -------------------- */
 
 typedef enum maporl_loss_type {
-    MAPORL_LOSS_PPO       = 0,  /* verl compute_policy_loss_vanilla: clipped surrogate, optional dual clip */
-    MAPORL_LOSS_GSPO      = 1,  /* verl gspo: sequence-level ratio exp(mean_t(logp - old)), standard clip */
-    MAPORL_LOSS_CISPO     = 2,  /* verl cispo: -sg(clamp(rho, 1 - low, 1 + high)) * A * logp */
-    MAPORL_LOSS_REINFORCE = 3   /* -A * logp (MAGRPO / CoLLM actor loss, verl bypass mode) */
+    MAPORL_LOSS_PPO = 0,      /* verl compute_policy_loss_vanilla: clipped surrogate, optional dual clip */
+    MAPORL_LOSS_GSPO = 1,     /* verl gspo: sequence-level ratio exp(mean_t(logp - old)), standard clip */
+    MAPORL_LOSS_CISPO = 2,    /* verl cispo: -sg(clamp(rho, 1 - low, 1 + high)) * A * logp */
+    MAPORL_LOSS_REINFORCE = 3 /* -A * logp (MAGRPO / CoLLM actor loss, verl bypass mode) */
 } maporl_loss_type;
 
 typedef enum maporl_kl_estimator {
     MAPORL_KL_NONE = 0,
-    MAPORL_KL_K1   = 1,   /* d = logp - ref */
-    MAPORL_KL_ABS  = 2,   /* |d| */
-    MAPORL_KL_K2   = 3,   /* 0.5 d^2 */
-    MAPORL_KL_K3   = 4    /* e = clamp(ref - logp, -20, 20); clamp(exp(e) - e - 1, -10, 10) (verl low_var_kl) */
+    MAPORL_KL_K1 = 1,  /* d = logp - ref */
+    MAPORL_KL_ABS = 2, /* |d| */
+    MAPORL_KL_K2 = 3,  /* 0.5 d^2 */
+    MAPORL_KL_K3 = 4   /* e = clamp(ref - logp, -20, 20); clamp(exp(e) - e - 1, -10, 10) (verl low_var_kl) */
 } maporl_kl_estimator;
 
 typedef enum maporl_loss_agg {
-    MAPORL_AGG_TOKEN_MEAN              = 0,  /* sum(L m) / normalizer (default: local sum(m)) */
-    MAPORL_AGG_SEQ_MEAN_TOKEN_SUM      = 1,  /* sum_b(sum_t L m) / normalizer (default: rows with a valid token) */
-    MAPORL_AGG_SEQ_MEAN_TOKEN_MEAN     = 2,  /* sum_b(sum_t L m / len_b) / normalizer (same default) */
-    MAPORL_AGG_SEQ_MEAN_TOKEN_SUM_NORM = 3   /* sum_b(sum_t L m) / normalizer (default: T), no division by B */
+    MAPORL_AGG_TOKEN_MEAN = 0,             /* sum(L m) / normalizer (default: local sum(m)) */
+    MAPORL_AGG_SEQ_MEAN_TOKEN_SUM = 1,     /* sum_b(sum_t L m) / normalizer (default: rows with a valid token) */
+    MAPORL_AGG_SEQ_MEAN_TOKEN_MEAN = 2,    /* sum_b(sum_t L m / len_b) / normalizer (same default) */
+    MAPORL_AGG_SEQ_MEAN_TOKEN_SUM_NORM = 3 /* sum_b(sum_t L m) / normalizer (default: T), no division by B */
 } maporl_loss_agg;
 
 typedef struct maporl_policy_loss_params {
-    maporl_loss_type type;         /* default MAPORL_LOSS_PPO */
-    float clip_low, clip_high;     /* ratio clip range [1 - low, 1 + high], finite, low in [0, 1), high >= 0. 0.2 */
-    float dual_clip;               /* ppo: cap -A*c on A < 0 tokens, c > 1; 0 = off. Default 3 (verl) */
-    float log_ratio_clamp;         /* > 0: ppo/cispo clamp logp - old to [-x, x] (20); gspo: upper clamp (10) */
-    maporl_kl_estimator kl;        /* default MAPORL_KL_NONE; needs ref_logp */
-    int   kl_straight_through;     /* 1: value of `kl`, gradient of k2 (verl's "+" suffix). Default 0 */
-    float kl_coef;                 /* finite. Default 0 */
-    float entropy_coef;            /* finite; loss -= coef * agg(entropy). Default 0; needs entropy */
-    maporl_loss_agg agg;           /* default MAPORL_AGG_TOKEN_MEAN. GSPO: applies to the KL and entropy terms only
+    maporl_loss_type type;     /* default MAPORL_LOSS_PPO */
+    float clip_low, clip_high; /* ratio clip range [1 - low, 1 + high], finite, low in [0, 1), high >= 0. 0.2 */
+    float dual_clip;           /* ppo: cap -A*c on A < 0 tokens, c > 1; 0 = off. Default 3 (verl) */
+    float log_ratio_clamp;     /* > 0: ppo/cispo clamp logp - old to [-x, x] (20); gspo: upper clamp (10) */
+    maporl_kl_estimator kl;    /* default MAPORL_KL_NONE; needs ref_logp */
+    int kl_straight_through;   /* 1: value of `kl`, gradient of k2 (verl's "+" suffix). Default 0 */
+    float kl_coef;             /* finite. Default 0 */
+    float entropy_coef;        /* finite; loss -= coef * agg(entropy). Default 0; needs entropy */
+    maporl_loss_agg agg;       /* default MAPORL_AGG_TOKEN_MEAN. GSPO: applies to the KL and entropy terms only
                                       (verl's compute_policy_loss_gspo always aggregates its policy term as
                                       seq-mean-token-mean) */
-    double normalizer;             /* > 0: the global count (tokens, sequences) or scale factor of `agg`, so that
+    double normalizer;         /* > 0: the global count (tokens, sequences) or scale factor of `agg`, so that
                                       micro-batches sum to the full-batch loss and gradient; 0: local default */
-    double seq_normalizer;         /* GSPO only: the global sequence count of its policy term's seq-mean-token-mean
+    double seq_normalizer;     /* GSPO only: the global sequence count of its policy term's seq-mean-token-mean
                                       (> 0), or 0: `normalizer` when `agg` is a seq-mean mode, else local */
 } maporl_policy_loss_params;
 
@@ -271,16 +266,16 @@ typedef struct maporl_value_loss_stats {
  * NULL when clip <= 0), returns: [B, T]; grad_values_out: [B, T] or NULL (=). agg and normalizer as above. */
 maporl_status maporl_value_loss(maporl_device device, const float * values, const float * old_values,
                                 const float * returns, const void * mask, maporl_mask_type mask_type, int64_t B,
-                                int64_t T, float clip, maporl_loss_agg agg, double normalizer,
-                                float * grad_values_out, maporl_value_loss_stats * stats_out);
+                                int64_t T, float clip, maporl_loss_agg agg, double normalizer, float * grad_values_out,
+                                maporl_value_loss_stats * stats_out);
 
 /* ---- log-probs from logits, and the fused logits -> loss -> dlogits kernel ------------------------------ */
 
 /* Selective log-softmax: logp_out[n] = z[n, y_n]/temp - logsumexp(z[n, :]/temp), one online pass per row;
  * entropy_out[n] (or NULL) = H of softmax(z[n, :]/temp). logits: [N, V] float; targets: [N] int32 in [0, V).
  * temperature: finite > 0. A row whose logits are all -Inf gives NaN. */
-maporl_status maporl_logprobs(maporl_device device, const float * logits, const int32_t * targets, int64_t N,
-                              int64_t V, float temperature, float * logp_out, float * entropy_out);
+maporl_status maporl_logprobs(maporl_device device, const float * logits, const int32_t * targets, int64_t N, int64_t V,
+                              float temperature, float * logp_out, float * entropy_out);
 
 /* Policy loss from logits. Rows n = b * T + t of logits [B*T, V] are the tokens of `maporl_policy_loss`; the other
  * arguments are as there. Writes logp_out [B*T] and entropy_out [B*T] (entropy only when entropy_coef != 0 or
@@ -289,11 +284,10 @@ maporl_status maporl_logprobs(maporl_device device, const float * logits, const 
  * grad_logits_out may equal logits (in place). Each valid row is read twice and written once. */
 maporl_status maporl_fused_policy_loss(maporl_device device, const float * logits, const int32_t * targets,
                                        const float * old_logp, const float * advantages, int adv_per_seq,
-                                       const void * mask, maporl_mask_type mask_type, const float * ref_logp,
-                                       int64_t B, int64_t T, int64_t V, float temperature,
-                                       maporl_policy_loss_params params, float * grad_logits_out, float * logp_out,
-                                       float * entropy_out, float * grad_logp_out,
-                                       maporl_policy_loss_stats * stats_out);
+                                       const void * mask, maporl_mask_type mask_type, const float * ref_logp, int64_t B,
+                                       int64_t T, int64_t V, float temperature, maporl_policy_loss_params params,
+                                       float * grad_logits_out, float * logp_out, float * entropy_out,
+                                       float * grad_logp_out, maporl_policy_loss_stats * stats_out);
 
 /* bfloat16 logits (each uint16 the upper half of a float32, as torch.bfloat16 stores them): maporl_logprobs and
  * maporl_fused_policy_loss on the widened float32 values, with the same results bit for bit. Rows are widened one
@@ -305,26 +299,32 @@ maporl_status maporl_fused_policy_loss_bf16(maporl_device device, const uint16_t
                                             const float * old_logp, const float * advantages, int adv_per_seq,
                                             const void * mask, maporl_mask_type mask_type, const float * ref_logp,
                                             int64_t B, int64_t T, int64_t V, float temperature,
-                                            maporl_policy_loss_params params, float * grad_logits_out,
-                                            float * logp_out, float * entropy_out, float * grad_logp_out,
+                                            maporl_policy_loss_params params, float * grad_logits_out, float * logp_out,
+                                            float * entropy_out, float * grad_logp_out,
                                             maporl_policy_loss_stats * stats_out);
 
 /* ---- token sampling ------------------------------------------------------------------------------- */
 
 typedef enum maporl_filter_order {
-    MAPORL_FILTER_TOP_K_FIRST = 0,  /* top-p applies to the top-k set renormalised (FlashInfer "top_k_first") */
-    MAPORL_FILTER_JOINT       = 1   /* a token must be in the top-k and in the top-p set of the full distribution */
+    MAPORL_FILTER_TOP_K_FIRST = 0, /* top-p applies to the top-k set renormalised (FlashInfer "top_k_first") */
+    MAPORL_FILTER_JOINT = 1        /* a token must be in the top-k and in the top-p set of the full distribution */
 } maporl_filter_order;
 
 /* Per-row sampling parameters: each is an array of B values, or NULL to use the scalar that follows it. */
 typedef struct maporl_sample_params {
-    const float * temperature;   float temperature_all;   /* finite >= 0; 0 (or below 2^-126) = greedy. Default 1 */
-    const int32_t * top_k;       int32_t top_k_all;       /* >= 0; 0 or >= V = off. Default 0 */
-    const float * top_p;         float top_p_all;         /* in [0, 1]; 0 or 1 = off. Default 1 */
-    const float * min_p;         float min_p_all;         /* in [0, 1]; 0 = off. Default 0 */
-    const uint64_t * seed;       uint64_t seed_all;       /* Philox key. Default 0 */
-    const int64_t * position;    int64_t position_all;    /* Philox counter (e.g. the token's index). Default 0 */
-    maporl_filter_order filter_order;                     /* default MAPORL_FILTER_TOP_K_FIRST */
+    const float * temperature;
+    float temperature_all; /* finite >= 0; 0 (or below 2^-126) = greedy. Default 1 */
+    const int32_t * top_k;
+    int32_t top_k_all; /* >= 0; 0 or >= V = off. Default 0 */
+    const float * top_p;
+    float top_p_all; /* in [0, 1]; 0 or 1 = off. Default 1 */
+    const float * min_p;
+    float min_p_all; /* in [0, 1]; 0 = off. Default 0 */
+    const uint64_t * seed;
+    uint64_t seed_all; /* Philox key. Default 0 */
+    const int64_t * position;
+    int64_t position_all;             /* Philox counter (e.g. the token's index). Default 0 */
+    maporl_filter_order filter_order; /* default MAPORL_FILTER_TOP_K_FIRST */
 } maporl_sample_params;
 
 maporl_sample_params maporl_sample_default_params(void);
@@ -347,25 +347,25 @@ maporl_status maporl_sample(maporl_device device, const float * logits, int64_t 
  * are unused): -Inf for a token outside the support, 0 / -Inf under greedy (the argmax / any other), NaN for
  * an invalid row. raw_logprobs_out under softmax(z). A token outside [0, V) is MAPORL_ERR_INVALID_ARG. */
 maporl_status maporl_sample_logprobs(maporl_device device, const float * logits, int64_t B, int64_t V,
-                                     const maporl_sample_params * params, const int32_t * tokens,
-                                     float * logprobs_out, float * raw_logprobs_out);
+                                     const maporl_sample_params * params, const int32_t * tokens, float * logprobs_out,
+                                     float * raw_logprobs_out);
 
 /* ---- the embedded GPT policy (CPU, or CUDA after maporl_gpt_set_device) ------------------------------ */
 
-typedef struct maporl_gpt maporl_gpt;  /* opaque; one call at a time per handle */
+typedef struct maporl_gpt maporl_gpt; /* opaque; one call at a time per handle */
 
 typedef struct maporl_gpt_config {
-    int64_t vocab;       /* 2 .. 2^24 */
-    int64_t context;     /* maximum sequence length, 1 .. 65536 */
-    int64_t layers;      /* 1 .. 256 */
-    int64_t heads;       /* divides d_model */
+    int64_t vocab;   /* 2 .. 2^24 */
+    int64_t context; /* maximum sequence length, 1 .. 65536 */
+    int64_t layers;  /* 1 .. 256 */
+    int64_t heads;   /* divides d_model */
     int64_t d_model;
-    int64_t mlp_ratio;   /* hidden = mlp_ratio * d_model; default 4 */
-    int tie_embeddings;  /* 1: the LM head is the token embedding (default) */
+    int64_t mlp_ratio;  /* hidden = mlp_ratio * d_model; default 4 */
+    int tie_embeddings; /* 1: the LM head is the token embedding (default) */
 } maporl_gpt_config;
 
 typedef struct maporl_adamw_params {
-    float lr, beta1, beta2, eps, weight_decay;  /* defaults 3e-4, 0.9, 0.95, 1e-8, 0.0 */
+    float lr, beta1, beta2, eps, weight_decay; /* defaults 3e-4, 0.9, 0.95, 1e-8, 0.0 */
 } maporl_adamw_params;
 
 maporl_gpt_config maporl_gpt_default_config(void);
@@ -373,7 +373,7 @@ maporl_adamw_params maporl_adamw_default_params(void);
 
 /* A model with GPT-2 initialisation from `seed` (normal(0, 0.02), residual projections / sqrt(2 layers)). */
 maporl_status maporl_gpt_create(const maporl_gpt_config * config, uint64_t seed, maporl_gpt ** out);
-void          maporl_gpt_free(maporl_gpt * gpt);  /* NULL-safe */
+void maporl_gpt_free(maporl_gpt * gpt); /* NULL-safe */
 /* Number of parameters, and the tensors in checkpoint order: name (NUL-terminated, <= 63 chars), up to 2 dims
  * (dims[1] = 0 for a vector), and the element offset into the flat parameter array. */
 maporl_status maporl_gpt_param_count(const maporl_gpt * gpt, int64_t * count_out);
@@ -418,7 +418,8 @@ maporl_status maporl_gpt_prefill(maporl_gpt * gpt, const int32_t * tokens, const
 maporl_status maporl_gpt_decode_rows(maporl_gpt * gpt, const int32_t * tokens, const int64_t * pos, float * logits_out,
                                      float * values_out);
 /* The cache's batch and max_len (0, 0 before maporl_gpt_cache_reset), and the model's vocabulary size. */
-maporl_status maporl_gpt_cache_info(const maporl_gpt * gpt, int64_t * batch_out, int64_t * max_len_out, int64_t * vocab_out);
+maporl_status maporl_gpt_cache_info(const maporl_gpt * gpt, int64_t * batch_out, int64_t * max_len_out,
+                                    int64_t * vocab_out);
 /* B and T of the last forward (0, 0 before any): the shapes maporl_gpt_backward reads. */
 maporl_status maporl_gpt_forward_shape(const maporl_gpt * gpt, int64_t * B_out, int64_t * T_out);
 /* Moves the model (parameters, AdamW moments, gradients) to MAPORL_DEVICE_CUDA or back to MAPORL_DEVICE_CPU.
@@ -441,10 +442,10 @@ maporl_status maporl_llama_emulate_device(maporl_gpt * gpt);
 typedef struct maporl_llama_config {
     int64_t vocab, context, layers, d_model, heads, kv_heads, head_dim, intermediate;
     double rms_eps, rope_theta;
-    int rope_scaling;          /* 0 none, 1 linear, 2 llama3 */
+    int rope_scaling; /* 0 none, 1 linear, 2 llama3 */
     double rope_factor, rope_low_freq_factor, rope_high_freq_factor;
     int64_t rope_original_max_position;
-    int qkv_bias, o_bias, qk_norm, tie_embeddings;  /* 0 / 1 */
+    int qkv_bias, o_bias, qk_norm, tie_embeddings; /* 0 / 1 */
     /* 1: the matrices (embedding, projections, LM head) are stored as bfloat16 and frozen: half their memory, widened
      * exactly inside the kernels. Training the model itself is then an error; LoRA adapters on it train (float32).
      * Their tensor_info offset is -1 and get / set / param_count address the other (float) tensors; set_tensor
@@ -471,7 +472,8 @@ maporl_status maporl_gpt_set_tensor(maporl_gpt * gpt, int64_t index, int dtype, 
  * grad_logp [B*T] (d loss / d logp), grad_entropy [B*T] (or NULL) and dvalues [B*T] (or NULL): the LM head's
  * logits are recomputed chunk by chunk. One backward per score. */
 maporl_status maporl_gpt_score(maporl_gpt * gpt, const int32_t * tokens, const int32_t * targets, int64_t B, int64_t T,
-                               float temperature, int64_t chunk, float * logp_out, float * entropy_out, float * values_out);
+                               float temperature, int64_t chunk, float * logp_out, float * entropy_out,
+                               float * values_out);
 maporl_status maporl_gpt_score_backward(maporl_gpt * gpt, const float * grad_logp, const float * grad_entropy,
                                         const float * dvalues);
 /* The most bytes of float logits ([B*T, V] x 4) a training score (maporl_gpt_set_training 1) keeps for its backward,
@@ -489,20 +491,26 @@ maporl_status maporl_gpt_set_score_keep(maporl_gpt * gpt, int64_t bytes);
  * adapter's alone: the base is frozen and holds no gradients or moments. Selected -1, the base runs alone (the
  * reference model). Adapter ids are never reused; a removed or merged id is invalid. CPU only. */
 enum {
-    MAPORL_LORA_Q_PROJ = 1, MAPORL_LORA_K_PROJ = 2, MAPORL_LORA_V_PROJ = 4, MAPORL_LORA_O_PROJ = 8,
-    MAPORL_LORA_GATE_PROJ = 16, MAPORL_LORA_UP_PROJ = 32, MAPORL_LORA_DOWN_PROJ = 64, MAPORL_LORA_ALL = 127
+    MAPORL_LORA_Q_PROJ = 1,
+    MAPORL_LORA_K_PROJ = 2,
+    MAPORL_LORA_V_PROJ = 4,
+    MAPORL_LORA_O_PROJ = 8,
+    MAPORL_LORA_GATE_PROJ = 16,
+    MAPORL_LORA_UP_PROJ = 32,
+    MAPORL_LORA_DOWN_PROJ = 64,
+    MAPORL_LORA_ALL = 127
 };
 typedef struct maporl_lora_config {
-    int64_t rank;             /* 1 .. 4096; default 8 */
-    double alpha;             /* > 0; default 8 */
-    uint32_t target_modules;  /* MAPORL_LORA_* bits; default MAPORL_LORA_ALL */
-    double dropout;           /* [0, 1), on the adapter's input, in training forwards only (maporl_gpt_set_training) */
-    int use_rslora;           /* 0 / 1 */
+    int64_t rank;            /* 1 .. 4096; default 8 */
+    double alpha;            /* > 0; default 8 */
+    uint32_t target_modules; /* MAPORL_LORA_* bits; default MAPORL_LORA_ALL */
+    double dropout;          /* [0, 1), on the adapter's input, in training forwards only (maporl_gpt_set_training) */
+    int use_rslora;          /* 0 / 1 */
 } maporl_lora_config;
 maporl_lora_config maporl_lora_default_config(void);
 maporl_status maporl_lora_add(maporl_gpt * gpt, const maporl_lora_config * config, uint64_t seed, int64_t * id_out);
 maporl_status maporl_lora_remove(maporl_gpt * gpt, int64_t id);
-maporl_status maporl_lora_select(maporl_gpt * gpt, int64_t id);  /* -1: the base alone */
+maporl_status maporl_lora_select(maporl_gpt * gpt, int64_t id); /* -1: the base alone */
 maporl_status maporl_lora_selected(const maporl_gpt * gpt, int64_t * id_out);
 /* The adapter's config, parameter count and seed (of A's initialisation and the dropout masks); id need not be
  * selected; any output may be NULL. */

@@ -54,7 +54,8 @@ double sum_squares(const F * x, int64_t n) {
 template double sum_squares<float>(const float *, int64_t);
 template double sum_squares<double>(const double *, int64_t);
 template void adamw_update<float>(float *, const float *, float *, float *, int64_t, const AdamW &, int64_t, float);
-template void adamw_update<double>(double *, const double *, double *, double *, int64_t, const AdamW &, int64_t, double);
+template void adamw_update<double>(double *, const double *, double *, double *, int64_t, const AdamW &, int64_t,
+                                   double);
 
 }  // namespace gpt
 }  // namespace maporl

@@ -15,9 +15,12 @@ namespace gpt {
 
 AttentionRows attention_rows() {
     switch (active_isa()) {
-    case Isa::Avx512: return {avx512::attention_row_f32, avx512::attention_row_backward_f32, avx512::attention_rows_f32};
-    case Isa::Avx2: return {avx2::attention_row_f32, avx2::attention_row_backward_f32, avx2::attention_rows_f32};
-    default: return {nullptr, nullptr, nullptr};
+        case Isa::Avx512:
+            return {avx512::attention_row_f32, avx512::attention_row_backward_f32, avx512::attention_rows_f32};
+        case Isa::Avx2:
+            return {avx2::attention_row_f32, avx2::attention_row_backward_f32, avx2::attention_rows_f32};
+        default:
+            return {nullptr, nullptr, nullptr};
     }
 }
 
@@ -33,8 +36,9 @@ void attention_forward(F * out, F * att, const F * qkv, int64_t B, int64_t T, in
                     for (int64_t t = 0; t < T; t += kAttentionRowBlock) {
                         const int64_t R = T - t < kAttentionRowBlock ? T - t : kAttentionRowBlock;
                         F * a = att + ((b * NH + h) * T + t) * T;
-                        rows(qkv + (b * T + t) * C3 + h * hs, C3, qkv + b * T * C3 + C + h * hs, C3, qkv + b * T * C3 + 2 * C + h * hs, C3,
-                             t + 1, R, hs, scale, a, T, out + (b * T + t) * C + h * hs, C);
+                        rows(qkv + (b * T + t) * C3 + h * hs, C3, qkv + b * T * C3 + C + h * hs, C3,
+                             qkv + b * T * C3 + 2 * C + h * hs, C3, t + 1, R, hs, scale, a, T,
+                             out + (b * T + t) * C + h * hs, C);
                         for (int64_t r = 0; r < R; ++r)
                             for (int64_t t2 = t + r + 1; t2 < T; ++t2) a[r * T + t2] = F(0);
                     }
@@ -92,8 +96,9 @@ void attention_backward(F * dqkv, const F * dout, const F * qkv, const F * att, 
                     const int64_t b = p / NH, h = p % NH;
                     const int64_t q0 = b * T * C3 + h * hs;
                     for (int64_t t = 0; t < T; ++t)
-                        row(qkv + q0 + t * C3, dqkv + q0 + t * C3, qkv + q0 + C, dqkv + q0 + C, C3, qkv + q0 + 2 * C, dqkv + q0 + 2 * C, C3,
-                            att + ((b * NH + h) * T + t) * T, dout + (b * T + t) * C + h * hs, t + 1, hs, scale, datt.data());
+                        row(qkv + q0 + t * C3, dqkv + q0 + t * C3, qkv + q0 + C, dqkv + q0 + C, C3, qkv + q0 + 2 * C,
+                            dqkv + q0 + 2 * C, C3, att + ((b * NH + h) * T + t) * T, dout + (b * T + t) * C + h * hs,
+                            t + 1, hs, scale, datt.data());
                 }
             });
             return;
@@ -134,8 +139,8 @@ void attention_backward(F * dqkv, const F * dout, const F * qkv, const F * att, 
     });
 }
 
-#define MAPORL_INSTANTIATE(F)                                                                                \
-    template void attention_forward<F>(F *, F *, const F *, int64_t, int64_t, int64_t, int64_t);            \
+#define MAPORL_INSTANTIATE(F)                                                                    \
+    template void attention_forward<F>(F *, F *, const F *, int64_t, int64_t, int64_t, int64_t); \
     template void attention_backward<F>(F *, const F *, const F *, const F *, int64_t, int64_t, int64_t, int64_t);
 MAPORL_INSTANTIATE(float)
 MAPORL_INSTANTIATE(double)

@@ -30,7 +30,8 @@ void attention_gqa_forward(F * out, F * att, const F * q, const F * k, const F *
                     for (int64_t t = 0; t < T; t += gpt::kAttentionRowBlock) {
                         const int64_t R = T - t < gpt::kAttentionRowBlock ? T - t : gpt::kAttentionRowBlock;
                         F * a = att + ((b * NH + h) * T + t) * T;
-                        rows.forward_rows(q + (b * T + t) * QC + h * hs, QC, kb, KC, vb, KC, t + 1, R, hs, scale, a, T, out + (b * T + t) * QC + h * hs, QC);
+                        rows.forward_rows(q + (b * T + t) * QC + h * hs, QC, kb, KC, vb, KC, t + 1, R, hs, scale, a, T,
+                                          out + (b * T + t) * QC + h * hs, QC);
                         for (int64_t r = 0; r < R; ++r)
                             for (int64_t t2 = t + r + 1; t2 < T; ++t2) a[r * T + t2] = F(0);
                     }
@@ -73,8 +74,8 @@ void attention_gqa_forward(F * out, F * att, const F * q, const F * k, const F *
 }
 
 template <typename F>
-void attention_gqa_backward(F * dq, F * dk, F * dv, const F * dout, const F * q, const F * k, const F * v, const F * att,
-                            int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hs) {
+void attention_gqa_backward(F * dq, F * dk, F * dv, const F * dout, const F * q, const F * k, const F * v,
+                            const F * att, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hs) {
     const int64_t QC = NH * hs, KC = NKV * hs, group = NH / NKV;
     const F scale = F(1) / (F)std::sqrt((double)hs);
     [[maybe_unused]] const auto rows = gpt::attention_rows();
@@ -120,10 +121,10 @@ void attention_gqa_backward(F * dq, F * dk, F * dv, const F * dout, const F * q,
     });
 }
 
-#define MAPORL_INSTANTIATE(F)                                                                                          \
-    template void attention_gqa_forward<F>(F *, F *, const F *, const F *, const F *, int64_t, int64_t, int64_t,      \
-                                           int64_t, int64_t);                                                          \
-    template void attention_gqa_backward<F>(F *, F *, F *, const F *, const F *, const F *, const F *, const F *,     \
+#define MAPORL_INSTANTIATE(F)                                                                                     \
+    template void attention_gqa_forward<F>(F *, F *, const F *, const F *, const F *, int64_t, int64_t, int64_t,  \
+                                           int64_t, int64_t);                                                     \
+    template void attention_gqa_backward<F>(F *, F *, F *, const F *, const F *, const F *, const F *, const F *, \
                                             int64_t, int64_t, int64_t, int64_t, int64_t);
 MAPORL_INSTANTIATE(float)
 MAPORL_INSTANTIATE(double)

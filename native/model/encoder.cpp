@@ -62,8 +62,8 @@ TokenBuckets bucket_tokens(const int32_t * tokens, int64_t N) {
 
 }  // namespace cuda
 
-#define MAPORL_INSTANTIATE(F)                                                                                     \
-    template void encoder_forward<F>(F *, const int32_t *, const F *, const F *, int64_t, int64_t, int64_t);     \
+#define MAPORL_INSTANTIATE(F)                                                                                \
+    template void encoder_forward<F>(F *, const int32_t *, const F *, const F *, int64_t, int64_t, int64_t); \
     template void encoder_backward<F>(F *, F *, const F *, const int32_t *, int64_t, int64_t, int64_t);
 MAPORL_INSTANTIATE(float)
 MAPORL_INSTANTIATE(double)

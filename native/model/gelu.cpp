@@ -64,8 +64,8 @@ void gelu_backward(F * dinp, const F * inp, const F * dout, int64_t n) {
     });
 }
 
-#define MAPORL_INSTANTIATE(F)                                                      \
-    template void gelu_forward<F>(F *, const F *, int64_t);                       \
+#define MAPORL_INSTANTIATE(F)                               \
+    template void gelu_forward<F>(F *, const F *, int64_t); \
     template void gelu_backward<F>(F *, const F *, const F *, int64_t);
 MAPORL_INSTANTIATE(float)
 MAPORL_INSTANTIATE(double)

@@ -28,18 +28,23 @@ void check_config(const Config & c) {
 }
 
 void check_forward(const Config & cfg, const int32_t * tok, int64_t B, int64_t T) {
-    if (T < 1 || T > cfg.context) throw_error(MAPORL_ERR_INVALID_ARG, "T: expected 1..%lld (context), got %lld", (long long)cfg.context, (long long)T);
+    if (T < 1 || T > cfg.context)
+        throw_error(MAPORL_ERR_INVALID_ARG, "T: expected 1..%lld (context), got %lld", (long long)cfg.context,
+                    (long long)T);
     if (B < 1) throw_error(MAPORL_ERR_INVALID_ARG, "B: expected >= 1, got %lld", (long long)B);
     for (int64_t i = 0; i < B * T; ++i)
         if (tok[i] < 0 || tok[i] >= cfg.vocab)
-            throw_error(MAPORL_ERR_INVALID_ARG, "tokens: expected ids in [0, %lld), got %d at index %lld", (long long)cfg.vocab, (int)tok[i], (long long)i);
+            throw_error(MAPORL_ERR_INVALID_ARG, "tokens: expected ids in [0, %lld), got %d at index %lld",
+                        (long long)cfg.vocab, (int)tok[i], (long long)i);
 }
 
 Layout make_layout(const Config & c) {
     check_config(c);
     Layout L;
     const int64_t C = c.d_model, H = c.mlp_ratio * C;
-    auto add = [&](const std::string & name, std::vector<int64_t> shape) { return add_tensor(L.tensors, L.total, name, std::move(shape)); };
+    auto add = [&](const std::string & name, std::vector<int64_t> shape) {
+        return add_tensor(L.tensors, L.total, name, std::move(shape));
+    };
     L.wte = add("wte", {c.vocab, C});
     L.wpe = add("wpe", {c.context, C});
     for (int64_t l = 0; l < c.layers; ++l) {
@@ -85,8 +90,14 @@ void Model<F>::init(uint64_t seed) {
         F * x = params.data() + ten.offset;
         const bool bias = n.size() >= 4 && n.compare(n.size() - 4, 4, "bias") == 0;
         const bool ln = n.find("ln_") != std::string::npos;
-        if (ln && !bias) { for (int64_t i = 0; i < ten.size; ++i) x[i] = F(1); continue; }
-        if (bias) { for (int64_t i = 0; i < ten.size; ++i) x[i] = F(0); continue; }
+        if (ln && !bias) {
+            for (int64_t i = 0; i < ten.size; ++i) x[i] = F(1);
+            continue;
+        }
+        if (bias) {
+            for (int64_t i = 0; i < ten.size; ++i) x[i] = F(0);
+            continue;
+        }
         const double sd = 0.02 * (n.find("c_proj.weight") != std::string::npos ? resid_scale : 1.0);
         for (int64_t i = 0; i < ten.size; ++i) x[i] = (F)(sd * init_normal(gen));
     }
@@ -111,11 +122,21 @@ void Model<F>::forward(const int32_t * tok, int64_t B_, int64_t T_) {
     for (int64_t l = 0; l < cfg.layers; ++l) {
         const auto & bl = layout.blocks[(size_t)l];
         LayerActs<F> & x = a.layers[(size_t)l];
-        x.ln1.resize((size_t)(N * C)); x.ln1m.resize((size_t)N); x.ln1r.resize((size_t)N);
-        x.qkv.resize((size_t)(N * 3 * C)); x.att.resize((size_t)(B * NH * T * T)); x.atty.resize((size_t)(N * C));
-        x.attproj.resize((size_t)(N * C)); x.res2.resize((size_t)(N * C));
-        x.ln2.resize((size_t)(N * C)); x.ln2m.resize((size_t)N); x.ln2r.resize((size_t)N);
-        x.fch.resize((size_t)(N * H)); x.fchg.resize((size_t)(N * H)); x.fcproj.resize((size_t)(N * C)); x.res3.resize((size_t)(N * C));
+        x.ln1.resize((size_t)(N * C));
+        x.ln1m.resize((size_t)N);
+        x.ln1r.resize((size_t)N);
+        x.qkv.resize((size_t)(N * 3 * C));
+        x.att.resize((size_t)(B * NH * T * T));
+        x.atty.resize((size_t)(N * C));
+        x.attproj.resize((size_t)(N * C));
+        x.res2.resize((size_t)(N * C));
+        x.ln2.resize((size_t)(N * C));
+        x.ln2m.resize((size_t)N);
+        x.ln2r.resize((size_t)N);
+        x.fch.resize((size_t)(N * H));
+        x.fchg.resize((size_t)(N * H));
+        x.fcproj.resize((size_t)(N * C));
+        x.res3.resize((size_t)(N * C));
         layernorm_forward(x.ln1.data(), x.ln1m.data(), x.ln1r.data(), resid, p(bl.ln1w), p(bl.ln1b), N, C);
         matmul_forward(x.qkv.data(), x.ln1.data(), p(bl.qkvw), p(bl.qkvb), N, C, 3 * C);
         attention_forward(x.atty.data(), x.att.data(), x.qkv.data(), B, T, C, NH);
@@ -128,7 +149,9 @@ void Model<F>::forward(const int32_t * tok, int64_t B_, int64_t T_) {
         residual_forward(x.res3.data(), x.res2.data(), x.fcproj.data(), N * C);
         resid = x.res3.data();
     }
-    a.lnf.resize((size_t)(N * C)); a.lnfm.resize((size_t)N); a.lnfr.resize((size_t)N);
+    a.lnf.resize((size_t)(N * C));
+    a.lnfm.resize((size_t)N);
+    a.lnfr.resize((size_t)N);
     layernorm_forward(a.lnf.data(), a.lnfm.data(), a.lnfr.data(), resid, p(layout.lnfw), p(layout.lnfb), N, C);
     logits.resize((size_t)(N * V));
     matmul_forward(logits.data(), a.lnf.data(), p(layout.lm_head), (const F *)nullptr, N, C, V);
@@ -142,11 +165,15 @@ void Model<F>::backward(const F * dlogits, const F * dvalues) {
     const int64_t N = B * T, C = cfg.d_model, H = cfg.mlp_ratio * C, NH = cfg.heads, V = cfg.vocab;
     Acts<F> & a = acts;
     std::vector<F> dlnf((size_t)(N * C), F(0)), dres((size_t)(N * C), F(0));
-    if (dlogits) matmul_backward(dlnf.data(), g(layout.lm_head), (F *)nullptr, dlogits, a.lnf.data(), p(layout.lm_head), N, C, V);
+    if (dlogits)
+        matmul_backward(dlnf.data(), g(layout.lm_head), (F *)nullptr, dlogits, a.lnf.data(), p(layout.lm_head), N, C,
+                        V);
     if (dvalues) matmul_backward(dlnf.data(), g(layout.vw), g(layout.vb), dvalues, a.lnf.data(), p(layout.vw), N, C, 1);
     const F * last = cfg.layers > 0 ? a.layers.back().res3.data() : a.encoded.data();
-    layernorm_backward(dres.data(), g(layout.lnfw), g(layout.lnfb), dlnf.data(), last, p(layout.lnfw), a.lnfm.data(), a.lnfr.data(), N, C);
-    std::vector<F> dtmp((size_t)(N * H)), dfch((size_t)(N * H)), dln((size_t)(N * C)), datty((size_t)(N * C)), dqkv((size_t)(N * 3 * C));
+    layernorm_backward(dres.data(), g(layout.lnfw), g(layout.lnfb), dlnf.data(), last, p(layout.lnfw), a.lnfm.data(),
+                       a.lnfr.data(), N, C);
+    std::vector<F> dtmp((size_t)(N * H)), dfch((size_t)(N * H)), dln((size_t)(N * C)), datty((size_t)(N * C)),
+        dqkv((size_t)(N * 3 * C));
     for (int64_t l = cfg.layers - 1; l >= 0; --l) {
         const auto & bl = layout.blocks[(size_t)l];
         LayerActs<F> & x = a.layers[(size_t)l];
@@ -158,15 +185,18 @@ void Model<F>::backward(const F * dlogits, const F * dvalues) {
         gelu_backward(dfch.data(), x.fch.data(), dtmp.data(), N * H);
         std::fill(dln.begin(), dln.end(), F(0));
         matmul_backward(dln.data(), g(bl.fcw), g(bl.fcb), dfch.data(), x.ln2.data(), p(bl.fcw), N, C, H);
-        layernorm_backward(dres.data(), g(bl.ln2w), g(bl.ln2b), dln.data(), x.res2.data(), p(bl.ln2w), x.ln2m.data(), x.ln2r.data(), N, C);
+        layernorm_backward(dres.data(), g(bl.ln2w), g(bl.ln2b), dln.data(), x.res2.data(), p(bl.ln2w), x.ln2m.data(),
+                           x.ln2r.data(), N, C);
         // res2 = resid + attproj.
         std::fill(datty.begin(), datty.end(), F(0));
-        matmul_backward(datty.data(), g(bl.attprojw), g(bl.attprojb), dres.data(), x.atty.data(), p(bl.attprojw), N, C, C);
+        matmul_backward(datty.data(), g(bl.attprojw), g(bl.attprojb), dres.data(), x.atty.data(), p(bl.attprojw), N, C,
+                        C);
         std::fill(dqkv.begin(), dqkv.end(), F(0));
         attention_backward(dqkv.data(), datty.data(), x.qkv.data(), x.att.data(), B, T, C, NH);
         std::fill(dln.begin(), dln.end(), F(0));
         matmul_backward(dln.data(), g(bl.qkvw), g(bl.qkvb), dqkv.data(), x.ln1.data(), p(bl.qkvw), N, C, 3 * C);
-        layernorm_backward(dres.data(), g(bl.ln1w), g(bl.ln1b), dln.data(), resid, p(bl.ln1w), x.ln1m.data(), x.ln1r.data(), N, C);
+        layernorm_backward(dres.data(), g(bl.ln1w), g(bl.ln1b), dln.data(), resid, p(bl.ln1w), x.ln1m.data(),
+                           x.ln1r.data(), N, C);
     }
     encoder_backward(g(layout.wte), g(layout.wpe), dres.data(), tokens.data(), B, T, C);
 }
@@ -220,7 +250,8 @@ template <typename F>
 void Model<F>::cache_reset(int64_t batch, int64_t max_len) {
     if (batch < 1) throw_error(MAPORL_ERR_INVALID_ARG, "batch: expected >= 1, got %lld", (long long)batch);
     if (max_len < 1 || max_len > cfg.context)
-        throw_error(MAPORL_ERR_INVALID_ARG, "max_len: expected 1..%lld (context), got %lld", (long long)cfg.context, (long long)max_len);
+        throw_error(MAPORL_ERR_INVALID_ARG, "max_len: expected 1..%lld (context), got %lld", (long long)cfg.context,
+                    (long long)max_len);
     cache_batch = batch;
     cache_len = max_len;
     const size_t n = (size_t)(cfg.layers * batch * max_len * cfg.d_model);
@@ -234,14 +265,19 @@ template <typename F>
 void Model<F>::decode(const int32_t * tok, int64_t pos, bool logits, bool values) {
     const int64_t Bc = cache_batch, C = cfg.d_model, H = cfg.mlp_ratio * C, NH = cfg.heads, hs = C / NH, V = cfg.vocab;
     if (Bc == 0) throw_error(MAPORL_ERR_INVALID_ARG, "decode: call cache_reset first");
-    if (pos < 0 || pos >= cache_len) throw_error(MAPORL_ERR_INVALID_ARG, "pos: expected 0..%lld, got %lld", (long long)(cache_len - 1), (long long)pos);
+    if (pos < 0 || pos >= cache_len)
+        throw_error(MAPORL_ERR_INVALID_ARG, "pos: expected 0..%lld, got %lld", (long long)(cache_len - 1),
+                    (long long)pos);
     for (int64_t b = 0; b < Bc; ++b)
         if (tok[b] < 0 || tok[b] >= V)
-            throw_error(MAPORL_ERR_INVALID_ARG, "tokens: expected ids in [0, %lld), got %d at index %lld", (long long)V, (int)tok[b], (long long)b);
-    std::vector<F> x((size_t)(Bc * C)), ln((size_t)(Bc * C)), qkv((size_t)(Bc * 3 * C)), y((size_t)(Bc * C)), proj((size_t)(Bc * C)),
-        h((size_t)(Bc * H)), hg((size_t)(Bc * H)), mean((size_t)Bc), rstd((size_t)Bc), sc((size_t)(pos + 1));
+            throw_error(MAPORL_ERR_INVALID_ARG, "tokens: expected ids in [0, %lld), got %d at index %lld", (long long)V,
+                        (int)tok[b], (long long)b);
+    std::vector<F> x((size_t)(Bc * C)), ln((size_t)(Bc * C)), qkv((size_t)(Bc * 3 * C)), y((size_t)(Bc * C)),
+        proj((size_t)(Bc * C)), h((size_t)(Bc * H)), hg((size_t)(Bc * H)), mean((size_t)Bc), rstd((size_t)Bc),
+        sc((size_t)(pos + 1));
     for (int64_t b = 0; b < Bc; ++b)
-        for (int64_t c = 0; c < C; ++c) x[(size_t)(b * C + c)] = p(layout.wte)[tok[b] * C + c] + p(layout.wpe)[pos * C + c];
+        for (int64_t c = 0; c < C; ++c)
+            x[(size_t)(b * C + c)] = p(layout.wte)[tok[b] * C + c] + p(layout.wpe)[pos * C + c];
     const F scale = F(1) / (F)std::sqrt((double)hs);
     for (int64_t l = 0; l < cfg.layers; ++l) {
         const auto & bl = layout.blocks[(size_t)l];

@@ -25,14 +25,20 @@ namespace gpt {
 template <typename T>
 struct DefaultInitAllocator : std::allocator<T> {
     template <typename U>
-    struct rebind { using other = DefaultInitAllocator<U>; };
+    struct rebind {
+        using other = DefaultInitAllocator<U>;
+    };
     DefaultInitAllocator() = default;
     template <typename U>
     DefaultInitAllocator(const DefaultInitAllocator<U> &) noexcept {}
     template <typename U>
-    void construct(U * p) noexcept { ::new ((void *)p) U; }
+    void construct(U * p) noexcept {
+        ::new ((void *)p) U;
+    }
     template <typename U, typename... A>
-    void construct(U * p, A &&... a) { ::new ((void *)p) U(std::forward<A>(a)...); }
+    void construct(U * p, A &&... a) {
+        ::new ((void *)p) U(std::forward<A>(a)...);
+    }
 };
 template <typename T>
 using CacheVec = std::vector<T, DefaultInitAllocator<T>>;
@@ -67,7 +73,8 @@ struct Layout {
 
 // Appends tensor `name` of `shape` to a flat parameter array of `total` elements (total grows); returns its index.
 // The layouts of both families and of LoRA adapters are built with it.
-inline int64_t add_tensor(std::vector<Layout::Tensor> & tensors, int64_t & total, const std::string & name, std::vector<int64_t> shape) {
+inline int64_t add_tensor(std::vector<Layout::Tensor> & tensors, int64_t & total, const std::string & name,
+                          std::vector<int64_t> shape) {
     int64_t n = 1;
     for (int64_t d : shape) n *= d;
     tensors.push_back({name, std::move(shape), total, n});
@@ -123,7 +130,12 @@ struct Model {
     // next token no row samples needs only the keys and values it caches); its step_ array is then stale.
     void cache_reset(int64_t batch, int64_t max_len);
     // Frees the cache (its memory goes back; decode then needs cache_reset again).
-    void cache_release() { CacheVec<F>().swap(kcache); CacheVec<F>().swap(vcache); cache_batch = 0; cache_len = 0; }
+    void cache_release() {
+        CacheVec<F>().swap(kcache);
+        CacheVec<F>().swap(vcache);
+        cache_batch = 0;
+        cache_len = 0;
+    }
     // Exchanges the cache with stored slot `slot` (created empty when absent, dropped when it ends up empty): several
     // generation batches keep their own caches and take turns, one decode step at a time.
     void cache_swap(int64_t slot) {

@@ -41,21 +41,24 @@ struct TokenBuckets {
 };
 TokenBuckets bucket_tokens(const int32_t * tokens, int64_t N);
 
-void encoder_forward(float * out, const int32_t * inp, const float * wte, const float * wpe, int64_t B, int64_t T, int64_t C);
+void encoder_forward(float * out, const int32_t * inp, const float * wte, const float * wpe, int64_t B, int64_t T,
+                     int64_t C);
 // ids / offsets / positions are device copies of a TokenBuckets (n_ids = ids.size()).
 void encoder_backward(float * dwte, float * dwpe, const float * dout, const int32_t * ids, const int32_t * offsets,
                       const int32_t * positions, int64_t n_ids, int64_t B, int64_t T, int64_t C);
 
-void layernorm_forward(float * out, float * mean, float * rstd, const float * inp, const float * weight, const float * bias,
-                       int64_t N, int64_t C);
+void layernorm_forward(float * out, float * mean, float * rstd, const float * inp, const float * weight,
+                       const float * bias, int64_t N, int64_t C);
 // scratch: at least layernorm_scratch(N, C) floats of device memory (per-chunk partial sums of dweight, dbias).
 int64_t layernorm_scratch(int64_t N, int64_t C);
 void layernorm_backward(float * dinp, float * dweight, float * dbias, const float * dout, const float * inp,
-                        const float * weight, const float * mean, const float * rstd, int64_t N, int64_t C, float * scratch);
+                        const float * weight, const float * mean, const float * rstd, int64_t N, int64_t C,
+                        float * scratch);
 
-void matmul_forward(float * out, const float * inp, const float * weight, const float * bias, int64_t N, int64_t C, int64_t OC);
-void matmul_backward(float * dinp, float * dweight, float * dbias, const float * dout, const float * inp, const float * weight,
-                     int64_t N, int64_t C, int64_t OC);
+void matmul_forward(float * out, const float * inp, const float * weight, const float * bias, int64_t N, int64_t C,
+                    int64_t OC);
+void matmul_backward(float * dinp, float * dweight, float * dbias, const float * dout, const float * inp,
+                     const float * weight, int64_t N, int64_t C, int64_t OC);
 
 void attention_forward(float * out, float * att, const float * qkv, int64_t B, int64_t T, int64_t C, int64_t NH);
 // scratch: B * NH * T * T floats (the pre-softmax gradient).

@@ -14,29 +14,34 @@ namespace maporl {
 
 // One query row of attention for float with SIMD (attention_vec.inc, per ISA), shared by the training forward /
 // backward and the KV-cache decoder so that both compute the same floats.
-#define MAPORL_ATTN_ROW_DECLS                                                                                        \
-    void attention_row_f32(const float * q, const float * k, int64_t kstride, const float * v, int64_t vstride,       \
-                           int64_t len, int64_t hs, float scale, float * att, float * out);                            \
-    void attention_rows_f32(const float * q, int64_t qstride, const float * k, int64_t kstride, const float * v,       \
-                            int64_t vstride, int64_t len0, int64_t R, int64_t hs, float scale, float * att,            \
-                            int64_t astride, float * out, int64_t ostride);                                             \
-    void attention_row_backward_f32(const float * q, float * dq, const float * k, float * dk, int64_t kstride,        \
-                                    const float * v, float * dv, int64_t vstride, const float * att, const float * dout, \
-                                    int64_t len, int64_t hs, float scale, float * datt);
-namespace avx512 { MAPORL_ATTN_ROW_DECLS }
-namespace avx2 { MAPORL_ATTN_ROW_DECLS }
+#define MAPORL_ATTN_ROW_DECLS                                                                                    \
+    void attention_row_f32(const float * q, const float * k, int64_t kstride, const float * v, int64_t vstride,  \
+                           int64_t len, int64_t hs, float scale, float * att, float * out);                      \
+    void attention_rows_f32(const float * q, int64_t qstride, const float * k, int64_t kstride, const float * v, \
+                            int64_t vstride, int64_t len0, int64_t R, int64_t hs, float scale, float * att,      \
+                            int64_t astride, float * out, int64_t ostride);                                      \
+    void attention_row_backward_f32(const float * q, float * dq, const float * k, float * dk, int64_t kstride,   \
+                                    const float * v, float * dv, int64_t vstride, const float * att,             \
+                                    const float * dout, int64_t len, int64_t hs, float scale, float * datt);
+namespace avx512 {
+MAPORL_ATTN_ROW_DECLS
+}
+namespace avx2 {
+MAPORL_ATTN_ROW_DECLS
+}
 #undef MAPORL_ATTN_ROW_DECLS
 
 namespace gpt {
 
 // The active ISA's attention rows for float, or nulls on the scalar level.
 struct AttentionRows {
-    void (*forward)(const float *, const float *, int64_t, const float *, int64_t, int64_t, int64_t, float, float *, float *);
-    void (*backward)(const float *, float *, const float *, float *, int64_t, const float *, float *, int64_t, const float *,
-                     const float *, int64_t, int64_t, float, float *);
+    void (*forward)(const float *, const float *, int64_t, const float *, int64_t, int64_t, int64_t, float, float *,
+                    float *);
+    void (*backward)(const float *, float *, const float *, float *, int64_t, const float *, float *, int64_t,
+                     const float *, const float *, int64_t, int64_t, float, float *);
     // R consecutive query rows of one head at once (lengths len0 .. len0 + R - 1), each row's floats those of forward.
-    void (*forward_rows)(const float *, int64_t, const float *, int64_t, const float *, int64_t, int64_t, int64_t, int64_t, float, float *,
-                         int64_t, float *, int64_t);
+    void (*forward_rows)(const float *, int64_t, const float *, int64_t, const float *, int64_t, int64_t, int64_t,
+                         int64_t, float, float *, int64_t, float *, int64_t);
 };
 // Query rows per forward_rows call in the training forward: the key and value rows are read once per block, and each
 // block of W keys is transposed once for all of them (attention took 8.9% of the scoring forward's profile with 8
@@ -54,10 +59,11 @@ void encoder_backward(F * dwte, F * dwpe, const F * dout, const int32_t * inp, i
 // LayerNorm over the last dimension (eps 1e-5, biased variance): out = (x - mean) * rstd * w + b; mean and rstd
 // [N] are saved for the backward.
 template <typename F>
-void layernorm_forward(F * out, F * mean, F * rstd, const F * inp, const F * weight, const F * bias, int64_t N, int64_t C);
+void layernorm_forward(F * out, F * mean, F * rstd, const F * inp, const F * weight, const F * bias, int64_t N,
+                       int64_t C);
 template <typename F>
-void layernorm_backward(F * dinp, F * dweight, F * dbias, const F * dout, const F * inp, const F * weight, const F * mean,
-                        const F * rstd, int64_t N, int64_t C);
+void layernorm_backward(F * dinp, F * dweight, F * dbias, const F * dout, const F * inp, const F * weight,
+                        const F * mean, const F * rstd, int64_t N, int64_t C);
 
 // out[n,o] = bias[o] + sum_c inp[n,c] * weight[o,c]  (weight [OC, C], as nn.Linear; bias may be null).
 template <typename F>
@@ -94,10 +100,12 @@ template <typename F>
 void matmul_forward_rows_parts(const RowsPart<F> * parts, int nparts, const F * inp, int64_t N, int64_t C);
 // The same with a bfloat16 weight [OC, C] (a frozen base kept in its file dtype), widened exactly inside the
 // kernels: the same bits as the float functions on the widened weight. Only the input's gradient exists for it.
-void matmul_forward_bf16(float * out, const float * inp, const uint16_t * weight, const float * bias, int64_t N, int64_t C, int64_t OC);
-void matmul_forward_rows_bf16(float * out, const float * inp, const uint16_t * weight, const float * bias, int64_t N, int64_t C, int64_t OC);
-void matmul_backward_input_bf16(float * dinp, const float * dout, const uint16_t * weight, int64_t N, int64_t C, int64_t OC,
-                                bool set_dinp = false);
+void matmul_forward_bf16(float * out, const float * inp, const uint16_t * weight, const float * bias, int64_t N,
+                         int64_t C, int64_t OC);
+void matmul_forward_rows_bf16(float * out, const float * inp, const uint16_t * weight, const float * bias, int64_t N,
+                              int64_t C, int64_t OC);
+void matmul_backward_input_bf16(float * dinp, const float * dout, const uint16_t * weight, int64_t N, int64_t C,
+                                int64_t OC, bool set_dinp = false);
 // dinp += dout @ weight; dweight += dout^T @ inp; dbias += sum_n dout (dweight and dbias may be null: a frozen
 // weight, as LoRA's base, gets the input's gradient only). With set_dinp, dinp = dout @ weight: its old values are
 // not read (the same floats as zeroing it first, without that pass).

@@ -12,7 +12,8 @@ namespace maporl {
 namespace gpt {
 
 template <typename F>
-void layernorm_forward(F * out, F * mean, F * rstd, const F * inp, const F * weight, const F * bias, int64_t N, int64_t C) {
+void layernorm_forward(F * out, F * mean, F * rstd, const F * inp, const F * weight, const F * bias, int64_t N,
+                       int64_t C) {
     parallel_for(N, 8, [&](int64_t n0, int64_t n1) {
         for (int64_t n = n0; n < n1; ++n) {
             const F * x = inp + n * C;
@@ -32,8 +33,8 @@ void layernorm_forward(F * out, F * mean, F * rstd, const F * inp, const F * wei
 }
 
 template <typename F>
-void layernorm_backward(F * dinp, F * dweight, F * dbias, const F * dout, const F * inp, const F * weight, const F * mean,
-                        const F * rstd, int64_t N, int64_t C) {
+void layernorm_backward(F * dinp, F * dweight, F * dbias, const F * dout, const F * inp, const F * weight,
+                        const F * mean, const F * rstd, int64_t N, int64_t C) {
     constexpr int64_t kBlock = 64;
     const int64_t nb = (N + kBlock - 1) / kBlock;
     std::vector<F> pw((size_t)(nb * C), F(0)), pb((size_t)(nb * C), F(0));
@@ -69,8 +70,8 @@ void layernorm_backward(F * dinp, F * dweight, F * dbias, const F * dout, const 
         }
 }
 
-#define MAPORL_INSTANTIATE(F)                                                                                         \
-    template void layernorm_forward<F>(F *, F *, F *, const F *, const F *, const F *, int64_t, int64_t);            \
+#define MAPORL_INSTANTIATE(F)                                                                                          \
+    template void layernorm_forward<F>(F *, F *, F *, const F *, const F *, const F *, int64_t, int64_t);              \
     template void layernorm_backward<F>(F *, F *, F *, const F *, const F *, const F *, const F *, const F *, int64_t, \
                                         int64_t);
 MAPORL_INSTANTIATE(float)

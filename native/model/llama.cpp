@@ -31,18 +31,25 @@ void check_config(const Config & c) {
     need(c.layers >= 1 && c.layers <= 1024, "num_hidden_layers: expected an integer in [1, 1024]", (double)c.layers);
     need(c.d_model >= 1 && c.d_model <= 65536, "hidden_size: expected an integer in [1, 65536]", (double)c.d_model);
     need(c.heads >= 1 && c.heads <= 4096, "num_attention_heads: expected an integer in [1, 4096]", (double)c.heads);
-    need(c.kv_heads >= 1 && c.heads % c.kv_heads == 0, "num_key_value_heads: expected a divisor of num_attention_heads", (double)c.kv_heads);
-    need(c.head_dim >= 2 && c.head_dim % 2 == 0 && c.head_dim <= 4096, "head_dim: expected an even integer in [2, 4096]", (double)c.head_dim);
-    need(c.intermediate >= 1 && c.intermediate <= (1 << 20), "intermediate_size: expected an integer in [1, 2^20]", (double)c.intermediate);
+    need(c.kv_heads >= 1 && c.heads % c.kv_heads == 0, "num_key_value_heads: expected a divisor of num_attention_heads",
+         (double)c.kv_heads);
+    need(c.head_dim >= 2 && c.head_dim % 2 == 0 && c.head_dim <= 4096,
+         "head_dim: expected an even integer in [2, 4096]", (double)c.head_dim);
+    need(c.intermediate >= 1 && c.intermediate <= (1 << 20), "intermediate_size: expected an integer in [1, 2^20]",
+         (double)c.intermediate);
     need(c.rms_eps > 0 && std::isfinite(c.rms_eps), "rms_norm_eps: expected a finite number > 0", c.rms_eps);
     need(c.rope_theta > 1 && std::isfinite(c.rope_theta), "rope_theta: expected a finite number > 1", c.rope_theta);
     if (c.rope.type != RopeScaling::None) {
-        need(c.rope.factor > 0 && std::isfinite(c.rope.factor), "rope_scaling.factor: expected a finite number > 0", c.rope.factor);
+        need(c.rope.factor > 0 && std::isfinite(c.rope.factor), "rope_scaling.factor: expected a finite number > 0",
+             c.rope.factor);
         if (c.rope.type == RopeScaling::Llama3) {
-            need(c.rope.low_freq_factor > 0 && std::isfinite(c.rope.low_freq_factor), "rope_scaling.low_freq_factor: expected a finite number > 0", c.rope.low_freq_factor);
+            need(c.rope.low_freq_factor > 0 && std::isfinite(c.rope.low_freq_factor),
+                 "rope_scaling.low_freq_factor: expected a finite number > 0", c.rope.low_freq_factor);
             need(c.rope.high_freq_factor > c.rope.low_freq_factor && std::isfinite(c.rope.high_freq_factor),
                  "rope_scaling.high_freq_factor: expected a finite number > low_freq_factor", c.rope.high_freq_factor);
-            need(c.rope.original_max_position >= 1, "rope_scaling.original_max_position_embeddings: expected an integer >= 1", (double)c.rope.original_max_position);
+            need(c.rope.original_max_position >= 1,
+                 "rope_scaling.original_max_position_embeddings: expected an integer >= 1",
+                 (double)c.rope.original_max_position);
         }
     }
 }
@@ -51,7 +58,9 @@ Layout make_layout(const Config & c) {
     check_config(c);
     Layout L;
     const int64_t C = c.d_model, QC = c.heads * c.head_dim, KC = c.kv_heads * c.head_dim, I = c.intermediate;
-    auto add = [&](const std::string & name, std::vector<int64_t> shape) { return gpt::add_tensor(L.tensors, L.total, name, std::move(shape)); };
+    auto add = [&](const std::string & name, std::vector<int64_t> shape) {
+        return gpt::add_tensor(L.tensors, L.total, name, std::move(shape));
+    };
     L.embed = add("model.embed_tokens.weight", {c.vocab, C});
     for (int64_t l = 0; l < c.layers; ++l) {
         const std::string p = "model.layers." + std::to_string(l) + ".";
@@ -110,7 +119,9 @@ Model<F>::Model(const Config & c) : cfg(c), layout(make_layout(c)) {
 template <typename F>
 void Model<F>::ensure_train_state() {
     if (!half.empty())
-        throw_error(MAPORL_ERR_INVALID_ARG, "training: the base's matrices are bfloat16 and frozen: train a LoRA adapter on it, or load the model in float32");
+        throw_error(MAPORL_ERR_INVALID_ARG,
+                    "training: the base's matrices are bfloat16 and frozen: train a LoRA adapter on it, or load the "
+                    "model in float32");
     if (grads.size() == params.size()) return;
     grads.assign(params.size(), F(0));
     m.assign(params.size(), F(0));
@@ -152,15 +163,18 @@ void add_into(F * dst, const F * src, int64_t n) {
 
 template <typename F>
 void Model<F>::forward(const int32_t * tok, int64_t B_, int64_t T_, bool head) {
-    if (T_ < 1 || T_ > cfg.context) throw_error(MAPORL_ERR_INVALID_ARG, "T: expected 1..%lld (context), got %lld", (long long)cfg.context, (long long)T_);
+    if (T_ < 1 || T_ > cfg.context)
+        throw_error(MAPORL_ERR_INVALID_ARG, "T: expected 1..%lld (context), got %lld", (long long)cfg.context,
+                    (long long)T_);
     if (B_ < 1) throw_error(MAPORL_ERR_INVALID_ARG, "B: expected >= 1, got %lld", (long long)B_);
     for (int64_t i = 0; i < B_ * T_; ++i)
         if (tok[i] < 0 || tok[i] >= cfg.vocab)
-            throw_error(MAPORL_ERR_INVALID_ARG, "tokens: expected ids in [0, %lld), got %d at index %lld", (long long)cfg.vocab, (int)tok[i], (long long)i);
+            throw_error(MAPORL_ERR_INVALID_ARG, "tokens: expected ids in [0, %lld), got %d at index %lld",
+                        (long long)cfg.vocab, (int)tok[i], (long long)i);
     B = B_;
     T = T_;
-    const int64_t N = B * T, C = cfg.d_model, NH = cfg.heads, NKV = cfg.kv_heads, hd = cfg.head_dim, QC = NH * hd, KC = NKV * hd,
-                  I = cfg.intermediate, V = cfg.vocab;
+    const int64_t N = B * T, C = cfg.d_model, NH = cfg.heads, NKV = cfg.kv_heads, hd = cfg.head_dim, QC = NH * hd,
+                  KC = NKV * hd, I = cfg.intermediate, V = cfg.vocab;
     tokens.assign(tok, tok + N);
     embedded.resize((size_t)(N * C));
     for (int64_t n = 0; n < N; ++n) embed_row(embedded.data() + n * C, tok[n]);
@@ -176,9 +190,22 @@ void Model<F>::forward(const int32_t * tok, int64_t B_, int64_t T_, bool head) {
     for (int64_t l = 0; l < cfg.layers; ++l) {
         const auto & bl = layout.blocks[(size_t)l];
         LayerActs<F> & a = acts[(size_t)l];
-        sz(a.xn1, N * C); sz(a.rstd1, N); sz(a.q, N * QC); sz(a.k, N * KC); sz(a.v, N * KC); sz(a.qr, N * QC); sz(a.kr, N * KC);
-        sz(a.att, B * NH * T * T); sz(a.y, N * QC); sz(a.res2, N * C); sz(a.xn2, N * C); sz(a.rstd2, N); sz(a.gate, N * I);
-        sz(a.up, N * I); sz(a.hmid, N * I); sz(a.res3, N * C);
+        sz(a.xn1, N * C);
+        sz(a.rstd1, N);
+        sz(a.q, N * QC);
+        sz(a.k, N * KC);
+        sz(a.v, N * KC);
+        sz(a.qr, N * QC);
+        sz(a.kr, N * KC);
+        sz(a.att, B * NH * T * T);
+        sz(a.y, N * QC);
+        sz(a.res2, N * C);
+        sz(a.xn2, N * C);
+        sz(a.rstd2, N);
+        sz(a.gate, N * I);
+        sz(a.up, N * I);
+        sz(a.hmid, N * I);
+        sz(a.res3, N * C);
         rmsnorm_forward(a.xn1.data(), a.rstd1.data(), x, p(bl.in_norm), N, C, cfg.rms_eps);
         lin(a.q.data(), a.xn1.data(), bl.q, bl.qb, N, C, QC);
         lin(a.k.data(), a.xn1.data(), bl.k, bl.kb, N, C, KC);
@@ -189,7 +216,10 @@ void Model<F>::forward(const int32_t * tok, int64_t B_, int64_t T_, bool head) {
         const F * qpre = a.q.data();
         const F * kpre = a.k.data();
         if (cfg.qk_norm) {
-            sz(a.qn, N * QC); sz(a.kn, N * KC); sz(a.qrstd, N * NH); sz(a.krstd, N * NKV);
+            sz(a.qn, N * QC);
+            sz(a.kn, N * KC);
+            sz(a.qrstd, N * NH);
+            sz(a.krstd, N * NKV);
             rmsnorm_forward(a.qn.data(), a.qrstd.data(), a.q.data(), p(bl.q_norm), N * NH, hd, cfg.rms_eps);
             rmsnorm_forward(a.kn.data(), a.krstd.data(), a.k.data(), p(bl.k_norm), N * NKV, hd, cfg.rms_eps);
             qpre = a.qn.data();
@@ -222,8 +252,10 @@ void Model<F>::forward(const int32_t * tok, int64_t B_, int64_t T_, bool head) {
         logits = std::vector<F>();
     }
     sz(values, N);
-    if (ad) matmul_forward(values.data(), lnf.data(), ad->p(ad->layout.vw), ad->p(ad->layout.vb), N, C, 1);
-    else matmul_forward(values.data(), lnf.data(), p(layout.vw), p(layout.vb), N, C, 1);
+    if (ad)
+        matmul_forward(values.data(), lnf.data(), ad->p(ad->layout.vw), ad->p(ad->layout.vb), N, C, 1);
+    else
+        matmul_forward(values.data(), lnf.data(), p(layout.vw), p(layout.vb), N, C, 1);
 }
 
 template <typename F>
@@ -235,10 +267,13 @@ void Model<F>::lin(F * out, const F * inp, int64_t w, int64_t bias, int64_t N, i
 }
 
 template <typename F>
-void Model<F>::lin_back(F * dinp, F * dw, F * db, const F * dout, const F * inp, int64_t w, int64_t N, int64_t Cin, int64_t OC, bool set_dinp) {
+void Model<F>::lin_back(F * dinp, F * dw, F * db, const F * dout, const F * inp, int64_t w, int64_t N, int64_t Cin,
+                        int64_t OC, bool set_dinp) {
     if constexpr (std::is_same<F, float>::value)
         if (is_half(w)) {
-            if (dw || db) throw_error(MAPORL_ERR_INTERNAL, "llama: a gradient asked of the frozen bfloat16 tensor %s", layout.tensors[(size_t)w].name.c_str());
+            if (dw || db)
+                throw_error(MAPORL_ERR_INTERNAL, "llama: a gradient asked of the frozen bfloat16 tensor %s",
+                            layout.tensors[(size_t)w].name.c_str());
             return gpt::matmul_backward_input_bf16(dinp, dout, h(w), N, Cin, OC, set_dinp);
         }
     matmul_backward(dinp, dw, db, dout, inp, p(w), N, Cin, OC, set_dinp);
@@ -257,24 +292,30 @@ void Model<F>::embed_row(F * dst, int32_t id) {
 
 template <typename F>
 void Model<F>::head_rows(F * out, int64_t n0, int64_t rows) {
-    if (n0 < 0 || rows < 0 || n0 + rows > B * T) throw_error(MAPORL_ERR_INVALID_ARG, "head_rows: rows %lld..%lld of %lld", (long long)n0, (long long)(n0 + rows), (long long)(B * T));
+    if (n0 < 0 || rows < 0 || n0 + rows > B * T)
+        throw_error(MAPORL_ERR_INVALID_ARG, "head_rows: rows %lld..%lld of %lld", (long long)n0, (long long)(n0 + rows),
+                    (long long)(B * T));
     lin_many(out, lnf.data() + n0 * cfg.d_model, layout.lm_head, -1, rows, cfg.d_model, cfg.vocab);
 }
 
 template <typename F>
 void Model<F>::head_backward_rows(F * dlnf, const F * dlogits, int64_t n0, int64_t rows) {
-    if (n0 < 0 || rows < 0 || n0 + rows > B * T) throw_error(MAPORL_ERR_INVALID_ARG, "head_backward_rows: rows %lld..%lld of %lld", (long long)n0, (long long)(n0 + rows), (long long)(B * T));
+    if (n0 < 0 || rows < 0 || n0 + rows > B * T)
+        throw_error(MAPORL_ERR_INVALID_ARG, "head_backward_rows: rows %lld..%lld of %lld", (long long)n0,
+                    (long long)(n0 + rows), (long long)(B * T));
     Lora<F> * ad = lora();
     if (!ad) ensure_train_state();
     const int64_t C = cfg.d_model;
-    lin_back(dlnf + n0 * C, ad ? (F *)nullptr : g(layout.lm_head), (F *)nullptr, dlogits, lnf.data() + n0 * C, layout.lm_head, rows, C, cfg.vocab);
+    lin_back(dlnf + n0 * C, ad ? (F *)nullptr : g(layout.lm_head), (F *)nullptr, dlogits, lnf.data() + n0 * C,
+             layout.lm_head, rows, C, cfg.vocab);
 }
 
 template <typename F>
 void Model<F>::backward(const F * dlogits, const F * dvalues) {
     if (B == 0) throw_error(MAPORL_ERR_INVALID_ARG, "backward: no forward to go back through");
     if (dlogits && logits.size() != (size_t)(B * T * cfg.vocab))
-        throw_error(MAPORL_ERR_INVALID_ARG, "backward: dlogits given, but the last forward computed no logits (head = false)");
+        throw_error(MAPORL_ERR_INVALID_ARG,
+                    "backward: dlogits given, but the last forward computed no logits (head = false)");
     std::vector<F> dlnf((size_t)(B * T * cfg.d_model), F(0));
     if (dlogits) head_backward_rows(dlnf.data(), dlogits, 0, B * T);
     backward_hidden(dlnf, dvalues);
@@ -285,23 +326,30 @@ void Model<F>::backward_hidden(std::vector<F> & dlnf, const F * dvalues) {
     if (B == 0) throw_error(MAPORL_ERR_INVALID_ARG, "backward: no forward to go back through");
     // With an adapter selected, the base is frozen: gw() is null for its tensors (the input gradients still flow).
     Lora<F> * ad = lora();
-    if (ad) ad->ensure_train_state();
-    else ensure_train_state();
-    const int64_t N = B * T, C = cfg.d_model, NH = cfg.heads, NKV = cfg.kv_heads, hd = cfg.head_dim, QC = NH * hd, KC = NKV * hd,
-                  I = cfg.intermediate;
-    if (dlnf.size() != (size_t)(N * C)) throw_error(MAPORL_ERR_INVALID_ARG, "backward: dlnf: expected %lld elements", (long long)(N * C));
+    if (ad)
+        ad->ensure_train_state();
+    else
+        ensure_train_state();
+    const int64_t N = B * T, C = cfg.d_model, NH = cfg.heads, NKV = cfg.kv_heads, hd = cfg.head_dim, QC = NH * hd,
+                  KC = NKV * hd, I = cfg.intermediate;
+    if (dlnf.size() != (size_t)(N * C))
+        throw_error(MAPORL_ERR_INVALID_ARG, "backward: dlnf: expected %lld elements", (long long)(N * C));
     auto gw = [&](int64_t t) { return ad ? (F *)nullptr : g(t); };
     auto bias_g = [&](int64_t t) { return t >= 0 && !ad ? g(t) : (F *)nullptr; };
     auto lo = [&](int64_t l, int t, F * dinp, const F * dout, const F * inp) {
         if (ad && ad->has(l, t)) ad->backward(l, t, dinp, dout, inp, N);
     };
     std::vector<F> dres((size_t)(N * C), F(0));
-    if (dvalues && ad) matmul_backward(dlnf.data(), ad->g(ad->layout.vw), ad->g(ad->layout.vb), dvalues, lnf.data(), ad->p(ad->layout.vw), N, C, 1);
-    else if (dvalues) matmul_backward(dlnf.data(), g(layout.vw), g(layout.vb), dvalues, lnf.data(), p(layout.vw), N, C, 1);
+    if (dvalues && ad)
+        matmul_backward(dlnf.data(), ad->g(ad->layout.vw), ad->g(ad->layout.vb), dvalues, lnf.data(),
+                        ad->p(ad->layout.vw), N, C, 1);
+    else if (dvalues)
+        matmul_backward(dlnf.data(), g(layout.vw), g(layout.vb), dvalues, lnf.data(), p(layout.vw), N, C, 1);
     const F * last = acts.back().res3.data();
     rmsnorm_backward(dres.data(), gw(layout.norm), dlnf.data(), last, p(layout.norm), lnf_rstd.data(), N, C);
-    std::vector<F> dh((size_t)(N * I)), dgate((size_t)(N * I)), dup((size_t)(N * I)), dxn((size_t)(N * C)), dy((size_t)(N * QC)),
-        dqr((size_t)(N * QC)), dkr((size_t)(N * KC)), dv((size_t)(N * KC)), dqn((size_t)(N * QC)), dkn((size_t)(N * KC)), dq, dk;
+    std::vector<F> dh((size_t)(N * I)), dgate((size_t)(N * I)), dup((size_t)(N * I)), dxn((size_t)(N * C)),
+        dy((size_t)(N * QC)), dqr((size_t)(N * QC)), dkr((size_t)(N * KC)), dv((size_t)(N * KC)), dqn((size_t)(N * QC)),
+        dkn((size_t)(N * KC)), dq, dk;
     if (cfg.qk_norm) {
         dq.resize((size_t)(N * QC));
         dk.resize((size_t)(N * KC));
@@ -319,28 +367,33 @@ void Model<F>::backward_hidden(std::vector<F> & dlnf, const F * dvalues) {
         zero(dgate);
         zero(dup);
         swiglu_backward(dgate.data(), dup.data(), dh.data(), a.gate.data(), a.up.data(), N * I);
-        lin_back(dxn.data(), gw(bl.gate), (F *)nullptr, dgate.data(), a.xn2.data(), bl.gate, N, C, I, /*set_dinp=*/true);
+        lin_back(dxn.data(), gw(bl.gate), (F *)nullptr, dgate.data(), a.xn2.data(), bl.gate, N, C, I,
+                 /*set_dinp=*/true);
         lin_back(dxn.data(), gw(bl.up), (F *)nullptr, dup.data(), a.xn2.data(), bl.up, N, C, I);
         lo(l, kGate, dxn.data(), dgate.data(), a.xn2.data());
         lo(l, kUp, dxn.data(), dup.data(), a.xn2.data());
-        rmsnorm_backward(dres.data(), gw(bl.post_norm), dxn.data(), a.res2.data(), p(bl.post_norm), a.rstd2.data(), N, C);
+        rmsnorm_backward(dres.data(), gw(bl.post_norm), dxn.data(), a.res2.data(), p(bl.post_norm), a.rstd2.data(), N,
+                         C);
         // res2 = x + o_proj(y).
         lin_back(dy.data(), gw(bl.o), bias_g(bl.ob), dres.data(), a.y.data(), bl.o, N, QC, C, /*set_dinp=*/true);
         lo(l, kO, dy.data(), dres.data(), a.y.data());
         zero(dqr);
         zero(dkr);
         zero(dv);
-        attention_gqa_backward(dqr.data(), dkr.data(), dv.data(), dy.data(), a.qr.data(), a.kr.data(), a.v.data(), a.att.data(), B, T, NH, NKV, hd);
+        attention_gqa_backward(dqr.data(), dkr.data(), dv.data(), dy.data(), a.qr.data(), a.kr.data(), a.v.data(),
+                               a.att.data(), B, T, NH, NKV, hd);
         zero(dqn);
         zero(dkn);
         rope_backward(dqn.data(), dqr.data(), rope_cos.data(), rope_sin.data(), B, T, 0, NH, hd);
         rope_backward(dkn.data(), dkr.data(), rope_cos.data(), rope_sin.data(), B, T, 0, NKV, hd);
-        std::vector<F> * dqp = &dqn, * dkp = &dkn;
+        std::vector<F> *dqp = &dqn, *dkp = &dkn;
         if (cfg.qk_norm) {
             zero(dq);
             zero(dk);
-            rmsnorm_backward(dq.data(), gw(bl.q_norm), dqn.data(), a.q.data(), p(bl.q_norm), a.qrstd.data(), N * NH, hd);
-            rmsnorm_backward(dk.data(), gw(bl.k_norm), dkn.data(), a.k.data(), p(bl.k_norm), a.krstd.data(), N * NKV, hd);
+            rmsnorm_backward(dq.data(), gw(bl.q_norm), dqn.data(), a.q.data(), p(bl.q_norm), a.qrstd.data(), N * NH,
+                             hd);
+            rmsnorm_backward(dk.data(), gw(bl.k_norm), dkn.data(), a.k.data(), p(bl.k_norm), a.krstd.data(), N * NKV,
+                             hd);
             dqp = &dq;
             dkp = &dk;
         }
@@ -380,7 +433,8 @@ double clipped_adamw(S & set, const gpt::AdamW & h, double max_norm) {
     const double norm = std::sqrt(gpt::sum_squares(set.grads.data(), (int64_t)set.grads.size()));
     const double scale = max_norm > 0 && norm > max_norm ? max_norm / (norm + 1e-6) : 1.0;
     ++set.step;
-    gpt::adamw_update(set.params.data(), set.grads.data(), set.m.data(), set.v.data(), (int64_t)set.params.size(), h, set.step, (F)scale);
+    gpt::adamw_update(set.params.data(), set.grads.data(), set.m.data(), set.v.data(), (int64_t)set.params.size(), h,
+                      set.step, (F)scale);
     return norm;
 }
 }  // namespace
@@ -407,7 +461,8 @@ int64_t target_tensor(const Layout::Block & b, int t) {
 
 template <typename F>
 int64_t Model<F>::lora_add(const LoraConfig & c, uint64_t seed) {
-    const int64_t C = cfg.d_model, QC = cfg.heads * cfg.head_dim, KC = cfg.kv_heads * cfg.head_dim, I = cfg.intermediate;
+    const int64_t C = cfg.d_model, QC = cfg.heads * cfg.head_dim, KC = cfg.kv_heads * cfg.head_dim,
+                  I = cfg.intermediate;
     const std::array<int64_t, kLoraTargets> in = {C, C, C, QC, C, C, I}, out = {QC, KC, KC, C, I, I, C};
     adapters.emplace_back(new Lora<F>(c, cfg.layers, in, out, p(layout.vw), *p(layout.vb), C, seed));
     return (int64_t)adapters.size() - 1;
@@ -418,12 +473,15 @@ void Model<F>::lora_merge(int64_t id) {
     if (id < 0 || id >= (int64_t)adapters.size() || !adapters[(size_t)id])
         throw_error(MAPORL_ERR_INVALID_ARG, "adapter: expected a live adapter id, got %lld", (long long)id);
     if (!half.empty())
-        throw_error(MAPORL_ERR_INVALID_ARG, "merge: the base's matrices are bfloat16; merging would round the adapter's update into them (load the base in float32 to merge)");
+        throw_error(MAPORL_ERR_INVALID_ARG,
+                    "merge: the base's matrices are bfloat16; merging would round the adapter's update into them (load "
+                    "the base in float32 to merge)");
     const Lora<F> & a = *adapters[(size_t)id];
     for (int64_t l = 0; l < cfg.layers; ++l)
         for (int t = 0; t < kLoraTargets; ++t)
             if (a.has(l, t)) a.merge_into(l, t, p(target_tensor(layout.blocks[(size_t)l], t)));
-    std::copy(a.p(a.layout.vw), a.p(a.layout.vw) + cfg.d_model, p(layout.vw));  // the merged model's value head is the adapter's
+    std::copy(a.p(a.layout.vw), a.p(a.layout.vw) + cfg.d_model,
+              p(layout.vw));  // the merged model's value head is the adapter's
     *p(layout.vb) = *a.p(a.layout.vb);
     lora_remove(id);
     wt_stale = true;

@@ -45,7 +45,8 @@ struct Layout {
     int64_t total = 0;
     int64_t embed, norm, lm_head, vw, vb;
     struct Block {
-        int64_t in_norm, q, k, v, o, qb = -1, kb = -1, vb = -1, ob = -1, q_norm = -1, k_norm = -1, post_norm, gate, up, down;
+        int64_t in_norm, q, k, v, o, qb = -1, kb = -1, vb = -1, ob = -1, q_norm = -1, k_norm = -1, post_norm, gate, up,
+                                     down;
     };
     std::vector<Block> blocks;
 };
@@ -54,7 +55,8 @@ Layout make_layout(const Config & c);
 // prefill's arguments (a cache of cache_batch rows and cache_len positions; prompts tok [cache_batch, P] of lengths
 // lens): named errors for no cache, P < 0, a length past P or the cache, a prompt token outside the vocabulary;
 // returns the longest length. Shared by llama::Model and the device model (llama_device.h).
-int64_t check_prefill(const int32_t * tok, const int64_t * lens, int64_t P, int64_t cache_batch, int64_t cache_len, int64_t vocab);
+int64_t check_prefill(const int32_t * tok, const int64_t * lens, int64_t P, int64_t cache_batch, int64_t cache_len,
+                      int64_t vocab);
 
 template <typename F>
 struct LayerActs {
@@ -103,7 +105,8 @@ struct Model {
     void lin(F * out, const F * inp, int64_t w, int64_t bias, int64_t N, int64_t Cin, int64_t OC);
     // dinp += dout @ W (with set_dinp, dinp = dout @ W: its old values are not read); dw, db (may be null) += the
     // weight's and bias's gradients (a bfloat16 W has none).
-    void lin_back(F * dinp, F * dw, F * db, const F * dout, const F * inp, int64_t w, int64_t N, int64_t Cin, int64_t OC, bool set_dinp = false);
+    void lin_back(F * dinp, F * dw, F * db, const F * dout, const F * inp, int64_t w, int64_t N, int64_t Cin,
+                  int64_t OC, bool set_dinp = false);
     // dst [C] = the embedding row of token id.
     void embed_row(F * dst, int32_t id);
     F * g(int64_t tensor) { return grads.data() + layout.tensors[(size_t)tensor].offset; }

@@ -13,37 +13,40 @@ namespace llama {
 namespace cuda {
 
 // out = x * rsqrt(mean(x^2) + eps) * weight per row of C; rstd [N] saved. One warp per row.
-void rmsnorm_forward(float * out, float * rstd, const float * inp, const float * weight, int64_t N, int64_t C, double eps);
+void rmsnorm_forward(float * out, float * rstd, const float * inp, const float * weight, int64_t N, int64_t C,
+                     double eps);
 // scratch: rmsnorm_scratch(N, C) floats (per-chunk partials of dweight).
 int64_t rmsnorm_scratch(int64_t N, int64_t C);
-void rmsnorm_backward(float * dinp, float * dweight, const float * dout, const float * inp, const float * weight, const float * rstd,
-                      int64_t N, int64_t C, float * scratch);
+void rmsnorm_backward(float * dinp, float * dweight, const float * dout, const float * inp, const float * weight,
+                      const float * rstd, int64_t N, int64_t C, float * scratch);
 
 // Rotate-half RoPE on x [B, T, H, dim] at positions pos0 + t, with the [positions, dim / 2] cos / sin tables on the
 // device. In place is allowed.
-void rope_forward(float * out, const float * inp, const float * cos, const float * sin, int64_t B, int64_t T, int64_t pos0, int64_t H,
-                  int64_t dim);
-void rope_backward(float * dinp, const float * dout, const float * cos, const float * sin, int64_t B, int64_t T, int64_t pos0,
-                   int64_t H, int64_t dim);
+void rope_forward(float * out, const float * inp, const float * cos, const float * sin, int64_t B, int64_t T,
+                  int64_t pos0, int64_t H, int64_t dim);
+void rope_backward(float * dinp, const float * dout, const float * cos, const float * sin, int64_t B, int64_t T,
+                   int64_t pos0, int64_t H, int64_t dim);
 
 void swiglu_forward(float * out, const float * gate, const float * up, int64_t n);
 void swiglu_backward(float * dgate, float * dup, const float * dout, const float * gate, const float * up, int64_t n);
 
 // Causal GQA attention: q [B, T, NH*hs], k / v [B, T, NKV*hs], out [B, T, NH*hs], att [B, NH, T, T] (probabilities).
-void attention_gqa_forward(float * out, float * att, const float * q, const float * k, const float * v, int64_t B, int64_t T,
-                           int64_t NH, int64_t NKV, int64_t hs);
+void attention_gqa_forward(float * out, float * att, const float * q, const float * k, const float * v, int64_t B,
+                           int64_t T, int64_t NH, int64_t NKV, int64_t hs);
 // scratch: B * NH * T * T floats (the pre-softmax gradient).
-void attention_gqa_backward(float * dq, float * dk, float * dv, const float * dout, const float * q, const float * k, const float * v,
-                            const float * att, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hs, float * scratch);
+void attention_gqa_backward(float * dq, float * dk, float * dv, const float * dout, const float * q, const float * k,
+                            const float * v, const float * att, int64_t B, int64_t T, int64_t NH, int64_t NKV,
+                            int64_t hs, float * scratch);
 
 // The decoder's ops (llama_device.h): row n of N at position pos[n] / rt[n] of cache row rb[n]. rope_rows rotates x
 // [N, H, dim] in place; kv_store writes k, v [N, NKV*hd] into the layer's caches [batch, NKV, max_len, hd];
 // attention_rows attends every row's NH query heads [N, NH*hs] over slots 0 .. rt[n] (scratch: N * NH * max_len).
 void rope_rows(float * x, const float * cos, const float * sin, const int32_t * pos, int64_t N, int64_t H, int64_t dim);
-void kv_store(float * kc, float * vc, const float * k, const float * v, const int32_t * rb, const int32_t * rt, int64_t N, int64_t NKV,
-              int64_t max_len, int64_t hd);
-void attention_rows(float * out, const float * q, const float * kc, const float * vc, const int32_t * rb, const int32_t * rt, int64_t N,
-                    int64_t NH, int64_t NKV, int64_t max_len, int64_t hs, float * scratch);
+void kv_store(float * kc, float * vc, const float * k, const float * v, const int32_t * rb, const int32_t * rt,
+              int64_t N, int64_t NKV, int64_t max_len, int64_t hd);
+void attention_rows(float * out, const float * q, const float * kc, const float * vc, const int32_t * rb,
+                    const int32_t * rt, int64_t N, int64_t NH, int64_t NKV, int64_t max_len, int64_t hs,
+                    float * scratch);
 
 // Token embedding rows (embedding.cu): out [N, C] = wte[tokens[n]]; the backward adds dout's rows into dwte, each
 // token's rows in ascending order (host_tokens: the same ids on the host, bucketed there).

@@ -38,7 +38,8 @@ template <typename F>
 void Model<F>::cache_reset(int64_t batch, int64_t max_len) {
     if (batch < 1) throw_error(MAPORL_ERR_INVALID_ARG, "batch: expected >= 1, got %lld", (long long)batch);
     if (max_len < 1 || max_len > cfg.context)
-        throw_error(MAPORL_ERR_INVALID_ARG, "max_len: expected 1..%lld (context), got %lld", (long long)cfg.context, (long long)max_len);
+        throw_error(MAPORL_ERR_INVALID_ARG, "max_len: expected 1..%lld (context), got %lld", (long long)cfg.context,
+                    (long long)max_len);
     const size_t n = (size_t)(cfg.layers * batch * cfg.kv_heads * max_len * cfg.head_dim);
     kcache.clear();  // (no zero-fill: a position is read only after it is written)
     kcache.resize(n);
@@ -61,9 +62,11 @@ void Model<F>::decode_rows(const int32_t * tok, const int64_t * pos, bool logits
     if (Bc == 0) throw_error(MAPORL_ERR_INVALID_ARG, "decode: call cache_reset first");
     for (int64_t b = 0; b < Bc; ++b) {
         if (pos[b] < 0 || pos[b] >= cache_len)
-            throw_error(MAPORL_ERR_INVALID_ARG, "pos: expected 0..%lld, got %lld at row %lld", (long long)(cache_len - 1), (long long)pos[b], (long long)b);
+            throw_error(MAPORL_ERR_INVALID_ARG, "pos: expected 0..%lld, got %lld at row %lld",
+                        (long long)(cache_len - 1), (long long)pos[b], (long long)b);
         if (tok[b] < 0 || tok[b] >= V)
-            throw_error(MAPORL_ERR_INVALID_ARG, "tokens: expected ids in [0, %lld), got %d at index %lld", (long long)V, (int)tok[b], (long long)b);
+            throw_error(MAPORL_ERR_INVALID_ARG, "tokens: expected ids in [0, %lld), got %d at index %lld", (long long)V,
+                        (int)tok[b], (long long)b);
     }
     std::vector<int64_t> rows((size_t)Bc);
     for (int64_t b = 0; b < Bc; ++b) rows[(size_t)b] = b;
@@ -88,18 +91,20 @@ void Model<F>::decode_rows(const int32_t * tok, const int64_t * pos, bool logits
     }
 }
 
-int64_t check_prefill(const int32_t * tok, const int64_t * lens, int64_t P, int64_t cache_batch, int64_t cache_len, int64_t vocab) {
+int64_t check_prefill(const int32_t * tok, const int64_t * lens, int64_t P, int64_t cache_batch, int64_t cache_len,
+                      int64_t vocab) {
     if (cache_batch == 0) throw_error(MAPORL_ERR_INVALID_ARG, "prefill: call cache_reset first");
     if (P < 0) throw_error(MAPORL_ERR_INVALID_ARG, "prefill: P: expected >= 0, got %lld", (long long)P);
     int64_t longest = 0;
     for (int64_t b = 0; b < cache_batch; ++b) {
         if (lens[b] < 0 || lens[b] > P || lens[b] > cache_len)
-            throw_error(MAPORL_ERR_INVALID_ARG, "prefill: lens: expected 0..%lld at row %lld, got %lld", (long long)std::min(P, cache_len),
-                        (long long)b, (long long)lens[b]);
+            throw_error(MAPORL_ERR_INVALID_ARG, "prefill: lens: expected 0..%lld at row %lld, got %lld",
+                        (long long)std::min(P, cache_len), (long long)b, (long long)lens[b]);
         for (int64_t t = 0; t < lens[b]; ++t)
             if (tok[b * P + t] < 0 || tok[b * P + t] >= vocab)
-                throw_error(MAPORL_ERR_INVALID_ARG, "prefill: tokens: expected ids in [0, %lld), got %d at row %lld position %lld", (long long)vocab,
-                            (int)tok[b * P + t], (long long)b, (long long)t);
+                throw_error(MAPORL_ERR_INVALID_ARG,
+                            "prefill: tokens: expected ids in [0, %lld), got %d at row %lld position %lld",
+                            (long long)vocab, (int)tok[b * P + t], (long long)b, (long long)t);
         longest = std::max(longest, lens[b]);
     }
     return longest;
@@ -124,12 +129,13 @@ void Model<F>::prefill(const int32_t * tok, const int64_t * lens, int64_t P) {
 
 template <typename F>
 void Model<F>::step_rows(std::vector<F> & x, const int64_t * rb, const int64_t * rt, int64_t N, bool decode_rule) {
-    const int64_t C = cfg.d_model, NH = cfg.heads, NKV = cfg.kv_heads, hd = cfg.head_dim, QC = NH * hd, KC = NKV * hd, I = cfg.intermediate,
-                  group = NH / NKV;
+    const int64_t C = cfg.d_model, NH = cfg.heads, NKV = cfg.kv_heads, hd = cfg.head_dim, QC = NH * hd, KC = NKV * hd,
+                  I = cfg.intermediate, group = NH / NKV;
     int64_t longest = 0;
     for (int64_t n = 0; n < N; ++n) longest = std::max(longest, rt[n] + 1);
-    std::vector<F> xn((size_t)(N * C)), rs((size_t)(N * NH)), q((size_t)(N * QC)), k((size_t)(N * KC)), vv((size_t)(N * KC)), y((size_t)(N * QC)),
-        proj((size_t)(N * C)), gate((size_t)(N * I)), up((size_t)(N * I)), hmid((size_t)(N * I)), sc((size_t)longest);
+    std::vector<F> xn((size_t)(N * C)), rs((size_t)(N * NH)), q((size_t)(N * QC)), k((size_t)(N * KC)),
+        vv((size_t)(N * KC)), y((size_t)(N * QC)), proj((size_t)(N * C)), gate((size_t)(N * I)), up((size_t)(N * I)),
+        hmid((size_t)(N * I)), sc((size_t)longest);
     // The rows of each adapter in use (row_adapter of their cache row); the base rows get no term.
     std::vector<std::pair<const Lora<F> *, std::vector<int64_t>>> groups;
     for (int64_t n = 0; n < N; ++n) {
@@ -137,8 +143,10 @@ void Model<F>::step_rows(std::vector<F> & x, const int64_t * rb, const int64_t *
         if (id < 0) continue;
         const Lora<F> * a = adapters[(size_t)id].get();
         auto it = std::find_if(groups.begin(), groups.end(), [a](const auto & gr) { return gr.first == a; });
-        if (it == groups.end()) groups.push_back({a, {n}});
-        else it->second.push_back(n);
+        if (it == groups.end())
+            groups.push_back({a, {n}});
+        else
+            it->second.push_back(n);
     }
     auto lo = [&](int64_t l, int t, F * out, const F * inp) {
         for (const auto & gr : groups)
@@ -224,7 +232,8 @@ void Model<F>::step_rows(std::vector<F> & x, const int64_t * rb, const int64_t *
 }
 
 template <typename F>
-void Model<F>::matmul_forward_wt_or(F * out, const F * inp, int64_t w, int64_t bias, int64_t N, int64_t Cin, int64_t OC) {
+void Model<F>::matmul_forward_wt_or(F * out, const F * inp, int64_t w, int64_t bias, int64_t N, int64_t Cin,
+                                    int64_t OC) {
     matmul_forward_wt_or({{out, w, bias, OC}}, inp, N, Cin);
 }
 
@@ -241,7 +250,8 @@ void Model<F>::matmul_forward_wt_or(std::initializer_list<Proj> projs, const F *
     for (const Proj & pr : projs) {
         if (n == 4) throw_error(MAPORL_ERR_INTERNAL, "llama: more than 4 weights in one GEMV");
         const bool half = std::is_same<F, float>::value && is_half(pr.w);
-        parts[n++] = {half ? nullptr : p(pr.w), half ? h(pr.w) : nullptr, pr.bias >= 0 ? p(pr.bias) : (const F *)nullptr, pr.out, pr.OC};
+        parts[n++] = {half ? nullptr : p(pr.w), half ? h(pr.w) : nullptr,
+                      pr.bias >= 0 ? p(pr.bias) : (const F *)nullptr, pr.out, pr.OC};
     }
     gpt::matmul_forward_rows_parts(parts, n, inp, N, Cin);
 }
@@ -255,15 +265,15 @@ void Model<F>::lin_many(F * out, const F * inp, int64_t w, int64_t bias, int64_t
 }
 
 // The decoder's members (llama.cpp instantiates the rest of the class).
-#define MAPORL_INSTANTIATE(F)                                                                                     \
-    template const F * Model<F>::wt(int64_t);                                                                     \
-    template void Model<F>::cache_reset(int64_t, int64_t);                                                        \
-    template void Model<F>::decode(const int32_t *, int64_t, bool, bool);                                         \
-    template void Model<F>::decode_rows(const int32_t *, const int64_t *, bool, bool);                            \
-    template void Model<F>::prefill(const int32_t *, const int64_t *, int64_t);                                   \
-    template void Model<F>::step_rows(std::vector<F> &, const int64_t *, const int64_t *, int64_t, bool);         \
-    template void Model<F>::matmul_forward_wt_or(F *, const F *, int64_t, int64_t, int64_t, int64_t, int64_t);       \
-    template void Model<F>::matmul_forward_wt_or(std::initializer_list<Proj>, const F *, int64_t, int64_t);          \
+#define MAPORL_INSTANTIATE(F)                                                                                  \
+    template const F * Model<F>::wt(int64_t);                                                                  \
+    template void Model<F>::cache_reset(int64_t, int64_t);                                                     \
+    template void Model<F>::decode(const int32_t *, int64_t, bool, bool);                                      \
+    template void Model<F>::decode_rows(const int32_t *, const int64_t *, bool, bool);                         \
+    template void Model<F>::prefill(const int32_t *, const int64_t *, int64_t);                                \
+    template void Model<F>::step_rows(std::vector<F> &, const int64_t *, const int64_t *, int64_t, bool);      \
+    template void Model<F>::matmul_forward_wt_or(F *, const F *, int64_t, int64_t, int64_t, int64_t, int64_t); \
+    template void Model<F>::matmul_forward_wt_or(std::initializer_list<Proj>, const F *, int64_t, int64_t);    \
     template void Model<F>::lin_many(F *, const F *, int64_t, int64_t, int64_t, int64_t, int64_t);
 MAPORL_INSTANTIATE(float)
 MAPORL_INSTANTIATE(double)

@@ -143,8 +143,11 @@ struct DeviceLlama : DeviceModel {
     Buf sx, sxn, srs, sq, sk, sv, sy, sproj, sgate, sup, shmid, sscores;
     IBuf srb, srt, stok;
 
-    explicit DeviceLlama(const Config & c, Model<float> * host_model = nullptr) : cfg(c), layout(make_layout(c)), host(host_model) {
-        if (c.bf16) throw_error(MAPORL_ERR_INVALID_ARG, "device: a bfloat16 base runs on the CPU in this version (load it in float32 to move it)");
+    explicit DeviceLlama(const Config & c, Model<float> * host_model = nullptr)
+        : cfg(c), layout(make_layout(c)), host(host_model) {
+        if (c.bf16)
+            throw_error(MAPORL_ERR_INVALID_ARG,
+                        "device: a bfloat16 base runs on the CPU in this version (load it in float32 to move it)");
         params.zeroed(layout.total);
         std::vector<float> hc, hs;
         rope_tables(hc, hs, rope_inv_freq(c.head_dim, c.rope_theta, c.rope), c.context);
@@ -169,10 +172,12 @@ struct DeviceLlama : DeviceModel {
         return mr;
     }
     Lora<float> * selected() const { return host ? host->lora() : nullptr; }
-    static float * at(const Buf & b, const Lora<float> & a, int64_t t) { return b.p + a.layout.tensors[(size_t)t].offset; }
+    static float * at(const Buf & b, const Lora<float> & a, int64_t t) {
+        return b.p + a.layout.tensors[(size_t)t].offset;
+    }
     // out [N, OC] += the adapter's term for (layer l, target t) on inp [N, Cin]; with keep, u is kept for the backward.
-    void lora_term(Mirror & mr, const Lora<float> & a, int64_t l, int t, float * out, const float * inp, int64_t N, bool keep,
-                   const int32_t * mask = nullptr) {
+    void lora_term(Mirror & mr, const Lora<float> & a, int64_t l, int t, float * out, const float * inp, int64_t N,
+                   bool keep, const int32_t * mask = nullptr) {
         const int64_t Cin = a.in_dim(t), OC = a.out_dim(t), r = a.cfg.rank;
         Buf & ub = keep ? mr.us[(size_t)l][(size_t)t] : lora_du;
         float * u = ub.need(N * r);
@@ -180,14 +185,19 @@ struct DeviceLlama : DeviceModel {
         D::scale(u, a.scale, N * r);
         float * d = lora_tmp.need(N * OC);
         D::matmul_forward(d, u, at(mr.params, a, a.layout.B[(size_t)l][(size_t)t]), nullptr, N, r, OC);
-        if (mask) D::add_rows(out, d, mask, N, OC);
-        else D::add(out, out, d, N * OC);
+        if (mask)
+            D::add_rows(out, d, mask, N, OC);
+        else
+            D::add(out, out, d, N * OC);
     }
     // dinp [N, Cin] += the term's input gradient; the adapter's A and B gradients += (from the kept u).
-    void lora_term_back(Mirror & mr, const Lora<float> & a, int64_t l, int t, float * dinp, const float * dout, const float * inp, int64_t N) {
-        const int64_t Cin = a.in_dim(t), OC = a.out_dim(t), r = a.cfg.rank, ia = a.layout.A[(size_t)l][(size_t)t], ib = a.layout.B[(size_t)l][(size_t)t];
+    void lora_term_back(Mirror & mr, const Lora<float> & a, int64_t l, int t, float * dinp, const float * dout,
+                        const float * inp, int64_t N) {
+        const int64_t Cin = a.in_dim(t), OC = a.out_dim(t), r = a.cfg.rank, ia = a.layout.A[(size_t)l][(size_t)t],
+                      ib = a.layout.B[(size_t)l][(size_t)t];
         float * du = lora_du.zeroed(N * r);
-        D::matmul_backward(du, at(mr.grads, a, ib), nullptr, dout, mr.us[(size_t)l][(size_t)t].p, at(mr.params, a, ib), N, r, OC);
+        D::matmul_backward(du, at(mr.grads, a, ib), nullptr, dout, mr.us[(size_t)l][(size_t)t].p, at(mr.params, a, ib),
+                           N, r, OC);
         D::scale(du, a.scale, N * r);
         D::matmul_backward(dinp, at(mr.grads, a, ia), nullptr, du, inp, at(mr.params, a, ia), N, Cin, r);
     }
@@ -205,7 +215,8 @@ struct DeviceLlama : DeviceModel {
 
     Buf & which_buf(int which, int64_t n) {
         if (n != layout.total)
-            throw_error(MAPORL_ERR_INVALID_ARG, "count: expected %lld (the parameter count), got %lld", (long long)layout.total, (long long)n);
+            throw_error(MAPORL_ERR_INVALID_ARG, "count: expected %lld (the parameter count), got %lld",
+                        (long long)layout.total, (long long)n);
         if (which < 0 || which > 3) throw_error(MAPORL_ERR_INVALID_ARG, "which: expected 0..3, got %d", which);
         Buf * bs[4] = {&params, &m, &v, &grads};
         return *bs[which];
@@ -217,8 +228,10 @@ struct DeviceLlama : DeviceModel {
     // Gradients or moments never allocated are zeros (the CPU model's state before its first training call).
     void download(int which, float * host, int64_t n) const override {
         const Buf & b = const_cast<DeviceLlama *>(this)->which_buf(which, n);
-        if (b.cap < n) std::fill(host, host + n, 0.0f);
-        else D::to_host(host, b.p, n * (int64_t)sizeof(float));
+        if (b.cap < n)
+            std::fill(host, host + n, 0.0f);
+        else
+            D::to_host(host, b.p, n * (int64_t)sizeof(float));
     }
     bool base_grads() const { return grads.cap >= layout.total; }
     void ensure_grads() {
@@ -238,16 +251,22 @@ struct DeviceLlama : DeviceModel {
     }
     DeviceBytes memory() const override;
 
-    void forward(const int32_t * tok, int64_t B_, int64_t T_, bool head, float * logits_out, float * values_out) override {
-        if (T_ < 1 || T_ > cfg.context) throw_error(MAPORL_ERR_INVALID_ARG, "T: expected 1..%lld (context), got %lld", (long long)cfg.context, (long long)T_);
+    void forward(const int32_t * tok, int64_t B_, int64_t T_, bool head, float * logits_out,
+                 float * values_out) override {
+        if (T_ < 1 || T_ > cfg.context)
+            throw_error(MAPORL_ERR_INVALID_ARG, "T: expected 1..%lld (context), got %lld", (long long)cfg.context,
+                        (long long)T_);
         if (B_ < 1) throw_error(MAPORL_ERR_INVALID_ARG, "B: expected >= 1, got %lld", (long long)B_);
         check_tokens(tok, B_ * T_);
         B = T = 0;  // (a failure below leaves no forward to go back through)
-        const int64_t N = B_ * T_, C = cfg.d_model, NH = cfg.heads, NKV = cfg.kv_heads, hd = cfg.head_dim, QC = NH * hd, KC = NKV * hd,
-                      I = cfg.intermediate;
+        const int64_t N = B_ * T_, C = cfg.d_model, NH = cfg.heads, NKV = cfg.kv_heads, hd = cfg.head_dim, QC = NH * hd,
+                      KC = NKV * hd, I = cfg.intermediate;
         Lora<float> * ad = selected();
         if (ad && host->training && ad->cfg.dropout > 0)
-            throw_error(MAPORL_ERR_INVALID_ARG, "lora.dropout: training with dropout runs on the CPU in this version (the adapter has %g; use 0 on the device)", ad->cfg.dropout);
+            throw_error(MAPORL_ERR_INVALID_ARG,
+                        "lora.dropout: training with dropout runs on the CPU in this version (the adapter has %g; use "
+                        "0 on the device)",
+                        ad->cfg.dropout);
         Mirror * mr = ad ? &mirror(host->active) : nullptr;
         auto lo = [&](int64_t l, int t, float * out, const float * inp) {
             if (ad && ad->has(l, t)) lora_term(*mr, *ad, l, t, out, inp, N, true);
@@ -267,16 +286,19 @@ struct DeviceLlama : DeviceModel {
             lo(l, kQ, a.q.p, a.xn1.p);
             lo(l, kK, a.k.p, a.xn1.p);
             lo(l, kV, a.v.p, a.xn1.p);
-            const float * qpre = a.q.p, * kpre = a.k.p;
+            const float *qpre = a.q.p, *kpre = a.k.p;
             if (cfg.qk_norm) {
-                D::rmsnorm_forward(a.qn.need(N * QC), a.qrstd.need(N * NH), a.q.p, p(bl.q_norm), N * NH, hd, cfg.rms_eps);
-                D::rmsnorm_forward(a.kn.need(N * KC), a.krstd.need(N * NKV), a.k.p, p(bl.k_norm), N * NKV, hd, cfg.rms_eps);
+                D::rmsnorm_forward(a.qn.need(N * QC), a.qrstd.need(N * NH), a.q.p, p(bl.q_norm), N * NH, hd,
+                                   cfg.rms_eps);
+                D::rmsnorm_forward(a.kn.need(N * KC), a.krstd.need(N * NKV), a.k.p, p(bl.k_norm), N * NKV, hd,
+                                   cfg.rms_eps);
                 qpre = a.qn.p;
                 kpre = a.kn.p;
             }
             D::rope_forward(a.qr.need(N * QC), qpre, cos.p, sin.p, B_, T_, 0, NH, hd);
             D::rope_forward(a.kr.need(N * KC), kpre, cos.p, sin.p, B_, T_, 0, NKV, hd);
-            D::attention_gqa_forward(a.y.need(N * QC), att_probs(a, B_, T_), a.qr.p, a.kr.p, a.v.p, B_, T_, NH, NKV, hd);
+            D::attention_gqa_forward(a.y.need(N * QC), att_probs(a, B_, T_), a.qr.p, a.kr.p, a.v.p, B_, T_, NH, NKV,
+                                     hd);
             D::matmul_forward(a.res2.need(N * C), a.y.p, p(bl.o), bias(bl.ob), N, QC, C);
             lo(l, kO, a.res2.p, a.y.p);
             D::add(a.res2.p, a.res2.p, x, N * C);
@@ -292,8 +314,11 @@ struct DeviceLlama : DeviceModel {
             x = a.res3.p;
         }
         D::rmsnorm_forward(lnf.need(N * C), lnf_rstd.need(N), x, p(layout.norm), N, C, cfg.rms_eps);
-        if (ad) D::matmul_forward(values.need(N), lnf.p, at(mr->params, *ad, ad->layout.vw), at(mr->params, *ad, ad->layout.vb), N, C, 1);
-        else D::matmul_forward(values.need(N), lnf.p, p(layout.vw), p(layout.vb), N, C, 1);
+        if (ad)
+            D::matmul_forward(values.need(N), lnf.p, at(mr->params, *ad, ad->layout.vw),
+                              at(mr->params, *ad, ad->layout.vb), N, C, 1);
+        else
+            D::matmul_forward(values.need(N), lnf.p, p(layout.vw), p(layout.vb), N, C, 1);
         B = B_;
         T = T_;
         fwd_adapter = ad ? host->active : -1;
@@ -309,8 +334,10 @@ struct DeviceLlama : DeviceModel {
         } catch (const Error & e) {
             if (e.status != MAPORL_ERR_OUT_OF_MEMORY) throw;
             throw_error(MAPORL_ERR_OUT_OF_MEMORY,
-                        "forward: the attention probabilities kept for the backward (B x heads x T^2 floats a layer: B=%lld heads=%lld T=%lld, "
-                        "%lld bytes a layer, %lld for %lld layers) do not fit on the device: run fewer rows (B) or shorter sequences (T) per call",
+                        "forward: the attention probabilities kept for the backward (B x heads x T^2 floats a layer: "
+                        "B=%lld heads=%lld T=%lld, "
+                        "%lld bytes a layer, %lld for %lld layers) do not fit on the device: run fewer rows (B) or "
+                        "shorter sequences (T) per call",
                         (long long)B_, (long long)cfg.heads, (long long)T_, (long long)(B_ * cfg.heads * T_ * T_ * 4),
                         (long long)attention_probs_bytes(cfg, B_, T_), (long long)cfg.layers);
         }
@@ -321,7 +348,8 @@ struct DeviceLlama : DeviceModel {
     void require_rows(const char * what, int64_t n0, int64_t rows) const {
         require_forward(what);
         if (n0 < 0 || rows < 0 || n0 + rows > B * T)
-            throw_error(MAPORL_ERR_INVALID_ARG, "%s: rows %lld..%lld of %lld", what, (long long)n0, (long long)(n0 + rows), (long long)(B * T));
+            throw_error(MAPORL_ERR_INVALID_ARG, "%s: rows %lld..%lld of %lld", what, (long long)n0,
+                        (long long)(n0 + rows), (long long)(B * T));
     }
 
     void head_rows(float * out, int64_t n0, int64_t rows) override {
@@ -334,7 +362,8 @@ struct DeviceLlama : DeviceModel {
     void backward_begin() override {
         require_forward("backward");
         if ((host ? host->active : -1) != fwd_adapter)
-            throw_error(MAPORL_ERR_INVALID_ARG, "backward: the selected adapter changed since the forward (run the forward again)");
+            throw_error(MAPORL_ERR_INVALID_ARG,
+                        "backward: the selected adapter changed since the forward (run the forward again)");
         // Everything the backward allocates is allocated here, before any gradient is added: an out-of-memory error
         // leaves the gradients as they were, and the whole backward can be retried (all or nothing).
         reserve_backward();
@@ -342,9 +371,10 @@ struct DeviceLlama : DeviceModel {
         dlnf_open = true;
     }
     void reserve_backward() {
-        const int64_t N = B * T, C = cfg.d_model, NH = cfg.heads, NKV = cfg.kv_heads, hd = cfg.head_dim, QC = NH * hd, KC = NKV * hd,
-                      I = cfg.intermediate;
-        if (fwd_adapter < 0) ensure_grads();
+        const int64_t N = B * T, C = cfg.d_model, NH = cfg.heads, NKV = cfg.kv_heads, hd = cfg.head_dim, QC = NH * hd,
+                      KC = NKV * hd, I = cfg.intermediate;
+        if (fwd_adapter < 0)
+            ensure_grads();
         else {
             const Lora<float> & a = *host->adapters[(size_t)fwd_adapter];
             mirror(fwd_adapter);
@@ -364,14 +394,16 @@ struct DeviceLlama : DeviceModel {
         dkn.need(N * KC);
         if (cfg.qk_norm) dq.need(N * QC), dk.need(N * KC);
         dvalues.need(N);
-        scratch.need(std::max({B * NH * T * T, D::rmsnorm_scratch(N, C), D::rmsnorm_scratch(N * NH, hd), D::rmsnorm_scratch(N * NKV, hd)}));
+        scratch.need(std::max({B * NH * T * T, D::rmsnorm_scratch(N, C), D::rmsnorm_scratch(N * NH, hd),
+                               D::rmsnorm_scratch(N * NKV, hd)}));
     }
     void head_backward_rows(const float * dlog, int64_t n0, int64_t rows) override {
         require_rows("head_backward_rows", n0, rows);
         if (!dlnf_open) throw_error(MAPORL_ERR_INVALID_ARG, "head_backward_rows: call backward_begin first");
         const int64_t C = cfg.d_model, V = cfg.vocab;
         D::to_device(dlogits.need(rows * V), dlog, rows * V * (int64_t)sizeof(float));
-        D::matmul_backward(dlnf.p + n0 * C, fwd_adapter >= 0 ? nullptr : g(layout.lm_head), nullptr, dlogits.p, lnf.p + n0 * C, p(layout.lm_head), rows, C, V);
+        D::matmul_backward(dlnf.p + n0 * C, fwd_adapter >= 0 ? nullptr : g(layout.lm_head), nullptr, dlogits.p,
+                           lnf.p + n0 * C, p(layout.lm_head), rows, C, V);
     }
     void backward(const float * dlog, const float * dval) override {
         backward_begin();
@@ -383,8 +415,8 @@ struct DeviceLlama : DeviceModel {
         require_forward("backward");
         if (!dlnf_open) throw_error(MAPORL_ERR_INVALID_ARG, "backward: call backward_begin first");
         dlnf_open = false;
-        const int64_t N = B * T, C = cfg.d_model, NH = cfg.heads, NKV = cfg.kv_heads, hd = cfg.head_dim, QC = NH * hd, KC = NKV * hd,
-                      I = cfg.intermediate;
+        const int64_t N = B * T, C = cfg.d_model, NH = cfg.heads, NKV = cfg.kv_heads, hd = cfg.head_dim, QC = NH * hd,
+                      KC = NKV * hd, I = cfg.intermediate;
         // (reserve_backward allocated every buffer below: nothing here runs out of memory between gradient additions)
         // With an adapter, the base is frozen: no gradient for its tensors (the input gradients still flow).
         Lora<float> * ad = fwd_adapter >= 0 ? selected() : nullptr;
@@ -397,12 +429,13 @@ struct DeviceLlama : DeviceModel {
         if (dval) {
             D::to_device(dvalues.need(N), dval, N * (int64_t)sizeof(float));
             if (ad)
-                D::matmul_backward(dlnf.p, at(mr->grads, *ad, ad->layout.vw), at(mr->grads, *ad, ad->layout.vb), dvalues.p, lnf.p,
-                                   at(mr->params, *ad, ad->layout.vw), N, C, 1);
+                D::matmul_backward(dlnf.p, at(mr->grads, *ad, ad->layout.vw), at(mr->grads, *ad, ad->layout.vb),
+                                   dvalues.p, lnf.p, at(mr->params, *ad, ad->layout.vw), N, C, 1);
             else
                 D::matmul_backward(dlnf.p, g(layout.vw), g(layout.vb), dvalues.p, lnf.p, p(layout.vw), N, C, 1);
         }
-        D::rmsnorm_backward(dres.zeroed(N * C), g(layout.norm), dlnf.p, acts.back().res3.p, p(layout.norm), lnf_rstd.p, N, C, scratch.p);
+        D::rmsnorm_backward(dres.zeroed(N * C), g(layout.norm), dlnf.p, acts.back().res3.p, p(layout.norm), lnf_rstd.p,
+                            N, C, scratch.p);
         for (int64_t l = cfg.layers - 1; l >= 0; --l) {
             const auto & bl = layout.blocks[(size_t)l];
             Acts & a = acts[(size_t)l];
@@ -419,14 +452,16 @@ struct DeviceLlama : DeviceModel {
             // res2 = x + o_proj(y).
             D::matmul_backward(dy.zeroed(N * QC), g(bl.o), gbias(bl.ob), dres.p, a.y.p, p(bl.o), N, QC, C);
             lo(l, kO, dy.p, dres.p, a.y.p);
-            D::attention_gqa_backward(dqr.zeroed(N * QC), dkr.zeroed(N * KC), dv.zeroed(N * KC), dy.p, a.qr.p, a.kr.p, a.v.p, a.att.p, B, T, NH,
-                                      NKV, hd, scratch.p);
+            D::attention_gqa_backward(dqr.zeroed(N * QC), dkr.zeroed(N * KC), dv.zeroed(N * KC), dy.p, a.qr.p, a.kr.p,
+                                      a.v.p, a.att.p, B, T, NH, NKV, hd, scratch.p);
             D::rope_backward(dqn.zeroed(N * QC), dqr.p, cos.p, sin.p, B, T, 0, NH, hd);
             D::rope_backward(dkn.zeroed(N * KC), dkr.p, cos.p, sin.p, B, T, 0, NKV, hd);
-            float * dqp = dqn.p, * dkp = dkn.p;
+            float *dqp = dqn.p, *dkp = dkn.p;
             if (cfg.qk_norm) {
-                D::rmsnorm_backward(dq.zeroed(N * QC), g(bl.q_norm), dqn.p, a.q.p, p(bl.q_norm), a.qrstd.p, N * NH, hd, scratch.p);
-                D::rmsnorm_backward(dk.zeroed(N * KC), g(bl.k_norm), dkn.p, a.k.p, p(bl.k_norm), a.krstd.p, N * NKV, hd, scratch.p);
+                D::rmsnorm_backward(dq.zeroed(N * QC), g(bl.q_norm), dqn.p, a.q.p, p(bl.q_norm), a.qrstd.p, N * NH, hd,
+                                    scratch.p);
+                D::rmsnorm_backward(dk.zeroed(N * KC), g(bl.k_norm), dkn.p, a.k.p, p(bl.k_norm), a.krstd.p, N * NKV, hd,
+                                    scratch.p);
                 dqp = dq.p;
                 dkp = dk.p;
             }
@@ -438,7 +473,8 @@ struct DeviceLlama : DeviceModel {
             lo(l, kV, dxn.p, dv.p, a.xn1.p);
             D::rmsnorm_backward(dres.p, g(bl.in_norm), dxn.p, xin, p(bl.in_norm), a.rstd1.p, N, C, scratch.p);
         }
-        if (!ad) D::embedding_backward(g(layout.embed), dres.p, host_tokens.data(), N, C);  // (the embedding is frozen too)
+        if (!ad)
+            D::embedding_backward(g(layout.embed), dres.p, host_tokens.data(), N, C);  // (the embedding is frozen too)
     }
 
     void zero_grad() override {
@@ -454,7 +490,8 @@ struct DeviceLlama : DeviceModel {
     double update(const gpt::AdamW & h, double max_norm, int64_t t) override {
         if (selected()) throw_error(MAPORL_ERR_INTERNAL, "update: an adapter is selected (its step runs on the host)");
         ensure_grads();
-        if (m.cap < layout.total || v.cap < layout.total) {  // the moments of the first step, both allocated before either is kept
+        if (m.cap < layout.total ||
+            v.cap < layout.total) {  // the moments of the first step, both allocated before either is kept
             Buf nm, nv;
             if (m.cap < layout.total) nm.zeroed(layout.total);
             if (v.cap < layout.total) nv.zeroed(layout.total);
@@ -471,7 +508,7 @@ struct DeviceLlama : DeviceModel {
     void decode_rows(const int32_t * tok, const int64_t * pos, float * logits_out, float * values_out) override;
     void prefill(const int32_t * tok, const int64_t * lens, int64_t P) override;
 
-   private:
+private:
     int64_t row_adapter(int64_t b) const {
         return host && (size_t)b < host->row_adapter.size() ? host->row_adapter[(size_t)b] : -1;
     }
@@ -479,7 +516,8 @@ struct DeviceLlama : DeviceModel {
     void check_tokens(const int32_t * tok, int64_t n) const {
         for (int64_t i = 0; i < n; ++i)
             if (tok[i] < 0 || tok[i] >= cfg.vocab)
-                throw_error(MAPORL_ERR_INVALID_ARG, "tokens: expected ids in [0, %lld), got %d at index %lld", (long long)cfg.vocab, (int)tok[i], (long long)i);
+                throw_error(MAPORL_ERR_INVALID_ARG, "tokens: expected ids in [0, %lld), got %d at index %lld",
+                            (long long)cfg.vocab, (int)tok[i], (long long)i);
     }
 
     // The blocks over the rows (cache row rb[n] at position rt[n]) of tokens tok, leaving the residual stream in sx:

@@ -23,11 +23,11 @@ DeviceBytes DeviceLlama<D>::memory() const {
             for (const Buf & u : us) b.activations += sum(u);
     }
     for (const Acts & a : acts)
-        b.activations += sum(a.xn1, a.rstd1, a.q, a.k, a.qn, a.kn, a.qrstd, a.krstd, a.qr, a.kr, a.v, a.att, a.y, a.res2, a.xn2,
-                              a.rstd2, a.gate, a.up, a.hmid, a.res3);
-    b.activations += sum(lora_tmp, lora_du, row_mask, tokens, embedded, lnf, lnf_rstd, values, head_out, dlnf, dres, dh, dgate,
-                          dup, dxn, dy, dqr, dkr, dv, dqn, dkn, dq, dk, scratch, dvalues, dlogits, sx, sxn, srs, sq, sk,
-                          sv, sy, sproj, sgate, sup, shmid, sscores, srb, srt, stok);
+        b.activations += sum(a.xn1, a.rstd1, a.q, a.k, a.qn, a.kn, a.qrstd, a.krstd, a.qr, a.kr, a.v, a.att, a.y,
+                             a.res2, a.xn2, a.rstd2, a.gate, a.up, a.hmid, a.res3);
+    b.activations += sum(lora_tmp, lora_du, row_mask, tokens, embedded, lnf, lnf_rstd, values, head_out, dlnf, dres, dh,
+                         dgate, dup, dxn, dy, dqr, dkr, dv, dqn, dkn, dq, dk, scratch, dvalues, dlogits, sx, sxn, srs,
+                         sq, sk, sv, sy, sproj, sgate, sup, shmid, sscores, srb, srt, stok);
     b.cache = sum(kcache, vcache);
     return b;
 }
@@ -36,7 +36,8 @@ template <class D>
 void DeviceLlama<D>::cache_reset(int64_t batch, int64_t max_len) {
     if (batch < 1) throw_error(MAPORL_ERR_INVALID_ARG, "batch: expected >= 1, got %lld", (long long)batch);
     if (max_len < 1 || max_len > cfg.context)
-        throw_error(MAPORL_ERR_INVALID_ARG, "max_len: expected 1..%lld (context), got %lld", (long long)cfg.context, (long long)max_len);
+        throw_error(MAPORL_ERR_INVALID_ARG, "max_len: expected 1..%lld (context), got %lld", (long long)cfg.context,
+                    (long long)max_len);
     const int64_t n = cfg.layers * batch * cfg.kv_heads * max_len * cfg.head_dim;
     cache_batch = cache_len = 0;
     kcache.zeroed(n);
@@ -51,7 +52,8 @@ void DeviceLlama<D>::decode_rows(const int32_t * tok, const int64_t * pos, float
     if (Bc == 0) throw_error(MAPORL_ERR_INVALID_ARG, "decode: call cache_reset first");
     for (int64_t b = 0; b < Bc; ++b)
         if (pos[b] < 0 || pos[b] >= cache_len)
-            throw_error(MAPORL_ERR_INVALID_ARG, "pos: expected 0..%lld, got %lld at row %lld", (long long)(cache_len - 1), (long long)pos[b], (long long)b);
+            throw_error(MAPORL_ERR_INVALID_ARG, "pos: expected 0..%lld, got %lld at row %lld",
+                        (long long)(cache_len - 1), (long long)pos[b], (long long)b);
     check_tokens(tok, Bc);
     std::vector<int32_t> rb((size_t)Bc), rt((size_t)Bc);
     for (int64_t b = 0; b < Bc; ++b) rb[(size_t)b] = (int32_t)b, rt[(size_t)b] = (int32_t)pos[b];
@@ -69,7 +71,8 @@ void DeviceLlama<D>::decode_rows(const int32_t * tok, const int64_t * pos, float
             if (id < 0) continue;
             Mirror & mr = mirror(id);
             const Lora<float> & a = *host->adapters[(size_t)id];
-            D::matmul_forward(sy.p + b, sxn.p + b * C, at(mr.params, a, a.layout.vw), at(mr.params, a, a.layout.vb), 1, C, 1);
+            D::matmul_forward(sy.p + b, sxn.p + b * C, at(mr.params, a, a.layout.vw), at(mr.params, a, a.layout.vb), 1,
+                              C, 1);
         }
         D::to_host(values_out, sy.p, Bc * (int64_t)sizeof(float));
     }
@@ -84,15 +87,16 @@ void DeviceLlama<D>::prefill(const int32_t * tok, const int64_t * lens, int64_t 
     for (int64_t t0 = 0; t0 < longest; t0 += span) {
         std::vector<int32_t> rb, rt, ids;
         for (int64_t b = 0; b < Bc; ++b)
-            for (int64_t t = t0; t < std::min(t0 + span, lens[b]); ++t) rb.push_back((int32_t)b), rt.push_back((int32_t)t), ids.push_back(tok[b * P + t]);
+            for (int64_t t = t0; t < std::min(t0 + span, lens[b]); ++t)
+                rb.push_back((int32_t)b), rt.push_back((int32_t)t), ids.push_back(tok[b * P + t]);
         step_rows(ids.data(), rb, rt);
     }
 }
 
 template <class D>
 void DeviceLlama<D>::step_rows(const int32_t * tok, const std::vector<int32_t> & rb, const std::vector<int32_t> & rt) {
-    const int64_t N = (int64_t)rb.size(), C = cfg.d_model, NH = cfg.heads, NKV = cfg.kv_heads, hd = cfg.head_dim, QC = NH * hd,
-                  KC = NKV * hd, I = cfg.intermediate, per_layer = cache_batch * NKV * cache_len * hd;
+    const int64_t N = (int64_t)rb.size(), C = cfg.d_model, NH = cfg.heads, NKV = cfg.kv_heads, hd = cfg.head_dim,
+                  QC = NH * hd, KC = NKV * hd, I = cfg.intermediate, per_layer = cache_batch * NKV * cache_len * hd;
     if (N == 0) return;
     D::to_device(srb.need(N), rb.data(), N * (int64_t)sizeof(int32_t));
     D::to_device(srt.need(N), rt.data(), N * (int64_t)sizeof(int32_t));
@@ -109,16 +113,17 @@ void DeviceLlama<D>::step_rows(const int32_t * tok, const std::vector<int32_t> &
         it->second[(size_t)n] = 1;
     }
     int32_t * masks = row_mask.need(std::max<int64_t>(1, (int64_t)groups.size() * N));
-    for (size_t gi = 0; gi < groups.size(); ++gi) D::to_device(masks + gi * N, groups[gi].second.data(), N * (int64_t)sizeof(int32_t));
+    for (size_t gi = 0; gi < groups.size(); ++gi)
+        D::to_device(masks + gi * N, groups[gi].second.data(), N * (int64_t)sizeof(int32_t));
     auto lo = [&](int64_t l, int t, float * out, const float * inp) {
         for (size_t gi = 0; gi < groups.size(); ++gi) {
             const Lora<float> & a = *host->adapters[(size_t)groups[gi].first];
             if (a.has(l, t)) lora_term(mirror(groups[gi].first), a, l, t, out, inp, N, false, masks + gi * N);
         }
     };
-    float * xn = sxn.need(N * C), * rs = srs.need(N * NH), * q = sq.need(N * QC), * k = sk.need(N * KC), * vv = sv.need(N * KC),
-          * y = sy.need(N * QC), * proj = sproj.need(N * C), * gate = sgate.need(N * I), * up = sup.need(N * I), * hmid = shmid.need(N * I),
-          * sc = sscores.need(N * NH * cache_len);
+    float *xn = sxn.need(N * C), *rs = srs.need(N * NH), *q = sq.need(N * QC), *k = sk.need(N * KC),
+          *vv = sv.need(N * KC), *y = sy.need(N * QC), *proj = sproj.need(N * C), *gate = sgate.need(N * I),
+          *up = sup.need(N * I), *hmid = shmid.need(N * I), *sc = sscores.need(N * NH * cache_len);
     for (int64_t l = 0; l < cfg.layers; ++l) {
         const auto & bl = layout.blocks[(size_t)l];
         D::rmsnorm_forward(xn, rs, x, p(bl.in_norm), N, C, cfg.rms_eps);
@@ -134,7 +139,7 @@ void DeviceLlama<D>::step_rows(const int32_t * tok, const std::vector<int32_t> &
         }
         D::rope_rows(q, cos.p, sin.p, srt.p, N, NH, hd);
         D::rope_rows(k, cos.p, sin.p, srt.p, N, NKV, hd);
-        float * kc = kcache.p + l * per_layer, * vc = vcache.p + l * per_layer;
+        float *kc = kcache.p + l * per_layer, *vc = vcache.p + l * per_layer;
         D::kv_store(kc, vc, k, vv, srb.p, srt.p, N, NKV, cache_len, hd);
         D::attention_rows(y, q, kc, vc, srb.p, srt.p, N, NH, NKV, cache_len, hd, sc);
         D::matmul_forward(proj, y, p(bl.o), bias(bl.ob), N, QC, C);

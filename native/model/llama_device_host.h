@@ -38,7 +38,9 @@ struct HostDevice {
     static void * alloc(int64_t bytes) {
         Counters & c = counters();
         if (c.fail_after > 0 && --c.fail_after == 0)
-            throw_error(MAPORL_ERR_OUT_OF_MEMORY, "out of device memory asking for %lld bytes (an injected failure of the emulated device)", (long long)bytes);
+            throw_error(MAPORL_ERR_OUT_OF_MEMORY,
+                        "out of device memory asking for %lld bytes (an injected failure of the emulated device)",
+                        (long long)bytes);
         // A header before the block keeps its size, for the count at release.
         void * p = std::malloc((size_t)bytes + 16);
         if (!p) throw std::bad_alloc();
@@ -53,49 +55,62 @@ struct HostDevice {
         counters().live -= *reinterpret_cast<int64_t *>(h);
         std::free(h);
     }
-    static void to_device(void * d, const void * s, int64_t b) { if (b > 0) std::memcpy(d, s, (size_t)b); }
-    static void to_host(void * d, const void * s, int64_t b) { if (b > 0) std::memcpy(d, s, (size_t)b); }
-    static void zero(void * p, int64_t b) { if (b > 0) std::memset(p, 0, (size_t)b); }
+    static void to_device(void * d, const void * s, int64_t b) {
+        if (b > 0) std::memcpy(d, s, (size_t)b);
+    }
+    static void to_host(void * d, const void * s, int64_t b) {
+        if (b > 0) std::memcpy(d, s, (size_t)b);
+    }
+    static void zero(void * p, int64_t b) {
+        if (b > 0) std::memset(p, 0, (size_t)b);
+    }
 
-    static void rmsnorm_forward(float * out, float * rstd, const float * inp, const float * w, int64_t N, int64_t C, double eps) {
+    static void rmsnorm_forward(float * out, float * rstd, const float * inp, const float * w, int64_t N, int64_t C,
+                                double eps) {
         L::rmsnorm_forward<float>(out, rstd, inp, w, N, C, eps);
     }
     static int64_t rmsnorm_scratch(int64_t, int64_t) { return 0; }
-    static void rmsnorm_backward(float * dinp, float * dw, const float * dout, const float * inp, const float * w, const float * rstd, int64_t N,
-                                 int64_t C, float *) {
+    static void rmsnorm_backward(float * dinp, float * dw, const float * dout, const float * inp, const float * w,
+                                 const float * rstd, int64_t N, int64_t C, float *) {
         L::rmsnorm_backward<float>(dinp, dw, dout, inp, w, rstd, N, C);
     }
-    static void rope_forward(float * out, const float * inp, const float * cos, const float * sin, int64_t B, int64_t T, int64_t pos0, int64_t H,
-                             int64_t dim) {
+    static void rope_forward(float * out, const float * inp, const float * cos, const float * sin, int64_t B, int64_t T,
+                             int64_t pos0, int64_t H, int64_t dim) {
         L::rope_forward<float>(out, inp, cos, sin, B, T, pos0, H, dim);
     }
-    static void rope_backward(float * dinp, const float * dout, const float * cos, const float * sin, int64_t B, int64_t T, int64_t pos0,
-                              int64_t H, int64_t dim) {
+    static void rope_backward(float * dinp, const float * dout, const float * cos, const float * sin, int64_t B,
+                              int64_t T, int64_t pos0, int64_t H, int64_t dim) {
         L::rope_backward<float>(dinp, dout, cos, sin, B, T, pos0, H, dim);
     }
-    static void swiglu_forward(float * out, const float * gate, const float * up, int64_t n) { L::swiglu_forward<float>(out, gate, up, n); }
-    static void swiglu_backward(float * dgate, float * dup, const float * dout, const float * gate, const float * up, int64_t n) {
+    static void swiglu_forward(float * out, const float * gate, const float * up, int64_t n) {
+        L::swiglu_forward<float>(out, gate, up, n);
+    }
+    static void swiglu_backward(float * dgate, float * dup, const float * dout, const float * gate, const float * up,
+                                int64_t n) {
         L::swiglu_backward<float>(dgate, dup, dout, gate, up, n);
     }
-    static void attention_gqa_forward(float * out, float * att, const float * q, const float * k, const float * v, int64_t B, int64_t T,
-                                      int64_t NH, int64_t NKV, int64_t hs) {
+    static void attention_gqa_forward(float * out, float * att, const float * q, const float * k, const float * v,
+                                      int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hs) {
         L::attention_gqa_forward<float>(out, att, q, k, v, B, T, NH, NKV, hs);
     }
-    static void attention_gqa_backward(float * dq, float * dk, float * dv, const float * dout, const float * q, const float * k,
-                                       const float * v, const float * att, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hs, float *) {
+    static void attention_gqa_backward(float * dq, float * dk, float * dv, const float * dout, const float * q,
+                                       const float * k, const float * v, const float * att, int64_t B, int64_t T,
+                                       int64_t NH, int64_t NKV, int64_t hs, float *) {
         L::attention_gqa_backward<float>(dq, dk, dv, dout, q, k, v, att, B, T, NH, NKV, hs);
     }
-    static void matmul_forward(float * out, const float * inp, const float * w, const float * bias, int64_t N, int64_t C, int64_t OC) {
+    static void matmul_forward(float * out, const float * inp, const float * w, const float * bias, int64_t N,
+                               int64_t C, int64_t OC) {
         G::matmul_forward<float>(out, inp, w, bias, N, C, OC);
     }
-    static void matmul_backward(float * dinp, float * dw, float * db, const float * dout, const float * inp, const float * w, int64_t N,
-                                int64_t C, int64_t OC) {
+    static void matmul_backward(float * dinp, float * dw, float * db, const float * dout, const float * inp,
+                                const float * w, int64_t N, int64_t C, int64_t OC) {
         G::matmul_backward<float>(dinp, dw, db, dout, inp, w, N, C, OC);
     }
     static void add(float * out, const float * a, const float * b, int64_t n) {
         for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
     }
-    static void adamw(float * params, const float * grads, float * m, float * v, int64_t n, const G::AdamW & h, int64_t t, float scale) {
+    static void adamw(float * params, const float * grads, float * m, float * v, int64_t n, const G::AdamW & h,
+                      int64_t t, float scale) {
         G::adamw_update<float>(params, grads, m, v, n, h, t, scale);
     }
     static double global_norm(const float * x, int64_t n) { return std::sqrt(G::sum_squares(x, n)); }
@@ -114,17 +129,20 @@ struct HostDevice {
     static void embedding_forward(float * out, const int32_t * tok, const float * wte, int64_t N, int64_t C) {
         for (int64_t n = 0; n < N; ++n) std::memcpy(out + n * C, wte + (int64_t)tok[n] * C, sizeof(float) * (size_t)C);
     }
-    static void embedding_backward(float * dwte, const float * dout, const int32_t * host_tokens, int64_t N, int64_t C) {
+    static void embedding_backward(float * dwte, const float * dout, const int32_t * host_tokens, int64_t N,
+                                   int64_t C) {
         for (int64_t n = 0; n < N; ++n)
             for (int64_t c = 0; c < C; ++c) dwte[(int64_t)host_tokens[n] * C + c] += dout[n * C + c];
     }
     // rope.cu's rope_rows: one thread per (row, head, pair), the row's own position.
-    static void rope_rows(float * x, const float * cos, const float * sin, const int32_t * pos, int64_t N, int64_t H, int64_t dim) {
-        for (int64_t n = 0; n < N; ++n) L::rope_forward<float>(x + n * H * dim, x + n * H * dim, cos, sin, 1, 1, pos[n], H, dim);
+    static void rope_rows(float * x, const float * cos, const float * sin, const int32_t * pos, int64_t N, int64_t H,
+                          int64_t dim) {
+        for (int64_t n = 0; n < N; ++n)
+            L::rope_forward<float>(x + n * H * dim, x + n * H * dim, cos, sin, 1, 1, pos[n], H, dim);
     }
     // attention_gqa.cu's kv_store: row n's kv heads into slot rt[n] of cache row rb[n] ([batch, NKV, max_len, hd]).
-    static void kv_store(float * kc, float * vc, const float * k, const float * v, const int32_t * rb, const int32_t * rt, int64_t N, int64_t NKV,
-                         int64_t max_len, int64_t hd) {
+    static void kv_store(float * kc, float * vc, const float * k, const float * v, const int32_t * rb,
+                         const int32_t * rt, int64_t N, int64_t NKV, int64_t max_len, int64_t hd) {
         for (int64_t n = 0; n < N; ++n)
             for (int64_t kh = 0; kh < NKV; ++kh) {
                 const int64_t at = ((rb[n] * NKV + kh) * max_len + rt[n]) * hd;
@@ -134,8 +152,9 @@ struct HostDevice {
     }
     // attention_gqa.cu's attention_rows: one block per (row, head): scores over slots 0 .. rt[n] (dot products in
     // ascending i, scaled), their max, exp(s - max) and their sum in slot order, then the weighted values.
-    static void attention_rows(float * out, const float * q, const float * kc, const float * vc, const int32_t * rb, const int32_t * rt, int64_t N,
-                               int64_t NH, int64_t NKV, int64_t max_len, int64_t hd, float * scratch) {
+    static void attention_rows(float * out, const float * q, const float * kc, const float * vc, const int32_t * rb,
+                               const int32_t * rt, int64_t N, int64_t NH, int64_t NKV, int64_t max_len, int64_t hd,
+                               float * scratch) {
         const float scale = 1.0f / std::sqrt((float)hd);
         const int64_t group = NH / NKV;
         for (int64_t n = 0; n < N; ++n)

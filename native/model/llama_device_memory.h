@@ -27,20 +27,22 @@ struct DeviceBytes {
 
 // What a workload holds on the device at its peak (every buffer of llama_device.h sized for it).
 struct DevicePlan {
-    int64_t B = 0, T = 0;        // a training forward of B x T tokens (0: none)
-    bool backward = false;       // and its backward
-    bool train_base = false;     // the base trains (gradients and both moments of every parameter)
-    int64_t lora_rank = 0;       // > 0: one adapter of this rank over `lora_targets` trains (the base frozen)
+    int64_t B = 0, T = 0;     // a training forward of B x T tokens (0: none)
+    bool backward = false;    // and its backward
+    bool train_base = false;  // the base trains (gradients and both moments of every parameter)
+    int64_t lora_rank = 0;    // > 0: one adapter of this rank over `lora_targets` trains (the base frozen)
     uint32_t lora_targets = (1u << kLoraTargets) - 1;
-    int64_t head_rows = 0;       // the LM head's row chunk (logits and their gradient, [rows, V] each)
+    int64_t head_rows = 0;                   // the LM head's row chunk (logits and their gradient, [rows, V] each)
     int64_t cache_batch = 0, cache_len = 0;  // a KV cache (generation)
-    int64_t step_rows = 0;       // the most rows one decode / prefill step runs (<= 256 for a prefill)
-    int64_t norm_scratch = 0;    // the op table's RMSNorm backward scratch in floats: the largest D::rmsnorm_scratch of
-                                 // (N, C), (N x heads, head_dim), (N x kv_heads, head_dim) (CUDA's; 0 on the emulated device)
+    int64_t step_rows = 0;                   // the most rows one decode / prefill step runs (<= 256 for a prefill)
+    int64_t norm_scratch = 0;  // the op table's RMSNorm backward scratch in floats: the largest D::rmsnorm_scratch of
+        // (N, C), (N x heads, head_dim), (N x kv_heads, head_dim) (CUDA's; 0 on the emulated device)
 };
 
 // The attention probabilities a training forward keeps: B x heads x T^2 floats per layer (the bound on T).
-inline int64_t attention_probs_bytes(const Config & c, int64_t B, int64_t T) { return c.layers * B * c.heads * T * T * 4; }
+inline int64_t attention_probs_bytes(const Config & c, int64_t B, int64_t T) {
+    return c.layers * B * c.heads * T * T * 4;
+}
 
 inline int64_t lora_params_count(const Config & c, int64_t r, uint32_t targets) {
     const int64_t C = c.d_model, QC = c.heads * c.head_dim, KC = c.kv_heads * c.head_dim, I = c.intermediate;
@@ -52,8 +54,8 @@ inline int64_t lora_params_count(const Config & c, int64_t r, uint32_t targets) 
 }
 
 inline DeviceBytes device_plan(const Config & c, const Layout & layout, const DevicePlan & w) {
-    const int64_t f = 4, P = layout.total, C = c.d_model, NH = c.heads, NKV = c.kv_heads, hd = c.head_dim, QC = NH * hd, KC = NKV * hd,
-                  I = c.intermediate, L = c.layers, V = c.vocab;
+    const int64_t f = 4, P = layout.total, C = c.d_model, NH = c.heads, NKV = c.kv_heads, hd = c.head_dim, QC = NH * hd,
+                  KC = NKV * hd, I = c.intermediate, L = c.layers, V = c.vocab;
     DeviceBytes b;
     b.weights = (P + 2 * c.context * (hd / 2)) * f;
     if (w.train_base) b.gradients = P * f, b.moments = 2 * P * f;
@@ -74,9 +76,11 @@ inline DeviceBytes device_plan(const Config & c, const Layout & layout, const De
         if (c.qk_norm) layer += N * (QC + KC + NH + NKV);
         a += L * layer + N * (2 * C + 2);  // + embedded, lnf, lnf_rstd, values
         a += N;                            // tokens (int32)
-        if (w.lora_rank > 0) a += L * ntargets * N * w.lora_rank + N * maxout + N * w.lora_rank;  // kept u, lora_tmp, lora_du
+        if (w.lora_rank > 0)
+            a += L * ntargets * N * w.lora_rank + N * maxout + N * w.lora_rank;  // kept u, lora_tmp, lora_du
         if (w.backward) {
-            a += N * (3 * C + 3 * I + 3 * QC + 3 * KC + 1);  // dlnf dres dxn, dh dgate dup, dy dqr dqn, dkr dv dkn, dvalues
+            a += N *
+                (3 * C + 3 * I + 3 * QC + 3 * KC + 1);  // dlnf dres dxn, dh dgate dup, dy dqr dqn, dkr dv dkn, dvalues
             if (c.qk_norm) a += N * (QC + KC);
             a += std::max(w.B * NH * w.T * w.T, w.norm_scratch);  // scratch: the attention backward's, or the norms'
         }
@@ -84,8 +88,9 @@ inline DeviceBytes device_plan(const Config & c, const Layout & layout, const De
     a += w.head_rows * V * (w.backward ? 2 : 1);  // head_out, dlogits
     if (w.step_rows > 0) {
         const int64_t n = w.step_rows;
-        a += n * (3 + 2 * C + NH + 2 * QC + 2 * KC + C + 3 * I + NH * w.cache_len) + 1;  // srb srt stok, sx sxn, srs, sq sy, sk sv, sproj,
-                                                                                         // gate up hmid, scores, row_mask
+        a += n * (3 + 2 * C + NH + 2 * QC + 2 * KC + C + 3 * I + NH * w.cache_len) +
+            1;  // srb srt stok, sx sxn, srs, sq sy, sk sv, sproj,
+                // gate up hmid, scores, row_mask
     }
     b.activations = a * f;
     b.cache = 2 * L * w.cache_batch * NKV * w.cache_len * hd * f;

@@ -42,8 +42,8 @@ void rope_forward(F * out, const F * inp, const F * cos, const F * sin, int64_t 
                   int64_t dim);
 // dinp += the inverse rotation of dout.
 template <typename F>
-void rope_backward(F * dinp, const F * dout, const F * cos, const F * sin, int64_t B, int64_t T, int64_t pos0, int64_t H,
-                   int64_t dim);
+void rope_backward(F * dinp, const F * dout, const F * cos, const F * sin, int64_t B, int64_t T, int64_t pos0,
+                   int64_t H, int64_t dim);
 
 // SwiGLU: out = silu(gate) * up, silu(g) = g / (1 + exp(-g)).
 template <typename F>
@@ -60,8 +60,8 @@ void attention_gqa_forward(F * out, F * att, const F * q, const F * k, const F *
                            int64_t NKV, int64_t hs);
 // dq, dk, dv += the gradients from dout. Split over (batch, kv head) groups, the group's query heads in order.
 template <typename F>
-void attention_gqa_backward(F * dq, F * dk, F * dv, const F * dout, const F * q, const F * k, const F * v, const F * att,
-                            int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hs);
+void attention_gqa_backward(F * dq, F * dk, F * dv, const F * dout, const F * q, const F * k, const F * v,
+                            const F * att, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hs);
 
 }  // namespace llama
 }  // namespace maporl

@@ -14,7 +14,8 @@
 namespace maporl {
 namespace llama {
 
-const char * const kLoraTargetNames[kLoraTargets] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+const char * const kLoraTargetNames[kLoraTargets] = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
+                                                     "gate_proj", "up_proj", "down_proj"};
 
 namespace {
 uint64_t mix64(uint64_t z) {  // splitmix64's finaliser
@@ -26,22 +27,31 @@ uint64_t mix64(uint64_t z) {  // splitmix64's finaliser
 
 template <typename F>
 Lora<F>::Lora(const LoraConfig & c, int64_t layers, const std::array<int64_t, kLoraTargets> & in_dims,
-              const std::array<int64_t, kLoraTargets> & out_dims, const F * value_w, F value_b, int64_t d_model, uint64_t seed_)
+              const std::array<int64_t, kLoraTargets> & out_dims, const F * value_w, F value_b, int64_t d_model,
+              uint64_t seed_)
     : cfg(c), seed(seed_), in(in_dims), out(out_dims) {
-    if (!(c.rank >= 1 && c.rank <= 4096)) throw_error(MAPORL_ERR_INVALID_ARG, "lora.rank: expected an integer in [1, 4096], got %lld", (long long)c.rank);
-    if (!(c.alpha > 0 && std::isfinite(c.alpha))) throw_error(MAPORL_ERR_INVALID_ARG, "lora.alpha: expected a finite number > 0, got %g", c.alpha);
-    if (!(c.dropout >= 0 && c.dropout < 1)) throw_error(MAPORL_ERR_INVALID_ARG, "lora.dropout: expected a number in [0, 1), got %g", c.dropout);
+    if (!(c.rank >= 1 && c.rank <= 4096))
+        throw_error(MAPORL_ERR_INVALID_ARG, "lora.rank: expected an integer in [1, 4096], got %lld", (long long)c.rank);
+    if (!(c.alpha > 0 && std::isfinite(c.alpha)))
+        throw_error(MAPORL_ERR_INVALID_ARG, "lora.alpha: expected a finite number > 0, got %g", c.alpha);
+    if (!(c.dropout >= 0 && c.dropout < 1))
+        throw_error(MAPORL_ERR_INVALID_ARG, "lora.dropout: expected a number in [0, 1), got %g", c.dropout);
     if (c.targets == 0 || (c.targets >> kLoraTargets) != 0)
-        throw_error(MAPORL_ERR_INVALID_ARG, "lora.target_modules: expected a non-empty set of bits 0..%d (q_proj .. down_proj), got 0x%x", kLoraTargets - 1, c.targets);
+        throw_error(MAPORL_ERR_INVALID_ARG,
+                    "lora.target_modules: expected a non-empty set of bits 0..%d (q_proj .. down_proj), got 0x%x",
+                    kLoraTargets - 1, c.targets);
     scale = (F)(c.rslora ? c.alpha / std::sqrt((double)c.rank) : c.alpha / (double)c.rank);
-    auto add = [&](const std::string & name, std::vector<int64_t> shape) { return gpt::add_tensor(layout.tensors, layout.total, name, std::move(shape)); };
+    auto add = [&](const std::string & name, std::vector<int64_t> shape) {
+        return gpt::add_tensor(layout.tensors, layout.total, name, std::move(shape));
+    };
     layout.A.resize((size_t)layers);
     layout.B.resize((size_t)layers);
     for (int64_t l = 0; l < layers; ++l) {
         for (int t = 0; t < kLoraTargets; ++t) {
             layout.A[(size_t)l][(size_t)t] = layout.B[(size_t)l][(size_t)t] = -1;
             if (!(c.targets & (1u << t))) continue;
-            const std::string p = "base_model.model.model.layers." + std::to_string(l) + (t < kGate ? ".self_attn." : ".mlp.") + kLoraTargetNames[t];
+            const std::string p = "base_model.model.model.layers." + std::to_string(l) +
+                (t < kGate ? ".self_attn." : ".mlp.") + kLoraTargetNames[t];
             layout.A[(size_t)l][(size_t)t] = add(p + ".lora_A.weight", {c.rank, in[(size_t)t]});
             layout.B[(size_t)l][(size_t)t] = add(p + ".lora_B.weight", {out[(size_t)t], c.rank});
         }
@@ -75,7 +85,8 @@ void Lora<F>::ensure_train_state() {
 
 template <typename F>
 bool Lora<F>::keep(int64_t layer, int t, int64_t i) const {
-    const uint64_t k = mix64(mix64(seed ^ (uint64_t)step * 0x9e3779b97f4a7c15ull) ^ (uint64_t)nonce) ^ ((uint64_t)(layer * kLoraTargets + t) << 40);
+    const uint64_t k = mix64(mix64(seed ^ (uint64_t)step * 0x9e3779b97f4a7c15ull) ^ (uint64_t)nonce) ^
+        ((uint64_t)(layer * kLoraTargets + t) << 40);
     const uint64_t h = mix64(k ^ (uint64_t)i);
     return (double)(h >> 11) / 9007199254740992.0 >= cfg.dropout;
 }
@@ -133,7 +144,8 @@ void Lora<F>::forward_rows(int64_t layer, int t, F * o, const F * inp, const std
     if (rows.empty()) return;
     const int64_t Cin = in[(size_t)t], OC = out[(size_t)t], r = cfg.rank, R = (int64_t)rows.size();
     std::vector<F> x((size_t)(R * Cin)), u((size_t)(R * r)), d((size_t)(R * OC));
-    for (int64_t i = 0; i < R; ++i) std::copy(inp + rows[(size_t)i] * Cin, inp + (rows[(size_t)i] + 1) * Cin, x.data() + i * Cin);
+    for (int64_t i = 0; i < R; ++i)
+        std::copy(inp + rows[(size_t)i] * Cin, inp + (rows[(size_t)i] + 1) * Cin, x.data() + i * Cin);
     gpt::matmul_forward_rows(u.data(), x.data(), p(layout.A[(size_t)layer][(size_t)t]), (const F *)nullptr, R, Cin, r);
     for (F & e : u) e *= scale;
     gpt::matmul_forward_rows(d.data(), u.data(), p(layout.B[(size_t)layer][(size_t)t]), (const F *)nullptr, R, r, OC);

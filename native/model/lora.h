@@ -56,7 +56,8 @@ struct Lora {
     // Throws Error(MAPORL_ERR_INVALID_ARG) naming the field for a bad config. Dims: the base's (d_model, q/kv widths,
     // intermediate) per target; `value_w`, `value_b`: the base's value head, copied as the adapter's initial one.
     Lora(const LoraConfig & c, int64_t layers, const std::array<int64_t, kLoraTargets> & in_dims,
-         const std::array<int64_t, kLoraTargets> & out_dims, const F * value_w, F value_b, int64_t d_model, uint64_t seed);
+         const std::array<int64_t, kLoraTargets> & out_dims, const F * value_w, F value_b, int64_t d_model,
+         uint64_t seed);
     F * p(int64_t tensor) { return params.data() + layout.tensors[(size_t)tensor].offset; }
     F * g(int64_t tensor) { return grads.data() + layout.tensors[(size_t)tensor].offset; }
     const F * p(int64_t tensor) const { return params.data() + layout.tensors[(size_t)tensor].offset; }
@@ -80,7 +81,7 @@ struct Lora {
     // Folds the adapter into the base weight of (layer, target): W [OC, Cin] += scale * B A (double sums).
     void merge_into(int64_t layer, int t, F * W) const;
 
-  private:
+private:
     std::array<int64_t, kLoraTargets> in{}, out{};
     bool keep(int64_t layer, int t, int64_t i) const;
 };

@@ -13,13 +13,16 @@ namespace {
 
 llama::Model<float> & require_llama(maporl_gpt * g, const char * fn) {
     if (!g) throw_error(MAPORL_ERR_INVALID_ARG, "gpt: expected a model, got NULL");
-    if (!g->lm) throw_error(MAPORL_ERR_INVALID_ARG, "%s: LoRA adapters need a Llama-family model (maporl_llama_create); this is the embedded GPT", fn);
+    if (!g->lm)
+        throw_error(MAPORL_ERR_INVALID_ARG,
+                    "%s: LoRA adapters need a Llama-family model (maporl_llama_create); this is the embedded GPT", fn);
     return *g->lm;
 }
 
 void require_live(const llama::Model<float> & m, int64_t id, const char * what) {
     if (id < 0 || id >= (int64_t)m.adapters.size() || !m.adapters[(size_t)id])
-        throw_error(MAPORL_ERR_INVALID_ARG, "%s: expected the id of a live adapter (0..%lld, not removed or merged), got %lld", what,
+        throw_error(MAPORL_ERR_INVALID_ARG,
+                    "%s: expected the id of a live adapter (0..%lld, not removed or merged), got %lld", what,
                     (long long)m.adapters.size() - 1, (long long)id);
 }
 
@@ -55,7 +58,7 @@ maporl_status maporl_lora_remove(maporl_gpt * gpt, int64_t id) {
         require_live(m, id, "id");
         m.lora_remove(id);
         if (gpt->lcuda) gpt->lcuda->lora_removed(id);  // (its device copy, gradients and kept activations go too)
-        gpt->score_targets.clear();  // the last scoring forward ran through it
+        gpt->score_targets.clear();                    // the last scoring forward ran through it
         return MAPORL_OK;
     });
 }
@@ -88,7 +91,9 @@ maporl_status maporl_lora_info(const maporl_gpt * gpt, int64_t id, maporl_lora_c
         const auto & m = require_llama(const_cast<maporl_gpt *>(gpt), "lora_info");
         require_live(m, id, "id");
         const auto & a = *m.adapters[(size_t)id];
-        if (config_out) *config_out = maporl_lora_config{a.cfg.rank, a.cfg.alpha, a.cfg.targets, a.cfg.dropout, a.cfg.rslora ? 1 : 0};
+        if (config_out)
+            *config_out =
+                maporl_lora_config{a.cfg.rank, a.cfg.alpha, a.cfg.targets, a.cfg.dropout, a.cfg.rslora ? 1 : 0};
         if (count_out) *count_out = a.layout.total;
         if (seed_out) *seed_out = a.seed;
         return MAPORL_OK;
@@ -100,7 +105,9 @@ maporl_status maporl_lora_merge(maporl_gpt * gpt, int64_t id) {
         auto & m = require_llama(gpt, "lora_merge");
         require_live(m, id, "id");
         if (gpt->lcuda)
-            throw_error(MAPORL_ERR_INVALID_ARG, "lora_merge: the base is on CUDA; merging runs on the CPU in this version (move the model to the CPU, merge, move it back)");
+            throw_error(MAPORL_ERR_INVALID_ARG,
+                        "lora_merge: the base is on CUDA; merging runs on the CPU in this version (move the model to "
+                        "the CPU, merge, move it back)");
         m.lora_merge(id);
         gpt->score_targets.clear();
         return MAPORL_OK;
@@ -110,8 +117,11 @@ maporl_status maporl_lora_merge(maporl_gpt * gpt, int64_t id) {
 maporl_status maporl_lora_cache_rows(maporl_gpt * gpt, const int64_t * ids, int64_t batch) {
     return guarded([&] {
         auto & m = require_llama(gpt, "lora_cache_rows");
-        if (m.cache_batch == 0) throw_error(MAPORL_ERR_INVALID_ARG, "lora_cache_rows: call maporl_gpt_cache_reset first");
-        if (batch != m.cache_batch) throw_error(MAPORL_ERR_INVALID_ARG, "batch: expected the cache's batch %lld, got %lld", (long long)m.cache_batch, (long long)batch);
+        if (m.cache_batch == 0)
+            throw_error(MAPORL_ERR_INVALID_ARG, "lora_cache_rows: call maporl_gpt_cache_reset first");
+        if (batch != m.cache_batch)
+            throw_error(MAPORL_ERR_INVALID_ARG, "batch: expected the cache's batch %lld, got %lld",
+                        (long long)m.cache_batch, (long long)batch);
         require_ptr(ids, "ids", batch);
         for (int64_t b = 0; b < batch; ++b)
             if (ids[b] != -1) require_live(m, ids[b], "ids[]");
@@ -123,7 +133,8 @@ maporl_status maporl_lora_cache_rows(maporl_gpt * gpt, const int64_t * ids, int6
 maporl_status maporl_gpt_set_training(maporl_gpt * gpt, int training) {
     return guarded([&] {
         if (!gpt) throw_error(MAPORL_ERR_INVALID_ARG, "gpt: expected a model, got NULL");
-        if (training != 0 && training != 1) throw_error(MAPORL_ERR_INVALID_ARG, "training: expected 0 or 1, got %d", training);
+        if (training != 0 && training != 1)
+            throw_error(MAPORL_ERR_INVALID_ARG, "training: expected 0 or 1, got %d", training);
         if (gpt->lm) gpt->lm->training = training != 0;  // (the GPT family has no dropout)
         return MAPORL_OK;
     });

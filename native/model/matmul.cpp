@@ -23,11 +23,12 @@ void gemm_set_f32(int64_t M, int64_t Nc, int64_t K, const float * A, int64_t lda
                   int64_t ldb_k, int64_t ldb_j, float * Cm, int64_t ldc, const float * bias);
 void gemm_set_bf16(int64_t M, int64_t Nc, int64_t K, const float * A, int64_t lda_i, int64_t lda_k, const uint16_t * B,
                    int64_t ldb_k, int64_t ldb_j, float * Cm, int64_t ldc, const float * bias);
-void gemv_rows_f32(int64_t N, int64_t OC, int64_t C, const float * X, const float * Wm, const float * bias, float * out, int64_t o0, int64_t o1);
+void gemv_rows_f32(int64_t N, int64_t OC, int64_t C, const float * X, const float * Wm, const float * bias, float * out,
+                   int64_t o0, int64_t o1);
 void gemm_acc_bf16(int64_t M, int64_t Nc, int64_t K, const float * A, int64_t lda_i, int64_t lda_k, const uint16_t * B,
                    int64_t ldb_k, int64_t ldb_j, float * Cm, int64_t ldc);
-void gemv_rows_bf16(int64_t N, int64_t OC, int64_t C, const float * X, const uint16_t * Wm, const float * bias, float * out, int64_t o0,
-                    int64_t o1);
+void gemv_rows_bf16(int64_t N, int64_t OC, int64_t C, const float * X, const uint16_t * Wm, const float * bias,
+                    float * out, int64_t o0, int64_t o1);
 }
 namespace avx2 {
 void gemm_acc_f32(int64_t M, int64_t Nc, int64_t K, const float * A, int64_t lda_i, int64_t lda_k, const float * B,
@@ -36,11 +37,12 @@ void gemm_set_f32(int64_t M, int64_t Nc, int64_t K, const float * A, int64_t lda
                   int64_t ldb_k, int64_t ldb_j, float * Cm, int64_t ldc, const float * bias);
 void gemm_set_bf16(int64_t M, int64_t Nc, int64_t K, const float * A, int64_t lda_i, int64_t lda_k, const uint16_t * B,
                    int64_t ldb_k, int64_t ldb_j, float * Cm, int64_t ldc, const float * bias);
-void gemv_rows_f32(int64_t N, int64_t OC, int64_t C, const float * X, const float * Wm, const float * bias, float * out, int64_t o0, int64_t o1);
+void gemv_rows_f32(int64_t N, int64_t OC, int64_t C, const float * X, const float * Wm, const float * bias, float * out,
+                   int64_t o0, int64_t o1);
 void gemm_acc_bf16(int64_t M, int64_t Nc, int64_t K, const float * A, int64_t lda_i, int64_t lda_k, const uint16_t * B,
                    int64_t ldb_k, int64_t ldb_j, float * Cm, int64_t ldc);
-void gemv_rows_bf16(int64_t N, int64_t OC, int64_t C, const float * X, const uint16_t * Wm, const float * bias, float * out, int64_t o0,
-                    int64_t o1);
+void gemv_rows_bf16(int64_t N, int64_t OC, int64_t C, const float * X, const uint16_t * Wm, const float * bias,
+                    float * out, int64_t o0, int64_t o1);
 }
 namespace gpt {
 namespace {
@@ -58,10 +60,10 @@ struct GemmKernels {
 
 // The active level's kernels, or null at the scalar level.
 const GemmKernels * simd_kernels() {
-    static const GemmKernels k512{avx512::gemm_acc_f32, avx512::gemm_set_f32, avx512::gemm_acc_bf16, avx512::gemm_set_bf16,
-                                  avx512::gemv_rows_f32, avx512::gemv_rows_bf16};
-    static const GemmKernels k2{avx2::gemm_acc_f32, avx2::gemm_set_f32, avx2::gemm_acc_bf16, avx2::gemm_set_bf16, avx2::gemv_rows_f32,
-                                avx2::gemv_rows_bf16};
+    static const GemmKernels k512{avx512::gemm_acc_f32,  avx512::gemm_set_f32,  avx512::gemm_acc_bf16,
+                                  avx512::gemm_set_bf16, avx512::gemv_rows_f32, avx512::gemv_rows_bf16};
+    static const GemmKernels k2{avx2::gemm_acc_f32,  avx2::gemm_set_f32,  avx2::gemm_acc_bf16,
+                                avx2::gemm_set_bf16, avx2::gemv_rows_f32, avx2::gemv_rows_bf16};
     const Isa isa = active_isa();
     return isa == Isa::Avx512 ? &k512 : isa == Isa::Avx2 ? &k2 : nullptr;
 }
@@ -83,7 +85,8 @@ bool matmul_packs() {
 template <typename F>
 void matmul_forward_wt(F * out, const F * inp, const F * wt, const F * bias, int64_t N, int64_t C, int64_t OC) {
     if (const GemmKernels * k = simd_kernels_for<F>())
-        return k->set_f32(N, OC, C, (const float *)inp, C, 1, (const float *)wt, OC, 1, (float *)out, OC, (const float *)bias);
+        return k->set_f32(N, OC, C, (const float *)inp, C, 1, (const float *)wt, OC, 1, (float *)out, OC,
+                          (const float *)bias);
     parallel_for(N, 4, [&](int64_t n0, int64_t n1) {
         for (int64_t n = n0; n < n1; ++n) {
             F * __restrict__ o = out + n * OC;
@@ -116,8 +119,12 @@ void matmul_forward_rows_parts(const RowsPart<F> * parts, int nparts, const F * 
             off += pt.OC;
             if (o0 >= o1) continue;
             if (k) {
-                if (pt.w16) k->gemv_bf16(N, pt.OC, C, (const float *)inp, pt.w16, (const float *)pt.bias, (float *)pt.out, o0, o1);
-                else k->gemv_f32(N, pt.OC, C, (const float *)inp, (const float *)pt.w, (const float *)pt.bias, (float *)pt.out, o0, o1);
+                if (pt.w16)
+                    k->gemv_bf16(N, pt.OC, C, (const float *)inp, pt.w16, (const float *)pt.bias, (float *)pt.out, o0,
+                                 o1);
+                else
+                    k->gemv_f32(N, pt.OC, C, (const float *)inp, (const float *)pt.w, (const float *)pt.bias,
+                                (float *)pt.out, o0, o1);
                 continue;
             }
             for (int64_t o = o0; o < o1; ++o)
@@ -150,8 +157,10 @@ void transpose_weight(F * wt, const F * weight, int64_t C, int64_t OC) {
 
 template <typename F>
 void matmul_forward(F * out, const F * inp, const F * weight, const F * bias, int64_t N, int64_t C, int64_t OC) {
-    if (const GemmKernels * k = simd_kernels_for<F>())  // the kernel packs weight^T from weight's strides: no transposed copy
-        return k->set_f32(N, OC, C, (const float *)inp, C, 1, (const float *)weight, 1, C, (float *)out, OC, (const float *)bias);
+    if (const GemmKernels * k =
+            simd_kernels_for<F>())  // the kernel packs weight^T from weight's strides: no transposed copy
+        return k->set_f32(N, OC, C, (const float *)inp, C, 1, (const float *)weight, 1, C, (float *)out, OC,
+                          (const float *)bias);
     std::vector<F> wt((size_t)(C * OC));  // [C, OC]
     transpose_weight(wt.data(), weight, C, OC);
     matmul_forward_wt(out, inp, wt.data(), bias, N, C, OC);
@@ -162,8 +171,10 @@ void matmul_backward(F * dinp, F * dweight, F * dbias, const F * dout, const F *
                      int64_t C, int64_t OC, bool set_dinp) {
     if (const GemmKernels * k = simd_kernels_for<F>()) {
         // dinp[N, C] (+)= dout[N, OC] @ weight[OC, C]; dweight[OC, C] += dout^T @ inp (A read with transposed strides).
-        if (set_dinp) k->set_f32(N, C, OC, (const float *)dout, OC, 1, (const float *)weight, C, 1, (float *)dinp, C, nullptr);
-        else k->acc_f32(N, C, OC, (const float *)dout, OC, 1, (const float *)weight, C, 1, (float *)dinp, C);
+        if (set_dinp)
+            k->set_f32(N, C, OC, (const float *)dout, OC, 1, (const float *)weight, C, 1, (float *)dinp, C, nullptr);
+        else
+            k->acc_f32(N, C, OC, (const float *)dout, OC, 1, (const float *)weight, C, 1, (float *)dinp, C);
         if (dweight) k->acc_f32(OC, C, N, (const float *)dout, 1, OC, (const float *)inp, C, 1, (float *)dweight, C);
         if (dbias)
             parallel_for(OC, 16, [&](int64_t o0, int64_t o1) {
@@ -215,33 +226,37 @@ std::vector<float> widened(const uint16_t * w, int64_t n) {
 }
 }  // namespace
 
-void matmul_forward_bf16(float * out, const float * inp, const uint16_t * weight, const float * bias, int64_t N, int64_t C, int64_t OC) {
+void matmul_forward_bf16(float * out, const float * inp, const uint16_t * weight, const float * bias, int64_t N,
+                         int64_t C, int64_t OC) {
     if (const GemmKernels * k = simd_kernels()) return k->set_bf16(N, OC, C, inp, C, 1, weight, 1, C, out, OC, bias);
     const std::vector<float> w = widened(weight, OC * C);
     matmul_forward(out, inp, w.data(), bias, N, C, OC);
 }
 
-void matmul_forward_rows_bf16(float * out, const float * inp, const uint16_t * weight, const float * bias, int64_t N, int64_t C, int64_t OC) {
+void matmul_forward_rows_bf16(float * out, const float * inp, const uint16_t * weight, const float * bias, int64_t N,
+                              int64_t C, int64_t OC) {
     const RowsPart<float> part{nullptr, weight, bias, out, OC};
     matmul_forward_rows_parts(&part, 1, inp, N, C);
 }
 
-void matmul_backward_input_bf16(float * dinp, const float * dout, const uint16_t * weight, int64_t N, int64_t C, int64_t OC, bool set_dinp) {
+void matmul_backward_input_bf16(float * dinp, const float * dout, const uint16_t * weight, int64_t N, int64_t C,
+                                int64_t OC, bool set_dinp) {
     if (const GemmKernels * k = simd_kernels()) {
         if (set_dinp) return k->set_bf16(N, C, OC, dout, OC, 1, weight, C, 1, dinp, C, nullptr);
         return k->acc_bf16(N, C, OC, dout, OC, 1, weight, C, 1, dinp, C);
     }
     const std::vector<float> w = widened(weight, OC * C);
-    matmul_backward(dinp, (float *)nullptr, (float *)nullptr, dout, (const float *)nullptr, w.data(), N, C, OC, set_dinp);
+    matmul_backward(dinp, (float *)nullptr, (float *)nullptr, dout, (const float *)nullptr, w.data(), N, C, OC,
+                    set_dinp);
 }
 
 #define MAPORL_INSTANTIATE(F)                                                                              \
-    template void matmul_forward<F>(F *, const F *, const F *, const F *, int64_t, int64_t, int64_t);     \
-    template void matmul_forward_wt<F>(F *, const F *, const F *, const F *, int64_t, int64_t, int64_t);  \
-    template void transpose_weight<F>(F *, const F *, int64_t, int64_t);                                  \
+    template void matmul_forward<F>(F *, const F *, const F *, const F *, int64_t, int64_t, int64_t);      \
+    template void matmul_forward_wt<F>(F *, const F *, const F *, const F *, int64_t, int64_t, int64_t);   \
+    template void transpose_weight<F>(F *, const F *, int64_t, int64_t);                                   \
     template bool matmul_packs<F>();                                                                       \
     template void matmul_forward_rows<F>(F *, const F *, const F *, const F *, int64_t, int64_t, int64_t); \
-    template void matmul_forward_rows_parts<F>(const RowsPart<F> *, int, const F *, int64_t, int64_t);    \
+    template void matmul_forward_rows_parts<F>(const RowsPart<F> *, int, const F *, int64_t, int64_t);     \
     template void matmul_backward<F>(F *, F *, F *, const F *, const F *, const F *, int64_t, int64_t, int64_t, bool);
 MAPORL_INSTANTIATE(float)
 MAPORL_INSTANTIATE(double)
@@ -257,7 +272,8 @@ std::atomic<int> g_matmul_precision{MAPORL_MATMUL_HIGHEST};
 extern "C" maporl_status maporl_set_matmul_precision(int precision) {
     maporl::clear_error();
     if (precision != MAPORL_MATMUL_HIGHEST && precision != MAPORL_MATMUL_HIGH)
-        return maporl::set_error(MAPORL_ERR_INVALID_ARG, "precision: expected MAPORL_MATMUL_HIGHEST (0) or MAPORL_MATMUL_HIGH (1), got %d",
+        return maporl::set_error(MAPORL_ERR_INVALID_ARG,
+                                 "precision: expected MAPORL_MATMUL_HIGHEST (0) or MAPORL_MATMUL_HIGH (1), got %d",
                                  precision);
     g_matmul_precision.store(precision, std::memory_order_relaxed);
     return MAPORL_OK;

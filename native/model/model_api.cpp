@@ -101,9 +101,11 @@ maporl_status maporl_gpt_tensor_info(const maporl_gpt * gpt, int64_t index, char
                                      int64_t * offset_out) {
     return guarded([&] {
         require_gpt(gpt);
-        const auto & ts = gpt->visit_trainable([](const auto & m) -> const std::vector<gpt::Layout::Tensor> & { return m.layout.tensors; });
+        const auto & ts = gpt->visit_trainable(
+            [](const auto & m) -> const std::vector<gpt::Layout::Tensor> & { return m.layout.tensors; });
         if (index < 0 || index >= (int64_t)ts.size())
-            throw_error(MAPORL_ERR_INVALID_ARG, "index: expected 0..%lld, got %lld", (long long)ts.size() - 1, (long long)index);
+            throw_error(MAPORL_ERR_INVALID_ARG, "index: expected 0..%lld, got %lld", (long long)ts.size() - 1,
+                        (long long)index);
         const auto & t = ts[(size_t)index];
         if (name_out) {
             std::memset(name_out, 0, 64);
@@ -121,15 +123,18 @@ maporl_status maporl_gpt_tensor_info(const maporl_gpt * gpt, int64_t index, char
 maporl_status maporl_gpt_get(const maporl_gpt * gpt, int which, float * out, int64_t count) {
     return guarded([&] {
         require_gpt(gpt);
-        if (gpt->lcuda && gpt->lm->active < 0) {  // the base on the device (no host moments are made; an adapter's are the host's)
-            if (which < 0 || which > 2) throw_error(MAPORL_ERR_INVALID_ARG, "which: expected 0 (params), 1 (m) or 2 (v), got %d", which);
+        if (gpt->lcuda &&
+            gpt->lm->active < 0) {  // the base on the device (no host moments are made; an adapter's are the host's)
+            if (which < 0 || which > 2)
+                throw_error(MAPORL_ERR_INVALID_ARG, "which: expected 0 (params), 1 (m) or 2 (v), got %d", which);
             require_ptr(out, "out", count);
             gpt->lcuda->download(which, out, count);
             return MAPORL_OK;
         }
         const std::vector<float> & b = buffer(const_cast<maporl_gpt *>(gpt), which);
         if (count != (int64_t)b.size())
-            throw_error(MAPORL_ERR_INVALID_ARG, "count: expected %lld (the parameter count), got %lld", (long long)b.size(), (long long)count);
+            throw_error(MAPORL_ERR_INVALID_ARG, "count: expected %lld (the parameter count), got %lld",
+                        (long long)b.size(), (long long)count);
         require_ptr(out, "out", count);
         if (gpt->cuda) {
             gpt::cuda_model_download(gpt->cuda, which, out, count);
@@ -144,14 +149,16 @@ maporl_status maporl_gpt_set(maporl_gpt * gpt, int which, const float * in, int6
     return guarded([&] {
         require_gpt(gpt);
         if (gpt->lcuda && gpt->lm->active < 0) {
-            if (which < 0 || which > 2) throw_error(MAPORL_ERR_INVALID_ARG, "which: expected 0 (params), 1 (m) or 2 (v), got %d", which);
+            if (which < 0 || which > 2)
+                throw_error(MAPORL_ERR_INVALID_ARG, "which: expected 0 (params), 1 (m) or 2 (v), got %d", which);
             require_ptr(in, "in", count);
             gpt->lcuda->upload(which, in, count);
             return MAPORL_OK;
         }
         std::vector<float> & b = buffer(gpt, which);
         if (count != (int64_t)b.size())
-            throw_error(MAPORL_ERR_INVALID_ARG, "count: expected %lld (the parameter count), got %lld", (long long)b.size(), (long long)count);
+            throw_error(MAPORL_ERR_INVALID_ARG, "count: expected %lld (the parameter count), got %lld",
+                        (long long)b.size(), (long long)count);
         require_ptr(in, "in", count);
         if (gpt->cuda) {
             gpt::cuda_model_upload(gpt->cuda, which, in, count);
@@ -201,8 +208,10 @@ maporl_status maporl_gpt_forward(maporl_gpt * gpt, const int32_t * tokens, int64
             return MAPORL_OK;
         }
         // A Llama model computes its [B, T, V] logits only when they are asked for (values alone need none).
-        if (gpt->gm) gpt->gm->forward(tokens, B, T);
-        else gpt->lm->forward(tokens, B, T, logits_out != nullptr);
+        if (gpt->gm)
+            gpt->gm->forward(tokens, B, T);
+        else
+            gpt->lm->forward(tokens, B, T, logits_out != nullptr);
         gpt->visit([&](auto & m) {
             if (logits_out) std::memcpy(logits_out, m.logits.data(), sizeof(float) * m.logits.size());
             if (values_out) std::memcpy(values_out, m.values.data(), sizeof(float) * m.values.size());
@@ -245,13 +254,18 @@ maporl_status maporl_gpt_step(maporl_gpt * gpt, const maporl_adamw_params * para
         require_gpt(gpt);
         require_ptr(params, "params", 1);
         const maporl_adamw_params & p = *params;
-        if (!(p.lr >= 0.0f && std::isfinite(p.lr))) throw_error(MAPORL_ERR_INVALID_ARG, "params.lr: expected a finite number >= 0, got %g", (double)p.lr);
-        if (!(p.beta1 >= 0.0f && p.beta1 < 1.0f)) throw_error(MAPORL_ERR_INVALID_ARG, "params.beta1: expected [0, 1), got %g", (double)p.beta1);
-        if (!(p.beta2 >= 0.0f && p.beta2 < 1.0f)) throw_error(MAPORL_ERR_INVALID_ARG, "params.beta2: expected [0, 1), got %g", (double)p.beta2);
+        if (!(p.lr >= 0.0f && std::isfinite(p.lr)))
+            throw_error(MAPORL_ERR_INVALID_ARG, "params.lr: expected a finite number >= 0, got %g", (double)p.lr);
+        if (!(p.beta1 >= 0.0f && p.beta1 < 1.0f))
+            throw_error(MAPORL_ERR_INVALID_ARG, "params.beta1: expected [0, 1), got %g", (double)p.beta1);
+        if (!(p.beta2 >= 0.0f && p.beta2 < 1.0f))
+            throw_error(MAPORL_ERR_INVALID_ARG, "params.beta2: expected [0, 1), got %g", (double)p.beta2);
         if (!(p.eps > 0.0f)) throw_error(MAPORL_ERR_INVALID_ARG, "params.eps: expected > 0, got %g", (double)p.eps);
         if (!(p.weight_decay >= 0.0f && std::isfinite(p.weight_decay)))
-            throw_error(MAPORL_ERR_INVALID_ARG, "params.weight_decay: expected a finite number >= 0, got %g", (double)p.weight_decay);
-        if (std::isnan(max_grad_norm)) throw_error(MAPORL_ERR_INVALID_ARG, "max_grad_norm: expected a number (<= 0: no clip), got NaN");
+            throw_error(MAPORL_ERR_INVALID_ARG, "params.weight_decay: expected a finite number >= 0, got %g",
+                        (double)p.weight_decay);
+        if (std::isnan(max_grad_norm))
+            throw_error(MAPORL_ERR_INVALID_ARG, "max_grad_norm: expected a number (<= 0: no clip), got NaN");
         const gpt::AdamW h{p.lr, p.beta1, p.beta2, p.eps, p.weight_decay};
         double n;
         if (gpt->cuda) {
@@ -302,7 +316,9 @@ maporl_status maporl_gpt_cache_release(maporl_gpt * gpt) {
 maporl_status maporl_gpt_cache_swap(maporl_gpt * gpt, int64_t slot) {
     return guarded([&] {
         require_gpt(gpt);
-        if (gpt->cuda || gpt->lcuda) throw_error(MAPORL_ERR_INVALID_ARG, "cache_swap: cache slots are kept on the CPU only; this model is on a GPU");
+        if (gpt->cuda || gpt->lcuda)
+            throw_error(MAPORL_ERR_INVALID_ARG,
+                        "cache_swap: cache slots are kept on the CPU only; this model is on a GPU");
         gpt->visit([&](auto & m) { m.cache_swap(slot); });
         return MAPORL_OK;
     });
@@ -334,13 +350,18 @@ maporl_status maporl_gpt_decode(maporl_gpt * gpt, const int32_t * tokens, int64_
 maporl_status maporl_gpt_prefill(maporl_gpt * gpt, const int32_t * tokens, const int64_t * lens, int64_t P) {
     return guarded([&] {
         require_gpt(gpt);
-        if (!gpt->lm) throw_error(MAPORL_ERR_INVALID_ARG, "prefill: the model is of the GPT family (prefill and per-row positions are the Llama family's)");
+        if (!gpt->lm)
+            throw_error(
+                MAPORL_ERR_INVALID_ARG,
+                "prefill: the model is of the GPT family (prefill and per-row positions are the Llama family's)");
         require_ptr(lens, "lens", gpt->lm->cache_batch);
         int64_t longest = 0;
         for (int64_t b = 0; b < gpt->lm->cache_batch; ++b) longest = std::max(longest, lens[b]);
         require_ptr(tokens, "tokens", longest > 0 ? gpt->lm->cache_batch * P : 0);
-        if (gpt->lcuda) gpt->lcuda->prefill(tokens, lens, P);
-        else gpt->lm->prefill(tokens, lens, P);
+        if (gpt->lcuda)
+            gpt->lcuda->prefill(tokens, lens, P);
+        else
+            gpt->lm->prefill(tokens, lens, P);
         return MAPORL_OK;
     });
 }
@@ -349,7 +370,10 @@ maporl_status maporl_gpt_decode_rows(maporl_gpt * gpt, const int32_t * tokens, c
                                      float * values_out) {
     return guarded([&] {
         require_gpt(gpt);
-        if (!gpt->lm) throw_error(MAPORL_ERR_INVALID_ARG, "decode_rows: the model is of the GPT family (prefill and per-row positions are the Llama family's)");
+        if (!gpt->lm)
+            throw_error(
+                MAPORL_ERR_INVALID_ARG,
+                "decode_rows: the model is of the GPT family (prefill and per-row positions are the Llama family's)");
         auto & m = *gpt->lm;
         require_ptr(tokens, "tokens", m.cache_batch);
         require_ptr(pos, "pos", m.cache_batch);
@@ -364,7 +388,8 @@ maporl_status maporl_gpt_decode_rows(maporl_gpt * gpt, const int32_t * tokens, c
     });
 }
 
-maporl_status maporl_gpt_cache_info(const maporl_gpt * gpt, int64_t * batch_out, int64_t * max_len_out, int64_t * vocab_out) {
+maporl_status maporl_gpt_cache_info(const maporl_gpt * gpt, int64_t * batch_out, int64_t * max_len_out,
+                                    int64_t * vocab_out) {
     return guarded([&] {
         require_gpt(gpt);
         gpt->visit([&](const auto & m) {
@@ -418,7 +443,8 @@ maporl_status llama_create(const maporl_llama_config * config, bool init, uint64
         l.rms_eps = c.rms_eps;
         l.rope_theta = c.rope_theta;
         if (c.rope_scaling < 0 || c.rope_scaling > 2)
-            throw_error(MAPORL_ERR_INVALID_ARG, "config.rope_scaling: expected 0 (none), 1 (linear) or 2 (llama3), got %d", c.rope_scaling);
+            throw_error(MAPORL_ERR_INVALID_ARG,
+                        "config.rope_scaling: expected 0 (none), 1 (linear) or 2 (llama3), got %d", c.rope_scaling);
         l.rope.type = (llama::RopeScaling::Type)c.rope_scaling;
         l.rope.factor = c.rope_factor;
         l.rope.low_freq_factor = c.rope_low_freq_factor;
@@ -456,7 +482,7 @@ inline float f16_to_float(uint16_t h) {
         u = sign | ((exp + 112) << 23) | (man << 13);
     } else if (man == 0) {
         u = sign;  // +-0
-    } else {  // subnormal: man * 2^-24, exact in float
+    } else {       // subnormal: man * 2^-24, exact in float
         const float f = std::ldexp((float)man, -24);
         std::memcpy(&u, &f, 4);
         u |= sign;
@@ -470,15 +496,20 @@ inline float f16_to_float(uint16_t h) {
 maporl_status maporl_gpt_set_tensor(maporl_gpt * gpt, int64_t index, int dtype, const void * data, int64_t count) {
     return guarded([&] {
         require_gpt(gpt);
-        if (gpt->on_device()) throw_error(MAPORL_ERR_INVALID_ARG, "set_tensor: the model is on CUDA; write tensors before moving it");
-        const auto & ts = gpt->visit_trainable([](const auto & m) -> const std::vector<gpt::Layout::Tensor> & { return m.layout.tensors; });
+        if (gpt->on_device())
+            throw_error(MAPORL_ERR_INVALID_ARG, "set_tensor: the model is on CUDA; write tensors before moving it");
+        const auto & ts = gpt->visit_trainable(
+            [](const auto & m) -> const std::vector<gpt::Layout::Tensor> & { return m.layout.tensors; });
         if (index < 0 || index >= (int64_t)ts.size())
-            throw_error(MAPORL_ERR_INVALID_ARG, "index: expected 0..%lld, got %lld", (long long)ts.size() - 1, (long long)index);
+            throw_error(MAPORL_ERR_INVALID_ARG, "index: expected 0..%lld, got %lld", (long long)ts.size() - 1,
+                        (long long)index);
         const auto & t = ts[(size_t)index];
         if (count != t.size)
-            throw_error(MAPORL_ERR_INVALID_ARG, "count: tensor %s has %lld elements, got %lld", t.name.c_str(), (long long)t.size, (long long)count);
+            throw_error(MAPORL_ERR_INVALID_ARG, "count: tensor %s has %lld elements, got %lld", t.name.c_str(),
+                        (long long)t.size, (long long)count);
         require_ptr(data, "data", count);
-        if (gpt->lm && gpt->lm->active < 0 && gpt->lm->is_half(index)) {  // a bfloat16 matrix: kept as bf16 (others rounded)
+        if (gpt->lm && gpt->lm->active < 0 &&
+            gpt->lm->is_half(index)) {  // a bfloat16 matrix: kept as bf16 (others rounded)
             uint16_t * dst = gpt->lm->h(index);
             const uint8_t * src = (const uint8_t *)data;
             if (dtype == MAPORL_DTYPE_BF16) {

@@ -59,8 +59,9 @@ void move_llama(maporl_gpt * gpt, maporl_device device, bool emulate = false) {
     llama::Model<float> & m = *gpt->lm;
     const int64_t n = m.layout.total;
     if (device == MAPORL_DEVICE_CUDA) {
-        std::unique_ptr<llama::DeviceModel> d(emulate ? new llama::DeviceLlama<llama::HostDevice>(m.cfg, &m)
-                                                      : llama::cuda_model_create(m.cfg, &m));  // (either refuses a bfloat16 base, naming it)
+        std::unique_ptr<llama::DeviceModel> d(
+            emulate ? new llama::DeviceLlama<llama::HostDevice>(m.cfg, &m)
+                    : llama::cuda_model_create(m.cfg, &m));  // (either refuses a bfloat16 base, naming it)
         d->upload(0, m.params.data(), n);
         if (m.grads.size() == (size_t)n) {
             d->upload(1, m.m.data(), n);
@@ -100,8 +101,10 @@ maporl_status maporl_gpt_set_device(maporl_gpt * gpt, maporl_device device) {
         require_device(device);
         if ((device == MAPORL_DEVICE_CUDA) == gpt->on_device()) return MAPORL_OK;
         gpt->score_targets.clear();  // the last scoring forward belongs to the other device
-        if (gpt->gm) move_gpt(gpt, device);
-        else move_llama(gpt, device);
+        if (gpt->gm)
+            move_gpt(gpt, device);
+        else
+            move_llama(gpt, device);
         return MAPORL_OK;
     });
 }
@@ -109,7 +112,8 @@ maporl_status maporl_gpt_set_device(maporl_gpt * gpt, maporl_device device) {
 maporl_status maporl_llama_emulate_device(maporl_gpt * gpt) {
     return guarded([&] {
         if (!gpt) throw_error(MAPORL_ERR_INVALID_ARG, "gpt: expected a model from maporl_gpt_create, got NULL");
-        if (!gpt->lm) throw_error(MAPORL_ERR_INVALID_ARG, "emulate_device: expected a Llama-family model, got the embedded GPT");
+        if (!gpt->lm)
+            throw_error(MAPORL_ERR_INVALID_ARG, "emulate_device: expected a Llama-family model, got the embedded GPT");
         if (gpt->on_device()) throw_error(MAPORL_ERR_INVALID_ARG, "emulate_device: the model is on a device already");
         gpt->score_targets.clear();
         move_llama(gpt, MAPORL_DEVICE_CUDA, /*emulate=*/true);

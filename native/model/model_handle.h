@@ -46,7 +46,8 @@ struct maporl_gpt {
     }
     template <class Fn>
     decltype(auto) visit_trainable(Fn && fn) const {
-        if (lm && lm->active >= 0) return fn(static_cast<const maporl::llama::Lora<float> &>(*lm->adapters[(size_t)lm->active]));
+        if (lm && lm->active >= 0)
+            return fn(static_cast<const maporl::llama::Lora<float> &>(*lm->adapters[(size_t)lm->active]));
         if (gm) return fn(static_cast<const maporl::gpt::Model<float> &>(*gm));
         return fn(static_cast<const maporl::llama::Model<float> &>(*lm));
     }

@@ -56,8 +56,8 @@ void rmsnorm_backward(F * dinp, F * dweight, const F * dout, const F * inp, cons
             for (int64_t c = 0; c < C; ++c) dweight[c] += pw[(size_t)(blk * C + c)];
 }
 
-#define MAPORL_INSTANTIATE(F)                                                                                      \
-    template void rmsnorm_forward<F>(F *, F *, const F *, const F *, int64_t, int64_t, double);                   \
+#define MAPORL_INSTANTIATE(F)                                                                   \
+    template void rmsnorm_forward<F>(F *, F *, const F *, const F *, int64_t, int64_t, double); \
     template void rmsnorm_backward<F>(F *, F *, const F *, const F *, const F *, const F *, int64_t, int64_t);
 MAPORL_INSTANTIATE(float)
 MAPORL_INSTANTIATE(double)

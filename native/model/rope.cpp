@@ -23,7 +23,7 @@ std::vector<double> rope_inv_freq(int64_t dim, double theta, const RopeScaling &
         for (double & x : f) {
             const double wavelen = 2.0 * M_PI / x;
             if (wavelen > low_wavelen) {
-                x = x / s.factor;  // low frequencies: interpolated
+                x = x / s.factor;                  // low frequencies: interpolated
             } else if (wavelen >= high_wavelen) {  // medium: a smooth blend of the two
                 const double smooth = (old / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
                 x = (1.0 - smooth) * x / s.factor + smooth * x;
@@ -69,8 +69,8 @@ void rope_forward(F * out, const F * inp, const F * cos, const F * sin, int64_t 
 }
 
 template <typename F>
-void rope_backward(F * dinp, const F * dout, const F * cos, const F * sin, int64_t B, int64_t T, int64_t pos0, int64_t H,
-                   int64_t dim) {
+void rope_backward(F * dinp, const F * dout, const F * cos, const F * sin, int64_t B, int64_t T, int64_t pos0,
+                   int64_t H, int64_t dim) {
     const int64_t half = dim / 2;
     parallel_for(B * T, 16, [&](int64_t r0, int64_t r1) {
         for (int64_t r = r0; r < r1; ++r) {
@@ -90,8 +90,8 @@ void rope_backward(F * dinp, const F * dout, const F * cos, const F * sin, int64
     });
 }
 
-#define MAPORL_INSTANTIATE(F)                                                                                          \
-    template void rope_tables<F>(std::vector<F> &, std::vector<F> &, const std::vector<double> &, int64_t);         \
+#define MAPORL_INSTANTIATE(F)                                                                                         \
+    template void rope_tables<F>(std::vector<F> &, std::vector<F> &, const std::vector<double> &, int64_t);           \
     template void rope_forward<F>(F *, const F *, const F *, const F *, int64_t, int64_t, int64_t, int64_t, int64_t); \
     template void rope_backward<F>(F *, const F *, const F *, const F *, int64_t, int64_t, int64_t, int64_t, int64_t);
 MAPORL_INSTANTIATE(float)

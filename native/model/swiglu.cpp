@@ -13,11 +13,13 @@
 namespace maporl {
 namespace avx512 {
 void swiglu_forward_f32(float * out, const float * gate, const float * up, int64_t i0, int64_t i1);
-void swiglu_backward_f32(float * dgate, float * dup, const float * dout, const float * gate, const float * up, int64_t i0, int64_t i1);
+void swiglu_backward_f32(float * dgate, float * dup, const float * dout, const float * gate, const float * up,
+                         int64_t i0, int64_t i1);
 }
 namespace avx2 {
 void swiglu_forward_f32(float * out, const float * gate, const float * up, int64_t i0, int64_t i1);
-void swiglu_backward_f32(float * dgate, float * dup, const float * dout, const float * gate, const float * up, int64_t i0, int64_t i1);
+void swiglu_backward_f32(float * dgate, float * dup, const float * dout, const float * gate, const float * up,
+                         int64_t i0, int64_t i1);
 }
 namespace llama {
 
@@ -54,7 +56,8 @@ void swiglu_backward(F * dgate, F * dup, const F * dout, const F * gate, const F
         const Isa isa = active_isa();
         if (isa != Isa::Scalar) {
             parallel_for(n, 4096, [&](int64_t i0, int64_t i1) {
-                (isa == Isa::Avx512 ? avx512::swiglu_backward_f32 : avx2::swiglu_backward_f32)(dgate, dup, dout, gate, up, i0, i1);
+                (isa == Isa::Avx512 ? avx512::swiglu_backward_f32 : avx2::swiglu_backward_f32)(dgate, dup, dout, gate,
+                                                                                               up, i0, i1);
             });
             return;
         }
@@ -68,8 +71,8 @@ void swiglu_backward(F * dgate, F * dup, const F * dout, const F * gate, const F
     });
 }
 
-#define MAPORL_INSTANTIATE(F)                                                  \
-    template void swiglu_forward<F>(F *, const F *, const F *, int64_t);      \
+#define MAPORL_INSTANTIATE(F)                                            \
+    template void swiglu_forward<F>(F *, const F *, const F *, int64_t); \
     template void swiglu_backward<F>(F *, F *, const F *, const F *, const F *, int64_t);
 MAPORL_INSTANTIATE(float)
 MAPORL_INSTANTIATE(double)

@@ -52,7 +52,11 @@ int64_t gae_row_scalar(const F * r, const F * v, const M * m, int64_t T, F gamma
             R[t] = F(0);
         }
     }
-    if (sums.sum) { sums.sum[row] = s; sums.sum_sq[row] = s2; sums.count[row] = n; }
+    if (sums.sum) {
+        sums.sum[row] = s;
+        sums.sum_sq[row] = s2;
+        sums.count[row] = n;
+    }
     return bad ? first_bad(m, T) : -1;
 }
 
@@ -63,8 +67,8 @@ int64_t gae_rows(const F * r, const F * v, const M * m, int64_t T, int64_t b0, i
     if constexpr (std::is_same<F, float>::value) {
         const Isa isa = active_isa();
         if (isa != Isa::Scalar) {
-            const GaeRowsArgs g{r, v, m, std::is_same<M, uint8_t>::value ? MAPORL_MASK_U8 : MAPORL_MASK_F32, T,
-                                gamma, gl, A, R, sums};
+            const GaeRowsArgs g{
+                r, v, m, std::is_same<M, uint8_t>::value ? MAPORL_MASK_U8 : MAPORL_MASK_F32, T, gamma, gl, A, R, sums};
             return isa == Isa::Avx512 ? avx512::gae_rows_f32(g, b0, b1) : avx2::gae_rows_f32(g, b0, b1);
         }
     }
@@ -100,12 +104,17 @@ void scan_driver(const M * mask, int64_t B, int64_t T, bool whiten, const F * so
     });
     if (bad.load() != std::numeric_limits<int64_t>::max()) {
         const int64_t i = bad.load();
-        throw_error(MAPORL_ERR_INVALID_ARG, "mask: expected 0 or 1 at every position, got %g at index %lld (row %lld, t %lld)",
-                    (double)mask[i], (long long)i, (long long)(i / T), (long long)(i % T));
+        throw_error(MAPORL_ERR_INVALID_ARG,
+                    "mask: expected 0 or 1 at every position, got %g at index %lld (row %lld, t %lld)", (double)mask[i],
+                    (long long)i, (long long)(i / T), (long long)(i % T));
     }
     if (!whiten) return;
     double s = 0, s2 = 0, n = 0;
-    for (int64_t b = 0; b < B; ++b) { s += sum[b]; s2 += sum_sq[b]; n += count[b]; }
+    for (int64_t b = 0; b < B; ++b) {
+        s += sum[b];
+        s2 += sum_sq[b];
+        n += count[b];
+    }
     if (n == 0) {  // nothing to whiten: the target is the source (all zeros, every position masked)
         if (source != target) std::memcpy(target, source, sizeof(F) * (size_t)(B * T));
         return;
@@ -118,7 +127,8 @@ void scan_driver(const M * mask, int64_t B, int64_t T, bool whiten, const F * so
             for (int64_t b = b0; b < b1; ++b) {
                 double d = 0;
                 for (int64_t t = 0; t < T; ++t)
-                    if (mask[b * T + t] == M(1)) d += ((double)source[b * T + t] - mean) * ((double)source[b * T + t] - mean);
+                    if (mask[b * T + t] == M(1))
+                        d += ((double)source[b * T + t] - mean) * ((double)source[b * T + t] - mean);
                 dev[(size_t)b] = d;
             }
         });
@@ -137,7 +147,8 @@ void scan_driver(const M * mask, int64_t B, int64_t T, bool whiten, const F * so
             const maporl_mask_type mt = std::is_same<M, uint8_t>::value ? MAPORL_MASK_U8 : MAPORL_MASK_F32;
             if (isa == Isa::Avx512) return avx512::gae_whiten_f32(x, a, m, mt, n, hi, lo, rstd);
             if (isa == Isa::Avx2) return avx2::gae_whiten_f32(x, a, m, mt, n, hi, lo, rstd);
-            for (int64_t i = 0; i < n; ++i) a[i] = m[i] == M(1) ? ((x[i] - hi) - lo) * rstd : F(0);  // as the vector units
+            for (int64_t i = 0; i < n; ++i)
+                a[i] = m[i] == M(1) ? ((x[i] - hi) - lo) * rstd : F(0);  // as the vector units
         } else {
             for (int64_t i = 0; i < n; ++i) a[i] = m[i] == M(1) ? (F)(((double)x[i] - st.mean) * st.rstd) : F(0);
         }
@@ -145,8 +156,8 @@ void scan_driver(const M * mask, int64_t B, int64_t T, bool whiten, const F * so
 }
 
 template <typename F, typename M>
-void gae_typed(const F * r, const F * v, const M * mask, int64_t B, int64_t T, F gamma, F lambda, bool whiten,
-               F * adv, F * ret) {
+void gae_typed(const F * r, const F * v, const M * mask, int64_t B, int64_t T, F gamma, F lambda, bool whiten, F * adv,
+               F * ret) {
     const F gl = gamma * lambda;
     scan_driver<F, M>(mask, B, T, whiten, adv, adv, [&](int64_t b0, int64_t b1, GaeRowSums sums) {
         return gae_rows<F, M>(r, v, mask, T, b0, b1, gamma, gl, adv, ret, sums);
@@ -172,7 +183,11 @@ int64_t returns_row_scalar(const F * r, const M * m, int64_t T, F gamma, F * G, 
             run = F(0);
         }
     }
-    if (sums.sum) { sums.sum[row] = s; sums.sum_sq[row] = s2; sums.count[row] = n; }
+    if (sums.sum) {
+        sums.sum[row] = s;
+        sums.sum_sq[row] = s2;
+        sums.count[row] = n;
+    }
     return bad ? first_bad(m, T) : -1;
 }
 
@@ -190,8 +205,9 @@ void returns_typed(const F * r, const M * mask, int64_t B, int64_t T, F gamma, b
             const maporl_mask_type mt = std::is_same<M, uint8_t>::value ? MAPORL_MASK_U8 : MAPORL_MASK_F32;
             if (isa != Isa::Scalar) {
                 for (int64_t b = b0; b < b1; ++b) {  // row by row, so the copy reads from cache
-                    const int64_t bad = isa == Isa::Avx512 ? avx512::reinforce_rows_f32(r, mask, mt, T, gamma, G, sums, b, b + 1)
-                                                           : avx2::reinforce_rows_f32(r, mask, mt, T, gamma, G, sums, b, b + 1);
+                    const int64_t bad = isa == Isa::Avx512
+                        ? avx512::reinforce_rows_f32(r, mask, mt, T, gamma, G, sums, b, b + 1)
+                        : avx2::reinforce_rows_f32(r, mask, mt, T, gamma, G, sums, b, b + 1);
                     if (bad >= 0) return bad;
                     copy(b, b + 1);
                 }
@@ -211,14 +227,14 @@ void returns_typed(const F * r, const M * mask, int64_t B, int64_t T, F gamma, b
 }  // namespace
 
 template <typename F>
-void gae_cpu(const F * rewards, const F * values, const void * mask, maporl_mask_type mask_type, int64_t B,
-             int64_t T, F gamma, F lambda, bool whiten, F * advantages, F * returns) {
+void gae_cpu(const F * rewards, const F * values, const void * mask, maporl_mask_type mask_type, int64_t B, int64_t T,
+             F gamma, F lambda, bool whiten, F * advantages, F * returns) {
     if (mask_type == MAPORL_MASK_U8)
         gae_typed<F, uint8_t>(rewards, values, static_cast<const uint8_t *>(mask), B, T, gamma, lambda, whiten,
                               advantages, returns);
     else
-        gae_typed<F, float>(rewards, values, static_cast<const float *>(mask), B, T, gamma, lambda, whiten,
-                            advantages, returns);
+        gae_typed<F, float>(rewards, values, static_cast<const float *>(mask), B, T, gamma, lambda, whiten, advantages,
+                            returns);
 }
 
 template void gae_cpu<float>(const float *, const float *, const void *, maporl_mask_type, int64_t, int64_t, float,
@@ -227,7 +243,8 @@ template <typename F>
 void reinforce_returns_cpu(const F * rewards, const void * mask, maporl_mask_type mask_type, int64_t B, int64_t T,
                            F gamma, bool whiten, F * returns, F * advantages) {
     if (mask_type == MAPORL_MASK_U8)
-        returns_typed<F, uint8_t>(rewards, static_cast<const uint8_t *>(mask), B, T, gamma, whiten, returns, advantages);
+        returns_typed<F, uint8_t>(rewards, static_cast<const uint8_t *>(mask), B, T, gamma, whiten, returns,
+                                  advantages);
     else
         returns_typed<F, float>(rewards, static_cast<const float *>(mask), B, T, gamma, whiten, returns, advantages);
 }
@@ -237,8 +254,8 @@ template void reinforce_returns_cpu<float>(const float *, const void *, maporl_m
 template void reinforce_returns_cpu<double>(const double *, const void *, maporl_mask_type, int64_t, int64_t, double,
                                             bool, double *, double *);
 
-template void gae_cpu<double>(const double *, const double *, const void *, maporl_mask_type, int64_t, int64_t,
-                              double, double, bool, double *, double *);
+template void gae_cpu<double>(const double *, const double *, const void *, maporl_mask_type, int64_t, int64_t, double,
+                              double, bool, double *, double *);
 
 }  // namespace maporl
 

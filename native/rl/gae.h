@@ -14,8 +14,8 @@ namespace maporl {
 // Host pointers. F is the storage and compute type (float, or double for reference tests).
 // Throws Error on a mask value other than 0/1.
 template <typename F>
-void gae_cpu(const F * rewards, const F * values, const void * mask, maporl_mask_type mask_type, int64_t B,
-             int64_t T, F gamma, F lambda, bool whiten, F * advantages, F * returns);
+void gae_cpu(const F * rewards, const F * values, const void * mask, maporl_mask_type mask_type, int64_t B, int64_t T,
+             F gamma, F lambda, bool whiten, F * advantages, F * returns);
 
 // REINFORCE++ returns on host pointers (F = float or double); see maporl_reinforce_returns.
 template <typename F>

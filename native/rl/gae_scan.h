@@ -25,7 +25,11 @@ struct GaeCarryMap {
 template <typename T>
 MAPORL_HD GaeCarryMap<T> gae_map_identity() {
     GaeCarryMap<T> m;
-    m.has = 0; m.nv = T(0); m.c = T(0); m.al = T(1); m.an = T(0);
+    m.has = 0;
+    m.nv = T(0);
+    m.c = T(0);
+    m.al = T(1);
+    m.an = T(0);
     return m;
 }
 

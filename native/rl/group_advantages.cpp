@@ -88,7 +88,8 @@ struct Member {
 };
 
 // One bucket's statistics, from its members in index order, then its folds.
-void bucket_stats(const Member * m, int64_t count, Slot * t, int64_t nslots, const maporl_group_params & p, Fold * folds) {
+void bucket_stats(const Member * m, int64_t count, Slot * t, int64_t nslots, const maporl_group_params & p,
+                  Fold * folds) {
     const bool excl = p.nan_exclude != 0, use_max = p.baseline == MAPORL_BASELINE_MAX;
     for (int64_t j = 0; j < nslots; ++j) t[j] = Slot{0.0, 0.0, 0.0, use_max ? -INFINITY : 0.0};
     // Pass 1, its loop specialised per mode (the flags are constant here; the members' order is index order).
@@ -118,7 +119,8 @@ void bucket_stats(const Member * m, int64_t count, Slot * t, int64_t nslots, con
 // at N = 2^20.
 constexpr int64_t kBuckets = 64;
 
-void table_path(const float * scores, int64_t N, const maporl_group_params & p, float * out, SlotOf slot_of, int64_t K) {
+void table_path(const float * scores, int64_t N, const maporl_group_params & p, float * out, SlotOf slot_of,
+                int64_t K) {
     int shift = 0;
     while (((K - 1) >> shift) >= kBuckets) ++shift;
     const int64_t nb = ((K - 1) >> shift) + 1;
@@ -126,7 +128,8 @@ void table_path(const float * scores, int64_t N, const maporl_group_params & p, 
     const size_t at_folds = (size_t)K * sizeof(Slot), at_members = at_folds + (size_t)K * sizeof(Fold);
     ScratchLease lease(at_members + (size_t)N * sizeof(Member));
     unsigned char * base = static_cast<unsigned char *>(lease.data());
-    static_assert(alignof(Slot) <= 64 && alignof(Fold) <= alignof(Slot) && alignof(Member) <= alignof(Fold), "scratch layout");
+    static_assert(alignof(Slot) <= 64 && alignof(Fold) <= alignof(Slot) && alignof(Member) <= alignof(Fold),
+                  "scratch layout");
     Slot * table = reinterpret_cast<Slot *>(base);
     Fold * folds = reinterpret_cast<Fold *>(base + at_folds);
     Member * members = reinterpret_cast<Member *>(base + at_members);
@@ -172,8 +175,10 @@ void table_path(const float * scores, int64_t N, const maporl_group_params & p, 
     const bool excl = p.nan_exclude != 0;
     const Isa isa = K < ((int64_t)1 << 30) ? active_isa() : Isa::Scalar;  // 32-bit gather offsets
     parallel_for(N, 4096, [&](int64_t b, int64_t e) {
-        if (isa == Isa::Avx512) avx512::write_from_folds(scores, slot_of.ids, slot_of.lo, folds, out, b, e, excl);
-        else if (isa == Isa::Avx2) avx2::write_from_folds(scores, slot_of.ids, slot_of.lo, folds, out, b, e, excl);
+        if (isa == Isa::Avx512)
+            avx512::write_from_folds(scores, slot_of.ids, slot_of.lo, folds, out, b, e, excl);
+        else if (isa == Isa::Avx2)
+            avx2::write_from_folds(scores, slot_of.ids, slot_of.lo, folds, out, b, e, excl);
         else
             for (int64_t i = b; i < e; ++i) out[i] = write_one(scores[i], folds[slot_of(i)], excl);
     });
@@ -208,8 +213,10 @@ void group_advantages_cpu(const float * scores, const int32_t * groups, const fl
     for (int64_t k = G; uniform && k < N; k += G) uniform = groups[k] != groups[k - 1];
     if (uniform) {
         parallel_for(N / G, std::max<int64_t>(16, 8192 / G), [&](int64_t k0, int64_t k1) {
-            if (isa == Isa::Avx512) avx512::group_uniform_f32(scores, out, G, k0, k1, p);
-            else avx2::group_uniform_f32(scores, out, G, k0, k1, p);
+            if (isa == Isa::Avx512)
+                avx512::group_uniform_f32(scores, out, G, k0, k1, p);
+            else
+                avx2::group_uniform_f32(scores, out, G, k0, k1, p);
         });
     } else if (sorted) {
         // verl's layout (the responses of a prompt adjacent, ids ascending): every group is one run. Chunks are
@@ -254,11 +261,17 @@ void group_advantages_cpu(const float * scores, const int32_t * groups, const fl
                 s2 += wi * a * a;
                 w += wi;
             }
-            ps[c] = s; ps2[c] = s2; pw[c] = w;
+            ps[c] = s;
+            ps2[c] = s2;
+            pw[c] = w;
         }
     });
     double s = 0, s2 = 0, w = 0;
-    for (int64_t c = 0; c < chunks; ++c) { s += ps[c]; s2 += ps2[c]; w += pw[c]; }
+    for (int64_t c = 0; c < chunks; ++c) {
+        s += ps[c];
+        s2 += ps2[c];
+        w += pw[c];
+    }
     const double mean = whiten_mean(s, w);
     double m2 = whiten_m2_one_pass(s, s2, mean);
     if (!whiten_one_pass_ok(s2, m2)) {  // the exact second pass, chunk by chunk in order
@@ -277,8 +290,7 @@ void group_advantages_cpu(const float * scores, const int32_t * groups, const fl
     }
     const WhitenStats st = whiten_from_m2(mean, m2, w, p.whiten == 2);
     parallel_for(N, 4096, [&](int64_t b, int64_t e) {
-        for (int64_t i = b; i < e; ++i)
-            out[i] = w_of(i) == 0.0 ? 0.0f : (float)(((double)out[i] - st.mean) * st.rstd);
+        for (int64_t i = b; i < e; ++i) out[i] = w_of(i) == 0.0 ? 0.0f : (float)(((double)out[i] - st.mean) * st.rstd);
     });
 }
 
@@ -297,7 +309,10 @@ void broadcast_rows_cpu(const float * values, const void * mask, maporl_mask_typ
                 }
                 if (bad)
                     for (int64_t t = 0; t < T; ++t)
-                        if (!(m[n * T + t] == 0 || m[n * T + t] == 1)) { bad_row[n] = t; break; }
+                        if (!(m[n * T + t] == 0 || m[n * T + t] == 1)) {
+                            bad_row[n] = t;
+                            break;
+                        }
             }
         });
         for (int64_t n = 0; n < N; ++n)
@@ -307,8 +322,10 @@ void broadcast_rows_cpu(const float * values, const void * mask, maporl_mask_typ
                             (double)m[n * T + bad_row[n]], (long long)(n * T + bad_row[n]), (long long)n,
                             (long long)bad_row[n]);
     };
-    if (mask_type == MAPORL_MASK_U8) rows(static_cast<const uint8_t *>(mask));
-    else rows(static_cast<const float *>(mask));
+    if (mask_type == MAPORL_MASK_U8)
+        rows(static_cast<const uint8_t *>(mask));
+    else
+        rows(static_cast<const float *>(mask));
 }
 
 }  // namespace maporl
@@ -337,13 +354,16 @@ maporl_status maporl_group_advantages(maporl_device device, const float * scores
         require_ptr(groups, "groups", N);
         require_ptr(out, "advantages_out", N);
         if ((unsigned)enum_int(p.baseline) > (unsigned)MAPORL_BASELINE_NONE)
-            throw_error(MAPORL_ERR_INVALID_ARG, "baseline: expected MAPORL_BASELINE_MEAN..NONE (0..3), got %d", enum_int(p.baseline));
+            throw_error(MAPORL_ERR_INVALID_ARG, "baseline: expected MAPORL_BASELINE_MEAN..NONE (0..3), got %d",
+                        enum_int(p.baseline));
         if (p.baseline == MAPORL_BASELINE_MAX && p.scale_by_std)
             throw_error(MAPORL_ERR_INVALID_ARG, "scale_by_std: the max baseline has no std scaling (use 0), got 1");
         if (!(p.eps >= 0.0f && p.eps <= 1.0f))
             throw_error(MAPORL_ERR_INVALID_ARG, "eps: expected a finite number in [0, 1], got %g", (double)p.eps);
-        for (auto [flag, name] : {std::pair<int, const char *>{p.scale_by_std, "scale_by_std"}, {p.std_unbiased, "std_unbiased"},
-                                  {p.singleton_zero, "singleton_zero"}, {p.nan_exclude, "nan_exclude"}})
+        for (auto [flag, name] : {std::pair<int, const char *>{p.scale_by_std, "scale_by_std"},
+                                  {p.std_unbiased, "std_unbiased"},
+                                  {p.singleton_zero, "singleton_zero"},
+                                  {p.nan_exclude, "nan_exclude"}})
             if (flag != 0 && flag != 1) throw_error(MAPORL_ERR_INVALID_ARG, "%s: expected 0 or 1, got %d", name, flag);
         if (p.whiten < 0 || p.whiten > 2)
             throw_error(MAPORL_ERR_INVALID_ARG, "whiten: expected 0 (off), 1 (verl) or 2 (OpenRLHF), got %d", p.whiten);

@@ -44,16 +44,22 @@ void group_uniform_f32(const float * __restrict__ S, float * __restrict__ O, int
                     const __m256d el = _mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(x)), m_lo);
                     const __m256d eh = _mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(x, 1)), m_hi);
                     // Widen the 32-bit lane masks to 64-bit ones for the double halves.
-                    const __m256d cl = _mm256_castsi256_pd(_mm256_cvtepi32_epi64(_mm_castps_si128(_mm256_castps256_ps128(c))));
-                    const __m256d ch = _mm256_castsi256_pd(_mm256_cvtepi32_epi64(_mm_castps_si128(_mm256_extractf128_ps(c, 1))));
+                    const __m256d cl =
+                        _mm256_castsi256_pd(_mm256_cvtepi32_epi64(_mm_castps_si128(_mm256_castps256_ps128(c))));
+                    const __m256d ch =
+                        _mm256_castsi256_pd(_mm256_cvtepi32_epi64(_mm_castps_si128(_mm256_extractf128_ps(c, 1))));
                     d_lo = _mm256_add_pd(d_lo, _mm256_and_pd(_mm256_mul_pd(el, el), cl));
                     d_hi = _mm256_add_pd(d_hi, _mm256_and_pd(_mm256_mul_pd(eh, eh), ch));
                 }
             alignas(32) double n[8], sum[8], mean[8], dev[8];
-            _mm256_store_pd(n, n_lo); _mm256_store_pd(n + 4, n_hi);
-            _mm256_store_pd(sum, s_lo); _mm256_store_pd(sum + 4, s_hi);
-            _mm256_store_pd(mean, m_lo); _mm256_store_pd(mean + 4, m_hi);
-            _mm256_store_pd(dev, d_lo); _mm256_store_pd(dev + 4, d_hi);
+            _mm256_store_pd(n, n_lo);
+            _mm256_store_pd(n + 4, n_hi);
+            _mm256_store_pd(sum, s_lo);
+            _mm256_store_pd(sum + 4, s_hi);
+            _mm256_store_pd(mean, m_lo);
+            _mm256_store_pd(mean + 4, m_hi);
+            _mm256_store_pd(dev, d_lo);
+            _mm256_store_pd(dev + 4, d_hi);
             for (int j = 0; j < 8; ++j) {
                 write_group(base + j * G, O + (k + j) * G, G, fold(Slot{n[j], sum[j], mean[j], dev[j]}, p), excl);
             }
@@ -71,7 +77,9 @@ void write_from_folds(const float * __restrict__ S, const int32_t * __restrict__
         const __m256d c = _mm256_i32gather_pd(f, k2, 8), fa = _mm256_i32gather_pd(f, _mm_add_epi32(k2, one), 8);
         const __m128 x = _mm_loadu_ps(S + i);
         __m256d keep = _mm256_cmp_pd(fa, _mm256_setzero_pd(), _CMP_NEQ_UQ);  // factor 0: advantage 0
-        if (excl) keep = _mm256_and_pd(keep, _mm256_castsi256_pd(_mm256_cvtepi32_epi64(_mm_castps_si128(_mm_cmp_ps(x, x, _CMP_ORD_Q)))));
+        if (excl)
+            keep = _mm256_and_pd(
+                keep, _mm256_castsi256_pd(_mm256_cvtepi32_epi64(_mm_castps_si128(_mm_cmp_ps(x, x, _CMP_ORD_Q)))));
         const __m256d a = _mm256_and_pd(_mm256_mul_pd(_mm256_sub_pd(_mm256_cvtps_pd(x), c), fa), keep);
         _mm_storeu_ps(O + i, _mm256_cvtpd_ps(a));
     }

@@ -33,9 +33,11 @@ void group_uniform_f32(const float * __restrict__ S, float * __restrict__ O, int
                 const __m512 xz = _mm512_maskz_mov_ps(c, x);
                 const __m512 one = _mm512_maskz_mov_ps(c, _mm512_set1_ps(1.0f));
                 s_lo = _mm512_add_pd(s_lo, _mm512_cvtps_pd(_mm512_castps512_ps256(xz)));
-                s_hi = _mm512_add_pd(s_hi, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(xz), 1))));
+                s_hi = _mm512_add_pd(
+                    s_hi, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(xz), 1))));
                 n_lo = _mm512_add_pd(n_lo, _mm512_cvtps_pd(_mm512_castps512_ps256(one)));
-                n_hi = _mm512_add_pd(n_hi, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(one), 1))));
+                n_hi = _mm512_add_pd(
+                    n_hi, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(one), 1))));
             }
             const __m512d m_lo = _mm512_div_pd(s_lo, n_lo), m_hi = _mm512_div_pd(s_hi, n_hi);
             __m512d d_lo = _mm512_setzero_pd(), d_hi = _mm512_setzero_pd();
@@ -44,16 +46,21 @@ void group_uniform_f32(const float * __restrict__ S, float * __restrict__ O, int
                     const __m512 x = _mm512_i32gather_ps(idx, base + t, 4);
                     const __mmask16 c = excl ? _mm512_cmp_ps_mask(x, x, _CMP_ORD_Q) : (__mmask16)0xffff;
                     const __m512d xl = _mm512_cvtps_pd(_mm512_castps512_ps256(x));
-                    const __m512d xh = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
+                    const __m512d xh =
+                        _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
                     const __m512d el = _mm512_sub_pd(xl, m_lo), eh = _mm512_sub_pd(xh, m_hi);
                     d_lo = _mm512_mask_add_pd(d_lo, (__mmask8)(c & 0xff), d_lo, _mm512_mul_pd(el, el));
                     d_hi = _mm512_mask_add_pd(d_hi, (__mmask8)(c >> 8), d_hi, _mm512_mul_pd(eh, eh));
                 }
             alignas(64) double n[16], sum[16], mean[16], dev[16];
-            _mm512_store_pd(n, n_lo); _mm512_store_pd(n + 8, n_hi);
-            _mm512_store_pd(sum, s_lo); _mm512_store_pd(sum + 8, s_hi);
-            _mm512_store_pd(mean, m_lo); _mm512_store_pd(mean + 8, m_hi);
-            _mm512_store_pd(dev, d_lo); _mm512_store_pd(dev + 8, d_hi);
+            _mm512_store_pd(n, n_lo);
+            _mm512_store_pd(n + 8, n_hi);
+            _mm512_store_pd(sum, s_lo);
+            _mm512_store_pd(sum + 8, s_hi);
+            _mm512_store_pd(mean, m_lo);
+            _mm512_store_pd(mean + 8, m_hi);
+            _mm512_store_pd(dev, d_lo);
+            _mm512_store_pd(dev + 8, d_hi);
             for (int j = 0; j < 16; ++j) {
                 write_group(base + j * G, O + (k + j) * G, G, fold(Slot{n[j], sum[j], mean[j], dev[j]}, p), excl);
             }

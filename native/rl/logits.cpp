@@ -129,8 +129,8 @@ void logprobs_cpu_bf16(const uint16_t * logits, const int32_t * targets, int64_t
 }
 
 template <typename F>
-void logits_backward_cpu(const F * logits, const int32_t * targets, int64_t N, int64_t V, F temperature, const F * grad_logp,
-                         const F * grad_entropy, F * grad_logits) {
+void logits_backward_cpu(const F * logits, const int32_t * targets, int64_t N, int64_t V, F temperature,
+                         const F * grad_logp, const F * grad_entropy, F * grad_logits) {
     require_temperature((double)temperature);
     if (N > 0 && V < 1) throw_error(MAPORL_ERR_INVALID_ARG, "V: expected >= 1 when N > 0, got %lld", (long long)V);
     require_targets(targets, nullptr, MAPORL_MASK_U8, N, V);
@@ -148,9 +148,10 @@ void logits_backward_cpu(const F * logits, const int32_t * targets, int64_t N, i
         }
     });
 }
-template void logits_backward_cpu<float>(const float *, const int32_t *, int64_t, int64_t, float, const float *, const float *, float *);
-template void logits_backward_cpu<double>(const double *, const int32_t *, int64_t, int64_t, double, const double *, const double *,
-                                          double *);
+template void logits_backward_cpu<float>(const float *, const int32_t *, int64_t, int64_t, float, const float *,
+                                         const float *, float *);
+template void logits_backward_cpu<double>(const double *, const int32_t *, int64_t, int64_t, double, const double *,
+                                          const double *, double *);
 
 template <typename F>
 void fused_policy_loss_cpu(const FusedArgs<F> & fa, maporl_policy_loss_stats * stats) {
@@ -247,8 +248,9 @@ template void fused_policy_loss_cpu<double>(const FusedArgs<double> &, maporl_po
 namespace {
 
 // The C entry points' bodies; exactly one of logits (float32) and bf16 is set.
-maporl_status logprobs_entry(const maporl_device & device, const float * logits, const uint16_t * bf16, const int32_t * targets,
-                             int64_t N, int64_t V, float temperature, float * logp_out, float * entropy_out) {
+maporl_status logprobs_entry(const maporl_device & device, const float * logits, const uint16_t * bf16,
+                             const int32_t * targets, int64_t N, int64_t V, float temperature, float * logp_out,
+                             float * entropy_out) {
     require_device(device);
     require_dims(N, V, "N", "V");
     require_ptr(logits ? (const void *)logits : (const void *)bf16, "logits", N * V);
@@ -258,16 +260,18 @@ maporl_status logprobs_entry(const maporl_device & device, const float * logits,
         require_temperature((double)temperature);
         return logprobs_cuda(logits, bf16, targets, N, V, temperature, logp_out, entropy_out);
     }
-    if (bf16) logprobs_cpu_bf16(bf16, targets, N, V, temperature, logp_out, entropy_out);
-    else logprobs_cpu<float>(logits, targets, N, V, temperature, logp_out, entropy_out);
+    if (bf16)
+        logprobs_cpu_bf16(bf16, targets, N, V, temperature, logp_out, entropy_out);
+    else
+        logprobs_cpu<float>(logits, targets, N, V, temperature, logp_out, entropy_out);
     return MAPORL_OK;
 }
 
-maporl_status fused_entry(const maporl_device & device, const float * logits, const uint16_t * bf16, const int32_t * targets,
-                          const float * old_logp, const float * advantages, int adv_per_seq, const void * mask,
-                          const maporl_mask_type & mask_type, const float * ref_logp, int64_t B, int64_t T, int64_t V,
-                          float temperature, maporl_policy_loss_params params, float * grad_logits_out,
-                          float * logp_out, float * entropy_out, float * grad_logp_out,
+maporl_status fused_entry(const maporl_device & device, const float * logits, const uint16_t * bf16,
+                          const int32_t * targets, const float * old_logp, const float * advantages, int adv_per_seq,
+                          const void * mask, const maporl_mask_type & mask_type, const float * ref_logp, int64_t B,
+                          int64_t T, int64_t V, float temperature, maporl_policy_loss_params params,
+                          float * grad_logits_out, float * logp_out, float * entropy_out, float * grad_logp_out,
                           maporl_policy_loss_stats * stats_out) {
     require_device(device);
     require_mask_type(mask_type);
@@ -283,15 +287,17 @@ maporl_status fused_entry(const maporl_device & device, const float * logits, co
         const char *g0 = (const char *)grad_logits_out, *g1 = g0 + 4 * N * V;
         const char *z0 = (const char *)bf16, *z1 = z0 + 2 * N * V;
         if (g0 < z1 && z0 < g1)
-            throw_error(MAPORL_ERR_INVALID_ARG, "grad_logits_out: expected memory that does not overlap the bfloat16 "
-                                                "logits (no in place for bf16), got an overlapping buffer");
+            throw_error(MAPORL_ERR_INVALID_ARG,
+                        "grad_logits_out: expected memory that does not overlap the bfloat16 "
+                        "logits (no in place for bf16), got an overlapping buffer");
     }
     FusedArgs<float> fa;
     fa.logits = logits;
     fa.logits_bf16 = bf16;
     fa.targets = targets;
-    fa.loss = PolicyLossArgs<float>{nullptr, old_logp, advantages, adv_per_seq ? 1 : 0, mask, mask_type, ref_logp,
-                                    nullptr, B, T, params, nullptr, nullptr};
+    fa.loss = PolicyLossArgs<float>{
+        nullptr, old_logp, advantages, adv_per_seq ? 1 : 0, mask, mask_type, ref_logp, nullptr, B, T,
+        params,  nullptr,  nullptr};
     fa.V = V;
     fa.temperature = temperature;
     fa.grad_logits = grad_logits_out;
@@ -315,25 +321,26 @@ using namespace maporl;
 
 extern "C" {
 
-maporl_status maporl_logprobs(maporl_device device, const float * logits, const int32_t * targets, int64_t N,
-                              int64_t V, float temperature, float * logp_out, float * entropy_out) {
+maporl_status maporl_logprobs(maporl_device device, const float * logits, const int32_t * targets, int64_t N, int64_t V,
+                              float temperature, float * logp_out, float * entropy_out) {
     using namespace maporl;
-    return guarded([&] { return logprobs_entry(device, logits, nullptr, targets, N, V, temperature, logp_out, entropy_out); });
+    return guarded(
+        [&] { return logprobs_entry(device, logits, nullptr, targets, N, V, temperature, logp_out, entropy_out); });
 }
 
 maporl_status maporl_logprobs_bf16(maporl_device device, const uint16_t * logits, const int32_t * targets, int64_t N,
                                    int64_t V, float temperature, float * logp_out, float * entropy_out) {
     using namespace maporl;
-    return guarded([&] { return logprobs_entry(device, nullptr, logits, targets, N, V, temperature, logp_out, entropy_out); });
+    return guarded(
+        [&] { return logprobs_entry(device, nullptr, logits, targets, N, V, temperature, logp_out, entropy_out); });
 }
 
 maporl_status maporl_fused_policy_loss(maporl_device device, const float * logits, const int32_t * targets,
                                        const float * old_logp, const float * advantages, int adv_per_seq,
-                                       const void * mask, maporl_mask_type mask_type, const float * ref_logp,
-                                       int64_t B, int64_t T, int64_t V, float temperature,
-                                       maporl_policy_loss_params params, float * grad_logits_out, float * logp_out,
-                                       float * entropy_out, float * grad_logp_out,
-                                       maporl_policy_loss_stats * stats_out) {
+                                       const void * mask, maporl_mask_type mask_type, const float * ref_logp, int64_t B,
+                                       int64_t T, int64_t V, float temperature, maporl_policy_loss_params params,
+                                       float * grad_logits_out, float * logp_out, float * entropy_out,
+                                       float * grad_logp_out, maporl_policy_loss_stats * stats_out) {
     using namespace maporl;
     return guarded([&] {
         return fused_entry(device, logits, nullptr, targets, old_logp, advantages, adv_per_seq, mask, mask_type,
@@ -346,8 +353,8 @@ maporl_status maporl_fused_policy_loss_bf16(maporl_device device, const uint16_t
                                             const float * old_logp, const float * advantages, int adv_per_seq,
                                             const void * mask, maporl_mask_type mask_type, const float * ref_logp,
                                             int64_t B, int64_t T, int64_t V, float temperature,
-                                            maporl_policy_loss_params params, float * grad_logits_out,
-                                            float * logp_out, float * entropy_out, float * grad_logp_out,
+                                            maporl_policy_loss_params params, float * grad_logits_out, float * logp_out,
+                                            float * entropy_out, float * grad_logp_out,
                                             maporl_policy_loss_stats * stats_out) {
     using namespace maporl;
     return guarded([&] {

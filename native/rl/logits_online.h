@@ -50,7 +50,8 @@ MAPORL_HD OnlineSoftmax online_softmax_merge(OnlineSoftmax a, OnlineSoftmax b) {
     OnlineSoftmax o;
     o.m = M;
     o.s = a.s * ea + b.s * eb;
-    o.t = (a.s == 0.0 ? 0.0 : ea * (a.t + a.s * (double)(a.m - M))) + (b.s == 0.0 ? 0.0 : eb * (b.t + b.s * (double)(b.m - M)));
+    o.t = (a.s == 0.0 ? 0.0 : ea * (a.t + a.s * (double)(a.m - M))) +
+        (b.s == 0.0 ? 0.0 : eb * (b.t + b.s * (double)(b.m - M)));
     return o;
 }
 

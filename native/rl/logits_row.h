@@ -145,7 +145,8 @@ void row_grad_t(const F * z, int64_t V, int32_t y, F temp, F lse, F H, F gl, F g
     const F a = gl + ge * H;
     const Vv tv = Ops::splat((double)temp), lv = Ops::splat((double)lse), av = Ops::splat((double)a),
              gv = Ops::splat((double)ge), ninf = Ops::splat(-INFINITY), zero = Ops::splat(0.0);
-    write_row<Ops, F>(g, z, V,
+    write_row<Ops, F>(
+        g, z, V,
         [&](int64_t i) {
             const F x = scaled ? z[i] / temp : z[i];
             const F q = x - lse;

@@ -18,12 +18,13 @@ namespace maporl {
 
 LossCfg loss_cfg(const maporl_policy_loss_params & p, bool has_ref, bool has_entropy, bool has_old) {
     if (enum_int(p.type) < MAPORL_LOSS_PPO || enum_int(p.type) > MAPORL_LOSS_REINFORCE)
-        throw_error(MAPORL_ERR_INVALID_ARG, "params.type: expected a maporl_loss_type (0..3), got %d", enum_int(p.type));
+        throw_error(MAPORL_ERR_INVALID_ARG, "params.type: expected a maporl_loss_type (0..3), got %d",
+                    enum_int(p.type));
     if (!(p.clip_low >= 0.0f && p.clip_low <= 1.0f))
         throw_error(MAPORL_ERR_INVALID_ARG, "params.clip_low: expected a number in [0, 1], got %g", (double)p.clip_low);
     if (!(p.clip_high >= 0.0f))
-        throw_error(MAPORL_ERR_INVALID_ARG, "params.clip_high: expected a number >= 0 (Infinity: no upper clip), got %g",
-                    (double)p.clip_high);
+        throw_error(MAPORL_ERR_INVALID_ARG,
+                    "params.clip_high: expected a number >= 0 (Infinity: no upper clip), got %g", (double)p.clip_high);
     if (!(p.dual_clip == 0.0f || (p.dual_clip > 1.0f && std::isfinite(p.dual_clip))))
         throw_error(MAPORL_ERR_INVALID_ARG, "params.dual_clip: expected 0 (off) or a finite number > 1, got %g",
                     (double)p.dual_clip);
@@ -68,10 +69,18 @@ double agg_weight(maporl_loss_agg agg, double normalizer, double len, double tok
     if (len <= 0) return 0.0;
     double d;
     switch (agg) {
-    case MAPORL_AGG_TOKEN_MEAN: d = normalizer > 0 ? normalizer : tokens; break;
-    case MAPORL_AGG_SEQ_MEAN_TOKEN_SUM: d = normalizer > 0 ? normalizer : seqs; break;
-    case MAPORL_AGG_SEQ_MEAN_TOKEN_MEAN: d = (normalizer > 0 ? normalizer : seqs) * len; break;
-    default: d = normalizer > 0 ? normalizer : (double)T; break;
+        case MAPORL_AGG_TOKEN_MEAN:
+            d = normalizer > 0 ? normalizer : tokens;
+            break;
+        case MAPORL_AGG_SEQ_MEAN_TOKEN_SUM:
+            d = normalizer > 0 ? normalizer : seqs;
+            break;
+        case MAPORL_AGG_SEQ_MEAN_TOKEN_MEAN:
+            d = (normalizer > 0 ? normalizer : seqs) * len;
+            break;
+        default:
+            d = normalizer > 0 ? normalizer : (double)T;
+            break;
     }
     return d > 0 ? 1.0 / d : 0.0;
 }
@@ -126,8 +135,10 @@ PgSeg<F> row_segment(const PolicyLossArgs<F> & a, int64_t b, int64_t t0, int64_t
     s.n = t1 - t0;
     return s;
 }
-template PgSeg<float> row_segment<float>(const PolicyLossArgs<float> &, int64_t, int64_t, int64_t, double, double, double);
-template PgSeg<double> row_segment<double>(const PolicyLossArgs<double> &, int64_t, int64_t, int64_t, double, double, double);
+template PgSeg<float> row_segment<float>(const PolicyLossArgs<float> &, int64_t, int64_t, int64_t, double, double,
+                                         double);
+template PgSeg<double> row_segment<double>(const PolicyLossArgs<double> &, int64_t, int64_t, int64_t, double, double,
+                                           double);
 
 template <typename F>
 RowPlan plan_rows(const PolicyLossArgs<F> & a, bool with_seq) {
@@ -146,12 +157,18 @@ RowPlan plan_rows(const PolicyLossArgs<F> & a, bool with_seq) {
             if (a.mask_type == MAPORL_MASK_U8) {
                 const uint8_t * m = static_cast<const uint8_t *>(a.mask) + b * T;
                 uint8_t hi = 0;
-                for (int64_t t = 0; t < T; ++t) { n += m[t] == 1; hi |= m[t]; }
+                for (int64_t t = 0; t < T; ++t) {
+                    n += m[t] == 1;
+                    hi |= m[t];
+                }
                 any_bad = hi > 1;
             } else {
                 const float * m = static_cast<const float *>(a.mask) + b * T;
                 int64_t z = 0;
-                for (int64_t t = 0; t < T; ++t) { n += m[t] == 1.0f; z += m[t] == 0.0f; }
+                for (int64_t t = 0; t < T; ++t) {
+                    n += m[t] == 1.0f;
+                    z += m[t] == 0.0f;
+                }
                 any_bad = n + z != T;
             }
             if (any_bad)
@@ -159,7 +176,10 @@ RowPlan plan_rows(const PolicyLossArgs<F> & a, bool with_seq) {
                     const int64_t i = b * T + t;
                     const float m = a.mask_type == MAPORL_MASK_U8 ? (float)static_cast<const uint8_t *>(a.mask)[i]
                                                                   : static_cast<const float *>(a.mask)[i];
-                    if (m != 0.0f && m != 1.0f) { bad[b] = i; break; }
+                    if (m != 0.0f && m != 1.0f) {
+                        bad[b] = i;
+                        break;
+                    }
                 }
             double d = 0;
             if (gspo)
@@ -178,8 +198,9 @@ RowPlan plan_rows(const PolicyLossArgs<F> & a, bool with_seq) {
             const int64_t i = bad[b];
             const double m = a.mask_type == MAPORL_MASK_U8 ? (double)static_cast<const uint8_t *>(a.mask)[i]
                                                            : (double)static_cast<const float *>(a.mask)[i];
-            throw_error(MAPORL_ERR_INVALID_ARG, "mask: expected 0 or 1 at every position, got %g at index %lld (row %lld, t %lld)",
-                        m, (long long)i, (long long)b, (long long)(i % (T > 0 ? T : 1)));
+            throw_error(MAPORL_ERR_INVALID_ARG,
+                        "mask: expected 0 or 1 at every position, got %g at index %lld (row %lld, t %lld)", m,
+                        (long long)i, (long long)b, (long long)(i % (T > 0 ? T : 1)));
         }
     for (int64_t b = 0; b < a.B; ++b) {
         p.tokens += p.len[b];
@@ -273,8 +294,9 @@ maporl_status maporl_policy_loss(maporl_device device, const float * logp, const
         require_ptr(advantages, "advantages", adv_per_seq ? B : n);
         require_ptr(mask, "mask", n);
         loss_cfg(params, ref_logp != nullptr, entropy != nullptr, old_logp != nullptr);
-        PolicyLossArgs<float> a{logp, old_logp, advantages, adv_per_seq ? 1 : 0, mask, mask_type, ref_logp, entropy,
-                                B, T, params, grad_logp_out, grad_entropy_out};
+        PolicyLossArgs<float> a{
+            logp, old_logp, advantages,    adv_per_seq ? 1 : 0, mask, mask_type, ref_logp, entropy, B,
+            T,    params,   grad_logp_out, grad_entropy_out};
         if (device == MAPORL_DEVICE_CUDA) return policy_loss_cuda(a, stats_out);
         policy_loss_cpu<float>(a, stats_out);
         return MAPORL_OK;

@@ -21,7 +21,13 @@ struct PgSums {
     double pg = 0, kl = 0, ent = 0, clip = 0, lower = 0, nkl = 0, ratio = 0, tokens = 0;
     double ratio_max = -INFINITY;
     void add(const PgSums & o) {
-        pg += o.pg; kl += o.kl; ent += o.ent; clip += o.clip; lower += o.lower; nkl += o.nkl; ratio += o.ratio;
+        pg += o.pg;
+        kl += o.kl;
+        ent += o.ent;
+        clip += o.clip;
+        lower += o.lower;
+        nkl += o.nkl;
+        ratio += o.ratio;
         tokens += o.tokens;
         if (o.ratio_max > ratio_max) ratio_max = o.ratio_max;
     }
@@ -31,18 +37,18 @@ struct PgSums {
 template <typename F>
 struct PgSeg {
     const F * lp;
-    const F * old;      // null: ratio 1 (REINFORCE without an old policy)
-    const F * adv;      // null: adv_seq for every token
+    const F * old;  // null: ratio 1 (REINFORCE without an old policy)
+    const F * adv;  // null: adv_seq for every token
     F adv_seq;
     const void * mask;  // of mask_type
     maporl_mask_type mask_type;
-    const F * ref;      // read only with kl
-    const F * ent;      // null: no entropy
-    F seq;              // gspo: the row's mean of logp - old over valid tokens
-    F w;                // aggregation weight of each valid token's policy term in this row
-    F w_aux;            // of its KL and entropy terms (= w but for GSPO, whose policy term is seq-mean-token-mean)
-    F * grad;           // null: not written
-    F * gent;           // null: not written
+    const F * ref;  // read only with kl
+    const F * ent;  // null: no entropy
+    F seq;          // gspo: the row's mean of logp - old over valid tokens
+    F w;            // aggregation weight of each valid token's policy term in this row
+    F w_aux;        // of its KL and entropy terms (= w but for GSPO, whose policy term is seq-mean-token-mean)
+    F * grad;       // null: not written
+    F * gent;       // null: not written
     int64_t n;
 };
 
@@ -91,7 +97,8 @@ bool pg_segment(const LossCfg & cfg, const PgSeg<F> & seg, const M * m, int64_t 
     const PgSeg<F> s = seg;
     typedef typename Ops::V V;
     typedef typename Ops::K K;
-    const V zero = Ops::splat(0.0), one = Ops::splat(1.0), w = Ops::splat((double)s.w), wa = Ops::splat((double)s.w_aux);
+    const V zero = Ops::splat(0.0), one = Ops::splat(1.0), w = Ops::splat((double)s.w),
+            wa = Ops::splat((double)s.w_aux);
     const bool split = s.w != s.w_aux;  // (else the one product, as before the GSPO rule: the same bits)
     const V kc = Ops::splat((double)c.kl_coef), ge = Ops::splat(-(double)c.ent_coef * (double)s.w_aux);
     const V seq = Ops::splat((double)s.seq), advs = Ops::splat((double)s.adv_seq);
@@ -109,7 +116,9 @@ bool pg_segment(const LossCfg & cfg, const PgSeg<F> & seg, const M * m, int64_t 
             const V adv = s.adv ? Ops::load(s.adv + i) : advs;
             const V ref = c.kl != MAPORL_KL_NONE ? Ops::load(s.ref + i) : zero;
             const TokenTerms<Ops> t = token_terms<Ops>(c, lp, old, adv, seq, ref);
-            if (s.grad) Ops::store(s.grad + i, Ops::sel(valid, split ? w * t.dpg + wa * (kc * t.dkl) : w * (t.dpg + kc * t.dkl), zero));
+            if (s.grad)
+                Ops::store(s.grad + i,
+                           Ops::sel(valid, split ? w * t.dpg + wa * (kc * t.dkl) : w * (t.dpg + kc * t.dkl), zero));
             if (s.gent) Ops::store(s.gent + i, Ops::sel(valid, ge, zero));
             apg += Ops::sel(valid, t.pg, zero);
             akl += Ops::sel(valid, t.kl, zero);
@@ -182,12 +191,12 @@ void logprobs_cpu_bf16(const uint16_t * logits, const int32_t * targets, int64_t
 // grad_logp and grad_entropy are both 0 is written 0 without reading its logits. grad_entropy may be null (0);
 // grad_logits may be logits (in place).
 template <typename F>
-void logits_backward_cpu(const F * logits, const int32_t * targets, int64_t N, int64_t V, F temperature, const F * grad_logp,
-                         const F * grad_entropy, F * grad_logits);
+void logits_backward_cpu(const F * logits, const int32_t * targets, int64_t N, int64_t V, F temperature,
+                         const F * grad_logp, const F * grad_entropy, F * grad_logits);
 
 template <typename F>
 struct FusedArgs {
-    const F * logits;                      // or null, with
+    const F * logits;                        // or null, with
     const uint16_t * logits_bf16 = nullptr;  // bfloat16 logits (F = float only), widened row by row
     const int32_t * targets;
     PolicyLossArgs<F> loss;  // loss.logp / loss.entropy / loss.grad_* point at outputs or scratch
@@ -237,17 +246,20 @@ maporl_status logprobs_cuda(const float * logits, const uint16_t * logits_bf16, 
 maporl_status fused_policy_loss_cuda(const FusedArgs<float> & a, maporl_policy_loss_stats * stats);
 
 // ---- per-ISA vector kernels (policy_loss_vec.inc) ----
-#define MAPORL_PL_ISA_DECLS                                                                                       \
-    bool pg_segment_f32(const LossCfg & c, const PgSeg<float> & s, PgSums & out);                               \
-    RowStats row_stats_f32(const float * z, int64_t V, int32_t y, float temp, bool entropy, float * e,         \
-                           float * ms);                                                                       \
-    void row_grad_f32(const float * z, int64_t V, int32_t y, float temp, float lse, float H, float gl, float ge, \
-                      float * g);                                                                                \
-    void row_grad_e_f32(const float * z, float * e, const float * ms, int64_t V, int32_t y, float temp,    \
-                        float lse, float H, float gl, float ge, float * g);                                    \
+#define MAPORL_PL_ISA_DECLS                                                                                         \
+    bool pg_segment_f32(const LossCfg & c, const PgSeg<float> & s, PgSums & out);                                   \
+    RowStats row_stats_f32(const float * z, int64_t V, int32_t y, float temp, bool entropy, float * e, float * ms); \
+    void row_grad_f32(const float * z, int64_t V, int32_t y, float temp, float lse, float H, float gl, float ge,    \
+                      float * g);                                                                                   \
+    void row_grad_e_f32(const float * z, float * e, const float * ms, int64_t V, int32_t y, float temp, float lse,  \
+                        float H, float gl, float ge, float * g);                                                    \
     void widen_bf16(const uint16_t * src, float * dst, int64_t n);
-namespace avx512 { MAPORL_PL_ISA_DECLS }
-namespace avx2 { MAPORL_PL_ISA_DECLS }
+namespace avx512 {
+MAPORL_PL_ISA_DECLS
+}
+namespace avx2 {
+MAPORL_PL_ISA_DECLS
+}
 #undef MAPORL_PL_ISA_DECLS
 
 }  // namespace maporl

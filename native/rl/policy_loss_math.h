@@ -16,12 +16,12 @@ namespace maporl {
 
 // The loss parameters in the form the token code uses.
 struct LossCfg {
-    int type;          // maporl_loss_type
-    float lo, hi;      // ratio clip range: [1 - clip_low, 1 + clip_high]
-    float dual;        // ppo dual-clip constant c (> 1), 0 = off
-    float clamp;       // log-ratio clamp (two-sided for ppo/cispo/reinforce stats, upper for gspo)
-    int kl;            // maporl_kl_estimator
-    int kl_st;         // straight-through: gradient of k2
+    int type;      // maporl_loss_type
+    float lo, hi;  // ratio clip range: [1 - clip_low, 1 + clip_high]
+    float dual;    // ppo dual-clip constant c (> 1), 0 = off
+    float clamp;   // log-ratio clamp (two-sided for ppo/cispo/reinforce stats, upper for gspo)
+    int kl;        // maporl_kl_estimator
+    int kl_st;     // straight-through: gradient of k2
     float kl_coef;
     float ent_coef;
 };
@@ -44,7 +44,8 @@ struct TokenTerms {
     typename Ops::V pg;     // policy-gradient loss term
     typename Ops::V dpg;    // its d / d logp
     typename Ops::V ratio;  // rho (gspo: the sequence ratio)
-    typename Ops::V nkl;    // old - logp (clamped as the ratio is for ppo/cispo; raw for reinforce and gspo), for approx_kl
+    typename Ops::V
+        nkl;  // old - logp (clamped as the ratio is for ppo/cispo; raw for reinforce and gspo), for approx_kl
     typename Ops::V kl;     // kl estimator value (0 without kl)
     typename Ops::V dkl;    // its d / d logp
     typename Ops::K clip;   // clipped term active (cispo: weight clamped)
@@ -54,8 +55,8 @@ struct TokenTerms {
 // lp, old: log-probs (old = lp when there is no old policy); adv: advantage; seq: gspo's raw sequence mean of
 // logp - old (unused otherwise); ref: reference log-prob (unused without kl).
 template <class Ops>
-MAPORL_HD TokenTerms<Ops> token_terms(const LossCfg & c, typename Ops::V lp, typename Ops::V old,
-                                      typename Ops::V adv, typename Ops::V seq, typename Ops::V ref) {
+MAPORL_HD TokenTerms<Ops> token_terms(const LossCfg & c, typename Ops::V lp, typename Ops::V old, typename Ops::V adv,
+                                      typename Ops::V seq, typename Ops::V ref) {
     typedef typename Ops::V V;
     typedef typename Ops::K K;
     const V zero = Ops::splat(0.0), one = Ops::splat(1.0);

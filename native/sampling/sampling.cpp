@@ -47,18 +47,24 @@ struct DetScalar : ScalarLoad<float> {
 RowMax scalar_max(const float * z, int64_t V, float t, bool wr, bool wt, bool wa) {
     return row_max_t<DetScalar>(z, V, t, wr, wt, wa);
 }
-double scalar_sum_exp(const float * z, int64_t V, float t, float M, float e) { return row_sum_exp_t<DetScalar>(z, V, t, M, e); }
+double scalar_sum_exp(const float * z, int64_t V, float t, float M, float e) {
+    return row_sum_exp_t<DetScalar>(z, V, t, M, e);
+}
 double scalar_sum_x(const float * z, int64_t V, float t, float M) { return row_sum_x_t<DetScalar>(z, V, t, M); }
 float scalar_exp_one(float x, float M) { return exp_one_t<DetScalar>(x, M); }
-uint64_t scalar_fixed_mass(const float * z, int64_t V, float t, float M, int s) { return row_fixed_mass_t<DetScalar>(z, V, t, M, s); }
-uint64_t scalar_top_p_hist(const float * z, int64_t V, float t, float M, float lo, float inv, int nbins, int s, uint64_t * hist,
-                           int32_t * up_idx, uint16_t * up_bin, int64_t * n_up) {
+uint64_t scalar_fixed_mass(const float * z, int64_t V, float t, float M, int s) {
+    return row_fixed_mass_t<DetScalar>(z, V, t, M, s);
+}
+uint64_t scalar_top_p_hist(const float * z, int64_t V, float t, float M, float lo, float inv, int nbins, int s,
+                           uint64_t * hist, int32_t * up_idx, uint16_t * up_bin, int64_t * n_up) {
     return top_p_hist_t<DetScalar>(z, V, t, M, lo, inv, nbins, s, hist, up_idx, up_bin, n_up);
 }
 int64_t scalar_next(const float * z, int64_t f, int64_t V, float t, float thr, bool s) {
     return next_at_least_t<DetScalar>(z, f, V, t, thr, s);
 }
-int64_t scalar_cands(const float * z, int64_t V, float z0, int32_t * idx) { return cand_scan_t<DetScalar>(z, V, z0, idx); }
+int64_t scalar_cands(const float * z, int64_t V, float z0, int32_t * idx) {
+    return cand_scan_t<DetScalar>(z, V, z0, idx);
+}
 // The scalar Gumbel-max over candidates: the same keys as the vector one, one element at a time.
 int64_t scalar_gumbel(const float * z, const int32_t * idx, int64_t n, float temp, uint64_t seed, int64_t position) {
     int64_t best = -1;
@@ -76,24 +82,26 @@ int64_t scalar_gumbel(const float * z, const int32_t * idx, int64_t n, float tem
 }
 
 // The scalar race: the candidate list, then the race over it (the definition the vector race must match).
-int64_t scalar_race(const float * z, int64_t V, float temp, float floor_x, int64_t, uint64_t seed, int64_t position, int32_t * idx) {
+int64_t scalar_race(const float * z, int64_t V, float temp, float floor_x, int64_t, uint64_t seed, int64_t position,
+                    int32_t * idx) {
     const int64_t n = scalar_cands(z, V, z_threshold(floor_x, temp), idx);
     return scalar_gumbel(z, idx, n, temp, seed, position);
 }
 
 Passes passes() {
     switch (active_isa()) {
-    case Isa::Avx512:
-        return {avx512::row_max_f32,       avx512::row_sum_exp_f32, avx512::row_sum_x_f32, avx512::exp_one_f32,
-                avx512::row_fixed_mass_f32, avx512::top_p_hist_f32,  avx512::next_at_least_f32, avx512::cand_scan_f32,
-                avx512::gumbel_cands_f32,   avx512::gumbel_row_f32};
-    case Isa::Avx2:
-        return {avx2::row_max_f32,        avx2::row_sum_exp_f32, avx2::row_sum_x_f32,     avx2::exp_one_f32,
-                avx2::row_fixed_mass_f32, avx2::top_p_hist_f32,  avx2::next_at_least_f32, avx2::cand_scan_f32,
-                avx2::gumbel_cands_f32,   avx2::gumbel_row_f32};
-    default:
-        return {scalar_max,  scalar_sum_exp, scalar_sum_x,  scalar_exp_one, scalar_fixed_mass, scalar_top_p_hist,
-                scalar_next, scalar_cands,   scalar_gumbel, scalar_race};
+        case Isa::Avx512:
+            return {avx512::row_max_f32,       avx512::row_sum_exp_f32,    avx512::row_sum_x_f32,
+                    avx512::exp_one_f32,       avx512::row_fixed_mass_f32, avx512::top_p_hist_f32,
+                    avx512::next_at_least_f32, avx512::cand_scan_f32,      avx512::gumbel_cands_f32,
+                    avx512::gumbel_row_f32};
+        case Isa::Avx2:
+            return {avx2::row_max_f32,        avx2::row_sum_exp_f32, avx2::row_sum_x_f32,     avx2::exp_one_f32,
+                    avx2::row_fixed_mass_f32, avx2::top_p_hist_f32,  avx2::next_at_least_f32, avx2::cand_scan_f32,
+                    avx2::gumbel_cands_f32,   avx2::gumbel_row_f32};
+        default:
+            return {scalar_max,        scalar_sum_exp, scalar_sum_x, scalar_exp_one, scalar_fixed_mass,
+                    scalar_top_p_hist, scalar_next,    scalar_cands, scalar_gumbel,  scalar_race};
     }
 }
 
@@ -110,7 +118,9 @@ std::vector<Cand> top_candidates(const Passes & P, const float * z, int64_t V, i
             buf.resize((size_t)k);
             // Everything kept ranks at or above buf[k-1]; a later element enters only if strictly greater
             // (an equal one has a higher index, so it ranks below).
-            thr = std::min_element(buf.begin(), buf.end(), [](const Cand & a, const Cand & b) { return better(b, a); })->z;
+            thr = std::min_element(buf.begin(), buf.end(), [](const Cand & a, const Cand & b) {
+                      return better(b, a);
+                  })->z;
         }
     }
     std::sort(buf.begin(), buf.end(), better);
@@ -132,7 +142,8 @@ RowOut sample_one(const Passes & P, const float * z, int64_t V, const SampleRow 
     const bool greedy = r.temperature < kMinTemperature;
     const bool t1 = greedy || r.temperature == 1.0f;
     const bool listed = (r.top_k > 0 && r.top_k < V) || (r.top_p > 0.0f && r.top_p < 1.0f);  // support sums come later
-    const RowMax mx = P.max(z, V, greedy ? 1.0f : r.temperature, want_raw || (t1 && !listed && !greedy), !t1 && !listed && !greedy, greedy);
+    const RowMax mx = P.max(z, V, greedy ? 1.0f : r.temperature, want_raw || (t1 && !listed && !greedy),
+                            !t1 && !listed && !greedy, greedy);
     if (mx.bad || mx.max == -INFINITY) return o;
     o.valid = 1;
     const double raw_sum = mx.sum;
@@ -148,7 +159,7 @@ RowOut sample_one(const Passes & P, const float * z, int64_t V, const SampleRow 
     const float T = r.temperature;
     const float M = T == 1.0f ? mx.max : mx.max / T;
     auto x_of = [&](int64_t i) { return T == 1.0f ? z[i] : z[i] / T; };
-    const bool has_k = r.top_k > 0 && r.top_k < V, has_p = r.top_p > 0.0f && r.top_p < 1.0f, has_min = r.min_p > 0.0f;
+    const bool has_k = r.top_k > 0 && r.top_k<V, has_p = r.top_p> 0.0f && r.top_p<1.0f, has_min = r.min_p> 0.0f;
     const float min_e = has_min ? r.min_p : 0.0f;
     // Below: no noise can make it win (CUDA gives every element its noise; the 20.5 leaves 0.31 over the noise's
     // span, and the 8 ulps of M keep that true where an ulp of the keys outgrows it, |M| past ~1e5).
@@ -216,8 +227,10 @@ RowOut sample_one(const Passes & P, const float * z, int64_t V, const SampleRow 
                 if (!(e < min_e)) S += (double)e;
             }
         }
-        if (given >= 0) given_in = z[given] > -INFINITY && in_nucleus(given) && !(has_min && P.exp_one(x_of(given), M) < min_e);
-        else best = P.gumbel(z, idx, m, T, r.seed, r.position);
+        if (given >= 0)
+            given_in = z[given] > -INFINITY && in_nucleus(given) && !(has_min && P.exp_one(x_of(given), M) < min_e);
+        else
+            best = P.gumbel(z, idx, m, T, r.seed, r.position);
     } else {
         // Every element that can win the race, or pass min-p, is at or above floor_x (min-p below e^-20.5 excepted).
         // The first pass's tempered sum is of (z - max) / T; far from 0 the floats x = z / T differ from it by
@@ -238,8 +251,10 @@ RowOut sample_one(const Passes & P, const float * z, int64_t V, const SampleRow 
                 if (covered) S += (double)e;
                 idx[m++] = idx[j];
             }
-            if (given >= 0) given_in = z[given] > -INFINITY && !(P.exp_one(x_of(given), M) < min_e);
-            else best = P.gumbel(z, idx, m, T, r.seed, r.position);
+            if (given >= 0)
+                given_in = z[given] > -INFINITY && !(P.exp_one(x_of(given), M) < min_e);
+            else
+                best = P.gumbel(z, idx, m, T, r.seed, r.position);
         }
     }
     if (given >= 0) {
@@ -257,7 +272,9 @@ RowOut sample_one(const Passes & P, const float * z, int64_t V, const SampleRow 
 }
 
 template <typename T>
-T pick(const T * arr, T all, int64_t b) { return arr ? arr[b] : all; }
+T pick(const T * arr, T all, int64_t b) {
+    return arr ? arr[b] : all;
+}
 
 void run_rows(const float * logits, int64_t B, int64_t V, const maporl_sample_params & p, const int32_t * given,
               int32_t * tokens, float * logprobs, float * raw, uint8_t * valid) {
@@ -270,8 +287,8 @@ void run_rows(const float * logits, int64_t B, int64_t V, const maporl_sample_pa
         int32_t * scratch = static_cast<int32_t *>(lease.data());
         void * cut_scratch = static_cast<unsigned char *>(lease.data()) + race_bytes;
         for (int64_t b = b0; b < b1; ++b) {
-            const RowOut o = sample_one(P, logits + b * V, V, sample_row(p, b), given ? given[b] : -1, raw != nullptr, scratch,
-                                        cut_scratch);
+            const RowOut o = sample_one(P, logits + b * V, V, sample_row(p, b), given ? given[b] : -1, raw != nullptr,
+                                        scratch, cut_scratch);
             if (tokens) tokens[b] = o.token;
             if (logprobs) logprobs[b] = o.lp;
             if (raw) raw[b] = o.raw;
@@ -283,14 +300,19 @@ void run_rows(const float * logits, int64_t B, int64_t V, const maporl_sample_pa
 }  // namespace
 
 SampleRow sample_row(const maporl_sample_params & p, int64_t b) {
-    return SampleRow{pick(p.temperature, p.temperature_all, b), pick(p.top_k, p.top_k_all, b), pick(p.top_p, p.top_p_all, b),
-                     pick(p.min_p, p.min_p_all, b), pick(p.seed, p.seed_all, b), pick(p.position, p.position_all, b),
+    return SampleRow{pick(p.temperature, p.temperature_all, b),
+                     pick(p.top_k, p.top_k_all, b),
+                     pick(p.top_p, p.top_p_all, b),
+                     pick(p.min_p, p.min_p_all, b),
+                     pick(p.seed, p.seed_all, b),
+                     pick(p.position, p.position_all, b),
                      (int)p.filter_order};
 }
 
 void check_sample_params(const maporl_sample_params & p, int64_t B) {
     if (enum_int(p.filter_order) != MAPORL_FILTER_TOP_K_FIRST && enum_int(p.filter_order) != MAPORL_FILTER_JOINT)
-        throw_error(MAPORL_ERR_INVALID_ARG, "params.filter_order: expected MAPORL_FILTER_TOP_K_FIRST (0) or MAPORL_FILTER_JOINT (1), got %d",
+        throw_error(MAPORL_ERR_INVALID_ARG,
+                    "params.filter_order: expected MAPORL_FILTER_TOP_K_FIRST (0) or MAPORL_FILTER_JOINT (1), got %d",
                     enum_int(p.filter_order));
     const bool per_row = p.temperature || p.top_k || p.top_p || p.min_p;
     const int64_t rows = per_row ? B : 1;  // scalars only: one check covers every row
@@ -355,8 +377,8 @@ maporl_status maporl_sample(maporl_device device, const float * logits, int64_t 
 }
 
 maporl_status maporl_sample_logprobs(maporl_device device, const float * logits, int64_t B, int64_t V,
-                                     const maporl_sample_params * params, const int32_t * tokens,
-                                     float * logprobs_out, float * raw_logprobs_out) {
+                                     const maporl_sample_params * params, const int32_t * tokens, float * logprobs_out,
+                                     float * raw_logprobs_out) {
     return guarded([&] {
         require_device(device);
         require_dims(B, V, "B", "V");

@@ -17,8 +17,8 @@ struct Passes {
     double (*sum_x)(const float *, int64_t, float, float);  // row_sum_x_t
     float (*exp_one)(float, float);
     uint64_t (*fixed_mass)(const float *, int64_t, float, float, int);
-    uint64_t (*top_p_hist)(const float *, int64_t, float, float, float, float, int, int, uint64_t *, int32_t *, uint16_t *,
-                           int64_t *);
+    uint64_t (*top_p_hist)(const float *, int64_t, float, float, float, float, int, int, uint64_t *, int32_t *,
+                           uint16_t *, int64_t *);
     int64_t (*next)(const float *, int64_t, int64_t, float, float, bool);
     int64_t (*cands)(const float *, int64_t, float, int32_t *);
     int64_t (*gumbel)(const float *, const int32_t *, int64_t, float, uint64_t, int64_t);

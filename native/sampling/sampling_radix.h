@@ -97,7 +97,7 @@ MAPORL_HD void radix_pick_mass(const unsigned long long * hist, double target, i
 // How many of the `ties` elements with key tp (weight et each, in index order) the nucleus keeps after the mass
 // `above`: the loop `while (keep < ties && before < target) { before += et; ++keep; }`, at least one.
 MAPORL_HD unsigned long long radix_tie_keep(unsigned long long above, unsigned long long et, unsigned long long ties,
-                                                   double target) {
+                                            double target) {
     unsigned long long keep = 0;
     if ((double)above < target) {
         if (et == 0) {

@@ -64,7 +64,7 @@ RowMax row_max_t(const float * z, int64_t V, float temp, bool with_raw, bool wit
     const Vv ninf = Ops::splat(-INFINITY), inf = Ops::splat(INFINITY), zero = Ops::splat(0.0),
              itv = Ops::splat(1.0 / (double)temp), l2e = Ops::splat(M_LOG2E), l2et = Ops::splat(M_LOG2E / (double)temp),
              dlo = Ops::splat(-86.5), dlo_t = Ops::splat(-86.5 * (temp < 1.0f ? (double)temp : 1.0));
-    const bool check_bad = !with_raw && !with_t;  // else the sums carry NaN
+    const bool check_bad = !with_raw && !with_t;             // else the sums carry NaN
     Vv m = ninf, ms = zero, s = zero, st = zero, mc = zero;  // ms: m, or 0 while m = -Inf
     double sd[W] = {}, td[W] = {};  // the lane sums moved out of float, relative to the same running max
     auto flush = [&] {
@@ -120,7 +120,8 @@ RowMax row_max_t(const float * z, int64_t V, float temp, bool with_raw, bool wit
     if (r.bad || r.max == -INFINITY) return r;
     int64_t hint_chunk = -1;
     for (int l = 0; l < W; ++l)
-        if ((float)Ops::lane(m, l) == r.max && (hint_chunk < 0 || (int64_t)Ops::lane(mc, l) < hint_chunk)) hint_chunk = (int64_t)Ops::lane(mc, l);
+        if ((float)Ops::lane(m, l) == r.max && (hint_chunk < 0 || (int64_t)Ops::lane(mc, l) < hint_chunk))
+            hint_chunk = (int64_t)Ops::lane(mc, l);
     r.hint = hint_chunk * CH;
     for (int l = 0; l < W; ++l) {  // (a lane whose max is -Inf weighs exp(-Inf) = 0)
         const double d = Ops::lane(m, l) - (double)r.max;
@@ -242,7 +243,8 @@ uint64_t row_fixed_mass_t(const float * z, int64_t V, float temp, float M, int s
     const typename Ops::V mv = Ops::splat((double)M);
     const double scale = ldexp(1.0, s);
     typename Ops::Fixed acc{};
-    for (int64_t i = 0; i < V; i += W) Ops::fixed_add(acc, Ops::exp_nonpos(scaled<Ops>(load_padded<Ops>(z, i, V), temp) - mv), scale, s);
+    for (int64_t i = 0; i < V; i += W)
+        Ops::fixed_add(acc, Ops::exp_nonpos(scaled<Ops>(load_padded<Ops>(z, i, V), temp) - mv), scale, s);
     return Ops::fixed_sum(acc);
 }
 
@@ -252,8 +254,8 @@ uint64_t row_fixed_mass_t(const float * z, int64_t V, float temp, float M, int s
 // and bins listed in up_idx / up_bin (*n_up of them, ascending; both need room for V entries). A vector with no
 // element at or above lo adds to the total only; hist[0] is left to the caller.
 template <class Ops>
-uint64_t top_p_hist_t(const float * z, int64_t V, float temp, float M, float lo, float inv, int nbins, int s, uint64_t * hist,
-                      int32_t * up_idx, uint16_t * up_bin, int64_t * n_up) {
+uint64_t top_p_hist_t(const float * z, int64_t V, float temp, float M, float lo, float inv, int nbins, int s,
+                      uint64_t * hist, int32_t * up_idx, uint16_t * up_bin, int64_t * n_up) {
     constexpr int W = Ops::W;
     const double scale = ldexp(1.0, s);
     const typename Ops::V mv = Ops::splat((double)M), lov = Ops::splat((double)lo);

@@ -56,12 +56,14 @@ MAPORL_INLINE vf load(const float * p) {
 // W bfloat16 values widened to floats, exactly (the 16 bits become the top half of the float's 32).
 MAPORL_INLINE vf load_bf16(const uint16_t * p) {
 #if defined(__AVX512F__) && MAPORL_VEC_W == 16
-    const __m512i i = _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p))), 16);
+    const __m512i i =
+        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p))), 16);
     vf v;
     __builtin_memcpy(&v, &i, sizeof v);
     return v;
 #elif defined(__AVX2__) && MAPORL_VEC_W == 8
-    const __m256i i = _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p))), 16);
+    const __m256i i =
+        _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p))), 16);
     vf v;
     __builtin_memcpy(&v, &i, sizeof v);
     return v;

@@ -123,7 +123,8 @@ struct VecOps {
                 }
             }
         } lut;
-        const __m256i sh = _mm256_srlv_epi32(_mm256_set1_epi32((int)lut.v[m & 255]), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28));
+        const __m256i sh =
+            _mm256_srlv_epi32(_mm256_set1_epi32((int)lut.v[m & 255]), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28));
         const __m256i lanes = _mm256_and_si256(sh, _mm256_set1_epi32(15));
         _mm256_storeu_si256(reinterpret_cast<__m256i *>(out), _mm256_add_epi32(lanes, _mm256_set1_epi32((int)base)));
 #else

@@ -16,7 +16,9 @@ export interface BenchArgs {
 
 /** Declares `maporl bench` on `cmd`; `act` receives the parsed arguments. */
 export function declare(cmd: Command, act: (a: BenchArgs) => Promise<void>, known: readonly string[]): void {
-    cmd.description("time the kernels against the PyTorch baselines in the same run")
+    cmd.description(
+        "time the kernels against the PyTorch baselines in the same run. The baselines are slow on a CPU (on 2 cores: llama's about 25 minutes, the others about 2; each long one prints its estimate first); --no-python skips them (llama alone then about 70 s)",
+    )
         .argument("[kernels...]", `which (default all): ${known.join(", ")}`)
         .option("--threads <n>", "threads for both sides (default 2)", integer(1, 1024))
         .option("--reps <n>", "repetitions of our kernels (default 30)", integer(1, 1e6))

@@ -58,17 +58,17 @@ inline bool close(double got, double want, double rtol, double atol, double scal
 
 #define CHECK_CONCAT2(a, b) a##b
 #define CHECK_CONCAT(a, b) CHECK_CONCAT2(a, b)
-#define TEST(name)                                                                    \
-    static void name();                                                               \
-    static check::Register CHECK_CONCAT(check_reg_, name)(#name, name);               \
+#define TEST(name)                                                      \
+    static void name();                                                 \
+    static check::Register CHECK_CONCAT(check_reg_, name)(#name, name); \
     static void name()
 
-#define CHECK(cond, ...)                                                              \
-    do {                                                                              \
-        if (!(cond)) {                                                                \
-            ++check::failures_in_test();                                              \
-            std::printf("  failed %s:%d: %s: ", __FILE__, __LINE__, #cond);           \
-            std::printf(__VA_ARGS__);                                                 \
-            std::printf("\n");                                                        \
-        }                                                                             \
+#define CHECK(cond, ...)                                                    \
+    do {                                                                    \
+        if (!(cond)) {                                                      \
+            ++check::failures_in_test();                                    \
+            std::printf("  failed %s:%d: %s: ", __FILE__, __LINE__, #cond); \
+            std::printf(__VA_ARGS__);                                       \
+            std::printf("\n");                                              \
+        }                                                                   \
     } while (0)

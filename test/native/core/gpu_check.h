@@ -47,7 +47,9 @@ inline bool close_rel(const std::vector<float> & got, const std::vector<float> &
         if (d > worst) worst = d, at = i;
     }
     const double rel = worst / (scale + 1e-30);
-    if (rel > tol) std::printf("  %s: worst at %zu: cuda %.8g, cpu %.8g (rel %.3g > %.3g)\n", what, at, (double)got[at], (double)want[at], rel, tol);
+    if (rel > tol)
+        std::printf("  %s: worst at %zu: cuda %.8g, cpu %.8g (rel %.3g > %.3g)\n", what, at, (double)got[at],
+                    (double)want[at], rel, tol);
     return rel <= tol;
 }
 
@@ -116,7 +118,7 @@ struct D {
 
 }  // namespace gpu_check
 
-#define GPU_TEST(name)                                                           \
-    static void name();                                                          \
-    static gpu_check::Register CHECK_CONCAT(gpu_reg_, name)(#name, name);        \
+#define GPU_TEST(name)                                                    \
+    static void name();                                                   \
+    static gpu_check::Register CHECK_CONCAT(gpu_reg_, name)(#name, name); \
     static void name()

@@ -42,19 +42,27 @@ TEST(a_failed_reset_keeps_the_old_block_valid) {
         for (int i = 0; i < 64; ++i) b.f()[i] = (float)i;
         FailingAlloc::fail_next = 1;
         bool threw = false;
-        try { b.reset(1 << 20); } catch (const std::runtime_error &) { threw = true; }
+        try {
+            b.reset(1 << 20);
+        } catch (const std::runtime_error &) { threw = true; }
         CHECK(threw, "the failed allocation is reported");
-        CHECK(b.bytes == 64 * (int64_t)sizeof(float), "the size still describes the old block: %lld", (long long)b.bytes);
-        CHECK(b.f() + 16 == carved && carved[0] == 16.0f && b.f()[63] == 63.0f, "the old block and its contents are live");
+        CHECK(b.bytes == 64 * (int64_t)sizeof(float), "the size still describes the old block: %lld",
+              (long long)b.bytes);
+        CHECK(b.f() + 16 == carved && carved[0] == 16.0f && b.f()[63] == 63.0f,
+              "the old block and its contents are live");
         carved[1] = -1.0f;  // written after the failure (ASan: a use after free in the old pattern)
         CHECK(b.f()[17] == -1.0f, "and writable");
         CHECK(!b.reserve(32 * sizeof(float)), "a smaller request keeps the block");
-        CHECK(b.reserve(128 * sizeof(float)) && b.bytes == 128 * (int64_t)sizeof(float), "a larger one, now succeeding, replaces it");
+        CHECK(b.reserve(128 * sizeof(float)) && b.bytes == 128 * (int64_t)sizeof(float),
+              "a larger one, now succeeding, replaces it");
         b.f()[127] = 1.0f;
         FailingAlloc::fail_next = 1;
         threw = false;
-        try { b.reserve(1 << 20); } catch (const std::runtime_error &) { threw = true; }
-        CHECK(threw && b.bytes == 128 * (int64_t)sizeof(float) && b.f()[127] == 1.0f, "a failed reserve changes nothing");
+        try {
+            b.reserve(1 << 20);
+        } catch (const std::runtime_error &) { threw = true; }
+        CHECK(threw && b.bytes == 128 * (int64_t)sizeof(float) && b.f()[127] == 1.0f,
+              "a failed reserve changes nothing");
         b.reset(0);
         CHECK(b.p == nullptr && b.bytes == 0, "reset(0) frees");
     }

@@ -43,9 +43,7 @@ TEST(exceptions_reach_the_caller_and_the_pool_stays_usable) {
         maporl::parallel_for(100, 1, [&](int64_t b, int64_t e) {  // the chunk holding index 50, wherever chunks start
             if (b <= 50 && 50 < e) throw std::runtime_error("boom");
         });
-    } catch (const std::runtime_error & e) {
-        caught = std::string(e.what()) == "boom";
-    }
+    } catch (const std::runtime_error & e) { caught = std::string(e.what()) == "boom"; }
     CHECK(caught, "exception not propagated");
     std::atomic<int64_t> sum{0};
     maporl::parallel_for(100, 1, [&](int64_t b, int64_t e) {
@@ -59,8 +57,7 @@ TEST(nested_calls_run_inline) {
     maporl::pool_set_threads(3);
     std::atomic<int64_t> total{0};
     maporl::parallel_for(10, 1, [&](int64_t b, int64_t e) {
-        for (int64_t i = b; i < e; ++i)
-            maporl::parallel_for(10, 1, [&](int64_t b2, int64_t e2) { total += e2 - b2; });
+        for (int64_t i = b; i < e; ++i) maporl::parallel_for(10, 1, [&](int64_t b2, int64_t e2) { total += e2 - b2; });
     });
     CHECK(total.load() == 100, "total %lld", (long long)total.load());
     maporl::pool_set_threads(0);
@@ -71,8 +68,7 @@ TEST(concurrent_callers_and_resizes) {
     std::vector<std::thread> callers;
     for (int c = 0; c < 4; ++c)
         callers.emplace_back([&] {
-            for (int k = 0; k < 50; ++k)
-                maporl::parallel_for(1000, 7, [&](int64_t b, int64_t e) { total += e - b; });
+            for (int k = 0; k < 50; ++k) maporl::parallel_for(1000, 7, [&](int64_t b, int64_t e) { total += e - b; });
         });
     for (int k = 0; k < 20; ++k) maporl::pool_set_threads(1 + k % 4);
     for (auto & t : callers) t.join();

@@ -58,7 +58,8 @@ inline double cross_entropy(const float * logits, const int32_t * tgt, int64_t N
         for (int64_t v = 1; v < V; ++v) mx = std::max(mx, (double)z[v]);
         for (int64_t v = 0; v < V; ++v) sum += std::exp((double)z[v] - mx);
         loss += -((double)z[tgt[n]] - mx - std::log(sum));
-        for (int64_t v = 0; v < V; ++v) dl[n * V + v] = (float)((std::exp((double)z[v] - mx) / sum - (v == tgt[n])) / (double)N);
+        for (int64_t v = 0; v < V; ++v)
+            dl[n * V + v] = (float)((std::exp((double)z[v] - mx) / sum - (v == tgt[n])) / (double)N);
     }
     return loss / (double)N;
 }

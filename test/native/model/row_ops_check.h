@@ -27,8 +27,10 @@ struct Case {
     Case() {
         namespace L = maporl::llama;
         L::rope_tables(cos, sin, L::rope_inv_freq(hd, 10000.0, L::RopeScaling()), max_len);
-        q = gpu_check::rnd((size_t)(N * NH * hd), 1), k = gpu_check::rnd((size_t)(N * NKV * hd), 2), v = gpu_check::rnd((size_t)(N * NKV * hd), 3);
-        kc = gpu_check::rnd((size_t)(batch * NKV * max_len * hd), 4), vc = gpu_check::rnd((size_t)(batch * NKV * max_len * hd), 5);
+        q = gpu_check::rnd((size_t)(N * NH * hd), 1), k = gpu_check::rnd((size_t)(N * NKV * hd), 2),
+        v = gpu_check::rnd((size_t)(N * NKV * hd), 3);
+        kc = gpu_check::rnd((size_t)(batch * NKV * max_len * hd), 4),
+        vc = gpu_check::rnd((size_t)(batch * NKV * max_len * hd), 5);
     }
 };
 
@@ -47,19 +49,22 @@ struct Result {
     int64_t keys_differ = 0;
 };
 template <class RopeRows, class KvStore>
-Result check_rope_rows_and_kv_store(const Case & c, RopeRows && dev_rope_rows, KvStore && dev_kv_store, const char * who) {
+Result check_rope_rows_and_kv_store(const Case & c, RopeRows && dev_rope_rows, KvStore && dev_kv_store,
+                                    const char * who) {
     using E = maporl::llama::HostDevice;
     Vec qe = c.q, ke = c.k, qd = c.q, kd = c.k;
     E::rope_rows(qe.data(), c.cos.data(), c.sin.data(), c.rt.data(), c.N, c.NH, c.hd);
     E::rope_rows(ke.data(), c.cos.data(), c.sin.data(), c.rt.data(), c.N, c.NKV, c.hd);
     dev_rope_rows(qd, c.cos, c.sin, c.rt, c.N, c.NH, c.hd);
     dev_rope_rows(kd, c.cos, c.sin, c.rt, c.N, c.NKV, c.hd);
-    CHECK(gpu_check::close_rel(qd, qe, 1e-6, "rope_rows q") && gpu_check::close_rel(kd, ke, 1e-6, "rope_rows k"), "%s: rope_rows", who);
+    CHECK(gpu_check::close_rel(qd, qe, 1e-6, "rope_rows q") && gpu_check::close_rel(kd, ke, 1e-6, "rope_rows k"),
+          "%s: rope_rows", who);
     Vec kc = c.kc, vc = c.vc, kcd = c.kc, vcd = c.vc;
-    E::kv_store(kc.data(), vc.data(), kd.data(), c.v.data(), c.rb.data(), c.rt.data(), c.N, c.NKV, c.max_len, c.hd);  // (the device's keys)
+    E::kv_store(kc.data(), vc.data(), kd.data(), c.v.data(), c.rb.data(), c.rt.data(), c.N, c.NKV, c.max_len,
+                c.hd);  // (the device's keys)
     dev_kv_store(kcd, vcd, kd, c.v, c.rb, c.rt, c.N, c.NKV, c.max_len, c.hd);
-    CHECK(kcd == kc && vcd == vc, "%s: kv_store of the device's rotated keys: %lld key and %lld value elements differ", who,
-          (long long)bits_differ(kcd, kc), (long long)bits_differ(vcd, vc));
+    CHECK(kcd == kc && vcd == vc, "%s: kv_store of the device's rotated keys: %lld key and %lld value elements differ",
+          who, (long long)bits_differ(kcd, kc), (long long)bits_differ(vcd, vc));
     return Result{qd, kd, kcd, vcd, ke, bits_differ(kd, ke)};
 }
 

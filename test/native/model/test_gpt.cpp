@@ -21,7 +21,13 @@ namespace g = maporl::gpt;
 TEST(every_parameter_gradient_matches_finite_differences) {
     for (bool tie : {true, false}) {
         g::Config c;
-        c.vocab = 7; c.context = 5; c.layers = 2; c.heads = 2; c.d_model = 4; c.mlp_ratio = 2; c.tie_embeddings = tie;
+        c.vocab = 7;
+        c.context = 5;
+        c.layers = 2;
+        c.heads = 2;
+        c.d_model = 4;
+        c.mlp_ratio = 2;
+        c.tie_embeddings = tie;
         g::Model<double> m(c);
         m.init(3);
         std::mt19937 r(4);
@@ -51,7 +57,11 @@ TEST(every_parameter_gradient_matches_finite_differences) {
 std::vector<float> train(int threads, int steps, std::vector<double> * curve) {
     maporl_set_threads(threads);
     g::Config c;
-    c.vocab = 12; c.context = 16; c.layers = 2; c.heads = 2; c.d_model = 32;
+    c.vocab = 12;
+    c.context = 16;
+    c.layers = 2;
+    c.heads = 2;
+    c.d_model = 32;
     g::Model<float> m(c);
     m.init(7);
     const int64_t B = 4, T = 16, N = B * T, V = c.vocab;
@@ -72,8 +82,9 @@ std::vector<float> train(int threads, int steps, std::vector<double> * curve) {
     for (int s = 0; s < steps; ++s) {
         m.forward(tok.data(), B, T);
         maporl_policy_loss_stats st;
-        maporl_fused_policy_loss(MAPORL_DEVICE_CPU, m.logits.data(), next.data(), nullptr, adv.data(), 0, mask.data(), MAPORL_MASK_U8,
-                                 nullptr, B, T, V, 1.0f, p, grad.data(), lp.data(), nullptr, nullptr, &st);
+        maporl_fused_policy_loss(MAPORL_DEVICE_CPU, m.logits.data(), next.data(), nullptr, adv.data(), 0, mask.data(),
+                                 MAPORL_MASK_U8, nullptr, B, T, V, 1.0f, p, grad.data(), lp.data(), nullptr, nullptr,
+                                 &st);
         if (curve) curve->push_back(st.loss);
         m.zero_grad();
         m.backward(grad.data(), nullptr);
@@ -88,25 +99,36 @@ TEST(a_small_model_memorises_a_batch_the_same_for_any_thread_count) {
     const std::vector<float> p1 = train(1, 120, &curve);
     const std::vector<float> p3 = train(3, 120, nullptr);
     CHECK(p1 == p3, "parameters after 120 steps differ between 1 and 3 threads");
-    std::printf("  cross-entropy: step 0 %.4f, 30 %.4f, 60 %.4f, 119 %.4f\n", curve[0], curve[30], curve[60], curve.back());
-    CHECK(curve[0] > 2.2 && curve.back() < 0.5 * curve[0], "loss %g -> %g: the model did not learn", curve[0], curve.back());
+    std::printf("  cross-entropy: step 0 %.4f, 30 %.4f, 60 %.4f, 119 %.4f\n", curve[0], curve[30], curve[60],
+                curve.back());
+    CHECK(curve[0] > 2.2 && curve.back() < 0.5 * curve[0], "loss %g -> %g: the model did not learn", curve[0],
+          curve.back());
 }
 
 // A prompt decoded without the heads leaves the cache as decoding it with them: the next logits are the same bits.
 TEST(decoding_without_the_heads_caches_the_same) {
     g::Config c;
-    c.vocab = 11; c.context = 12; c.layers = 2; c.heads = 2; c.d_model = 16;
+    c.vocab = 11;
+    c.context = 12;
+    c.layers = 2;
+    c.heads = 2;
+    c.d_model = 16;
     g::Model<float> with(c), without(c);
     with.init(9);
     without.init(9);
-    CHECK(model_check::heads_skipped_cache_the_same(with, without, c.vocab, 6), "the last position's heads differ after a prompt decoded without them");
+    CHECK(model_check::heads_skipped_cache_the_same(with, without, c.vocab, 6),
+          "the last position's heads differ after a prompt decoded without them");
 }
 
 // KV-cache decoding equals the full forward at every position, and greedy decoding from the cache picks the
 // argmax of the full forward's logits at every step.
 TEST(kv_cache_decoding_equals_the_full_forward) {
     g::Config c;
-    c.vocab = 11; c.context = 12; c.layers = 2; c.heads = 2; c.d_model = 16;
+    c.vocab = 11;
+    c.context = 12;
+    c.layers = 2;
+    c.heads = 2;
+    c.d_model = 16;
     g::Model<float> m(c);
     m.init(5);
     const int64_t B = 3, T = 10, V = c.vocab;
@@ -123,7 +145,8 @@ TEST(kv_cache_decoding_equals_the_full_forward) {
         if (t + 1 < T)
             for (int64_t b = 0; b < B; ++b) {
                 int64_t best = 0;
-                for (int64_t v = 1; v < V; ++v) if (step[(size_t)(b * V + v)] > step[(size_t)(b * V + best)]) best = v;
+                for (int64_t v = 1; v < V; ++v)
+                    if (step[(size_t)(b * V + v)] > step[(size_t)(b * V + best)]) best = v;
                 seq[(size_t)(b * T + t + 1)] = (int32_t)best;
             }
         // the full forward over the prefix 0..t gives the same logits at position t
@@ -133,7 +156,8 @@ TEST(kv_cache_decoding_equals_the_full_forward) {
         m.forward(prefix.data(), B, t + 1);
         for (int64_t b = 0; b < B; ++b) {
             for (int64_t v = 0; v < V; ++v)
-                worst = std::max(worst, std::fabs(m.logits[(size_t)((b * (t + 1) + t) * V + v)] - step[(size_t)(b * V + v)]));
+                worst = std::max(worst,
+                                 std::fabs(m.logits[(size_t)((b * (t + 1) + t) * V + v)] - step[(size_t)(b * V + v)]));
             worst = std::max(worst, std::fabs(m.values[(size_t)(b * (t + 1) + t)] - sv[(size_t)b]));
         }
     }
@@ -142,9 +166,14 @@ TEST(kv_cache_decoding_equals_the_full_forward) {
 
 TEST(c_api_round_trips_and_rejects_bad_input) {
     maporl_gpt_config c = maporl_gpt_default_config();
-    c.vocab = 9; c.context = 8; c.layers = 1; c.heads = 3; c.d_model = 8;
+    c.vocab = 9;
+    c.context = 8;
+    c.layers = 1;
+    c.heads = 3;
+    c.d_model = 8;
     maporl_gpt * m = nullptr;
-    CHECK(maporl_gpt_create(&c, 1, &m) == MAPORL_ERR_INVALID_ARG && std::strstr(maporl_last_error(), "config.heads") != nullptr,
+    CHECK(maporl_gpt_create(&c, 1, &m) == MAPORL_ERR_INVALID_ARG &&
+              std::strstr(maporl_last_error(), "config.heads") != nullptr,
           "%s", maporl_last_error());
     c.heads = 2;
     CHECK(maporl_gpt_create(&c, 1, &m) == MAPORL_OK && m != nullptr, "%s", maporl_last_error());
@@ -153,7 +182,8 @@ TEST(c_api_round_trips_and_rejects_bad_input) {
     maporl_gpt_tensor_count(m, &nt);
     char name[64];
     int64_t dims[2], off = -1;
-    CHECK(maporl_gpt_tensor_info(m, 0, name, dims, &off) == MAPORL_OK && std::strcmp(name, "wte") == 0 && dims[0] == 9 && dims[1] == 8 && off == 0,
+    CHECK(maporl_gpt_tensor_info(m, 0, name, dims, &off) == MAPORL_OK && std::strcmp(name, "wte") == 0 &&
+              dims[0] == 9 && dims[1] == 8 && off == 0,
           "tensor 0: %s [%lld, %lld] at %lld", name, (long long)dims[0], (long long)dims[1], (long long)off);
     std::vector<float> p((size_t)n), q((size_t)n);
     CHECK(maporl_gpt_get(m, 0, p.data(), n) == MAPORL_OK, "%s", maporl_last_error());
@@ -163,24 +193,30 @@ TEST(c_api_round_trips_and_rejects_bad_input) {
     CHECK(p == q, "parameters do not round-trip");
     CHECK(maporl_gpt_get(m, 0, p.data(), n - 1) == MAPORL_ERR_INVALID_ARG, "a wrong count is rejected");
     const int32_t bad[2] = {3, 9};
-    CHECK(maporl_gpt_forward(m, bad, 1, 2, nullptr, nullptr) == MAPORL_ERR_INVALID_ARG && std::strstr(maporl_last_error(), "tokens") != nullptr,
+    CHECK(maporl_gpt_forward(m, bad, 1, 2, nullptr, nullptr) == MAPORL_ERR_INVALID_ARG &&
+              std::strstr(maporl_last_error(), "tokens") != nullptr,
           "%s", maporl_last_error());
     CHECK(maporl_gpt_backward(m, nullptr, nullptr) == MAPORL_ERR_INVALID_ARG, "backward before any forward");
     maporl_adamw_params h = maporl_adamw_default_params();
     h.lr = NAN;
-    CHECK(maporl_gpt_step(m, &h, 1.0, nullptr) == MAPORL_ERR_INVALID_ARG && std::strstr(maporl_last_error(), "params.lr") != nullptr,
+    CHECK(maporl_gpt_step(m, &h, 1.0, nullptr) == MAPORL_ERR_INVALID_ARG &&
+              std::strstr(maporl_last_error(), "params.lr") != nullptr,
           "%s", maporl_last_error());
     const int32_t one[1] = {2};
     CHECK(maporl_gpt_decode(m, one, 0, nullptr, nullptr) == MAPORL_ERR_INVALID_ARG, "decode before cache_reset");
     CHECK(maporl_gpt_cache_reset(m, 1, 9) == MAPORL_ERR_INVALID_ARG, "max_len beyond the context");
     // Releasing the cache gives back its memory: decoding then needs a reset, and decodes the same logits.
     std::vector<float> l1(9), l2(9);
-    CHECK(maporl_gpt_cache_reset(m, 1, 8) == MAPORL_OK && maporl_gpt_decode(m, one, 0, l1.data(), nullptr) == MAPORL_OK, "%s", maporl_last_error());
+    CHECK(maporl_gpt_cache_reset(m, 1, 8) == MAPORL_OK && maporl_gpt_decode(m, one, 0, l1.data(), nullptr) == MAPORL_OK,
+          "%s", maporl_last_error());
     int64_t cb = -1, cl = -1;
-    CHECK(maporl_gpt_cache_release(m) == MAPORL_OK && maporl_gpt_cache_info(m, &cb, &cl, nullptr) == MAPORL_OK && cb == 0 && cl == 0,
+    CHECK(maporl_gpt_cache_release(m) == MAPORL_OK && maporl_gpt_cache_info(m, &cb, &cl, nullptr) == MAPORL_OK &&
+              cb == 0 && cl == 0,
           "after release: batch %lld, max_len %lld", (long long)cb, (long long)cl);
-    CHECK(maporl_gpt_decode(m, one, 0, nullptr, nullptr) == MAPORL_ERR_INVALID_ARG, "decode after release, before cache_reset");
-    CHECK(maporl_gpt_cache_reset(m, 1, 8) == MAPORL_OK && maporl_gpt_decode(m, one, 0, l2.data(), nullptr) == MAPORL_OK && l1 == l2,
+    CHECK(maporl_gpt_decode(m, one, 0, nullptr, nullptr) == MAPORL_ERR_INVALID_ARG,
+          "decode after release, before cache_reset");
+    CHECK(maporl_gpt_cache_reset(m, 1, 8) == MAPORL_OK &&
+              maporl_gpt_decode(m, one, 0, l2.data(), nullptr) == MAPORL_OK && l1 == l2,
           "decoding after a release differs");
     CHECK(maporl_gpt_cache_release(nullptr) == MAPORL_ERR_INVALID_ARG, "release of NULL");
     // Two batches that take turns through cache slots decode what each decodes alone.
@@ -196,7 +232,8 @@ TEST(c_api_round_trips_and_rejects_bad_input) {
         maporl_gpt_cache_reset(m, 1, 8);
         for (int64_t p = 0; p < 2; ++p) run(b + p, 1, p, alone_b);
         maporl_gpt_cache_release(m);
-        CHECK(maporl_gpt_cache_swap(m, 11) == MAPORL_OK, "%s", maporl_last_error());  // A's slot (empty) in: A resets it
+        CHECK(maporl_gpt_cache_swap(m, 11) == MAPORL_OK, "%s",
+              maporl_last_error());  // A's slot (empty) in: A resets it
         maporl_gpt_cache_reset(m, 1, 8);
         run(a, 1, 0, turn_a);
         maporl_gpt_cache_swap(m, 11);  // A out

@@ -94,8 +94,8 @@ TEST(set_device_without_a_gpu_is_a_clear_error_and_leaves_the_model_alone) {
     Vec before(2 * 5 * 11), after(2 * 5 * 11);
     CHECK(maporl_gpt_forward(m, tok.data(), 2, 5, before.data(), nullptr) == MAPORL_OK, "%s", maporl_last_error());
     CHECK(maporl_gpt_set_device(m, MAPORL_DEVICE_CUDA) == MAPORL_ERR_NO_DEVICE, "expected NO_DEVICE");
-    CHECK(std::strstr(maporl_last_error(), "cuda") != nullptr || std::strstr(maporl_last_error(), "CUDA") != nullptr, "message: %s",
-          maporl_last_error());
+    CHECK(std::strstr(maporl_last_error(), "cuda") != nullptr || std::strstr(maporl_last_error(), "CUDA") != nullptr,
+          "message: %s", maporl_last_error());
     maporl_device d = MAPORL_DEVICE_CUDA;
     CHECK(maporl_gpt_get_device(m, &d) == MAPORL_OK && d == MAPORL_DEVICE_CPU, "still on the CPU");
     CHECK(maporl_gpt_set_device(m, MAPORL_DEVICE_CPU) == MAPORL_OK, "CPU to CPU is a no-op");
@@ -121,7 +121,8 @@ GPU_TEST(cuda_elementwise_ops_match_cpu) {
         CHECK(close_rel(O.host(), out, 1e-7, "residual_forward"), "n=%lld", (long long)n);
         g::residual_backward(da.data(), db.data(), d.data(), n);
         g::cuda::residual_backward(DA.p, DB.p, Dd.p, n);
-        CHECK(close_rel(DA.host(), da, 1e-7, "residual da") && close_rel(DB.host(), db, 1e-7, "residual db"), "n=%lld", (long long)n);
+        CHECK(close_rel(DA.host(), da, 1e-7, "residual da") && close_rel(DB.host(), db, 1e-7, "residual db"), "n=%lld",
+              (long long)n);
         g::gelu_forward(out.data(), a.data(), n);
         g::cuda::gelu_forward(O.p, A.p, n);
         CHECK(close_rel(O.host(), out, 2e-6, "gelu_forward"), "n=%lld", (long long)n);
@@ -133,7 +134,8 @@ GPU_TEST(cuda_elementwise_ops_match_cpu) {
 
 GPU_TEST(cuda_adamw_and_global_norm_match_cpu) {
     const int64_t n = 100003;
-    Vec p = rnd((size_t)n, 1), gr = rnd((size_t)n, 2, 0.1f), m = rnd((size_t)n, 3, 0.01f), v = rnd((size_t)n, 4, 0.001f);
+    Vec p = rnd((size_t)n, 1), gr = rnd((size_t)n, 2, 0.1f), m = rnd((size_t)n, 3, 0.01f),
+        v = rnd((size_t)n, 4, 0.001f);
     for (auto & x : v) x = std::fabs(x);
     D<float> P(p), G(gr), M(m), Vd(v);
     const g::AdamW h{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f};
@@ -147,7 +149,8 @@ GPU_TEST(cuda_adamw_and_global_norm_match_cpu) {
     double s = 0;
     for (float x : gr) s += (double)x * x;
     const double norm = g::cuda::global_norm(G.p, n);
-    CHECK(std::fabs(norm - std::sqrt(s)) <= 1e-12 * std::sqrt(s) + 1e-300, "global norm %.17g vs %.17g", norm, std::sqrt(s));
+    CHECK(std::fabs(norm - std::sqrt(s)) <= 1e-12 * std::sqrt(s) + 1e-300, "global norm %.17g vs %.17g", norm,
+          std::sqrt(s));
     CHECK(g::cuda::global_norm(G.p, n) == norm, "global norm repeats exactly");
 }
 
@@ -170,40 +173,55 @@ GPU_TEST(cuda_encoder_matches_cpu) {
 
 GPU_TEST(cuda_layernorm_matches_cpu) {
     for (auto [N, C] : std::initializer_list<std::pair<int64_t, int64_t>>{{1, 8}, {130, 70}, {300, 256}}) {
-        const Vec x = rnd((size_t)(N * C), 1, 2.0f), w = rnd((size_t)C, 2), b = rnd((size_t)C, 3), dout = rnd((size_t)(N * C), 4);
-        Vec out((size_t)(N * C)), mean((size_t)N), rstd((size_t)N), dx = rnd((size_t)(N * C), 5), dw = rnd((size_t)C, 6), db = rnd((size_t)C, 7);
-        D<float> X(x), W(w), Bb(b), DO(dout), O(N * C), ME(N), RS(N), DX(dx), DW(dw), DB(db), S(g::cuda::layernorm_scratch(N, C));
+        const Vec x = rnd((size_t)(N * C), 1, 2.0f), w = rnd((size_t)C, 2), b = rnd((size_t)C, 3),
+                  dout = rnd((size_t)(N * C), 4);
+        Vec out((size_t)(N * C)), mean((size_t)N), rstd((size_t)N), dx = rnd((size_t)(N * C), 5),
+                                                                    dw = rnd((size_t)C, 6), db = rnd((size_t)C, 7);
+        D<float> X(x), W(w), Bb(b), DO(dout), O(N * C), ME(N), RS(N), DX(dx), DW(dw), DB(db),
+            S(g::cuda::layernorm_scratch(N, C));
         g::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
         g::cuda::layernorm_forward(O.p, ME.p, RS.p, X.p, W.p, Bb.p, N, C);
         CHECK(close_rel(O.host(), out, 1e-5, "layernorm out") && close_rel(ME.host(), mean, 1e-5, "mean") &&
                   close_rel(RS.host(), rstd, 1e-5, "rstd"),
               "forward N=%lld C=%lld", (long long)N, (long long)C);
-        g::layernorm_backward(dx.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(), mean.data(), rstd.data(), N, C);
+        g::layernorm_backward(dx.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(), mean.data(),
+                              rstd.data(), N, C);
         g::cuda::layernorm_backward(DX.p, DW.p, DB.p, DO.p, X.p, W.p, ME.p, RS.p, N, C, S.p);
-        CHECK(close_rel(DX.host(), dx, 1e-5, "dx") && close_rel(DW.host(), dw, 1e-5, "dw") && close_rel(DB.host(), db, 1e-5, "db"),
+        CHECK(close_rel(DX.host(), dx, 1e-5, "dx") && close_rel(DW.host(), dw, 1e-5, "dw") &&
+                  close_rel(DB.host(), db, 1e-5, "db"),
               "backward N=%lld C=%lld", (long long)N, (long long)C);
     }
 }
 
 GPU_TEST(cuda_matmul_matches_cpu) {
-    struct S { int64_t N, C, OC; bool bias; };
-    for (const S s : {S{1, 8, 1, true}, S{7, 13, 5, false}, S{130, 70, 193, true}, S{256, 128, 384, true}, S{33, 512, 64, false}}) {
+    struct S {
+        int64_t N, C, OC;
+        bool bias;
+    };
+    for (const S s :
+         {S{1, 8, 1, true}, S{7, 13, 5, false}, S{130, 70, 193, true}, S{256, 128, 384, true}, S{33, 512, 64, false}}) {
         const Vec x = rnd((size_t)(s.N * s.C), 1), w = rnd((size_t)(s.OC * s.C), 2), b = rnd((size_t)s.OC, 3),
                   dout = rnd((size_t)(s.N * s.OC), 4);
-        Vec out((size_t)(s.N * s.OC)), dx = rnd((size_t)(s.N * s.C), 5), dw = rnd((size_t)(s.OC * s.C), 6), db = rnd((size_t)s.OC, 7);
+        Vec out((size_t)(s.N * s.OC)), dx = rnd((size_t)(s.N * s.C), 5), dw = rnd((size_t)(s.OC * s.C), 6),
+                                       db = rnd((size_t)s.OC, 7);
         D<float> X(x), W(w), Bb(b), DO(dout), O(s.N * s.OC), DX(dx), DW(dw), DB(db);
         g::matmul_forward(out.data(), x.data(), w.data(), s.bias ? b.data() : nullptr, s.N, s.C, s.OC);
         g::cuda::matmul_forward(O.p, X.p, W.p, s.bias ? Bb.p : nullptr, s.N, s.C, s.OC);
-        CHECK(close_rel(O.host(), out, 1e-5, "matmul out"), "N=%lld C=%lld OC=%lld", (long long)s.N, (long long)s.C, (long long)s.OC);
-        g::matmul_backward(dx.data(), dw.data(), s.bias ? db.data() : nullptr, dout.data(), x.data(), w.data(), s.N, s.C, s.OC);
+        CHECK(close_rel(O.host(), out, 1e-5, "matmul out"), "N=%lld C=%lld OC=%lld", (long long)s.N, (long long)s.C,
+              (long long)s.OC);
+        g::matmul_backward(dx.data(), dw.data(), s.bias ? db.data() : nullptr, dout.data(), x.data(), w.data(), s.N,
+                           s.C, s.OC);
         g::cuda::matmul_backward(DX.p, DW.p, s.bias ? DB.p : nullptr, DO.p, X.p, W.p, s.N, s.C, s.OC);
-        CHECK(close_rel(DX.host(), dx, 1e-5, "dinp") && close_rel(DW.host(), dw, 1e-5, "dweight") && close_rel(DB.host(), db, 1e-5, "dbias"),
+        CHECK(close_rel(DX.host(), dx, 1e-5, "dinp") && close_rel(DW.host(), dw, 1e-5, "dweight") &&
+                  close_rel(DB.host(), db, 1e-5, "dbias"),
               "backward N=%lld C=%lld OC=%lld", (long long)s.N, (long long)s.C, (long long)s.OC);
     }
 }
 
 GPU_TEST(cuda_attention_matches_cpu) {
-    struct S { int64_t B, T, C, NH; };
+    struct S {
+        int64_t B, T, C, NH;
+    };
     for (const S s : {S{1, 1, 8, 2}, S{2, 37, 24, 3}, S{3, 70, 128, 2}}) {  // hs 4, 8, 64 (> one warp of lanes)
         const int64_t C3 = 3 * s.C, N = s.B * s.T, A = s.B * s.NH * s.T * s.T;
         const Vec qkv = rnd((size_t)(N * C3), 1, 1.5f), dout = rnd((size_t)(N * s.C), 2);
@@ -211,8 +229,8 @@ GPU_TEST(cuda_attention_matches_cpu) {
         D<float> Q(qkv), DO(dout), O(N * s.C), AT(A), DQ(dqkv), SC(A);
         g::attention_forward(out.data(), att.data(), qkv.data(), s.B, s.T, s.C, s.NH);
         g::cuda::attention_forward(O.p, AT.p, Q.p, s.B, s.T, s.C, s.NH);
-        CHECK(close_rel(O.host(), out, 1e-5, "attention out") && close_rel(AT.host(), att, 1e-5, "att"), "forward B=%lld T=%lld C=%lld NH=%lld",
-              (long long)s.B, (long long)s.T, (long long)s.C, (long long)s.NH);
+        CHECK(close_rel(O.host(), out, 1e-5, "attention out") && close_rel(AT.host(), att, 1e-5, "att"),
+              "forward B=%lld T=%lld C=%lld NH=%lld", (long long)s.B, (long long)s.T, (long long)s.C, (long long)s.NH);
         g::attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), s.B, s.T, s.C, s.NH);
         g::cuda::attention_backward(DQ.p, DO.p, Q.p, AT.p, s.B, s.T, s.C, s.NH, SC.p);
         CHECK(close_rel(DQ.host(), dqkv, 1e-5, "dqkv"), "backward B=%lld T=%lld", (long long)s.B, (long long)s.T);
@@ -223,12 +241,14 @@ GPU_TEST(cuda_attention_matches_cpu) {
         for (int64_t pos = 0; pos < s.T && ok; ++pos) {
             Vec step((size_t)(s.B * C3));
             for (int64_t b = 0; b < s.B; ++b)
-                std::copy(qkv.begin() + (b * s.T + pos) * C3, qkv.begin() + (b * s.T + pos + 1) * C3, step.begin() + b * C3);
+                std::copy(qkv.begin() + (b * s.T + pos) * C3, qkv.begin() + (b * s.T + pos + 1) * C3,
+                          step.begin() + b * C3);
             D<float> ST(step);
             g::cuda::attention_decode(Y.p, KC.p, VC.p, ST.p, s.B, s.T, pos, s.C, s.NH, SS.p);
             Vec want((size_t)(s.B * s.C));
             for (int64_t b = 0; b < s.B; ++b)
-                std::copy(out.begin() + (b * s.T + pos) * s.C, out.begin() + (b * s.T + pos + 1) * s.C, want.begin() + b * s.C);
+                std::copy(out.begin() + (b * s.T + pos) * s.C, out.begin() + (b * s.T + pos + 1) * s.C,
+                          want.begin() + b * s.C);
             ok = close_rel(Y.host(), want, 1e-5, "attention_decode");
         }
         CHECK(ok, "decode B=%lld T=%lld", (long long)s.B, (long long)s.T);
@@ -254,7 +274,8 @@ GPU_TEST(cuda_model_trains_and_decodes_like_cpu) {
         for (int it = 0; it < 3 && ok; ++it) {
             Vec lc((size_t)(B * T * V)), lg(lc.size()), vc((size_t)(B * T)), vg(vc.size());
             maporl_gpt_forward(cpu, tok.data(), B, T, lc.data(), vc.data());
-            CHECK(maporl_gpt_forward(gpu, tok.data(), B, T, lg.data(), vg.data()) == MAPORL_OK, "%s", maporl_last_error());
+            CHECK(maporl_gpt_forward(gpu, tok.data(), B, T, lg.data(), vg.data()) == MAPORL_OK, "%s",
+                  maporl_last_error());
             ok = close_rel(lg, lc, 2e-4, "model logits") && close_rel(vg, vc, 2e-4, "model values");
             const Vec dl = rnd(lc.size(), 100 + it, 0.01f), dv = rnd(vc.size(), 200 + it, 0.01f);
             maporl_gpt_zero_grad(cpu);
@@ -283,8 +304,10 @@ GPU_TEST(cuda_model_trains_and_decodes_like_cpu) {
             CHECK(maporl_gpt_decode(gpu, tg.data(), pos, lg.data(), nullptr) == MAPORL_OK, "%s", maporl_last_error());
             ok = close_rel(lg, lc, 2e-4, "decode logits");
             for (int64_t b = 0; b < Bc; ++b) {
-                tc[(size_t)b] = (int32_t)(std::max_element(lc.begin() + b * V, lc.begin() + (b + 1) * V) - (lc.begin() + b * V));
-                tg[(size_t)b] = (int32_t)(std::max_element(lg.begin() + b * V, lg.begin() + (b + 1) * V) - (lg.begin() + b * V));
+                tc[(size_t)b] =
+                    (int32_t)(std::max_element(lc.begin() + b * V, lc.begin() + (b + 1) * V) - (lc.begin() + b * V));
+                tg[(size_t)b] =
+                    (int32_t)(std::max_element(lg.begin() + b * V, lg.begin() + (b + 1) * V) - (lg.begin() + b * V));
             }
             ok = ok && tc == tg;
         }
@@ -304,7 +327,8 @@ GPU_TEST(cuda_model_trains_and_decodes_like_cpu) {
         CHECK(maporl_gpt_forward(gpu, badtok.data(), B, T, nullptr, nullptr) == MAPORL_ERR_INVALID_ARG &&
                   std::strstr(maporl_last_error(), "tokens") != nullptr,
               "bad token: %s", maporl_last_error());
-        CHECK(maporl_gpt_backward(gpu, nullptr, nullptr) == MAPORL_ERR_INVALID_ARG, "backward before forward on the device");
+        CHECK(maporl_gpt_backward(gpu, nullptr, nullptr) == MAPORL_ERR_INVALID_ARG,
+              "backward before forward on the device");
         maporl_gpt_free(cpu);
         maporl_gpt_free(gpu);
     }
@@ -328,31 +352,37 @@ void bench() {
     const maporl_adamw_params h = maporl_adamw_default_params();
     for (int precision : {MAPORL_MATMUL_HIGHEST, MAPORL_MATMUL_HIGH}) {  // float32, then TF32 tensor cores
         maporl_set_matmul_precision(precision);
-        const double train = median_ms([&] {
-            maporl_gpt_forward(m, tok.data(), B, ctx, logits.data(), nullptr);
-            maporl_gpt_zero_grad(m);
-            maporl_gpt_backward(m, dl.data(), nullptr);
-            maporl_gpt_step(m, &h, 1.0, nullptr);
-        }, 10);
+        const double train = median_ms(
+            [&] {
+                maporl_gpt_forward(m, tok.data(), B, ctx, logits.data(), nullptr);
+                maporl_gpt_zero_grad(m);
+                maporl_gpt_backward(m, dl.data(), nullptr);
+                maporl_gpt_step(m, &h, 1.0, nullptr);
+            },
+            10);
         std::printf("BENCH gpt train step cuda%s B=%lld T=%lld dModel=%lld L=%lld median_ms=%.3f tokens_per_s=%.0f\n",
-                    precision == MAPORL_MATMUL_HIGH ? " tf32" : "", (long long)B, (long long)ctx, (long long)C, (long long)L, train,
-                    (double)(B * ctx) / (train / 1e3));
+                    precision == MAPORL_MATMUL_HIGH ? " tf32" : "", (long long)B, (long long)ctx, (long long)C,
+                    (long long)L, train, (double)(B * ctx) / (train / 1e3));
     }
     maporl_set_matmul_precision(MAPORL_MATMUL_HIGHEST);
     const int64_t prompt = 17, fresh = 64;
     Vec sl((size_t)(B * V));
-    const double gen = median_ms([&] {
-        maporl_gpt_cache_reset(m, B, prompt + fresh);
-        std::vector<int32_t> t(tok.begin(), tok.begin() + B);
-        for (int64_t pos = 0; pos < prompt + fresh - 1; ++pos) {
-            maporl_gpt_decode(m, t.data(), pos, sl.data(), nullptr);
-            for (int64_t b = 0; b < B; ++b)
-                t[(size_t)b] = pos + 1 < prompt ? tok[(size_t)((pos + 1) * B + b)]
-                                                : (int32_t)(std::max_element(sl.begin() + b * V, sl.begin() + (b + 1) * V) - (sl.begin() + b * V));
-        }
-    }, 5);
-    std::printf("BENCH gpt generate cuda greedy B=%lld prompt=%lld new=%lld median_ms=%.3f new_tokens_per_s=%.0f\n", (long long)B,
-                (long long)prompt, (long long)fresh, gen, (double)(B * fresh) / (gen / 1e3));
+    const double gen = median_ms(
+        [&] {
+            maporl_gpt_cache_reset(m, B, prompt + fresh);
+            std::vector<int32_t> t(tok.begin(), tok.begin() + B);
+            for (int64_t pos = 0; pos < prompt + fresh - 1; ++pos) {
+                maporl_gpt_decode(m, t.data(), pos, sl.data(), nullptr);
+                for (int64_t b = 0; b < B; ++b)
+                    t[(size_t)b] = pos + 1 < prompt
+                        ? tok[(size_t)((pos + 1) * B + b)]
+                        : (int32_t)(std::max_element(sl.begin() + b * V, sl.begin() + (b + 1) * V) -
+                                    (sl.begin() + b * V));
+            }
+        },
+        5);
+    std::printf("BENCH gpt generate cuda greedy B=%lld prompt=%lld new=%lld median_ms=%.3f new_tokens_per_s=%.0f\n",
+                (long long)B, (long long)prompt, (long long)fresh, gen, (double)(B * fresh) / (gen / 1e3));
     maporl_gpt_free(m);
 }
 

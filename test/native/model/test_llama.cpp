@@ -56,8 +56,11 @@ TEST(every_parameter_gradient_matches_finite_differences) {
 TEST(op_backwards_match_finite_differences) {
     std::mt19937 r(9);
     std::uniform_real_distribution<double> u(-1, 1);
-    auto fill = [&](std::vector<double> & a) { for (auto & x : a) x = u(r); };
-    auto fd_check = [&](const char * what, std::vector<double> & x, const std::vector<double> & analytic, const std::function<double()> & f) {
+    auto fill = [&](std::vector<double> & a) {
+        for (auto & x : a) x = u(r);
+    };
+    auto fd_check = [&](const char * what, std::vector<double> & x, const std::vector<double> & analytic,
+                        const std::function<double()> & f) {
         int bad = 0;
         for (size_t i = 0; i < x.size(); ++i) {
             const double x0 = x[i], h = 1e-6;
@@ -74,8 +77,15 @@ TEST(op_backwards_match_finite_differences) {
     {  // RMSNorm
         const int64_t N = 5, C = 7;
         std::vector<double> x((size_t)(N * C)), w((size_t)C), R((size_t)(N * C)), out((size_t)(N * C)), rs((size_t)N);
-        fill(x); fill(w); fill(R);
-        auto f = [&] { maporl::llama::rmsnorm_forward(out.data(), rs.data(), x.data(), w.data(), N, C, 1e-5); double s = 0; for (size_t i = 0; i < out.size(); ++i) s += out[i] * R[i]; return s; };
+        fill(x);
+        fill(w);
+        fill(R);
+        auto f = [&] {
+            maporl::llama::rmsnorm_forward(out.data(), rs.data(), x.data(), w.data(), N, C, 1e-5);
+            double s = 0;
+            for (size_t i = 0; i < out.size(); ++i) s += out[i] * R[i];
+            return s;
+        };
         f();
         std::vector<double> dx(x.size(), 0.0), dw(w.size(), 0.0);
         L::rmsnorm_backward(dx.data(), dw.data(), R.data(), x.data(), w.data(), rs.data(), N, C);
@@ -84,27 +94,46 @@ TEST(op_backwards_match_finite_differences) {
     }
     {  // RoPE with llama3 scaling, from position 3
         const int64_t B = 2, T = 3, H = 2, D = 8;
-        L::RopeScaling s; s.type = L::RopeScaling::Llama3; s.factor = 8; s.original_max_position = 32;
+        L::RopeScaling s;
+        s.type = L::RopeScaling::Llama3;
+        s.factor = 8;
+        s.original_max_position = 32;
         std::vector<double> cs, sn;
         L::rope_tables(cs, sn, L::rope_inv_freq(D, 500000.0, s), 16);
         std::vector<double> x((size_t)(B * T * H * D)), R(x.size()), out(x.size());
-        fill(x); fill(R);
-        auto f = [&] { L::rope_forward(out.data(), x.data(), cs.data(), sn.data(), B, T, 3, H, D); double v = 0; for (size_t i = 0; i < out.size(); ++i) v += out[i] * R[i]; return v; };
+        fill(x);
+        fill(R);
+        auto f = [&] {
+            L::rope_forward(out.data(), x.data(), cs.data(), sn.data(), B, T, 3, H, D);
+            double v = 0;
+            for (size_t i = 0; i < out.size(); ++i) v += out[i] * R[i];
+            return v;
+        };
         f();
         std::vector<double> dx(x.size(), 0.0);
         L::rope_backward(dx.data(), R.data(), cs.data(), sn.data(), B, T, 3, H, D);
         fd_check("rope dx", x, dx, f);
         f();
         double n0 = 0, n1 = 0;  // a rotation keeps each head's norm
-        for (size_t i = 0; i < x.size(); ++i) { n0 += x[i] * x[i]; n1 += out[i] * out[i]; }
+        for (size_t i = 0; i < x.size(); ++i) {
+            n0 += x[i] * x[i];
+            n1 += out[i] * out[i];
+        }
         CHECK(std::fabs(n0 - n1) < 1e-12 * n0, "rope changed the norm: %.17g -> %.17g", n0, n1);
     }
     {  // SwiGLU
         const int64_t n = 33;
         std::vector<double> g((size_t)n), up((size_t)n), R((size_t)n), out((size_t)n);
-        fill(g); fill(up); fill(R);
+        fill(g);
+        fill(up);
+        fill(R);
         for (auto & x : g) x *= 4;
-        auto f = [&] { L::swiglu_forward(out.data(), g.data(), up.data(), n); double v = 0; for (int64_t i = 0; i < n; ++i) v += out[(size_t)i] * R[(size_t)i]; return v; };
+        auto f = [&] {
+            L::swiglu_forward(out.data(), g.data(), up.data(), n);
+            double v = 0;
+            for (int64_t i = 0; i < n; ++i) v += out[(size_t)i] * R[(size_t)i];
+            return v;
+        };
         f();
         std::vector<double> dg((size_t)n, 0.0), du((size_t)n, 0.0);
         L::swiglu_backward(dg.data(), du.data(), R.data(), g.data(), up.data(), n);
@@ -113,13 +142,22 @@ TEST(op_backwards_match_finite_differences) {
     }
     {  // GQA attention: 4 query heads over 2 kv heads
         const int64_t B = 2, T = 4, NH = 4, NKV = 2, hs = 3;
-        std::vector<double> q((size_t)(B * T * NH * hs)), k((size_t)(B * T * NKV * hs)), v(k.size()), R(q.size()), out(q.size()),
-            att((size_t)(B * NH * T * T));
-        fill(q); fill(k); fill(v); fill(R);
-        auto f = [&] { L::attention_gqa_forward(out.data(), att.data(), q.data(), k.data(), v.data(), B, T, NH, NKV, hs); double s = 0; for (size_t i = 0; i < out.size(); ++i) s += out[i] * R[i]; return s; };
+        std::vector<double> q((size_t)(B * T * NH * hs)), k((size_t)(B * T * NKV * hs)), v(k.size()), R(q.size()),
+            out(q.size()), att((size_t)(B * NH * T * T));
+        fill(q);
+        fill(k);
+        fill(v);
+        fill(R);
+        auto f = [&] {
+            L::attention_gqa_forward(out.data(), att.data(), q.data(), k.data(), v.data(), B, T, NH, NKV, hs);
+            double s = 0;
+            for (size_t i = 0; i < out.size(); ++i) s += out[i] * R[i];
+            return s;
+        };
         f();
         std::vector<double> dq(q.size(), 0.0), dk(k.size(), 0.0), dv(v.size(), 0.0);
-        L::attention_gqa_backward(dq.data(), dk.data(), dv.data(), R.data(), q.data(), k.data(), v.data(), att.data(), B, T, NH, NKV, hs);
+        L::attention_gqa_backward(dq.data(), dk.data(), dv.data(), R.data(), q.data(), k.data(), v.data(), att.data(),
+                                  B, T, NH, NKV, hs);
         fd_check("gqa dq", q, dq, f);
         fd_check("gqa dk", k, dk, f);
         fd_check("gqa dv", v, dv, f);
@@ -149,12 +187,12 @@ TEST(float_swiglu_is_the_same_at_every_simd_level_and_close_to_double) {
         double worst = 0;
         for (int64_t i = 0; i < n; ++i) {
             if (i == 4 || i == 8) continue;
-            worst = std::max({worst, std::fabs(fo[(size_t)i] - out[(size_t)i]), std::fabs(fdg[(size_t)i] - dg[(size_t)i]),
-                              std::fabs(fdu[(size_t)i] - du[(size_t)i])});
+            worst = std::max({worst, std::fabs(fo[(size_t)i] - out[(size_t)i]),
+                              std::fabs(fdg[(size_t)i] - dg[(size_t)i]), std::fabs(fdu[(size_t)i] - du[(size_t)i])});
         }
         CHECK(worst < 1e-5, "%s: float SwiGLU differs from double by %g", level, worst);
-        CHECK(fo[4] == INFINITY * fu[4] && fo[3] == 0.0f && std::isnan(fo[8]) && std::isnan(fdg[8]), "%s: limits: %g %g %g %g", level, fo[4], fo[3],
-              fo[8], fdg[8]);
+        CHECK(fo[4] == INFINITY * fu[4] && fo[3] == 0.0f && std::isnan(fo[8]) && std::isnan(fdg[8]),
+              "%s: limits: %g %g %g %g", level, fo[4], fo[3], fo[8], fdg[8]);
         fo.insert(fo.end(), fdg.begin(), fdg.end());
         fo.insert(fo.end(), fdu.begin(), fdu.end());
         levels.push_back(fo);
@@ -162,8 +200,8 @@ TEST(float_swiglu_is_the_same_at_every_simd_level_and_close_to_double) {
     for (size_t l = 1; l < levels.size(); ++l)
         for (size_t i = 0; i < levels[0].size(); ++i)
             if (!(std::isnan(levels[l][i]) && std::isnan(levels[0][i])))  // (a NaN's payload may differ)
-                CHECK(std::memcmp(&levels[l][i], &levels[0][i], sizeof(float)) == 0, "SIMD level %zu changed the bits at %zu: %.9g vs %.9g", l, i,
-                      levels[l][i], levels[0][i]);
+                CHECK(std::memcmp(&levels[l][i], &levels[0][i], sizeof(float)) == 0,
+                      "SIMD level %zu changed the bits at %zu: %.9g vs %.9g", l, i, levels[l][i], levels[0][i]);
     maporl_set_simd("best");
 }
 
@@ -171,17 +209,30 @@ TEST(float_swiglu_is_the_same_at_every_simd_level_and_close_to_double) {
 // middle interpolated (strictly between); linear divides every frequency.
 TEST(rope_scaling_follows_the_bands) {
     L::RopeScaling none, lin, l3;
-    lin.type = L::RopeScaling::Linear; lin.factor = 2;
-    l3.type = L::RopeScaling::Llama3; l3.factor = 8; l3.low_freq_factor = 1; l3.high_freq_factor = 4; l3.original_max_position = 8192;
-    const auto f0 = L::rope_inv_freq(64, 500000.0, none), fl = L::rope_inv_freq(64, 500000.0, lin), f3 = L::rope_inv_freq(64, 500000.0, l3);
+    lin.type = L::RopeScaling::Linear;
+    lin.factor = 2;
+    l3.type = L::RopeScaling::Llama3;
+    l3.factor = 8;
+    l3.low_freq_factor = 1;
+    l3.high_freq_factor = 4;
+    l3.original_max_position = 8192;
+    const auto f0 = L::rope_inv_freq(64, 500000.0, none), fl = L::rope_inv_freq(64, 500000.0, lin),
+               f3 = L::rope_inv_freq(64, 500000.0, l3);
     CHECK(std::fabs(f0[1] - std::pow(500000.0, -2.0 / 64)) < 1e-15, "inv_freq[1] = %.17g", f0[1]);
     int high = 0, low = 0, mid = 0;
     for (size_t i = 0; i < f0.size(); ++i) {
         CHECK(std::fabs(fl[i] - f0[i] / 2) <= 1e-15 * f0[i], "linear: %zu", i);
         const double wl = 2 * M_PI / f0[i];
-        if (wl < 8192.0 / 4) { ++high; CHECK(f3[i] == f0[i], "llama3 high band changed at %zu", i); }
-        else if (wl > 8192.0) { ++low; CHECK(std::fabs(f3[i] - f0[i] / 8) <= 1e-15 * f0[i], "llama3 low band at %zu", i); }
-        else { ++mid; CHECK(f3[i] < f0[i] && f3[i] > f0[i] / 8, "llama3 middle band at %zu: %g of %g", i, f3[i], f0[i]); }
+        if (wl < 8192.0 / 4) {
+            ++high;
+            CHECK(f3[i] == f0[i], "llama3 high band changed at %zu", i);
+        } else if (wl > 8192.0) {
+            ++low;
+            CHECK(std::fabs(f3[i] - f0[i] / 8) <= 1e-15 * f0[i], "llama3 low band at %zu", i);
+        } else {
+            ++mid;
+            CHECK(f3[i] < f0[i] && f3[i] > f0[i] / 8, "llama3 middle band at %zu: %g of %g", i, f3[i], f0[i]);
+        }
     }
     CHECK(high > 0 && low > 0 && mid > 0, "bands: %d high, %d mid, %d low", high, mid, low);
 }
@@ -204,7 +255,8 @@ TEST(kv_cache_decoding_equals_the_full_forward) {
             if (t + 1 < T)
                 for (int64_t b = 0; b < B; ++b) {
                     int64_t best = 0;
-                    for (int64_t v = 1; v < V; ++v) if (step[(size_t)(b * V + v)] > step[(size_t)(b * V + best)]) best = v;
+                    for (int64_t v = 1; v < V; ++v)
+                        if (step[(size_t)(b * V + v)] > step[(size_t)(b * V + best)]) best = v;
                     seq[(size_t)(b * T + t + 1)] = (int32_t)best;
                 }
             std::vector<int32_t> prefix((size_t)(B * (t + 1)));
@@ -213,7 +265,8 @@ TEST(kv_cache_decoding_equals_the_full_forward) {
             m.forward(prefix.data(), B, t + 1);
             for (int64_t b = 0; b < B; ++b) {
                 for (int64_t v = 0; v < V; ++v)
-                    worst = std::max(worst, std::fabs(m.logits[(size_t)((b * (t + 1) + t) * V + v)] - step[(size_t)(b * V + v)]));
+                    worst = std::max(
+                        worst, std::fabs(m.logits[(size_t)((b * (t + 1) + t) * V + v)] - step[(size_t)(b * V + v)]));
                 worst = std::max(worst, std::fabs(m.values[(size_t)(b * (t + 1) + t)] - sv[(size_t)b]));
             }
         }
@@ -260,13 +313,15 @@ TEST(prefilled_ragged_rows_decode_as_each_alone_and_as_the_full_forward) {
         float worst = 0;
         for (int64_t b = 0; b < B; ++b) {
             const auto alone = run({b});
-            CHECK(alone[0] == together[(size_t)b], "%s: row %lld prefilled and decoded alone differs from the batch", var.name, (long long)b);
+            CHECK(alone[0] == together[(size_t)b], "%s: row %lld prefilled and decoded alone differs from the batch",
+                  var.name, (long long)b);
             // The full forward over the prompt and the greedy tokens: its last position at every step.
             std::vector<int32_t> seq = prompts[(size_t)b];
             for (int64_t s = 0; s < steps; ++s) {
                 m.forward(seq.data(), 1, (int64_t)seq.size());
                 const float * z = together[(size_t)b].data() + s * V;
-                for (int64_t v = 0; v < V; ++v) worst = std::max(worst, std::fabs(m.logits[(size_t)((seq.size() - 1) * V + v)] - z[v]));
+                for (int64_t v = 0; v < V; ++v)
+                    worst = std::max(worst, std::fabs(m.logits[(size_t)((seq.size() - 1) * V + v)] - z[v]));
                 seq.push_back((int32_t)(std::max_element(z, z + V) - z));
             }
         }
@@ -303,15 +358,17 @@ TEST(a_bf16_base_computes_the_bits_of_its_widened_float_twin) {
                     std::copy(x, x + t.size, hm.p((int64_t)k));
                 }
             }
-            CHECK((int64_t)hm.half.size() == matrix_elems && (int64_t)hm.params.size() == (int64_t)f.params.size() - matrix_elems,
-                  "%s: %zu bf16 + %zu float elements for %lld matrix elements of %zu", var.name, hm.half.size(), hm.params.size(), (long long)matrix_elems,
-                  f.params.size());
+            CHECK((int64_t)hm.half.size() == matrix_elems &&
+                      (int64_t)hm.params.size() == (int64_t)f.params.size() - matrix_elems,
+                  "%s: %zu bf16 + %zu float elements for %lld matrix elements of %zu", var.name, hm.half.size(),
+                  hm.params.size(), (long long)matrix_elems, f.params.size());
             const int64_t B = 2, T = 7, V = c.vocab;
             std::vector<int32_t> tok((size_t)(B * T));
             for (size_t i = 0; i < tok.size(); ++i) tok[i] = (int32_t)((i * 5 + 3) % (size_t)V);
             f.forward(tok.data(), B, T);
             hm.forward(tok.data(), B, T);
-            CHECK(f.logits == hm.logits && f.values == hm.values, "%s: the bf16 base's forward differs from its float twin", var.name);
+            CHECK(f.logits == hm.logits && f.values == hm.values,
+                  "%s: the bf16 base's forward differs from its float twin", var.name);
             std::vector<float> zf((size_t)(3 * V)), zh((size_t)(3 * V));
             f.head_rows(zf.data(), 4, 3);
             hm.head_rows(zh.data(), 4, 3);
@@ -330,8 +387,8 @@ TEST(a_bf16_base_computes_the_bits_of_its_widened_float_twin) {
                     m->prefill(head.data(), lens.data(), 3);
                     m->decode_rows(cur.data(), pos.data());
                 }
-                CHECK(f.step_logits == hm.step_logits && f.step_values == hm.step_values, "%s: %lld rows decode differently on the bf16 base", var.name,
-                      (long long)rows);
+                CHECK(f.step_logits == hm.step_logits && f.step_values == hm.step_values,
+                      "%s: %lld rows decode differently on the bf16 base", var.name, (long long)rows);
             }
             // An adapter (B nonzero, so both factors get gradients) on each: the same gradients.
             L::LoraConfig lc;
@@ -351,13 +408,17 @@ TEST(a_bf16_base_computes_the_bits_of_its_widened_float_twin) {
             }
             CHECK(grads[0] == grads[1], "%s: the adapter's gradients differ on the bf16 base", var.name);
             auto refused = [&](auto fn, const char * needle) {
-                try { fn(); } catch (const maporl::Error & e) { return e.message.find(needle) != std::string::npos; }
+                try {
+                    fn();
+                } catch (const maporl::Error & e) { return e.message.find(needle) != std::string::npos; }
                 return false;
             };
             const int64_t id = hm.active;
-            CHECK(refused([&] { hm.lora_merge(id); }, "bfloat16"), "%s: merging into the bf16 base is refused", var.name);
+            CHECK(refused([&] { hm.lora_merge(id); }, "bfloat16"), "%s: merging into the bf16 base is refused",
+                  var.name);
             hm.active = -1;
-            CHECK(refused([&] { hm.zero_grad(); }, "frozen"), "%s %s: training the bf16 base is refused", level, var.name);
+            CHECK(refused([&] { hm.zero_grad(); }, "frozen"), "%s %s: training the bf16 base is refused", level,
+                  var.name);
         }
     }
     maporl_set_simd("best");
@@ -371,7 +432,8 @@ TEST(decoding_without_the_heads_caches_the_same) {
         L::Model<float> with(c), without(c);
         with.init(7);
         without.init(7);
-        CHECK(model_check::heads_skipped_cache_the_same(with, without, c.vocab, 6), "%s: the last position's heads differ after a prompt decoded without them", var.name);
+        CHECK(model_check::heads_skipped_cache_the_same(with, without, c.vocab, 6),
+              "%s: the last position's heads differ after a prompt decoded without them", var.name);
     }
 }
 
@@ -379,7 +441,13 @@ TEST(decoding_without_the_heads_caches_the_same) {
 // and 1 and 3 threads give the same parameters to the bit.
 TEST(a_small_model_memorises_a_batch_the_same_for_any_thread_count) {
     L::Config c = variants()[3].c;  // Qwen3-style
-    c.vocab = 16; c.context = 16; c.d_model = 16; c.heads = 4; c.kv_heads = 2; c.head_dim = 4; c.intermediate = 32;
+    c.vocab = 16;
+    c.context = 16;
+    c.d_model = 16;
+    c.heads = 4;
+    c.kv_heads = 2;
+    c.head_dim = 4;
+    c.intermediate = 32;
     const int64_t B = 4, T = 12, V = c.vocab, N = B * T;
     std::vector<int32_t> tok((size_t)(N + B));
     std::mt19937 r(11);
@@ -390,7 +458,10 @@ TEST(a_small_model_memorises_a_batch_the_same_for_any_thread_count) {
         m.init(1);
         std::vector<int32_t> in((size_t)N), tgt((size_t)N);
         for (int64_t b = 0; b < B; ++b)
-            for (int64_t t = 0; t < T; ++t) { in[(size_t)(b * T + t)] = tok[(size_t)(b * (T + 1) + t)]; tgt[(size_t)(b * T + t)] = tok[(size_t)(b * (T + 1) + t + 1)]; }
+            for (int64_t t = 0; t < T; ++t) {
+                in[(size_t)(b * T + t)] = tok[(size_t)(b * (T + 1) + t)];
+                tgt[(size_t)(b * T + t)] = tok[(size_t)(b * (T + 1) + t + 1)];
+            }
         std::vector<float> dl((size_t)(N * V));
         for (int s = 0; s < steps; ++s) {
             m.forward(in.data(), B, T);
@@ -407,29 +478,39 @@ TEST(a_small_model_memorises_a_batch_the_same_for_any_thread_count) {
     const std::vector<float> p1 = train(1, 150, &curve);
     const std::vector<float> p3 = train(3, 150, nullptr);
     CHECK(p1 == p3, "parameters after 150 steps differ between 1 and 3 threads");
-    std::printf("  cross-entropy: step 0 %.4f, 50 %.4f, 149 %.4f (chance %.4f)\n", curve[0], curve[50], curve.back(), std::log((double)V));
-    CHECK(curve[0] > 2.2f && curve.back() < 0.3f * curve[0], "loss %g -> %g: the model did not learn", curve[0], curve.back());
+    std::printf("  cross-entropy: step 0 %.4f, 50 %.4f, 149 %.4f (chance %.4f)\n", curve[0], curve[50], curve.back(),
+                std::log((double)V));
+    CHECK(curve[0] > 2.2f && curve.back() < 0.3f * curve[0], "loss %g -> %g: the model did not learn", curve[0],
+          curve.back());
 }
 
 TEST(bad_configs_are_named) {
     L::Config c = variants()[0].c;
     auto fails_with = [](L::Config x, const char * needle) {
-        try { L::check_config(x); } catch (const maporl::Error & e) { return e.message.find(needle) != std::string::npos; }
+        try {
+            L::check_config(x);
+        } catch (const maporl::Error & e) { return e.message.find(needle) != std::string::npos; }
         return false;
     };
-    L::Config x = c; x.kv_heads = 3;
+    L::Config x = c;
+    x.kv_heads = 3;
     CHECK(fails_with(x, "num_key_value_heads"), "kv heads");
-    x = c; x.head_dim = 5;
+    x = c;
+    x.head_dim = 5;
     CHECK(fails_with(x, "head_dim"), "odd head_dim");
-    x = c; x.rms_eps = NAN;
+    x = c;
+    x.rms_eps = NAN;
     CHECK(fails_with(x, "rms_norm_eps"), "NaN eps");
-    x = c; x.rope.high_freq_factor = 0.5;
+    x = c;
+    x.rope.high_freq_factor = 0.5;
     CHECK(fails_with(x, "high_freq_factor"), "llama3 band order");
     L::Model<float> m(c);
     m.init(1);
     const int32_t bad[2] = {1, 9};
     bool threw = false;
-    try { m.forward(bad, 1, 2); } catch (const maporl::Error & e) { threw = e.message.find("tokens") != std::string::npos; }
+    try {
+        m.forward(bad, 1, 2);
+    } catch (const maporl::Error & e) { threw = e.message.find("tokens") != std::string::npos; }
     CHECK(threw, "an out-of-vocabulary token is refused");
 }
 

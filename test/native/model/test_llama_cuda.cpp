@@ -32,8 +32,8 @@ namespace {
 
 namespace L = maporl::llama;
 using Vec = std::vector<float>;
-using gpu_check::D;
 using gpu_check::close_rel;
+using gpu_check::D;
 using gpu_check::rnd;
 
 GPU_TEST(cuda_rmsnorm_matches_cpu) {
@@ -44,16 +44,22 @@ GPU_TEST(cuda_rmsnorm_matches_cpu) {
         D<float> X(x), W(w), Dd(d), O(N * C), R(N), DX(dx), DW(dw), S(L::cuda::rmsnorm_scratch(N, C));
         L::rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, C, 1e-6);
         L::cuda::rmsnorm_forward(O.p, R.p, X.p, W.p, N, C, 1e-6);
-        CHECK(close_rel(O.host(), out, 2e-6, "rmsnorm out") && close_rel(R.host(), rstd, 2e-6, "rmsnorm rstd"), "N=%lld C=%lld", (long long)N, (long long)C);
+        CHECK(close_rel(O.host(), out, 2e-6, "rmsnorm out") && close_rel(R.host(), rstd, 2e-6, "rmsnorm rstd"),
+              "N=%lld C=%lld", (long long)N, (long long)C);
         L::rmsnorm_backward(dx.data(), dw.data(), d.data(), x.data(), w.data(), rstd.data(), N, C);
         L::cuda::rmsnorm_backward(DX.p, DW.p, Dd.p, X.p, W.p, R.p, N, C, S.p);
-        CHECK(close_rel(DX.host(), dx, 1e-5, "rmsnorm dx") && close_rel(DW.host(), dw, 1e-5, "rmsnorm dw"), "N=%lld C=%lld", (long long)N, (long long)C);
+        CHECK(close_rel(DX.host(), dx, 1e-5, "rmsnorm dx") && close_rel(DW.host(), dw, 1e-5, "rmsnorm dw"),
+              "N=%lld C=%lld", (long long)N, (long long)C);
     }
 }
 
 GPU_TEST(cuda_rope_matches_cpu) {
     L::RopeScaling s;
-    s.type = L::RopeScaling::Llama3; s.factor = 8; s.low_freq_factor = 1; s.high_freq_factor = 4; s.original_max_position = 16;
+    s.type = L::RopeScaling::Llama3;
+    s.factor = 8;
+    s.low_freq_factor = 1;
+    s.high_freq_factor = 4;
+    s.original_max_position = 16;
     const int64_t B = 2, T = 19, H = 3, dim = 64, pos0 = 5, P = 64;
     std::vector<float> cos, sin;
     L::rope_tables(cos, sin, L::rope_inv_freq(dim, 500000.0, s), P);
@@ -80,12 +86,15 @@ GPU_TEST(cuda_swiglu_matches_cpu) {
         CHECK(close_rel(O.host(), out, 2e-6, "swiglu out"), "n=%lld", (long long)n);
         L::swiglu_backward(dg.data(), du.data(), d.data(), g.data(), u.data(), n);
         L::cuda::swiglu_backward(DG.p, DU.p, Dd.p, G.p, U.p, n);
-        CHECK(close_rel(DG.host(), dg, 2e-6, "swiglu dgate") && close_rel(DU.host(), du, 2e-6, "swiglu dup"), "n=%lld", (long long)n);
+        CHECK(close_rel(DG.host(), dg, 2e-6, "swiglu dgate") && close_rel(DU.host(), du, 2e-6, "swiglu dup"), "n=%lld",
+              (long long)n);
     }
 }
 
 GPU_TEST(cuda_gqa_attention_matches_cpu) {
-    struct S { int64_t B, T, NH, NKV, hs; };
+    struct S {
+        int64_t B, T, NH, NKV, hs;
+    };
     for (const S & c : {S{2, 37, 4, 2, 16}, S{1, 70, 9, 3, 64}, S{3, 5, 4, 1, 8}, S{1, 33, 2, 2, 40}}) {
         const int64_t NQ = c.B * c.T * c.NH * c.hs, NK = c.B * c.T * c.NKV * c.hs, NA = c.B * c.NH * c.T * c.T;
         const Vec q = rnd((size_t)NQ, 1), k = rnd((size_t)NK, 2), v = rnd((size_t)NK, 3), d = rnd((size_t)NQ, 4);
@@ -93,11 +102,13 @@ GPU_TEST(cuda_gqa_attention_matches_cpu) {
         D<float> Q(q), K(k), Vd(v), Dd(d), O(NQ), A(NA), DQ(dq), DK(dk), DV(dv), Sc(NA);
         L::attention_gqa_forward(out.data(), att.data(), q.data(), k.data(), v.data(), c.B, c.T, c.NH, c.NKV, c.hs);
         L::cuda::attention_gqa_forward(O.p, A.p, Q.p, K.p, Vd.p, c.B, c.T, c.NH, c.NKV, c.hs);
-        CHECK(close_rel(O.host(), out, 1e-5, "gqa out") && close_rel(A.host(), att, 1e-5, "gqa att"), "T=%lld NH=%lld NKV=%lld", (long long)c.T,
-              (long long)c.NH, (long long)c.NKV);
-        L::attention_gqa_backward(dq.data(), dk.data(), dv.data(), d.data(), q.data(), k.data(), v.data(), att.data(), c.B, c.T, c.NH, c.NKV, c.hs);
+        CHECK(close_rel(O.host(), out, 1e-5, "gqa out") && close_rel(A.host(), att, 1e-5, "gqa att"),
+              "T=%lld NH=%lld NKV=%lld", (long long)c.T, (long long)c.NH, (long long)c.NKV);
+        L::attention_gqa_backward(dq.data(), dk.data(), dv.data(), d.data(), q.data(), k.data(), v.data(), att.data(),
+                                  c.B, c.T, c.NH, c.NKV, c.hs);
         L::cuda::attention_gqa_backward(DQ.p, DK.p, DV.p, Dd.p, Q.p, K.p, Vd.p, A.p, c.B, c.T, c.NH, c.NKV, c.hs, Sc.p);
-        CHECK(close_rel(DQ.host(), dq, 2e-5, "gqa dq") && close_rel(DK.host(), dk, 2e-5, "gqa dk") && close_rel(DV.host(), dv, 2e-5, "gqa dv"),
+        CHECK(close_rel(DQ.host(), dq, 2e-5, "gqa dq") && close_rel(DK.host(), dk, 2e-5, "gqa dk") &&
+                  close_rel(DV.host(), dv, 2e-5, "gqa dv"),
               "T=%lld NH=%lld NKV=%lld", (long long)c.T, (long long)c.NH, (long long)c.NKV);
     }
 }
@@ -118,7 +129,8 @@ GPU_TEST(cuda_decoder_row_ops_match_their_emulation) {
             L::cuda::rope_rows(X.p, Cs.p, Sn.p, P.p, N, H, hd);
             x = X.host();
         },
-        [](Vec & kc, Vec & vc, const Vec & k, const Vec & v, const IVec & rb, const IVec & rt, int64_t N, int64_t NKV, int64_t max_len, int64_t hd) {
+        [](Vec & kc, Vec & vc, const Vec & k, const Vec & v, const IVec & rb, const IVec & rt, int64_t N, int64_t NKV,
+           int64_t max_len, int64_t hd) {
             D<float> KC(kc), VC(vc), K(k), Vv(v);
             D<int32_t> RB(rb), RT(rt);
             L::cuda::kv_store(KC.p, VC.p, K.p, Vv.p, RB.p, RT.p, N, NKV, max_len, hd);
@@ -126,13 +138,15 @@ GPU_TEST(cuda_decoder_row_ops_match_their_emulation) {
             vc = VC.host();
         },
         "cuda");
-    std::printf("  rope_rows: %lld of %zu rotated keys differ from the emulation's in their last bits (contraction)\n", (long long)r.keys_differ, r.kd.size());
+    std::printf("  rope_rows: %lld of %zu rotated keys differ from the emulation's in their last bits (contraction)\n",
+                (long long)r.keys_differ, r.kd.size());
     // Attention over the GPU's own rotated queries and cache, on both sides.
     const int64_t N = c.N, NH = c.NH, NKV = c.NKV, hd = c.hd, max_len = c.max_len;
     Vec oute((size_t)(N * NH * hd)), se((size_t)(N * NH * max_len));
     D<float> Q(r.qd), KC(r.kcd), VC(r.vcd), O(N * NH * hd), S(N * NH * max_len);
     D<int32_t> RB(c.rb), RT(c.rt);
-    E::attention_rows(oute.data(), r.qd.data(), r.kcd.data(), r.vcd.data(), c.rb.data(), c.rt.data(), N, NH, NKV, max_len, hd, se.data());
+    E::attention_rows(oute.data(), r.qd.data(), r.kcd.data(), r.vcd.data(), c.rb.data(), c.rt.data(), N, NH, NKV,
+                      max_len, hd, se.data());
     L::cuda::attention_rows(O.p, Q.p, KC.p, VC.p, RB.p, RT.p, N, NH, NKV, max_len, hd, S.p);
     CHECK(close_rel(O.host(), oute, 1e-5, "attention_rows"), "attention_rows");
     const Vec wte = rnd((size_t)(V * C), 6), d = rnd((size_t)(N * C), 7);
@@ -157,8 +171,9 @@ GPU_TEST(cuda_llama_model_memory_is_the_plan) {
             L::DevicePlan w;
             w.B = 2, w.T = 7, w.backward = true, w.head_rows = 5;
             const int64_t N = w.B * w.T, V = c.vocab;
-            w.norm_scratch = std::max({L::cuda::rmsnorm_scratch(N, c.d_model), L::cuda::rmsnorm_scratch(N * c.heads, c.head_dim),
-                                       L::cuda::rmsnorm_scratch(N * c.kv_heads, c.head_dim)});
+            w.norm_scratch =
+                std::max({L::cuda::rmsnorm_scratch(N, c.d_model), L::cuda::rmsnorm_scratch(N * c.heads, c.head_dim),
+                          L::cuda::rmsnorm_scratch(N * c.kv_heads, c.head_dim)});
             if (lora) {
                 L::LoraConfig a;
                 a.rank = 3;
@@ -182,11 +197,11 @@ GPU_TEST(cuda_llama_model_memory_is_the_plan) {
             dev->backward_hidden(dval.data());
             if (!lora) dev->update(maporl::gpt::AdamW{1e-3f, 0.9f, 0.95f, 1e-8f, 0.0f}, 1.0, 1);
             const L::DeviceBytes got = dev->memory(), want = L::device_plan(c, L::make_layout(c), w);
-            CHECK(got.weights == want.weights && got.adapters == want.adapters && got.gradients == want.gradients && got.moments == want.moments &&
-                      got.activations == want.activations && got.cache == want.cache,
-                  "%s lora=%d: bytes by kind: activations %lld / %lld, gradients %lld / %lld, total %lld / %lld", var.name, (int)lora,
-                  (long long)got.activations, (long long)want.activations, (long long)got.gradients, (long long)want.gradients, (long long)got.total(),
-                  (long long)want.total());
+            CHECK(got.weights == want.weights && got.adapters == want.adapters && got.gradients == want.gradients &&
+                      got.moments == want.moments && got.activations == want.activations && got.cache == want.cache,
+                  "%s lora=%d: bytes by kind: activations %lld / %lld, gradients %lld / %lld, total %lld / %lld",
+                  var.name, (int)lora, (long long)got.activations, (long long)want.activations,
+                  (long long)got.gradients, (long long)want.gradients, (long long)got.total(), (long long)want.total());
         }
 }
 
@@ -207,7 +222,8 @@ GPU_TEST(cuda_llama_model_matches_the_cpu_model) {
             host.forward(tok.data(), B, T);
             Vec logits((size_t)(N * V)), values((size_t)N), got((size_t)P);
             dev->forward(tok.data(), B, T, true, logits.data(), values.data());
-            CHECK(close_rel(logits, host.logits, 1e-4, "logits") && close_rel(values, host.values, 1e-4, "values"), "%s step %d forward", var.name, step);
+            CHECK(close_rel(logits, host.logits, 1e-4, "logits") && close_rel(values, host.values, 1e-4, "values"),
+                  "%s step %d forward", var.name, step);
             host.zero_grad();
             host.backward(dlogits.data(), dvalues.data());
             dev->zero_grad();
@@ -231,8 +247,9 @@ GPU_TEST(cuda_llama_model_matches_the_cpu_model) {
             host.decode_rows(cur.data(), pos.data());
             Vec logits((size_t)(3 * V)), values(3);
             dev->decode_rows(cur.data(), pos.data(), logits.data(), values.data());
-            CHECK(close_rel(logits, host.step_logits, 1e-4, "decode logits") && close_rel(values, host.step_values, 1e-4, "decode values"), "%s decode step %d",
-                  var.name, s);
+            CHECK(close_rel(logits, host.step_logits, 1e-4, "decode logits") &&
+                      close_rel(values, host.step_values, 1e-4, "decode values"),
+                  "%s decode step %d", var.name, s);
             for (int64_t b = 0; b < 3; ++b) cur[(size_t)b] = (int32_t)((cur[(size_t)b] + 4) % V), ++pos[(size_t)b];
         }
     }
@@ -248,7 +265,8 @@ GPU_TEST(cuda_llama_lora_adapters_match_the_cpu_model) {
         std::unique_ptr<L::DeviceModel> dev(L::cuda_model_create(c, &twin));
         dev->upload(0, twin.params.data(), twin.layout.total);
         L::LoraConfig a;
-        a.rank = 3; a.alpha = 6;
+        a.rank = 3;
+        a.alpha = 6;
         for (L::Model<float> * m : {&host, &twin}) {
             m->lora_add(a, 5);
             m->lora_add(a, 6);
@@ -265,13 +283,16 @@ GPU_TEST(cuda_llama_lora_adapters_match_the_cpu_model) {
         host.forward(tok.data(), B, T);
         Vec logits((size_t)(N * V)), values((size_t)N);
         dev->forward(tok.data(), B, T, true, logits.data(), values.data());
-        CHECK(close_rel(logits, host.logits, 1e-4, "lora logits") && close_rel(values, host.values, 1e-4, "lora values"), "%s forward", var.name);
+        CHECK(
+            close_rel(logits, host.logits, 1e-4, "lora logits") && close_rel(values, host.values, 1e-4, "lora values"),
+            "%s forward", var.name);
         host.zero_grad();
         host.backward(dlogits.data(), dvalues.data());
         dev->zero_grad();
         dev->backward(dlogits.data(), dvalues.data());
         dev->pull_adapter_grads();
-        CHECK(close_rel(twin.adapters[0]->grads, host.adapters[0]->grads, 1e-3, "lora grads"), "%s adapter gradients", var.name);
+        CHECK(close_rel(twin.adapters[0]->grads, host.adapters[0]->grads, 1e-3, "lora grads"), "%s adapter gradients",
+              var.name);
         host.active = twin.active = -1;
         host.cache_reset(3, c.context);
         dev->cache_reset(3, c.context);
@@ -281,7 +302,8 @@ GPU_TEST(cuda_llama_lora_adapters_match_the_cpu_model) {
         for (int s = 0; s < 3; ++s) {
             host.decode_rows(cur.data(), pos.data());
             dev->decode_rows(cur.data(), pos.data(), logits.data(), values.data());
-            CHECK(close_rel(Vec(logits.begin(), logits.begin() + 3 * V), host.step_logits, 1e-4, "lora decode"), "%s decode step %d", var.name, s);
+            CHECK(close_rel(Vec(logits.begin(), logits.begin() + 3 * V), host.step_logits, 1e-4, "lora decode"),
+                  "%s decode step %d", var.name, s);
             for (auto & p : pos) ++p;
         }
     }
@@ -297,8 +319,17 @@ void bench() {
         return;
     }
     L::Config c;
-    c.vocab = 49152; c.context = 512; c.layers = 30; c.d_model = 576; c.heads = 9; c.kv_heads = 3; c.head_dim = 64;
-    c.intermediate = 1536; c.rms_eps = 1e-5; c.rope_theta = 10000; c.tie_embeddings = true;
+    c.vocab = 49152;
+    c.context = 512;
+    c.layers = 30;
+    c.d_model = 576;
+    c.heads = 9;
+    c.kv_heads = 3;
+    c.head_dim = 64;
+    c.intermediate = 1536;
+    c.rms_eps = 1e-5;
+    c.rope_theta = 10000;
+    c.tie_embeddings = true;
     L::Model<float> host(c);
     host.init(1);
     std::unique_ptr<L::DeviceModel> dev(L::cuda_model_create(c, nullptr));
@@ -309,35 +340,42 @@ void bench() {
     Vec z((size_t)(R * V)), dv((size_t)N, 0.0f);
     const maporl::gpt::AdamW h{1e-5f, 0.9f, 0.95f, 1e-8f, 0.0f};
     int64_t t = 0;
-    const double step_ms = gpu_check::median_ms([&] {
-        dev->zero_grad();
-        dev->forward(tok.data(), B, T, false, nullptr, nullptr);
-        dev->backward_begin();
-        for (int64_t n0 = 0; n0 < N; n0 += R) {
-            dev->head_rows(z.data(), n0, R);
-            for (float & x : z) x *= 1e-6f;  // (a stand-in gradient of the chunk's logits)
-            dev->head_backward_rows(z.data(), n0, R);
-        }
-        dev->backward_hidden(dv.data());
-        dev->update(h, 1.0, ++t);
-    }, 3);
-    std::printf("llama bench (CUDA, SmolLM2-135M shape): full fine-tuning step B=4 T=256 %.1f ms = %.0f tokens/s\n", step_ms, (double)N / step_ms * 1e3);
+    const double step_ms = gpu_check::median_ms(
+        [&] {
+            dev->zero_grad();
+            dev->forward(tok.data(), B, T, false, nullptr, nullptr);
+            dev->backward_begin();
+            for (int64_t n0 = 0; n0 < N; n0 += R) {
+                dev->head_rows(z.data(), n0, R);
+                for (float & x : z) x *= 1e-6f;  // (a stand-in gradient of the chunk's logits)
+                dev->head_backward_rows(z.data(), n0, R);
+            }
+            dev->backward_hidden(dv.data());
+            dev->update(h, 1.0, ++t);
+        },
+        3);
+    std::printf("llama bench (CUDA, SmolLM2-135M shape): full fine-tuning step B=4 T=256 %.1f ms = %.0f tokens/s\n",
+                step_ms, (double)N / step_ms * 1e3);
     for (int64_t batch : {1, 8}) {
         Vec logits((size_t)(batch * V));
         std::vector<int32_t> prompt((size_t)(batch * 64)), cur((size_t)batch, 5);
         for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = (int32_t)((i * 31) % V);
         const std::vector<int64_t> lens((size_t)batch, 63);
-        const double ms = gpu_check::median_ms([&] {
-            dev->cache_reset(batch, 128);
-            dev->prefill(prompt.data(), lens.data(), 64);
-            std::vector<int64_t> pos((size_t)batch, 63);
-            for (int s = 0; s < 64; ++s) {
-                dev->decode_rows(cur.data(), pos.data(), logits.data(), nullptr);
-                for (auto & p : pos) ++p;
-            }
-        }, 3);
-        std::printf("llama bench (CUDA, SmolLM2-135M shape): generate B=%lld, 64-token prompts, 64 new: %.1f ms = %.0f tokens/s\n", (long long)batch, ms,
-                    (double)(batch * 64) / ms * 1e3);
+        const double ms = gpu_check::median_ms(
+            [&] {
+                dev->cache_reset(batch, 128);
+                dev->prefill(prompt.data(), lens.data(), 64);
+                std::vector<int64_t> pos((size_t)batch, 63);
+                for (int s = 0; s < 64; ++s) {
+                    dev->decode_rows(cur.data(), pos.data(), logits.data(), nullptr);
+                    for (auto & p : pos) ++p;
+                }
+            },
+            3);
+        std::printf(
+            "llama bench (CUDA, SmolLM2-135M shape): generate B=%lld, 64-token prompts, 64 new: %.1f ms = %.0f "
+            "tokens/s\n",
+            (long long)batch, ms, (double)(batch * 64) / ms * 1e3);
     }
 }
 

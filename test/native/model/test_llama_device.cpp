@@ -56,17 +56,18 @@ TEST(device_forward_backward_and_update_are_the_host_models_bits) {
             host.forward(tok.data(), B, T);
             std::vector<float> logits((size_t)(N * V)), values((size_t)N);
             dev.forward(tok.data(), B, T, true, logits.data(), values.data());
-            CHECK(logits == host.logits && values == host.values, "%s step %d: forward differs (logits %g, values %g)", var.name, step,
-                  worst_diff(logits, host.logits), worst_diff(values, host.values));
+            CHECK(logits == host.logits && values == host.values, "%s step %d: forward differs (logits %g, values %g)",
+                  var.name, step, worst_diff(logits, host.logits), worst_diff(values, host.values));
             host.zero_grad();
             host.backward(dlogits.data(), dvalues.data());
             dev.zero_grad();
             dev.backward(dlogits.data(), dvalues.data());
-            CHECK(download(dev, 3) == host.grads, "%s step %d: gradients differ by %g", var.name, step, worst_diff(download(dev, 3), host.grads));
+            CHECK(download(dev, 3) == host.grads, "%s step %d: gradients differ by %g", var.name, step,
+                  worst_diff(download(dev, 3), host.grads));
             const double hn = host.update(h, 0.5), dn = dev.update(h, 0.5, host.step);
             CHECK(hn == dn, "%s step %d: gradient norm %.17g vs %.17g", var.name, step, hn, dn);
-            CHECK(download(dev, 0) == host.params && download(dev, 1) == host.m && download(dev, 2) == host.v, "%s step %d: AdamW differs",
-                  var.name, step);
+            CHECK(download(dev, 0) == host.params && download(dev, 1) == host.m && download(dev, 2) == host.v,
+                  "%s step %d: AdamW differs", var.name, step);
         }
         // The LM head's gradient in row chunks (as maporl_gpt_score_backward drives it) adds up to the whole one.
         host.forward(tok.data(), B, T);
@@ -78,7 +79,8 @@ TEST(device_forward_backward_and_update_are_the_host_models_bits) {
         CHECK(std::equal(z.begin(), z.end(), host.logits.begin() + 4 * V), "%s: head_rows 4..9 differ", var.name);
         dev.zero_grad();
         dev.backward_begin();
-        for (int64_t n0 = 0; n0 < N; n0 += 7) dev.head_backward_rows(dlogits.data() + n0 * V, n0, std::min<int64_t>(7, N - n0));
+        for (int64_t n0 = 0; n0 < N; n0 += 7)
+            dev.head_backward_rows(dlogits.data() + n0 * V, n0, std::min<int64_t>(7, N - n0));
         dev.backward_hidden(dvalues.data());
         const float w = worst_diff(download(dev, 3), host.grads);
         CHECK(w < 1e-5f, "%s: chunked head backward differs by %g", var.name, w);
@@ -149,8 +151,12 @@ TEST(device_lora_adapters_train_and_decode_as_on_the_host) {
         Dev dev(c, &twin);
         dev.upload(0, twin.params.data(), twin.layout.total);
         L::LoraConfig a, b;
-        a.rank = 3; a.alpha = 6;
-        b.rank = 2; b.alpha = 4; b.rslora = true; b.targets = (1u << L::kQ) | (1u << L::kV) | (1u << L::kDown);
+        a.rank = 3;
+        a.alpha = 6;
+        b.rank = 2;
+        b.alpha = 4;
+        b.rslora = true;
+        b.targets = (1u << L::kQ) | (1u << L::kV) | (1u << L::kDown);
         for (L::Model<float> * m : {&host, &twin}) {
             m->lora_add(a, 5);
             m->lora_add(b, 6);
@@ -177,15 +183,15 @@ TEST(device_lora_adapters_train_and_decode_as_on_the_host) {
                 host.forward(tok.data(), B, T);
                 std::vector<float> logits((size_t)(N * V)), values((size_t)N);
                 dev.forward(tok.data(), B, T, true, logits.data(), values.data());
-                CHECK(logits == host.logits && values == host.values, "%s adapter %lld step %d: forward differs by %g", var.name, (long long)id, step,
-                      worst_diff(logits, host.logits));
+                CHECK(logits == host.logits && values == host.values, "%s adapter %lld step %d: forward differs by %g",
+                      var.name, (long long)id, step, worst_diff(logits, host.logits));
                 host.zero_grad();
                 host.backward(dlogits.data(), dvalues.data());
                 dev.zero_grad();
                 dev.backward(dlogits.data(), dvalues.data());
                 dev.pull_adapter_grads();
-                CHECK(twin.adapters[(size_t)id]->grads == host.adapters[(size_t)id]->grads, "%s adapter %lld step %d: gradients differ", var.name,
-                      (long long)id, step);
+                CHECK(twin.adapters[(size_t)id]->grads == host.adapters[(size_t)id]->grads,
+                      "%s adapter %lld step %d: gradients differ", var.name, (long long)id, step);
                 CHECK(host.update(h, 0.5) == twin.update(h, 0.5), "%s: norms differ", var.name);
             }
         CHECK(download(dev, 0) == host.params, "%s: the base changed under its adapters", var.name);
@@ -206,7 +212,8 @@ TEST(device_lora_adapters_train_and_decode_as_on_the_host) {
             std::vector<float> logits((size_t)(3 * V)), values(3);
             dev.decode_rows(cur.data(), pos.data(), logits.data(), values.data());
             worst = std::max({worst, worst_diff(logits, host.step_logits), worst_diff(values, host.step_values)});
-            for (int64_t bb = 0; bb < 3; ++bb) cur[(size_t)bb] = (int32_t)((cur[(size_t)bb] + 4) % V), ++pos[(size_t)bb];
+            for (int64_t bb = 0; bb < 3; ++bb)
+                cur[(size_t)bb] = (int32_t)((cur[(size_t)bb] + 4) % V), ++pos[(size_t)bb];
         }
         CHECK(worst < 1e-5f, "%s: decoding with per-row adapters differs by %g", var.name, worst);
     }
@@ -215,7 +222,9 @@ TEST(device_lora_adapters_train_and_decode_as_on_the_host) {
 TEST(device_model_misuse_is_named) {
     const L::Config c = decoder_config(variants()[0]);
     auto refused = [&](auto fn, const char * needle) {
-        try { fn(); } catch (const maporl::Error & e) { return e.message.find(needle) != std::string::npos; }
+        try {
+            fn();
+        } catch (const maporl::Error & e) { return e.message.find(needle) != std::string::npos; }
         return false;
     };
     Dev dev(c);
@@ -223,17 +232,21 @@ TEST(device_model_misuse_is_named) {
     CHECK(refused([&] { dev.upload(0, buf.data(), 3); }, "count"), "a wrong parameter count");
     CHECK(refused([&] { dev.backward(nullptr, nullptr); }, "no forward"), "a backward before any forward");
     const int32_t bad[2] = {1, 99};
-    CHECK(refused([&] { dev.forward(bad, 1, 2, true, nullptr, nullptr); }, "tokens: expected ids in [0, 13), got 99"), "a token past the vocabulary");
+    CHECK(refused([&] { dev.forward(bad, 1, 2, true, nullptr, nullptr); }, "tokens: expected ids in [0, 13), got 99"),
+          "a token past the vocabulary");
     CHECK(refused([&] { dev.forward(bad, 1, 99, true, nullptr, nullptr); }, "T: expected 1..12"), "T past the context");
     const int32_t ok[2] = {1, 2};
     dev.forward(ok, 1, 2, false, nullptr, nullptr);
-    CHECK(refused([&] { dev.head_backward_rows(buf.data(), 0, 1); }, "backward_begin"), "head rows before backward_begin");
+    CHECK(refused([&] { dev.head_backward_rows(buf.data(), 0, 1); }, "backward_begin"),
+          "head rows before backward_begin");
     CHECK(refused([&] { dev.head_rows(buf.data(), 1, 2); }, "rows 1..3 of 2"), "head rows past the batch");
-    CHECK(refused([&] { dev.decode_rows(ok, nullptr, nullptr, nullptr); }, "cache_reset"), "decoding before cache_reset");
+    CHECK(refused([&] { dev.decode_rows(ok, nullptr, nullptr, nullptr); }, "cache_reset"),
+          "decoding before cache_reset");
     CHECK(refused([&] { dev.cache_reset(1, 13); }, "max_len: expected 1..12"), "a cache past the context");
     dev.cache_reset(2, 4);
     const int64_t far[2] = {0, 4};
-    CHECK(refused([&] { dev.decode_rows(ok, far, nullptr, nullptr); }, "pos: expected 0..3, got 4 at row 1"), "a position past the cache");
+    CHECK(refused([&] { dev.decode_rows(ok, far, nullptr, nullptr); }, "pos: expected 0..3, got 4 at row 1"),
+          "a position past the cache");
     const int64_t lens[2] = {1, 3};
     CHECK(refused([&] { dev.prefill(ok, lens, 2); }, "lens: expected 0..2 at row 1"), "a prompt length past P");
     L::Config h = c;

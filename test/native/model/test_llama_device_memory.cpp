@@ -28,13 +28,15 @@ using Dev = L::DeviceLlama<E>;
 
 bool same(const L::DeviceBytes & got, const L::DeviceBytes & want, const char * what) {
     const bool ok = got.weights == want.weights && got.adapters == want.adapters && got.gradients == want.gradients &&
-                    got.moments == want.moments && got.activations == want.activations && got.cache == want.cache;
+        got.moments == want.moments && got.activations == want.activations && got.cache == want.cache;
     if (!ok)
-        std::printf("  %s: measured / planned bytes: weights %lld / %lld, adapters %lld / %lld, gradients %lld / %lld, moments %lld / %lld, "
-                    "activations %lld / %lld, cache %lld / %lld\n",
-                    what, (long long)got.weights, (long long)want.weights, (long long)got.adapters, (long long)want.adapters,
-                    (long long)got.gradients, (long long)want.gradients, (long long)got.moments, (long long)want.moments,
-                    (long long)got.activations, (long long)want.activations, (long long)got.cache, (long long)want.cache);
+        std::printf(
+            "  %s: measured / planned bytes: weights %lld / %lld, adapters %lld / %lld, gradients %lld / %lld, moments "
+            "%lld / %lld, "
+            "activations %lld / %lld, cache %lld / %lld\n",
+            what, (long long)got.weights, (long long)want.weights, (long long)got.adapters, (long long)want.adapters,
+            (long long)got.gradients, (long long)want.gradients, (long long)got.moments, (long long)want.moments,
+            (long long)got.activations, (long long)want.activations, (long long)got.cache, (long long)want.cache);
     return ok;
 }
 
@@ -54,7 +56,8 @@ std::vector<float> uniform(int64_t n, uint32_t seed) {
 
 // A backward with the LM head in chunks of `chunk` rows (each chunk's logits, then their gradient), as model_scores.cpp
 // drives it.
-void chunked_backward(Dev & d, const std::vector<float> & dlogits, const std::vector<float> & dvalues, int64_t N, int64_t V, int64_t chunk) {
+void chunked_backward(Dev & d, const std::vector<float> & dlogits, const std::vector<float> & dvalues, int64_t N,
+                      int64_t V, int64_t chunk) {
     std::vector<float> z((size_t)(chunk * V));
     d.backward_begin();
     for (int64_t n0 = 0; n0 < N; n0 += chunk) {
@@ -90,17 +93,22 @@ TEST(training_memory_by_kind_is_the_plan_and_every_byte_held) {
                 const auto tok = tokens(N, V, 4);
                 dev.forward(tok.data(), w.B, w.T, false, nullptr, nullptr);
                 const L::DeviceBytes fwd = dev.memory();
-                CHECK(fwd.gradients == (lora ? dev.mirrors[0].grads.cap * 4 : 0) && fwd.moments == 0, "%s lora=%d: a forward allocates no base gradients",
-                      var.name, (int)lora);
+                CHECK(fwd.gradients == (lora ? dev.mirrors[0].grads.cap * 4 : 0) && fwd.moments == 0,
+                      "%s lora=%d: a forward allocates no base gradients", var.name, (int)lora);
                 chunked_backward(dev, uniform(N * V, 5), uniform(N, 6), N, V, w.head_rows);
                 if (!lora) dev.update(maporl::gpt::AdamW{1e-3f, 0.9f, 0.95f, 1e-8f, 0.0f}, 1.0, 1);
                 const L::DeviceBytes got = dev.memory();
-                CHECK(same(got, L::device_plan(c, dev.layout, w), var.name), "%s lora=%d: the bytes by kind are the plan's", var.name, (int)lora);
-                CHECK(got.total() == E::counters().live - before, "%s lora=%d: the kinds count every byte held (%lld of %lld)", var.name,
-                      (int)lora, (long long)got.total(), (long long)(E::counters().live - before));
-                if (lora) CHECK(got.moments == 0 && got.gradients == got.adapters, "%s: LoRA training holds the adapter's gradients only", var.name);
+                CHECK(same(got, L::device_plan(c, dev.layout, w), var.name),
+                      "%s lora=%d: the bytes by kind are the plan's", var.name, (int)lora);
+                CHECK(got.total() == E::counters().live - before,
+                      "%s lora=%d: the kinds count every byte held (%lld of %lld)", var.name, (int)lora,
+                      (long long)got.total(), (long long)(E::counters().live - before));
+                if (lora)
+                    CHECK(got.moments == 0 && got.gradients == got.adapters,
+                          "%s: LoRA training holds the adapter's gradients only", var.name);
             }
-            CHECK(E::counters().live == before, "%s lora=%d: the model's release returns every byte", var.name, (int)lora);
+            CHECK(E::counters().live == before, "%s lora=%d: the model's release returns every byte", var.name,
+                  (int)lora);
         }
     }
 }
@@ -124,8 +132,8 @@ TEST(generation_allocates_no_gradients_and_its_bytes_are_the_plan) {
         L::DevicePlan w;
         w.cache_batch = batch, w.cache_len = max_len, w.step_rows = 4 + 2 + 3, w.head_rows = batch;
         const L::DeviceBytes got = dev.memory();
-        CHECK(got.gradients == 0 && got.moments == 0, "%s: generation holds no gradients (%lld) or moments (%lld)", var.name, (long long)got.gradients,
-              (long long)got.moments);
+        CHECK(got.gradients == 0 && got.moments == 0, "%s: generation holds no gradients (%lld) or moments (%lld)",
+              var.name, (long long)got.gradients, (long long)got.moments);
         CHECK(same(got, L::device_plan(c, dev.layout, w), var.name) && got.total() == E::counters().live - before,
               "%s: generation's bytes by kind are the plan's and every byte held", var.name);
         std::vector<float> g((size_t)dev.layout.total, 1.0f);
@@ -137,10 +145,11 @@ TEST(generation_allocates_no_gradients_and_its_bytes_are_the_plan) {
 
 TEST(removing_an_adapter_frees_its_device_copy) {
     maporl_llama_config lc = maporl_llama_default_config();
-    lc.vocab = 40, lc.context = 16, lc.layers = 2, lc.d_model = 32, lc.heads = 4, lc.kv_heads = 2, lc.head_dim = 8, lc.intermediate = 48;
+    lc.vocab = 40, lc.context = 16, lc.layers = 2, lc.d_model = 32, lc.heads = 4, lc.kv_heads = 2, lc.head_dim = 8,
+    lc.intermediate = 48;
     maporl_gpt * gpt = nullptr;
-    CHECK(maporl_llama_create(&lc, 1, &gpt) == MAPORL_OK && maporl_llama_emulate_device(gpt) == MAPORL_OK, "create + emulate: %s",
-          maporl_last_error());
+    CHECK(maporl_llama_create(&lc, 1, &gpt) == MAPORL_OK && maporl_llama_emulate_device(gpt) == MAPORL_OK,
+          "create + emulate: %s", maporl_last_error());
     if (!gpt) return;
     const int64_t B = 2, T = 8, N = B * T;
     const auto tok = tokens(N, lc.vocab, 2);
@@ -152,18 +161,22 @@ TEST(removing_an_adapter_frees_its_device_copy) {
         maporl_lora_config a = maporl_lora_default_config();
         a.rank = 4;
         int64_t id = -1;
-        bool ok = maporl_lora_add(gpt, &a, 10 + (uint64_t)cycle, &id) == MAPORL_OK && maporl_lora_select(gpt, id) == MAPORL_OK &&
-                  maporl_gpt_forward(gpt, tok.data(), B, T, logits.data(), values.data()) == MAPORL_OK &&
-                  maporl_gpt_backward(gpt, dlog.data(), dval.data()) == MAPORL_OK && maporl_gpt_step(gpt, &h, 1.0, nullptr) == MAPORL_OK;
+        bool ok = maporl_lora_add(gpt, &a, 10 + (uint64_t)cycle, &id) == MAPORL_OK &&
+            maporl_lora_select(gpt, id) == MAPORL_OK &&
+            maporl_gpt_forward(gpt, tok.data(), B, T, logits.data(), values.data()) == MAPORL_OK &&
+            maporl_gpt_backward(gpt, dlog.data(), dval.data()) == MAPORL_OK &&
+            maporl_gpt_step(gpt, &h, 1.0, nullptr) == MAPORL_OK;
         const L::DeviceBytes held = gpt->lcuda->memory();
         ok = ok && maporl_lora_select(gpt, -1) == MAPORL_OK && maporl_lora_remove(gpt, id) == MAPORL_OK;
         CHECK(ok, "cycle %d: add / train / remove: %s", cycle, maporl_last_error());
         const L::DeviceBytes left = gpt->lcuda->memory();
-        CHECK(held.adapters > 0 && left.adapters == 0 && left.gradients == 0, "cycle %d: the removed adapter's bytes are freed (adapters %lld -> %lld, gradients %lld -> %lld)",
-              cycle, (long long)held.adapters, (long long)left.adapters, (long long)held.gradients, (long long)left.gradients);
+        CHECK(held.adapters > 0 && left.adapters == 0 && left.gradients == 0,
+              "cycle %d: the removed adapter's bytes are freed (adapters %lld -> %lld, gradients %lld -> %lld)", cycle,
+              (long long)held.adapters, (long long)left.adapters, (long long)held.gradients, (long long)left.gradients);
         live.push_back(E::counters().live);
     }
-    CHECK(live[1] == live[2] && live[2] == live[3], "the device holds the same bytes after each add / train / remove cycle (%lld, %lld, %lld)",
+    CHECK(live[1] == live[2] && live[2] == live[3],
+          "the device holds the same bytes after each add / train / remove cycle (%lld, %lld, %lld)",
           (long long)live[1], (long long)live[2], (long long)live[3]);
     maporl_gpt_free(gpt);
 }
@@ -212,13 +225,12 @@ TEST(a_backward_out_of_memory_anywhere_adds_nothing) {
             bool failed = false;
             try {
                 chunked_backward(d, dlog, dval, N, V, chunk);
-            } catch (const maporl::Error & e) {
-                failed = e.status == MAPORL_ERR_OUT_OF_MEMORY;
-            }
+            } catch (const maporl::Error & e) { failed = e.status == MAPORL_ERR_OUT_OF_MEMORY; }
             E::counters().fail_after = 0;
             CHECK(failed, "lora=%d: allocation %lld of the backward failed as out of memory", (int)lora, (long long)k);
             chunked_backward(d, dlog, dval, N, V, chunk);  // the retry
-            CHECK(grads(d) == want, "lora=%d: out of memory at allocation %lld, then a retry: the bits of one clean backward", (int)lora,
+            CHECK(grads(d) == want,
+                  "lora=%d: out of memory at allocation %lld, then a retry: the bits of one clean backward", (int)lora,
                   (long long)k);
         }
     }
@@ -246,7 +258,8 @@ TEST(an_uploaded_first_moment_is_kept_by_the_first_step) {
         worst_m = std::max(worst_m, std::fabs((double)m1[(size_t)i] - (0.9 * m0[(size_t)i] + 0.1 * g[(size_t)i])));
         worst_v = std::max(worst_v, std::fabs((double)v1[(size_t)i] - 0.05 * g[(size_t)i] * g[(size_t)i]));
     }
-    CHECK(worst_m < 1e-6 && worst_v < 1e-6, "m = 0.9 m0 + 0.1 g (worst %g), v = 0.05 g^2 from zero (worst %g)", worst_m, worst_v);
+    CHECK(worst_m < 1e-6 && worst_v < 1e-6, "m = 0.9 m0 + 0.1 g (worst %g), v = 0.05 g^2 from zero (worst %g)", worst_m,
+          worst_v);
 }
 
 TEST(attention_probabilities_that_do_not_fit_are_named) {
@@ -262,19 +275,22 @@ TEST(attention_probabilities_that_do_not_fit_are_named) {
         } catch (const maporl::Error & e) {
             if (e.message.find("attention probabilities") != std::string::npos) {
                 ++named;
-                CHECK(e.status == MAPORL_ERR_OUT_OF_MEMORY && e.message.find("T=9") != std::string::npos && e.message.find("B=2") != std::string::npos,
+                CHECK(e.status == MAPORL_ERR_OUT_OF_MEMORY && e.message.find("T=9") != std::string::npos &&
+                          e.message.find("B=2") != std::string::npos,
                       "the error names B and T: %s", e.message.c_str());
             }
         }
         E::counters().fail_after = 0;
     }
-    CHECK(named == c.layers, "each layer's attention-probability allocation, failing, is named (%d of %lld)", named, (long long)c.layers);
+    CHECK(named == c.layers, "each layer's attention-probability allocation, failing, is named (%d of %lld)", named,
+          (long long)c.layers);
 }
 
 // Llama-2-7B's shape (6.74e9 parameters), accounted without allocating.
 TEST(a_7b_shaped_model_accounted_without_allocating) {
     L::Config c;
-    c.vocab = 32000, c.context = 4096, c.layers = 32, c.d_model = 4096, c.heads = 32, c.kv_heads = 32, c.head_dim = 128, c.intermediate = 11008;
+    c.vocab = 32000, c.context = 4096, c.layers = 32, c.d_model = 4096, c.heads = 32, c.kv_heads = 32, c.head_dim = 128,
+    c.intermediate = 11008;
     const L::Layout layout = L::make_layout(c);
     const double GB = 1e9;
     CHECK(layout.total > 6.7e9 && layout.total < 6.8e9, "the 7B shape has %lld parameters", (long long)layout.total);
@@ -284,19 +300,26 @@ TEST(a_7b_shaped_model_accounted_without_allocating) {
     full.lora_rank = 0, full.train_base = true;
     L::DevicePlan gen;
     gen.cache_batch = 32, gen.cache_len = 2048, gen.step_rows = 256, gen.head_rows = 64;
-    const L::DeviceBytes l = L::device_plan(c, layout, lora), f = L::device_plan(c, layout, full), g = L::device_plan(c, layout, gen);
-    for (auto [name, b] : {std::pair<const char *, L::DeviceBytes>{"LoRA r16 training B=4 T=1024", l}, {"full training B=4 T=1024", f},
+    const L::DeviceBytes l = L::device_plan(c, layout, lora), f = L::device_plan(c, layout, full),
+                         g = L::device_plan(c, layout, gen);
+    for (auto [name, b] : {std::pair<const char *, L::DeviceBytes>{"LoRA r16 training B=4 T=1024", l},
+                           {"full training B=4 T=1024", f},
                            {"generation batch 32 x 2048", g}})
-        std::printf("  7B %s: weights %.2f GB, adapters %.3f, gradients %.2f, moments %.2f, activations %.2f, cache %.2f: total %.2f GB\n", name,
-                    b.weights / GB, b.adapters / GB, b.gradients / GB, b.moments / GB, b.activations / GB, b.cache / GB, b.total() / GB);
+        std::printf(
+            "  7B %s: weights %.2f GB, adapters %.3f, gradients %.2f, moments %.2f, activations %.2f, cache %.2f: "
+            "total %.2f GB\n",
+            name, b.weights / GB, b.adapters / GB, b.gradients / GB, b.moments / GB, b.activations / GB, b.cache / GB,
+            b.total() / GB);
     CHECK(g.gradients == 0 && g.moments == 0 && g.adapters == 0, "generation: no gradients or moments");
-    CHECK(l.moments == 0 && l.gradients == l.adapters && l.adapters < 0.2 * GB, "LoRA: the adapter's gradients only (%.3f GB)", l.adapters / GB);
-    CHECK(l.total() < 139.0 * (1 << 30) && g.total() < 139.0 * (1 << 30), "LoRA training and generation fit an H200 (%.1f, %.1f GB)", l.total() / GB,
-          g.total() / GB);
+    CHECK(l.moments == 0 && l.gradients == l.adapters && l.adapters < 0.2 * GB,
+          "LoRA: the adapter's gradients only (%.3f GB)", l.adapters / GB);
+    CHECK(l.total() < 139.0 * (1 << 30) && g.total() < 139.0 * (1 << 30),
+          "LoRA training and generation fit an H200 (%.1f, %.1f GB)", l.total() / GB, g.total() / GB);
     CHECK(f.gradients + f.moments == 3 * layout.total * 4 && f.total() > 139.0 * (1 << 30),
-          "full float32 training: 12 bytes a parameter beyond the weights (%.1f GB in all: more than an H200)", f.total() / GB);
-    CHECK(L::attention_probs_bytes(c, 1, 4096) == (int64_t)32 * 32 * 4096 * 4096 * 4, "the attention bound at T=4096: %.1f GB",
-          L::attention_probs_bytes(c, 1, 4096) / GB);
+          "full float32 training: 12 bytes a parameter beyond the weights (%.1f GB in all: more than an H200)",
+          f.total() / GB);
+    CHECK(L::attention_probs_bytes(c, 1, 4096) == (int64_t)32 * 32 * 4096 * 4096 * 4,
+          "the attention bound at T=4096: %.1f GB", L::attention_probs_bytes(c, 1, 4096) / GB);
 }
 
 }  // namespace

@@ -23,10 +23,23 @@ namespace L = maporl::llama;
 
 L::Config tiny(bool qwen3) {
     L::Config c;
-    c.vocab = 9; c.context = 8; c.layers = 2; c.d_model = 8; c.heads = 2; c.kv_heads = 1; c.head_dim = 6;
-    c.intermediate = 6; c.rms_eps = 1e-5; c.rope_theta = 10000;
-    if (qwen3) { c.qk_norm = true; c.qkv_bias = false; }
-    else { c.qkv_bias = true; c.tie_embeddings = true; }
+    c.vocab = 9;
+    c.context = 8;
+    c.layers = 2;
+    c.d_model = 8;
+    c.heads = 2;
+    c.kv_heads = 1;
+    c.head_dim = 6;
+    c.intermediate = 6;
+    c.rms_eps = 1e-5;
+    c.rope_theta = 10000;
+    if (qwen3) {
+        c.qk_norm = true;
+        c.qkv_bias = false;
+    } else {
+        c.qkv_bias = true;
+        c.tie_embeddings = true;
+    }
     return c;
 }
 
@@ -43,7 +56,10 @@ void check_fd(bool qwen3, double dropout, uint32_t targets) {
     m.init(3);
     jitter(m.params, 4, 0.3);
     L::LoraConfig lc;
-    lc.rank = 2; lc.alpha = 3; lc.dropout = dropout; lc.targets = targets;
+    lc.rank = 2;
+    lc.alpha = 3;
+    lc.dropout = dropout;
+    lc.targets = targets;
     const int64_t id = m.lora_add(lc, 7);
     m.active = id;
     m.training = dropout > 0;
@@ -68,7 +84,8 @@ void check_fd(bool qwen3, double dropout, uint32_t targets) {
     CHECK(m.grads.empty() && m.m.empty(), "the frozen base allocated gradients (%zu)", m.grads.size());
     const std::vector<double> g = a.grads;
     const int bad = model_check::fd_mismatches(a.params, g, loss, qwen3 ? "qwen3" : "qwen2");
-    CHECK(bad == 0, "%s dropout %g targets 0x%x: %d of %zu adapter gradients off", qwen3 ? "qwen3" : "qwen2", dropout, targets, bad, a.params.size());
+    CHECK(bad == 0, "%s dropout %g targets 0x%x: %d of %zu adapter gradients off", qwen3 ? "qwen3" : "qwen2", dropout,
+          targets, bad, a.params.size());
 }
 
 TEST(adapter_gradients_match_finite_differences_and_the_base_gets_none) {
@@ -91,12 +108,16 @@ TEST(a_new_adapter_changes_nothing_and_merging_equals_running_it) {
     m.forward(tok.data(), B, T);
     const std::vector<double> base_logits = m.logits, base_values = m.values;
     L::LoraConfig lc;
-    lc.rank = 3; lc.alpha = 5; lc.rslora = true;
+    lc.rank = 3;
+    lc.alpha = 5;
+    lc.rslora = true;
     const int64_t id = m.lora_add(lc, 9);
     m.active = id;
     m.forward(tok.data(), B, T);
-    CHECK(m.logits == base_logits && m.values == base_values, "a fresh adapter (B = 0, the base's value head) changed the outputs");
-    CHECK(std::fabs((double)m.adapters[0]->scale - 5.0 / std::sqrt(3.0)) < 1e-15, "rsLoRA scale %g", (double)m.adapters[0]->scale);
+    CHECK(m.logits == base_logits && m.values == base_values,
+          "a fresh adapter (B = 0, the base's value head) changed the outputs");
+    CHECK(std::fabs((double)m.adapters[0]->scale - 5.0 / std::sqrt(3.0)) < 1e-15, "rsLoRA scale %g",
+          (double)m.adapters[0]->scale);
     jitter(m.adapters[(size_t)id]->params, 4, 0.3);
     m.forward(tok.data(), B, T);
     const std::vector<double> lora_logits = m.logits, lora_values = m.values;
@@ -114,11 +135,15 @@ TEST(a_new_adapter_changes_nothing_and_merging_equals_running_it) {
 
 TEST(per_row_adapters_in_one_decode_step_equal_each_rows_forward) {
     L::Config c = tiny(false);
-    c.context = 12; c.d_model = 16; c.intermediate = 24; c.vocab = 13;
+    c.context = 12;
+    c.d_model = 16;
+    c.intermediate = 24;
+    c.vocab = 13;
     L::Model<float> m(c);
     m.init(5);
     L::LoraConfig lc;
-    lc.rank = 4; lc.alpha = 8;
+    lc.rank = 4;
+    lc.alpha = 8;
     const int64_t a0 = m.lora_add(lc, 1), a1 = m.lora_add(lc, 2);
     jitter(m.adapters[(size_t)a0]->params, 3, 0.4f);
     jitter(m.adapters[(size_t)a1]->params, 4, 0.4f);
@@ -147,7 +172,8 @@ TEST(per_row_adapters_in_one_decode_step_equal_each_rows_forward) {
         m.forward(seq.data() + b * T, 1, T);
         for (int64_t t = 0; t < T; ++t) {
             for (int64_t v = 0; v < V; ++v)
-                worst = std::max(worst, std::fabs(m.logits[(size_t)(t * V + v)] - step_logits[(size_t)t][(size_t)(b * V + v)]));
+                worst = std::max(
+                    worst, std::fabs(m.logits[(size_t)(t * V + v)] - step_logits[(size_t)t][(size_t)(b * V + v)]));
             worst = std::max(worst, std::fabs(m.values[(size_t)t] - step_values[(size_t)t][(size_t)b]));
         }
     }
@@ -158,7 +184,13 @@ TEST(per_row_adapters_in_one_decode_step_equal_each_rows_forward) {
 // threads give the same adapter to the bit (dropout on: the masks are thread-count invariant too).
 TEST(training_an_adapter_learns_keeps_the_base_and_is_thread_count_invariant) {
     L::Config c = tiny(true);
-    c.vocab = 16; c.context = 16; c.d_model = 16; c.heads = 4; c.kv_heads = 2; c.head_dim = 4; c.intermediate = 32;
+    c.vocab = 16;
+    c.context = 16;
+    c.d_model = 16;
+    c.heads = 4;
+    c.kv_heads = 2;
+    c.head_dim = 4;
+    c.intermediate = 32;
     const int64_t B = 4, T = 12, V = c.vocab, N = B * T;
     std::vector<int32_t> tok((size_t)(N + B));
     std::mt19937 r(11);
@@ -171,12 +203,17 @@ TEST(training_an_adapter_learns_keeps_the_base_and_is_thread_count_invariant) {
         jitter(m.params, 2, 0.5f);  // a frozen head of normal(0, 0.02) rows could not move the logits far enough
         base0 = m.params;
         L::LoraConfig lc;
-        lc.rank = 8; lc.alpha = 16; lc.dropout = 0.1;
+        lc.rank = 8;
+        lc.alpha = 16;
+        lc.dropout = 0.1;
         m.active = m.lora_add(lc, 3);
         m.training = true;
         std::vector<int32_t> in((size_t)N), tgt((size_t)N);
         for (int64_t b = 0; b < B; ++b)
-            for (int64_t t = 0; t < T; ++t) { in[(size_t)(b * T + t)] = tok[(size_t)(b * (T + 1) + t)]; tgt[(size_t)(b * T + t)] = tok[(size_t)(b * (T + 1) + t + 1)]; }
+            for (int64_t t = 0; t < T; ++t) {
+                in[(size_t)(b * T + t)] = tok[(size_t)(b * (T + 1) + t)];
+                tgt[(size_t)(b * T + t)] = tok[(size_t)(b * (T + 1) + t + 1)];
+            }
         std::vector<float> dl((size_t)(N * V));
         for (int s = 0; s < steps; ++s) {
             m.forward(in.data(), B, T);
@@ -196,13 +233,22 @@ TEST(training_an_adapter_learns_keeps_the_base_and_is_thread_count_invariant) {
     const std::vector<float> p3 = train(3, 120, nullptr, nullptr);
     CHECK(kept, "training the adapter changed the base or allocated its gradients");
     CHECK(p1 == p3, "adapter parameters after 120 steps differ between 1 and 3 threads");
-    std::printf("  LoRA cross-entropy: step 0 %.4f, 60 %.4f, 119 %.4f (chance %.4f)\n", curve[0], curve[60], curve.back(), std::log((double)V));
-    CHECK(curve[0] > 2.2f && curve.back() < 0.6f * curve[0], "loss %g -> %g: the adapter did not learn", curve[0], curve.back());
+    std::printf("  LoRA cross-entropy: step 0 %.4f, 60 %.4f, 119 %.4f (chance %.4f)\n", curve[0], curve[60],
+                curve.back(), std::log((double)V));
+    CHECK(curve[0] > 2.2f && curve.back() < 0.6f * curve[0], "loss %g -> %g: the adapter did not learn", curve[0],
+          curve.back());
 }
 
 TEST(c_api_switches_the_trainable_set_and_names_bad_arguments) {
     maporl_llama_config c = maporl_llama_default_config();
-    c.vocab = 11; c.context = 8; c.layers = 2; c.d_model = 8; c.heads = 2; c.kv_heads = 1; c.head_dim = 4; c.intermediate = 12;
+    c.vocab = 11;
+    c.context = 8;
+    c.layers = 2;
+    c.d_model = 8;
+    c.heads = 2;
+    c.kv_heads = 1;
+    c.head_dim = 4;
+    c.intermediate = 12;
     maporl_gpt * g = nullptr;
     CHECK(maporl_llama_create(&c, 1, &g) == MAPORL_OK, "create");
     int64_t base_n = 0, n = 0, id = -5;
@@ -218,28 +264,44 @@ TEST(c_api_switches_the_trainable_set_and_names_bad_arguments) {
     char name[64];
     int64_t dims[2];
     maporl_gpt_tensor_info(g, 1, name, dims, nullptr);
-    CHECK(std::strcmp(name, "base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight") == 0 && dims[0] == 8 && dims[1] == 2, "PEFT name %s [%lld, %lld]", name, (long long)dims[0], (long long)dims[1]);
+    CHECK(std::strcmp(name, "base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight") == 0 && dims[0] == 8 &&
+              dims[1] == 2,
+          "PEFT name %s [%lld, %lld]", name, (long long)dims[0], (long long)dims[1]);
     CHECK(maporl_lora_select(g, -1) == MAPORL_OK, "select base");
     maporl_gpt_param_count(g, &n);
     CHECK(n == base_n, "the base's count back");
     lc.rank = 0;
-    CHECK(maporl_lora_add(g, &lc, 1, &id) == MAPORL_ERR_INVALID_ARG && std::strstr(maporl_last_error(), "lora.rank"), "rank 0: %s", maporl_last_error());
-    lc.rank = 2; lc.dropout = 1.0;
-    CHECK(maporl_lora_add(g, &lc, 1, &id) == MAPORL_ERR_INVALID_ARG && std::strstr(maporl_last_error(), "lora.dropout"), "dropout 1: %s", maporl_last_error());
+    CHECK(maporl_lora_add(g, &lc, 1, &id) == MAPORL_ERR_INVALID_ARG && std::strstr(maporl_last_error(), "lora.rank"),
+          "rank 0: %s", maporl_last_error());
+    lc.rank = 2;
+    lc.dropout = 1.0;
+    CHECK(maporl_lora_add(g, &lc, 1, &id) == MAPORL_ERR_INVALID_ARG && std::strstr(maporl_last_error(), "lora.dropout"),
+          "dropout 1: %s", maporl_last_error());
     lc.dropout = NAN;
     CHECK(maporl_lora_add(g, &lc, 1, &id) == MAPORL_ERR_INVALID_ARG, "dropout NaN");
-    lc.dropout = 0; lc.target_modules = 0;
-    CHECK(maporl_lora_add(g, &lc, 1, &id) == MAPORL_ERR_INVALID_ARG && std::strstr(maporl_last_error(), "target_modules"), "no targets");
+    lc.dropout = 0;
+    lc.target_modules = 0;
+    CHECK(
+        maporl_lora_add(g, &lc, 1, &id) == MAPORL_ERR_INVALID_ARG && std::strstr(maporl_last_error(), "target_modules"),
+        "no targets");
     CHECK(maporl_lora_remove(g, 0) == MAPORL_OK, "remove");
-    CHECK(maporl_lora_select(g, 0) == MAPORL_ERR_INVALID_ARG && std::strstr(maporl_last_error(), "live adapter"), "select removed: %s", maporl_last_error());
+    CHECK(maporl_lora_select(g, 0) == MAPORL_ERR_INVALID_ARG && std::strstr(maporl_last_error(), "live adapter"),
+          "select removed: %s", maporl_last_error());
     CHECK(maporl_lora_merge(g, 7) == MAPORL_ERR_INVALID_ARG, "merge unknown");
-    CHECK(maporl_lora_cache_rows(g, nullptr, 1) == MAPORL_ERR_INVALID_ARG && std::strstr(maporl_last_error(), "cache_reset"), "rows before reset");
+    CHECK(maporl_lora_cache_rows(g, nullptr, 1) == MAPORL_ERR_INVALID_ARG &&
+              std::strstr(maporl_last_error(), "cache_reset"),
+          "rows before reset");
     maporl_gpt_free(g);
     maporl_gpt_config gc = maporl_gpt_default_config();
-    gc.vocab = 8; gc.context = 4; gc.layers = 1; gc.heads = 1; gc.d_model = 4;
+    gc.vocab = 8;
+    gc.context = 4;
+    gc.layers = 1;
+    gc.heads = 1;
+    gc.d_model = 4;
     CHECK(maporl_gpt_create(&gc, 1, &g) == MAPORL_OK, "gpt");
     lc.target_modules = MAPORL_LORA_ALL;
-    CHECK(maporl_lora_add(g, &lc, 1, &id) == MAPORL_ERR_INVALID_ARG && std::strstr(maporl_last_error(), "Llama-family"), "gpt: %s", maporl_last_error());
+    CHECK(maporl_lora_add(g, &lc, 1, &id) == MAPORL_ERR_INVALID_ARG && std::strstr(maporl_last_error(), "Llama-family"),
+          "gpt: %s", maporl_last_error());
     maporl_gpt_free(g);
 }
 

@@ -34,13 +34,17 @@ struct PrecisionScope {
 TEST(matmul_precision_defaults_to_float32_and_refuses_bad_values) {
     PrecisionScope keep;
     CHECK(maporl_get_matmul_precision() == MAPORL_MATMUL_HIGHEST, "default is float32");
-    CHECK(maporl_set_matmul_precision(MAPORL_MATMUL_HIGH) == MAPORL_OK && maporl_get_matmul_precision() == MAPORL_MATMUL_HIGH, "set high");
+    CHECK(maporl_set_matmul_precision(MAPORL_MATMUL_HIGH) == MAPORL_OK &&
+              maporl_get_matmul_precision() == MAPORL_MATMUL_HIGH,
+          "set high");
     for (int bad : {2, -1, 1 << 30}) {
-        CHECK(maporl_set_matmul_precision(bad) == MAPORL_ERR_INVALID_ARG && std::strstr(maporl_last_error(), "precision") != nullptr,
+        CHECK(maporl_set_matmul_precision(bad) == MAPORL_ERR_INVALID_ARG &&
+                  std::strstr(maporl_last_error(), "precision") != nullptr,
               "bad value %d: %s", bad, maporl_last_error());
         CHECK(maporl_get_matmul_precision() == MAPORL_MATMUL_HIGH, "a refused value leaves the setting alone");
     }
-    CHECK(maporl_set_matmul_precision(MAPORL_MATMUL_HIGHEST) == MAPORL_OK && maporl_get_matmul_precision() == MAPORL_MATMUL_HIGHEST,
+    CHECK(maporl_set_matmul_precision(MAPORL_MATMUL_HIGHEST) == MAPORL_OK &&
+              maporl_get_matmul_precision() == MAPORL_MATMUL_HIGHEST,
           "back to float32");
 }
 
@@ -86,27 +90,38 @@ bool within_tf32(const Vec & got, const Ref & want, const char * what) {
         const double ratio = std::fabs(got[i] - want.c[i]) / (std::ldexp(want.bound[i], -9) + 1e-6);
         if (ratio > worst) worst = ratio, at = i;
     }
-    if (worst > 1.0) std::printf("  %s: worst at %zu: %.8g vs %.8g (%.3g of the bound)\n", what, at, (double)got[at], want.c[at], worst);
+    if (worst > 1.0)
+        std::printf("  %s: worst at %zu: %.8g vs %.8g (%.3g of the bound)\n", what, at, (double)got[at], want.c[at],
+                    worst);
     return worst <= 1.0;
 }
 
 GPU_TEST(tf32_matmul_is_within_tf32_rounding_of_float64) {
     PrecisionScope keep;
-    struct S { int64_t N, C, OC; bool bias; };
-    for (const S s : {S{1, 8, 1, true}, S{7, 13, 5, false}, S{130, 70, 193, true}, S{256, 128, 384, true}, S{33, 512, 64, false}}) {
-        const Vec x = rnd((size_t)(s.N * s.C), 1), w = rnd((size_t)(s.OC * s.C), 2), b = rnd((size_t)s.OC, 3), dout = rnd((size_t)(s.N * s.OC), 4);
+    struct S {
+        int64_t N, C, OC;
+        bool bias;
+    };
+    for (const S s :
+         {S{1, 8, 1, true}, S{7, 13, 5, false}, S{130, 70, 193, true}, S{256, 128, 384, true}, S{33, 512, 64, false}}) {
+        const Vec x = rnd((size_t)(s.N * s.C), 1), w = rnd((size_t)(s.OC * s.C), 2), b = rnd((size_t)s.OC, 3),
+                  dout = rnd((size_t)(s.N * s.OC), 4);
         const Vec dx0 = rnd((size_t)(s.N * s.C), 5), dw0 = rnd((size_t)(s.OC * s.C), 6);
         D X(x), W(w), Bb(b), DO(dout), O(Vec((size_t)(s.N * s.OC))), DX(dx0), DW(dw0);
         maporl_set_matmul_precision(MAPORL_MATMUL_HIGH);
         g::cuda::matmul_forward(O.p, X.p, W.p, s.bias ? Bb.p : nullptr, s.N, s.C, s.OC);
         g::cuda::matmul_backward(DX.p, DW.p, nullptr, DO.p, X.p, W.p, s.N, s.C, s.OC);
-        const Ref out = reference(s.N, s.OC, s.C, [&](int64_t n, int64_t c) { return x[(size_t)(n * s.C + c)]; },
-                                  [&](int64_t c, int64_t o) { return w[(size_t)(o * s.C + c)]; }, nullptr, s.bias ? &b : nullptr);
-        const Ref dx = reference(s.N, s.C, s.OC, [&](int64_t n, int64_t o) { return dout[(size_t)(n * s.OC + o)]; },
-                                 [&](int64_t o, int64_t c) { return w[(size_t)(o * s.C + c)]; }, &dx0, nullptr);
-        const Ref dw = reference(s.OC, s.C, s.N, [&](int64_t o, int64_t n) { return dout[(size_t)(n * s.OC + o)]; },
-                                 [&](int64_t n, int64_t c) { return x[(size_t)(n * s.C + c)]; }, &dw0, nullptr);
-        CHECK(within_tf32(O.host(), out, "out") && within_tf32(DX.host(), dx, "dinp") && within_tf32(DW.host(), dw, "dweight"),
+        const Ref out = reference(
+            s.N, s.OC, s.C, [&](int64_t n, int64_t c) { return x[(size_t)(n * s.C + c)]; },
+            [&](int64_t c, int64_t o) { return w[(size_t)(o * s.C + c)]; }, nullptr, s.bias ? &b : nullptr);
+        const Ref dx = reference(
+            s.N, s.C, s.OC, [&](int64_t n, int64_t o) { return dout[(size_t)(n * s.OC + o)]; },
+            [&](int64_t o, int64_t c) { return w[(size_t)(o * s.C + c)]; }, &dx0, nullptr);
+        const Ref dw = reference(
+            s.OC, s.C, s.N, [&](int64_t o, int64_t n) { return dout[(size_t)(n * s.OC + o)]; },
+            [&](int64_t n, int64_t c) { return x[(size_t)(n * s.C + c)]; }, &dw0, nullptr);
+        CHECK(within_tf32(O.host(), out, "out") && within_tf32(DX.host(), dx, "dinp") &&
+                  within_tf32(DW.host(), dw, "dweight"),
               "N=%lld C=%lld OC=%lld", (long long)s.N, (long long)s.C, (long long)s.OC);
     }
 }
@@ -147,7 +162,8 @@ GPU_TEST(model_logits_under_tf32_follow_the_cpu) {
     double scale = 0, worst = 0;
     for (size_t i = 0; i < lc.size(); ++i) scale = std::max(scale, (double)std::fabs(lc[i]));
     for (size_t i = 0; i < lc.size(); ++i) worst = std::max(worst, (double)std::fabs(lg[i] - lc[i]));
-    CHECK(worst <= 1e-2 * scale && worst > 0, "logits: worst %.3g of max %.3g (TF32: within 1e-2, and not equal)", worst, scale);
+    CHECK(worst <= 1e-2 * scale && worst > 0, "logits: worst %.3g of max %.3g (TF32: within 1e-2, and not equal)",
+          worst, scale);
     maporl_gpt_free(cpu);
     maporl_gpt_free(gpu);
 }
@@ -159,19 +175,24 @@ void bench() {
         return;
     }
     PrecisionScope keep;
-    struct S { int64_t N, C, OC; };
+    struct S {
+        int64_t N, C, OC;
+    };
     for (const S s : {S{4096, 128, 512}, S{4096, 512, 128}, S{8192, 1024, 4096}}) {
         D X(rnd((size_t)(s.N * s.C), 1)), W(rnd((size_t)(s.OC * s.C), 2)), DO(rnd((size_t)(s.N * s.OC), 3)),
             O(Vec((size_t)(s.N * s.OC))), DX(Vec((size_t)(s.N * s.C))), DW(Vec((size_t)(s.OC * s.C)));
         for (int p : {MAPORL_MATMUL_HIGHEST, MAPORL_MATMUL_HIGH}) {
             maporl_set_matmul_precision(p);
-            const double ms = gpu_check::median_ms([&] {
-                g::cuda::matmul_forward(O.p, X.p, W.p, nullptr, s.N, s.C, s.OC);
-                g::cuda::matmul_backward(DX.p, DW.p, nullptr, DO.p, X.p, W.p, s.N, s.C, s.OC);
-                g::cuda::synchronize("bench");
-            }, 20);
-            std::printf("BENCH matmul fwd+bwd cuda %s N=%lld C=%lld OC=%lld median_ms=%.3f tflops=%.1f\n", p ? "tf32" : "fp32",
-                        (long long)s.N, (long long)s.C, (long long)s.OC, ms, 6.0 * s.N * s.C * s.OC / (ms / 1e3) / 1e12);
+            const double ms = gpu_check::median_ms(
+                [&] {
+                    g::cuda::matmul_forward(O.p, X.p, W.p, nullptr, s.N, s.C, s.OC);
+                    g::cuda::matmul_backward(DX.p, DW.p, nullptr, DO.p, X.p, W.p, s.N, s.C, s.OC);
+                    g::cuda::synchronize("bench");
+                },
+                20);
+            std::printf("BENCH matmul fwd+bwd cuda %s N=%lld C=%lld OC=%lld median_ms=%.3f tflops=%.1f\n",
+                        p ? "tf32" : "fp32", (long long)s.N, (long long)s.C, (long long)s.OC, ms,
+                        6.0 * s.N * s.C * s.OC / (ms / 1e3) / 1e12);
         }
     }
 }

@@ -40,8 +40,17 @@ void row_ref(const double * z, int64_t V, int32_t y, double temp, double * lp, d
 
 L::Config tiny() {
     L::Config c;
-    c.vocab = 11; c.context = 8; c.layers = 2; c.d_model = 8; c.heads = 2; c.kv_heads = 1; c.head_dim = 4;
-    c.intermediate = 6; c.rms_eps = 1e-5; c.rope_theta = 10000; c.qkv_bias = true;
+    c.vocab = 11;
+    c.context = 8;
+    c.layers = 2;
+    c.d_model = 8;
+    c.heads = 2;
+    c.kv_heads = 1;
+    c.head_dim = 4;
+    c.intermediate = 6;
+    c.rms_eps = 1e-5;
+    c.rope_theta = 10000;
+    c.qkv_bias = true;
     return c;
 }
 
@@ -82,7 +91,8 @@ TEST(chunked_head_gradient_matches_finite_differences) {
                     const int64_t rows = std::min(chunk, N - n0);
                     z.assign((size_t)(rows * V), 0.0);
                     m.head_rows(z.data(), n0, rows);
-                    maporl::logits_backward_cpu<double>(z.data(), y.data() + n0, rows, V, temp, w.data() + n0, uu.data() + n0, z.data());
+                    maporl::logits_backward_cpu<double>(z.data(), y.data() + n0, rows, V, temp, w.data() + n0,
+                                                        uu.data() + n0, z.data());
                     m.head_backward_rows(dlnf.data(), z.data(), n0, rows);
                 }
                 m.backward_hidden(dlnf, Rv.data());
@@ -90,7 +100,8 @@ TEST(chunked_head_gradient_matches_finite_differences) {
                 char label[64];
                 std::snprintf(label, sizeof label, "tied %d temp %g chunk %lld", (int)tied, temp, (long long)chunk);
                 const int bad = model_check::fd_mismatches(m.params, g, loss, label);
-                CHECK(bad == 0, "tied %d temp %g chunk %lld: %d of %zu gradients off", (int)tied, temp, (long long)chunk, bad, m.params.size());
+                CHECK(bad == 0, "tied %d temp %g chunk %lld: %d of %zu gradients off", (int)tied, temp,
+                      (long long)chunk, bad, m.params.size());
             }
         }
     }
@@ -125,7 +136,9 @@ void check_api(maporl_gpt * g, int64_t V, const char * what) {
         for (int64_t v = 0; v < V; ++v) {
             const double q = z[(size_t)v] / temp - lse, p = std::exp(q);
             // d logp / dz_v = (1[v = y] - p_v) / T; d H / dz_v = -p_v (q_v + H) / T.
-            dlogits[(size_t)(n * V + v)] = (float)((gl[(size_t)n] * ((v == y[(size_t)n]) - p) - ge[(size_t)n] * p * (q + H_ref[(size_t)n])) / temp);
+            dlogits[(size_t)(n * V + v)] =
+                (float)((gl[(size_t)n] * ((v == y[(size_t)n]) - p) - ge[(size_t)n] * p * (q + H_ref[(size_t)n])) /
+                        temp);
         }
     }
     CHECK(maporl_gpt_zero_grad(g) == MAPORL_OK, "%s: zero_grad", what);
@@ -141,7 +154,8 @@ void check_api(maporl_gpt * g, int64_t V, const char * what) {
     maporl_gpt_get(g, 0, g_ref.data(), P);
     maporl_gpt_set(g, 0, p0.data(), P);
     std::vector<float> lp((size_t)N), H((size_t)N), val((size_t)N);
-    CHECK(maporl_gpt_score(g, tok.data(), y.data(), B, T, temp, 5, lp.data(), H.data(), val.data()) == MAPORL_OK, "%s: score", what);
+    CHECK(maporl_gpt_score(g, tok.data(), y.data(), B, T, temp, 5, lp.data(), H.data(), val.data()) == MAPORL_OK,
+          "%s: score", what);
     double e_lp = 0, e_H = 0, e_v = 0;
     for (int64_t n = 0; n < N; ++n) {
         e_lp = std::max(e_lp, std::fabs(lp[(size_t)n] - lp_ref[(size_t)n]));
@@ -151,13 +165,15 @@ void check_api(maporl_gpt * g, int64_t V, const char * what) {
     CHECK(e_lp < 2e-5 && e_H < 2e-5 && e_v == 0, "%s: score: |dlogp| %g |dH| %g |dvalues| %g", what, e_lp, e_H, e_v);
     CHECK(maporl_gpt_zero_grad(g) == MAPORL_OK, "%s: zero_grad", what);
     CHECK(maporl_gpt_score_backward(g, gl.data(), ge.data(), dv.data()) == MAPORL_OK, "%s: score_backward", what);
-    CHECK(maporl_gpt_score_backward(g, gl.data(), ge.data(), dv.data()) == MAPORL_ERR_INVALID_ARG, "%s: a second backward of one score is refused", what);
+    CHECK(maporl_gpt_score_backward(g, gl.data(), ge.data(), dv.data()) == MAPORL_ERR_INVALID_ARG,
+          "%s: a second backward of one score is refused", what);
     CHECK(maporl_gpt_step(g, &h, 0.0, nullptr) == MAPORL_OK, "%s: step", what);
     maporl_gpt_get(g, 0, g_got.data(), P);
     // (p0 - p) * eps / lr = g / (1 + |g| / eps): the gradients, within float rounding of the steps.
     double worst = 0, scale = 0;
     for (int64_t i = 0; i < P; ++i) {
-        const double a = ((double)p0[(size_t)i] - g_ref[(size_t)i]) * 1e6, b = ((double)p0[(size_t)i] - g_got[(size_t)i]) * 1e6;
+        const double a = ((double)p0[(size_t)i] - g_ref[(size_t)i]) * 1e6,
+                     b = ((double)p0[(size_t)i] - g_got[(size_t)i]) * 1e6;
         worst = std::max(worst, std::fabs(a - b));
         scale = std::max(scale, std::fabs(a));
     }
@@ -165,21 +181,37 @@ void check_api(maporl_gpt * g, int64_t V, const char * what) {
     // Bad input is named and leaves no half state.
     std::vector<int32_t> bad = y;
     bad[4] = (int32_t)V;
-    CHECK(maporl_gpt_score(g, tok.data(), bad.data(), B, T, temp, 0, lp.data(), nullptr, nullptr) == MAPORL_ERR_INVALID_ARG, "%s: target out of range", what);
-    CHECK(maporl_gpt_score_backward(g, gl.data(), nullptr, nullptr) == MAPORL_ERR_INVALID_ARG, "%s: backward after a failed score", what);
-    CHECK(maporl_gpt_score(g, tok.data(), y.data(), B, T, 0.0f, 0, lp.data(), nullptr, nullptr) == MAPORL_ERR_INVALID_ARG, "%s: temperature 0", what);
+    CHECK(maporl_gpt_score(g, tok.data(), bad.data(), B, T, temp, 0, lp.data(), nullptr, nullptr) ==
+              MAPORL_ERR_INVALID_ARG,
+          "%s: target out of range", what);
+    CHECK(maporl_gpt_score_backward(g, gl.data(), nullptr, nullptr) == MAPORL_ERR_INVALID_ARG,
+          "%s: backward after a failed score", what);
+    CHECK(
+        maporl_gpt_score(g, tok.data(), y.data(), B, T, 0.0f, 0, lp.data(), nullptr, nullptr) == MAPORL_ERR_INVALID_ARG,
+        "%s: temperature 0", what);
 }
 
 TEST(the_c_api_scores_as_the_full_logits) {
     maporl_llama_config c = maporl_llama_default_config();
-    c.vocab = 37; c.context = 16; c.layers = 2; c.d_model = 16; c.heads = 4; c.kv_heads = 2; c.head_dim = 4; c.intermediate = 24;
+    c.vocab = 37;
+    c.context = 16;
+    c.layers = 2;
+    c.d_model = 16;
+    c.heads = 4;
+    c.kv_heads = 2;
+    c.head_dim = 4;
+    c.intermediate = 24;
     c.qk_norm = 1;
     maporl_gpt * g = nullptr;
     CHECK(maporl_llama_create(&c, 3, &g) == MAPORL_OK, "llama_create");
     check_api(g, c.vocab, "llama");
     maporl_gpt_free(g);
     maporl_gpt_config gc = maporl_gpt_default_config();
-    gc.vocab = 29; gc.context = 16; gc.layers = 1; gc.heads = 2; gc.d_model = 8;
+    gc.vocab = 29;
+    gc.context = 16;
+    gc.layers = 1;
+    gc.heads = 2;
+    gc.d_model = 8;
     CHECK(maporl_gpt_create(&gc, 4, &g) == MAPORL_OK, "gpt_create");
     check_api(g, gc.vocab, "gpt");
     maporl_gpt_free(g);
@@ -192,7 +224,14 @@ TEST(the_c_api_scores_as_the_full_logits) {
 // recomputes), a score outside training keeps nothing, and a bad budget is named.
 TEST(a_training_score_keeps_its_logits_within_the_budget) {
     maporl_llama_config c = maporl_llama_default_config();
-    c.vocab = 37; c.context = 16; c.layers = 2; c.d_model = 16; c.heads = 4; c.kv_heads = 2; c.head_dim = 4; c.intermediate = 24;
+    c.vocab = 37;
+    c.context = 16;
+    c.layers = 2;
+    c.d_model = 16;
+    c.heads = 4;
+    c.kv_heads = 2;
+    c.head_dim = 4;
+    c.intermediate = 24;
     c.tie_embeddings = 0;
     const int64_t B = 2, T = 6, N = B * T, V = c.vocab, whole = N * V * (int64_t)sizeof(float);
     std::vector<int32_t> tok((size_t)N), y((size_t)N);
@@ -203,7 +242,9 @@ TEST(a_training_score_keeps_its_logits_within_the_budget) {
     std::vector<float> gl((size_t)N, -1.0f / (float)N), ge((size_t)N, 0.01f);
     const maporl_adamw_params h{1e-2f, 0.9f, 0.95f, 1e-8f, 0.0f};
     // One training step (score, backward, AdamW) from seed 3; `poke` (if set) changes the head in between.
-    struct Run { std::vector<float> lp, params; };
+    struct Run {
+        std::vector<float> lp, params;
+    };
     auto run = [&](int64_t keep, int training, int64_t chunk, bool poke) {
         maporl_gpt * g = nullptr;
         CHECK(maporl_llama_create(&c, 3, &g) == MAPORL_OK, "llama_create");
@@ -212,7 +253,8 @@ TEST(a_training_score_keeps_its_logits_within_the_budget) {
         CHECK(maporl_gpt_set_score_keep(g, keep) == MAPORL_OK, "set_score_keep %lld", (long long)keep);
         maporl_gpt_set_training(g, training);
         Run r{std::vector<float>((size_t)N), std::vector<float>((size_t)P)};
-        CHECK(maporl_gpt_score(g, tok.data(), y.data(), B, T, 1.0f, chunk, r.lp.data(), nullptr, nullptr) == MAPORL_OK, "score");
+        CHECK(maporl_gpt_score(g, tok.data(), y.data(), B, T, 1.0f, chunk, r.lp.data(), nullptr, nullptr) == MAPORL_OK,
+              "score");
         if (poke) {  // lm_head.weight scaled by 2
             int64_t count = 0, off = -1, dims[2] = {0, 0};
             maporl_gpt_tensor_count(g, &count);
@@ -240,18 +282,23 @@ TEST(a_training_score_keeps_its_logits_within_the_budget) {
         CHECK(kept.lp == recomputed.lp, "chunk %lld: the log-probs differ with the logits kept", (long long)chunk);
         CHECK(kept.params == recomputed.params, "chunk %lld: the step differs with the logits kept", (long long)chunk);
         // The probe: a changed head shows in the step only when the backward recomputes.
-        const Run kept_poked = run(whole, 1, chunk, true), short_poked = run(whole - 1, 1, chunk, true), idle_poked = run(whole, 0, chunk, true);
+        const Run kept_poked = run(whole, 1, chunk, true), short_poked = run(whole - 1, 1, chunk, true),
+                  idle_poked = run(whole, 0, chunk, true);
         const Run short_recomputed = run(whole - 1, 1, chunk, false);
-        CHECK(short_recomputed.params == recomputed.params, "chunk %lld: a budget one byte short changes the step", (long long)chunk);
+        CHECK(short_recomputed.params == recomputed.params, "chunk %lld: a budget one byte short changes the step",
+              (long long)chunk);
         auto differs = [](const Run & a, const Run & b) { return a.params != b.params; };
-        CHECK(differs(kept_poked, short_poked), "chunk %lld: the logits at the budget were not kept (the backward recomputed them)", (long long)chunk);
-        CHECK(!differs(short_poked, idle_poked), "chunk %lld: a score outside training kept its logits", (long long)chunk);
+        CHECK(differs(kept_poked, short_poked),
+              "chunk %lld: the logits at the budget were not kept (the backward recomputed them)", (long long)chunk);
+        CHECK(!differs(short_poked, idle_poked), "chunk %lld: a score outside training kept its logits",
+              (long long)chunk);
     }
     maporl_gpt * g = nullptr;
     CHECK(maporl_llama_create(&c, 3, &g) == MAPORL_OK, "llama_create");
     CHECK(maporl_gpt_set_score_keep(g, -1) == MAPORL_ERR_INVALID_ARG, "a negative budget is refused");
     CHECK(std::strstr(maporl_last_error(), "bytes") != nullptr, "the error names bytes: %s", maporl_last_error());
-    CHECK(maporl_gpt_set_score_keep(g, ((int64_t)1 << 40) + 1) == MAPORL_ERR_INVALID_ARG, "a budget past 2^40 is refused");
+    CHECK(maporl_gpt_set_score_keep(g, ((int64_t)1 << 40) + 1) == MAPORL_ERR_INVALID_ARG,
+          "a budget past 2^40 is refused");
     CHECK(maporl_gpt_set_score_keep(nullptr, 0) == MAPORL_ERR_INVALID_ARG, "a NULL model is refused");
     maporl_gpt_free(g);
 }

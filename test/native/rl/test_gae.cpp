@@ -23,7 +23,11 @@ struct Batch {
 Batch make_batch(int64_t B, int64_t T, uint32_t seed) {
     std::mt19937 g(seed);
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-    Batch x{B, T, std::vector<float>(B * T), std::vector<float>(B * T), std::vector<float>(B * T),
+    Batch x{B,
+            T,
+            std::vector<float>(B * T),
+            std::vector<float>(B * T),
+            std::vector<float>(B * T),
             std::vector<uint8_t>(B * T)};
     for (int64_t b = 0; b < B; ++b) {
         const int pattern = (int)(b % 5);
@@ -31,10 +35,14 @@ Batch make_batch(int64_t B, int64_t T, uint32_t seed) {
                       rl = (int64_t)(g() % (uint32_t)std::max<int64_t>(1, T / 3));
         for (int64_t t = 0; t < T; ++t) {
             int on = 1;
-            if (pattern == 1) on = 0;
-            else if (pattern == 2) on = t < len;
-            else if (pattern == 3) on = !(t >= rs && t < rs + rl);
-            else if (pattern == 4) on = (g() % 10) < 6;
+            if (pattern == 1)
+                on = 0;
+            else if (pattern == 2)
+                on = t < len;
+            else if (pattern == 3)
+                on = !(t >= rs && t < rs + rl);
+            else if (pattern == 4)
+                on = (g() % 10) < 6;
             const int64_t i = b * T + t;
             x.r[i] = u(g);
             x.v[i] = u(g);
@@ -71,7 +79,10 @@ Ref reference(const Batch & x, double gamma, double lambda, bool whiten) {
     if (whiten) {
         double s = 0, c = 0;
         for (int64_t i = 0; i < n; ++i)
-            if (x.mu[i]) { s += o.A[i]; c += 1; }
+            if (x.mu[i]) {
+                s += o.A[i];
+                c += 1;
+            }
         if (c > 0) {
             const double mean = s / c;  // exact (verl's masked_mean divides by c + 1e-8; maporl does not: gae_scan.h)
             double dev = 0;
@@ -97,8 +108,8 @@ int64_t first_mismatch(const std::vector<F> & got, const std::vector<double> & w
     return -1;
 }
 
-const int64_t kShapes[][2] = {{1, 1}, {1, 2}, {2, 1}, {1, 17}, {3, 5}, {7, 13}, {5, 31}, {16, 16}, {17, 33}, {11, 97},
-                              {2, 257}, {64, 64}, {3, 1031}};
+const int64_t kShapes[][2] = {{1, 1},   {1, 2},   {2, 1},   {1, 17},  {3, 5},   {7, 13},  {5, 31},
+                              {16, 16}, {17, 33}, {11, 97}, {2, 257}, {64, 64}, {3, 1031}};
 const float kParams[][2] = {{1.0f, 0.95f}, {0.99f, 0.9f}, {1.0f, 1.0f}, {0.5f, 0.0f}, {0.0f, 0.7f}};
 
 }  // namespace
@@ -115,10 +126,10 @@ TEST(cpu_float_matches_reference_at_every_simd_level) {
                         Ref want = reference(x, p[0], p[1], whiten);
                         std::vector<float> A(x.B * x.T, -7.0f), R(x.B * x.T, -7.0f);
                         maporl_gae_params prm{p[0], p[1], whiten};
-                        maporl_status st = maporl_gae(MAPORL_DEVICE_CPU, x.r.data(), x.v.data(),
-                                                      u8 ? (const void *)x.mu.data() : (const void *)x.mf.data(),
-                                                      u8 ? MAPORL_MASK_U8 : MAPORL_MASK_F32, x.B, x.T, prm, A.data(),
-                                                      R.data());
+                        maporl_status st =
+                            maporl_gae(MAPORL_DEVICE_CPU, x.r.data(), x.v.data(),
+                                       u8 ? (const void *)x.mu.data() : (const void *)x.mf.data(),
+                                       u8 ? MAPORL_MASK_U8 : MAPORL_MASK_F32, x.B, x.T, prm, A.data(), R.data());
                         CHECK(st == MAPORL_OK, "%s: %s", level, maporl_last_error());
                         int64_t ia = first_mismatch(A, want.A, want.scaleA, 1e-5, 1e-6);
                         int64_t ir = first_mismatch(R, want.R, want.scaleR, 1e-5, 1e-6);
@@ -167,7 +178,8 @@ TEST(chunked_scan_of_the_cuda_kernel_matches_reference) {
                 }
                 maporl::GaeCarryMap<float> suffix[33];
                 suffix[32] = maporl::gae_map_identity<float>();
-                for (int lane = 31; lane >= 0; --lane) suffix[lane] = maporl::gae_map_combine(maps[lane], suffix[lane + 1]);
+                for (int lane = 31; lane >= 0; --lane)
+                    suffix[lane] = maporl::gae_map_combine(maps[lane], suffix[lane + 1]);
                 for (int lane = 0; lane < 32; ++lane) {
                     float nv = suffix[lane + 1].has ? suffix[lane + 1].nv : 0.0f, lg = suffix[lane + 1].c;
                     const int64_t t0 = std::min(x.T, lane * chunk), t1 = std::min(x.T, t0 + chunk);
@@ -195,8 +207,13 @@ TEST(results_do_not_depend_on_thread_count) {
         std::vector<float> A(x.B * x.T), R(x.B * x.T);
         maporl_gae_params prm{0.99f, 0.95f, 1};
         CHECK(maporl_gae(MAPORL_DEVICE_CPU, x.r.data(), x.v.data(), x.mu.data(), MAPORL_MASK_U8, x.B, x.T, prm,
-                         A.data(), R.data()) == MAPORL_OK, "%s", maporl_last_error());
-        if (A0.empty()) { A0 = A; R0 = R; continue; }
+                         A.data(), R.data()) == MAPORL_OK,
+              "%s", maporl_last_error());
+        if (A0.empty()) {
+            A0 = A;
+            R0 = R;
+            continue;
+        }
         CHECK(std::memcmp(A.data(), A0.data(), A.size() * 4) == 0, "advantages differ at %d threads", threads);
         CHECK(std::memcmp(R.data(), R0.data(), R.size() * 4) == 0, "returns differ at %d threads", threads);
     }
@@ -208,15 +225,19 @@ TEST(bad_arguments_give_statuses_and_messages) {
     uint8_t m[6] = {1, 1, 1, 1, 1, 1};
     maporl_gae_params p = maporl_gae_default_params();
     CHECK(p.gamma == 1.0f && p.lambda == 0.95f && p.whiten == 0, "defaults");
-    CHECK(maporl_gae(MAPORL_DEVICE_CPU, nullptr, v, m, MAPORL_MASK_U8, 2, 3, p, A, R) == MAPORL_ERR_INVALID_ARG, "null");
+    CHECK(maporl_gae(MAPORL_DEVICE_CPU, nullptr, v, m, MAPORL_MASK_U8, 2, 3, p, A, R) == MAPORL_ERR_INVALID_ARG,
+          "null");
     CHECK(std::strstr(maporl_last_error(), "rewards") != nullptr, "%s", maporl_last_error());
     CHECK(maporl_gae(MAPORL_DEVICE_CPU, r, v, m, MAPORL_MASK_U8, -1, 3, p, A, R) == MAPORL_ERR_INVALID_ARG, "B<0");
-    CHECK(maporl_gae(MAPORL_DEVICE_CPU, r, v, m, (maporl_mask_type)7, 2, 3, p, A, R) == MAPORL_ERR_INVALID_ARG, "mask type");
-    CHECK(maporl_gae(MAPORL_DEVICE_CPU, r, v, m, MAPORL_MASK_U8, INT64_MAX, 2, p, A, R) == MAPORL_ERR_INVALID_ARG, "overflow");
+    CHECK(maporl_gae(MAPORL_DEVICE_CPU, r, v, m, (maporl_mask_type)7, 2, 3, p, A, R) == MAPORL_ERR_INVALID_ARG,
+          "mask type");
+    CHECK(maporl_gae(MAPORL_DEVICE_CPU, r, v, m, MAPORL_MASK_U8, INT64_MAX, 2, p, A, R) == MAPORL_ERR_INVALID_ARG,
+          "overflow");
     CHECK(maporl_gae((maporl_device)9, r, v, m, MAPORL_MASK_U8, 2, 3, p, A, R) == MAPORL_ERR_INVALID_ARG, "device");
     maporl_gae_params bad = p;
     bad.gamma = NAN;
-    CHECK(maporl_gae(MAPORL_DEVICE_CPU, r, v, m, MAPORL_MASK_U8, 2, 3, bad, A, R) == MAPORL_ERR_INVALID_ARG, "NaN gamma");
+    CHECK(maporl_gae(MAPORL_DEVICE_CPU, r, v, m, MAPORL_MASK_U8, 2, 3, bad, A, R) == MAPORL_ERR_INVALID_ARG,
+          "NaN gamma");
     CHECK(std::strstr(maporl_last_error(), "gamma") != nullptr, "%s", maporl_last_error());
     bad = p;
     bad.lambda = 1.5f;
@@ -239,7 +260,8 @@ TEST(cuda_matches_cpu_or_reports_no_device) {
     if (count <= 0) {
         float x[1] = {0}, A[1], R[1];
         uint8_t m[1] = {1};
-        maporl_status st = maporl_gae(MAPORL_DEVICE_CUDA, x, x, m, MAPORL_MASK_U8, 1, 1, maporl_gae_default_params(), A, R);
+        maporl_status st =
+            maporl_gae(MAPORL_DEVICE_CUDA, x, x, m, MAPORL_MASK_U8, 1, 1, maporl_gae_default_params(), A, R);
         CHECK(st == MAPORL_ERR_NO_DEVICE, "got %s: %s", maporl_status_name(st), maporl_last_error());
         void * p = nullptr;
         CHECK(maporl_device_malloc(16, &p) == MAPORL_ERR_NO_DEVICE && p == nullptr, "malloc without device");
@@ -263,16 +285,19 @@ TEST(cuda_matches_cpu_or_reports_no_device) {
                     Ref want = reference(x, p[0], p[1], whiten);
                     void *dr, *dv, *dm, *dA, *dR;
                     const size_t mb = u8 ? (size_t)n : 4 * (size_t)n;
-                    CHECK(maporl_device_malloc(4 * n, &dr) == MAPORL_OK && maporl_device_malloc(4 * n, &dv) == MAPORL_OK &&
-                              maporl_device_malloc(mb, &dm) == MAPORL_OK && maporl_device_malloc(4 * n, &dA) == MAPORL_OK &&
-                              maporl_device_malloc(4 * n, &dR) == MAPORL_OK, "%s", maporl_last_error());
+                    CHECK(maporl_device_malloc(4 * n, &dr) == MAPORL_OK &&
+                              maporl_device_malloc(4 * n, &dv) == MAPORL_OK &&
+                              maporl_device_malloc(mb, &dm) == MAPORL_OK &&
+                              maporl_device_malloc(4 * n, &dA) == MAPORL_OK &&
+                              maporl_device_malloc(4 * n, &dR) == MAPORL_OK,
+                          "%s", maporl_last_error());
                     maporl_memcpy_to_device(dr, x.r.data(), 4 * n);
                     maporl_memcpy_to_device(dv, x.v.data(), 4 * n);
                     maporl_memcpy_to_device(dm, u8 ? (const void *)x.mu.data() : (const void *)x.mf.data(), mb);
                     maporl_gae_params prm{p[0], p[1], whiten};
-                    maporl_status st = maporl_gae(MAPORL_DEVICE_CUDA, (float *)dr, (float *)dv, dm,
-                                                  u8 ? MAPORL_MASK_U8 : MAPORL_MASK_F32, x.B, x.T, prm, (float *)dA,
-                                                  (float *)dR);
+                    maporl_status st =
+                        maporl_gae(MAPORL_DEVICE_CUDA, (float *)dr, (float *)dv, dm,
+                                   u8 ? MAPORL_MASK_U8 : MAPORL_MASK_F32, x.B, x.T, prm, (float *)dA, (float *)dR);
                     CHECK(st == MAPORL_OK, "%s", maporl_last_error());
                     std::vector<float> A(n), R(n);
                     maporl_memcpy_to_host(A.data(), dA, 4 * n);
@@ -311,7 +336,11 @@ TEST(reinforce_returns_match_reference_at_every_simd_level_and_on_cuda) {
                         double run = 0, abs = 0;
                         for (int64_t t = x.T - 1; t >= 0; --t) {
                             const int64_t i = b * x.T + t;
-                            if (!x.mu[i]) { run = 0; abs = 0; continue; }
+                            if (!x.mu[i]) {
+                                run = 0;
+                                abs = 0;
+                                continue;
+                            }
                             run = x.r[i] + gamma * run;
                             abs = std::fabs(x.r[i]) + gamma * abs;
                             G[i] = run;
@@ -320,25 +349,33 @@ TEST(reinforce_returns_match_reference_at_every_simd_level_and_on_cuda) {
                     }
                     std::vector<float> Rg(n), Ra(n);
                     maporl_returns_params p{gamma, whiten};
-                    CHECK(maporl_reinforce_returns(MAPORL_DEVICE_CPU, x.r.data(), x.mu.data(), MAPORL_MASK_U8, x.B, x.T, p,
-                                                   Rg.data(), Ra.data()) == MAPORL_OK, "%s", maporl_last_error());
+                    CHECK(maporl_reinforce_returns(MAPORL_DEVICE_CPU, x.r.data(), x.mu.data(), MAPORL_MASK_U8, x.B, x.T,
+                                                   p, Rg.data(), Ra.data()) == MAPORL_OK,
+                          "%s", maporl_last_error());
                     int64_t at = first_mismatch(Rg, G, S, 1e-5, 1e-6);
-                    CHECK(at < 0, "%s B=%lld T=%lld gamma=%g at %lld", level, (long long)x.B, (long long)x.T, gamma, (long long)at);
-                    if (!whiten) CHECK(std::memcmp(Rg.data(), Ra.data(), 4 * n) == 0, "advantages != returns without whitening");
+                    CHECK(at < 0, "%s B=%lld T=%lld gamma=%g at %lld", level, (long long)x.B, (long long)x.T, gamma,
+                          (long long)at);
+                    if (!whiten)
+                        CHECK(std::memcmp(Rg.data(), Ra.data(), 4 * n) == 0, "advantages != returns without whitening");
                     if (count > 0 && std::strcmp(level, "scalar") == 0) {
                         void *dr, *dm, *dg, *da;
-                        maporl_device_malloc(4 * n, &dr); maporl_device_malloc(n, &dm);
-                        maporl_device_malloc(4 * n, &dg); maporl_device_malloc(4 * n, &da);
+                        maporl_device_malloc(4 * n, &dr);
+                        maporl_device_malloc(n, &dm);
+                        maporl_device_malloc(4 * n, &dg);
+                        maporl_device_malloc(4 * n, &da);
                         maporl_memcpy_to_device(dr, x.r.data(), 4 * n);
                         maporl_memcpy_to_device(dm, x.mu.data(), n);
-                        CHECK(maporl_reinforce_returns(MAPORL_DEVICE_CUDA, (float *)dr, dm, MAPORL_MASK_U8, x.B, x.T, p, (float *)dg,
-                                                       (float *)da) == MAPORL_OK, "%s", maporl_last_error());
+                        CHECK(maporl_reinforce_returns(MAPORL_DEVICE_CUDA, (float *)dr, dm, MAPORL_MASK_U8, x.B, x.T, p,
+                                                       (float *)dg, (float *)da) == MAPORL_OK,
+                              "%s", maporl_last_error());
                         std::vector<float> cg(n), ca(n);
                         maporl_memcpy_to_host(cg.data(), dg, 4 * n);
                         maporl_memcpy_to_host(ca.data(), da, 4 * n);
-                        CHECK(first_mismatch(cg, G, S, 1e-5, 1e-6) < 0, "CUDA returns B=%lld T=%lld", (long long)x.B, (long long)x.T);
+                        CHECK(first_mismatch(cg, G, S, 1e-5, 1e-6) < 0, "CUDA returns B=%lld T=%lld", (long long)x.B,
+                              (long long)x.T);
                         std::vector<double> cpu_a(Ra.begin(), Ra.end()), ones(n, 1.0);
-                        CHECK(first_mismatch(ca, cpu_a, ones, 1e-4, 1e-5) < 0, "CUDA advantages B=%lld T=%lld", (long long)x.B, (long long)x.T);
+                        CHECK(first_mismatch(ca, cpu_a, ones, 1e-4, 1e-5) < 0, "CUDA advantages B=%lld T=%lld",
+                              (long long)x.B, (long long)x.T);
                         for (void * q : {dr, dm, dg, da}) maporl_device_free(q);
                     }
                 }
@@ -364,34 +401,47 @@ static void bench() {
     std::fill(x.mf.begin(), x.mf.end(), 1.0f);
     std::vector<float> A(n), R(n);
     maporl_gae_params p = maporl_gae_default_params();
-    double cpu = time_ms([&] {
-        maporl_gae(MAPORL_DEVICE_CPU, x.r.data(), x.v.data(), x.mf.data(), MAPORL_MASK_F32, B, T, p, A.data(), R.data());
-    }, 20);
+    double cpu = time_ms(
+        [&] {
+            maporl_gae(MAPORL_DEVICE_CPU, x.r.data(), x.v.data(), x.mf.data(), MAPORL_MASK_F32, B, T, p, A.data(),
+                       R.data());
+        },
+        20);
     std::printf("BENCH gae cpu B=%lld T=%lld threads=%d simd=%s median_ms=%.4f\n", (long long)B, (long long)T,
                 maporl_get_threads(), maporl_simd(), cpu);
     int count = 0;
     maporl_cuda_device_count(&count);
     if (count == 0) return;
     void *dr, *dv, *dm, *dA, *dR;
-    maporl_device_malloc(4 * n, &dr); maporl_device_malloc(4 * n, &dv); maporl_device_malloc(4 * n, &dm);
-    maporl_device_malloc(4 * n, &dA); maporl_device_malloc(4 * n, &dR);
+    maporl_device_malloc(4 * n, &dr);
+    maporl_device_malloc(4 * n, &dv);
+    maporl_device_malloc(4 * n, &dm);
+    maporl_device_malloc(4 * n, &dA);
+    maporl_device_malloc(4 * n, &dR);
     maporl_memcpy_to_device(dr, x.r.data(), 4 * n);
     maporl_memcpy_to_device(dv, x.v.data(), 4 * n);
     maporl_memcpy_to_device(dm, x.mf.data(), 4 * n);
     for (int whiten = 0; whiten < 2; ++whiten) {
         p.whiten = whiten;
-        double gpu = time_ms([&] {
-            maporl_gae(MAPORL_DEVICE_CUDA, (float *)dr, (float *)dv, dm, MAPORL_MASK_F32, B, T, p, (float *)dA, (float *)dR);
-        }, 50);
+        double gpu = time_ms(
+            [&] {
+                maporl_gae(MAPORL_DEVICE_CUDA, (float *)dr, (float *)dv, dm, MAPORL_MASK_F32, B, T, p, (float *)dA,
+                           (float *)dR);
+            },
+            50);
         const double bytes = 20.0 * (double)n;
         std::printf("BENCH gae cuda B=%lld T=%lld whiten=%d median_ms=%.4f effective_GBps=%.1f\n", (long long)B,
                     (long long)T, whiten, gpu, bytes / (gpu * 1e-3) / 1e9);
     }
     maporl_returns_params rp{1.0f, 1};
-    double ret = time_ms([&] {
-        maporl_reinforce_returns(MAPORL_DEVICE_CUDA, (float *)dr, dm, MAPORL_MASK_F32, B, T, rp, (float *)dA, (float *)dR);
-    }, 50);
-    std::printf("BENCH reinforce_returns cuda B=%lld T=%lld whiten=1 median_ms=%.4f\n", (long long)B, (long long)T, ret);
+    double ret = time_ms(
+        [&] {
+            maporl_reinforce_returns(MAPORL_DEVICE_CUDA, (float *)dr, dm, MAPORL_MASK_F32, B, T, rp, (float *)dA,
+                                     (float *)dR);
+        },
+        50);
+    std::printf("BENCH reinforce_returns cuda B=%lld T=%lld whiten=1 median_ms=%.4f\n", (long long)B, (long long)T,
+                ret);
     for (void * q : {dr, dv, dm, dA, dR}) maporl_device_free(q);
 }
 

@@ -23,12 +23,14 @@ void emulate(const std::vector<float> & z, float temp, double & lse, double & H)
     const int64_t V = (int64_t)z.size();
     std::vector<OnlineSoftmax> o(kThreads, maporl::online_softmax_init());
     for (int t = 0; t < kThreads; ++t)
-        for (int64_t v = t; v < V; v += kThreads) maporl::online_softmax_push(o[t], temp == 1.0f ? z[v] : z[v] / temp, true);
+        for (int64_t v = t; v < V; v += kThreads)
+            maporl::online_softmax_push(o[t], temp == 1.0f ? z[v] : z[v] / temp, true);
     for (int w = 0; w < kThreads / 32; ++w) {
         OnlineSoftmax * lane = o.data() + 32 * w;
         for (int d = 16; d > 0; d >>= 1) {
             std::vector<OnlineSoftmax> before(lane, lane + 32);
-            for (int l = 0; l < 32; ++l) lane[l] = maporl::online_softmax_merge(before[l], l + d < 32 ? before[l + d] : before[l]);
+            for (int l = 0; l < 32; ++l)
+                lane[l] = maporl::online_softmax_merge(before[l], l + d < 32 ? before[l + d] : before[l]);
         }
     }
     OnlineSoftmax r = o[0];
@@ -55,8 +57,11 @@ bool agree(const std::vector<float> & z, float temp, const char * what) {
     double l1, h1, l2, h2;
     emulate(z, temp, l1, h1);
     reference(z, temp, l2, h2);
-    const bool ok = std::isfinite(l1) && std::isfinite(h1) && std::fabs(l1 - l2) <= 1e-5 * (1 + std::fabs(l2)) && std::fabs(h1 - h2) <= 1e-5 * (1 + std::fabs(h2));
-    if (!ok) std::printf("  %s (V %zu, T %g): lse %.9g vs %.9g, entropy %.9g vs %.9g\n", what, z.size(), temp, l1, l2, h1, h2);
+    const bool ok = std::isfinite(l1) && std::isfinite(h1) && std::fabs(l1 - l2) <= 1e-5 * (1 + std::fabs(l2)) &&
+        std::fabs(h1 - h2) <= 1e-5 * (1 + std::fabs(h2));
+    if (!ok)
+        std::printf("  %s (V %zu, T %g): lse %.9g vs %.9g, entropy %.9g vs %.9g\n", what, z.size(), temp, l1, l2, h1,
+                    h2);
     return ok;
 }
 

@@ -18,8 +18,8 @@ using maporl::RadixSel;
 struct Row {
     std::vector<float> z;
     float T;
-    int k;      // 0 = off
-    float p;    // 1 = off
+    int k;        // 0 = off
+    float p;      // 1 = off
     bool renorm;  // filter order top-k-first (top-p's total over the top-k set) or joint (over every finite logit)
 };
 
@@ -30,7 +30,9 @@ struct Picked {
 };
 
 // e of logit i at temperature T relative to the row's M, as the kernels compute it.
-inline float e_of(const Row & r, float M, int64_t i) { return maporl::det_exp_nonpos((r.T == 1.0f ? r.z[i] : r.z[i] / r.T) - M); }
+inline float e_of(const Row & r, float M, int64_t i) {
+    return maporl::det_exp_nonpos((r.T == 1.0f ? r.z[i] : r.z[i] / r.T) - M);
+}
 
 // The split algorithm on the CPU: slices [s * len, (s + 1) * len).
 inline Picked split_select(const Row & r, int S) {
@@ -50,7 +52,8 @@ inline Picked split_select(const Row & r, int S) {
                 std::vector<unsigned long long> h(maporl::kRadixBins, 0);
                 for (int64_t i = s * len; i < std::min(V, (s + 1) * len); ++i) {
                     const uint32_t key = maporl::radix_key(r.z[i]);
-                    if (in_set(i) && (key & maporl::radix_fixed_mask(round)) == sel.prefix) h[maporl::radix_digit(key, round)] += weight(i);
+                    if (in_set(i) && (key & maporl::radix_fixed_mask(round)) == sel.prefix)
+                        h[maporl::radix_digit(key, round)] += weight(i);
                 }
                 for (int d = 0; d < maporl::kRadixBins; ++d) hist[d] += h[d];
             }
@@ -62,8 +65,12 @@ inline Picked split_select(const Row & r, int S) {
     auto nth_tie = [&](uint32_t key, unsigned long long mth, auto in_set) -> int64_t {
         for (int s = 0; s < S; ++s) {
             unsigned long long c = 0;
-            for (int64_t i = s * len; i < std::min(V, (s + 1) * len); ++i) c += in_set(i) && maporl::radix_key(r.z[i]) == key;
-            if (mth > c) { mth -= c; continue; }
+            for (int64_t i = s * len; i < std::min(V, (s + 1) * len); ++i)
+                c += in_set(i) && maporl::radix_key(r.z[i]) == key;
+            if (mth > c) {
+                mth -= c;
+                continue;
+            }
             for (int64_t i = s * len; i < std::min(V, (s + 1) * len); ++i)
                 if (in_set(i) && maporl::radix_key(r.z[i]) == key && --mth == 0) return i;
         }
@@ -73,7 +80,9 @@ inline Picked split_select(const Row & r, int S) {
     if (r.k > 0 && r.k < V && finite > r.k) {
         o.k_on = true;
         const RadixSel s = select([](int64_t) { return 1ull; }, finite_at,
-                                  [&](const unsigned long long * h, int round, RadixSel & sel) { maporl::radix_pick_count(h, (unsigned long long)r.k, round, sel); });
+                                  [&](const unsigned long long * h, int round, RadixSel & sel) {
+                                      maporl::radix_pick_count(h, (unsigned long long)r.k, round, sel);
+                                  });
         o.tk = s.prefix;
         o.ik = nth_tie(o.tk, (unsigned long long)r.k - s.above, finite_at);
     }
@@ -90,7 +99,9 @@ inline Picked split_select(const Row & r, int S) {
         for (int64_t i = 0; i < V; ++i)
             if (r.renorm && r.k > 0 ? in_k(i) : finite_at(i)) total += w(i);
         const double target = (double)r.p * (double)total;
-        const RadixSel s = select(w, in_k, [&](const unsigned long long * h, int round, RadixSel & sel) { maporl::radix_pick_mass(h, target, round, sel); });
+        const RadixSel s = select(w, in_k, [&](const unsigned long long * h, int round, RadixSel & sel) {
+            maporl::radix_pick_mass(h, target, round, sel);
+        });
         o.tp = s.prefix;
         unsigned long long ties = 0;
         for (int64_t i = 0; i < V; ++i) ties += in_k(i) && maporl::radix_key(r.z[i]) == o.tp;
@@ -126,13 +137,19 @@ inline std::vector<char> sorted_support(const Row & r, int64_t * last_k = nullpt
     size_t n = idx.size();
     if (r.p > 0.0f && r.p < 1.0f) {
         unsigned long long total = 0;
-        if (r.renorm && r.k > 0) for (int64_t i : idx) total += maporl::radix_fixed(e_of(r, M, i), scale);
-        else for (int64_t i = 0; i < V; ++i) if (r.z[i] > -INFINITY) total += maporl::radix_fixed(e_of(r, M, i), scale);
+        if (r.renorm && r.k > 0)
+            for (int64_t i : idx) total += maporl::radix_fixed(e_of(r, M, i), scale);
+        else
+            for (int64_t i = 0; i < V; ++i)
+                if (r.z[i] > -INFINITY) total += maporl::radix_fixed(e_of(r, M, i), scale);
         const double target = (double)r.p * (double)total;
         unsigned long long cum = 0;
         for (size_t j = 0; j < idx.size(); ++j) {
             cum += maporl::radix_fixed(e_of(r, M, idx[j]), scale);
-            if ((double)cum >= target) { n = j + 1; break; }
+            if ((double)cum >= target) {
+                n = j + 1;
+                break;
+            }
         }
         if (last_p && n > 0) *last_p = idx[n - 1];
     }

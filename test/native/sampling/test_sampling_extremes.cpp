@@ -25,10 +25,12 @@ struct Filter {
     float p, minp;
     bool raw;
 };
-const Filter kFilters[] = {{0, 1.0f, 0.0f, true},  {0, 1.0f, 0.0f, false}, {1, 1.0f, 0.0f, true}, {3, 1.0f, 0.0f, false},
-                           {0, 0.9f, 0.0f, true},  {0, 0.9f, 0.0f, false}, {0, 0.01f, 0.0f, true}, {5, 0.5f, 0.0f, true},
-                           {0, 1.0f, 0.1f, false}, {4, 0.8f, 0.05f, true}};
-const float kTemps[] = {1.4e-45f, 1e-40f, 1.1e-38f, 1.2e-38f, 1e-30f, 1e-6f, 9.99e-6f, 1e-5f, 1e-3f, 0.7f, 1.0f, 2.0f, 1e30f, 3e38f};
+const Filter kFilters[] = {{0, 1.0f, 0.0f, true},  {0, 1.0f, 0.0f, false}, {1, 1.0f, 0.0f, true},
+                           {3, 1.0f, 0.0f, false}, {0, 0.9f, 0.0f, true},  {0, 0.9f, 0.0f, false},
+                           {0, 0.01f, 0.0f, true}, {5, 0.5f, 0.0f, true},  {0, 1.0f, 0.1f, false},
+                           {4, 0.8f, 0.05f, true}};
+const float kTemps[] = {1.4e-45f, 1e-40f, 1.1e-38f, 1.2e-38f, 1e-30f, 1e-6f, 9.99e-6f,
+                        1e-5f,    1e-3f,  0.7f,     1.0f,     2.0f,   1e30f, 3e38f};
 const char * kLevels[] = {"scalar", "avx2", "avx512"};
 
 int first_argmax(const std::vector<float> & z) {
@@ -40,7 +42,8 @@ int first_argmax(const std::vector<float> & z) {
 
 // Rows of huge, tiny, signed-zero and -Inf logits (at least one finite), V from 1 to 4099.
 std::vector<float> extreme_row(std::mt19937 & g, int V) {
-    const float pool[] = {3e38f, FLT_MAX, -FLT_MAX, -3e38f, 1e38f, 2.9e38f, 1e30f, 5.0f, 0.0f, -0.0f, 1e-45f, -1e-45f, -1e20f, -INFINITY};
+    const float pool[] = {3e38f, FLT_MAX, -FLT_MAX, -3e38f, 1e38f,   2.9e38f, 1e30f,
+                          5.0f,  0.0f,    -0.0f,    1e-45f, -1e-45f, -1e20f,  -INFINITY};
     std::vector<float> z((size_t)V);
     for (auto & v : z) v = pool[g() % (sizeof(pool) / sizeof(pool[0]))];
     z[(size_t)(g() % V)] = pool[g() % 13];  // one finite
@@ -76,20 +79,27 @@ TEST(finite_rows_are_valid_at_every_temperature_filter_and_simd_level) {
                     int32_t tok = -7;
                     float lp = 0.0f, raw = 0.0f, glp = 0.0f;
                     uint8_t valid = 9;
-                    const bool call_ok = maporl_sample(MAPORL_DEVICE_CPU, z.data(), 1, V, &p, &tok, &lp, f.raw ? &raw : nullptr, &valid) == MAPORL_OK &&
-                                         tok >= 0 && tok < V &&
-                                         maporl_sample_logprobs(MAPORL_DEVICE_CPU, z.data(), 1, V, &p, &tok, &glp, nullptr) == MAPORL_OK;
+                    const bool call_ok = maporl_sample(MAPORL_DEVICE_CPU, z.data(), 1, V, &p, &tok, &lp,
+                                                       f.raw ? &raw : nullptr, &valid) == MAPORL_OK &&
+                        tok >= 0 && tok < V &&
+                        maporl_sample_logprobs(MAPORL_DEVICE_CPU, z.data(), 1, V, &p, &tok, &glp, nullptr) == MAPORL_OK;
                     const float M = T == 1.0f ? z[(size_t)am] : z[(size_t)am] / T;
                     const bool greedy = T < FLT_MIN || !std::isfinite(M);
-                    bool ok = call_ok && valid == 1 && z[(size_t)tok] > -INFINITY && std::isfinite(lp) && lp <= 1e-5f && glp == lp;
+                    bool ok = call_ok && valid == 1 && z[(size_t)tok] > -INFINITY && std::isfinite(lp) && lp <= 1e-5f &&
+                        glp == lp;
                     if (ok && greedy) ok = tok == am && lp == 0.0f;
                     if (ok && point_mass_expected(z, T)) ok = z[(size_t)tok] == z[(size_t)am];
-                    if (ok && f.raw) ok = raw <= 1e-5f && !std::isnan(raw);  // (the raw sum's terms are vexp2_sum's: 1.5e-7 relative)
+                    if (ok && f.raw)
+                        ok =
+                            raw <= 1e-5f && !std::isnan(raw);  // (the raw sum's terms are vexp2_sum's: 1.5e-7 relative)
                     ++rows;
                     if (!ok && wrong++ < 8)
-                        std::printf("  %s V=%d T=%g k=%d p=%g minp=%g: valid %d token %d (argmax %d, z %g) lp %g given-lp %g raw %g\n", level, V,
-                                    (double)T, f.k, (double)f.p, (double)f.minp, valid, tok, am, tok >= 0 && tok < V ? (double)z[(size_t)tok] : NAN,
-                                    (double)lp, (double)glp, f.raw ? (double)raw : 0.0);
+                        std::printf(
+                            "  %s V=%d T=%g k=%d p=%g minp=%g: valid %d token %d (argmax %d, z %g) lp %g given-lp %g "
+                            "raw %g\n",
+                            level, V, (double)T, f.k, (double)f.p, (double)f.minp, valid, tok, am,
+                            tok >= 0 && tok < V ? (double)z[(size_t)tok] : NAN, (double)lp, (double)glp,
+                            f.raw ? (double)raw : 0.0);
                 }
         }
     }
@@ -104,7 +114,8 @@ TEST(the_reported_reproducers_give_the_first_argmax) {
         std::vector<float> z;
         float T, p;
     };
-    const Case cases[] = {{{5.0f, 0.0f}, 1e-38f, 1.0f}, {{3e38f}, 0.7f, 1.0f}, {{1.0f, 0.5f}, 1e-45f, 0.9f}, {{3e38f, 3e38f}, 0.7f, 0.9f},
+    const Case cases[] = {{{5.0f, 0.0f}, 1e-38f, 1.0f},     {{3e38f}, 0.7f, 1.0f},
+                          {{1.0f, 0.5f}, 1e-45f, 0.9f},     {{3e38f, 3e38f}, 0.7f, 0.9f},
                           {{-3e38f, -3.1e38f}, 0.5f, 0.9f}, {{-0.0f, 0.0f, -1.0f}, 1e-45f, 1.0f}};
     int wrong = 0;
     for (const char * level : kLevels) {
@@ -116,9 +127,12 @@ TEST(the_reported_reproducers_give_the_first_argmax) {
             int32_t tok = -7;
             float lp = NAN;
             uint8_t valid = 0;
-            const bool ok = maporl_sample(MAPORL_DEVICE_CPU, c.z.data(), 1, (int64_t)c.z.size(), &p, &tok, &lp, nullptr, &valid) == MAPORL_OK &&
-                            valid == 1 && tok == 0 && lp == 0.0f;
-            if (!ok && wrong++ < 8) std::printf("  %s T=%g p=%g: valid %d token %d lp %g\n", level, (double)c.T, (double)c.p, valid, tok, (double)lp);
+            const bool ok = maporl_sample(MAPORL_DEVICE_CPU, c.z.data(), 1, (int64_t)c.z.size(), &p, &tok, &lp, nullptr,
+                                          &valid) == MAPORL_OK &&
+                valid == 1 && tok == 0 && lp == 0.0f;
+            if (!ok && wrong++ < 8)
+                std::printf("  %s T=%g p=%g: valid %d token %d lp %g\n", level, (double)c.T, (double)c.p, valid, tok,
+                            (double)lp);
         }
     }
     maporl_set_simd("best");
@@ -141,8 +155,8 @@ TEST(huge_logits_without_overflow_are_sampled) {
             int32_t tok = -1;
             float lp = NAN;
             uint8_t valid = 0;
-            if (maporl_sample(MAPORL_DEVICE_CPU, z.data(), 1, 3, &p, &tok, &lp, nullptr, &valid) != MAPORL_OK || valid != 1 || (tok != 0 && tok != 2) ||
-                std::fabs(lp - (float)-std::log(2.0)) > 1e-6f)
+            if (maporl_sample(MAPORL_DEVICE_CPU, z.data(), 1, 3, &p, &tok, &lp, nullptr, &valid) != MAPORL_OK ||
+                valid != 1 || (tok != 0 && tok != 2) || std::fabs(lp - (float)-std::log(2.0)) > 1e-6f)
                 ++wrong;
         }
     }
@@ -173,8 +187,11 @@ TEST(raw_logprobs_at_low_temperatures_with_masked_logits_match_float64) {
             int32_t tok = -1;
             float lp, raw = NAN;
             uint8_t valid = 0;
-            if (maporl_sample(MAPORL_DEVICE_CPU, z.data(), 1, V, &p, &tok, &lp, &raw, &valid) != MAPORL_OK || valid != 1) worst = INFINITY;
-            else worst = std::max(worst, std::fabs((double)raw - ((double)z[(size_t)tok] - m - std::log(s))));
+            if (maporl_sample(MAPORL_DEVICE_CPU, z.data(), 1, V, &p, &tok, &lp, &raw, &valid) != MAPORL_OK ||
+                valid != 1)
+                worst = INFINITY;
+            else
+                worst = std::max(worst, std::fabs((double)raw - ((double)z[(size_t)tok] - m - std::log(s))));
         }
     }
     maporl_set_simd("best");

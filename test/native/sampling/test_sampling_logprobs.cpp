@@ -71,8 +71,9 @@ struct Case {
     int peaks;
     bool masked;
 };
-const Case kCases[] = {{151936, 2.0f, 0.0f, 64, false}, {151936, 2.0f, 80.0f, 64, true}, {50257, 3.0f, -300.0f, 8, true},
-                       {32000, 0.5f, 20.0f, 0, false},   {1003, 2.0f, 0.0f, 1, true},     {17, 1.0f, 0.0f, 0, true},
+const Case kCases[] = {{151936, 2.0f, 0.0f, 64, false}, {151936, 2.0f, 80.0f, 64, true},
+                       {50257, 3.0f, -300.0f, 8, true}, {32000, 0.5f, 20.0f, 0, false},
+                       {1003, 2.0f, 0.0f, 1, true},     {17, 1.0f, 0.0f, 0, true},
                        {151936, 0.7f, 41.4f, 0, true}};  // max / 0.7 near 64, tempered_sum_serves's bound
 const float kTemps[] = {0.3f, 0.7f, 1.0f, 2.0f};
 
@@ -85,13 +86,14 @@ TEST(first_pass_softmax_sums_match_float64_on_wide_rows_at_every_vector_level) {
                 const std::vector<float> z = make_row(g, c.V, c.sd, c.offset, c.peaks, c.masked);
                 const Ref ref = reference(z, T);
                 const maporl::RowMax m = L.max(z.data(), c.V, T, true, true, false);
-                CHECK(!m.bad && (double)m.max == ref.max, "%s V=%lld: max %g vs %g", L.name, (long long)c.V, (double)m.max, ref.max);
+                CHECK(!m.bad && (double)m.max == ref.max, "%s V=%lld: max %g vs %g", L.name, (long long)c.V,
+                      (double)m.max, ref.max);
                 // The sums are relative to the row's max: exp(z - max) and exp((z - max) / T).
                 const double got_raw = m.max + std::log(m.sum), got_t = (double)m.max / T + std::log(m.sum_t);
                 worst = std::max({worst, std::fabs(got_raw - ref.lse_raw), std::fabs(got_t - ref.lse_exact)});
                 CHECK(std::fabs(got_raw - ref.lse_raw) <= 2e-6 && std::fabs(got_t - ref.lse_exact) <= 2e-6,
-                      "%s V=%lld offset %g T=%g: log-sum-exp raw %.9g vs %.9g, tempered %.9g vs %.9g", L.name, (long long)c.V,
-                      (double)c.offset, (double)T, got_raw, ref.lse_raw, got_t, ref.lse_exact);
+                      "%s V=%lld offset %g T=%g: log-sum-exp raw %.9g vs %.9g, tempered %.9g vs %.9g", L.name,
+                      (long long)c.V, (double)c.offset, (double)T, got_raw, ref.lse_raw, got_t, ref.lse_exact);
             }
         std::printf("  %s: worst log-sum-exp error %.2e\n", L.name, worst);
     }
@@ -118,7 +120,8 @@ TEST(unfiltered_logprobs_and_raw_logprobs_match_float64_on_wide_rows_at_every_si
                 p.position = pos.data();
                 std::vector<int32_t> tok(B);
                 std::vector<float> lp(B), raw(B);
-                CHECK(maporl_sample(MAPORL_DEVICE_CPU, rows.data(), B, c.V, &p, tok.data(), lp.data(), raw.data(), nullptr) == MAPORL_OK,
+                CHECK(maporl_sample(MAPORL_DEVICE_CPU, rows.data(), B, c.V, &p, tok.data(), lp.data(), raw.data(),
+                                    nullptr) == MAPORL_OK,
                       "%s", maporl_last_error());
                 for (int b = 0; b < B; ++b) {
                     const int t = tok[b];
@@ -126,17 +129,19 @@ TEST(unfiltered_logprobs_and_raw_logprobs_match_float64_on_wide_rows_at_every_si
                         ++bad;
                         continue;
                     }
-                    const double want_lp = (double)(z[(size_t)t] / T) - ref.lse_t, want_raw = (double)z[(size_t)t] - ref.lse_raw;
+                    const double want_lp = (double)(z[(size_t)t] / T) - ref.lse_t,
+                                 want_raw = (double)z[(size_t)t] - ref.lse_raw;
                     const double e = std::max(std::fabs(lp[b] - want_lp), std::fabs(raw[b] - want_raw));
                     worst = std::max(worst, e);
                     if (!(e <= 1e-5))
-                        std::printf("  %s V=%lld offset %g T=%g token %d: lp %.9g vs %.9g, raw %.9g vs %.9g\n", level, (long long)c.V,
-                                    (double)c.offset, (double)T, t, (double)lp[b], want_lp, (double)raw[b], want_raw);
+                        std::printf("  %s V=%lld offset %g T=%g token %d: lp %.9g vs %.9g, raw %.9g vs %.9g\n", level,
+                                    (long long)c.V, (double)c.offset, (double)T, t, (double)lp[b], want_lp,
+                                    (double)raw[b], want_raw);
                     bad += !(e <= 1e-5);
                 }
             }
-        CHECK(bad == 0, "%s: %d of %d draws invalid or with log-probs off float64 by more than 1e-5 (worst %.2e)", level, bad,
-              (int)(sizeof kCases / sizeof kCases[0] * 4 * 4), worst);
+        CHECK(bad == 0, "%s: %d of %d draws invalid or with log-probs off float64 by more than 1e-5 (worst %.2e)",
+              level, bad, (int)(sizeof kCases / sizeof kCases[0] * 4 * 4), worst);
         std::printf("  %s: worst log-prob error %.2e\n", level, worst);
     }
     maporl_set_simd("best");
@@ -149,7 +154,7 @@ TEST(unfiltered_logprobs_and_raw_logprobs_match_float64_on_wide_rows_at_every_si
 TEST(far_from_zero_logprobs_are_those_of_the_rounded_quotients) {
     const float T = 0.7f;
     auto err = [&](float z) { return (double)(z / T) - (double)z / (double)T; };  // the quotient's rounding
-    const double ulp = std::ldexp(1.0, -15);  // of floats in [256, 512)
+    const double ulp = std::ldexp(1.0, -15);                                      // of floats in [256, 512)
     float z1 = -292.0f, z2 = -292.6f;
     while (!(err(z1) > 0.3 * ulp)) z1 = std::nextafter(z1, 0.0f);
     while (!(err(z2) < -0.3 * ulp)) z2 = std::nextafter(z2, 0.0f);
@@ -171,8 +176,9 @@ TEST(far_from_zero_logprobs_are_those_of_the_rounded_quotients) {
         p.position = pos.data();
         std::vector<int32_t> tok(B);
         std::vector<float> lp(B);
-        CHECK(maporl_sample(MAPORL_DEVICE_CPU, rows.data(), B, V, &p, tok.data(), lp.data(), nullptr, nullptr) == MAPORL_OK, "%s",
-              maporl_last_error());
+        CHECK(maporl_sample(MAPORL_DEVICE_CPU, rows.data(), B, V, &p, tok.data(), lp.data(), nullptr, nullptr) ==
+                  MAPORL_OK,
+              "%s", maporl_last_error());
         int seen[2] = {0, 0}, bad = 0;
         for (int b = 0; b < B; ++b) {
             const bool first = tok[(size_t)b] == 3;
@@ -180,8 +186,8 @@ TEST(far_from_zero_logprobs_are_those_of_the_rounded_quotients) {
             ++seen[first ? 0 : 1];
             bad += !(std::fabs(lp[(size_t)b] - ((first ? x1 : x2) - lse)) <= 1e-6);
         }
-        CHECK(seen[0] > 0 && seen[1] > 0 && bad == 0, "%s: draws %d / %d, %d log-probs off by more than 1e-6", level, seen[0],
-              seen[1], bad);
+        CHECK(seen[0] > 0 && seen[1] > 0 && bad == 0, "%s: draws %d / %d, %d log-probs off by more than 1e-6", level,
+              seen[0], seen[1], bad);
     }
     maporl_set_simd("best");
 }
@@ -197,9 +203,9 @@ TEST(a_nan_or_inf_logit_anywhere_invalidates_the_row_at_every_simd_level) {
         float p, minp;
         bool raw;
     };
-    const Setting settings[] = {{0.0f, 0, 1.0f, 0.0f, true},  {1.0f, 0, 1.0f, 0.0f, true},  {1.0f, 0, 1.0f, 0.0f, false},
-                                {0.7f, 0, 1.0f, 0.0f, true},  {0.7f, 0, 1.0f, 0.0f, false}, {0.7f, 5, 1.0f, 0.0f, true},
-                                {0.7f, 0, 0.9f, 0.0f, true},  {0.7f, 0, 1.0f, 0.1f, false}, {2.0f, 7, 0.5f, 0.0f, true}};
+    const Setting settings[] = {{0.0f, 0, 1.0f, 0.0f, true}, {1.0f, 0, 1.0f, 0.0f, true},  {1.0f, 0, 1.0f, 0.0f, false},
+                                {0.7f, 0, 1.0f, 0.0f, true}, {0.7f, 0, 1.0f, 0.0f, false}, {0.7f, 5, 1.0f, 0.0f, true},
+                                {0.7f, 0, 0.9f, 0.0f, true}, {0.7f, 0, 1.0f, 0.1f, false}, {2.0f, 7, 0.5f, 0.0f, true}};
     const char * levels[] = {"scalar", "avx2", "avx512"};
     std::mt19937 g(13);
     std::normal_distribution<float> nd(0.0f, 2.0f);
@@ -226,19 +232,24 @@ TEST(a_nan_or_inf_logit_anywhere_invalidates_the_row_at_every_simd_level) {
                             int32_t tok[2];
                             float lp[2], raw[2];
                             uint8_t valid[2];
-                            CHECK(maporl_sample(MAPORL_DEVICE_CPU, rows.data(), 2, V, &p, tok, lp, st.raw ? raw : nullptr, valid) == MAPORL_OK,
+                            CHECK(maporl_sample(MAPORL_DEVICE_CPU, rows.data(), 2, V, &p, tok, lp,
+                                                st.raw ? raw : nullptr, valid) == MAPORL_OK,
                                   "%s", maporl_last_error());
                             const int32_t given[2] = {3, 3};
                             float glp[2];
-                            CHECK(maporl_sample_logprobs(MAPORL_DEVICE_CPU, rows.data(), 2, V, &p, given, glp, nullptr) == MAPORL_OK, "%s",
-                                  maporl_last_error());
+                            CHECK(maporl_sample_logprobs(MAPORL_DEVICE_CPU, rows.data(), 2, V, &p, given, glp,
+                                                         nullptr) == MAPORL_OK,
+                                  "%s", maporl_last_error());
                             ++checked;
-                            const bool ok = valid[0] == 0 && tok[0] == -1 && std::isnan(lp[0]) && std::isnan(glp[0]) && valid[1] == 1 &&
-                                            tok[1] >= 0 && tok[1] < V && std::isfinite(lp[1]);
+                            const bool ok = valid[0] == 0 && tok[0] == -1 && std::isnan(lp[0]) && std::isnan(glp[0]) &&
+                                valid[1] == 1 && tok[1] >= 0 && tok[1] < V && std::isfinite(lp[1]);
                             if (!ok && wrong++ < 5)
-                                std::printf("  %s V=%d pos %d %g masked %d T=%g k=%d p=%g minp=%g raw %d: valid %d/%d token %d/%d lp %g/%g\n",
-                                            level, V, pos, (double)badv, (int)masked, (double)st.T, st.k, (double)st.p, (double)st.minp,
-                                            (int)st.raw, valid[0], valid[1], tok[0], tok[1], (double)lp[0], (double)lp[1]);
+                                std::printf(
+                                    "  %s V=%d pos %d %g masked %d T=%g k=%d p=%g minp=%g raw %d: valid %d/%d token "
+                                    "%d/%d lp %g/%g\n",
+                                    level, V, pos, (double)badv, (int)masked, (double)st.T, st.k, (double)st.p,
+                                    (double)st.minp, (int)st.raw, valid[0], valid[1], tok[0], tok[1], (double)lp[0],
+                                    (double)lp[1]);
                         }
                     }
         }
@@ -269,17 +280,19 @@ TEST(the_vector_races_are_the_scalar_race_far_from_zero) {
             p.position = pos.data();
             std::vector<int32_t> ref(B), tok(B);
             CHECK(maporl_set_simd("scalar") == MAPORL_OK, "%s", maporl_last_error());
-            CHECK(maporl_sample(MAPORL_DEVICE_CPU, z.data(), B, V, &p, ref.data(), nullptr, nullptr, nullptr) == MAPORL_OK, "%s",
-                  maporl_last_error());
+            CHECK(maporl_sample(MAPORL_DEVICE_CPU, z.data(), B, V, &p, ref.data(), nullptr, nullptr, nullptr) ==
+                      MAPORL_OK,
+                  "%s", maporl_last_error());
             for (const char * level : {"avx2", "avx512"}) {
                 if (maporl_set_simd(level) != MAPORL_OK) continue;
-                CHECK(maporl_sample(MAPORL_DEVICE_CPU, z.data(), B, V, &p, tok.data(), nullptr, nullptr, nullptr) == MAPORL_OK, "%s",
-                      maporl_last_error());
+                CHECK(maporl_sample(MAPORL_DEVICE_CPU, z.data(), B, V, &p, tok.data(), nullptr, nullptr, nullptr) ==
+                          MAPORL_OK,
+                      "%s", maporl_last_error());
                 for (int b = 0; b < B; ++b) {
                     ++checked;
                     if (tok[(size_t)b] != ref[(size_t)b] && diff++ < 5)
-                        std::printf("  %s offset %g T=%g row %d: token %d, scalar %d\n", level, (double)offset, (double)T, b,
-                                    tok[(size_t)b], ref[(size_t)b]);
+                        std::printf("  %s offset %g T=%g row %d: token %d, scalar %d\n", level, (double)offset,
+                                    (double)T, b, tok[(size_t)b], ref[(size_t)b]);
                 }
             }
         }

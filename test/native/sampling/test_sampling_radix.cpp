@@ -23,11 +23,15 @@ TEST(keys_preserve_the_order_of_floats_and_invert) {
     const float vals[] = {-INFINITY, -3e38f, -1.0f, -1e-30f, -0.0f, 0.0f, 1e-45f, 1e-30f, 0.5f, 1.0f, 3e38f, INFINITY};
     bool ok = true;
     for (size_t i = 0; i + 1 < sizeof(vals) / sizeof(vals[0]); ++i)
-        ok = ok && (maporl::radix_key(vals[i]) < maporl::radix_key(vals[i + 1]) || (vals[i] == 0.0f && vals[i + 1] == 0.0f));
-    for (float v : vals) ok = ok && maporl::radix_key_value(maporl::radix_key(v)) == v && (v == 0.0f || std::signbit(maporl::radix_key_value(maporl::radix_key(v))) == std::signbit(v));
+        ok = ok &&
+            (maporl::radix_key(vals[i]) < maporl::radix_key(vals[i + 1]) || (vals[i] == 0.0f && vals[i + 1] == 0.0f));
+    for (float v : vals)
+        ok = ok && maporl::radix_key_value(maporl::radix_key(v)) == v &&
+            (v == 0.0f || std::signbit(maporl::radix_key_value(maporl::radix_key(v))) == std::signbit(v));
     CHECK(ok, "keys are monotone and invert");
     CHECK(maporl::radix_key(-0.0f) == maporl::radix_key(0.0f), "-0.0 and +0.0 tie (the CPU's order)");
-    CHECK(maporl::radix_key(-1e-45f) > 0 && maporl::radix_fixed(1.0f, maporl::radix_scale(151936)) == (1ull << 44), "scale at V = 151,936");
+    CHECK(maporl::radix_key(-1e-45f) > 0 && maporl::radix_fixed(1.0f, maporl::radix_scale(151936)) == (1ull << 44),
+          "scale at V = 151,936");
 }
 
 TEST(tie_keep_is_the_loop_it_replaces) {
@@ -40,8 +44,9 @@ TEST(tie_keep_is_the_loop_it_replaces) {
         while (keep < ties && (double)before < target) before += et, ++keep;
         if (keep < 1) keep = 1;
         ok = maporl::radix_tie_keep(above, et, ties, target) == keep;
-        if (!ok) std::printf("  above %llu et %llu ties %llu target %g: %llu vs %llu\n", above, et, ties, target,
-                             maporl::radix_tie_keep(above, et, ties, target), keep);
+        if (!ok)
+            std::printf("  above %llu et %llu ties %llu target %g: %llu vs %llu\n", above, et, ties, target,
+                        maporl::radix_tie_keep(above, et, ties, target), keep);
     }
     CHECK(ok, "closed form = loop");
 }
@@ -56,7 +61,8 @@ TEST(split_radix_selection_keeps_the_sorted_support) {
             const int mode = rep % 4;  // continuous, heavy ties, -Inf holes, one dominant logit
             std::normal_distribution<float> nd(0.0f, 2.0f);
             for (auto & v : r.z) v = mode == 1 ? (float)(int)(nd(g) * 2.0f) * 0.5f : nd(g);
-            if (mode == 2) for (int64_t i = 0; i < V; i += 3) r.z[(size_t)i] = -INFINITY;
+            if (mode == 2)
+                for (int64_t i = 0; i < V; i += 3) r.z[(size_t)i] = -INFINITY;
             if (mode == 3) r.z[(size_t)(g() % V)] = 40.0f;
             const float Ts[] = {0.3f, 1.0f, 1.7f};
             const float ps[] = {1.0f, 0.9f, 0.5f, 0.01f, 0.999f};
@@ -72,12 +78,17 @@ TEST(split_radix_selection_keeps_the_sorted_support) {
             const std::vector<char> got = split_support(r, o);
             ++rows;
             // The thresholds themselves: the key and index of the last element kept by each filter.
-            const bool k_ok = o.k_on == (last_k >= 0) && (!o.k_on || (o.tk == maporl::radix_key(r.z[(size_t)last_k]) && o.ik == last_k));
-            const bool p_ok = !o.p_on || last_p < 0 || (o.tp == maporl::radix_key(r.z[(size_t)last_p]) && o.ip == last_p);
+            const bool k_ok = o.k_on == (last_k >= 0) &&
+                (!o.k_on || (o.tk == maporl::radix_key(r.z[(size_t)last_k]) && o.ik == last_k));
+            const bool p_ok =
+                !o.p_on || last_p < 0 || (o.tp == maporl::radix_key(r.z[(size_t)last_p]) && o.ip == last_p);
             if (got != want || !k_ok || !p_ok) {
-                if (bad++ < 5) std::printf("  V=%lld T=%g k=%d p=%g renorm=%d S=%d mode=%d: k %d p %d, supports %lld vs %lld kept\n",
-                                           (long long)V, r.T, r.k, r.p, (int)r.renorm, S, mode, (int)k_ok, (int)p_ok,
-                                           (long long)std::count(got.begin(), got.end(), 1), (long long)std::count(want.begin(), want.end(), 1));
+                if (bad++ < 5)
+                    std::printf(
+                        "  V=%lld T=%g k=%d p=%g renorm=%d S=%d mode=%d: k %d p %d, supports %lld vs %lld kept\n",
+                        (long long)V, r.T, r.k, r.p, (int)r.renorm, S, mode, (int)k_ok, (int)p_ok,
+                        (long long)std::count(got.begin(), got.end(), 1),
+                        (long long)std::count(want.begin(), want.end(), 1));
             }
         }
     }

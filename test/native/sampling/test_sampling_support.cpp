@@ -51,7 +51,8 @@ TEST(det_exp_is_exp_to_float_accuracy) {
         if (x < -87.0f) tail = tail && std::fabs((double)maporl::det_exp_nonpos(x) - std::exp((double)x)) < 1e-44;
     CHECK(tail, "[-87.34, -87]");
     CHECK(maporl::det_exp_nonpos(0.0f) == 1.0f && maporl::det_exp_nonpos(-0.0f) == 1.0f, "exp(0) = 1");
-    CHECK(maporl::det_exp_nonpos(-87.34f) == 0.0f && maporl::det_exp_nonpos(-1e30f) == 0.0f && maporl::det_exp_nonpos(-INFINITY) == 0.0f,
+    CHECK(maporl::det_exp_nonpos(-87.34f) == 0.0f && maporl::det_exp_nonpos(-1e30f) == 0.0f &&
+              maporl::det_exp_nonpos(-INFINITY) == 0.0f,
           "0 below the normal range and at -Inf");
     CHECK(std::isnan(maporl::det_exp_nonpos(NAN)), "NaN stays NaN");
 }
@@ -64,7 +65,8 @@ struct Level {
 };
 std::vector<Level> vector_levels() {
     std::vector<Level> out;
-    if ((int)maporl::cpu_isa() >= (int)maporl::Isa::Avx2) out.push_back({"avx2", maporl::avx2::exp_one_f32, maporl::avx2::row_fixed_mass_f32});
+    if ((int)maporl::cpu_isa() >= (int)maporl::Isa::Avx2)
+        out.push_back({"avx2", maporl::avx2::exp_one_f32, maporl::avx2::row_fixed_mass_f32});
     if ((int)maporl::cpu_isa() >= (int)maporl::Isa::Avx512)
         out.push_back({"avx512", maporl::avx512::exp_one_f32, maporl::avx512::row_fixed_mass_f32});
     return out;
@@ -73,7 +75,8 @@ std::vector<Level> vector_levels() {
 TEST(every_simd_level_computes_det_exp_and_the_fixed_point_weights_to_the_bit) {
     const std::vector<Level> levels = vector_levels();
     std::printf("  vector levels here: %zu\n", levels.size());
-    const std::vector<float> xs = negative_sweep(-0.0f, -87.5f, 4093);  // ~270k arguments, the denormal results included
+    const std::vector<float> xs =
+        negative_sweep(-0.0f, -87.5f, 4093);  // ~270k arguments, the denormal results included
     const float zero = 0.0f;
     for (const Level & L : levels) {
         int64_t exp_bad = 0, fixed_bad = 0;
@@ -82,10 +85,12 @@ TEST(every_simd_level_computes_det_exp_and_the_fixed_point_weights_to_the_bit) {
             const float got = L.exp_one(x, 0.0f);
             exp_bad += std::memcmp(&want, &got, sizeof got) != 0;
             for (int s : {62, 52, 44, 31, 10, 0}) {  // a one-element row: e = exp(0 - (-x))
-                const bool differs = L.fixed_mass(&zero, 1, 1.0f, -x, s) != maporl::radix_fixed(want, std::ldexp(1.0, s));
-                if (differs && fixed_bad < 3) std::printf("  %s: e %a s %d: %llu vs %llu\n", L.name, want, s,
-                                                          (unsigned long long)L.fixed_mass(&zero, 1, 1.0f, -x, s),
-                                                          maporl::radix_fixed(want, std::ldexp(1.0, s)));
+                const bool differs =
+                    L.fixed_mass(&zero, 1, 1.0f, -x, s) != maporl::radix_fixed(want, std::ldexp(1.0, s));
+                if (differs && fixed_bad < 3)
+                    std::printf("  %s: e %a s %d: %llu vs %llu\n", L.name, want, s,
+                                (unsigned long long)L.fixed_mass(&zero, 1, 1.0f, -x, s),
+                                maporl::radix_fixed(want, std::ldexp(1.0, s)));
                 fixed_bad += differs;
             }
         }
@@ -108,12 +113,15 @@ TEST(every_simd_level_computes_det_exp_and_the_fixed_point_weights_to_the_bit) {
                 const float M = T == 1.0f ? m : m / T;
                 const int sb = maporl::radix_scale_bits(V);
                 unsigned long long want = 0;
-                for (float v : z) want += maporl::radix_fixed(maporl::det_exp_nonpos((T == 1.0f ? v : v / T) - M), std::ldexp(1.0, sb));
+                for (float v : z)
+                    want +=
+                        maporl::radix_fixed(maporl::det_exp_nonpos((T == 1.0f ? v : v / T) - M), std::ldexp(1.0, sb));
                 fixed_bad += L.fixed_mass(z.data(), V, T, M, sb) != want;
             }
         }
         CHECK(exp_bad == 0, "%s: %lld exp values differ from det_exp_nonpos", L.name, (long long)exp_bad);
-        CHECK(fixed_bad == 0, "%s: %lld fixed-point weights or sums differ from radix_fixed", L.name, (long long)fixed_bad);
+        CHECK(fixed_bad == 0, "%s: %lld fixed-point weights or sums differ from radix_fixed", L.name,
+              (long long)fixed_bad);
     }
     // radix_fixed itself is floor(e * 2^s + 0.5), including where e * 2^s passes 2^52.
     bool ok = true;
@@ -142,7 +150,9 @@ std::vector<char> cpu_support(const Row & r, float min_p) {
     p.filter_order = r.renorm ? MAPORL_FILTER_TOP_K_FIRST : MAPORL_FILTER_JOINT;
     std::vector<float> lp((size_t)V);
     std::vector<char> keep((size_t)V, 0);
-    if (maporl_sample_logprobs(MAPORL_DEVICE_CPU, logits.data(), V, V, &p, tokens.data(), lp.data(), nullptr) != MAPORL_OK) return {};
+    if (maporl_sample_logprobs(MAPORL_DEVICE_CPU, logits.data(), V, V, &p, tokens.data(), lp.data(), nullptr) !=
+        MAPORL_OK)
+        return {};
     for (int64_t i = 0; i < V; ++i) keep[(size_t)i] = lp[(size_t)i] > -INFINITY;
     return keep;
 }
@@ -171,11 +181,15 @@ TEST(cpu_support_is_the_kernels_support_at_rounding_boundaries_on_every_simd_lev
             // The top-k set in the sampler's order, and the masses.
             std::vector<int64_t> idx((size_t)V);
             std::iota(idx.begin(), idx.end(), 0);
-            std::sort(idx.begin(), idx.end(), [&](int64_t a, int64_t b) { return r.z[(size_t)a] != r.z[(size_t)b] ? r.z[(size_t)a] > r.z[(size_t)b] : a < b; });
+            std::sort(idx.begin(), idx.end(), [&](int64_t a, int64_t b) {
+                return r.z[(size_t)a] != r.z[(size_t)b] ? r.z[(size_t)a] > r.z[(size_t)b] : a < b;
+            });
             if (r.k > 0) idx.resize((size_t)r.k);
             unsigned long long total = 0;
-            if (r.renorm && r.k > 0) for (int64_t i : idx) total += maporl::radix_fixed(e_of(r, M, i), scale);
-            else for (int64_t i = 0; i < V; ++i) total += maporl::radix_fixed(e_of(r, M, i), scale);
+            if (r.renorm && r.k > 0)
+                for (int64_t i : idx) total += maporl::radix_fixed(e_of(r, M, i), scale);
+            else
+                for (int64_t i = 0; i < V; ++i) total += maporl::radix_fixed(e_of(r, M, i), scale);
             std::vector<float> ps;
             unsigned long long cum = 0;
             for (size_t j = 0; j < idx.size() && j < 12; ++j) {
@@ -195,14 +209,16 @@ TEST(cpu_support_is_the_kernels_support_at_rounding_boundaries_on_every_simd_lev
                     r.p = p;
                     std::vector<char> want = split_support(r, split_select(r, 1 + (int)(g() % 5)));
                     if (mp > 0.0f)
-                        for (int64_t i = 0; i < V; ++i) want[(size_t)i] &= (char)(r.z[(size_t)i] > -INFINITY && !(e_of(r, M, i) < mp));
+                        for (int64_t i = 0; i < V; ++i)
+                            want[(size_t)i] &= (char)(r.z[(size_t)i] > -INFINITY && !(e_of(r, M, i) < mp));
                     for (const char * level : levels) {
                         maporl_set_simd(level);
                         const std::vector<char> got = cpu_support(r, mp);
                         ++cases;
                         if (got != want && bad++ < 5)
-                            std::printf("  %s V=%lld T=%g k=%d p=%.9g min_p=%.9g renorm=%d: %lld kept, want %lld\n", level, (long long)V, r.T,
-                                        r.k, r.p, mp, (int)r.renorm, (long long)std::count(got.begin(), got.end(), 1),
+                            std::printf("  %s V=%lld T=%g k=%d p=%.9g min_p=%.9g renorm=%d: %lld kept, want %lld\n",
+                                        level, (long long)V, r.T, r.k, r.p, mp, (int)r.renorm,
+                                        (long long)std::count(got.begin(), got.end(), 1),
                                         (long long)std::count(want.begin(), want.end(), 1));
                     }
                     maporl_set_simd("best");
@@ -216,7 +232,8 @@ TEST(cpu_support_is_the_kernels_support_at_rounding_boundaries_on_every_simd_lev
                 for (const char * level : levels) {
                     maporl_set_simd(level);
                     ++cases;
-                    if (cpu_support(r, mp) != want && bad++ < 5) std::printf("  %s min-p alone %.9g differs\n", level, mp);
+                    if (cpu_support(r, mp) != want && bad++ < 5)
+                        std::printf("  %s min-p alone %.9g differs\n", level, mp);
                 }
                 maporl_set_simd("best");
             }
@@ -244,12 +261,16 @@ TEST(top_p_cut_without_top_k_on_wide_and_degenerate_rows) {
         float sd;
     };
     const Case cases[] = {
-        {"near-uniform", 20000, 1.0f, 0.9f, 0.0f, 0, 1e-3f},   {"near-uniform p 0.5", 20000, 0.7f, 0.5f, 0.0f, 0, 1e-4f},
-        {"all equal", 10000, 1.0f, 0.3f, 0.0f, 1, 0.0f},        {"huge magnitudes", 5000, 1.0f, 0.9f, 0.0f, 2, 0.0f},
-        {"T 1e-30, ties", 9000, 1e-30f, 0.9f, 0.0f, 3, 2.0f},   {"T 1e30", 9000, 1e30f, 0.6f, 0.0f, 0, 2.0f},
+        {"near-uniform", 20000, 1.0f, 0.9f, 0.0f, 0, 1e-3f},
+        {"near-uniform p 0.5", 20000, 0.7f, 0.5f, 0.0f, 0, 1e-4f},
+        {"all equal", 10000, 1.0f, 0.3f, 0.0f, 1, 0.0f},
+        {"huge magnitudes", 5000, 1.0f, 0.9f, 0.0f, 2, 0.0f},
+        {"T 1e-30, ties", 9000, 1e-30f, 0.9f, 0.0f, 3, 2.0f},
+        {"T 1e30", 9000, 1e30f, 0.6f, 0.0f, 0, 2.0f},
         {"wide, cut far down", 30000, 1.0f, 0.9999999f, 0.0f, 0, 5.0f},
         {"wide with tiny min-p", 30000, 1.0f, 0.9999999f, 6e-10f, 0, 5.0f},
-        {"vocabulary 151936", 151936, 0.7f, 0.9f, 0.0f, 0, 2.0f}, {"tiny p", 151936, 1.3f, 1e-6f, 0.0f, 0, 2.0f},
+        {"vocabulary 151936", 151936, 0.7f, 0.9f, 0.0f, 0, 2.0f},
+        {"tiny p", 151936, 1.3f, 1e-6f, 0.0f, 0, 2.0f},
         // One logit 21 above a bulk of 151,935: the bulk holds 1e-4 of the mass, all below the race's floor, and min-p
         // cuts it in half (the support's mass then needs its own pass).
         {"bulk below the floor, min-p", 151936, 1.0f, 0.9999999f, 7.6e-10f, 4, 0.0f},
@@ -259,9 +280,14 @@ TEST(top_p_cut_without_top_k_on_wide_and_degenerate_rows) {
         Row r;
         r.z.resize((size_t)c.V);
         std::normal_distribution<float> nd(0.0f, c.sd > 0 ? c.sd : 1.0f);
-        std::uniform_real_distribution<float> u(-1.0f, 1.0f);  // times 3e38 (a range of 6e38 would overflow the distribution)
+        std::uniform_real_distribution<float> u(-1.0f,
+                                                1.0f);  // times 3e38 (a range of 6e38 would overflow the distribution)
         for (auto & v : r.z)
-            v = c.kind == 0 ? nd(g) : c.kind == 1 ? 0.5f : c.kind == 2 ? u(g) * 3e38f : c.kind == 3 ? std::round(nd(g) * 2.0f) * 0.5f : -21.0f + 0.5f * u(g);
+            v = c.kind == 0   ? nd(g)
+                : c.kind == 1 ? 0.5f
+                : c.kind == 2 ? u(g) * 3e38f
+                : c.kind == 3 ? std::round(nd(g) * 2.0f) * 0.5f
+                              : -21.0f + 0.5f * u(g);
         if (c.kind == 4) r.z[7] = 0.0f;
         r.T = c.T;
         r.k = 0;
@@ -276,7 +302,9 @@ TEST(top_p_cut_without_top_k_on_wide_and_degenerate_rows) {
         // Probes: the reference's last kept and first dropped in the sampler's order, and random tokens.
         std::vector<int64_t> order((size_t)c.V);
         std::iota(order.begin(), order.end(), 0);
-        std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return r.z[(size_t)a] != r.z[(size_t)b] ? r.z[(size_t)a] > r.z[(size_t)b] : a < b; });
+        std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+            return r.z[(size_t)a] != r.z[(size_t)b] ? r.z[(size_t)a] > r.z[(size_t)b] : a < b;
+        });
         size_t kept = 0;
         while (kept < order.size() && want[(size_t)order[kept]]) ++kept;
         std::vector<int32_t> probe;
@@ -297,12 +325,17 @@ TEST(top_p_cut_without_top_k_on_wide_and_degenerate_rows) {
         for (const char * level : levels) {
             maporl_set_simd(level);
             int wrong = 0;
-            CHECK(maporl_sample_logprobs(MAPORL_DEVICE_CPU, logits.data(), B, c.V, &p, probe.data(), lp.data(), nullptr) == MAPORL_OK, "%s",
-                  maporl_last_error());
-            for (int64_t b = 0; b < B; ++b) wrong += (lp[(size_t)b] > -INFINITY) != (bool)want[(size_t)probe[(size_t)b]];
+            CHECK(maporl_sample_logprobs(MAPORL_DEVICE_CPU, logits.data(), B, c.V, &p, probe.data(), lp.data(),
+                                         nullptr) == MAPORL_OK,
+                  "%s", maporl_last_error());
+            for (int64_t b = 0; b < B; ++b)
+                wrong += (lp[(size_t)b] > -INFINITY) != (bool)want[(size_t)probe[(size_t)b]];
             // Sampled tokens: in the support, log-probs as the reference's.
             std::vector<int32_t> tok((size_t)B);
-            for (int64_t b = 0; b < B; ++b) p.seed_all = (uint64_t)b, maporl_sample(MAPORL_DEVICE_CPU, logits.data(), 1, c.V, &p, tok.data() + b, lp.data() + b, nullptr, nullptr);
+            for (int64_t b = 0; b < B; ++b)
+                p.seed_all = (uint64_t)b,
+                maporl_sample(MAPORL_DEVICE_CPU, logits.data(), 1, c.V, &p, tok.data() + b, lp.data() + b, nullptr,
+                              nullptr);
             p.seed_all = 0;
             for (int64_t b = 0; b < B; ++b) {
                 const int32_t t = tok[(size_t)b];
@@ -311,7 +344,9 @@ TEST(top_p_cut_without_top_k_on_wide_and_degenerate_rows) {
                 wrong += !(t >= 0 && want[(size_t)t] && std::fabs(lp[(size_t)b] - ref) <= 1e-5 + 1e-5 * std::fabs(ref));
             }
             probes += 2 * (int)B;
-            if (wrong && bad++ < 6) std::printf("  %s (%s): %d of %lld probes wrong (reference keeps %zu)\n", c.name, level, wrong, (long long)(2 * B), kept);
+            if (wrong && bad++ < 6)
+                std::printf("  %s (%s): %d of %lld probes wrong (reference keeps %zu)\n", c.name, level, wrong,
+                            (long long)(2 * B), kept);
         }
         maporl_set_simd("best");
     }
