@@ -1,5 +1,5 @@
 """Group-advantage baseline mirroring verl's grpo_vectorized (verl/utils/groupwise.py group_mean_std as
-kernels.md describes it): dense group ids via torch.unique, fp32 sums with index_add_, var = (s2 - s1^2/n)/(n-1),
+docs/conventions.md describes it): dense group ids via torch.unique, fp32 sums with index_add_, var = (s2 - s1^2/n)/(n-1),
 std = sqrt(max(var, 1e-6)), singleton -> (0, 1), A = (s - mean)/(std + 1e-6). Written for this benchmark."""
 import torch
 

@@ -1,4 +1,4 @@
-"""Policy-loss baselines, written for this benchmark from verl's formulas (kernels.md, "Exact formulas"):
+"""Policy-loss baselines, written for this benchmark from verl's formulas (docs/conventions.md):
 - `policy_loss`: compute_policy_loss_vanilla (log-ratio clamp 20, clip 0.2/0.2, dual clip 3) plus the k3
   (low_var_kl) KL term with coefficient 0.001, token-mean aggregation, then autograd's backward to logp.
 - `fused`: the same loss from logits [N, V]: log_softmax, gather of the targets (verl's logprobs_from_logits

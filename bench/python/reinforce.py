@@ -1,4 +1,4 @@
-"""REINFORCE++ returns baseline: verl's reinforce_plus_plus as kernels.md describes it (reverse Python loop over T,
+"""REINFORCE++ returns baseline: verl's reinforce_plus_plus as docs/conventions.md describes it (reverse Python loop over T,
 vectorised over B: running = r_t + gamma * running; returns[:, t] = running; running *= mask[:, t]; then
 masked_whiten(returns) * mask). Written for this benchmark."""
 import torch

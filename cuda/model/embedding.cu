@@ -45,8 +45,9 @@ void embedding_backward(float * dwte, const float * dout, const int32_t * host_t
         gpt::cuda::to_device(ids, tb.ids.data(), nid * 4);
         gpt::cuda::to_device(ids + nid, tb.offsets.data(), (nid + 1) * 4);
         gpt::cuda::to_device(ids + 2 * nid + 1, tb.positions.data(), N * 4);
-        embedding_backward_kernel < <<grid_dim(nid, "embedding_backward"), C<256 ? 128 : 256>>>(
-                                        dwte, dout, ids, ids + nid, ids + 2 * nid + 1, C);
+        const int threads = C < 256 ? 128 : 256;
+        embedding_backward_kernel<<<grid_dim(nid, "embedding_backward"), threads>>>(dwte, dout, ids, ids + nid,
+                                                                                    ids + 2 * nid + 1, C);
         MAPORL_CUDA_LAUNCHED("embedding_backward");
         gpt::cuda::synchronize("embedding_backward");  // (before the buckets are freed)
     } catch (...) {

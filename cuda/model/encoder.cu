@@ -51,8 +51,9 @@ void encoder_backward(float * dwte, float * dwpe, const float * dout, const int3
                       const int32_t * positions, int64_t n_ids, int64_t B, int64_t T, int64_t C) {
     if (B * T * C <= 0) return;
     if (n_ids > 0) {
-        encoder_backward_wte_kernel < <<grid_dim(n_ids, "encoder_backward"), C<256 ? 128 : 256>>>(
-                                          dwte, dout, ids, offsets, positions, C);
+        const int threads = C < 256 ? 128 : 256;
+        encoder_backward_wte_kernel<<<grid_dim(n_ids, "encoder_backward"), threads>>>(dwte, dout, ids, offsets,
+                                                                                      positions, C);
         MAPORL_CUDA_LAUNCHED("encoder_backward");
     }
     encoder_backward_wpe_kernel<<<grid_for(T * C, 256), 256>>>(dwpe, dout, B, T, C);

@@ -1,4 +1,4 @@
-// debate.ts: MAPoRL's multi-agent discussion protocol over any Policy (reference/algorithms.md A.2).
+// debate.ts: MAPoRL's multi-agent discussion protocol over any Policy (docs/algorithms.md A.2).
 //   - A agents, each with its own Policy (heterogeneous teams work), T turns;
 //   - turn 0: every agent sees the question alone;
 //   - turn t >= 1: agent i's context is its own full history (its answers as assistant messages) plus one user

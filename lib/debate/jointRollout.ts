@@ -1,4 +1,4 @@
-// jointRollout.ts: MAGRPO's group sampling over a multi-turn tree (reference/algorithms.md B.2), over any Policy.
+// jointRollout.ts: MAGRPO's group sampling over a multi-turn tree (docs/algorithms.md B.2), over any Policy.
 //   - At each state every agent samples G completions from its own prompt.
 //   - Joint actions: 'aligned' pairs the g-th completion of every agent (G per state); 'cross' takes the
 //     Cartesian product (G^N). The joint reward function is called once per joint action.

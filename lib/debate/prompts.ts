@@ -1,4 +1,4 @@
-// prompts.ts: the default prompt templates of the debate, after MAPoRL's (reference/algorithms.md A.2): a
+// prompts.ts: the default prompt templates of the debate, after MAPoRL's (docs/algorithms.md A.2): a
 // turn-0 question prompt per task, and the follow-up user message of turn t >= 1, which carries the verifier's
 // feedback on the agent's own previous answer (when enabled), the neighbours' previous answers (with their
 // scores, when enabled), an instruction to reconsider, and the question again. Every template is a plain

@@ -1,7 +1,7 @@
 // groupAdvantages.ts: group-relative advantages from outcome scores, on the native kernel, with the
-// conventions of verl (default), TRL and OpenRLHF selectable. Formulas: shared/reference/kernels.md A
+// conventions of verl (default), TRL and OpenRLHF selectable. Formulas: docs/conventions.md
 // (verl compute_grpo_outcome_advantage / rloo / reinforce_plus_plus_baseline, TRL nanstd, OpenRLHF group_norm)
-// and algorithms.md B.3 (MAGRPO's mean / max / rloo / none baselines).
+// and docs/algorithms.md B.3 (MAGRPO's mean / max / rloo / none baselines).
 import { withSignal } from "../abort.js";
 import { outputFloat32 } from "../alloc.js";
 import { type Device, resolveDevice } from "../backend.js";

@@ -1,4 +1,4 @@
-// influence.ts: MAPoRL's reward terms (shared/reference/algorithms.md A.4–A.5), in TS: the work is O(Q·T·A).
+// influence.ts: MAPoRL's reward terms (docs/algorithms.md A.4–A.5), in TS: the work is O(Q·T·A).
 //  - influenceRewards: Definition 1, the influence-aware verification reward, and the reference code's other
 //    rule variants (score_rule in trl/trainer/utils_multi_unified.py).
 //  - collaborationBonus: the incentive terms (bonus_rule), with named coefficients and a sign switch.
@@ -116,7 +116,7 @@ export interface BonusOptions extends BonusCoefficients {
     /**
      * `'paper'`: the forward (influence-on-others) terms reward helping the others to the right answer, as the
      * paper describes β0/β1. `'reference-code'`: the public code's bonus_rule exactly: its forward signs, which
-     * penalise it (algorithms.md A.5), and its sentinel guard: whenever the running bonus lands on exactly -1 (the
+     * penalise it (docs/algorithms.md A.5), and its sentinel guard: whenever the running bonus lands on exactly -1 (the
      * code's "no answer" value) it adds 0.001, which alphas of 0.5, 1 and 2 (the paper's sweeps) hit often.
      * Defaults to `'paper'`.
      */

@@ -1,4 +1,4 @@
-// td.ts: turn-level TD(0) targets and advantages for CoLLM-CC / CoLLM-DC (algorithms.md C.1, CoMLRL's
+// td.ts: turn-level TD(0) targets and advantages for CoLLM-CC / CoLLM-DC (docs/algorithms.md C.1, CoMLRL's
 // maac/iac trainers, checked against comlrl/trainers/actor_critic/maac.py and ac_base.py at commit 10c5083):
 // y_t = r_t + γ·V_old(h_{t+1}) for t < H − 1, y_{H−1} = r_{H−1}; δ_t = y_t − V_old(h_t); then, as CoMLRL's
 // _prepare_advantages, (δ − mean) / max(std, 1e-6) with the biased std, within each turn (CoMLRL updates an agent's

@@ -1,4 +1,4 @@
-// tree.ts: MAGRPO's multi-turn Monte Carlo returns over the joint-action tree (algorithms.md B.2–B.3): each node
+// tree.ts: MAGRPO's multi-turn Monte Carlo returns over the joint-action tree (docs/algorithms.md B.2–B.3): each node
 // is a joint action with its immediate joint reward r; R = r + γ · mean(R of its children), R = r at a leaf
 // (a branch stopped early by the termination threshold is a leaf). Advantages are group-relative within each
 // sibling set (the joint actions sampled at one state), with MAGRPO's baselines.

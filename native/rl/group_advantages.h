@@ -1,7 +1,7 @@
 // group_advantages.h: group-relative advantages from outcome scores (GRPO and its relatives) and the row
-// broadcast to tokens. Formulas and conventions: shared/reference/kernels.md section A (verl's
+// broadcast to tokens. Formulas and conventions: docs/conventions.md (verl's
 // compute_grpo_outcome_advantage, rloo, reinforce_plus_plus_baseline; TRL's NaN-aware nanstd; OpenRLHF's
-// group_norm) and algorithms.md B.3 (MAGRPO baselines). CPU: group_advantages.cpp.
+// group_norm) and docs/algorithms.md B.3 (MAGRPO baselines). CPU: group_advantages.cpp.
 #pragma once
 
 #include <cstdint>

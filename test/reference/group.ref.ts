@@ -1,4 +1,4 @@
-// group.ref.ts: float64 group-relative advantages written from the formulas (kernels.md A, algorithms.md B.3):
+// group.ref.ts: float64 group-relative advantages written from the formulas (docs/conventions.md, docs/algorithms.md B.3):
 // per group, mean and std (unbiased or biased) over the counted members; GRPO (s − mean)/(std + eps); Dr.GRPO
 // s − mean; RLOO s − (sum − s)/(n − 1); MAGRPO max s − max, none s; a singleton is treated as mean 0, std 1
 // ('raw') or gets 0 ('zero'); NaN scores are excluded and get 0 ('exclude') or propagate; REINFORCE++-baseline

@@ -1,4 +1,4 @@
-// policyLoss.ref.ts: float64 references written from verl's formulas (kernels.md, "Exact formulas"), token by
+// policyLoss.ref.ts: float64 references written from verl's formulas (docs/conventions.md), token by
 // token with plain loops: the per-token loss, its derivative w.r.t. logp (derived by hand from the formula,
 // autograd conventions: a clamp passes the gradient inside its closed range, max/min to the branch taken),
 // the aggregation, and the statistics. Independent of the native code.

@@ -1,5 +1,5 @@
 // credit.test.ts: MAPoRL's influence-aware reward and incentive terms, CoLLM's TD(0) advantages and MAGRPO's tree
-// returns, against references written here from the formulas (algorithms.md A.4, A.5, B.2–B.3, C.1).
+// returns, against references written here from the formulas (docs/algorithms.md A.4, A.5, B.2–B.3, C.1).
 import { describe, expect, it } from "vitest";
 
 import {

@@ -1,4 +1,4 @@
-// toy.ts: the collaborate-or-act-alone game of MAPoRL §2 (algorithms.md A.8), learned by tabular softmax
+// toy.ts: the collaborate-or-act-alone game of MAPoRL §2 (docs/algorithms.md A.8), learned by tabular softmax
 // policies through the package's own kernels: `sample` draws the actions, `reinforceReturns` the returns-to-go,
 // `groupAdvantages` the per-turn mean baseline, `fusedPolicyLoss` (REINFORCE + entropy bonus) the gradient.
 //

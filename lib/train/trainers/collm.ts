@@ -1,4 +1,4 @@
-// collm.ts: one CoLLM-CC / CoLLM-DC update (algorithms.md C.1, CoMLRL's MAAC / IAC trainers) on a team rollout:
+// collm.ts: one CoLLM-CC / CoLLM-DC update (docs/algorithms.md C.1, CoMLRL's MAAC / IAC trainers) on a team rollout:
 //   - the joint reward of turn t is the team's mean verifier score, shared by every agent;
 //   - the critic reads V(h_t) at the last prompt token: CC, one centralised critic on the joint history (every
 //     agent's view and every previous answer); DC, one critic per agent on its own prompt;

@@ -1,4 +1,4 @@
-// magrpo.ts: one MAGRPO iteration (algorithms.md B.2-B.3, CoMLRL's MAGRPOTrainer) on the embedded policy:
+// magrpo.ts: one MAGRPO iteration (docs/algorithms.md B.2-B.3, CoMLRL's MAGRPOTrainer) on the embedded policy:
 //   - per question, a joint-action tree (JointRollout): at every state each agent samples G answers, paired 'aligned'
 //     (the g-th of every agent: G joint actions, G^T leaves) or 'cross' (every combination: G^A joint actions), each
 //     of which branches to the next turn; the trees of all questions grow breadth first, one batched decode per
@@ -147,7 +147,7 @@ async function trees(
 }
 
 /**
- * Cross joint actions (CoMLRL's joint_mode="cross", algorithms.md B.3): agent a's completion k at a state takes part
+ * Cross joint actions (CoMLRL's joint_mode="cross", docs/algorithms.md B.3): agent a's completion k at a state takes part
  * in G^(A-1) joint actions; it gets the SUM of their returns, baselined over the agent's own G completions at that
  * state (mean | max | rloo | none, as the aligned case). One entry per (state, agent, completion), naming a joint
  * action that holds the completion.

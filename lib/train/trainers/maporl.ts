@@ -1,4 +1,4 @@
-// maporl.ts: one MAPoRL update (algorithms.md A.4-A.6, the reference code's multi-agent PPOv2):
+// maporl.ts: one MAPoRL update (docs/algorithms.md A.4-A.6, the reference code's multi-agent PPOv2):
 //   - every (turn, agent) answer is its own PPO episode; the outcome reward at its last token is the
 //     influence-aware verification reward (Definition 1, discount 0.3) plus the optional collaboration bonuses;
 //   - every answer token also pays -klCoef * (log pi - log pi_ref) against the frozen reference policy;

@@ -1,5 +1,5 @@
 // rollout.ts: batched debate rollouts of the embedded policy for the trainers, and the packing of answers into
-// training batches. The protocol is MAPoRL's (algorithms.md A.2) in a compact form a character-level model can
+// training batches. The protocol is MAPoRL's (docs/algorithms.md A.2) in a compact form a character-level model can
 // read: agent a sees its view of the item, then "|" and the previous turn's answers of every agent, its own first,
 // each as a 3-digit number ("???" when none was given, and at turn 0, so that answering alone and in a discussion
 // differ only in what the slots hold). The A x E requests of a turn decode as one batch per distinct model (NativePolicy
