@@ -55,7 +55,7 @@ describe("NativePolicy and the model handle", () => {
             seed: 1,
             name: "nan-model",
         });
-        const h = (p as unknown as { core: { handle: never } }).core.handle,
+        const h = p.h(),
             n = p.parameterCount;
         const w = new Float32Array(n);
         native.gptGet(h, 0, w);

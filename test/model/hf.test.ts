@@ -120,7 +120,7 @@ describe("training through log-probs", () => {
             aggregation: "seq-mean-token-mean" as const,
         };
         const logits = new Float32Array(N * 96);
-        native.gptForward((p as unknown as { core: { handle: never } }).core.handle, b.tokens, 3, 10, logits, null);
+        native.gptForward(p.h(), b.tokens, 3, 10, logits, null);
         const ref = fusedPolicyLoss(
             { logits, targets: b.targets, mask: b.mask, shape: [3, 10, 96], advantages, oldLogp, refLogp },
             loss,
@@ -149,7 +149,7 @@ describe("training through log-probs", () => {
             const losses: number[] = [];
             for (let i = 0; i < 30; i++) losses.push((await p.trainStep(b, { lr: 1e-2 })).loss);
             const params = new Float32Array(p.parameterCount);
-            native.gptGet((p as unknown as { core: { handle: never } }).core.handle, 0, params);
+            native.gptGet(p.h(), 0, params);
             return { p, losses, params };
         };
         const one = await run(1),
@@ -160,7 +160,7 @@ describe("training through log-probs", () => {
         // The first SFT loss is the mean cross-entropy of the trained targets.
         const fresh = await NativePolicy.load(join(FIX, "llama"), { tokenizer: null });
         const logits = new Float32Array(30 * 96);
-        native.gptForward((fresh as unknown as { core: { handle: never } }).core.handle, b.tokens, 3, 10, logits, null);
+        native.gptForward(fresh.h(), b.tokens, 3, 10, logits, null);
         let ce = 0,
             n = 0;
         for (let i = 0; i < 30; i++) {
@@ -179,14 +179,14 @@ describe("training through log-probs", () => {
         await back.trainStep(b, { lr: 3e-3 });
         const x = new Float32Array(one.p.parameterCount),
             y = new Float32Array(one.p.parameterCount);
-        native.gptGet((one.p as unknown as { core: { handle: never } }).core.handle, 0, x);
-        native.gptGet((back as unknown as { core: { handle: never } }).core.handle, 0, y);
+        native.gptGet(one.p.h(), 0, x);
+        native.gptGet(back.h(), 0, y);
         expect(Buffer.from(y.buffer).equals(Buffer.from(x.buffer))).toBe(true);
         for (const q of [one.p, two.p, fresh, back]) await q.dispose();
     });
     it("keepLogitsBytes: the kept logits give the recomputation's losses and parameters bit for bit; bad budgets are named", async () => {
         const b = batchOf(96),
-            h = (q: NativePolicy) => (q as unknown as { core: { handle: never } }).core.handle;
+            h = (q: NativePolicy) => q.h();
         const advantages = Float32Array.from([1, -0.5, 2]),
             oldLogp = Float32Array.from({ length: 30 }, (_, i) => -4.5 + 0.1 * Math.sin(i));
         const loss = { type: "ppo" as const, clip: 0.2, entropyCoef: 0.01 };
@@ -229,7 +229,7 @@ describe("the value head on a Hugging Face model", () => {
         const p = await NativePolicy.load(join(FIX, "mistral"), { tokenizer: null });
         const b = batchOf(96);
         const returns = Float32Array.from({ length: 30 }, (_, i) => (i % 3) - 1);
-        const h = (p as unknown as { core: { handle: never } }).core.handle;
+        const h = p.h();
         const before = new Float32Array(p.parameterCount);
         native.gptGet(h, 0, before);
         const mse = async () => {

@@ -10,7 +10,7 @@ import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 
 import { NativePolicy } from "../../lib/index.js";
-import { native, type GptHandle } from "../../lib/native.js";
+import { native } from "../../lib/native.js";
 
 const FIX = join(import.meta.dirname, "..", "fixtures", "hf");
 const V = 96;
@@ -28,7 +28,7 @@ function batch(seed: number) {
     mask[0] = 0;
     return { tokens, targets, mask, shape: [B, T] as [number, number] };
 }
-const handle = (p: NativePolicy) => (p as unknown as { h(): GptHandle }).h();
+const handle = (p: NativePolicy) => p.h();
 
 describe("the Llama family's device model, emulated on the CPU", () => {
     for (const name of ["llama", "qwen2", "qwen3-bf16-sharded", "llama-linear-bias"]) {

@@ -23,7 +23,7 @@ import { runIteration, scheduled, stageModels } from "../../lib/train/trainers/s
 
 const params = (m: NativePolicy) => {
     const p = new Float32Array(m.parameterCount);
-    native.gptGet((m as unknown as { core: { handle: Parameters<typeof native.gptGet>[0] } }).core.handle, 0, p);
+    native.gptGet(m.h(), 0, p);
     return p;
 };
 
