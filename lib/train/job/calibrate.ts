@@ -2,12 +2,13 @@
 // depends on the batch it decodes in (on 2 cores, 2.9 ms an answer for 2 questions against 1.0 ms for 32: per-step
 // overheads are shared by the rows), so the answers are timed at one iteration's batch, after a warm-up rollout that
 // is not timed (thread pool, first allocations); and the warm start's steps are timed on a throwaway clone of the base
-// (the base itself and every seed stay untouched, so results do not depend on the calibration). Costs about one
-// iteration's rollout and three SFT steps.
+// (the base itself and every seed stay untouched, so results do not depend on the calibration); before the warm
+// start, the answers' rate is scaled to the length of the answers it teaches. Costs about one iteration's rollout and
+// three SFT steps.
 import type { NativePolicy } from "../../model/nativePolicy.js";
 import type { Task, TaskItem } from "../tasks/tasks.js";
 import { sftWarmStart } from "../trainers/sft.js";
-import { rolloutTeam } from "../trainers/rollout.js";
+import { protocolSolution, rolloutTeam } from "../trainers/rollout.js";
 import { answersPerRollout, type JobClock } from "./clock.js";
 import type { TrainConfig } from "./config.js";
 
@@ -32,8 +33,21 @@ export async function calibrateClock(
     await rollout(2);
     const n = Math.max(1, Math.min(cfg.episodesPerIteration, items.length));
     const c0 = performance.now();
-    await rollout(n);
-    clock.calibrate(performance.now() - c0, answersPerRollout(cfg, n, false));
+    const r = await rollout(n);
+    const ms = performance.now() - c0;
+    // The warm start teaches the task's answers, which are shorter than an untrained model's (it writes to the token
+    // limit): the rate is scaled by the answers' length after the warm start over the length measured here.
+    let scale = 1;
+    if (sft && cfg.sft.steps > 0 && !task.demonstration && !task.warmStart && !task.prompt) {
+        const taught = items.slice(0, n).flatMap((it) => (it.solution ? [it.solution] : []));
+        const written = r.entries.flat(2).map((e) => e.completion.length + (e.stopped ? 1 : 0));
+        if (taught.length && written.length) {
+            const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
+            const after = mean(taught.map((t) => base.tokenizer.encode(protocolSolution(t)).length + 1));
+            scale = Math.min(1, Math.max(0.25, after / Math.max(1, mean(written))));
+        }
+    }
+    clock.calibrate(ms * scale, answersPerRollout(cfg, n, false));
     if (!sft) return;
     const probe = await base.clone("calibration");
     try {
