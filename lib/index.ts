@@ -179,15 +179,9 @@ export {
     type JointAction,
     type TransitionInput,
 } from "./debate/jointRollout.js";
-export {
-    NativePolicy,
-    type NativePolicyConfig,
-    type LoadOptions,
-    type SaveOptions,
-    type TrainBatch,
-    type TrainOptions,
-    type TrainResult,
-} from "./model/nativePolicy.js";
+export { NativePolicy, type LoadOptions } from "./model/nativePolicy.js";
+export type { GenerateOptions } from "./model/generate.js";
+export type { NativePolicyConfig, SaveOptions, TrainBatch, TrainOptions, TrainResult } from "./model/options.js";
 export type { ModelShape } from "./model/core.js";
 export { HfTokenizer, IdsOnlyTokenizer, type HfTokenizerOptions } from "./model/hfTokenizer.js";
 export { DEFAULT_TEMPLATE_LIMITS, renderTemplate, TemplateError, type TemplateLimits } from "./model/template.js";

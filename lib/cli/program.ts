@@ -87,10 +87,10 @@ export function buildProgram(actions: CliActions, options: CliOptions): Command 
     doctor.declare(command("doctor"), async (a) => done(await actions.doctor(a)));
     toy.declare(command("toy"), async (a) => done(await actions.toy(a)));
     // commander shows the top-level help for `maporl nosuch --help` and exits 0; an unknown command is an error
-    // with or without --help (the same message and exit code as without).
+    // with or without --help (the same message and exit code as without). Checked on user arguments (from: "user").
     const parseAsync = program.parseAsync.bind(program);
     program.parseAsync = async (argv?: readonly string[], parseOptions?: ParseOptions) => {
-        const first = (argv ?? []).find((a) => !a.startsWith("-"));
+        const first = parseOptions?.from === "user" ? (argv ?? []).find((a) => !a.startsWith("-")) : undefined;
         const known: readonly string[] = [...COMMANDS, "help"];
         if (first !== undefined && !known.includes(first)) {
             const best = [...COMMANDS].sort((a, b) => editDistance(first, a) - editDistance(first, b))[0]!;

@@ -22,14 +22,17 @@ import { TemplateError } from "./template.js";
  * prompt while longer ones are still being read), so the tokens are the same as decoding each request alone (in
  * batches of up to 8 rows). onProgress(done, total) counts finished requests.
  */
+/** Options of NativePolicy.generate: an abort signal, finished requests as they finish, tokens as they are drawn. */
+export interface GenerateOptions {
+    signal?: AbortSignal;
+    onProgress?: (done: number, total: number) => void;
+    onToken?: TokenCallback;
+}
+
 export async function generate(
     self: EngineView,
     requests: GenerateRequest[],
-    options: {
-        signal?: AbortSignal;
-        onProgress?: (done: number, total: number) => void;
-        onToken?: TokenCallback;
-    } = {},
+    options: GenerateOptions = {},
 ): Promise<Generation[]> {
     if (!Array.isArray(requests)) throw new TypeError(`${self.name}: requests: expected an array`);
     const prompts = requests.map((r, i) => promptOf(self, r, i));

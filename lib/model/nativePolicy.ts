@@ -9,7 +9,7 @@ import { join, resolve } from "node:path";
 import { type Device, resolveDevice } from "../backend.js";
 import { native, type GptHandle } from "../native.js";
 import { CharTokenizer, type PolicyTokenizer } from "../policy/tokenizer.js";
-import type { GenerateRequest, Generation, Policy, TokenCallback } from "../policy/types.js";
+import type { GenerateRequest, Generation, Policy } from "../policy/types.js";
 import { describe, requireOptions } from "../validate.js";
 import * as adapters from "./adapters.js";
 import {
@@ -22,7 +22,7 @@ import {
     type ModelShape,
     requireDtype,
 } from "./core.js";
-import { generate } from "./generate.js";
+import { generate, type GenerateOptions } from "./generate.js";
 import { isHfModelDir } from "./hf.js";
 import { createHfModel, openHfModel } from "./hfLoad.js";
 import type { HfTokenizer } from "./hfTokenizer.js";
@@ -37,16 +37,6 @@ import {
 } from "./options.js";
 import { adapterBaseModel, loadGptWeights, readGptCheckpoint, save, withinFile } from "./persist.js";
 import { logprobs, trainStep, values } from "./trainStep.js";
-
-export {
-    gptMemoryBytes,
-    type HfLoadOptions,
-    type NativePolicyConfig,
-    type SaveOptions,
-    type TrainBatch,
-    type TrainOptions,
-    type TrainResult,
-} from "./options.js";
 
 /** Options of NativePolicy.load. */
 export interface LoadOptions extends HfLoadOptions {
@@ -262,14 +252,7 @@ export class NativePolicy implements Policy {
      * prompt while longer ones are still being read), so the tokens are the same as decoding each request alone (in
      * batches of up to 8 rows). onProgress(done, total) counts finished requests.
      */
-    async generate(
-        requests: GenerateRequest[],
-        options: {
-            signal?: AbortSignal;
-            onProgress?: (done: number, total: number) => void;
-            onToken?: TokenCallback;
-        } = {},
-    ): Promise<Generation[]> {
+    async generate(requests: GenerateRequest[], options: GenerateOptions = {}): Promise<Generation[]> {
         return generate(this, requests, options);
     }
 

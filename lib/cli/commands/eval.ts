@@ -57,36 +57,20 @@ export function declare(cmd: Command, act: (a: EvalArgs) => Promise<void>): void
             },
             0.02,
         )
-        .action(
-            async (o: {
-                suite: string;
-                makeSuite: boolean;
-                fromRun?: string;
-                items?: number;
-                baseline?: string;
-                candidate?: string;
-                stage?: string;
-                candidateStage?: string;
-                replace?: string[];
-                metric: string;
-                threshold: number;
-            }) => {
-                const replace: Record<number, string> = {};
-                for (const r of o.replace ?? []) {
-                    const m = /^(\d+)=(.+)$/.exec(r);
-                    if (!m) throw new RangeError(`eval: --replace: expected i=dir, got ${JSON.stringify(r)}`);
-                    replace[Number(m[1])] = m[2]!;
-                }
-                if (o.makeSuite && !o.fromRun)
-                    throw new RangeError(
-                        "eval: --make-suite needs --from-run RUN (the run whose task the suite holds)",
-                    );
-                if (!o.makeSuite && !o.baseline)
-                    throw new RangeError("eval: --baseline RUN is required (or --make-suite to write a suite)");
-                const { replace: _, ...rest } = o;
-                await act({ ...rest, replace });
-            },
-        );
+        .action(async (o: Omit<EvalArgs, "replace"> & { replace?: string[] }) => {
+            const replace: Record<number, string> = {};
+            for (const r of o.replace ?? []) {
+                const m = /^(\d+)=(.+)$/.exec(r);
+                if (!m) throw new RangeError(`eval: --replace: expected i=dir, got ${JSON.stringify(r)}`);
+                replace[Number(m[1])] = m[2]!;
+            }
+            if (o.makeSuite && !o.fromRun)
+                throw new RangeError("eval: --make-suite needs --from-run RUN (the run whose task the suite holds)");
+            if (!o.makeSuite && !o.baseline)
+                throw new RangeError("eval: --baseline RUN is required (or --make-suite to write a suite)");
+            const { replace: _, ...rest } = o;
+            await act({ ...rest, replace });
+        });
 }
 
 /** `maporl eval`: the exit code. */
