@@ -66,6 +66,20 @@ export {
     type ValueLossResult,
 } from "./rl/policyLoss.js";
 export {
+    rolloutCorrection,
+    rolloutCorrectionAsync,
+    correctionEnabled,
+    ROLLOUT_PRESETS,
+    type RolloutCorrectionBatch,
+    type RolloutCorrectionOptions,
+    type RolloutCorrectionPreset,
+    type RolloutCorrectionResult,
+    type RolloutCorrectionStats,
+    type RolloutIsLevel,
+    type RolloutIsMode,
+    type RolloutRsOption,
+} from "./rl/rolloutCorrection.js";
+export {
     logprobs,
     logprobsAsync,
     fusedPolicyLoss,

@@ -68,6 +68,56 @@ export interface NativeLossStats {
     sequences: number;
 }
 
+export interface NativeRolloutCorrectionParams {
+    is: number;
+    isMode: number;
+    isThreshold: number;
+    isThresholdLower: number;
+    batchNormalize: number;
+    /** (option, lower, upper) triples. */
+    rs: number[];
+}
+
+export interface NativeRolloutCorrectionStats {
+    tokens: number;
+    sequences: number;
+    isMean: number;
+    isMax: number;
+    isMin: number;
+    isStd: number;
+    isEss: number;
+    isFractionHigh: number;
+    isFractionLow: number;
+    /** Fraction of tokens whose weight was truncated or zeroed. */
+    isCorrectedFraction: number;
+    batchNormFactor: number;
+    /** Fraction of tokens (and of sequences with at least one) the rejection criteria removed. */
+    rsMaskedFraction: number;
+    rsSeqMaskedFraction: number;
+    /** mean(rollout - old): KL(pi_rollout || pi_old) estimated on the rollout's samples. */
+    kl: number;
+    /** mean(exp(lr) - 1 - lr), lr = old - rollout: the k3 estimator of the same KL. */
+    k3Kl: number;
+    chi2Token: number;
+    chi2Seq: number;
+    trainingPpl: number;
+    rolloutPpl: number;
+    logPplDiff: number;
+    logPplAbsDiff: number;
+}
+
+type RolloutCorrectionArgs = [
+    oldLogp: Float32Array,
+    rolloutLogp: Float32Array,
+    mask: MaskArray,
+    B: number,
+    T: number,
+    params: NativeRolloutCorrectionParams,
+    device: 0 | 1,
+    weights: Float32Array | null,
+    keep: Float32Array | null,
+];
+
 export interface NativeValueStats {
     loss: number;
     clipFrac: number;
@@ -295,6 +345,8 @@ export interface NativeBinding {
     ): Promise<void>;
     policyLoss(...args: PolicyLossArgs): NativeLossStats;
     policyLossAsync(...args: PolicyLossArgs): Promise<NativeLossStats>;
+    rolloutCorrection(...args: RolloutCorrectionArgs): NativeRolloutCorrectionStats;
+    rolloutCorrectionAsync(...args: RolloutCorrectionArgs): Promise<NativeRolloutCorrectionStats>;
     valueLoss(...args: ValueLossArgs): NativeValueStats;
     valueLossAsync(...args: ValueLossArgs): Promise<NativeValueStats>;
     logprobs(...args: LogprobsArgs): void;

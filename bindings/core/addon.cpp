@@ -8,6 +8,7 @@ void InitBackend(Napi::Env env, Napi::Object exports);
 void InitGae(Napi::Env env, Napi::Object exports);
 void InitGroupAdvantages(Napi::Env env, Napi::Object exports);
 void InitPolicyLoss(Napi::Env env, Napi::Object exports);
+void InitRolloutCorrection(Napi::Env env, Napi::Object exports);
 void InitSampling(Napi::Env env, Napi::Object exports);
 void InitGpt(Napi::Env env, Napi::Object exports);
 void InitLora(Napi::Env env, Napi::Object exports);
@@ -20,6 +21,7 @@ static Napi::Object Init(Napi::Env env, Napi::Object exports) {
     maporl_js::InitGae(env, exports);
     maporl_js::InitGroupAdvantages(env, exports);
     maporl_js::InitPolicyLoss(env, exports);
+    maporl_js::InitRolloutCorrection(env, exports);
     maporl_js::InitSampling(env, exports);
     maporl_js::InitGpt(env, exports);
     maporl_js::InitLora(env, exports);

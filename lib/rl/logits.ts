@@ -8,6 +8,7 @@ import { type Device, resolveDevice } from "../backend.js";
 import { native, type NativeLossStats } from "../native.js";
 import { describe, requireArray, requireBoolean, requireDisjoint, requireNumber, requireOptions } from "../validate.js";
 import { LOSS_OPTION_KEYS, type LossOptions, lossParams, type PolicyLossStats, statsOf } from "./policyLoss.js";
+import { weightAdvantages } from "./rolloutCorrection.js";
 
 /** [N, V] (N tokens), or [B, T, V] (B sequences of T tokens, for per-sequence advantages and seq-mean aggregation). */
 export type LogitsShape = readonly [number, number] | readonly [number, number, number];
@@ -137,6 +138,8 @@ export interface FusedBatch {
     advantages: Float32Array;
     mask: Uint8Array | Float32Array;
     refLogp?: Float32Array;
+    /** Importance weights of the policy-gradient term, [N] (PolicyLossBatch.rolloutIsWeights). */
+    rolloutIsWeights?: Float32Array;
     /** [N, V] is one sequence of N tokens (so seq-mean aggregations treat it as one sequence); [B, T, V] is B of T. */
     shape: LogitsShape;
 }
@@ -185,9 +188,13 @@ function prepareFused(fn: string, batch: FusedBatch, options: unknown, extra: st
     const targets = requireArray(fn, "targets", batch.targets, [Int32Array], N);
     const oldLogp = batch.oldLogp === undefined ? null : requireArray(fn, "oldLogp", batch.oldLogp, [Float32Array], N);
     const advIn = batch.advantages as unknown;
-    const perSeq = advIn instanceof Float32Array && advIn.length === B && B !== N;
-    const advantages = requireArray(fn, "advantages", advIn, [Float32Array], perSeq ? B : N);
+    let perSeq = advIn instanceof Float32Array && advIn.length === B && B !== N;
+    let advantages = requireArray(fn, "advantages", advIn, [Float32Array], perSeq ? B : N);
     const mask = requireArray(fn, "mask", batch.mask, [Uint8Array, Float32Array], N);
+    if (batch.rolloutIsWeights !== undefined) {
+        advantages = weightAdvantages(fn, advantages, perSeq, batch.rolloutIsWeights, mask, B, T);
+        perSeq = false;
+    }
     const refLogp = batch.refLogp === undefined ? null : requireArray(fn, "refLogp", batch.refLogp, [Float32Array], N);
     const params = lossParams(fn, o, refLogp !== null, true, oldLogp !== null);
     const temperature = requireNumber(fn, "temperature", o.temperature, 1, Number.MIN_VALUE, Number.MAX_VALUE);

@@ -9,6 +9,7 @@ import { withSignal } from "../abort.js";
 import { outputFloat32 } from "../alloc.js";
 import { type Device, resolveDevice } from "../backend.js";
 import { native, type NativeLossParams, type NativeLossStats } from "../native.js";
+import { weightAdvantages } from "./rolloutCorrection.js";
 import {
     describe,
     requireArray,
@@ -105,6 +106,10 @@ export interface PolicyLossBatch {
     refLogp?: Float32Array;
     /** Entropy per token, [B, T], for `entropyCoef` (summarised in stats when given). */
     entropy?: Float32Array;
+    /** Importance weights of a batch another policy sampled, [B, T] (rolloutCorrection's `weights`): they multiply
+     * the policy-gradient term per token, as verl's `pg_losses * rollout_is_weights` (not the KL or entropy terms).
+     * Finite and >= 0 at unmasked tokens. */
+    rolloutIsWeights?: Float32Array;
     shape: readonly [number, number];
 }
 
@@ -256,9 +261,13 @@ function preparePolicy(fn: string, batch: PolicyLossBatch, options: unknown, ext
     const logp = requireArray(fn, "logp", batch.logp, [Float32Array], n);
     const oldLogp = batch.oldLogp === undefined ? null : requireArray(fn, "oldLogp", batch.oldLogp, [Float32Array], n);
     const advIn = batch.advantages as unknown;
-    const perSeq = advIn instanceof Float32Array && advIn.length === B && B !== n;
-    const advantages = requireArray(fn, "advantages", advIn, [Float32Array], perSeq ? B : n);
+    let perSeq = advIn instanceof Float32Array && advIn.length === B && B !== n;
+    let advantages = requireArray(fn, "advantages", advIn, [Float32Array], perSeq ? B : n);
     const mask = requireArray(fn, "mask", batch.mask, [Uint8Array, Float32Array], n);
+    if (batch.rolloutIsWeights !== undefined) {
+        advantages = weightAdvantages(fn, advantages, perSeq, batch.rolloutIsWeights, mask, B, T);
+        perSeq = false;
+    }
     const refLogp = batch.refLogp === undefined ? null : requireArray(fn, "refLogp", batch.refLogp, [Float32Array], n);
     const entropy = batch.entropy === undefined ? null : requireArray(fn, "entropy", batch.entropy, [Float32Array], n);
     const params = lossParams(fn, o, refLogp !== null, entropy !== null, oldLogp !== null);

@@ -9,6 +9,7 @@
 #include "native/model/llama_cuda.h"
 #include "native/rl/group_advantages.h"
 #include "native/rl/policy_loss.h"
+#include "native/rl/rollout_correction.h"
 #include "native/sampling/sampling.h"
 
 namespace maporl {
@@ -53,6 +54,12 @@ maporl_status logprobs_cuda(const float *, const uint16_t *, const int32_t *, in
 
 maporl_status fused_policy_loss_cuda(const FusedArgs<float> &, maporl_policy_loss_stats *) {
     return no_device("fused_policy_loss");
+}
+
+maporl_status rollout_correction_cuda(const float *, const float *, const void *, maporl_mask_type, int64_t, int64_t,
+                                      const maporl_rollout_correction_params &, float *, float *,
+                                      maporl_rollout_correction_stats *) {
+    return no_device("rollout_correction");
 }
 
 maporl_status sample_cuda(const float *, int64_t, int64_t, const maporl_sample_params &, const int32_t *, int32_t *,

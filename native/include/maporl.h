@@ -269,6 +269,86 @@ maporl_status maporl_value_loss(maporl_device device, const float * values, cons
                                 int64_t T, float clip, maporl_loss_agg agg, double normalizer, float * grad_values_out,
                                 maporl_value_loss_stats * stats_out);
 
+/* ---- Rollout correction: the sampler is not the trainer (verl's rollout_corr_helper) -------------------- */
+
+typedef enum maporl_rollout_is {
+    MAPORL_ROLLOUT_IS_NONE = 0,
+    MAPORL_ROLLOUT_IS_TOKEN = 1,    /* rho_t = exp(old_t - rollout_t) */
+    MAPORL_ROLLOUT_IS_SEQUENCE = 2, /* rho = exp(sum_t (old_t - rollout_t)) for every token of the row */
+    MAPORL_ROLLOUT_IS_GEOMETRIC = 3 /* rho = exp(mean_t (old_t - rollout_t)) */
+} maporl_rollout_is;
+
+typedef enum maporl_rollout_is_mode {
+    MAPORL_ROLLOUT_IS_TRUNCATE = 0, /* w = min(rho, is_threshold) (TIS) */
+    MAPORL_ROLLOUT_IS_MASK = 1      /* w = rho inside [is_threshold_lower, is_threshold], else 0 (MIS, icepop) */
+} maporl_rollout_is_mode;
+
+/* verl's rejection-sampling options: the k estimators of the clamped log ratio lr = old - rollout (k1 = -lr,
+ * k2 = lr^2 / 2, k3 = exp(lr) - 1 - lr), per token, or summed / averaged / maximised over the row. */
+typedef enum maporl_rollout_rs {
+    MAPORL_ROLLOUT_RS_TOKEN_K1 = 1,
+    MAPORL_ROLLOUT_RS_TOKEN_K2 = 2,
+    MAPORL_ROLLOUT_RS_TOKEN_K3 = 3,
+    MAPORL_ROLLOUT_RS_SEQ_SUM_K1 = 4,
+    MAPORL_ROLLOUT_RS_SEQ_SUM_K2 = 5,
+    MAPORL_ROLLOUT_RS_SEQ_SUM_K3 = 6,
+    MAPORL_ROLLOUT_RS_SEQ_MEAN_K1 = 7,
+    MAPORL_ROLLOUT_RS_SEQ_MEAN_K2 = 8,
+    MAPORL_ROLLOUT_RS_SEQ_MEAN_K3 = 9,
+    MAPORL_ROLLOUT_RS_SEQ_MAX_K2 = 10,
+    MAPORL_ROLLOUT_RS_SEQ_MAX_K3 = 11
+} maporl_rollout_rs;
+
+#define MAPORL_ROLLOUT_RS_MAX 4
+
+typedef struct maporl_rollout_rs_criterion {
+    maporl_rollout_rs option;
+    double lower; /* k1 options: a token / row passes when log(lower) <= k1 statistic <= log(upper); 0 < lower < upper */
+    double upper; /* other options: passes when the statistic <= upper; upper > 0 */
+} maporl_rollout_rs_criterion;
+
+typedef struct maporl_rollout_correction_params {
+    maporl_rollout_is is;         /* Default NONE */
+    maporl_rollout_is_mode is_mode; /* Default TRUNCATE */
+    double is_threshold;          /* > 0, finite. Default 2 (verl's rollout_is_threshold) */
+    double is_threshold_lower;    /* mask mode's lower bound, in [0, is_threshold). Default 0 */
+    int batch_normalize;          /* 1: weights divided by their batch mean (verl's rollout_is_batch_normalize). Default 0 */
+    int rs_count;                 /* criteria in rs (0 to MAPORL_ROLLOUT_RS_MAX); a token must pass all. Default 0 */
+    maporl_rollout_rs_criterion rs[MAPORL_ROLLOUT_RS_MAX];
+} maporl_rollout_correction_params;
+
+maporl_rollout_correction_params maporl_rollout_correction_default_params(void);
+
+typedef struct maporl_rollout_correction_stats {
+    double tokens, sequences; /* valid tokens; rows with at least one */
+    /* IS (0 when is is NONE), verl's rollout_is_*: over valid tokens of the raw weight rho (before truncation) */
+    double is_mean, is_max, is_min;
+    double is_std, is_ess;                    /* of rho clamped to [1/threshold, threshold]; ESS = 1 / mean((w/mean)^2) */
+    double is_fraction_high, is_fraction_low; /* rho > threshold, rho < 1/threshold (token: of tokens; else of rows) */
+    double is_corrected_fraction;             /* tokens whose weight truncation or masking changed */
+    double batch_norm_factor;                 /* the mean the weights were divided by (1 when off) */
+    /* rejection: tokens removed, and rows with at least one removed token, of the valid ones */
+    double rs_masked_fraction, rs_seq_masked_fraction;
+    /* mismatch (verl's compute_offpolicy_metrics): kl = mean(rollout - old); k3_kl = mean(exp(lr) - 1 - lr);
+     * chi2_token = mean(rho_t^2) - 1; chi2_seq = mean over rows of exp(2 sum lr) - 1 (log ratios clamped to
+     * [-20, 20]); the perplexities are means over rows of exp(-mean log-prob) */
+    double kl, k3_kl, chi2_token, chi2_seq;
+    double training_ppl, rollout_ppl, log_ppl_diff, log_ppl_abs_diff;
+} maporl_rollout_correction_stats;
+
+/* Importance weights and a rejection keep-mask for a batch the rollout engine sampled and the trainer scores:
+ *   old_logp: [B, T], the trainer's log-probs of the sampled ids (verl's old_log_probs); rollout_logp: [B, T], the
+ *   sampler's (rollout_log_probs); mask: [B, T] of mask_type.
+ *   weights_out: [B, T] or NULL (=), the IS weights (0 at masked positions); required unless is is NONE. The policy
+ *   loss multiplies its policy-gradient term by them (PolicyLossBatch.rolloutIsWeights).
+ *   keep_out: [B, T] float or NULL (=): 1 where every rejection criterion passes, 0 elsewhere and at masked
+ *   positions; the loss's mask becomes mask * keep. Required when rs_count > 0.
+ * Values at masked positions are never read. */
+maporl_status maporl_rollout_correction(maporl_device device, const float * old_logp, const float * rollout_logp,
+                                        const void * mask, maporl_mask_type mask_type, int64_t B, int64_t T,
+                                        maporl_rollout_correction_params params, float * weights_out,
+                                        float * keep_out, maporl_rollout_correction_stats * stats_out);
+
 /* ---- log-probs from logits, and the fused logits -> loss -> dlogits kernel ------------------------------ */
 
 /* Selective log-softmax: logp_out[n] = z[n, y_n]/temp - logsumexp(z[n, :]/temp), one online pass per row;

@@ -24,6 +24,8 @@ export interface RefBatch {
     mask: ArrayLike<number>;
     refLogp: ArrayLike<number> | null;
     entropy: ArrayLike<number> | null;
+    /** verl's rollout_is_weights: pg_losses * w after every clip (rolloutCorrection.ref.ts makes them). */
+    isWeights?: ArrayLike<number> | null;
     B: number;
     T: number;
 }
@@ -135,6 +137,10 @@ export function policyLossReference(x: RefBatch, o: RefOptions) {
                     L = -a * lp;
                     dL = -a;
                 }
+            }
+            if (x.isWeights) {
+                L *= x.isWeights[i];
+                dL *= x.isWeights[i];
             }
             let k = 0,
                 dk = 0;
