@@ -1,5 +1,6 @@
 // rollout_correction.cu: the CUDA rollout correction, one thread per row running rc_row (rollout_correction.h,
-// the CPU kernel's row function: same operations in the same order, so the same bits); the rows' sums come back to
+// the CPU kernel's row function: the same operations in the same order; CUDA's exp and log may round differently
+// from the host's by an ulp); the rows' sums come back to
 // the host and rc_finish combines them in row order as the CPU driver does; batch normalisation is an elementwise
 // kernel. The correction reads each log-prob twice and is a small part of a training step; a row-parallel version
 // is not written (no GPU has profiled this one).
@@ -13,9 +14,8 @@ namespace {
 
 template <typename M>
 __global__ void rc_rows_kernel(const float * __restrict__ old, const float * __restrict__ roll,
-                               const M * __restrict__ mask, int64_t B, int64_t T,
-                               maporl_rollout_correction_params p, float * __restrict__ w, float * __restrict__ keep,
-                               RcRow * __restrict__ rows) {
+                               const M * __restrict__ mask, int64_t B, int64_t T, maporl_rollout_correction_params p,
+                               float * __restrict__ w, float * __restrict__ keep, RcRow * __restrict__ rows) {
     const int64_t b = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (b >= B) return;
     rows[b] = rc_row<M>(p, old + b * T, roll + b * T, mask + b * T, T, w ? w + b * T : nullptr,
@@ -43,11 +43,11 @@ maporl_status rollout_correction_cuda(const float * old, const float * roll, con
         const int64_t blocks = (B + kThreads - 1) / kThreads;
         MAPORL_RETURN_IF_ERROR(check_grid(blocks, "rollout_correction"));
         if (mask_type == MAPORL_MASK_U8)
-            rc_rows_kernel<uint8_t><<<(unsigned)blocks, kThreads>>>(old, roll, (const uint8_t *)mask, B, T, p, w,
-                                                                     keep, d_rows.as<RcRow>());
+            rc_rows_kernel<uint8_t><<<(unsigned)blocks, kThreads>>>(old, roll, (const uint8_t *)mask, B, T, p, w, keep,
+                                                                    d_rows.as<RcRow>());
         else
-            rc_rows_kernel<float><<<(unsigned)blocks, kThreads>>>(old, roll, (const float *)mask, B, T, p, w, keep,
-                                                                   d_rows.as<RcRow>());
+            rc_rows_kernel<float>
+                <<<(unsigned)blocks, kThreads>>>(old, roll, (const float *)mask, B, T, p, w, keep, d_rows.as<RcRow>());
         MAPORL_CUDA_CALL(cudaPeekAtLastError());
         MAPORL_CUDA_CALL(cudaMemcpy(rows.data(), d_rows.ptr, sizeof(RcRow) * (size_t)B, cudaMemcpyDeviceToHost));
     }

@@ -303,17 +303,18 @@ typedef enum maporl_rollout_rs {
 
 typedef struct maporl_rollout_rs_criterion {
     maporl_rollout_rs option;
-    double lower; /* k1 options: a token / row passes when log(lower) <= k1 statistic <= log(upper); 0 < lower < upper */
+    double
+        lower; /* k1 options: a token / row passes when log(lower) <= k1 statistic <= log(upper); 0 < lower < upper */
     double upper; /* other options: passes when the statistic <= upper; upper > 0 */
 } maporl_rollout_rs_criterion;
 
 typedef struct maporl_rollout_correction_params {
-    maporl_rollout_is is;         /* Default NONE */
+    maporl_rollout_is is;           /* Default NONE */
     maporl_rollout_is_mode is_mode; /* Default TRUNCATE */
-    double is_threshold;          /* > 0, finite. Default 2 (verl's rollout_is_threshold) */
-    double is_threshold_lower;    /* mask mode's lower bound, in [0, is_threshold). Default 0 */
-    int batch_normalize;          /* 1: weights divided by their batch mean (verl's rollout_is_batch_normalize). Default 0 */
-    int rs_count;                 /* criteria in rs (0 to MAPORL_ROLLOUT_RS_MAX); a token must pass all. Default 0 */
+    double is_threshold;            /* > 0, finite. Default 2 (verl's rollout_is_threshold) */
+    double is_threshold_lower;      /* mask mode's lower bound, in [0, is_threshold). Default 0 */
+    int batch_normalize; /* 1: weights divided by their batch mean (verl's rollout_is_batch_normalize). Default 0 */
+    int rs_count;        /* criteria in rs (0 to MAPORL_ROLLOUT_RS_MAX); a token must pass all. Default 0 */
     maporl_rollout_rs_criterion rs[MAPORL_ROLLOUT_RS_MAX];
 } maporl_rollout_correction_params;
 
@@ -323,7 +324,7 @@ typedef struct maporl_rollout_correction_stats {
     double tokens, sequences; /* valid tokens; rows with at least one */
     /* IS (0 when is is NONE), verl's rollout_is_*: over valid tokens of the raw weight rho (before truncation) */
     double is_mean, is_max, is_min;
-    double is_std, is_ess;                    /* of rho clamped to [1/threshold, threshold]; ESS = 1 / mean((w/mean)^2) */
+    double is_std, is_ess; /* of rho clamped to [1/threshold, threshold]; ESS = 1 / mean((w/mean)^2) */
     double is_fraction_high, is_fraction_low; /* rho > threshold, rho < 1/threshold (token: of tokens; else of rows) */
     double is_corrected_fraction;             /* tokens whose weight truncation or masking changed */
     double batch_norm_factor;                 /* the mean the weights were divided by (1 when off) */
@@ -346,8 +347,8 @@ typedef struct maporl_rollout_correction_stats {
  * Values at masked positions are never read. */
 maporl_status maporl_rollout_correction(maporl_device device, const float * old_logp, const float * rollout_logp,
                                         const void * mask, maporl_mask_type mask_type, int64_t B, int64_t T,
-                                        maporl_rollout_correction_params params, float * weights_out,
-                                        float * keep_out, maporl_rollout_correction_stats * stats_out);
+                                        maporl_rollout_correction_params params, float * weights_out, float * keep_out,
+                                        maporl_rollout_correction_stats * stats_out);
 
 /* ---- log-probs from logits, and the fused logits -> loss -> dlogits kernel ------------------------------ */
 

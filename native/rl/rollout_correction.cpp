@@ -1,6 +1,6 @@
 // rollout_correction.cpp: the CPU rollout correction (rows on the pool, each row's sums by rc_row in
 // rollout_correction.h) and the maporl_rollout_correction C entry point. The rows' sums are combined in row order,
-// so nothing depends on the thread count, and the CUDA driver gives the same bits.
+// so nothing depends on the thread count.
 #include "native/rl/rollout_correction.h"
 
 #include <cmath>
@@ -20,8 +20,9 @@ void rc_check_params(const maporl_rollout_correction_params & p) {
     if (!std::isfinite(p.is_threshold) || !(p.is_threshold > 0))
         throw_error(MAPORL_ERR_INVALID_ARG, "is_threshold: expected a finite number > 0, got %g", p.is_threshold);
     if (!std::isfinite(p.is_threshold_lower) || p.is_threshold_lower < 0 || p.is_threshold_lower >= p.is_threshold)
-        throw_error(MAPORL_ERR_INVALID_ARG, "is_threshold_lower: expected a finite number in [0, is_threshold = %g), got %g",
-                    p.is_threshold, p.is_threshold_lower);
+        throw_error(MAPORL_ERR_INVALID_ARG,
+                    "is_threshold_lower: expected a finite number in [0, is_threshold = %g), got %g", p.is_threshold,
+                    p.is_threshold_lower);
     if (p.batch_normalize != 0 && p.batch_normalize != 1)
         throw_error(MAPORL_ERR_INVALID_ARG, "batch_normalize: expected 0 or 1, got %d", p.batch_normalize);
     if (p.rs_count < 0 || p.rs_count > MAPORL_ROLLOUT_RS_MAX)
@@ -44,8 +45,8 @@ void rc_check_params(const maporl_rollout_correction_params & p) {
 double rc_finish(const maporl_rollout_correction_params & p, const RcRow * rows, int64_t B,
                  maporl_rollout_correction_stats * st) {
     RcRow s;  // token-level sums
-    double seqs = 0, rej_rows = 0, high_rows = 0, low_rows = 0, chi2_seq = 0, tppl = 0, rppl = 0, dppl = 0,
-           adppl = 0, wseq = 0;
+    double seqs = 0, rej_rows = 0, high_rows = 0, low_rows = 0, chi2_seq = 0, tppl = 0, rppl = 0, dppl = 0, adppl = 0,
+           wseq = 0;
     for (int64_t b = 0; b < B; ++b) {
         const RcRow & r = rows[b];
         if (r.n == 0) continue;
@@ -145,8 +146,8 @@ maporl_rollout_correction_params maporl_rollout_correction_default_params(void) 
 
 maporl_status maporl_rollout_correction(maporl_device device, const float * old_logp, const float * rollout_logp,
                                         const void * mask, maporl_mask_type mask_type, int64_t B, int64_t T,
-                                        maporl_rollout_correction_params params, float * weights_out,
-                                        float * keep_out, maporl_rollout_correction_stats * stats_out) {
+                                        maporl_rollout_correction_params params, float * weights_out, float * keep_out,
+                                        maporl_rollout_correction_stats * stats_out) {
     using namespace maporl;
     return guarded([&] {
         require_device(device);
@@ -160,8 +161,8 @@ maporl_status maporl_rollout_correction(maporl_device device, const float * old_
         if (params.is != MAPORL_ROLLOUT_IS_NONE) require_ptr(weights_out, "weights_out", n);
         if (params.rs_count > 0) require_ptr(keep_out, "keep_out", n);
         if (device == MAPORL_DEVICE_CUDA)
-            return rollout_correction_cuda(old_logp, rollout_logp, mask, mask_type, B, T, params, weights_out,
-                                           keep_out, stats_out);
+            return rollout_correction_cuda(old_logp, rollout_logp, mask, mask_type, B, T, params, weights_out, keep_out,
+                                           stats_out);
         float * w = params.is != MAPORL_ROLLOUT_IS_NONE ? weights_out : nullptr;
         std::vector<RcRow> rows((size_t)B);
         if (mask_type == MAPORL_MASK_U8)
@@ -169,7 +170,8 @@ maporl_status maporl_rollout_correction(maporl_device device, const float * old_
         else
             rows_cpu<float>(old_logp, rollout_logp, (const float *)mask, B, T, params, w, keep_out, rows.data());
         for (int64_t b = 0; b < B; ++b)
-            if (rows[(size_t)b].bad_mask) throw_error(MAPORL_ERR_INVALID_ARG, "mask: expected 0 or 1 (row %lld)", (long long)b);
+            if (rows[(size_t)b].bad_mask)
+                throw_error(MAPORL_ERR_INVALID_ARG, "mask: expected 0 or 1 (row %lld)", (long long)b);
         const double f = rc_finish(params, rows.data(), B, stats_out);
         if (w && f != 1.0) {
             parallel_for(n, (int64_t)1 << 16, [&](int64_t i0, int64_t i1) {

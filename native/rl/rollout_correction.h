@@ -2,8 +2,8 @@
 // rollout_corr_helper.py). One row at a time, in double: rc_row reads a row's trainer log-probs (old), the
 // sampler's (rollout) and its mask, writes the row's importance weights and rejection keep-mask, and returns the
 // row's sums. The CPU driver (rollout_correction.cpp) runs it on the pool, the CUDA kernel
-// (cuda/rl/rollout_correction.cu) one thread per row; both combine the rows' sums in row order on the host, so
-// the two give the same bits. See maporl.h for the contract.
+// (cuda/rl/rollout_correction.cu) one thread per row; both combine the rows' sums in row order on the host (the two
+// differ only where CUDA's exp and log round differently from the host's, by an ulp). See maporl.h for the contract.
 #pragma once
 
 #include <math.h>
@@ -20,17 +20,17 @@ constexpr double kRcSafety = 20.0;
 // One row's sums over its valid tokens (all double). Token-level sums add across rows; the row-level values
 // (rejected, lr_sum, ...) are combined by the driver.
 struct RcRow {
-    double n = 0;                              // valid tokens
-    double lr_sum = 0;                         // sum of old - rollout
-    double old_sum = 0, roll_sum = 0;          // sums of the log-probs (perplexities)
-    double k3_sum = 0, rho2_sum = 0;           // mismatch k3 and rho^2 (chi^2), on the clamped log ratio
+    double n = 0;                      // valid tokens
+    double lr_sum = 0;                 // sum of old - rollout
+    double old_sum = 0, roll_sum = 0;  // sums of the log-probs (perplexities)
+    double k3_sum = 0, rho2_sum = 0;   // mismatch k3 and rho^2 (chi^2), on the clamped log ratio
     double rho_sum = 0, rho_max = -INFINITY, rho_min = INFINITY;  // raw IS weight (before truncation / masking)
-    double high = 0, low = 0;                  // tokens (token level) with rho above the threshold / below 1/threshold
-    double c_sum = 0, c2_sum = 0;              // rho clamped to [1/threshold, threshold] (std, ESS)
-    double corrected = 0;                      // tokens whose weight truncation or masking changed
-    double w_sum = 0;                          // final weights (before batch normalisation)
-    double rejected = 0;                       // tokens a rejection criterion removed
-    int bad_mask = 0;                          // a mask value other than 0 / 1
+    double high = 0, low = 0;      // tokens (token level) with rho above the threshold / below 1/threshold
+    double c_sum = 0, c2_sum = 0;  // rho clamped to [1/threshold, threshold] (std, ESS)
+    double corrected = 0;          // tokens whose weight truncation or masking changed
+    double w_sum = 0;              // final weights (before batch normalisation)
+    double rejected = 0;           // tokens a rejection criterion removed
+    int bad_mask = 0;              // a mask value other than 0 / 1
 };
 
 MAPORL_HD double rc_clamp(double x, double lo, double hi) { return x < lo ? lo : (x > hi ? hi : x); }
@@ -44,9 +44,7 @@ MAPORL_HD bool rc_valid(M m, int * bad) {
 
 // The k-estimator of a (clamped) log ratio lr = old - rollout, as verl's rejection sampling defines them:
 // k1 = -lr, k2 = lr^2 / 2, k3 = exp(lr) - 1 - lr.
-MAPORL_HD double rc_k(int k, double lr) {
-    return k == 1 ? -lr : (k == 2 ? 0.5 * lr * lr : ::exp(lr) - 1.0 - lr);
-}
+MAPORL_HD double rc_k(int k, double lr) { return k == 1 ? -lr : (k == 2 ? 0.5 * lr * lr : ::exp(lr) - 1.0 - lr); }
 
 // Whether value v passes criterion c (k1: log(lower) <= v <= log(upper); else v <= upper).
 MAPORL_HD bool rc_pass(const maporl_rollout_rs_criterion & c, int k, double v) {
@@ -57,17 +55,39 @@ MAPORL_HD bool rc_pass(const maporl_rollout_rs_criterion & c, int k, double v) {
 // Criterion option -> (level 0 token / 1 seq sum / 2 seq mean / 3 seq max, k).
 MAPORL_HD void rc_option(maporl_rollout_rs o, int * level, int * k) {
     switch (o) {
-        case MAPORL_ROLLOUT_RS_TOKEN_K1: *level = 0, *k = 1; return;
-        case MAPORL_ROLLOUT_RS_TOKEN_K2: *level = 0, *k = 2; return;
-        case MAPORL_ROLLOUT_RS_TOKEN_K3: *level = 0, *k = 3; return;
-        case MAPORL_ROLLOUT_RS_SEQ_SUM_K1: *level = 1, *k = 1; return;
-        case MAPORL_ROLLOUT_RS_SEQ_SUM_K2: *level = 1, *k = 2; return;
-        case MAPORL_ROLLOUT_RS_SEQ_SUM_K3: *level = 1, *k = 3; return;
-        case MAPORL_ROLLOUT_RS_SEQ_MEAN_K1: *level = 2, *k = 1; return;
-        case MAPORL_ROLLOUT_RS_SEQ_MEAN_K2: *level = 2, *k = 2; return;
-        case MAPORL_ROLLOUT_RS_SEQ_MEAN_K3: *level = 2, *k = 3; return;
-        case MAPORL_ROLLOUT_RS_SEQ_MAX_K2: *level = 3, *k = 2; return;
-        default: *level = 3, *k = 3; return;  // MAPORL_ROLLOUT_RS_SEQ_MAX_K3 (options are checked before)
+        case MAPORL_ROLLOUT_RS_TOKEN_K1:
+            *level = 0, *k = 1;
+            return;
+        case MAPORL_ROLLOUT_RS_TOKEN_K2:
+            *level = 0, *k = 2;
+            return;
+        case MAPORL_ROLLOUT_RS_TOKEN_K3:
+            *level = 0, *k = 3;
+            return;
+        case MAPORL_ROLLOUT_RS_SEQ_SUM_K1:
+            *level = 1, *k = 1;
+            return;
+        case MAPORL_ROLLOUT_RS_SEQ_SUM_K2:
+            *level = 1, *k = 2;
+            return;
+        case MAPORL_ROLLOUT_RS_SEQ_SUM_K3:
+            *level = 1, *k = 3;
+            return;
+        case MAPORL_ROLLOUT_RS_SEQ_MEAN_K1:
+            *level = 2, *k = 1;
+            return;
+        case MAPORL_ROLLOUT_RS_SEQ_MEAN_K2:
+            *level = 2, *k = 2;
+            return;
+        case MAPORL_ROLLOUT_RS_SEQ_MEAN_K3:
+            *level = 2, *k = 3;
+            return;
+        case MAPORL_ROLLOUT_RS_SEQ_MAX_K2:
+            *level = 3, *k = 2;
+            return;
+        default:
+            *level = 3, *k = 3;
+            return;  // MAPORL_ROLLOUT_RS_SEQ_MAX_K3 (options are checked before)
     }
 }
 
