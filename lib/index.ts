@@ -221,6 +221,7 @@ export { formatSummary } from "./train/job/summary.js";
 export type { JobProgress, TrainJobOptions, TrainSummary } from "./train/job/types.js";
 export { type StageTiming } from "./train/job/clock.js";
 export { resolveConfig, DEFAULT_CONFIG, type TrainConfig, type Algo, type Schedule } from "./train/job/config.js";
+export type { CorrectionConfig, MismatchStats } from "./train/trainers/correction.js";
 export { evaluateTeam, type EvalResult } from "./train/job/evaluate.js";
 export { compactDebate } from "./train/tasks/compactDebate.js";
 export {

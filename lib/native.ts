@@ -3,6 +3,7 @@
 import { createRequire } from "node:module";
 
 import { MaporlError } from "./errors.js";
+import type { RolloutCorrectionStats } from "./rl/rolloutCorrectionStats.js";
 
 /** Raw mask arrays accepted by the kernels. */
 export type MaskArray = Uint8Array | Float32Array;
@@ -76,34 +77,6 @@ export interface NativeRolloutCorrectionParams {
     batchNormalize: number;
     /** (option, lower, upper) triples. */
     rs: number[];
-}
-
-export interface NativeRolloutCorrectionStats {
-    tokens: number;
-    sequences: number;
-    isMean: number;
-    isMax: number;
-    isMin: number;
-    isStd: number;
-    isEss: number;
-    isFractionHigh: number;
-    isFractionLow: number;
-    /** Fraction of tokens whose weight was truncated or zeroed. */
-    isCorrectedFraction: number;
-    batchNormFactor: number;
-    /** Fraction of tokens (and of sequences with at least one) the rejection criteria removed. */
-    rsMaskedFraction: number;
-    rsSeqMaskedFraction: number;
-    /** mean(rollout - old): KL(pi_rollout || pi_old) estimated on the rollout's samples. */
-    kl: number;
-    /** mean(exp(lr) - 1 - lr), lr = old - rollout: the k3 estimator of the same KL. */
-    k3Kl: number;
-    chi2Token: number;
-    chi2Seq: number;
-    trainingPpl: number;
-    rolloutPpl: number;
-    logPplDiff: number;
-    logPplAbsDiff: number;
 }
 
 type RolloutCorrectionArgs = [
@@ -345,8 +318,8 @@ export interface NativeBinding {
     ): Promise<void>;
     policyLoss(...args: PolicyLossArgs): NativeLossStats;
     policyLossAsync(...args: PolicyLossArgs): Promise<NativeLossStats>;
-    rolloutCorrection(...args: RolloutCorrectionArgs): NativeRolloutCorrectionStats;
-    rolloutCorrectionAsync(...args: RolloutCorrectionArgs): Promise<NativeRolloutCorrectionStats>;
+    rolloutCorrection(...args: RolloutCorrectionArgs): RolloutCorrectionStats;
+    rolloutCorrectionAsync(...args: RolloutCorrectionArgs): Promise<RolloutCorrectionStats>;
     valueLoss(...args: ValueLossArgs): NativeValueStats;
     valueLossAsync(...args: ValueLossArgs): Promise<NativeValueStats>;
     logprobs(...args: LogprobsArgs): void;

@@ -79,6 +79,9 @@ export interface TrainBatch {
     oldValues?: Float32Array;
     oldLogp?: Float32Array;
     refLogp?: Float32Array;
+    /** Importance weights of the policy-gradient term [B, T] (rolloutCorrection's `weights`, for rows another policy
+     * sampled); policy losses only. */
+    rolloutIsWeights?: Float32Array;
 }
 
 export interface TrainOptions {

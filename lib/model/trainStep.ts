@@ -169,6 +169,7 @@ export async function trainStep(self: EngineView, batch: TrainBatch, options: Tr
                       advantages: sft ? new Float32Array(B * T).fill(1) : batch.advantages!,
                       ...(batch.oldLogp ? { oldLogp: batch.oldLogp } : {}),
                       ...(batch.refLogp ? { refLogp: batch.refLogp } : {}),
+                      ...(batch.rolloutIsWeights && !sft ? { rolloutIsWeights: batch.rolloutIsWeights } : {}),
                   },
                   sft
                       ? { type: "reinforce", aggregation: "token-mean", inPlace: true, device: "cpu" }
@@ -245,6 +246,7 @@ async function scoredLoss(
             advantages: sft ? new Float32Array(N).fill(1) : batch.advantages!,
             ...(batch.oldLogp ? { oldLogp: batch.oldLogp } : {}),
             ...(batch.refLogp ? { refLogp: batch.refLogp } : {}),
+            ...(batch.rolloutIsWeights && !sft ? { rolloutIsWeights: batch.rolloutIsWeights } : {}),
         },
         sft ? { type: "reinforce", aggregation: "token-mean", device: "cpu" } : { ...loss, device: "cpu" },
     );

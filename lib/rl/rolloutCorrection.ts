@@ -12,7 +12,10 @@
 import { withSignal } from "../abort.js";
 import { outputFloat32 } from "../alloc.js";
 import { type Device, resolveDevice } from "../backend.js";
-import { native, type NativeRolloutCorrectionParams, type NativeRolloutCorrectionStats } from "../native.js";
+import { native, type NativeRolloutCorrectionParams } from "../native.js";
+import type { RolloutCorrectionStats } from "./rolloutCorrectionStats.js";
+
+export type { RolloutCorrectionStats };
 import { describe, requireArray, requireChoice, requireNumber, requireOptions, requireShape2 } from "../validate.js";
 
 export type RolloutIsLevel = "token" | "sequence" | "geometric";
@@ -90,9 +93,6 @@ export interface RolloutCorrectionBatch {
     mask: Uint8Array | Float32Array;
     shape: readonly [number, number];
 }
-
-/** The batch statistics (verl's rollout_corr/* metrics, camelCase). */
-export type RolloutCorrectionStats = NativeRolloutCorrectionStats;
 
 export interface RolloutCorrectionResult {
     /** The IS weights, [B, T] (0 at masked positions); absent without rolloutIs. */
@@ -230,6 +230,10 @@ export function rolloutCorrectionParams(
                     .map((s) => s.trim())
                     .filter((s) => s)
               : [t];
+        if (specs.length === 0)
+            throw new TypeError(
+                `${fn}: rolloutRsThreshold: expected a threshold (required with rolloutRs), got ${describe(t)}`,
+            );
         if (specs.length !== 1 && specs.length !== names.length)
             throw new RangeError(
                 `${fn}: rolloutRsThreshold: expected one threshold or ${names.length} (one per rolloutRs option), got ${specs.length}`,

@@ -30,16 +30,16 @@ const mu = theta.map((z) => softmax(z, TEMP));
 const reward = (y: number[]) => (y[0] === 1 ? 1 : 0) + (y[1] === y[0] ? 1 : 0) + 0.5 * (y[2] === 3 ? 1 : 0);
 const all: number[][] = [];
 for (let a = 0; a < V; a++) for (let b = 0; b < V; b++) for (let c = 0; c < V; c++) all.push([a, b, c]);
-const prob = (p: number[][], y: number[]) => y.reduce((s, v, l) => s * p[l]![v]!, 1);
+const prob = (p: number[][], y: number[]) => y.reduce((s, v, l) => s * p[l][v], 1);
 
 type Weighting = "none" | "token" | "sequence";
 /** d log pi(y_l) / d theta[l][v] summed with per-token weights c_l: the [L * V] vector sum_l c_l (e_{y_l} - pi_l). */
 function scoreGrad(y: number[], c: number[]): number[] {
     const g = new Array<number>(L * V).fill(0);
-    for (let l = 0; l < L; l++) for (let v = 0; v < V; v++) g[l * V + v] += c[l]! * ((y[l] === v ? 1 : 0) - pi[l]![v]!);
+    for (let l = 0; l < L; l++) for (let v = 0; v < V; v++) g[l * V + v] += c[l] * ((y[l] === v ? 1 : 0) - pi[l][v]);
     return g;
 }
-const add = (a: number[], b: number[], s = 1) => a.map((v, i) => v + s * b[i]!);
+const add = (a: number[], b: number[], s = 1) => a.map((v, i) => v + s * b[i]);
 const norm = (a: number[]) => Math.sqrt(a.reduce((s, v) => s + v * v, 0));
 
 /** The exact expectation under the behaviour policy of each estimator's gradient of E[R] (float64 enumeration). */
@@ -48,7 +48,7 @@ function expected(w: Weighting): number[] {
     for (const y of all) {
         const q = prob(mu, y),
             A = reward(y) - BASELINE;
-        const rho = y.map((v, l) => pi[l]![v]! / mu[l]![v]!);
+        const rho = y.map((v, l) => pi[l][v] / mu[l][v]);
         const seq = rho.reduce((a, b) => a * b, 1);
         const c = rho.map((r) => A * (w === "none" ? 1 : w === "token" ? r : seq));
         g = add(g, scoreGrad(y, c), q);
@@ -67,13 +67,13 @@ function estimate(w: Weighting, seed: number, N: number): number[] {
         const y = mu.map((p) => {
             let u = r(),
                 v = 0;
-            while (v < V - 1 && u >= p[v]!) u -= p[v++]!;
+            while (v < V - 1 && u >= p[v]) u -= p[v++];
             return v;
         });
         ys.push(y);
         y.forEach((v, l) => {
-            logp[n * L + l] = Math.log(pi[l]![v]!);
-            rollout[n * L + l] = Math.log(mu[l]![v]!);
+            logp[n * L + l] = Math.log(pi[l][v]);
+            rollout[n * L + l] = Math.log(mu[l][v]);
         });
         adv[n] = reward(y) - BASELINE;
     }
@@ -101,7 +101,7 @@ function estimate(w: Weighting, seed: number, N: number): number[] {
             g,
             scoreGrad(
                 y,
-                y.map((_, l) => -gradLogp[n * L + l]!),
+                y.map((_, l) => -gradLogp[n * L + l]),
             ),
         );
     });
@@ -117,7 +117,7 @@ describe("rollout correction: a controlled off-policy experiment", () => {
                 y,
                 y.map(() => A),
             );
-            for (let i = 0; i < g.length; i++) truth[i] += prob(pi, y) * g[i]!;
+            for (let i = 0; i < g.length; i++) truth[i] += prob(pi, y) * g[i];
         }
         const scale = norm(truth);
         const bias = {

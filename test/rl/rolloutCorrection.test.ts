@@ -12,7 +12,6 @@ import {
     ROLLOUT_PRESETS,
     type PolicyLossType,
     type RolloutCorrectionOptions,
-    type RolloutRsOption,
 } from "../../lib/index.js";
 import { RS_OPTIONS } from "../../lib/rl/rolloutCorrection.js";
 import { firstMismatch, rng } from "../helpers/rng.js";
@@ -32,7 +31,7 @@ function batch(seed: number, B: number, T: number, spread: number) {
             mask[i] = t < len && r() > 0.1 ? 1 : 0;
             roll[i] = -3 * r();
             // a mismatch of `spread` on average, one token in ten far off
-            old[i] = roll[i]! + spread * (2 * r() - 1) * (r() < 0.1 ? 6 : 1);
+            old[i] = roll[i] + spread * (2 * r() - 1) * (r() < 0.1 ? 6 : 1);
             if (!mask[i]) ((old[i] = NaN), (roll[i] = NaN));
         }
     }
@@ -40,7 +39,7 @@ function batch(seed: number, B: number, T: number, spread: number) {
 }
 
 function refOptions(o: RolloutCorrectionOptions): RcRefOptions {
-    const names = o.rolloutRs ? (Array.isArray(o.rolloutRs) ? o.rolloutRs : [o.rolloutRs as string]) : [];
+    const names = o.rolloutRs ? (Array.isArray(o.rolloutRs) ? o.rolloutRs : [o.rolloutRs]) : [];
     const th = o.rolloutRsThreshold as number[] | undefined;
     return {
         is: o.rolloutIs ?? null,
@@ -49,7 +48,7 @@ function refOptions(o: RolloutCorrectionOptions): RcRefOptions {
         lower: o.rolloutIsThresholdLower ?? 0,
         batchNormalize: o.rolloutIsBatchNormalize ?? false,
         rs: names.map((option, i) => {
-            const u = th![i]!;
+            const u = th![i];
             return { option, lower: option.endsWith("k1") ? 1 / u : 0, upper: u };
         }),
     };
@@ -65,13 +64,13 @@ describe("rolloutCorrection", () => {
             const r = rng(1000 + seed);
             const B = 1 + Math.floor(r() * 6),
                 T = 1 + Math.floor(r() * 30);
-            const spread = [0.02, 0.3, 1.5][seed % 3]!;
+            const spread = [0.02, 0.3, 1.5][seed % 3];
             const x = batch(seed, Math.max(B, 2), T, spread);
-            const rs = [...RS_OPTIONS].filter(() => r() < 0.25).slice(0, 4) as RolloutRsOption[];
+            const rs = [...RS_OPTIONS].filter(() => r() < 0.25).slice(0, 4);
             const o: RolloutCorrectionOptions = {
                 rolloutIs: levels[seed % 4],
                 rolloutIsMode: seed % 8 < 4 ? "truncate" : "mask",
-                rolloutIsThreshold: [1.5, 2, 5][seed % 3]!,
+                rolloutIsThreshold: [1.5, 2, 5][seed % 3],
                 rolloutIsThresholdLower: seed % 2 ? 0.5 : 0,
                 rolloutIsBatchNormalize: seed % 5 === 0,
                 ...(rs.length ? { rolloutRs: rs, rolloutRsThreshold: rs.map(thresholdOf) } : {}),

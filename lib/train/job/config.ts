@@ -8,6 +8,8 @@ import { join } from "node:path";
 import { isHfModelDir, readHfConfig, readJsonObject } from "../../model/hf.js";
 import { GSM8K_FIXTURE } from "../tasks/gsm8k.js";
 import { editDistance } from "../../validate.js";
+import { rolloutCorrectionParams } from "../../rl/rolloutCorrection.js";
+import { correctionOptions, type CorrectionConfig } from "../trainers/correction.js";
 
 export type Algo = "maporl" | "magrpo" | "collm-cc" | "collm-dc";
 export type Schedule = "joint" | "independent" | "alternating" | "turn-based";
@@ -110,6 +112,11 @@ export interface TrainConfig {
      * from it every `every` iterations: `steps` supervised steps of `batchSize` answers of the trained turns at `lr`
      * (replay.ts; MAGRPO buffers the first path of each tree). Off by default. */
     replay: { enabled: boolean; capacity: number; every: number; steps: number; batchSize: number; lr: number };
+    /** The rollout/trainer mismatch correction (verl's algorithm.rollout_correction keys; lib/rl/rolloutCorrection.ts):
+     * IS weights of the policy-gradient term ('none' off) and rejection criteria ('' off). The mismatch is measured
+     * whenever a batch's rows carry the sampler's log-probs (MAPoRL always; MAGRPO and CoLLM only when this corrects,
+     * as it costs them one more forward). */
+    rolloutCorrection: CorrectionConfig;
 }
 
 export const DEFAULT_CONFIG: TrainConfig = {
@@ -152,6 +159,15 @@ export const DEFAULT_CONFIG: TrainConfig = {
     alternatingPeriod: 10,
     turnBased: { initialIterations: 20, period: 40 },
     replay: { enabled: false, capacity: 1024, every: 10, steps: 4, batchSize: 32, lr: 1e-4 },
+    rolloutCorrection: {
+        rolloutIs: "none",
+        rolloutIsMode: "truncate",
+        rolloutIsThreshold: 2,
+        rolloutIsThresholdLower: 0,
+        rolloutIsBatchNormalize: false,
+        rolloutRs: "",
+        rolloutRsThreshold: "",
+    },
 };
 
 /** The choices of the keys the command line offers as flags (lib/cli/commands/train.ts lists and checks them from here). */
@@ -224,6 +240,10 @@ const RULES: Record<string, Rule> = {
     "replay.steps": { int: [1, 1e4] },
     "replay.batchSize": { int: [1, 4096] },
     "replay.lr": { num: [0, 1] },
+    "rolloutCorrection.rolloutIs": { choices: ["none", "token", "sequence", "geometric"] },
+    "rolloutCorrection.rolloutIsMode": { choices: ["truncate", "mask"] },
+    "rolloutCorrection.rolloutIsThreshold": { num: [1e-6, 1e12] },
+    "rolloutCorrection.rolloutIsThresholdLower": { num: [0, 1e12] },
 };
 
 // Checks `x` against the shape of `dflt` and returns the merged value.
@@ -371,6 +391,9 @@ export function resolveConfig(partial: unknown, where = "config"): TrainConfig {
         throw new RangeError(`${where}: separateTurn0: needs turns >= 2 (turn 0 is frozen), got turns ${c.turns}`);
     if (c.schedule === "turn-based" && c.turns < 2)
         throw new RangeError(`${where}: schedule: 'turn-based' needs turns >= 2, got ${c.turns}`);
+    // The correction's rejection options and thresholds (verl's strings) are checked by the kernel's option parser.
+    const rc = correctionOptions(c.rolloutCorrection);
+    if (rc) rolloutCorrectionParams(`${where}: rolloutCorrection`, rc);
     return c;
 }
 

@@ -11,6 +11,7 @@ import { tdAdvantages } from "../../rl/td.js";
 import type { TrainConfig } from "../job/config.js";
 import type { AgentStats } from "./maporl.js";
 import { packRows, turnPrompt, type TeamRollout } from "./rollout.js";
+import { addMismatch, correctBatch, correctionOptions, meanMismatch } from "./correction.js";
 
 /** The centralised critic's input at turn t of episode e: every distinct view, then every previous answer. */
 function jointPrompt(r: TeamRollout, e: number, t: number, feedback: boolean): string {
@@ -33,7 +34,8 @@ export async function collmIteration(
 ): Promise<AgentStats[]> {
     const { turns: T, agents: A } = r,
         E = r.items.length,
-        central = cfg.algo === "collm-cc";
+        central = cfg.algo === "collm-cc",
+        correction = correctionOptions(cfg.rolloutCorrection);
     const reward = new Float32Array(E * T);
     r.entries.forEach((ep, e) =>
         ep.forEach((turn, t) => {
@@ -122,17 +124,21 @@ export async function collmIteration(
             model.tokenizer.eos,
             model.config.contextLength,
         );
+        const corr = correction && b.rolloutLogp ? await correctBatch(b, await model.logprobs(b), correction) : null;
+        if (corr) addMismatch(stats[a]!, corr.stats);
         const p = await model.trainStep(
             {
                 tokens: b.tokens,
                 targets: b.targets,
-                mask: b.mask,
+                mask: corr ? corr.mask : b.mask,
                 shape: b.shape,
                 advantages: Float32Array.from(rows, (i) => td!.advantages[i]!),
+                ...(corr?.rolloutIsWeights ? { rolloutIsWeights: corr.rolloutIsWeights } : {}),
             },
             { loss: { type: "reinforce", aggregation: "seq-mean-token-sum" }, lr: cfg.lr, ...sig },
         );
         Object.assign(stats[a]!, { policyLoss: p.loss, entropy: p.stats.entropyMean, updates: 1 });
+        meanMismatch(stats[a]!);
     }
     if (shared) {
         const c = critics.find((x) => x)!;

@@ -16,6 +16,7 @@ import { treeReturns } from "../../rl/tree.js";
 import type { TrainConfig } from "../job/config.js";
 import { teamMetrics } from "../job/evaluate.js";
 import type { AgentStats } from "./maporl.js";
+import { addMismatch, correctBatch, correctionOptions, meanMismatch } from "./correction.js";
 import {
     answerOf,
     jointScore,
@@ -59,6 +60,7 @@ async function firstPath(
                     prompt: tokenize(act.prompts[a] as string),
                     completion: (g.tokens ?? []) as number[],
                     stopped: g.finishReason === "stop",
+                    ...(g.logprobs ? { logprobs: g.logprobs } : {}),
                     text: g.text,
                     extracted: answerOf(task, g.text),
                     correct: right(task, g.text, item),
@@ -194,12 +196,13 @@ export async function magrpoIteration(
     ref: NativePolicy,
     roll: Roll,
 ): Promise<IterationResult> {
+    const correction = correctionOptions(cfg.rolloutCorrection);
     const A = agents.length,
         mg = cfg.magrpo,
         tok = agents[0]!.tokenizer;
     const rows = new Map<
         NativePolicy,
-        { prompt: number[]; completion: number[]; stopped: boolean; adv: number; a: number }[]
+        { prompt: number[]; completion: number[]; stopped: boolean; logprobs?: number[]; adv: number; a: number }[]
     >();
     const paths: RolloutEntry[][][] = [];
     const rewardSum = new Float64Array(A),
@@ -231,6 +234,7 @@ export async function magrpoIteration(
             prompt: tok.encodeChat([{ role: "user", content: prompt }]),
             completion: (g.tokens ?? []) as number[],
             stopped: g.finishReason === "stop",
+            ...(g.logprobs ? { logprobs: g.logprobs } : {}),
             adv,
             a,
         });
@@ -297,13 +301,16 @@ export async function magrpoIteration(
         roll.signal?.throwIfAborted();
         const b = packRows(list, tok.eos, model.config.contextLength);
         const kl = mg.klCoef > 0 ? { refLogp: await ref.logprobs(b) } : {};
+        // The rollout correction needs the trainer's log-probs of the rows: one more forward, only when it is on.
+        const corr = correction && b.rolloutLogp ? await correctBatch(b, await model.logprobs(b), correction) : null;
         const r = await model.trainStep(
             {
                 tokens: b.tokens,
                 targets: b.targets,
-                mask: b.mask,
+                mask: corr ? corr.mask : b.mask,
                 shape: b.shape,
                 advantages: Float32Array.from(list, (x) => x.adv),
+                ...(corr?.rolloutIsWeights ? { rolloutIsWeights: corr.rolloutIsWeights } : {}),
                 ...kl,
             },
             {
@@ -318,12 +325,14 @@ export async function magrpoIteration(
         );
         for (const a of new Set(list.map((x) => x.a))) {
             const st = stats[a]!;
+            if (corr) addMismatch(st, corr.stats);
             st.policyLoss = r.loss;
             st.entropy = r.stats.entropyMean;
             st.kl = r.stats.klMean;
             st.updates++;
         }
     }
+    stats.forEach((st) => meanMismatch(st));
     const team: TeamRollout = { task, items, entries: paths, agents: A, turns: roll.turns };
     const first = paths[0]!;
     // The replay buffer (replay.ts) keeps the successful episodes of `rollout`: here each tree's first path.

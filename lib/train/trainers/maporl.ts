@@ -9,6 +9,8 @@ import type { NativePolicy } from "../../model/nativePolicy.js";
 import { mulberry32 } from "../../random.js";
 import { gae } from "../../rl/gae.js";
 import { collaborationBonus, influenceRewards, type BonusOptions } from "../../rl/influence.js";
+import type { RolloutCorrectionOptions } from "../../rl/rolloutCorrection.js";
+import { addMismatch, correctBatch, meanMismatch, type MismatchStats } from "./correction.js";
 import { packRows, type PackedBatch, type TeamRollout } from "./rollout.js";
 
 export interface MaporlOptions {
@@ -23,10 +25,13 @@ export interface MaporlOptions {
     lr: number;
     criticLr: number;
     seed: number;
+    /** The rollout correction (correction.ts); null or absent: the mismatch is measured, not corrected. */
+    correction?: RolloutCorrectionOptions | null;
     signal?: AbortSignal;
 }
 
-export interface AgentStats {
+/** With the sampler's log-probs on the rows, the mismatch figures (correction.ts) are there too. */
+export interface AgentStats extends Partial<MismatchStats> {
     reward: number;
     kl: number;
     clipFrac: number;
@@ -92,6 +97,9 @@ export async function maporlUpdate(
         b: PackedBatch;
         oldLogp: Float32Array;
         refLogp: Float32Array;
+        /** The actor's mask (after rejection) and IS weights. */
+        mask: PackedBatch["mask"];
+        weights?: Float32Array;
         values: Float32Array;
         adv: Float32Array;
         ret: Float32Array;
@@ -134,7 +142,20 @@ export async function maporlUpdate(
                 { gamma: o.gamma, lambda: o.lambda, whiten: true, device: "cpu" },
             );
             stats[a]!.kl += n ? kl / n : 0;
-            groups.push({ t, a, b, oldLogp, refLogp, values, adv: g.advantages, ret: g.returns });
+            const c = await correctBatch(b, oldLogp, o.correction ?? null);
+            if (c) addMismatch(stats[a]!, c.stats);
+            groups.push({
+                t,
+                a,
+                b,
+                oldLogp,
+                refLogp,
+                mask: c ? c.mask : b.mask,
+                ...(c?.rolloutIsWeights ? { weights: c.rolloutIsWeights } : {}),
+                values,
+                adv: g.advantages,
+                ret: g.returns,
+            });
         }
     const rng = mulberry32(o.seed);
     for (let epoch = 0; epoch < o.ppoEpochs; epoch++) {
@@ -149,7 +170,13 @@ export async function maporlUpdate(
                 st = stats[g.a]!;
             const batch = { tokens: g.b.tokens, targets: g.b.targets, mask: g.b.mask, shape: g.b.shape };
             const p = await models[g.a]!.trainStep(
-                { ...batch, advantages: g.adv, oldLogp: g.oldLogp },
+                {
+                    ...batch,
+                    mask: g.mask,
+                    advantages: g.adv,
+                    oldLogp: g.oldLogp,
+                    ...(g.weights ? { rolloutIsWeights: g.weights } : {}),
+                },
                 {
                     loss: { type: "ppo", clip: o.clip, aggregation: "token-mean" },
                     lr: o.lr,
@@ -168,6 +195,7 @@ export async function maporlUpdate(
         }
     }
     for (const st of stats) {
+        meanMismatch(st);
         const turnsTrained = st.updates / Math.max(1, o.ppoEpochs);
         if (st.updates) {
             st.clipFrac /= st.updates;

@@ -17,6 +17,9 @@ export interface RolloutEntry {
     /** The sampled tokens (without the EOS) and whether the answer ended with EOS. */
     completion: number[];
     stopped: boolean;
+    /** The behaviour log-probs the sampler returned (Generation.logprobs): one per completion token and the EOS when
+     * `stopped` (the positions packRows trains). */
+    logprobs?: number[];
     text: string;
     extracted: string | null;
     correct: boolean;
@@ -180,6 +183,7 @@ export async function rolloutTeam(
                     prompt: model.tokenizer.encodeChat([{ role: "user", content: content[k]! }]),
                     completion: (g.tokens ?? []) as number[],
                     stopped: g.finishReason === "stop",
+                    ...(g.logprobs ? { logprobs: g.logprobs } : {}),
                     text: g.text,
                     extracted,
                     correct: extracted !== null && answerKey(extracted) === answerKey(item.reference),
@@ -332,11 +336,14 @@ export interface PackedBatch {
     /** Per row, the position predicting its last answer token (where the outcome reward lands). */
     last: Int32Array;
     shape: [number, number];
+    /** The sampler's log-probs at the masked positions [B, T] (0 elsewhere), when every row carried them
+     * (RolloutEntry.logprobs, one per trained position). */
+    rolloutLogp?: Float32Array;
 }
 
 /** Packs (prompt, answer) rows into [B, T] next-token batches; T is the longest row, at most `context`. */
 export function packRows(
-    rows: { prompt: number[]; completion: number[]; stopped: boolean }[],
+    rows: { prompt: number[]; completion: number[]; stopped: boolean; logprobs?: number[] }[],
     eos: number,
     context: number,
 ): PackedBatch {
@@ -357,5 +364,13 @@ export function packRows(
         for (let t = p - 1; t + 1 < s.length; t++) mask[b * T + t] = 1;
         last[b] = Math.max(p - 1, s.length - 2);
     });
-    return { tokens, targets, mask, last, shape: [B, T] };
+    const aligned = rows.every((r) => r.logprobs && r.logprobs.length === r.completion.length + (r.stopped ? 1 : 0));
+    if (!aligned || B === 0) return { tokens, targets, mask, last, shape: [B, T] };
+    const rolloutLogp = new Float32Array(B * T);
+    seqs.forEach((s, b) => {
+        const p = rows[b]!.prompt.length,
+            lp = rows[b]!.logprobs!;
+        for (let t = p - 1; t + 1 < s.length; t++) rolloutLogp[b * T + t] = lp[t - p + 1]!;
+    });
+    return { tokens, targets, mask, last, shape: [B, T], rolloutLogp };
 }

@@ -5,6 +5,7 @@
 //   'alternating':          separate models; agent floor(it / period) mod A is frozen for `period` iterations;
 //   'turn-based':           MAPoRL's update_turn_based_training: turn 1 for the first `initialIterations`, then
 //                           the trained turn cycles T-1, ..., 1 every `period` iterations (turn 0 never trained).
+import { correctionOptions } from "./correction.js";
 import { NativePolicy } from "../../model/nativePolicy.js";
 import type { TrainConfig } from "../job/config.js";
 import { teamMetrics } from "../job/evaluate.js";
@@ -151,6 +152,7 @@ export async function runIteration(
             lr: cfg.lr,
             criticLr: cfg.criticLr,
             seed,
+            correction: correctionOptions(cfg.rolloutCorrection),
             ...(signal ? { signal } : {}),
         });
     } else stats = await collmIteration(cfg, r, trainable, m.critics, trainTurn, signal);

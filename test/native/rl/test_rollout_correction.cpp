@@ -23,7 +23,11 @@ struct Batch {
 Batch make_batch(int64_t B, int64_t T, uint32_t seed) {
     std::mt19937 g(seed);
     std::uniform_real_distribution<float> u(0.0f, 1.0f);
-    Batch x{B, T, std::vector<float>(B * T), std::vector<float>(B * T), std::vector<float>(B * T),
+    Batch x{B,
+            T,
+            std::vector<float>(B * T),
+            std::vector<float>(B * T),
+            std::vector<float>(B * T),
             std::vector<uint8_t>(B * T)};
     for (int64_t b = 0; b < B; ++b) {
         const int64_t len = (int64_t)(g() % (uint32_t)(T + 1));
@@ -148,8 +152,8 @@ TEST(cuda_matches_cpu_or_reports_no_device) {
     p.batch_normalize = 1;
     if (count <= 0) {
         float w[1];
-        CHECK(maporl_rollout_correction(MAPORL_DEVICE_CUDA, x.old.data(), x.roll.data(), x.mu.data(), MAPORL_MASK_U8,
-                                        1, 1, p, w, w, nullptr) == MAPORL_ERR_NO_DEVICE,
+        CHECK(maporl_rollout_correction(MAPORL_DEVICE_CUDA, x.old.data(), x.roll.data(), x.mu.data(), MAPORL_MASK_U8, 1,
+                                        1, p, w, w, nullptr) == MAPORL_ERR_NO_DEVICE,
               "%s", maporl_last_error());
         std::printf("  (no CUDA device: compiled=%d; CUDA-vs-CPU comparison not run)\n", maporl_cuda_compiled());
         return;
@@ -167,8 +171,8 @@ TEST(cuda_matches_cpu_or_reports_no_device) {
     maporl_memcpy_to_device(d_old, x.old.data(), 4 * n);
     maporl_memcpy_to_device(d_roll, x.roll.data(), 4 * n);
     maporl_memcpy_to_device(d_m, x.mu.data(), n);
-    CHECK(maporl_rollout_correction(MAPORL_DEVICE_CUDA, (float *)d_old, (float *)d_roll, d_m, MAPORL_MASK_U8, x.B,
-                                    x.T, p, (float *)d_w, (float *)d_k, &cs) == MAPORL_OK,
+    CHECK(maporl_rollout_correction(MAPORL_DEVICE_CUDA, (float *)d_old, (float *)d_roll, d_m, MAPORL_MASK_U8, x.B, x.T,
+                                    p, (float *)d_w, (float *)d_k, &cs) == MAPORL_OK,
           "%s", maporl_last_error());
     maporl_memcpy_to_host(cw.data(), d_w, 4 * n);
     maporl_memcpy_to_host(ck.data(), d_k, 4 * n);
