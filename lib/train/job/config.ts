@@ -117,6 +117,14 @@ export interface TrainConfig {
      * whenever a batch's rows carry the sampler's log-probs (MAPoRL always; MAGRPO and CoLLM only when this corrects,
      * as it costs them one more forward). */
     rolloutCorrection: CorrectionConfig;
+    /** DAPO's dynamic sampling (verl's algorithm.filter_groups), MAGRPO only: a question whose joint-action tree has
+     * one reward everywhere (every advantage 0) is dropped and new questions are sampled, at most `maxNumGenBatches`
+     * batches per iteration. */
+    filterGroups: { enable: boolean; maxNumGenBatches: number };
+    /** DAPO's soft overlong punishment (verl's overlong_buffer: `buffer` tokens before sampling.maxTokens, 0 = off,
+     * times `penaltyFactor`) added to each trained answer's score, and its overlong filter (`filter`: answers cut
+     * at sampling.maxTokens are left out of the actor's loss). Training rollouts only, never evaluations. */
+    overlong: { buffer: number; penaltyFactor: number; filter: boolean };
 }
 
 export const DEFAULT_CONFIG: TrainConfig = {
@@ -168,6 +176,8 @@ export const DEFAULT_CONFIG: TrainConfig = {
         rolloutRs: "",
         rolloutRsThreshold: "",
     },
+    filterGroups: { enable: false, maxNumGenBatches: 4 },
+    overlong: { buffer: 0, penaltyFactor: 1, filter: false },
 };
 
 /** The choices of the keys the command line offers as flags (lib/cli/commands/train.ts lists and checks them from here). */
@@ -244,6 +254,9 @@ const RULES: Record<string, Rule> = {
     "rolloutCorrection.rolloutIsMode": { choices: ["truncate", "mask"] },
     "rolloutCorrection.rolloutIsThreshold": { num: [1e-6, 1e12] },
     "rolloutCorrection.rolloutIsThresholdLower": { num: [0, 1e12] },
+    "filterGroups.maxNumGenBatches": { int: [1, 100] },
+    "overlong.buffer": { int: [0, 4096] },
+    "overlong.penaltyFactor": { num: [0, 100] },
 };
 
 // Checks `x` against the shape of `dflt` and returns the merged value.
@@ -391,6 +404,14 @@ export function resolveConfig(partial: unknown, where = "config"): TrainConfig {
         throw new RangeError(`${where}: separateTurn0: needs turns >= 2 (turn 0 is frozen), got turns ${c.turns}`);
     if (c.schedule === "turn-based" && c.turns < 2)
         throw new RangeError(`${where}: schedule: 'turn-based' needs turns >= 2, got ${c.turns}`);
+    if (c.overlong.buffer > c.sampling.maxTokens)
+        throw new RangeError(
+            `${where}: overlong.buffer: expected at most sampling.maxTokens (${c.sampling.maxTokens}), got ${c.overlong.buffer}`,
+        );
+    if (c.filterGroups.enable && c.algo !== "magrpo")
+        throw new RangeError(
+            `${where}: filterGroups.enable: dynamic sampling is for algo 'magrpo' (groups), got '${c.algo}'`,
+        );
     // The correction's rejection options and thresholds (verl's strings) are checked by the kernel's option parser.
     const rc = correctionOptions(c.rolloutCorrection);
     if (rc) rolloutCorrectionParams(`${where}: rolloutCorrection`, rc);

@@ -12,6 +12,7 @@ import type { TrainConfig } from "../job/config.js";
 import type { AgentStats } from "./maporl.js";
 import { packRows, turnPrompt, type TeamRollout } from "./rollout.js";
 import { addMismatch, correctBatch, correctionOptions, meanMismatch } from "./correction.js";
+import { dropTruncated } from "./dapo.js";
 
 /** The centralised critic's input at turn t of episode e: every distinct view, then every previous answer. */
 function jointPrompt(r: TeamRollout, e: number, t: number, feedback: boolean): string {
@@ -119,18 +120,21 @@ export async function collmIteration(
         for (let i = 0; i < E * T; i++) if (trainTurn(i % T)) rows.push(i);
         if (!rows.length) continue;
         for (const i of rows) r.entries[Math.floor(i / T)]![i % T]![a]!.credit = td!.advantages[i]!;
-        const b = packRows(
-            rows.map((i) => r.entries[Math.floor(i / T)]![i % T]![a]!),
-            model.tokenizer.eos,
-            model.config.contextLength,
-        );
+        const answers = rows.map((i) => r.entries[Math.floor(i / T)]![i % T]![a]!);
+        const b = packRows(answers, model.tokenizer.eos, model.config.contextLength);
         const corr = correction && b.rolloutLogp ? await correctBatch(b, await model.logprobs(b), correction) : null;
         if (corr) addMismatch(stats[a]!, corr.stats);
+        let mask = corr ? corr.mask : b.mask;
+        if (cfg.overlong.filter) {
+            const d = dropTruncated({ ...b, mask }, answers);
+            mask = d.mask;
+            stats[a]!.truncatedFraction = d.dropped / answers.length;
+        }
         const p = await model.trainStep(
             {
                 tokens: b.tokens,
                 targets: b.targets,
-                mask: corr ? corr.mask : b.mask,
+                mask,
                 shape: b.shape,
                 advantages: Float32Array.from(rows, (i) => td!.advantages[i]!),
                 ...(corr?.rolloutIsWeights ? { rolloutIsWeights: corr.rolloutIsWeights } : {}),

@@ -17,6 +17,8 @@ import type { TrainConfig } from "../job/config.js";
 import { teamMetrics } from "../job/evaluate.js";
 import type { AgentStats } from "./maporl.js";
 import { addMismatch, correctBatch, correctionOptions, meanMismatch } from "./correction.js";
+import { dropTruncated, overlongOf } from "./dapo.js";
+import { groupHasSignal } from "../../rl/dapo.js";
 import {
     answerOf,
     jointScore,
@@ -186,6 +188,78 @@ export function crossCompletions(
     return where.map((w, j) => ({ ...w, adv: adv[j]! }));
 }
 
+// The trees of an iteration: with DAPO's overlong punishment, every joint action's reward gains its answers' mean
+// penalty; with filterGroups (DAPO's dynamic sampling), a tree whose rewards are all equal (every group-relative
+// advantage 0: the joint reward is the team's, so this holds for every agent at once) is dropped and new questions
+// are sampled (task.generate with a seed per extra batch) until the batch is full or maxNumGenBatches batches ran. A
+// tree whose request failed stays (it is reported as failed, as without the filter).
+async function grow(
+    cfg: TrainConfig,
+    task: Task,
+    items: TaskItem[],
+    agents: NativePolicy[],
+    roll: Roll,
+): Promise<{
+    grown: JointTree[];
+    toolsOf: Awaited<ReturnType<typeof trees>>["toolsOf"];
+    filter: { items: TaskItem[]; batches: number; sampled: number; dropped: number };
+}> {
+    const penalize = (t: JointTree) => {
+        if (cfg.overlong.buffer === 0) return;
+        t.actions.forEach((act, n) => {
+            const p = act.generations.reduce((s, g) => s + overlongOf(cfg, g), 0) / act.generations.length;
+            act.reward += p;
+            t.rewards[n] = t.rewards[n]! + p;
+        });
+    };
+    const f = cfg.filterGroups;
+    const target = items.length;
+    const keptItems: TaskItem[] = [],
+        keptTrees: JointTree[] = [],
+        tools = new Map<TaskItem, Awaited<ReturnType<typeof trees>>["toolsOf"]>();
+    let first: Awaited<ReturnType<typeof trees>> | null = null;
+    let batch = items,
+        batches = 0,
+        sampled = 0,
+        dropped = 0,
+        full = 0;
+    for (;;) {
+        const r = await trees(
+            cfg,
+            task,
+            batch,
+            agents,
+            batches === 0 ? roll : { ...roll, seed: roll.seed + batches * 10_000_019 },
+        );
+        batches++;
+        first ??= r;
+        r.grown.forEach((t, i) => {
+            penalize(t);
+            sampled++;
+            const item = batch[i]!;
+            if (f.enable && !t.error && !groupHasSignal(t.rewards)) {
+                dropped++;
+                return;
+            }
+            if (full >= target && !t.error) return; // the batch is full: extra trees of the last batch are not used
+            if (!t.error) full++;
+            keptItems.push(item);
+            keptTrees.push(t);
+            tools.set(item, r.toolsOf);
+        });
+        if (!f.enable || full >= target || batches >= f.maxNumGenBatches) break;
+        batch = task.generate(target - full, roll.seed + batches * 10_000_019);
+    }
+    // Every tree dropped: the first batch's trees train anyway (zero advantages; the iteration still reports).
+    if (keptTrees.length === 0)
+        return { grown: first.grown, toolsOf: first.toolsOf, filter: { items, batches, sampled, dropped } };
+    return {
+        grown: keptTrees,
+        toolsOf: (item, a, depth, text) => tools.get(item)!(item, a, depth, text),
+        filter: { items: keptItems, batches, sampled, dropped },
+    };
+}
+
 export async function magrpoIteration(
     cfg: TrainConfig,
     task: Task,
@@ -205,9 +279,11 @@ export async function magrpoIteration(
         { prompt: number[]; completion: number[]; stopped: boolean; logprobs?: number[]; adv: number; a: number }[]
     >();
     const paths: RolloutEntry[][][] = [];
+    const truncated = new Float64Array(A);
     const rewardSum = new Float64Array(A),
         rewardN = new Float64Array(A);
-    const { grown, toolsOf } = await trees(cfg, task, items, agents, roll);
+    const { grown, toolsOf, filter } = await grow(cfg, task, items, agents, roll);
+    items = filter.items;
     // An item whose tree failed (a request failed: JointRollout's onError 'skip') is dropped; the others train.
     const failed = grown.flatMap((t, i) =>
         t.error ? [{ item: items[i]!, turn: t.error.depth, agent: t.error.agent, error: t.error.message }] : [],
@@ -303,11 +379,17 @@ export async function magrpoIteration(
         const kl = mg.klCoef > 0 ? { refLogp: await ref.logprobs(b) } : {};
         // The rollout correction needs the trainer's log-probs of the rows: one more forward, only when it is on.
         const corr = correction && b.rolloutLogp ? await correctBatch(b, await model.logprobs(b), correction) : null;
+        let mask = corr ? corr.mask : b.mask;
+        if (cfg.overlong.filter) {
+            const d = dropTruncated({ ...b, mask }, list);
+            mask = d.mask;
+            for (const x of list) if (!x.stopped) truncated[x.a] = truncated[x.a]! + 1;
+        }
         const r = await model.trainStep(
             {
                 tokens: b.tokens,
                 targets: b.targets,
-                mask: corr ? corr.mask : b.mask,
+                mask,
                 shape: b.shape,
                 advantages: Float32Array.from(list, (x) => x.adv),
                 ...(corr?.rolloutIsWeights ? { rolloutIsWeights: corr.rolloutIsWeights } : {}),
@@ -332,7 +414,17 @@ export async function magrpoIteration(
             st.updates++;
         }
     }
-    stats.forEach((st) => meanMismatch(st));
+    const rowsOf = new Float64Array(A);
+    for (const list of rows.values()) for (const x of list) rowsOf[x.a] = rowsOf[x.a]! + 1;
+    stats.forEach((st, a) => {
+        meanMismatch(st);
+        if (!rowsOf[a]) return;
+        if (cfg.filterGroups.enable) {
+            st.filterBatches = filter.batches;
+            st.filterDroppedFraction = filter.sampled ? filter.dropped / filter.sampled : 0;
+        }
+        if (cfg.overlong.filter) st.truncatedFraction = truncated[a]! / rowsOf[a];
+    });
     const team: TeamRollout = { task, items, entries: paths, agents: A, turns: roll.turns };
     const first = paths[0]!;
     // The replay buffer (replay.ts) keeps the successful episodes of `rollout`: here each tree's first path.

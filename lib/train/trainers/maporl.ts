@@ -11,6 +11,7 @@ import { gae } from "../../rl/gae.js";
 import { collaborationBonus, influenceRewards, type BonusOptions } from "../../rl/influence.js";
 import type { RolloutCorrectionOptions } from "../../rl/rolloutCorrection.js";
 import { addMismatch, correctBatch, meanMismatch, type MismatchStats } from "./correction.js";
+import { dropTruncated } from "./dapo.js";
 import { packRows, type PackedBatch, type TeamRollout } from "./rollout.js";
 
 export interface MaporlOptions {
@@ -27,11 +28,18 @@ export interface MaporlOptions {
     seed: number;
     /** The rollout correction (correction.ts); null or absent: the mismatch is measured, not corrected. */
     correction?: RolloutCorrectionOptions | null;
+    /** DAPO's overlong filter: answers cut at maxTokens leave the actor's loss (the critic still fits them). */
+    dropTruncated?: boolean;
     signal?: AbortSignal;
 }
 
 /** With the sampler's log-probs on the rows, the mismatch figures (correction.ts) are there too. */
 export interface AgentStats extends Partial<MismatchStats> {
+    /** DAPO: the batches sampled and the share of questions dropped (filterGroups), and the share of trained answers
+     * left out of the loss for reaching maxTokens (overlong.filter). */
+    filterBatches?: number;
+    filterDroppedFraction?: number;
+    truncatedFraction?: number;
     reward: number;
     kl: number;
     clipFrac: number;
@@ -105,6 +113,8 @@ export async function maporlUpdate(
         ret: Float32Array;
     }
     const groups: Group[] = [];
+    const truncated = new Float64Array(A),
+        answers = new Float64Array(A);
     for (let t = 0; t < T; t++)
         for (let a = 0; a < A; a++) {
             const model = models[a],
@@ -114,11 +124,8 @@ export async function maporlUpdate(
             r.entries.forEach((ep, e) => {
                 ep[t]![a]!.credit = R[(e * T + t) * A + a]!;
             });
-            const b = packRows(
-                r.entries.map((ep) => ep[t]![a]!),
-                model.tokenizer.eos,
-                model.config.contextLength,
-            );
+            const rows = r.entries.map((ep) => ep[t]![a]!);
+            const b = packRows(rows, model.tokenizer.eos, model.config.contextLength);
             const [B, L] = b.shape;
             const oldLogp = await model.logprobs(b),
                 refLogp = await ref.logprobs(b),
@@ -144,13 +151,20 @@ export async function maporlUpdate(
             stats[a]!.kl += n ? kl / n : 0;
             const c = await correctBatch(b, oldLogp, o.correction ?? null);
             if (c) addMismatch(stats[a]!, c.stats);
+            let actorMask = c ? c.mask : b.mask;
+            if (o.dropTruncated) {
+                const d = dropTruncated({ ...b, mask: actorMask }, rows);
+                actorMask = d.mask;
+                truncated[a] = truncated[a]! + d.dropped;
+                answers[a] = answers[a]! + rows.length;
+            }
             groups.push({
                 t,
                 a,
                 b,
                 oldLogp,
                 refLogp,
-                mask: c ? c.mask : b.mask,
+                mask: actorMask,
                 ...(c?.rolloutIsWeights ? { weights: c.rolloutIsWeights } : {}),
                 values,
                 adv: g.advantages,
@@ -194,8 +208,9 @@ export async function maporlUpdate(
             st.updates++;
         }
     }
-    for (const st of stats) {
+    for (const [a, st] of stats.entries()) {
         meanMismatch(st);
+        if (answers[a]) st.truncatedFraction = truncated[a]! / answers[a];
         const turnsTrained = st.updates / Math.max(1, o.ppoEpochs);
         if (st.updates) {
             st.clipFrac /= st.updates;

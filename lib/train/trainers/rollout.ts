@@ -8,7 +8,7 @@ import type { NativePolicy } from "../../model/nativePolicy.js";
 import { answerKey } from "../../debate/metrics.js";
 import { answerersOf, roleOf, type Task, type TaskItem, type ToolPrevious } from "../tasks/tasks.js";
 import { runToolCall, type ToolResult } from "../../env/tools.js";
-import type { ToolCall } from "../../policy/types.js";
+import type { Generation, ToolCall } from "../../policy/types.js";
 import { pushTo } from "../../collections.js";
 import { generateSettled, policyMessage } from "../../policy/settle.js";
 
@@ -58,6 +58,8 @@ export interface RolloutOptions {
     signal?: AbortSignal;
     /** Called after each batch of answers with how many it generated (progress inside an evaluation). */
     onAnswers?: (n: number) => void;
+    /** Added to each answer's score (DAPO's soft overlong punishment; training rollouts only). */
+    lengthPenalty?: (g: Generation) => number;
 }
 
 const ANSWER_WIDTH = 3;
@@ -187,7 +189,7 @@ export async function rolloutTeam(
                     text: g.text,
                     extracted,
                     correct: extracted !== null && answerKey(extracted) === answerKey(item.reference),
-                    score: verdict.score,
+                    score: verdict.score + (o.lengthPenalty ? o.lengthPenalty(g) : 0),
                 };
             }
         }

@@ -6,6 +6,8 @@
 //   'turn-based':           MAPoRL's update_turn_based_training: turn 1 for the first `initialIterations`, then
 //                           the trained turn cycles T-1, ..., 1 every `period` iterations (turn 0 never trained).
 import { correctionOptions } from "./correction.js";
+import { overlongOf } from "./dapo.js";
+import type { Generation } from "../../policy/types.js";
 import { NativePolicy } from "../../model/nativePolicy.js";
 import type { TrainConfig } from "../job/config.js";
 import { teamMetrics } from "../job/evaluate.js";
@@ -134,6 +136,7 @@ export async function runIteration(
         ...(signal ? { signal } : {}),
         ...(cfg.separateTurn0 ? { turn0: m.agents.map(() => ref) } : {}),
         feedback: cfg.feedback,
+        ...(cfg.overlong.buffer > 0 ? { lengthPenalty: (g: Generation) => overlongOf(cfg, g) } : {}),
     };
     if (cfg.algo === "magrpo") return magrpoIteration(cfg, task, items, m.agents, trainable, trainTurn, ref, roll);
     const r = await rolloutTeam(task, items, m.agents, roll);
@@ -153,6 +156,7 @@ export async function runIteration(
             criticLr: cfg.criticLr,
             seed,
             correction: correctionOptions(cfg.rolloutCorrection),
+            dropTruncated: cfg.overlong.filter,
             ...(signal ? { signal } : {}),
         });
     } else stats = await collmIteration(cfg, r, trainable, m.critics, trainTurn, signal);

@@ -1,0 +1,40 @@
+// dapo.ts: DAPO's pieces in the trainers (lib/rl/dapo.ts has the formulas): the soft overlong punishment of a
+// training answer, and the overlong filter (answers the sampler cut at maxTokens leave the actor's loss).
+import { overlongPenalty } from "../../rl/dapo.js";
+import type { Generation } from "../../policy/types.js";
+import type { TrainConfig } from "../job/config.js";
+import type { PackedBatch } from "./rollout.js";
+
+/** The answer's length in sampled tokens: tokenIds when the backend gives them (the stop token included), else the
+ * completion's tokens plus the stop token when it stopped. */
+export function answerLength(g: Generation): number {
+    if (g.tokenIds) return g.tokenIds.length;
+    return (g.tokens?.length ?? 0) + (g.finishReason === "stop" ? 1 : 0);
+}
+
+/** The overlong penalty of a training answer under the job's config (0 when overlong.buffer is 0). */
+export function overlongOf(cfg: TrainConfig, g: Generation): number {
+    const o = cfg.overlong;
+    if (o.buffer === 0) return 0;
+    return overlongPenalty(answerLength(g), {
+        maxTokens: cfg.sampling.maxTokens,
+        buffer: o.buffer,
+        penaltyFactor: o.penaltyFactor,
+    });
+}
+
+/** The actor's mask with every row that did not stop (cut at maxTokens) zeroed, and how many rows that was. */
+export function dropTruncated(
+    b: PackedBatch,
+    rows: readonly { stopped: boolean }[],
+): { mask: Float32Array; dropped: number } {
+    const [B, T] = b.shape;
+    const mask = Float32Array.from(b.mask);
+    let dropped = 0;
+    for (let r = 0; r < B; r++)
+        if (!rows[r]!.stopped) {
+            mask.fill(0, r * T, (r + 1) * T);
+            dropped++;
+        }
+    return { mask, dropped };
+}
