@@ -222,6 +222,7 @@ export type { JobProgress, TrainJobOptions, TrainSummary } from "./train/job/typ
 export { type StageTiming } from "./train/job/clock.js";
 export { resolveConfig, DEFAULT_CONFIG, type TrainConfig, type Algo, type Schedule } from "./train/job/config.js";
 export type { CorrectionConfig, MismatchStats } from "./train/trainers/correction.js";
+export type { AgentSettings } from "./train/job/agentSettings.js";
 export { evaluateTeam, type EvalResult } from "./train/job/evaluate.js";
 export { compactDebate } from "./train/tasks/compactDebate.js";
 export {

@@ -60,6 +60,8 @@ export interface JointRolloutOptions<Item> {
     /** A state whose mean immediate reward is above this is not expanded. Defaults to none. */
     terminationThreshold?: number;
     sampling?: SamplingOptions;
+    /** Per-agent sampling, merged over `sampling` for agent a (absent entries: `sampling` alone). */
+    agentSampling?: (SamplingOptions | undefined)[];
     /** Base seed (or one per item): completion g of agent a at a state gets a distinct seed derived from it and from
      * the state's path from the root. A function lets the items of a batch sample independently. */
     seed?: number | ((item: Item) => number);
@@ -152,6 +154,13 @@ export class JointRollout<Item> {
         if (th !== undefined && (typeof th !== "number" || Number.isNaN(th)))
             throw new TypeError(`JointRollout: terminationThreshold: expected a number, got ${describe(th)}`);
         if (options.sampling !== undefined) samplingOptions("JointRollout", "sampling", options.sampling); // checked before any request
+        if (options.agentSampling !== undefined) {
+            if (!Array.isArray(options.agentSampling))
+                throw new TypeError("JointRollout: agentSampling: expected an array (one entry per agent)");
+            options.agentSampling.forEach((x, a) => {
+                if (x !== undefined) samplingOptions("JointRollout", `agentSampling[${a}]`, x);
+            });
+        }
         // The tree is materialised: bound it (a typo such as generations: 2 ** 31 must not exhaust the heap).
         const perState = joint === "aligned" ? generations : generations ** agents.length;
         let actions = 0,
@@ -263,7 +272,9 @@ export class JointRollout<Item> {
                             const pr = frontier[s]!.prompts[a]!;
                             return {
                                 ...(typeof pr === "string" ? { prompt: pr } : { messages: pr }),
-                                sampling: this.o.sampling,
+                                sampling: this.o.agentSampling?.[a]
+                                    ? { ...this.o.sampling, ...this.o.agentSampling[a] }
+                                    : this.o.sampling,
                                 ...(seeds ? { seed: seeds[s]! + 131 * a + g } : {}),
                             };
                         }),

@@ -9,6 +9,7 @@ import { isHfModelDir, readHfConfig, readJsonObject } from "../../model/hf.js";
 import { GSM8K_FIXTURE } from "../tasks/gsm8k.js";
 import { editDistance } from "../../validate.js";
 import { rolloutCorrectionParams } from "../../rl/rolloutCorrection.js";
+import { checkAgentSettings, type AgentSettings } from "./agentSettings.js";
 import { correctionOptions, type CorrectionConfig } from "../trainers/correction.js";
 
 export type Algo = "maporl" | "magrpo" | "collm-cc" | "collm-dc";
@@ -125,6 +126,9 @@ export interface TrainConfig {
      * times `penaltyFactor`) added to each trained answer's score, and its overlong filter (`filter`: answers cut
      * at sampling.maxTokens are left out of the actor's loss). Training rollouts only, never evaluations. */
     overlong: { buffer: number; penaltyFactor: number; filter: boolean };
+    /** Per-agent settings (agentSettings.ts): one object per agent (at most `agents`), each key optional, the team's
+     * value where absent: lr, criticLr, klCoef, clip, entropyCoef, temperature, topP, maxTokens. */
+    agentSettings: AgentSettings[];
 }
 
 export const DEFAULT_CONFIG: TrainConfig = {
@@ -178,6 +182,7 @@ export const DEFAULT_CONFIG: TrainConfig = {
     },
     filterGroups: { enable: false, maxNumGenBatches: 4 },
     overlong: { buffer: 0, penaltyFactor: 1, filter: false },
+    agentSettings: [],
 };
 
 /** The choices of the keys the command line offers as flags (lib/cli/commands/train.ts lists and checks them from here). */
@@ -332,7 +337,11 @@ export const MAGRPO_DEFAULTS = { episodesPerIteration: 16, generations: 2 } as c
 
 /** Validates a (partial) config against the defaults and returns the resolved config. */
 export function resolveConfig(partial: unknown, where = "config"): TrainConfig {
-    const c = merge(where, DEFAULT_CONFIG, partial ?? {}, "") as TrainConfig;
+    // agentSettings is the one array: checked on its own (agentSettings.ts) once the agent count is known.
+    const whole = partial !== null && typeof partial === "object" && !Array.isArray(partial);
+    const { agentSettings, ...rest } = whole ? (partial as Record<string, unknown>) : { agentSettings: undefined };
+    const { agentSettings: _, ...shape } = DEFAULT_CONFIG;
+    const c = merge(where, shape, whole ? rest : (partial ?? {}), "") as TrainConfig;
     // MAGRPO answers G times per agent and state: with the shared defaults (32 questions, G = 4) an iteration took
     // 33 s on 2 cores (over an hour for 120). Its own defaults where the user left them: 16 questions, G = 2 (4.6 min).
     const asked = (partial ?? {}) as { episodesPerIteration?: unknown; magrpo?: { generations?: unknown } };
@@ -412,6 +421,12 @@ export function resolveConfig(partial: unknown, where = "config"): TrainConfig {
         throw new RangeError(
             `${where}: filterGroups.enable: dynamic sampling is for algo 'magrpo' (groups), got '${c.algo}'`,
         );
+    c.agentSettings = checkAgentSettings(where, agentSettings, c.agents);
+    for (const [i, s] of c.agentSettings.entries())
+        if (s.maxTokens !== undefined && c.overlong.buffer > s.maxTokens)
+            throw new RangeError(
+                `${where}: agentSettings[${i}].maxTokens: expected at least overlong.buffer (${c.overlong.buffer}), got ${s.maxTokens}`,
+            );
     // The correction's rejection options and thresholds (verl's strings) are checked by the kernel's option parser.
     const rc = correctionOptions(c.rolloutCorrection);
     if (rc) rolloutCorrectionParams(`${where}: rolloutCorrection`, rc);

@@ -13,6 +13,7 @@ import type { AgentStats } from "./maporl.js";
 import { packRows, turnPrompt, type TeamRollout } from "./rollout.js";
 import { addMismatch, correctBatch, correctionOptions, meanMismatch } from "./correction.js";
 import { dropTruncated } from "./dapo.js";
+import { agentSetting } from "../job/agentSettings.js";
 
 /** The centralised critic's input at turn t of episode e: every distinct view, then every previous answer. */
 function jointPrompt(r: TeamRollout, e: number, t: number, feedback: boolean): string {
@@ -65,7 +66,7 @@ export async function collmIteration(
         const at = prompts.map((p, i) => i * b.shape[1] + Math.min(p.length, b.shape[1]) - 1);
         return { b, at, values: Float32Array.from(at, (k) => v[k]!) };
     };
-    const fit = async (c: NativePolicy, s: Awaited<ReturnType<typeof critic>>, targets: Float32Array) => {
+    const fit = async (c: NativePolicy, s: Awaited<ReturnType<typeof critic>>, targets: Float32Array, lr: number) => {
         const [B, L] = s.b.shape,
             mask = new Float32Array(B * L),
             returns = new Float32Array(B * L);
@@ -75,7 +76,7 @@ export async function collmIteration(
         });
         return c.trainStep(
             { tokens: s.b.tokens, targets: s.b.targets, mask, shape: s.b.shape, returns },
-            { loss: "value", lr: cfg.criticLr, ...sig },
+            { loss: "value", lr, ...sig },
         );
     };
     const lengths = new Int32Array(E).fill(T);
@@ -100,6 +101,7 @@ export async function collmIteration(
         }
     }
     for (let a = 0; a < A; a++) {
+        const set = agentSetting(cfg, a);
         const model = trainable[a],
             c = critics[a];
         if (!model || !c) continue;
@@ -114,7 +116,7 @@ export async function collmIteration(
                 { rewards: reward, values: s.values, lengths },
                 { gamma: cfg.collm.gamma, normalize: cfg.collm.normalize },
             );
-            stats[a]!.valueLoss = (await fit(c, s, td.targets)).loss;
+            stats[a]!.valueLoss = (await fit(c, s, td.targets, set.criticLr)).loss;
         }
         const rows: number[] = [];
         for (let i = 0; i < E * T; i++) if (trainTurn(i % T)) rows.push(i);
@@ -139,14 +141,23 @@ export async function collmIteration(
                 advantages: Float32Array.from(rows, (i) => td!.advantages[i]!),
                 ...(corr?.rolloutIsWeights ? { rolloutIsWeights: corr.rolloutIsWeights } : {}),
             },
-            { loss: { type: "reinforce", aggregation: "seq-mean-token-sum" }, lr: cfg.lr, ...sig },
+            {
+                loss: {
+                    type: "reinforce",
+                    aggregation: "seq-mean-token-sum",
+                    ...(set.entropyCoef ? { entropyCoef: set.entropyCoef } : {}),
+                },
+                lr: set.lr,
+                ...sig,
+            },
         );
         Object.assign(stats[a]!, { policyLoss: p.loss, entropy: p.stats.entropyMean, updates: 1 });
+        if (cfg.agentSettings.length) Object.assign(stats[a]!, { lr: set.lr, temperature: set.temperature });
         meanMismatch(stats[a]!);
     }
     if (shared) {
         const c = critics.find((x) => x)!;
-        const v = (await fit(c, shared.s, shared.td.targets)).loss;
+        const v = (await fit(c, shared.s, shared.td.targets, cfg.criticLr)).loss; // one central critic: the team's rate
         for (let a = 0; a < A; a++) if (trainable[a]) stats[a]!.valueLoss = v;
     }
     return stats;

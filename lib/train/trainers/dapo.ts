@@ -2,6 +2,7 @@
 // training answer, and the overlong filter (answers the sampler cut at maxTokens leave the actor's loss).
 import { overlongPenalty } from "../../rl/dapo.js";
 import type { Generation } from "../../policy/types.js";
+import { agentSetting } from "../job/agentSettings.js";
 import type { TrainConfig } from "../job/config.js";
 import type { PackedBatch } from "./rollout.js";
 
@@ -12,12 +13,13 @@ export function answerLength(g: Generation): number {
     return (g.tokens?.length ?? 0) + (g.finishReason === "stop" ? 1 : 0);
 }
 
-/** The overlong penalty of a training answer under the job's config (0 when overlong.buffer is 0). */
-export function overlongOf(cfg: TrainConfig, g: Generation): number {
+/** The overlong penalty of agent a's training answer under the job's config (0 when overlong.buffer is 0); L_max is
+ * the agent's maxTokens. */
+export function overlongOf(cfg: TrainConfig, g: Generation, a: number): number {
     const o = cfg.overlong;
     if (o.buffer === 0) return 0;
     return overlongPenalty(answerLength(g), {
-        maxTokens: cfg.sampling.maxTokens,
+        maxTokens: agentSetting(cfg, a).maxTokens,
         buffer: o.buffer,
         penaltyFactor: o.penaltyFactor,
     });

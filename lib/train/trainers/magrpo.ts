@@ -18,6 +18,7 @@ import { teamMetrics } from "../job/evaluate.js";
 import type { AgentStats } from "./maporl.js";
 import { addMismatch, correctBatch, correctionOptions, meanMismatch } from "./correction.js";
 import { dropTruncated, overlongOf } from "./dapo.js";
+import { agentSetting } from "../job/agentSettings.js";
 import { groupHasSignal } from "../../rl/dapo.js";
 import {
     answerOf,
@@ -145,6 +146,14 @@ async function trees(
         reward: async (texts, item, turn) =>
             task.finalReward && turn < roll.turns - 1 ? 0 : jointScore(task, await scores(item, texts)),
         sampling: { temperature: roll.temperature, maxTokens: roll.maxTokens },
+        ...(cfg.agentSettings.length
+            ? {
+                  agentSampling: agents.map((_, a) => {
+                      const x = agentSetting(cfg, a);
+                      return { temperature: x.temperature, topP: x.topP, maxTokens: x.maxTokens };
+                  }),
+              }
+            : {}),
         seed: (item) => (roll.seed % 1_000_000_007) * 1_000_003 + items.indexOf(item) * 100_003, // < 2^53
     });
     return { grown: await rollout.runBatch(items, roll.signal ? { signal: roll.signal } : {}), toolsOf };
@@ -207,7 +216,7 @@ async function grow(
     const penalize = (t: JointTree) => {
         if (cfg.overlong.buffer === 0) return;
         t.actions.forEach((act, n) => {
-            const p = act.generations.reduce((s, g) => s + overlongOf(cfg, g), 0) / act.generations.length;
+            const p = act.generations.reduce((s, g, a) => s + overlongOf(cfg, g, a), 0) / act.generations.length;
             act.reward += p;
             t.rewards[n] = t.rewards[n]! + p;
         });
@@ -373,10 +382,18 @@ export async function magrpoIteration(
         policyLoss: 0,
         updates: 0,
     }));
-    for (const [model, list] of rows) {
+    // With per-agent settings, each agent's rows train in their own step at the agent's lr / klCoef / entropyCoef
+    // (a shared model then takes one step per agent); else one step per model, as before.
+    const batches: [NativePolicy, typeof rows extends Map<NativePolicy, infer L> ? L : never, number | null][] = [];
+    for (const [model, list] of rows)
+        if (!cfg.agentSettings.length) batches.push([model, list, null]);
+        else for (const a of new Set(list.map((x) => x.a))) batches.push([model, list.filter((x) => x.a === a), a]);
+    for (const [model, list, who] of batches) {
         roll.signal?.throwIfAborted();
+        const set = who === null ? null : agentSetting(cfg, who);
+        const klCoef = set ? set.klCoef : mg.klCoef;
         const b = packRows(list, tok.eos, model.config.contextLength);
-        const kl = mg.klCoef > 0 ? { refLogp: await ref.logprobs(b) } : {};
+        const kl = klCoef > 0 ? { refLogp: await ref.logprobs(b) } : {};
         // The rollout correction needs the trainer's log-probs of the rows: one more forward, only when it is on.
         const corr = correction && b.rolloutLogp ? await correctBatch(b, await model.logprobs(b), correction) : null;
         let mask = corr ? corr.mask : b.mask;
@@ -399,9 +416,10 @@ export async function magrpoIteration(
                 loss: {
                     type: "reinforce",
                     aggregation: "seq-mean-token-sum",
-                    ...(mg.klCoef > 0 ? { kl: { coef: mg.klCoef, estimator: "k3" as const } } : {}),
+                    ...(klCoef > 0 ? { kl: { coef: klCoef, estimator: "k3" as const } } : {}),
+                    ...(set?.entropyCoef ? { entropyCoef: set.entropyCoef } : {}),
                 },
-                lr: cfg.lr,
+                lr: set ? set.lr : cfg.lr,
                 ...(roll.signal ? { signal: roll.signal } : {}),
             },
         );
@@ -424,6 +442,10 @@ export async function magrpoIteration(
             st.filterDroppedFraction = filter.sampled ? filter.dropped / filter.sampled : 0;
         }
         if (cfg.overlong.filter) st.truncatedFraction = truncated[a]! / rowsOf[a];
+        if (cfg.agentSettings.length) {
+            st.lr = agentSetting(cfg, a).lr;
+            st.temperature = agentSetting(cfg, a).temperature;
+        }
     });
     const team: TeamRollout = { task, items, entries: paths, agents: A, turns: roll.turns };
     const first = paths[0]!;

@@ -28,6 +28,16 @@ export interface MaporlOptions {
     seed: number;
     /** The rollout correction (correction.ts); null or absent: the mismatch is measured, not corrected. */
     correction?: RolloutCorrectionOptions | null;
+    /** Per-agent settings (the job's agentSettings resolved): lr, criticLr, klCoef, clip and entropyCoef of agent a
+     * replace the team's. */
+    perAgent?: {
+        lr: number;
+        criticLr: number;
+        klCoef: number;
+        clip: number;
+        entropyCoef: number;
+        temperature: number;
+    }[];
     /** DAPO's overlong filter: answers cut at maxTokens leave the actor's loss (the critic still fits them). */
     dropTruncated?: boolean;
     signal?: AbortSignal;
@@ -37,6 +47,9 @@ export interface MaporlOptions {
 export interface AgentStats extends Partial<MismatchStats> {
     /** DAPO: the batches sampled and the share of questions dropped (filterGroups), and the share of trained answers
      * left out of the loss for reaching maxTokens (overlong.filter). */
+    /** With per-agent settings: the agent's learning rate and sampling temperature. */
+    lr?: number;
+    temperature?: number;
     filterBatches?: number;
     filterDroppedFraction?: number;
     truncatedFraction?: number;
@@ -136,7 +149,7 @@ export async function maporlUpdate(
             for (let i = 0; i < B * L; i++) {
                 if (!b.mask[i]) continue;
                 const d = oldLogp[i]! - refLogp[i]!;
-                rewards[i] = -o.klCoef * d;
+                rewards[i] = -(o.perAgent?.[a]?.klCoef ?? o.klCoef) * d;
                 kl += d;
                 n++;
             }
@@ -181,7 +194,8 @@ export async function maporlUpdate(
         for (const gi of order) {
             o.signal?.throwIfAborted();
             const g = groups[gi]!,
-                st = stats[g.a]!;
+                st = stats[g.a]!,
+                pa = o.perAgent?.[g.a];
             const batch = { tokens: g.b.tokens, targets: g.b.targets, mask: g.b.mask, shape: g.b.shape };
             const p = await models[g.a]!.trainStep(
                 {
@@ -192,14 +206,24 @@ export async function maporlUpdate(
                     ...(g.weights ? { rolloutIsWeights: g.weights } : {}),
                 },
                 {
-                    loss: { type: "ppo", clip: o.clip, aggregation: "token-mean" },
-                    lr: o.lr,
+                    loss: {
+                        type: "ppo",
+                        clip: pa?.clip ?? o.clip,
+                        aggregation: "token-mean",
+                        ...(pa?.entropyCoef ? { entropyCoef: pa.entropyCoef } : {}),
+                    },
+                    lr: pa?.lr ?? o.lr,
                     ...(o.signal ? { signal: o.signal } : {}),
                 },
             );
             const v = await critics[g.a]!.trainStep(
                 { ...batch, returns: g.ret, oldValues: g.values },
-                { loss: "value", valueClip: o.valueClip, lr: o.criticLr, ...(o.signal ? { signal: o.signal } : {}) },
+                {
+                    loss: "value",
+                    valueClip: o.valueClip,
+                    lr: pa?.criticLr ?? o.criticLr,
+                    ...(o.signal ? { signal: o.signal } : {}),
+                },
             );
             st.clipFrac += p.stats.clipFrac;
             st.entropy += p.stats.entropyMean;
@@ -211,6 +235,10 @@ export async function maporlUpdate(
     for (const [a, st] of stats.entries()) {
         meanMismatch(st);
         if (answers[a]) st.truncatedFraction = truncated[a]! / answers[a];
+        if (o.perAgent && st.updates) {
+            st.lr = o.perAgent[a]!.lr;
+            st.temperature = o.perAgent[a]!.temperature;
+        }
         const turnsTrained = st.updates / Math.max(1, o.ppoEpochs);
         if (st.updates) {
             st.clipFrac /= st.updates;

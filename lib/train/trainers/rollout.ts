@@ -8,7 +8,7 @@ import type { NativePolicy } from "../../model/nativePolicy.js";
 import { answerKey } from "../../debate/metrics.js";
 import { answerersOf, roleOf, type Task, type TaskItem, type ToolPrevious } from "../tasks/tasks.js";
 import { runToolCall, type ToolResult } from "../../env/tools.js";
-import type { Generation, ToolCall } from "../../policy/types.js";
+import type { Generation, SamplingOptions, ToolCall } from "../../policy/types.js";
 import { pushTo } from "../../collections.js";
 import { generateSettled, policyMessage } from "../../policy/settle.js";
 
@@ -28,6 +28,8 @@ export interface RolloutEntry {
     score: number;
     /** What the calls this answer made returned (tasks with tools; runToolCall's results). */
     toolResults?: ToolResult[];
+    /** The temperature it was sampled at, when the agents' sampling differs (agentSettings). */
+    temperature?: number;
     /** The credit the trainer assigned to this answer when it trained it (MAPoRL: its influence-aware outcome reward;
      * CoLLM: its TD advantage; MAGRPO: its group-relative advantage); absent for answers no model trained on. */
     credit?: number;
@@ -59,7 +61,10 @@ export interface RolloutOptions {
     /** Called after each batch of answers with how many it generated (progress inside an evaluation). */
     onAnswers?: (n: number) => void;
     /** Added to each answer's score (DAPO's soft overlong punishment; training rollouts only). */
-    lengthPenalty?: (g: Generation) => number;
+    lengthPenalty?: (g: Generation, agent: number) => number;
+    /** Per-agent sampling (the job's agentSettings), replacing temperature / maxTokens for that agent; entries then
+     * record their temperature. */
+    agentSampling?: SamplingOptions[];
 }
 
 const ANSWER_WIDTH = 3;
@@ -159,7 +164,7 @@ export async function rolloutTeam(
                 model,
                 who.map(({ i, a }, k) => ({
                     messages: [{ role: "user" as const, content: content[k]! }],
-                    sampling: { temperature: o.temperature, maxTokens: o.maxTokens },
+                    sampling: o.agentSampling?.[a] ?? { temperature: o.temperature, maxTokens: o.maxTokens },
                     seed: o.seed * 1_000_000 + i * 1000 + t * 16 + a,
                 })),
                 { ...(o.signal ? { signal: o.signal } : {}) },
@@ -189,7 +194,10 @@ export async function rolloutTeam(
                     text: g.text,
                     extracted,
                     correct: extracted !== null && answerKey(extracted) === answerKey(item.reference),
-                    score: verdict.score + (o.lengthPenalty ? o.lengthPenalty(g) : 0),
+                    score: verdict.score + (o.lengthPenalty ? o.lengthPenalty(g, a) : 0),
+                    ...(o.agentSampling?.[a]?.temperature !== undefined
+                        ? { temperature: o.agentSampling[a].temperature }
+                        : {}),
                 };
             }
         }
@@ -305,6 +313,7 @@ export interface TraceEntry {
     role?: string;
     tools?: { name: string; arguments: string; ok: boolean; content: string; error?: string }[];
     credit?: number;
+    temperature?: number;
 }
 
 /** An episode's entries as traces.jsonl records them. */
@@ -326,6 +335,7 @@ export function traceTurns(task: Task | undefined, turns: RolloutEntry[][]): Tra
                   }
                 : {}),
             ...(x.credit !== undefined ? { credit: x.credit } : {}),
+            ...(x.temperature !== undefined ? { temperature: x.temperature } : {}),
         })),
     );
 }

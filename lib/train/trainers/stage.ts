@@ -7,6 +7,7 @@
 //                           the trained turn cycles T-1, ..., 1 every `period` iterations (turn 0 never trained).
 import { correctionOptions } from "./correction.js";
 import { overlongOf } from "./dapo.js";
+import { agentSetting } from "../job/agentSettings.js";
 import type { Generation } from "../../policy/types.js";
 import { NativePolicy } from "../../model/nativePolicy.js";
 import type { TrainConfig } from "../job/config.js";
@@ -136,7 +137,15 @@ export async function runIteration(
         ...(signal ? { signal } : {}),
         ...(cfg.separateTurn0 ? { turn0: m.agents.map(() => ref) } : {}),
         feedback: cfg.feedback,
-        ...(cfg.overlong.buffer > 0 ? { lengthPenalty: (g: Generation) => overlongOf(cfg, g) } : {}),
+        ...(cfg.overlong.buffer > 0 ? { lengthPenalty: (g: Generation, a: number) => overlongOf(cfg, g, a) } : {}),
+        ...(cfg.agentSettings.length
+            ? {
+                  agentSampling: m.agents.map((_, a) => {
+                      const s = agentSetting(cfg, a);
+                      return { temperature: s.temperature, topP: s.topP, maxTokens: s.maxTokens };
+                  }),
+              }
+            : {}),
     };
     if (cfg.algo === "magrpo") return magrpoIteration(cfg, task, items, m.agents, trainable, trainTurn, ref, roll);
     const r = await rolloutTeam(task, items, m.agents, roll);
@@ -154,6 +163,7 @@ export async function runIteration(
             valueClip: mp.valueClip,
             lr: cfg.lr,
             criticLr: cfg.criticLr,
+            ...(cfg.agentSettings.length ? { perAgent: m.agents.map((_, a) => agentSetting(cfg, a)) } : {}),
             seed,
             correction: correctionOptions(cfg.rolloutCorrection),
             dropTruncated: cfg.overlong.filter,
