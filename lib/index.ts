@@ -65,6 +65,8 @@ export {
     type ValueLossOptions,
     type ValueLossResult,
 } from "./rl/policyLoss.js";
+export { agentGroupAdvantages, agentGroupIds, type AgentGrouping, type AgentStep } from "./rl/agentGroups.js";
+export { overlongPenalty, groupHasSignal, type OverlongOptions } from "./rl/dapo.js";
 export {
     rolloutCorrection,
     rolloutCorrectionAsync,

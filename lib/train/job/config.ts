@@ -103,6 +103,10 @@ export interface TrainConfig {
         discount: number;
         klCoef: number;
         joint: "aligned" | "cross";
+        /** 'state' (MAGRPO: each sibling set of joint actions, with `baseline`), 'agent-turn' (AT-GRPO: every candidate
+         * of an agent at one turn of a question) or 'agent' (Dr. MAS: every candidate of an agent in a question), the
+         * last two as (R - mean) / (std + 1e-6); joint 'aligned' only. */
+        grouping: "state" | "agent-turn" | "agent";
     };
     collm: { gamma: number; normalize: boolean };
     /** 'alternating': each agent in turn is frozen for this many iterations. */
@@ -166,7 +170,7 @@ export const DEFAULT_CONFIG: TrainConfig = {
         valueClip: 0.2,
         bonus: { correctedAlone: 0, persuadedCorrectly: 0, wrongButUseful: 0, persuasive: 0, signs: "paper" },
     },
-    magrpo: { generations: 4, baseline: "mean", discount: 0.9, klCoef: 0, joint: "aligned" },
+    magrpo: { generations: 4, baseline: "mean", discount: 0.9, klCoef: 0, joint: "aligned", grouping: "state" },
     collm: { gamma: 1, normalize: true },
     alternatingPeriod: 10,
     turnBased: { initialIterations: 20, period: 40 },
@@ -244,6 +248,7 @@ const RULES: Record<string, Rule> = {
     "magrpo.generations": { int: [2, 64] },
     "magrpo.baseline": { choices: ["mean", "max", "rloo", "none"] },
     "magrpo.joint": { choices: ["aligned", "cross"] },
+    "magrpo.grouping": { choices: ["state", "agent-turn", "agent"] },
     "magrpo.discount": { num: [0, 1] },
     "magrpo.klCoef": { num: [0, 100] },
     "collm.gamma": { num: [0, 1] },
@@ -416,6 +421,10 @@ export function resolveConfig(partial: unknown, where = "config"): TrainConfig {
     if (c.overlong.buffer > c.sampling.maxTokens)
         throw new RangeError(
             `${where}: overlong.buffer: expected at most sampling.maxTokens (${c.sampling.maxTokens}), got ${c.overlong.buffer}`,
+        );
+    if (c.magrpo.grouping !== "state" && c.magrpo.joint !== "aligned")
+        throw new RangeError(
+            `${where}: magrpo.grouping: '${c.magrpo.grouping}' needs magrpo.joint 'aligned' (cross joint actions credit sums), got 'cross'`,
         );
     if (c.filterGroups.enable && c.algo !== "magrpo")
         throw new RangeError(

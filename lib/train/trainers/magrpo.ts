@@ -20,6 +20,7 @@ import { addMismatch, correctBatch, correctionOptions, meanMismatch } from "./co
 import { dropTruncated, overlongOf } from "./dapo.js";
 import { agentSetting } from "../job/agentSettings.js";
 import { groupHasSignal } from "../../rl/dapo.js";
+import { agentGroupAdvantages } from "../../rl/agentGroups.js";
 import {
     answerOf,
     jointScore,
@@ -337,7 +338,20 @@ export async function magrpoIteration(
             }),
         );
         const credit = new Map<string, number>(); // "action/agent" -> the advantage the agent's completion trained with
-        if (mg.joint === "aligned")
+        if (mg.joint === "aligned" && mg.grouping !== "state") {
+            // AT-GRPO / Dr. MAS: agent a's candidate in joint action n carries the action's return, compared within
+            // (agent, turn) or (agent) over the whole tree (agentGroups.ts)
+            const steps = tree.actions.flatMap((act, n) =>
+                act.generations.map((_, a) => ({ question: 0, agent: a, turn: act.depth, reward: returns[n]! })),
+            );
+            const adv = agentGroupAdvantages(steps, mg.grouping);
+            let k = 0;
+            tree.actions.forEach((act, n) =>
+                act.generations.forEach((g, a) =>
+                    push(a, act.depth, act.prompts[a] as string, g, adv[k++]!, credit, n),
+                ),
+            );
+        } else if (mg.joint === "aligned")
             // joint action n is every agent's n-th sample: one advantage for all of them
             tree.actions.forEach((act, n) =>
                 act.generations.forEach((g, a) =>
