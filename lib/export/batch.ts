@@ -266,6 +266,9 @@ export function exportBatch(dir: string, transcripts: Transcript[], options: Exp
                     { name: "attention_mask", shape: [n, P + R], data: attention },
                     { name: "response_mask", shape: [n, R], data: responseMask },
                     { name: "old_log_probs", shape: [n, R], data: logp },
+                    // verl's name for the sampler's log-probs: its rollout correction compares them with the
+                    // old_log_probs a trainer recomputes (the same values here, until one does)
+                    { name: "rollout_log_probs", shape: [n, R], data: logp },
                     { name: "rewards", shape: [n], data: rew },
                     ...(advantage ? [{ name: "advantages", shape: [n, R], data: adv }] : []),
                     { name: "agent", shape: [n], data: agent },

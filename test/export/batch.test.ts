@@ -93,6 +93,11 @@ describe("exportBatch / readBatch", () => {
             R = s0.responseLength,
             r0 = back.rows[0];
         expect(t0.get("prompt_ids")!.shape).toEqual([7, P]);
+        // verl's rollout_log_probs carries the sampler's log-probs beside old_log_probs (NaN padding compares by bits)
+        expect(t0.get("rollout_log_probs")!.shape).toEqual([7, R]);
+        const bytes = (x: { data: ArrayBufferView }) =>
+            Buffer.from(x.data.buffer, x.data.byteOffset, x.data.byteLength);
+        expect(bytes(t0.get("rollout_log_probs")!).equals(bytes(t0.get("old_log_probs")!))).toBe(true);
         const row0 = Array.from(t0.get("prompt_ids")!.data.subarray(0, P));
         expect(row0).toEqual([...new Array(P - r0.promptLength).fill(0), ...r0.promptIds]);
         const att = Array.from(t0.get("attention_mask")!.data.subarray(0, P + R));
