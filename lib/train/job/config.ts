@@ -133,6 +133,9 @@ export interface TrainConfig {
     /** Per-agent settings (agentSettings.ts): one object per agent (at most `agents`), each key optional, the team's
      * value where absent: lr, criticLr, klCoef, clip, entropyCoef, temperature, topP, maxTokens. */
     agentSettings: AgentSettings[];
+    /** Asynchronous rollouts (MAPoRL, CoLLM; lib/train/trainers/pipeline.ts): iteration i's update overlaps the
+     * sampling of iterations i + 1 .. i + maxStaleness by snapshots of the agents; 0 = the on-policy loop. */
+    asyncRollout: { maxStaleness: number };
 }
 
 export const DEFAULT_CONFIG: TrainConfig = {
@@ -187,6 +190,7 @@ export const DEFAULT_CONFIG: TrainConfig = {
     filterGroups: { enable: false, maxNumGenBatches: 4 },
     overlong: { buffer: 0, penaltyFactor: 1, filter: false },
     agentSettings: [],
+    asyncRollout: { maxStaleness: 0 },
 };
 
 /** The choices of the keys the command line offers as flags (lib/cli/commands/train.ts lists and checks them from here). */
@@ -267,6 +271,7 @@ const RULES: Record<string, Rule> = {
     "filterGroups.maxNumGenBatches": { int: [1, 100] },
     "overlong.buffer": { int: [0, 4096] },
     "overlong.penaltyFactor": { num: [0, 100] },
+    "asyncRollout.maxStaleness": { int: [0, 8] },
 };
 
 // Checks `x` against the shape of `dflt` and returns the merged value.
@@ -425,6 +430,10 @@ export function resolveConfig(partial: unknown, where = "config"): TrainConfig {
     if (c.magrpo.grouping !== "state" && c.magrpo.joint !== "aligned")
         throw new RangeError(
             `${where}: magrpo.grouping: '${c.magrpo.grouping}' needs magrpo.joint 'aligned' (cross joint actions credit sums), got 'cross'`,
+        );
+    if (c.asyncRollout.maxStaleness > 0 && c.algo === "magrpo")
+        throw new RangeError(
+            `${where}: asyncRollout.maxStaleness: asynchronous rollouts are for 'maporl' and 'collm-*' (MAGRPO's trees train as they grow), got algo 'magrpo'`,
         );
     if (c.filterGroups.enable && c.algo !== "magrpo")
         throw new RangeError(

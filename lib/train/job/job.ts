@@ -26,6 +26,7 @@ import type { JobProgress, JobState, TrainJobOptions, TrainSummary } from "./typ
 import { sftWarmStart } from "../trainers/sft.js";
 import { ReplayBuffer } from "../trainers/replay.js";
 import { runIteration, scheduled, stageModels } from "../trainers/stage.js";
+import { RolloutPipeline } from "../trainers/pipeline.js";
 import { arithDebateTask, splitSumTask, type Task } from "../tasks/tasks.js";
 import { gsm8kTask } from "../tasks/gsm8k.js";
 import { lookupTask } from "../tasks/lookup.js";
@@ -333,12 +334,19 @@ export async function trainJob(o: TrainJobOptions): Promise<TrainSummary> {
             for (const [name, model] of Object.entries(m.named)) adapters[`${st.name}/${name}`] = model.parameterCount;
         const label = st.name === "independent" ? "independent control" : `co-trained (${cfg.algo}, ${st.schedule})`;
         log(`${st.name}: ${cfg.iterations} iterations of ${cfg.episodesPerIteration} debates, ${label}`);
+        const seedOf = (it: number) => cfg.seed * 1_000_003 + (k + 1) * 100_003 + it;
+        const pipe =
+            cfg.asyncRollout.maxStaleness > 0
+                ? new RolloutPipeline(cfg, task, st.schedule, m, base, seedOf, cfg.iterations, signal)
+                : null;
         for (let it = resuming ? state.step : 0; it < cfg.iterations; it++) {
             signal?.throwIfAborted();
             const i0 = performance.now();
-            const seed = cfg.seed * 1_000_003 + (k + 1) * 100_003 + it;
+            const seed = seedOf(it);
             const items = task.generate(cfg.episodesPerIteration, seed);
-            const r = await runIteration(cfg, task, items, st.schedule, m, base, it, seed, signal);
+            const piped = pipe ? await pipe.run(it) : null;
+            const r = piped ?? (await runIteration(cfg, task, items, st.schedule, m, base, it, seed, signal));
+            const lag = piped ? { staleness: piped.staleness, policyVersion: piped.policyVersion } : {};
             const reward = mean(r.stats.map((s) => s.reward));
             const failed = r.failed?.map((f) => ({
                 question: f.item.question,
@@ -380,10 +388,14 @@ export async function trainJob(o: TrainJobOptions): Promise<TrainSummary> {
                 reward,
                 accuracy: r.train.majorityAccuracy,
                 agents: r.stats,
+                ...lag,
                 ...(failed ? { failed } : {}),
                 ...replayed,
             });
-            appendFileSync(tracesFile, JSON.stringify({ stage: st.name, iteration: it + 1, ...r.trace }) + "\n");
+            appendFileSync(
+                tracesFile,
+                JSON.stringify({ stage: st.name, iteration: it + 1, ...lag, ...r.trace }) + "\n",
+            );
             clock.observeIteration(st.name, performance.now() - i0);
             progress({
                 stage: st.name,
@@ -398,6 +410,7 @@ export async function trainJob(o: TrainJobOptions): Promise<TrainSummary> {
                 await evaluate(label, m.agents, it + 1, st.name);
             await save({ ...baseOf(), ...m.named }, st.name, it + 1);
         }
+        await pipe?.close();
         state.evals[st.name] = await evaluate(label, m.agents, cfg.iterations, st.name);
         for (const [name, model] of Object.entries(m.named)) {
             await model.save(join(out, "models", `${st.name}-${name}`), trainedBase ? { baseModel: trainedBase } : {});

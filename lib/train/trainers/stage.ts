@@ -116,20 +116,9 @@ function traceOf(r: TeamRollout): IterationResult["trace"] {
     };
 }
 
-/** One iteration of the configured algorithm on `items`. */
-export async function runIteration(
-    cfg: TrainConfig,
-    task: Task,
-    items: TaskItem[],
-    schedule: TrainConfig["schedule"],
-    m: StageModels,
-    ref: NativePolicy,
-    iteration: number,
-    seed: number,
-    signal?: AbortSignal,
-): Promise<IterationResult> {
-    const { trainable, trainTurn } = scheduled(cfg, schedule, m, iteration);
-    const roll = {
+/** The rollout options of an iteration (sampling, turn-0 models, DAPO's length penalty, per-agent sampling). */
+export function rollOptions(cfg: TrainConfig, m: StageModels, ref: NativePolicy, seed: number, signal?: AbortSignal) {
+    return {
         turns: cfg.turns,
         temperature: cfg.sampling.temperature,
         maxTokens: cfg.sampling.maxTokens,
@@ -147,8 +136,41 @@ export async function runIteration(
               }
             : {}),
     };
-    if (cfg.algo === "magrpo") return magrpoIteration(cfg, task, items, m.agents, trainable, trainTurn, ref, roll);
+}
+
+/** One iteration of the configured algorithm on `items`. */
+export async function runIteration(
+    cfg: TrainConfig,
+    task: Task,
+    items: TaskItem[],
+    schedule: TrainConfig["schedule"],
+    m: StageModels,
+    ref: NativePolicy,
+    iteration: number,
+    seed: number,
+    signal?: AbortSignal,
+): Promise<IterationResult> {
+    const roll = rollOptions(cfg, m, ref, seed, signal);
+    if (cfg.algo === "magrpo") {
+        const { trainable, trainTurn } = scheduled(cfg, schedule, m, iteration);
+        return magrpoIteration(cfg, task, items, m.agents, trainable, trainTurn, ref, roll);
+    }
     const r = await rolloutTeam(task, items, m.agents, roll);
+    return updateIteration(cfg, r, schedule, m, ref, iteration, seed, signal);
+}
+
+/** The update of an iteration (MAPoRL, CoLLM) on a rollout that `m.agents` or a snapshot of them sampled. */
+export async function updateIteration(
+    cfg: TrainConfig,
+    r: TeamRollout,
+    schedule: TrainConfig["schedule"],
+    m: StageModels,
+    ref: NativePolicy,
+    iteration: number,
+    seed: number,
+    signal?: AbortSignal,
+): Promise<IterationResult> {
+    const { trainable, trainTurn } = scheduled(cfg, schedule, m, iteration);
     let stats: AgentStats[];
     if (cfg.algo === "maporl") {
         const mp = cfg.maporl;

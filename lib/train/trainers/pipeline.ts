@@ -1,0 +1,95 @@
+// pipeline.ts: asynchronous rollouts with bounded staleness, in process (MAPoRL, CoLLM). With
+// asyncRollout.maxStaleness = d > 0, iteration i's update runs while the rollouts of iterations i + 1 .. i + d are
+// sampled, each by a snapshot of the agents (clones; an adapter's clone for a LoRA agent) taken when it was launched.
+// A rollout launched at policy version v (v updates done) and trained at iteration i has staleness i - v <= d: rollouts
+// are launched at most d versions ahead, so no row exceeds the bound and none needs to be dropped or regenerated.
+// The trainer's old log-probs come from the current weights and the rows keep the snapshot's log-probs, so
+// `rolloutCorrection` corrects the lag (AReaL's decoupled PPO) and `mismatchK3` measures it. The snapshots are taken
+// in the models' call queues before the update's steps, so they hold exactly version v; every draw is seeded as
+// on-policy, and a run is deterministic for a given d. Not resumable mid-pipeline: a resumed run starts it again (its
+// first iterations on-policy), so it differs from an uninterrupted one.
+import type { NativePolicy } from "../../model/nativePolicy.js";
+import type { TrainConfig } from "../job/config.js";
+import type { Task } from "../tasks/tasks.js";
+import type { IterationResult } from "./iteration.js";
+import { rolloutTeam, type TeamRollout } from "./rollout.js";
+import { rollOptions, updateIteration, type StageModels } from "./stage.js";
+
+interface Launched {
+    r: TeamRollout;
+    version: number;
+}
+
+export class RolloutPipeline {
+    private readonly pending = new Map<number, Promise<Launched>>();
+
+    constructor(
+        private readonly cfg: TrainConfig,
+        private readonly task: Task,
+        private readonly schedule: TrainConfig["schedule"],
+        private readonly m: StageModels,
+        private readonly ref: NativePolicy,
+        private readonly seedOf: (iteration: number) => number,
+        private readonly end: number,
+        private readonly signal?: AbortSignal,
+    ) {}
+
+    /** Starts iteration j's rollout on snapshots of the agents as they are now (version `version`). */
+    private launch(j: number, version: number): void {
+        if (this.pending.has(j) || j >= this.end) return;
+        // Every clone is queued now, before the update's steps: the snapshots hold version `version`.
+        const distinct = [...new Set(this.m.agents)];
+        const clones = distinct.map((a) => a.clone(`${a.adapter ?? a.name}-v${version}-i${j}`));
+        const p = (async () => {
+            const snaps = await Promise.all(clones);
+            const of = new Map(distinct.map((a, k) => [a, snaps[k]!]));
+            try {
+                const seed = this.seedOf(j);
+                const items = this.task.generate(this.cfg.episodesPerIteration, seed);
+                const roll = rollOptions(this.cfg, this.m, this.ref, seed, this.signal);
+                const r = await rolloutTeam(
+                    this.task,
+                    items,
+                    this.m.agents.map((a) => of.get(a)!),
+                    roll,
+                );
+                return { r, version };
+            } finally {
+                for (const [orig, s] of of) {
+                    const name = s.adapter;
+                    await s.dispose();
+                    if (name !== null) await orig.deleteAdapter(name);
+                }
+            }
+        })();
+        p.catch(() => undefined); // a failure is reported where the rollout is awaited
+        this.pending.set(j, p);
+    }
+
+    /** Iteration `it` (its rollout, launched earlier or now, then its update); version = `it` updates done. */
+    async run(it: number): Promise<IterationResult & { staleness: number; policyVersion: number }> {
+        const d = this.cfg.asyncRollout.maxStaleness;
+        for (let j = it; j <= it + d; j++) this.launch(j, it);
+        const launched = this.pending.get(it)!;
+        this.pending.delete(it);
+        const { r, version } = await launched;
+        const res = await updateIteration(
+            this.cfg,
+            r,
+            this.schedule,
+            this.m,
+            this.ref,
+            it,
+            this.seedOf(it),
+            this.signal,
+        );
+        return { ...res, staleness: it - version, policyVersion: version };
+    }
+
+    /** Waits for the rollouts still running (their snapshots are released); their results are not used. */
+    async close(): Promise<void> {
+        const all = [...this.pending.values()];
+        this.pending.clear();
+        await Promise.allSettled(all);
+    }
+}
