@@ -58,7 +58,7 @@ describe("asynchronous rollouts", () => {
             expect(runs.map((r) => r.staleness)).toEqual(want);
             expect(runs.map((r) => r.policyVersion)).toEqual(want.map((s, i) => i - s));
             for (const [i, r] of runs.entries()) {
-                const k3 = r.stats[0]!.mismatchK3!;
+                const k3 = r.stats[0].mismatchK3!;
                 if (want[i] === 0) expect(k3, `iteration ${i}`).toBeLessThan(1e-6);
                 else expect(k3, `iteration ${i}`).toBeGreaterThan(1e-6);
             }
@@ -68,8 +68,8 @@ describe("asynchronous rollouts", () => {
         const a = await pipelined("maporl", 1, 3, { rolloutCorrection: { rolloutIs: "token", rolloutIsThreshold: 2 } });
         const b = await pipelined("maporl", 1, 3, { rolloutCorrection: { rolloutIs: "token", rolloutIsThreshold: 2 } });
         expect(a.map((r) => r.stats)).toEqual(b.map((r) => r.stats));
-        expect(a[2]!.stats[0]!.isMean).toBeGreaterThan(0);
-        expect(Number.isFinite(a[2]!.stats[0]!.isMean)).toBe(true);
+        expect(a[2].stats[0].isMean).toBeGreaterThan(0);
+        expect(Number.isFinite(a[2].stats[0].isMean)).toBe(true);
     });
 
     it("a job writes staleness and the policy version per iteration", async () => {
