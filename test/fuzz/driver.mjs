@@ -194,6 +194,32 @@ const kernels = [
         const B = int(4),
             T = int(8);
         return [
+            "rolloutCorrection",
+            m.rolloutCorrection,
+            [
+                { oldLogp: f32(B * T), rolloutLogp: f32(B * T), mask: mask(B * T), shape: shape2(B, T) },
+                {
+                    preset: opt(["tis", "mis", "icepop", "seq-tis", "geo-mis"], ["tls", 1]),
+                    rolloutIs: opt(["token", "sequence", "geometric", null], ["seq", 2]),
+                    rolloutIsMode: opt(["truncate", "mask"], ["clip"]),
+                    rolloutIsThreshold: opt([2, 5, 1e-3], [0, NaN, -1, Infinity]),
+                    rolloutIsThresholdLower: opt([0, 0.5], [NaN, 10]),
+                    rolloutIsBatchNormalize: opt([true, false], [1]),
+                    ...(rnd() < 0.3
+                        ? {
+                              rolloutRs: pick(["token_k1", "seq_mean_k3,token_k2", ["seq_max_k2"], "bad_k1", ""]),
+                              rolloutRsThreshold: pick([2, "0.5_2", "0.5_2,0.1", [0.1], NaN, "x", "2_0.5"]),
+                          }
+                        : {}),
+                },
+            ],
+            (r) => r.mask instanceof Float32Array && r.mask.length === B * T,
+        ];
+    },
+    () => {
+        const B = int(4),
+            T = int(8);
+        return [
             "valueLoss",
             m.valueLoss,
             [
