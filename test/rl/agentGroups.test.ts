@@ -2,11 +2,10 @@
 // hand-computed values ((R - mean) / (unbiased std + 1e-6), worked out below), and in a MAGRPO iteration.
 import { describe, expect, it } from "vitest";
 
-import { fnVerifier, NativePolicy } from "../../lib/index.js";
 import { agentGroupAdvantages, agentGroupIds, type AgentStep } from "../../lib/rl/agentGroups.js";
 import { resolveConfig } from "../../lib/train/job/config.js";
-import { makeTask } from "../../lib/train/job/job.js";
 import { runIteration, stageModels } from "../../lib/train/trainers/stage.js";
+import { TINY_TEAM, tinyTeam } from "../helpers/team.js";
 
 const S = (question: number, agent: number, turn: number, reward: number): AgentStep => ({
     question,
@@ -83,17 +82,10 @@ describe("multi-agent groupings", () => {
 
     it("MAGRPO trains with each grouping; the advantages, and so the updates, differ", async () => {
         const run = async (grouping: "state" | "agent-turn" | "agent") => {
-            const cfg = resolveConfig({
+            const { cfg, task, base } = await tinyTeam({
                 algo: "magrpo",
-                agents: 2,
-                turns: 2,
-                episodesPerIteration: 3,
-                magrpo: { generations: 2, baseline: "mean", discount: 0.9, klCoef: 0, joint: "aligned", grouping },
-                model: { layers: 1, heads: 2, dModel: 32, contextLength: 64 },
-                lr: 1e-2,
+                magrpo: { ...TINY_TEAM.magrpo, grouping },
             });
-            const task = { ...makeTask(cfg), verifier: fnVerifier("parity", ({ response }) => response.length % 2) };
-            const base = await NativePolicy.create({ contextLength: 64, layers: 1, heads: 2, dModel: 32, seed: 3 });
             const m = await stageModels(cfg, "independent", base);
             const r = await runIteration(cfg, task, task.generate(3, 42), "independent", m, base, 0, 42);
             for (const v of Object.values(r.stats[0])) expect(Number.isFinite(v)).toBe(true);

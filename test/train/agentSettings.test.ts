@@ -4,11 +4,11 @@
 // untouched while its partner's changes), and the metrics report both.
 import { describe, expect, it } from "vitest";
 
-import { fnVerifier, NativePolicy } from "../../lib/index.js";
+import { NativePolicy } from "../../lib/index.js";
 import { native } from "../../lib/native.js";
 import { resolveConfig, type Algo } from "../../lib/train/job/config.js";
-import { makeTask } from "../../lib/train/job/job.js";
 import { runIteration, stageModels } from "../../lib/train/trainers/stage.js";
+import { tinyTeam } from "../helpers/team.js";
 
 const params = (m: NativePolicy) => {
     const p = new Float32Array(m.parameterCount);
@@ -43,26 +43,16 @@ describe("agentSettings in the config", () => {
 });
 
 async function iterate(algo: Algo, seed: number) {
-    const cfg = resolveConfig({
+    const { cfg, task, base } = await tinyTeam({
         algo,
-        agents: 2,
-        turns: 2,
-        episodesPerIteration: 3,
         shareParameters: false,
         separateTurn0: false,
         sampling: { temperature: 1, maxTokens: 10 },
-        magrpo: { generations: 2, baseline: "mean", discount: 0.9, klCoef: 0, joint: "aligned" },
-        model: { layers: 1, heads: 2, dModel: 32, contextLength: 64 },
-        critic: { layers: 1, heads: 2, dModel: 32 },
-        lr: 1e-2,
-        criticLr: 1e-2,
         agentSettings: [
             { lr: 2e-2, temperature: 1.5 },
             { lr: 0, temperature: 0 },
         ],
     });
-    const task = { ...makeTask(cfg), verifier: fnVerifier("parity", ({ response }) => response.length % 2) };
-    const base = await NativePolicy.create({ contextLength: 64, layers: 1, heads: 2, dModel: 32, seed: 3 });
     const m = await stageModels(cfg, "joint", base);
     const before = m.agents.map(params);
     const r = await runIteration(cfg, task, task.generate(3, 42), "joint", m, base, 0, seed);

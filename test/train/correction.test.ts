@@ -4,11 +4,10 @@
 // applied, for MAPoRL, MAGRPO and CoLLM; a bad option in the config names its key.
 import { describe, expect, it } from "vitest";
 
-import { fnVerifier, NativePolicy } from "../../lib/index.js";
 import { resolveConfig, type Algo } from "../../lib/train/job/config.js";
-import { makeTask } from "../../lib/train/job/job.js";
 import { packRows } from "../../lib/train/trainers/rollout.js";
 import { runIteration, stageModels } from "../../lib/train/trainers/stage.js";
+import { tinyTeam } from "../helpers/team.js";
 
 describe("packRows and the sampler's log-probs", () => {
     it("places one log-prob per trained position (answer tokens and EOS); absent when any row lacks them", () => {
@@ -27,21 +26,7 @@ describe("packRows and the sampler's log-probs", () => {
 });
 
 async function iterate(algo: Algo, temperature: number, rolloutCorrection: Record<string, unknown> = {}) {
-    const cfg = resolveConfig({
-        algo,
-        agents: 2,
-        turns: 2,
-        episodesPerIteration: 3,
-        sampling: { temperature, maxTokens: 12 },
-        magrpo: { generations: 2, baseline: "mean", discount: 0.9, klCoef: 0, joint: "aligned" },
-        model: { layers: 1, heads: 2, dModel: 32, contextLength: 64 },
-        critic: { layers: 1, heads: 2, dModel: 32 },
-        lr: 1e-2,
-        criticLr: 1e-2,
-        rolloutCorrection,
-    });
-    const task = { ...makeTask(cfg), verifier: fnVerifier("parity", ({ response }) => response.length % 2) };
-    const base = await NativePolicy.create({ contextLength: 64, layers: 1, heads: 2, dModel: 32, seed: 3 });
+    const { cfg, task, base } = await tinyTeam({ algo, sampling: { temperature, maxTokens: 12 }, rolloutCorrection });
     const m = await stageModels(cfg, "independent", base);
     return runIteration(cfg, task, task.generate(3, 42), "independent", m, base, 0, 42);
 }

@@ -5,34 +5,20 @@
 // cut answers it leaves out of the loss. Config errors name the key.
 import { describe, expect, it } from "vitest";
 
-import { fnVerifier, NativePolicy } from "../../lib/index.js";
+import { fnVerifier } from "../../lib/index.js";
 import { overlongPenalty } from "../../lib/rl/dapo.js";
 import { resolveConfig, type Algo } from "../../lib/train/job/config.js";
-import { makeTask } from "../../lib/train/job/job.js";
 import { runIteration, stageModels } from "../../lib/train/trainers/stage.js";
+import { tinyTeam } from "../helpers/team.js";
 
 // A question is "flat" (score 0 whatever the answer) when its characters sum to an even number.
 const flat = (q: string) => [...q].reduce((s, c) => s + c.charCodeAt(0), 0) % 2 === 0;
 
 async function iterate(algo: Algo, extra: Record<string, unknown>, score: (q: string, response: string) => number) {
-    const cfg = resolveConfig({
-        algo,
-        agents: 2,
-        turns: 2,
-        episodesPerIteration: 4,
-        sampling: { temperature: 1, maxTokens: 12 },
-        magrpo: { generations: 2, baseline: "mean", discount: 0.9, klCoef: 0, joint: "aligned" },
-        model: { layers: 1, heads: 2, dModel: 32, contextLength: 64 },
-        critic: { layers: 1, heads: 2, dModel: 32 },
-        lr: 1e-2,
-        criticLr: 1e-2,
-        ...extra,
-    });
-    const task = {
-        ...makeTask(cfg),
-        verifier: fnVerifier("constructed", ({ question, response }) => score(question ?? "", response)),
-    };
-    const base = await NativePolicy.create({ contextLength: 64, layers: 1, heads: 2, dModel: 32, seed: 3 });
+    const { cfg, task, base } = await tinyTeam(
+        { algo, episodesPerIteration: 4, sampling: { temperature: 1, maxTokens: 12 }, ...extra },
+        fnVerifier("constructed", ({ question, response }) => score(question ?? "", response)),
+    );
     const m = await stageModels(cfg, "independent", base);
     const items = task.generate(4, 42);
     return { r: await runIteration(cfg, task, items, "independent", m, base, 0, 42), items };

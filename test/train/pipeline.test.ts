@@ -1,5 +1,5 @@
 // pipeline.test.ts: asynchronous rollouts with bounded staleness. With maxStaleness d, iteration i trains on a rollout
-// that a snapshot of version min(i, ...) sampled: staleness 0, 1, .., d, then d for every later iteration; the
+// that a snapshot of version i - min(i, d) sampled: staleness 0, 1, .., d, then d for every later iteration; the
 // snapshot's log-probs differ from the trainer's once the weights moved (mismatchK3 > 0 exactly where staleness > 0),
 // the rollout correction reports its weights there, the run is deterministic, and a job writes staleness and the
 // policy version to metrics.jsonl and traces.jsonl. Config errors name the key.
@@ -8,31 +8,23 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 
-import { fnVerifier, NativePolicy, trainJob } from "../../lib/index.js";
+import { trainJob } from "../../lib/index.js";
 import { resolveConfig, type Algo } from "../../lib/train/job/config.js";
-import { makeTask } from "../../lib/train/job/job.js";
 import { RolloutPipeline } from "../../lib/train/trainers/pipeline.js";
 import { stageModels } from "../../lib/train/trainers/stage.js";
+import { tinyTeam } from "../helpers/team.js";
 
 const work = mkdtempSync(join(tmpdir(), "maporl-pipeline-"));
 afterAll(() => rmSync(work, { recursive: true, force: true }));
 
 async function pipelined(algo: Algo, maxStaleness: number, iterations: number, extra: Record<string, unknown> = {}) {
-    const cfg = resolveConfig({
+    const { cfg, task, base } = await tinyTeam({
         algo,
-        agents: 2,
-        turns: 2,
-        episodesPerIteration: 3,
         sampling: { temperature: 1, maxTokens: 10 },
-        model: { layers: 1, heads: 2, dModel: 32, contextLength: 64 },
-        critic: { layers: 1, heads: 2, dModel: 32 },
         lr: 2e-2,
-        criticLr: 1e-2,
         asyncRollout: { maxStaleness },
         ...extra,
     });
-    const task = { ...makeTask(cfg), verifier: fnVerifier("parity", ({ response }) => response.length % 2) };
-    const base = await NativePolicy.create({ contextLength: 64, layers: 1, heads: 2, dModel: 32, seed: 3 });
     const m = await stageModels(cfg, "joint", base);
     const pipe = new RolloutPipeline(cfg, task, "joint", m, base, (it) => 1000 + it, iterations);
     const out = [];

@@ -93,3 +93,14 @@ export function agentSetting(cfg: TeamSettings, a: number): ResolvedAgent {
         maxTokens: s.maxTokens ?? cfg.sampling.maxTokens,
     };
 }
+
+/** The sampling of agents 0 .. n-1 under their settings (what rollouts and JointRollout take per agent). */
+export function agentSampling(
+    cfg: TeamSettings,
+    n: number,
+): { temperature: number; topP: number; maxTokens: number }[] {
+    return Array.from({ length: n }, (_, a) => {
+        const s = agentSetting(cfg, a);
+        return { temperature: s.temperature, topP: s.topP, maxTokens: s.maxTokens };
+    });
+}

@@ -18,7 +18,7 @@ import { teamMetrics } from "../job/evaluate.js";
 import type { AgentStats } from "./maporl.js";
 import { addMismatch, correctBatch, correctionOptions, meanMismatch } from "./correction.js";
 import { dropTruncated, overlongOf } from "./dapo.js";
-import { agentSetting } from "../job/agentSettings.js";
+import { agentSampling, agentSetting } from "../job/agentSettings.js";
 import { groupHasSignal } from "../../rl/dapo.js";
 import { agentGroupAdvantages } from "../../rl/agentGroups.js";
 import {
@@ -149,10 +149,7 @@ async function trees(
         sampling: { temperature: roll.temperature, maxTokens: roll.maxTokens },
         ...(cfg.agentSettings.length
             ? {
-                  agentSampling: agents.map((_, a) => {
-                      const x = agentSetting(cfg, a);
-                      return { temperature: x.temperature, topP: x.topP, maxTokens: x.maxTokens };
-                  }),
+                  agentSampling: agentSampling(cfg, agents.length),
               }
             : {}),
         seed: (item) => (roll.seed % 1_000_000_007) * 1_000_003 + items.indexOf(item) * 100_003, // < 2^53

@@ -7,7 +7,7 @@
 //                           the trained turn cycles T-1, ..., 1 every `period` iterations (turn 0 never trained).
 import { correctionOptions } from "./correction.js";
 import { overlongOf } from "./dapo.js";
-import { agentSetting } from "../job/agentSettings.js";
+import { agentSampling, agentSetting } from "../job/agentSettings.js";
 import type { Generation } from "../../policy/types.js";
 import { NativePolicy } from "../../model/nativePolicy.js";
 import type { TrainConfig } from "../job/config.js";
@@ -129,10 +129,7 @@ export function rollOptions(cfg: TrainConfig, m: StageModels, ref: NativePolicy,
         ...(cfg.overlong.buffer > 0 ? { lengthPenalty: (g: Generation, a: number) => overlongOf(cfg, g, a) } : {}),
         ...(cfg.agentSettings.length
             ? {
-                  agentSampling: m.agents.map((_, a) => {
-                      const s = agentSetting(cfg, a);
-                      return { temperature: s.temperature, topP: s.topP, maxTokens: s.maxTokens };
-                  }),
+                  agentSampling: agentSampling(cfg, m.agents.length),
               }
             : {}),
     };
