@@ -46,11 +46,6 @@ MAPORL_HD bool rc_valid(M m, int * bad) {
 // k1 = -lr, k2 = lr^2 / 2, k3 = exp(lr) - 1 - lr.
 MAPORL_HD double rc_k(int k, double lr) { return k == 1 ? -lr : (k == 2 ? 0.5 * lr * lr : ::exp(lr) - 1.0 - lr); }
 
-// Whether value v passes criterion c (k1: log(lower) <= v <= log(upper); else v <= upper).
-MAPORL_HD bool rc_pass(const maporl_rollout_rs_criterion & c, int k, double v) {
-    if (k == 1) return v >= ::log(c.lower) && v <= ::log(c.upper);
-    return v <= c.upper;
-}
 
 // Criterion option -> (level 0 token / 1 seq sum / 2 seq mean / 3 seq max, k).
 MAPORL_HD void rc_option(maporl_rollout_rs o, int * level, int * k) {
@@ -91,13 +86,32 @@ MAPORL_HD void rc_option(maporl_rollout_rs o, int * level, int * k) {
     }
 }
 
+// A criterion as the row passes read it: its level, its k, and the band a statistic must lie in (k1: [log(lower),
+// log(upper)]; else (-Inf, upper]; NaN fails).
+struct RcCrit {
+    int level, k;
+    double lo, hi;
+};
+
+MAPORL_HD RcCrit rc_crit(const maporl_rollout_rs_criterion & c) {
+    RcCrit r;
+    rc_option(c.option, &r.level, &r.k);
+    r.lo = r.k == 1 ? ::log(c.lower) : -INFINITY;
+    r.hi = r.k == 1 ? ::log(c.upper) : c.upper;
+    return r;
+}
+
+MAPORL_HD bool rc_pass(const RcCrit & c, double v) { return v >= c.lo && v <= c.hi; }
+
 // One row: weights w (may be null when p.is is NONE) and keep (may be null when p.rs_count is 0) at [0, T); both are
-// 0 at masked positions. Three passes over the row: the row's sums, then the per-token outputs.
+// 0 at masked positions. Two passes over the row: the row's sums, then the per-token outputs.
 template <typename M>
 MAPORL_HD RcRow rc_row(const maporl_rollout_correction_params & p, const float * old, const float * roll,
                        const M * mask, int64_t T, float * w, float * keep) {
     RcRow r;
     const double up = p.is_threshold, lo_metric = 1.0 / p.is_threshold;
+    RcCrit crit[MAPORL_ROLLOUT_RS_MAX];
+    for (int c = 0; c < p.rs_count; ++c) crit[c] = rc_crit(p.rs[c]);
     // Pass 1: the row's sums of the log ratio and the sequence-level statistics of the criteria.
     double seq_sum[MAPORL_ROLLOUT_RS_MAX] = {0, 0, 0, 0}, seq_max[MAPORL_ROLLOUT_RS_MAX];
     for (int c = 0; c < MAPORL_ROLLOUT_RS_MAX; ++c) seq_max[c] = -INFINITY;
@@ -111,9 +125,7 @@ MAPORL_HD RcRow rc_row(const maporl_rollout_correction_params & p, const float *
         r.k3_sum += ::exp(ls) - 1.0 - ls;
         r.rho2_sum += ::exp(2.0 * ls);
         for (int c = 0; c < p.rs_count; ++c) {
-            int level, k;
-            rc_option(p.rs[c].option, &level, &k);
-            const double v = rc_k(k, ls);
+            const double v = rc_k(crit[c].k, ls);
             seq_sum[c] += v;
             if (v > seq_max[c]) seq_max[c] = v;
         }
@@ -121,11 +133,10 @@ MAPORL_HD RcRow rc_row(const maporl_rollout_correction_params & p, const float *
     // The row's sequence-level verdict (every sequence-level criterion must pass) and sequence-level IS weight.
     bool seq_keep = true;
     for (int c = 0; c < p.rs_count; ++c) {
-        int level, k;
-        rc_option(p.rs[c].option, &level, &k);
+        const int level = crit[c].level;
         if (level == 0 || r.n == 0) continue;
         const double v = level == 1 ? seq_sum[c] : (level == 2 ? seq_sum[c] / r.n : seq_max[c]);
-        if (!rc_pass(p.rs[c], k, v)) seq_keep = false;
+        if (!rc_pass(crit[c], v)) seq_keep = false;
     }
     double seq_rho = 1.0;
     if (r.n > 0 && p.is == MAPORL_ROLLOUT_IS_SEQUENCE)
@@ -161,11 +172,8 @@ MAPORL_HD RcRow rc_row(const maporl_rollout_correction_params & p, const float *
             if (w) w[t] = (float)wt;
         }
         bool k_ok = seq_keep;
-        for (int c = 0; c < p.rs_count; ++c) {
-            int level, k;
-            rc_option(p.rs[c].option, &level, &k);
-            if (level == 0 && !rc_pass(p.rs[c], k, rc_k(k, ls))) k_ok = false;
-        }
+        for (int c = 0; c < p.rs_count; ++c)
+            if (crit[c].level == 0 && !rc_pass(crit[c], rc_k(crit[c].k, ls))) k_ok = false;
         if (!k_ok) r.rejected += 1;
         if (keep) keep[t] = k_ok ? 1.0f : 0.0f;
     }

@@ -128,7 +128,7 @@ export async function collmIteration(
         if (corr) addMismatch(stats[a]!, corr.stats);
         let mask = corr ? corr.mask : b.mask;
         if (cfg.overlong.filter) {
-            const d = dropTruncated({ ...b, mask }, answers);
+            const d = dropTruncated(mask, b.shape, answers);
             mask = d.mask;
             stats[a]!.truncatedFraction = d.dropped / answers.length;
         }

@@ -25,13 +25,14 @@ export function overlongOf(cfg: TrainConfig, g: Generation, a: number): number {
     });
 }
 
-/** The actor's mask with every row that did not stop (cut at maxTokens) zeroed, and how many rows that was. */
+/** A copy of the actor's mask [B, T] with every row that did not stop (cut at maxTokens) zeroed, and how many rows
+ * that was. */
 export function dropTruncated(
-    b: PackedBatch,
+    actorMask: PackedBatch["mask"],
+    [B, T]: PackedBatch["shape"],
     rows: readonly { stopped: boolean }[],
 ): { mask: Float32Array; dropped: number } {
-    const [B, T] = b.shape;
-    const mask = Float32Array.from(b.mask);
+    const mask = Float32Array.from(actorMask);
     let dropped = 0;
     for (let r = 0; r < B; r++)
         if (!rows[r]!.stopped) {

@@ -409,7 +409,7 @@ export async function magrpoIteration(
         const corr = correction && b.rolloutLogp ? await correctBatch(b, await model.logprobs(b), correction) : null;
         let mask = corr ? corr.mask : b.mask;
         if (cfg.overlong.filter) {
-            const d = dropTruncated({ ...b, mask }, list);
+            const d = dropTruncated(mask, b.shape, list);
             mask = d.mask;
             for (const x of list) if (!x.stopped) truncated[x.a] = truncated[x.a]! + 1;
         }

@@ -45,11 +45,11 @@ export interface MaporlOptions {
 
 /** With the sampler's log-probs on the rows, the mismatch figures (correction.ts) are there too. */
 export interface AgentStats extends Partial<MismatchStats> {
-    /** DAPO: the batches sampled and the share of questions dropped (filterGroups), and the share of trained answers
-     * left out of the loss for reaching maxTokens (overlong.filter). */
     /** With per-agent settings: the agent's learning rate and sampling temperature. */
     lr?: number;
     temperature?: number;
+    /** DAPO: the batches sampled and the share of questions dropped (filterGroups), and the share of trained answers
+     * left out of the loss for reaching maxTokens (overlong.filter). */
     filterBatches?: number;
     filterDroppedFraction?: number;
     truncatedFraction?: number;
@@ -166,7 +166,7 @@ export async function maporlUpdate(
             if (c) addMismatch(stats[a]!, c.stats);
             let actorMask = c ? c.mask : b.mask;
             if (o.dropTruncated) {
-                const d = dropTruncated({ ...b, mask: actorMask }, rows);
+                const d = dropTruncated(actorMask, b.shape, rows);
                 actorMask = d.mask;
                 truncated[a] = truncated[a]! + d.dropped;
                 answers[a] = answers[a]! + rows.length;
