@@ -123,10 +123,17 @@ describe("adapters pushed to a fleet", () => {
             for (let k = 0; k < 200 && !(await back()); k++) await new Promise((r) => setTimeout(r, 50));
             const st = fleet.stats().find((s) => s.url === procs[1].baseUrl)!;
             expect(st).toMatchObject({ healthy: true, adapters: [v2.served] });
-            expect(st.ejections + st.adapterReloads).toBe(1);
-            const third = await a0.generate(reqs);
-            same(third, second);
-            expect(new Set(third.map((g) => g.endpoint)).size).toBe(2);
+            expect(st.ejections + st.adapterReloads).toBeGreaterThanOrEqual(1); // more where a slow probe ejected it again
+            // Both servers answer again, with the current version. (A batch may still land on one server: a health
+            // probe slowed past its deadline on a loaded machine ejects a server for a while; so the batch is retried.)
+            const endpoints = new Set<string>();
+            for (let k = 0; k < 20 && endpoints.size < 2; k++) {
+                const third = await a0.generate(reqs);
+                same(third, second);
+                for (const g of third) endpoints.add(g.endpoint!);
+                if (endpoints.size < 2) await new Promise((r) => setTimeout(r, 100));
+            }
+            expect([...endpoints].sort()).toEqual(procs.map((p) => p.baseUrl).sort());
 
             // A push that no server can load switches nothing.
             await expect(fleet.pushAdapter("a0", join(work, "missing"))).rejects.toThrow(
