@@ -3,7 +3,7 @@ import type { ServerResponse } from "node:http";
 
 import { fewestTokens } from "../policy/tokenizer.js";
 import { nativeChat } from "../policy/toolText.js";
-import type { GenerateRequest, Generation } from "../policy/types.js";
+import type { GenerateRequest, Generation, Policy } from "../policy/types.js";
 import {
     choiceRequests,
     flag,
@@ -15,13 +15,18 @@ import {
     topLogprobsOf,
     usageOf,
 } from "./requests.js";
-import { HttpError, type ServedModels } from "./serverModels.js";
+import { HttpError } from "./serverModels.js";
 import { streamGeneration } from "./serverStream.js";
 import { assistantMessage, wireToChat, wireTools } from "./serverTools.js";
 
+/** The models a server answers for: `get` resolves a request's `model` field (an HttpError 404 when it names none). */
+export interface ModelLookup {
+    get(model: unknown): { name: string; policy: Policy };
+}
+
 /** What the routes share: the served models, the context length (null: unknown) and the reply ids. */
 export interface RouteContext {
-    models: ServedModels;
+    models: ModelLookup;
     ctx: number | null;
     /** The next reply's number (ids chatcmpl-maporl-N, cmpl-maporl-N). */
     next(): number;

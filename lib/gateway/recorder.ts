@@ -1,0 +1,80 @@
+// recorder.ts (gateway): the policy a gateway request is answered by: the agent's upstream policy, with every call
+// recorded as a turn of that agent in its episode (episodes.ts). Each request gets a seed where the client gave none
+// (so every recorded call can be replayed), and a routing key `<episode>/<agent>` (a fleet keeps an episode's agent on
+// one server, whose prefix cache serves its growing conversation). The tool messages a call sends back are matched to
+// the calls they answer, in any earlier turn of the episode, and recorded as their results.
+import { randomBytes } from "node:crypto";
+
+import type { EpisodeStore, GatewayCall, GatewayEpisode, GatewaySample } from "./episodes.js";
+import type { ChatMessage, GenerateRequest, Generation, Policy } from "../policy/types.js";
+
+const drawSeed = (): bigint => randomBytes(8).readBigUInt64LE() & ((1n << 63n) - 1n);
+
+// Results of earlier tool calls that `messages` carries (role 'tool' with a tool_call_id), recorded on those calls.
+function attachResults(ep: GatewayEpisode, messages: readonly ChatMessage[]): void {
+    const results = new Map<string, string>();
+    for (const m of messages) if (m.role === "tool" && m.toolCallId) results.set(m.toolCallId, m.content);
+    if (results.size === 0) return;
+    for (const c of ep.calls)
+        for (const s of c.samples)
+            for (const t of s.toolCalls ?? [])
+                if (t.result === undefined && results.has(t.id)) t.result = results.get(t.id);
+}
+
+function sampleOf(g: Generation, seed: bigint | number | undefined): GatewaySample {
+    const exact = g.tokenIdsExact === true && Array.isArray(g.tokenIds) && Array.isArray(g.promptTokenIds);
+    return {
+        text: g.text,
+        promptTokenIds: exact ? [...g.promptTokenIds!] : [],
+        tokenIds: exact ? [...g.tokenIds!] : [],
+        logprobs: exact && g.logprobs ? [...g.logprobs] : [],
+        tokenIdsExact: exact,
+        finishReason: g.finishReason,
+        ...(g.toolCalls?.length ? { toolCalls: g.toolCalls.map((t) => ({ ...t })) } : {}),
+        ...(g.model !== undefined ? { model: g.model } : {}),
+        ...(g.endpoint !== undefined ? { endpoint: g.endpoint } : {}),
+        seed: String(seed),
+    };
+}
+
+/** `upstream` answering for `agent` with its calls recorded in episode `episode` of `store`. */
+export function recordingPolicy(
+    store: EpisodeStore,
+    episode: string,
+    agent: string,
+    upstream: Policy,
+): Policy & { tokenizer?: unknown } {
+    return {
+        name: upstream.name,
+        // (the upstream's tokenizer, where it has one: the routes stream text pieces and encode raw prompts with it)
+        tokenizer: (upstream as { tokenizer?: unknown }).tokenizer,
+        async generate(requests, options = {}) {
+            const { ep, index } = store.begin(episode, agent);
+            const call: GatewayCall = ep.calls[index]!;
+            const r0 = requests[0]!;
+            call.messages = r0.messages
+                ? r0.messages.map((m) => ({ ...m }))
+                : [{ role: "user", content: r0.prompt ?? "" }];
+            if (r0.tools) call.tools = r0.tools;
+            call.sampling = { ...r0.sampling };
+            attachResults(ep, call.messages);
+            const reqs: GenerateRequest[] = requests.map((r) => ({
+                ...r,
+                seed: r.seed ?? drawSeed(),
+                routingKey: `${episode}/${agent}`,
+            }));
+            const t0 = performance.now();
+            try {
+                const gens = await upstream.generate(reqs, options);
+                call.samples = gens.map((g, i) => sampleOf(g, reqs[i]!.seed));
+                return gens;
+            } catch (e) {
+                call.error = e instanceof Error ? e.message : String(e);
+                throw e;
+            } finally {
+                call.latencyMs = performance.now() - t0;
+                store.end(episode);
+            }
+        },
+    };
+}
