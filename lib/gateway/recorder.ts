@@ -15,10 +15,14 @@ function attachResults(ep: GatewayEpisode, messages: readonly ChatMessage[]): vo
     const results = new Map<string, string>();
     for (const m of messages) if (m.role === "tool" && m.toolCallId) results.set(m.toolCallId, m.content);
     if (results.size === 0) return;
-    for (const c of ep.calls)
-        for (const s of c.samples)
+    // (the latest call of that id without a result: ids repeat only where a client reuses them)
+    for (let k = ep.calls.length - 1; k >= 0 && results.size > 0; k--)
+        for (const s of ep.calls[k]!.samples)
             for (const t of s.toolCalls ?? [])
-                if (t.result === undefined && results.has(t.id)) t.result = results.get(t.id);
+                if (t.result === undefined && results.has(t.id)) {
+                    t.result = results.get(t.id);
+                    results.delete(t.id);
+                }
 }
 
 function sampleOf(g: Generation, seed: bigint | number | undefined): GatewaySample {
