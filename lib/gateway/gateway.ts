@@ -19,7 +19,7 @@ import { createServer, type IncomingMessage, type ServerResponse } from "node:ht
 import type { AddressInfo } from "node:net";
 
 import { EpisodeStore, episodeId, type GatewayEpisode } from "./episodes.js";
-import { recordingPolicy } from "./recorder.js";
+import { recordingPolicy, seededPolicy } from "./recorder.js";
 import { fail, jsonBody, send } from "../serve/requests.js";
 import { chatRoute, type ModelLookup, type RouteContext } from "../serve/routes.js";
 import { clientFault, HttpError } from "../serve/serverModels.js";
@@ -97,7 +97,7 @@ function checked(o: GatewayOptions) {
             throw new RangeError(
                 `startGateway: agents: ${JSON.stringify(name)}: expected a name of 1 to 64 letters, digits, '.', '_', '-'`,
             );
-        if (!p || typeof (p as Policy).generate !== "function")
+        if (!p || typeof p.generate !== "function")
             throw new TypeError(`startGateway: agents.${name}: expected a Policy (with generate)`);
     }
     if (o.apiKey !== undefined && (typeof o.apiKey !== "string" || o.apiKey.length === 0))
@@ -170,7 +170,11 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
                     `model: expected an agent's name (or the header x-maporl-agent); agents: ${names.join(", ")}`,
                 );
             const upstream = agentOf(name, fixed !== undefined ? "the agent" : "model");
-            return { name, policy: episode === undefined ? upstream : recordingPolicy(store, episode, name, upstream) };
+            return {
+                name,
+                policy:
+                    episode === undefined ? seededPolicy(upstream) : recordingPolicy(store, episode, name, upstream),
+            };
         },
     });
 

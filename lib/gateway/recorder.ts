@@ -41,6 +41,20 @@ function sampleOf(g: Generation, seed: bigint | number | undefined): GatewaySamp
     };
 }
 
+/** `upstream` with a seed drawn for every request that gives none (an OpenAI client that sends no seed expects a
+ * fresh draw; a native policy would otherwise decode every such request with seed 0). For calls not recorded. */
+export function seededPolicy(upstream: Policy): Policy & { tokenizer?: unknown } {
+    return {
+        name: upstream.name,
+        tokenizer: (upstream as { tokenizer?: unknown }).tokenizer,
+        generate: (requests, options) =>
+            upstream.generate(
+                requests.map((r) => ({ ...r, seed: r.seed ?? drawSeed() })),
+                options,
+            ),
+    };
+}
+
 /** `upstream` answering for `agent` with its calls recorded in episode `episode` of `store`. */
 export function recordingPolicy(
     store: EpisodeStore,

@@ -109,10 +109,10 @@ async function agentsSdkProgram(episode: string): Promise<string> {
 // then to answer with the tool's result.
 async function teachFor(program: (ep: string) => Promise<string>, name: string): Promise<void> {
     await program(`${name}-teach-1`).catch(() => "");
-    const first = gw.episodes.get(`${name}-teach-1`)!.calls[0]!.samples[0]!.promptTokenIds;
+    const first = gw.episodes.get(`${name}-teach-1`)!.calls[0].samples[0].promptTokenIds;
     await teach(base, [{ prompt: first, text: CALL }]);
     await program(`${name}-teach-2`);
-    const second = gw.episodes.get(`${name}-teach-2`)!.calls[1]!.samples[0]!.promptTokenIds;
+    const second = gw.episodes.get(`${name}-teach-2`)!.calls[1].samples[0].promptTokenIds;
     await teach(base, [
         { prompt: first, text: CALL },
         { prompt: second, text: "k=3 is v3." },
@@ -125,7 +125,7 @@ async function expectReplays(ep: GatewayEpisode): Promise<void> {
     for (const c of ep.calls)
         for (const s of c.samples) {
             expect(s.tokenIdsExact).toBe(true);
-            const [g] = await agents[c.agent]!.generate([
+            const [g] = await agents[c.agent].generate([
                 {
                     messages: c.messages,
                     sampling: c.sampling,
@@ -133,24 +133,24 @@ async function expectReplays(ep: GatewayEpisode): Promise<void> {
                     ...(c.tools ? { tools: c.tools } : {}),
                 },
             ]);
-            expect([s.promptTokenIds, s.tokenIds, s.logprobs]).toEqual([g!.promptTokenIds, g!.tokenIds, g!.logprobs]);
+            expect([s.promptTokenIds, s.tokenIds, s.logprobs]).toEqual([g.promptTokenIds, g.tokenIds, g.logprobs]);
         }
 }
 
 function expectTranscript(ep: GatewayEpisode): void {
     expect(ep.calls.map((c) => c.agent)).toEqual(["researcher", "researcher", "solver"]);
-    const [call, answer, solve] = ep.calls.map((c) => c.samples[0]!);
-    expect(call!.toolCalls).toEqual([
+    const [call, answer, solve] = ep.calls.map((c) => c.samples[0]);
+    expect(call.toolCalls).toEqual([
         { id: expect.any(String) as string, name: "lookup", arguments: '{"key":"3"}', result: "v3" },
     ]);
-    expect(ep.calls[1]!.messages.at(-1)).toMatchObject({
+    expect(ep.calls[1].messages.at(-1)).toMatchObject({
         role: "tool",
         content: "v3",
-        toolCallId: call!.toolCalls![0]!.id,
+        toolCallId: call.toolCalls![0].id,
     });
-    expect(answer!.text).toBe("k=3 is v3.");
-    expect(ep.calls[2]!.messages.at(-1)!.content).toContain("Note: k=3 is v3.");
-    expect(solve!.tokenIds.length).toBeGreaterThan(0);
+    expect(answer.text).toBe("k=3 is v3.");
+    expect(ep.calls[2].messages.at(-1)!.content).toContain("Note: k=3 is v3.");
+    expect(solve.tokenIds.length).toBeGreaterThan(0);
     expect(ep.calls.every((c, k) => c.index === k && c.latencyMs > 0)).toBe(true);
 }
 
@@ -162,7 +162,7 @@ describe("gateway: unchanged programs of real frameworks", () => {
         expect(looked).toEqual(["3"]);
         const ep = gw.episodes.get("ai-run")!;
         expectTranscript(ep);
-        expect(ep.calls[2]!.samples[0]!.text).toBe(answer); // the streamed answer, whole
+        expect(ep.calls[2].samples[0].text).toBe(answer); // the streamed answer, whole
         await expectReplays(ep);
         gw.episodes.reward("ai-run", { reward: 1 });
         expect(gw.episodes.take("ai-run")!.status).toBe("rewarded");
@@ -175,8 +175,8 @@ describe("gateway: unchanged programs of real frameworks", () => {
         expect(looked).toEqual(["3"]);
         const ep = gw.episodes.get("agents-run")!;
         expectTranscript(ep);
-        expect(ep.calls[2]!.samples[0]!.text).toBe(answer);
-        expect(ep.calls[0]!.messages[0]).toEqual({ role: "system", content: INSTRUCTIONS });
+        expect(ep.calls[2].samples[0].text).toBe(answer);
+        expect(ep.calls[0].messages[0]).toEqual({ role: "system", content: INSTRUCTIONS });
         await expectReplays(ep);
     });
 });

@@ -37,7 +37,7 @@ describe("gateway: recording", () => {
         const r = await c.chat.completions.create({ model: "solver", messages: q, max_tokens: 8, temperature: 1 });
         const r2 = await c.chat.completions.create({
             model: "critic",
-            messages: [...q, { role: "assistant", content: r.choices[0]!.message.content ?? "" }],
+            messages: [...q, { role: "assistant", content: r.choices[0].message.content ?? "" }],
             max_tokens: 8,
             temperature: 1,
         });
@@ -53,15 +53,15 @@ describe("gateway: recording", () => {
                 [critic, r2],
             ] as const
         ).entries()) {
-            const s = ep.calls[k]!.samples[0]!;
+            const s = ep.calls[k].samples[0];
             expect(s.tokenIdsExact).toBe(true);
-            expect(s.text).toBe(reply.choices[0]!.message.content);
+            expect(s.text).toBe(reply.choices[0].message.content);
             const again = await who.generate([
-                { messages: ep.calls[k]!.messages, sampling: { temperature: 1, maxTokens: 8 }, seed: BigInt(s.seed) },
+                { messages: ep.calls[k].messages, sampling: { temperature: 1, maxTokens: 8 }, seed: BigInt(s.seed) },
             ]);
-            expect(s.tokenIds).toEqual(again[0]!.tokenIds);
-            expect(s.promptTokenIds).toEqual(again[0]!.promptTokenIds);
-            expect(s.logprobs).toEqual(again[0]!.logprobs);
+            expect(s.tokenIds).toEqual(again[0].tokenIds);
+            expect(s.promptTokenIds).toEqual(again[0].promptTokenIds);
+            expect(s.logprobs).toEqual(again[0].logprobs);
         }
         const rw = await fetch(gw.baseUrl.replace(/\/v1$/, "/episodes/e1/reward"), {
             method: "POST",
@@ -99,8 +99,8 @@ describe("gateway: recording", () => {
         for await (const chunk of stream) text += chunk.choices[0]?.delta?.content ?? "";
         const ep = gw.episodes.get("e2")!;
         expect(ep.calls.map((c) => c.agent)).toEqual(["critic", "solver"]);
-        expect(ep.calls[1]!.samples[0]!.text).toBe(text);
-        expect(ep.calls[1]!.samples[0]!.tokenIds.length).toBeGreaterThan(0);
+        expect(ep.calls[1].samples[0].text).toBe(text);
+        expect(ep.calls[1].samples[0].tokenIds.length).toBeGreaterThan(0);
         // without an episode: answered, recorded nowhere
         const before = gw.episodes.counts();
         await client(gw.baseUrl).chat.completions.create({ model: "solver", messages: q, max_tokens: 2 });

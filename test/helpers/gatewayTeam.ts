@@ -46,7 +46,7 @@ export async function teach(
                     sampling: { temperature: 0, maxTokens: r.completion.length + 2 },
                 })),
             );
-            if (gens.every((g, i) => JSON.stringify(g.tokenIds) === JSON.stringify(rows[i]!.completion))) return step;
+            if (gens.every((g, i) => JSON.stringify(g.tokenIds) === JSON.stringify(rows[i].completion))) return step;
         }
         await p.trainStep(
             {

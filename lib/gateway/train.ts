@@ -1,0 +1,208 @@
+// train.ts (gateway): co-training the agents of an unchanged program through the gateway. One iteration:
+//   - every item runs `groups` times (G episodes, each with its own episode URL), at most `concurrency` at once;
+//   - an episode's reward: `reward(item, output, episode)` where given, else what the program posted to
+//     /episodes/<id>/reward; a program that throws, or an episode never rewarded, fails only that episode;
+//   - agent a's return in an episode: the joint reward, plus (shaped, the default) its own reward and the sum of its
+//     milestones; its credit is group-relative over the item's G episodes (MAGRPO: groupAdvantages 'magrpo',
+//     baseline mean, no std), as workflowTrain's;
+//   - every exact sample of a's calls (the prompt ids the model read, the ids it sampled) is a row with that credit;
+//     loss -A * log pi(sample) summed over its tokens ('seq-mean-token-sum'); one step per model (agents that share a
+//     model share it), then `push` (e.g. save the adapter and push it to a fleet) so the next episodes use it.
+// Samples without exact ids (an upstream that gave text only) are never trained on: they are counted.
+import { randomBytes } from "node:crypto";
+
+import { pushTo } from "../collections.js";
+import { groupAdvantages } from "../rl/groupAdvantages.js";
+import { packRows } from "../train/trainers/rollout.js";
+import type { GatewayEpisode } from "./episodes.js";
+import type { Gateway } from "./gateway.js";
+import type { NativePolicy } from "../model/nativePolicy.js";
+
+/** What the program is given for one episode. */
+export interface GatewayRun<I> {
+    item: I;
+    /** The episode's id and its base URL (set it as the agents' OpenAI base URL). */
+    episode: string;
+    baseUrl: string;
+    /** The item's index in this iteration's items, and the episode's index in its group. */
+    index: number;
+    group: number;
+    signal: AbortSignal;
+}
+
+export interface GatewayTrainOptions<I> {
+    gateway: Gateway;
+    /** Agent name -> the trainable policy behind it (the one the gateway's agent answers with, or the one whose
+     * adapter `push` sends to the upstream). Agents left out are not trained. */
+    models: Record<string, NativePolicy>;
+    /** Runs the agent program once against `run.baseUrl`; what it resolves with is the episode's output. */
+    program: (run: GatewayRun<I>) => Promise<unknown>;
+    /** The episode's joint reward from its output; when omitted, the program posts the reward itself. */
+    reward?: (item: I, output: unknown, episode: GatewayEpisode) => number | Promise<number>;
+    /** Episodes per item (the group its credit is relative to). Defaults to 4. */
+    groups?: number;
+    /** Programs running at once. Defaults to 8. */
+    concurrency?: number;
+    /** Learning rate of each model's step. Defaults to 1e-4. */
+    lr?: number;
+    /** Add each agent's own reward and milestones to the joint reward. Defaults to true. */
+    shaped?: boolean;
+    /** Called after each model's step, for each agent it trains (e.g. save the adapter and push it to a fleet). */
+    push?: (agent: string, model: NativePolicy) => Promise<void>;
+    signal?: AbortSignal;
+}
+
+export interface GatewayIterationResult {
+    /** Every episode (G per item, item-major), as recorded. */
+    episodes: GatewayEpisode[];
+    /** Per trained agent: its mean return over the valid episodes, the rows trained on, the step's loss (null: none). */
+    agents: Record<string, { meanReturn: number; rows: number; loss: number | null }>;
+    /** Mean joint reward over the valid episodes (NaN when none). */
+    meanReward: number;
+    /** Episodes that failed (a program error, no reward, a timeout), with why. */
+    failed: { episode: string; reason: string }[];
+    /** Samples left out for want of exact ids. */
+    inexact: number;
+}
+
+// Runs `n` tasks with at most `limit` at once.
+async function pool(n: number, limit: number, task: (k: number) => Promise<void>): Promise<void> {
+    let next = 0;
+    await Promise.all(
+        Array.from({ length: Math.min(n, limit) }, async () => {
+            while (next < n) await task(next++);
+        }),
+    );
+}
+
+/** One co-training iteration of the agents in `o.models` on `items` through the gateway. */
+export async function trainGatewayIteration<I>(items: I[], o: GatewayTrainOptions<I>): Promise<GatewayIterationResult> {
+    const fn = "trainGatewayIteration";
+    if (!Array.isArray(items) || items.length === 0) throw new TypeError(`${fn}: items: expected a non-empty array`);
+    const G = o.groups ?? 4,
+        lr = o.lr ?? 1e-4,
+        limit = o.concurrency ?? 8;
+    if (!Number.isInteger(G) || G < 2)
+        throw new RangeError(
+            `${fn}: groups: expected an integer >= 2 (a group-relative credit needs two), got ${String(G)}`,
+        );
+    if (!Number.isInteger(limit) || limit < 1)
+        throw new RangeError(`${fn}: concurrency: expected an integer >= 1, got ${String(limit)}`);
+    if (!(Number.isFinite(lr) && lr > 0))
+        throw new RangeError(`${fn}: lr: expected a positive number, got ${String(lr)}`);
+    if (typeof o.program !== "function") throw new TypeError(`${fn}: program: expected a function`);
+    const names = Object.keys(o.models ?? {});
+    if (names.length === 0)
+        throw new TypeError(`${fn}: models: expected { agent: NativePolicy } for at least one agent`);
+    for (const a of names) {
+        if (!o.gateway.agents.includes(a))
+            throw new RangeError(
+                `${fn}: models.${a}: the gateway has no agent '${a}' (agents: ${o.gateway.agents.join(", ")})`,
+            );
+        if (typeof o.models[a]!.trainStep !== "function")
+            throw new TypeError(`${fn}: models.${a}: expected a NativePolicy (with trainStep)`);
+    }
+    const tag = randomBytes(4).toString("hex");
+    const ids = items.flatMap((_, i) => Array.from({ length: G }, (_, g) => `t${tag}-${i}-${g}`));
+    const failed: GatewayIterationResult["failed"] = [];
+    await pool(ids.length, limit, async (k) => {
+        const id = ids[k]!,
+            i = Math.floor(k / G),
+            item = items[i]!;
+        const abort = new AbortController();
+        const onAbort = () => abort.abort(o.signal!.reason);
+        o.signal?.addEventListener("abort", onAbort, { once: true });
+        try {
+            o.gateway.open(id, { item: i, group: k % G });
+            const output = await o.program({
+                item,
+                episode: id,
+                baseUrl: o.gateway.episodeUrl(id),
+                index: i,
+                group: k % G,
+                signal: abort.signal,
+            });
+            const ep = o.gateway.episodes.get(id)!;
+            if (o.reward && ep.status === "open") {
+                const r = await o.reward(item, output, ep);
+                o.gateway.episodes.reward(id, { reward: r });
+            } else await o.gateway.episodes.wait(id, o.signal);
+        } catch (e) {
+            if (o.signal?.aborted) throw e;
+            o.gateway.episodes.fail(id, `the program failed: ${e instanceof Error ? e.message : String(e)}`);
+        } finally {
+            o.signal?.removeEventListener("abort", onAbort);
+        }
+    });
+    const episodes = ids.map((id) => o.gateway.episodes.take(id)!);
+    for (const ep of episodes)
+        if (ep.status !== "rewarded") failed.push({ episode: ep.id, reason: ep.reason ?? ep.status });
+    const ks = episodes.flatMap((ep, k) => (ep.status === "rewarded" ? [k] : []));
+    const shaped = o.shaped ?? true;
+    const agents: GatewayIterationResult["agents"] = {};
+    const rows = new Map<NativePolicy, { prompt: number[]; completion: number[]; stopped: boolean; adv: number }[]>();
+    let inexact = 0;
+    for (const a of names) {
+        const ret = ks.map((k) => {
+            const ep = episodes[k]!;
+            if (!shaped) return ep.reward;
+            const m = ep.milestones.filter((x) => x.agent === a).reduce((s, x) => s + x.reward, 0);
+            return ep.reward + (ep.agentRewards[a] ?? 0) + m;
+        });
+        agents[a] = { meanReturn: ret.length ? ret.reduce((s, x) => s + x, 0) / ret.length : NaN, rows: 0, loss: null };
+        if (!ks.length) continue;
+        const adv = groupAdvantages(
+            { scores: Float32Array.from(ret), groups: Int32Array.from(ks, (k) => Math.floor(k / G)) },
+            { estimator: "magrpo", baseline: "mean", device: "cpu" },
+        );
+        ks.forEach((k, j) => {
+            for (const c of episodes[k]!.calls)
+                if (c.agent === a)
+                    for (const s of c.samples) {
+                        if (!s.tokenIdsExact || s.tokenIds.length === 0) {
+                            inexact += s.tokenIdsExact ? 0 : 1;
+                            continue;
+                        }
+                        pushTo(rows, o.models[a]!, {
+                            prompt: s.promptTokenIds,
+                            completion: s.tokenIds,
+                            stopped: false,
+                            adv: adv[j]!,
+                        });
+                        agents[a]!.rows++;
+                    }
+        });
+    }
+    for (const [model, list] of rows) {
+        o.signal?.throwIfAborted();
+        if (list.every((x) => x.adv === 0)) continue;
+        const b = packRows(list, model.tokenizer.eos, model.config.contextLength);
+        const r = await model.trainStep(
+            {
+                tokens: b.tokens,
+                targets: b.targets,
+                mask: b.mask,
+                shape: b.shape,
+                advantages: Float32Array.from(list, (x) => x.adv),
+            },
+            {
+                loss: { type: "reinforce", aggregation: "seq-mean-token-sum" },
+                lr,
+                ...(o.signal ? { signal: o.signal } : {}),
+            },
+        );
+        for (const a of names)
+            if (o.models[a] === model && agents[a]!.rows) {
+                agents[a]!.loss = r.loss;
+                await o.push?.(a, model);
+            }
+    }
+    const rewards = ks.map((k) => episodes[k]!.reward);
+    return {
+        episodes,
+        agents,
+        meanReward: rewards.length ? rewards.reduce((s, x) => s + x, 0) / rewards.length : NaN,
+        failed,
+        inexact,
+    };
+}

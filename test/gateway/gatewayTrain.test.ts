@@ -1,0 +1,166 @@
+// Co-training through the gateway (trainGatewayIteration): an unchanged two-agent program (the openai SDK: a
+// researcher writes a note, a solver answers from it) whose reward depends on the solver's answer. Co-trained, the
+// held-out reward rises far above the untrained team's; the control, which trains the researcher only, stays where
+// the untrained team is (the solver decides the reward). A failed program, an episode never rewarded and samples
+// without exact ids are left out without losing the others; every trained agent is pushed after its step.
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+
+import OpenAI from "openai";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+
+import { NativePolicy, type Policy } from "../../lib/index.js";
+import { startGateway } from "../../lib/gateway/gateway.js";
+import { trainGatewayIteration } from "../../lib/gateway/train.js";
+import { tinyHfModel } from "../helpers/serve.js";
+
+let work: string;
+beforeAll(async () => {
+    work = mkdtempSync(join(tmpdir(), "maporl-gwtrain-"));
+    await tinyHfModel(join(work, "m"), 5);
+});
+afterAll(() => rmSync(work, { recursive: true, force: true }));
+
+const question = (k: number) => `Question ${k}: what is ${k} + 1?`;
+// The reward: the solver's answer begins with a vowel (the untrained model's rate is about 0.1 to 0.2).
+const score = (answer: unknown): number => (/^[aeiou]/i.test(String(answer)) ? 1 : 0);
+
+async function program(item: string, baseUrl: string): Promise<string> {
+    const client = new OpenAI({ baseURL: baseUrl, apiKey: "unused", maxRetries: 0 });
+    const ask = async (model: string, content: string) =>
+        (
+            await client.chat.completions.create({
+                model,
+                messages: [{ role: "user", content }],
+                max_tokens: 6,
+                temperature: 1,
+            })
+        ).choices[0].message.content ?? "";
+    const note = await ask("researcher", item);
+    return ask("solver", `${item} Note: ${note}`);
+}
+
+// The held-out reward: 48 unrecorded runs (the gateway's base URL names no episode) on questions 100 to 111.
+async function heldOut(baseUrl: string): Promise<number> {
+    let sum = 0;
+    for (let r = 0; r < 4; r++)
+        sum += (await Promise.all(Array.from({ length: 12 }, (_, k) => program(question(100 + k), baseUrl))))
+            .map(score)
+            .reduce((a, b) => a + b, 0);
+    return sum / 48;
+}
+
+async function team(train: "both" | "researcher"): Promise<{ before: number; after: number; rewards: number[] }> {
+    const researcher = await NativePolicy.load(join(work, "m")),
+        solver = await NativePolicy.load(join(work, "m"));
+    const gw = await startGateway({ agents: { researcher, solver }, port: 0 });
+    try {
+        const before = await heldOut(gw.baseUrl);
+        const rewards: number[] = [];
+        const items = Array.from({ length: 8 }, (_, k) => question(k));
+        for (let it = 0; it < 30; it++) {
+            const r = await trainGatewayIteration(items, {
+                gateway: gw,
+                models: train === "both" ? { researcher, solver } : { researcher },
+                program: ({ item, baseUrl }) => program(item, baseUrl),
+                reward: (_item, answer) => score(answer),
+                groups: 4,
+                lr: 3e-2,
+            });
+            expect(r.failed).toEqual([]);
+            expect(r.episodes.every((ep) => ep.calls.length === 2)).toBe(true);
+            rewards.push(r.meanReward);
+        }
+        return { before, after: await heldOut(gw.baseUrl), rewards };
+    } finally {
+        await gw.close();
+        await researcher.dispose();
+        await solver.dispose();
+    }
+}
+
+describe("trainGatewayIteration", () => {
+    it("co-training through the gateway raises the held-out reward; training the researcher alone does not", async () => {
+        const co = await team("both");
+        const control = await team("researcher");
+        expect(co.before).toBeLessThan(0.35);
+        expect(co.after).toBeGreaterThan(0.8);
+        expect(control.after).toBeLessThan(0.4);
+        expect(co.after - control.after).toBeGreaterThan(0.4);
+    }, 120_000);
+
+    it("a failed program, an unrewarded episode and inexact samples are left out; the rest trains and is pushed", async () => {
+        const a = await NativePolicy.load(join(work, "m")),
+            b = await NativePolicy.load(join(work, "m"));
+        // agent b's upstream gives no exact ids (as a text-only server)
+        const textOnly: Policy = {
+            name: "text-only",
+            generate: async (reqs, o) =>
+                (await b.generate(reqs, o)).map((g) => ({ ...g, tokenIdsExact: false, tokenIds: undefined })),
+        };
+        const gw = await startGateway({ agents: { a, b: textOnly }, port: 0, episodeTimeoutMs: 200 });
+        const pushed: string[] = [];
+        try {
+            const r = await trainGatewayIteration(["x", "y"], {
+                gateway: gw,
+                models: { a, b },
+                program: async ({ item, baseUrl, group }) => {
+                    if (item === "x" && group === 0) throw new Error("the program crashed");
+                    const c = new OpenAI({ baseURL: baseUrl, apiKey: "unused", maxRetries: 0 });
+                    for (const model of ["a", "b"])
+                        await c.chat.completions.create({
+                            model,
+                            messages: [{ role: "user", content: item }],
+                            max_tokens: 3,
+                        });
+                    if (item === "y" && group === 1) return "never rewarded"; // (no reward function: the program posts)
+                    await fetch(`${baseUrl.replace(/\/v1$/, "")}/reward`, {
+                        method: "POST",
+                        body: JSON.stringify({ reward: group, agents: { a: 0.5 } }),
+                    });
+                    return "ok";
+                },
+                groups: 3,
+                lr: 1e-3,
+                push: async (agent) => void pushed.push(agent),
+            });
+            expect(r.failed.map((f) => f.reason)).toEqual([
+                "the program failed: the program crashed",
+                expect.stringMatching(/timed out/) as string,
+            ]);
+            expect(r.episodes).toHaveLength(6);
+            expect(r.agents.a.rows).toBe(4); // the four rewarded episodes' calls of a
+            expect(r.agents.b.rows).toBe(0);
+            expect(r.inexact).toBe(4);
+            expect(r.agents.a.loss).not.toBeNull();
+            expect(r.agents.a.meanReturn).toBeCloseTo((1 + 2 + 0 + 2) / 4 + 0.5, 6);
+            expect(pushed).toEqual(["a"]);
+            expect(gw.episodes.counts()).toEqual({ open: 0, closed: 0 }); // all taken
+        } finally {
+            await gw.close();
+            await a.dispose();
+            await b.dispose();
+        }
+    }, 60_000);
+
+    it("refuses bad options with their names", async () => {
+        const a = await NativePolicy.load(join(work, "m"));
+        const gw = await startGateway({ agents: { a }, port: 0 });
+        const base = { gateway: gw, models: { a }, program: async () => "" };
+        try {
+            await expect(trainGatewayIteration([], base)).rejects.toThrow(/items: expected a non-empty array/);
+            await expect(trainGatewayIteration(["x"], { ...base, groups: 1 })).rejects.toThrow(
+                /groups: expected an integer >= 2/,
+            );
+            await expect(trainGatewayIteration(["x"], { ...base, lr: -1 })).rejects.toThrow(/lr: expected a positive/);
+            await expect(trainGatewayIteration(["x"], { ...base, models: { z: a } })).rejects.toThrow(
+                /models.z: the gateway has no agent/,
+            );
+            await expect(trainGatewayIteration(["x"], { ...base, concurrency: 0 })).rejects.toThrow(/concurrency/);
+        } finally {
+            await gw.close();
+            await a.dispose();
+        }
+    });
+});
