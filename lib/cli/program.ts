@@ -10,6 +10,7 @@ import * as bench from "./commands/bench.js";
 import * as crossplay from "./commands/crossplay.js";
 import * as doctor from "./commands/doctor.js";
 import * as evalCommand from "./commands/eval.js";
+import * as gateway from "./commands/gateway.js";
 import * as info from "./commands/info.js";
 import * as serve from "./commands/serve.js";
 import * as toy from "./commands/toy.js";
@@ -18,6 +19,7 @@ import * as train from "./commands/train.js";
 export type { TrainArgs } from "./commands/train.js";
 export type { BenchArgs } from "./commands/bench.js";
 export type { ServeArgs } from "./commands/serve.js";
+export type { GatewayArgs } from "./commands/gateway.js";
 export type { EvalArgs } from "./commands/eval.js";
 export type { CrossPlayArgs } from "./commands/crossplay.js";
 
@@ -27,6 +29,7 @@ export interface CliActions {
     info(): Promise<number> | number;
     bench(a: bench.BenchArgs): Promise<number>;
     serve(a: serve.ServeArgs): Promise<number>;
+    gateway(a: gateway.GatewayArgs): Promise<number>;
     toy(a: { seed: number }): Promise<number> | number;
     doctor(a: doctor.DoctorArgs): Promise<number>;
     eval(a: evalCommand.EvalArgs): Promise<number>;
@@ -39,6 +42,7 @@ export const ACTIONS: CliActions = {
     info: info.run,
     bench: bench.run,
     serve: serve.run,
+    gateway: gateway.run,
     toy: toy.run,
     doctor: doctor.run,
     eval: evalCommand.run,
@@ -46,7 +50,7 @@ export const ACTIONS: CliActions = {
 };
 
 /** The command names, in the order of the help. */
-export const COMMANDS = ["train", "info", "bench", "serve", "eval", "crossplay", "doctor", "toy"] as const;
+export const COMMANDS = ["train", "info", "bench", "serve", "gateway", "eval", "crossplay", "doctor", "toy"] as const;
 
 export interface CliOptions {
     version: string;
@@ -82,6 +86,7 @@ export function buildProgram(actions: CliActions, options: CliOptions): Command 
     info.declare(command("info"), async () => done(await actions.info()));
     bench.declare(command("bench"), async (a) => done(await actions.bench(a)), options.kernels);
     serve.declare(command("serve"), async (a) => done(await actions.serve(a)));
+    gateway.declare(command("gateway"), async (a) => done(await actions.gateway(a)));
     evalCommand.declare(command("eval"), async (a) => done(await actions.eval(a)));
     crossplay.declare(command("crossplay"), async (a) => done(await actions.crossplay(a)));
     doctor.declare(command("doctor"), async (a) => done(await actions.doctor(a)));

@@ -128,6 +128,8 @@ export class EpisodeStore {
     constructor(
         readonly limits: EpisodeLimits,
         private readonly agents: readonly string[],
+        /** Called with every episode as it closes (after its waiters); an error it throws is reported, not raised. */
+        private readonly onClose?: (ep: GatewayEpisode) => void,
     ) {
         this.sweeper = setInterval(() => this.sweep(), Math.max(10, Math.min(1000, limits.timeoutMs / 4)));
         this.sweeper.unref();
@@ -297,6 +299,11 @@ export class EpisodeStore {
         l.ep.closedAt = Date.now();
         this.closedCount++;
         for (const w of l.waiters.splice(0)) w(l.ep);
+        try {
+            this.onClose?.(l.ep);
+        } catch (e) {
+            console.error(`maporl: gateway: onEpisodeClosed failed for ${l.ep.id}: ${(e as Error).message}`);
+        }
     }
 
     private sweep(): void {

@@ -9,6 +9,7 @@
 // call with neither is answered and not recorded (unless requireEpisode: then a 400). Routes besides the API's:
 //   POST /episodes                    open one ({ id?, meta? }); answers { id, base_url }
 //   GET  /episodes/<id>               the episode as recorded (reward null until rewarded)
+//   DELETE /episodes/<id>             a closed episode, taken (the gateway keeps it no longer)
 //   POST /episodes/<id>/reward        { reward, agents?: { name: r }, milestones?: [{ agent, reward, call?, name? }] }
 //   POST /episodes/<id>/fail          { reason? }
 //   GET  /health (no key needed), /v1/models (one card per agent)
@@ -49,6 +50,8 @@ export interface GatewayOptions {
     episodeTimeoutMs?: number;
     /** Refuse calls that name no episode (400) instead of answering them unrecorded. Defaults to false. */
     requireEpisode?: boolean;
+    /** Called with every episode as it closes (rewarded or failed), e.g. to write it out and take it. */
+    onEpisodeClosed?: (ep: GatewayEpisode) => void;
 }
 
 export interface Gateway {
@@ -79,6 +82,7 @@ const OPTION_KEYS = [
     "port",
     "apiKey",
     "requireEpisode",
+    "onEpisodeClosed",
     ...Object.keys(CHECKS),
 ] as (keyof GatewayOptions)[];
 
@@ -135,7 +139,7 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
     const { limit, maxPending, limits } = checked(options);
     const agents = new Map(Object.entries(options.agents));
     const names = [...agents.keys()];
-    const store = new EpisodeStore(limits, names);
+    const store = new EpisodeStore(limits, names, options.onEpisodeClosed);
     const keyBuf = options.apiKey === undefined ? null : createHash("sha256").update(options.apiKey).digest();
     const authorized = (req: IncomingMessage): boolean => {
         if (keyBuf === null) return true;
@@ -216,9 +220,13 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
                 return send(res, 200, { id: ep.id, base_url: `${root}/episodes/${ep.id}/v1` });
             }
             if (p.episode !== undefined && !p.rest.startsWith("/v1/")) {
-                if (req.method === "GET" && p.rest === "") {
+                if ((req.method === "GET" || req.method === "DELETE") && p.rest === "") {
                     const ep = store.get(p.episode);
                     if (!ep) throw new HttpError(404, `no episode ${p.episode}`);
+                    if (req.method === "DELETE") {
+                        if (ep.status === "open") throw new HttpError(409, `episode ${p.episode} is still open`);
+                        store.take(p.episode);
+                    }
                     return send(res, 200, ep);
                 }
                 if (req.method === "POST" && p.rest === "/reward") {

@@ -1,4 +1,4 @@
-// serveProcess.ts: `maporl serve` as a child process on a free port (--port 0): resolves with its base URL once it
+// serveProcess.ts: `maporl serve` (and `maporl gateway`) as a child process on a free port (--port 0): resolves with its base URL once it
 // listens (it prints "serving ... at <url>/chat/completions"), rejects naming its output when it exits first or does not
 // listen within 30 s. The fleet benchmark and the tests start their servers with it.
 import { type ChildProcess, spawn } from "node:child_process";
@@ -13,15 +13,26 @@ export interface ServeProcess {
     stop(signal?: NodeJS.Signals): Promise<number | null>;
 }
 
+const CLI = fileURLToPath(new URL("../cli.js", import.meta.url));
+
 /** Starts `maporl serve --checkpoint dir --port 0 ...args`, with `cli` the command's script (default: this package's). */
-export function startServeProcess(
-    dir: string,
-    args: string[] = [],
-    cli = fileURLToPath(new URL("../cli.js", import.meta.url)),
-): Promise<ServeProcess> {
-    const proc = spawn(process.execPath, [cli, "serve", "--checkpoint", dir, "--port", "0", ...args], {
-        stdio: ["ignore", "pipe", "pipe"],
-    });
+export function startServeProcess(dir: string, args: string[] = [], cli = CLI): Promise<ServeProcess> {
+    return startListening(
+        ["serve", "--checkpoint", dir, "--port", "0", ...args],
+        /at (http:\/\/\S+\/v1)\/chat\/completions/,
+        cli,
+    );
+}
+
+/** Starts `maporl gateway --port 0 ...args` (it prints "gateway for ... at <url>/v1 (...)"). */
+export function startGatewayProcess(args: string[], cli = CLI): Promise<ServeProcess> {
+    return startListening(["gateway", "--port", "0", ...args], /gateway for .* at (http:\/\/\S+\/v1) /, cli);
+}
+
+// Starts `maporl ...argv` and resolves once its output matches `ready` (group 1: the base URL).
+function startListening(argv: string[], ready: RegExp, cli: string): Promise<ServeProcess> {
+    const what = `maporl ${argv[0]}`;
+    const proc = spawn(process.execPath, [cli, ...argv], { stdio: ["ignore", "pipe", "pipe"] });
     let out = "";
     const exited = new Promise<number | null>((r) => proc.once("exit", (code) => r(code)));
     const stop = async (signal: NodeJS.Signals = "SIGTERM") => {
@@ -31,11 +42,11 @@ export function startServeProcess(
     return new Promise((resolve, reject) => {
         const timer = setTimeout(() => {
             proc.kill("SIGKILL");
-            reject(new Error(`maporl serve did not start in 30 s: ${out}`));
+            reject(new Error(`${what} did not start in 30 s: ${out}`));
         }, 30_000);
         proc.stdout.on("data", (c: Buffer) => {
             out += c.toString();
-            const m = /at (http:\/\/\S+\/v1)\/chat\/completions/.exec(out);
+            const m = ready.exec(out);
             if (m) {
                 clearTimeout(timer);
                 resolve({ baseUrl: m[1]!, proc, output: () => out, stop });
@@ -46,7 +57,7 @@ export function startServeProcess(
         });
         proc.once("exit", (code) => {
             clearTimeout(timer);
-            reject(new Error(`maporl serve exited (${code}) before listening: ${out}`));
+            reject(new Error(`${what} exited (${code}) before listening: ${out}`));
         });
     });
 }

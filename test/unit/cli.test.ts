@@ -12,6 +12,7 @@ import {
     type BenchArgs,
     type CrossPlayArgs,
     type EvalArgs,
+    type GatewayArgs,
     type ServeArgs,
     type TrainArgs,
 } from "../../lib/cli/program.js";
@@ -24,6 +25,7 @@ async function parse(argv: string[]) {
         train?: TrainArgs;
         bench?: BenchArgs;
         serve?: ServeArgs;
+        gateway?: GatewayArgs;
         toy?: { seed: number };
         info?: true;
         eval?: EvalArgs;
@@ -47,6 +49,10 @@ async function parse(argv: string[]) {
             },
             serve: async (a) => {
                 calls.serve = a;
+                return 0;
+            },
+            gateway: async (a) => {
+                calls.gateway = a;
                 return 0;
             },
             toy: (a) => {
@@ -190,6 +196,45 @@ describe("maporl command line", () => {
         expect(String((await parse(["serve", "--checkpoint", "c", "--lora-modules", "a"])).error)).toMatch(
             /--lora-modules: expected name=path, got "a"/,
         );
+    });
+
+    it("gateway: agents, adapters and the upstream parsed and checked", async () => {
+        const g = await parse([
+            "gateway",
+            "--agents",
+            "researcher, solver",
+            "--model",
+            "m",
+            "--adapters",
+            "solver=/a",
+            "--port",
+            "0",
+            "--episode-timeout",
+            "5000",
+            "--record",
+            "r.jsonl",
+        ]);
+        expect(g.calls.gateway).toEqual({
+            agents: ["researcher", "solver"],
+            model: "m",
+            adapters: { solver: "/a" },
+            port: 0,
+            host: "127.0.0.1",
+            maxEpisodes: 256,
+            maxCallsPerEpisode: 256,
+            episodeTimeout: 5000,
+            requireEpisode: false,
+            record: "r.jsonl",
+        });
+        const bad = async (argv: string[]) => String((await parse(["gateway", ...argv])).error);
+        expect(await bad(["--agents", "a"])).toMatch(/either --model DIR .* or --upstream URL/);
+        expect(await bad(["--agents", "a", "--model", "m", "--upstream", "http://x/v1"])).toMatch(/either --model/);
+        expect(await bad(["--agents", "a", "--model", "m", "--adapters", "b=/x"])).toMatch(
+            /b is not one of --agents \(a\)/,
+        );
+        expect(await bad(["--agents", "a", "--model", "m", "--adapters", "a"])).toMatch(/expected name=dir, got "a"/);
+        expect(await bad(["--agents", " , ", "--model", "m"])).toMatch(/--agents: expected one or more names/);
+        expect((await parse(["gateway", "--model", "m"])).err).toMatch(/required option '--agents <names>'/);
     });
 
     it("eval and crossplay: options parsed, replacements and thresholds checked", async () => {
