@@ -302,7 +302,7 @@ describe("maporl command line", () => {
         expect(resume.stderr).toMatch(/no config.json there/);
         expect(resume.stdout).not.toMatch(/run directory/);
         // An unknown command is an error with or without --help (commander alone printed the top-level help, exit 0).
-        for (const argv of [["gateway"], ["gateway", "--help"], ["trian", "-h"]]) {
+        for (const argv of [["gatway"], ["gatway", "--help"], ["trian", "-h"]]) {
             const r = run(...argv);
             expect(r.status, argv.join(" ")).toBe(1);
             expect(r.stderr).toContain(`unknown command '${argv[0]}'`);
