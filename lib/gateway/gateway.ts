@@ -2,7 +2,8 @@
 // FleetPolicy's adapters over vLLM / SGLang / maporl serve), that records every call of an unchanged agent program
 // as a turn of that agent in its episode: the prompt ids the model read, the ids it sampled, their behaviour
 // log-probs, tool calls and results (episodes.ts, recorder.ts). Requests are answered as maporl serve answers them
-// (the same routes: chat completions streamed or whole, tools, completions, vLLM's token-id fields).
+// (the same routes: chat completions streamed or whole, tools, completions, the Responses API, vLLM's token-id
+// fields).
 //
 // Which agent a call belongs to: the path /episodes/<id>/agents/<agent>/v1, else the header x-maporl-agent, else the
 // request's `model` naming an agent. Which episode: the path /episodes/<id>/v1, else the header x-maporl-episode; a
@@ -22,6 +23,7 @@ import type { AddressInfo } from "node:net";
 import { EpisodeStore, episodeId, type GatewayEpisode } from "./episodes.js";
 import { recordingPolicy, seededPolicy } from "./recorder.js";
 import { fail, jsonBody, send } from "../serve/requests.js";
+import { responsesRoute } from "../serve/responses.js";
 import { chatRoute, type ModelLookup, type RouteContext } from "../serve/routes.js";
 import { clientFault, HttpError } from "../serve/serverModels.js";
 import type { Policy } from "../policy/types.js";
@@ -245,7 +247,7 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
                 throw new HttpError(404, `no route ${req.method} ${url}`);
             }
             const route = p.rest.startsWith("/v1/") ? p.rest.slice(3) : p.rest;
-            if (req.method !== "POST" || (route !== "/chat/completions" && route !== "/completions"))
+            if (req.method !== "POST" || !["/chat/completions", "/completions", "/responses"].includes(route))
                 throw new HttpError(404, `no route ${req.method} ${url}`);
             if (episode === undefined && options.requireEpisode)
                 throw new HttpError(
@@ -265,6 +267,7 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
             counted = true;
             const body = await jsonBody(req, limit);
             const ctx: RouteContext = { models: lookup(episode, agent), ctx: ctxLen, next: () => ++counter };
+            if (route === "/responses") return await responsesRoute(ctx, body, res);
             return await chatRoute(ctx, body, res, route === "/completions");
         } catch (e) {
             if (res.headersSent) return;

@@ -2,6 +2,7 @@
 // OpenAICompatiblePolicy, FleetPolicy, the debate layer or any OpenAI client can talk to it. Endpoints:
 //   GET  /health, /version, /v1/models (the base and every LoRA adapter, vLLM's model cards)
 //   POST /v1/chat/completions, /v1/completions (prompt: a string or token ids)
+//   POST /v1/responses (OpenAI's Responses API, stateless, answered whole: responses.ts)
 //   POST /tokenize, /detokenize (vLLM's shapes; also under /v1)
 //   POST /v1/load_lora_adapter, /v1/unload_lora_adapter (with allowAdapterUpdates; serverModels.ts)
 // Generation fields: messages | prompt, model, temperature, top_p, top_k, max_tokens (or max_completion_tokens),
@@ -19,6 +20,7 @@ import { resolve } from "node:path";
 
 import { clientFault, HttpError, ServedModels } from "./serverModels.js";
 import { fail, jsonBody, send } from "./requests.js";
+import { responsesRoute } from "./responses.js";
 import { chatRoute, detokenizeRoute, tokenizeRoute, type RouteContext } from "./routes.js";
 import { type Policy } from "../policy/types.js";
 
@@ -145,7 +147,7 @@ export async function servePolicy(policy: Policy, options: ServeOptions = {}): P
                 if (url === "/v1/models") return send(res, 200, { object: "list", data: models.cards() });
                 return fail(res, 404, `no route GET ${url}`);
             }
-            const generation = route === "/chat/completions" || route === "/completions";
+            const generation = route === "/chat/completions" || route === "/completions" || route === "/responses";
             if (
                 req.method !== "POST" ||
                 !(
@@ -168,6 +170,7 @@ export async function servePolicy(policy: Policy, options: ServeOptions = {}): P
                 counted = true;
             }
             const body = await jsonBody(req, limit);
+            if (route === "/responses") return await responsesRoute(routes, body, res);
             if (generation) return await chatRoute(routes, body, res, route === "/completions");
             if (route === "/tokenize") return tokenizeRoute(routes, body, res);
             if (route === "/detokenize") return detokenizeRoute(routes, body, res);

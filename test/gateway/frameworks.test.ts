@@ -8,7 +8,14 @@
 import { rmSync } from "node:fs";
 
 import { createOpenAICompatible } from "@ai-sdk/openai-compatible";
-import { Agent, OpenAIChatCompletionsModel, run, setTracingDisabled, tool as agentTool } from "@openai/agents";
+import {
+    Agent,
+    OpenAIChatCompletionsModel,
+    OpenAIProvider,
+    Runner,
+    setTracingDisabled,
+    tool as agentTool,
+} from "@openai/agents";
 import { generateText, stepCountIs, streamText, tool } from "ai";
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -70,17 +77,23 @@ async function aiSdkProgram(episode: string): Promise<string> {
     return await answer.text;
 }
 
-// The Agents SDK program: the same team, the episode named by a header of the client.
-async function agentsSdkProgram(episode: string): Promise<string> {
+// The Agents SDK program: the same team, the episode named by a header of the client; over chat completions, or
+// with the SDK's defaults (the Responses API, models by name).
+async function agentsSdkProgram(episode: string, api: "chat" | "responses" = "chat"): Promise<string> {
     const client = new OpenAI({
         baseURL: gw.baseUrl,
         apiKey: "unused",
         defaultHeaders: { "x-maporl-episode": episode },
     });
+    // (the Responses API with a provider of this episode's client: the default provider keeps its first client)
+    const runner = new Runner(
+        api === "responses" ? { modelProvider: new OpenAIProvider({ openAIClient: client }) } : {},
+    );
+    const model = (name: string) => (api === "chat" ? new OpenAIChatCompletionsModel(client, name) : name);
     const researcher = new Agent({
         name: "researcher",
         instructions: INSTRUCTIONS,
-        model: new OpenAIChatCompletionsModel(client, "researcher"),
+        model: model("researcher"),
         tools: [
             agentTool({
                 name: "lookup",
@@ -97,27 +110,28 @@ async function agentsSdkProgram(episode: string): Promise<string> {
     const solver = new Agent({
         name: "solver",
         instructions: "You answer.",
-        model: new OpenAIChatCompletionsModel(client, "solver"),
-        modelSettings: { temperature: 0.7, maxTokens: 8 },
+        model: model("solver"),
+        modelSettings: { temperature: api === "chat" ? 0.7 : 0, maxTokens: 8 },
     });
-    const note = await run(researcher, QUESTION, { maxTurns: 4 });
-    const answer = await run(solver, `${QUESTION} Note: ${String(note.finalOutput)}`, { maxTurns: 1 });
+    const note = await runner.run(researcher, QUESTION, { maxTurns: 4 });
+    const answer = await runner.run(solver, `${QUESTION} Note: ${String(note.finalOutput)}`, { maxTurns: 1 });
     return String(answer.finalOutput);
 }
 
 // Teaches the base, from the researcher's prompts this program sends (recorded by the gateway), to call the tool and
 // then to answer with the tool's result.
-async function teachFor(program: (ep: string) => Promise<string>, name: string): Promise<void> {
-    await program(`${name}-teach-1`).catch(() => "");
-    const first = gw.episodes.get(`${name}-teach-1`)!.calls[0].samples[0].promptTokenIds;
-    await teach(base, [{ prompt: first, text: CALL }]);
-    await program(`${name}-teach-2`);
-    const second = gw.episodes.get(`${name}-teach-2`)!.calls[1].samples[0].promptTokenIds;
-    await teach(base, [
-        { prompt: first, text: CALL },
-        { prompt: second, text: "k=3 is v3." },
-    ]);
-    for (const k of [1, 2]) gw.episodes.fail(`${name}-teach-${k}`, "teaching");
+async function teachFor(program: (ep: string) => Promise<string>, name: string, solverToo = false): Promise<void> {
+    // Round k runs the program (an untrained answer may run past its max tokens: a Responses client then throws),
+    // and adds the prompt of its call k: the researcher's first (-> the call), its second (-> the answer), the solver's.
+    const texts = [CALL, "k=3 is v3.", ...(solverToo ? ["3 is v3"] : [])];
+    const pairs: { prompt: number[]; text: string }[] = [];
+    for (const [k, text] of texts.entries()) {
+        const id = `${name}-teach-${k}`;
+        await program(id).catch(() => "");
+        pairs.push({ prompt: gw.episodes.get(id)!.calls[k].samples[0].promptTokenIds, text });
+        await teach(base, pairs);
+        gw.episodes.fail(id, "teaching");
+    }
 }
 
 // Every recorded call replayed in process (the agent's policy, the recorded messages, tools, sampling and seed).
@@ -177,6 +191,18 @@ describe("gateway: unchanged programs of real frameworks", () => {
         expectTranscript(ep);
         expect(ep.calls[2].samples[0].text).toBe(answer);
         expect(ep.calls[0].messages[0]).toEqual({ role: "system", content: INSTRUCTIONS });
+        await expectReplays(ep);
+    });
+
+    it("OpenAI Agents SDK with its defaults (the Responses API): the transcript, the tool's result, the exact ids", async () => {
+        const program = (ep: string) => agentsSdkProgram(ep, "responses");
+        await teachFor(program, "responses", true); // (the solver too: an answer cut at max tokens is an error there)
+        looked.length = 0;
+        const answer = await program("responses-run");
+        expect(looked).toEqual(["3"]);
+        const ep = gw.episodes.get("responses-run")!;
+        expectTranscript(ep);
+        expect(ep.calls[2].samples[0].text).toBe(answer);
         await expectReplays(ep);
     });
 });
