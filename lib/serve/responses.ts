@@ -137,7 +137,7 @@ export async function responsesRoute(
     const [g] = await generateN(
         served.policy,
         { messages, sampling, ...(tools ? { tools } : {}) },
-        (seed ?? undefined) as number | undefined,
+        seed ?? undefined,
         1,
         abort.signal,
     );

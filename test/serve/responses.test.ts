@@ -38,8 +38,8 @@ describe("the Responses API", () => {
             max_tokens: 6,
             seed: 11,
         });
-        expect(r.output_text).toBe(chat.choices[0]!.message.content);
-        expect(r.status).toBe(chat.choices[0]!.finish_reason === "length" ? "incomplete" : "completed");
+        expect(r.output_text).toBe(chat.choices[0].message.content);
+        expect(r.status).toBe(chat.choices[0].finish_reason === "length" ? "incomplete" : "completed");
         expect(r.usage!.output_tokens).toBe(chat.usage!.completion_tokens);
         expect(r.usage!.input_tokens).toBe(chat.usage!.prompt_tokens);
     });
