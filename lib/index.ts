@@ -218,6 +218,23 @@ export {
     type ToyResult,
 } from "./train/tasks/toy.js";
 export { servePolicy, type ServeOptions, type RunningServer } from "./serve/server.js";
+export { startGateway, type Gateway, type GatewayOptions } from "./gateway/gateway.js";
+export type {
+    EpisodeReward,
+    EpisodeStatus,
+    EpisodeStore,
+    GatewayCall,
+    GatewayEpisode,
+    GatewaySample,
+    Milestone,
+    RecordedToolCall,
+} from "./gateway/episodes.js";
+export {
+    trainGatewayIteration,
+    type GatewayIterationResult,
+    type GatewayRun,
+    type GatewayTrainOptions,
+} from "./gateway/train.js";
 export { trainJob } from "./train/job/job.js";
 export { formatSummary } from "./train/job/summary.js";
 export type { JobProgress, TrainJobOptions, TrainSummary } from "./train/job/types.js";

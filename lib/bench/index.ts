@@ -19,6 +19,7 @@ import { benchFusedPolicyLoss, benchPolicyLoss } from "./policyLoss.js";
 import { benchReinforceReturns } from "./reinforceReturns.js";
 import { benchSampling } from "./sampling.js";
 import { benchServe } from "./serve.js";
+import { benchGateway } from "./gateway.js";
 import { type BenchContext, type BenchRow } from "./types.js";
 
 export type { BenchContext, BenchRow } from "./types.js";
@@ -35,6 +36,7 @@ export const BENCHMARKS: Record<string, (ctx: BenchContext) => Promise<BenchRow[
     lora: benchLora,
     fleet: benchFleet,
     serve: benchServe,
+    gateway: benchGateway,
 };
 
 export interface BenchOptions {

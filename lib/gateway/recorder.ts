@@ -8,7 +8,8 @@ import { randomBytes } from "node:crypto";
 import type { EpisodeStore, GatewayCall, GatewayEpisode, GatewaySample } from "./episodes.js";
 import type { ChatMessage, GenerateRequest, Generation, Policy } from "../policy/types.js";
 
-const drawSeed = (): bigint => randomBytes(8).readBigUInt64LE() & ((1n << 63n) - 1n);
+// A seed for a request that gives none: a safe integer (53 bits), so that it survives JSON to a remote upstream.
+const drawSeed = (): number => Number(randomBytes(8).readBigUInt64LE() >> 11n);
 
 // Results of earlier tool calls that `messages` carries (role 'tool' with a tool_call_id), recorded on those calls.
 function attachResults(ep: GatewayEpisode, messages: readonly ChatMessage[]): void {

@@ -10,7 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { NativePolicy } from "../../lib/index.js";
 import type { GatewayEpisode } from "../../lib/gateway/episodes.js";
 import { startGatewayProcess } from "../../lib/serve/serveProcess.js";
-import { tinyHfModel } from "../helpers/serve.js";
+import { startServe, tinyHfModel } from "../helpers/serve.js";
 
 const CLI = join(import.meta.dirname, "..", "..", "dist", "cli.js");
 let work: string;
@@ -70,5 +70,43 @@ describe("maporl gateway", () => {
         ]);
         expect(eps[1].reason).toBe("the gateway closed");
         expect(eps[0].calls.every((x) => x.samples[0].tokenIdsExact && x.samples[0].tokenIds.length > 0)).toBe(true);
+    }, 60_000);
+
+    it("in front of maporl serve (--upstream): the recorded ids are the server's, equal to the in-process replay", async () => {
+        const srv = await startServe(join(work, "m"), ["--served-model-name", "base"]);
+        const g = await startGatewayProcess(
+            [
+                "--upstream",
+                srv.baseUrl,
+                "--upstream-model",
+                "base",
+                "--agents",
+                "solver",
+                "--record",
+                join(work, "up.jsonl"),
+            ],
+            CLI,
+        );
+        const local = await NativePolicy.load(join(work, "m"));
+        try {
+            const root = g.baseUrl.replace(/\/v1$/, "");
+            const c = new OpenAI({ baseURL: `${root}/episodes/up/v1`, apiKey: "none", maxRetries: 0 });
+            const q = [{ role: "user" as const, content: "2 + 3?" }];
+            const r = await c.chat.completions.create({ model: "solver", messages: q, max_tokens: 6, temperature: 1 });
+            const ep = (await (await fetch(`${root}/episodes/up`)).json()) as GatewayEpisode;
+            const s = ep.calls[0]!.samples[0]!;
+            expect(s.text).toBe(r.choices[0]!.message.content);
+            expect(s.tokenIdsExact).toBe(true);
+            expect(s.endpoint).toBe(srv.baseUrl);
+            const [again] = await local.generate([
+                { messages: q, sampling: { temperature: 1, maxTokens: 6 }, seed: Number(s.seed) },
+            ]);
+            expect([s.promptTokenIds, s.tokenIds]).toEqual([again!.promptTokenIds, again!.tokenIds]);
+            expect(s.logprobs.map((x) => x.toFixed(4))).toEqual(again!.logprobs!.map((x) => x.toFixed(4)));
+        } finally {
+            await local.dispose();
+            expect(await g.stop()).toBe(0);
+            await srv.stop();
+        }
     }, 60_000);
 });
