@@ -94,15 +94,15 @@ describe("maporl gateway", () => {
             const q = [{ role: "user" as const, content: "2 + 3?" }];
             const r = await c.chat.completions.create({ model: "solver", messages: q, max_tokens: 6, temperature: 1 });
             const ep = (await (await fetch(`${root}/episodes/up`)).json()) as GatewayEpisode;
-            const s = ep.calls[0]!.samples[0]!;
-            expect(s.text).toBe(r.choices[0]!.message.content);
+            const s = ep.calls[0].samples[0];
+            expect(s.text).toBe(r.choices[0].message.content);
             expect(s.tokenIdsExact).toBe(true);
             expect(s.endpoint).toBe(srv.baseUrl);
             const [again] = await local.generate([
                 { messages: q, sampling: { temperature: 1, maxTokens: 6 }, seed: Number(s.seed) },
             ]);
-            expect([s.promptTokenIds, s.tokenIds]).toEqual([again!.promptTokenIds, again!.tokenIds]);
-            expect(s.logprobs.map((x) => x.toFixed(4))).toEqual(again!.logprobs!.map((x) => x.toFixed(4)));
+            expect([s.promptTokenIds, s.tokenIds]).toEqual([again.promptTokenIds, again.tokenIds]);
+            expect(s.logprobs.map((x) => x.toFixed(4))).toEqual(again.logprobs!.map((x) => x.toFixed(4)));
         } finally {
             await local.dispose();
             expect(await g.stop()).toBe(0);
