@@ -20,12 +20,13 @@ import { createHash, timingSafeEqual } from "node:crypto";
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 
-import { EpisodeStore, episodeId, type GatewayEpisode } from "./episodes.js";
+import { EpisodeStore, episodeId, type GatewayCall, type GatewayEpisode } from "./episodes.js";
 import { recordingPolicy, seededPolicy } from "./recorder.js";
 import { fail, jsonBody, send } from "../serve/requests.js";
 import { responsesRoute } from "../serve/responses.js";
 import { chatRoute, type ModelLookup, type RouteContext } from "../serve/routes.js";
 import { clientFault, HttpError } from "../serve/serverModels.js";
+import type { Tracer } from "../debate/trace.js";
 import type { Policy } from "../policy/types.js";
 import { requireOptions } from "../validate.js";
 
@@ -54,6 +55,11 @@ export interface GatewayOptions {
     requireEpisode?: boolean;
     /** Called with every episode as it closes (rewarded or failed), e.g. to write it out and take it. */
     onEpisodeClosed?: (ep: GatewayEpisode) => void;
+    /** A 'gateway.call' span per recorded call (episode, agent index and name as `role`, the call's index as `turn`,
+     * tokens, latency, finish reason, error, text, endpoint, served model). */
+    tracer?: Tracer;
+    /** The spans' runId. Defaults to "gateway". */
+    runId?: string;
 }
 
 export interface Gateway {
@@ -85,6 +91,8 @@ const OPTION_KEYS = [
     "apiKey",
     "requireEpisode",
     "onEpisodeClosed",
+    "tracer",
+    "runId",
     ...Object.keys(CHECKS),
 ] as (keyof GatewayOptions)[];
 
@@ -166,6 +174,31 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
         return typeof c === "number" ? c : null;
     })();
 
+    const tracer = options.tracer,
+        runId = options.runId ?? "gateway";
+    const span = tracer
+        ? (c: GatewayCall, episode: string) => {
+              const s = c.samples[0];
+              tracer.span({
+                  name: "gateway.call",
+                  runId,
+                  episode,
+                  agent: names.indexOf(c.agent),
+                  role: c.agent,
+                  turn: c.index,
+                  parent: 0,
+                  startMs: c.startedAt,
+                  latencyMs: c.latencyMs,
+                  promptTokens: s?.promptTokenIds.length ?? 0,
+                  completionTokens: c.samples.reduce((n, x) => n + x.tokenIds.length, 0),
+                  finishReason: s?.finishReason ?? "error",
+                  ...(c.error !== undefined ? { error: c.error } : {}),
+                  ...(s ? { text: s.text } : {}),
+                  ...(s?.endpoint !== undefined ? { endpoint: s.endpoint } : {}),
+                  ...(s?.model !== undefined ? { model: s.model } : {}),
+              });
+          }
+        : undefined;
     // The models a request can name: the agent given by path or header (whatever `model` says), else `model`.
     const lookup = (episode: string | undefined, fixed: string | undefined): ModelLookup => ({
         get(model: unknown) {
@@ -179,7 +212,9 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
             return {
                 name,
                 policy:
-                    episode === undefined ? seededPolicy(upstream) : recordingPolicy(store, episode, name, upstream),
+                    episode === undefined
+                        ? seededPolicy(upstream)
+                        : recordingPolicy(store, episode, name, upstream, span),
             };
         },
     });

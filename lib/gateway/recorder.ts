@@ -62,6 +62,7 @@ export function recordingPolicy(
     episode: string,
     agent: string,
     upstream: Policy,
+    onCall?: (call: GatewayCall, episode: string) => void,
 ): Policy & { tokenizer?: unknown } {
     return {
         name: upstream.name,
@@ -93,6 +94,14 @@ export function recordingPolicy(
             } finally {
                 call.latencyMs = performance.now() - t0;
                 store.end(episode);
+                try {
+                    onCall?.(call, episode);
+                } catch (e) {
+                    // (a tracer that fails loses its span, never the answer)
+                    console.error(
+                        `maporl: gateway: the span of ${episode} call ${call.index} was not written: ${(e as Error).message}`,
+                    );
+                }
             }
         },
     };

@@ -7,7 +7,7 @@ import { join } from "node:path";
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 
-import { NativePolicy } from "../../lib/index.js";
+import { NativePolicy, type Span } from "../../lib/index.js";
 import { type Gateway, startGateway } from "../../lib/gateway/gateway.js";
 import { tinyHfModel } from "../helpers/serve.js";
 
@@ -170,6 +170,38 @@ describe("gateway: limits", () => {
             expect(ep.status).toBe("failed");
             expect(ep.reason).toMatch(/timed out/);
             expect(ep.calls).toHaveLength(2); // (the third was refused before it ran)
+        } finally {
+            await g.close();
+        }
+    });
+
+    it("writes a span per recorded call to the tracer; a tracer that throws loses its span, not the answer", async () => {
+        const spans: Span[] = [];
+        let broken = false;
+        const tracer = {
+            span: (s: Span) => {
+                if (broken) throw new Error("disk full");
+                spans.push(s);
+            },
+            close: () => {},
+        };
+        const g = await startGateway({ agents: { solver, critic }, port: 0, tracer, runId: "r1" });
+        try {
+            const c = client(g.episodeUrl("t"));
+            await c.chat.completions.create({ model: "critic", messages: q, max_tokens: 3 });
+            await c.chat.completions.create({ model: "solver", messages: q, max_tokens: 3 });
+            await client(g.baseUrl).chat.completions.create({ model: "solver", messages: q, max_tokens: 3 }); // unrecorded
+            const calls = g.episodes.get("t")!.calls;
+            expect(spans.map((s) => [s.name, s.runId, s.episode, s.agent, s.role, s.turn])).toEqual([
+                ["gateway.call", "r1", "t", 1, "critic", 0],
+                ["gateway.call", "r1", "t", 0, "solver", 1],
+            ]);
+            expect(spans.map((s) => [s.promptTokens, s.completionTokens, s.text])).toEqual(
+                calls.map((x) => [x.samples[0].promptTokenIds.length, x.samples[0].tokenIds.length, x.samples[0].text]),
+            );
+            broken = true;
+            const r = await c.chat.completions.create({ model: "solver", messages: q, max_tokens: 3 });
+            expect(r.choices[0].message.content).toBe(g.episodes.get("t")!.calls[2].samples[0].text);
         } finally {
             await g.close();
         }

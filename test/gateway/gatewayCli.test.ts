@@ -36,6 +36,8 @@ describe("maporl gateway", () => {
                 `solver=${join(work, "solver")}`,
                 "--record",
                 record,
+                "--trace",
+                join(work, "trace"),
                 "--threads",
                 "1",
                 "--api-key",

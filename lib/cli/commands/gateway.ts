@@ -10,6 +10,7 @@ import { dirname } from "node:path";
 import type { Command } from "commander";
 
 import { setThreads } from "../../backend.js";
+import { JsonlTracer } from "../../debate/trace.js";
 import { startGateway } from "../../gateway/gateway.js";
 import { NativePolicy } from "../../model/nativePolicy.js";
 import type { Policy } from "../../policy/types.js";
@@ -31,6 +32,7 @@ export interface GatewayArgs {
     episodeTimeout: number;
     requireEpisode: boolean;
     record?: string;
+    trace?: string;
     threads?: number;
 }
 
@@ -61,6 +63,7 @@ export function declare(cmd: Command, act: (a: GatewayArgs) => Promise<void>): v
         )
         .option("--require-episode", "refuse calls that name no episode (else answered, not recorded)", false)
         .option("--record <file>", "append every closed episode to this JSON-lines file")
+        .option("--trace <dir>", "write a span per recorded call to DIR/trace.jsonl")
         .option("--threads <n>", "CPU threads of the model (default: one per core)", integer(1, 1024))
         .action(async (o: Omit<GatewayArgs, "agents" | "adapters"> & { agents: string; adapters?: string[] }) => {
             const agents = o.agents
@@ -124,6 +127,7 @@ export async function run(a: GatewayArgs): Promise<number> {
         throw e;
     }
     if (a.record !== undefined) mkdirSync(dirname(a.record), { recursive: true });
+    const tracer = a.trace !== undefined ? new JsonlTracer(a.trace) : null;
     const gw = await startGateway({
         agents,
         port: a.port,
@@ -133,6 +137,7 @@ export async function run(a: GatewayArgs): Promise<number> {
         maxCallsPerEpisode: a.maxCallsPerEpisode,
         episodeTimeoutMs: a.episodeTimeout,
         requireEpisode: a.requireEpisode,
+        ...(tracer ? { tracer } : {}),
         ...(a.record !== undefined
             ? {
                   onEpisodeClosed: (ep) => {
@@ -154,6 +159,7 @@ export async function run(a: GatewayArgs): Promise<number> {
             void gw
                 .close()
                 .then(async () => {
+                    tracer?.close();
                     fleet?.close();
                     await base?.dispose();
                 })
