@@ -235,6 +235,7 @@ export {
     type GatewayRun,
     type GatewayTrainOptions,
 } from "./gateway/train.js";
+export { commandProgram, type CommandProgramOptions } from "./gateway/command.js";
 export { trainJob } from "./train/job/job.js";
 export { formatSummary } from "./train/job/summary.js";
 export type { JobProgress, TrainJobOptions, TrainSummary } from "./train/job/types.js";
