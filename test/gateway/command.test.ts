@@ -67,8 +67,7 @@ describe("commandProgram", () => {
             groups: 2,
             lr: 1e-3,
         });
-        const why = (mode: string) =>
-            r.failed.filter((f) => gw && f.episode.endsWith(`-${modes.indexOf(mode)}-0`))[0]?.reason;
+        const why = (mode: string) => r.failed.find((f) => f.episode.endsWith(`-${modes.indexOf(mode)}-0`))?.reason;
         expect(r.failed).toHaveLength(6);
         expect(why("crash")).toMatch(/exited with code 1: something broke/);
         expect(why("hang")).toMatch(/ran past 3000 ms \(timeoutMs\)/);
