@@ -8,12 +8,15 @@
 //   - every exact sample of a's calls (the prompt ids the model read, the ids it sampled) is a row with that credit;
 //     loss -A * log pi(sample) summed over its tokens ('seq-mean-token-sum'); one step per model (agents that share a
 //     model share it), then `push` (e.g. save the adapter and push it to a fleet) so the next episodes use it.
-// Samples without exact ids (an upstream that gave text only) are never trained on: they are counted.
+// Samples without exact ids (an upstream that gave text only) are never trained on: they are counted. With
+// `rolloutCorrection`, the recorded behaviour log-probs are the rollout's and verl's correction applies (correction.ts).
 import { randomBytes } from "node:crypto";
 
 import { pushTo } from "../collections.js";
 import { groupAdvantages } from "../rl/groupAdvantages.js";
+import { correctBatch, type MismatchStats } from "../train/trainers/correction.js";
 import { packRows } from "../train/trainers/rollout.js";
+import type { RolloutCorrectionOptions } from "../rl/rolloutCorrection.js";
 import type { GatewayEpisode } from "./episodes.js";
 import type { Gateway } from "./gateway.js";
 import type { NativePolicy } from "../model/nativePolicy.js";
@@ -49,6 +52,10 @@ export interface GatewayTrainOptions<I> {
     shaped?: boolean;
     /** Called after each model's step, for each agent it trains (e.g. save the adapter and push it to a fleet). */
     push?: (agent: string, model: NativePolicy) => Promise<void>;
+    /** Correct for the sampler not being the trainer (a fleet in bf16, an adapter a version behind, a temperature
+     * other than 1): verl's options (rolloutCorrection); the recorded behaviour log-probs are the rollout's, the
+     * model's own of the same ids the trainer's; each agent's mismatch figures come back in `agents`. Off by default. */
+    rolloutCorrection?: RolloutCorrectionOptions;
     signal?: AbortSignal;
 }
 
@@ -56,7 +63,7 @@ export interface GatewayIterationResult {
     /** Every episode (G per item, item-major), as recorded. */
     episodes: GatewayEpisode[];
     /** Per trained agent: its mean return over the valid episodes, the rows trained on, the step's loss (null: none). */
-    agents: Record<string, { meanReturn: number; rows: number; loss: number | null }>;
+    agents: Record<string, { meanReturn: number; rows: number; loss: number | null } & Partial<MismatchStats>>;
     /** Mean joint reward over the valid episodes (NaN when none). */
     meanReward: number;
     /** Episodes that failed (a program error, no reward, a timeout), with why. */
@@ -140,7 +147,10 @@ export async function trainGatewayIteration<I>(items: I[], o: GatewayTrainOption
     const ks = episodes.flatMap((ep, k) => (ep.status === "rewarded" ? [k] : []));
     const shaped = o.shaped ?? true;
     const agents: GatewayIterationResult["agents"] = {};
-    const rows = new Map<NativePolicy, { prompt: number[]; completion: number[]; stopped: boolean; adv: number }[]>();
+    const rows = new Map<
+        NativePolicy,
+        { prompt: number[]; completion: number[]; stopped: boolean; logprobs: number[]; adv: number }[]
+    >();
     let inexact = 0;
     for (const a of names) {
         const ret = ks.map((k) => {
@@ -167,6 +177,7 @@ export async function trainGatewayIteration<I>(items: I[], o: GatewayTrainOption
                             prompt: s.promptTokenIds,
                             completion: s.tokenIds,
                             stopped: false,
+                            logprobs: s.logprobs,
                             adv: adv[j]!,
                         });
                         agents[a]!.rows++;
@@ -177,13 +188,19 @@ export async function trainGatewayIteration<I>(items: I[], o: GatewayTrainOption
         o.signal?.throwIfAborted();
         if (list.every((x) => x.adv === 0)) continue;
         const b = packRows(list, model.tokenizer.eos, model.config.contextLength);
+        // (the trainer's log-probs of the rows: one more forward, only when the correction is on)
+        const corr =
+            o.rolloutCorrection && b.rolloutLogp
+                ? await correctBatch(b, await model.logprobs(b), { device: "cpu", ...o.rolloutCorrection })
+                : null;
         const r = await model.trainStep(
             {
                 tokens: b.tokens,
                 targets: b.targets,
-                mask: b.mask,
+                mask: corr ? corr.mask : b.mask,
                 shape: b.shape,
                 advantages: Float32Array.from(list, (x) => x.adv),
+                ...(corr?.rolloutIsWeights ? { rolloutIsWeights: corr.rolloutIsWeights } : {}),
             },
             {
                 loss: { type: "reinforce", aggregation: "seq-mean-token-sum" },
@@ -194,6 +211,7 @@ export async function trainGatewayIteration<I>(items: I[], o: GatewayTrainOption
         for (const a of names)
             if (o.models[a] === model && agents[a]!.rows) {
                 agents[a]!.loss = r.loss;
+                if (corr) Object.assign(agents[a]!, corr.stats);
                 await o.push?.(a, model);
             }
     }

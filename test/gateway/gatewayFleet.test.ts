@@ -43,12 +43,12 @@ describe("gateway in front of a fleet, adapters pushed after every step", () => 
         const checked: string[] = [];
         // During an iteration (before its step) the in-process adapter is the pushed version: replay there.
         const replay = async (ep: GatewayEpisode) => {
-            const c = ep.calls[0]!,
-                s = c.samples[0]!;
+            const c = ep.calls[0],
+                s = c.samples[0];
             expect(s.model).toBe(fleet.adapterVersion("solver")!.served);
             const [g] = await solver.generate([{ messages: c.messages, sampling: c.sampling, seed: Number(s.seed) }]);
-            expect([s.promptTokenIds, s.tokenIds]).toEqual([g!.promptTokenIds, g!.tokenIds]);
-            expect(s.logprobs.map((x) => x.toFixed(3))).toEqual(g!.logprobs!.map((x) => x.toFixed(3)));
+            expect([s.promptTokenIds, s.tokenIds]).toEqual([g.promptTokenIds, g.tokenIds]);
+            expect(s.logprobs.map((x) => x.toFixed(3))).toEqual(g.logprobs!.map((x) => x.toFixed(3)));
             checked.push(s.model!);
         };
         try {
@@ -64,7 +64,7 @@ describe("gateway in front of a fleet, adapters pushed after every step", () => 
                             max_tokens: 6,
                             temperature: 1,
                         });
-                        return r.choices[0]!.message.content ?? "";
+                        return r.choices[0].message.content ?? "";
                     },
                     reward: async (_item, answer, ep) => {
                         await replay(ep);

@@ -26,7 +26,7 @@ const question = (k: number) => `Question ${k}: what is ${k} + 1?`;
 // The reward: the solver's answer begins with a vowel (the untrained model's rate is about 0.1 to 0.2).
 const score = (answer: unknown): number => (/^[aeiou]/i.test(String(answer)) ? 1 : 0);
 
-async function program(item: string, baseUrl: string): Promise<string> {
+async function program(item: string, baseUrl: string, temperature = 1): Promise<string> {
     const client = new OpenAI({ baseURL: baseUrl, apiKey: "unused", maxRetries: 0 });
     const ask = async (model: string, content: string) =>
         (
@@ -34,7 +34,7 @@ async function program(item: string, baseUrl: string): Promise<string> {
                 model,
                 messages: [{ role: "user", content }],
                 max_tokens: 6,
-                temperature: 1,
+                temperature,
             })
         ).choices[0].message.content ?? "";
     const note = await ask("researcher", item);
@@ -143,6 +143,37 @@ describe("trainGatewayIteration", () => {
             await b.dispose();
         }
     }, 60_000);
+
+    it("with rolloutCorrection, the mismatch of what was sampled is measured and corrected", async () => {
+        const researcher = await NativePolicy.load(join(work, "m")),
+            solver = await NativePolicy.load(join(work, "m"));
+        const gw = await startGateway({ agents: { researcher, solver }, port: 0 });
+        try {
+            const run = (temperature: number) =>
+                trainGatewayIteration([question(1), question(2)], {
+                    gateway: gw,
+                    models: { solver },
+                    program: ({ item, baseUrl }) => program(item, baseUrl, temperature),
+                    reward: (_item, answer) => String(answer).length,
+                    groups: 4,
+                    lr: 1e-4,
+                    // (mask mode: tokens whose weight leaves [1/1.1, 1.1] are left out)
+                    rolloutCorrection: { rolloutIs: "token", rolloutIsMode: "mask", rolloutIsThreshold: 1.1 },
+                });
+            // sampled at temperature 1 by the model that trains: no mismatch; at 0.1: the behaviour log-probs differ
+            const same = (await run(1)).agents.solver,
+                cold = (await run(0.1)).agents.solver;
+            expect(same.mismatchK3).toBeLessThan(1e-5);
+            expect(same.isMean).toBeCloseTo(1, 4);
+            expect(same.isCorrectedFraction).toBe(0);
+            expect(cold.mismatchK3).toBeGreaterThan(0.5);
+            expect(cold.isCorrectedFraction).toBeGreaterThan(0.05);
+        } finally {
+            await gw.close();
+            await researcher.dispose();
+            await solver.dispose();
+        }
+    });
 
     it("refuses bad options with their names", async () => {
         const a = await NativePolicy.load(join(work, "m"));
