@@ -220,6 +220,7 @@ export {
 export { servePolicy, type ServeOptions, type RunningServer } from "./serve/server.js";
 export { startGateway, type Gateway, type GatewayOptions } from "./gateway/gateway.js";
 export type {
+    EpisodeLimits,
     EpisodeReward,
     EpisodeStatus,
     EpisodeStore,
