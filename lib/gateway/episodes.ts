@@ -108,6 +108,8 @@ export function episodeId(x: unknown, at: string): string {
 interface Live {
     ep: GatewayEpisode;
     inFlight: number;
+    /** Rewarded or failed while calls were in flight: closes as this once the last one ends. */
+    closing: EpisodeStatus | null;
     last: number;
     waiters: ((ep: GatewayEpisode) => void)[];
 }
@@ -161,7 +163,7 @@ export class EpisodeStore {
             calls: [],
             meta: { ...meta },
         };
-        this.live.set(key, { ep, inFlight: 0, last: Date.now(), waiters: [] });
+        this.live.set(key, { ep, inFlight: 0, closing: null, last: Date.now(), waiters: [] });
         return ep;
     }
 
@@ -169,6 +171,11 @@ export class EpisodeStore {
     begin(id: string, agent: string): { ep: GatewayEpisode; index: number } {
         const ep = this.open(id),
             l = this.live.get(id)!;
+        if (l.closing)
+            throw new HttpError(
+                409,
+                `episode ${id} is closing (${l.closing} while calls were in flight): no more calls`,
+            );
         if (ep.calls.length >= this.limits.maxCalls)
             throw new HttpError(
                 429,
@@ -195,13 +202,16 @@ export class EpisodeStore {
         if (!l) return;
         l.inFlight = Math.max(0, l.inFlight - 1);
         l.last = Date.now();
+        if (l.inFlight === 0 && l.closing && l.ep.status === "open") this.close(l, l.closing);
     }
 
-    /** Rewards open episode `id` and closes it (a reward body checked field by field). */
+    /** Rewards open episode `id` and closes it (a reward body checked field by field); with calls in flight it closes
+     * when the last one ends (their answers are part of it), and takes no new call meanwhile. */
     reward(id: string, body: unknown): GatewayEpisode {
         const l = this.live.get(id);
         if (!l) throw new HttpError(404, `no episode ${id}`);
         if (l.ep.status !== "open") throw new HttpError(409, `episode ${id} is closed (${l.ep.status})`);
+        if (l.closing) throw new HttpError(409, `episode ${id} is closing (${l.closing})`);
         if (!body || typeof body !== "object" || Array.isArray(body))
             throw new HttpError(400, "the reward: expected { reward, agents?, milestones? }");
         const b = body as Record<string, unknown>;
@@ -240,17 +250,19 @@ export class EpisodeStore {
             });
         }
         Object.assign(l.ep, { reward, agentRewards, milestones });
-        this.close(l, "rewarded");
+        if (l.inFlight > 0) l.closing = "rewarded";
+        else this.close(l, "rewarded");
         return l.ep;
     }
 
-    /** Fails open episode `id` (no effect on a closed or unknown one). */
-    fail(id: string, reason: string): void {
+    /** Fails open episode `id` (no effect on a closed, closing or unknown one); with calls in flight it closes when the
+     * last one ends, unless `now` (the gateway stopping). */
+    fail(id: string, reason: string, now = false): void {
         const l = this.live.get(id);
-        if (l && l.ep.status === "open") {
-            l.ep.reason = reason;
-            this.close(l, "failed");
-        }
+        if (!l || l.ep.status !== "open" || (l.closing && !now)) return;
+        if (l.closing === null) l.ep.reason = reason;
+        if (l.inFlight > 0 && !now) l.closing = "failed";
+        else this.close(l, l.closing ?? "failed");
     }
 
     /** The episode, open or closed (undefined when unknown or taken). */
@@ -291,7 +303,7 @@ export class EpisodeStore {
     /** Fails every open episode ('the gateway closed') and stops the timeout sweep. */
     shutdown(): void {
         clearInterval(this.sweeper);
-        for (const l of this.live.values()) if (l.ep.status === "open") this.fail(l.ep.id, "the gateway closed");
+        for (const l of this.live.values()) if (l.ep.status === "open") this.fail(l.ep.id, "the gateway closed", true);
     }
 
     private close(l: Live, status: EpisodeStatus): void {

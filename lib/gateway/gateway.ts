@@ -138,9 +138,16 @@ const header = (req: IncomingMessage, name: string): string | undefined => {
 function parsePath(url: string): { episode?: string; agent?: string; rest: string } {
     if (!url.startsWith("/episodes/")) return { rest: url };
     const seg = url.slice("/episodes/".length).split("/");
-    const episode = episodeId(decodeURIComponent(seg[0]!), "the path's episode id");
+    const decode = (x: string, at: string) => {
+        try {
+            return decodeURIComponent(x);
+        } catch {
+            throw new HttpError(400, `${at}: not a valid percent-encoding: ${JSON.stringify(x.slice(0, 64))}`);
+        }
+    };
+    const episode = episodeId(decode(seg[0]!, "the path's episode id"), "the path's episode id");
     if (seg[1] === "agents" && seg[2] !== undefined)
-        return { episode, agent: decodeURIComponent(seg[2]), rest: `/${seg.slice(3).join("/")}` };
+        return { episode, agent: decode(seg[2], "the path's agent"), rest: `/${seg.slice(3).join("/")}` };
     return { episode, rest: seg.length > 1 ? `/${seg.slice(1).join("/")}` : "" };
 }
 
@@ -268,7 +275,8 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
                 }
                 if (req.method === "POST" && p.rest === "/reward") {
                     const ep = store.reward(p.episode, await jsonBody(req, limit));
-                    return send(res, 200, { id: ep.id, status: ep.status, calls: ep.calls.length });
+                    // ("closing": calls were in flight; it closes, rewarded, when the last one ends)
+                    return send(res, 200, { id: ep.id, status: ep.status === "open" ? "closing" : ep.status });
                 }
                 if (req.method === "POST" && p.rest === "/fail") {
                     const b = await jsonBody(req, limit);

@@ -7,7 +7,7 @@ import { join } from "node:path";
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 
-import { NativePolicy, type Span } from "../../lib/index.js";
+import { type GatewayEpisode, NativePolicy, type Policy, type Span } from "../../lib/index.js";
 import { type Gateway, startGateway } from "../../lib/gateway/gateway.js";
 import { tinyHfModel } from "../helpers/serve.js";
 
@@ -203,6 +203,53 @@ describe("gateway: limits", () => {
             const r = await c.chat.completions.create({ model: "solver", messages: q, max_tokens: 3 });
             expect(r.choices[0].message.content).toBe(g.episodes.get("t")!.calls[2].samples[0].text);
         } finally {
+            await g.close();
+        }
+    });
+
+    it("a reward while a call is in flight closes the episode once that call ends, with its answer; no call starts meanwhile", async () => {
+        let release!: () => void;
+        const gate = new Promise<void>((r) => (release = r));
+        const slow: Policy = {
+            name: "slow",
+            generate: async (reqs, o) => {
+                await gate;
+                return solver.generate(reqs, o);
+            },
+        };
+        const closed: GatewayEpisode[] = [];
+        const g = await startGateway({
+            agents: { slow, solver },
+            port: 0,
+            onEpisodeClosed: (ep) => void closed.push(structuredClone(ep)),
+        });
+        try {
+            const root = g.baseUrl.replace(/\/v1$/, "");
+            const call = client(g.episodeUrl("f")).chat.completions.create({
+                model: "slow",
+                messages: q,
+                max_tokens: 3,
+            });
+            for (let k = 0; k < 100 && !g.episodes.get("f"); k++) await new Promise((r) => setTimeout(r, 10));
+            const rw = await fetch(`${root}/episodes/f/reward`, {
+                method: "POST",
+                body: JSON.stringify({ reward: 2 }),
+            });
+            expect(await rw.json()).toEqual({ id: "f", status: "closing" });
+            await expect(
+                client(g.episodeUrl("f")).chat.completions.create({ model: "solver", messages: q, max_tokens: 2 }),
+            ).rejects.toThrow(/closing/);
+            expect(closed).toEqual([]);
+            release();
+            const r = await call;
+            const ep = await g.episodes.wait("f");
+            expect(ep).toMatchObject({ status: "rewarded", reward: 2 });
+            expect(closed).toHaveLength(1);
+            expect(closed[0].calls.map((c) => c.samples[0]?.text)).toEqual([r.choices[0].message.content]);
+            // a malformed percent-encoding in the path is a 400, not a crash
+            expect((await fetch(`${root}/episodes/%E0%A4%A/v1/models`)).status).toBe(400);
+        } finally {
+            release();
             await g.close();
         }
     });
