@@ -16,16 +16,15 @@
 //   GET  /health (no key needed), /v1/models (one card per agent)
 // Bounded as maporl serve: loopback by default, Bearer apiKey on every route but /health, bodies (413), requests in
 // flight (503 + Retry-After), open episodes, calls per episode, closed episodes kept, an idle episode times out.
-import { createHash, timingSafeEqual } from "node:crypto";
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 
 import { EpisodeStore, episodeId, type GatewayCall, type GatewayEpisode } from "./episodes.js";
 import { recordingPolicy, seededPolicy } from "./recorder.js";
-import { fail, jsonBody, send } from "../serve/requests.js";
+import { answerFailure, bearerAuth, fail, jsonBody, send } from "../serve/requests.js";
 import { responsesRoute } from "../serve/responses.js";
 import { chatRoute, type ModelLookup, type RouteContext } from "../serve/routes.js";
-import { clientFault, HttpError } from "../serve/serverModels.js";
+import { HttpError } from "../serve/serverModels.js";
 import type { Tracer } from "../debate/trace.js";
 import type { Policy } from "../policy/types.js";
 import { requireOptions } from "../validate.js";
@@ -157,13 +156,7 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
     const agents = new Map(Object.entries(options.agents));
     const names = [...agents.keys()];
     const store = new EpisodeStore(limits, names, options.onEpisodeClosed);
-    const keyBuf = options.apiKey === undefined ? null : createHash("sha256").update(options.apiKey).digest();
-    const authorized = (req: IncomingMessage): boolean => {
-        if (keyBuf === null) return true;
-        const h = req.headers.authorization;
-        const given = typeof h === "string" && h.startsWith("Bearer ") ? h.slice(7) : "";
-        return timingSafeEqual(createHash("sha256").update(given).digest(), keyBuf);
-    };
+    const authorized = bearerAuth(options.apiKey);
     const agentOf = (name: string, at: string): Policy => {
         const p = agents.get(name);
         if (!p)
@@ -313,9 +306,7 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
             if (route === "/responses") return await responsesRoute(ctx, body, res);
             return await chatRoute(ctx, body, res, route === "/completions");
         } catch (e) {
-            if (res.headersSent) return;
-            if (e instanceof HttpError) return fail(res, e.status, e.message, e.type);
-            fail(res, clientFault(e) ? 400 : 500, e instanceof Error ? e.message : String(e));
+            answerFailure(res, e);
         } finally {
             if (counted) pending--;
         }

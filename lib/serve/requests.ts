@@ -1,5 +1,6 @@
 // requests.ts (serve): the pieces of maporl serve's requests and replies: JSON bodies read within a bound, errors in
 // OpenAI's shape, sampling fields, n choices with their seeds, logprobs (OpenAI's and vLLM's token-id forms), usage.
+import { createHash, timingSafeEqual } from "node:crypto";
 import type { IncomingMessage, ServerResponse } from "node:http";
 
 import { clientFault, HttpError } from "./serverModels.js";
@@ -26,6 +27,24 @@ export function fail(res: ServerResponse, status: number, message: string, type?
             code: status,
         },
     });
+}
+
+/** Answers a route's failure (an HttpError with its status, a client's fault 400, else 500), unless a reply began. */
+export function answerFailure(res: ServerResponse, e: unknown): void {
+    if (res.headersSent) return;
+    if (e instanceof HttpError) return fail(res, e.status, e.message, e.type);
+    fail(res, clientFault(e) ? 400 : 500, e instanceof Error ? e.message : String(e));
+}
+
+/** Whether a request carries `Authorization: Bearer <apiKey>` (always, without a key), in constant time. */
+export function bearerAuth(apiKey: string | undefined): (req: IncomingMessage) => boolean {
+    const keyBuf = apiKey === undefined ? null : createHash("sha256").update(apiKey).digest();
+    return (req: IncomingMessage) => {
+        if (keyBuf === null) return true;
+        const h = req.headers.authorization;
+        const given = typeof h === "string" && h.startsWith("Bearer ") ? h.slice(7) : "";
+        return timingSafeEqual(createHash("sha256").update(given).digest(), keyBuf); // (equal lengths: digests)
+    };
 }
 
 class TooLarge extends Error {}

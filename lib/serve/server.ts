@@ -12,14 +12,13 @@
 // validated (a bad body is a 400 with a message, a body over maxBodyBytes a 413, an unknown `model` a 404 naming the
 // served ones, a prompt over the context a 400 giving the limit); at most maxPending generation requests are answered
 // or wait at once (then 503 with Retry-After). `stream: true` answers with server-sent events (serverStream.ts).
-import { createHash, timingSafeEqual } from "node:crypto";
 import { realpathSync } from "node:fs";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { resolve } from "node:path";
 
-import { clientFault, HttpError, ServedModels } from "./serverModels.js";
-import { fail, jsonBody, send } from "./requests.js";
+import { HttpError, ServedModels } from "./serverModels.js";
+import { answerFailure, bearerAuth, fail, jsonBody, send } from "./requests.js";
 import { responsesRoute } from "./responses.js";
 import { chatRoute, detokenizeRoute, tokenizeRoute, type RouteContext } from "./routes.js";
 import { type Policy } from "../policy/types.js";
@@ -91,17 +90,6 @@ function checkOptions(policy: Policy, options: ServeOptions) {
         }
     }
     return { model, limit, maxPending, maxLoras, loraRoot };
-}
-
-// Whether a request carries `Authorization: Bearer <apiKey>` (always, without a key), in constant time.
-function bearerAuth(apiKey: string | undefined): (req: IncomingMessage) => boolean {
-    const keyBuf = apiKey === undefined ? null : createHash("sha256").update(apiKey).digest();
-    return (req: IncomingMessage) => {
-        if (keyBuf === null) return true;
-        const h = req.headers.authorization;
-        const given = typeof h === "string" && h.startsWith("Bearer ") ? h.slice(7) : "";
-        return timingSafeEqual(createHash("sha256").update(given).digest(), keyBuf); // (equal lengths: digests)
-    };
 }
 
 export async function servePolicy(policy: Policy, options: ServeOptions = {}): Promise<RunningServer> {
@@ -189,9 +177,7 @@ export async function servePolicy(policy: Policy, options: ServeOptions = {}): P
             });
             res.end(text);
         } catch (e) {
-            if (res.headersSent) return;
-            if (e instanceof HttpError) return fail(res, e.status, e.message, e.type);
-            fail(res, clientFault(e) ? 400 : 500, e instanceof Error ? e.message : String(e));
+            answerFailure(res, e);
         } finally {
             if (counted) pending--;
         }
