@@ -278,7 +278,8 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
                         p.episode,
                         typeof b.reason === "string" ? b.reason.slice(0, 1000) : "failed by the client",
                     );
-                    return send(res, 200, { id: p.episode, status: store.get(p.episode)!.status });
+                    const st = store.get(p.episode)!.status; // (still open: closing once its calls in flight end)
+                    return send(res, 200, { id: p.episode, status: st === "open" ? "closing" : st });
                 }
                 throw new HttpError(404, `no route ${req.method} ${url}`);
             }
