@@ -39,7 +39,10 @@ export interface GatewayCall {
     /** Wall-clock start (ms since the epoch) and duration. */
     startedAt: number;
     latencyMs: number;
+    /** The chat messages as sent (empty for a /v1/completions call: then promptTokenIds). */
     messages: ChatMessage[];
+    /** A /v1/completions call's prompt, as the ids the model continued (a text prompt tokenized, no template). */
+    promptTokenIds?: number[];
     tools?: ToolSpec[];
     sampling: SamplingOptions;
     /** Empty when the call failed (then `error`). */

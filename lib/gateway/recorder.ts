@@ -8,8 +8,17 @@ import { randomBytes } from "node:crypto";
 import type { EpisodeStore, GatewayCall, GatewayEpisode, GatewaySample } from "./episodes.js";
 import type { ChatMessage, GenerateRequest, Generation, Policy } from "../policy/types.js";
 
-// A seed for a request that gives none: a safe integer (53 bits), so that it survives JSON to a remote upstream.
-const drawSeed = (): number => Number(randomBytes(8).readBigUInt64LE() >> 11n);
+// A seed for a request that gives none: a safe integer (52 bits, so that base + choice stays safe), so that it survives
+// JSON to a remote upstream.
+const drawSeed = (): number => Number(randomBytes(8).readBigUInt64LE() >> 12n);
+
+// The requests of one call with seeds: where the client gave none (choice 0 without a seed; the routes then number
+// choices 1..n-1 as seeds 1..n-1), one drawn base seed + i for choice i, so that every choice is a fresh draw.
+const seeded = (requests: GenerateRequest[]): GenerateRequest[] => {
+    if (requests[0]?.seed !== undefined) return requests;
+    const base = drawSeed();
+    return requests.map((r, i) => ({ ...r, seed: base + i }));
+};
 
 // Results of earlier tool calls that `messages` carries (role 'tool' with a tool_call_id), recorded on those calls.
 function attachResults(ep: GatewayEpisode, messages: readonly ChatMessage[]): void {
@@ -48,11 +57,7 @@ export function seededPolicy(upstream: Policy): Policy & { tokenizer?: unknown }
     return {
         name: upstream.name,
         tokenizer: (upstream as { tokenizer?: unknown }).tokenizer,
-        generate: (requests, options) =>
-            upstream.generate(
-                requests.map((r) => ({ ...r, seed: r.seed ?? drawSeed() })),
-                options,
-            ),
+        generate: (requests, options) => upstream.generate(seeded(requests), options),
     };
 }
 
@@ -72,17 +77,14 @@ export function recordingPolicy(
             const { ep, index } = store.begin(episode, agent);
             const call: GatewayCall = ep.calls[index]!;
             const r0 = requests[0]!;
-            call.messages = r0.messages
-                ? r0.messages.map((m) => ({ ...m }))
-                : [{ role: "user", content: r0.prompt ?? "" }];
+            if (r0.messages) call.messages = r0.messages.map((m) => ({ ...m }));
+            else if (r0.promptTokenIds)
+                call.promptTokenIds = [...r0.promptTokenIds]; // (/v1/completions: no template)
+            else call.messages = [{ role: "user", content: r0.prompt ?? "" }];
             if (r0.tools) call.tools = r0.tools;
             call.sampling = { ...r0.sampling };
             attachResults(ep, call.messages);
-            const reqs: GenerateRequest[] = requests.map((r) => ({
-                ...r,
-                seed: r.seed ?? drawSeed(),
-                routingKey: `${episode}/${agent}`,
-            }));
+            const reqs: GenerateRequest[] = seeded(requests).map((r) => ({ ...r, routingKey: `${episode}/${agent}` }));
             const t0 = performance.now();
             try {
                 const gens = await upstream.generate(reqs, options);

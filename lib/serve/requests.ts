@@ -182,6 +182,7 @@ export async function generateN(
     try {
         return await policy.generate(choiceRequests(base, seed, n), { signal });
     } catch (e) {
+        if (e instanceof HttpError) throw e; // (a status the policy chose: the gateway's episode limits)
         throw new HttpError(clientFault(e) ? 400 : 500, e instanceof Error ? e.message : String(e));
     }
 }

@@ -118,8 +118,9 @@ export async function streamGeneration(res: ServerResponse, r: StreamRequest): P
         });
         if (r.includeUsage) event({ id: r.id, object, created, model: r.model, choices: [], usage: r.usage(gens) });
     } catch (e) {
-        const status = clientFault(e) ? 400 : 500;
-        if (!begun) throw new HttpError(status, e instanceof Error ? e.message : String(e));
+        const status = e instanceof HttpError ? e.status : clientFault(e) ? 400 : 500;
+        if (!begun)
+            throw e instanceof HttpError ? e : new HttpError(status, e instanceof Error ? e.message : String(e));
         event({
             error: {
                 message: e instanceof Error ? e.message : String(e),

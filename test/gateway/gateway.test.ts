@@ -254,6 +254,33 @@ describe("gateway: limits", () => {
         }
     });
 
+    it("limits answer their own status; n choices without a seed are fresh draws; a completions prompt is recorded", async () => {
+        const g = await startGateway({ agents: { solver }, port: 0, maxCallsPerEpisode: 1, maxEpisodes: 1 });
+        try {
+            const post = (ep: string, body: Record<string, unknown>, route = "chat/completions") =>
+                fetch(`${g.episodeUrl(ep)}/${route}`, {
+                    method: "POST",
+                    body: JSON.stringify({ model: "solver", max_tokens: 3, ...body }),
+                });
+            expect((await post("n", { messages: q, n: 3, temperature: 1 })).status).toBe(200);
+            expect((await post("n", { messages: q })).status).toBe(429); // maxCallsPerEpisode
+            expect((await post("n", { messages: q, stream: true })).status).toBe(429);
+            g.episodes.reward("n", { reward: 0 });
+            expect((await post("n", { messages: q })).status).toBe(409); // closed
+            expect((await post("c", { prompt: "hello world" }, "completions")).status).toBe(200);
+            expect((await post("d", { messages: q })).status).toBe(503); // maxEpisodes: c is open
+            const seeds = g.episodes.get("n")!.calls[0].samples.map((s) => BigInt(s.seed));
+            expect(seeds.map((s) => s - seeds[0])).toEqual([0n, 1n, 2n]);
+            expect(seeds[0] > 2n).toBe(true); // a drawn base, not the routes' 0, 1, 2
+            const c = g.episodes.get("c")!.calls[0];
+            expect(c.messages).toEqual([]);
+            expect(c.promptTokenIds).toEqual(solver.tokenizer.encode("hello world"));
+            expect(c.samples[0].promptTokenIds).toEqual(c.promptTokenIds);
+        } finally {
+            await g.close();
+        }
+    });
+
     it("refuses bad options with the option's name", async () => {
         await expect(startGateway({ agents: {} })).rejects.toThrow(/agents: expected/);
         await expect(startGateway({ agents: { "bad name": solver } })).rejects.toThrow(/agents: "bad name"/);
