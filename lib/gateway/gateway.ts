@@ -16,12 +16,11 @@
 //   GET  /health (no key needed), /v1/models (one card per agent)
 // Bounded as maporl serve: loopback by default, Bearer apiKey on every route but /health, bodies (413), requests in
 // flight (503 + Retry-After), open episodes, calls per episode, closed episodes kept, an idle episode times out.
-import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
-import type { AddressInfo } from "node:net";
+import type { IncomingMessage, ServerResponse } from "node:http";
 
 import { EpisodeStore, episodeId, type GatewayCall, type GatewayEpisode } from "./episodes.js";
 import { recordingPolicy, seededPolicy } from "./recorder.js";
-import { answerFailure, bearerAuth, fail, jsonBody, send } from "../serve/requests.js";
+import { answerFailure, bearerAuth, fail, jsonBody, listenHttp, send } from "../serve/requests.js";
 import { responsesRoute } from "../serve/responses.js";
 import { chatRoute, type ModelLookup, type RouteContext } from "../serve/routes.js";
 import { HttpError } from "../serve/serverModels.js";
@@ -312,15 +311,11 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
             if (counted) pending--;
         }
     };
-    const server = createServer((req, res) => void handle(req, res).catch(() => res.destroy()));
-    await new Promise<void>((resolve, reject) => {
-        server.once("error", reject);
-        server.listen(options.port ?? 8010, options.host ?? "127.0.0.1", () => resolve());
-    }).catch((e: unknown) => {
+    const http = await listenHttp(handle, options.port ?? 8010, options.host ?? "127.0.0.1").catch((e: unknown) => {
         store.shutdown();
         throw e;
     });
-    const addr = server.address() as AddressInfo;
+    const addr = http.address;
     root = `http://${addr.family === "IPv6" ? `[${addr.address}]` : addr.address}:${addr.port}`;
     return {
         baseUrl: `${root}/v1`,
@@ -337,10 +332,7 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
         },
         close: async () => {
             store.shutdown();
-            await new Promise<void>((r) => {
-                server.close(() => r());
-                server.closeAllConnections?.();
-            });
+            await http.stop();
         },
     };
 }

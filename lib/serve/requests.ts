@@ -1,7 +1,8 @@
 // requests.ts (serve): the pieces of maporl serve's requests and replies: JSON bodies read within a bound, errors in
 // OpenAI's shape, sampling fields, n choices with their seeds, logprobs (OpenAI's and vLLM's token-id forms), usage.
 import { createHash, timingSafeEqual } from "node:crypto";
-import type { IncomingMessage, ServerResponse } from "node:http";
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import type { AddressInfo } from "node:net";
 
 import { clientFault, HttpError } from "./serverModels.js";
 import {
@@ -44,6 +45,29 @@ export function bearerAuth(apiKey: string | undefined): (req: IncomingMessage) =
         const h = req.headers.authorization;
         const given = typeof h === "string" && h.startsWith("Bearer ") ? h.slice(7) : "";
         return timingSafeEqual(createHash("sha256").update(given).digest(), keyBuf); // (equal lengths: digests)
+    };
+}
+
+/** An HTTP server answering with `handle` (which answers every failure itself; a reply that cannot be written at all
+ * destroys the socket), once it listens on host:port; `stop` closes it and every connection. */
+export async function listenHttp(
+    handle: (req: IncomingMessage, res: ServerResponse) => Promise<unknown>,
+    port: number,
+    host: string,
+): Promise<{ server: Server; address: AddressInfo; stop(): Promise<void> }> {
+    const server = createServer((req, res) => void handle(req, res).catch(() => res.destroy()));
+    await new Promise<void>((resolve, reject) => {
+        server.once("error", reject);
+        server.listen(port, host, () => resolve());
+    });
+    return {
+        server,
+        address: server.address() as AddressInfo,
+        stop: () =>
+            new Promise<void>((r) => {
+                server.close(() => r());
+                server.closeAllConnections?.();
+            }),
     };
 }
 

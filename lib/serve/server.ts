@@ -13,12 +13,11 @@
 // served ones, a prompt over the context a 400 giving the limit); at most maxPending generation requests are answered
 // or wait at once (then 503 with Retry-After). `stream: true` answers with server-sent events (serverStream.ts).
 import { realpathSync } from "node:fs";
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
-import type { AddressInfo } from "node:net";
+import type { IncomingMessage, Server, ServerResponse } from "node:http";
 import { resolve } from "node:path";
 
 import { HttpError, ServedModels } from "./serverModels.js";
-import { answerFailure, bearerAuth, fail, jsonBody, send } from "./requests.js";
+import { answerFailure, bearerAuth, fail, jsonBody, listenHttp, send } from "./requests.js";
 import { responsesRoute } from "./responses.js";
 import { chatRoute, detokenizeRoute, tokenizeRoute, type RouteContext } from "./routes.js";
 import { type Policy } from "../policy/types.js";
@@ -182,24 +181,17 @@ export async function servePolicy(policy: Policy, options: ServeOptions = {}): P
             if (counted) pending--;
         }
     };
-    // (handle answers every failure itself; the catch is for a reply that cannot be written at all.)
-    const server = createServer((req, res) => void handle(req, res).catch(() => res.destroy()));
-    await new Promise<void>((resolve, reject) => {
-        server.once("error", reject);
-        server.listen(options.port ?? 8000, options.host ?? "127.0.0.1", () => resolve());
-    }).catch(async (e: unknown) => {
-        await models.close();
-        throw e;
-    });
-    const addr = server.address() as AddressInfo;
+    const http = await listenHttp(handle, options.port ?? 8000, options.host ?? "127.0.0.1").catch(
+        async (e: unknown) => {
+            await models.close();
+            throw e;
+        },
+    );
     return {
-        server,
-        baseUrl: `http://${addr.address}:${addr.port}/v1`,
+        server: http.server,
+        baseUrl: `http://${http.address.address}:${http.address.port}/v1`,
         close: async () => {
-            await new Promise<void>((r) => {
-                server.close(() => r());
-                server.closeAllConnections?.();
-            });
+            await http.stop();
             await models.close();
         },
     };
