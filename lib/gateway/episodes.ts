@@ -110,7 +110,8 @@ export function episodeId(x: unknown, at: string): string {
 
 interface Live {
     ep: GatewayEpisode;
-    inFlight: number;
+    /** The calls in flight: each is recorded by `finish` once, unless the episode closed or the call timed out. */
+    inFlight: Set<GatewayCall>;
     /** Rewarded or failed while calls were in flight: closes as this once the last one ends. */
     closing: EpisodeStatus | null;
     last: number;
@@ -146,6 +147,14 @@ export class EpisodeStore {
         const l = this.live.get(key);
         if (l) {
             if (l.ep.status !== "open") throw new HttpError(409, `episode ${key} is closed (${l.ep.status})`);
+            // (opened again with labels: new ones are added, a different value for one it has is a conflict)
+            for (const [k, v] of Object.entries(meta))
+                if (k in l.ep.meta && l.ep.meta[k] !== v)
+                    throw new HttpError(
+                        409,
+                        `episode ${key} is open with meta.${k} ${JSON.stringify(l.ep.meta[k])}, not ${JSON.stringify(v)}`,
+                    );
+                else if (Object.keys(l.ep.meta).length < 32) l.ep.meta[k] = v;
             return l.ep;
         }
         const open = this.live.size - this.closedCount;
@@ -166,12 +175,13 @@ export class EpisodeStore {
             calls: [],
             meta: { ...meta },
         };
-        this.live.set(key, { ep, inFlight: 0, closing: null, last: Date.now(), waiters: [] });
+        this.live.set(key, { ep, inFlight: new Set(), closing: null, last: Date.now(), waiters: [] });
         return ep;
     }
 
-    /** A call of `agent` starts in episode `id` (opened if new): its index, or an HttpError naming the limit. */
-    begin(id: string, agent: string): { ep: GatewayEpisode; index: number } {
+    /** A call of `agent` starts in episode `id` (opened if new): the call, to be recorded with `finish`; an HttpError
+     * naming the limit when it may not. */
+    begin(id: string, agent: string): { ep: GatewayEpisode; call: GatewayCall } {
         const ep = this.open(id),
             l = this.live.get(id)!;
         if (l.closing)
@@ -184,7 +194,6 @@ export class EpisodeStore {
                 429,
                 `episode ${id} has made ${ep.calls.length} calls, the most one episode may (maxCallsPerEpisode)`,
             );
-        l.inFlight++;
         l.last = Date.now();
         const call: GatewayCall = {
             index: ep.calls.length,
@@ -196,16 +205,20 @@ export class EpisodeStore {
             samples: [],
         };
         ep.calls.push(call);
-        return { ep, index: call.index };
+        l.inFlight.add(call);
+        return { ep, call };
     }
 
-    /** The call `index` of episode `id` ended (recorded by the caller in place). */
-    end(id: string): void {
+    /** Call `call` of episode `id` ended: `record` writes its outcome into it, unless it was already ended (timed out,
+     * or the episode closed while it was in flight: then its record stands and this changes nothing). Returns whether
+     * it recorded. */
+    finish(id: string, call: GatewayCall, record: (call: GatewayCall) => void): boolean {
         const l = this.live.get(id);
-        if (!l) return;
-        l.inFlight = Math.max(0, l.inFlight - 1);
+        if (!l || !l.inFlight.delete(call)) return false;
+        record(call);
         l.last = Date.now();
-        if (l.inFlight === 0 && l.closing && l.ep.status === "open") this.close(l, l.closing);
+        if (l.inFlight.size === 0 && l.closing && l.ep.status === "open") this.close(l, l.closing);
+        return true;
     }
 
     /** Rewards open episode `id` and closes it (a reward body checked field by field); with calls in flight it closes
@@ -242,8 +255,19 @@ export class EpisodeStore {
                 if (typeof m.agent !== "string" || !this.agents.includes(m.agent))
                     throw new HttpError(400, `${at}.agent: expected one of ${this.agents.join(", ")}`);
                 const call = m.call;
-                if (call !== undefined && !(Number.isInteger(call) && (call as number) >= 0))
-                    throw new HttpError(400, `${at}.call: expected a call index (an integer >= 0)`);
+                if (
+                    call !== undefined &&
+                    !(Number.isInteger(call) && (call as number) >= 0 && (call as number) < l.ep.calls.length)
+                )
+                    throw new HttpError(
+                        400,
+                        `${at}.call: expected the index of one of the episode's ${l.ep.calls.length} calls, got ${JSON.stringify(call)}`,
+                    );
+                if (call !== undefined && l.ep.calls[call as number]!.agent !== m.agent)
+                    throw new HttpError(
+                        400,
+                        `${at}.call: call ${String(call)} is ${l.ep.calls[call as number]!.agent}'s, not ${m.agent}'s`,
+                    );
                 milestones.push({
                     agent: m.agent,
                     reward: finite(m.reward, `${at}.reward`),
@@ -252,20 +276,40 @@ export class EpisodeStore {
                 });
             });
         }
+        // (each agent's return: the joint reward, its own and its milestones, finite as a sum too)
+        for (const a of this.agents) {
+            const sum =
+                reward + (agentRewards[a] ?? 0) + milestones.reduce((t, m) => (m.agent === a ? t + m.reward : t), 0);
+            if (!Number.isFinite(sum))
+                throw new HttpError(
+                    400,
+                    `the reward: ${a}'s return (reward + agents.${a} + its milestones) is ${sum}; expected a finite sum`,
+                );
+        }
         Object.assign(l.ep, { reward, agentRewards, milestones });
-        if (l.inFlight > 0) l.closing = "rewarded";
+        if (l.inFlight.size > 0) l.closing = "rewarded";
         else this.close(l, "rewarded");
         return l.ep;
     }
 
-    /** Fails open episode `id` (no effect on a closed, closing or unknown one); with calls in flight it closes when the
-     * last one ends, unless `now` (the gateway stopping). */
-    fail(id: string, reason: string, now = false): void {
+    /** Fails open episode `id` (no effect on a closed or unknown one, nor on one closing: a reward already given
+     * stands); with calls in flight it closes when the last one ends, unless `now` (the gateway stopping: those calls
+     * are recorded as unfinished). Returns how it stands: 'failed', 'closing' (as failed, or as rewarded), or its
+     * status. */
+    fail(id: string, reason: string, now = false): EpisodeStatus | "closing" | "closing as rewarded" | undefined {
         const l = this.live.get(id);
-        if (!l || l.ep.status !== "open" || (l.closing && !now)) return;
+        if (!l) return undefined;
+        if (l.ep.status !== "open") return l.ep.status;
+        if (l.closing && !now) return l.closing === "rewarded" ? "closing as rewarded" : "closing";
         if (l.closing === null) l.ep.reason = reason;
-        if (l.inFlight > 0 && !now) l.closing = "failed";
-        else this.close(l, l.closing ?? "failed");
+        if (l.inFlight.size > 0 && !now) {
+            l.closing = "failed";
+            return "closing";
+        }
+        for (const c of l.inFlight) c.error = `unfinished: ${reason} while the call was in flight`;
+        l.inFlight.clear();
+        this.close(l, l.closing ?? "failed");
+        return l.ep.status;
     }
 
     /** The episode, open or closed (undefined when unknown or taken). */
@@ -324,7 +368,7 @@ export class EpisodeStore {
     private sweep(): void {
         const now = Date.now();
         for (const l of this.live.values())
-            if (l.ep.status === "open" && l.inFlight === 0 && now - l.last > this.limits.timeoutMs)
+            if (l.ep.status === "open" && l.inFlight.size === 0 && now - l.last > this.limits.timeoutMs)
                 this.fail(
                     l.ep.id,
                     `timed out: no call for ${this.limits.timeoutMs} ms and no reward (episodeTimeoutMs)`,

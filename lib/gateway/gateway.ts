@@ -15,12 +15,13 @@
 //   POST /episodes/<id>/fail          { reason? }
 //   GET  /health (no key needed), /v1/models (one card per agent)
 // Bounded as maporl serve: loopback by default, Bearer apiKey on every route but /health, bodies (413), requests in
-// flight (503 + Retry-After), open episodes, calls per episode, closed episodes kept, an idle episode times out.
+// flight (503 + Retry-After), open episodes, calls per episode, closed episodes kept, an idle episode times out, a
+// call the upstream does not answer in callTimeoutMs fails (504).
 import type { IncomingMessage, ServerResponse } from "node:http";
 
 import { EpisodeStore, episodeId, type GatewayCall, type GatewayEpisode } from "./episodes.js";
-import { recordingPolicy, seededPolicy } from "./recorder.js";
-import { answerFailure, bearerAuth, fail, jsonBody, listenHttp, send } from "../serve/requests.js";
+import { recordingPolicy } from "./recorder.js";
+import { answerFailure, bearerAuth, fail, jsonBody, listenHttp, pendingSlots, send } from "../serve/requests.js";
 import { responsesRoute } from "../serve/responses.js";
 import { chatRoute, type ModelLookup, type RouteContext } from "../serve/routes.js";
 import { HttpError } from "../serve/serverModels.js";
@@ -49,6 +50,9 @@ export interface GatewayOptions {
     maxClosedEpisodes?: number;
     /** An open episode idle this long (no call in flight, no reward) fails. Defaults to 600000 (10 minutes). */
     episodeTimeoutMs?: number;
+    /** A recorded call the upstream has not answered in this long is answered 504 and recorded as failed (the upstream
+     * is asked to abort it; an episode never waits on a call for ever). Defaults to 600000 (10 minutes). */
+    callTimeoutMs?: number;
     /** Refuse calls that name no episode (400) instead of answering them unrecorded. Defaults to false. */
     requireEpisode?: boolean;
     /** Called with every episode as it closes (rewarded or failed), e.g. to write it out and take it. */
@@ -81,6 +85,7 @@ const CHECKS = {
     maxCallsPerEpisode: 1,
     maxClosedEpisodes: 1,
     episodeTimeoutMs: 1,
+    callTimeoutMs: 1,
 } as const;
 const OPTION_KEYS = [
     "agents",
@@ -116,6 +121,7 @@ function checked(o: GatewayOptions) {
         throw new TypeError("startGateway: apiKey: expected a non-empty string");
     return {
         limit: int("maxBodyBytes", 4 << 20),
+        callTimeoutMs: int("callTimeoutMs", 600_000),
         maxPending: int("maxPending", 64),
         limits: {
             maxOpen: int("maxEpisodes", 256),
@@ -151,7 +157,7 @@ function parsePath(url: string): { episode?: string; agent?: string; rest: strin
 
 /** Starts a gateway; resolves once it listens. */
 export async function startGateway(options: GatewayOptions): Promise<Gateway> {
-    const { limit, maxPending, limits } = checked(options);
+    const { limit, maxPending, limits, callTimeoutMs } = checked(options);
     const agents = new Map(Object.entries(options.agents));
     const names = [...agents.keys()];
     const store = new EpisodeStore(limits, names, options.onEpisodeClosed);
@@ -165,8 +171,8 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
             );
         return p;
     };
+    const slots = pendingSlots(maxPending, "the gateway");
     let counter = 0,
-        pending = 0,
         root = "";
     const ctxLen = (() => {
         const c = (Object.values(options.agents)[0] as { config?: { contextLength?: unknown } }).config?.contextLength;
@@ -212,8 +218,8 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
                 name,
                 policy:
                     episode === undefined
-                        ? seededPolicy(upstream)
-                        : recordingPolicy(store, episode, name, upstream, span),
+                        ? upstream
+                        : recordingPolicy(store, episode, name, upstream, callTimeoutMs, span),
             };
         },
     });
@@ -272,13 +278,15 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
                 }
                 if (req.method === "POST" && p.rest === "/fail") {
                     const b = await jsonBody(req, limit);
-                    if (!store.get(p.episode)) throw new HttpError(404, `no episode ${p.episode}`);
-                    store.fail(
-                        p.episode,
-                        typeof b.reason === "string" ? b.reason.slice(0, 1000) : "failed by the client",
-                    );
-                    const st = store.get(p.episode)!.status; // (still open: closing once its calls in flight end)
-                    return send(res, 200, { id: p.episode, status: st === "open" ? "closing" : st });
+                    if (b.reason !== undefined && typeof b.reason !== "string")
+                        throw new HttpError(400, `reason: expected a string, got ${typeof b.reason}`);
+                    const st = store.fail(p.episode, b.reason?.slice(0, 1000) ?? "failed by the client");
+                    if (st === undefined) throw new HttpError(404, `no episode ${p.episode}`);
+                    if (st === "rewarded" || st === "closing as rewarded")
+                        throw new HttpError(409, `episode ${p.episode} was rewarded; it cannot fail`);
+                    // (closing: calls were in flight; it closes, failed, when the last one ends; a second fail
+                    // keeps the first reason)
+                    return send(res, 200, { id: p.episode, status: st });
                 }
                 throw new HttpError(404, `no route ${req.method} ${url}`);
             }
@@ -290,25 +298,16 @@ export async function startGateway(options: GatewayOptions): Promise<Gateway> {
                     400,
                     "this gateway records every call: name the episode (the header x-maporl-episode, or the base URL /episodes/<id>/v1)",
                 );
-            if (pending >= maxPending) {
-                req.resume();
-                res.setHeader("retry-after", "1");
-                return fail(
-                    res,
-                    503,
-                    `the gateway is busy: ${pending} requests in flight (maxPending ${maxPending}); retry later`,
-                );
-            }
-            pending++;
-            counted = true;
             const body = await jsonBody(req, limit);
+            if (!slots.take(res)) return;
+            counted = true;
             const ctx: RouteContext = { models: lookup(episode, agent), ctx: ctxLen, next: () => ++counter };
             if (route === "/responses") return await responsesRoute(ctx, body, res);
             return await chatRoute(ctx, body, res, route === "/completions");
         } catch (e) {
             answerFailure(res, e);
         } finally {
-            if (counted) pending--;
+            if (counted) slots.release();
         }
     };
     const http = await listenHttp(handle, options.port ?? 8010, options.host ?? "127.0.0.1").catch((e: unknown) => {

@@ -1,24 +1,14 @@
 // recorder.ts (gateway): the policy a gateway request is answered by: the agent's upstream policy, with every call
-// recorded as a turn of that agent in its episode (episodes.ts). Each request gets a seed where the client gave none
-// (so every recorded call can be replayed), and a routing key `<episode>/<agent>` (a fleet keeps an episode's agent on
-// one server, whose prefix cache serves its growing conversation). The tool messages a call sends back are matched to
-// the calls they answer, in any earlier turn of the episode, and recorded as their results.
-import { randomBytes } from "node:crypto";
-
+// recorded as a turn of that agent in its episode (episodes.ts). Each request carries its seed (the routes draw one
+// where the client gave none, so every recorded call can be replayed), and a routing key `<episode>/<agent>` (a fleet
+// keeps an episode's agent on one server, whose prefix cache serves its growing conversation). The tool messages a
+// call sends back are matched to the calls they answer, in any earlier turn of the episode, and recorded as their
+// results. A call has a deadline (callTimeoutMs): past it the call is recorded as failed and answered 504, whether or
+// not the upstream heeds the abort; an answer the client went away from is recorded as failed (the program never read
+// it), never trained on.
 import type { EpisodeStore, GatewayCall, GatewayEpisode, GatewaySample } from "./episodes.js";
+import { HttpError } from "../serve/serverModels.js";
 import type { ChatMessage, GenerateRequest, Generation, Policy } from "../policy/types.js";
-
-// A seed for a request that gives none: a safe integer (52 bits, so that base + choice stays safe), so that it survives
-// JSON to a remote upstream.
-const drawSeed = (): number => Number(randomBytes(8).readBigUInt64LE() >> 12n);
-
-// The requests of one call with seeds: where the client gave none (choice 0 without a seed; the routes then number
-// choices 1..n-1 as seeds 1..n-1), one drawn base seed + i for choice i, so that every choice is a fresh draw.
-const seeded = (requests: GenerateRequest[]): GenerateRequest[] => {
-    if (requests[0]?.seed !== undefined) return requests;
-    const base = drawSeed();
-    return requests.map((r, i) => ({ ...r, seed: base + i }));
-};
 
 // Results of earlier tool calls that `messages` carries (role 'tool' with a tool_call_id), recorded on those calls.
 function attachResults(ep: GatewayEpisode, messages: readonly ChatMessage[]): void {
@@ -35,11 +25,11 @@ function attachResults(ep: GatewayEpisode, messages: readonly ChatMessage[]): vo
                 }
 }
 
-function sampleOf(g: Generation, seed: bigint | number | undefined): GatewaySample {
+function sampleOf(g: Generation, seed: bigint | number | undefined, prompt: number[] | undefined): GatewaySample {
     const exact = g.tokenIdsExact === true && Array.isArray(g.tokenIds) && Array.isArray(g.promptTokenIds);
     return {
         text: g.text,
-        promptTokenIds: exact ? [...g.promptTokenIds!] : [],
+        promptTokenIds: exact ? (prompt ?? [...g.promptTokenIds!]) : [],
         tokenIds: exact ? [...g.tokenIds!] : [],
         logprobs: exact && g.logprobs ? [...g.logprobs] : [],
         tokenIdsExact: exact,
@@ -51,14 +41,36 @@ function sampleOf(g: Generation, seed: bigint | number | undefined): GatewaySamp
     };
 }
 
-/** `upstream` with a seed drawn for every request that gives none (an OpenAI client that sends no seed expects a
- * fresh draw; a native policy would otherwise decode every such request with seed 0). For calls not recorded. */
-export function seededPolicy(upstream: Policy): Policy & { tokenizer?: unknown } {
-    return {
-        name: upstream.name,
-        tokenizer: (upstream as { tokenizer?: unknown }).tokenizer,
-        generate: (requests, options) => upstream.generate(seeded(requests), options),
-    };
+// The prompt ids of each of a call's samples: one array where they are equal (n choices read the same prompt).
+function promptsOf(gens: Generation[]): (number[] | undefined)[] {
+    const first = gens[0]?.promptTokenIds;
+    if (!Array.isArray(first)) return gens.map(() => undefined);
+    const shared = [...first];
+    return gens.map((g) =>
+        Array.isArray(g.promptTokenIds) &&
+        g.promptTokenIds.length === shared.length &&
+        g.promptTokenIds.every((t, i) => t === shared[i])
+            ? shared
+            : undefined,
+    );
+}
+
+const sameMessage = (a: ChatMessage, b: ChatMessage): boolean =>
+    a.role === b.role &&
+    a.content === b.content &&
+    a.toolCallId === b.toolCallId &&
+    JSON.stringify(a.toolCalls) === JSON.stringify(b.toolCalls);
+
+// The messages of a call, sharing the objects of the agent's previous call where its conversation starts the same (a
+// conversation grows by a few messages a turn: recorded as copies, the episode would hold every turn's whole history).
+function messagesOf(ep: GatewayEpisode, agent: string, messages: readonly ChatMessage[]): ChatMessage[] {
+    let prev: ChatMessage[] = [];
+    for (let k = ep.calls.length - 1; k >= 0; k--)
+        if (ep.calls[k]!.agent === agent && ep.calls[k]!.messages.length > 0) {
+            prev = ep.calls[k]!.messages;
+            break;
+        }
+    return messages.map((m, j) => (j < prev.length && sameMessage(prev[j]!, m) ? prev[j]! : { ...m }));
 }
 
 /** `upstream` answering for `agent` with its calls recorded in episode `episode` of `store`. */
@@ -67,6 +79,7 @@ export function recordingPolicy(
     episode: string,
     agent: string,
     upstream: Policy,
+    callTimeoutMs: number,
     onCall?: (call: GatewayCall, episode: string) => void,
 ): Policy & { tokenizer?: unknown } {
     return {
@@ -74,28 +87,58 @@ export function recordingPolicy(
         // (the upstream's tokenizer, where it has one: the routes stream text pieces and encode raw prompts with it)
         tokenizer: (upstream as { tokenizer?: unknown }).tokenizer,
         async generate(requests, options = {}) {
-            const { ep, index } = store.begin(episode, agent);
-            const call: GatewayCall = ep.calls[index]!;
+            const { ep, call } = store.begin(episode, agent);
             const r0 = requests[0]!;
-            if (r0.messages) call.messages = r0.messages.map((m) => ({ ...m }));
-            else if (r0.promptTokenIds)
-                call.promptTokenIds = [...r0.promptTokenIds]; // (/v1/completions: no template)
-            else call.messages = [{ role: "user", content: r0.prompt ?? "" }];
+            const messages = r0.messages
+                ? messagesOf(ep, agent, r0.messages)
+                : r0.promptTokenIds
+                  ? [] // (/v1/completions: no template; promptTokenIds below)
+                  : [{ role: "user" as const, content: r0.prompt ?? "" }];
+            call.messages = messages;
+            if (!r0.messages && r0.promptTokenIds) call.promptTokenIds = [...r0.promptTokenIds];
             if (r0.tools) call.tools = r0.tools;
             call.sampling = { ...r0.sampling };
-            attachResults(ep, call.messages);
-            const reqs: GenerateRequest[] = seeded(requests).map((r) => ({ ...r, routingKey: `${episode}/${agent}` }));
+            attachResults(ep, messages);
+            const reqs: GenerateRequest[] = requests.map((r) => ({ ...r, routingKey: `${episode}/${agent}` }));
+            // The upstream's signal: the client's, or the deadline's.
+            const abort = new AbortController();
+            const onClientAbort = () => abort.abort(options.signal!.reason);
+            if (options.signal?.aborted) onClientAbort();
+            else options.signal?.addEventListener("abort", onClientAbort, { once: true });
+            let timer: NodeJS.Timeout | undefined;
+            const deadline = new Promise<never>((_, reject) => {
+                timer = setTimeout(() => {
+                    const e = new HttpError(
+                        504,
+                        `the upstream gave no answer within ${callTimeoutMs} ms (callTimeoutMs); the call is recorded as failed`,
+                    );
+                    abort.abort(e);
+                    reject(e);
+                }, callTimeoutMs);
+            });
             const t0 = performance.now();
+            let outcome: { gens: Generation[] } | { error: unknown };
             try {
-                const gens = await upstream.generate(reqs, options);
-                call.samples = gens.map((g, i) => sampleOf(g, reqs[i]!.seed));
-                return gens;
+                const answer = upstream.generate(reqs, { ...options, signal: abort.signal });
+                answer.catch(() => {}); // (past the deadline, its late rejection is nobody's)
+                const gens = await Promise.race([answer, deadline]);
+                outcome = options.signal?.aborted
+                    ? { error: new Error("the client went away before the answer was sent") }
+                    : { gens };
             } catch (e) {
-                call.error = e instanceof Error ? e.message : String(e);
-                throw e;
+                outcome = { error: e };
             } finally {
-                call.latencyMs = performance.now() - t0;
-                store.end(episode);
+                clearTimeout(timer);
+                options.signal?.removeEventListener("abort", onClientAbort);
+            }
+            const recorded = store.finish(episode, call, (c) => {
+                c.latencyMs = performance.now() - t0;
+                if ("gens" in outcome) {
+                    const prompts = promptsOf(outcome.gens);
+                    c.samples = outcome.gens.map((g, i) => sampleOf(g, reqs[i]!.seed, prompts[i]));
+                } else c.error = outcome.error instanceof Error ? outcome.error.message : String(outcome.error);
+            });
+            if (recorded)
                 try {
                     onCall?.(call, episode);
                 } catch (e) {
@@ -104,7 +147,8 @@ export function recordingPolicy(
                         `maporl: gateway: the span of ${episode} call ${call.index} was not written: ${(e as Error).message}`,
                     );
                 }
-            }
+            if ("error" in outcome) throw outcome.error;
+            return outcome.gens;
         },
     };
 }

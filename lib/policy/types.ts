@@ -124,6 +124,9 @@ export interface Policy {
     generateSettled?(requests: GenerateRequest[], options?: { signal?: AbortSignal }): Promise<SettledGeneration[]>;
 }
 
+/** The largest float32: the largest temperature (the kernels sample in float32). */
+const FLOAT32_MAX = 3.4028234663852886e38;
+
 const SAMPLING_KEYS = ["temperature", "topP", "topK", "maxTokens", "stop", "topLogprobs"];
 
 /** A request's sampling options, checked (every field named in the error); `stop` comes back as an array. */
@@ -144,7 +147,7 @@ export function samplingOptions(
     const s = requireOptions<SamplingOptions>(where, at, x, SAMPLING_KEYS);
     const out: Omit<SamplingOptions, "stop"> & { stop?: string[] } = {};
     if (s.temperature !== undefined)
-        out.temperature = requireNumber(where, `${at}.temperature`, s.temperature, 1, 0, Number.MAX_VALUE);
+        out.temperature = requireNumber(where, `${at}.temperature`, s.temperature, 1, 0, FLOAT32_MAX); // (sampled in f32)
     if (s.topP !== undefined) out.topP = requireNumber(where, `${at}.topP`, s.topP, 1, 0, 1);
     if (s.topK !== undefined) out.topK = requireInteger(where, `${at}.topK`, s.topK, -1, 2 ** 31 - 1);
     if (s.maxTokens !== undefined)

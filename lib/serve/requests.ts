@@ -1,6 +1,6 @@
 // requests.ts (serve): the pieces of maporl serve's requests and replies: JSON bodies read within a bound, errors in
 // OpenAI's shape, sampling fields, n choices with their seeds, logprobs (OpenAI's and vLLM's token-id forms), usage.
-import { createHash, timingSafeEqual } from "node:crypto";
+import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 
@@ -11,6 +11,8 @@ import {
     type Generation,
     MAX_TOP_LOGPROBS,
     type Policy,
+    requestSeed,
+    samplingOptions,
     type SamplingOptions,
 } from "../policy/types.js";
 
@@ -56,6 +58,7 @@ export async function listenHttp(
     host: string,
 ): Promise<{ server: Server; address: AddressInfo; stop(): Promise<void> }> {
     const server = createServer((req, res) => void handle(req, res).catch(() => res.destroy()));
+    server.requestTimeout = 60_000; // (a request, body included, arrives within a minute: a stalled upload is cut)
     await new Promise<void>((resolve, reject) => {
         server.once("error", reject);
         server.listen(port, host, () => resolve());
@@ -68,6 +71,31 @@ export async function listenHttp(
                 server.close(() => r());
                 server.closeAllConnections?.();
             }),
+    };
+}
+
+/** The generation requests a server answers at once: `take` counts one more, or answers 503 with Retry-After (naming
+ * `what` and maxPending) and returns false; `release` ends one. Taken once the body has arrived (a slow upload holds
+ * none). */
+export function pendingSlots(maxPending: number, what: string) {
+    let pending = 0;
+    return {
+        take(res: ServerResponse): boolean {
+            if (pending >= maxPending) {
+                res.setHeader("retry-after", "1");
+                fail(
+                    res,
+                    503,
+                    `${what} is busy: ${pending} requests in flight (maxPending ${maxPending}); retry later`,
+                );
+                return false;
+            }
+            pending++;
+            return true;
+        },
+        release(): void {
+            pending--;
+        },
     };
 }
 
@@ -144,57 +172,76 @@ export const flag = (body: Record<string, unknown>, k: string): boolean => {
     return v;
 };
 
-// The sampling fields of a body (JSON numbers only: no "0.7" strings; ranges are checked by generate, which names the
-// field), its seed and n.
-export function samplingOf(body: Record<string, unknown>): {
+const CHAT_FIELDS = [
+    ["temperature", "temperature"],
+    ["top_p", "topP"],
+    ["top_k", "topK"],
+    ["max_tokens", "maxTokens"],
+    ["max_completion_tokens", "maxTokens"],
+    ["seed", "seed"],
+] as const;
+
+// The sampling fields of a body (JSON numbers only: no "0.7" strings), its seed and n, each range checked here (a 400
+// naming the field) so that a request refused as the client's fault never reaches the policy.
+// (`fields`: the wire names and what they set; the Responses API's differ, and it has no n or stop)
+export function samplingOf(
+    body: Record<string, unknown>,
+    fields: readonly (readonly [string, string])[] = CHAT_FIELDS,
+    chat = true,
+): {
     sampling: SamplingOptions;
     seed: number | undefined;
     n: number;
 } {
-    const n = body.n === undefined || body.n === null ? 1 : body.n;
+    const n = body.n === undefined || body.n === null || !chat ? 1 : body.n;
     if (typeof n !== "number" || !Number.isInteger(n) || n < 1 || n > MAX_CHOICES)
         throw new HttpError(400, `n: expected an integer in [1, ${MAX_CHOICES}], got ${JSON.stringify(n)}`);
-    const fields: [string, string][] = [
-        ["temperature", "temperature"],
-        ["top_p", "topP"],
-        ["top_k", "topK"],
-        ["max_tokens", "maxTokens"],
-        ["max_completion_tokens", "maxTokens"],
-        ["seed", "seed"],
-    ];
-    const s: Record<string, unknown> = {};
+    const s: Record<string, unknown> = {},
+        wire: Record<string, string> = {};
     for (const [k, name] of fields) {
         const v = body[k];
         if (v === undefined || v === null) continue;
         if (typeof v !== "number") throw new HttpError(400, `${k}: expected a number, got ${typeof v}`);
         s[name] = v;
+        wire[name] = k;
     }
     const seed = s.seed as number | undefined;
     delete s.seed;
-    if (body.stop !== undefined && body.stop !== null) s.stop = body.stop;
+    if (chat && body.stop !== undefined && body.stop !== null) s.stop = body.stop;
+    // (the checks generate makes, answered with the request's own field names)
+    const rename = (e: unknown) =>
+        new HttpError(
+            400,
+            (e as Error).message
+                .replace(/^[^:]*: /, "")
+                .replace(/^(?:sampling|requests\[0\]\.seed)\.?(\w*)/, (_, f: string) => wire[f || "seed"] ?? f),
+        );
+    try {
+        samplingOptions("maporl serve", "sampling", s);
+        if (seed !== undefined) requestSeed("maporl serve", { seed, prompt: "" }, 0);
+    } catch (e) {
+        throw rename(e);
+    }
     return { sampling: s, seed, n };
 }
 
-// n choices in one batch: choice i draws with seed + i (modulo 2^64; i alone without a seed), so choice 0 is what a
-// single request with that seed gives.
-export const seedOf = (seed: number | undefined, i: number): number | bigint | undefined =>
-    i === 0
-        ? seed
-        : seed === undefined
-          ? i
-          : Number.isSafeInteger(seed)
-            ? BigInt.asUintN(64, BigInt(seed) + BigInt(i))
-            : seed;
+/** A seed for a request that gives none: a safe integer (52 bits, so that base + choice stays safe and survives JSON
+ * to a remote server), drawn afresh, so that identical unseeded requests give independent samples (as vLLM). */
+export const drawSeed = (): number => Number(randomBytes(8).readBigUInt64LE() >> 12n);
+
+// n choices in one batch: choice i draws with seed + i (modulo 2^64), so choice 0 is what a single request with that
+// seed gives; without a seed, one drawn base seed + i.
+export const seedOf = (seed: number, i: number): number | bigint =>
+    i === 0 ? seed : Number.isSafeInteger(seed) ? BigInt.asUintN(64, BigInt(seed) + BigInt(i)) : seed;
 
 export const choiceRequests = (
     base: Omit<GenerateRequest, "seed">,
     seed: number | undefined,
     n: number,
-): GenerateRequest[] =>
-    Array.from({ length: n }, (_, i) => {
-        const s = seedOf(seed, i);
-        return { ...base, ...(s !== undefined ? { seed: s } : {}) };
-    });
+): GenerateRequest[] => {
+    const s0 = seed ?? drawSeed();
+    return Array.from({ length: n }, (_, i) => ({ ...base, seed: seedOf(s0, i) }));
+};
 
 export async function generateN(
     policy: Policy,

@@ -8,10 +8,10 @@ import { randomBytes } from "node:crypto";
 import type { ServerResponse } from "node:http";
 
 import { assistantMessage } from "./serverTools.js";
-import { generateN, send } from "./requests.js";
+import { generateN, samplingOf, send } from "./requests.js";
 import type { RouteContext } from "./routes.js";
 import { HttpError } from "./serverModels.js";
-import type { ChatMessage, SamplingOptions, ToolCall, ToolSpec } from "../policy/types.js";
+import type { ChatMessage, ToolCall, ToolSpec } from "../policy/types.js";
 
 const id = (prefix: string) => `${prefix}_${randomBytes(12).toString("hex")}`;
 
@@ -109,26 +109,24 @@ export async function responsesRoute(
     body: Record<string, unknown>,
     res: ServerResponse,
 ): Promise<void> {
+    if (body.stream !== undefined && body.stream !== null && typeof body.stream !== "boolean")
+        throw new HttpError(400, `stream: expected a boolean, got ${typeof body.stream}`);
     if (body.stream === true)
         throw new HttpError(400, "stream: the Responses API is answered whole here; send stream: false");
     if (body.previous_response_id !== undefined && body.previous_response_id !== null)
         throw new HttpError(400, "previous_response_id: responses are not stored here; send the whole input");
     const messages = responsesMessages(body);
     const tools = responsesTools(body.tools);
-    const sampling: SamplingOptions = {};
-    for (const [k, name] of [
-        ["temperature", "temperature"],
-        ["top_p", "topP"],
-        ["max_output_tokens", "maxTokens"],
-    ] as const) {
-        const v = body[k];
-        if (v === undefined || v === null) continue;
-        if (typeof v !== "number") throw new HttpError(400, `${k}: expected a number, got ${typeof v}`);
-        sampling[name] = v;
-    }
-    const seed = body.seed;
-    if (seed !== undefined && seed !== null && typeof seed !== "number")
-        throw new HttpError(400, `seed: expected a number, got ${typeof seed}`);
+    const { sampling, seed } = samplingOf(
+        body,
+        [
+            ["temperature", "temperature"],
+            ["top_p", "topP"],
+            ["max_output_tokens", "maxTokens"],
+            ["seed", "seed"],
+        ],
+        false,
+    );
     const served = ctx.models.get(body.model);
     const abort = new AbortController();
     res.once("close", () => {
@@ -137,7 +135,7 @@ export async function responsesRoute(
     const [g] = await generateN(
         served.policy,
         { messages, sampling, ...(tools ? { tools } : {}) },
-        seed ?? undefined,
+        seed,
         1,
         abort.signal,
     );

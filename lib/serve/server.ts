@@ -17,7 +17,7 @@ import type { IncomingMessage, Server, ServerResponse } from "node:http";
 import { resolve } from "node:path";
 
 import { HttpError, ServedModels } from "./serverModels.js";
-import { answerFailure, bearerAuth, fail, jsonBody, listenHttp, send } from "./requests.js";
+import { answerFailure, bearerAuth, fail, jsonBody, listenHttp, pendingSlots, send } from "./requests.js";
 import { responsesRoute } from "./responses.js";
 import { chatRoute, detokenizeRoute, tokenizeRoute, type RouteContext } from "./routes.js";
 import { type Policy } from "../policy/types.js";
@@ -109,8 +109,8 @@ export async function servePolicy(policy: Policy, options: ServeOptions = {}): P
         }
     }
     const version = options.version ?? "maporl";
-    let counter = 0,
-        pending = 0;
+    const slots = pendingSlots(maxPending, "the server");
+    let counter = 0;
 
     const routes: RouteContext = {
         models,
@@ -143,20 +143,11 @@ export async function servePolicy(policy: Policy, options: ServeOptions = {}): P
                 )
             )
                 return fail(res, 404, `no route ${req.method} ${url}`);
+            const body = await jsonBody(req, limit);
             if (generation) {
-                if (pending >= maxPending) {
-                    req.resume();
-                    res.setHeader("retry-after", "1");
-                    return fail(
-                        res,
-                        503,
-                        `the server is busy: ${pending} requests are being answered or waiting (maxPending ${maxPending}); retry later`,
-                    );
-                }
-                pending++;
+                if (!slots.take(res)) return;
                 counted = true;
             }
-            const body = await jsonBody(req, limit);
             if (route === "/responses") return await responsesRoute(routes, body, res);
             if (generation) return await chatRoute(routes, body, res, route === "/completions");
             if (route === "/tokenize") return tokenizeRoute(routes, body, res);
@@ -178,7 +169,7 @@ export async function servePolicy(policy: Policy, options: ServeOptions = {}): P
         } catch (e) {
             answerFailure(res, e);
         } finally {
-            if (counted) pending--;
+            if (counted) slots.release();
         }
     };
     const http = await listenHttp(handle, options.port ?? 8000, options.host ?? "127.0.0.1").catch(

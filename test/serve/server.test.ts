@@ -75,7 +75,13 @@ describe("servePolicy", () => {
         expect(await msg(typed)).toMatch(/top_p: expected a number, got string/);
         const range = await post({ messages: [{ role: "user", content: "x" }], temperature: -2 });
         expect(range.status).toBe(400);
-        expect(await msg(range)).toMatch(/sampling\.temperature: expected a number in \[0, /);
+        expect(await msg(range)).toMatch(/^temperature: expected a number in \[0, 3\.40\d*e\+38\], got -2/); // (the wire name)
+        const huge = await post({ messages: [{ role: "user", content: "x" }], temperature: 1e308 }); // (past float32)
+        expect(await msg(huge)).toMatch(/^temperature: expected a number in \[0, /);
+        const tokens = await post({ messages: [{ role: "user", content: "x" }], max_completion_tokens: 1.5 });
+        expect(await msg(tokens)).toMatch(/^max_completion_tokens: expected an integer/);
+        const seed = await post({ messages: [{ role: "user", content: "x" }], seed: 2 ** 60 }); // (not a safe integer)
+        expect(await msg(seed)).toMatch(/^seed: expected an integer in \[-2\^63, 2\^64\)/);
     });
 
     it("answers n choices, the first as a single request, and refuses malformed n / logprobs / bodies", async () => {
@@ -95,6 +101,12 @@ describe("servePolicy", () => {
         ]);
         expect(three.choices[1].message.content).toBe(second[0].text); // choice i = seed + i
         expect(three.usage.completion_tokens).toBeGreaterThanOrEqual(one.usage.completion_tokens);
+        // without a seed, each request draws its own (as vLLM): four identical requests are not one answer four times
+        const unseeded = { ...req, seed: undefined, max_tokens: 12 };
+        const texts = await Promise.all(
+            [0, 1, 2, 3].map(async () => ((await (await post(unseeded)).json()) as Reply).choices[0].message.content),
+        );
+        expect(new Set(texts).size).toBeGreaterThan(1);
         for (const [bad, re] of [
             [{ ...req, n: 0 }, /n: expected an integer in \[1, 64\], got 0/],
             [{ ...req, n: 1.5 }, /n: expected an integer/],

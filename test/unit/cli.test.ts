@@ -211,6 +211,8 @@ describe("maporl command line", () => {
             "0",
             "--episode-timeout",
             "5000",
+            "--call-timeout",
+            "2000",
             "--record",
             "r.jsonl",
         ]);
@@ -223,6 +225,7 @@ describe("maporl command line", () => {
             maxEpisodes: 256,
             maxCallsPerEpisode: 256,
             episodeTimeout: 5000,
+            callTimeout: 2000,
             requireEpisode: false,
             record: "r.jsonl",
         });

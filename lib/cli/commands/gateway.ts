@@ -30,6 +30,7 @@ export interface GatewayArgs {
     maxEpisodes: number;
     maxCallsPerEpisode: number;
     episodeTimeout: number;
+    callTimeout: number;
     requireEpisode: boolean;
     record?: string;
     trace?: string;
@@ -58,6 +59,12 @@ export function declare(cmd: Command, act: (a: GatewayArgs) => Promise<void>): v
         .option(
             "--episode-timeout <ms>",
             "an idle, unrewarded episode fails after this long",
+            integer(1, 2 ** 31 - 1),
+            600000,
+        )
+        .option(
+            "--call-timeout <ms>",
+            "a recorded call the upstream has not answered in this long fails (504)",
             integer(1, 2 ** 31 - 1),
             600000,
         )
@@ -136,6 +143,7 @@ export async function run(a: GatewayArgs): Promise<number> {
         maxEpisodes: a.maxEpisodes,
         maxCallsPerEpisode: a.maxCallsPerEpisode,
         episodeTimeoutMs: a.episodeTimeout,
+        callTimeoutMs: a.callTimeout,
         requireEpisode: a.requireEpisode,
         ...(tracer ? { tracer } : {}),
         ...(a.record !== undefined
