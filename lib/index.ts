@@ -237,6 +237,14 @@ export {
     type GatewayTrainOptions,
 } from "./gateway/train.js";
 export { commandProgram, type CommandProgramOptions } from "./gateway/command.js";
+export {
+    evaluateGateway,
+    trainGateway,
+    type GatewayEvalOptions,
+    type GatewayEvalResult,
+    type GatewayLoopOptions,
+    type GatewayLoopResult,
+} from "./gateway/loop.js";
 export { trainJob } from "./train/job/job.js";
 export { formatSummary } from "./train/job/summary.js";
 export type { JobProgress, TrainJobOptions, TrainSummary } from "./train/job/types.js";

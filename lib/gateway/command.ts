@@ -5,7 +5,8 @@
 //   OPENAI_BASE_URL, MAPORL_BASE_URL   the episode's base URL (…/episodes/<id>/v1)
 //   OPENAI_API_KEY                     the gateway's key where given, else kept, else "maporl" (clients require one)
 //   MAPORL_EPISODE                     the episode id
-//   MAPORL_REWARD_URL                  POST { reward, agents?, milestones? } here to reward the episode
+//   MAPORL_REWARD_URL                  POST { reward, agents?, milestones? } here to reward the episode (with
+//                                      Authorization: Bearer $OPENAI_API_KEY where the gateway has a key)
 //   MAPORL_ITEM                        the item, as JSON
 import { spawn } from "node:child_process";
 

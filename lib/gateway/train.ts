@@ -133,7 +133,11 @@ export async function trainGatewayIteration<I>(items: I[], o: GatewayTrainOption
             if (o.reward && ep.status === "open") {
                 const r = await o.reward(item, output, ep);
                 o.gateway.episodes.reward(id, { reward: r });
-            } else await o.gateway.episodes.wait(id, o.signal);
+            } else {
+                // (the program has ended: an episode it did not reward fails now, once its calls in flight end)
+                o.gateway.episodes.fail(id, "the program ended without rewarding its episode (POST MAPORL_REWARD_URL)");
+                await o.gateway.episodes.wait(id, o.signal);
+            }
         } catch (e) {
             if (o.signal?.aborted) throw e;
             o.gateway.episodes.fail(id, `the program failed: ${e instanceof Error ? e.message : String(e)}`);

@@ -1,6 +1,7 @@
 // `maporl gateway` as a process: an in-process model with two agents (one from a saved adapter), calls recorded by
 // episode, a rewarded episode and an open one (failed as the gateway stops) both written to --record.
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { execFile } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
@@ -10,6 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { NativePolicy } from "../../lib/index.js";
 import type { GatewayEpisode } from "../../lib/gateway/episodes.js";
 import { startGatewayProcess } from "../../lib/serve/serveProcess.js";
+import { readItems, rewardOf } from "../../lib/cli/trainGateway.js";
 import { startServe, tinyHfModel } from "../helpers/serve.js";
 
 const CLI = join(import.meta.dirname, "..", "..", "dist", "cli.js");
@@ -111,4 +113,94 @@ describe("maporl gateway", () => {
             await srv.stop();
         }
     }, 60_000);
+
+    it("maporl train --gateway: runs the program per episode, trains each agent's adapter, writes metrics and a summary", async () => {
+        const items = join(work, "items.jsonl"),
+            held = join(work, "held.json"),
+            out = join(work, "run");
+        writeFileSync(items, '"What is 2 + 3?"\n\n"What is 4 + 4?"\n');
+        writeFileSync(held, JSON.stringify(["What is 1 + 1?"]));
+        const agent = join(import.meta.dirname, "..", "fixtures", "gateway", "agent.mjs");
+        const args = [CLI, "train", "--gateway", "--model", join(work, "m"), "--agents", "researcher,solver"];
+        args.push("--items", items, "--eval-items", held, "--eval-runs", "2", "--iterations", "2", "--groups", "2");
+        args.push("--lr", "0.05", "--lora-rank", "4", "--out", out, "--", process.execPath, agent);
+        const r = await new Promise<{ code: number; stdout: string; stderr: string }>((resolve) =>
+            execFile(
+                process.execPath,
+                args,
+                { env: { ...process.env, MAPORL_AGENT_MODE: "reward" }, timeout: 60_000 },
+                (e, stdout, stderr) => resolve({ code: e ? ((e.code as number) ?? 1) : 0, stdout, stderr }),
+            ),
+        );
+        expect({ code: r.code, stderr: r.stderr.slice(-2000) }).toEqual({
+            code: 0,
+            stderr: expect.not.stringMatching(/Error/),
+        });
+        expect(r.stdout).toMatch(/held-out reward: untrained \d+\.\d+ \(2\/2 episodes rewarded\), co-trained \d/);
+        const lines = readFileSync(join(out, "metrics.jsonl"), "utf8")
+            .trim()
+            .split("\n")
+            .map(
+                (l) =>
+                    JSON.parse(l) as {
+                        iteration: number;
+                        episodes: number;
+                        failed: number;
+                        agents: Record<string, { rows: number; loss: number | null }>;
+                    },
+            );
+        expect(lines.map((l) => [l.iteration, l.episodes, l.failed])).toEqual([
+            [1, 4, 0],
+            [2, 4, 0],
+        ]);
+        // (the fixture's reward is the answer's length: it varies within a group, so both agents take steps)
+        for (const l of lines)
+            for (const a of ["researcher", "solver"]) {
+                expect(l.agents[a].rows).toBe(4);
+                expect(Number.isFinite(l.agents[a].loss)).toBe(true);
+            }
+        const summary = JSON.parse(readFileSync(join(out, "summary.json"), "utf8")) as {
+            iterations: number;
+            heldOut: { before: number; after: number };
+        };
+        expect(summary.iterations).toBe(2);
+        expect(Number.isFinite(summary.heldOut.before) && Number.isFinite(summary.heldOut.after)).toBe(true);
+        // the saved adapters load, and are trained (they differ from a fresh one's answers)
+        const base = await NativePolicy.load(join(work, "m"));
+        try {
+            const trained = await base.loadAdapter(join(out, "adapters", "solver"), { name: "solver" });
+            const fresh = await base.withAdapter("fresh", { rank: 4, alpha: 32, seed: 1 });
+            const req = [
+                {
+                    messages: [{ role: "user" as const, content: "hi" }],
+                    sampling: { temperature: 1, maxTokens: 8 },
+                    seed: 3,
+                },
+            ];
+            const [t] = await trained.generate(req),
+                [f] = await fresh.generate(req);
+            expect(t.logprobs).not.toEqual(f.logprobs);
+        } finally {
+            await base.dispose();
+        }
+    }, 180_000);
+
+    it("train --gateway's items and rewards: JSON lines or an array, bad lines named; exact and number rewards", () => {
+        const f = join(work, "bad.jsonl");
+        writeFileSync(f, '{"q": 1}\n{oops\n');
+        expect(() => readItems(f, "--items")).toThrow(/--items .*bad\.jsonl: line 2 is not JSON: "\{oops"/);
+        writeFileSync(f, "[]");
+        expect(() => readItems(f, "--items")).toThrow(/expected 1 to 1000000 items, got 0/);
+        writeFileSync(f, '[{"q": "a", "answer": 12}, 3]');
+        expect(readItems(f, "--items")).toEqual([{ q: "a", answer: 12 }, 3]);
+        const exact = rewardOf("exact")!,
+            num = rewardOf("number")!;
+        expect([exact({ answer: 12 }, " 12\n"), exact({ answer: 12 }, "12.0"), exact("yes", "yes")]).toEqual([1, 0, 1]);
+        expect([
+            num({ answer: "#### 1,234" }, "so it is 1234."),
+            num({ answer: 5 }, "5 or 6"),
+            num({ answer: 5 }, "none"),
+        ]).toEqual([1, 0, 0]);
+        expect(rewardOf("posted")).toBeUndefined();
+    });
 });

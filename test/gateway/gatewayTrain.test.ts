@@ -127,7 +127,7 @@ describe("trainGatewayIteration", () => {
             });
             expect(r.failed.map((f) => f.reason)).toEqual([
                 "the program failed: the program crashed",
-                expect.stringMatching(/timed out/) as string,
+                expect.stringMatching(/the program ended without rewarding its episode/) as string,
             ]);
             expect(r.episodes).toHaveLength(6);
             expect(r.agents.a.rows).toBe(4); // the four rewarded episodes' calls of a

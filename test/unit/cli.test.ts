@@ -133,6 +133,63 @@ describe("maporl command line", () => {
         });
     });
 
+    it("train --gateway: the program after --, the agents' names, its flags; the job's flags refused by name", async () => {
+        const r = await parse([
+            "train",
+            "--gateway",
+            "--model",
+            "m",
+            "--agents",
+            "researcher, solver",
+            "--items",
+            "i.jsonl",
+            "--iterations",
+            "3",
+            "--groups",
+            "2",
+            "--lr",
+            "0.01",
+            "--reward",
+            "number",
+            "--",
+            "node",
+            "agent.mjs",
+            "--fast",
+        ]);
+        expect(r.error).toBeUndefined();
+        expect(r.calls.train).toEqual({
+            flags: {},
+            gateway: {
+                program: ["node", "agent.mjs", "--fast"],
+                model: "m",
+                agents: ["researcher", "solver"],
+                items: "i.jsonl",
+                evalRuns: 1,
+                iterations: 3,
+                groups: 2,
+                lr: 0.01,
+                concurrency: 8,
+                reward: "number",
+                loraRank: 16,
+                loraAlpha: 32,
+                seed: 0,
+                programTimeout: 600000,
+            },
+        });
+        const bad = async (argv: string[]) => String((await parse(["train", ...argv])).error);
+        const g = ["--gateway", "--model", "m", "--agents", "a", "--items", "i"];
+        expect(await bad([...g, "--task", "gsm8k", "--", "x"])).toMatch(/--task is for the built-in tasks' job/);
+        expect(await bad([...g, "--set", "seed=1", "--", "x"])).toMatch(/--set is for the built-in tasks' job/);
+        expect(await bad(g)).toMatch(/expected the agent program after --/);
+        expect(await bad([...g, "--agents", "a,a", "--", "x"])).toMatch(/--agents: expected the agents' names/);
+        expect(await bad(["--gateway", "--model", "m", "--agents", "a", "--", "x"])).toMatch(/--items FILE/);
+        expect(await bad(["--items", "i"])).toMatch(/--items goes with --gateway/);
+        expect(await bad(["--", "node", "x"])).toMatch(/a program is taken with --gateway only/);
+        expect((await parse(["train", ...g, "--lr", "-1", "--", "x"])).err).toMatch(
+            /'--lr <x>' argument '-1' is invalid. expected a positive number/,
+        );
+    });
+
     it("bad flags: a suggestion for a misspelt option or command, the allowed choices, and nothing run", async () => {
         let r = await parse(["train", "--itrations", "5"]);
         expect(r.code).toBe(1);

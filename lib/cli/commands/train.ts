@@ -4,9 +4,10 @@
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 
-import { type Command, Option } from "commander";
+import { type Command, InvalidArgumentError, Option } from "commander";
 
-import { collect } from "../parse.js";
+import { collect, integer } from "../parse.js";
+import { GATEWAY_REWARDS, type GatewayTrainArgs, runGatewayTraining } from "../trainGateway.js";
 
 import {
     ALGOS,
@@ -30,7 +31,20 @@ export interface TrainArgs {
     resume?: string;
     /** With resume: config keys whose change since the run started is accepted. */
     allowConfigChange?: string[];
+    /** `--gateway`: co-train an agent program through the gateway instead of a built-in task (the other fields are
+     * then empty). */
+    gateway?: GatewayTrainArgs;
 }
+
+// The flags of the built-in tasks' job that --gateway does not take.
+const JOB_ONLY = ["task", "algo", "turns", "schedule", "dtype", "data", "device", "config", "set", "resume"];
+
+const positive = (v: string) => {
+    const x = Number(v);
+    if (v.trim() === "" || !Number.isFinite(x) || x <= 0)
+        throw new InvalidArgumentError(`expected a positive number, got ${JSON.stringify(v)}.`);
+    return x;
+};
 
 /** Declares `maporl train` on `cmd`; `act` receives the parsed arguments. */
 export function declare(cmd: Command, act: (a: TrainArgs) => Promise<void>): void {
@@ -78,6 +92,26 @@ export function declare(cmd: Command, act: (a: TrainArgs) => Promise<void>): voi
         )
         .option("--out <dir>", "the run directory (default runs/<time>)")
         .option(
+            "--gateway",
+            "co-train the agents of an unchanged program through the gateway: maporl train --gateway --model DIR --agents a,b --items FILE -- node agent.mjs (docs/gateway.md)",
+        )
+        .argument("[program...]", "with --gateway: the agent program and its arguments, after --")
+        .option("--items <file>", "with --gateway: the training items (JSON lines, or a JSON array)")
+        .option("--eval-items <file>", "with --gateway: held-out items, evaluated before and after")
+        .option("--eval-runs <n>", "with --gateway: runs of each held-out item", integer(1, 1024), 1)
+        .option("--groups <n>", "with --gateway: runs of each item per iteration (MAGRPO's group)", integer(2, 1024), 4)
+        .option("--lr <x>", "with --gateway: the learning rate", positive, 1e-4)
+        .option("--concurrency <n>", "with --gateway: programs running at once", integer(1, 4096), 8)
+        .addOption(
+            new Option(
+                "--reward <how>",
+                "with --gateway: posted (the program posts to MAPORL_REWARD_URL), exact (its output equals the item's answer), number (the last numbers match)",
+            )
+                .choices(GATEWAY_REWARDS)
+                .default("posted"),
+        )
+        .option("--program-timeout <ms>", "with --gateway: one run's time limit", integer(1, 2 ** 31 - 1), 600000)
+        .option(
             "--resume <dir>",
             "continue a killed or interrupted run, with identical results (a changed config.json or base model is refused)",
         )
@@ -85,10 +119,29 @@ export function declare(cmd: Command, act: (a: TrainArgs) => Promise<void>): voi
             "--allow-config-change <keys>",
             "with --resume: config keys (comma-separated, dotted) whose change since the run started is accepted and logged; model.dir accepts changed base weights",
         )
-        .action(async (o: Record<string, unknown>, cmd: Command) => {
+        .action(async (program: string[], o: Record<string, unknown>, cmd: Command) => {
             const flags: Record<string, string> = {};
             // Only what was given on the command line (a default must not override the config file).
             const given = (k: string) => cmd.getOptionValueSource(k) === "cli";
+            if (o.gateway) return act({ flags, gateway: gatewayArgs(program, o, given) });
+            if (program.length)
+                throw new RangeError(
+                    `train: ${JSON.stringify(program.join(" "))}: a program is taken with --gateway only`,
+                );
+            for (const k of [
+                "items",
+                "evalItems",
+                "evalRuns",
+                "groups",
+                "lr",
+                "concurrency",
+                "reward",
+                "programTimeout",
+            ])
+                if (given(k))
+                    throw new RangeError(
+                        `train: --${k.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)} goes with --gateway`,
+                    );
             const map: Record<string, string> = {
                 task: "task",
                 algo: "algo",
@@ -129,6 +182,54 @@ export function declare(cmd: Command, act: (a: TrainArgs) => Promise<void>): voi
         });
 }
 
+// --gateway's arguments, checked (the job's own flags refused by name).
+function gatewayArgs(program: string[], o: Record<string, unknown>, given: (k: string) => boolean): GatewayTrainArgs {
+    for (const k of JOB_ONLY)
+        if (given(k) || (k === "set" && (o.set as string[]).length))
+            throw new RangeError(`train: --${k} is for the built-in tasks' job; not taken with --gateway`);
+    if (program.length === 0)
+        throw new RangeError("train --gateway: expected the agent program after --, e.g. -- node agent.mjs");
+    if (typeof o.model !== "string") throw new RangeError("train --gateway: --model DIR: expected the base model");
+    if (typeof o.items !== "string") throw new RangeError("train --gateway: --items FILE: expected the items");
+    const agents = String(o.agents ?? "")
+        .split(",")
+        .map((x) => x.trim())
+        .filter((x) => x !== "");
+    if (agents.length === 0 || new Set(agents).size !== agents.length)
+        throw new RangeError(
+            `train --gateway: --agents: expected the agents' names, comma-separated and distinct, got ${JSON.stringify(o.agents ?? "")}`,
+        );
+    const int = (k: string, d: number, max: number) => {
+        const v = o[k] === undefined ? d : Number(o[k]);
+        if (!Number.isSafeInteger(v) || v < 1 || v > max)
+            throw new RangeError(
+                `train --gateway: --${k.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}: expected an integer in [1, ${max}], got ${String(o[k])}`,
+            );
+        return v;
+    };
+    const seed = o.seed === undefined ? 0 : Number(o.seed);
+    if (!Number.isSafeInteger(seed) || seed < 0)
+        throw new RangeError(`train --gateway: --seed: expected an integer >= 0, got ${String(o.seed)}`);
+    return {
+        program,
+        model: o.model,
+        agents,
+        items: o.items,
+        ...(typeof o.evalItems === "string" ? { evalItems: o.evalItems } : {}),
+        evalRuns: o.evalRuns as number,
+        iterations: int("iterations", 20, 1 << 20),
+        groups: o.groups as number,
+        lr: o.lr as number,
+        concurrency: o.concurrency as number,
+        reward: o.reward as GatewayTrainArgs["reward"],
+        loraRank: int("loraRank", 16, 4096),
+        loraAlpha: int("loraAlpha", 32, 1 << 20),
+        seed,
+        programTimeout: o.programTimeout as number,
+        ...(typeof o.out === "string" ? { out: o.out } : {}),
+    };
+}
+
 function fmtTime(ms: number): string {
     if (!Number.isFinite(ms) || ms < 0) return "?";
     const s = Math.round(ms / 1000);
@@ -156,6 +257,7 @@ export function progressLine(p: JobProgress): string {
 
 /** `maporl train` with its parsed flags: the exit code. */
 export async function run(args: TrainArgs): Promise<number> {
+    if (args.gateway) return runGatewayTraining(args.gateway);
     const { flags, config: configFile, out, resume, allowConfigChange } = args;
     if (allowConfigChange && !resume) throw new RangeError("train: --allow-config-change goes with --resume DIR");
     if (resume && (configFile || Object.keys(flags).length > 0))
