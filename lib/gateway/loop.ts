@@ -113,8 +113,13 @@ export interface GatewayLoopResult {
     rewards: number[];
 }
 
-/** Evaluates, co-trains `iterations` times, evaluates again. An abort stops after the iteration under way. */
-export async function trainGateway<I>(items: I[], o: GatewayLoopOptions<I>): Promise<GatewayLoopResult> {
+/** Evaluates, co-trains `iterations` times, evaluates again. `items`: the same every iteration, or a function giving
+ * iteration k's (fresh questions each iteration, as the job's rollouts draw them). An abort stops after the iteration
+ * under way. */
+export async function trainGateway<I>(
+    items: I[] | ((iteration: number) => I[]),
+    o: GatewayLoopOptions<I>,
+): Promise<GatewayLoopResult> {
     if (!Number.isInteger(o.iterations) || o.iterations < 1)
         throw new RangeError(`trainGateway: iterations: expected an integer >= 1, got ${String(o.iterations)}`);
     const evaluate = async () =>
@@ -132,7 +137,7 @@ export async function trainGateway<I>(items: I[], o: GatewayLoopOptions<I>): Pro
     const rewards: number[] = [];
     for (let it = 0; it < o.iterations; it++) {
         o.signal?.throwIfAborted();
-        const r = await trainGatewayIteration(items, o);
+        const r = await trainGatewayIteration(typeof items === "function" ? items(it) : items, o);
         rewards.push(r.meanReward);
         await o.onIteration?.(it, r);
     }
