@@ -237,6 +237,7 @@ export {
     type GatewayTrainOptions,
 } from "./gateway/train.js";
 export { commandProgram, type CommandProgramOptions } from "./gateway/command.js";
+export { influenceCredit, magrpoCredit, type CallCredit, type InfluenceCreditOptions } from "./gateway/credit.js";
 export {
     evaluateGateway,
     trainGateway,

@@ -32,6 +32,7 @@ export interface GatewayTrainArgs {
     lr: number;
     concurrency: number;
     reward: (typeof GATEWAY_REWARDS)[number];
+    credit: "magrpo" | "influence";
     loraRank: number;
     loraAlpha: number;
     seed: number;
@@ -129,6 +130,7 @@ export async function runGatewayTraining(a: GatewayTrainArgs): Promise<number> {
                 ? { reward: (item: unknown, output: unknown, _ep: GatewayEpisode) => reward(item, output) }
                 : {}),
             iterations: a.iterations,
+            credit: a.credit,
             groups: a.groups,
             lr: a.lr,
             concurrency: a.concurrency,

@@ -4,7 +4,8 @@
 //     /episodes/<id>/reward; a program that throws, or an episode never rewarded, fails only that episode;
 //   - agent a's return in an episode: the joint reward, plus (shaped, the default) its own reward and the sum of its
 //     milestones; its credit is group-relative over the item's G episodes (MAGRPO: groupAdvantages 'magrpo',
-//     baseline mean, no std), as workflowTrain's;
+//     baseline mean, no std), as workflowTrain's; or, with credit 'influence', MAPoRL's influence-aware reward per
+//     turn (credit.ts);
 //   - every exact sample of a's calls (the prompt ids the model read, the ids it sampled) is a row with that credit;
 //     loss -A * log pi(sample) summed over its tokens ('seq-mean-token-sum'); one step per model (agents that share a
 //     model share it), then `push` (e.g. save the adapter and push it to a fleet) so the next episodes use it.
@@ -13,10 +14,10 @@
 import { randomBytes } from "node:crypto";
 
 import { pushTo } from "../collections.js";
-import { groupAdvantages } from "../rl/groupAdvantages.js";
 import { correctBatch, type MismatchStats } from "../train/trainers/correction.js";
 import { packRows } from "../train/trainers/rollout.js";
 import type { RolloutCorrectionOptions } from "../rl/rolloutCorrection.js";
+import { influenceCredit, type InfluenceCreditOptions, magrpoCredit } from "./credit.js";
 import type { GatewayEpisode } from "./episodes.js";
 import type { Gateway } from "./gateway.js";
 import type { NativePolicy } from "../model/nativePolicy.js";
@@ -48,8 +49,14 @@ export interface GatewayTrainOptions<I> {
     concurrency?: number;
     /** Learning rate of each model's step. Defaults to 1e-4. */
     lr?: number;
-    /** Add each agent's own reward and milestones to the joint reward. Defaults to true. */
+    /** Add each agent's own reward and milestones to the joint reward ('magrpo' credit). Defaults to true. */
     shaped?: boolean;
+    /** 'magrpo' (the default): one group-relative return per agent and episode. 'influence': MAPoRL's
+     * influence-aware reward per turn (an agent's t-th call), from the milestones posted on each call and the joint
+     * reward at the last, group-relative per (turn, agent) (credit.ts). */
+    credit?: "magrpo" | "influence";
+    /** With credit 'influence': the discount d (0.3) and scope ('all'). */
+    influence?: InfluenceCreditOptions;
     /** Called after each model's step, for each agent it trains (e.g. save the adapter and push it to a fleet). */
     push?: (agent: string, model: NativePolicy) => Promise<void>;
     /** Correct for the sampler not being the trainer (a fleet in bf16, an adapter a version behind, a temperature
@@ -70,6 +77,8 @@ export interface GatewayIterationResult {
     failed: { episode: string; reason: string }[];
     /** Samples left out for want of exact ids. */
     inexact: number;
+    /** With credit 'influence': rewarded episodes left out because their agents made different numbers of calls. */
+    ragged: number;
 }
 
 // Runs `n` tasks with at most `limit` at once.
@@ -149,7 +158,10 @@ export async function trainGatewayIteration<I>(items: I[], o: GatewayTrainOption
     for (const ep of episodes)
         if (ep.status !== "rewarded") failed.push({ episode: ep.id, reason: ep.reason ?? ep.status });
     const ks = episodes.flatMap((ep, k) => (ep.status === "rewarded" ? [k] : []));
-    const shaped = o.shaped ?? true;
+    const credit =
+        (o.credit ?? "magrpo") === "influence"
+            ? influenceCredit(episodes, ks, G, names, o.gateway.agents, o.influence)
+            : magrpoCredit(episodes, ks, G, names, o.shaped ?? true);
     const agents: GatewayIterationResult["agents"] = {};
     const rows = new Map<
         NativePolicy,
@@ -157,36 +169,26 @@ export async function trainGatewayIteration<I>(items: I[], o: GatewayTrainOption
     >();
     let inexact = 0;
     for (const a of names) {
-        const ret = ks.map((k) => {
-            const ep = episodes[k]!;
-            if (!shaped) return ep.reward;
-            const m = ep.milestones.filter((x) => x.agent === a).reduce((s, x) => s + x.reward, 0);
-            return ep.reward + (ep.agentRewards[a] ?? 0) + m;
-        });
-        agents[a] = { meanReturn: ret.length ? ret.reduce((s, x) => s + x, 0) / ret.length : NaN, rows: 0, loss: null };
-        if (!ks.length) continue;
-        const adv = groupAdvantages(
-            { scores: Float32Array.from(ret), groups: Int32Array.from(ks, (k) => Math.floor(k / G)) },
-            { estimator: "magrpo", baseline: "mean", device: "cpu" },
-        );
-        ks.forEach((k, j) => {
-            for (const c of episodes[k]!.calls)
-                if (c.agent === a)
-                    for (const s of c.samples) {
-                        if (!s.tokenIdsExact || s.tokenIds.length === 0) {
-                            inexact += s.tokenIdsExact ? 0 : 1;
-                            continue;
-                        }
-                        pushTo(rows, o.models[a]!, {
-                            prompt: s.promptTokenIds,
-                            completion: s.tokenIds,
-                            stopped: false,
-                            logprobs: s.logprobs,
-                            adv: adv[j]!,
-                        });
-                        agents[a]!.rows++;
+        agents[a] = { meanReturn: credit.meanReturn[a] ?? NaN, rows: 0, loss: null };
+        for (const k of ks)
+            for (const c of episodes[k]!.calls) {
+                const adv = c.agent === a ? credit.of(k, c) : undefined;
+                if (adv === undefined) continue;
+                for (const s of c.samples) {
+                    if (!s.tokenIdsExact || s.tokenIds.length === 0) {
+                        inexact += s.tokenIdsExact ? 0 : 1;
+                        continue;
                     }
-        });
+                    pushTo(rows, o.models[a]!, {
+                        prompt: s.promptTokenIds,
+                        completion: s.tokenIds,
+                        stopped: false,
+                        logprobs: s.logprobs,
+                        adv,
+                    });
+                    agents[a].rows++;
+                }
+            }
     }
     for (const [model, list] of rows) {
         o.signal?.throwIfAborted();
@@ -226,5 +228,6 @@ export async function trainGatewayIteration<I>(items: I[], o: GatewayTrainOption
         meanReward: rewards.length ? rewards.reduce((s, x) => s + x, 0) / rewards.length : NaN,
         failed,
         inexact,
+        ragged: credit.ragged,
     };
 }

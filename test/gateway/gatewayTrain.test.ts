@@ -175,6 +175,58 @@ describe("trainGatewayIteration", () => {
         }
     });
 
+    it("credit 'influence': each turn's call is credited from the milestones posted on it; a ragged episode is left out", async () => {
+        const a = await NativePolicy.load(join(work, "m"));
+        const gw = await startGateway({ agents: { r: a, s: a }, port: 0 });
+        try {
+            const r = await trainGatewayIteration(["x", "y"], {
+                gateway: gw,
+                models: { r: a, s: a },
+                credit: "influence",
+                program: async ({ item, baseUrl, group }) => {
+                    const c = new OpenAI({ baseURL: baseUrl, apiKey: "unused", maxRetries: 0 });
+                    const turns = item === "y" && group === 3 ? 1 : 2; // (y's last run: s answers once more than r)
+                    for (let t = 0; t < turns; t++)
+                        for (const model of ["r", "s"])
+                            await c.chat.completions.create({
+                                model,
+                                messages: [{ role: "user", content: item }],
+                                max_tokens: 3,
+                            });
+                    if (turns === 1)
+                        await c.chat.completions.create({
+                            model: "s",
+                            messages: [{ role: "user", content: item }],
+                            max_tokens: 3,
+                        });
+                    const calls = turns === 1 ? 3 : 4;
+                    const milestones = Array.from({ length: calls }, (_, call) => ({
+                        agent: call % 2 === 0 ? "r" : "s",
+                        reward: (group + call) % 3,
+                        call,
+                    }));
+                    if (turns === 1) milestones[2].agent = "s";
+                    await fetch(`${baseUrl.replace(/\/v1$/, "")}/reward`, {
+                        method: "POST",
+                        body: JSON.stringify({ reward: group % 2, milestones }),
+                    });
+                    return "";
+                },
+                groups: 4,
+                lr: 1e-4,
+            });
+            expect(r.failed).toEqual([]);
+            expect(r.ragged).toBe(1);
+            expect(r.agents.r.rows).toBe(7 * 2); // (7 episodes with turns x 2 calls of r)
+            expect(r.agents.s.rows).toBe(7 * 2);
+            expect(r.agents.r.loss).not.toBeNull();
+            expect(Number.isFinite(r.agents.r.meanReturn)).toBe(true);
+        } finally {
+            await gw.close();
+            await a.dispose();
+        }
+    });
+
     it("refuses bad options with their names", async () => {
         const a = await NativePolicy.load(join(work, "m"));
         const gw = await startGateway({ agents: { a }, port: 0 });

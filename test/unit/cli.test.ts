@@ -170,6 +170,7 @@ describe("maporl command line", () => {
                 lr: 0.01,
                 concurrency: 8,
                 reward: "number",
+                credit: "magrpo",
                 loraRank: 16,
                 loraAlpha: 32,
                 seed: 0,

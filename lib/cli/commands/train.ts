@@ -110,6 +110,14 @@ export function declare(cmd: Command, act: (a: TrainArgs) => Promise<void>): voi
                 .choices(GATEWAY_REWARDS)
                 .default("posted"),
         )
+        .addOption(
+            new Option(
+                "--credit <credit>",
+                "with --gateway: magrpo (a group-relative return per episode) or influence (MAPoRL's per turn, from the milestones posted on each call)",
+            )
+                .choices(["magrpo", "influence"])
+                .default("magrpo"),
+        )
         .option("--program-timeout <ms>", "with --gateway: one run's time limit", integer(1, 2 ** 31 - 1), 600000)
         .option(
             "--resume <dir>",
@@ -136,6 +144,7 @@ export function declare(cmd: Command, act: (a: TrainArgs) => Promise<void>): voi
                 "lr",
                 "concurrency",
                 "reward",
+                "credit",
                 "programTimeout",
             ])
                 if (given(k))
@@ -222,6 +231,7 @@ function gatewayArgs(program: string[], o: Record<string, unknown>, given: (k: s
         lr: o.lr as number,
         concurrency: o.concurrency as number,
         reward: o.reward as GatewayTrainArgs["reward"],
+        credit: o.credit as GatewayTrainArgs["credit"],
         loraRank: int("loraRank", 16, 4096),
         loraAlpha: int("loraAlpha", 32, 1 << 20),
         seed,
