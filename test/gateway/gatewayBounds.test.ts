@@ -28,6 +28,7 @@ function upstream(hold: () => Promise<void> = async () => {}): Policy & { calls:
                 logprobs: [-0.5, -0.1],
                 tokenIdsExact: true,
                 finishReason: "stop",
+                latencyMs: 0,
                 usage: { promptTokens: 3, completionTokens: 2 },
             }));
         },
