@@ -32,7 +32,7 @@ export interface GatewayTrainArgs {
     lr: number;
     concurrency: number;
     reward: (typeof GATEWAY_REWARDS)[number];
-    credit: "magrpo" | "influence";
+    credit: "magrpo" | "influence" | "critic";
     loraRank: number;
     loraAlpha: number;
     seed: number;
@@ -111,6 +111,15 @@ export async function runGatewayTraining(a: GatewayTrainArgs): Promise<number> {
         const models: Record<string, NativePolicy> = {};
         for (const [k, name] of a.agents.entries())
             models[name] = await base.withAdapter(name, { rank: a.loraRank, alpha: a.loraAlpha, seed: a.seed + k });
+        // (credit 'critic': a critic per agent, another adapter on the base whose value head trains)
+        const critics: Record<string, NativePolicy> = {};
+        if (a.credit === "critic")
+            for (const [k, name] of a.agents.entries())
+                critics[name] = await base.withAdapter(`critic-${name}`, {
+                    rank: a.loraRank,
+                    alpha: a.loraAlpha,
+                    seed: a.seed + 1000 + k,
+                });
         gw = await startGateway({ agents: models, port: 0, apiKey, requireEpisode: true });
         console.log(`maporl train --gateway: run directory ${dir}; agents ${a.agents.join(", ")} at ${gw.baseUrl}`);
         const program = commandProgram({
@@ -131,6 +140,7 @@ export async function runGatewayTraining(a: GatewayTrainArgs): Promise<number> {
                 : {}),
             iterations: a.iterations,
             credit: a.credit,
+            ...(a.credit === "critic" ? { critics, collm: { lr: a.lr } } : {}),
             groups: a.groups,
             lr: a.lr,
             concurrency: a.concurrency,
@@ -138,6 +148,8 @@ export async function runGatewayTraining(a: GatewayTrainArgs): Promise<number> {
             signal: controller.signal,
             onIteration: async (it, r) => {
                 for (const [name, m] of Object.entries(models)) await m.saveAdapter(join(dir, "adapters", name));
+                for (const [name, c] of Object.entries(critics))
+                    await c.saveAdapter(join(dir, "adapters", `critic-${name}`));
                 const now = performance.now();
                 const line = {
                     iteration: it + 1,

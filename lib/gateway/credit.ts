@@ -8,8 +8,13 @@
 //     sum_{u > t} d^(u-t) mean_j s(u, j)) / sum d^(u-t); the critic MAPoRL trains is replaced by the group mean of R
 //     over the item's G episodes at the same (turn, agent). An episode whose agents made different numbers of calls
 //     has no turn structure: it is left out ('ragged').
+//   'critic': CoLLM-DC's (each agent its own critic on its own prompts): TD(0) over the turns with the team's mean
+//     score of the turn as its reward (criticCredit below).
 import { groupAdvantages } from "../rl/groupAdvantages.js";
 import { influenceRewards } from "../rl/influence.js";
+import { tdAdvantages } from "../rl/td.js";
+import { criticValues, fitCritic } from "../train/trainers/collm.js";
+import type { NativePolicy } from "../model/nativePolicy.js";
 import type { GatewayCall, GatewayEpisode } from "./episodes.js";
 
 export interface InfluenceCreditOptions {
@@ -74,17 +79,11 @@ export function magrpoCredit(
     };
 }
 
-/** MAPoRL's influence-aware credit per call (see above); `all` are every agent of the gateway (the team's mean). */
-export function influenceCredit(
-    episodes: GatewayEpisode[],
-    ks: number[],
-    G: number,
-    trained: string[],
-    all: string[],
-    o: InfluenceCreditOptions = {},
-): CallCredit {
+// The episodes' turn structure (agent a's t-th call is its turn t; an episode whose agents made different numbers of
+// calls has none: ragged) and the scores s(t, a) [Q, T, A] of the episodes that have one (NaN past an episode's last
+// turn): the milestones posted on each call, the last turn's plus the joint reward and the agent's own.
+function turnScores(episodes: GatewayEpisode[], ks: number[], all: string[]) {
     const A = all.length;
-    // Each episode's calls by agent, in order; an episode whose agents made different numbers of calls is left out.
     const byAgent = new Map<number, GatewayCall[][]>();
     let ragged = 0;
     for (const k of ks) {
@@ -112,6 +111,20 @@ export function influenceCredit(
             }),
         );
     });
+    return { byAgent, used, ragged, T, scores, lastTurn };
+}
+
+/** MAPoRL's influence-aware credit per call (see above); `all` are every agent of the gateway (the team's mean). */
+export function influenceCredit(
+    episodes: GatewayEpisode[],
+    ks: number[],
+    G: number,
+    trained: string[],
+    all: string[],
+    o: InfluenceCreditOptions = {},
+): CallCredit {
+    const A = all.length;
+    const { byAgent, used, ragged, T, scores, lastTurn } = turnScores(episodes, ks, all);
     const R = used.length
         ? influenceRewards(
               { scores, shape: [used.length, T, A] },
@@ -140,4 +153,72 @@ export function influenceCredit(
         meanReturn[a] = mean(used.map((_, q) => R[(q * T + 0) * A + j]!));
     }
     return { of: (_k, call) => advOf.get(call), meanReturn, ragged };
+}
+
+export interface CriticCreditOptions {
+    /** The TD discount gamma. Defaults to 1 (CoMLRL's). */
+    gamma?: number;
+    /** Normalise the TD errors within each turn ('turn', CoMLRL's), over the batch, or not. Defaults to 'turn'. */
+    normalize?: boolean | "turn" | "batch";
+    /** The critics' learning rate. Defaults to 1e-4. */
+    lr?: number;
+    signal?: AbortSignal;
+}
+
+/** CoLLM-DC's credit (each agent its own critic, rl/td.ts): the team's reward of turn t is the mean of s(t, j) over
+ * the agents; agent a's critic reads V(h_t) at the last token of its t-th call's prompt; TD(0) targets y_t = r_t +
+ * gamma V(h_{t+1}) (y = r at the last turn); the call's advantage is delta_t = y_t - V(h_t), normalised; the critic
+ * then takes one step towards y. Episodes without a turn structure, or whose calls of a lack exact prompt ids, are
+ * left out for a. Returns the credit and each critic's loss. */
+export async function criticCredit(
+    episodes: GatewayEpisode[],
+    ks: number[],
+    trained: string[],
+    all: string[],
+    critics: Record<string, NativePolicy>,
+    o: CriticCreditOptions = {},
+): Promise<CallCredit & { valueLoss: Record<string, number> }> {
+    const A = all.length;
+    const { byAgent, used, ragged, T, scores, lastTurn } = turnScores(episodes, ks, all);
+    const advOf = new Map<GatewayCall, number>(),
+        meanReturn: Record<string, number> = {},
+        valueLoss: Record<string, number> = {};
+    for (const a of trained) {
+        const c = critics[a];
+        if (!c) continue;
+        o.signal?.throwIfAborted();
+        const j = all.indexOf(a);
+        const qs = used
+            .map((k, q) => ({ k, q }))
+            .filter(({ k }) => byAgent.get(k)![j]!.every((call) => call.samples[0]?.tokenIdsExact === true));
+        if (!qs.length) continue;
+        const calls = qs.flatMap(({ k }) => byAgent.get(k)![j]!);
+        const rewards = Float32Array.from(
+            qs.flatMap(({ q }) =>
+                Array.from({ length: lastTurn[q]! + 1 }, (_, t) => {
+                    let m = 0;
+                    for (let i = 0; i < A; i++) m += scores[(q * T + t) * A + i]!;
+                    return m / A;
+                }),
+            ),
+        );
+        const v = await criticValues(
+            c,
+            calls.map((call) => call.samples[0]!.promptTokenIds),
+        );
+        const td = tdAdvantages(
+            { rewards, values: v.values, lengths: Int32Array.from(qs, ({ q }) => lastTurn[q]! + 1) },
+            { gamma: o.gamma ?? 1, normalize: o.normalize ?? "turn" },
+        );
+        valueLoss[a] = (await fitCritic(c, v, td.targets, o.lr ?? 1e-4, o.signal)).loss;
+        calls.forEach((call, i) => advOf.set(call, td.advantages[i]!));
+        let first = 0,
+            sum = 0;
+        for (const { q } of qs) {
+            sum += rewards.slice(first, first + lastTurn[q]! + 1).reduce((x, r) => x + r, 0);
+            first += lastTurn[q]! + 1;
+        }
+        meanReturn[a] = sum / qs.length;
+    }
+    return { of: (_k, call) => advOf.get(call), meanReturn, ragged, valueLoss };
 }

@@ -17,7 +17,14 @@ import { pushTo } from "../collections.js";
 import { correctBatch, type MismatchStats } from "../train/trainers/correction.js";
 import { packRows } from "../train/trainers/rollout.js";
 import type { RolloutCorrectionOptions } from "../rl/rolloutCorrection.js";
-import { influenceCredit, type InfluenceCreditOptions, magrpoCredit } from "./credit.js";
+import {
+    type CallCredit,
+    criticCredit,
+    type CriticCreditOptions,
+    influenceCredit,
+    type InfluenceCreditOptions,
+    magrpoCredit,
+} from "./credit.js";
 import type { GatewayEpisode } from "./episodes.js";
 import type { Gateway } from "./gateway.js";
 import type { NativePolicy } from "../model/nativePolicy.js";
@@ -53,10 +60,16 @@ export interface GatewayTrainOptions<I> {
     shaped?: boolean;
     /** 'magrpo' (the default): one group-relative return per agent and episode. 'influence': MAPoRL's
      * influence-aware reward per turn (an agent's t-th call), from the milestones posted on each call and the joint
-     * reward at the last, group-relative per (turn, agent) (credit.ts). */
-    credit?: "magrpo" | "influence";
+     * reward at the last, group-relative per (turn, agent). 'critic': CoLLM-DC's TD(0) advantages from each agent's
+     * own critic (`critics`), which takes a step each iteration (credit.ts). */
+    credit?: "magrpo" | "influence" | "critic";
     /** With credit 'influence': the discount d (0.3) and scope ('all'). */
     influence?: InfluenceCreditOptions;
+    /** With credit 'critic': agent name -> its critic (a NativePolicy whose value head is trained, e.g. another LoRA
+     * adapter on the base); required for every trained agent. */
+    critics?: Record<string, NativePolicy>;
+    /** With credit 'critic': gamma (1), normalize ('turn'), the critics' lr (1e-4). */
+    collm?: Omit<CriticCreditOptions, "signal">;
     /** Called after each model's step, for each agent it trains (e.g. save the adapter and push it to a fleet). */
     push?: (agent: string, model: NativePolicy) => Promise<void>;
     /** Correct for the sampler not being the trainer (a fleet in bf16, an adapter a version behind, a temperature
@@ -69,8 +82,12 @@ export interface GatewayTrainOptions<I> {
 export interface GatewayIterationResult {
     /** Every episode (G per item, item-major), as recorded. */
     episodes: GatewayEpisode[];
-    /** Per trained agent: its mean return over the valid episodes, the rows trained on, the step's loss (null: none). */
-    agents: Record<string, { meanReturn: number; rows: number; loss: number | null } & Partial<MismatchStats>>;
+    /** Per trained agent: its mean return over the valid episodes, the rows trained on, the step's loss (null: none),
+     * and, with credit 'critic', its critic's loss. */
+    agents: Record<
+        string,
+        { meanReturn: number; rows: number; loss: number | null; valueLoss?: number } & Partial<MismatchStats>
+    >;
     /** Mean joint reward over the valid episodes (NaN when none). */
     meanReward: number;
     /** Episodes that failed (a program error, no reward, a timeout), with why. */
@@ -118,6 +135,14 @@ export async function trainGatewayIteration<I>(items: I[], o: GatewayTrainOption
         if (typeof o.models[a]!.trainStep !== "function")
             throw new TypeError(`${fn}: models.${a}: expected a NativePolicy (with trainStep)`);
     }
+    if (o.credit !== undefined && !["magrpo", "influence", "critic"].includes(o.credit))
+        throw new RangeError(`${fn}: credit: expected 'magrpo', 'influence' or 'critic', got ${String(o.credit)}`);
+    if (o.credit === "critic")
+        for (const a of names)
+            if (typeof o.critics?.[a]?.values !== "function")
+                throw new TypeError(
+                    `${fn}: critics.${a}: credit 'critic' needs a critic (a NativePolicy) for every trained agent`,
+                );
     const tag = randomBytes(4).toString("hex");
     const ids = items.flatMap((_, i) => Array.from({ length: G }, (_, g) => `t${tag}-${i}-${g}`));
     const failed: GatewayIterationResult["failed"] = [];
@@ -158,10 +183,16 @@ export async function trainGatewayIteration<I>(items: I[], o: GatewayTrainOption
     for (const ep of episodes)
         if (ep.status !== "rewarded") failed.push({ episode: ep.id, reason: ep.reason ?? ep.status });
     const ks = episodes.flatMap((ep, k) => (ep.status === "rewarded" ? [k] : []));
-    const credit =
-        (o.credit ?? "magrpo") === "influence"
+    const how = o.credit ?? "magrpo";
+    const credit: CallCredit & { valueLoss?: Record<string, number> } =
+        how === "influence"
             ? influenceCredit(episodes, ks, G, names, o.gateway.agents, o.influence)
-            : magrpoCredit(episodes, ks, G, names, o.shaped ?? true);
+            : how === "critic"
+              ? await criticCredit(episodes, ks, names, o.gateway.agents, o.critics!, {
+                    ...o.collm,
+                    ...(o.signal ? { signal: o.signal } : {}),
+                })
+              : magrpoCredit(episodes, ks, G, names, o.shaped ?? true);
     const agents: GatewayIterationResult["agents"] = {};
     const rows = new Map<
         NativePolicy,
@@ -170,6 +201,8 @@ export async function trainGatewayIteration<I>(items: I[], o: GatewayTrainOption
     let inexact = 0;
     for (const a of names) {
         agents[a] = { meanReturn: credit.meanReturn[a] ?? NaN, rows: 0, loss: null };
+        const vl = credit.valueLoss?.[a];
+        if (vl !== undefined) agents[a].valueLoss = vl;
         for (const k of ks)
             for (const c of episodes[k]!.calls) {
                 const adv = c.agent === a ? credit.of(k, c) : undefined;

@@ -1,9 +1,18 @@
 // The credit of recorded calls (gateway/credit.ts) against float64 loops written from the definitions: MAGRPO's
 // group-relative return per (episode, agent), and MAPoRL's influence-aware reward per turn (an agent's t-th call) with
-// the group mean at the same (turn, agent) as the baseline; an episode without a turn structure is left out.
+// the group mean at the same (turn, agent) as the baseline; CoLLM-DC's TD(0) from each agent's critic (its values
+// read one prompt at a time, the targets and normalisation in float64); an episode without a turn structure is left
+// out.
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+
 import { describe, expect, it } from "vitest";
 
-import { influenceCredit, magrpoCredit } from "../../lib/gateway/credit.js";
+import { NativePolicy } from "../../lib/index.js";
+import { criticCredit, influenceCredit, magrpoCredit } from "../../lib/gateway/credit.js";
+import { packRows } from "../../lib/train/trainers/rollout.js";
+import { tinyHfModel } from "../helpers/serve.js";
 import type { GatewayCall, GatewayEpisode, Milestone } from "../../lib/gateway/episodes.js";
 
 let serial = 0;
@@ -99,5 +108,77 @@ describe("gateway credit", () => {
         expect(c.meanReturn.s).toBeCloseTo((3 + 1 + 3) / 3, 6);
         const plain = magrpoCredit(eps, [0, 1], 2, ["s"], false);
         expect(plain.of(0, eps[0].calls[1])).toBeCloseTo(0.5, 6); // (joint rewards 1 and 0)
+    });
+
+    it("critic (CoLLM-DC): TD(0) from the agent's critic, normalised per turn; the critic learns the targets", async () => {
+        const work = mkdtempSync(join(tmpdir(), "maporl-credit-"));
+        await tinyHfModel(join(work, "m"), 4);
+        const base = await NativePolicy.load(join(work, "m"));
+        try {
+            const critic = await base.withAdapter("critic", { rank: 4, alpha: 8, seed: 3 });
+            const agents = ["r", "s"];
+            // four episodes of two turns (r, s, r, s); every call carries exact prompt ids (different per call)
+            const eps = [0, 1, 2, 3].map((e) => {
+                const ep = episode(["r", "s", "r", "s"], [e % 2, 1, 0, e / 4], e === 3 ? 0 : 1);
+                ep.calls.forEach((c, i) => {
+                    const promptTokenIds = base.tokenizer.encodeChat([{ role: "user", content: `q${e} turn ${i}` }]);
+                    c.samples = [
+                        {
+                            text: "",
+                            promptTokenIds,
+                            tokenIds: [1],
+                            logprobs: [0],
+                            tokenIdsExact: true,
+                            finishReason: "stop",
+                            seed: "0",
+                        },
+                    ];
+                });
+                return ep;
+            });
+            const gamma = 0.9;
+            // the reference: V one prompt at a time; r_t the mean over agents of s(t, j)
+            const V = async (ids: number[]) => {
+                const b = packRows([{ prompt: ids, completion: [], stopped: false }], base.tokenizer.eos, 1 << 20);
+                return (await critic.values(b))[ids.length - 1];
+            };
+            const s = (ep: GatewayEpisode, a: string, t: number) => {
+                const call = ep.calls.filter((c) => c.agent === a)[t];
+                const m = ep.milestones.filter((x) => x.call === call.index).reduce((x, y) => x + y.reward, 0);
+                return m + (t === 1 ? ep.reward : 0);
+            };
+            const delta: number[][] = [[], []]; // [turn][episode], agent r
+            for (const ep of eps) {
+                const calls = ep.calls.filter((c) => c.agent === "r");
+                const v = [await V(calls[0].samples[0].promptTokenIds), await V(calls[1].samples[0].promptTokenIds)];
+                const r = [0, 1].map((t) => (s(ep, "r", t) + s(ep, "s", t)) / 2);
+                delta[0].push(r[0] + gamma * v[1] - v[0]);
+                delta[1].push(r[1] - v[1]);
+            }
+            const norm = (xs: number[]) => {
+                const m = xs.reduce((a, b) => a + b, 0) / xs.length;
+                const sd = Math.sqrt(xs.reduce((a, b) => a + (b - m) ** 2, 0) / xs.length);
+                return xs.map((x) => (x - m) / Math.max(sd, 1e-6));
+            };
+            const want = delta.map(norm);
+            const c = await criticCredit(eps, [0, 1, 2, 3], ["r"], agents, { r: critic }, { gamma, lr: 1e-2 });
+            eps.forEach((ep, e) =>
+                ep.calls
+                    .filter((x) => x.agent === "r")
+                    .forEach((call, t) => expect(c.of(e, call)).toBeCloseTo(want[t][e], 4)),
+            );
+            expect(c.of(0, eps[0].calls[1])).toBeUndefined(); // (s has no critic here: not credited)
+            // the critic moves towards the targets: its loss falls over steps on the same episodes
+            const losses = [c.valueLoss.r];
+            for (let k = 0; k < 15; k++)
+                losses.push(
+                    (await criticCredit(eps, [0, 1, 2, 3], ["r"], agents, { r: critic }, { gamma, lr: 1e-2 })).valueLoss
+                        .r,
+                );
+            expect(losses[losses.length - 1]).toBeLessThan(losses[0] * 0.5);
+        } finally {
+            await base.dispose();
+            rmSync(work, { recursive: true, force: true });
+        }
     });
 });

@@ -227,6 +227,43 @@ describe("trainGatewayIteration", () => {
         }
     });
 
+    it("credit 'critic' (CoLLM-DC): each trained agent's critic credits its calls and takes a step", async () => {
+        const base = await NativePolicy.load(join(work, "m"));
+        const r = await base.withAdapter("r", { rank: 4, seed: 1 }),
+            s = await base.withAdapter("s", { rank: 4, seed: 2 });
+        const critics = { r: await base.withAdapter("cr", { rank: 4, seed: 3 }) };
+        const gw = await startGateway({ agents: { r, s }, port: 0 });
+        try {
+            const go = (o: object) =>
+                trainGatewayIteration(["x", "y"], {
+                    gateway: gw,
+                    models: { r },
+                    program: async ({ item, baseUrl }) => {
+                        const c = new OpenAI({ baseURL: baseUrl, apiKey: "unused", maxRetries: 0 });
+                        for (let t = 0; t < 2; t++)
+                            for (const model of ["r", "s"])
+                                await c.chat.completions.create({
+                                    model,
+                                    messages: [{ role: "user", content: `${item} ${t}` }],
+                                    max_tokens: 3,
+                                });
+                        return item;
+                    },
+                    reward: (_i, _o, ep) => ep.calls[0].samples[0].tokenIds.length % 2,
+                    groups: 2,
+                    ...o,
+                });
+            const res = await go({ credit: "critic", critics, collm: { lr: 1e-3 } });
+            expect(res.agents.r.rows).toBe(4 * 2);
+            expect(Number.isFinite(res.agents.r.valueLoss)).toBe(true);
+            await expect(go({ credit: "critic" })).rejects.toThrow(/critics.r: credit 'critic' needs a critic/);
+            await expect(go({ credit: "ppo" })).rejects.toThrow(/credit: expected 'magrpo', 'influence' or 'critic'/);
+        } finally {
+            await gw.close();
+            await base.dispose();
+        }
+    });
+
     it("refuses bad options with their names", async () => {
         const a = await NativePolicy.load(join(work, "m"));
         const gw = await startGateway({ agents: { a }, port: 0 });

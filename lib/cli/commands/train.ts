@@ -113,9 +113,9 @@ export function declare(cmd: Command, act: (a: TrainArgs) => Promise<void>): voi
         .addOption(
             new Option(
                 "--credit <credit>",
-                "with --gateway: magrpo (a group-relative return per episode) or influence (MAPoRL's per turn, from the milestones posted on each call)",
+                "with --gateway: magrpo (a group-relative return per episode), influence (MAPoRL's per turn, from the milestones posted on each call) or critic (CoLLM-DC: a critic adapter per agent)",
             )
-                .choices(["magrpo", "influence"])
+                .choices(["magrpo", "influence", "critic"])
                 .default("magrpo"),
         )
         .option("--program-timeout <ms>", "with --gateway: one run's time limit", integer(1, 2 ** 31 - 1), 600000)

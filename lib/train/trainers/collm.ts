@@ -26,6 +26,40 @@ function jointPrompt(r: TeamRollout, e: number, t: number, feedback: boolean): s
     return turnPrompt(views, 0, r.agents, prev ? prev.map((x) => x.extracted) : null, marks);
 }
 
+/** A critic's values V(h) of states given as prompt ids, read at each prompt's last token. */
+export async function criticValues(c: NativePolicy, prompts: number[][]) {
+    const b = packRows(
+        prompts.map((p) => ({ prompt: p, completion: [], stopped: false })),
+        c.tokenizer.eos,
+        c.config.contextLength,
+    );
+    const v = await c.values(b);
+    const at = prompts.map((p, i) => i * b.shape[1] + Math.min(p.length, b.shape[1]) - 1);
+    return { b, at, values: Float32Array.from(at, (k) => v[k]!) };
+}
+export type CriticValues = Awaited<ReturnType<typeof criticValues>>;
+
+/** One step of critic `c` regressing its values at those states on `targets` (loss (V - y)^2). */
+export async function fitCritic(
+    c: NativePolicy,
+    s: CriticValues,
+    targets: Float32Array,
+    lr: number,
+    signal?: AbortSignal,
+) {
+    const [B, L] = s.b.shape,
+        mask = new Float32Array(B * L),
+        returns = new Float32Array(B * L);
+    s.at.forEach((k, i) => {
+        mask[k] = 1;
+        returns[k] = targets[i]!;
+    });
+    return c.trainStep(
+        { tokens: s.b.tokens, targets: s.b.targets, mask, shape: s.b.shape, returns },
+        { loss: "value", lr, ...(signal ? { signal } : {}) },
+    );
+}
+
 export async function collmIteration(
     cfg: TrainConfig,
     r: TeamRollout,
@@ -55,32 +89,11 @@ export async function collmIteration(
         updates: 0,
     }));
     const sig = signal ? { signal } : {};
-    // Critic inputs [E * T] for one critic: the states h_t (prompt only); the value is read at the last prompt token.
-    const critic = async (c: NativePolicy, prompts: number[][]) => {
-        const b = packRows(
-            prompts.map((p) => ({ prompt: p, completion: [], stopped: false })),
-            c.tokenizer.eos,
-            c.config.contextLength,
-        );
-        const v = await c.values(b);
-        const at = prompts.map((p, i) => i * b.shape[1] + Math.min(p.length, b.shape[1]) - 1);
-        return { b, at, values: Float32Array.from(at, (k) => v[k]!) };
-    };
-    const fit = async (c: NativePolicy, s: Awaited<ReturnType<typeof critic>>, targets: Float32Array, lr: number) => {
-        const [B, L] = s.b.shape,
-            mask = new Float32Array(B * L),
-            returns = new Float32Array(B * L);
-        s.at.forEach((k, i) => {
-            mask[k] = 1;
-            returns[k] = targets[i]!;
-        });
-        return c.trainStep(
-            { tokens: s.b.tokens, targets: s.b.targets, mask, shape: s.b.shape, returns },
-            { loss: "value", lr, ...sig },
-        );
-    };
+    const critic = criticValues;
+    const fit = (c: NativePolicy, v: CriticValues, targets: Float32Array, lr: number) =>
+        fitCritic(c, v, targets, lr, signal);
     const lengths = new Int32Array(E).fill(T);
-    let shared: { s: Awaited<ReturnType<typeof critic>>; td: ReturnType<typeof tdAdvantages> } | null = null;
+    let shared: { s: CriticValues; td: ReturnType<typeof tdAdvantages> } | null = null;
     if (central) {
         const c = critics.find((x) => x);
         if (c) {
