@@ -1,14 +1,17 @@
 // responses.ts (serve): OpenAI's Responses API, POST /v1/responses, as vLLM serves it, for clients whose default it is
 // (the OpenAI Agents SDK). The request's `instructions` and `input` (a string, or items: messages with text content,
 // function_call and function_call_output) become chat messages; function tools become tools; the answer is an output
-// list of a message (output_text) and / or function_call items. Stateless: previous_response_id (stored responses) is
-// refused, as is stream: true; the fields that change nothing here (store, include, parallel_tool_calls, truncation,
+// list of a message (output_text) and / or function_call items. With stream: true the same answer comes as the
+// Responses API's server-sent events (response.created ... response.completed / response.incomplete), its text in one
+// output_text delta once generated (responsesStream.ts). Stateless: previous_response_id (stored responses) is
+// refused; the fields that change nothing here (store, include, parallel_tool_calls, truncation,
 // reasoning, metadata, user, text.format 'text') are accepted. vLLM's token-id field: return_token_ids.
 import { randomBytes } from "node:crypto";
 import type { ServerResponse } from "node:http";
 
 import { assistantMessage } from "./serverTools.js";
 import { generateN, samplingOf, send } from "./requests.js";
+import { streamResponse } from "./responsesStream.js";
 import type { RouteContext } from "./routes.js";
 import { HttpError } from "./serverModels.js";
 import type { ChatMessage, ToolCall, ToolSpec } from "../policy/types.js";
@@ -111,8 +114,6 @@ export async function responsesRoute(
 ): Promise<void> {
     if (body.stream !== undefined && body.stream !== null && typeof body.stream !== "boolean")
         throw new HttpError(400, `stream: expected a boolean, got ${typeof body.stream}`);
-    if (body.stream === true)
-        throw new HttpError(400, "stream: the Responses API is answered whole here; send stream: false");
     if (body.previous_response_id !== undefined && body.previous_response_id !== null)
         throw new HttpError(400, "previous_response_id: responses are not stored here; send the whole input");
     const messages = responsesMessages(body);
@@ -140,7 +141,7 @@ export async function responsesRoute(
         abort.signal,
     );
     const msg = assistantMessage(g!) as { content: string | null };
-    const output: Record<string, unknown>[] = [];
+    const output: (Record<string, unknown> & { type: string; id: string })[] = [];
     if (msg.content)
         output.push({
             type: "message",
@@ -159,7 +160,7 @@ export async function responsesRoute(
             status: "completed",
         });
     const truncated = g!.finishReason === "length";
-    send(res, 200, {
+    const response = {
         id: id("resp"),
         object: "response",
         created_at: Math.floor(Date.now() / 1000),
@@ -187,5 +188,7 @@ export async function responsesRoute(
         ...(body.return_token_ids === true && g!.tokenIds
             ? { prompt_token_ids: g!.promptTokenIds, token_ids: g!.tokenIds }
             : {}),
-    });
+    };
+    if (body.stream === true) streamResponse(res, response);
+    else send(res, 200, response);
 }
