@@ -1,5 +1,6 @@
 // Unchanged agent programs written with real frameworks, pointed at the gateway by their client settings only: the
-// Vercel AI SDK (ai + @ai-sdk/openai-compatible) and the OpenAI Agents SDK (@openai/agents, chat completions). Each
+// Vercel AI SDK (ai + @ai-sdk/openai-compatible), the OpenAI Agents SDK (@openai/agents, chat completions and its
+// default Responses API) and LangGraph.js (@langchain/langgraph with @langchain/openai's ChatOpenAI). Each
 // program is a researcher that calls a lookup tool, then a solver that answers from the researcher's note. The tiny
 // model is first taught (from prompts the gateway itself recorded of the program) to call the tool and then to answer,
 // so that the framework runs a real tool loop on a real model. Checked: the transcript has every agent's calls in
@@ -8,6 +9,10 @@
 import { rmSync } from "node:fs";
 
 import { createOpenAICompatible } from "@ai-sdk/openai-compatible";
+import { tool as lcTool } from "@langchain/core/tools";
+import { Annotation, END, START, StateGraph } from "@langchain/langgraph";
+import { createReactAgent } from "@langchain/langgraph/prebuilt";
+import { ChatOpenAI } from "@langchain/openai";
 import {
     Agent,
     OpenAIChatCompletionsModel,
@@ -118,6 +123,45 @@ async function agentsSdkProgram(episode: string, api: "chat" | "responses" = "ch
     return String(answer.finalOutput);
 }
 
+// The LangGraph program: a graph of two nodes, the researcher (LangGraph's prebuilt ReAct agent with a tool) then the
+// solver (a ChatOpenAI call); the agent named by the model, the episode by the base URL.
+async function langGraphProgram(episode: string): Promise<string> {
+    const chat = (model: string, temperature: number, maxTokens: number) =>
+        new ChatOpenAI({
+            model,
+            temperature,
+            maxTokens,
+            apiKey: "unused",
+            configuration: { baseURL: gw.episodeUrl(episode) },
+        });
+    const lookup = lcTool(
+        async ({ key }: { key: string }) => {
+            looked.push(key);
+            return TABLE[key] ?? "unknown";
+        },
+        { name: "lookup", description: "Looks a key up", schema: z.object({ key: z.string() }) },
+    );
+    const researcher = createReactAgent({ llm: chat("researcher", 0, 100), tools: [lookup], prompt: INSTRUCTIONS });
+    const State = Annotation.Root({ note: Annotation<string>(), answer: Annotation<string>() });
+    const graph = new StateGraph(State)
+        .addNode("research", async () => {
+            const r = await researcher.invoke(
+                { messages: [{ role: "user", content: QUESTION }] },
+                { recursionLimit: 6 },
+            );
+            return { note: String(r.messages.at(-1)!.content) };
+        })
+        .addNode("solve", async (st: typeof State.State) => {
+            const m = await chat("solver", 0.7, 8).invoke(`${QUESTION} Note: ${st.note}`);
+            return { answer: String(m.content) };
+        })
+        .addEdge(START, "research")
+        .addEdge("research", "solve")
+        .addEdge("solve", END)
+        .compile();
+    return (await graph.invoke({})).answer;
+}
+
 // Teaches the base, from the researcher's prompts this program sends (recorded by the gateway), to call the tool and
 // then to answer with the tool's result.
 async function teachFor(program: (ep: string) => Promise<string>, name: string, solverToo = false): Promise<void> {
@@ -203,6 +247,18 @@ describe("gateway: unchanged programs of real frameworks", () => {
         const ep = gw.episodes.get("responses-run")!;
         expectTranscript(ep);
         expect(ep.calls[2].samples[0].text).toBe(answer);
+        await expectReplays(ep);
+    });
+
+    it("LangGraph (a StateGraph: a prebuilt ReAct agent with a tool, then ChatOpenAI): the transcript, the exact ids", async () => {
+        await teachFor(langGraphProgram, "langgraph");
+        looked.length = 0;
+        const answer = await langGraphProgram("langgraph-run");
+        expect(looked).toEqual(["3"]);
+        const ep = gw.episodes.get("langgraph-run")!;
+        expectTranscript(ep);
+        expect(ep.calls[2].samples[0].text).toBe(answer);
+        expect(ep.calls[0].messages[0]).toEqual({ role: "system", content: INSTRUCTIONS });
         await expectReplays(ep);
     });
 });
