@@ -5,7 +5,8 @@
 //   adapters/<agent>/     each agent's adapter (PEFT layout), saved after every iteration
 //   metrics.jsonl         a line per iteration: mean reward, each agent's mean return / rows / loss, failed, seconds
 //   summary.json          the held-out reward before and after, the iterations' rewards
-// Ctrl-C stops after the iteration under way (its adapters saved).
+// Ctrl-C starts no new program; the iteration under way is abandoned once its programs end (the adapters saved are the
+// last finished iteration's).
 import { mkdirSync, writeFileSync, appendFileSync } from "node:fs";
 import { join } from "node:path";
 
@@ -100,7 +101,9 @@ export async function runGatewayTraining(a: GatewayTrainArgs): Promise<number> {
     const base = await NativePolicy.load(a.model);
     const controller = new AbortController();
     const onSigint = () => {
-        process.stderr.write("\nmaporl: stopping after this iteration (its adapters are saved)\n");
+        process.stderr.write(
+            "\nmaporl: stopping: no new program starts; the iteration under way is abandoned once its programs end\n",
+        );
         controller.abort(new Error("interrupted"));
     };
     process.once("SIGINT", onSigint);
@@ -120,7 +123,18 @@ export async function runGatewayTraining(a: GatewayTrainArgs): Promise<number> {
                     alpha: a.loraAlpha,
                     seed: a.seed + 1000 + k,
                 });
-        gw = await startGateway({ agents: models, port: 0, apiKey, requireEpisode: true });
+        // (limits sized from the run: every episode of an iteration, or of an evaluation, is kept until it is read; every
+        // program under way may be open, and have every agent's call in flight)
+        const episodes = Math.max(items.length * a.groups, (evalItems?.length ?? 0) * a.evalRuns);
+        gw = await startGateway({
+            agents: models,
+            port: 0,
+            apiKey,
+            requireEpisode: true,
+            maxClosedEpisodes: Math.max(4096, episodes),
+            maxEpisodes: Math.max(256, a.concurrency),
+            maxPending: Math.max(64, a.concurrency * a.agents.length),
+        });
         console.log(`maporl train --gateway: run directory ${dir}; agents ${a.agents.join(", ")} at ${gw.baseUrl}`);
         const program = commandProgram({
             command: a.program[0]!,
@@ -177,7 +191,15 @@ export async function runGatewayTraining(a: GatewayTrainArgs): Promise<number> {
             groups: a.groups,
             iterations: result.rewards.length,
             rewards: result.rewards,
-            heldOut: result.before ? { before: result.before.meanReward, after: result.after!.meanReward } : null,
+            // (the mean over rewarded episodes; how many were rewarded beside it: a failed episode is not a 0)
+            heldOut: result.before
+                ? {
+                      before: result.before.meanReward,
+                      after: result.after!.meanReward,
+                      rewardedBefore: (result.before.episodes - result.before.failed.length) / result.before.episodes,
+                      rewardedAfter: (result.after!.episodes - result.after!.failed.length) / result.after!.episodes,
+                  }
+                : null,
             seconds: (performance.now() - t0) / 1000,
         };
         writeFileSync(join(dir, "summary.json"), `${JSON.stringify(summary, null, 2)}\n`);

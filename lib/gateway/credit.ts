@@ -79,15 +79,17 @@ export function magrpoCredit(
     };
 }
 
-// The episodes' turn structure (agent a's t-th call is its turn t; an episode whose agents made different numbers of
-// calls has none: ragged) and the scores s(t, a) [Q, T, A] of the episodes that have one (NaN past an episode's last
-// turn): the milestones posted on each call, the last turn's plus the joint reward and the agent's own.
+// The episodes' turn structure (agent a's t-th answered call is its turn t; failed calls are not turns; an episode whose
+// agents made different numbers of them has none: ragged) and the scores s(t, a) [Q, T, A] of the episodes that have
+// one (NaN past an episode's last turn): the milestones posted on each call, the last turn's plus the joint reward,
+// the agent's own, and its milestones that name no call.
 function turnScores(episodes: GatewayEpisode[], ks: number[], all: string[]) {
     const A = all.length;
     const byAgent = new Map<number, GatewayCall[][]>();
     let ragged = 0;
     for (const k of ks) {
-        const calls = all.map((a) => episodes[k]!.calls.filter((c) => c.agent === a));
+        // (a failed call, one the client retried say, is not a turn: it has no answer)
+        const calls = all.map((a) => episodes[k]!.calls.filter((c) => c.agent === a && c.samples.length > 0));
         const T = calls[0]!.length;
         if (T === 0 || calls.some((c) => c.length !== T)) ragged++;
         else byAgent.set(k, calls);
@@ -103,8 +105,9 @@ function turnScores(episodes: GatewayEpisode[], ks: number[], all: string[]) {
         lastTurn[q] = Tq - 1;
         all.forEach((a, j) =>
             calls[j]!.forEach((c, t) => {
+                // (a milestone that names no call counts at the agent's last turn)
                 let s = ep.milestones
-                    .filter((m) => m.agent === a && m.call === c.index)
+                    .filter((m) => m.agent === a && (m.call === c.index || (m.call === undefined && t === Tq - 1)))
                     .reduce((x, m) => x + m.reward, 0);
                 if (t === Tq - 1) s += ep.reward + (ep.agentRewards[a] ?? 0);
                 scores[(q * T + t) * A + j] = s;

@@ -96,6 +96,10 @@ export interface EpisodeLimits {
     timeoutMs: number;
 }
 
+/** The largest magnitude of an agent's return (joint + own reward + milestones): far inside float32, in which the
+ * trainers' group statistics are computed. */
+export const MAX_RETURN = 1e30;
+
 const ID = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/;
 
 /** An episode id (from a header or path), checked. */
@@ -149,12 +153,13 @@ export class EpisodeStore {
             if (l.ep.status !== "open") throw new HttpError(409, `episode ${key} is closed (${l.ep.status})`);
             // (opened again with labels: new ones are added, a different value for one it has is a conflict)
             for (const [k, v] of Object.entries(meta))
-                if (k in l.ep.meta && l.ep.meta[k] !== v)
+                if (Object.hasOwn(l.ep.meta, k) && l.ep.meta[k] !== v)
                     throw new HttpError(
                         409,
                         `episode ${key} is open with meta.${k} ${JSON.stringify(l.ep.meta[k])}, not ${JSON.stringify(v)}`,
                     );
-                else if (Object.keys(l.ep.meta).length < 32) l.ep.meta[k] = v;
+            for (const [k, v] of Object.entries(meta))
+                if (!Object.hasOwn(l.ep.meta, k) && Object.keys(l.ep.meta).length < 32) l.ep.meta[k] = v;
             return l.ep;
         }
         const open = this.live.size - this.closedCount;
@@ -280,10 +285,10 @@ export class EpisodeStore {
         for (const a of this.agents) {
             const sum =
                 reward + (agentRewards[a] ?? 0) + milestones.reduce((t, m) => (m.agent === a ? t + m.reward : t), 0);
-            if (!Number.isFinite(sum))
+            if (!(Math.abs(sum) <= MAX_RETURN))
                 throw new HttpError(
                     400,
-                    `the reward: ${a}'s return (reward + agents.${a} + its milestones) is ${sum}; expected a finite sum`,
+                    `the reward: ${a}'s return (reward + agents.${a} + its milestones) is ${sum}; expected a finite sum of magnitude at most ${MAX_RETURN} (the trainers compute in float32)`,
                 );
         }
         Object.assign(l.ep, { reward, agentRewards, milestones });

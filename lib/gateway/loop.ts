@@ -6,6 +6,7 @@ import { randomBytes } from "node:crypto";
 
 import type { GatewayEpisode } from "./episodes.js";
 import type { Gateway } from "./gateway.js";
+import { runEpisodes } from "./runs.js";
 import {
     type GatewayIterationResult,
     type GatewayRun,
@@ -45,43 +46,24 @@ export async function evaluateGateway<I>(items: I[], o: GatewayEvalOptions<I>): 
     if (!Number.isInteger(limit) || limit < 1)
         throw new RangeError(`${fn}: concurrency: expected an integer >= 1, got ${String(limit)}`);
     const tag = randomBytes(4).toString("hex");
-    const ids = items.flatMap((_, i) => Array.from({ length: runs }, (_, r) => `e${tag}-${i}-${r}`));
-    let next = 0;
-    await Promise.all(
-        Array.from({ length: Math.min(ids.length, limit) }, async () => {
-            while (next < ids.length) {
-                const k = next++,
-                    id = ids[k]!,
-                    i = Math.floor(k / runs),
-                    item = items[i]!;
-                try {
-                    o.gateway.open(id, { item: i, run: k % runs, eval: 1 });
-                    const output = await o.program({
-                        item,
-                        episode: id,
-                        baseUrl: o.gateway.episodeUrl(id),
-                        index: i,
-                        group: k % runs,
-                        signal: o.signal ?? new AbortController().signal,
-                    });
-                    const ep = o.gateway.episodes.get(id)!;
-                    if (o.reward && ep.status === "open")
-                        o.gateway.episodes.reward(id, { reward: await o.reward(item, output, ep) });
-                    else {
-                        o.gateway.episodes.fail(
-                            id,
-                            "the program ended without rewarding its episode (POST MAPORL_REWARD_URL)",
-                        );
-                        await o.gateway.episodes.wait(id, o.signal);
-                    }
-                } catch (e) {
-                    if (o.signal?.aborted) throw e;
-                    o.gateway.episodes.fail(id, `the program failed: ${e instanceof Error ? e.message : String(e)}`);
-                }
-            }
-        }),
+    const episodes = await runEpisodes(
+        items.flatMap((item, i) =>
+            Array.from({ length: runs }, (_, r) => ({
+                id: `e${tag}-${i}-${r}`,
+                item,
+                index: i,
+                group: r,
+                meta: { item: i, run: r, eval: 1 },
+            })),
+        ),
+        {
+            gateway: o.gateway,
+            program: o.program,
+            ...(o.reward ? { reward: o.reward } : {}),
+            concurrency: limit,
+            ...(o.signal ? { signal: o.signal } : {}),
+        },
     );
-    const episodes = ids.map((id) => o.gateway.episodes.take(id)!);
     const failed = episodes.flatMap((ep) =>
         ep.status === "rewarded" ? [] : [{ episode: ep.id, reason: ep.reason ?? ep.status }],
     );

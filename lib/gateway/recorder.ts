@@ -117,9 +117,18 @@ export function recordingPolicy(
                 }, callTimeoutMs);
             });
             const t0 = performance.now();
+            let settled = false;
             let outcome: { gens: Generation[] } | { error: unknown };
             try {
-                const answer = upstream.generate(reqs, { ...options, signal: abort.signal });
+                // (tokens streamed after the call settled, at its deadline say, are not passed on)
+                const onToken = options.onToken;
+                const answer = upstream.generate(reqs, {
+                    ...options,
+                    signal: abort.signal,
+                    ...(onToken
+                        ? { onToken: (...a: Parameters<typeof onToken>) => void (settled || onToken(...a)) }
+                        : {}),
+                });
                 answer.catch(() => {}); // (past the deadline, its late rejection is nobody's)
                 const gens = await Promise.race([answer, deadline]);
                 outcome = options.signal?.aborted
@@ -128,6 +137,7 @@ export function recordingPolicy(
             } catch (e) {
                 outcome = { error: e };
             } finally {
+                settled = true;
                 clearTimeout(timer);
                 options.signal?.removeEventListener("abort", onClientAbort);
             }

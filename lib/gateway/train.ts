@@ -14,6 +14,7 @@
 import { randomBytes } from "node:crypto";
 
 import { pushTo } from "../collections.js";
+import { type GatewayRun, runEpisodes } from "./runs.js";
 import { correctBatch, type MismatchStats } from "../train/trainers/correction.js";
 import { packRows } from "../train/trainers/rollout.js";
 import type { RolloutCorrectionOptions } from "../rl/rolloutCorrection.js";
@@ -29,17 +30,7 @@ import type { GatewayEpisode } from "./episodes.js";
 import type { Gateway } from "./gateway.js";
 import type { NativePolicy } from "../model/nativePolicy.js";
 
-/** What the program is given for one episode. */
-export interface GatewayRun<I> {
-    item: I;
-    /** The episode's id and its base URL (set it as the agents' OpenAI base URL). */
-    episode: string;
-    baseUrl: string;
-    /** The item's index in this iteration's items, and the episode's index in its group. */
-    index: number;
-    group: number;
-    signal: AbortSignal;
-}
+export type { GatewayRun } from "./runs.js";
 
 export interface GatewayTrainOptions<I> {
     gateway: Gateway;
@@ -98,16 +89,6 @@ export interface GatewayIterationResult {
     ragged: number;
 }
 
-// Runs `n` tasks with at most `limit` at once.
-async function pool(n: number, limit: number, task: (k: number) => Promise<void>): Promise<void> {
-    let next = 0;
-    await Promise.all(
-        Array.from({ length: Math.min(n, limit) }, async () => {
-            while (next < n) await task(next++);
-        }),
-    );
-}
-
 /** One co-training iteration of the agents in `o.models` on `items` through the gateway. */
 export async function trainGatewayIteration<I>(items: I[], o: GatewayTrainOptions<I>): Promise<GatewayIterationResult> {
     const fn = "trainGatewayIteration";
@@ -137,6 +118,14 @@ export async function trainGatewayIteration<I>(items: I[], o: GatewayTrainOption
     }
     if (o.credit !== undefined && !["magrpo", "influence", "critic"].includes(o.credit))
         throw new RangeError(`${fn}: credit: expected 'magrpo', 'influence' or 'critic', got ${String(o.credit)}`);
+    const unit = (x: unknown, at: string) => {
+        if (x !== undefined && !(typeof x === "number" && x >= 0 && x <= 1))
+            throw new RangeError(`${fn}: ${at}: expected a number in [0, 1], got ${String(x)}`);
+    };
+    unit(o.influence?.discount, "influence.discount");
+    unit(o.collm?.gamma, "collm.gamma");
+    if (o.collm?.lr !== undefined && !(Number.isFinite(o.collm.lr) && o.collm.lr > 0))
+        throw new RangeError(`${fn}: collm.lr: expected a positive number, got ${String(o.collm.lr)}`);
     if (o.credit === "critic")
         for (const a of names)
             if (typeof o.critics?.[a]?.values !== "function")
@@ -144,42 +133,25 @@ export async function trainGatewayIteration<I>(items: I[], o: GatewayTrainOption
                     `${fn}: critics.${a}: credit 'critic' needs a critic (a NativePolicy) for every trained agent`,
                 );
     const tag = randomBytes(4).toString("hex");
-    const ids = items.flatMap((_, i) => Array.from({ length: G }, (_, g) => `t${tag}-${i}-${g}`));
     const failed: GatewayIterationResult["failed"] = [];
-    await pool(ids.length, limit, async (k) => {
-        const id = ids[k]!,
-            i = Math.floor(k / G),
-            item = items[i]!;
-        const abort = new AbortController();
-        const onAbort = () => abort.abort(o.signal!.reason);
-        o.signal?.addEventListener("abort", onAbort, { once: true });
-        try {
-            o.gateway.open(id, { item: i, group: k % G });
-            const output = await o.program({
+    const episodes = await runEpisodes(
+        items.flatMap((item, i) =>
+            Array.from({ length: G }, (_, g) => ({
+                id: `t${tag}-${i}-${g}`,
                 item,
-                episode: id,
-                baseUrl: o.gateway.episodeUrl(id),
                 index: i,
-                group: k % G,
-                signal: abort.signal,
-            });
-            const ep = o.gateway.episodes.get(id)!;
-            if (o.reward && ep.status === "open") {
-                const r = await o.reward(item, output, ep);
-                o.gateway.episodes.reward(id, { reward: r });
-            } else {
-                // (the program has ended: an episode it did not reward fails now, once its calls in flight end)
-                o.gateway.episodes.fail(id, "the program ended without rewarding its episode (POST MAPORL_REWARD_URL)");
-                await o.gateway.episodes.wait(id, o.signal);
-            }
-        } catch (e) {
-            if (o.signal?.aborted) throw e;
-            o.gateway.episodes.fail(id, `the program failed: ${e instanceof Error ? e.message : String(e)}`);
-        } finally {
-            o.signal?.removeEventListener("abort", onAbort);
-        }
-    });
-    const episodes = ids.map((id) => o.gateway.episodes.take(id)!);
+                group: g,
+                meta: { item: i, group: g },
+            })),
+        ),
+        {
+            gateway: o.gateway,
+            program: o.program,
+            ...(o.reward ? { reward: o.reward } : {}),
+            concurrency: limit,
+            ...(o.signal ? { signal: o.signal } : {}),
+        },
+    );
     for (const ep of episodes)
         if (ep.status !== "rewarded") failed.push({ episode: ep.id, reason: ep.reason ?? ep.status });
     const ks = episodes.flatMap((ep, k) => (ep.status === "rewarded" ? [k] : []));
@@ -206,7 +178,7 @@ export async function trainGatewayIteration<I>(items: I[], o: GatewayTrainOption
         for (const k of ks)
             for (const c of episodes[k]!.calls) {
                 const adv = c.agent === a ? credit.of(k, c) : undefined;
-                if (adv === undefined) continue;
+                if (adv === undefined || !Number.isFinite(adv)) continue; // (NaN / Inf never reaches a step)
                 for (const s of c.samples) {
                     if (!s.tokenIdsExact || s.tokenIds.length === 0) {
                         inexact += s.tokenIdsExact ? 0 : 1;

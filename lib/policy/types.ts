@@ -171,7 +171,7 @@ export function requestSeed(where: string, r: GenerateRequest, i: number): bigin
     if (x === undefined) return 0n;
     const expected = `${where}: requests[${i}].seed: expected an integer in [-2^63, 2^64), got ${describe(x)}`;
     if (typeof x !== "bigint" && typeof x !== "number") throw new TypeError(expected);
-    const v = typeof x === "bigint" ? x : Number.isSafeInteger(x) ? BigInt(x) : null;
+    const v = typeof x === "bigint" ? x : Number.isInteger(x) ? BigInt(x) : null; // (a double that is an integer: exact)
     if (v === null || v < -(2n ** 63n) || v >= 2n ** 64n) throw new RangeError(expected);
     return BigInt.asUintN(64, v);
 }

@@ -232,7 +232,7 @@ export const drawSeed = (): number => Number(randomBytes(8).readBigUInt64LE() >>
 // n choices in one batch: choice i draws with seed + i (modulo 2^64), so choice 0 is what a single request with that
 // seed gives; without a seed, one drawn base seed + i.
 export const seedOf = (seed: number, i: number): number | bigint =>
-    i === 0 ? seed : Number.isSafeInteger(seed) ? BigInt.asUintN(64, BigInt(seed) + BigInt(i)) : seed;
+    i === 0 ? seed : BigInt.asUintN(64, BigInt(seed) + BigInt(i)); // (seed: an integer, checked by samplingOf)
 
 export const choiceRequests = (
     base: Omit<GenerateRequest, "seed">,

@@ -49,7 +49,7 @@ export async function streamGeneration(res: ServerResponse, r: StreamRequest): P
     // over the context) is still answered with its HTTP status.
     let begun = false;
     const event = (data: unknown) => {
-        if (res.destroyed) return;
+        if (res.destroyed || res.writableEnded) return; // (a token a decode step sends after the stream ended)
         if (!begun) {
             begun = true;
             res.writeHead(200, {
@@ -129,5 +129,5 @@ export async function streamGeneration(res: ServerResponse, r: StreamRequest): P
             },
         });
     }
-    if (!res.destroyed) res.end("data: [DONE]\n\n");
+    if (!res.destroyed && !res.writableEnded) res.end("data: [DONE]\n\n");
 }

@@ -25,7 +25,18 @@ function episode(order: string[], scores: (number | undefined)[], reward: number
         latencyMs: 0,
         messages: [],
         sampling: {},
-        samples: [],
+        // (an answered call; a call without samples failed, and is not a turn)
+        samples: [
+            {
+                text: "",
+                promptTokenIds: [1],
+                tokenIds: [2],
+                logprobs: [0],
+                tokenIdsExact: true,
+                finishReason: "stop",
+                seed: "0",
+            },
+        ],
     }));
     const milestones: Milestone[] = scores.flatMap((r, call) =>
         r === undefined ? [] : [{ agent: order[call], reward: r, call }],
@@ -54,12 +65,17 @@ describe("gateway credit", () => {
             episode(["r", "s", "r", "s"], [0.5, 0.5, 0, 1], 1),
             episode(["r", "s", "s"], [1, 1, 1], 1),
         ];
+        // (a failed call, a retried one say, is not a turn: episode 2 stays two turns a side)
+        const retried = episode(["r", "s", "s", "r", "s"], [0.5, undefined, 0.5, 0, 1], 1);
+        retried.calls[1].samples = [];
+        retried.calls[1].error = "the upstream gave no answer";
+        eps[2] = retried;
         const c = influenceCredit(eps, [0, 1, 2, 3], 2, agents, agents, { discount: d });
         expect(c.ragged).toBe(1);
         // float64 reference: s(t, a) per episode; the last turn adds the joint reward and the agent's own
         const turns = (ep: GatewayEpisode) =>
             agents.map((a) => {
-                const calls = ep.calls.filter((x) => x.agent === a);
+                const calls = ep.calls.filter((x) => x.agent === a && x.samples.length > 0);
                 return calls.map((call, t) => {
                     const m = ep.milestones.filter((x) => x.call === call.index).reduce((s, x) => s + x.reward, 0);
                     return m + (t === calls.length - 1 ? ep.reward + (ep.agentRewards[a] ?? 0) : 0);
@@ -83,10 +99,11 @@ describe("gateway credit", () => {
         };
         for (const k of [0, 1, 2])
             for (const [j, a] of agents.entries()) {
-                const calls = eps[k].calls.filter((x) => x.agent === a);
+                const calls = eps[k].calls.filter((x) => x.agent === a && x.samples.length > 0);
                 calls.forEach((call, t) => expect(c.of(k, call)).toBeCloseTo(expected(k, t, j), 5));
             }
         expect(c.of(3, eps[3].calls[0])).toBeUndefined();
+        expect(c.of(2, retried.calls[1])).toBeUndefined(); // (the failed call)
         expect(expected(2, 0, 0)).toBe(0); // (a group of one: no signal)
         expect(Math.abs(expected(0, 0, 1))).toBeGreaterThan(0.1); // (the test compares non-trivial values)
         expect(c.meanReturn.r).toBeCloseTo((R(eps[0], 0, 0) + R(eps[1], 0, 0) + R(eps[2], 0, 0)) / 3, 5);

@@ -114,7 +114,7 @@ describe("gateway: bounds against a misbehaving upstream or client", () => {
         const g = await startGateway({ agents: { a: up, b: upstream() }, port: 0, maxCallsPerEpisode: 2 });
         try {
             const url = `${g.episodeUrl("r")}/chat/completions`;
-            for (const bad of [{ seed: 2 ** 60 }, { max_tokens: 1.5 }, { temperature: 1e308 }, { top_p: 2 }])
+            for (const bad of [{ seed: 2 ** 64 }, { max_tokens: 1.5 }, { temperature: 1e308 }, { top_p: 2 }])
                 expect((await post(url, { model: "a", messages: q, ...bad })).status).toBe(400);
             expect(g.episodes.get("r")).toBeUndefined(); // (not even opened)
             expect(up.calls).toHaveLength(0);
@@ -130,10 +130,12 @@ describe("gateway: bounds against a misbehaving upstream or client", () => {
             ).toMatch(/call 1 is b's, not a's/);
             const overflow = { reward: 1e308, agents: { a: 1e308 }, milestones: [{ agent: "a", reward: 1e308 }] };
             expect(await message(await reward(overflow))).toMatch(/a's return .* is Infinity; expected a finite sum/);
+            // (finite, but past what float32 holds: refused too)
+            expect(await message(await reward({ reward: 1e39 }))).toMatch(/is 1e\+39; expected .* at most 1e\+30/);
             expect(g.episodes.get("r")).toMatchObject({ status: "open", reward: NaN, milestones: [] }); // unchanged
             const ok = await reward({
-                reward: 1e308,
-                agents: { b: -1e308 },
+                reward: 1e30,
+                agents: { b: -1e30 },
                 milestones: [{ agent: "b", reward: 2, call: 1 }],
             });
             expect(await ok.json()).toEqual({ id: "r", status: "rewarded" });

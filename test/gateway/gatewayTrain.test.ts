@@ -264,6 +264,35 @@ describe("trainGatewayIteration", () => {
         }
     });
 
+    it("an episode the gateway refuses to open (a limit) fails alone; the others are trained", async () => {
+        const a = await NativePolicy.load(join(work, "m"));
+        const gw = await startGateway({ agents: { a }, port: 0, maxClosedEpisodes: 3 });
+        try {
+            const r = await trainGatewayIteration(["x", "y"], {
+                gateway: gw,
+                models: { a },
+                concurrency: 1,
+                program: async ({ item, baseUrl }) => {
+                    const c = new OpenAI({ baseURL: baseUrl, apiKey: "unused", maxRetries: 0 });
+                    await c.chat.completions.create({
+                        model: "a",
+                        messages: [{ role: "user", content: item }],
+                        max_tokens: 3,
+                    });
+                    return item;
+                },
+                reward: (_i, _o, ep) => ep.calls[0].samples[0].tokenIds.length,
+                groups: 2,
+            });
+            expect(r.episodes.map((ep) => ep.status)).toEqual(["rewarded", "rewarded", "rewarded", "failed"]);
+            expect(r.failed[0].reason).toMatch(/^not opened: .*maxClosedEpisodes/);
+            expect(r.agents.a.rows).toBe(3);
+        } finally {
+            await gw.close();
+            await a.dispose();
+        }
+    });
+
     it("refuses bad options with their names", async () => {
         const a = await NativePolicy.load(join(work, "m"));
         const gw = await startGateway({ agents: { a }, port: 0 });

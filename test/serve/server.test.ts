@@ -80,8 +80,11 @@ describe("servePolicy", () => {
         expect(await msg(huge)).toMatch(/^temperature: expected a number in \[0, /);
         const tokens = await post({ messages: [{ role: "user", content: "x" }], max_completion_tokens: 1.5 });
         expect(await msg(tokens)).toMatch(/^max_completion_tokens: expected an integer/);
-        const seed = await post({ messages: [{ role: "user", content: "x" }], seed: 2 ** 60 }); // (not a safe integer)
+        const seed = await post({ messages: [{ role: "user", content: "x" }], seed: 2 ** 64 });
         expect(await msg(seed)).toMatch(/^seed: expected an integer in \[-2\^63, 2\^64\)/);
+        // an integer past 2^53 is taken exactly (a JSON number that is an integer), its n choices seed + i
+        const big = await post({ messages: [{ role: "user", content: "x" }], seed: 2 ** 60, n: 2, max_tokens: 2 });
+        expect(big.status).toBe(200);
     });
 
     it("answers n choices, the first as a single request, and refuses malformed n / logprobs / bodies", async () => {

@@ -185,6 +185,12 @@ describe("maporl command line", () => {
         expect(await bad([...g, "--agents", "a,a", "--", "x"])).toMatch(/--agents: expected the agents' names/);
         expect(await bad(["--gateway", "--model", "m", "--agents", "a", "--", "x"])).toMatch(/--items FILE/);
         expect(await bad(["--items", "i"])).toMatch(/--items goes with --gateway/);
+        expect(await bad([...g, "--allow-config-change", "seed", "--", "x"])).toMatch(/--allow-config-change is for/);
+        expect(await bad([...g, "--iterations", "0x10", "--", "x"])).toMatch(/--iterations: expected an integer/);
+        expect(await bad([...g, "--seed", "", "--", "x"])).toMatch(/--seed: expected an integer >= 0/);
+        expect(await bad([...g, "--agents", "a b", "--", "x"])).toMatch(
+            /--agents: expected the agents' names \(1 to 64/,
+        );
         expect(await bad(["--", "node", "x"])).toMatch(/a program is taken with --gateway only/);
         expect((await parse(["train", ...g, "--lr", "-1", "--", "x"])).err).toMatch(
             /'--lr <x>' argument '-1' is invalid. expected a positive number/,

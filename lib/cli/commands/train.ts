@@ -37,7 +37,19 @@ export interface TrainArgs {
 }
 
 // The flags of the built-in tasks' job that --gateway does not take.
-const JOB_ONLY = ["task", "algo", "turns", "schedule", "dtype", "data", "device", "config", "set", "resume"];
+const JOB_ONLY = [
+    "task",
+    "algo",
+    "turns",
+    "schedule",
+    "dtype",
+    "data",
+    "device",
+    "config",
+    "set",
+    "resume",
+    "allowConfigChange",
+];
 
 const positive = (v: string) => {
     const x = Number(v);
@@ -195,7 +207,9 @@ export function declare(cmd: Command, act: (a: TrainArgs) => Promise<void>): voi
 function gatewayArgs(program: string[], o: Record<string, unknown>, given: (k: string) => boolean): GatewayTrainArgs {
     for (const k of JOB_ONLY)
         if (given(k) || (k === "set" && (o.set as string[]).length))
-            throw new RangeError(`train: --${k} is for the built-in tasks' job; not taken with --gateway`);
+            throw new RangeError(
+                `train: --${k.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)} is for the built-in tasks' job; not taken with --gateway`,
+            );
     if (program.length === 0)
         throw new RangeError("train --gateway: expected the agent program after --, e.g. -- node agent.mjs");
     if (typeof o.model !== "string") throw new RangeError("train --gateway: --model DIR: expected the base model");
@@ -204,19 +218,25 @@ function gatewayArgs(program: string[], o: Record<string, unknown>, given: (k: s
         .split(",")
         .map((x) => x.trim())
         .filter((x) => x !== "");
-    if (agents.length === 0 || new Set(agents).size !== agents.length)
+    if (
+        agents.length === 0 ||
+        new Set(agents).size !== agents.length ||
+        agents.some((a) => !/^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/.test(a))
+    )
         throw new RangeError(
-            `train --gateway: --agents: expected the agents' names, comma-separated and distinct, got ${JSON.stringify(o.agents ?? "")}`,
+            `train --gateway: --agents: expected the agents' names (1 to 64 letters, digits, '.', '_', '-'), comma-separated and distinct, got ${JSON.stringify(o.agents ?? "")}`,
         );
+    // (decimal digits only: no '', no 0x10, no 1e3)
+    const digits = (k: string, d: number) => (o[k] === undefined ? d : /^\d+$/.test(String(o[k])) ? Number(o[k]) : NaN);
     const int = (k: string, d: number, max: number) => {
-        const v = o[k] === undefined ? d : Number(o[k]);
+        const v = digits(k, d);
         if (!Number.isSafeInteger(v) || v < 1 || v > max)
             throw new RangeError(
                 `train --gateway: --${k.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}: expected an integer in [1, ${max}], got ${String(o[k])}`,
             );
         return v;
     };
-    const seed = o.seed === undefined ? 0 : Number(o.seed);
+    const seed = digits("seed", 0);
     if (!Number.isSafeInteger(seed) || seed < 0)
         throw new RangeError(`train --gateway: --seed: expected an integer >= 0, got ${String(o.seed)}`);
     return {
