@@ -237,7 +237,14 @@ export {
     type GatewayTrainOptions,
 } from "./gateway/train.js";
 export { commandProgram, type CommandProgramOptions } from "./gateway/command.js";
-export { influenceCredit, magrpoCredit, type CallCredit, type InfluenceCreditOptions } from "./gateway/credit.js";
+export {
+    criticCredit,
+    influenceCredit,
+    magrpoCredit,
+    type CallCredit,
+    type CriticCreditOptions,
+    type InfluenceCreditOptions,
+} from "./gateway/credit.js";
 export {
     evaluateGateway,
     trainGateway,
