@@ -7,7 +7,8 @@
 //   summary.json          the held-out reward before and after, the iterations' rewards
 // Ctrl-C starts no new program; the iteration under way is abandoned once its programs end (the adapters saved are the
 // last finished iteration's).
-import { mkdirSync, writeFileSync, appendFileSync } from "node:fs";
+import { randomBytes } from "node:crypto";
+import { appendFileSync, mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 
 import { readTextFile } from "../files.js";
@@ -16,7 +17,6 @@ import type { GatewayEpisode } from "../gateway/episodes.js";
 import { startGateway } from "../gateway/gateway.js";
 import { trainGateway, type GatewayEvalResult } from "../gateway/loop.js";
 import { NativePolicy } from "../model/nativePolicy.js";
-import { randomBytes } from "node:crypto";
 
 export const GATEWAY_REWARDS = ["posted", "exact", "number"] as const;
 

@@ -215,13 +215,8 @@ export async function criticCredit(
         );
         valueLoss[a] = (await fitCritic(c, v, td.targets, o.lr ?? 1e-4, o.signal)).loss;
         calls.forEach((call, i) => advOf.set(call, td.advantages[i]!));
-        let first = 0,
-            sum = 0;
-        for (const { q } of qs) {
-            sum += rewards.slice(first, first + lastTurn[q]! + 1).reduce((x, r) => x + r, 0);
-            first += lastTurn[q]! + 1;
-        }
-        meanReturn[a] = sum / qs.length;
+        // (an episode's return: the sum of its turns' rewards; `rewards` holds every episode's turns end to end)
+        meanReturn[a] = rewards.reduce((x, r) => x + r, 0) / qs.length;
     }
     return { of: (_k, call) => advOf.get(call), meanReturn, ragged, valueLoss };
 }

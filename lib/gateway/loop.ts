@@ -56,13 +56,7 @@ export async function evaluateGateway<I>(items: I[], o: GatewayEvalOptions<I>): 
                 meta: { item: i, run: r, eval: 1 },
             })),
         ),
-        {
-            gateway: o.gateway,
-            program: o.program,
-            ...(o.reward ? { reward: o.reward } : {}),
-            concurrency: limit,
-            ...(o.signal ? { signal: o.signal } : {}),
-        },
+        { ...o, concurrency: limit }, // (its gateway, program, reward and signal)
     );
     const failed = episodes.flatMap((ep) =>
         ep.status === "rewarded" ? [] : [{ episode: ep.id, reason: ep.reason ?? ep.status }],

@@ -80,8 +80,9 @@ export async function runEpisodes<I>(specs: EpisodeSpec<I>[], o: RunOptions<I>):
             } catch (e) {
                 eps.fail(s.id, `the program failed: ${e instanceof Error ? e.message : String(e)}`);
             }
-            // (closed at once, or once its calls in flight end)
-            if (eps.get(s.id)) await eps.wait(s.id, o.signal);
+            // (closed at once, or once its calls in flight end; on abort (wait's only rejection here) no longer waited
+            // for: the abort is raised below, once every program under way has ended)
+            if (eps.get(s.id)) await eps.wait(s.id, o.signal).catch(() => {});
         } finally {
             o.signal?.removeEventListener("abort", onAbort);
         }

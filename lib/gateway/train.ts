@@ -144,13 +144,7 @@ export async function trainGatewayIteration<I>(items: I[], o: GatewayTrainOption
                 meta: { item: i, group: g },
             })),
         ),
-        {
-            gateway: o.gateway,
-            program: o.program,
-            ...(o.reward ? { reward: o.reward } : {}),
-            concurrency: limit,
-            ...(o.signal ? { signal: o.signal } : {}),
-        },
+        { ...o, concurrency: limit }, // (its gateway, program, reward and signal)
     );
     for (const ep of episodes)
         if (ep.status !== "rewarded") failed.push({ episode: ep.id, reason: ep.reason ?? ep.status });

@@ -293,6 +293,36 @@ describe("trainGatewayIteration", () => {
         }
     });
 
+    it("an abort starts no new program and rejects once the one under way has ended", async () => {
+        const a = await NativePolicy.load(join(work, "m"));
+        const gw = await startGateway({ agents: { a }, port: 0 });
+        const abort = new AbortController();
+        let started = 0,
+            ended = 0;
+        try {
+            const run = trainGatewayIteration(["x", "y"], {
+                gateway: gw,
+                models: { a },
+                concurrency: 1,
+                signal: abort.signal,
+                program: async () => {
+                    started++;
+                    abort.abort(new Error("stop"));
+                    await new Promise((r) => setTimeout(r, 50));
+                    ended++;
+                    return "";
+                },
+                reward: () => 0,
+                groups: 2,
+            });
+            await expect(run).rejects.toThrow("stop");
+            expect([started, ended]).toEqual([1, 1]);
+        } finally {
+            await gw.close();
+            await a.dispose();
+        }
+    });
+
     it("refuses bad options with their names", async () => {
         const a = await NativePolicy.load(join(work, "m"));
         const gw = await startGateway({ agents: { a }, port: 0 });
