@@ -108,6 +108,7 @@ Napi::Value LlamaCreate(const Napi::CallbackInfo & info) {
     c.qk_norm = Flag(o, "qkNorm");
     c.tie_embeddings = Flag(o, "tieEmbeddings");
     c.bf16_matrices = Flag(o, "bf16");
+    c.int8_matrices = Flag(o, "int8");
     maporl_gpt * g = nullptr;
     const maporl_status st = info[1].IsNull() ? maporl_llama_create_zeroed(&c, &g)
                                               : maporl_llama_create(&c, (uint64_t)RequireNumber(info, 1, "seed"), &g);
@@ -176,7 +177,8 @@ Napi::Value GetSet(const Napi::CallbackInfo & info, bool set) {
 }
 Napi::Value JsGet(const Napi::CallbackInfo & info) { return GetSet(info, false); }
 
-// gptSetTensor(handle, index, dtype 0 f32 | 1 bf16 | 2 f16, data: Uint8Array of the tensor's raw little-endian bytes)
+// gptSetTensor(handle, index, dtype 0 f32 | 1 bf16 | 2 f16 | 3 q8_0, data: Uint8Array of the tensor's raw little-endian
+// bytes)
 Napi::Value SetTensor(const Napi::CallbackInfo & info) {
     Handle * h = Get(info);
     const double index = RequireNumber(info, 1, "index"), dtype = RequireNumber(info, 2, "dtype");
@@ -184,12 +186,13 @@ Napi::Value SetTensor(const Napi::CallbackInfo & info) {
         info[3].As<Napi::TypedArray>().TypedArrayType() != napi_uint8_array)
         throw Napi::TypeError::New(info.Env(), "gptSetTensor: data: expected a Uint8Array");
     Napi::Uint8Array a = info[3].As<Napi::Uint8Array>();
-    const int64_t width = dtype == 0 ? 4 : 2;
-    if ((int64_t)a.ByteLength() % width != 0)
+    // Values per `unit` bytes: 1 per 4 (f32), 1 per 2 (bf16, f16), 32 per 34 (Q8_0 blocks).
+    const int64_t unit = dtype == 0 ? 4 : dtype == 3 ? 34 : 2, per = dtype == 3 ? 32 : 1;
+    if ((int64_t)a.ByteLength() % unit != 0)
         throw Napi::RangeError::New(info.Env(),
                                     "gptSetTensor: data: the byte length is not a multiple of the dtype's width");
     const maporl_status st =
-        maporl_gpt_set_tensor(h->gpt, (int64_t)index, (int)dtype, a.Data(), (int64_t)a.ByteLength() / width);
+        maporl_gpt_set_tensor(h->gpt, (int64_t)index, (int)dtype, a.Data(), (int64_t)a.ByteLength() / unit * per);
     if (st != MAPORL_OK) ThrowStatus(info.Env(), st, "gptSetTensor");
     return info.Env().Undefined();
 }

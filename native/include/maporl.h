@@ -532,6 +532,11 @@ typedef struct maporl_llama_config {
      * Their tensor_info offset is -1 and get / set / param_count address the other (float) tensors; set_tensor
      * stores BF16 as it is and rounds F32 / F16 to nearest even. */
     int bf16_matrices;
+    /* 1: the matrices stored as int8 in llama.cpp's Q8_0 blocks (32 values and one half scale: about 1.06 bytes a
+     * weight) and frozen, as bf16_matrices (not both); a matrix whose rows are not a multiple of 32 long is held as
+     * bfloat16. set_tensor quantizes F32 / BF16 / F16 (d = half(max |x| / 127), q = round(x / d)) and stores Q8_0 as
+     * it is; a non-finite value is an error naming the tensor. */
+    int int8_matrices;
 } maporl_llama_config;
 
 maporl_llama_config maporl_llama_default_config(void);
@@ -540,7 +545,14 @@ maporl_status maporl_llama_create(const maporl_llama_config * config, uint64_t s
 /* The same model with every parameter 0 (no initialisation pass): for a loader that writes every tensor. */
 maporl_status maporl_llama_create_zeroed(const maporl_llama_config * config, maporl_gpt ** out);
 
-typedef enum maporl_dtype { MAPORL_DTYPE_F32 = 0, MAPORL_DTYPE_BF16 = 1, MAPORL_DTYPE_F16 = 2 } maporl_dtype;
+/* MAPORL_DTYPE_Q8_0: GGUF's Q8_0 blocks, 34 bytes per 32 values (a little-endian half scale d, then 32 int8 q),
+ * count values in count / 32 blocks; for an int8 base's matrices only. */
+typedef enum maporl_dtype {
+    MAPORL_DTYPE_F32 = 0,
+    MAPORL_DTYPE_BF16 = 1,
+    MAPORL_DTYPE_F16 = 2,
+    MAPORL_DTYPE_Q8_0 = 3
+} maporl_dtype;
 /* Writes tensor `index`'s parameters from `count` elements of `dtype` (widened exactly to float; a checkpoint is
  * loaded one tensor at a time, without a whole float copy of the file). count must be the tensor's size. CPU only. */
 maporl_status maporl_gpt_set_tensor(maporl_gpt * gpt, int64_t index, int dtype, const void * data, int64_t count);

@@ -93,14 +93,22 @@ Layout make_layout(const Config & c) {
 
 template <typename F>
 Model<F>::Model(const Config & c) : cfg(c), layout(make_layout(c)) {
-    if (cfg.bf16) {
-        if (!std::is_same<F, float>::value) throw_error(MAPORL_ERR_INVALID_ARG, "config.bf16: a float model only");
-        // The matrices move to `half`; the other tensors are packed again into params.
+    if (cfg.bf16 && cfg.int8) throw_error(MAPORL_ERR_INVALID_ARG, "config: bf16 and int8 both set: expected one");
+    if (cfg.bf16 || cfg.int8) {
+        if (!std::is_same<F, float>::value)
+            throw_error(MAPORL_ERR_INVALID_ARG, "config.%s: a float model only", cfg.bf16 ? "bf16" : "int8");
+        // The matrices move to `q8` (int8, rows a multiple of 32 long) or `half`; the other tensors are packed again
+        // into params.
         half_off.assign(layout.tensors.size(), -1);
-        int64_t nh = 0, nf = 0;
+        q8_off.assign(layout.tensors.size(), -1);
+        int64_t nh = 0, nq = 0, nf = 0;
         for (size_t i = 0; i < layout.tensors.size(); ++i) {
             auto & t = layout.tensors[i];
-            if (t.shape.size() == 2) {
+            if (t.shape.size() == 2 && cfg.int8 && t.shape[1] % kQ8Block == 0) {
+                q8_off[i] = nq;
+                nq += t.size;
+                t.offset = -1;
+            } else if (t.shape.size() == 2) {
                 half_off[i] = nh;
                 nh += t.size;
                 t.offset = -1;
@@ -110,6 +118,8 @@ Model<F>::Model(const Config & c) : cfg(c), layout(make_layout(c)) {
             }
         }
         half.assign((size_t)nh, 0);
+        q8.assign((size_t)nq, 0);
+        q8d.assign((size_t)(nq / kQ8Block), 0);
         layout.total = nf;
     }
     params.assign((size_t)layout.total, F(0));
@@ -118,10 +128,11 @@ Model<F>::Model(const Config & c) : cfg(c), layout(make_layout(c)) {
 
 template <typename F>
 void Model<F>::ensure_train_state() {
-    if (!half.empty())
+    if (const char * dt = frozen_dtype())
         throw_error(MAPORL_ERR_INVALID_ARG,
-                    "training: the base's matrices are bfloat16 and frozen: train a LoRA adapter on it, or load the "
-                    "model in float32");
+                    "training: the base's matrices are %s and frozen: train a LoRA adapter on it, or load the model "
+                    "in float32",
+                    dt);
     if (grads.size() == params.size()) return;
     grads.assign(params.size(), F(0));
     m.assign(params.size(), F(0));
@@ -138,6 +149,15 @@ void Model<F>::init(uint64_t seed) {
         if (is_half((int64_t)k)) {
             uint16_t * x = h((int64_t)k);
             for (int64_t i = 0; i < t.size; ++i) x[i] = float_to_bf16((float)(0.02 * init_normal(gen)));
+            continue;
+        }
+        if (is_q8((int64_t)k)) {  // the same normal values, quantized block by block
+            const Q8Ptr w = q8p((int64_t)k);
+            float blk[kQ8Block];
+            for (int64_t b = 0; b < t.size / kQ8Block; ++b) {
+                for (int64_t i = 0; i < kQ8Block; ++i) blk[i] = (float)(0.02 * init_normal(gen));
+                q8_quantize_block(blk, const_cast<int8_t *>(w.q) + b * kQ8Block, const_cast<uint16_t *>(w.d) + b);
+            }
             continue;
         }
         F * x = params.data() + t.offset;
@@ -261,8 +281,10 @@ void Model<F>::forward(const int32_t * tok, int64_t B_, int64_t T_, bool head) {
 template <typename F>
 void Model<F>::lin(F * out, const F * inp, int64_t w, int64_t bias, int64_t N, int64_t Cin, int64_t OC) {
     const F * b = bias >= 0 ? p(bias) : (const F *)nullptr;
-    if constexpr (std::is_same<F, float>::value)
+    if constexpr (std::is_same<F, float>::value) {
         if (is_half(w)) return gpt::matmul_forward_bf16(out, inp, h(w), b, N, Cin, OC);
+        if (is_q8(w)) return gpt::matmul_forward_q8(out, inp, q8p(w).q, q8p(w).d, b, N, Cin, OC);
+    }
     matmul_forward(out, inp, p(w), b, N, Cin, OC);
 }
 
@@ -270,10 +292,11 @@ template <typename F>
 void Model<F>::lin_back(F * dinp, F * dw, F * db, const F * dout, const F * inp, int64_t w, int64_t N, int64_t Cin,
                         int64_t OC, bool set_dinp) {
     if constexpr (std::is_same<F, float>::value)
-        if (is_half(w)) {
+        if (is_frozen(w)) {
             if (dw || db)
-                throw_error(MAPORL_ERR_INTERNAL, "llama: a gradient asked of the frozen bfloat16 tensor %s",
-                            layout.tensors[(size_t)w].name.c_str());
+                throw_error(MAPORL_ERR_INTERNAL, "llama: a gradient asked of the frozen %s tensor %s",
+                            is_q8(w) ? "int8" : "bfloat16", layout.tensors[(size_t)w].name.c_str());
+            if (is_q8(w)) return gpt::matmul_backward_input_q8(dinp, dout, q8p(w).q, q8p(w).d, N, Cin, OC, set_dinp);
             return gpt::matmul_backward_input_bf16(dinp, dout, h(w), N, Cin, OC, set_dinp);
         }
     matmul_backward(dinp, dw, db, dout, inp, p(w), N, Cin, OC, set_dinp);
@@ -285,6 +308,11 @@ void Model<F>::embed_row(F * dst, int32_t id) {
     if (is_half(layout.embed)) {
         const uint16_t * src = h(layout.embed) + (int64_t)id * C;
         for (int64_t c = 0; c < C; ++c) dst[c] = (F)bf16_to_float(src[c]);
+        return;
+    }
+    if (is_q8(layout.embed)) {
+        const Q8Ptr src = q8p(layout.embed) + (int64_t)id * C;
+        for (int64_t c = 0; c < C; ++c) dst[c] = (F)src[c];
         return;
     }
     std::memcpy(dst, p(layout.embed) + (int64_t)id * C, sizeof(F) * (size_t)C);
@@ -472,10 +500,11 @@ template <typename F>
 void Model<F>::lora_merge(int64_t id) {
     if (id < 0 || id >= (int64_t)adapters.size() || !adapters[(size_t)id])
         throw_error(MAPORL_ERR_INVALID_ARG, "adapter: expected a live adapter id, got %lld", (long long)id);
-    if (!half.empty())
+    if (const char * dt = frozen_dtype())
         throw_error(MAPORL_ERR_INVALID_ARG,
-                    "merge: the base's matrices are bfloat16; merging would round the adapter's update into them (load "
-                    "the base in float32 to merge)");
+                    "merge: the base's matrices are %s; merging would round the adapter's update into them (load the "
+                    "base in float32 to merge)",
+                    dt);
     const Lora<F> & a = *adapters[(size_t)id];
     for (int64_t l = 0; l < cfg.layers; ++l)
         for (int t = 0; t < kLoraTargets; ++t)

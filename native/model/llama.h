@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "native/core/q8.h"
 #include "native/model/gpt.h"
 #include "native/model/llama_ops.h"
 #include "native/model/lora.h"
@@ -34,6 +35,9 @@ struct Config {
     // The matrices (embedding, projections, LM head) stored as bfloat16 and frozen (a base under LoRA adapters, or a
     // model that only generates and scores): half the memory; the kernels widen them exactly. Float models only.
     bool bf16 = false;
+    // The matrices stored as int8 (q8.h: Q8_0 blocks of 32 with a half scale, about 1.06 bytes a weight) and frozen,
+    // as with bf16; a matrix whose rows are not a multiple of 32 long stays bfloat16. Float models only.
+    bool int8 = false;
 };
 
 // Throws Error(MAPORL_ERR_INVALID_ARG) naming the field when the config is unusable.
@@ -99,12 +103,25 @@ struct Model {
     std::vector<uint16_t> half;
     std::vector<int64_t> half_off;  // per tensor: offset in half, or -1 (a float tensor, in params)
     bool is_half(int64_t tensor) const { return !half_off.empty() && half_off[(size_t)tensor] >= 0; }
+    // cfg.int8: the Q8 matrices' values and scales (q8.h); q8_off per tensor: its offset in q8 (its scales' is / 32),
+    // or -1.
+    std::vector<int8_t> q8;
+    std::vector<uint16_t> q8d;
+    std::vector<int64_t> q8_off;
+    bool is_q8(int64_t tensor) const { return !q8_off.empty() && q8_off[(size_t)tensor] >= 0; }
+    Q8Ptr q8p(int64_t tensor) const {
+        return Q8Ptr{q8.data() + q8_off[(size_t)tensor], q8d.data() + q8_off[(size_t)tensor] / kQ8Block, 0};
+    }
+    // A frozen matrix (bfloat16 or int8): no gradient, no update.
+    bool is_frozen(int64_t tensor) const { return is_half(tensor) || is_q8(tensor); }
+    // "bfloat16" or "int8" for a frozen base, else null.
+    const char * frozen_dtype() const { return !q8.empty() ? "int8" : !half.empty() ? "bfloat16" : nullptr; }
     const uint16_t * h(int64_t tensor) const { return half.data() + half_off[(size_t)tensor]; }
     uint16_t * h(int64_t tensor) { return half.data() + half_off[(size_t)tensor]; }
-    // out = inp @ W^T (+ bias) for matrix tensor w (bias: a tensor index or -1), float or bfloat16.
+    // out = inp @ W^T (+ bias) for matrix tensor w (bias: a tensor index or -1), float, bfloat16 or int8.
     void lin(F * out, const F * inp, int64_t w, int64_t bias, int64_t N, int64_t Cin, int64_t OC);
     // dinp += dout @ W (with set_dinp, dinp = dout @ W: its old values are not read); dw, db (may be null) += the
-    // weight's and bias's gradients (a bfloat16 W has none).
+    // weight's and bias's gradients (a frozen bfloat16 or int8 W has none).
     void lin_back(F * dinp, F * dw, F * db, const F * dout, const F * inp, int64_t w, int64_t N, int64_t Cin,
                   int64_t OC, bool set_dinp = false);
     // dst [C] = the embedding row of token id.

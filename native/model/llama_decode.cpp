@@ -249,9 +249,15 @@ void Model<F>::matmul_forward_wt_or(std::initializer_list<Proj> projs, const F *
     int n = 0;
     for (const Proj & pr : projs) {
         if (n == 4) throw_error(MAPORL_ERR_INTERNAL, "llama: more than 4 weights in one GEMV");
-        const bool half = std::is_same<F, float>::value && is_half(pr.w);
-        parts[n++] = {half ? nullptr : p(pr.w), half ? h(pr.w) : nullptr,
-                      pr.bias >= 0 ? p(pr.bias) : (const F *)nullptr, pr.out, pr.OC};
+        const bool half = std::is_same<F, float>::value && is_half(pr.w),
+                   q = std::is_same<F, float>::value && is_q8(pr.w);
+        parts[n++] = {half || q ? nullptr : p(pr.w),
+                      half ? h(pr.w) : nullptr,
+                      pr.bias >= 0 ? p(pr.bias) : (const F *)nullptr,
+                      pr.out,
+                      pr.OC,
+                      q ? q8p(pr.w).q : nullptr,
+                      q ? q8p(pr.w).d : nullptr};
     }
     gpt::matmul_forward_rows_parts(parts, n, inp, N, Cin);
 }
@@ -260,7 +266,7 @@ template <typename F>
 void Model<F>::lin_many(F * out, const F * inp, int64_t w, int64_t bias, int64_t N, int64_t Cin, int64_t OC) {
     // The packed GEMM reads W in place (and widens a bfloat16 W while packing); the others run on its transposed
     // copy, kept until the weights change.
-    if (is_half(w) || gpt::matmul_packs<F>()) return lin(out, inp, w, bias, N, Cin, OC);
+    if (is_frozen(w) || gpt::matmul_packs<F>()) return lin(out, inp, w, bias, N, Cin, OC);
     gpt::matmul_forward_wt(out, inp, wt(w), bias >= 0 ? p(bias) : (const F *)nullptr, N, Cin, OC);
 }
 

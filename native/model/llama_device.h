@@ -145,9 +145,10 @@ struct DeviceLlama : DeviceModel {
 
     explicit DeviceLlama(const Config & c, Model<float> * host_model = nullptr)
         : cfg(c), layout(make_layout(c)), host(host_model) {
-        if (c.bf16)
+        if (c.bf16 || c.int8)
             throw_error(MAPORL_ERR_INVALID_ARG,
-                        "device: a bfloat16 base runs on the CPU in this version (load it in float32 to move it)");
+                        "device: a %s base runs on the CPU in this version (load it in float32 to move it)",
+                        c.bf16 ? "bfloat16" : "int8");
         params.zeroed(layout.total);
         std::vector<float> hc, hs;
         rope_tables(hc, hs, rope_inv_freq(c.head_dim, c.rope_theta, c.rope), c.context);

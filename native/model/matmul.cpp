@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "native/core/bf16.h"
+#include "native/core/q8.h"
 #include "native/core/core.h"
 #include "native/model/gpt_ops.h"
 #include "native/core/isa.h"
@@ -29,6 +30,12 @@ void gemm_acc_bf16(int64_t M, int64_t Nc, int64_t K, const float * A, int64_t ld
                    int64_t ldb_k, int64_t ldb_j, float * Cm, int64_t ldc);
 void gemv_rows_bf16(int64_t N, int64_t OC, int64_t C, const float * X, const uint16_t * Wm, const float * bias,
                     float * out, int64_t o0, int64_t o1);
+void gemm_acc_q8(int64_t M, int64_t Nc, int64_t K, const float * A, int64_t lda_i, int64_t lda_k, const int8_t * Bq,
+                 const uint16_t * Bd, int64_t ldb_k, int64_t ldb_j, float * Cm, int64_t ldc);
+void gemm_set_q8(int64_t M, int64_t Nc, int64_t K, const float * A, int64_t lda_i, int64_t lda_k, const int8_t * Bq,
+                 const uint16_t * Bd, int64_t ldb_k, int64_t ldb_j, float * Cm, int64_t ldc, const float * bias);
+void gemv_rows_q8(int64_t N, int64_t OC, int64_t C, const float * X, const int8_t * Wq, const uint16_t * Wd,
+                  const float * bias, float * out, int64_t o0, int64_t o1);
 }
 namespace avx2 {
 void gemm_acc_f32(int64_t M, int64_t Nc, int64_t K, const float * A, int64_t lda_i, int64_t lda_k, const float * B,
@@ -43,12 +50,18 @@ void gemm_acc_bf16(int64_t M, int64_t Nc, int64_t K, const float * A, int64_t ld
                    int64_t ldb_k, int64_t ldb_j, float * Cm, int64_t ldc);
 void gemv_rows_bf16(int64_t N, int64_t OC, int64_t C, const float * X, const uint16_t * Wm, const float * bias,
                     float * out, int64_t o0, int64_t o1);
+void gemm_acc_q8(int64_t M, int64_t Nc, int64_t K, const float * A, int64_t lda_i, int64_t lda_k, const int8_t * Bq,
+                 const uint16_t * Bd, int64_t ldb_k, int64_t ldb_j, float * Cm, int64_t ldc);
+void gemm_set_q8(int64_t M, int64_t Nc, int64_t K, const float * A, int64_t lda_i, int64_t lda_k, const int8_t * Bq,
+                 const uint16_t * Bd, int64_t ldb_k, int64_t ldb_j, float * Cm, int64_t ldc, const float * bias);
+void gemv_rows_q8(int64_t N, int64_t OC, int64_t C, const float * X, const int8_t * Wq, const uint16_t * Wd,
+                  const float * bias, float * out, int64_t o0, int64_t o1);
 }
 namespace gpt {
 namespace {
 
-// The kernels of one SIMD level (matmul_vec.inc): C (+)= A B with B float or bfloat16 (acc adds onto C; set writes
-// bias + A B without reading C), and the decoding GEMV.
+// The kernels of one SIMD level (matmul_vec.inc): C (+)= A B with B float, bfloat16 or Q8 (acc adds onto C; set
+// writes bias + A B without reading C), and the decoding GEMV.
 struct GemmKernels {
     decltype(&avx512::gemm_acc_f32) acc_f32;
     decltype(&avx512::gemm_set_f32) set_f32;
@@ -56,14 +69,19 @@ struct GemmKernels {
     decltype(&avx512::gemm_set_bf16) set_bf16;
     decltype(&avx512::gemv_rows_f32) gemv_f32;
     decltype(&avx512::gemv_rows_bf16) gemv_bf16;
+    decltype(&avx512::gemm_acc_q8) acc_q8;
+    decltype(&avx512::gemm_set_q8) set_q8;
+    decltype(&avx512::gemv_rows_q8) gemv_q8;
 };
 
 // The active level's kernels, or null at the scalar level.
 const GemmKernels * simd_kernels() {
     static const GemmKernels k512{avx512::gemm_acc_f32,  avx512::gemm_set_f32,  avx512::gemm_acc_bf16,
-                                  avx512::gemm_set_bf16, avx512::gemv_rows_f32, avx512::gemv_rows_bf16};
+                                  avx512::gemm_set_bf16, avx512::gemv_rows_f32, avx512::gemv_rows_bf16,
+                                  avx512::gemm_acc_q8,   avx512::gemm_set_q8,   avx512::gemv_rows_q8};
     static const GemmKernels k2{avx2::gemm_acc_f32,  avx2::gemm_set_f32,  avx2::gemm_acc_bf16,
-                                avx2::gemm_set_bf16, avx2::gemv_rows_f32, avx2::gemv_rows_bf16};
+                                avx2::gemm_set_bf16, avx2::gemv_rows_f32, avx2::gemv_rows_bf16,
+                                avx2::gemm_acc_q8,   avx2::gemm_set_q8,   avx2::gemv_rows_q8};
     const Isa isa = active_isa();
     return isa == Isa::Avx512 ? &k512 : isa == Isa::Avx2 ? &k2 : nullptr;
 }
@@ -105,8 +123,12 @@ template <typename F>
 void matmul_forward_rows_parts(const RowsPart<F> * parts, int nparts, const F * inp, int64_t N, int64_t C) {
     int64_t total = 0;
     for (int i = 0; i < nparts; ++i) {
-        if ((parts[i].w == nullptr) == (parts[i].w16 == nullptr))
-            throw_error(MAPORL_ERR_INTERNAL, "matmul_forward_rows_parts: part %d: expected exactly one of w, w16", i);
+        if ((parts[i].w != nullptr) + (parts[i].w16 != nullptr) + (parts[i].w8 != nullptr) != 1)
+            throw_error(MAPORL_ERR_INTERNAL, "matmul_forward_rows_parts: part %d: expected exactly one of w, w16, w8",
+                        i);
+        if (parts[i].w8 && (C % kQ8Block != 0 || !parts[i].d8))
+            throw_error(MAPORL_ERR_INTERNAL,
+                        "matmul_forward_rows_parts: part %d: a Q8 weight needs C %% 32 == 0 and scales", i);
         total += parts[i].OC;
     }
     const GemmKernels * k = simd_kernels_for<F>();
@@ -119,7 +141,10 @@ void matmul_forward_rows_parts(const RowsPart<F> * parts, int nparts, const F * 
             off += pt.OC;
             if (o0 >= o1) continue;
             if (k) {
-                if (pt.w16)
+                if (pt.w8)
+                    k->gemv_q8(N, pt.OC, C, (const float *)inp, pt.w8, pt.d8, (const float *)pt.bias, (float *)pt.out,
+                               o0, o1);
+                else if (pt.w16)
                     k->gemv_bf16(N, pt.OC, C, (const float *)inp, pt.w16, (const float *)pt.bias, (float *)pt.out, o0,
                                  o1);
                 else
@@ -131,7 +156,10 @@ void matmul_forward_rows_parts(const RowsPart<F> * parts, int nparts, const F * 
                 for (int64_t n = 0; n < N; ++n) {
                     F s = pt.bias ? pt.bias[o] : F(0);
                     const F * x = inp + n * C;
-                    if (pt.w16)
+                    if (pt.w8) {
+                        const Q8Ptr w{pt.w8, pt.d8, o * C};
+                        for (int64_t c = 0; c < C; ++c) s += x[c] * (F)w[c];
+                    } else if (pt.w16)
                         for (int64_t c = 0; c < C; ++c) s += x[c] * (F)bf16_to_float(pt.w16[o * C + c]);
                     else
                         for (int64_t c = 0; c < C; ++c) s += x[c] * pt.w[o * C + c];
@@ -246,6 +274,42 @@ void matmul_backward_input_bf16(float * dinp, const float * dout, const uint16_t
         return k->acc_bf16(N, C, OC, dout, OC, 1, weight, C, 1, dinp, C);
     }
     const std::vector<float> w = widened(weight, OC * C);
+    matmul_backward(dinp, (float *)nullptr, (float *)nullptr, dout, (const float *)nullptr, w.data(), N, C, OC,
+                    set_dinp);
+}
+
+// Q8 weights (q8.h: a frozen int8 base) as bfloat16 ones: widened exactly inside the SIMD kernels; the scalar level
+// widens a float copy.
+namespace {
+std::vector<float> widened(const int8_t * q, const uint16_t * d, int64_t n) {
+    std::vector<float> out((size_t)n);
+    const Q8Ptr w{q, d, 0};
+    for (int64_t i = 0; i < n; ++i) out[(size_t)i] = w[i];
+    return out;
+}
+void require_q8_cols(int64_t cols) {
+    if (cols % kQ8Block != 0)
+        throw_error(MAPORL_ERR_INTERNAL, "Q8 matmul: the weight's rows have %lld values, not a multiple of 32",
+                    (long long)cols);
+}
+}  // namespace
+
+void matmul_forward_q8(float * out, const float * inp, const int8_t * q, const uint16_t * d, const float * bias,
+                       int64_t N, int64_t C, int64_t OC) {
+    require_q8_cols(C);
+    if (const GemmKernels * k = simd_kernels()) return k->set_q8(N, OC, C, inp, C, 1, q, d, 1, C, out, OC, bias);
+    const std::vector<float> w = widened(q, d, OC * C);
+    matmul_forward(out, inp, w.data(), bias, N, C, OC);
+}
+
+void matmul_backward_input_q8(float * dinp, const float * dout, const int8_t * q, const uint16_t * d, int64_t N,
+                              int64_t C, int64_t OC, bool set_dinp) {
+    require_q8_cols(C);
+    if (const GemmKernels * k = simd_kernels()) {
+        if (set_dinp) return k->set_q8(N, C, OC, dout, OC, 1, q, d, C, 1, dinp, C, nullptr);
+        return k->acc_q8(N, C, OC, dout, OC, 1, q, d, C, 1, dinp, C);
+    }
+    const std::vector<float> w = widened(q, d, OC * C);
     matmul_backward(dinp, (float *)nullptr, (float *)nullptr, dout, (const float *)nullptr, w.data(), N, C, OC,
                     set_dinp);
 }

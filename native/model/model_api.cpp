@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "native/core/bf16.h"
+#include "native/core/q8.h"
 #include "native/core/core.h"
 #include "native/model/gpt.h"
 #include "native/model/gpt_cuda.h"
@@ -455,6 +456,7 @@ maporl_status llama_create(const maporl_llama_config * config, bool init, uint64
         l.qk_norm = c.qk_norm != 0;
         l.tie_embeddings = c.tie_embeddings != 0;
         l.bf16 = c.bf16_matrices != 0;
+        l.int8 = c.int8_matrices != 0;
         auto * g = new maporl_gpt(l);
         if (init) g->lm->init(seed);  // else zeros, for a loader that writes every tensor
         *out = g;
@@ -471,25 +473,57 @@ maporl_status maporl_llama_create_zeroed(const maporl_llama_config * config, map
     return llama_create(config, false, 0, out);
 }
 
+
 namespace {
-// IEEE half to float, exactly (every value is a float).
-inline float f16_to_float(uint16_t h) {
-    const uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
-    uint32_t u;
-    if (exp == 0x1f) {
-        u = sign | 0x7f800000u | (man << 13);  // Inf / NaN
-    } else if (exp != 0) {
-        u = sign | ((exp + 112) << 23) | (man << 13);
-    } else if (man == 0) {
-        u = sign;  // +-0
-    } else {       // subnormal: man * 2^-24, exact in float
-        const float f = std::ldexp((float)man, -24);
-        std::memcpy(&u, &f, 4);
-        u |= sign;
+// An int8 base's matrix from F32 / BF16 / F16 values (quantized block by block) or Q8_0 blocks (taken as they are).
+void set_q8_tensor(llama::Model<float> & m, int64_t index, int dtype, const void * data) {
+    const auto & t = m.layout.tensors[(size_t)index];
+    const Q8Ptr w = m.q8p(index);
+    int8_t * q = const_cast<int8_t *>(w.q);
+    uint16_t * d = const_cast<uint16_t *>(w.d);
+    const uint8_t * src = (const uint8_t *)data;  // possibly unaligned (a view into a file buffer)
+    const int64_t blocks = t.size / kQ8Block;
+    if (dtype == MAPORL_DTYPE_Q8_0) {
+        for (int64_t b = 0; b < blocks; ++b) {
+            const uint8_t * blk = src + 34 * b;
+            std::memcpy(d + b, blk, 2);
+            const float df = f16_to_float(d[b]);
+            if (!std::isfinite(df))
+                throw_error(MAPORL_ERR_INVALID_ARG, "data: tensor %s: block %lld's scale is not finite", t.name.c_str(),
+                            (long long)b);
+            std::memcpy(q + b * kQ8Block, blk + 2, kQ8Block);
+        }
+        return;
     }
-    float f;
-    std::memcpy(&f, &u, 4);
-    return f;
+    if (dtype != MAPORL_DTYPE_F32 && dtype != MAPORL_DTYPE_BF16 && dtype != MAPORL_DTYPE_F16)
+        throw_error(MAPORL_ERR_INVALID_ARG, "dtype: expected 0 (F32), 1 (BF16), 2 (F16) or 3 (Q8_0), got %d", dtype);
+    const int64_t es = dtype == MAPORL_DTYPE_F32 ? 4 : 2;
+    float blk[kQ8Block];
+    for (int64_t b = 0; b < blocks; ++b) {
+        for (int64_t i = 0; i < kQ8Block; ++i) {
+            const uint8_t * e = src + es * (b * kQ8Block + i);
+            if (dtype == MAPORL_DTYPE_F32) {
+                std::memcpy(&blk[i], e, 4);
+            } else {
+                uint16_t x;
+                std::memcpy(&x, e, 2);
+                blk[i] = dtype == MAPORL_DTYPE_BF16 ? bf16_to_float(x) : f16_to_float(x);
+            }
+        }
+        if (!q8_quantize_block(blk, q + b * kQ8Block, d + b)) {
+            int64_t at = 0;
+            while (at < kQ8Block && std::isfinite(blk[at])) ++at;
+            if (at < kQ8Block)
+                throw_error(MAPORL_ERR_INVALID_ARG,
+                            "data: tensor %s has a non-finite value (%g) at index %lld; int8 "
+                            "cannot hold it",
+                            t.name.c_str(), (double)blk[at], (long long)(b * kQ8Block + at));
+            throw_error(MAPORL_ERR_INVALID_ARG,
+                        "data: tensor %s: values near index %lld are beyond int8's range (max |x| / 127 past a half's "
+                        "65504)",
+                        t.name.c_str(), (long long)(b * kQ8Block));
+        }
+    }
 }
 }  // namespace
 
@@ -508,6 +542,14 @@ maporl_status maporl_gpt_set_tensor(maporl_gpt * gpt, int64_t index, int dtype, 
             throw_error(MAPORL_ERR_INVALID_ARG, "count: tensor %s has %lld elements, got %lld", t.name.c_str(),
                         (long long)t.size, (long long)count);
         require_ptr(data, "data", count);
+        if (gpt->lm && gpt->lm->active < 0 && gpt->lm->is_q8(index)) {
+            set_q8_tensor(*gpt->lm, index, dtype, data);
+            return MAPORL_OK;
+        }
+        if (dtype == MAPORL_DTYPE_Q8_0)
+            throw_error(MAPORL_ERR_INVALID_ARG,
+                        "dtype: Q8_0 (3) is for the matrices of an int8 base; tensor %s is held as %s", t.name.c_str(),
+                        gpt->lm && gpt->lm->is_half(index) ? "bfloat16" : "float32");
         if (gpt->lm && gpt->lm->active < 0 &&
             gpt->lm->is_half(index)) {  // a bfloat16 matrix: kept as bf16 (others rounded)
             uint16_t * dst = gpt->lm->h(index);

@@ -1,0 +1,82 @@
+// q8.h: the int8 weight format of a frozen base, llama.cpp's Q8_0: a matrix [rows, cols] with cols a multiple of
+// 32 is held as int8 values q (row-major, as the float matrix) and one IEEE half scale d per block of 32 consecutive
+// values of a row (d[i / 32] scales q[i]). A weight is q * d, exact in float (8 bits times 11 bits of mantissa), so
+// the kernels widen it exactly, as they widen bfloat16: the same bits as the float kernels on the dequantized matrix.
+// Quantizing a block: d = half(max |x| / 127) (nearest even), q = round(x / d) (nearest even) clamped to +-127.
+#pragma once
+
+#include <stdint.h>
+
+#include <cmath>
+#include <cstring>
+
+namespace maporl {
+
+constexpr int64_t kQ8Block = 32;
+
+// IEEE half to float, exactly (every half is a float; subnormals included).
+inline float f16_to_float(uint16_t h) {
+    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    uint32_t u;
+    if (e == 0) {
+        const float f = (float)m * 5.9604644775390625e-8f;  // m * 2^-24: exact
+        std::memcpy(&u, &f, 4);
+    } else if (e == 0x1f) {
+        u = 0x7f800000u | (m << 13);  // Inf / NaN
+    } else {
+        u = ((e + 112) << 23) | (m << 13);
+    }
+    u |= sign;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+}
+
+// float to IEEE half, to nearest even (as torch's .to(torch.float16)): past 65504 (from 65520 up) it is Inf; NaN stays
+// a quiet NaN of the same sign.
+inline uint16_t float_to_f16(float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    const uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+    u &= 0x7fffffffu;
+    if (u > 0x7f800000u) return sign | 0x7e00u;
+    if (u >= 0x477ff000u) return sign | 0x7c00u;  // >= 65520: rounds to Inf
+    if (u < 0x38800000u) {                        // below 2^-14: a subnormal half (or zero), in units of 2^-24
+        float a;
+        std::memcpy(&a, &u, 4);
+        return sign | (uint16_t)std::nearbyint(a * 16777216.0f);  // exact scaling; nearest even (the default mode)
+    }
+    const uint32_t r = u + 0xfffu + ((u >> 13) & 1u) - (112u << 23);
+    return sign | (uint16_t)(r >> 13);
+}
+
+// Quantizes one block of kQ8Block values into q[0 .. 31] and *d. Returns false, writing nothing, when a value is
+// not finite or the block's scale is beyond a half (max |x| past about 8.3e6).
+inline bool q8_quantize_block(const float * x, int8_t * q, uint16_t * d) {
+    float amax = 0.0f;
+    for (int64_t i = 0; i < kQ8Block; ++i) {
+        if (!std::isfinite(x[i])) return false;
+        amax = std::fabs(x[i]) > amax ? std::fabs(x[i]) : amax;
+    }
+    const uint16_t dh = float_to_f16(amax / 127.0f);
+    const float df = f16_to_float(dh);
+    if (std::isinf(df)) return false;
+    *d = dh;
+    for (int64_t i = 0; i < kQ8Block; ++i) {
+        const float r = df > 0.0f ? std::nearbyint(x[i] / df) : 0.0f;
+        q[i] = (int8_t)(r > 127.0f ? 127 : r < -127.0f ? -127 : (int)r);
+    }
+    return true;
+}
+
+// A position in a Q8 matrix, used by the kernels as they use a pointer to float or bfloat16 weights: p + k moves k
+// values along the flat row-major matrix, p[k] is that weight as a float.
+struct Q8Ptr {
+    const int8_t * q;
+    const uint16_t * d;
+    int64_t i;
+    Q8Ptr operator+(int64_t k) const { return Q8Ptr{q, d, i + k}; }
+    float operator[](int64_t k) const { return (float)q[i + k] * f16_to_float(d[(i + k) / kQ8Block]); }
+};
+
+}  // namespace maporl
