@@ -223,6 +223,8 @@ export interface NativeLlamaConfig {
     tieEmbeddings: boolean;
     /** The matrices stored as bfloat16 and frozen (LoRA adapters on them train). */
     bf16?: boolean;
+    /** The matrices stored as int8 (Q8_0 blocks; bfloat16 where a row is not a multiple of 32 long) and frozen. */
+    int8?: boolean;
 }
 export interface NativeGptConfig {
     vocab: number;

@@ -4,8 +4,8 @@
 // (batch 8, 64-token prompts, 64 new tokens), single-stream decoding against the weight-read floor (the weights'
 // bytes per token over the read bandwidth: a read-only stream on every thread, measureReadBandwidth; the copy
 // bandwidth counted as read + write is ~1.3x higher here, traffic a read stream cannot reach), a full fine-tuning
-// step (B=4, T=256), single-stream decoding on a bfloat16 base (dtype 'bfloat16':
-// half the bytes per token), the forward's GEMM efficiency (FLOP/s against the FMA peak). The probes (bandwidth,
+// step (B=4, T=256), single-stream decoding on a bfloat16 base (dtype 'bfloat16': half the bytes per token) and on an
+// int8 base (dtype 'int8': Q8_0, 34 bytes per 32 weights), the forward's GEMM efficiency (FLOP/s against the FMA peak). The probes (bandwidth,
 // peak) are measured right before and after each timed repetition and each share is the median over repetitions of
 // the kernel against its own repetition's probe: a shared VM's speed drifts 2x within minutes, so a probe taken
 // once, minutes away, moved a share by ten points and more. And loading a ~1 GB bf16 checkpoint (the Qwen2.5-0.5B
@@ -241,6 +241,25 @@ export async function benchLlama(ctx: BenchContext): Promise<BenchRow[]> {
             `(${(100 * bfFloor.share).toFixed(0)}% of it)`,
     });
     await pb.dispose();
+    // Single stream on an int8 base (Q8_0 blocks: 34 bytes per 32 weights, widened in the GEMV).
+    const pq = await NativePolicy.fromConfig(SMOL, { tokenizer: null, seed: 0, contextLength: 512, dtype: "int8" });
+    const qBytes = (34 / 32) * SMOL_MATRICES + 4 * (pq.parameterCount - SMOL_MATRICES);
+    const singleQ = await timeWithProbe(() => pq.generate(one), readBw, 3, 1);
+    const qFloor = floorShare(singleQ, qBytes);
+    rows.push({
+        kernel: "llama decode B=1",
+        size: `${size}, prompt=4 new=64`,
+        impl: "maporl NativePolicy.generate, dtype int8",
+        medianMs: singleQ.medianMs,
+        peakExtraBytes: null,
+        bytesMoved: qBytes * 68,
+        readOnly: true,
+        baselineMs: sbm,
+        note:
+            `${ts(singleQ.medianMs, 64)}; weight-read floor ${Math.round(qFloor.floorTps)} tokens/s at ${(qFloor.bw / 1e9).toFixed(1)} GB/s read ` +
+            `(${(100 * qFloor.share).toFixed(0)}% of it)`,
+    });
+    await pq.dispose();
     // Full fine-tuning step.
     const B = 4,
         T = 256;

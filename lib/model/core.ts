@@ -22,10 +22,10 @@ export interface HfState {
  * hidden_size, rounded; seed 0). */
 export type ModelShape = Required<Omit<NativePolicyConfig, "tokenizer" | "name" | "device" | "maxMemoryBytes">>;
 
-/** LoadOptions.dtype: undefined, 'float32' or 'bfloat16'. */
+/** LoadOptions.dtype: undefined, 'float32', 'bfloat16' or 'int8'. */
 export function requireDtype(fn: string, dtype: unknown): void {
-    if (dtype !== undefined && dtype !== "float32" && dtype !== "bfloat16")
-        throw new RangeError(`${fn}: dtype: expected 'float32' or 'bfloat16', got ${describe(dtype)}`);
+    if (dtype !== undefined && dtype !== "float32" && dtype !== "bfloat16" && dtype !== "int8")
+        throw new RangeError(`${fn}: dtype: expected 'float32', 'bfloat16' or 'int8', got ${describe(dtype)}`);
 }
 
 /** An adapter's native config as LoraOptions. */
@@ -59,15 +59,15 @@ class ModelCore {
     constructor(
         h: GptHandle,
         readonly baseName: string,
-        bf16 = false,
+        frozen = false,
     ) {
         this.handle = h;
         this.turns = new DecodeTurns(() => {
             if (!this.handle) throw new Error(`${baseName}: disposed`);
             return this.handle;
         });
-        // (a bfloat16 base's parameter set is its float tensors; its count, every tensor's)
-        this.baseCount = bf16
+        // (a frozen bfloat16 / int8 base's parameter set is its float tensors; its count, every tensor's)
+        this.baseCount = frozen
             ? native.gptTensors(h).reduce((a, t) => a + t.shape.filter((d) => d > 0).reduce((x, y) => x * y, 1), 0)
             : native.gptParamCount(h);
     }

@@ -84,7 +84,9 @@ export function openHfModel(dir: string, o: LoadOptions): OpenedHfModel {
     const info = readHfConfig(dir, raw, o.contextLength ?? saved?.contextLength);
     if (o.contextLength === undefined && !saved) info.engine.context = Math.min(info.engine.context, 8192);
     const { tokenizer, tokenizerDir } = resolveHfTokenizer(fn, dir, info, o);
-    if (o.dtype === "bfloat16") info.engine.bf16 = true; // the matrices stay bf16 (a file's F32 / F16 rounded to nearest even)
+    // bfloat16: the matrices stay bf16 (a file's F32 / F16 rounded to nearest even); int8: quantized as they load
+    if (o.dtype === "bfloat16") info.engine.bf16 = true;
+    if (o.dtype === "int8") info.engine.int8 = true;
     // Every header against the config, and the memory against the limit, before anything is allocated.
     const layout = llamaLayout(info.engine);
     const plan = planHfWeights(dir, layout, info.engine.tieEmbeddings);
@@ -95,7 +97,7 @@ export function openHfModel(dir: string, o: LoadOptions): OpenedHfModel {
     if (need > limit)
         throw new RangeError(
             `${fn}: ${dir}: the model's weights take ${(need / 2 ** 30).toFixed(2)} GiB (${info.engine.layers} layers, hidden ${info.engine.dModel}, ` +
-                `intermediate ${info.engine.intermediate}, vocab ${info.engine.vocab}, ${info.engine.bf16 ? "bfloat16 matrices" : "float32"}), more than maxMemoryBytes ` +
+                `intermediate ${info.engine.intermediate}, vocab ${info.engine.vocab}, ${info.engine.bf16 ? "bfloat16 matrices" : info.engine.int8 ? "int8 matrices" : "float32"}), more than maxMemoryBytes ` +
                 `${(limit / 2 ** 30).toFixed(2)} GiB${o.maxMemoryBytes === undefined ? " (80% of this machine's memory)" : ""}`,
         );
     const h = native.llamaCreate(info.engine, null);
@@ -109,7 +111,8 @@ export function openHfModel(dir: string, o: LoadOptions): OpenedHfModel {
         const head = join(dir, "value_head.safetensors");
         if (existsSync(head)) loadValueHead(fn, head, h);
         const opt = join(dir, "optimizer.safetensors");
-        if (saved && existsSync(opt) && o.dtype !== "bfloat16") loadOptimizer(fn, opt, h); // (a frozen bf16 base does not train)
+        const frozen = o.dtype === "bfloat16" || o.dtype === "int8"; // (a frozen base does not train)
+        if (saved && existsSync(opt) && !frozen) loadOptimizer(fn, opt, h);
         if (saved) native.gptSetStep(h, saved.step);
     } catch (e) {
         native.gptFree(h);
@@ -144,5 +147,6 @@ export function createHfModel(
     if (o.contextLength === undefined) info.engine.context = Math.min(info.engine.context, 8192);
     const { tokenizer, tokenizerDir } = resolveHfTokenizer(fn, null, info, o);
     if (o.dtype === "bfloat16") info.engine.bf16 = true;
+    if (o.dtype === "int8") info.engine.int8 = true;
     return { handle: native.llamaCreate(info.engine, seed), info, tokenizer, tokenizerDir, name: o.name };
 }

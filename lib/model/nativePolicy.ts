@@ -89,7 +89,7 @@ export class NativePolicy implements Policy {
             this.config = hfShape(e);
             this.V = e.vocab;
             this.name = config.name ?? `${hf.state.info.modelType}-${e.layers}x${e.dModel}`;
-            this.core = share?.core ?? new ModelCore(handle!, this.name, e.bf16 === true);
+            this.core = share?.core ?? new ModelCore(handle!, this.name, e.bf16 === true || e.int8 === true);
             return;
         }
         this.config = gptShape(config);
@@ -109,12 +109,12 @@ export class NativePolicy implements Policy {
     }
 
     // Moves a new model to `device`, freeing it if that fails (the caller never sees a half-made policy). 'auto' keeps
-    // a bfloat16 base on the CPU (where it runs in this version); 'cuda' says so, naming it.
+    // a bfloat16 or int8 base on the CPU (where it runs in this version); 'cuda' says so, naming it.
     /** @internal */
     placed(fn: string, device: unknown): NativePolicy {
         const d = resolveDevice(fn, device ?? "cpu", 1, 0);
         try {
-            const cpuOnly = this.family === "llama" && this.dtype === "bfloat16";
+            const cpuOnly = this.family === "llama" && this.dtype !== "float32";
             if (d === "cuda" && !(cpuOnly && device === "auto")) native.gptSetDevice(this.h(), 1);
         } catch (e) {
             this.core.free();
@@ -123,17 +123,18 @@ export class NativePolicy implements Policy {
         return this;
     }
 
-    /** How the model's matrices are held: 'bfloat16' for a frozen bf16 base (LoadOptions.dtype), else 'float32'. */
-    get dtype(): "float32" | "bfloat16" {
-        return this.hf?.info.engine.bf16 === true ? "bfloat16" : "float32";
+    /** How the model's matrices are held: 'bfloat16' or 'int8' for a frozen base (LoadOptions.dtype), else 'float32'. */
+    get dtype(): "float32" | "bfloat16" | "int8" {
+        const e = this.hf?.info.engine;
+        return e?.int8 === true ? "int8" : e?.bf16 === true ? "bfloat16" : "float32";
     }
 
-    // A bfloat16 base cannot be read back as float32 parameters: `what` is refused with the way out.
+    // A bfloat16 or int8 base cannot be read back as float32 parameters: `what` is refused with the way out.
     /** @internal */
     requireFloatBase(what: string): void {
-        if (this.adapterId < 0 && this.dtype === "bfloat16")
+        if (this.adapterId < 0 && this.dtype !== "float32")
             throw new Error(
-                `${this.name}.${what}: the model's matrices are bfloat16 in memory (loaded with dtype 'bfloat16', frozen); ` +
+                `${this.name}.${what}: the model's matrices are ${this.dtype} in memory (loaded with dtype '${this.dtype}', frozen); ` +
                     `${what} an adapter of it (withAdapter), or load the model with dtype 'float32'`,
             );
     }
@@ -164,7 +165,7 @@ export class NativePolicy implements Policy {
     }
 
     /** The trainable parameters: the adapter's (A, B and its value head) for an adapter's policy, else the model's
-     * (for a bfloat16 base, every tensor's count). */
+     * (for a bfloat16 or int8 base, every tensor's count). */
     get parameterCount(): number {
         return this.adapterId >= 0 ? native.loraInfo(this.h(), this.adapterId).count : this.core.baseCount;
     }

@@ -122,7 +122,7 @@ export interface TrainResult {
 /** Options of NativePolicy.load (LoadOptions) but `base`: what loading a model directory takes. */
 export interface HfLoadOptions {
     /** 'cpu' (default), 'cuda' or 'auto'. A Llama-family model in float32 (and its LoRA adapters) runs on either; a
-     * bfloat16 base runs on the CPU in this version ('auto' keeps it there; 'cuda' is an error naming it). */
+     * bfloat16 or int8 base runs on the CPU in this version ('auto' keeps it there; 'cuda' is an error naming it). */
     device?: Device;
     /** Hugging Face directories: cap the positions below max_position_embeddings (KV-cache and activation memory grow
      * with it). Defaults to min(max_position_embeddings, sliding_window where one applies, 8192). */
@@ -135,8 +135,13 @@ export interface HfLoadOptions {
     /** Hugging Face directories: how the weights are held in memory. 'float32' (default): every parameter trains.
      * 'bfloat16': the matrices (embedding, projections, LM head) stay bfloat16 and frozen, half their memory (widened
      * exactly inside the kernels, so the model computes what its float32 load of a bf16 checkpoint computes): a base
-     * for LoRA adapters, or a model that only generates and scores. Its own trainStep, save and clone are errors. */
-    dtype?: "float32" | "bfloat16";
+     * for LoRA adapters, or a model that only generates and scores. Its own trainStep, save and clone are errors.
+     * 'int8': the same with the matrices quantized when loading to llama.cpp's Q8_0 (blocks of 32 int8 values and a
+     * float16 scale: 34 bytes per 32 weights, about 0.53x bfloat16; a matrix whose rows are not a multiple of 32 long
+     * stays bfloat16), widened exactly inside the kernels: the model computes what a float32 model of the quantized
+     * values computes (docs/models.md states the log-prob differences against float32). QLoRA's idea: LoRA adapters
+     * train in float32 on the frozen quantized base, and save in the PEFT layout, loadable on the float base. */
+    dtype?: "float32" | "bfloat16" | "int8";
     name?: string;
     /** Hugging Face directories: add a LoRA adapter named 'default' (PEFT's name) and return the policy of it (the base
      * frozen; more adapters on the same base with withAdapter). */

@@ -83,8 +83,8 @@ export function declare(cmd: Command, act: (a: TrainArgs) => Promise<void>): voi
         .addOption(
             new Option(
                 "--dtype <dtype>",
-                "the base's matrices in memory (with --model): float32, or bfloat16 (frozen, half the memory)",
-            ).choices(["float32", "bfloat16"]),
+                "the base's matrices in memory (with --model): float32, bfloat16 (frozen, half the memory) or int8 (frozen, Q8_0 blocks, about a quarter)",
+            ).choices(["float32", "bfloat16", "int8"]),
         )
         .option("--data <dir>", "gsm8k: a directory with train.jsonl and test.jsonl (default the shipped copy)")
         .addOption(

@@ -1,0 +1,161 @@
+// int8.test.ts: a Hugging Face model loaded with dtype 'int8' (its matrices quantized to llama.cpp's Q8_0 as they
+// load, frozen). The quantizer written again here in float64 (a half scale to nearest even, then round-half-even of
+// x / d) gives the dequantized weights; a float32 load of a directory holding them computes the int8 load's very
+// bits (log-probs, sampled tokens, adapter training). Against the float32 load of the original weights it is close;
+// an adapter trained on the int8 base saves in the PEFT layout and loads on the float base; its own training is a
+// named error.
+import { cpSync, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+
+import { NativePolicy } from "../../lib/index.js";
+import { readSafetensors, writeSafetensors } from "../../lib/model/safetensors.js";
+import { tinyHfModel } from "../helpers/serve.js";
+
+// The nearest IEEE half to x, ties to even (x >= 0, below 65520): the half grid's step at x's binade, in float64.
+function f16(x: number): number {
+    if (x === 0) return 0;
+    const e = Math.max(Math.floor(Math.log2(x)), -14);
+    const step = 2 ** (e - 10);
+    let k = x / step;
+    const fl = Math.floor(k);
+    k = k - fl > 0.5 || (k - fl === 0.5 && fl % 2 === 1) ? fl + 1 : fl;
+    return k * step;
+}
+const roundEven = (x: number): number => {
+    const fl = Math.floor(x),
+        r = x - fl;
+    return r > 0.5 || (r === 0.5 && fl % 2 !== 0) ? fl + 1 : fl;
+};
+// A matrix's values as the int8 base holds them (rows a multiple of 32 long).
+function dequantized(w: Float32Array): Float32Array {
+    const out = new Float32Array(w.length);
+    for (let b = 0; b < w.length; b += 32) {
+        let amax = 0;
+        for (let i = b; i < b + 32; i++) amax = Math.max(amax, Math.abs(w[i]));
+        const d = f16(Math.fround(amax / 127));
+        for (let i = b; i < b + 32; i++) {
+            const q = d > 0 ? Math.min(127, Math.max(-127, roundEven(Math.fround(w[i] / d)))) : 0;
+            out[i] = q * d;
+        }
+    }
+    return out;
+}
+
+const V = 320;
+function batch(seed: number) {
+    const B = 2,
+        T = 12,
+        tokens = new Int32Array(B * T),
+        targets = new Int32Array(B * T),
+        mask = new Uint8Array(B * T).fill(1);
+    for (let i = 0; i < B * T; i++) {
+        tokens[i] = (i * 37 + seed * 11 + 5) % V;
+        targets[i] = (i * 53 + seed * 7 + 3) % V;
+    }
+    return { tokens, targets, mask, shape: [B, T] as [number, number] };
+}
+
+describe("an int8 base", () => {
+    let root = "";
+    let dir = "";
+    let twin = "";
+    beforeAll(async () => {
+        root = mkdtempSync(join(tmpdir(), "maporl-int8-"));
+        dir = join(root, "model");
+        twin = join(root, "twin");
+        // (hidden 64; the MLP's down projection reads 96 values a row: a multiple of 32 as well)
+        await tinyHfModel(dir, 5, {
+            hidden_size: 64,
+            intermediate_size: 96,
+            num_hidden_layers: 2,
+            num_attention_heads: 4,
+            num_key_value_heads: 2,
+        });
+        cpSync(dir, twin, { recursive: true });
+        const { tensors } = readSafetensors(join(dir, "model.safetensors"));
+        writeSafetensors(
+            join(twin, "model.safetensors"),
+            tensors.map((t) => (t.shape.length === 2 ? { ...t, data: dequantized(t.data as Float32Array) } : t)),
+        );
+    }, 60_000);
+    afterAll(() => rmSync(root, { recursive: true, force: true }));
+
+    it("computes the bits of a float32 model of its dequantized weights: log-probs, sampling, adapter training", async () => {
+        const q = await NativePolicy.load(dir, { tokenizer: null, dtype: "int8" });
+        const f = await NativePolicy.load(twin, { tokenizer: null });
+        expect([q.dtype, f.dtype]).toEqual(["int8", "float32"]);
+        expect(q.parameterCount).toBe(f.parameterCount);
+        const seqs = {
+            tokens: Int32Array.from({ length: 3 * 11 }, (_, i) => (i * 29 + 4) % V),
+            shape: [3, 11] as [number, number],
+        };
+        expect(await q.logprobs(seqs)).toEqual(await f.logprobs(seqs));
+        const reqs = [[5, 9, 17], [40, 41, 42, 43, 44], [88]].map((p, i) => ({
+            promptTokenIds: p,
+            seed: i,
+            sampling: { temperature: 0.8, maxTokens: 10 },
+        }));
+        const [gq, gf] = [await q.generate(reqs), await f.generate(reqs)];
+        expect(gq.map((g) => [g.tokenIds, g.logprobs])).toEqual(gf.map((g) => [g.tokenIds, g.logprobs]));
+        const [aq, af] = [
+            await q.withAdapter("a", { rank: 4, alpha: 8 }),
+            await f.withAdapter("a", { rank: 4, alpha: 8 }),
+        ];
+        for (let s = 0; s < 3; s++) {
+            const [lq, lf] = [await aq.trainStep(batch(s), { lr: 1e-2 }), await af.trainStep(batch(s), { lr: 1e-2 })];
+            expect(lq.loss).toBe(lf.loss);
+        }
+        expect(await aq.logprobs(seqs)).toEqual(await af.logprobs(seqs));
+        // The adapter saves in the PEFT layout and loads on the float32 base of the original weights.
+        const saved = join(root, "adapter");
+        await aq.save(saved, { baseModel: dir });
+        const base = await NativePolicy.load(dir, { tokenizer: null });
+        const onFloat = await base.loadAdapter(saved);
+        const [lq, lo] = [await aq.logprobs(seqs), await onFloat.logprobs(seqs)];
+        expect(Math.max(...Array.from(lq, (x, i) => Math.abs(x - lo[i])))).toBeLessThan(0.05);
+        // The base itself is frozen.
+        await expect(q.trainStep(batch(0), { lr: 1e-2 })).rejects.toThrow(/int8 and frozen: train a LoRA adapter/);
+        await expect(q.save(join(root, "never-written"))).rejects.toThrow(
+            /matrices are int8 in memory .* load the model with dtype 'float32'/,
+        );
+        await expect(aq.mergeAdapter()).rejects.toThrow(/merge: the base's matrices are int8/);
+        for (const p of [aq, af, q, f, onFloat, base]) await p.dispose();
+    }, 60_000);
+
+    it("stays within the order of bfloat16's error of the float32 load: log-prob differences", async () => {
+        const f = await NativePolicy.load(dir, { tokenizer: null });
+        const h = await NativePolicy.load(dir, { tokenizer: null, dtype: "bfloat16" });
+        const q = await NativePolicy.load(dir, { tokenizer: null, dtype: "int8" });
+        const seqs = {
+            tokens: Int32Array.from({ length: 4 * 16 }, (_, i) => (i * 13 + 1) % V),
+            shape: [4, 16] as [number, number],
+        };
+        const [lf, lh, lq] = [await f.logprobs(seqs), await h.logprobs(seqs), await q.logprobs(seqs)];
+        const stats = (l: Float32Array) => {
+            const d = Array.from(l, (x, i) => Math.abs(x - lf[i]));
+            return { max: Math.max(...d), mean: d.reduce((a, b) => a + b, 0) / d.length };
+        };
+        const [sh, sq] = [stats(lh), stats(lq)];
+        console.log(
+            `|logp - logp(float32)|: bfloat16 mean ${sh.mean.toExponential(2)} max ${sh.max.toExponential(2)}; ` +
+                `int8 mean ${sq.mean.toExponential(2)} max ${sq.max.toExponential(2)}`,
+        );
+        // int8 keeps 7 bits and a shared scale per 32 (bf16: 8 bits per value): the same order of error.
+        expect(sq.mean).toBeGreaterThan(0);
+        expect(sq.mean).toBeLessThan(8 * sh.mean);
+        expect(sq.max).toBeLessThan(0.05);
+        for (const p of [f, h, q]) await p.dispose();
+    }, 60_000);
+
+    it("dtype 'int8' is named in errors, and device 'cuda' refuses it", async () => {
+        await expect(NativePolicy.load(dir, { tokenizer: null, dtype: "q8" as never })).rejects.toThrow(
+            /dtype: expected 'float32', 'bfloat16' or 'int8', got "q8"/,
+        );
+        await expect(NativePolicy.load(dir, { tokenizer: null, dtype: "int8", device: "cuda" })).rejects.toThrow(
+            /cuda|CUDA|int8/,
+        );
+    });
+});
