@@ -36,7 +36,9 @@ for (const f of files) {
 }
 
 const program = readFileSync(join(lib, "cli", "program.ts"), "utf8");
-const declared = JSON.parse(/export const COMMANDS = (\[[^\]]*\])/.exec(program)?.[1] ?? "[]");
+const declared = JSON.parse(
+    (/export const COMMANDS = (\[[^\]]*\])/.exec(program)?.[1] ?? "[]").replace(/,\s*\]$/, "]"),
+);
 const commandFiles = readdirSync(join(lib, "cli", "commands")).map((f) => f.replace(/\.ts$/, ""));
 if (declared.length === 0) problems.push("lib/cli/program.ts: COMMANDS not found");
 for (const c of declared) if (!commandFiles.includes(c)) problems.push(`command '${c}': no lib/cli/commands/${c}.ts`);

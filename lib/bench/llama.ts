@@ -325,27 +325,31 @@ export async function benchLlama(ctx: BenchContext): Promise<BenchRow[]> {
     try {
         const fileBytes = writeRandomBf16(dir, QWEN05);
         const index = fileURLToPath(new URL("../index.js", import.meta.url));
-        const script = `const { NativePolicy } = await import(${JSON.stringify(index)}); const t0 = performance.now();
-            const p = await NativePolicy.load(${JSON.stringify(dir)}, { tokenizer: null }); const ms = performance.now() - t0;
-            console.log(JSON.stringify({ ms, maxRss: process.resourceUsage().maxRSS * 1024, params: p.parameterCount }));`;
-        const r = spawnSync(process.execPath, ["--input-type=module", "-e", script], { encoding: "utf8" });
-        const out = JSON.parse((r.stdout ?? "").trim().split("\n").pop() || "null") as {
-            ms: number;
-            maxRss: number;
-            params: number;
-        } | null;
-        rows.push({
-            kernel: "llama load",
-            size: `Qwen2.5-0.5B shape, ${(fileBytes / 1e9).toFixed(2)} GB bf16`,
-            impl: "maporl NativePolicy.load (fresh process)",
-            medianMs: out?.ms ?? null,
-            peakExtraBytes: out?.maxRss ?? null,
-            bytesMoved: fileBytes,
-            baselineMs: null,
-            note: out
-                ? `peak RSS ${(out.maxRss / 2 ** 30).toFixed(2)} GiB for ${(out.params / 1e6).toFixed(0)}M float32 parameters (${((out.params * 4) / 2 ** 30).toFixed(2)} GiB)`
-                : (r.stderr ?? "").slice(-300),
-        });
+        // As float32 (every parameter trains), bfloat16 (the file's matrices kept) and int8 (quantized as they load).
+        for (const dtype of ["float32", "bfloat16", "int8"]) {
+            const script = `const { NativePolicy } = await import(${JSON.stringify(index)}); const t0 = performance.now();
+                const p = await NativePolicy.load(${JSON.stringify(dir)}, { tokenizer: null, dtype: "${dtype}" }); const ms = performance.now() - t0;
+                console.log(JSON.stringify({ ms, maxRss: process.resourceUsage().maxRSS * 1024, params: p.parameterCount }));`;
+            const r = spawnSync(process.execPath, ["--input-type=module", "-e", script], { encoding: "utf8" });
+            const out = JSON.parse((r.stdout ?? "").trim().split("\n").pop() || "null") as {
+                ms: number;
+                maxRss: number;
+                params: number;
+            } | null;
+            ctx.log?.(`  llama: load ${dtype}, ${out ? `${(out.ms / 1e3).toFixed(1)} s` : "failed"}`);
+            rows.push({
+                kernel: "llama load",
+                size: `Qwen2.5-0.5B shape, ${(fileBytes / 1e9).toFixed(2)} GB bf16`,
+                impl: `maporl NativePolicy.load, dtype ${dtype} (fresh process)`,
+                medianMs: out?.ms ?? null,
+                peakExtraBytes: out?.maxRss ?? null,
+                bytesMoved: fileBytes,
+                baselineMs: null,
+                note: out
+                    ? `peak RSS ${(out.maxRss / 2 ** 30).toFixed(2)} GiB for ${(out.params / 1e6).toFixed(0)}M parameters (${((out.params * 4) / 2 ** 30).toFixed(2)} GiB in float32)`
+                    : (r.stderr ?? "").slice(-300),
+            });
+        }
     } finally {
         rmSync(dir, { recursive: true, force: true });
     }

@@ -1,7 +1,7 @@
 // lora.ts (bench): LoRA adapters at the SmolLM2-135M shape (bench/llama.ts's model; rank 16, alpha 32, every block
 // projection targeted) against full fine-tuning of the same model and against eager PyTorch with a hand-written LoRA
 // (bench/python/lora.py), same run and thread count: the training step (B=4, T=256: tokens/s and the peak memory it
-// adds; on the float32 base and on a bfloat16 one), and generation with three adapters in one batch against the same number of rows on one adapter.
+// adds; on the float32 base and on bfloat16 and int8 ones), and generation with three adapters in one batch against the same number of rows on one adapter.
 import { NativePolicy } from "../model/nativePolicy.js";
 import { lcg } from "../random.js";
 import { timeMedian } from "./measure.js";
@@ -26,9 +26,15 @@ export async function benchLora(ctx: BenchContext): Promise<BenchRow[]> {
         mask: new Uint8Array(B * T).fill(1),
         shape: [B, T] as [number, number],
     };
-    // The smallest footprint first (each peak RSS is the process's so far): LoRA on a bfloat16 base, LoRA on the
-    // float32 base, full fine-tuning last.
+    // The smallest footprint first (each peak RSS is the process's so far): LoRA on an int8 base, on a bfloat16
+    // base, on the float32 base, full fine-tuning last.
     const rssStart = process.memoryUsage().rss;
+    const qBase = await NativePolicy.fromConfig(SMOL, { tokenizer: null, seed: 0, contextLength: 512, dtype: "int8" });
+    const qAgent = await qBase.withAdapter("a0", { rank, alpha });
+    const qStep = await timeMedian(() => qAgent.trainStep(batch, { lr: 1e-4 }), 2, 1);
+    const rssQ = process.resourceUsage().maxRSS * 1024;
+    await qAgent.dispose();
+    await qBase.dispose();
     const bfBase = await NativePolicy.fromConfig(SMOL, {
         tokenizer: null,
         seed: 0,
@@ -85,7 +91,17 @@ export async function benchLora(ctx: BenchContext): Promise<BenchRow[]> {
         peakExtraBytes: Math.max(0, rssBf - rssStart),
         bytesMoved: bytes / 2,
         baselineMs: pym,
-        note: `${ts(bfStep.medianMs, B * T)}; peak RSS ${(rssBf / 2 ** 30).toFixed(2)} GiB (measured first)`,
+        note: `${ts(bfStep.medianMs, B * T)}; peak RSS ${(rssBf / 2 ** 30).toFixed(2)} GiB (measured second)`,
+    });
+    rows.push({
+        kernel: "lora train step",
+        size: `${size}, r=${rank}, B=${B} T=${T}`,
+        impl: "maporl trainStep on an adapter, base in int8 (Q8_0)",
+        medianMs: qStep.medianMs,
+        peakExtraBytes: Math.max(0, rssQ - rssStart),
+        bytesMoved: (bytes / 4) * (34 / 32),
+        baselineMs: pym,
+        note: `${ts(qStep.medianMs, B * T)}; ${(qStep.medianMs / bfStep.medianMs).toFixed(2)}x the bfloat16 base's step; peak RSS ${(rssQ / 2 ** 30).toFixed(2)} GiB (measured first)`,
     });
     rows.push({
         kernel: "lora train step",

@@ -12,6 +12,7 @@ import * as doctor from "./commands/doctor.js";
 import * as evalCommand from "./commands/eval.js";
 import * as gateway from "./commands/gateway.js";
 import * as info from "./commands/info.js";
+import * as makeModel from "./commands/make-model.js";
 import * as serve from "./commands/serve.js";
 import * as toy from "./commands/toy.js";
 import * as train from "./commands/train.js";
@@ -22,6 +23,7 @@ export type { ServeArgs } from "./commands/serve.js";
 export type { GatewayArgs } from "./commands/gateway.js";
 export type { EvalArgs } from "./commands/eval.js";
 export type { CrossPlayArgs } from "./commands/crossplay.js";
+export type { MakeModelArgs } from "./commands/make-model.js";
 
 /** What each command does with its parsed arguments: an exit code. */
 export interface CliActions {
@@ -34,6 +36,7 @@ export interface CliActions {
     doctor(a: doctor.DoctorArgs): Promise<number>;
     eval(a: evalCommand.EvalArgs): Promise<number>;
     crossplay(a: crossplay.CrossPlayArgs): Promise<number>;
+    "make-model"(a: makeModel.MakeModelArgs): Promise<number>;
 }
 
 /** The actions of the installed command. */
@@ -47,10 +50,22 @@ export const ACTIONS: CliActions = {
     doctor: doctor.run,
     eval: evalCommand.run,
     crossplay: crossplay.run,
+    "make-model": makeModel.run,
 };
 
 /** The command names, in the order of the help. */
-export const COMMANDS = ["train", "info", "bench", "serve", "gateway", "eval", "crossplay", "doctor", "toy"] as const;
+export const COMMANDS = [
+    "train",
+    "info",
+    "bench",
+    "serve",
+    "gateway",
+    "eval",
+    "crossplay",
+    "make-model",
+    "doctor",
+    "toy",
+] as const;
 
 export interface CliOptions {
     version: string;
@@ -91,6 +106,7 @@ export function buildProgram(actions: CliActions, options: CliOptions): Command 
     crossplay.declare(command("crossplay"), async (a) => done(await actions.crossplay(a)));
     doctor.declare(command("doctor"), async (a) => done(await actions.doctor(a)));
     toy.declare(command("toy"), async (a) => done(await actions.toy(a)));
+    makeModel.declare(command("make-model"), async (a) => done(await actions["make-model"](a)));
     // commander shows the top-level help for `maporl nosuch --help` and exits 0; an unknown command is an error
     // with or without --help (the same message and exit code as without). Checked on user arguments (from: "user").
     const parseAsync = program.parseAsync.bind(program);

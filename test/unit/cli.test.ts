@@ -13,6 +13,7 @@ import {
     type CrossPlayArgs,
     type EvalArgs,
     type GatewayArgs,
+    type MakeModelArgs,
     type ServeArgs,
     type TrainArgs,
 } from "../../lib/cli/program.js";
@@ -30,6 +31,7 @@ async function parse(argv: string[]) {
         info?: true;
         eval?: EvalArgs;
         crossplay?: CrossPlayArgs;
+        makeModel?: MakeModelArgs;
     } = {};
     let out = "",
         err = "";
@@ -66,6 +68,10 @@ async function parse(argv: string[]) {
             },
             crossplay: async (a) => {
                 calls.crossplay = a;
+                return 0;
+            },
+            "make-model": async (a) => {
+                calls.makeModel = a;
                 return 0;
             },
         },
@@ -340,6 +346,20 @@ describe("maporl command line", () => {
         expect(String((await parse(["crossplay", "--suite", "s", "a"])).error)).toMatch(
             /two or more run directories, got 1/,
         );
+    });
+
+    it("make-model: the directory, shape, dtype and seed; a bad shape names the choices", async () => {
+        const c = await parse(["make-model", "out/m", "--shape", "smollm2-135m", "--dtype", "bfloat16", "--seed", "3"]);
+        expect(c.calls.makeModel).toEqual({ dir: "out/m", shape: "smollm2-135m", dtype: "bfloat16", seed: 3 });
+        expect((await parse(["make-model", "m"])).calls.makeModel).toEqual({
+            dir: "m",
+            shape: "tiny",
+            dtype: "float32",
+            seed: 0,
+        });
+        const bad = await parse(["make-model", "m", "--shape", "gpt5"]);
+        expect(bad.calls.makeModel).toBeUndefined();
+        expect(bad.err).toMatch(/Allowed choices are tiny, smollm2-135m, qwen2.5-0.5b/);
     });
 
     it("help and version: every command has its own help, exit code 0", async () => {

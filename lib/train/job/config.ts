@@ -327,13 +327,16 @@ function merge(where: string, dflt: unknown, x: unknown, path: string): unknown 
 }
 
 // model.dir: a Hugging Face model directory of an architecture the engine runs (the error names the key).
-function checkModelDir(where: string, dir: string): void {
+// The model's positions (config.json's, capped by a sliding window as the loader caps them).
+function checkModelDir(where: string, dir: string): number {
     if (!isHfModelDir(dir))
         throw new RangeError(
             `${where}: model.dir: ${dir} is not a Hugging Face model directory (expected a config.json with model_type; download one, e.g. huggingface-cli download Qwen/Qwen2.5-0.5B-Instruct --local-dir DIR)`,
         );
+    let positions = 0;
     try {
-        readHfConfig(dir, readJsonObject(join(dir, "config.json"), "a model directory needs config.json"));
+        positions = readHfConfig(dir, readJsonObject(join(dir, "config.json"), "a model directory needs config.json"))
+            .engine.context;
     } catch (e) {
         throw new RangeError(`${where}: model.dir: ${(e as Error).message.replace(/^NativePolicy\.load: /, "")}`);
     }
@@ -341,6 +344,7 @@ function checkModelDir(where: string, dir: string): void {
         throw new RangeError(
             `${where}: model.dir: ${join(dir, "tokenizer.json")} missing (the agents speak through the model's tokenizer and chat template)`,
         );
+    return positions;
 }
 
 /** `--algo magrpo`'s own defaults (applied where the config leaves them unset). */
@@ -369,7 +373,7 @@ export function resolveConfig(partial: unknown, where = "config"): TrainConfig {
         if (set.separateTurn0 === undefined) c.separateTurn0 = false;
     }
     if (c.model.dir) {
-        checkModelDir(where, c.model.dir);
+        const positions = checkModelDir(where, c.model.dir);
         const given = (partial ?? {}) as {
             sft?: { steps?: unknown };
             model?: { contextLength?: unknown };
@@ -377,7 +381,9 @@ export function resolveConfig(partial: unknown, where = "config"): TrainConfig {
         };
         if (given.sft?.steps === undefined) c.sft.steps = 0;
         // GSM8K: reasoning needs room (three agents' solutions are quoted at turn t >= 1).
-        if (given.model?.contextLength === undefined) c.model.contextLength = c.task === "gsm8k" ? 2048 : 512;
+        // (the model's own positions where it has fewer: a longer prompt is then a named error per episode)
+        if (given.model?.contextLength === undefined)
+            c.model.contextLength = Math.min(c.task === "gsm8k" ? 2048 : 512, positions);
         if (given.sampling?.maxTokens === undefined && c.task === "gsm8k") c.sampling.maxTokens = 320;
         if (c.task === "gsm8k")
             for (const f of ["train.jsonl", "test.jsonl"]) {

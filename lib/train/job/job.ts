@@ -7,7 +7,16 @@
 // metrics.jsonl, traces.jsonl, checkpoint/ and models/. Every random draw comes from (seed, stage, step), and the
 // checkpoint after every step records the byte length of the two logs, so `resume` truncates what a killed
 // process wrote after it and continues with the same numbers as an uninterrupted run.
-import { appendFileSync, existsSync, mkdirSync, readFileSync, statSync, truncateSync, writeFileSync } from "node:fs";
+import {
+    appendFileSync,
+    existsSync,
+    mkdirSync,
+    readFileSync,
+    rmSync,
+    statSync,
+    truncateSync,
+    writeFileSync,
+} from "node:fs";
 import { join, resolve } from "node:path";
 
 import { backend, setMatmulPrecision } from "../../backend.js";
@@ -75,7 +84,8 @@ export async function trainJob(o: TrainJobOptions): Promise<TrainSummary> {
         tracesFile = join(out, "traces.jsonl");
     let cfg: TrainConfig,
         state: JobState,
-        ckpt: ReturnType<typeof readCheckpoint> = null;
+        ckpt: ReturnType<typeof readCheckpoint> = null,
+        madeOut = false;
     if (o.resume) {
         if (!existsSync(join(out, "config.json")))
             throw new Error(`train: --resume ${out}: no config.json there (not a run directory?)`);
@@ -121,6 +131,7 @@ export async function trainJob(o: TrainJobOptions): Promise<TrainSummary> {
         setMatmulPrecision(cfg.matmulPrecision);
         if (existsSync(join(out, "config.json")))
             throw new Error(`train: ${out} already holds a run; use --resume ${out} or another --out`);
+        madeOut = !existsSync(out);
         mkdirSync(out, { recursive: true });
         writeFileDurable(join(out, "config.json"), JSON.stringify(cfg, null, 2), true);
         writeFileSync(metricsFile, "");
@@ -229,17 +240,23 @@ export async function trainJob(o: TrainJobOptions): Promise<TrainSummary> {
     // A Hugging Face base (model.dir) is saved in the checkpoint only once the warm start has trained it; untrained,
     // it is read again from model.dir (a real model's weights are never copied into every checkpoint).
     const hfBase = cfg.model.dir !== "";
-    const base =
+    const base = await (
         ckpt && existsSync(join(ckpt.dir, "base", "config.json"))
-            ? await loadModel(ckpt.dir, "base", cfg.device)
+            ? loadModel(ckpt.dir, "base", cfg.device)
             : hfBase
-              ? await NativePolicy.load(cfg.model.dir, {
+              ? NativePolicy.load(cfg.model.dir, {
                     contextLength: cfg.model.contextLength,
                     name: "base",
                     device: cfg.device,
                     dtype: cfg.model.dtype,
                 })
-              : await NativePolicy.create({ ...ctx, seed: cfg.seed + 1, name: "base", device: cfg.device });
+              : NativePolicy.create({ ...ctx, seed: cfg.seed + 1, name: "base", device: cfg.device })
+    ).catch((e: unknown) => {
+        // A new run whose model does not load (a context past its positions, a damaged file) leaves nothing behind.
+        if (!o.resume) for (const f of [join(out, "config.json"), metricsFile, tracesFile]) rmSync(f, { force: true });
+        if (!o.resume && madeOut) rmSync(out, { recursive: true, force: true });
+        throw e;
+    });
     const baseOf = (): Record<string, NativePolicy> => (hfBase && cfg.sft.steps === 0 ? {} : { base });
     const adapters: Record<string, number> = {};
     if (!hfBase && state.stage !== "done") {
