@@ -10,7 +10,7 @@ import { join } from "node:path";
 
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 
-import { NativePolicy } from "../../lib/index.js";
+import { NativePolicy, rolloutCorrection } from "../../lib/index.js";
 import { readSafetensors, writeSafetensors } from "../../lib/model/safetensors.js";
 import { tinyHfModel } from "../helpers/serve.js";
 
@@ -148,6 +148,53 @@ describe("an int8 base", () => {
         expect(sq.mean).toBeLessThan(8 * sh.mean);
         expect(sq.max).toBeLessThan(0.05);
         for (const p of [f, h, q]) await p.dispose();
+    }, 60_000);
+
+    it("rollouts sampled on the int8 base while a float32 model trains: the mismatch the rollout correction measures", async () => {
+        // The sampler's log-probs (Generation.logprobs) against the trainer's of the same ids: k3 > 0 and small for
+        // int8, larger than bf16's; token-level TIS weights close to 1.
+        const f = await NativePolicy.load(dir, { tokenizer: null });
+        const k3 = async (dtype: "bfloat16" | "int8") => {
+            const s = await NativePolicy.load(dir, { tokenizer: null, dtype });
+            const prompt = [5, 9, 17, 33];
+            const gens = await s.generate(
+                Array.from({ length: 8 }, (_, i) => ({
+                    promptTokenIds: prompt,
+                    seed: i,
+                    sampling: { temperature: 1, maxTokens: 12 },
+                })),
+            );
+            const T = prompt.length + 12;
+            const tokens = new Int32Array(8 * T),
+                rollout = new Float32Array(8 * T),
+                mask = new Uint8Array(8 * T);
+            gens.forEach((g, b) => {
+                const ids = [...prompt, ...(g.tokenIds ?? [])]; // (shorter where it ended at eos: padded with 0)
+                tokens.set(ids, b * T);
+                // logprobs[b, t] scores token t + 1: the completion's tokens sit at t = P - 1 .. T - 2
+                (g.logprobs ?? []).forEach((lp, i) => {
+                    rollout[b * T + prompt.length - 1 + i] = lp;
+                    mask[b * T + prompt.length - 1 + i] = 1;
+                });
+            });
+            const old = await f.logprobs({ tokens, shape: [8, T] });
+            const r = rolloutCorrection(
+                { oldLogp: old, rolloutLogp: rollout, mask, shape: [8, T] },
+                { rolloutIs: "token", rolloutIsThreshold: 2 },
+            );
+            await s.dispose();
+            return r.stats;
+        };
+        const [h, q] = [await k3("bfloat16"), await k3("int8")];
+        console.log(
+            `sampler vs float32 trainer: mismatch k3 bfloat16 ${h.k3Kl.toExponential(2)}, int8 ${q.k3Kl.toExponential(2)}; ` +
+                `int8 token IS weights mean ${q.isMean.toFixed(5)}`,
+        );
+        expect(q.k3Kl).toBeGreaterThan(0);
+        expect(q.k3Kl).toBeLessThan(1e-3);
+        expect(q.k3Kl).toBeGreaterThan(h.k3Kl);
+        expect(Math.abs(q.isMean - 1)).toBeLessThan(0.01);
+        await f.dispose();
     }, 60_000);
 
     it("dtype 'int8' is named in errors, and device 'cuda' refuses it", async () => {

@@ -3,7 +3,7 @@
 import { existsSync } from "node:fs";
 import { join } from "node:path";
 
-import type { Command } from "commander";
+import { type Command, Option } from "commander";
 
 import { backend, setThreads } from "../../backend.js";
 import { readTextFile } from "../../files.js";
@@ -24,6 +24,7 @@ export interface ServeArgs {
     maxLoras: number;
     apiKey?: string;
     maxCacheBytes?: number;
+    dtype?: "float32" | "bfloat16" | "int8";
 }
 
 /** Declares `maporl serve` on `cmd`; `act` receives the parsed arguments. */
@@ -64,6 +65,12 @@ export function declare(cmd: Command, act: (a: ServeArgs) => Promise<void>): voi
             integer(1, Number.MAX_SAFE_INTEGER),
         )
         .option("--threads <n>", "CPU threads of the model (default: one per core)", integer(1, 1024))
+        .addOption(
+            new Option(
+                "--dtype <dtype>",
+                "a Hugging Face base's matrices in memory: float32, bfloat16 or int8 (Q8_0 blocks; both frozen: adapters still load and train elsewhere)",
+            ).choices(["float32", "bfloat16", "int8"]),
+        )
         .action(async (o: Omit<ServeArgs, "loraModules"> & { loraModules?: string[] }) => {
             const loraModules: Record<string, string> = {};
             for (const m of o.loraModules ?? []) {
@@ -93,7 +100,7 @@ export async function run(a: ServeArgs): Promise<number> {
             "serve: --enable-lora loads adapter directories named by clients: give --lora-root DIR, the directory they must lie in, " +
                 "or --allow-any-lora-path",
         );
-    const policy = await NativePolicy.load(a.checkpoint);
+    const policy = await NativePolicy.load(a.checkpoint, a.dtype ? { dtype: a.dtype } : {});
     if (a.maxCacheBytes !== undefined) policy.maxCacheBytes = a.maxCacheBytes;
     const s = await servePolicy(policy, {
         port: a.port,
