@@ -336,7 +336,7 @@ export interface NativeBinding {
     gptFree(h: GptHandle): void;
     /** seed null: every parameter 0 (a loader writes them). */
     llamaCreate(config: NativeLlamaConfig, seed: number | null): GptHandle;
-    gptSetTensor(h: GptHandle, index: number, dtype: 0 | 1 | 2, data: Uint8Array): void;
+    gptSetTensor(h: GptHandle, index: number, dtype: 0 | 1 | 2 | 3, data: Uint8Array): void;
     gptScore(
         h: GptHandle,
         tokens: Int32Array,

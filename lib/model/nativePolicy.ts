@@ -24,6 +24,7 @@ import {
 } from "./core.js";
 import { generate, type GenerateOptions } from "./generate.js";
 import { isHfModelDir } from "./hf.js";
+import { openGgufModel } from "./gguf.js";
 import { createHfModel, openHfModel } from "./hfLoad.js";
 import type { HfTokenizer } from "./hfTokenizer.js";
 import { isAdapterDir, type LoraOptions } from "./lora.js";
@@ -306,9 +307,10 @@ export class NativePolicy implements Policy {
         return save(this, dir, options);
     }
 
-    /** Loads a checkpoint directory written by save(), or a Hugging Face model directory (a config.json with
+    /** Loads a checkpoint directory written by save(), a Hugging Face model directory (a config.json with
      * model_type: llama, mistral, qwen2 or qwen3; model.safetensors or its shards in F32, BF16 or F16; tokenizer.json
-     * and tokenizer_config.json's chat template). Checkpoints do not record a device: `options.device`, default 'cpu'.
+     * and tokenizer_config.json's chat template), or a llama.cpp GGUF file of those architectures (`*.gguf`: F32,
+     * F16, BF16, Q8_0; its byte-level BPE tokenizer and chat template). Checkpoints do not record a device: `options.device`, default 'cpu'.
      * A bad directory fails before any weight is written, naming the file, key or tensor. */
     static async load(dir: string, options: LoadOptions = {}): Promise<NativePolicy> {
         if (typeof dir !== "string" || dir.length === 0)
@@ -325,6 +327,14 @@ export class NativePolicy implements Policy {
             "maxMemoryBytes",
         ]);
         requireDtype("NativePolicy.load", o.dtype);
+        if (dir.endsWith(".gguf") && o.base === undefined) {
+            const m = await openGgufModel(dir, o);
+            const policy = new NativePolicy({ name: m.name } as NativePolicyConfig, m.handle, {
+                state: { info: m.info, tokenizerDir: null, sourceDir: resolve(dir) },
+                tokenizer: m.tokenizer,
+            }).placed("NativePolicy.load", o.device);
+            return NativePolicy.withLora(policy, o.lora);
+        }
         if (isAdapterDir(dir)) return NativePolicy.loadOnBase(dir, o);
         if (o.base !== undefined)
             throw new RangeError(
