@@ -100,7 +100,7 @@ MAPORL_INLINE vf load_i8(const int8_t * p) {
 }
 // W weights of a Q8 matrix (q8.h) as floats, q * d exactly; the lanes may straddle two blocks (each lane its scale).
 MAPORL_INLINE vf loadw(Q8Ptr p) {
-    if ((p.i % kQ8Block) + W <= kQ8Block) return load_i8(p.q + p.i) * broadcast(f16_to_float(p.d[p.i / kQ8Block]));
+    if ((p.i % kQ8Block) + W <= kQ8Block) return load_i8(p.q + p.i) * broadcast(f16_table()[p.d[p.i / kQ8Block]]);
     vf v;
     for (int i = 0; i < W; ++i) v[i] = p[i];
     return v;
