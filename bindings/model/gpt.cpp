@@ -181,7 +181,7 @@ Napi::Value JsGet(const Napi::CallbackInfo & info) { return GetSet(info, false);
 // bytes)
 Napi::Value SetTensor(const Napi::CallbackInfo & info) {
     Handle * h = Get(info);
-    const double index = RequireNumber(info, 1, "index"), dtype = RequireNumber(info, 2, "dtype");
+    const int64_t index = RequireInt(info, 1, "index", 0, (int64_t)1 << 40), dtype = RequireInt(info, 2, "dtype", 0, 3);
     if (info.Length() < 4 || !info[3].IsTypedArray() ||
         info[3].As<Napi::TypedArray>().TypedArrayType() != napi_uint8_array)
         throw Napi::TypeError::New(info.Env(), "gptSetTensor: data: expected a Uint8Array");
@@ -192,7 +192,7 @@ Napi::Value SetTensor(const Napi::CallbackInfo & info) {
         throw Napi::RangeError::New(info.Env(),
                                     "gptSetTensor: data: the byte length is not a multiple of the dtype's width");
     const maporl_status st =
-        maporl_gpt_set_tensor(h->gpt, (int64_t)index, (int)dtype, a.Data(), (int64_t)a.ByteLength() / unit * per);
+        maporl_gpt_set_tensor(h->gpt, index, (int)dtype, a.Data(), (int64_t)a.ByteLength() / unit * per);
     if (st != MAPORL_OK) ThrowStatus(info.Env(), st, "gptSetTensor");
     return info.Env().Undefined();
 }

@@ -42,7 +42,7 @@ export function trainByteBpe(texts: Iterable<string>, vocabSize: number): BpeMod
         syms: Array.from(enc.encode(w), (b) => alphabet[b]!),
         n: counts.get(w)!,
     }));
-    const vocab: Record<string, number> = {};
+    const vocab: Record<string, number> = Object.create(null) as Record<string, number>; // ('constructor' is a word)
     alphabet.forEach((s, i) => (vocab[s] = i));
     const merges: string[] = [];
     // Pair counts over all words, and the words each pair occurs in (a merge rewrites only those).
@@ -68,7 +68,7 @@ export function trainByteBpe(texts: Iterable<string>, vocabSize: number): BpeMod
         if (bestN === 0) break;
         const [a, b] = best.split(" ") as [string, string];
         const joined = a + b;
-        if (vocab[joined] !== undefined) break; // (cannot happen with distinct pairs; a guard against a loop)
+        if (Object.hasOwn(vocab, joined)) break; // (cannot happen with distinct pairs; a guard against a loop)
         vocab[joined] = 256 + merges.length;
         merges.push(best);
         for (const wi of where.get(best) ?? []) {

@@ -106,6 +106,8 @@ export async function openGgufModel(file: string, o: LoadOptions): Promise<Opene
     } catch (e) {
         throw new SyntaxError(`${fn}: ${file}: not a readable GGUF file (${(e as Error).message})`);
     }
+    if (!parsed.littleEndian)
+        throw new RangeError(`${fn}: ${file}: a big-endian GGUF file is not read in this version`);
     const md = parsed.metadata as unknown as Record<string, unknown>;
     const tokens = md["tokenizer.ggml.tokens"];
     const raw = configOf(file, md, Array.isArray(tokens) ? tokens.length : 0);
@@ -117,7 +119,7 @@ export async function openGgufModel(file: string, o: LoadOptions): Promise<Opene
     if (o.contextLength === undefined) info.engine.context = Math.min(info.engine.context, 8192);
     const tk =
         o.tokenizer === undefined
-            ? { tokenizer: ggufTokenizer(file, md, info), tokenizerDir: null }
+            ? { tokenizer: ggufTokenizer(file, md, info, o.chatTemplate), tokenizerDir: null }
             : resolveHfTokenizer(fn, null, info, o);
     if (o.dtype === "bfloat16") info.engine.bf16 = true;
     if (o.dtype === "int8") info.engine.int8 = true;
@@ -139,6 +141,17 @@ export async function openGgufModel(file: string, o: LoadOptions): Promise<Opene
             );
         return { t, g, type: g.dtype, n, bytes: type.bytes(n) };
     });
+    // A tensor the model would not use is an error, not dropped: llama.cpp stores llama3 rope scaling as
+    // rope_freqs.weight, and a bias the architecture lacks would change the model.
+    const used = new Set(plan.map((p) => p.g.name));
+    for (const t of parsed.tensorInfos)
+        if (!used.has(t.name))
+            throw new RangeError(
+                `${fn}: ${file}: tensor ${t.name} is not part of a ${info.modelType} model read here` +
+                    (t.name === "rope_freqs.weight"
+                        ? " (llama3 rope scaling is not read from GGUF in this version)"
+                        : ""),
+            );
     const need = llamaWeightBytes(info.engine),
         limit = o.maxMemoryBytes ?? Math.floor(totalmem() * 0.8);
     if (need > limit)
@@ -154,8 +167,13 @@ export async function openGgufModel(file: string, o: LoadOptions): Promise<Opene
         for (const p of plan) {
             const buf = new Uint8Array(p.bytes);
             const at = parsed.tensorDataOffset + p.g.offset;
-            if (readSync(fd, buf, 0, p.bytes, at) !== p.bytes)
-                throw new Error(`${fn}: ${file}: tensor ${p.g.name}: the file ends inside its data (truncated)`);
+            for (let done = 0; done < p.bytes;) {
+                // (in pieces of at most 1 GiB: one readSync takes less than 2 GiB)
+                const got = readSync(fd, buf, done, Math.min(p.bytes - done, 1 << 30), at + BigInt(done));
+                if (got === 0)
+                    throw new Error(`${fn}: ${file}: tensor ${p.g.name}: the file ends inside its data (truncated)`);
+                done += got;
+            }
             let data: Uint8Array = buf,
                 dtype: 0 | 1 | 2 | 3 = p.type === 0 ? 0 : p.type === 1 ? 2 : p.type === 30 ? 1 : 3;
             if (permuted && /\.self_attn\.[qk]_proj\.weight$/.test(p.t.name)) {
@@ -165,7 +183,7 @@ export async function openGgufModel(file: string, o: LoadOptions): Promise<Opene
             const i = index.get(p.t.name)!;
             if (dtype === 3 && (o.dtype !== "int8" || engine[i]!.offset >= 0)) {
                 // Q8_0 blocks into a float32 (or bfloat16) tensor: widened here, q * d
-                data = new Uint8Array(dequantizeQ8(data, p.n).buffer);
+                data = new Uint8Array(dequantizeQ8(data, p.n, `${fn}: ${file}: tensor ${p.g.name}`).buffer);
                 dtype = 0;
             }
             native.gptSetTensor(h, i, dtype, data);
@@ -195,11 +213,12 @@ function unpermuteRows(data: Uint8Array, rows: number, heads: number, rowBytes: 
 }
 
 // Q8_0 blocks (a little-endian half d, 32 int8 q) as float32 values q * d.
-function dequantizeQ8(data: Uint8Array, n: number): Float32Array {
+function dequantizeQ8(data: Uint8Array, n: number, what: string): Float32Array {
     const out = new Float32Array(n),
         view = new DataView(data.buffer, data.byteOffset, data.byteLength);
     for (let b = 0; b < n / 32; b++) {
         const d = half(view.getUint16(34 * b, true));
+        if (!Number.isFinite(d)) throw new RangeError(`${what}: block ${b}'s scale is not finite`);
         for (let i = 0; i < 32; i++) out[32 * b + i] = view.getInt8(34 * b + 2 + i) * d;
     }
     return out;

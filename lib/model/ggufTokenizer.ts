@@ -22,7 +22,12 @@ const SPLITS: Record<string, string | null> = {
 };
 
 /** The tokenizer of GGUF metadata `md` for the model `info`. */
-export function ggufTokenizer(file: string, md: Record<string, unknown>, info: HfModelInfo): HfTokenizer {
+export function ggufTokenizer(
+    file: string,
+    md: Record<string, unknown>,
+    info: HfModelInfo,
+    chatTemplate?: string,
+): HfTokenizer {
     const fn = "NativePolicy.load";
     const model = md["tokenizer.ggml.model"];
     if (model !== "gpt2")
@@ -46,7 +51,7 @@ export function ggufTokenizer(file: string, md: Record<string, unknown>, info: H
             `${fn}: ${file}: tokenizer.ggml.merges: expected an array of strings, got ${describe(merges)}`,
         );
     const type = (i: number) => (Array.isArray(types) ? Number(types[i]) : 1);
-    const vocab: Record<string, number> = {};
+    const vocab: Record<string, number> = Object.create(null) as Record<string, number>; // ('__proto__' is a token too)
     const added: Record<string, unknown>[] = [];
     (tokens as string[]).forEach((t, i) => {
         vocab[t] = i;
@@ -89,7 +94,7 @@ export function ggufTokenizer(file: string, md: Record<string, unknown>, info: H
             end_of_word_suffix: null,
             fuse_unk: false,
             byte_fallback: false,
-            ignore_merges: pre !== "gpt2" && pre !== "default",
+            ignore_merges: split === LLAMA3, // (llama.cpp: Llama 3's pre-tokenizer only)
             vocab,
             merges,
         },
@@ -110,7 +115,11 @@ export function ggufTokenizer(file: string, md: Record<string, unknown>, info: H
         ...(typeof template === "string" ? { chat_template: template } : {}),
     };
     try {
-        return new HfTokenizer(tokenizerJson, tokenizerConfig, { vocabSize: info.engine.vocab, stopIds: info.stopIds });
+        return new HfTokenizer(tokenizerJson, tokenizerConfig, {
+            vocabSize: info.engine.vocab,
+            stopIds: info.stopIds,
+            ...(chatTemplate !== undefined ? { chatTemplate } : {}),
+        });
     } catch (e) {
         throw new Error(`${fn}: ${file}: the GGUF tokenizer: ${(e as Error).message}`);
     }

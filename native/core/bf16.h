@@ -8,14 +8,14 @@
 
 namespace maporl {
 
-inline float bf16_to_float(uint16_t h) {
+static inline float bf16_to_float(uint16_t h) {
     const uint32_t u = (uint32_t)h << 16;
     float f;
     std::memcpy(&f, &u, 4);
     return f;
 }
 
-inline uint16_t float_to_bf16(float f) {
+static inline uint16_t float_to_bf16(float f) {
     uint32_t u;
     std::memcpy(&u, &f, 4);
     if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u);  // NaN: keep it a (quiet) NaN

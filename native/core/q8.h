@@ -14,8 +14,11 @@ namespace maporl {
 
 constexpr int64_t kQ8Block = 32;
 
+// The helpers here are `static`: the per-ISA kernel units (built with -mavx2 / -mavx512f) include this header too,
+// and an inline function with external linkage could be kept from an AVX-512 unit and then run on a CPU without it.
+
 // IEEE half to float, exactly (every half is a float; subnormals included).
-inline float f16_to_float(uint16_t h) {
+static inline float f16_to_float(uint16_t h) {
     const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
     uint32_t u;
     if (e == 0) {
@@ -32,20 +35,13 @@ inline float f16_to_float(uint16_t h) {
     return f;
 }
 
-// Every half's float value (256 KiB, built on first use): the kernels widen a block's scale with one load (a
-// handful of weights' scales stay in cache) instead of f16_to_float's branches.
-inline const float * f16_table() {
-    static const float * table = [] {
-        float * t = new float[65536];
-        for (uint32_t h = 0; h < 65536; ++h) t[h] = f16_to_float((uint16_t)h);
-        return t;
-    }();
-    return table;
-}
+// Every half's float value (256 KiB, built on first use; q8.cpp, compiled for the baseline ISA): the kernels widen
+// a block's scale with one load (a handful of weights' scales stay in cache) instead of f16_to_float's branches.
+const float * f16_table();
 
 // float to IEEE half, to nearest even (as torch's .to(torch.float16)): past 65504 (from 65520 up) it is Inf; NaN stays
 // a quiet NaN of the same sign.
-inline uint16_t float_to_f16(float f) {
+static inline uint16_t float_to_f16(float f) {
     uint32_t u;
     std::memcpy(&u, &f, 4);
     const uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
@@ -63,7 +59,7 @@ inline uint16_t float_to_f16(float f) {
 
 // Quantizes one block of kQ8Block values into q[0 .. 31] and *d. Returns false, writing nothing, when a value is
 // not finite or the block's scale is beyond a half (max |x| past about 8.3e6).
-inline bool q8_quantize_block(const float * x, int8_t * q, uint16_t * d) {
+static inline bool q8_quantize_block(const float * x, int8_t * q, uint16_t * d) {
     float amax = 0.0f;
     for (int64_t i = 0; i < kQ8Block; ++i) {
         if (!std::isfinite(x[i])) return false;
@@ -81,13 +77,13 @@ inline bool q8_quantize_block(const float * x, int8_t * q, uint16_t * d) {
 }
 
 // A position in a Q8 matrix, used by the kernels as they use a pointer to float or bfloat16 weights: p + k moves k
-// values along the flat row-major matrix, p[k] is that weight as a float.
+// values along the flat row-major matrix, q8_at(p, k) is that weight as a float.
 struct Q8Ptr {
     const int8_t * q;
     const uint16_t * d;
     int64_t i;
-    Q8Ptr operator+(int64_t k) const { return Q8Ptr{q, d, i + k}; }
-    float operator[](int64_t k) const { return (float)q[i + k] * f16_to_float(d[(i + k) / kQ8Block]); }
 };
+static inline Q8Ptr operator+(Q8Ptr p, int64_t k) { return Q8Ptr{p.q, p.d, p.i + k}; }
+static inline float q8_at(Q8Ptr p, int64_t k) { return (float)p.q[p.i + k] * f16_to_float(p.d[(p.i + k) / kQ8Block]); }
 
 }  // namespace maporl

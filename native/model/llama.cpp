@@ -312,7 +312,7 @@ void Model<F>::embed_row(F * dst, int32_t id) {
     }
     if (is_q8(layout.embed)) {
         const Q8Ptr src = q8p(layout.embed) + (int64_t)id * C;
-        for (int64_t c = 0; c < C; ++c) dst[c] = (F)src[c];
+        for (int64_t c = 0; c < C; ++c) dst[c] = (F)q8_at(src, c);
         return;
     }
     std::memcpy(dst, p(layout.embed) + (int64_t)id * C, sizeof(F) * (size_t)C);

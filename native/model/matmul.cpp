@@ -158,7 +158,7 @@ void matmul_forward_rows_parts(const RowsPart<F> * parts, int nparts, const F * 
                     const F * x = inp + n * C;
                     if (pt.w8) {
                         const Q8Ptr w{pt.w8, pt.d8, o * C};
-                        for (int64_t c = 0; c < C; ++c) s += x[c] * (F)w[c];
+                        for (int64_t c = 0; c < C; ++c) s += x[c] * (F)q8_at(w, c);
                     } else if (pt.w16)
                         for (int64_t c = 0; c < C; ++c) s += x[c] * (F)bf16_to_float(pt.w16[o * C + c]);
                     else
@@ -284,7 +284,7 @@ namespace {
 std::vector<float> widened(const int8_t * q, const uint16_t * d, int64_t n) {
     std::vector<float> out((size_t)n);
     const Q8Ptr w{q, d, 0};
-    for (int64_t i = 0; i < n; ++i) out[(size_t)i] = w[i];
+    for (int64_t i = 0; i < n; ++i) out[(size_t)i] = q8_at(w, i);
     return out;
 }
 void require_q8_cols(int64_t cols) {

@@ -5,12 +5,14 @@
 // layout, step counter and shapes, and its parameter vectors serve as staging. Every call is guarded: a bad argument
 // is a status with a message, never an exception across the C boundary.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <memory>
 
 #include "native/core/bf16.h"
 #include "native/core/q8.h"
+#include "native/core/threadpool.h"
 #include "native/core/core.h"
 #include "native/model/gpt.h"
 #include "native/model/gpt_cuda.h"
@@ -484,22 +486,23 @@ void set_q8_tensor(llama::Model<float> & m, int64_t index, int dtype, const void
     const uint8_t * src = (const uint8_t *)data;  // possibly unaligned (a view into a file buffer)
     const int64_t blocks = t.size / kQ8Block;
     if (dtype == MAPORL_DTYPE_Q8_0) {
-        for (int64_t b = 0; b < blocks; ++b) {
-            const uint8_t * blk = src + 34 * b;
-            std::memcpy(d + b, blk, 2);
-            const float df = f16_to_float(d[b]);
-            if (!std::isfinite(df))
+        for (int64_t b = 0; b < blocks; ++b) {  // every scale checked before anything is written
+            uint16_t h;
+            std::memcpy(&h, src + 34 * b, 2);
+            if (!std::isfinite(f16_to_float(h)))
                 throw_error(MAPORL_ERR_INVALID_ARG, "data: tensor %s: block %lld's scale is not finite", t.name.c_str(),
                             (long long)b);
-            std::memcpy(q + b * kQ8Block, blk + 2, kQ8Block);
+        }
+        for (int64_t b = 0; b < blocks; ++b) {
+            std::memcpy(d + b, src + 34 * b, 2);
+            std::memcpy(q + b * kQ8Block, src + 34 * b + 2, kQ8Block);
         }
         return;
     }
     if (dtype != MAPORL_DTYPE_F32 && dtype != MAPORL_DTYPE_BF16 && dtype != MAPORL_DTYPE_F16)
         throw_error(MAPORL_ERR_INVALID_ARG, "dtype: expected 0 (F32), 1 (BF16), 2 (F16) or 3 (Q8_0), got %d", dtype);
     const int64_t es = dtype == MAPORL_DTYPE_F32 ? 4 : 2;
-    float blk[kQ8Block];
-    for (int64_t b = 0; b < blocks; ++b) {
+    auto read_block = [&](int64_t b, float * blk) {
         for (int64_t i = 0; i < kQ8Block; ++i) {
             const uint8_t * e = src + es * (b * kQ8Block + i);
             if (dtype == MAPORL_DTYPE_F32) {
@@ -510,20 +513,39 @@ void set_q8_tensor(llama::Model<float> & m, int64_t index, int dtype, const void
                 blk[i] = dtype == MAPORL_DTYPE_BF16 ? bf16_to_float(x) : f16_to_float(x);
             }
         }
-        if (!q8_quantize_block(blk, q + b * kQ8Block, d + b)) {
-            int64_t at = 0;
-            while (at < kQ8Block && std::isfinite(blk[at])) ++at;
-            if (at < kQ8Block)
-                throw_error(MAPORL_ERR_INVALID_ARG,
-                            "data: tensor %s has a non-finite value (%g) at index %lld; int8 "
-                            "cannot hold it",
-                            t.name.c_str(), (double)blk[at], (long long)(b * kQ8Block + at));
-            throw_error(MAPORL_ERR_INVALID_ARG,
-                        "data: tensor %s: values near index %lld are beyond int8's range (max |x| / 127 past a half's "
-                        "65504)",
-                        t.name.c_str(), (long long)(b * kQ8Block));
+    };
+    // Quantized on the pool into new arrays (the tensor is unchanged if a block is refused); the first refused
+    // block is reported.
+    std::vector<int8_t> nq((size_t)t.size);
+    std::vector<uint16_t> nd((size_t)blocks);
+    std::atomic<int64_t> bad{blocks};
+    parallel_for(blocks, 256, [&](int64_t b0, int64_t b1) {
+        float blk[kQ8Block];
+        for (int64_t b = b0; b < b1; ++b) {
+            read_block(b, blk);
+            if (!q8_quantize_block(blk, nq.data() + b * kQ8Block, nd.data() + b)) {
+                int64_t cur = bad.load();
+                while (b < cur && !bad.compare_exchange_weak(cur, b)) {}
+                return;
+            }
         }
+    });
+    if (const int64_t b = bad.load(); b < blocks) {
+        float blk[kQ8Block];
+        read_block(b, blk);
+        int64_t at = 0;
+        while (at < kQ8Block && std::isfinite(blk[at])) ++at;
+        if (at < kQ8Block)
+            throw_error(MAPORL_ERR_INVALID_ARG,
+                        "data: tensor %s has a non-finite value (%g) at index %lld; int8 cannot hold it",
+                        t.name.c_str(), (double)blk[at], (long long)(b * kQ8Block + at));
+        throw_error(
+            MAPORL_ERR_INVALID_ARG,
+            "data: tensor %s: values near index %lld are beyond int8's range (max |x| / 127 past a half's 65504)",
+            t.name.c_str(), (long long)(b * kQ8Block));
     }
+    std::memcpy(q, nq.data(), nq.size());
+    std::memcpy(d, nd.data(), 2 * nd.size());
 }
 }  // namespace
 

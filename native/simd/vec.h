@@ -76,8 +76,6 @@ MAPORL_INLINE vf load_bf16(const uint16_t * p) {
     return v;
 #endif
 }
-MAPORL_INLINE float widen(float x) { return x; }
-MAPORL_INLINE float widen(uint16_t h) { return bf16_to_float(h); }
 MAPORL_INLINE vf loadw(const float * p) { return load(p); }
 MAPORL_INLINE vf loadw(const uint16_t * p) { return load_bf16(p); }
 // W int8 values widened to floats (sign-extended, exact).
@@ -102,9 +100,13 @@ MAPORL_INLINE vf load_i8(const int8_t * p) {
 MAPORL_INLINE vf loadw(Q8Ptr p) {
     if ((p.i % kQ8Block) + W <= kQ8Block) return load_i8(p.q + p.i) * broadcast(f16_table()[p.d[p.i / kQ8Block]]);
     vf v;
-    for (int i = 0; i < W; ++i) v[i] = p[i];
+    for (int i = 0; i < W; ++i) v[i] = q8_at(p, i);
     return v;
 }
+// Weight k of a row as a float (the scalar tails): float, bfloat16 or Q8.
+MAPORL_INLINE float at(const float * p, int64_t k) { return p[k]; }
+MAPORL_INLINE float at(const uint16_t * p, int64_t k) { return bf16_to_float(p[k]); }
+MAPORL_INLINE float at(Q8Ptr p, int64_t k) { return q8_at(p, k); }
 // The address of a weight (for prefetching) and the bytes a weight takes in the stream.
 MAPORL_INLINE const void * addr(const float * p) { return p; }
 MAPORL_INLINE const void * addr(const uint16_t * p) { return p; }

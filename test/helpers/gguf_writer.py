@@ -3,7 +3,8 @@
 # (ggml's docs/gguf.md) and the conventions of llama.cpp's convert_hf_to_gguf.py: tensor names blk.N.attn_q ...,
 # dimensions listed fastest first, q and k rows permuted for llama's rotary layout, norms kept F32, Q8_0 blocks
 # quantized as ggml's quantize_row_q8_0_ref (d = amax / 127 stored as a half, q = round-half-away(x / d)).
-# Usage: gguf_writer.py MODEL_DIR OUT.gguf f32|q8_0
+# Usage: gguf_writer.py MODEL_DIR OUT.gguf f32|q8_0 [rope_freqs]   (rope_freqs: add the tensor llama.cpp's converter
+# writes for llama3 rope scaling)
 import json
 import struct
 import sys
@@ -56,6 +57,8 @@ for name, w in tensors.items():
         elif g.endswith("attn_k.weight"):
             w = permute(w, kv)
     out_tensors.append((g, w))
+if len(sys.argv) > 4 and sys.argv[4] == "rope_freqs":
+    out_tensors.append(("rope_freqs.weight", np.ones(cfg["hidden_size"] // heads // 2, dtype=np.float32)))
 
 
 def q8_0(w):

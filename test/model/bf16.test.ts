@@ -75,7 +75,7 @@ describe("a bfloat16 base", () => {
     it("dtype is checked and only for Hugging Face directories", async () => {
         await expect(
             NativePolicy.load(join(FIX, "qwen2"), { tokenizer: null, dtype: "float16" as never }),
-        ).rejects.toThrow(/dtype: expected 'float32' or 'bfloat16', got "float16"/);
+        ).rejects.toThrow(/dtype: expected 'float32', 'bfloat16' or 'int8', got "float16"/);
         await expect(
             NativePolicy.fromConfig(
                 {

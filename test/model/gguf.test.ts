@@ -79,7 +79,7 @@ describe("GGUF files", () => {
         for (const p of [a, q, w, f]) await p.dispose();
     }, 60_000);
 
-    it("a truncated file, a missing tensor, another architecture: errors naming them", async () => {
+    it("a truncated file, a missing or an extra tensor, another architecture: errors naming them", async () => {
         const bytes = readFileSync(file("f32"));
         const cut = join(root, "cut.gguf");
         writeFileSync(cut, bytes.subarray(0, bytes.length - 1000));
@@ -98,6 +98,12 @@ describe("GGUF files", () => {
         writeFileSync(join(root, "gemma.gguf"), arch);
         await expect(NativePolicy.load(join(root, "gemma.gguf"))).rejects.toThrow(
             /general\.architecture: expected one of llama, mistral, qwen2, qwen3, got "gemma"/,
+        );
+        const extra = join(root, "rope.gguf");
+        const r = spawnSync("python3", [WRITER, dir, extra, "f32", "rope_freqs"], { encoding: "utf8" });
+        expect(r.status, r.stderr).toBe(0);
+        await expect(NativePolicy.load(extra)).rejects.toThrow(
+            /tensor rope_freqs\.weight is not part of a llama model read here \(llama3 rope scaling is not read from GGUF/,
         );
         writeFileSync(join(root, "junk.gguf"), "not a gguf file at all");
         await expect(NativePolicy.load(join(root, "junk.gguf"))).rejects.toThrow(/not a readable GGUF file/);

@@ -70,7 +70,7 @@ TEST(an_int8_base_computes_the_bits_of_its_dequantized_float_twin) {
                 if (t.shape.size() == 2 && t.shape[1] % 32 == 0) {
                     CHECK(qm.is_q8((int64_t)k), "%s: %s is not int8", var.name, t.name.c_str());
                     const maporl::Q8Ptr w = qm.q8p((int64_t)k);
-                    for (int64_t i = 0; i < t.size; ++i) x[i] = w[i];
+                    for (int64_t i = 0; i < t.size; ++i) x[i] = maporl::q8_at(w, i);
                     q8_elems += t.size;
                 } else if (t.shape.size() == 2) {
                     CHECK(qm.is_half((int64_t)k), "%s: %s is not bfloat16", var.name, t.name.c_str());
@@ -203,11 +203,23 @@ TEST(set_tensor_quantizes_takes_q8_0_blocks_and_names_a_non_finite_value) {
               std::strstr(maporl_last_error(), "up_proj.weight has a non-finite value") &&
               std::strstr(maporl_last_error(), "index 70"),
           "NaN: %s", maporl_last_error());
+    // A refused write leaves the tensor as it was (the Q8_0 blocks above), here and after the Inf scale below.
+    auto unchanged = [&] {
+        for (int64_t b = 0; b < n / 32; ++b)
+            if (std::memcmp(&got.d[b], &blocks[(size_t)(b * 34)], 2) != 0 ||
+                std::memcmp(got.q + b * 32, &blocks[(size_t)(b * 34 + 2)], 32) != 0)
+                return false;
+        return true;
+    };
+    CHECK(unchanged(), "a refused F32 write changed the tensor");
+    const std::vector<uint8_t> kept = blocks;
     const uint16_t inf = 0x7c00;
     std::memcpy(&blocks[34 * 3], &inf, 2);
     CHECK(maporl_gpt_set_tensor(g, idx, MAPORL_DTYPE_Q8_0, blocks.data(), n) == MAPORL_ERR_INVALID_ARG &&
               std::strstr(maporl_last_error(), "block 3's scale is not finite"),
           "Inf scale: %s", maporl_last_error());
+    blocks = kept;
+    CHECK(unchanged(), "a refused Q8_0 write changed the tensor");
     int64_t norm = -1;
     for (int64_t i = 0; i < count && norm < 0; ++i) {
         maporl_gpt_tensor_info(g, i, name, dims, nullptr);
