@@ -214,7 +214,7 @@ describe("train on a Hugging Face model (model.dir)", () => {
             /model\.dtype: 'bfloat16' is for a Hugging Face base/,
         );
         expect(() => resolveConfig({ model: { dir: modelDir, dtype: "float16" } })).toThrow(
-            /model\.dtype: expected one of 'float32', 'bfloat16', got "float16"/,
+            /model\.dtype: expected one of 'float32', 'bfloat16', 'int8', got "float16"/,
         );
     }, 300_000);
 
@@ -239,8 +239,15 @@ describe("train on a Hugging Face model (model.dir)", () => {
         expect(trace.question.length).toBeGreaterThan(40); // a GSM8K word problem from the train split
         expect(Number.isFinite(Number(trace.reference))).toBe(true);
         expect(() => resolveConfig({ task: "gsm8k" })).toThrow(/needs a real model/);
+        // the context: gsm8k's 2048, or the model's own positions where it has fewer (this one has 1024)
         const d = resolveConfig({ task: "gsm8k", model: { dir: modelDir } });
-        expect([d.model.contextLength, d.sampling.maxTokens, d.sft.steps]).toEqual([2048, 320, 0]);
+        expect([d.model.contextLength, d.sampling.maxTokens, d.sft.steps]).toEqual([1024, 320, 0]);
+        const roomy = join(modelDir, "..", "roomy");
+        cpSync(modelDir, roomy, { recursive: true });
+        const cfg = JSON.parse(readFileSync(join(roomy, "config.json"), "utf8")) as Record<string, unknown>;
+        writeFileSync(join(roomy, "config.json"), JSON.stringify({ ...cfg, max_position_embeddings: 4096 }));
+        expect(resolveConfig({ task: "gsm8k", model: { dir: roomy } }).model.contextLength).toBe(2048);
+        expect(resolveConfig({ model: { dir: roomy } }).model.contextLength).toBe(512);
         expect(() => resolveConfig({ task: "gsm8k", model: { dir: modelDir }, taskOptions: { data: work } })).toThrow(
             /taskOptions\.data: .*train\.jsonl missing/,
         );
