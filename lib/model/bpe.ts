@@ -89,25 +89,47 @@ export function trainByteBpe(texts: Iterable<string>, vocabSize: number): BpeMod
     return { vocab, merges };
 }
 
-/** tokenizer.json for `model` with `special` tokens appended after it (ids from its size on), byte-level as GPT-2's
- * and Qwen2's. */
-export function tokenizerJson(model: BpeModel, special: string[]): Record<string, unknown> {
-    const base = Object.keys(model.vocab).length;
+/** A token tokenizer.json lists in added_tokens (its id also in the vocabulary, or past it). */
+export interface AddedToken {
+    id: number;
+    content: string;
+    special: boolean;
+}
+
+/** tokenizer.json of a byte-level BPE tokenizer (GPT-2's, Llama 3's, Qwen2's) for `model` and its `added` tokens.
+ * `split`: a pre-tokenization pattern applied before the byte-level step (null: GPT-2's own pattern);
+ * `ignoreMerges`: a word found whole in the vocabulary is one token (Llama 3's setting). */
+export function tokenizerJson(
+    model: BpeModel,
+    added: AddedToken[],
+    split: string | null = null,
+    ignoreMerges = false,
+): Record<string, unknown> {
+    const byteLevel = { type: "ByteLevel", add_prefix_space: false, trim_offsets: true, use_regex: split === null };
     return {
         version: "1.0",
         truncation: null,
         padding: null,
-        added_tokens: special.map((content, i) => ({
-            id: base + i,
-            content,
+        added_tokens: added.map((t) => ({
+            id: t.id,
+            content: t.content,
             single_word: false,
             lstrip: false,
             rstrip: false,
             normalized: false,
-            special: true,
+            special: t.special,
         })),
         normalizer: null,
-        pre_tokenizer: { type: "ByteLevel", add_prefix_space: false, trim_offsets: true, use_regex: true },
+        pre_tokenizer:
+            split === null
+                ? byteLevel
+                : {
+                      type: "Sequence",
+                      pretokenizers: [
+                          { type: "Split", pattern: { Regex: split }, behavior: "Isolated", invert: false },
+                          byteLevel,
+                      ],
+                  },
         post_processor: { type: "ByteLevel", add_prefix_space: false, trim_offsets: false, use_regex: true },
         decoder: { type: "ByteLevel", add_prefix_space: true, trim_offsets: true, use_regex: true },
         model: {
@@ -118,7 +140,7 @@ export function tokenizerJson(model: BpeModel, special: string[]): Record<string
             end_of_word_suffix: null,
             fuse_unk: false,
             byte_fallback: false,
-            ignore_merges: false,
+            ignore_merges: ignoreMerges,
             vocab: model.vocab,
             merges: model.merges,
         },

@@ -5,6 +5,7 @@
 // (gpt2's, llama-bpe's, qwen2's; another pre is an error that names it and the way out: options.tokenizer).
 // SentencePiece ("llama") tokenizers are not read in this version.
 import { describe } from "../validate.js";
+import { type AddedToken, tokenizerJson } from "./bpe.js";
 import type { HfModelInfo } from "./hf.js";
 import { HfTokenizer } from "./hfTokenizer.js";
 
@@ -52,53 +53,14 @@ export function ggufTokenizer(
         );
     const type = (i: number) => (Array.isArray(types) ? Number(types[i]) : 1);
     const vocab: Record<string, number> = Object.create(null) as Record<string, number>; // ('__proto__' is a token too)
-    const added: Record<string, unknown>[] = [];
+    const added: AddedToken[] = [];
     (tokens as string[]).forEach((t, i) => {
         vocab[t] = i;
-        if (type(i) === 3 || type(i) === 4)
-            added.push({
-                id: i,
-                content: t,
-                single_word: false,
-                lstrip: false,
-                rstrip: false,
-                normalized: false,
-                special: type(i) === 3,
-            });
+        if (type(i) === 3 || type(i) === 4) added.push({ id: i, content: t, special: type(i) === 3 });
     });
     const split = SPLITS[pre]!;
-    const byteLevel = { type: "ByteLevel", add_prefix_space: false, trim_offsets: true, use_regex: split === null };
-    const tokenizerJson = {
-        version: "1.0",
-        truncation: null,
-        padding: null,
-        added_tokens: added,
-        normalizer: null,
-        pre_tokenizer:
-            split === null
-                ? byteLevel
-                : {
-                      type: "Sequence",
-                      pretokenizers: [
-                          { type: "Split", pattern: { Regex: split }, behavior: "Isolated", invert: false },
-                          byteLevel,
-                      ],
-                  },
-        post_processor: { type: "ByteLevel", add_prefix_space: false, trim_offsets: false, use_regex: true },
-        decoder: { type: "ByteLevel", add_prefix_space: true, trim_offsets: true, use_regex: true },
-        model: {
-            type: "BPE",
-            dropout: null,
-            unk_token: null,
-            continuing_subword_prefix: null,
-            end_of_word_suffix: null,
-            fuse_unk: false,
-            byte_fallback: false,
-            ignore_merges: split === LLAMA3, // (llama.cpp: Llama 3's pre-tokenizer only)
-            vocab,
-            merges,
-        },
-    };
+    // (llama.cpp ignores merges for Llama 3's pre-tokenizer only)
+    const json = tokenizerJson({ vocab, merges: merges as string[] }, added, split, split === LLAMA3);
     const name = (k: string): string | null => {
         const v = md[k];
         const i = typeof v === "bigint" ? Number(v) : v;
@@ -115,7 +77,7 @@ export function ggufTokenizer(
         ...(typeof template === "string" ? { chat_template: template } : {}),
     };
     try {
-        return new HfTokenizer(tokenizerJson, tokenizerConfig, {
+        return new HfTokenizer(json, tokenizerConfig, {
             vocabSize: info.engine.vocab,
             stopIds: info.stopIds,
             ...(chatTemplate !== undefined ? { chatTemplate } : {}),

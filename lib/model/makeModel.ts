@@ -108,19 +108,20 @@ function gsm8kTexts(): string[] {
 /** Writes the tokenizer files of make-model into `dir`; returns the number of ids. */
 export function writeTokenizer(dir: string): number {
     const bpe = trainByteBpe(gsm8kTexts(), TOKENIZER_SIZE - SPECIAL.length);
-    const size = Object.keys(bpe.vocab).length + SPECIAL.length;
-    writeFileSync(join(dir, "tokenizer.json"), JSON.stringify(tokenizerJson(bpe, SPECIAL)));
+    const base = Object.keys(bpe.vocab).length,
+        size = base + SPECIAL.length;
+    const added = SPECIAL.map((content, i) => ({ id: base + i, content, special: true }));
+    writeFileSync(join(dir, "tokenizer.json"), JSON.stringify(tokenizerJson(bpe, added)));
     const decoder: Record<string, unknown> = {};
-    SPECIAL.forEach((content, i) => {
-        decoder[String(size - SPECIAL.length + i)] = {
-            content,
+    for (const t of added)
+        decoder[String(t.id)] = {
+            content: t.content,
             lstrip: false,
             normalized: false,
             rstrip: false,
             single_word: false,
-            special: true,
+            special: t.special,
         };
-    });
     writeFileSync(
         join(dir, "tokenizer_config.json"),
         JSON.stringify(

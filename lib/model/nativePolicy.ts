@@ -25,7 +25,7 @@ import {
 import { generate, type GenerateOptions } from "./generate.js";
 import { isHfModelDir } from "./hf.js";
 import { openGgufModel } from "./gguf.js";
-import { createHfModel, openHfModel } from "./hfLoad.js";
+import { createHfModel, type OpenedHfModel, openHfModel } from "./hfLoad.js";
 import type { HfTokenizer } from "./hfTokenizer.js";
 import { isAdapterDir, type LoraOptions } from "./lora.js";
 import {
@@ -327,14 +327,8 @@ export class NativePolicy implements Policy {
             "maxMemoryBytes",
         ]);
         requireDtype("NativePolicy.load", o.dtype);
-        if (dir.endsWith(".gguf") && o.base === undefined) {
-            const m = await openGgufModel(dir, o);
-            const policy = new NativePolicy({ name: m.name } as NativePolicyConfig, m.handle, {
-                state: { info: m.info, tokenizerDir: null, sourceDir: resolve(dir) },
-                tokenizer: m.tokenizer,
-            }).placed("NativePolicy.load", o.device);
-            return NativePolicy.withLora(policy, o.lora);
-        }
+        if (dir.endsWith(".gguf") && o.base === undefined)
+            return NativePolicy.withLora(NativePolicy.opened(await openGgufModel(dir, o), dir, o), o.lora);
         if (isAdapterDir(dir)) return NativePolicy.loadOnBase(dir, o);
         if (o.base !== undefined)
             throw new RangeError(
@@ -373,9 +367,13 @@ export class NativePolicy implements Policy {
     }
 
     private static loadHf(dir: string, o: LoadOptions): NativePolicy {
-        const m = openHfModel(dir, o);
+        return NativePolicy.opened(openHfModel(dir, o), dir, o);
+    }
+
+    // The policy of a model opened from `source` (a Hugging Face directory or a GGUF file), placed on o.device.
+    private static opened(m: OpenedHfModel, source: string, o: LoadOptions): NativePolicy {
         return new NativePolicy({ name: m.name } as NativePolicyConfig, m.handle, {
-            state: { info: m.info, tokenizerDir: m.tokenizerDir, sourceDir: resolve(dir) },
+            state: { info: m.info, tokenizerDir: m.tokenizerDir, sourceDir: resolve(source) },
             tokenizer: m.tokenizer,
         }).placed("NativePolicy.load", o.device);
     }
