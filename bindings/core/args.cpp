@@ -2,6 +2,7 @@
 #include "bindings/core/args.h"
 
 #include <cmath>
+#include <cstring>
 #include <string>
 
 namespace maporl_js {
@@ -60,60 +61,134 @@ void * DataOf(const Napi::TypedArray & a) {
     return data;
 }
 
-Napi::TypedArray RequireTypedArray(const Napi::CallbackInfo & info, size_t i, const char * name,
-                                   std::initializer_list<napi_typedarray_type> types, size_t length) {
-    Napi::Env env = info.Env();
-    if (i >= info.Length() || !info[i].IsTypedArray())
+// The name a message gives: built only when a check fails (a field's is "call: field").
+struct Label {
+    const Fields * f;
+    const char * name;
+    std::string str() const { return f ? f->Where(name) : std::string(name); }
+};
+
+// The checks, on a value and the name to give in a message.
+static Napi::TypedArray CheckTypedArray(Napi::Env env, const Napi::Value & v, bool present, const Label & name,
+                                        std::initializer_list<napi_typedarray_type> types, size_t length) {
+    if (!present || !v.IsTypedArray())
         throw Napi::TypeError::New(env,
-                                   std::string(name) + ": expected " + TypesList(types) + ", got " +
-                                       (i >= info.Length() ? "nothing" : "another type"));
-    Napi::TypedArray a = info[i].As<Napi::TypedArray>();
+                                   name.str() + ": expected " + TypesList(types) + ", got " +
+                                       (!present || v.IsUndefined() ? "nothing" : "another type"));
+    Napi::TypedArray a = v.As<Napi::TypedArray>();
     bool ok = false;
     for (auto t : types) ok = ok || a.TypedArrayType() == t;
     if (!ok)
         throw Napi::TypeError::New(
-            env,
-            std::string(name) + ": expected " + TypesList(types) + ", got " + TypedArrayTypeName(a.TypedArrayType()));
+            env, name.str() + ": expected " + TypesList(types) + ", got " + TypedArrayTypeName(a.TypedArrayType()));
     if (a.ElementLength() == 0 && length != 0 && IsDetached(env, a))
-        throw Napi::TypeError::New(env, std::string(name) + ": expected an attached buffer, got a detached one");
+        throw Napi::TypeError::New(env, name.str() + ": expected an attached buffer, got a detached one");
     if (a.ElementLength() != length)
         throw Napi::RangeError::New(env,
-                                    std::string(name) + ": expected " + std::to_string(length) + " elements, got " +
+                                    name.str() + ": expected " + std::to_string(length) + " elements, got " +
                                         std::to_string(a.ElementLength()));
     return a;
 }
 
+static double CheckNumber(Napi::Env env, const Napi::Value & v, bool present, const Label & name) {
+    if (!present || !v.IsNumber()) throw Napi::TypeError::New(env, name.str() + ": expected a number");
+    return v.As<Napi::Number>().DoubleValue();
+}
+
+static int64_t CheckInt(Napi::Env env, double d, const Label & name, int64_t lo, int64_t hi) {
+    if (!(d >= (double)lo && d <= (double)hi) || std::floor(d) != d)
+        throw Napi::RangeError::New(env,
+                                    name.str() + ": expected an integer in [" + std::to_string(lo) + ", " +
+                                        std::to_string(hi) + "], got " + std::to_string(d));
+    return (int64_t)d;
+}
+
+static int64_t CheckDims(Napi::Env env, int64_t x, int64_t y, const char * a, const char * b) {
+    const int64_t limit = (int64_t)1 << 40;
+    if (y > 0 && x > limit / y)
+        throw Napi::RangeError::New(env, std::string("shape: ") + a + "*" + b + " is too large");
+    return x * y;
+}
+
+static bool CheckBool(Napi::Env env, const Napi::Value & v, bool present, const Label & name) {
+    if (!present || !v.IsBoolean()) throw Napi::TypeError::New(env, name.str() + ": expected a boolean");
+    return v.As<Napi::Boolean>().Value();
+}
+
+Napi::TypedArray RequireTypedArray(const Napi::CallbackInfo & info, size_t i, const char * name,
+                                   std::initializer_list<napi_typedarray_type> types, size_t length) {
+    const bool present = i < info.Length();
+    return CheckTypedArray(info.Env(), present ? info[i] : info.Env().Undefined(), present, {nullptr, name}, types,
+                           length);
+}
+
 double RequireNumber(const Napi::CallbackInfo & info, size_t i, const char * name) {
-    if (i >= info.Length() || !info[i].IsNumber())
-        throw Napi::TypeError::New(info.Env(), std::string(name) + ": expected a number");
-    return info[i].As<Napi::Number>().DoubleValue();
+    const bool present = i < info.Length();
+    return CheckNumber(info.Env(), present ? info[i] : info.Env().Undefined(), present, {nullptr, name});
 }
 
 int64_t RequireInt(const Napi::CallbackInfo & info, size_t i, const char * name, int64_t lo, int64_t hi) {
-    double d = RequireNumber(info, i, name);
-    if (!(d >= (double)lo && d <= (double)hi) || std::floor(d) != d)
-        throw Napi::RangeError::New(info.Env(),
-                                    std::string(name) + ": expected an integer in [" + std::to_string(lo) + ", " +
-                                        std::to_string(hi) + "], got " + std::to_string(d));
-    return (int64_t)d;
+    return CheckInt(info.Env(), RequireNumber(info, i, name), {nullptr, name}, lo, hi);
 }
 
 int64_t RequireDims(const Napi::CallbackInfo & info, size_t i, const char * a, const char * b, int64_t * a_out,
                     int64_t * b_out) {
     const int64_t limit = (int64_t)1 << 40;
-    const int64_t x = RequireInt(info, i, a, 0, limit), y = RequireInt(info, i + 1, b, 0, limit);
-    if (y > 0 && x > limit / y)
-        throw Napi::RangeError::New(info.Env(), std::string("shape: ") + a + "*" + b + " is too large");
-    *a_out = x;
-    *b_out = y;
-    return x * y;
+    *a_out = RequireInt(info, i, a, 0, limit);
+    *b_out = RequireInt(info, i + 1, b, 0, limit);
+    return CheckDims(info.Env(), *a_out, *b_out, a, b);
 }
 
 bool RequireBool(const Napi::CallbackInfo & info, size_t i, const char * name) {
-    if (i >= info.Length() || !info[i].IsBoolean())
-        throw Napi::TypeError::New(info.Env(), std::string(name) + ": expected a boolean");
-    return info[i].As<Napi::Boolean>().Value();
+    const bool present = i < info.Length();
+    return CheckBool(info.Env(), present ? info[i] : info.Env().Undefined(), present, {nullptr, name});
 }
+
+Napi::Value Fields::Get(const char * name) const {
+    if (!info_) return obj_.Get(name);
+    for (size_t i = 0; i < spec_->count; ++i) {
+        if (spec_->fields[i] != name && std::strcmp(spec_->fields[i], name) != 0) continue;
+        const size_t at = i + (spec_->handle ? 1 : 0);
+        return at < info_->Length() ? (*info_)[at] : info_->Env().Undefined();
+    }
+    throw Napi::Error::New(Env(), Where(name) + ": not a field of the call (an addon defect)");
+}
+
+bool Fields::Has(const char * name) const {
+    const Napi::Value v = Get(name);
+    return !v.IsNull() && !v.IsUndefined();
+}
+
+std::string Fields::Where(const char * name) const { return std::string(call_) + ": " + prefix_ + name; }
+
+Fields Fields::Object(const char * name) const {
+    const Napi::Value v = Get(name);
+    if (!v.IsObject() || v.IsArray() || v.IsTypedArray())
+        throw Napi::TypeError::New(Env(), Where(name) + ": expected an object");
+    return Fields(v.As<Napi::Object>(), call_, prefix_ + name + ".");
+}
+
+Napi::TypedArray RequireTypedArray(const Fields & f, const char * name,
+                                   std::initializer_list<napi_typedarray_type> types, size_t length) {
+    return CheckTypedArray(f.Env(), f.Get(name), true, Label{&f, name}, types, length);
+}
+
+double RequireNumber(const Fields & f, const char * name) {
+    return CheckNumber(f.Env(), f.Get(name), true, Label{&f, name});
+}
+
+int64_t RequireInt(const Fields & f, const char * name, int64_t lo, int64_t hi) {
+    return CheckInt(f.Env(), RequireNumber(f, name), Label{&f, name}, lo, hi);
+}
+
+int64_t RequireDims(const Fields & f, const char * a, const char * b, int64_t * a_out, int64_t * b_out) {
+    const int64_t limit = (int64_t)1 << 40;
+    *a_out = RequireInt(f, a, 0, limit);
+    *b_out = RequireInt(f, b, 0, limit);
+    return CheckDims(f.Env(), *a_out, *b_out, a, b);
+}
+
+bool RequireBool(const Fields & f, const char * name) { return CheckBool(f.Env(), f.Get(name), true, Label{&f, name}); }
 
 Napi::Value MakeStatusError(Napi::Env env, maporl_status status, const std::string & message) {
     AddonData * data = env.GetInstanceData<AddonData>();
@@ -128,6 +203,26 @@ Napi::Value MakeStatusError(Napi::Env env, maporl_status status, const std::stri
 void ThrowStatus(Napi::Env env, maporl_status status, const char * where) {
     std::string message = std::string(where) + ": " + maporl_last_error();
     throw Napi::Error(env, MakeStatusError(env, status, message));
+}
+
+void ExportCall(Napi::Env env, Napi::Object exports, const CallSpec & spec, Napi::Function::Callback sync,
+                Napi::Function::Callback async) {
+    if (!exports.Has("calls")) exports.Set("calls", Napi::Object::New(env));
+    Napi::Object calls = exports.Get("calls").As<Napi::Object>();
+    Napi::Object entry = Napi::Object::New(env);
+    Napi::Array fields = Napi::Array::New(env, spec.count);
+    for (size_t i = 0; i < spec.count; ++i) fields.Set((uint32_t)i, Napi::String::New(env, spec.fields[i]));
+    entry.Set("fields", fields);
+    entry.Set("handle", Napi::Boolean::New(env, spec.handle));
+    if (sync != nullptr) {
+        exports.Set(spec.name, Napi::Function::New(env, sync, spec.name));
+        calls.Set(spec.name, entry);
+    }
+    if (async != nullptr) {
+        const std::string name = std::string(spec.name) + "Async";
+        exports.Set(name, Napi::Function::New(env, async, name));
+        calls.Set(name, entry);
+    }
 }
 
 }  // namespace maporl_js

@@ -1,17 +1,21 @@
 // gpt.cpp: N-API glue for the embedded GPT (maporl_gpt_* in maporl.h). A model is a JS External that frees the
 // native model when collected (or at gptFree). lib/model/nativePolicy.ts serialises calls on one model, so a
-// model never runs two calls at once. JS:
-//   gptCreate({vocab, context, layers, heads, dModel, mlpRatio, tieEmbeddings}, seed) -> handle
+// model never runs two calls at once. Beyond the handle a call takes one value or one object of named fields
+// (lib/native.ts types each). JS:
+//   gptCreate({vocab, context, layers, heads, dModel, mlpRatio, tieEmbeddings, seed}) -> handle
 //   gptFree(handle); gptTensors(handle) -> [{name, shape, offset}]; gptParamCount(handle) -> number
-//   gptGet(handle, which, out: Float32Array); gptSet(handle, which, in); gptGetStep / gptSetStep
-//   gptForward(handle, tokens: Int32Array, B, T, logits|null, values|null) [+ Async]
-//   gptBackward(handle, dlogits|null, dvalues|null) [+ Async]; gptZeroGrad(handle)
-//   gptStep(handle, lr, beta1, beta2, eps, weightDecay, maxGradNorm) -> grad norm [+ Async]
-//   gptCacheReset(handle, batch, maxLen); gptCacheRelease(handle); gptCacheSwap(handle, slot); gptCacheInfo(handle) -> {batch, maxLen}; gptDecode(handle, tokens: Int32Array, pos, logits|null, values|null)
+//   gptGet(handle, {which, out}); gptSet(handle, {which, input}); gptGetStep(handle); gptSetStep(handle, step)
+//   gptForward(handle, {tokens, B, T, logits|null, values|null}) [+ Async]
+//   gptBackward(handle, {dlogits|null, dvalues|null}) [+ Async]; gptZeroGrad(handle)
+//   gptStep(handle, {lr, beta1, beta2, eps, weightDecay, maxGradNorm}) -> grad norm [+ Async]
+//   gptCacheReset(handle, {batch, maxLen}); gptCacheRelease(handle); gptCacheSwap(handle, slot);
+//   gptCacheInfo(handle) -> {batch, maxLen}; gptDecode(handle, {tokens, pos, logits|null, values|null}) [+ Async]
+//   gptPrefillAsync(handle, {tokens, lens, P}); gptDecodeRowsAsync(handle, {tokens, pos, logits|null, values|null})
 //   gptSetDevice(handle, 0 cpu | 1 cuda | 2 emulated cuda (a Llama model, for tests)); gptGetDevice(handle) -> 0 | 1
-//   llamaCreate({...}, seed) -> a Llama-family handle for every call above; gptSetTensor(handle, index, dtype, bytes)
-//   gptScore(handle, tokens, targets, B, T, temperature, chunk, logp, entropy|null, values|null) [+ Async]
-//   gptScoreBackward(handle, gradLogp|null, gradEntropy|null, dvalues|null) [+ Async]
+//   llamaCreate({..., seed | null}) -> a Llama-family handle for every call above;
+//   gptSetTensor(handle, {index, dtype, data})
+//   gptScore(handle, {tokens, targets, B, T, temperature, chunk, logp, entropy|null, values|null}) [+ Async]
+//   gptScoreBackward(handle, {gradLogp|null, gradEntropy|null, dvalues|null}) [+ Async]
 #include <napi.h>
 
 #include <memory>
@@ -25,10 +29,63 @@
 namespace maporl_js {
 namespace {
 
-int64_t Field(const Napi::Object & o, const char * key, int64_t fallback) {
+// Each call's fields in the order the addon receives them (CallSpec: lib/native.ts passes one object).
+constexpr const char * kGptCreateFields[] = {"vocab",  "context",  "layers",        "heads",
+                                             "dModel", "mlpRatio", "tieEmbeddings", "seed"};
+constexpr CallSpec kGptCreate{"gptCreate", kGptCreateFields, 8, false};
+constexpr const char * kLlamaCreateFields[] = {"vocab",
+                                               "context",
+                                               "layers",
+                                               "dModel",
+                                               "heads",
+                                               "kvHeads",
+                                               "headDim",
+                                               "intermediate",
+                                               "rmsEps",
+                                               "ropeTheta",
+                                               "ropeScaling",
+                                               "ropeFactor",
+                                               "ropeLowFreqFactor",
+                                               "ropeHighFreqFactor",
+                                               "ropeOriginalMaxPosition",
+                                               "qkvBias",
+                                               "oBias",
+                                               "qkNorm",
+                                               "tieEmbeddings",
+                                               "bf16",
+                                               "int8",
+                                               "seed"};
+constexpr CallSpec kLlamaCreate{"llamaCreate", kLlamaCreateFields, 22, false};
+constexpr const char * kGptGetFields[] = {"which", "out"};
+constexpr CallSpec kGptGet{"gptGet", kGptGetFields, 2, true};
+constexpr const char * kGptSetFields[] = {"which", "input"};
+constexpr CallSpec kGptSet{"gptSet", kGptSetFields, 2, true};
+constexpr const char * kGptSetTensorFields[] = {"index", "dtype", "data"};
+constexpr CallSpec kGptSetTensor{"gptSetTensor", kGptSetTensorFields, 3, true};
+constexpr const char * kGptForwardFields[] = {"tokens", "B", "T", "logits", "values"};
+constexpr CallSpec kGptForward{"gptForward", kGptForwardFields, 5, true};
+constexpr const char * kGptBackwardFields[] = {"dlogits", "dvalues"};
+constexpr CallSpec kGptBackward{"gptBackward", kGptBackwardFields, 2, true};
+constexpr const char * kGptStepFields[] = {"lr", "beta1", "beta2", "eps", "weightDecay", "maxGradNorm"};
+constexpr CallSpec kGptStep{"gptStep", kGptStepFields, 6, true};
+constexpr const char * kGptCacheResetFields[] = {"batch", "maxLen"};
+constexpr CallSpec kGptCacheReset{"gptCacheReset", kGptCacheResetFields, 2, true};
+constexpr const char * kGptDecodeFields[] = {"tokens", "pos", "logits", "values"};
+constexpr CallSpec kGptDecode{"gptDecode", kGptDecodeFields, 4, true};
+constexpr const char * kGptPrefillFields[] = {"tokens", "lens", "P"};
+constexpr CallSpec kGptPrefill{"gptPrefill", kGptPrefillFields, 3, true};
+constexpr const char * kGptDecodeRowsFields[] = {"tokens", "pos", "logits", "values"};
+constexpr CallSpec kGptDecodeRows{"gptDecodeRows", kGptDecodeRowsFields, 4, true};
+constexpr const char * kGptScoreFields[] = {"tokens", "targets", "B",       "T",     "temperature",
+                                            "chunk",  "logp",    "entropy", "values"};
+constexpr CallSpec kGptScore{"gptScore", kGptScoreFields, 9, true};
+constexpr const char * kGptScoreBackwardFields[] = {"gradLogp", "gradEntropy", "dvalues"};
+constexpr CallSpec kGptScoreBackward{"gptScoreBackward", kGptScoreBackwardFields, 3, true};
+
+int64_t Field(const Fields & o, const char * key, int64_t fallback) {
     Napi::Value v = o.Get(key);
     if (v.IsUndefined()) return fallback;
-    if (!v.IsNumber()) throw Napi::TypeError::New(o.Env(), std::string("config.") + key + ": expected an integer");
+    if (!v.IsNumber()) throw Napi::TypeError::New(o.Env(), o.Where(key) + ": expected an integer");
     return v.As<Napi::Number>().Int64Value();
 }
 
@@ -47,9 +104,7 @@ Napi::Value Wrap(Napi::Env env, maporl_gpt * g, int64_t bytes_per_param) {
 }
 
 Napi::Value Create(const Napi::CallbackInfo & info) {
-    if (info.Length() < 2 || !info[0].IsObject())
-        throw Napi::TypeError::New(info.Env(), "gptCreate: expected (config, seed)");
-    Napi::Object o = info[0].As<Napi::Object>();
+    const Fields o(info, kGptCreate);
     maporl_gpt_config c = maporl_gpt_default_config();
     c.vocab = Field(o, "vocab", 0);
     c.context = Field(o, "context", 0);
@@ -59,34 +114,33 @@ Napi::Value Create(const Napi::CallbackInfo & info) {
     c.mlp_ratio = Field(o, "mlpRatio", 4);
     const Napi::Value tie = o.Get("tieEmbeddings");
     c.tie_embeddings = tie.IsBoolean() ? (tie.As<Napi::Boolean>().Value() ? 1 : 0) : (int)Field(o, "tieEmbeddings", 1);
-    const double seed = RequireNumber(info, 1, "seed");
+    const double seed = RequireNumber(o, "seed");
     maporl_gpt * g = nullptr;
     const maporl_status st = maporl_gpt_create(&c, (uint64_t)seed, &g);
     if (st != MAPORL_OK) ThrowStatus(info.Env(), st, "gptCreate");
     return Wrap(info.Env(), g, 16);
 }
 
-double Real(const Napi::Object & o, const char * key, double fallback) {
+double Real(const Fields & o, const char * key, double fallback) {
     Napi::Value v = o.Get(key);
     if (v.IsUndefined()) return fallback;
-    if (!v.IsNumber()) throw Napi::TypeError::New(o.Env(), std::string("config.") + key + ": expected a number");
+    if (!v.IsNumber()) throw Napi::TypeError::New(o.Env(), o.Where(key) + ": expected a number");
     return v.As<Napi::Number>().DoubleValue();
 }
 
-int Flag(const Napi::Object & o, const char * key) {
+int Flag(const Fields & o, const char * key) {
     Napi::Value v = o.Get(key);
     if (v.IsUndefined()) return 0;
-    if (!v.IsBoolean()) throw Napi::TypeError::New(o.Env(), std::string("config.") + key + ": expected a boolean");
+    if (!v.IsBoolean()) throw Napi::TypeError::New(o.Env(), o.Where(key) + ": expected a boolean");
     return v.As<Napi::Boolean>().Value() ? 1 : 0;
 }
 
 // llamaCreate({vocab, context, layers, dModel, heads, kvHeads, headDim, intermediate, rmsEps, ropeTheta, ropeScaling:
 // 0|1|2, ropeFactor, ropeLowFreqFactor, ropeHighFreqFactor, ropeOriginalMaxPosition, qkvBias, oBias, qkNorm,
-// tieEmbeddings, bf16 (optional: matrices stored as bfloat16, frozen)}, seed | null) -> handle (answers every gpt* call; null: parameters 0, for a loader)
+// tieEmbeddings, bf16, int8 (optional: matrices stored as bfloat16 / Q8_0, frozen), seed | null}) -> handle (answers
+// every gpt* call; seed null: parameters 0, for a loader)
 Napi::Value LlamaCreate(const Napi::CallbackInfo & info) {
-    if (info.Length() < 2 || !info[0].IsObject())
-        throw Napi::TypeError::New(info.Env(), "llamaCreate: expected (config, seed)");
-    Napi::Object o = info[0].As<Napi::Object>();
+    const Fields o(info, kLlamaCreate);
     maporl_llama_config c = maporl_llama_default_config();
     c.vocab = Field(o, "vocab", 0);
     c.context = Field(o, "context", 0);
@@ -110,8 +164,8 @@ Napi::Value LlamaCreate(const Napi::CallbackInfo & info) {
     c.bf16_matrices = Flag(o, "bf16");
     c.int8_matrices = Flag(o, "int8");
     maporl_gpt * g = nullptr;
-    const maporl_status st = info[1].IsNull() ? maporl_llama_create_zeroed(&c, &g)
-                                              : maporl_llama_create(&c, (uint64_t)RequireNumber(info, 1, "seed"), &g);
+    const maporl_status st = o.Get("seed").IsNull() ? maporl_llama_create_zeroed(&c, &g)
+                                                    : maporl_llama_create(&c, (uint64_t)RequireNumber(o, "seed"), &g);
     if (st != MAPORL_OK) ThrowStatus(info.Env(), st, "llamaCreate");
     return Wrap(info.Env(), g, 4);  // the weights; gradients and moments come with the first training call
 }
@@ -166,10 +220,11 @@ Napi::Value ParamCount(const Napi::CallbackInfo & info) {
 
 Napi::Value GetSet(const Napi::CallbackInfo & info, bool set) {
     Handle * h = Get(info);
-    const int which = (int)RequireInt(info, 1, "which", 0, 2);
+    const Fields f(info, set ? kGptSet : kGptGet);
+    const int which = (int)RequireInt(f, "which", 0, 2);
     int64_t n = 0;
     maporl_gpt_param_count(h->gpt, &n);
-    Napi::TypedArray a = RequireTypedArray(info, 2, set ? "in" : "out", {napi_float32_array}, (size_t)n);
+    Napi::TypedArray a = RequireTypedArray(f, set ? "input" : "out", {napi_float32_array}, (size_t)n);
     const maporl_status st = set ? maporl_gpt_set(h->gpt, which, (const float *)DataOf(a), n)
                                  : maporl_gpt_get(h->gpt, which, (float *)DataOf(a), n);
     if (st != MAPORL_OK) ThrowStatus(info.Env(), st, set ? "gptSet" : "gptGet");
@@ -177,15 +232,16 @@ Napi::Value GetSet(const Napi::CallbackInfo & info, bool set) {
 }
 Napi::Value JsGet(const Napi::CallbackInfo & info) { return GetSet(info, false); }
 
-// gptSetTensor(handle, index, dtype 0 f32 | 1 bf16 | 2 f16 | 3 q8_0, data: Uint8Array of the tensor's raw little-endian
-// bytes)
+// gptSetTensor(handle, {index, dtype: 0 f32 | 1 bf16 | 2 f16 | 3 q8_0, data: Uint8Array of the tensor's raw
+// little-endian bytes})
 Napi::Value SetTensor(const Napi::CallbackInfo & info) {
     Handle * h = Get(info);
-    const int64_t index = RequireInt(info, 1, "index", 0, (int64_t)1 << 40), dtype = RequireInt(info, 2, "dtype", 0, 3);
-    if (info.Length() < 4 || !info[3].IsTypedArray() ||
-        info[3].As<Napi::TypedArray>().TypedArrayType() != napi_uint8_array)
+    const Fields f(info, kGptSetTensor);
+    const int64_t index = RequireInt(f, "index", 0, (int64_t)1 << 40), dtype = RequireInt(f, "dtype", 0, 3);
+    const Napi::Value data = f.Get("data");
+    if (!data.IsTypedArray() || data.As<Napi::TypedArray>().TypedArrayType() != napi_uint8_array)
         throw Napi::TypeError::New(info.Env(), "gptSetTensor: data: expected a Uint8Array");
-    Napi::Uint8Array a = info[3].As<Napi::Uint8Array>();
+    Napi::Uint8Array a = data.As<Napi::Uint8Array>();
     // Values per `unit` bytes: 1 per 4 (f32), 1 per 2 (bf16, f16), 32 per 34 (Q8_0 blocks).
     const int64_t unit = dtype == 0 ? 4 : dtype == 3 ? 34 : 2, per = dtype == 3 ? 32 : 1;
     if ((int64_t)a.ByteLength() % unit != 0)
@@ -209,11 +265,10 @@ Napi::Value SetStep(const Napi::CallbackInfo & info) {
     return info.Env().Undefined();
 }
 
-// Optional Float32Array at info[i] (null / undefined: none).
-float * OptionalF32(const Napi::CallbackInfo & info, size_t i, const char * name, size_t n,
-                    std::vector<Napi::Value> * keep) {
-    if (i >= info.Length() || info[i].IsNull() || info[i].IsUndefined()) return nullptr;
-    Napi::TypedArray a = RequireTypedArray(info, i, name, {napi_float32_array}, n);
+// An optional Float32Array field (null / undefined: none).
+float * OptionalF32(const Fields & f, const char * name, size_t n, std::vector<Napi::Value> * keep) {
+    if (!f.Has(name)) return nullptr;
+    Napi::TypedArray a = RequireTypedArray(f, name, {napi_float32_array}, n);
     if (keep) keep->push_back(a);
     return (float *)DataOf(a);
 }
@@ -229,16 +284,17 @@ struct ForwardCall {
 
 ForwardCall UnpackForward(const Napi::CallbackInfo & info, std::vector<Napi::Value> * keep) {
     Handle * h = Get(info);
+    const Fields f(info, kGptForward);
     ForwardCall c;
     c.gpt = h->gpt;
-    const size_t n = (size_t)RequireDims(info, 2, "B", "T", &c.B, &c.T);
-    Napi::TypedArray t = RequireTypedArray(info, 1, "tokens", {napi_int32_array}, n);
+    const size_t n = (size_t)RequireDims(f, "B", "T", &c.B, &c.T);
+    Napi::TypedArray t = RequireTypedArray(f, "tokens", {napi_int32_array}, n);
     c.tokens = (const int32_t *)DataOf(t);
     int64_t V = 0;
     maporl_gpt_cache_info(h->gpt, nullptr, nullptr, &V);
     if (keep) *keep = {info[0], t};
-    c.logits = OptionalF32(info, 4, "logits", n * (size_t)V, keep);
-    c.values = OptionalF32(info, 5, "values", n, keep);
+    c.logits = OptionalF32(f, "logits", n * (size_t)V, keep);
+    c.values = OptionalF32(f, "values", n, keep);
     return c;
 }
 
@@ -258,14 +314,9 @@ BackwardCall UnpackBackward(const Napi::CallbackInfo & info, std::vector<Napi::V
     if (keep) keep->push_back(info[0]);
     BackwardCall c;
     c.gpt = h->gpt;
-    auto opt = [&](size_t i, const char * name, size_t n) -> const float * {
-        if (i >= info.Length() || info[i].IsNull() || info[i].IsUndefined()) return nullptr;
-        Napi::TypedArray a = RequireTypedArray(info, i, name, {napi_float32_array}, n);  // the last forward's shape
-        if (keep) keep->push_back(a);
-        return (const float *)DataOf(a);
-    };
-    c.dlogits = opt(1, "dlogits", (size_t)(B * T * V));
-    c.dvalues = opt(2, "dvalues", (size_t)(B * T));
+    const Fields f(info, kGptBackward);
+    c.dlogits = OptionalF32(f, "dlogits", (size_t)(B * T * V), keep);  // the last forward's shape
+    c.dvalues = OptionalF32(f, "dvalues", (size_t)(B * T), keep);
     return c;
 }
 
@@ -280,13 +331,14 @@ struct StepCall {
 
 StepCall UnpackStep(const Napi::CallbackInfo & info, std::vector<Napi::Value> * keep) {
     Handle * h = Get(info);
+    const Fields f(info, kGptStep);
     if (keep) keep->push_back(info[0]);
     StepCall c;
     c.gpt = h->gpt;
-    c.p = maporl_adamw_params{(float)RequireNumber(info, 1, "lr"), (float)RequireNumber(info, 2, "beta1"),
-                              (float)RequireNumber(info, 3, "beta2"), (float)RequireNumber(info, 4, "eps"),
-                              (float)RequireNumber(info, 5, "weightDecay")};
-    c.max_norm = RequireNumber(info, 6, "maxGradNorm");
+    c.p = maporl_adamw_params{(float)RequireNumber(f, "lr"), (float)RequireNumber(f, "beta1"),
+                              (float)RequireNumber(f, "beta2"), (float)RequireNumber(f, "eps"),
+                              (float)RequireNumber(f, "weightDecay")};
+    c.max_norm = RequireNumber(f, "maxGradNorm");
     return c;
 }
 
@@ -314,8 +366,10 @@ Napi::Value GetDevice(const Napi::CallbackInfo & info) {
 }
 
 Napi::Value CacheReset(const Napi::CallbackInfo & info) {
-    const maporl_status st = maporl_gpt_cache_reset(Get(info)->gpt, RequireInt(info, 1, "batch", 1, (int64_t)1 << 24),
-                                                    RequireInt(info, 2, "maxLen", 1, (int64_t)1 << 24));
+    Handle * h = Get(info);
+    const Fields f(info, kGptCacheReset);
+    const maporl_status st = maporl_gpt_cache_reset(h->gpt, RequireInt(f, "batch", 1, (int64_t)1 << 24),
+                                                    RequireInt(f, "maxLen", 1, (int64_t)1 << 24));
     if (st != MAPORL_OK) ThrowStatus(info.Env(), st, "gptCacheReset");
     return info.Env().Undefined();
 }
@@ -354,8 +408,8 @@ Cache RequireCache(const Napi::CallbackInfo & info, const Handle * h, const char
 }
 
 // An Int32Array argument of n elements as int64 values (the C API's per-row lengths and positions).
-std::vector<int64_t> Int64s(const Napi::CallbackInfo & info, size_t i, const char * name, size_t n) {
-    const int32_t * p = (const int32_t *)DataOf(RequireTypedArray(info, i, name, {napi_int32_array}, n));
+std::vector<int64_t> Int64s(const Fields & f, const char * name, size_t n) {
+    const int32_t * p = (const int32_t *)DataOf(RequireTypedArray(f, name, {napi_int32_array}, n));
     return std::vector<int64_t>(p, p + n);
 }
 
@@ -370,19 +424,20 @@ struct DecodeCall {
 
 DecodeCall UnpackDecode(const Napi::CallbackInfo & info, std::vector<Napi::Value> * keep) {
     Handle * h = Get(info);
+    const Fields f(info, kGptDecode);
     const auto [batch, max_len, V] = RequireCache(info, h, "gptDecode");
-    Napi::TypedArray t = RequireTypedArray(info, 1, "tokens", {napi_int32_array}, (size_t)batch);
+    Napi::TypedArray t = RequireTypedArray(f, "tokens", {napi_int32_array}, (size_t)batch);
     DecodeCall c;
     c.gpt = h->gpt;
     c.tokens = (const int32_t *)DataOf(t);
-    c.pos = RequireInt(info, 2, "pos", 0, max_len - 1);
+    c.pos = RequireInt(f, "pos", 0, max_len - 1);
     if (keep) *keep = {info[0], t};
-    c.logits = OptionalF32(info, 3, "logits", (size_t)(batch * V), keep);
-    c.values = OptionalF32(info, 4, "values", (size_t)batch, keep);
+    c.logits = OptionalF32(f, "logits", (size_t)(batch * V), keep);
+    c.values = OptionalF32(f, "values", (size_t)batch, keep);
     return c;
 }
 
-// gptPrefillAsync(handle, tokens: Int32Array [batch * P], lens: Int32Array [batch], P) (Llama family)
+// gptPrefillAsync(handle, {tokens: Int32Array [batch * P], lens: Int32Array [batch], P}) (Llama family)
 struct PrefillCall {
     maporl_gpt * gpt;
     const int32_t * tokens;
@@ -393,18 +448,19 @@ struct PrefillCall {
 
 PrefillCall UnpackPrefill(const Napi::CallbackInfo & info, std::vector<Napi::Value> * keep) {
     Handle * h = Get(info);
+    const Fields f(info, kGptPrefill);
     const Cache cache = RequireCache(info, h, "gptPrefill");
     PrefillCall c;
     c.gpt = h->gpt;
-    c.P = RequireInt(info, 3, "P", 0, cache.max_len);
-    Napi::TypedArray t = RequireTypedArray(info, 1, "tokens", {napi_int32_array}, (size_t)(cache.batch * c.P));
+    c.P = RequireInt(f, "P", 0, cache.max_len);
+    Napi::TypedArray t = RequireTypedArray(f, "tokens", {napi_int32_array}, (size_t)(cache.batch * c.P));
     c.tokens = (const int32_t *)DataOf(t);
-    c.lens = Int64s(info, 2, "lens", (size_t)cache.batch);
+    c.lens = Int64s(f, "lens", (size_t)cache.batch);
     if (keep) *keep = {info[0], t};
     return c;
 }
 
-// gptDecodeRowsAsync(handle, tokens: Int32Array [batch], pos: Int32Array [batch], logits?, values?) (Llama family)
+// gptDecodeRowsAsync(handle, {tokens: Int32Array [batch], pos: Int32Array [batch], logits?, values?}) (Llama family)
 struct DecodeRowsCall {
     maporl_gpt * gpt;
     const int32_t * tokens;
@@ -416,16 +472,17 @@ struct DecodeRowsCall {
 
 DecodeRowsCall UnpackDecodeRows(const Napi::CallbackInfo & info, std::vector<Napi::Value> * keep) {
     Handle * h = Get(info);
+    const Fields f(info, kGptDecodeRows);
     const Cache cache = RequireCache(info, h, "gptDecodeRows");
     const int64_t batch = cache.batch;
-    Napi::TypedArray t = RequireTypedArray(info, 1, "tokens", {napi_int32_array}, (size_t)batch);
+    Napi::TypedArray t = RequireTypedArray(f, "tokens", {napi_int32_array}, (size_t)batch);
     DecodeRowsCall c;
     c.gpt = h->gpt;
     c.tokens = (const int32_t *)DataOf(t);
-    c.pos = Int64s(info, 2, "pos", (size_t)batch);
+    c.pos = Int64s(f, "pos", (size_t)batch);
     if (keep) *keep = {info[0], t};
-    c.logits = OptionalF32(info, 3, "logits", (size_t)(batch * cache.V), keep);
-    c.values = OptionalF32(info, 4, "values", (size_t)batch, keep);
+    c.logits = OptionalF32(f, "logits", (size_t)(batch * cache.V), keep);
+    c.values = OptionalF32(f, "values", (size_t)batch, keep);
     return c;
 }
 
@@ -443,24 +500,25 @@ struct ScoreCall {
     }
 };
 
-// gptScore(handle, tokens, targets, B, T, temperature, chunk, logp, entropy | null, values | null)
+// gptScore(handle, {tokens, targets, B, T, temperature, chunk, logp, entropy | null, values | null})
 ScoreCall UnpackScore(const Napi::CallbackInfo & info, std::vector<Napi::Value> * keep) {
     Handle * h = Get(info);
+    const Fields f(info, kGptScore);
     ScoreCall c;
     c.gpt = h->gpt;
-    const size_t n = (size_t)RequireDims(info, 3, "B", "T", &c.B, &c.T);
-    Napi::TypedArray t = RequireTypedArray(info, 1, "tokens", {napi_int32_array}, n);
-    Napi::TypedArray y = RequireTypedArray(info, 2, "targets", {napi_int32_array}, n);
+    const size_t n = (size_t)RequireDims(f, "B", "T", &c.B, &c.T);
+    Napi::TypedArray t = RequireTypedArray(f, "tokens", {napi_int32_array}, n);
+    Napi::TypedArray y = RequireTypedArray(f, "targets", {napi_int32_array}, n);
     c.tokens = (const int32_t *)DataOf(t);
     c.targets = (const int32_t *)DataOf(y);
-    c.temperature = (float)RequireNumber(info, 5, "temperature");
-    c.chunk = RequireInt(info, 6, "chunk", 0, (int64_t)1 << 40);
+    c.temperature = (float)RequireNumber(f, "temperature");
+    c.chunk = RequireInt(f, "chunk", 0, (int64_t)1 << 40);
     if (keep) *keep = {info[0], t, y};
-    Napi::TypedArray lp = RequireTypedArray(info, 7, "logp", {napi_float32_array}, n);
+    Napi::TypedArray lp = RequireTypedArray(f, "logp", {napi_float32_array}, n);
     if (keep) keep->push_back(lp);
     c.logp = (float *)DataOf(lp);
-    c.entropy = OptionalF32(info, 8, "entropy", n, keep);
-    c.values = OptionalF32(info, 9, "values", n, keep);
+    c.entropy = OptionalF32(f, "entropy", n, keep);
+    c.values = OptionalF32(f, "values", n, keep);
     return c;
 }
 
@@ -472,9 +530,10 @@ struct ScoreBackwardCall {
     maporl_status run() const { return maporl_gpt_score_backward(gpt, grad_logp, grad_entropy, dvalues); }
 };
 
-// gptScoreBackward(handle, gradLogp | null, gradEntropy | null, dvalues | null), each [B*T] of the last gptScore
+// gptScoreBackward(handle, {gradLogp | null, gradEntropy | null, dvalues | null}), each [B*T] of the last gptScore
 ScoreBackwardCall UnpackScoreBackward(const Napi::CallbackInfo & info, std::vector<Napi::Value> * keep) {
     Handle * h = Get(info);
+    const Fields f(info, kGptScoreBackward);
     int64_t B = 0, T = 0;
     maporl_gpt_forward_shape(h->gpt, &B, &T);
     if (B == 0) throw Napi::Error::New(info.Env(), "gptScoreBackward: no gptScore to go back through");
@@ -482,9 +541,9 @@ ScoreBackwardCall UnpackScoreBackward(const Napi::CallbackInfo & info, std::vect
     ScoreBackwardCall c;
     c.gpt = h->gpt;
     const size_t n = (size_t)(B * T);
-    c.grad_logp = OptionalF32(info, 1, "gradLogp", n, keep);
-    c.grad_entropy = OptionalF32(info, 2, "gradEntropy", n, keep);
-    c.dvalues = OptionalF32(info, 3, "dvalues", n, keep);
+    c.grad_logp = OptionalF32(f, "gradLogp", n, keep);
+    c.grad_entropy = OptionalF32(f, "gradEntropy", n, keep);
+    c.dvalues = OptionalF32(f, "dvalues", n, keep);
     return c;
 }
 
@@ -510,35 +569,29 @@ Napi::Value JsDecodeRowsAsync(const Napi::CallbackInfo & i) { return QueueGpt(i,
 }  // namespace
 
 void InitGpt(Napi::Env env, Napi::Object exports) {
-    exports.Set("gptCreate", Napi::Function::New(env, Create, "gptCreate"));
-    exports.Set("llamaCreate", Napi::Function::New(env, LlamaCreate, "llamaCreate"));
-    exports.Set("gptSetTensor", Napi::Function::New(env, SetTensor, "gptSetTensor"));
+    ExportCall(env, exports, kGptCreate, Create);
+    ExportCall(env, exports, kLlamaCreate, LlamaCreate);
+    ExportCall(env, exports, kGptSetTensor, SetTensor);
     exports.Set("gptFree", Napi::Function::New(env, Free, "gptFree"));
-    exports.Set("gptScore", Napi::Function::New(env, JsScore, "gptScore"));
-    exports.Set("gptScoreAsync", Napi::Function::New(env, JsScoreAsync, "gptScoreAsync"));
-    exports.Set("gptScoreBackward", Napi::Function::New(env, JsScoreBackward, "gptScoreBackward"));
-    exports.Set("gptScoreBackwardAsync", Napi::Function::New(env, JsScoreBackwardAsync, "gptScoreBackwardAsync"));
+    ExportCall(env, exports, kGptScore, JsScore, JsScoreAsync);
+    ExportCall(env, exports, kGptScoreBackward, JsScoreBackward, JsScoreBackwardAsync);
     exports.Set("gptTensors", Napi::Function::New(env, Tensors, "gptTensors"));
     exports.Set("gptParamCount", Napi::Function::New(env, ParamCount, "gptParamCount"));
-    exports.Set("gptGet", Napi::Function::New(env, JsGet, "gptGet"));
-    exports.Set("gptSet", Napi::Function::New(env, JsSet, "gptSet"));
+    ExportCall(env, exports, kGptGet, JsGet);
+    ExportCall(env, exports, kGptSet, JsSet);
     exports.Set("gptGetStep", Napi::Function::New(env, GetStep, "gptGetStep"));
     exports.Set("gptSetStep", Napi::Function::New(env, SetStep, "gptSetStep"));
-    exports.Set("gptForward", Napi::Function::New(env, JsForward, "gptForward"));
-    exports.Set("gptForwardAsync", Napi::Function::New(env, JsForwardAsync, "gptForwardAsync"));
-    exports.Set("gptBackward", Napi::Function::New(env, JsBackward, "gptBackward"));
-    exports.Set("gptBackwardAsync", Napi::Function::New(env, JsBackwardAsync, "gptBackwardAsync"));
+    ExportCall(env, exports, kGptForward, JsForward, JsForwardAsync);
+    ExportCall(env, exports, kGptBackward, JsBackward, JsBackwardAsync);
     exports.Set("gptZeroGrad", Napi::Function::New(env, ZeroGrad, "gptZeroGrad"));
-    exports.Set("gptStep", Napi::Function::New(env, JsStep, "gptStep"));
-    exports.Set("gptStepAsync", Napi::Function::New(env, JsStepAsync, "gptStepAsync"));
-    exports.Set("gptCacheReset", Napi::Function::New(env, CacheReset, "gptCacheReset"));
+    ExportCall(env, exports, kGptStep, JsStep, JsStepAsync);
+    ExportCall(env, exports, kGptCacheReset, CacheReset);
     exports.Set("gptCacheRelease", Napi::Function::New(env, CacheRelease, "gptCacheRelease"));
     exports.Set("gptCacheSwap", Napi::Function::New(env, CacheSwap, "gptCacheSwap"));
     exports.Set("gptCacheInfo", Napi::Function::New(env, CacheInfo, "gptCacheInfo"));
-    exports.Set("gptDecode", Napi::Function::New(env, JsDecode, "gptDecode"));
-    exports.Set("gptDecodeAsync", Napi::Function::New(env, JsDecodeAsync, "gptDecodeAsync"));
-    exports.Set("gptPrefillAsync", Napi::Function::New(env, JsPrefillAsync, "gptPrefillAsync"));
-    exports.Set("gptDecodeRowsAsync", Napi::Function::New(env, JsDecodeRowsAsync, "gptDecodeRowsAsync"));
+    ExportCall(env, exports, kGptDecode, JsDecode, JsDecodeAsync);
+    ExportCall(env, exports, kGptPrefill, nullptr, JsPrefillAsync);
+    ExportCall(env, exports, kGptDecodeRows, nullptr, JsDecodeRowsAsync);
     exports.Set("gptSetDevice", Napi::Function::New(env, SetDevice, "gptSetDevice"));
     exports.Set("gptGetDevice", Napi::Function::New(env, GetDevice, "gptGetDevice"));
 }

@@ -1,5 +1,5 @@
 // lora.cpp: N-API glue for LoRA adapters on a Llama-family model (maporl_lora_* in maporl.h). JS:
-//   loraAdd(handle, {rank, alpha, targets (MAPORL_LORA_* bits), dropout, useRslora}, seed) -> id
+//   loraAdd(handle, {rank, alpha, targets (MAPORL_LORA_* bits), dropout, useRslora, seed}) -> id
 //   loraRemove(handle, id); loraSelect(handle, id | -1); loraSelected(handle) -> id | -1
 //   loraInfo(handle, id) -> {rank, alpha, targets, dropout, useRslora, count, seed}; loraMerge(handle, id)
 //   loraCacheRows(handle, ids: number[]) (after gptCacheReset); gptSetTraining(handle, boolean)
@@ -14,6 +14,10 @@
 namespace maporl_js {
 namespace {
 
+// Each call's fields in the order the addon receives them (CallSpec: lib/native.ts passes one object).
+constexpr const char * kLoraAddFields[] = {"rank", "alpha", "targets", "dropout", "useRslora", "seed"};
+constexpr CallSpec kLoraAdd{"loraAdd", kLoraAddFields, 6, true};
+
 void Check(const Napi::CallbackInfo & info, maporl_status st, const char * where) {
     if (st != MAPORL_OK) ThrowStatus(info.Env(), st, where);
 }
@@ -22,15 +26,12 @@ int64_t Id(const Napi::CallbackInfo & info, size_t i) { return RequireInt(info, 
 
 Napi::Value Add(const Napi::CallbackInfo & info) {
     Handle * h = Get(info);
-    if (info.Length() < 3 || !info[1].IsObject())
-        throw Napi::TypeError::New(info.Env(), "loraAdd: expected (handle, config, seed)");
-    Napi::Object o = info[1].As<Napi::Object>();
+    const Fields o(info, kLoraAdd);
     maporl_lora_config c = maporl_lora_default_config();
     auto num = [&](const char * k, double fallback) {
         Napi::Value v = o.Get(k);
         if (v.IsUndefined()) return fallback;
-        if (!v.IsNumber())
-            throw Napi::TypeError::New(info.Env(), std::string("loraAdd: config.") + k + ": expected a number");
+        if (!v.IsNumber()) throw Napi::TypeError::New(info.Env(), o.Where(k) + ": expected a number");
         return v.As<Napi::Number>().DoubleValue();
     };
     c.rank = (int64_t)num("rank", 8);
@@ -39,7 +40,7 @@ Napi::Value Add(const Napi::CallbackInfo & info) {
     c.dropout = num("dropout", 0);
     Napi::Value rs = o.Get("useRslora");
     c.use_rslora = rs.IsBoolean() && rs.As<Napi::Boolean>().Value() ? 1 : 0;
-    const double seed = RequireNumber(info, 2, "seed");
+    const double seed = RequireNumber(o, "seed");
     int64_t id = -1;
     Check(info, maporl_lora_add(h->gpt, &c, (uint64_t)seed, &id), "loraAdd");
     return Napi::Number::New(info.Env(), (double)id);
@@ -111,7 +112,7 @@ Napi::Value SetScoreKeep(const Napi::CallbackInfo & info) {
 }  // namespace
 
 void InitLora(Napi::Env env, Napi::Object exports) {
-    exports.Set("loraAdd", Napi::Function::New(env, Add, "loraAdd"));
+    ExportCall(env, exports, kLoraAdd, Add);
     exports.Set("loraRemove", Napi::Function::New(env, Remove, "loraRemove"));
     exports.Set("loraSelect", Napi::Function::New(env, Select, "loraSelect"));
     exports.Set("loraSelected", Napi::Function::New(env, Selected, "loraSelected"));

@@ -1,5 +1,7 @@
-// gae.cpp: N-API glue for the reverse scans, maporl_gae and maporl_reinforce_returns. JS: gae(rewards, values, mask, B, T, gamma, lambda, whiten, device,
-// advantagesOut, returnsOut) and gaeAsync(...same) -> Promise<void>. Outputs are allocated by the caller.
+// gae.cpp: N-API glue for the reverse scans, maporl_gae and maporl_reinforce_returns. JS (lib/native.ts types each
+// call's object): gae({rewards, values, mask, B, T, gamma, lambda, whiten, device, advantages, returns}) and
+// gaeAsync(same) -> Promise<void>; reinforceReturns({rewards, mask, B, T, gamma, whiten, device, returns,
+// advantages}) [+ Async]. Outputs are allocated by the caller.
 #include <napi.h>
 
 #include "bindings/core/args.h"
@@ -8,6 +10,14 @@
 
 namespace maporl_js {
 namespace {
+
+// Each call's fields in the order the addon receives them (CallSpec: lib/native.ts passes one object).
+constexpr const char * kGaeFields[] = {"rewards", "values", "mask",   "B",          "T",      "gamma",
+                                       "lambda",  "whiten", "device", "advantages", "returns"};
+constexpr CallSpec kGae{"gae", kGaeFields, 11, false};
+constexpr const char * kReinforceReturnsFields[] = {"rewards", "mask",   "B",       "T",         "gamma",
+                                                    "whiten",  "device", "returns", "advantages"};
+constexpr CallSpec kReinforceReturns{"reinforceReturns", kReinforceReturnsFields, 9, false};
 
 struct GaeCall {
     const float * rewards;
@@ -38,13 +48,14 @@ struct GaeCall {
 };
 
 GaeCall Unpack(const Napi::CallbackInfo & info, std::vector<Napi::Value> * keep) {
+    const Fields f(info, kGae);
     int64_t B, T;
-    const size_t n = (size_t)RequireDims(info, 3, "B", "T", &B, &T);
-    Napi::TypedArray r = RequireTypedArray(info, 0, "rewards", {napi_float32_array}, n);
-    Napi::TypedArray v = RequireTypedArray(info, 1, "values", {napi_float32_array}, n);
-    Napi::TypedArray m = RequireTypedArray(info, 2, "mask", {napi_uint8_array, napi_float32_array}, n);
-    Napi::TypedArray a = RequireTypedArray(info, 9, "advantages", {napi_float32_array}, n);
-    Napi::TypedArray R = RequireTypedArray(info, 10, "returns", {napi_float32_array}, n);
+    const size_t n = (size_t)RequireDims(f, "B", "T", &B, &T);
+    Napi::TypedArray r = RequireTypedArray(f, "rewards", {napi_float32_array}, n);
+    Napi::TypedArray v = RequireTypedArray(f, "values", {napi_float32_array}, n);
+    Napi::TypedArray m = RequireTypedArray(f, "mask", {napi_uint8_array, napi_float32_array}, n);
+    Napi::TypedArray a = RequireTypedArray(f, "advantages", {napi_float32_array}, n);
+    Napi::TypedArray R = RequireTypedArray(f, "returns", {napi_float32_array}, n);
     GaeCall c;
     c.rewards = (const float *)DataOf(r);
     c.values = (const float *)DataOf(v);
@@ -54,10 +65,10 @@ GaeCall Unpack(const Napi::CallbackInfo & info, std::vector<Napi::Value> * keep)
     c.B = B;
     c.T = T;
     c.params = maporl_gae_default_params();
-    c.params.gamma = (float)RequireNumber(info, 5, "gamma");
-    c.params.lambda = (float)RequireNumber(info, 6, "lambda");
-    c.params.whiten = RequireBool(info, 7, "whiten") ? 1 : 0;
-    c.device = (maporl_device)RequireInt(info, 8, "device", 0, 1);
+    c.params.gamma = (float)RequireNumber(f, "gamma");
+    c.params.lambda = (float)RequireNumber(f, "lambda");
+    c.params.whiten = RequireBool(f, "whiten") ? 1 : 0;
+    c.device = (maporl_device)RequireInt(f, "device", 0, 1);
     c.adv = (float *)DataOf(a);
     c.ret = (float *)DataOf(R);
     if (keep) *keep = {r, v, m, a, R};
@@ -67,7 +78,6 @@ GaeCall Unpack(const Napi::CallbackInfo & info, std::vector<Napi::Value> * keep)
 Napi::Value JsGae(const Napi::CallbackInfo & info) { return RunCall(info, "gae", Unpack); }
 Napi::Value JsGaeAsync(const Napi::CallbackInfo & info) { return QueueCall(info, "gae", Unpack); }
 
-// reinforceReturns(rewards, mask, B, T, gamma, whiten, device, returnsOut, advantagesOut) [+ Async]
 struct ReturnsCall {
     const float * rewards;
     const void * mask;
@@ -95,12 +105,13 @@ struct ReturnsCall {
 };
 
 ReturnsCall UnpackReturns(const Napi::CallbackInfo & info, std::vector<Napi::Value> * keep) {
+    const Fields f(info, kReinforceReturns);
     int64_t B, T;
-    const size_t n = (size_t)RequireDims(info, 2, "B", "T", &B, &T);
-    Napi::TypedArray r = RequireTypedArray(info, 0, "rewards", {napi_float32_array}, n);
-    Napi::TypedArray m = RequireTypedArray(info, 1, "mask", {napi_uint8_array, napi_float32_array}, n);
-    Napi::TypedArray G = RequireTypedArray(info, 7, "returns", {napi_float32_array}, n);
-    Napi::TypedArray A = RequireTypedArray(info, 8, "advantages", {napi_float32_array}, n);
+    const size_t n = (size_t)RequireDims(f, "B", "T", &B, &T);
+    Napi::TypedArray r = RequireTypedArray(f, "rewards", {napi_float32_array}, n);
+    Napi::TypedArray m = RequireTypedArray(f, "mask", {napi_uint8_array, napi_float32_array}, n);
+    Napi::TypedArray G = RequireTypedArray(f, "returns", {napi_float32_array}, n);
+    Napi::TypedArray A = RequireTypedArray(f, "advantages", {napi_float32_array}, n);
     ReturnsCall c;
     c.rewards = (const float *)DataOf(r);
     c.mask = DataOf(m);
@@ -109,9 +120,9 @@ ReturnsCall UnpackReturns(const Napi::CallbackInfo & info, std::vector<Napi::Val
     c.B = B;
     c.T = T;
     c.params = maporl_returns_default_params();
-    c.params.gamma = (float)RequireNumber(info, 4, "gamma");
-    c.params.whiten = RequireBool(info, 5, "whiten") ? 1 : 0;
-    c.device = (maporl_device)RequireInt(info, 6, "device", 0, 1);
+    c.params.gamma = (float)RequireNumber(f, "gamma");
+    c.params.whiten = RequireBool(f, "whiten") ? 1 : 0;
+    c.device = (maporl_device)RequireInt(f, "device", 0, 1);
     c.G = (float *)DataOf(G);
     c.A = (float *)DataOf(A);
     if (keep) *keep = {r, m, G, A};
@@ -128,10 +139,8 @@ Napi::Value JsReinforceReturnsAsync(const Napi::CallbackInfo & info) {
 }  // namespace
 
 void InitGae(Napi::Env env, Napi::Object exports) {
-    exports.Set("reinforceReturns", Napi::Function::New(env, JsReinforceReturns, "reinforceReturns"));
-    exports.Set("reinforceReturnsAsync", Napi::Function::New(env, JsReinforceReturnsAsync, "reinforceReturnsAsync"));
-    exports.Set("gae", Napi::Function::New(env, JsGae, "gae"));
-    exports.Set("gaeAsync", Napi::Function::New(env, JsGaeAsync, "gaeAsync"));
+    ExportCall(env, exports, kReinforceReturns, JsReinforceReturns, JsReinforceReturnsAsync);
+    ExportCall(env, exports, kGae, JsGae, JsGaeAsync);
 }
 
 }  // namespace maporl_js

@@ -1,7 +1,7 @@
 // group_advantages.cpp: N-API glue for maporl_group_advantages and maporl_broadcast_rows.
-// JS: groupAdvantages(scores, groups, weights|null, N, baseline, scaleByStd, stdUnbiased, eps, singletonZero,
-//     nanExclude, whiten (0 off, 1 verl, 2 OpenRLHF), device, out) and groupAdvantagesAsync(...same) -> Promise<void>;
-//     broadcastRows(values, mask, N, T, device, out).
+// JS (lib/native.ts types each call's object): groupAdvantages({scores, groups, weights|null, N, baseline,
+//     scaleByStd, stdUnbiased, eps, singletonZero, nanExclude, whiten (0 off, 1 verl, 2 OpenRLHF), device, out}) and
+//     groupAdvantagesAsync(same) -> Promise<void>; broadcastRows({values, mask, N, T, device, out}).
 #include <napi.h>
 
 #include "bindings/core/args.h"
@@ -10,6 +10,14 @@
 
 namespace maporl_js {
 namespace {
+
+// Each call's fields in the order the addon receives them (CallSpec: lib/native.ts passes one object).
+constexpr const char * kGroupAdvantagesFields[] = {
+    "scores", "groups",        "weights",    "N",      "baseline", "scaleByStd", "stdUnbiased",
+    "eps",    "singletonZero", "nanExclude", "whiten", "device",   "out"};
+constexpr CallSpec kGroupAdvantages{"groupAdvantages", kGroupAdvantagesFields, 13, false};
+constexpr const char * kBroadcastRowsFields[] = {"values", "mask", "N", "T", "device", "out"};
+constexpr CallSpec kBroadcastRows{"broadcastRows", kBroadcastRowsFields, 6, false};
 
 struct GroupCall {
     const float * scores;
@@ -35,30 +43,31 @@ struct GroupCall {
 };
 
 GroupCall Unpack(const Napi::CallbackInfo & info, std::vector<Napi::Value> * keep) {
-    const int64_t N = RequireInt(info, 3, "N", 0, (int64_t)1 << 40);
-    Napi::TypedArray s = RequireTypedArray(info, 0, "scores", {napi_float32_array}, (size_t)N);
-    Napi::TypedArray g = RequireTypedArray(info, 1, "groups", {napi_int32_array}, (size_t)N);
-    Napi::TypedArray o = RequireTypedArray(info, 12, "out", {napi_float32_array}, (size_t)N);
+    const Fields f(info, kGroupAdvantages);
+    const int64_t N = RequireInt(f, "N", 0, (int64_t)1 << 40);
+    Napi::TypedArray s = RequireTypedArray(f, "scores", {napi_float32_array}, (size_t)N);
+    Napi::TypedArray g = RequireTypedArray(f, "groups", {napi_int32_array}, (size_t)N);
+    Napi::TypedArray o = RequireTypedArray(f, "out", {napi_float32_array}, (size_t)N);
     GroupCall c;
     c.scores = (const float *)DataOf(s);
     c.groups = (const int32_t *)DataOf(g);
     c.weights = nullptr;
     if (keep) *keep = {s, g, o};
-    if (info.Length() > 2 && !info[2].IsNull()) {
-        Napi::TypedArray w = RequireTypedArray(info, 2, "weights", {napi_float32_array}, (size_t)N);
+    if (f.Has("weights")) {
+        Napi::TypedArray w = RequireTypedArray(f, "weights", {napi_float32_array}, (size_t)N);
         c.weights = (const float *)DataOf(w);
         if (keep) keep->push_back(w);
     }
     c.N = N;
     c.p = maporl_group_default_params();
-    c.p.baseline = (maporl_group_baseline)RequireInt(info, 4, "baseline", 0, 3);
-    c.p.scale_by_std = RequireBool(info, 5, "scaleByStd");
-    c.p.std_unbiased = RequireBool(info, 6, "stdUnbiased");
-    c.p.eps = (float)RequireNumber(info, 7, "eps");
-    c.p.singleton_zero = RequireBool(info, 8, "singletonZero");
-    c.p.nan_exclude = RequireBool(info, 9, "nanExclude");
-    c.p.whiten = (int)RequireInt(info, 10, "whiten", 0, 2);
-    c.device = (maporl_device)RequireInt(info, 11, "device", 0, 1);
+    c.p.baseline = (maporl_group_baseline)RequireInt(f, "baseline", 0, 3);
+    c.p.scale_by_std = RequireBool(f, "scaleByStd");
+    c.p.std_unbiased = RequireBool(f, "stdUnbiased");
+    c.p.eps = (float)RequireNumber(f, "eps");
+    c.p.singleton_zero = RequireBool(f, "singletonZero");
+    c.p.nan_exclude = RequireBool(f, "nanExclude");
+    c.p.whiten = (int)RequireInt(f, "whiten", 0, 2);
+    c.device = (maporl_device)RequireInt(f, "device", 0, 1);
     c.out = (float *)DataOf(o);
     return c;
 }
@@ -69,12 +78,13 @@ Napi::Value JsGroupAdvantagesAsync(const Napi::CallbackInfo & info) {
 }
 
 Napi::Value JsBroadcastRows(const Napi::CallbackInfo & info) {
+    const Fields f(info, kBroadcastRows);
     int64_t N, T;
-    RequireDims(info, 2, "N", "T", &N, &T);
-    Napi::TypedArray v = RequireTypedArray(info, 0, "values", {napi_float32_array}, (size_t)N);
-    Napi::TypedArray m = RequireTypedArray(info, 1, "mask", {napi_uint8_array, napi_float32_array}, (size_t)(N * T));
-    const maporl_device device = (maporl_device)RequireInt(info, 4, "device", 0, 1);
-    Napi::TypedArray o = RequireTypedArray(info, 5, "out", {napi_float32_array}, (size_t)(N * T));
+    RequireDims(f, "N", "T", &N, &T);
+    Napi::TypedArray v = RequireTypedArray(f, "values", {napi_float32_array}, (size_t)N);
+    Napi::TypedArray m = RequireTypedArray(f, "mask", {napi_uint8_array, napi_float32_array}, (size_t)(N * T));
+    const maporl_device device = (maporl_device)RequireInt(f, "device", 0, 1);
+    Napi::TypedArray o = RequireTypedArray(f, "out", {napi_float32_array}, (size_t)(N * T));
     const maporl_mask_type mt = m.TypedArrayType() == napi_uint8_array ? MAPORL_MASK_U8 : MAPORL_MASK_F32;
     maporl_status st;
     if (device == MAPORL_DEVICE_CPU) {
@@ -96,9 +106,8 @@ Napi::Value JsBroadcastRows(const Napi::CallbackInfo & info) {
 }  // namespace
 
 void InitGroupAdvantages(Napi::Env env, Napi::Object exports) {
-    exports.Set("groupAdvantages", Napi::Function::New(env, JsGroupAdvantages, "groupAdvantages"));
-    exports.Set("groupAdvantagesAsync", Napi::Function::New(env, JsGroupAdvantagesAsync, "groupAdvantagesAsync"));
-    exports.Set("broadcastRows", Napi::Function::New(env, JsBroadcastRows, "broadcastRows"));
+    ExportCall(env, exports, kGroupAdvantages, JsGroupAdvantages, JsGroupAdvantagesAsync);
+    ExportCall(env, exports, kBroadcastRows, JsBroadcastRows);
 }
 
 }  // namespace maporl_js

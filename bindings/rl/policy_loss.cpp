@@ -1,12 +1,13 @@
 // policy_loss.cpp: N-API glue for maporl_policy_loss, maporl_value_loss, maporl_logprobs and
 // maporl_fused_policy_loss. Each has a sync and an Async (Promise) entry; the loss calls return their
-// statistics as a plain object. Optional arrays are passed as null. JS (lib/native.ts has the signatures):
-//   policyLoss(logp, oldLogp|null, advantages, advPerSeq, mask, refLogp|null, entropy|null, B, T, params, device,
-//              gradLogp|null, gradEntropy|null) -> stats
-//   valueLoss(values, oldValues|null, returns, mask, B, T, clip, agg, normalizer, device, grad|null) -> stats
-//   logprobs(logits, targets, N, V, temperature, device, logp, entropy|null)
-//   fusedPolicyLoss(logits, targets, oldLogp|null, advantages, advPerSeq, mask, refLogp|null, B, T, V, temperature,
-//                   params, device, gradLogits, logp|null, entropy|null, gradLogp|null) -> stats
+// statistics as a plain object. Each takes one object of named fields (lib/native.ts types them); optional arrays are
+// null. JS:
+//   policyLoss({logp, oldLogp|null, advantages, advPerSeq, mask, refLogp|null, entropy|null, B, T, params, device,
+//               gradLogp|null, gradEntropy|null}) -> stats
+//   valueLoss({values, oldValues|null, returns, mask, B, T, clip, agg, normalizer, device, gradValues|null}) -> stats
+//   logprobs({logits, targets, N, V, temperature, device, logp, entropy|null})
+//   fusedPolicyLoss({logits, targets, oldLogp|null, advantages, advPerSeq, mask, refLogp|null, B, T, V, temperature,
+//                    params, device, gradLogits, logp|null, entropy|null, gradLogp|null}) -> stats
 // logits (both) is a Float32Array, or a Uint16Array of bfloat16 bit patterns (the _bf16 C entry points).
 // `params` is {type, clipLow, clipHigh, dualClip, logRatioClamp, kl, klStraightThrough, klCoef, entropyCoef, agg,
 // normalizer}, all numbers (enums as their C values); lib/rl/policyLoss.ts builds it after validation.
@@ -21,6 +22,21 @@
 namespace maporl_js {
 namespace {
 
+// Each call's fields in the order the addon receives them (CallSpec: lib/native.ts passes one object).
+constexpr const char * kPolicyLossFields[] = {"logp",    "oldLogp",  "advantages", "advPerSeq", "mask",
+                                              "refLogp", "entropy",  "B",          "T",         "params",
+                                              "device",  "gradLogp", "gradEntropy"};
+constexpr CallSpec kPolicyLoss{"policyLoss", kPolicyLossFields, 13, false};
+constexpr const char * kValueLossFields[] = {"values", "oldValues", "returns",    "mask",   "B",         "T",
+                                             "clip",   "agg",       "normalizer", "device", "gradValues"};
+constexpr CallSpec kValueLoss{"valueLoss", kValueLossFields, 11, false};
+constexpr const char * kLogprobsFields[] = {"logits", "targets", "N", "V", "temperature", "device", "logp", "entropy"};
+constexpr CallSpec kLogprobs{"logprobs", kLogprobsFields, 8, false};
+constexpr const char * kFusedPolicyLossFields[] = {
+    "logits", "targets",     "oldLogp", "advantages", "advPerSeq",  "mask", "refLogp", "B",       "T",
+    "V",      "temperature", "params",  "device",     "gradLogits", "logp", "entropy", "gradLogp"};
+constexpr CallSpec kFusedPolicyLoss{"fusedPolicyLoss", kFusedPolicyLossFields, 17, false};
+
 // A Float32Array / mask / Int32Array argument that may be null.
 struct Arr {
     void * data = nullptr;
@@ -28,11 +44,11 @@ struct Arr {
     napi_typedarray_type type = napi_float32_array;
 };
 
-Arr Optional(const Napi::CallbackInfo & info, size_t i, const char * name,
-             std::initializer_list<napi_typedarray_type> types, size_t n, std::vector<Napi::Value> * keep) {
+Arr Optional(const Fields & f, const char * name, std::initializer_list<napi_typedarray_type> types, size_t n,
+             std::vector<Napi::Value> * keep) {
     Arr a;
-    if (i >= info.Length() || info[i].IsNull() || info[i].IsUndefined()) return a;
-    Napi::TypedArray t = RequireTypedArray(info, i, name, types, n);
+    if (!f.Has(name)) return a;
+    Napi::TypedArray t = RequireTypedArray(f, name, types, n);
     a.data = DataOf(t);
     a.bytes = t.ByteLength();
     a.type = t.TypedArrayType();
@@ -40,35 +56,27 @@ Arr Optional(const Napi::CallbackInfo & info, size_t i, const char * name,
     return a;
 }
 
-Arr Required(const Napi::CallbackInfo & info, size_t i, const char * name,
-             std::initializer_list<napi_typedarray_type> types, size_t n, std::vector<Napi::Value> * keep) {
-    Napi::TypedArray t = RequireTypedArray(info, i, name, types, n);
+Arr Required(const Fields & f, const char * name, std::initializer_list<napi_typedarray_type> types, size_t n,
+             std::vector<Napi::Value> * keep) {
+    Napi::TypedArray t = RequireTypedArray(f, name, types, n);
     if (keep) keep->push_back(t);
     return Arr{DataOf(t), t.ByteLength(), t.TypedArrayType()};
 }
 
-double Field(const Napi::Object & o, const char * key) {
-    Napi::Value v = o.Get(key);
-    if (!v.IsNumber()) throw Napi::TypeError::New(o.Env(), std::string("params.") + key + ": expected a number");
-    return v.As<Napi::Number>().DoubleValue();
-}
-
-maporl_policy_loss_params Params(const Napi::CallbackInfo & info, size_t i) {
-    if (i >= info.Length() || !info[i].IsObject()) throw Napi::TypeError::New(info.Env(), "params: expected an object");
-    Napi::Object o = info[i].As<Napi::Object>();
+maporl_policy_loss_params Params(const Fields & o) {
     maporl_policy_loss_params p = maporl_policy_loss_default_params();
-    p.type = (maporl_loss_type)(int)Field(o, "type");
-    p.clip_low = (float)Field(o, "clipLow");
-    p.clip_high = (float)Field(o, "clipHigh");
-    p.dual_clip = (float)Field(o, "dualClip");
-    p.log_ratio_clamp = (float)Field(o, "logRatioClamp");
-    p.kl = (maporl_kl_estimator)(int)Field(o, "kl");
-    p.kl_straight_through = Field(o, "klStraightThrough") != 0 ? 1 : 0;
-    p.kl_coef = (float)Field(o, "klCoef");
-    p.entropy_coef = (float)Field(o, "entropyCoef");
-    p.agg = (maporl_loss_agg)(int)Field(o, "agg");
-    p.normalizer = Field(o, "normalizer");
-    p.seq_normalizer = Field(o, "seqNormalizer");
+    p.type = (maporl_loss_type)(int)RequireNumber(o, "type");
+    p.clip_low = (float)RequireNumber(o, "clipLow");
+    p.clip_high = (float)RequireNumber(o, "clipHigh");
+    p.dual_clip = (float)RequireNumber(o, "dualClip");
+    p.log_ratio_clamp = (float)RequireNumber(o, "logRatioClamp");
+    p.kl = (maporl_kl_estimator)(int)RequireNumber(o, "kl");
+    p.kl_straight_through = RequireNumber(o, "klStraightThrough") != 0 ? 1 : 0;
+    p.kl_coef = (float)RequireNumber(o, "klCoef");
+    p.entropy_coef = (float)RequireNumber(o, "entropyCoef");
+    p.agg = (maporl_loss_agg)(int)RequireNumber(o, "agg");
+    p.normalizer = RequireNumber(o, "normalizer");
+    p.seq_normalizer = RequireNumber(o, "seqNormalizer");
     return p;
 }
 
@@ -121,19 +129,20 @@ struct PolicyCall {
 };
 
 PolicyCall UnpackPolicy(const Napi::CallbackInfo & info, std::vector<Napi::Value> * keep) {
+    const Fields f(info, kPolicyLoss);
     PolicyCall c;
-    const size_t n = (size_t)RequireDims(info, 7, "B", "T", &c.B, &c.T);
-    c.adv_per_seq = RequireBool(info, 3, "advPerSeq") ? 1 : 0;
-    c.lp = Required(info, 0, "logp", {napi_float32_array}, n, keep);
-    c.old = Optional(info, 1, "oldLogp", {napi_float32_array}, n, keep);
-    c.adv = Required(info, 2, "advantages", {napi_float32_array}, c.adv_per_seq ? (size_t)c.B : n, keep);
-    c.mask = Required(info, 4, "mask", {napi_uint8_array, napi_float32_array}, n, keep);
-    c.ref = Optional(info, 5, "refLogp", {napi_float32_array}, n, keep);
-    c.ent = Optional(info, 6, "entropy", {napi_float32_array}, n, keep);
-    c.p = Params(info, 9);
-    c.device = (maporl_device)RequireInt(info, 10, "device", 0, 1);
-    c.g = Optional(info, 11, "gradLogp", {napi_float32_array}, n, keep);
-    c.ge = Optional(info, 12, "gradEntropy", {napi_float32_array}, n, keep);
+    const size_t n = (size_t)RequireDims(f, "B", "T", &c.B, &c.T);
+    c.adv_per_seq = RequireBool(f, "advPerSeq") ? 1 : 0;
+    c.lp = Required(f, "logp", {napi_float32_array}, n, keep);
+    c.old = Optional(f, "oldLogp", {napi_float32_array}, n, keep);
+    c.adv = Required(f, "advantages", {napi_float32_array}, c.adv_per_seq ? (size_t)c.B : n, keep);
+    c.mask = Required(f, "mask", {napi_uint8_array, napi_float32_array}, n, keep);
+    c.ref = Optional(f, "refLogp", {napi_float32_array}, n, keep);
+    c.ent = Optional(f, "entropy", {napi_float32_array}, n, keep);
+    c.p = Params(f.Object("params"));
+    c.device = (maporl_device)RequireInt(f, "device", 0, 1);
+    c.g = Optional(f, "gradLogp", {napi_float32_array}, n, keep);
+    c.ge = Optional(f, "gradEntropy", {napi_float32_array}, n, keep);
     return c;
 }
 
@@ -170,17 +179,18 @@ struct ValueCall {
 };
 
 ValueCall UnpackValue(const Napi::CallbackInfo & info, std::vector<Napi::Value> * keep) {
+    const Fields f(info, kValueLoss);
     ValueCall c;
-    const size_t n = (size_t)RequireDims(info, 4, "B", "T", &c.B, &c.T);
-    c.v = Required(info, 0, "values", {napi_float32_array}, n, keep);
-    c.old = Optional(info, 1, "oldValues", {napi_float32_array}, n, keep);
-    c.R = Required(info, 2, "returns", {napi_float32_array}, n, keep);
-    c.mask = Required(info, 3, "mask", {napi_uint8_array, napi_float32_array}, n, keep);
-    c.clip = (float)RequireNumber(info, 6, "clip");
-    c.agg = (maporl_loss_agg)RequireInt(info, 7, "agg", 0, 3);
-    c.normalizer = RequireNumber(info, 8, "normalizer");
-    c.device = (maporl_device)RequireInt(info, 9, "device", 0, 1);
-    c.g = Optional(info, 10, "gradValues", {napi_float32_array}, n, keep);
+    const size_t n = (size_t)RequireDims(f, "B", "T", &c.B, &c.T);
+    c.v = Required(f, "values", {napi_float32_array}, n, keep);
+    c.old = Optional(f, "oldValues", {napi_float32_array}, n, keep);
+    c.R = Required(f, "returns", {napi_float32_array}, n, keep);
+    c.mask = Required(f, "mask", {napi_uint8_array, napi_float32_array}, n, keep);
+    c.clip = (float)RequireNumber(f, "clip");
+    c.agg = (maporl_loss_agg)RequireInt(f, "agg", 0, 3);
+    c.normalizer = RequireNumber(f, "normalizer");
+    c.device = (maporl_device)RequireInt(f, "device", 0, 1);
+    c.g = Optional(f, "gradValues", {napi_float32_array}, n, keep);
     return c;
 }
 
@@ -207,14 +217,15 @@ struct LogprobsCall {
 };
 
 LogprobsCall UnpackLogprobs(const Napi::CallbackInfo & info, std::vector<Napi::Value> * keep) {
+    const Fields f(info, kLogprobs);
     LogprobsCall c;
-    const size_t nv = (size_t)RequireDims(info, 2, "N", "V", &c.N, &c.V);
-    c.z = Required(info, 0, "logits", {napi_float32_array, napi_uint16_array}, nv, keep);
-    c.y = Required(info, 1, "targets", {napi_int32_array}, (size_t)c.N, keep);
-    c.temp = (float)RequireNumber(info, 4, "temperature");
-    c.device = (maporl_device)RequireInt(info, 5, "device", 0, 1);
-    c.lp = Required(info, 6, "logp", {napi_float32_array}, (size_t)c.N, keep);
-    c.H = Optional(info, 7, "entropy", {napi_float32_array}, (size_t)c.N, keep);
+    const size_t nv = (size_t)RequireDims(f, "N", "V", &c.N, &c.V);
+    c.z = Required(f, "logits", {napi_float32_array, napi_uint16_array}, nv, keep);
+    c.y = Required(f, "targets", {napi_int32_array}, (size_t)c.N, keep);
+    c.temp = (float)RequireNumber(f, "temperature");
+    c.device = (maporl_device)RequireInt(f, "device", 0, 1);
+    c.lp = Required(f, "logp", {napi_float32_array}, (size_t)c.N, keep);
+    c.H = Optional(f, "entropy", {napi_float32_array}, (size_t)c.N, keep);
     return c;
 }
 
@@ -256,26 +267,27 @@ struct FusedCall {
 };
 
 FusedCall UnpackFused(const Napi::CallbackInfo & info, std::vector<Napi::Value> * keep) {
+    const Fields f(info, kFusedPolicyLoss);
     FusedCall c;
-    const size_t n = (size_t)RequireDims(info, 7, "B", "T", &c.B, &c.T);
-    c.V = RequireInt(info, 9, "V", 0, (int64_t)1 << 40);
+    const size_t n = (size_t)RequireDims(f, "B", "T", &c.B, &c.T);
+    c.V = RequireInt(f, "V", 0, (int64_t)1 << 40);
     if (c.V > 0 && (int64_t)n > ((int64_t)1 << 40) / c.V)
-        throw Napi::RangeError::New(info.Env(), "B*T*V: expected at most 2^40 logits");
+        throw Napi::RangeError::New(info.Env(), "fusedPolicyLoss: B*T*V: expected at most 2^40 logits");
     const size_t nvv = n * (size_t)c.V;
-    c.adv_per_seq = RequireBool(info, 4, "advPerSeq") ? 1 : 0;
-    c.z = Required(info, 0, "logits", {napi_float32_array, napi_uint16_array}, nvv, keep);
-    c.y = Required(info, 1, "targets", {napi_int32_array}, n, keep);
-    c.old = Optional(info, 2, "oldLogp", {napi_float32_array}, n, keep);
-    c.adv = Required(info, 3, "advantages", {napi_float32_array}, c.adv_per_seq ? (size_t)c.B : n, keep);
-    c.mask = Required(info, 5, "mask", {napi_uint8_array, napi_float32_array}, n, keep);
-    c.ref = Optional(info, 6, "refLogp", {napi_float32_array}, n, keep);
-    c.temp = (float)RequireNumber(info, 10, "temperature");
-    c.p = Params(info, 11);
-    c.device = (maporl_device)RequireInt(info, 12, "device", 0, 1);
-    c.gz = Required(info, 13, "gradLogits", {napi_float32_array}, nvv, keep);
-    c.lp = Optional(info, 14, "logp", {napi_float32_array}, n, keep);
-    c.H = Optional(info, 15, "entropy", {napi_float32_array}, n, keep);
-    c.glp = Optional(info, 16, "gradLogp", {napi_float32_array}, n, keep);
+    c.adv_per_seq = RequireBool(f, "advPerSeq") ? 1 : 0;
+    c.z = Required(f, "logits", {napi_float32_array, napi_uint16_array}, nvv, keep);
+    c.y = Required(f, "targets", {napi_int32_array}, n, keep);
+    c.old = Optional(f, "oldLogp", {napi_float32_array}, n, keep);
+    c.adv = Required(f, "advantages", {napi_float32_array}, c.adv_per_seq ? (size_t)c.B : n, keep);
+    c.mask = Required(f, "mask", {napi_uint8_array, napi_float32_array}, n, keep);
+    c.ref = Optional(f, "refLogp", {napi_float32_array}, n, keep);
+    c.temp = (float)RequireNumber(f, "temperature");
+    c.p = Params(f.Object("params"));
+    c.device = (maporl_device)RequireInt(f, "device", 0, 1);
+    c.gz = Required(f, "gradLogits", {napi_float32_array}, nvv, keep);
+    c.lp = Optional(f, "logp", {napi_float32_array}, n, keep);
+    c.H = Optional(f, "entropy", {napi_float32_array}, n, keep);
+    c.glp = Optional(f, "gradLogp", {napi_float32_array}, n, keep);
     return c;
 }
 
@@ -291,14 +303,10 @@ Napi::Value JsFusedAsync(const Napi::CallbackInfo & i) { return QueueCall(i, "fu
 }  // namespace
 
 void InitPolicyLoss(Napi::Env env, Napi::Object exports) {
-    exports.Set("policyLoss", Napi::Function::New(env, JsPolicy, "policyLoss"));
-    exports.Set("policyLossAsync", Napi::Function::New(env, JsPolicyAsync, "policyLossAsync"));
-    exports.Set("valueLoss", Napi::Function::New(env, JsValue, "valueLoss"));
-    exports.Set("valueLossAsync", Napi::Function::New(env, JsValueAsync, "valueLossAsync"));
-    exports.Set("logprobs", Napi::Function::New(env, JsLogprobs, "logprobs"));
-    exports.Set("logprobsAsync", Napi::Function::New(env, JsLogprobsAsync, "logprobsAsync"));
-    exports.Set("fusedPolicyLoss", Napi::Function::New(env, JsFused, "fusedPolicyLoss"));
-    exports.Set("fusedPolicyLossAsync", Napi::Function::New(env, JsFusedAsync, "fusedPolicyLossAsync"));
+    ExportCall(env, exports, kPolicyLoss, JsPolicy, JsPolicyAsync);
+    ExportCall(env, exports, kValueLoss, JsValue, JsValueAsync);
+    ExportCall(env, exports, kLogprobs, JsLogprobs, JsLogprobsAsync);
+    ExportCall(env, exports, kFusedPolicyLoss, JsFused, JsFusedAsync);
 }
 
 }  // namespace maporl_js

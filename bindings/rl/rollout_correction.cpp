@@ -1,6 +1,6 @@
 // rollout_correction.cpp: N-API glue for maporl_rollout_correction. JS (lib/native.ts has the signature):
-//   rolloutCorrection(oldLogp, rolloutLogp, mask, B, T, params, device, weights|null, keep|null) -> stats
-// and rolloutCorrectionAsync(...same) -> Promise<stats>. `params` is {is, isMode, isThreshold, isThresholdLower,
+//   rolloutCorrection({oldLogp, rolloutLogp, mask, B, T, params, device, weights|null, keep|null}) -> stats
+// and rolloutCorrectionAsync(same) -> Promise<stats>. `params` is {is, isMode, isThreshold, isThresholdLower,
 // batchNormalize, rs: [option, lower, upper, ...]}, all numbers (enums as their C values); lib/rl/rolloutCorrection.ts
 // builds it after validation.
 #include <napi.h>
@@ -14,30 +14,27 @@
 namespace maporl_js {
 namespace {
 
-double Num(const Napi::Object & o, const char * key) {
-    Napi::Value v = o.Get(key);
-    if (!v.IsNumber()) throw Napi::TypeError::New(o.Env(), std::string("params.") + key + ": expected a number");
-    return v.As<Napi::Number>().DoubleValue();
-}
+// Each call's fields in the order the addon receives them (CallSpec: lib/native.ts passes one object).
+constexpr const char * kRolloutCorrectionFields[] = {"oldLogp", "rolloutLogp", "mask",    "B",   "T",
+                                                     "params",  "device",      "weights", "keep"};
+constexpr CallSpec kRolloutCorrection{"rolloutCorrection", kRolloutCorrectionFields, 9, false};
 
-maporl_rollout_correction_params Params(const Napi::CallbackInfo & info, size_t i) {
-    if (i >= info.Length() || !info[i].IsObject()) throw Napi::TypeError::New(info.Env(), "params: expected an object");
-    Napi::Object o = info[i].As<Napi::Object>();
+maporl_rollout_correction_params Params(const Fields & o) {
     maporl_rollout_correction_params p = maporl_rollout_correction_default_params();
-    p.is = (maporl_rollout_is)(int)Num(o, "is");
-    p.is_mode = (maporl_rollout_is_mode)(int)Num(o, "isMode");
-    p.is_threshold = Num(o, "isThreshold");
-    p.is_threshold_lower = Num(o, "isThresholdLower");
-    p.batch_normalize = (int)Num(o, "batchNormalize");
+    p.is = (maporl_rollout_is)(int)RequireNumber(o, "is");
+    p.is_mode = (maporl_rollout_is_mode)(int)RequireNumber(o, "isMode");
+    p.is_threshold = RequireNumber(o, "isThreshold");
+    p.is_threshold_lower = RequireNumber(o, "isThresholdLower");
+    p.batch_normalize = (int)RequireNumber(o, "batchNormalize");
     Napi::Value rs = o.Get("rs");
-    if (!rs.IsArray()) throw Napi::TypeError::New(o.Env(), "params.rs: expected an array");
+    if (!rs.IsArray()) throw Napi::TypeError::New(o.Env(), o.Where("rs") + ": expected an array");
     Napi::Array a = rs.As<Napi::Array>();
     if (a.Length() % 3 != 0 || a.Length() / 3 > MAPORL_ROLLOUT_RS_MAX)
-        throw Napi::RangeError::New(o.Env(), "params.rs: expected at most 4 (option, lower, upper) triples");
+        throw Napi::RangeError::New(o.Env(), o.Where("rs") + ": expected at most 4 (option, lower, upper) triples");
     p.rs_count = (int)(a.Length() / 3);
     for (uint32_t k = 0; k < a.Length(); ++k) {
         Napi::Value v = a.Get(k);
-        if (!v.IsNumber()) throw Napi::TypeError::New(o.Env(), "params.rs: expected numbers");
+        if (!v.IsNumber()) throw Napi::TypeError::New(o.Env(), o.Where("rs") + ": expected numbers");
         const double x = v.As<Napi::Number>().DoubleValue();
         maporl_rollout_rs_criterion & c = p.rs[k / 3];
         if (k % 3 == 0)
@@ -102,20 +99,20 @@ struct RcCall {
     Napi::Value result(Napi::Env env) const { return Stats(env, *stats); }
 };
 
-float * OptionalOut(const Napi::CallbackInfo & info, size_t i, const char * name, size_t n,
-                    std::vector<Napi::Value> * keep) {
-    if (i >= info.Length() || info[i].IsNull() || info[i].IsUndefined()) return nullptr;
-    Napi::TypedArray t = RequireTypedArray(info, i, name, {napi_float32_array}, n);
+float * OptionalOut(const Fields & f, const char * name, size_t n, std::vector<Napi::Value> * keep) {
+    if (!f.Has(name)) return nullptr;
+    Napi::TypedArray t = RequireTypedArray(f, name, {napi_float32_array}, n);
     if (keep) keep->push_back(t);
     return (float *)DataOf(t);
 }
 
 RcCall Unpack(const Napi::CallbackInfo & info, std::vector<Napi::Value> * keep) {
+    const Fields f(info, kRolloutCorrection);
     RcCall c;
-    const size_t n = (size_t)RequireDims(info, 3, "B", "T", &c.B, &c.T);
-    Napi::TypedArray o = RequireTypedArray(info, 0, "oldLogp", {napi_float32_array}, n);
-    Napi::TypedArray r = RequireTypedArray(info, 1, "rolloutLogp", {napi_float32_array}, n);
-    Napi::TypedArray m = RequireTypedArray(info, 2, "mask", {napi_uint8_array, napi_float32_array}, n);
+    const size_t n = (size_t)RequireDims(f, "B", "T", &c.B, &c.T);
+    Napi::TypedArray o = RequireTypedArray(f, "oldLogp", {napi_float32_array}, n);
+    Napi::TypedArray r = RequireTypedArray(f, "rolloutLogp", {napi_float32_array}, n);
+    Napi::TypedArray m = RequireTypedArray(f, "mask", {napi_uint8_array, napi_float32_array}, n);
     if (keep) *keep = {o, r, m};
     c.old = DataOf(o);
     c.roll = DataOf(r);
@@ -123,10 +120,10 @@ RcCall Unpack(const Napi::CallbackInfo & info, std::vector<Napi::Value> * keep) 
     c.fbytes = sizeof(float) * n;
     c.mask_bytes = m.ByteLength();
     c.mask_type = m.TypedArrayType() == napi_uint8_array ? MAPORL_MASK_U8 : MAPORL_MASK_F32;
-    c.p = Params(info, 5);
-    c.device = (maporl_device)RequireInt(info, 6, "device", 0, 1);
-    c.w = OptionalOut(info, 7, "weights", n, keep);
-    c.keep = OptionalOut(info, 8, "keep", n, keep);
+    c.p = Params(f.Object("params"));
+    c.device = (maporl_device)RequireInt(f, "device", 0, 1);
+    c.w = OptionalOut(f, "weights", n, keep);
+    c.keep = OptionalOut(f, "keep", n, keep);
     return c;
 }
 
@@ -136,8 +133,7 @@ Napi::Value JsRcAsync(const Napi::CallbackInfo & info) { return QueueCall(info, 
 }  // namespace
 
 void InitRolloutCorrection(Napi::Env env, Napi::Object exports) {
-    exports.Set("rolloutCorrection", Napi::Function::New(env, JsRc, "rolloutCorrection"));
-    exports.Set("rolloutCorrectionAsync", Napi::Function::New(env, JsRcAsync, "rolloutCorrectionAsync"));
+    ExportCall(env, exports, kRolloutCorrection, JsRc, JsRcAsync);
 }
 
 }  // namespace maporl_js

@@ -1,6 +1,7 @@
-// sampling.cpp: N-API glue for maporl_sample and maporl_sample_logprobs (sync and Async). JS:
-//   sample(logits, B, V, params, device, tokens, logprobs|null, rawLogprobs|null, valid|null)
-//   sampleLogprobs(logits, B, V, params, device, tokens, logprobs, rawLogprobs|null)
+// sampling.cpp: N-API glue for maporl_sample and maporl_sample_logprobs (sync and Async). JS, one object of named
+// fields each (lib/native.ts types them):
+//   sample({logits, B, V, params, device, tokens, logprobs|null, rawLogprobs|null, valid|null})
+//   sampleLogprobs({logits, B, V, params, device, tokens, logprobs, rawLogprobs|null})
 // `params` is {temperature, topK, topP, minP, seed, position, filterOrder}: each a number (seed and position a
 // BigInt) or a typed array of B values (Float32Array; Int32Array for topK; BigUint64Array for seed;
 // BigInt64Array for position); lib/rl/sampling.ts validates and normalises it first.
@@ -15,6 +16,14 @@
 namespace maporl_js {
 namespace {
 
+// Each call's fields in the order the addon receives them (CallSpec: lib/native.ts passes one object).
+constexpr const char * kSampleFields[] = {"logits", "B",        "V",           "params", "device",
+                                          "tokens", "logprobs", "rawLogprobs", "valid"};
+constexpr CallSpec kSample{"sample", kSampleFields, 9, false};
+constexpr const char * kSampleLogprobsFields[] = {"logits", "B",      "V",        "params",
+                                                  "device", "tokens", "logprobs", "rawLogprobs"};
+constexpr CallSpec kSampleLogprobs{"sampleLogprobs", kSampleLogprobsFields, 8, false};
+
 // Per-row parameter arrays for the CUDA path are staged with the logits; on the CPU they are used in place.
 struct ParamArrays {
     ArrayArg temperature{nullptr, 0, true, false}, top_k{nullptr, 0, true, false}, top_p{nullptr, 0, true, false},
@@ -22,14 +31,14 @@ struct ParamArrays {
 };
 
 template <typename T>
-void Field(const Napi::Object & o, const char * key, napi_typedarray_type type, size_t B, T * scalar, ArrayArg * arr,
+void Field(const Fields & o, const char * key, napi_typedarray_type type, size_t B, T * scalar, ArrayArg * arr,
            std::vector<Napi::Value> * keep) {
     Napi::Value v = o.Get(key);
     if (v.IsTypedArray()) {
         Napi::TypedArray t = v.As<Napi::TypedArray>();
         if (t.TypedArrayType() != type || t.ElementLength() != B)
-            throw Napi::RangeError::New(
-                o.Env(), std::string("params.") + key + ": expected a typed array of the right type and B elements");
+            throw Napi::RangeError::New(o.Env(),
+                                        o.Where(key) + ": expected a typed array of the right type and B elements");
         arr->host = DataOf(t);
         arr->bytes = t.ByteLength();
         if (keep) keep->push_back(t);
@@ -40,15 +49,12 @@ void Field(const Napi::Object & o, const char * key, napi_typedarray_type type, 
         *scalar = (T)v.As<Napi::BigInt>().Uint64Value(&lossless);
         return;
     }
-    if (!v.IsNumber())
-        throw Napi::TypeError::New(o.Env(), std::string("params.") + key + ": expected a number or typed array");
+    if (!v.IsNumber()) throw Napi::TypeError::New(o.Env(), o.Where(key) + ": expected a number or typed array");
     *scalar = (T)v.As<Napi::Number>().DoubleValue();
 }
 
-void ReadParams(const Napi::CallbackInfo & info, size_t i, size_t B, maporl_sample_params * p, ParamArrays * a,
+void ReadParams(const Fields & o, size_t B, maporl_sample_params * p, ParamArrays * a,
                 std::vector<Napi::Value> * keep) {
-    if (i >= info.Length() || !info[i].IsObject()) throw Napi::TypeError::New(info.Env(), "params: expected an object");
-    Napi::Object o = info[i].As<Napi::Object>();
     *p = maporl_sample_default_params();
     Field(o, "temperature", napi_float32_array, B, &p->temperature_all, &a->temperature, keep);
     Field(o, "topK", napi_int32_array, B, &p->top_k_all, &a->top_k, keep);
@@ -92,28 +98,28 @@ struct SampleCall {
     }
 };
 
-ArrayArg Arg(const Napi::CallbackInfo & info, size_t i, const char * name, napi_typedarray_type type, size_t n,
-             bool optional, std::vector<Napi::Value> * keep) {
-    if (optional && (i >= info.Length() || info[i].IsNull() || info[i].IsUndefined()))
-        return ArrayArg{nullptr, 0, false, true};
-    Napi::TypedArray t = RequireTypedArray(info, i, name, {type}, n);
+ArrayArg Arg(const Fields & f, const char * name, napi_typedarray_type type, size_t n, bool optional,
+             std::vector<Napi::Value> * keep) {
+    if (optional && !f.Has(name)) return ArrayArg{nullptr, 0, false, true};
+    Napi::TypedArray t = RequireTypedArray(f, name, {type}, n);
     if (keep) keep->push_back(t);
     return ArrayArg{DataOf(t), t.ByteLength(), false, true};
 }
 
 SampleCall Unpack(const Napi::CallbackInfo & info, std::vector<Napi::Value> * keep, bool given) {
+    const Fields f(info, given ? kSampleLogprobs : kSample);
     SampleCall c;
-    const size_t n = (size_t)RequireDims(info, 1, "B", "V", &c.B, &c.V);
-    c.z = Arg(info, 0, "logits", napi_float32_array, n, false, keep);
+    const size_t n = (size_t)RequireDims(f, "B", "V", &c.B, &c.V);
+    c.z = Arg(f, "logits", napi_float32_array, n, false, keep);
     c.z.input = true;
     c.z.output = false;
-    ReadParams(info, 3, (size_t)c.B, &c.p, &c.a, keep);
-    c.device = (maporl_device)RequireInt(info, 4, "device", 0, 1);
+    ReadParams(f.Object("params"), (size_t)c.B, &c.p, &c.a, keep);
+    c.device = (maporl_device)RequireInt(f, "device", 0, 1);
     c.given = given;
-    c.tok = Arg(info, 5, "tokens", napi_int32_array, (size_t)c.B, false, keep);
-    c.lp = Arg(info, 6, "logprobs", napi_float32_array, (size_t)c.B, !given, keep);
-    c.raw = Arg(info, 7, "rawLogprobs", napi_float32_array, (size_t)c.B, true, keep);
-    if (!given) c.valid = Arg(info, 8, "valid", napi_uint8_array, (size_t)c.B, true, keep);
+    c.tok = Arg(f, "tokens", napi_int32_array, (size_t)c.B, false, keep);
+    c.lp = Arg(f, "logprobs", napi_float32_array, (size_t)c.B, !given, keep);
+    c.raw = Arg(f, "rawLogprobs", napi_float32_array, (size_t)c.B, true, keep);
+    if (!given) c.valid = Arg(f, "valid", napi_uint8_array, (size_t)c.B, true, keep);
     return c;
 }
 
@@ -132,10 +138,8 @@ Napi::Value JsGivenAsync(const Napi::CallbackInfo & i) { return QueueCall(i, "lo
 }  // namespace
 
 void InitSampling(Napi::Env env, Napi::Object exports) {
-    exports.Set("sample", Napi::Function::New(env, JsSample, "sample"));
-    exports.Set("sampleAsync", Napi::Function::New(env, JsSampleAsync, "sampleAsync"));
-    exports.Set("sampleLogprobs", Napi::Function::New(env, JsGiven, "sampleLogprobs"));
-    exports.Set("sampleLogprobsAsync", Napi::Function::New(env, JsGivenAsync, "sampleLogprobsAsync"));
+    ExportCall(env, exports, kSample, JsSample, JsSampleAsync);
+    ExportCall(env, exports, kSampleLogprobs, JsGiven, JsGivenAsync);
 }
 
 }  // namespace maporl_js

@@ -57,7 +57,7 @@ const QWEN05 = {
 // A bf16 checkpoint of `cfg`'s architecture with random values, written tensor by tensor (no model in memory).
 function writeRandomBf16(dir: string, cfg: Record<string, unknown>): number {
     const info = readHfConfig(dir, cfg);
-    const h = native.llamaCreate({ ...info.engine, layers: 1 }, null); // one block's names, repeated per layer below
+    const h = native.llamaCreate({ ...{ ...info.engine, layers: 1 }, seed: null }); // one block's names, repeated per layer below
     const one = native.gptTensors(h).filter((t) => !t.name.startsWith("value_head."));
     native.gptFree(h);
     const tensors: { name: string; shape: number[] }[] = [];

@@ -38,7 +38,7 @@ export async function withAdapter<P>(self: EngineView<P>, name: string | null, l
                 lora ?? (self.adapterId >= 0 ? loraOptionsOf(native.loraInfo(h, self.adapterId)) : undefined),
                 name,
             );
-            id = native.loraAdd(h, c, c.seed);
+            id = native.loraAdd(h, { ...c, seed: c.seed });
             self.core.adapters.set(name, id);
         }
         return self.view(name, id);
@@ -51,11 +51,11 @@ export async function cloneAdapter<P>(self: EngineView<P>, name: string): Promis
         const h = self.h();
         if (self.core.adapters.has(name)) throw new RangeError(`${self.name}.clone: name: adapter '${name}' exists`);
         const p = new Float32Array(self.parameterCount);
-        native.gptGet(h, 0, p);
+        native.gptGet(h, { which: 0, out: p });
         const c = native.loraInfo(h, self.adapterId);
-        const id = native.loraAdd(h, c, fnv1a(name));
+        const id = native.loraAdd(h, { ...c, seed: fnv1a(name) });
         native.loraSelect(h, id);
-        native.gptSet(h, 0, p);
+        native.gptSet(h, { which: 0, input: p });
         self.core.adapters.set(name, id);
         return self.view(name, id);
     });
@@ -79,7 +79,7 @@ export async function loadAdapter<P>(self: EngineView<P>, dir: string, options: 
             throw new RangeError(`${fn}: adapter '${name}' exists on this base (pass options.name)`);
         // The saved seed keeps the dropout masks of a resumed run; a PEFT adapter from elsewhere gets its name's.
         const h = self.h(),
-            id = native.loraAdd(h, c, state?.seed ?? fnv1a(name));
+            id = native.loraAdd(h, { ...c, seed: state?.seed ?? fnv1a(name) });
         try {
             native.loraSelect(h, id);
             loadAdapterTensors(fn, dir, h, state);

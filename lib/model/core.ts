@@ -156,8 +156,8 @@ export function checkGptMemory(shape: ModelShape, V: number, maxMemoryBytes: num
 
 /** A new embedded GPT of `shape` and vocabulary `V`, initialised from shape.seed. */
 export function createGpt(shape: ModelShape, V: number): GptHandle {
-    return native.gptCreate(
-        {
+    return native.gptCreate({
+        ...{
             vocab: V,
             context: shape.contextLength,
             layers: shape.layers,
@@ -166,6 +166,6 @@ export function createGpt(shape: ModelShape, V: number): GptHandle {
             mlpRatio: shape.mlpRatio,
             tieEmbeddings: shape.tieEmbeddings,
         },
-        shape.seed,
-    );
+        seed: shape.seed,
+    });
 }

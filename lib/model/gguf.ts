@@ -158,7 +158,7 @@ export async function openGgufModel(file: string, o: LoadOptions): Promise<Opene
         throw new RangeError(
             `${fn}: ${file}: the model's weights take ${(need / 2 ** 30).toFixed(2)} GiB, more than maxMemoryBytes ${(limit / 2 ** 30).toFixed(2)} GiB`,
         );
-    const h = native.llamaCreate(info.engine, null);
+    const h = native.llamaCreate({ ...info.engine, seed: null });
     const fd = openSync(file, "r");
     try {
         const engine = native.gptTensors(h);
@@ -186,7 +186,7 @@ export async function openGgufModel(file: string, o: LoadOptions): Promise<Opene
                 data = new Uint8Array(dequantizeQ8(data, p.n, `${fn}: ${file}: tensor ${p.g.name}`).buffer);
                 dtype = 0;
             }
-            native.gptSetTensor(h, i, dtype, data);
+            native.gptSetTensor(h, { index: i, dtype, data });
         }
     } catch (e) {
         native.gptFree(h);

@@ -100,7 +100,7 @@ export function openHfModel(dir: string, o: LoadOptions): OpenedHfModel {
                 `intermediate ${info.engine.intermediate}, vocab ${info.engine.vocab}, ${info.engine.bf16 ? "bfloat16 matrices" : info.engine.int8 ? "int8 matrices" : "float32"}), more than maxMemoryBytes ` +
                 `${(limit / 2 ** 30).toFixed(2)} GiB${o.maxMemoryBytes === undefined ? " (80% of this machine's memory)" : ""}`,
         );
-    const h = native.llamaCreate(info.engine, null);
+    const h = native.llamaCreate({ ...info.engine, seed: null });
     try {
         const made = native.gptTensors(h).filter((w) => !w.name.startsWith("value_head."));
         if (made.length !== layout.length || made.some((w, i) => w.name !== layout[i]!.name))
@@ -148,5 +148,5 @@ export function createHfModel(
     const { tokenizer, tokenizerDir } = resolveHfTokenizer(fn, null, info, o);
     if (o.dtype === "bfloat16") info.engine.bf16 = true;
     if (o.dtype === "int8") info.engine.int8 = true;
-    return { handle: native.llamaCreate(info.engine, seed), info, tokenizer, tokenizerDir, name: o.name };
+    return { handle: native.llamaCreate({ ...info.engine, seed }), info, tokenizer, tokenizerDir, name: o.name };
 }

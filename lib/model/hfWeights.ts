@@ -30,7 +30,8 @@ export interface PlannedTensor {
 
 /** Writes planned weights into `h` (its tensors in the order the plan was made for). */
 export function writeHfWeights(dir: string, h: GptHandle, plan: PlannedTensor[]): void {
-    for (const p of plan) native.gptSetTensor(h, p.index, p.dtype, readTensorBytes(join(dir, p.file), p.t));
+    for (const p of plan)
+        native.gptSetTensor(h, { index: p.index, dtype: p.dtype, data: readTensorBytes(join(dir, p.file), p.t) });
 }
 
 /**
@@ -148,7 +149,11 @@ export function loadValueHead(fn: string, path: string, h: GptHandle): void {
             throw new SyntaxError(
                 `${fn}: ${path}: ${name} missing or of the wrong size or dtype (expected ${size} F32 values)`,
             );
-        native.gptSetTensor(h, k, 0, new Uint8Array(src.data.buffer, src.data.byteOffset, src.data.byteLength));
+        native.gptSetTensor(h, {
+            index: k,
+            dtype: 0,
+            data: new Uint8Array(src.data.buffer, src.data.byteOffset, src.data.byteLength),
+        });
     }
 }
 
@@ -165,7 +170,7 @@ export function loadOptimizer(fn: string, path: string, h: GptHandle): void {
             throw new SyntaxError(
                 `${fn}: ${path}: ${name} missing or of the wrong size or dtype (expected ${n} F32 values)`,
             );
-        native.gptSet(h, which, x.data);
+        native.gptSet(h, { which, input: x.data });
     }
 }
 
@@ -174,7 +179,7 @@ export function writeOptimizer(path: string, h: GptHandle): void {
     const n = native.gptParamCount(h);
     const all = (which: 1 | 2) => {
         const a = new Float32Array(n);
-        native.gptGet(h, which, a);
+        native.gptGet(h, { which, out: a });
         return a;
     };
     writeSafetensors(path, [
@@ -264,7 +269,7 @@ export function writeHfDir(
     maxShardBytes: number,
 ): void {
     const params = new Float32Array(native.gptParamCount(h));
-    native.gptGet(h, 0, params);
+    native.gptGet(h, { which: 0, out: params });
     saveHfWeights(dir, h, params, maxShardBytes);
     const raw = { ...info.raw, torch_dtype: "float32" };
     writeFileDurable(join(dir, "config.json"), JSON.stringify(raw, null, 2));

@@ -102,7 +102,7 @@ export function writeAdapterDir(
 ): void {
     const c = native.loraInfo(h, id);
     const params = new Float32Array(native.gptParamCount(h));
-    native.gptGet(h, 0, params);
+    native.gptGet(h, { which: 0, out: params });
     const { weights, valueHead } = tensorViews(h, params);
     writeSafetensors(join(dir, "adapter_model.safetensors"), weights, { format: "pt" });
     writeSafetensors(join(dir, "value_head.safetensors"), valueHead, { format: "pt" });
@@ -236,7 +236,7 @@ export function loadAdapterTensors(fn: string, dir: string, h: GptHandle, state:
         const dtype = ({ F32: 0, BF16: 1, F16: 2 } as const)[t.dtype as "F32" | "BF16" | "F16"];
         if (dtype === undefined)
             throw new RangeError(`${fn}: ${file}: tensor ${t.name}: dtype ${t.dtype}, expected F32, BF16 or F16`);
-        native.gptSetTensor(h, k, dtype, readTensorBytes(file, t));
+        native.gptSetTensor(h, { index: k, dtype, data: readTensorBytes(file, t) });
     }
     const missing = ours.filter((t) => !t.name.startsWith("value_head.") && !byName.has(t.name));
     if (missing.length > 0)

@@ -73,7 +73,7 @@ export async function decodeCalls(
     const limit = reqs.map((r, b) => Math.min(r.maxTokens ?? 64, ctx - lens[b]!));
     const total = Math.max(...lens.map((l, b) => l + Math.max(1, limit[b]!)));
     await lease.run(() => {
-        native.gptCacheReset(h, B, total);
+        native.gptCacheReset(h, { batch: B, maxLen: total });
         if (calls.some((c) => c.adapter !== null))
             native.loraCacheRows(
                 h,
@@ -124,12 +124,7 @@ export async function decodeCalls(
         prompts.forEach((p, b) => head.set(p.slice(0, p.length - 1), b * P));
         if (P > 0)
             await lease.run(() =>
-                native.gptPrefillAsync(
-                    h,
-                    head,
-                    Int32Array.from(lens, (l) => l - 1),
-                    P,
-                ),
+                native.gptPrefillAsync(h, { tokens: head, lens: Int32Array.from(lens, (l) => l - 1), P }),
             );
     }
     for (let step = 0; step < lastStep && done < B; step++) {
@@ -143,8 +138,12 @@ export async function decodeCalls(
         }
         // While every live row is still reading its prompt, only the cache is needed: no LM head.
         const sampling = lens.some((l, b) => !finished[b] && at[b]! >= l - 1);
-        if (prefill) await lease.run(() => native.gptDecodeRowsAsync(h, cur, at, logits, null));
-        else await lease.run(() => native.gptDecodeAsync(h, cur, step, sampling ? logits : null, null));
+        if (prefill)
+            await lease.run(() => native.gptDecodeRowsAsync(h, { tokens: cur, pos: at, logits, values: null }));
+        else
+            await lease.run(() =>
+                native.gptDecodeAsync(h, { tokens: cur, pos: step, logits: sampling ? logits : null, values: null }),
+            );
         if (!sampling) continue;
         // The token at position at[b] + 1 (the sampler's counter, as when each request decodes alone).
         const s = sample(

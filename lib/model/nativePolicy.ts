@@ -288,14 +288,18 @@ export class NativePolicy implements Policy {
         return this.serial(async () => {
             const cname = name ?? `${this.name}-clone`;
             const c = this.hf
-                ? new NativePolicy({ name: cname } as NativePolicyConfig, native.llamaCreate(this.hf.info.engine, 0), {
-                      state: this.hf,
-                      tokenizer: this.tokenizer,
-                  })
+                ? new NativePolicy(
+                      { name: cname } as NativePolicyConfig,
+                      native.llamaCreate({ ...this.hf.info.engine, seed: 0 }),
+                      {
+                          state: this.hf,
+                          tokenizer: this.tokenizer,
+                      },
+                  )
                 : new NativePolicy({ ...this.config, tokenizer: this.charTokenizer("clone"), name: cname });
             const p = new Float32Array(this.parameterCount);
-            native.gptGet(this.h(), 0, p);
-            native.gptSet(c.h(), 0, p);
+            native.gptGet(this.h(), { which: 0, out: p });
+            native.gptSet(c.h(), { which: 0, input: p });
             return c.placed(`${this.name}.clone`, this.device);
         });
     }

@@ -67,7 +67,7 @@ export async function save(self: EngineView, dir: string, options: SaveOptions =
                 if (step > 0) optimizer(); // (an untrained model's moments are zero: not allocated, not written)
             } else {
                 const p = new Float32Array(n);
-                native.gptGet(h, 0, p);
+                native.gptGet(h, { which: 0, out: p });
                 const tensors = native.gptTensors(h);
                 writeSafetensors(
                     join(tmp, "model.safetensors"),
@@ -176,7 +176,7 @@ export function loadGptWeights(p: EngineView, dir: string, step: number): void {
             );
         params.set(src.data, t.offset);
     }
-    native.gptSet(h, 0, params);
+    native.gptSet(h, { which: 0, input: params });
     loadOptimizer("NativePolicy.load", join(dir, "optimizer.safetensors"), h);
     native.gptSetStep(h, requireInteger("NativePolicy", "config.json step", step, 0, Number.MAX_SAFE_INTEGER));
 }

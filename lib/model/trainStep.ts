@@ -1,7 +1,7 @@
 // trainStep.ts: NativePolicy's scoring and training: logprobs, values, and one training step (forward, the loss's
 // gradient from the loss kernels, backward, clip, AdamW), through full logits (embedded GPT) or log-probs scored in
 // row chunks (Llama family).
-import { native, type GptHandle } from "../native.js";
+import { native, type GptHandle, type NativeAdamWCall } from "../native.js";
 import { fusedPolicyLoss, logprobs as logprobsKernel } from "../rl/logits.js";
 import { type LossOptions, type PolicyLossStats, policyLoss, valueLoss } from "../rl/policyLoss.js";
 import {
@@ -46,10 +46,20 @@ export async function logprobs(
         if (self.family === "llama") {
             // the LM head in row chunks: never [B, T, V] logits
             out = new Float32Array(B * T);
-            await native.gptScoreAsync(self.h(), batch.tokens, targets, B, T, 1, 0, out, null, null);
+            await native.gptScoreAsync(self.h(), {
+                tokens: batch.tokens,
+                targets,
+                B,
+                T,
+                temperature: 1,
+                chunk: 0,
+                logp: out,
+                entropy: null,
+                values: null,
+            });
         } else {
             const logits = new Float32Array(B * T * self.V);
-            await native.gptForwardAsync(self.h(), batch.tokens, B, T, logits, null);
+            await native.gptForwardAsync(self.h(), { tokens: batch.tokens, B, T, logits, values: null });
             out = logprobsKernel({ logits, targets, shape: [B * T, self.V] }, { device: "cpu" }).logp;
         }
         for (let b = 0; b < B; b++) out[b * T + T - 1] = 0;
@@ -69,7 +79,7 @@ export async function values(
     const [B, T] = checkBatch(self, "values", batch);
     return self.serial(async () => {
         const values = new Float32Array(B * T);
-        await native.gptForwardAsync(self.h(), batch.tokens, B, T, null, values);
+        await native.gptForwardAsync(self.h(), { tokens: batch.tokens, B, T, logits: null, values });
         return values;
     });
 }
@@ -145,13 +155,13 @@ export async function trainStep(self: EngineView, batch: TrainBatch, options: Tr
         const isValue = loss === "value";
         if (self.family === "llama" && !isValue) {
             const r = await scoredLoss(self, batch, loss, keepLogitsBytes, o.signal, phase);
-            return finishStep(self, h, r, accumulate, [lr, beta1, beta2, eps, weightDecay, maxGradNorm], phase);
+            return finishStep(self, h, r, accumulate, { lr, beta1, beta2, eps, weightDecay, maxGradNorm }, phase);
         }
         const logits = isValue ? null : new Float32Array(B * T * self.V),
             values = isValue ? new Float32Array(B * T) : null;
         if (self.family === "llama") native.gptSetTraining(h, true);
         try {
-            await native.gptForwardAsync(h, batch.tokens, B, T, logits, values);
+            await native.gptForwardAsync(h, { tokens: batch.tokens, B, T, logits, values });
         } finally {
             if (self.family === "llama") native.gptSetTraining(h, false);
         }
@@ -178,13 +188,12 @@ export async function trainStep(self: EngineView, batch: TrainBatch, options: Tr
         phase(2);
         o.signal?.throwIfAborted();
         if (self.needZero) native.gptZeroGrad(h);
-        await native.gptBackwardAsync(
-            h,
-            "gradValues" in r ? null : r.gradLogits,
-            "gradValues" in r ? r.gradValues : null,
-        );
+        await native.gptBackwardAsync(h, {
+            dlogits: "gradValues" in r ? null : r.gradLogits,
+            dvalues: "gradValues" in r ? r.gradValues : null,
+        });
         phase(3);
-        return finishStep(self, h, r, accumulate, [lr, beta1, beta2, eps, weightDecay, maxGradNorm], phase);
+        return finishStep(self, h, r, accumulate, { lr, beta1, beta2, eps, weightDecay, maxGradNorm }, phase);
     });
 }
 
@@ -195,14 +204,14 @@ async function finishStep(
     h: GptHandle,
     r: { loss: number; stats: PolicyLossStats },
     accumulate: boolean,
-    adam: [number, number, number, number, number, number],
+    adam: NativeAdamWCall,
     phase: (done: number) => void,
 ): Promise<TrainResult> {
     if (accumulate) {
         self.needZero = false;
         return { loss: r.loss, gradNorm: NaN, stats: r.stats, step: native.gptGetStep(h) };
     }
-    const gradNorm = await native.gptStepAsync(h, ...adam);
+    const gradNorm = await native.gptStepAsync(h, adam);
     self.needZero = true;
     phase(4);
     return { loss: r.loss, gradNorm, stats: r.stats, step: native.gptGetStep(h) };
@@ -230,7 +239,17 @@ async function scoredLoss(
     native.gptSetScoreKeep(h, keepLogitsBytes);
     native.gptSetTraining(h, true); // (the adapter's dropout; the rest of the model has none; the logits kept)
     try {
-        await native.gptScoreAsync(h, batch.tokens, batch.targets, B, T, 1, 0, logp, entropy, null);
+        await native.gptScoreAsync(h, {
+            tokens: batch.tokens,
+            targets: batch.targets,
+            B,
+            T,
+            temperature: 1,
+            chunk: 0,
+            logp,
+            entropy,
+            values: null,
+        });
     } finally {
         native.gptSetTraining(h, false);
     }
@@ -253,7 +272,7 @@ async function scoredLoss(
     phase(2);
     signal?.throwIfAborted();
     if (self.needZero) native.gptZeroGrad(h);
-    await native.gptScoreBackwardAsync(h, r.gradLogp, r.gradEntropy ?? null, null);
+    await native.gptScoreBackwardAsync(h, { gradLogp: r.gradLogp, gradEntropy: r.gradEntropy ?? null, dvalues: null });
     phase(3);
     return r;
 }

@@ -5,7 +5,7 @@
 import { withSignal } from "../abort.js";
 import { outputFloat32 } from "../alloc.js";
 import { type Device, resolveDevice } from "../backend.js";
-import { native, type MaskArray } from "../native.js";
+import { native, type MaskArray, type NativeGaeCall } from "../native.js";
 import {
     requireArray,
     requireBoolean,
@@ -112,20 +112,20 @@ function prepare(fn: string, batch: GaeBatch, options: unknown, extraKeys: reado
     };
 }
 
-function args(c: GaeCall) {
-    return [
-        c.rewards,
-        c.values,
-        c.mask,
-        c.B,
-        c.T,
-        c.gamma,
-        c.lambda,
-        c.whiten,
-        c.device === "cuda" ? 1 : 0,
-        c.advantages,
-        c.returns,
-    ] as const;
+function args(c: GaeCall): NativeGaeCall {
+    return {
+        rewards: c.rewards,
+        values: c.values,
+        mask: c.mask,
+        B: c.B,
+        T: c.T,
+        gamma: c.gamma,
+        lambda: c.lambda,
+        whiten: c.whiten,
+        device: c.device === "cuda" ? 1 : 0,
+        advantages: c.advantages,
+        returns: c.returns,
+    };
 }
 
 /**
@@ -136,13 +136,13 @@ function args(c: GaeCall) {
  */
 export function gae(batch: GaeBatch, options?: GaeOptions): GaeResult {
     const c = prepare("gae", batch, options, []);
-    native.gae(...args(c));
+    native.gae(args(c));
     return { advantages: c.advantages, returns: c.returns, device: c.device };
 }
 
 /** {@link gae} off the main thread (the native pool does the work; inputs are not copied). */
 export async function gaeAsync(batch: GaeBatch, options?: GaeAsyncOptions): Promise<GaeResult> {
     const c = prepare("gaeAsync", batch, options, ["signal"]);
-    await withSignal(() => native.gaeAsync(...args(c)), options?.signal);
+    await withSignal(() => native.gaeAsync(args(c)), options?.signal);
     return { advantages: c.advantages, returns: c.returns, device: c.device };
 }

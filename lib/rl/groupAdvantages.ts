@@ -5,7 +5,7 @@
 import { withSignal } from "../abort.js";
 import { outputFloat32 } from "../alloc.js";
 import { type Device, resolveDevice } from "../backend.js";
-import { native } from "../native.js";
+import { native, type NativeGroupCall } from "../native.js";
 import {
     requireArray,
     requireChoice,
@@ -142,7 +142,7 @@ const OPTION_KEYS = [
 const AUTO_CUDA = 1 << 22;
 
 interface Call {
-    args: Parameters<typeof native.groupAdvantages>;
+    args: NativeGroupCall;
     /** TRL's batch scaling or several reward functions: computed in TS instead of the kernel. */
     trl?: () => void;
     out: Float32Array;
@@ -243,21 +243,21 @@ function prepare(fn: string, batch: GroupBatch, options: unknown, extra: string[
     // Whitening as the convention's system does it: OpenRLHF's biased variance and rsqrt(clamp(var, 1e-8)), else verl's.
     const whiten = !k.whiten ? 0 : conv === CONVENTIONS.openrlhf ? 2 : 1;
     return {
-        args: [
+        args: {
             scores,
             groups,
             weights,
             N,
-            k.baseline,
-            k.scaleByStd && scale !== "none",
-            std === "unbiased",
+            baseline: k.baseline,
+            scaleByStd: k.scaleByStd && scale !== "none",
+            stdUnbiased: std === "unbiased",
             eps,
-            singleton === "zero",
-            conv.nanExclude,
+            singletonZero: singleton === "zero",
+            nanExclude: conv.nanExclude,
             whiten,
             device,
             out,
-        ],
+        },
         ...(trlPath ? { trl: () => out.set(trlAdvantages(scores, F, groups, rw, scale, moa)) } : {}),
         out,
         broadcast,
@@ -267,7 +267,7 @@ function prepare(fn: string, batch: GroupBatch, options: unknown, extra: string[
 function finish(c: Call): Float32Array {
     if (c.broadcast === undefined) return c.out;
     const { mask, N, T, device, tokens } = c.broadcast;
-    native.broadcastRows(c.out, mask, N, T, device, tokens);
+    native.broadcastRows({ values: c.out, mask, N, T, device, out: tokens });
     return tokens;
 }
 
@@ -279,7 +279,7 @@ function finish(c: Call): Float32Array {
 export function groupAdvantages(batch: GroupBatch, options?: GroupAdvantageOptions): Float32Array {
     const c = prepare("groupAdvantages", batch, options, []);
     if (c.trl) c.trl();
-    else native.groupAdvantages(...c.args);
+    else native.groupAdvantages(c.args);
     return finish(c);
 }
 
@@ -292,6 +292,6 @@ export async function groupAdvantagesAsync(
     if (c.trl) {
         options?.signal?.throwIfAborted();
         c.trl();
-    } else await withSignal(() => native.groupAdvantagesAsync(...c.args), options?.signal);
+    } else await withSignal(() => native.groupAdvantagesAsync(c.args), options?.signal);
     return finish(c);
 }

@@ -5,7 +5,7 @@
 import { withSignal } from "../abort.js";
 import { outputFloat32 } from "../alloc.js";
 import { type Device, resolveDevice } from "../backend.js";
-import { native, type NativeLossStats } from "../native.js";
+import { native, type NativeFusedPolicyLossCall, type NativeLogprobsCall, type NativeLossStats } from "../native.js";
 import { describe, requireArray, requireBoolean, requireDisjoint, requireNumber, requireOptions } from "../validate.js";
 import { LOSS_OPTION_KEYS, type LossOptions, lossParams, type PolicyLossStats, statsOf } from "./policyLoss.js";
 import { weightAdvantages } from "./rolloutCorrection.js";
@@ -105,7 +105,16 @@ function prepareLogprobs(fn: string, batch: LogprobsBatch, options: unknown, ext
     if (entropy) outs["out.entropy"] = entropy;
     requireDisjoint(fn, outs, { logits, targets, ...outs });
     return {
-        args: [logits, targets, N, V, temperature, device === "cuda" ? 1 : 0, logp, entropy] as const,
+        args: {
+            logits,
+            targets,
+            N,
+            V,
+            temperature,
+            device: device === "cuda" ? 1 : 0,
+            logp,
+            entropy,
+        } satisfies NativeLogprobsCall,
         result: { logp, ...(entropy ? { entropy } : {}), device },
     };
 }
@@ -113,7 +122,7 @@ function prepareLogprobs(fn: string, batch: LogprobsBatch, options: unknown, ext
 /** Selective log-softmax: the log-prob of each row's target token (and optionally the row entropy) in one pass. */
 export function logprobs(batch: LogprobsBatch, options?: LogprobsOptions): LogprobsResult {
     const c = prepareLogprobs("logprobs", batch, options, []);
-    native.logprobs(...c.args);
+    native.logprobs(c.args);
     return c.result;
 }
 
@@ -123,7 +132,7 @@ export async function logprobsAsync(
     options?: LogprobsOptions & { signal?: AbortSignal },
 ): Promise<LogprobsResult> {
     const c = prepareLogprobs("logprobsAsync", batch, options, ["signal"]);
-    await withSignal(() => native.logprobsAsync(...c.args), options?.signal);
+    await withSignal(() => native.logprobsAsync(c.args), options?.signal);
     return c.result;
 }
 
@@ -235,12 +244,12 @@ function prepareFused(fn: string, batch: FusedBatch, options: unknown, extra: st
     if (!inPlace) outs["out.gradLogits"] = gradLogits;
     requireDisjoint(fn, outs, { ...inputs, ...outs, ...(inPlace ? {} : { logits }) });
     return {
-        args: [
+        args: {
             logits,
             targets,
             oldLogp,
             advantages,
-            perSeq,
+            advPerSeq: perSeq,
             mask,
             refLogp,
             B,
@@ -248,12 +257,12 @@ function prepareFused(fn: string, batch: FusedBatch, options: unknown, extra: st
             V,
             temperature,
             params,
-            device === "cuda" ? 1 : 0,
+            device: device === "cuda" ? 1 : 0,
             gradLogits,
             logp,
             entropy,
             gradLogp,
-        ] as const,
+        } satisfies NativeFusedPolicyLossCall,
         finish: (s: NativeLossStats): FusedResult => ({
             loss: s.loss,
             gradLogits,
@@ -272,7 +281,7 @@ function prepareFused(fn: string, batch: FusedBatch, options: unknown, extra: st
  */
 export function fusedPolicyLoss(batch: FusedBatch, options?: FusedOptions): FusedResult {
     const c = prepareFused("fusedPolicyLoss", batch, options, []);
-    return c.finish(native.fusedPolicyLoss(...c.args));
+    return c.finish(native.fusedPolicyLoss(c.args));
 }
 
 /** {@link fusedPolicyLoss} off the main thread. */
@@ -281,5 +290,5 @@ export async function fusedPolicyLossAsync(
     options?: FusedOptions & { signal?: AbortSignal },
 ): Promise<FusedResult> {
     const c = prepareFused("fusedPolicyLossAsync", batch, options, ["signal"]);
-    return c.finish(await withSignal(() => native.fusedPolicyLossAsync(...c.args), options?.signal));
+    return c.finish(await withSignal(() => native.fusedPolicyLossAsync(c.args), options?.signal));
 }

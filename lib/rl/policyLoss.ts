@@ -8,7 +8,13 @@
 import { withSignal } from "../abort.js";
 import { outputFloat32 } from "../alloc.js";
 import { type Device, resolveDevice } from "../backend.js";
-import { native, type NativeLossParams, type NativeLossStats } from "../native.js";
+import {
+    native,
+    type NativeLossParams,
+    type NativeLossStats,
+    type NativePolicyLossCall,
+    type NativeValueLossCall,
+} from "../native.js";
 import { weightAdvantages } from "./rolloutCorrection.js";
 import {
     describe,
@@ -291,21 +297,21 @@ function preparePolicy(fn: string, batch: PolicyLossBatch, options: unknown, ext
     if (gradEntropy) outs["out.gradEntropy"] = gradEntropy;
     requireDisjoint(fn, outs, { ...inputs, ...outs });
     return {
-        args: [
+        args: {
             logp,
             oldLogp,
             advantages,
-            perSeq,
+            advPerSeq: perSeq,
             mask,
             refLogp,
             entropy,
             B,
             T,
             params,
-            device === "cuda" ? 1 : 0,
+            device: device === "cuda" ? 1 : 0,
             gradLogp,
             gradEntropy,
-        ] as const,
+        } satisfies NativePolicyLossCall,
         finish: (s: NativeStats): PolicyLossResult => ({
             loss: s.loss,
             gradLogp,
@@ -342,7 +348,7 @@ export function statsOf(s: NativeStats): PolicyLossStats {
  */
 export function policyLoss(batch: PolicyLossBatch, options?: PolicyLossOptions): PolicyLossResult {
     const c = preparePolicy("policyLoss", batch, options, []);
-    return c.finish(native.policyLoss(...c.args));
+    return c.finish(native.policyLoss(c.args));
 }
 
 /** {@link policyLoss} off the main thread. */
@@ -351,7 +357,7 @@ export async function policyLossAsync(
     options?: PolicyLossOptions & { signal?: AbortSignal },
 ): Promise<PolicyLossResult> {
     const c = preparePolicy("policyLossAsync", batch, options, ["signal"]);
-    return c.finish(await withSignal(() => native.policyLossAsync(...c.args), options?.signal));
+    return c.finish(await withSignal(() => native.policyLossAsync(c.args), options?.signal));
 }
 
 export interface ValueLossBatch {
@@ -418,7 +424,7 @@ function prepareValue(fn: string, batch: ValueLossBatch, options: unknown, extra
     if (oldValues) inputs.oldValues = oldValues;
     requireDisjoint(fn, { "out.gradValues": gradValues }, inputs);
     return {
-        args: [
+        args: {
             values,
             oldValues,
             returns,
@@ -426,11 +432,11 @@ function prepareValue(fn: string, batch: ValueLossBatch, options: unknown, extra
             B,
             T,
             clip,
-            AGGS.indexOf(agg),
+            agg: AGGS.indexOf(agg),
             normalizer,
-            device === "cuda" ? 1 : 0,
+            device: device === "cuda" ? 1 : 0,
             gradValues,
-        ] as const,
+        } satisfies NativeValueLossCall,
         finish: (s: ReturnType<typeof native.valueLoss>): ValueLossResult => ({
             loss: s.loss,
             gradValues,
@@ -443,7 +449,7 @@ function prepareValue(fn: string, batch: ValueLossBatch, options: unknown, extra
 /** Clipped value loss (verl's compute_value_loss) and its gradient w.r.t. the values. */
 export function valueLoss(batch: ValueLossBatch, options?: ValueLossOptions): ValueLossResult {
     const c = prepareValue("valueLoss", batch, options, []);
-    return c.finish(native.valueLoss(...c.args));
+    return c.finish(native.valueLoss(c.args));
 }
 
 /** {@link valueLoss} off the main thread. */
@@ -452,5 +458,5 @@ export async function valueLossAsync(
     options?: ValueLossOptions & { signal?: AbortSignal },
 ): Promise<ValueLossResult> {
     const c = prepareValue("valueLossAsync", batch, options, ["signal"]);
-    return c.finish(await withSignal(() => native.valueLossAsync(...c.args), options?.signal));
+    return c.finish(await withSignal(() => native.valueLossAsync(c.args), options?.signal));
 }

@@ -4,7 +4,7 @@
 import { withSignal } from "../abort.js";
 import { outputFloat32 } from "../alloc.js";
 import { type Device, resolveDevice } from "../backend.js";
-import { native } from "../native.js";
+import { native, type NativeReturnsCall } from "../native.js";
 import {
     requireArray,
     requireBoolean,
@@ -65,7 +65,17 @@ function prepare(fn: string, batch: ReturnsBatch, options: unknown, extra: strin
         { rewards, mask, "out.returns": returns },
     );
     return {
-        args: [rewards, mask, B, T, gamma, whiten, device === "cuda" ? 1 : 0, returns, advantages] as const,
+        args: {
+            rewards,
+            mask,
+            B,
+            T,
+            gamma,
+            whiten,
+            device: device === "cuda" ? 1 : 0,
+            returns,
+            advantages,
+        } satisfies NativeReturnsCall,
         result: { returns, advantages, device },
     };
 }
@@ -76,7 +86,7 @@ function prepare(fn: string, batch: ReturnsBatch, options: unknown, extra: strin
  */
 export function reinforceReturns(batch: ReturnsBatch, options?: ReturnsOptions): ReturnsResult {
     const c = prepare("reinforceReturns", batch, options, []);
-    native.reinforceReturns(...c.args);
+    native.reinforceReturns(c.args);
     return c.result;
 }
 
@@ -86,6 +96,6 @@ export async function reinforceReturnsAsync(
     options?: ReturnsOptions & { signal?: AbortSignal },
 ): Promise<ReturnsResult> {
     const c = prepare("reinforceReturnsAsync", batch, options, ["signal"]);
-    await withSignal(() => native.reinforceReturnsAsync(...c.args), options?.signal);
+    await withSignal(() => native.reinforceReturnsAsync(c.args), options?.signal);
     return c.result;
 }

@@ -12,7 +12,7 @@
 import { withSignal } from "../abort.js";
 import { outputFloat32 } from "../alloc.js";
 import { type Device, resolveDevice } from "../backend.js";
-import { native, type NativeRolloutCorrectionParams } from "../native.js";
+import { native, type NativeRolloutCorrectionCall, type NativeRolloutCorrectionParams } from "../native.js";
 import type { RolloutCorrectionStats } from "./rolloutCorrectionStats.js";
 
 export type { RolloutCorrectionStats };
@@ -269,7 +269,17 @@ function prepare(fn: string, batch: RolloutCorrectionBatch, options: unknown) {
     const weights = params.is !== 0 ? outputFloat32(n) : null;
     const keep = params.rs.length ? outputFloat32(n) : null;
     return {
-        args: [oldLogp, rolloutLogp, mask, B, T, params, device === "cuda" ? 1 : 0, weights, keep] as const,
+        args: {
+            oldLogp,
+            rolloutLogp,
+            mask,
+            B,
+            T,
+            params,
+            device: device === "cuda" ? 1 : 0,
+            weights,
+            keep,
+        } satisfies NativeRolloutCorrectionCall,
         finish: (stats: RolloutCorrectionStats): RolloutCorrectionResult => {
             let m: Float32Array;
             if (keep) m = keep;
@@ -292,7 +302,7 @@ export function rolloutCorrection(
     options?: RolloutCorrectionOptions,
 ): RolloutCorrectionResult {
     const p = prepare("rolloutCorrection", batch, options);
-    return p.finish(native.rolloutCorrection(...p.args));
+    return p.finish(native.rolloutCorrection(p.args));
 }
 
 /** rolloutCorrection on the libuv pool (the inputs must not be detached or resized meanwhile). */
@@ -302,7 +312,7 @@ export async function rolloutCorrectionAsync(
 ): Promise<RolloutCorrectionResult> {
     const { signal, ...rest } = options ?? {};
     const p = prepare("rolloutCorrectionAsync", batch, rest);
-    return p.finish(await withSignal(() => native.rolloutCorrectionAsync(...p.args), signal));
+    return p.finish(await withSignal(() => native.rolloutCorrectionAsync(p.args), signal));
 }
 
 /** Per-token advantages times the IS weights (the weighted policy-gradient term, as verl's pg_losses *

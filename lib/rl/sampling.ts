@@ -17,7 +17,7 @@
 import { withSignal } from "../abort.js";
 import { outputFloat32 } from "../alloc.js";
 import { type Device, resolveDevice } from "../backend.js";
-import { native, type NativeSampleParams } from "../native.js";
+import { native, type NativeSampleCall, type NativeSampleLogprobsCall, type NativeSampleParams } from "../native.js";
 import {
     describe,
     requireArray,
@@ -215,7 +215,17 @@ function prepareSample(fn: string, batch: SampleBatch, options: unknown, extra: 
     if (raw) outs["out.rawLogprobs"] = raw;
     requireDisjoint(fn, outs, { logits, ...outs });
     return {
-        args: [logits, B, V, p, device === "cuda" ? 1 : 0, tokens, logprobs, raw, valid] as const,
+        args: {
+            logits,
+            B,
+            V,
+            params: p,
+            device: device === "cuda" ? 1 : 0,
+            tokens,
+            logprobs,
+            rawLogprobs: raw,
+            valid,
+        } satisfies NativeSampleCall,
         result: { tokens, logprobs, ...(raw ? { rawLogprobs: raw } : {}), valid, device },
     };
 }
@@ -227,7 +237,7 @@ function prepareSample(fn: string, batch: SampleBatch, options: unknown, extra: 
  */
 export function sample(batch: SampleBatch, options?: SampleOptions): SampleResult {
     const c = prepareSample("sample", batch, options, []);
-    native.sample(...c.args);
+    native.sample(c.args);
     return c.result;
 }
 
@@ -237,7 +247,7 @@ export async function sampleAsync(
     options?: SampleOptions & { signal?: AbortSignal },
 ): Promise<SampleResult> {
     const c = prepareSample("sampleAsync", batch, options, ["signal"]);
-    await withSignal(() => native.sampleAsync(...c.args), options?.signal);
+    await withSignal(() => native.sampleAsync(c.args), options?.signal);
     return c.result;
 }
 
@@ -283,7 +293,16 @@ function prepareGiven(fn: string, batch: TokensBatch, options: unknown, extra: s
     if (raw) outs["out.rawLogprobs"] = raw;
     requireDisjoint(fn, outs, { logits, tokens, ...outs });
     return {
-        args: [logits, B, V, p, device === "cuda" ? 1 : 0, tokens, logprobs, raw] as const,
+        args: {
+            logits,
+            B,
+            V,
+            params: p,
+            device: device === "cuda" ? 1 : 0,
+            tokens,
+            logprobs,
+            rawLogprobs: raw,
+        } satisfies NativeSampleLogprobsCall,
         result: { logprobs, ...(raw ? { rawLogprobs: raw } : {}), device },
     };
 }
@@ -294,7 +313,7 @@ export function logprobsOfTokens(
     options?: Omit<SampleOptions, "seed" | "position">,
 ): LogprobsOfTokensResult {
     const c = prepareGiven("logprobsOfTokens", batch, options, []);
-    native.sampleLogprobs(...c.args);
+    native.sampleLogprobs(c.args);
     return c.result;
 }
 
@@ -304,6 +323,6 @@ export async function logprobsOfTokensAsync(
     options?: Omit<SampleOptions, "seed" | "position"> & { signal?: AbortSignal },
 ): Promise<LogprobsOfTokensResult> {
     const c = prepareGiven("logprobsOfTokensAsync", batch, options, ["signal"]);
-    await withSignal(() => native.sampleLogprobsAsync(...c.args), options?.signal);
+    await withSignal(() => native.sampleLogprobsAsync(c.args), options?.signal);
     return c.result;
 }

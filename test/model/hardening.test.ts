@@ -58,9 +58,9 @@ describe("NativePolicy and the model handle", () => {
         const h = p.h(),
             n = p.parameterCount;
         const w = new Float32Array(n);
-        native.gptGet(h, 0, w);
+        native.gptGet(h, { which: 0, out: w });
         w.fill(NaN, 0, n);
-        native.gptSet(h, 0, w);
+        native.gptSet(h, { which: 0, input: w });
         const err = await p.generate([{ prompt: "hi" }, { prompt: "yo" }], {}).catch((e) => e);
         expect(err).toBeInstanceOf(MaporlError);
         expect(err.message).toMatch(
@@ -72,19 +72,21 @@ describe("NativePolicy and the model handle", () => {
     it("gptFree during an async forward frees after it (20 runs, no crash); overlapping calls are refused", async () => {
         const cfg = { vocab: 50, context: 16, layers: 1, heads: 2, dModel: 32, mlpRatio: 4, tieEmbeddings: true };
         for (let run = 0; run < 20; run++) {
-            const h = native.gptCreate(cfg, run);
+            const h = native.gptCreate({ ...cfg, seed: run });
             const B = 8,
                 T = 16,
                 tokens = new Int32Array(B * T).fill(3),
                 logits = new Float32Array(B * T * 50);
-            const fwd = native.gptForwardAsync(h, tokens, B, T, logits, null);
-            expect(() => native.gptForward(h, tokens, B, T, logits, null)).toThrow(/busy with an async call/);
+            const fwd = native.gptForwardAsync(h, { tokens, B, T, logits, values: null });
+            expect(() => native.gptForward(h, { tokens, B, T, logits, values: null })).toThrow(
+                /busy with an async call/,
+            );
             expect(native.gptParamCount(h)).toBeGreaterThan(0); // read-only metadata stays available
             native.gptFree(h);
             expect(() => native.gptZeroGrad(h)).toThrow(/the model was freed/);
             await fwd;
             expect(Number.isFinite(logits[0])).toBe(true);
-            expect(() => native.gptForward(h, tokens, B, T, logits, null)).toThrow(/the model was freed/);
+            expect(() => native.gptForward(h, { tokens, B, T, logits, values: null })).toThrow(/the model was freed/);
         }
     });
 
@@ -97,7 +99,7 @@ describe("NativePolicy and the model handle", () => {
             const cfg = { vocab: 103, context: 64, layers: 2, heads: 4, dModel: 256, mlpRatio: 4, tieEmbeddings: true };
             let peak = 0;
             for (let i = 0; i < 150; i++) {
-                native.gptCreate(cfg, i);
+                native.gptCreate({ ...cfg, seed: i });
                 if (i % 10 === 9) { await new Promise((r) => setTimeout(r, 0)); peak = Math.max(peak, process.memoryUsage().rss); }
             }
             console.log(JSON.stringify({ peak }));`,

@@ -120,7 +120,7 @@ describe("training through log-probs", () => {
             aggregation: "seq-mean-token-mean" as const,
         };
         const logits = new Float32Array(N * 96);
-        native.gptForward(p.h(), b.tokens, 3, 10, logits, null);
+        native.gptForward(p.h(), { tokens: b.tokens, B: 3, T: 10, logits, values: null });
         const ref = fusedPolicyLoss(
             { logits, targets: b.targets, mask: b.mask, shape: [3, 10, 96], advantages, oldLogp, refLogp },
             loss,
@@ -149,7 +149,7 @@ describe("training through log-probs", () => {
             const losses: number[] = [];
             for (let i = 0; i < 30; i++) losses.push((await p.trainStep(b, { lr: 1e-2 })).loss);
             const params = new Float32Array(p.parameterCount);
-            native.gptGet(p.h(), 0, params);
+            native.gptGet(p.h(), { which: 0, out: params });
             return { p, losses, params };
         };
         const one = await run(1),
@@ -160,7 +160,7 @@ describe("training through log-probs", () => {
         // The first SFT loss is the mean cross-entropy of the trained targets.
         const fresh = await NativePolicy.load(join(FIX, "llama"), { tokenizer: null });
         const logits = new Float32Array(30 * 96);
-        native.gptForward(fresh.h(), b.tokens, 3, 10, logits, null);
+        native.gptForward(fresh.h(), { tokens: b.tokens, B: 3, T: 10, logits, values: null });
         let ce = 0,
             n = 0;
         for (let i = 0; i < 30; i++) {
@@ -179,8 +179,8 @@ describe("training through log-probs", () => {
         await back.trainStep(b, { lr: 3e-3 });
         const x = new Float32Array(one.p.parameterCount),
             y = new Float32Array(one.p.parameterCount);
-        native.gptGet(one.p.h(), 0, x);
-        native.gptGet(back.h(), 0, y);
+        native.gptGet(one.p.h(), { which: 0, out: x });
+        native.gptGet(back.h(), { which: 0, out: y });
         expect(Buffer.from(y.buffer).equals(Buffer.from(x.buffer))).toBe(true);
         for (const q of [one.p, two.p, fresh, back]) await q.dispose();
     });
@@ -201,7 +201,7 @@ describe("training through log-probs", () => {
                 out.push(r.loss, r.gradNorm);
             }
             const params = new Float32Array(p.parameterCount);
-            native.gptGet(h(p), 0, params);
+            native.gptGet(h(p), { which: 0, out: params });
             await p.dispose();
             return { out, params };
         };
@@ -231,7 +231,7 @@ describe("the value head on a Hugging Face model", () => {
         const returns = Float32Array.from({ length: 30 }, (_, i) => (i % 3) - 1);
         const h = p.h();
         const before = new Float32Array(p.parameterCount);
-        native.gptGet(h, 0, before);
+        native.gptGet(h, { which: 0, out: before });
         const mse = async () => {
             const v = await p.values({ tokens: b.tokens, shape: b.shape });
             let s = 0,
@@ -247,7 +247,7 @@ describe("the value head on a Hugging Face model", () => {
         for (let s = 0; s < 40; s++) await p.trainStep({ ...b, returns }, { loss: "value", lr: 1e-2 });
         expect(await mse()).toBeLessThan(0.7 * first);
         const after = new Float32Array(p.parameterCount);
-        native.gptGet(h, 0, after);
+        native.gptGet(h, { which: 0, out: after });
         const moved = native
             .gptTensors(h)
             .filter((t) => {

@@ -100,7 +100,7 @@ describe("a Hugging Face directory is checked against its config before the mode
                 join(FIX, f),
                 JSON.parse(readFileSync(join(FIX, f, "config.json"), "utf8")) as Record<string, unknown>,
             );
-            const h = native.llamaCreate(info.engine, null);
+            const h = native.llamaCreate({ ...info.engine, seed: null });
             try {
                 const engine = native
                     .gptTensors(h)

@@ -330,44 +330,50 @@ describe("NativePolicy", () => {
     });
 
     it("the native layer rejects wrong lengths instead of reading past a buffer", () => {
-        const h = native.gptCreate(
-            { vocab: 10, context: 8, layers: 1, heads: 1, dModel: 4, mlpRatio: 4, tieEmbeddings: true },
-            1,
+        const h = native.gptCreate({
+            ...{ vocab: 10, context: 8, layers: 1, heads: 1, dModel: 4, mlpRatio: 4, tieEmbeddings: true },
+            seed: 1,
+        });
+        expect(() => native.gptDecode(h, { tokens: new Int32Array(3), pos: 0, logits: null, values: null })).toThrow(
+            /gptCacheReset first/,
         );
-        expect(() => native.gptDecode(h, new Int32Array(3), 0, null, null)).toThrow(/gptCacheReset first/);
-        native.gptCacheReset(h, 2, 4);
-        expect(() => native.gptDecode(h, new Int32Array(1), 0, null, null)).toThrow(/tokens: expected 2 elements/);
-        expect(() => native.gptDecode(h, new Int32Array(2), 4, null, null)).toThrow(
+        native.gptCacheReset(h, { batch: 2, maxLen: 4 });
+        expect(() => native.gptDecode(h, { tokens: new Int32Array(1), pos: 0, logits: null, values: null })).toThrow(
+            /tokens: expected 2 elements/,
+        );
+        expect(() => native.gptDecode(h, { tokens: new Int32Array(2), pos: 4, logits: null, values: null })).toThrow(
             /pos: expected an integer in \[0, 3\]/,
         );
-        expect(() => native.gptDecode(h, new Int32Array(2), 0, new Float32Array(3), null)).toThrow(
-            /logits: expected 20 elements, got 3/,
+        expect(() =>
+            native.gptDecode(h, { tokens: new Int32Array(2), pos: 0, logits: new Float32Array(3), values: null }),
+        ).toThrow(/logits: expected 20 elements, got 3/);
+        expect(() => native.gptBackward(h, { dlogits: new Float32Array(5), dvalues: null })).toThrow(/no forward/);
+        expect(() =>
+            native.gptForward(h, { tokens: new Int32Array(6), B: 2, T: 3, logits: new Float32Array(59), values: null }),
+        ).toThrow(/logits: expected 60 elements, got 59/);
+        native.gptForward(h, { tokens: new Int32Array(6), B: 2, T: 3, logits: null, values: null });
+        expect(() => native.gptBackward(h, { dlogits: new Float32Array(5), dvalues: null })).toThrow(
+            /dlogits: expected 60 elements, got 5/,
         );
-        expect(() => native.gptBackward(h, new Float32Array(5), null)).toThrow(/no forward/);
-        expect(() => native.gptForward(h, new Int32Array(6), 2, 3, new Float32Array(59), null)).toThrow(
-            /logits: expected 60 elements, got 59/,
-        );
-        native.gptForward(h, new Int32Array(6), 2, 3, null, null);
-        expect(() => native.gptBackward(h, new Float32Array(5), null)).toThrow(/dlogits: expected 60 elements, got 5/);
-        expect(() => native.gptForward(h, Int32Array.of(0, 10), 1, 2, null, null)).toThrow(
-            /tokens: expected ids in \[0, 10\)/,
-        );
+        expect(() =>
+            native.gptForward(h, { tokens: Int32Array.of(0, 10), B: 1, T: 2, logits: null, values: null }),
+        ).toThrow(/tokens: expected ids in \[0, 10\)/);
         native.gptFree(h);
         expect(() => native.gptParamCount(h)).toThrow(/freed/);
     });
 
     it("prefill and per-row decoding: the Llama family's, with bad lengths and positions named", async () => {
-        const g = native.gptCreate(
-            { vocab: 10, context: 8, layers: 1, heads: 1, dModel: 4, mlpRatio: 4, tieEmbeddings: true },
-            1,
-        );
-        native.gptCacheReset(g, 1, 4);
-        await expect(native.gptPrefillAsync(g, Int32Array.of(1), Int32Array.of(1), 1)).rejects.toThrow(
-            /prefill: the model is of the GPT family/,
-        );
+        const g = native.gptCreate({
+            ...{ vocab: 10, context: 8, layers: 1, heads: 1, dModel: 4, mlpRatio: 4, tieEmbeddings: true },
+            seed: 1,
+        });
+        native.gptCacheReset(g, { batch: 1, maxLen: 4 });
+        await expect(
+            native.gptPrefillAsync(g, { tokens: Int32Array.of(1), lens: Int32Array.of(1), P: 1 }),
+        ).rejects.toThrow(/prefill: the model is of the GPT family/);
         native.gptFree(g);
-        const h = native.llamaCreate(
-            {
+        const h = native.llamaCreate({
+            ...{
                 vocab: 10,
                 context: 8,
                 layers: 1,
@@ -388,28 +394,45 @@ describe("NativePolicy", () => {
                 qkNorm: false,
                 tieEmbeddings: true,
             },
-            1,
+            seed: 1,
+        });
+        expect(() => native.gptPrefillAsync(h, { tokens: Int32Array.of(1), lens: Int32Array.of(1), P: 1 })).toThrow(
+            /gptCacheReset first/,
         );
-        expect(() => native.gptPrefillAsync(h, Int32Array.of(1), Int32Array.of(1), 1)).toThrow(/gptCacheReset first/);
-        native.gptCacheReset(h, 2, 4);
-        expect(() => native.gptPrefillAsync(h, new Int32Array(3), Int32Array.of(1, 1), 2)).toThrow(
+        native.gptCacheReset(h, { batch: 2, maxLen: 4 });
+        expect(() => native.gptPrefillAsync(h, { tokens: new Int32Array(3), lens: Int32Array.of(1, 1), P: 2 })).toThrow(
             /tokens: expected 4 elements, got 3/,
         );
-        await expect(native.gptPrefillAsync(h, new Int32Array(4), Int32Array.of(1, 3), 2)).rejects.toThrow(
-            /prefill: lens: expected 0..2 at row 1, got 3/,
-        );
-        await expect(native.gptPrefillAsync(h, Int32Array.of(0, 0, 10, 0), Int32Array.of(1, 1), 2)).rejects.toThrow(
-            /expected ids in \[0, 10\), got 10 at row 1 position 0/,
-        );
-        await native.gptPrefillAsync(h, Int32Array.of(1, 2, 3, 4), Int32Array.of(2, 1), 2);
         await expect(
-            native.gptDecodeRowsAsync(h, Int32Array.of(1, 2), Int32Array.of(2, 4), null, null),
+            native.gptPrefillAsync(h, { tokens: new Int32Array(4), lens: Int32Array.of(1, 3), P: 2 }),
+        ).rejects.toThrow(/prefill: lens: expected 0..2 at row 1, got 3/);
+        await expect(
+            native.gptPrefillAsync(h, { tokens: Int32Array.of(0, 0, 10, 0), lens: Int32Array.of(1, 1), P: 2 }),
+        ).rejects.toThrow(/expected ids in \[0, 10\), got 10 at row 1 position 0/);
+        await native.gptPrefillAsync(h, { tokens: Int32Array.of(1, 2, 3, 4), lens: Int32Array.of(2, 1), P: 2 });
+        await expect(
+            native.gptDecodeRowsAsync(h, {
+                tokens: Int32Array.of(1, 2),
+                pos: Int32Array.of(2, 4),
+                logits: null,
+                values: null,
+            }),
         ).rejects.toThrow(/pos: expected 0..3, got 4 at row 1/);
-        expect(() => native.gptDecodeRowsAsync(h, Int32Array.of(1, 2), Int32Array.of(2), null, null)).toThrow(
-            /pos: expected 2 elements, got 1/,
-        );
+        expect(() =>
+            native.gptDecodeRowsAsync(h, {
+                tokens: Int32Array.of(1, 2),
+                pos: Int32Array.of(2),
+                logits: null,
+                values: null,
+            }),
+        ).toThrow(/pos: expected 2 elements, got 1/);
         const logits = new Float32Array(20);
-        await native.gptDecodeRowsAsync(h, Int32Array.of(1, 2), Int32Array.of(2, 1), logits, null);
+        await native.gptDecodeRowsAsync(h, {
+            tokens: Int32Array.of(1, 2),
+            pos: Int32Array.of(2, 1),
+            logits,
+            values: null,
+        });
         expect(logits.every(Number.isFinite)).toBe(true);
         native.gptFree(h);
     });

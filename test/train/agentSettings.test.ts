@@ -12,7 +12,7 @@ import { tinyTeam } from "../helpers/team.js";
 
 const params = (m: NativePolicy) => {
     const p = new Float32Array(m.parameterCount);
-    native.gptGet(m.h(), 0, p);
+    native.gptGet(m.h(), { which: 0, out: p });
     return p;
 };
 

@@ -23,7 +23,7 @@ import { runIteration, scheduled, stageModels } from "../../lib/train/trainers/s
 
 const params = (m: NativePolicy) => {
     const p = new Float32Array(m.parameterCount);
-    native.gptGet(m.h(), 0, p);
+    native.gptGet(m.h(), { which: 0, out: p });
     return p;
 };
 
