@@ -118,7 +118,8 @@ inline void group_run_sequential(const float * x, float * out, int64_t n, const 
 
 // Groups [k0, k1) of exactly G members stored one after the other (ids ascending), 16 (AVX-512) or 8 (AVX2)
 // groups at a time with one group per lane (gathers), in the same arithmetic order as the scalar run path
-// (bit-identical). Not for the max baseline. group_advantages_avx512.cpp / _avx2.cpp (x86-64, GCC/Clang).
+// (bit-identical). Not for the max baseline. group_advantages_vec.inc, built as group_advantages_avx512.cpp /
+// _avx2.cpp (x86-64, GCC/Clang).
 //
 // write_from_folds: the table path's last pass, O[i] = write_one(S[i], folds[ids[i] - lo]) for i in [b, e), with
 // gathers of the folds (bit-identical to the scalar loop; needs 2 * (ids[i] - lo) + 1 < 2^31).

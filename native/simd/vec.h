@@ -32,6 +32,8 @@ typedef uint8_t vb __attribute__((vector_size(W)));
 typedef double vd __attribute__((vector_size(8 * W / 2)));  // half the lanes, in double
 typedef uint32_t vu __attribute__((vector_size(4 * W)));
 typedef uint64_t vu64 __attribute__((vector_size(8 * W)));
+typedef int32_t vih __attribute__((vector_size(2 * W)));  // half the lanes: the indices of a double gather
+typedef float vfh __attribute__((vector_size(2 * W)));    // half the lanes, in float (one vd's worth)
 
 MAPORL_INLINE vf splat(float x) { return vf{} + x; }
 // x in every lane, exactly (splat computes 0 + x, one more instruction, and turns -0 into +0): the GEMM's A values.
@@ -333,6 +335,18 @@ MAPORL_INLINE vf vgather(const float * p, vi idx) {
 #else
     vf v;
     for (int l = 0; l < W; ++l) v[l] = p[idx[l]];
+    return v;
+#endif
+}
+// p[idx[l]] on each of the W / 2 double lanes (idx >= 0).
+MAPORL_INLINE vd vgather_d(const double * p, vih idx) {
+#if defined(__AVX512F__) && MAPORL_VEC_W == 16
+    return (vd)_mm512_i32gather_pd((__m256i)idx, p, 8);
+#elif defined(__AVX2__) && MAPORL_VEC_W == 8
+    return (vd)_mm256_i32gather_pd(p, (__m128i)idx, 8);
+#else
+    vd v;
+    for (int l = 0; l < W / 2; ++l) v[l] = p[idx[l]];
     return v;
 #endif
 }
