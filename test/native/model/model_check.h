@@ -1,7 +1,7 @@
 // model_check.h: checks shared by the model tests (test_gpt, test_llama, test_lora, test_model_scores): every
 // parameter's analytic gradient against central finite differences of the loss in double, the mean next-token
-// cross-entropy of float logits with its gradient (written out, independent of the loss kernels), and decoding
-// without the heads.
+// cross-entropy of float logits with its gradient (written out, independent of the loss kernels), decoding without
+// the heads, and cached decoding against the full forward.
 #pragma once
 
 #include <stdint.h>
@@ -26,6 +26,44 @@ bool heads_skipped_cache_the_same(Model & with, Model & without, int64_t vocab, 
         without.decode(cur, t, t == T - 1, t == T - 1);
     }
     return with.step_logits == without.step_logits && with.step_values == without.step_values;
+}
+
+// Greedy decoding through the KV cache against the full forward. B rows (row b starts with token first + b) are
+// decoded T steps, each next token the argmax (first on ties) of the cached step's logits; then each row's full forward
+// over its T tokens (after select(b)) must give every step's logits and values. select(-1) runs once after the cache
+// reset, before decoding (a LoRA test sets the per-row adapters there and picks row b's adapter at select(b)).
+// Returns the largest absolute difference.
+template <typename Model, typename Select>
+float cached_decode_vs_forward(Model & m, int64_t B, int64_t T, int64_t V, int32_t first, Select && select) {
+    std::vector<int32_t> seq((size_t)(B * T));
+    for (int64_t b = 0; b < B; ++b) seq[(size_t)(b * T)] = first + (int32_t)b;
+    m.cache_reset(B, T);
+    select(-1);
+    std::vector<std::vector<float>> logits, values;
+    for (int64_t t = 0; t < T; ++t) {
+        std::vector<int32_t> cur((size_t)B);
+        for (int64_t b = 0; b < B; ++b) cur[(size_t)b] = seq[(size_t)(b * T + t)];
+        m.decode(cur.data(), t);
+        logits.push_back(m.step_logits);
+        values.push_back(m.step_values);
+        if (t + 1 < T)
+            for (int64_t b = 0; b < B; ++b) {
+                const float * z = m.step_logits.data() + b * V;
+                seq[(size_t)(b * T + t + 1)] = (int32_t)(std::max_element(z, z + V) - z);
+            }
+    }
+    float worst = 0;
+    for (int64_t b = 0; b < B; ++b) {
+        select(b);
+        m.forward(seq.data() + b * T, 1, T);
+        for (int64_t t = 0; t < T; ++t) {
+            for (int64_t v = 0; v < V; ++v)
+                worst =
+                    std::max(worst, std::fabs(m.logits[(size_t)(t * V + v)] - logits[(size_t)t][(size_t)(b * V + v)]));
+            worst = std::max(worst, std::fabs(m.values[(size_t)t] - values[(size_t)t][(size_t)b]));
+        }
+    }
+    return worst;
 }
 
 // How many of `params` have an analytic gradient (grads) off (L(x + h) - L(x - h)) / 2h, h = 1e-6, by more than

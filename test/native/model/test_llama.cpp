@@ -242,34 +242,7 @@ TEST(kv_cache_decoding_equals_the_full_forward) {
         const L::Config c = decoder_config(var);
         L::Model<float> m(c);
         perturb(m, 5);
-        const int64_t B = 3, T = 10, V = c.vocab;
-        std::vector<int32_t> seq((size_t)(B * T));
-        for (int64_t b = 0; b < B; ++b) seq[(size_t)(b * T)] = (int32_t)(b + 1);
-        m.cache_reset(B, T);
-        float worst = 0;
-        for (int64_t t = 0; t < T; ++t) {
-            std::vector<int32_t> cur((size_t)B);
-            for (int64_t b = 0; b < B; ++b) cur[(size_t)b] = seq[(size_t)(b * T + t)];
-            m.decode(cur.data(), t);
-            const std::vector<float> step = m.step_logits, sv = m.step_values;
-            if (t + 1 < T)
-                for (int64_t b = 0; b < B; ++b) {
-                    int64_t best = 0;
-                    for (int64_t v = 1; v < V; ++v)
-                        if (step[(size_t)(b * V + v)] > step[(size_t)(b * V + best)]) best = v;
-                    seq[(size_t)(b * T + t + 1)] = (int32_t)best;
-                }
-            std::vector<int32_t> prefix((size_t)(B * (t + 1)));
-            for (int64_t b = 0; b < B; ++b)
-                for (int64_t w = 0; w <= t; ++w) prefix[(size_t)(b * (t + 1) + w)] = seq[(size_t)(b * T + w)];
-            m.forward(prefix.data(), B, t + 1);
-            for (int64_t b = 0; b < B; ++b) {
-                for (int64_t v = 0; v < V; ++v)
-                    worst = std::max(
-                        worst, std::fabs(m.logits[(size_t)((b * (t + 1) + t) * V + v)] - step[(size_t)(b * V + v)]));
-                worst = std::max(worst, std::fabs(m.values[(size_t)(b * (t + 1) + t)] - sv[(size_t)b]));
-            }
-        }
+        const float worst = model_check::cached_decode_vs_forward(m, 3, 10, c.vocab, 1, [](int64_t) {});
         CHECK(worst < 1e-5f, "%s: cached decode differs from the full forward by %g", var.name, worst);
     }
 }
