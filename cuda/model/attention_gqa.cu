@@ -5,6 +5,8 @@
 // Backward without atomics: pass 1 (warp per query row) writes g[t, t2] = a (datt - sum a datt) / sqrt(hs) to
 // scratch and adds dq; pass 2 (warp per key row (b, kv head, t2)) adds dk and dv over the group's query heads in
 // order and t >= t2 ascending (a fixed order).
+// Rows may be strided (AttentionStrides): the embedded GPT's multi-head attention (attention.cu) runs these kernels on
+// its fused qkv rows with NKV = NH.
 // NOTE(perf): a warp per row rereads K and V for every query; a flash-style tiled kernel is the upgrade for long
 // contexts.
 #include <cmath>
@@ -38,13 +40,13 @@ __device__ void softmax_in_place(float * a, int64_t t, int lane, float mx) {
 }
 
 __global__ void forward_kernel(float * out, float * att, const float * q, const float * k, const float * v, int64_t B,
-                               int64_t T, int64_t NH, int64_t NKV, int64_t hs, float scale) {
+                               int64_t T, int64_t NH, int64_t NKV, int64_t hs, float scale, AttentionStrides st) {
     const int lane = threadIdx.x & 31;
     const int64_t row = (int64_t)blockIdx.x * kWarps + (threadIdx.x >> 5);  // (b, h, t)
     if (row >= B * NH * T) return;
     const int64_t t = row % T, h = (row / T) % NH, b = row / (T * NH), kvh = h / (NH / NKV);
-    const int64_t QC = NH * hs, KC = NKV * hs;
-    const float * qr = q + (b * T + t) * QC + h * hs;
+    const int64_t KC = st.kv;
+    const float * qr = q + (b * T + t) * st.q + h * hs;
     const float * kb = k + b * T * KC + kvh * hs;
     const float * vb = v + b * T * KC + kvh * hs;
     float * a = att + row * T;
@@ -60,7 +62,7 @@ __global__ void forward_kernel(float * out, float * att, const float * q, const 
     softmax_in_place(a, t, lane, mx);
     for (int64_t t2 = t + 1 + lane; t2 < T; t2 += 32) a[t2] = 0.0f;
     __syncwarp();
-    float * o = out + (b * T + t) * QC + h * hs;
+    float * o = out + (b * T + t) * st.out + h * hs;
     for (int64_t i = lane; i < hs; i += 32) {
         float s = 0.0f;
         for (int64_t t2 = 0; t2 <= t; ++t2) s += a[t2] * vb[t2 * KC + i];
@@ -68,18 +70,18 @@ __global__ void forward_kernel(float * out, float * att, const float * q, const 
     }
 }
 
-__global__ void backward_query_kernel(float * dq, float * g, const float * dout, const float * q, const float * k,
-                                      const float * v, const float * att, int64_t B, int64_t T, int64_t NH, int64_t NKV,
-                                      int64_t hs, float scale) {
+__global__ void backward_query_kernel(float * dq, float * g, const float * dout, const float * k, const float * v,
+                                      const float * att, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hs,
+                                      float scale, AttentionStrides st) {
     const int lane = threadIdx.x & 31;
     const int64_t row = (int64_t)blockIdx.x * kWarps + (threadIdx.x >> 5);
     if (row >= B * NH * T) return;
     const int64_t t = row % T, h = (row / T) % NH, b = row / (T * NH), kvh = h / (NH / NKV);
-    const int64_t QC = NH * hs, KC = NKV * hs;
+    const int64_t KC = st.kv;
     const float * kb = k + b * T * KC + kvh * hs;
     const float * vb = v + b * T * KC + kvh * hs;
     const float * a = att + row * T;
-    const float * d = dout + (b * T + t) * QC + h * hs;
+    const float * d = dout + (b * T + t) * st.out + h * hs;
     float * gr = g + row * T;
     float dot = 0.0f;
     for (int64_t t2 = lane; t2 <= t; t2 += 32) {
@@ -93,33 +95,32 @@ __global__ void backward_query_kernel(float * dq, float * g, const float * dout,
     for (int64_t t2 = lane; t2 <= t; t2 += 32) gr[t2] = a[t2] * (gr[t2] - dot) * scale;
     for (int64_t t2 = t + 1 + lane; t2 < T; t2 += 32) gr[t2] = 0.0f;
     __syncwarp();
-    float * dqr = dq + (b * T + t) * QC + h * hs;
+    float * dqr = dq + (b * T + t) * st.q + h * hs;
     for (int64_t i = lane; i < hs; i += 32) {
         float s = 0.0f;
         for (int64_t t2 = 0; t2 <= t; ++t2) s += gr[t2] * kb[t2 * KC + i];
         dqr[i] += s;
     }
-    (void)q;
 }
 
 // Warp per key row (b, kv head, t2): dk[t2] = sum_h sum_{t >= t2} g[h, t, t2] q[t, h]; dv likewise with att and dout.
 __global__ void backward_key_kernel(float * dk, float * dv, const float * g, const float * dout, const float * q,
-                                    const float * att, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hs) {
+                                    const float * att, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t hs,
+                                    AttentionStrides st) {
     const int lane = threadIdx.x & 31;
     const int64_t row = (int64_t)blockIdx.x * kWarps + (threadIdx.x >> 5);
     if (row >= B * NKV * T) return;
     const int64_t t2 = row % T, kvh = (row / T) % NKV, b = row / (T * NKV), group = NH / NKV;
-    const int64_t QC = NH * hs, KC = NKV * hs;
-    float * dkr = dk + (b * T + t2) * KC + kvh * hs;
-    float * dvr = dv + (b * T + t2) * KC + kvh * hs;
+    float * dkr = dk + (b * T + t2) * st.kv + kvh * hs;
+    float * dvr = dv + (b * T + t2) * st.kv + kvh * hs;
     for (int64_t i = lane; i < hs; i += 32) {
         float sk = 0.0f, sv = 0.0f;
         for (int64_t j = 0; j < group; ++j) {
             const int64_t h = kvh * group + j, head = (b * NH + h) * T;
             for (int64_t t = t2; t < T; ++t) {
                 const int64_t r = (head + t) * T + t2;
-                sk += g[r] * q[(b * T + t) * QC + h * hs + i];
-                sv += att[r] * dout[(b * T + t) * QC + h * hs + i];
+                sk += g[r] * q[(b * T + t) * st.q + h * hs + i];
+                sv += att[r] * dout[(b * T + t) * st.out + h * hs + i];
             }
         }
         dkr[i] += sk;
@@ -176,6 +177,14 @@ unsigned warps_grid(int64_t rows, const char * what) {
     return (unsigned)blocks;
 }
 
+// The strides with 0 replaced by the packed widths.
+AttentionStrides packed(AttentionStrides s, int64_t NH, int64_t NKV, int64_t hs) {
+    if (s.q == 0) s.q = NH * hs;
+    if (s.kv == 0) s.kv = NKV * hs;
+    if (s.out == 0) s.out = NH * hs;
+    return s;
+}
+
 void require_groups(int64_t NH, int64_t NKV, const char * what) {
     if (NKV < 1 || NH % NKV != 0)
         throw_error(MAPORL_ERR_INVALID_ARG, "%s: NKV: expected a divisor of NH (%lld), got %lld", what, (long long)NH,
@@ -185,26 +194,27 @@ void require_groups(int64_t NH, int64_t NKV, const char * what) {
 }  // namespace
 
 void attention_gqa_forward(float * out, float * att, const float * q, const float * k, const float * v, int64_t B,
-                           int64_t T, int64_t NH, int64_t NKV, int64_t hs) {
+                           int64_t T, int64_t NH, int64_t NKV, int64_t hs, AttentionStrides strides) {
     if (B * T <= 0) return;
     require_groups(NH, NKV, "attention_gqa_forward");
     const float scale = 1.0f / std::sqrt((float)hs);
-    forward_kernel<<<warps_grid(B * NH * T, "attention_gqa_forward"), kWarps * 32>>>(out, att, q, k, v, B, T, NH, NKV,
-                                                                                     hs, scale);
+    forward_kernel<<<warps_grid(B * NH * T, "attention_gqa_forward"), kWarps * 32>>>(
+        out, att, q, k, v, B, T, NH, NKV, hs, scale, packed(strides, NH, NKV, hs));
     MAPORL_CUDA_LAUNCHED("attention_gqa_forward");
 }
 
 void attention_gqa_backward(float * dq, float * dk, float * dv, const float * dout, const float * q, const float * k,
                             const float * v, const float * att, int64_t B, int64_t T, int64_t NH, int64_t NKV,
-                            int64_t hs, float * scratch) {
+                            int64_t hs, float * scratch, AttentionStrides strides) {
     if (B * T <= 0) return;
     require_groups(NH, NKV, "attention_gqa_backward");
     const float scale = 1.0f / std::sqrt((float)hs);
+    const AttentionStrides st = packed(strides, NH, NKV, hs);
     backward_query_kernel<<<warps_grid(B * NH * T, "attention_gqa_backward"), kWarps * 32>>>(
-        dq, scratch, dout, q, k, v, att, B, T, NH, NKV, hs, scale);
+        dq, scratch, dout, k, v, att, B, T, NH, NKV, hs, scale, st);
     MAPORL_CUDA_LAUNCHED("attention_gqa_backward");
     backward_key_kernel<<<warps_grid(B * NKV * T, "attention_gqa_backward"), kWarps * 32>>>(dk, dv, scratch, dout, q,
-                                                                                            att, B, T, NH, NKV, hs);
+                                                                                            att, B, T, NH, NKV, hs, st);
     MAPORL_CUDA_LAUNCHED("attention_gqa_backward");
 }
 

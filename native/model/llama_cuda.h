@@ -30,13 +30,20 @@ void rope_backward(float * dinp, const float * dout, const float * cos, const fl
 void swiglu_forward(float * out, const float * gate, const float * up, int64_t n);
 void swiglu_backward(float * dgate, float * dup, const float * dout, const float * gate, const float * up, int64_t n);
 
+// Row strides, in floats, of the attention's operands when they are not packed: q (and dq), k and v (and dk, dv), out
+// (and dout). 0 takes the packed width (NH*hs, NKV*hs, NH*hs). The embedded GPT's multi-head attention is this one
+// with NKV = NH on its fused qkv rows (q, k, v at offsets 0, C, 2C of rows 3C wide: {3C, 3C, C}).
+struct AttentionStrides {
+    int64_t q = 0, kv = 0, out = 0;
+};
+
 // Causal GQA attention: q [B, T, NH*hs], k / v [B, T, NKV*hs], out [B, T, NH*hs], att [B, NH, T, T] (probabilities).
 void attention_gqa_forward(float * out, float * att, const float * q, const float * k, const float * v, int64_t B,
-                           int64_t T, int64_t NH, int64_t NKV, int64_t hs);
-// scratch: B * NH * T * T floats (the pre-softmax gradient).
+                           int64_t T, int64_t NH, int64_t NKV, int64_t hs, AttentionStrides strides = {});
+// Adds the gradients into dq, dk, dv. scratch: B * NH * T * T floats (the pre-softmax gradient).
 void attention_gqa_backward(float * dq, float * dk, float * dv, const float * dout, const float * q, const float * k,
                             const float * v, const float * att, int64_t B, int64_t T, int64_t NH, int64_t NKV,
-                            int64_t hs, float * scratch);
+                            int64_t hs, float * scratch, AttentionStrides strides = {});
 
 // The decoder's ops (llama_device.h): row n of N at position pos[n] / rt[n] of cache row rb[n]. rope_rows rotates x
 // [N, H, dim] in place; kv_store writes k, v [N, NKV*hd] into the layer's caches [batch, NKV, max_len, hd];
