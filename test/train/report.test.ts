@@ -139,4 +139,71 @@ describe("train: report.html", () => {
             ),
         ).toEqual([3, 3]);
     });
+
+    it("draws the rollout / trainer mismatch, the correction and the staleness where a run has them", async () => {
+        const out = join(work, "offpolicy");
+        mkdirSync(out);
+        const acc = (x: number) => [x, x + 0.1];
+        const agent = (it: number, measured: boolean) => ({
+            kl: 0.01,
+            clipFrac: 0.1,
+            updates: 1,
+            ...(measured ? { mismatchK3: 0.002 * it, isCorrectedFraction: 0.01 * it, rsMaskedFraction: 0.005 } : {}),
+        });
+        const metrics = [
+            { kind: "eval", stage: "sft", name: "untrained team", iteration: 0, majorityAccuracy: acc(0.3) },
+            ...[1, 2, 3, 4].map((it) => ({
+                kind: "train",
+                stage: "maporl",
+                iteration: it,
+                reward: 0.1 * it,
+                accuracy: acc(0.1 * it),
+                staleness: it === 1 ? 0 : 1,
+                agents: [agent(it, true), agent(it, false)], // the second agent reports no figures: not counted
+            })),
+            { kind: "eval", stage: "maporl", name: "co-trained", iteration: 4, majorityAccuracy: acc(0.5) },
+        ];
+        writeFileSync(join(out, "metrics.jsonl"), metrics.map((m) => JSON.stringify(m)).join("\n") + "\n");
+        await writeReport(out, { config: resolveConfig({ turns: 2, agents: 2 }), rows: [], evals: {} });
+        const html = readFileSync(join(out, "report.html"), "utf8");
+        const titles = [...html.matchAll(/<figcaption>([^<]*)<\/figcaption>/g)].map((m) => m[1] ?? "");
+        expect(titles.map((t) => t.split(/[ :]/)[0])).toEqual([
+            "Held-out",
+            "Reward",
+            "Training",
+            "KL",
+            "Clip",
+            "Rollout",
+            "Rollout",
+            "Staleness",
+        ]);
+        // the correction chart has two series (IS corrected, rejected) for the one stage
+        const chart = html.slice(html.indexOf("Rollout correction"), html.indexOf("Staleness"));
+        expect(chart).toContain("maporl, IS corrected");
+        expect(chart).toContain("maporl, rejected");
+        // on-policy figures (k3 at float rounding) draw no mismatch chart
+        const quiet = join(work, "onpolicy");
+        mkdirSync(quiet);
+        writeFileSync(
+            join(quiet, "metrics.jsonl"),
+            metrics
+                .map((m) =>
+                    m.kind === "train" && "agents" in m
+                        ? {
+                              ...m,
+                              staleness: undefined,
+                              agents: [{ kl: 0.01, clipFrac: 0.1, updates: 1, mismatchK3: 3e-7 }],
+                          }
+                        : m,
+                )
+                .map((m) => JSON.stringify(m))
+                .join("\n") + "\n",
+        );
+        await writeReport(quiet, { config: resolveConfig({ turns: 2, agents: 2 }), rows: [], evals: {} });
+        const q = readFileSync(join(quiet, "report.html"), "utf8");
+        const quietTitles = [...q.matchAll(/<figcaption>([^<]*)<\/figcaption>/g)].map(
+            (m) => (m[1] ?? "").split(/[ :]/)[0],
+        );
+        expect(quietTitles).toEqual(["Held-out", "Reward", "Training", "KL", "Clip"]);
+    });
 });

@@ -113,7 +113,16 @@ type TrainLine = {
     iteration: number;
     reward: number;
     accuracy: number[];
-    agents: { kl: number; clipFrac: number; updates: number }[];
+    agents: {
+        kl: number;
+        clipFrac: number;
+        updates: number;
+        mismatchK3?: number;
+        isCorrectedFraction?: number;
+        rsMaskedFraction?: number;
+    }[];
+    /** Iterations between the policy that sampled and the one trained (asynchronous rollouts). */
+    staleness?: number;
 };
 type EvalLine = { stage: string; name: string; iteration: number; majorityAccuracy: number[] };
 
@@ -176,6 +185,19 @@ export async function writeReport(out: string, s: TrainSummary): Promise<void> {
         });
     const kl = (l: TrainLine) => avg(trained(l).map((a) => a.kl)),
         clip = (l: TrainLine) => avg(trained(l).map((a) => a.clipFrac));
+    // The rollout / trainer mismatch and what the correction did: figures of the agents that report them (NaN, so not
+    // drawn, where none does).
+    const figure = (k: "mismatchK3" | "isCorrectedFraction" | "rsMaskedFraction") => (l: TrainLine) => {
+        const xs = trained(l).flatMap((a) => (a[k] === undefined ? [] : [a[k]]));
+        return xs.length ? avg(xs) : NaN;
+    };
+    // On-policy, the mismatch is the rounding between sampler and trainer (k3 below 1e-6 for the embedded model at
+    // temperature 1): drawn only once some iteration reaches 1e-5.
+    const material = (f: (l: TrainLine) => number) => train.some((l) => f(l) >= 1e-5);
+    const mismatch = figure("mismatchK3"),
+        corrected = figure("isCorrectedFraction"),
+        rejected = figure("rsMaskedFraction"),
+        staleness = (l: TrainLine) => l.staleness ?? NaN;
     const charts = await Promise.all([
         lineChart(
             `Held-out majority accuracy (${s.config.evalEpisodes} questions), turn 1 and turn ${T}`,
@@ -216,6 +238,39 @@ export async function writeReport(out: string, s: TrainSummary): Promise<void> {
                       stages.flatMap((st) => by(clip, st)),
                       "iteration",
                       "clip fraction",
+                  ),
+              ]
+            : []),
+        ...(material(mismatch)
+            ? [
+                  lineChart(
+                      "Rollout / trainer mismatch: k3 estimate of KL(sampler || trainer) per token (trained agents, moving average)",
+                      stages.flatMap((st) => by(mismatch, st)),
+                      "iteration",
+                      "k3 KL",
+                  ),
+              ]
+            : []),
+        ...(nonzero(corrected) || nonzero(rejected)
+            ? [
+                  lineChart(
+                      "Rollout correction: share of tokens whose IS weight was truncated or masked, and share rejected (moving average)",
+                      stages.flatMap((st) => [
+                          ...(nonzero(corrected) ? by(corrected, st, `${st}, IS corrected`) : []),
+                          ...(nonzero(rejected) ? by(rejected, st, `${st}, rejected`) : []),
+                      ]),
+                      "iteration",
+                      "share of tokens",
+                  ),
+              ]
+            : []),
+        ...(nonzero(staleness)
+            ? [
+                  lineChart(
+                      "Staleness of the rollouts: policy versions between sampling and training (moving average)",
+                      stages.flatMap((st) => by(staleness, st)),
+                      "iteration",
+                      "staleness",
                   ),
               ]
             : []),
