@@ -8,6 +8,7 @@ export const SHAPES = {
     gae: [256, 4096],
     reinforceReturns: [256, 4096],
     policyLoss: [64, 4096],
+    rolloutCorrection: [256, 4096],
     fusedPolicyLoss: [2048, 32768],
 } as const;
 
@@ -74,5 +75,19 @@ export function fusedBatch() {
         advantages: new Float32Array(N).fill(0.5),
         mask: new Uint8Array(N).fill(1),
         shape: [N, V] as [number, number],
+    };
+}
+
+/** The rollout-correction benchmark's batch: trainer log-probs in (-2, -1], the sampler's within 0.05 of them. */
+export function rolloutCorrectionBatch() {
+    const [B, T] = SHAPES.rolloutCorrection;
+    const n = B * T,
+        next = lcg(11);
+    const oldLogp = new Float32Array(n).map(() => -1 - next());
+    return {
+        oldLogp,
+        rolloutLogp: oldLogp.map((x) => x + 0.1 * (next() - 0.5)),
+        mask: new Uint8Array(n).fill(1),
+        shape: [B, T] as [number, number],
     };
 }

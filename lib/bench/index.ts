@@ -17,6 +17,7 @@ import { benchLora } from "./lora.js";
 import { benchGroupAdvantages } from "./groupAdvantages.js";
 import { benchFusedPolicyLoss, benchPolicyLoss } from "./policyLoss.js";
 import { benchReinforceReturns } from "./reinforceReturns.js";
+import { benchRolloutCorrection } from "./rolloutCorrection.js";
 import { benchSampling } from "./sampling.js";
 import { benchServe } from "./serve.js";
 import { benchGateway } from "./gateway.js";
@@ -30,6 +31,7 @@ export const BENCHMARKS: Record<string, (ctx: BenchContext) => Promise<BenchRow[
     reinforceReturns: benchReinforceReturns,
     policyLoss: benchPolicyLoss,
     fusedPolicyLoss: benchFusedPolicyLoss,
+    rolloutCorrection: benchRolloutCorrection,
     sample: benchSampling,
     gpt: benchGpt,
     llama: benchLlama,
