@@ -146,8 +146,13 @@ bool RequireBool(const Napi::CallbackInfo & info, size_t i, const char * name) {
 
 Napi::Value Fields::Get(const char * name) const {
     if (!info_) return obj_.Get(name);
-    for (size_t i = 0; i < spec_->count; ++i) {
-        if (spec_->fields[i] != name && std::strcmp(spec_->fields[i], name) != 0) continue;
+    // The names are the same string literals as the spec's (one translation unit: one address), so the pointer
+    // comparison finds them; strcmp is the fallback.
+    size_t i = 0;
+    while (i < spec_->count && spec_->fields[i] != name) ++i;
+    if (i == spec_->count)
+        for (i = 0; i < spec_->count && std::strcmp(spec_->fields[i], name) != 0;) ++i;
+    if (i < spec_->count) {
         const size_t at = i + (spec_->handle ? 1 : 0);
         return at < info_->Length() ? (*info_)[at] : info_->Env().Undefined();
     }
@@ -159,13 +164,15 @@ bool Fields::Has(const char * name) const {
     return !v.IsNull() && !v.IsUndefined();
 }
 
-std::string Fields::Where(const char * name) const { return std::string(call_) + ": " + prefix_ + name; }
+std::string Fields::Where(const char * name) const {
+    return std::string(call_) + ": " + (parent_ ? std::string(parent_) + "." : std::string()) + name;
+}
 
 Fields Fields::Object(const char * name) const {
     const Napi::Value v = Get(name);
     if (!v.IsObject() || v.IsArray() || v.IsTypedArray())
         throw Napi::TypeError::New(Env(), Where(name) + ": expected an object");
-    return Fields(v.As<Napi::Object>(), call_, prefix_ + name + ".");
+    return Fields(v.As<Napi::Object>(), call_, name);
 }
 
 Napi::TypedArray RequireTypedArray(const Fields & f, const char * name,

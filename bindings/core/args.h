@@ -29,7 +29,7 @@ int64_t RequireDims(const Napi::CallbackInfo & info, size_t i, const char * a, c
 bool RequireBool(const Napi::CallbackInfo & info, size_t i, const char * name);
 
 // A call of named arguments: its name and its fields in the order the addon receives them. Each binding file declares
-// one per call and exports it with the function (ExportCall); lib/native.ts builds from the exported lists the
+// one per call and exports it with the function (ExportCall); lib/nativeCalls.ts builds from the exported lists the
 // wrapper that TypeScript calls with one object, so native.gae({rewards, values, ...}) arrives here as the fields in
 // this order (after the model handle when `handle`). The C++ reads them by name (Fields). Why not the object itself:
 // Node-API 8 has no fast property read (about 230 ns a field on the 2-core test machine, against about 50 for an
@@ -53,21 +53,20 @@ public:
     bool Has(const char * name) const;
     // The nested object `name` (e.g. a loss's params), its fields named "name.field" in errors.
     Fields Object(const char * name) const;
-    // "call: prefix.name", for messages.
+    // "call: name", or "call: parent.name" in a nested object, for messages.
     std::string Where(const char * name) const;
 
 private:
-    Fields(Napi::Object obj, const char * call, std::string prefix)
-        : obj_(obj), call_(call), prefix_(std::move(prefix)) {}
+    Fields(Napi::Object obj, const char * call, const char * parent) : obj_(obj), call_(call), parent_(parent) {}
     const Napi::CallbackInfo * info_ = nullptr;  // the call's arguments (top level)
     const CallSpec * spec_ = nullptr;
     Napi::Object obj_;  // a nested object
     const char * call_;
-    std::string prefix_;
+    const char * parent_ = nullptr;  // the nested object's field name (messages say "parent.name")
 };
 
 // exports[spec.name] = sync and exports[spec.name + "Async"] = async, each when given; recorded with the field list
-// in exports.calls ({name: {fields, handle}}) for lib/native.ts.
+// in exports.calls ({name: {fields, handle}}) for lib/nativeCalls.ts.
 void ExportCall(Napi::Env env, Napi::Object exports, const CallSpec & spec, Napi::Function::Callback sync,
                 Napi::Function::Callback async = nullptr);
 
