@@ -89,8 +89,9 @@ export interface NativeValueStats {
 }
 
 /**
- * The addon's functions (bindings/*.cpp). A call takes at most one value besides a model handle; any longer call
- * takes one object of named fields, typed here (the names bindings/ reads; an error names the call and the field).
+ * The addon's functions (bindings/*.cpp). Besides a model handle, a call takes one value, or one object of named
+ * fields typed in nativeCalls.ts (the names bindings/ reads; an error names the call and the field); the measurement
+ * helpers' (bytes, reps) aside.
  */
 export interface NativeBinding {
     backendInfo(): NativeBackendInfo;

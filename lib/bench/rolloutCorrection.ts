@@ -28,7 +28,7 @@ export async function benchRolloutCorrection(ctx: BenchContext): Promise<BenchRo
         {
             kernel: "rolloutCorrection",
             size,
-            impl: "maporl rolloutCorrection, token TIS (preset tis), every metric",
+            impl: "maporl rolloutCorrection, token TIS (preset tis), with its metrics",
             medianMs: t.medianMs,
             peakExtraBytes: await peakExtraBytes(() => rolloutCorrection(batch, tis)),
             bytesMoved: bytes,
@@ -46,7 +46,7 @@ export async function benchRolloutCorrection(ctx: BenchContext): Promise<BenchRo
         {
             kernel: "rolloutCorrection",
             size,
-            impl: "PyTorch verl rollout_corr_helper mirror, token TIS, every metric",
+            impl: "PyTorch verl rollout_corr_helper mirror, token TIS, the same metrics",
             medianMs: baselineMs,
             peakExtraBytes: base.ok ? (base.peak_extra_bytes ?? null) : null,
             bytesMoved: bytes,

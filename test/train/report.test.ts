@@ -148,7 +148,8 @@ describe("train: report.html", () => {
             kl: 0.01,
             clipFrac: 0.1,
             updates: 1,
-            ...(measured ? { mismatchK3: 0.002 * it, isCorrectedFraction: 0.01 * it, rsMaskedFraction: 0.005 } : {}),
+            ...(measured ? { isCorrectedFraction: 0.01 * it, rsMaskedFraction: 0.005 } : {}),
+            ...(measured && it !== 2 ? { mismatchK3: 0.002 * it } : {}), // iteration 2 without the figure
         });
         const metrics = [
             { kind: "eval", stage: "sft", name: "untrained team", iteration: 0, majorityAccuracy: acc(0.3) },
@@ -177,6 +178,13 @@ describe("train: report.html", () => {
             "Rollout",
             "Staleness",
         ]);
+        // the iteration without a mismatch figure is left out, not spread over the moving average's next points
+        const mm = html.slice(html.indexOf("Rollout / trainer mismatch"), html.indexOf("Rollout correction"));
+        expect(
+            [...mm.matchAll(/class="mark-line role-mark[^"]*"[^>]*>([\s\S]*?)<\/g>/g)].flatMap((m) =>
+                [...(m[1] ?? "").matchAll(/ d="M([^"]*)"/g)].map((d) => (d[1] ?? "").split("L").length),
+            ),
+        ).toEqual([3]);
         // the correction chart has two series (IS corrected, rejected) for the one stage
         const chart = html.slice(html.indexOf("Rollout correction"), html.indexOf("Staleness"));
         expect(chart).toContain("maporl, IS corrected");

@@ -139,10 +139,12 @@ export async function writeReport(out: string, s: TrainSummary): Promise<void> {
     const evals = lines.filter((l) => l.kind === "eval") as unknown as EvalLine[];
     const stages = [...new Set(train.map((l) => l.stage))];
     const T = s.config.turns;
+    // A k-point moving average over the finite values of the window (an iteration without the figure is skipped, not
+    // spread over the next k points).
     const smooth = (pts: [number, number][], k = 5): [number, number][] =>
-        pts.map(([x], i) => {
-            const w = pts.slice(Math.max(0, i - k + 1), i + 1);
-            return [x, w.reduce((a, p) => a + p[1], 0) / w.length];
+        pts.map(([x, y], i) => {
+            const w = pts.slice(Math.max(0, i - k + 1), i + 1).filter((p) => Number.isFinite(p[1]));
+            return [x, Number.isFinite(y) && w.length ? w.reduce((a, p) => a + p[1], 0) / w.length : NaN];
         });
     const by = (
         f: (l: TrainLine) => number,

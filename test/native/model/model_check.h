@@ -31,10 +31,12 @@ bool heads_skipped_cache_the_same(Model & with, Model & without, int64_t vocab, 
 // Greedy decoding through the KV cache against the full forward. B rows (row b starts with token first + b) are
 // decoded T steps, each next token the argmax (first on ties) of the cached step's logits; then each row's full forward
 // over its T tokens (after select(b)) must give every step's logits and values. select(-1) runs once after the cache
-// reset, before decoding (a LoRA test sets the per-row adapters there and picks row b's adapter at select(b)).
-// Returns the largest absolute difference.
+// reset, before decoding (a LoRA test sets the per-row adapters there and picks row b's adapter at select(b)). With
+// `prefixes`, the B rows' forward over every prefix 0..t, all rows in one batch, must give step t too (a batched or
+// shorter forward differs from a one-row full-length one in its shapes). Returns the largest absolute difference.
 template <typename Model, typename Select>
-float cached_decode_vs_forward(Model & m, int64_t B, int64_t T, int64_t V, int32_t first, Select && select) {
+float cached_decode_vs_forward(Model & m, int64_t B, int64_t T, int64_t V, int32_t first, bool prefixes,
+                               Select && select) {
     std::vector<int32_t> seq((size_t)(B * T));
     for (int64_t b = 0; b < B; ++b) seq[(size_t)(b * T)] = first + (int32_t)b;
     m.cache_reset(B, T);
@@ -61,6 +63,19 @@ float cached_decode_vs_forward(Model & m, int64_t B, int64_t T, int64_t V, int32
                 worst =
                     std::max(worst, std::fabs(m.logits[(size_t)(t * V + v)] - logits[(size_t)t][(size_t)(b * V + v)]));
             worst = std::max(worst, std::fabs(m.values[(size_t)t] - values[(size_t)t][(size_t)b]));
+        }
+    }
+    for (int64_t t = 0; prefixes && t < T; ++t) {
+        std::vector<int32_t> prefix((size_t)(B * (t + 1)));
+        for (int64_t b = 0; b < B; ++b)
+            for (int64_t u = 0; u <= t; ++u) prefix[(size_t)(b * (t + 1) + u)] = seq[(size_t)(b * T + u)];
+        m.forward(prefix.data(), B, t + 1);
+        for (int64_t b = 0; b < B; ++b) {
+            for (int64_t v = 0; v < V; ++v)
+                worst = std::max(
+                    worst,
+                    std::fabs(m.logits[(size_t)((b * (t + 1) + t) * V + v)] - logits[(size_t)t][(size_t)(b * V + v)]));
+            worst = std::max(worst, std::fabs(m.values[(size_t)(b * (t + 1) + t)] - values[(size_t)t][(size_t)b]));
         }
     }
     return worst;

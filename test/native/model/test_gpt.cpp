@@ -131,7 +131,7 @@ TEST(kv_cache_decoding_equals_the_full_forward) {
     c.d_model = 16;
     g::Model<float> m(c);
     m.init(5);
-    const float worst = model_check::cached_decode_vs_forward(m, 3, 10, c.vocab, 1, [](int64_t) {});
+    const float worst = model_check::cached_decode_vs_forward(m, 3, 10, c.vocab, 1, true, [](int64_t) {});
     CHECK(worst < 1e-5f, "cached decode differs from the full forward by %g", worst);
 }
 

@@ -149,7 +149,7 @@ TEST(per_row_adapters_in_one_decode_step_equal_each_rows_forward) {
     jitter(m.adapters[(size_t)a1]->params, 4, 0.4f);
     const std::vector<int64_t> rows = {a1, -1, a0, a1};
     // One decode step runs each row through its own adapter; the full forward runs a row through its adapter.
-    const float worst = model_check::cached_decode_vs_forward(m, 4, 9, c.vocab, 2, [&](int64_t b) {
+    const float worst = model_check::cached_decode_vs_forward(m, 4, 9, c.vocab, 2, false, [&](int64_t b) {
         if (b < 0)
             m.row_adapter = rows;
         else
