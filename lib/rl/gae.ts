@@ -5,7 +5,7 @@
 import { withSignal } from "../abort.js";
 import { outputFloat32 } from "../alloc.js";
 import { type Device, resolveDevice } from "../backend.js";
-import { native, type MaskArray, type NativeGaeCall } from "../native.js";
+import { native, type NativeGaeCall } from "../native.js";
 import {
     requireArray,
     requireBoolean,
@@ -60,19 +60,8 @@ export interface GaeResult {
 const OPTION_KEYS = ["gamma", "lambda", "whiten", "device", "out"] as const;
 const AUTO_CUDA_TOKENS = 1 << 24; // below this the host<->device copies cost more than the CPU kernel
 
-interface GaeCall {
-    rewards: Float32Array;
-    values: Float32Array;
-    mask: MaskArray;
-    B: number;
-    T: number;
-    gamma: number;
-    lambda: number;
-    whiten: boolean;
-    device: "cpu" | "cuda";
-    advantages: Float32Array;
-    returns: Float32Array;
-}
+/** The addon's arguments with the device by name (the result reports it). */
+type GaeCall = Omit<NativeGaeCall, "device"> & { device: "cpu" | "cuda" };
 
 function prepare(fn: string, batch: GaeBatch, options: unknown, extraKeys: readonly string[]): GaeCall {
     if (batch === null || typeof batch !== "object")
