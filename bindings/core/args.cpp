@@ -69,12 +69,12 @@ struct Label {
 };
 
 // The checks, on a value and the name to give in a message.
-static Napi::TypedArray CheckTypedArray(Napi::Env env, const Napi::Value & v, bool present, const Label & name,
+static Napi::TypedArray CheckTypedArray(Napi::Env env, const Napi::Value & v, const Label & name,
                                         std::initializer_list<napi_typedarray_type> types, size_t length) {
-    if (!present || !v.IsTypedArray())
-        throw Napi::TypeError::New(env,
-                                   name.str() + ": expected " + TypesList(types) + ", got " +
-                                       (!present || v.IsUndefined() ? "nothing" : "another type"));
+    if (!v.IsTypedArray())
+        throw Napi::TypeError::New(
+            env,
+            name.str() + ": expected " + TypesList(types) + ", got " + (v.IsUndefined() ? "nothing" : "another type"));
     Napi::TypedArray a = v.As<Napi::TypedArray>();
     bool ok = false;
     for (auto t : types) ok = ok || a.TypedArrayType() == t;
@@ -90,8 +90,8 @@ static Napi::TypedArray CheckTypedArray(Napi::Env env, const Napi::Value & v, bo
     return a;
 }
 
-static double CheckNumber(Napi::Env env, const Napi::Value & v, bool present, const Label & name) {
-    if (!present || !v.IsNumber()) throw Napi::TypeError::New(env, name.str() + ": expected a number");
+static double CheckNumber(Napi::Env env, const Napi::Value & v, const Label & name) {
+    if (!v.IsNumber()) throw Napi::TypeError::New(env, name.str() + ": expected a number");
     return v.As<Napi::Number>().DoubleValue();
 }
 
@@ -110,38 +110,26 @@ static int64_t CheckDims(Napi::Env env, int64_t x, int64_t y, const char * a, co
     return x * y;
 }
 
-static bool CheckBool(Napi::Env env, const Napi::Value & v, bool present, const Label & name) {
-    if (!present || !v.IsBoolean()) throw Napi::TypeError::New(env, name.str() + ": expected a boolean");
+static bool CheckBool(Napi::Env env, const Napi::Value & v, const Label & name) {
+    if (!v.IsBoolean()) throw Napi::TypeError::New(env, name.str() + ": expected a boolean");
     return v.As<Napi::Boolean>().Value();
 }
 
-Napi::TypedArray RequireTypedArray(const Napi::CallbackInfo & info, size_t i, const char * name,
-                                   std::initializer_list<napi_typedarray_type> types, size_t length) {
-    const bool present = i < info.Length();
-    return CheckTypedArray(info.Env(), present ? info[i] : info.Env().Undefined(), present, {nullptr, name}, types,
-                           length);
+// info[i], or undefined past the arguments given.
+static Napi::Value Arg(const Napi::CallbackInfo & info, size_t i) {
+    return i < info.Length() ? info[i] : info.Env().Undefined();
 }
 
 double RequireNumber(const Napi::CallbackInfo & info, size_t i, const char * name) {
-    const bool present = i < info.Length();
-    return CheckNumber(info.Env(), present ? info[i] : info.Env().Undefined(), present, {nullptr, name});
+    return CheckNumber(info.Env(), Arg(info, i), {nullptr, name});
 }
 
 int64_t RequireInt(const Napi::CallbackInfo & info, size_t i, const char * name, int64_t lo, int64_t hi) {
     return CheckInt(info.Env(), RequireNumber(info, i, name), {nullptr, name}, lo, hi);
 }
 
-int64_t RequireDims(const Napi::CallbackInfo & info, size_t i, const char * a, const char * b, int64_t * a_out,
-                    int64_t * b_out) {
-    const int64_t limit = (int64_t)1 << 40;
-    *a_out = RequireInt(info, i, a, 0, limit);
-    *b_out = RequireInt(info, i + 1, b, 0, limit);
-    return CheckDims(info.Env(), *a_out, *b_out, a, b);
-}
-
 bool RequireBool(const Napi::CallbackInfo & info, size_t i, const char * name) {
-    const bool present = i < info.Length();
-    return CheckBool(info.Env(), present ? info[i] : info.Env().Undefined(), present, {nullptr, name});
+    return CheckBool(info.Env(), Arg(info, i), {nullptr, name});
 }
 
 Napi::Value Fields::Get(const char * name) const {
@@ -177,12 +165,10 @@ Fields Fields::Object(const char * name) const {
 
 Napi::TypedArray RequireTypedArray(const Fields & f, const char * name,
                                    std::initializer_list<napi_typedarray_type> types, size_t length) {
-    return CheckTypedArray(f.Env(), f.Get(name), true, Label{&f, name}, types, length);
+    return CheckTypedArray(f.Env(), f.Get(name), Label{&f, name}, types, length);
 }
 
-double RequireNumber(const Fields & f, const char * name) {
-    return CheckNumber(f.Env(), f.Get(name), true, Label{&f, name});
-}
+double RequireNumber(const Fields & f, const char * name) { return CheckNumber(f.Env(), f.Get(name), Label{&f, name}); }
 
 int64_t RequireInt(const Fields & f, const char * name, int64_t lo, int64_t hi) {
     return CheckInt(f.Env(), RequireNumber(f, name), Label{&f, name}, lo, hi);
@@ -195,7 +181,14 @@ int64_t RequireDims(const Fields & f, const char * a, const char * b, int64_t * 
     return CheckDims(f.Env(), *a_out, *b_out, a, b);
 }
 
-bool RequireBool(const Fields & f, const char * name) { return CheckBool(f.Env(), f.Get(name), true, Label{&f, name}); }
+float * OptionalF32(const Fields & f, const char * name, size_t n, std::vector<Napi::Value> * keep) {
+    if (!f.Has(name)) return nullptr;
+    Napi::TypedArray a = RequireTypedArray(f, name, {napi_float32_array}, n);
+    if (keep) keep->push_back(a);
+    return (float *)DataOf(a);
+}
+
+bool RequireBool(const Fields & f, const char * name) { return CheckBool(f.Env(), f.Get(name), Label{&f, name}); }
 
 Napi::Value MakeStatusError(Napi::Env env, maporl_status status, const std::string & message) {
     AddonData * data = env.GetInstanceData<AddonData>();

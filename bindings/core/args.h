@@ -9,6 +9,7 @@
 #include <initializer_list>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "maporl.h"
 
@@ -16,16 +17,10 @@ namespace maporl_js {
 
 const char * TypedArrayTypeName(napi_typedarray_type t);
 
-// The typed array at info[i]: one of `types`, attached, with exactly `length` elements.
-Napi::TypedArray RequireTypedArray(const Napi::CallbackInfo & info, size_t i, const char * name,
-                                   std::initializer_list<napi_typedarray_type> types, size_t length);
-
+// The plain arguments of the calls that take one value (besides a model handle): info[i] checked, named `name`.
 double RequireNumber(const Napi::CallbackInfo & info, size_t i, const char * name);
 // A safe integer in [lo, hi].
 int64_t RequireInt(const Napi::CallbackInfo & info, size_t i, const char * name, int64_t lo, int64_t hi);
-// Two dimensions at info[i], info[i + 1], each in [0, 2^40], whose product stays under 2^40; returns the product.
-int64_t RequireDims(const Napi::CallbackInfo & info, size_t i, const char * a, const char * b, int64_t * a_out,
-                    int64_t * b_out);
 bool RequireBool(const Napi::CallbackInfo & info, size_t i, const char * name);
 
 // A call of named arguments: its name and its fields in the order the addon receives them. Each binding file declares
@@ -70,13 +65,19 @@ private:
 void ExportCall(Napi::Env env, Napi::Object exports, const CallSpec & spec, Napi::Function::Callback sync,
                 Napi::Function::Callback async = nullptr);
 
-// The field-named twins of the checks above.
+// The checks of a call's named fields. The typed array `name`: one of `types`, attached, with exactly `length`
+// elements.
 Napi::TypedArray RequireTypedArray(const Fields & f, const char * name,
                                    std::initializer_list<napi_typedarray_type> types, size_t length);
 double RequireNumber(const Fields & f, const char * name);
+// A safe integer in [lo, hi].
 int64_t RequireInt(const Fields & f, const char * name, int64_t lo, int64_t hi);
+// Two dimensions, each in [0, 2^40], whose product stays under 2^40; returns the product.
 int64_t RequireDims(const Fields & f, const char * a, const char * b, int64_t * a_out, int64_t * b_out);
 bool RequireBool(const Fields & f, const char * name);
+// An optional Float32Array field of n elements: null or undefined gives nullptr; else its data, the array added to
+// `keep` (the values an async call holds) when given.
+float * OptionalF32(const Fields & f, const char * name, size_t n, std::vector<Napi::Value> * keep);
 
 // The first element's address. napi_get_typedarray_info, not ArrayBuffer().Data(): the latter fails on a view
 // of a SharedArrayBuffer (napi_get_arraybuffer_info takes plain ArrayBuffers only).

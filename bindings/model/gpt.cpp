@@ -265,14 +265,6 @@ Napi::Value SetStep(const Napi::CallbackInfo & info) {
     return info.Env().Undefined();
 }
 
-// An optional Float32Array field (null / undefined: none).
-float * OptionalF32(const Fields & f, const char * name, size_t n, std::vector<Napi::Value> * keep) {
-    if (!f.Has(name)) return nullptr;
-    Napi::TypedArray a = RequireTypedArray(f, name, {napi_float32_array}, n);
-    if (keep) keep->push_back(a);
-    return (float *)DataOf(a);
-}
-
 struct ForwardCall {
     maporl_gpt * gpt;
     const int32_t * tokens;

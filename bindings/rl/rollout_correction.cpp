@@ -99,13 +99,6 @@ struct RcCall {
     Napi::Value result(Napi::Env env) const { return Stats(env, *stats); }
 };
 
-float * OptionalOut(const Fields & f, const char * name, size_t n, std::vector<Napi::Value> * keep) {
-    if (!f.Has(name)) return nullptr;
-    Napi::TypedArray t = RequireTypedArray(f, name, {napi_float32_array}, n);
-    if (keep) keep->push_back(t);
-    return (float *)DataOf(t);
-}
-
 RcCall Unpack(const Napi::CallbackInfo & info, std::vector<Napi::Value> * keep) {
     const Fields f(info, kRolloutCorrection);
     RcCall c;
@@ -122,8 +115,8 @@ RcCall Unpack(const Napi::CallbackInfo & info, std::vector<Napi::Value> * keep) 
     c.mask_type = m.TypedArrayType() == napi_uint8_array ? MAPORL_MASK_U8 : MAPORL_MASK_F32;
     c.p = Params(f.Object("params"));
     c.device = (maporl_device)RequireInt(f, "device", 0, 1);
-    c.w = OptionalOut(f, "weights", n, keep);
-    c.keep = OptionalOut(f, "keep", n, keep);
+    c.w = OptionalF32(f, "weights", n, keep);
+    c.keep = OptionalF32(f, "keep", n, keep);
     return c;
 }
 
