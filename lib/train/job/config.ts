@@ -137,6 +137,18 @@ export interface TrainConfig {
     /** Asynchronous rollouts (MAPoRL, CoLLM; lib/train/trainers/pipeline.ts): iteration i's update overlaps the
      * sampling of iterations i + 1 .. i + maxStaleness by snapshots of the agents; 0 = the on-policy loop. */
     asyncRollout: { maxStaleness: number };
+    /** Rollouts sampled on a fleet (MAPoRL, CoLLM with model.dir; fleetRollout.ts): `serve` maporl serve processes the
+     * job starts on its base (at `dtype`, `threads` each), and/or `endpoints` the user runs (base URLs of vLLM, SGLang
+     * or maporl serve with runtime LoRA loading, serving the same base as `model`). The agents' adapters train in
+     * process and are pushed after every update; `concurrency` requests in flight per endpoint. */
+    rolloutFleet: {
+        serve: number;
+        endpoints: string[];
+        model: string;
+        threads: number;
+        dtype: "float32" | "bfloat16" | "int8";
+        concurrency: number;
+    };
 }
 
 export const DEFAULT_CONFIG: TrainConfig = {
@@ -192,6 +204,7 @@ export const DEFAULT_CONFIG: TrainConfig = {
     overlong: { buffer: 0, penaltyFactor: 1, filter: false },
     agentSettings: [],
     asyncRollout: { maxStaleness: 0 },
+    rolloutFleet: { serve: 0, endpoints: [], model: "base", threads: 1, dtype: "float32", concurrency: 8 },
 };
 
 /** The choices of the keys the command line offers as flags (lib/cli/commands/train.ts lists and checks them from here). */
@@ -273,11 +286,26 @@ const RULES: Record<string, Rule> = {
     "overlong.buffer": { int: [0, 4096] },
     "overlong.penaltyFactor": { num: [0, 100] },
     "asyncRollout.maxStaleness": { int: [0, 8] },
+    "rolloutFleet.serve": { int: [0, 16] },
+    "rolloutFleet.threads": { int: [1, 256] },
+    "rolloutFleet.dtype": { choices: ["float32", "bfloat16", "int8"] },
+    "rolloutFleet.concurrency": { int: [1, 1024] },
 };
+
+// A list of base URLs (rolloutFleet.endpoints): http(s) only, at most 64.
+function urlList(where: string, path: string, x: unknown): string[] {
+    const ok = (u: unknown) => typeof u === "string" && u.length <= 2048 && /^https?:\/\/[^\s]+$/.test(u);
+    if (!Array.isArray(x) || x.length > 64 || !x.every(ok))
+        throw new TypeError(
+            `${where}: ${path}: expected an array of at most 64 http(s) base URLs ("http://10.0.0.5:8000/v1"), got ${JSON.stringify(x)?.slice(0, 200)}`,
+        );
+    return x as string[];
+}
 
 // Checks `x` against the shape of `dflt` and returns the merged value.
 function merge(where: string, dflt: unknown, x: unknown, path: string): unknown {
     if (x === undefined) return dflt;
+    if (Array.isArray(dflt)) return urlList(where, path, x);
     if (dflt !== null && typeof dflt === "object") {
         if (x === null || typeof x !== "object" || Array.isArray(x))
             throw new TypeError(
@@ -413,6 +441,19 @@ export function resolveConfig(partial: unknown, where = "config"): TrainConfig {
     if (c.critic.dModel % c.critic.heads !== 0)
         throw new RangeError(
             `${where}: critic.dModel: expected a multiple of critic.heads (${c.critic.heads}), got ${c.critic.dModel}`,
+        );
+    const fleet = c.rolloutFleet.serve > 0 || c.rolloutFleet.endpoints.length > 0;
+    if (fleet && !c.model.dir)
+        throw new RangeError(
+            `${where}: rolloutFleet: a fleet samples LoRA adapters on a Hugging Face base; give model.dir (--model DIR), or leave rolloutFleet.serve 0 and rolloutFleet.endpoints empty`,
+        );
+    if (fleet && c.algo === "magrpo")
+        throw new RangeError(
+            `${where}: rolloutFleet: MAGRPO's joint-action trees sample in process; a fleet samples MAPoRL and CoLLM rollouts`,
+        );
+    if (fleet && !/^[\w.:/-]+$/.test(c.rolloutFleet.model))
+        throw new RangeError(
+            `${where}: rolloutFleet.model: expected the served base model's name, got ${JSON.stringify(c.rolloutFleet.model)}`,
         );
     if (c.schedule === "alternating" && c.shareParameters)
         throw new RangeError(

@@ -22,6 +22,7 @@ import { sftWarmStart } from "../trainers/sft.js";
 import { ReplayBuffer } from "../trainers/replay.js";
 import { runIteration, scheduled, stageModels, type StageModels } from "../trainers/stage.js";
 import { RolloutPipeline } from "../trainers/pipeline.js";
+import { fleetActive, RolloutFleet } from "../trainers/fleetRollout.js";
 
 export { makeTask } from "./run.js";
 
@@ -38,8 +39,15 @@ export async function trainJob(o: TrainJobOptions): Promise<TrainSummary> {
     const trainedBase = await saveTrainedBase(run, base);
     const adapters: Record<string, number> = {};
     const first = run.firstStage();
-    for (const [k, stage] of run.stages.entries())
-        if (k >= first) await coTrain(run, base, k, stage, trainedBase, adapters);
+    const fleet = fleetActive(run.cfg)
+        ? await RolloutFleet.open(run.cfg, run.o.out, trainedBase ?? run.cfg.model.dir, (s) => run.log(s))
+        : null;
+    try {
+        for (const [k, stage] of run.stages.entries())
+            if (k >= first) await coTrain(run, base, k, stage, trainedBase, adapters, fleet);
+    } finally {
+        await fleet?.close();
+    }
     return finish(run, base, adapters);
 }
 
@@ -165,6 +173,7 @@ async function coTrain(
     st: JobStage,
     trainedBase: string | null,
     adapters: Record<string, number>,
+    fleet: RolloutFleet | null,
 ): Promise<void> {
     const { cfg, state, ckpt } = run;
     const resuming = state.stage === st.name && state.step > 0 && ckpt !== null;
@@ -183,11 +192,14 @@ async function coTrain(
     const label = st.name === "independent" ? "independent control" : `co-trained (${cfg.algo}, ${st.schedule})`;
     run.log(`${st.name}: ${cfg.iterations} iterations of ${cfg.episodesPerIteration} debates, ${label}`);
     const seedOf = (it: number) => cfg.seed * 1_000_003 + (k + 1) * 100_003 + it;
+    const start = resuming ? state.step : 0;
+    // on a fleet, the stage's adapters as they are now are version `start` (updates done); the pipeline pushes the next
+    await fleet?.push(m, start);
     const pipe =
-        cfg.asyncRollout.maxStaleness > 0
-            ? new RolloutPipeline(cfg, run.task, st.schedule, m, base, seedOf, cfg.iterations, run.signal)
+        cfg.asyncRollout.maxStaleness > 0 || fleet
+            ? new RolloutPipeline(cfg, run.task, st.schedule, m, base, seedOf, cfg.iterations, run.signal, fleet)
             : null;
-    for (let it = resuming ? state.step : 0; it < cfg.iterations; it++) {
+    for (let it = start; it < cfg.iterations; it++) {
         run.signal?.throwIfAborted();
         await trainIteration(run, base, st, m, pipe, seedOf(it), it);
         if ((it + 1) % cfg.evalEvery === 0 && it + 1 < cfg.iterations)
@@ -224,7 +236,13 @@ async function trainIteration(
     const items = task.generate(cfg.episodesPerIteration, seed);
     const piped = pipe ? await pipe.run(it) : null;
     const r = piped ?? (await runIteration(cfg, task, items, st.schedule, m, base, it, seed, run.signal));
-    const lag = piped ? { staleness: piped.staleness, policyVersion: piped.policyVersion } : {};
+    const lag = piped
+        ? {
+              staleness: piped.staleness,
+              policyVersion: piped.policyVersion,
+              ...(piped.stalenessMean !== undefined ? { stalenessMean: piped.stalenessMean } : {}),
+          }
+        : {};
     const reward = mean(r.stats.map((s) => s.reward));
     const failed = r.failed?.map((f) => ({ question: f.item.question, turn: f.turn, agent: f.agent, error: f.error }));
     if (failed)

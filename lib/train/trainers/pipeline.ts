@@ -8,9 +8,16 @@
 // in the models' call queues before the update's steps, so they hold exactly version v; every draw is seeded as
 // on-policy, and a run is deterministic for a given d. Not resumable mid-pipeline: a resumed run starts it again (its
 // first iterations on-policy), so it differs from an uninterrupted one.
+//
+// With a rollout fleet (fleetRollout.ts) the servers hold the versions instead of snapshots: iteration j's rollout is
+// launched on the fleet's current adapters, the update's new adapters are pushed when it ends, and every request asks
+// for the version current when it starts, so a rollout's later turns may be sampled by a newer version than its
+// first. Each entry names its version; staleness is the trained iteration minus the oldest version in its rollout,
+// still <= d (launched at most d versions ahead, versions only grow). maxStaleness 0 is the on-policy loop on a fleet.
 import type { NativePolicy } from "../../model/nativePolicy.js";
 import type { TrainConfig } from "../job/config.js";
 import type { Task } from "../tasks/tasks.js";
+import type { RolloutFleet } from "./fleetRollout.js";
 import type { IterationResult } from "./iteration.js";
 import { rolloutTeam, type TeamRollout } from "./rollout.js";
 import { rollOptions, updateIteration, type StageModels } from "./stage.js";
@@ -32,11 +39,26 @@ export class RolloutPipeline {
         private readonly seedOf: (iteration: number) => number,
         private readonly end: number,
         private readonly signal?: AbortSignal,
+        private readonly fleet: RolloutFleet | null = null,
     ) {}
+
+    /** Starts iteration j's rollout on the fleet's current adapters (version `version` or, once pushed, newer). */
+    private launchOnFleet(j: number, version: number, fleet: RolloutFleet): void {
+        const seed = this.seedOf(j);
+        const items = this.task.generate(this.cfg.episodesPerIteration, seed);
+        const roll = rollOptions(this.cfg, this.m, this.ref, seed, this.signal);
+        const p = rolloutTeam(this.task, items, fleet.samplers(this.m), {
+            ...roll,
+            ...(roll.turn0 ? { turn0: roll.turn0.map(() => fleet.base) } : {}),
+        }).then((r) => ({ r, version }));
+        p.catch(() => undefined); // a failure is reported where the rollout is awaited
+        this.pending.set(j, p);
+    }
 
     /** Starts iteration j's rollout on snapshots of the agents as they are now (version `version`). */
     private launch(j: number, version: number): void {
         if (this.pending.has(j) || j >= this.end) return;
+        if (this.fleet) return this.launchOnFleet(j, version, this.fleet);
         // Every clone is queued now, before the update's steps: the snapshots hold version `version`.
         const distinct = [...new Set(this.m.agents)];
         const clones = distinct.map((a) => a.clone(`${a.adapter ?? a.name}-v${version}-i${j}`));
@@ -67,7 +89,9 @@ export class RolloutPipeline {
     }
 
     /** Iteration `it` (its rollout, launched earlier or now, then its update); version = `it` updates done. */
-    async run(it: number): Promise<IterationResult & { staleness: number; policyVersion: number }> {
+    async run(
+        it: number,
+    ): Promise<IterationResult & { staleness: number; policyVersion: number; stalenessMean?: number }> {
         const d = this.cfg.asyncRollout.maxStaleness;
         for (let j = it; j <= it + d; j++) this.launch(j, it);
         const launched = this.pending.get(it)!;
@@ -83,7 +107,15 @@ export class RolloutPipeline {
             this.seedOf(it),
             this.signal,
         );
-        return { ...res, staleness: it - version, policyVersion: version };
+        if (!this.fleet) return { ...res, staleness: it - version, policyVersion: version };
+        await this.fleet.push(this.m, it + 1);
+        const v = this.fleet.versionsOf(r);
+        return {
+            ...res,
+            staleness: v ? it - v.min : 0,
+            policyVersion: v ? v.min : it,
+            ...(v ? { stalenessMean: it - v.mean } : {}),
+        };
     }
 
     /** Waits for the rollouts still running (their snapshots are released); their results are not used. */

@@ -4,11 +4,11 @@
 // each as a 3-digit number ("???" when none was given, and at turn 0, so that answering alone and in a discussion
 // differ only in what the slots hold). The A x E requests of a turn decode as one batch per distinct model (NativePolicy
 // batches prompts of any length; fixed-width slots keep the rows' lengths close, so little of a batch idles). Answers end in ";" and the same 3 digits, so agreeing with a peer is a copy.
-import type { NativePolicy } from "../../model/nativePolicy.js";
+import { NativePolicy } from "../../model/nativePolicy.js";
 import { answerKey } from "../../debate/metrics.js";
 import { answerersOf, roleOf, type Task, type TaskItem, type ToolPrevious } from "../tasks/tasks.js";
 import { runToolCall, type ToolResult } from "../../env/tools.js";
-import type { Generation, SamplingOptions, ToolCall } from "../../policy/types.js";
+import type { Generation, Policy, SamplingOptions, ToolCall } from "../../policy/types.js";
 import { pushTo } from "../../collections.js";
 import { generateSettled, policyMessage } from "../../policy/settle.js";
 
@@ -28,6 +28,8 @@ export interface RolloutEntry {
     score: number;
     /** What the calls this answer made returned (tasks with tools; runToolCall's results). */
     toolResults?: ToolResult[];
+    /** The served model that sampled it, when the sampler names one (a fleet's adapter version: fleetRollout.ts). */
+    model?: string;
     /** The temperature it was sampled at, when the agents' sampling differs (agentSettings). */
     temperature?: number;
     /** The credit the trainer assigned to this answer when it trained it (MAPoRL: its influence-aware outcome reward;
@@ -54,7 +56,10 @@ export interface RolloutOptions {
     /** Seed of the episode batch; agent a of item i at turn t draws with seed*1e6 + i*1000 + t*16 + a. */
     seed: number;
     /** The models that answer turn 0 (MAPoRL's separate turn-0 "policy" adapter); defaults to `agents`. */
-    turn0?: NativePolicy[];
+    turn0?: Policy[];
+    /** The trainer's stop tokens: an answer a remote sampler ended on an id that is not one fails its episode. Only
+     * read for samplers other than the embedded model. */
+    isStop?: (id: number) => boolean;
     /** Show the verifier's verdict on every previous answer (MAPoRL's reward feedback). Defaults to false. */
     feedback?: boolean;
     signal?: AbortSignal;
@@ -136,7 +141,7 @@ export function protocolSolution(solution: string): string {
 export async function rolloutTeam(
     task: Task,
     items: TaskItem[],
-    agents: NativePolicy[],
+    agents: Policy[],
     o: RolloutOptions,
 ): Promise<TeamRollout> {
     const A = agents.length;
@@ -145,7 +150,7 @@ export async function rolloutTeam(
     for (let t = 0; t < o.turns; t++) {
         o.signal?.throwIfAborted();
         const turn: RolloutEntry[][] = items.map(() => new Array(A));
-        const byModel = new Map<NativePolicy, { i: number; a: number }[]>();
+        const byModel = new Map<Policy, { i: number; a: number }[]>();
         const who = t === 0 && o.turn0 ? o.turn0 : agents;
         const live = items.flatMap((_, i) => (failed.has(i) ? [] : [i]));
         for (let a = 0; a < A; a++) pushTo(byModel, who[a]!, ...live.map((i) => ({ i, a })));
@@ -180,6 +185,11 @@ export async function rolloutTeam(
                     continue;
                 }
                 const g = settled.generation;
+                const ids = answerIds(model, g, content[k]!, o.isStop);
+                if (typeof ids === "string") {
+                    if (!failed.has(i)) failed.set(i, { item, turn: t, agent: a, error: `${model.name}: ${ids}` });
+                    continue;
+                }
                 const extracted = answerOf(task, g.text);
                 const verdict = await task.verifier.score({
                     question: item.question,
@@ -187,10 +197,8 @@ export async function rolloutTeam(
                     reference: item.reference,
                 });
                 turn[i]![a] = {
-                    prompt: model.tokenizer.encodeChat([{ role: "user", content: content[k]! }]),
-                    completion: (g.tokens ?? []) as number[],
-                    stopped: g.finishReason === "stop",
-                    ...(g.logprobs ? { logprobs: g.logprobs } : {}),
+                    ...ids,
+                    ...(g.model !== undefined && !isNative(model) ? { model: g.model } : {}),
                     text: g.text,
                     extracted,
                     correct: extracted !== null && answerKey(extracted) === answerKey(item.reference),
@@ -221,6 +229,41 @@ export async function rolloutTeam(
         turns: o.turns,
         failed: [...failed.values()],
     };
+}
+
+const isNative = (p: Policy): p is NativePolicy => p instanceof NativePolicy;
+
+/**
+ * An answer's ids as the trainer packs them: the prompt's ids, the completion's without its stop token, whether it
+ * stopped, and the behaviour log-probs (one per completion token and the stop token). The embedded model's are its own;
+ * any other sampler must return the exact ids it read and sampled (Generation.tokenIdsExact) with one log-prob each,
+ * and end a stopped answer on one of the trainer's stop tokens (`isStop`; packRows appends the trainer's eos, as for
+ * the embedded model's answers). A string says why an answer cannot be trained on.
+ */
+function answerIds(
+    model: Policy,
+    g: Generation,
+    content: string,
+    isStop: ((id: number) => boolean) | undefined,
+): Pick<RolloutEntry, "prompt" | "completion" | "stopped" | "logprobs"> | string {
+    const stopped = g.finishReason === "stop";
+    if (isNative(model))
+        return {
+            prompt: model.tokenizer.encodeChat([{ role: "user", content }]),
+            completion: (g.tokens ?? []) as number[],
+            stopped,
+            ...(g.logprobs ? { logprobs: g.logprobs } : {}),
+        };
+    const ids = g.tokenIds,
+        prompt = g.promptTokenIds;
+    if (g.tokenIdsExact !== true || !ids || !prompt)
+        return "the answer came without the exact prompt and completion token ids (serve with return_token_ids)";
+    if (!g.logprobs || g.logprobs.length !== ids.length)
+        return `the answer has ${ids.length} token ids but ${g.logprobs?.length ?? "no"} log-probs`;
+    if (stopped && ids.length === 0) return "the answer stopped without a stop token id";
+    if (stopped && isStop && !isStop(ids[ids.length - 1]!))
+        return `the answer stopped on token ${ids[ids.length - 1]}, which is not one of the trainer's stop tokens`;
+    return { prompt: [...prompt], completion: stopped ? ids.slice(0, -1) : [...ids], stopped, logprobs: g.logprobs };
 }
 
 /**

@@ -126,6 +126,7 @@ export function rollOptions(cfg: TrainConfig, m: StageModels, ref: NativePolicy,
         ...(signal ? { signal } : {}),
         ...(cfg.separateTurn0 ? { turn0: m.agents.map(() => ref) } : {}),
         feedback: cfg.feedback,
+        isStop: (id: number) => ref.tokenizer.isStop(id),
         ...(cfg.overlong.buffer > 0 ? { lengthPenalty: (g: Generation, a: number) => overlongOf(cfg, g, a) } : {}),
         ...(cfg.agentSettings.length
             ? {
