@@ -80,3 +80,112 @@ describe("per-agent settings in an iteration", () => {
             }
         });
 });
+
+describe("per-agent loss, mini-batches and stop strings", () => {
+    it("the config checks them and names the key", () => {
+        const c = resolveConfig({
+            agentSettings: [{ loss: "gspo", lossAggregation: "seq-mean-token-mean", miniBatchSize: 2, stop: [";"] }],
+        });
+        expect(c.agentSettings[0]).toEqual({
+            loss: "gspo",
+            lossAggregation: "seq-mean-token-mean",
+            miniBatchSize: 2,
+            stop: [";"],
+        });
+        const bad: [Record<string, unknown>, RegExp][] = [
+            [{ agentSettings: [{ loss: "dpo" }] }, /agentSettings\[0\]\.loss: expected one of 'ppo', 'gspo'/],
+            [{ agentSettings: [{ lossAggregation: 1 }] }, /agentSettings\[0\]\.lossAggregation: expected one of/],
+            [{ agentSettings: [{ stop: ";" }] }, /agentSettings\[0\]\.stop: expected at most 4 non-empty strings/],
+            [{ agentSettings: [{ stop: ["a", "b", "c", "d", "e"] }] }, /agentSettings\[0\]\.stop: expected at most 4/],
+            [{ agentSettings: [{ stop: [""] }] }, /agentSettings\[0\]\.stop/],
+            [{ agentSettings: [{ miniBatchSize: -1 }] }, /agentSettings\[0\]\.miniBatchSize: expected an integer/],
+            [
+                { algo: "magrpo", agentSettings: [{}, { loss: "ppo" }] },
+                /agentSettings\[1\]\.loss: 'magrpo' takes one REINFORCE step/,
+            ],
+        ];
+        for (const [x, re] of bad) expect(() => resolveConfig(x), JSON.stringify(x)).toThrow(re);
+    });
+
+    // One MAPoRL iteration of separate models; agent 1's settings vary, agent 0's do not.
+    async function maporlWith(agent1: Record<string, unknown>) {
+        const { cfg, task, base } = await tinyTeam({
+            algo: "maporl",
+            shareParameters: false,
+            separateTurn0: false,
+            episodesPerIteration: 5,
+            sampling: { temperature: 1, maxTokens: 10 },
+            agentSettings: [{}, agent1],
+        });
+        const m = await stageModels(cfg, "joint", base);
+        const r = await runIteration(cfg, task, task.generate(5, 42), "joint", m, base, 0, 7);
+        return { r, params: m.agents.map(params) };
+    }
+
+    it("maporl: miniBatchSize splits each (turn, agent) batch into steps; one batch-sized mini-batch is the default", async () => {
+        const whole = await maporlWith({}),
+            same = await maporlWith({ miniBatchSize: 5 }),
+            split = await maporlWith({ miniBatchSize: 2 });
+        // 2 turns x 2 PPO epochs: 4 batches of 5 answers; 3 steps each at miniBatchSize 2
+        expect(whole.r.stats.map((s) => [s.updates, s.steps])).toEqual([
+            [4, 4],
+            [4, 4],
+        ]);
+        expect(split.r.stats.map((s) => [s.updates, s.steps])).toEqual([
+            [4, 4],
+            [4, 12],
+        ]);
+        expect(same.params).toEqual(whole.params); // bit for bit
+        expect(split.params[0]).toEqual(whole.params[0]); // agent 0's model: its own rows, its own steps
+        expect(split.params[1]).not.toEqual(whole.params[1]);
+    });
+
+    it("maporl: an agent's loss type and aggregation reach its steps only", async () => {
+        const ppo = await maporlWith({}),
+            cispo = await maporlWith({ loss: "cispo", lossAggregation: "seq-mean-token-sum" });
+        expect(cispo.params[0]).toEqual(ppo.params[0]);
+        expect(cispo.params[1]).not.toEqual(ppo.params[1]);
+        expect(cispo.r.stats[1].policyLoss).not.toBe(ppo.r.stats[1].policyLoss);
+    });
+
+    it("a stop string ends an agent's answers: every sampled token kept, no eos appended, log-probs aligned", async () => {
+        const { r } = await maporlWith({ stop: ["1", "2", "3", "4"], maxTokens: 24 });
+        let cut = 0;
+        for (const ep of r.rollout!.entries)
+            for (const turn of ep) {
+                const e = turn[1];
+                expect(e.text).not.toMatch(/[123]/);
+                expect(e.logprobs!.length).toBe(e.completion.length + (e.stopped ? 1 : 0));
+                if (!e.stopped && !e.truncated) cut++;
+            }
+        expect(cut).toBeGreaterThan(0); // some answers were ended by a string (random characters: about a third of answers)
+        // the rows kept their sampler's log-probs, so the mismatch was measured: the sampler is the trainer
+        expect(r.stats[1].mismatchK3!).toBeLessThan(1e-5);
+    });
+});
+
+describe("mini-batches in MAGRPO and CoLLM", () => {
+    for (const algo of ["magrpo", "collm-dc"] as Algo[])
+        it(`${algo}: an agent's miniBatchSize splits its batch into steps, and changes only its own model`, async () => {
+            const run = async (mb: number) => {
+                const { cfg, task, base } = await tinyTeam({
+                    algo,
+                    shareParameters: false,
+                    separateTurn0: false,
+                    agentSettings: [{}, { miniBatchSize: mb }],
+                });
+                const m = await stageModels(cfg, "joint", base);
+                const r = await runIteration(cfg, task, task.generate(3, 42), "joint", m, base, 0, 5);
+                return { r, params: m.agents.map(params) };
+            };
+            const whole = await run(0),
+                split = await run(1);
+            expect(split.params[0]).toEqual(whole.params[0]);
+            expect(split.params[1]).not.toEqual(whole.params[1]);
+            if (algo === "collm-dc") {
+                // 3 questions x 2 turns = 6 answers of agent 1: 6 steps of one
+                expect(whole.r.stats.map((s) => s.updates)).toEqual([1, 1]);
+                expect(split.r.stats.map((s) => s.updates)).toEqual([1, 6]);
+            } else expect(split.r.stats[1].updates).toBeGreaterThan(whole.r.stats[1].updates);
+        });
+});

@@ -69,12 +69,14 @@ describe("rollouts on a fleet (rolloutFleet)", () => {
         ]);
         for (const l of lines) {
             expect(l.failed).toBeUndefined();
-            const k3 = l.agents[0]!.mismatchK3!;
+            const k3 = l.agents[0].mismatchK3!;
             expect(k3, `iteration ${l.iteration}`).toBeLessThan(1e-10); // measured: 0 to 1.4e-14
-            expect(l.agents[0]!.updates).toBeGreaterThan(0);
+            expect(l.agents[0].updates).toBeGreaterThan(0);
         }
         expect(existsSync(join(out, "fleet"))).toBe(false); // the pushed adapters are removed, the servers stopped
-        expect(logs.join("\n")).toMatch(/rollout fleet: 2 maporl serve process\(es\) on .* \(float32, 1 thread\(s\) each\)/);
+        expect(logs.join("\n")).toMatch(
+            /rollout fleet: 2 maporl serve process\(es\) on .* \(float32, 1 thread\(s\) each\)/,
+        );
     }, 120_000);
 
     it("maxStaleness 1: rows lag by at most one version, and the lag is what the mismatch measures", async () => {
@@ -83,14 +85,14 @@ describe("rollouts on a fleet (rolloutFleet)", () => {
             asyncRollout: { maxStaleness: 1 },
             rolloutCorrection: { rolloutIs: "token", rolloutIsThreshold: 2 },
         });
-        expect(lines[0]!.staleness).toBe(0);
+        expect(lines[0].staleness).toBe(0);
         for (const l of lines) {
             expect(l.staleness).toBeGreaterThanOrEqual(0);
             expect(l.staleness).toBeLessThanOrEqual(1);
             expect(l.policyVersion).toBe(l.iteration - 1 - l.staleness);
             expect(l.stalenessMean!).toBeLessThanOrEqual(l.staleness);
             // an on-policy iteration's rows are the trainer's to rounding; a stale one's are not
-            const k3 = l.agents[0]!.mismatchK3!;
+            const k3 = l.agents[0].mismatchK3!;
             if (l.stalenessMean === 0) expect(k3).toBeLessThan(1e-5);
             else expect(k3).toBeGreaterThan(1e-6);
         }
@@ -101,7 +103,7 @@ describe("rollouts on a fleet (rolloutFleet)", () => {
         for (const l of lines) {
             expect(l.staleness).toBe(0);
             // measured: 3.8e-7 and 8.4e-7 per token, against at most 1.4e-14 for the float32 fleet above
-            expect(l.agents[0]!.mismatchK3!).toBeGreaterThan(1e-8);
+            expect(l.agents[0].mismatchK3!).toBeGreaterThan(1e-8);
         }
     }, 120_000);
 

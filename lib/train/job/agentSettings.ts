@@ -1,7 +1,9 @@
 // agentSettings.ts: per-agent settings of a training job (config `agentSettings`: one object per agent, each key
 // optional, the team's value where absent), as Dr. MAS (per-agent learning rates) and verl's per-role configs let
 // agents differ: the actor's and critic's learning rates, the KL coefficient, the clip range, the entropy
-// coefficient, and the sampling (temperature, top-p, max tokens).
+// coefficient, the policy loss and its aggregation (MAPoRL), the mini-batch size, and the sampling (temperature, top-p,
+// max tokens, stop strings).
+import type { LossAggregation, PolicyLossType } from "../../rl/policyLoss.js";
 import { editDistance } from "../../validate.js";
 
 export interface AgentSettings {
@@ -16,10 +18,36 @@ export interface AgentSettings {
     temperature?: number;
     topP?: number;
     maxTokens?: number;
+    /** Strings that end the agent's answers (OpenAI's / vLLM's `stop`): the answer keeps every sampled token, the
+     * string's included, and nothing is appended (an answer a stop token ends gets the trainer's eos). At most 4. */
+    stop?: string[];
+    /** MAPoRL's policy loss for this agent's PPO steps (policyLoss's `type`: 'ppo', 'gspo', 'cispo', 'reinforce'),
+     * and its aggregation (verl's loss_agg_mode). MAGRPO and CoLLM take one REINFORCE step and refuse another. */
+    loss?: PolicyLossType;
+    lossAggregation?: LossAggregation;
+    /** Rows per optimizer step (verl's ppo_mini_batch_size): each (turn, agent) batch of MAPoRL, each agent's batch of
+     * MAGRPO and CoLLM is split into steps of this many answers, in order (advantages are computed on the whole batch
+     * first). 0 = the whole batch in one step. */
+    miniBatchSize?: number;
 }
 
 /** Every setting of one agent, resolved. */
 export type ResolvedAgent = Required<AgentSettings>;
+
+const LOSSES: readonly PolicyLossType[] = ["ppo", "gspo", "cispo", "reinforce"];
+const AGGREGATIONS: readonly LossAggregation[] = [
+    "token-mean",
+    "seq-mean-token-sum",
+    "seq-mean-token-mean",
+    "seq-mean-token-sum-norm",
+];
+// The settings that are not numbers: a choice, or a short list of strings.
+const CHOICES: Partial<Record<keyof AgentSettings, readonly string[]>> = {
+    loss: LOSSES,
+    lossAggregation: AGGREGATIONS,
+};
+const MAX_STOP = 4,
+    MAX_STOP_CHARS = 64;
 
 const RANGES: Record<keyof AgentSettings, { min: number; max: number; int?: boolean }> = {
     lr: { min: 0, max: 1 },
@@ -30,6 +58,10 @@ const RANGES: Record<keyof AgentSettings, { min: number; max: number; int?: bool
     temperature: { min: 0, max: 10 },
     topP: { min: 1e-6, max: 1 },
     maxTokens: { min: 1, max: 4096, int: true },
+    miniBatchSize: { min: 0, max: 65536, int: true },
+    stop: { min: 0, max: 0 },
+    loss: { min: 0, max: 0 },
+    lossAggregation: { min: 0, max: 0 },
 };
 export const AGENT_SETTING_KEYS = Object.keys(RANGES) as (keyof AgentSettings)[];
 
@@ -58,11 +90,30 @@ export function checkAgentSettings(where: string, x: unknown, agents: number): A
                     `${where}: agentSettings[${i}].${k}: unknown key${best && best[1] <= 3 ? ` (did you mean ${best[0]}?)` : ""}; known: ${AGENT_SETTING_KEYS.join(", ")}`,
                 );
             }
+            const at = `${where}: agentSettings[${i}].${k}`;
+            const choices = CHOICES[k as keyof AgentSettings];
+            if (choices) {
+                if (typeof v !== "string" || !choices.includes(v))
+                    throw new RangeError(
+                        `${at}: expected one of ${choices.map((c) => `'${c}'`).join(", ")}, got ${JSON.stringify(v)}`,
+                    );
+                (out as Record<string, unknown>)[k] = v;
+                continue;
+            }
+            if (k === "stop") {
+                const ok = (x: unknown) => typeof x === "string" && x.length > 0 && x.length <= MAX_STOP_CHARS;
+                if (!Array.isArray(v) || v.length > MAX_STOP || !v.every(ok))
+                    throw new RangeError(
+                        `${at}: expected at most ${MAX_STOP} non-empty strings of at most ${MAX_STOP_CHARS} characters, got ${JSON.stringify(v)?.slice(0, 200)}`,
+                    );
+                out.stop = [...(v as string[])];
+                continue;
+            }
             if (typeof v !== "number" || !(v >= r.min && v <= r.max) || (r.int && !Number.isInteger(v)))
                 throw new RangeError(
-                    `${where}: agentSettings[${i}].${k}: expected ${r.int ? "an integer" : "a number"} in [${r.min}, ${r.max}], got ${typeof v === "number" ? String(v) : JSON.stringify(v)}`,
+                    `${at}: expected ${r.int ? "an integer" : "a number"} in [${r.min}, ${r.max}], got ${typeof v === "number" ? String(v) : JSON.stringify(v)}`,
                 );
-            out[k as keyof AgentSettings] = v;
+            (out as Record<string, unknown>)[k] = v;
         }
         return out;
     });
@@ -91,6 +142,10 @@ export function agentSetting(cfg: TeamSettings, a: number): ResolvedAgent {
         temperature: s.temperature ?? cfg.sampling.temperature,
         topP: s.topP ?? 1,
         maxTokens: s.maxTokens ?? cfg.sampling.maxTokens,
+        stop: s.stop ?? [],
+        loss: s.loss ?? (cfg.algo === "maporl" ? "ppo" : "reinforce"),
+        lossAggregation: s.lossAggregation ?? (cfg.algo === "maporl" ? "token-mean" : "seq-mean-token-sum"),
+        miniBatchSize: s.miniBatchSize ?? 0,
     };
 }
 
@@ -98,9 +153,22 @@ export function agentSetting(cfg: TeamSettings, a: number): ResolvedAgent {
 export function agentSampling(
     cfg: TeamSettings,
     n: number,
-): { temperature: number; topP: number; maxTokens: number }[] {
+): { temperature: number; topP: number; maxTokens: number; stop?: string[] }[] {
     return Array.from({ length: n }, (_, a) => {
         const s = agentSetting(cfg, a);
-        return { temperature: s.temperature, topP: s.topP, maxTokens: s.maxTokens };
+        return {
+            temperature: s.temperature,
+            topP: s.topP,
+            maxTokens: s.maxTokens,
+            ...(s.stop.length ? { stop: s.stop } : {}),
+        };
     });
+}
+
+/** Splits `n` rows into consecutive mini-batches of `size` rows (0: one batch): [start, end) pairs. */
+export function miniBatches(n: number, size: number): [number, number][] {
+    if (size <= 0 || size >= n) return [[0, n]];
+    const out: [number, number][] = [];
+    for (let r = 0; r < n; r += size) out.push([r, Math.min(n, r + size)]);
+    return out;
 }

@@ -13,7 +13,7 @@ import type { AgentStats } from "./maporl.js";
 import { packRows, turnPrompt, type TeamRollout } from "./rollout.js";
 import { addMismatch, correctBatch, correctionOptions, meanMismatch } from "./correction.js";
 import { dropTruncated } from "./dapo.js";
-import { agentSetting } from "../job/agentSettings.js";
+import { agentSetting, miniBatches } from "../job/agentSettings.js";
 
 /** The centralised critic's input at turn t of episode e: every distinct view, then every previous answer. */
 function jointPrompt(r: TeamRollout, e: number, t: number, feedback: boolean): string {
@@ -135,36 +135,48 @@ export async function collmIteration(
         for (let i = 0; i < E * T; i++) if (trainTurn(i % T)) rows.push(i);
         if (!rows.length) continue;
         for (const i of rows) r.entries[Math.floor(i / T)]![i % T]![a]!.credit = td!.advantages[i]!;
-        const answers = rows.map((i) => r.entries[Math.floor(i / T)]![i % T]![a]!);
-        const b = packRows(answers, model.tokenizer.eos, model.config.contextLength);
-        const corr = correction && b.rolloutLogp ? await correctBatch(b, await model.logprobs(b), correction) : null;
-        if (corr) addMismatch(stats[a]!, corr.stats);
-        let mask = corr ? corr.mask : b.mask;
-        if (cfg.overlong.filter) {
-            const d = dropTruncated(mask, b.shape, answers);
-            mask = d.mask;
-            stats[a]!.truncatedFraction = d.dropped / answers.length;
-        }
-        const p = await model.trainStep(
-            {
-                tokens: b.tokens,
-                targets: b.targets,
-                mask,
-                shape: b.shape,
-                advantages: Float32Array.from(rows, (i) => td!.advantages[i]!),
-                ...(corr?.rolloutIsWeights ? { rolloutIsWeights: corr.rolloutIsWeights } : {}),
-            },
-            {
-                loss: {
-                    type: "reinforce",
-                    aggregation: "seq-mean-token-sum",
-                    ...(set.entropyCoef ? { entropyCoef: set.entropyCoef } : {}),
+        // one step, or one per mini-batch of the agent's miniBatchSize (in order; the advantages are the whole batch's)
+        let loss = 0,
+            entropy = 0,
+            truncated = 0;
+        const chunks = miniBatches(rows.length, set.miniBatchSize);
+        for (const [r0, r1] of chunks) {
+            const part = rows.slice(r0, r1);
+            const answers = part.map((i) => r.entries[Math.floor(i / T)]![i % T]![a]!);
+            const b = packRows(answers, model.tokenizer.eos, model.config.contextLength);
+            const corr =
+                correction && b.rolloutLogp ? await correctBatch(b, await model.logprobs(b), correction) : null;
+            if (corr) addMismatch(stats[a]!, corr.stats);
+            let mask = corr ? corr.mask : b.mask;
+            if (cfg.overlong.filter) {
+                const d = dropTruncated(mask, b.shape, answers);
+                mask = d.mask;
+                truncated += d.dropped;
+            }
+            const p = await model.trainStep(
+                {
+                    tokens: b.tokens,
+                    targets: b.targets,
+                    mask,
+                    shape: b.shape,
+                    advantages: Float32Array.from(part, (i) => td!.advantages[i]!),
+                    ...(corr?.rolloutIsWeights ? { rolloutIsWeights: corr.rolloutIsWeights } : {}),
                 },
-                lr: set.lr,
-                ...sig,
-            },
-        );
-        Object.assign(stats[a]!, { policyLoss: p.loss, entropy: p.stats.entropyMean, updates: 1 });
+                {
+                    loss: {
+                        type: "reinforce",
+                        aggregation: "seq-mean-token-sum",
+                        ...(set.entropyCoef ? { entropyCoef: set.entropyCoef } : {}),
+                    },
+                    lr: set.lr,
+                    ...sig,
+                },
+            );
+            loss += p.loss / chunks.length;
+            entropy += p.stats.entropyMean / chunks.length;
+        }
+        if (cfg.overlong.filter) stats[a]!.truncatedFraction = truncated / rows.length;
+        Object.assign(stats[a]!, { policyLoss: loss, entropy, updates: chunks.length });
         if (cfg.agentSettings.length) Object.assign(stats[a]!, { lr: set.lr, temperature: set.temperature });
         meanMismatch(stats[a]!);
     }

@@ -30,12 +30,12 @@ export function overlongOf(cfg: TrainConfig, g: Generation, a: number): number {
 export function dropTruncated(
     actorMask: PackedBatch["mask"],
     [B, T]: PackedBatch["shape"],
-    rows: readonly { stopped: boolean }[],
+    rows: readonly { stopped: boolean; truncated?: boolean }[],
 ): { mask: Float32Array; dropped: number } {
     const mask = Float32Array.from(actorMask);
     let dropped = 0;
     for (let r = 0; r < B; r++)
-        if (!rows[r]!.stopped) {
+        if (rows[r]!.truncated ?? !rows[r]!.stopped) {
             mask.fill(0, r * T, (r + 1) * T);
             dropped++;
         }

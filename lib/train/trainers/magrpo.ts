@@ -18,7 +18,7 @@ import { teamMetrics } from "../job/evaluate.js";
 import type { AgentStats } from "./maporl.js";
 import { addMismatch, correctBatch, correctionOptions, meanMismatch } from "./correction.js";
 import { dropTruncated, overlongOf } from "./dapo.js";
-import { agentSampling, agentSetting } from "../job/agentSettings.js";
+import { agentSampling, agentSetting, miniBatches } from "../job/agentSettings.js";
 import { groupHasSignal } from "../../rl/dapo.js";
 import { agentGroupAdvantages } from "../../rl/agentGroups.js";
 import {
@@ -31,6 +31,7 @@ import {
     turnScores,
     type RolloutEntry,
     type TeamRollout,
+    answerEnd,
 } from "./rollout.js";
 import type { ToolResult } from "../../env/tools.js";
 import type { IterationResult } from "./iteration.js";
@@ -63,7 +64,7 @@ async function firstPath(
                 act.generations.map(async (g, a) => ({
                     prompt: tokenize(act.prompts[a] as string),
                     completion: (g.tokens ?? []) as number[],
-                    stopped: g.finishReason === "stop",
+                    ...answerEnd(g),
                     ...(g.logprobs ? { logprobs: g.logprobs } : {}),
                     text: g.text,
                     extracted: answerOf(task, g.text),
@@ -283,7 +284,15 @@ export async function magrpoIteration(
         tok = agents[0]!.tokenizer;
     const rows = new Map<
         NativePolicy,
-        { prompt: number[]; completion: number[]; stopped: boolean; logprobs?: number[]; adv: number; a: number }[]
+        {
+            prompt: number[];
+            completion: number[];
+            stopped: boolean;
+            truncated: boolean;
+            logprobs?: number[];
+            adv: number;
+            a: number;
+        }[]
     >();
     const paths: RolloutEntry[][][] = [];
     const truncated = new Float64Array(A);
@@ -316,7 +325,7 @@ export async function magrpoIteration(
         pushTo(rows, model, {
             prompt: tok.encodeChat([{ role: "user", content: prompt }]),
             completion: (g.tokens ?? []) as number[],
-            stopped: g.finishReason === "stop",
+            ...answerEnd(g),
             ...(g.logprobs ? { logprobs: g.logprobs } : {}),
             adv,
             a,
@@ -399,7 +408,12 @@ export async function magrpoIteration(
     for (const [model, list] of rows)
         if (!cfg.agentSettings.length) batches.push([model, list, null]);
         else for (const a of new Set(list.map((x) => x.a))) batches.push([model, list.filter((x) => x.a === a), a]);
-    for (const [model, list, who] of batches) {
+    // an agent's miniBatchSize splits its rows into consecutive steps (the advantages are the whole batch's)
+    const split: typeof batches = [];
+    for (const [model, list, who] of batches)
+        for (const [r0, r1] of miniBatches(list.length, who === null ? 0 : agentSetting(cfg, who).miniBatchSize))
+            split.push([model, list.slice(r0, r1), who]);
+    for (const [model, list, who] of split) {
         roll.signal?.throwIfAborted();
         const set = who === null ? null : agentSetting(cfg, who);
         const klCoef = set ? set.klCoef : mg.klCoef;
@@ -411,7 +425,7 @@ export async function magrpoIteration(
         if (cfg.overlong.filter) {
             const d = dropTruncated(mask, b.shape, list);
             mask = d.mask;
-            for (const x of list) if (!x.stopped) truncated[x.a] = truncated[x.a]! + 1;
+            for (const x of list) if (x.truncated) truncated[x.a] = truncated[x.a]! + 1;
         }
         const r = await model.trainStep(
             {

@@ -12,6 +12,7 @@ import { collaborationBonus, influenceRewards, type BonusOptions } from "../../r
 import type { RolloutCorrectionOptions } from "../../rl/rolloutCorrection.js";
 import { addMismatch, correctBatch, meanMismatch, type MismatchStats } from "./correction.js";
 import { dropTruncated } from "./dapo.js";
+import { miniBatches, type ResolvedAgent } from "../job/agentSettings.js";
 import { packRows, type PackedBatch, type TeamRollout } from "./rollout.js";
 
 export interface MaporlOptions {
@@ -28,16 +29,20 @@ export interface MaporlOptions {
     seed: number;
     /** The rollout correction (correction.ts); null or absent: the mismatch is measured, not corrected. */
     correction?: RolloutCorrectionOptions | null;
-    /** Per-agent settings (the job's agentSettings resolved): lr, criticLr, klCoef, clip and entropyCoef of agent a
-     * replace the team's. */
-    perAgent?: {
-        lr: number;
-        criticLr: number;
-        klCoef: number;
-        clip: number;
-        entropyCoef: number;
-        temperature: number;
-    }[];
+    /** Per-agent settings (the job's agentSettings resolved): lr, criticLr, klCoef, clip, entropyCoef, the loss type
+     * and aggregation and the mini-batch size of agent a replace the team's. */
+    perAgent?: Pick<
+        ResolvedAgent,
+        | "lr"
+        | "criticLr"
+        | "klCoef"
+        | "clip"
+        | "entropyCoef"
+        | "temperature"
+        | "loss"
+        | "lossAggregation"
+        | "miniBatchSize"
+    >[];
     /** DAPO's overlong filter: answers cut at maxTokens leave the actor's loss (the critic still fits them). */
     dropTruncated?: boolean;
     signal?: AbortSignal;
@@ -59,8 +64,10 @@ export interface AgentStats extends Partial<MismatchStats> {
     entropy: number;
     valueLoss: number;
     policyLoss: number;
-    /** (turn, agent) batches that were trained. */
+    /** (turn, agent) batches that were trained (times the PPO epochs). */
     updates: number;
+    /** Optimizer steps of the actor (more than `updates` with per-agent mini-batches); MAPoRL only. */
+    steps?: number;
 }
 
 /** The per-turn outcome reward [E, T, A]: Definition 1 plus the collaboration bonuses. */
@@ -196,39 +203,51 @@ export async function maporlUpdate(
             const g = groups[gi]!,
                 st = stats[g.a]!,
                 pa = o.perAgent?.[g.a];
-            const batch = { tokens: g.b.tokens, targets: g.b.targets, mask: g.b.mask, shape: g.b.shape };
-            const p = await models[g.a]!.trainStep(
-                {
-                    ...batch,
-                    mask: g.mask,
-                    advantages: g.adv,
-                    oldLogp: g.oldLogp,
-                    ...(g.weights ? { rolloutIsWeights: g.weights } : {}),
-                },
-                {
-                    loss: {
-                        type: "ppo",
-                        clip: pa?.clip ?? o.clip,
-                        aggregation: "token-mean",
-                        ...(pa?.entropyCoef ? { entropyCoef: pa.entropyCoef } : {}),
+            const [B, L] = g.b.shape;
+            // verl's ppo_mini_batch_size: the batch's rows in consecutive steps (advantages whitened on the whole batch)
+            for (const [r0, r1] of miniBatches(B, pa?.miniBatchSize ?? 0)) {
+                const rows = <T extends Float32Array | Int32Array>(x: T): T =>
+                    (r0 === 0 && r1 === B ? x : x.slice(r0 * L, r1 * L)) as T;
+                const batch = {
+                    tokens: rows(g.b.tokens),
+                    targets: rows(g.b.targets),
+                    mask: rows(g.b.mask),
+                    shape: [r1 - r0, L] as [number, number],
+                };
+                const p = await models[g.a]!.trainStep(
+                    {
+                        ...batch,
+                        mask: rows(g.mask),
+                        advantages: rows(g.adv),
+                        oldLogp: rows(g.oldLogp),
+                        ...(g.weights ? { rolloutIsWeights: rows(g.weights) } : {}),
                     },
-                    lr: pa?.lr ?? o.lr,
-                    ...(o.signal ? { signal: o.signal } : {}),
-                },
-            );
-            const v = await critics[g.a]!.trainStep(
-                { ...batch, returns: g.ret, oldValues: g.values },
-                {
-                    loss: "value",
-                    valueClip: o.valueClip,
-                    lr: pa?.criticLr ?? o.criticLr,
-                    ...(o.signal ? { signal: o.signal } : {}),
-                },
-            );
-            st.clipFrac += p.stats.clipFrac;
-            st.entropy += p.stats.entropyMean;
-            st.policyLoss += p.loss;
-            st.valueLoss += v.loss;
+                    {
+                        loss: {
+                            type: pa?.loss ?? "ppo",
+                            clip: pa?.clip ?? o.clip,
+                            aggregation: pa?.lossAggregation ?? "token-mean",
+                            ...(pa?.entropyCoef ? { entropyCoef: pa.entropyCoef } : {}),
+                        },
+                        lr: pa?.lr ?? o.lr,
+                        ...(o.signal ? { signal: o.signal } : {}),
+                    },
+                );
+                const v = await critics[g.a]!.trainStep(
+                    { ...batch, returns: rows(g.ret), oldValues: rows(g.values) },
+                    {
+                        loss: "value",
+                        valueClip: o.valueClip,
+                        lr: pa?.criticLr ?? o.criticLr,
+                        ...(o.signal ? { signal: o.signal } : {}),
+                    },
+                );
+                st.clipFrac += p.stats.clipFrac;
+                st.entropy += p.stats.entropyMean;
+                st.policyLoss += p.loss;
+                st.valueLoss += v.loss;
+                st.steps = (st.steps ?? 0) + 1;
+            }
             st.updates++;
         }
     }
@@ -241,10 +260,11 @@ export async function maporlUpdate(
         }
         const turnsTrained = st.updates / Math.max(1, o.ppoEpochs);
         if (st.updates) {
-            st.clipFrac /= st.updates;
-            st.entropy /= st.updates;
-            st.policyLoss /= st.updates;
-            st.valueLoss /= st.updates;
+            const steps = st.steps!;
+            st.clipFrac /= steps;
+            st.entropy /= steps;
+            st.policyLoss /= steps;
+            st.valueLoss /= steps;
             st.kl /= turnsTrained;
         }
     }

@@ -17,6 +17,8 @@ export interface RolloutEntry {
     /** The sampled tokens (without the EOS) and whether the answer ended with EOS. */
     completion: number[];
     stopped: boolean;
+    /** Whether maxTokens cut the answer (an answer a stop string ended is neither stopped nor truncated). */
+    truncated?: boolean;
     /** The behaviour log-probs the sampler returned (Generation.logprobs): one per completion token and the EOS when
      * `stopped` (the positions packRows trains). */
     logprobs?: number[];
@@ -185,7 +187,7 @@ export async function rolloutTeam(
                     continue;
                 }
                 const g = settled.generation;
-                const ids = answerIds(model, g, content[k]!, o.isStop);
+                const ids = answerIds(model, g, content[k]!, o.isStop, stopList(o.agentSampling?.[a]?.stop));
                 if (typeof ids === "string") {
                     if (!failed.has(i)) failed.set(i, { item, turn: t, agent: a, error: `${model.name}: ${ids}` });
                     continue;
@@ -231,7 +233,20 @@ export async function rolloutTeam(
     };
 }
 
+const stopList = (x: string | string[] | undefined): string[] | undefined =>
+    x === undefined ? undefined : typeof x === "string" ? [x] : x;
 const isNative = (p: Policy): p is NativePolicy => p instanceof NativePolicy;
+
+/**
+ * How an embedded model's answer ended, as packRows needs it: `stopped` when a stop token ended it (packRows appends
+ * the trainer's eos, whose log-prob is the answer's last), `truncated` when maxTokens cut it. An answer a stop string
+ * ended is neither: its tokens are every sampled token, the string's included, and nothing is appended.
+ */
+export function answerEnd(g: Generation): { stopped: boolean; truncated: boolean } {
+    const tokens = g.tokens?.length ?? 0;
+    const stopToken = g.finishReason === "stop" && (g.tokenIds === undefined || g.tokenIds.length > tokens);
+    return { stopped: stopToken, truncated: g.finishReason === "length" };
+}
 
 /**
  * An answer's ids as the trainer packs them: the prompt's ids, the completion's without its stop token, whether it
@@ -245,13 +260,14 @@ function answerIds(
     g: Generation,
     content: string,
     isStop: ((id: number) => boolean) | undefined,
-): Pick<RolloutEntry, "prompt" | "completion" | "stopped" | "logprobs"> | string {
+    stopStrings: readonly string[] | undefined,
+): Pick<RolloutEntry, "prompt" | "completion" | "stopped" | "truncated" | "logprobs"> | string {
     const stopped = g.finishReason === "stop";
     if (isNative(model))
         return {
             prompt: model.tokenizer.encodeChat([{ role: "user", content }]),
             completion: (g.tokens ?? []) as number[],
-            stopped,
+            ...answerEnd(g),
             ...(g.logprobs ? { logprobs: g.logprobs } : {}),
         };
     const ids = g.tokenIds,
@@ -260,10 +276,18 @@ function answerIds(
         return "the answer came without the exact prompt and completion token ids (serve with return_token_ids)";
     if (!g.logprobs || g.logprobs.length !== ids.length)
         return `the answer has ${ids.length} token ids but ${g.logprobs?.length ?? "no"} log-probs`;
-    if (stopped && ids.length === 0) return "the answer stopped without a stop token id";
-    if (stopped && isStop && !isStop(ids[ids.length - 1]!))
-        return `the answer stopped on token ${ids[ids.length - 1]}, which is not one of the trainer's stop tokens`;
-    return { prompt: [...prompt], completion: stopped ? ids.slice(0, -1) : [...ids], stopped, logprobs: g.logprobs };
+    const truncated = g.finishReason === "length";
+    // ended by a stop token (the trainer's: packRows appends its eos), or by a stop string (every id kept)
+    const stopToken = stopped && ids.length > 0 && (isStop ? isStop(ids[ids.length - 1]!) : true);
+    if (stopped && !stopToken && !stopStrings?.length)
+        return `the answer stopped on token ${ids[ids.length - 1] ?? "(none)"}, which is not one of the trainer's stop tokens, and no stop string was asked for`;
+    return {
+        prompt: [...prompt],
+        completion: stopToken ? ids.slice(0, -1) : [...ids],
+        stopped: stopToken,
+        truncated,
+        logprobs: g.logprobs,
+    };
 }
 
 /**
