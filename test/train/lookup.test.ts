@@ -12,8 +12,9 @@ import { NativePolicy } from "../../lib/model/nativePolicy.js";
 import type { Generation, GenerateRequest } from "../../lib/policy/types.js";
 import { mulberry32 } from "../../lib/random.js";
 import { teamMetrics } from "../../lib/train/job/evaluate.js";
+import { resolveConfig } from "../../lib/train/job/config.js";
 import { trainJob } from "../../lib/train/job/job.js";
-import { lookupCalls, lookupTask, scratchpad } from "../../lib/train/tasks/lookup.js";
+import { chainEnd, lookupCalls, lookupTask, scratchpad } from "../../lib/train/tasks/lookup.js";
 import { rolloutTeam, transition, type RolloutEntry } from "../../lib/train/trainers/rollout.js";
 
 const work = mkdtempSync(join(tmpdir(), "maporl-lookup-"));
@@ -261,4 +262,80 @@ describe("tool-lookup: the trainers on the workflow", () => {
                 expect(replay.every((m) => m.replay !== undefined)).toBe(true);
             }
         }, 300_000);
+});
+
+describe("tool-lookup with chained lookups (taskOptions.hops)", () => {
+    it("hops 1 is the task as designed: the same items and the same demonstrations", () => {
+        const a = lookupTask({ keyUse: 0.4, padUse: 0.2 }),
+            b = lookupTask({ keyUse: 0.4, padUse: 0.2, hops: 1 });
+        expect(b.generate(30, 9)).toEqual(a.generate(30, 9));
+        const ra = mulberry32(3),
+            rb = mulberry32(3);
+        for (const it of a.generate(30, 9))
+            for (const [agent, turn] of [
+                [0, 0],
+                [0, 1],
+                [1, 1],
+                [1, 2],
+            ])
+                expect(b.demonstration!(it, agent, turn, rb, true)).toEqual(
+                    a.demonstration!(it, agent, turn, ra, true),
+                );
+    });
+
+    it("hops 3: the reference is the third value of the chain plus the operand; a researcher that follows the scratchpad makes the team right at turn 4, one that looks up its own key every turn does not", async () => {
+        const task = lookupTask({ hops: 3 });
+        const items = task.generate(40, 5);
+        for (const it of items) {
+            const values = it.hidden!.values as string;
+            let k = Number(it.views[0].slice(2));
+            for (let h = 0; h < 3; h++) k = Number(values[k]);
+            expect(it.reference).toBe(String(k + Number(it.views[1].slice(2))));
+            expect(it.question).toMatch(/\^3\+\d$/);
+        }
+        expect(() => lookupTask({ hops: 0 })).toThrow(/hops: expected an integer in \[1, 8\]/);
+        // a warm start that always plays the protocol (p = q = 1) demonstrates the chain: lookup t is the value of
+        // lookup t - 1, and the solver's answer at the horizon is the reference
+        const sure = lookupTask({ hops: 3, keyUse: 1, padUse: 1 }),
+            rng = mulberry32(1);
+        for (const it of items) {
+            const values = it.hidden!.values as string,
+                key = it.views[0].slice(2);
+            for (let t = 0; t < 3; t++)
+                expect(sure.demonstration!(it, 0, t, rng, true).answer).toBe(`@${chainEnd(values, key, t)}`);
+            expect(sure.demonstration!(it, 1, 3, rng, true).answer).toMatch(new RegExp(`;${it.reference}$`));
+        }
+        // the chain played right: at turn 0 its own key, after that the scratchpad's value
+        const follow = await scripted("follow", (p) => {
+            const pad = /#(.)$/.exec(p)![1];
+            return /\d/.test(pad) ? `@${pad}` : researcher(p);
+        });
+        const own = await scripted("own", researcher),
+            s0 = await scripted("solver", solver);
+        const roll = { turns: 4, temperature: 1, maxTokens: 8, seed: 1 };
+        const right = await rolloutTeam(task, items, [follow, s0], roll);
+        expect(teamMetrics(right).majorityAccuracy[3]).toBe(1);
+        // finalReward: nothing is paid before the horizon
+        for (const ep of right.entries)
+            expect(
+                ep
+                    .slice(0, 3)
+                    .flat()
+                    .every((e) => e.score === 0),
+            ).toBe(true);
+        const wrong = teamMetrics(await rolloutTeam(task, items, [own, s0], roll));
+        expect(wrong.majorityAccuracy[3]).toBeLessThan(0.5);
+        for (const p of [follow, own, s0]) await p.dispose();
+    });
+
+    it("the config: hops sets the horizon, and other horizons or tasks are named errors", () => {
+        expect(resolveConfig({ task: "tool-lookup", taskOptions: { hops: 3 } }).turns).toBe(4);
+        expect(() => resolveConfig({ task: "tool-lookup", turns: 3, taskOptions: { hops: 3 } })).toThrow(
+            /turns: tool-lookup with taskOptions.hops 3 takes hops \+ 1 turns/,
+        );
+        expect(() => resolveConfig({ taskOptions: { hops: 2 } })).toThrow(/taskOptions.hops: chained lookups are/);
+        expect(() => resolveConfig({ task: "tool-lookup", taskOptions: { hops: 7 } })).toThrow(
+            /taskOptions.hops: expected an integer in \[1, 6\]/,
+        );
+    });
 });

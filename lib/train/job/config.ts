@@ -33,6 +33,9 @@ export interface TrainConfig {
         peerUse: number;
         keyUse: number;
         padUse: number;
+        /** tool-lookup: lookups chained before the answer (1: the task as designed; h > 1: turns = h + 1, the reward
+         * only at the end of a long horizon). */
+        hops: number;
         data: string;
     };
     algo: Algo;
@@ -155,7 +158,7 @@ export interface TrainConfig {
 
 export const DEFAULT_CONFIG: TrainConfig = {
     task: "arith-debate",
-    taskOptions: { steps: 3, maxOperand: 9, digits: 1, peerUse: 0.3, keyUse: 0.3, padUse: 0.3, data: "" },
+    taskOptions: { steps: 3, maxOperand: 9, digits: 1, peerUse: 0.3, keyUse: 0.3, padUse: 0.3, hops: 1, data: "" },
     algo: "maporl",
     agents: 3,
     turns: 3,
@@ -252,7 +255,7 @@ export function resolveConfig(partial: unknown, where = "config"): TrainConfig {
     const set = (partial ?? {}) as { agents?: unknown; turns?: unknown; separateTurn0?: unknown };
     if (c.task === "tool-lookup") {
         if (set.agents === undefined) c.agents = 2;
-        if (set.turns === undefined) c.turns = 2;
+        if (set.turns === undefined) c.turns = c.taskOptions.hops + 1;
         if (set.separateTurn0 === undefined) c.separateTurn0 = false;
     }
     if (c.model.dir) {
@@ -316,6 +319,12 @@ export function resolveConfig(partial: unknown, where = "config"): TrainConfig {
         );
     if (c.task === "tool-lookup" && c.agents !== 2)
         throw new RangeError(`${where}: agents: tool-lookup has two roles (researcher, solver), got ${c.agents}`);
+    if (c.taskOptions.hops > 1 && c.task !== "tool-lookup")
+        throw new RangeError(`${where}: taskOptions.hops: chained lookups are tool-lookup's, got task '${c.task}'`);
+    if (c.task === "tool-lookup" && c.taskOptions.hops > 1 && c.turns !== c.taskOptions.hops + 1)
+        throw new RangeError(
+            `${where}: turns: tool-lookup with taskOptions.hops ${c.taskOptions.hops} takes hops + 1 turns (the lookups, then the answer), got ${c.turns}`,
+        );
     if (c.task === "tool-lookup" && c.turns < 2)
         throw new RangeError(
             `${where}: turns: tool-lookup needs turns >= 2 (the lookup, then the answer), got ${c.turns}`,

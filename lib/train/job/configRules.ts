@@ -22,6 +22,7 @@ const RULES: Record<string, Rule> = {
     "taskOptions.peerUse": { num: [0, 1] },
     "taskOptions.keyUse": { num: [0, 1] },
     "taskOptions.padUse": { num: [0, 1] },
+    "taskOptions.hops": { int: [1, 6] },
     agents: { int: [2, 8] },
     turns: { int: [1, 8] },
     seed: { int: [0, 2 ** 31 - 1] },

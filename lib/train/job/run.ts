@@ -33,7 +33,11 @@ import { lookupTask } from "../tasks/lookup.js";
 export function makeTask(cfg: TrainConfig): Task {
     if (cfg.task === "gsm8k") return gsm8kTask({ agents: cfg.agents, dataDir: cfg.taskOptions.data });
     if (cfg.task === "tool-lookup")
-        return lookupTask({ keyUse: cfg.taskOptions.keyUse, padUse: cfg.taskOptions.padUse });
+        return lookupTask({
+            keyUse: cfg.taskOptions.keyUse,
+            padUse: cfg.taskOptions.padUse,
+            hops: cfg.taskOptions.hops,
+        });
     if (cfg.task === "split-sum")
         return splitSumTask({
             agents: cfg.agents,

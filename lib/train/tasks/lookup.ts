@@ -11,6 +11,10 @@
 //                 joint reward is its score at the last turn (finalReward: earlier turns pay 0), credited to both
 //                 agents' turns by the trainers' estimators (MAPoRL's discounted influence, CoLLM's TD, MAGRPO's tree);
 //   horizon       the job's turns (2: the lookup, then the answer).
+// With `hops` h > 1 the lookups chain (a long horizon with the reward only at its end): the value a lookup returns is
+// the next key, the researcher must look up its own key at turn 0 and the scratchpad's value at turns 1 .. h-1, and
+// the answer is the h-th value plus the operand, given by the solver at turn h (turns >= h + 1). h = 1 is the task
+// above, item for item and demonstration for demonstration.
 // The warm start is a weak base: the researcher looks up its own key with probability p (`keyUse`; else a random
 // key), the solver adds the scratchpad's value with probability q (`padUse`) (else guesses the missing term). Only a team whose two
 // agents both change succeeds: the trained hand-off; the independent control (the researcher trained against a frozen
@@ -19,7 +23,7 @@ import { mulberry32 } from "../../random.js";
 import { gsm8kVerifier } from "../../rewards/verifiers.js";
 import type { Tool } from "../../env/tools.js";
 import type { ToolCall } from "../../policy/types.js";
-import { requireNumber } from "../../validate.js";
+import { requireInteger, requireNumber } from "../../validate.js";
 import { turnPrompt } from "../trainers/rollout.js";
 import type { Task, TaskItem, ToolPrevious } from "./tasks.js";
 
@@ -39,11 +43,19 @@ export function lookupCalls(text: string): ToolCall[] {
         .map((m, k) => ({ id: `call_${k}`, name: "lookup", arguments: JSON.stringify({ key: m[1] }) }));
 }
 
-/** tool-lookup (see above); `keyUse` is p, `padUse` is q. */
-export function lookupTask(options: { keyUse?: number; padUse?: number } = {}): Task {
+/** The value at the end of `hops` lookups from `key` (each value the next key). */
+export function chainEnd(values: string, key: string, hops: number): string {
+    let k = key;
+    for (let h = 0; h < hops; h++) k = values[KEYS.indexOf(k)]!;
+    return k;
+}
+
+/** tool-lookup (see above); `keyUse` is p, `padUse` is q, `hops` the chain's length. */
+export function lookupTask(options: { keyUse?: number; padUse?: number; hops?: number } = {}): Task {
     const fn = "lookupTask";
     const p = requireNumber(fn, "keyUse", options.keyUse, 0.3, 0, 1),
-        q = requireNumber(fn, "padUse", options.padUse, 0.3, 0, 1);
+        q = requireNumber(fn, "padUse", options.padUse, 0.3, 0, 1),
+        hops = requireInteger(fn, "hops", options.hops ?? 1, 1, 8);
     const lookup: Tool<{ key: string }> = {
         name: "lookup",
         description: "The item's value for a key (a digit).",
@@ -89,9 +101,9 @@ export function lookupTask(options: { keyUse?: number; padUse?: number } = {}): 
                     x = Math.floor(next() * 10);
                 return {
                     id: `tool-lookup-${seed}-${i}`,
-                    question: `${values}[${KEYS[k]}]+${x}`,
+                    question: `${values}[${KEYS[k]}]${hops > 1 ? `^${hops}` : ""}+${x}`,
                     views: [`k=${KEYS[k]}`, `x=${x}`],
-                    reference: String(Number(values[k]) + x),
+                    reference: String(Number(chainEnd(values, KEYS[k]!, hops)) + x),
                     hidden: { values },
                 };
             });
@@ -104,10 +116,11 @@ export function lookupTask(options: { keyUse?: number; padUse?: number } = {}): 
             const values = item.hidden!.values as string,
                 key = item.views[0]!.slice(2),
                 x = Number(item.views[1]!.slice(2));
-            // The demonstration's previous turn: the researcher's lookup (its own key with probability p) and a guess.
+            // The demonstration's previous turn: the researcher's lookup (the key it should have looked up, its own
+            // at turn 0 and the chain's value after, with probability p) and a guess.
             let previous: ToolPrevious[] | null = null;
             if (turn > 0) {
-                const called = call(key, rng);
+                const called = call(chainEnd(values, key, Math.min(turn, hops) - 1), rng);
                 const guess = Math.floor(rng() * 10);
                 previous = [
                     {
@@ -121,7 +134,11 @@ export function lookupTask(options: { keyUse?: number; padUse?: number } = {}): 
             // The verdicts the rollout shows: none before the horizon (finalReward scores those turns 0).
             const marks = !feedback ? undefined : previous ? previous.map(() => 0) : ("empty" as const);
             let answer: string;
-            if (agent === 0) answer = `@${call(key, rng)}`;
+            if (agent === 0 && turn > 0 && turn < hops) {
+                // a hop of the chain: the scratchpad's value is the next key
+                const pad = scratchpad(previous);
+                answer = `@${call(/^\d$/.test(pad) ? pad : key, rng)}`;
+            } else if (agent === 0) answer = `@${call(key, rng)}`;
             else {
                 const pad = scratchpad(previous);
                 const r = /^\d$/.test(pad) && rng() < q ? Number(pad) : Math.floor(rng() * 10);
