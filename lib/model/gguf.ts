@@ -81,8 +81,8 @@ function configOf(file: string, md: Record<string, unknown>, vocab: number): Rec
         num_attention_heads: heads,
         num_key_value_heads: get("attention.head_count_kv", false) ?? heads,
         max_position_embeddings: get("context_length"),
-        rms_norm_eps: get("attention.layer_norm_rms_epsilon"),
-        rope_theta: get("rope.freq_base", false) ?? 10000,
+        rms_norm_eps: shortestF32(get("attention.layer_norm_rms_epsilon")!),
+        rope_theta: shortestF32(get("rope.freq_base", false) ?? 10000),
         head_dim: get("attention.key_length", false) ?? hidden / heads,
         hidden_act: "silu",
     };
@@ -95,6 +95,18 @@ function configOf(file: string, md: Record<string, unknown>, vocab: number): Rec
         cfg.rope_scaling = { type: "linear", factor: get("rope.scaling.factor") };
     }
     return cfg;
+}
+
+/** GGUF stores float32 scalars that a converter rounded from the model's decimal config (1e-6 -> 9.99999997e-7);
+ * the engine computes with doubles, so the value is read back as the shortest decimal that rounds to the same float32
+ * (1e-6), which is what the model's config.json says: the file then computes as its directory, to the bit. */
+export function shortestF32(x: number): number {
+    if (!Number.isFinite(x) || Math.fround(x) !== x) return x;
+    for (let p = 1; p <= 9; p++) {
+        const y = Number(x.toPrecision(p));
+        if (Math.fround(y) === x) return y;
+    }
+    return x;
 }
 
 /** Opens a GGUF file (NativePolicy.load's GGUF path). */

@@ -12,6 +12,7 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 
 import { NativePolicy } from "../../lib/index.js";
+import { shortestF32 } from "../../lib/model/gguf.js";
 import { makeModel } from "../../lib/model/makeModel.js";
 
 const WRITER = join(import.meta.dirname, "..", "helpers", "gguf_writer.py");
@@ -36,6 +37,17 @@ describe("GGUF files", () => {
         tokens: Int32Array.from({ length: 3 * 14 }, (_, i) => (i * 37 + 11) % 1021),
         shape: [3, 14] as [number, number],
     };
+
+    it("float32 scalars read back as the config's decimals (the engine computes with doubles)", () => {
+        expect(shortestF32(Math.fround(1e-6))).toBe(1e-6);
+        expect(Math.fround(1e-6)).not.toBe(1e-6);
+        expect(shortestF32(Math.fround(1e-5))).toBe(1e-5);
+        expect(shortestF32(Math.fround(500000))).toBe(500000);
+        expect(shortestF32(Math.fround(0.1))).toBe(0.1);
+        expect(shortestF32(1e-6)).toBe(1e-6); // not a float32: as it is
+        for (const x of [Math.fround(1 / 3), Math.fround(Math.PI), Math.fround(1e-30)])
+            expect(Math.fround(shortestF32(x))).toBe(x);
+    });
 
     it("an F32 file: the directory's log-probs to the bit, its tokenizer and chat template", async () => {
         const d = await NativePolicy.load(dir);

@@ -266,6 +266,10 @@ function fmtTime(ms: number): string {
     return s >= 60 ? `${Math.floor(s / 60)}m${String(s % 60).padStart(2, "0")}s` : `${s}s`;
 }
 
+// Elapsed time: tenths of a second under 10 s (a short job's first lines are not all "0s").
+const fmtElapsed = (ms: number): string =>
+    Number.isFinite(ms) && ms >= 0 && ms < 9950 ? `${(ms / 1000).toFixed(1)}s` : fmtTime(ms);
+
 /**
  * One progress line: the stage among the job's stages, the stage's bar (iterations, SFT steps, or the answers of a
  * held-out evaluation), reward and per-turn accuracy, and the whole job's elapsed time and ETA.
@@ -282,7 +286,7 @@ export function progressLine(p: JobProgress): string {
     const rew = Number.isFinite(p.reward) ? ` reward ${p.reward.toFixed(3)}` : "";
     const eta = p.job.etaMs,
         pct = Number.isFinite(eta) ? ` ${Math.floor(100 * p.job.share)}%` : "";
-    return `[${k}/${p.job.stages.length} ${p.stage}] [${bar}] ${what}${rew}${acc} | job${pct} elapsed ${fmtTime(p.job.priorMs + p.elapsedMs)} ETA ${fmtTime(eta)}`;
+    return `[${k}/${p.job.stages.length} ${p.stage}] [${bar}] ${what}${rew}${acc} | job${pct} elapsed ${fmtElapsed(p.job.priorMs + p.elapsedMs)} ETA ${fmtTime(eta)}`;
 }
 
 /** `maporl train` with its parsed flags: the exit code. */
