@@ -16,11 +16,17 @@ export interface ServeProcess {
 const CLI = fileURLToPath(new URL("../cli.js", import.meta.url));
 
 /** Starts `maporl serve --checkpoint dir --port 0 ...args`, with `cli` the command's script (default: this package's). */
-export function startServeProcess(dir: string, args: string[] = [], cli = CLI): Promise<ServeProcess> {
+export function startServeProcess(
+    dir: string,
+    args: string[] = [],
+    cli = CLI,
+    env?: Record<string, string>,
+): Promise<ServeProcess> {
     return startListening(
         ["serve", "--checkpoint", dir, "--port", "0", ...args],
         /at (http:\/\/\S+\/v1)\/chat\/completions/,
         cli,
+        env,
     );
 }
 
@@ -30,9 +36,17 @@ export function startGatewayProcess(args: string[], cli = CLI): Promise<ServePro
 }
 
 // Starts `maporl ...argv` and resolves once its output matches `ready` (group 1: the base URL).
-function startListening(argv: string[], ready: RegExp, cli: string): Promise<ServeProcess> {
+function startListening(
+    argv: string[],
+    ready: RegExp,
+    cli: string,
+    env?: Record<string, string>,
+): Promise<ServeProcess> {
     const what = `maporl ${argv[0]}`;
-    const proc = spawn(process.execPath, [cli, ...argv], { stdio: ["ignore", "pipe", "pipe"] });
+    const proc = spawn(process.execPath, [cli, ...argv], {
+        stdio: ["ignore", "pipe", "pipe"],
+        ...(env ? { env: { ...process.env, ...env } } : {}),
+    });
     let out = "";
     const exited = new Promise<number | null>((r) => proc.once("exit", (code) => r(code)));
     const stop = async (signal: NodeJS.Signals = "SIGTERM") => {

@@ -2,6 +2,7 @@
 // (config rolloutFleet), the agents' LoRA adapters trained in process and pushed after every update. On-policy on a
 // float32 fleet the sampler is the trainer (the mismatch is rounding); with maxStaleness 1 the rows lag by at most one
 // version; an int8 fleet samples a different policy and the mismatch says so; the servers are gone when the job ends.
+import { spawn } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -106,6 +107,42 @@ describe("rollouts on a fleet (rolloutFleet)", () => {
             expect(l.agents[0].mismatchK3!).toBeGreaterThan(1e-8);
         }
     }, 120_000);
+
+    it("a server the job started stops when the job's process is killed (MAPORL_EXIT_WITH_PARENT)", async () => {
+        // a parent that starts one server as the job does, prints its pid, and waits to be killed
+        const script = `
+            import { startServeProcess } from ${JSON.stringify(join(import.meta.dirname, "..", "..", "dist", "serve", "serveProcess.js"))};
+            const s = await startServeProcess(${JSON.stringify(modelDir)}, ["--threads", "1"], undefined, { MAPORL_EXIT_WITH_PARENT: "1" });
+            console.log("child " + s.proc.pid);
+            setInterval(() => {}, 1000);`;
+        const parent = spawn(process.execPath, ["--input-type=module", "-e", script], {
+            stdio: ["ignore", "pipe", "inherit"],
+        });
+        const pid = await new Promise<number>((res, rej) => {
+            let out = "";
+            parent.stdout.on("data", (c: Buffer) => {
+                out += c.toString();
+                const m = /child (\d+)/.exec(out);
+                if (m) res(Number(m[1]));
+            });
+            parent.once("exit", () => rej(new Error(`parent exited first: ${out}`)));
+        });
+        const alive = () => {
+            try {
+                process.kill(pid, 0);
+                return true;
+            } catch {
+                return false;
+            }
+        };
+        expect(alive()).toBe(true);
+        parent.kill("SIGKILL");
+        const t0 = Date.now();
+        while (alive() && Date.now() - t0 < 10_000) await new Promise((r) => setTimeout(r, 100));
+        const gone = !alive();
+        if (!gone) process.kill(pid, "SIGKILL");
+        expect(gone).toBe(true);
+    }, 60_000);
 
     it("config errors name the key", () => {
         expect(() => resolveConfig({ rolloutFleet: { serve: 2 } })).toThrow(

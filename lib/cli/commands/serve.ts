@@ -148,6 +148,14 @@ export async function run(a: ServeArgs): Promise<number> {
         };
         process.once("SIGTERM", stop);
         process.once("SIGINT", stop);
+        // MAPORL_EXIT_WITH_PARENT=1 (the servers a training job starts): stop when the process that started this one
+        // is gone (killed with SIGKILL, it could not stop its servers), so no server outlives its job.
+        if (process.env.MAPORL_EXIT_WITH_PARENT === "1") {
+            const parent = process.ppid;
+            setInterval(() => {
+                if (process.ppid !== parent) stop();
+            }, 1000).unref();
+        }
     });
     return 0;
 }

@@ -37,6 +37,7 @@ export class RolloutFleet {
         private readonly servers: ServeProcess[],
         private readonly root: string,
         private readonly keep: number,
+        private readonly log: (s: string) => void,
     ) {}
 
     /**
@@ -64,7 +65,9 @@ export class RolloutFleet {
                 f.dtype,
             ];
             const started = await Promise.allSettled(
-                Array.from({ length: f.serve }, () => startServeProcess(resolve(baseDir), args, cliPath())),
+                Array.from({ length: f.serve }, () =>
+                    startServeProcess(resolve(baseDir), args, cliPath(), { MAPORL_EXIT_WITH_PARENT: "1" }),
+                ),
             );
             for (const s of started) if (s.status === "fulfilled") servers.push(s.value);
             const bad = started.find((s) => s.status === "rejected");
@@ -82,7 +85,7 @@ export class RolloutFleet {
             name: "rolloutFleet",
             concurrency: f.concurrency,
         });
-        return new RolloutFleet(fleet, servers, root, cfg.asyncRollout.maxStaleness + 2);
+        return new RolloutFleet(fleet, servers, root, cfg.asyncRollout.maxStaleness + 2, log);
     }
 
     /** The adapter name the fleet knows trainable model `m` by. */
@@ -102,10 +105,12 @@ export class RolloutFleet {
                 const dir = join(this.root, `${name}-${n}`);
                 rmSync(dir, { recursive: true, force: true });
                 await model.saveAdapter(dir);
+                // (rejects when no endpoint loaded it; endpoints that failed serve it once they load it, and until
+                // then get no request for it: the others' rollouts go on)
                 const { version: v, failed } = await this.fleet.pushAdapter(name, dir);
                 if (failed.length)
-                    throw new Error(
-                        `rolloutFleet: adapter ${name} (version ${version}) failed to load on ${failed.map((x) => `${x.url}: ${x.error}`).join("; ")}`,
+                    this.log(
+                        `rollout fleet: adapter ${name} version ${version} did not load on ${failed.map((x) => `${x.url} (${x.error})`).join(", ")}`,
                     );
                 this.versions.set(v.served, version);
                 const list = this.dirs.get(name) ?? [];
