@@ -343,10 +343,6 @@ export function resolveConfig(partial: unknown, where = "config"): TrainConfig {
         throw new RangeError(
             `${where}: magrpo.grouping: '${c.magrpo.grouping}' needs magrpo.joint 'aligned' (cross joint actions credit sums), got 'cross'`,
         );
-    if (c.asyncRollout.maxStaleness > 0 && c.algo === "magrpo")
-        throw new RangeError(
-            `${where}: asyncRollout.maxStaleness: asynchronous rollouts are for 'maporl' and 'collm-*' (MAGRPO's trees train as they grow), got algo 'magrpo'`,
-        );
     if (c.filterGroups.enable && c.algo !== "magrpo")
         throw new RangeError(
             `${where}: filterGroups.enable: dynamic sampling is for algo 'magrpo' (groups), got '${c.algo}'`,

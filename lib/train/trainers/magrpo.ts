@@ -10,7 +10,6 @@
 //     clip; an optional KL to the reference policy (Schulman k3, `klCoef`), in the loss rather than the reward.
 import { JointRollout, type JointTree } from "../../debate/jointRollout.js";
 import type { Generation } from "../../policy/types.js";
-import { groupAdvantages } from "../../rl/groupAdvantages.js";
 import type { NativePolicy } from "../../model/nativePolicy.js";
 import { treeReturns } from "../../rl/tree.js";
 import type { TrainConfig } from "../job/config.js";
@@ -19,6 +18,9 @@ import type { AgentStats } from "./maporl.js";
 import { addMismatch, correctBatch, correctionOptions, meanMismatch } from "./correction.js";
 import { dropTruncated, overlongOf } from "./dapo.js";
 import { agentSampling, agentSetting, miniBatches } from "../job/agentSettings.js";
+import { crossCompletions } from "./magrpoCross.js";
+
+export { crossCompletions } from "./magrpoCross.js";
 import { groupHasSignal } from "../../rl/dapo.js";
 import { agentGroupAdvantages } from "../../rl/agentGroups.js";
 import {
@@ -79,7 +81,7 @@ async function firstPath(
     return path;
 }
 
-type Roll = {
+export type Roll = {
     turns: number;
     temperature: number;
     maxTokens: number;
@@ -156,44 +158,6 @@ async function trees(
         seed: (item) => (roll.seed % 1_000_000_007) * 1_000_003 + items.indexOf(item) * 100_003, // < 2^53
     });
     return { grown: await rollout.runBatch(items, roll.signal ? { signal: roll.signal } : {}), toolsOf };
-}
-
-/**
- * Cross joint actions (CoMLRL's joint_mode="cross", docs/algorithms.md B.3): agent a's completion k at a state takes part
- * in G^(A-1) joint actions; it gets the SUM of their returns, baselined over the agent's own G completions at that
- * state (mean | max | rloo | none, as the aligned case). One entry per (state, agent, completion), naming a joint
- * action that holds the completion.
- */
-export function crossCompletions(
-    tree: JointTree,
-    returns: Float32Array,
-    A: number,
-    G: number,
-    baseline: TrainConfig["magrpo"]["baseline"],
-): { action: number; agent: number; adv: number }[] {
-    const states = new Map<number, number[]>(); // a state's joint actions share their parent
-    tree.actions.forEach((act, n) => {
-        pushTo(states, act.parent, n);
-    });
-    const scores: number[] = [],
-        groups: number[] = [],
-        where: { action: number; agent: number }[] = [];
-    for (const ids of states.values())
-        for (let a = 0; a < A; a++) {
-            const group = groups.length ? groups[groups.length - 1]! + 1 : 0;
-            for (let k = 0; k < G; k++) {
-                const holding = ids.filter((n) => tree.actions[n]!.sample[a] === k);
-                if (holding.length === 0) continue;
-                scores.push(holding.reduce((sum, n) => sum + returns[n]!, 0));
-                groups.push(group);
-                where.push({ action: holding[0]!, agent: a });
-            }
-        }
-    const adv = groupAdvantages(
-        { scores: Float32Array.from(scores), groups: Int32Array.from(groups) },
-        { estimator: "magrpo", baseline, device: "cpu" },
-    );
-    return where.map((w, j) => ({ ...w, adv: adv[j]! }));
 }
 
 // The trees of an iteration: with DAPO's overlong punishment, every joint action's reward gains its answers' mean
@@ -278,10 +242,45 @@ export async function magrpoIteration(
     ref: NativePolicy,
     roll: Roll,
 ): Promise<IterationResult> {
+    return magrpoUpdate(cfg, task, await magrpoSample(cfg, task, items, agents, roll), trainable, trainTurn, ref, roll);
+}
+
+/** An iteration's sampled trees (MAGRPO's rollout phase), before any update: what the asynchronous pipeline samples
+ * ahead on snapshots of the agents. */
+export interface MagrpoSample {
+    items: TaskItem[];
+    agents: number;
+    tokenizer: NativePolicy["tokenizer"];
+    grown: Awaited<ReturnType<typeof grow>>;
+}
+
+/** The joint-action trees of `items` (with DAPO's filter, the items it kept and the ones it sampled more). */
+export async function magrpoSample(
+    cfg: TrainConfig,
+    task: Task,
+    items: TaskItem[],
+    agents: NativePolicy[],
+    roll: Roll,
+): Promise<MagrpoSample> {
+    const grown = await grow(cfg, task, items, agents, roll);
+    return { items, agents: agents.length, tokenizer: agents[0]!.tokenizer, grown };
+}
+
+/** MAGRPO's update of the trainable models on sampled trees (by these models or by a snapshot of them). */
+export async function magrpoUpdate(
+    cfg: TrainConfig,
+    task: Task,
+    sample: MagrpoSample,
+    trainable: (NativePolicy | null)[],
+    trainTurn: (t: number) => boolean,
+    ref: NativePolicy,
+    roll: Roll,
+): Promise<IterationResult> {
     const correction = correctionOptions(cfg.rolloutCorrection);
-    const A = agents.length,
+    const A = sample.agents,
         mg = cfg.magrpo,
-        tok = agents[0]!.tokenizer;
+        tok = sample.tokenizer;
+    let items = sample.items;
     const rows = new Map<
         NativePolicy,
         {
@@ -298,7 +297,7 @@ export async function magrpoIteration(
     const truncated = new Float64Array(A);
     const rewardSum = new Float64Array(A),
         rewardN = new Float64Array(A);
-    const { grown, toolsOf, filter } = await grow(cfg, task, items, agents, roll);
+    const { grown, toolsOf, filter } = sample.grown;
     items = filter.items;
     // An item whose tree failed (a request failed: JointRollout's onError 'skip') is dropped; the others train.
     const failed = grown.flatMap((t, i) =>

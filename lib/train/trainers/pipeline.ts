@@ -1,11 +1,13 @@
-// pipeline.ts: asynchronous rollouts with bounded staleness, in process (MAPoRL, CoLLM). With
+// pipeline.ts: asynchronous rollouts with bounded staleness, in process (MAPoRL, CoLLM, MAGRPO). With
 // asyncRollout.maxStaleness = d > 0, iteration i's update runs while the rollouts of iterations i + 1 .. i + d are
 // sampled, each by a snapshot of the agents (clones; an adapter's clone for a LoRA agent) taken when it was launched.
 // A rollout launched at policy version v (v updates done) and trained at iteration i has staleness i - v <= d: rollouts
 // are launched at most d versions ahead, so no row exceeds the bound and none needs to be dropped or regenerated.
 // The trainer's old log-probs come from the current weights and the rows keep the snapshot's log-probs, so
 // `rolloutCorrection` corrects the lag (AReaL's decoupled PPO) and `mismatchK3` measures it. The snapshots are taken
-// in the models' call queues before the update's steps, so they hold exactly version v; every draw is seeded as
+// in the models' call queues before the update's steps, so they hold exactly version v; MAGRPO's snapshots grow the
+// iteration's joint-action trees (its rows keep their log-probs, so rolloutCorrection corrects the lag as for the
+// others; uncorrected, its REINFORCE step is off-policy by the lag); every draw is seeded as
 // on-policy, and a run is deterministic for a given d. Not resumable mid-pipeline: a resumed run starts it again (its
 // first iterations on-policy), so it differs from an uninterrupted one.
 //
@@ -20,10 +22,12 @@ import type { Task } from "../tasks/tasks.js";
 import type { RolloutFleet } from "./fleetRollout.js";
 import type { IterationResult } from "./iteration.js";
 import { rolloutTeam, type TeamRollout } from "./rollout.js";
-import { rollOptions, updateIteration, type StageModels } from "./stage.js";
+import { rollOptions, scheduled, updateIteration, type StageModels } from "./stage.js";
+import { magrpoSample, magrpoUpdate, type MagrpoSample } from "./magrpo.js";
 
 interface Launched {
-    r: TeamRollout;
+    /** MAPoRL, CoLLM: the team's rollout; MAGRPO: its sampled trees. */
+    r: TeamRollout | MagrpoSample;
     version: number;
 }
 
@@ -69,12 +73,11 @@ export class RolloutPipeline {
                 const seed = this.seedOf(j);
                 const items = this.task.generate(this.cfg.episodesPerIteration, seed);
                 const roll = rollOptions(this.cfg, this.m, this.ref, seed, this.signal);
-                const r = await rolloutTeam(
-                    this.task,
-                    items,
-                    this.m.agents.map((a) => of.get(a)!),
-                    roll,
-                );
+                const agents = this.m.agents.map((a) => of.get(a)!);
+                const r =
+                    this.cfg.algo === "magrpo"
+                        ? await magrpoSample(this.cfg, this.task, items, agents, roll)
+                        : await rolloutTeam(this.task, items, agents, roll);
                 return { r, version };
             } finally {
                 for (const [orig, s] of of) {
@@ -97,19 +100,16 @@ export class RolloutPipeline {
         const launched = this.pending.get(it)!;
         this.pending.delete(it);
         const { r, version } = await launched;
-        const res = await updateIteration(
-            this.cfg,
-            r,
-            this.schedule,
-            this.m,
-            this.ref,
-            it,
-            this.seedOf(it),
-            this.signal,
-        );
+        let res: IterationResult;
+        if ("grown" in r) {
+            const { trainable, trainTurn } = scheduled(this.cfg, this.schedule, this.m, it);
+            const roll = rollOptions(this.cfg, this.m, this.ref, this.seedOf(it), this.signal);
+            res = await magrpoUpdate(this.cfg, this.task, r, trainable, trainTurn, this.ref, roll);
+        } else
+            res = await updateIteration(this.cfg, r, this.schedule, this.m, this.ref, it, this.seedOf(it), this.signal);
         if (!this.fleet) return { ...res, staleness: it - version, policyVersion: version };
         await this.fleet.push(this.m, it + 1);
-        const v = this.fleet.versionsOf(r);
+        const v = this.fleet.versionsOf(r as TeamRollout);
         return {
             ...res,
             staleness: v ? it - v.min : 0,
