@@ -75,6 +75,19 @@ describe("rollouts on a fleet (rolloutFleet)", () => {
             expect(l.agents[0].updates).toBeGreaterThan(0);
         }
         expect(existsSync(join(out, "fleet"))).toBe(false); // the pushed adapters are removed, the servers stopped
+        // every trace names the served version that sampled each trained answer: iteration i + 1 trains on policy
+        // version i, the fleet's (i + 1)-th push of the adapter ("actor-0-v<i + 1>-<id>")
+        const traces = readFileSync(join(out, "traces.jsonl"), "utf8")
+            .trim()
+            .split("\n")
+            .map((l) => JSON.parse(l) as { iteration: number; turns: { model?: string }[][] });
+        for (const t of traces) {
+            const served = t.turns.slice(1).flatMap((turn) => turn.map((e) => e.model));
+            expect(served.length).toBeGreaterThan(0);
+            for (const m of served) expect(m).toMatch(new RegExp(`^actor-0-v${t.iteration}-[0-9a-f]{8}$`));
+            // turn 0 is the frozen base's (separateTurn0), served as "base"
+            expect(t.turns[0].map((e) => e.model)).toEqual(["base", "base"]);
+        }
         expect(logs.join("\n")).toMatch(
             /rollout fleet: 2 maporl serve process\(es\) on .* \(float32, 1 thread\(s\) each\)/,
         );

@@ -381,6 +381,8 @@ export interface TraceEntry {
     tools?: { name: string; arguments: string; ok: boolean; content: string; error?: string }[];
     credit?: number;
     temperature?: number;
+    /** The served version that sampled it, on a fleet. */
+    model?: string;
 }
 
 /** An episode's entries as traces.jsonl records them. */
@@ -403,6 +405,7 @@ export function traceTurns(task: Task | undefined, turns: RolloutEntry[][]): Tra
                 : {}),
             ...(x.credit !== undefined ? { credit: x.credit } : {}),
             ...(x.temperature !== undefined ? { temperature: x.temperature } : {}),
+            ...(x.model !== undefined ? { model: x.model } : {}),
         })),
     );
 }
