@@ -63,6 +63,20 @@ const SETTINGS = [
     ["fleet 3, on-policy", { rolloutFleet: { serve: 3 } }],
     ["fleet 3, d = 2", { rolloutFleet: { serve: 3 }, asyncRollout: { maxStaleness: 2 } }],
 ];
+// The untrained team (the warm-started base, no co-training) on the same held-out questions, per seed.
+const untrained = [];
+for (const seed of a.seeds.split(",").map(Number)) {
+    const out = join(root, `untrained-s${seed}`);
+    rmSync(out, { recursive: true, force: true });
+    const s = await trainJob({
+        out,
+        config: { ...common, model: { ...common.model, dir: base }, iterations: 0, seed },
+    });
+    const row = s.rows.find((r) => r.name === "untrained team");
+    untrained.push(row.majorityAccuracy[row.majorityAccuracy.length - 1].toFixed(3));
+    rmSync(out, { recursive: true, force: true });
+}
+console.log(`untrained team (the warm-started base), seeds ${a.seeds}: ${untrained.join(", ")}`);
 const only = a.only ? a.only.split("|") : null;
 const mean = (xs) => xs.reduce((s, x) => s + x, 0) / Math.max(1, xs.length);
 const f = (x, d = 3) => (Number.isFinite(x) ? x.toFixed(d) : "-");

@@ -106,6 +106,7 @@ export class FleetPolicy implements Policy {
         };
         this.health = new FleetHealth({
             current: this.current,
+            live: () => this.pushed.live(),
             probeIntervalMs: this.o.probeIntervalMs,
             closed: () => this.closed,
             notify: () => this.notify(),
@@ -326,7 +327,7 @@ export class FleetPolicy implements Policy {
                 if (e instanceof ModelMissing) {
                     // the server lost it (restarted): load it there again, meanwhile elsewhere
                     ep.loaded.delete(served!);
-                    const v = [...this.current.values()].find((x) => x.served === served);
+                    const v = this.pushed.live().find((x) => x.served === served);
                     if (v) void this.health.restore(ep, [v]);
                 } else if (ep.failed(msg, attempt < this.o.maxAttempts)) this.health.scheduleProbe(ep);
                 if (attempt >= this.o.maxAttempts || performance.now() >= deadline)

@@ -7,6 +7,8 @@ import type { AdapterVersion } from "./fleetOptions.js";
 export interface HealthHost {
     /** The current version of every pushed adapter, by name. */
     readonly current: ReadonlyMap<string, AdapterVersion>;
+    /** The adapter versions requests still need: the current ones and retired ones with requests in flight. */
+    live(): { served: string; dir: string }[];
     readonly probeIntervalMs: number;
     closed(): boolean;
     /** Wakes the requests waiting for a change. */
@@ -28,14 +30,15 @@ export class FleetHealth {
         if (models)
             await this.restore(
                 ep,
-                [...this.f.current.values()].filter((v) => !models.includes(v.served)),
+                this.f.live().filter((v) => !models.includes(v.served)),
             );
     }
 
-    // Loads the given current versions on `ep` again (a server that lost them), then wakes the waiting requests.
-    async restore(ep: Endpoint, versions: AdapterVersion[]): Promise<void> {
+    // Loads the given versions on `ep` again (a server that lost them) while requests still need them, then wakes the
+    // waiting requests.
+    async restore(ep: Endpoint, versions: { served: string; dir: string }[]): Promise<void> {
         for (const v of versions)
-            if (this.f.current.get(v.name)?.served === v.served)
+            if (this.f.live().some((x) => x.served === v.served))
                 await ep.reload(v.served, v.dir).catch(() => undefined);
         if (versions.length > 0) this.f.notify();
     }
@@ -51,8 +54,9 @@ export class FleetHealth {
             ep.probing = null;
             if (this.f.closed() || ep.removed) return;
             if (await ep.probe()) {
-                // The current adapter versions first (a restarted server has none); the base is served meanwhile.
-                for (const v of this.f.current.values()) await ep.loadAdapter(v.served, v.dir).catch(() => undefined);
+                // The adapter versions requests need first (the current ones, and retired ones still asked for: an
+                // ejected endpoint forgot them all); the base is served meanwhile.
+                for (const v of this.f.live()) await ep.loadAdapter(v.served, v.dir).catch(() => undefined);
                 ep.readmit();
                 this.f.notify();
             } else this.scheduleProbe(ep);

@@ -79,6 +79,17 @@ export class AdapterVersions {
         this.unload(served);
     }
 
+    /** The versions requests still need: every current one, and each retired one while requests for it are in flight
+     * or waiting for an endpoint (an endpoint that lost its adapters must load these again, not only the current). */
+    live(): { served: string; dir: string }[] {
+        const out = [...this.current.values()].map((v) => ({ served: v.served, dir: v.dir }));
+        for (const served of this.retiring) {
+            const dir = this.dirs.get(served);
+            if (dir !== undefined && (this.inflight.get(served) ?? 0) > 0) out.push({ served, dir });
+        }
+        return out;
+    }
+
     /** `served` is no longer current: unloaded once its requests are answered. */
     retire(served: string): void {
         this.retiring.add(served);

@@ -11,6 +11,7 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 
 import { FleetPolicy, NativePolicy } from "../../lib/index.js";
+import { AdapterVersions } from "../../lib/remote/fleetOptions.js";
 import { startServe, tinyHfModel, type ServeProcess } from "../helpers/serve.js";
 
 const work = mkdtempSync(join(tmpdir(), "maporl-fleet-lora-"));
@@ -228,5 +229,28 @@ describe("adapters pushed to a fleet", () => {
         } finally {
             fleet.close();
         }
+    });
+});
+
+describe("adapter versions requests still need", () => {
+    it("a retired version stays needed (reloaded by an endpoint that lost its adapters) while requests ask for it", () => {
+        const unloaded: string[] = [];
+        const v = new AdapterVersions((s) => unloaded.push(s));
+        const v1 = { name: "a", version: 1, served: "a-v1-x", dir: "/d/1" },
+            v2 = { name: "a", version: 2, served: "a-v2-y", dir: "/d/2" };
+        v.dirs.set(v1.served, v1.dir);
+        v.current.set("a", v1);
+        v.begin(v1.served); // a request waits for an endpoint with v1
+        v.dirs.set(v2.served, v2.dir);
+        v.current.set("a", v2);
+        v.retire(v1.served);
+        expect(v.live()).toEqual([
+            { served: v2.served, dir: v2.dir },
+            { served: v1.served, dir: v1.dir },
+        ]);
+        expect(unloaded).toEqual([]);
+        v.release(v1.served); // answered: v1 is unloaded and no longer needed
+        expect(unloaded).toEqual([v1.served]);
+        expect(v.live()).toEqual([{ served: v2.served, dir: v2.dir }]);
     });
 });
