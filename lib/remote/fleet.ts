@@ -215,8 +215,8 @@ export class FleetPolicy implements Policy {
         await Promise.race([p, sleep(Math.max(1, Math.min(ms, 250)), signal)]);
     }
 
-    // An endpoint for a request to `served` (null: the base), preferring those not yet tried; waits for a slot or a
-    // re-admission until the deadline.
+    // An endpoint for a request to `served` (null: the base), preferring those not yet tried, with one of its slots
+    // taken (the caller releases it); waits for a slot or a re-admission until the deadline.
     private async pick(
         key: string | undefined,
         served: string | null,
@@ -257,7 +257,12 @@ export class FleetPolicy implements Policy {
                     const best = free.filter((ep) => ep.outstanding === least);
                     target = best[this.rr++ % best.length]!;
                 }
-                if (target && target.outstanding < this.o.concurrency) return target;
+                if (target && target.outstanding < this.o.concurrency) {
+                    // the slot is taken here, in the same synchronous step as the check: counted after the await,
+                    // every request of a batch saw the same free endpoint and all were sent at once
+                    target.outstanding++;
+                    return target;
+                }
                 const left = deadline - performance.now();
                 if (left <= 0) {
                     const all = [...this.eps.values()].filter((ep) => !ep.removed);
@@ -291,8 +296,7 @@ export class FleetPolicy implements Policy {
         // strike against their health); if a second endpoint refuses it too, it is the request's fault.
         const refused: Endpoint[] = [];
         for (let attempt = 1; ; attempt++) {
-            const ep = await this.pick(r.routingKey, served, tried, deadline, signal);
-            ep.outstanding++;
+            const ep = await this.pick(r.routingKey, served, tried, deadline, signal); // (its slot taken)
             const start = Date.now(),
                 t0 = performance.now();
             try {

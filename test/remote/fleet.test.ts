@@ -56,6 +56,33 @@ async function failing(target: string): Promise<string> {
     return `http://127.0.0.1:${(s.address() as AddressInfo).port}/v1`;
 }
 
+// A proxy to `target` that counts the generation requests it holds at once (the most in `peak.max`).
+async function counting(target: string, peak: { now: number; max: number }): Promise<string> {
+    const s = createServer((req, res) => {
+        const chunks: Buffer[] = [];
+        req.on("data", (c: Buffer) => chunks.push(c));
+        const post = req.method === "POST";
+        const reply = async () => {
+            if (post) peak.max = Math.max(peak.max, ++peak.now);
+            try {
+                const r = await fetch(`${target.replace(/\/v1$/, "")}${req.url}`, {
+                    method: req.method,
+                    headers: { "content-type": "application/json" },
+                    ...(post ? { body: Buffer.concat(chunks) } : {}),
+                });
+                res.writeHead(r.status, { "content-type": "application/json" });
+                res.end(await r.text());
+            } finally {
+                if (post) peak.now--;
+            }
+        };
+        req.on("end", () => void reply().catch(() => res.destroy()));
+    });
+    servers.push(s);
+    await new Promise<void>((r) => s.listen(0, "127.0.0.1", r));
+    return `http://127.0.0.1:${(s.address() as AddressInfo).port}/v1`;
+}
+
 const items = Array.from({ length: 16 }, (_, i) => ({
     id: `q${i}`,
     question: `What is ${i} + ${i + 3}?`,
@@ -137,12 +164,38 @@ describe("FleetPolicy over maporl serve processes", () => {
         ).toBe(true);
     });
 
+    it("a batch larger than the fleet's slots: at most `concurrency` requests in flight per endpoint, every one answered", async () => {
+        for (const sticky of [false, true]) {
+            const peak = { now: 0, max: 0 };
+            const fleet = new FleetPolicy({
+                endpoints: [await counting(procs[0].baseUrl, peak)],
+                model: "tiny",
+                concurrency: 3,
+                healthCheckIntervalMs: 0,
+            });
+            const reqs = Array.from({ length: 40 }, (_, i) => ({
+                prompt: `q${i}`,
+                sampling: { maxTokens: 3 },
+                seed: i,
+                ...(sticky ? { routingKey: `k${i % 5}` } : {}),
+            }));
+            const out = await fleet.generateSettled(reqs);
+            fleet.close();
+            expect(out.every((o) => o.ok)).toBe(true);
+            // (counted after the slot's await, every request of the batch was sent at once: 40 in flight)
+            expect(peak.max).toBeLessThanOrEqual(3);
+            expect(peak.max).toBeGreaterThan(0);
+        }
+    });
+
     it("sticky routing: an agent's turns of an episode go to one server; keys spread over the servers", async () => {
         const [a, , c] = procs;
+        // (slots for every key of a turn: a busy key's endpoint with as many requests waiting as it takes at once
+        // spills to another, by design)
         const fleet = new FleetPolicy({
             endpoints: [a.baseUrl, c.baseUrl],
             model: "tiny",
-            concurrency: 2,
+            concurrency: 24,
             healthCheckIntervalMs: 0,
         });
         const got = await debate(fleet).runBatch(items.slice(0, 8));
