@@ -91,7 +91,7 @@ export class FleetPolicy implements Policy {
             model: options.model,
             dialect,
             logprobs: options.logprobs ?? true,
-            concurrency: num("concurrency", 8, 1, true),
+            concurrency: num("concurrency", 64, 1, true),
             timeoutMs: num("timeoutMs", 120_000, 1),
             totalTimeoutMs: num("totalTimeoutMs", 300_000, 1),
             maxAttempts: num("maxAttempts", 3, 1, true),

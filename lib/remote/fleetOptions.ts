@@ -14,7 +14,8 @@ export interface FleetOptions {
     dialect?: Dialect | "auto";
     /** Ask for token log-probs. Defaults to true. */
     logprobs?: boolean;
-    /** Requests in flight per endpoint. Defaults to 8. */
+    /** Requests in flight per endpoint. Defaults to 64 (maporl serve's maxPending; vLLM and SGLang batch more: raise it
+     * there). An inference server batches the requests it holds at once, so a low value starves it. */
     concurrency?: number;
     /** One attempt. Defaults to 120,000 ms. */
     timeoutMs?: number;

@@ -209,7 +209,7 @@ export const DEFAULT_CONFIG: TrainConfig = {
     overlong: { buffer: 0, penaltyFactor: 1, filter: false },
     agentSettings: [],
     asyncRollout: { maxStaleness: 0 },
-    rolloutFleet: { serve: 0, endpoints: [], model: "base", threads: 1, dtype: "float32", concurrency: 8 },
+    rolloutFleet: { serve: 0, endpoints: [], model: "base", threads: 1, dtype: "float32", concurrency: 64 },
 };
 
 // model.dir: a Hugging Face model directory of an architecture the engine runs (the error names the key).
