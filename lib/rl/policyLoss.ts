@@ -53,6 +53,8 @@ const AGGS: readonly LossAggregation[] = [
     "seq-mean-token-mean",
     "seq-mean-token-sum-norm",
 ];
+/** The loss types and aggregations, in the native call's order (config validators read them from here). */
+export { TYPES as POLICY_LOSS_TYPES, AGGS as LOSS_AGGREGATIONS };
 const KLS: readonly KlEstimator[] = [
     "k1",
     "abs",

@@ -3,7 +3,12 @@
 // agents differ: the actor's and critic's learning rates, the KL coefficient, the clip range, the entropy
 // coefficient, the policy loss and its aggregation (MAPoRL), the mini-batch size, and the sampling (temperature, top-p,
 // max tokens, stop strings).
-import type { LossAggregation, PolicyLossType } from "../../rl/policyLoss.js";
+import {
+    LOSS_AGGREGATIONS,
+    POLICY_LOSS_TYPES,
+    type LossAggregation,
+    type PolicyLossType,
+} from "../../rl/policyLoss.js";
 import { editDistance } from "../../validate.js";
 
 export interface AgentSettings {
@@ -34,17 +39,10 @@ export interface AgentSettings {
 /** Every setting of one agent, resolved. */
 export type ResolvedAgent = Required<AgentSettings>;
 
-const LOSSES: readonly PolicyLossType[] = ["ppo", "gspo", "cispo", "reinforce"];
-const AGGREGATIONS: readonly LossAggregation[] = [
-    "token-mean",
-    "seq-mean-token-sum",
-    "seq-mean-token-mean",
-    "seq-mean-token-sum-norm",
-];
 // The settings that are not numbers: a choice, or a short list of strings.
 const CHOICES: Partial<Record<keyof AgentSettings, readonly string[]>> = {
-    loss: LOSSES,
-    lossAggregation: AGGREGATIONS,
+    loss: POLICY_LOSS_TYPES,
+    lossAggregation: LOSS_AGGREGATIONS,
 };
 const MAX_STOP = 4,
     MAX_STOP_CHARS = 64;
