@@ -12,8 +12,8 @@
 //     Generation says which endpoint answered and after how many attempts;
 //   - adapters: pushAdapter(name, dir) loads a new version of a LoRA adapter on every endpoint (as "<name>-v<N>"),
 //     then switches adapter(name)'s policy to it and unloads the previous version once its requests are answered;
-//     an endpoint re-admitted later gets the current versions before it serves them. Generations carry the served
-//     name (their weight version).
+//     an endpoint re-admitted later gets the versions requests still need (current, or retired but asked for) before
+//     it serves them. Generations carry the served name (their weight version).
 // Token ids and log-probs come back as OpenAICompatiblePolicy's do (openaiDialect.ts), per endpoint dialect.
 import { randomUUID } from "node:crypto";
 
@@ -228,6 +228,7 @@ export class FleetPolicy implements Policy {
         try {
             for (;;) {
                 signal?.throwIfAborted();
+                if (this.closed) throw new Error(`${this.name}: closed while the request waited for an endpoint`);
                 const has = (ep: Endpoint) => served === null || !this.pushed.dirs.has(served) || ep.loaded.has(served);
                 const cands = [...this.eps.values()].filter((ep) => ep.healthy && !ep.removed && has(ep));
                 const untried = cands.filter((ep) => !tried.has(ep)),
@@ -258,9 +259,7 @@ export class FleetPolicy implements Policy {
                     target = best[this.rr++ % best.length]!;
                 }
                 if (target && target.outstanding < this.o.concurrency) {
-                    // the slot is taken here, in the same synchronous step as the check: counted after the await,
-                    // every request of a batch saw the same free endpoint and all were sent at once
-                    target.outstanding++;
+                    target.outstanding++; // in the step that checked it: no other request can take it meanwhile
                     return target;
                 }
                 const left = deadline - performance.now();
@@ -458,8 +457,8 @@ export class FleetPolicy implements Policy {
      * Loads PEFT adapter directory `dir` (readable by the servers at that path) on every healthy endpoint as the next
      * version of adapter `name` ("<name>-v<N>"), switches adapter(name) to it, and unloads the previous version once
      * its requests are answered. Rejects (nothing switched) when no endpoint could load it; endpoints that failed are
-     * listed and do not serve the new version until they load it (an endpoint re-admitted later loads the current
-     * versions first).
+     * listed and do not serve the new version until they load it (an endpoint re-admitted later loads the versions
+     * requests still need first).
      */
     async pushAdapter(
         name: string,

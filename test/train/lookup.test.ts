@@ -293,7 +293,7 @@ describe("tool-lookup with chained lookups (taskOptions.hops)", () => {
             expect(it.reference).toBe(String(k + Number(it.views[1].slice(2))));
             expect(it.question).toMatch(/\^3\+\d$/);
         }
-        expect(() => lookupTask({ hops: 0 })).toThrow(/hops: expected an integer in \[1, 8\]/);
+        expect(() => lookupTask({ hops: 0 })).toThrow(/hops: expected an integer in \[1, 6\]/);
         // a warm start that always plays the protocol (p = q = 1) demonstrates the chain: lookup t is the value of
         // lookup t - 1, and the solver's answer at the horizon is the reference
         const sure = lookupTask({ hops: 3, keyUse: 1, padUse: 1 }),

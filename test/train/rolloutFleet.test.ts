@@ -94,12 +94,14 @@ describe("rollouts on a fleet (rolloutFleet)", () => {
     }, 120_000);
 
     it("maxStaleness 1: rows lag by at most one version, and the lag is what the mismatch measures", async () => {
+        // turn 0 trained too: a rollout launched ahead asks for the version current at its launch for its first turn
         const { lines } = await fleetJob("async", {
             rolloutFleet: { serve: 2 },
+            separateTurn0: false,
             asyncRollout: { maxStaleness: 1 },
             rolloutCorrection: { rolloutIs: "token", rolloutIsThreshold: 2 },
         });
-        expect(lines[0].staleness).toBe(0);
+        expect(lines.map((l) => l.staleness)).toEqual([0, 1, 1, 1]);
         for (const l of lines) {
             expect(l.staleness).toBeGreaterThanOrEqual(0);
             expect(l.staleness).toBeLessThanOrEqual(1);
@@ -172,5 +174,12 @@ describe("rollouts on a fleet (rolloutFleet)", () => {
             /rolloutFleet.serve: expected an integer in \[0, 16\]/,
         );
         expect(() => resolveConfig({ rolloutFleet: { dtype: "fp8" } })).toThrow(/rolloutFleet.dtype: expected one of/);
+        expect(() =>
+            resolveConfig({
+                model: { dir: modelDir },
+                sft: { steps: 10 },
+                rolloutFleet: { endpoints: ["http://h/v1"] },
+            }),
+        ).toThrow(/rolloutFleet.endpoints: your servers serve model.dir, and the warm start/);
     });
 });

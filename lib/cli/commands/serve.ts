@@ -84,8 +84,25 @@ export function declare(cmd: Command, act: (a: ServeArgs) => Promise<void>): voi
         });
 }
 
+// MAPORL_EXIT_WITH_PARENT=<pid> (the servers a training job starts; "1": the process that started this one): stop
+// when that process is gone (killed with SIGKILL, it could not stop its servers), watched from the start, so no
+// server outlives its job, not even one still loading its model.
+let onParentGone: () => void = () => process.exit(0);
+function watchParent(): void {
+    const v = process.env.MAPORL_EXIT_WITH_PARENT;
+    if (v === undefined || v === "" || v === "0") return;
+    const parent = /^\d+$/.test(v) && v !== "1" ? Number(v) : process.ppid;
+    const timer = setInterval(() => {
+        if (process.ppid === parent) return;
+        clearInterval(timer);
+        onParentGone();
+    }, 1000);
+    timer.unref();
+}
+
 /** `maporl serve`: the exit code. */
 export async function run(a: ServeArgs): Promise<number> {
+    watchParent();
     if (a.threads) setThreads(a.threads);
     const apiKey = a.apiKey ?? process.env.MAPORL_API_KEY;
     const loopback = /^(127\.\d+\.\d+\.\d+|::1|localhost)$/.test(a.host);
@@ -148,14 +165,7 @@ export async function run(a: ServeArgs): Promise<number> {
         };
         process.once("SIGTERM", stop);
         process.once("SIGINT", stop);
-        // MAPORL_EXIT_WITH_PARENT=1 (the servers a training job starts): stop when the process that started this one
-        // is gone (killed with SIGKILL, it could not stop its servers), so no server outlives its job.
-        if (process.env.MAPORL_EXIT_WITH_PARENT === "1") {
-            const parent = process.ppid;
-            setInterval(() => {
-                if (process.ppid !== parent) stop();
-            }, 1000).unref();
-        }
+        onParentGone = stop;
     });
     return 0;
 }

@@ -309,6 +309,10 @@ export function resolveConfig(partial: unknown, where = "config"): TrainConfig {
         throw new RangeError(
             `${where}: rolloutFleet: MAGRPO's joint-action trees sample in process; a fleet samples MAPoRL and CoLLM rollouts`,
         );
+    if (c.rolloutFleet.endpoints.length > 0 && c.sft.steps > 0)
+        throw new RangeError(
+            `${where}: rolloutFleet.endpoints: your servers serve model.dir, and the warm start (sft.steps ${c.sft.steps}) trains another base; use rolloutFleet.serve (its servers load the warm-started base) or sft.steps 0`,
+        );
     if (fleet && !/^[\w.:/-]+$/.test(c.rolloutFleet.model))
         throw new RangeError(
             `${where}: rolloutFleet.model: expected the served base model's name, got ${JSON.stringify(c.rolloutFleet.model)}`,

@@ -199,14 +199,17 @@ async function coTrain(
         cfg.asyncRollout.maxStaleness > 0 || fleet
             ? new RolloutPipeline(cfg, run.task, st.schedule, m, base, seedOf, cfg.iterations, run.signal, fleet)
             : null;
-    for (let it = start; it < cfg.iterations; it++) {
-        run.signal?.throwIfAborted();
-        await trainIteration(run, base, st, m, pipe, seedOf(it), it);
-        if ((it + 1) % cfg.evalEvery === 0 && it + 1 < cfg.iterations)
-            await run.evaluate(label, m.agents, it + 1, st.name);
-        await run.save({ ...baseOf(run, base), ...m.named }, st.name, it + 1);
+    try {
+        for (let it = start; it < cfg.iterations; it++) {
+            run.signal?.throwIfAborted();
+            await trainIteration(run, base, st, m, pipe, seedOf(it), it);
+            if ((it + 1) % cfg.evalEvery === 0 && it + 1 < cfg.iterations)
+                await run.evaluate(label, m.agents, it + 1, st.name);
+            await run.save({ ...baseOf(run, base), ...m.named }, st.name, it + 1);
+        }
+    } finally {
+        await pipe?.close(); // (after a failure: the rollouts launched ahead are stopped, not left to run)
     }
-    await pipe?.close();
     run.state.evals[st.name] = await run.evaluate(label, m.agents, cfg.iterations, st.name);
     for (const [name, model] of Object.entries(m.named)) {
         const dir = join(run.o.out, "models", `${st.name}-${name}`);

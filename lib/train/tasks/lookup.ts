@@ -55,7 +55,7 @@ export function lookupTask(options: { keyUse?: number; padUse?: number; hops?: n
     const fn = "lookupTask";
     const p = requireNumber(fn, "keyUse", options.keyUse, 0.3, 0, 1),
         q = requireNumber(fn, "padUse", options.padUse, 0.3, 0, 1),
-        hops = requireInteger(fn, "hops", options.hops ?? 1, 1, 8);
+        hops = requireInteger(fn, "hops", options.hops ?? 1, 1, 6);
     const lookup: Tool<{ key: string }> = {
         name: "lookup",
         description: "The item's value for a key (a digit).",

@@ -140,12 +140,18 @@ export async function collmIteration(
             entropy = 0,
             truncated = 0;
         const chunks = miniBatches(rows.length, set.miniBatchSize);
+        // every mini-batch's correction against the weights before this iteration's first step (the sampler's lag,
+        // not this update's own steps)
+        const prepared = [];
         for (const [r0, r1] of chunks) {
             const part = rows.slice(r0, r1);
             const answers = part.map((i) => r.entries[Math.floor(i / T)]![i % T]![a]!);
             const b = packRows(answers, model.tokenizer.eos, model.config.contextLength);
             const corr =
                 correction && b.rolloutLogp ? await correctBatch(b, await model.logprobs(b), correction) : null;
+            prepared.push({ part, answers, b, corr });
+        }
+        for (const { part, answers, b, corr } of prepared) {
             if (corr) addMismatch(stats[a]!, corr.stats);
             let mask = corr ? corr.mask : b.mask;
             if (cfg.overlong.filter) {

@@ -66,7 +66,9 @@ export class RolloutFleet {
             ];
             const started = await Promise.allSettled(
                 Array.from({ length: f.serve }, () =>
-                    startServeProcess(resolve(baseDir), args, cliPath(), { MAPORL_EXIT_WITH_PARENT: "1" }),
+                    startServeProcess(resolve(baseDir), args, cliPath(), {
+                        MAPORL_EXIT_WITH_PARENT: String(process.pid),
+                    }),
                 ),
             );
             for (const s of started) if (s.status === "fulfilled") servers.push(s.value);
@@ -122,10 +124,17 @@ export class RolloutFleet {
         );
     }
 
-    /** The policies that sample for the stage's agents: each trained agent's adapter, the base for the others. */
+    /** The policies that sample for the stage's agents: each trained agent's adapter, the base for the others (one
+     * Policy per adapter, so that agents sharing one send a turn's requests as one batch). */
     samplers(m: StageModels): Policy[] {
-        return m.agents.map((a) => (a.adapter === null ? this.fleet : this.fleet.adapter(a.adapter)));
+        return m.agents.map((a) => {
+            if (a.adapter === null) return this.fleet;
+            let p = this.policies.get(a.adapter);
+            if (!p) this.policies.set(a.adapter, (p = this.fleet.adapter(a.adapter)));
+            return p;
+        });
     }
+    private readonly policies = new Map<string, Policy>();
 
     /** The base model on the fleet (the frozen turn-0 answers of separateTurn0). */
     get base(): Policy {

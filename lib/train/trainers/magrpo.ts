@@ -412,14 +412,19 @@ export async function magrpoUpdate(
     for (const [model, list, who] of batches)
         for (const [r0, r1] of miniBatches(list.length, who === null ? 0 : agentSetting(cfg, who).miniBatchSize))
             split.push([model, list.slice(r0, r1), who]);
+    // The rollout correction needs the trainer's log-probs of the rows: one more forward, only when it is on; all of
+    // them before the first step (the sampler's lag, not this update's own earlier steps).
+    const prepared = [];
     for (const [model, list, who] of split) {
+        const b = packRows(list, tok.eos, model.config.contextLength);
+        const corr = correction && b.rolloutLogp ? await correctBatch(b, await model.logprobs(b), correction) : null;
+        prepared.push({ model, list, who, b, corr });
+    }
+    for (const { model, list, who, b, corr } of prepared) {
         roll.signal?.throwIfAborted();
         const set = who === null ? null : agentSetting(cfg, who);
         const klCoef = set ? set.klCoef : mg.klCoef;
-        const b = packRows(list, tok.eos, model.config.contextLength);
         const kl = klCoef > 0 ? { refLogp: await ref.logprobs(b) } : {};
-        // The rollout correction needs the trainer's log-probs of the rows: one more forward, only when it is on.
-        const corr = correction && b.rolloutLogp ? await correctBatch(b, await model.logprobs(b), correction) : null;
         let mask = corr ? corr.mask : b.mask;
         if (cfg.overlong.filter) {
             const d = dropTruncated(mask, b.shape, list);

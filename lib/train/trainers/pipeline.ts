@@ -33,6 +33,8 @@ interface Launched {
 
 export class RolloutPipeline {
     private readonly pending = new Map<number, Promise<Launched>>();
+    // The rollouts launched ahead stop with the run's signal, or when the pipeline is closed (an iteration failed).
+    private readonly stop = new AbortController();
 
     constructor(
         private readonly cfg: TrainConfig,
@@ -44,13 +46,16 @@ export class RolloutPipeline {
         private readonly end: number,
         private readonly signal?: AbortSignal,
         private readonly fleet: RolloutFleet | null = null,
-    ) {}
+    ) {
+        this.rolloutSignal = signal ? AbortSignal.any([signal, this.stop.signal]) : this.stop.signal;
+    }
+    private readonly rolloutSignal: AbortSignal;
 
     /** Starts iteration j's rollout on the fleet's current adapters (version `version` or, once pushed, newer). */
     private launchOnFleet(j: number, version: number, fleet: RolloutFleet): void {
         const seed = this.seedOf(j);
         const items = this.task.generate(this.cfg.episodesPerIteration, seed);
-        const roll = rollOptions(this.cfg, this.m, this.ref, seed, this.signal);
+        const roll = rollOptions(this.cfg, this.m, this.ref, seed, this.rolloutSignal);
         const p = rolloutTeam(this.task, items, fleet.samplers(this.m), {
             ...roll,
             ...(roll.turn0 ? { turn0: roll.turn0.map(() => fleet.base) } : {}),
@@ -72,7 +77,7 @@ export class RolloutPipeline {
             try {
                 const seed = this.seedOf(j);
                 const items = this.task.generate(this.cfg.episodesPerIteration, seed);
-                const roll = rollOptions(this.cfg, this.m, this.ref, seed, this.signal);
+                const roll = rollOptions(this.cfg, this.m, this.ref, seed, this.rolloutSignal);
                 const agents = this.m.agents.map((a) => of.get(a)!);
                 const r =
                     this.cfg.algo === "magrpo"
@@ -118,10 +123,12 @@ export class RolloutPipeline {
         };
     }
 
-    /** Waits for the rollouts still running (their snapshots are released); their results are not used. */
+    /** Stops the rollouts still running and waits for them (their snapshots are released); their results are not
+     * used. After the last iteration none is running; after a failed one, this ends the launched-ahead requests. */
     async close(): Promise<void> {
         const all = [...this.pending.values()];
         this.pending.clear();
+        this.stop.abort(new Error("the rollout pipeline was closed"));
         await Promise.allSettled(all);
     }
 }

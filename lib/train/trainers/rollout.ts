@@ -156,7 +156,14 @@ export async function rolloutTeam(
         const who = t === 0 && o.turn0 ? o.turn0 : agents;
         const live = items.flatMap((_, i) => (failed.has(i) ? [] : [i]));
         for (let a = 0; a < A; a++) pushTo(byModel, who[a]!, ...live.map((i) => ({ i, a })));
-        for (const [model, who] of byModel) {
+        // One batch per distinct model: the embedded models' in turn (they share the machine's thread pool), remote
+        // samplers' at once (each server batches what it holds); every draw is seeded per request either way.
+        const batches = [...byModel];
+        const remote = batches.every(([m]) => !isNative(m));
+        const answered = remote ? await Promise.all(batches.map(([model, who]) => answerBatch(model, who))) : [];
+        for (const [k, [model, who]] of batches.entries())
+            record(model, who, remote ? answered[k]! : await answerBatch(model, who));
+        async function answerBatch(model: Policy, who: { i: number; a: number }[]) {
             const content = who.map(({ i, a }) => {
                 const prev = t === 0 ? null : entries[i]![t - 1]!;
                 return promptFor(
@@ -177,6 +184,24 @@ export async function rolloutTeam(
                 { ...(o.signal ? { signal: o.signal } : {}) },
             );
             o.onAnswers?.(who.length);
+            const verdicts = await Promise.all(
+                gens.map(async (settled, k) =>
+                    settled.ok
+                        ? await task.verifier.score({
+                              question: items[who[k]!.i]!.question,
+                              response: settled.generation.text,
+                              reference: items[who[k]!.i]!.reference,
+                          })
+                        : null,
+                ),
+            );
+            return { content, gens, verdicts };
+        }
+        function record(
+            model: Policy,
+            who: { i: number; a: number }[],
+            { content, gens, verdicts }: Awaited<ReturnType<typeof answerBatch>>,
+        ): void {
             for (let k = 0; k < who.length; k++) {
                 const { i, a } = who[k]!,
                     settled = gens[k]!,
@@ -193,11 +218,7 @@ export async function rolloutTeam(
                     continue;
                 }
                 const extracted = answerOf(task, g.text);
-                const verdict = await task.verifier.score({
-                    question: item.question,
-                    response: g.text,
-                    reference: item.reference,
-                });
+                const verdict = verdicts[k]!;
                 turn[i]![a] = {
                     ...ids,
                     ...(g.model !== undefined && !isNative(model) ? { model: g.model } : {}),
