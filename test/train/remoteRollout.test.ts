@@ -1,0 +1,104 @@
+// remoteRollout.test.ts: the trainers' rollouts on a sampler other than the embedded model (a fleet, a server): each
+// answer's training row is built from the ids and log-probs the sampler returned. A stop-token ending drops the stop
+// id (packRows appends the trainer's eos), a stop-string ending keeps every id, a cut answer is truncated; an answer
+// without exact ids, with misaligned log-probs, or stopped on an id that is not a trainer stop token fails its episode
+// alone, naming why.
+import { describe, expect, it } from "vitest";
+
+import type { GenerateRequest, Generation, Policy } from "../../lib/policy/types.js";
+import { arithDebateTask } from "../../lib/train/tasks/tasks.js";
+import { rolloutTeam } from "../../lib/train/trainers/rollout.js";
+
+const EOS = 2;
+
+// A remote-like sampler: its answer for item i comes from `reply(i)`; prompt ids [10 + i, 11].
+function sampler(reply: (i: number) => Partial<Generation>): Policy {
+    return {
+        name: "remote",
+        async generate(reqs: GenerateRequest[]): Promise<Generation[]> {
+            return reqs.map((r) => {
+                const i = Math.floor(Number(r.seed) / 1000) % 1000;
+                return {
+                    text: "1+1=2;2",
+                    finishReason: "stop",
+                    usage: { promptTokens: 2, completionTokens: 3 },
+                    latencyMs: 0,
+                    promptTokenIds: [10 + i, 11],
+                    tokenIdsExact: true,
+                    model: "agent-v1-x",
+                    ...reply(i),
+                };
+            });
+        },
+    };
+}
+
+describe("rollouts on a remote sampler", () => {
+    it("rows from the sampler's ids; each bad answer fails its episode alone, naming why", async () => {
+        const task = arithDebateTask({ agents: 2 }),
+            items = task.generate(6, 3);
+        const p = sampler((i) => {
+            switch (i) {
+                case 0: // a stop token ends it
+                    return { tokenIds: [5, 6, EOS], logprobs: [-0.1, -0.2, -0.3] };
+                case 1: // a stop string ends it: every id kept
+                    return { tokenIds: [5, 6, 7], logprobs: [-0.1, -0.2, -0.3] };
+                case 2: // cut at maxTokens
+                    return { tokenIds: [5, 6, 7], logprobs: [-0.1, -0.2, -0.3], finishReason: "length" };
+                case 3: // no exact ids
+                    return { tokenIds: [5, EOS], logprobs: [-0.1, -0.3], tokenIdsExact: false };
+                case 4: // log-probs misaligned
+                    return { tokenIds: [5, 6, EOS], logprobs: [-0.1, -0.2] };
+                default: // stopped on an id that is no stop token, no stop string asked for
+                    return { tokenIds: [5, 6, 9], logprobs: [-0.1, -0.2, -0.3] };
+            }
+        });
+        const r = await rolloutTeam(task, items, [p, p], {
+            turns: 1,
+            temperature: 1,
+            maxTokens: 8,
+            seed: 0,
+            isStop: (id) => id === EOS,
+            // item 1 ended on a string: agent 1 asked for one (its row is kept), agent 0 did not (a stop on a non-stop
+            // id: the episode fails)
+            agentSampling: [
+                { temperature: 1, maxTokens: 8 },
+                { temperature: 1, maxTokens: 8, stop: [";"] },
+            ],
+        });
+        const failed = new Map(r.failed!.map((f) => [f.item.id, f.error]));
+        expect([...failed.keys()].sort()).toEqual([items[1].id, items[3].id, items[4].id, items[5].id].sort());
+        expect(failed.get(items[1].id)).toMatch(/stopped on token 7, which is not one of the trainer's stop tokens/);
+        expect(failed.get(items[3].id)).toMatch(/without the exact prompt and completion token ids/);
+        expect(failed.get(items[4].id)).toMatch(/3 token ids but 2 log-probs/);
+        expect(failed.get(items[5].id)).toMatch(/stopped on token 9/);
+        const row = (item: number, a: number) => r.entries[r.items.findIndex((x) => x.id === items[item].id)][0][a];
+        expect(row(0, 0)).toMatchObject({ prompt: [10, 11], completion: [5, 6], stopped: true, truncated: false });
+        expect(row(0, 0).logprobs).toEqual([-0.1, -0.2, -0.3]); // the stop token's log-prob is the row's last
+        expect(row(0, 0).model).toBe("agent-v1-x");
+        expect(row(2, 1)).toMatchObject({ completion: [5, 6, 7], stopped: false, truncated: true });
+    });
+
+    it("a stop string the agent asked for: every sampled id kept, nothing appended, not truncated", async () => {
+        const task = arithDebateTask({ agents: 2 }),
+            items = task.generate(2, 5);
+        const p = sampler(() => ({ tokenIds: [5, 6, 7], logprobs: [-0.1, -0.2, -0.3] }));
+        const r = await rolloutTeam(task, items, [p, p], {
+            turns: 1,
+            temperature: 1,
+            maxTokens: 8,
+            seed: 0,
+            isStop: (id) => id === EOS,
+            agentSampling: [
+                { temperature: 1, maxTokens: 8, stop: [";"] },
+                { temperature: 1, maxTokens: 8, stop: [";"] },
+            ],
+        });
+        expect(r.failed).toBeUndefined();
+        for (const ep of r.entries)
+            for (const e of ep[0]) {
+                expect(e).toMatchObject({ completion: [5, 6, 7], stopped: false, truncated: false });
+                expect(e.logprobs!.length).toBe(e.completion.length);
+            }
+    });
+});
