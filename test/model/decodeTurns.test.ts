@@ -41,10 +41,19 @@ describe("generation batches take turns", () => {
         const p = await NativePolicy.create({ contextLength: 256, layers: 1, heads: 1, dModel: 32, seed: 2 });
         try {
             const order: string[] = [];
-            const a = p.generate(ask(2, 120)).then(() => order.push("a"));
-            await new Promise((r) => setTimeout(r, 5));
-            const b = p.generate(ask(1, 3, 9)).then(() => order.push("b")); // joins a
-            await new Promise((r) => setTimeout(r, 5));
+            // each next call made once the previous one decodes (its first token), not after a fixed wait: on a fast
+            // machine a 120-token batch could end within a few milliseconds
+            const decoding = () => {
+                let started!: () => void;
+                const p = new Promise<void>((r) => (started = r));
+                return { p, onToken: () => started() };
+            };
+            const aOn = decoding(),
+                bOn = decoding();
+            const a = p.generate(ask(2, 200), { onToken: aOn.onToken }).then(() => order.push("a"));
+            await aOn.p;
+            const b = p.generate(ask(1, 3, 9), { onToken: bOn.onToken }).then(() => order.push("b")); // joins a
+            await bOn.p;
             const T = 4,
                 tokens = new Int32Array(T).fill(65);
             const train = p

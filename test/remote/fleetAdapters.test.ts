@@ -66,11 +66,14 @@ const served = async (p: ServeProcess) =>
 
 describe("adapters pushed to a fleet", () => {
     it("after each push the agent's generations are the new adapter's; the old version is unloaded", async () => {
+        // (not sticky: the spread checks below need requests on both servers, and the 6 routing keys all hash to one
+        // of two servers in 1 run of 32; the fleet then routes by load, which spreads them)
         const fleet = new FleetPolicy({
             endpoints: procs.map((p) => p.baseUrl),
             model: "llama-1x32",
             healthCheckIntervalMs: 200,
             probeIntervalMs: 100,
+            sticky: false,
         });
         try {
             const a0 = fleet.adapter("a0");
@@ -207,6 +210,7 @@ describe("adapters pushed to a fleet", () => {
             model: "llama-1x32",
             healthCheckIntervalMs: 0,
             probeIntervalMs: 100,
+            sticky: false, // (as above: both servers must get requests)
         });
         try {
             const v = (await fleet.pushAdapter("b0", join(work, "a0-step2"))).version;
