@@ -33,6 +33,16 @@ function sampler(reply: (i: number) => Partial<Generation>): Policy {
     };
 }
 
+// One turn of two agents, the trainer's stop token EOS, each agent's stop strings (undefined: none).
+const oneTurn = (stops: (string[] | undefined)[]) => ({
+    turns: 1,
+    temperature: 1,
+    maxTokens: 8,
+    seed: 0,
+    isStop: (id: number) => id === EOS,
+    agentSampling: stops.map((stop) => ({ temperature: 1, maxTokens: 8, ...(stop ? { stop } : {}) })),
+});
+
 describe("rollouts on a remote sampler", () => {
     it("rows from the sampler's ids; each bad answer fails its episode alone, naming why", async () => {
         const task = arithDebateTask({ agents: 2 }),
@@ -53,19 +63,9 @@ describe("rollouts on a remote sampler", () => {
                     return { tokenIds: [5, 6, 9], logprobs: [-0.1, -0.2, -0.3] };
             }
         });
-        const r = await rolloutTeam(task, items, [p, p], {
-            turns: 1,
-            temperature: 1,
-            maxTokens: 8,
-            seed: 0,
-            isStop: (id) => id === EOS,
-            // item 1 ended on a string: agent 1 asked for one (its row is kept), agent 0 did not (a stop on a non-stop
-            // id: the episode fails)
-            agentSampling: [
-                { temperature: 1, maxTokens: 8 },
-                { temperature: 1, maxTokens: 8, stop: [";"] },
-            ],
-        });
+        // item 1 ended on a string: agent 1 asked for one (its row is kept), agent 0 did not (a stop on a non-stop id:
+        // the episode fails)
+        const r = await rolloutTeam(task, items, [p, p], oneTurn([undefined, [";"]]));
         const failed = new Map(r.failed!.map((f) => [f.item.id, f.error]));
         expect([...failed.keys()].sort()).toEqual([items[1].id, items[3].id, items[4].id, items[5].id].sort());
         expect(failed.get(items[1].id)).toMatch(/stopped on token 7, which is not one of the trainer's stop tokens/);
@@ -83,17 +83,7 @@ describe("rollouts on a remote sampler", () => {
         const task = arithDebateTask({ agents: 2 }),
             items = task.generate(2, 5);
         const p = sampler(() => ({ tokenIds: [5, 6, 7], logprobs: [-0.1, -0.2, -0.3] }));
-        const r = await rolloutTeam(task, items, [p, p], {
-            turns: 1,
-            temperature: 1,
-            maxTokens: 8,
-            seed: 0,
-            isStop: (id) => id === EOS,
-            agentSampling: [
-                { temperature: 1, maxTokens: 8, stop: [";"] },
-                { temperature: 1, maxTokens: 8, stop: [";"] },
-            ],
-        });
+        const r = await rolloutTeam(task, items, [p, p], oneTurn([[";"], [";"]]));
         expect(r.failed).toBeUndefined();
         for (const ep of r.entries)
             for (const e of ep[0]) {
