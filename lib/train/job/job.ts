@@ -40,7 +40,13 @@ export async function trainJob(o: TrainJobOptions): Promise<TrainSummary> {
     const adapters: Record<string, number> = {};
     const first = run.firstStage();
     const fleet = fleetActive(run.cfg)
-        ? await RolloutFleet.open(run.cfg, run.o.out, trainedBase ?? run.cfg.model.dir, (s) => run.log(s))
+        ? await RolloutFleet.open(
+              run.cfg,
+              run.o.out,
+              trainedBase ?? run.cfg.model.dir,
+              (s) => run.log(s),
+              base.tokenizer.vocabSize,
+          )
         : null;
     try {
         for (const [k, stage] of run.stages.entries())

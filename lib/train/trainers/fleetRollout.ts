@@ -45,7 +45,13 @@ export class RolloutFleet {
      * the job saved, else model.dir) with runtime LoRA loading under `<out>/fleet`. Rejects, stopping any server it
      * started, when a server does not come up.
      */
-    static async open(cfg: TrainConfig, out: string, baseDir: string, log: (s: string) => void): Promise<RolloutFleet> {
+    static async open(
+        cfg: TrainConfig,
+        out: string,
+        baseDir: string,
+        log: (s: string) => void,
+        vocabSize?: number,
+    ): Promise<RolloutFleet> {
         const f = cfg.rolloutFleet;
         const root = resolve(out, "fleet");
         mkdirSync(root, { recursive: true });
@@ -86,6 +92,8 @@ export class RolloutFleet {
             model: f.model,
             name: "rolloutFleet",
             concurrency: f.concurrency,
+            // every id a server names must be one of the trainer's (checked before it becomes a training row)
+            ...(vocabSize !== undefined ? { vocabSize } : {}),
         });
         return new RolloutFleet(fleet, servers, root, cfg.asyncRollout.maxStaleness + 2, log);
     }
