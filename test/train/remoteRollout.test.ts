@@ -8,6 +8,9 @@ import { describe, expect, it } from "vitest";
 import type { GenerateRequest, Generation, Policy } from "../../lib/policy/types.js";
 import { arithDebateTask } from "../../lib/train/tasks/tasks.js";
 import { rolloutTeam } from "../../lib/train/trainers/rollout.js";
+import { resolveConfig } from "../../lib/train/job/config.js";
+import { magrpoSample, magrpoServed } from "../../lib/train/trainers/magrpo.js";
+import type { NativePolicy } from "../../lib/model/nativePolicy.js";
 
 const EOS = 2;
 
@@ -90,5 +93,53 @@ describe("rollouts on a remote sampler", () => {
                 expect(e).toMatchObject({ completion: [5, 6, 7], stopped: false, truncated: false });
                 expect(e.logprobs!.length).toBe(e.completion.length);
             }
+    });
+
+    it("MAGRPO's trees on a remote sampler: rows from its ids; a tree with a bad answer fails alone", async () => {
+        const task = arithDebateTask({ agents: 2 }),
+            items = task.generate(3, 7);
+        // the answer depends on the question the prompt holds: item 0 well formed, 1 without exact ids, 2 misaligned
+        const p: Policy = {
+            name: "remote",
+            async generate(reqs: GenerateRequest[]): Promise<Generation[]> {
+                return reqs.map((r) => {
+                    const i = items.findIndex((x) => r.prompt!.includes(x.question));
+                    return {
+                        text: "1+1=2;2",
+                        finishReason: "stop",
+                        usage: { promptTokens: 2, completionTokens: 3 },
+                        latencyMs: 0,
+                        promptTokenIds: [10 + i, 11],
+                        tokenIds: [5, 6, EOS],
+                        logprobs: i === 2 ? [-0.1, -0.2] : [-0.1, -0.2, -0.3],
+                        tokenIdsExact: i !== 1,
+                        model: `agent-v${i}-x`,
+                    };
+                });
+            },
+        };
+        const cfg = resolveConfig({
+            algo: "magrpo",
+            agents: 2,
+            turns: 1,
+            separateTurn0: false,
+            magrpo: { generations: 2 },
+        });
+        // every answer is remote: the trainer's tokenizer is not asked to encode any prompt
+        const tokenizer = {} as NativePolicy["tokenizer"];
+        const roll = { turns: 1, temperature: 1, maxTokens: 8, seed: 0, isStop: (id: number) => id === EOS };
+        const s = await magrpoSample(cfg, task, items, [p, p], roll, tokenizer);
+        const trees = s.grown.grown;
+        expect(trees[0].error).toBeUndefined();
+        expect(trees[1].error?.message).toMatch(/remote: the answer came without the exact prompt and completion/);
+        expect(trees[2].error?.message).toMatch(/remote: the answer has 3 token ids but 2 log-probs/);
+        const act = trees[0].actions[0];
+        for (const [a, g] of act.generations.entries()) {
+            const row = s.ids.of(g, act.prompts[a] as string);
+            expect(row).toMatchObject({ prompt: [10, 11], completion: [5, 6], stopped: true, truncated: false });
+            expect(row.logprobs).toEqual([-0.1, -0.2, -0.3]);
+        }
+        // the served models of the kept trees only: 2 agents x 2 answers of item 0
+        expect(magrpoServed(s)).toEqual(["agent-v0-x", "agent-v0-x", "agent-v0-x", "agent-v0-x"]);
     });
 });

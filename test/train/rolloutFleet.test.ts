@@ -114,6 +114,55 @@ describe("rollouts on a fleet (rolloutFleet)", () => {
         }
     }, 120_000);
 
+    it("MAGRPO on a fleet: the joint-action trees sampled by the served versions, on-policy then one version behind", async () => {
+        const magrpo = {
+            algo: "magrpo",
+            iterations: 3,
+            magrpo: { generations: 2 },
+            separateTurn0: false,
+            // the random model's answers all score 0: DAPO's length penalty gives the trees rewards to compare, so
+            // every update moves the adapter
+            overlong: { buffer: 5, penaltyFactor: 1 },
+            // MAGRPO measures the mismatch when it corrects (one more forward)
+            rolloutCorrection: { rolloutIs: "token", rolloutIsThreshold: 2 },
+        };
+        const on = await fleetJob("magrpo-onpolicy", { ...magrpo, rolloutFleet: { serve: 2 } });
+        expect(on.lines.map((l) => [l.staleness, l.policyVersion])).toEqual([
+            [0, 0],
+            [0, 1],
+            [0, 2],
+        ]);
+        for (const l of on.lines) {
+            expect(l.failed).toBeUndefined();
+            for (const a of l.agents) {
+                expect(a.updates).toBeGreaterThan(0);
+                // every answer of every tree sampled by the version that trains on it: rounding only
+                expect(a.mismatchK3!, `iteration ${l.iteration}`).toBeLessThan(1e-10);
+            }
+        }
+        // the traces' answers (each tree's first path) name iteration i + 1's version of the agents' shared adapter
+        const traces = readFileSync(join(on.out, "traces.jsonl"), "utf8")
+            .trim()
+            .split("\n")
+            .map((l) => JSON.parse(l) as { iteration: number; turns: { model?: string }[][] });
+        for (const t of traces)
+            for (const turn of t.turns)
+                for (const e of turn) expect(e.model).toMatch(new RegExp(`^actor-0-v${t.iteration}-[0-9a-f]{8}$`));
+
+        const lag = await fleetJob("magrpo-async", {
+            ...magrpo,
+            rolloutFleet: { serve: 2 },
+            asyncRollout: { maxStaleness: 1 },
+        });
+        expect(lag.lines.map((l) => l.staleness)).toEqual([0, 1, 1]);
+        for (const l of lag.lines) {
+            expect(l.policyVersion).toBe(l.iteration - 1 - l.staleness);
+            const k3 = Math.max(...l.agents.map((a) => a.mismatchK3!));
+            if (l.stalenessMean === 0) expect(k3).toBeLessThan(1e-5);
+            else expect(k3).toBeGreaterThan(1e-6);
+        }
+    }, 180_000);
+
     it("an int8 fleet samples another policy than the float32 trainer: the mismatch is measured", async () => {
         const { lines } = await fleetJob("int8", { iterations: 2, rolloutFleet: { serve: 1, dtype: "int8" } });
         for (const l of lines) {
@@ -162,9 +211,6 @@ describe("rollouts on a fleet (rolloutFleet)", () => {
     it("config errors name the key", () => {
         expect(() => resolveConfig({ rolloutFleet: { serve: 2 } })).toThrow(
             /rolloutFleet: a fleet samples LoRA adapters on a Hugging Face base; give model.dir/,
-        );
-        expect(() => resolveConfig({ model: { dir: modelDir }, algo: "magrpo", rolloutFleet: { serve: 1 } })).toThrow(
-            /rolloutFleet: MAGRPO's joint-action trees sample in process/,
         );
         expect(() => resolveConfig({ rolloutFleet: { endpoints: ["ftp://x"] } })).toThrow(
             /rolloutFleet.endpoints: expected an array of at most 64 http\(s\) base URLs/,

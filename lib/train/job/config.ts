@@ -139,10 +139,10 @@ export interface TrainConfig {
     /** Per-agent settings (agentSettings.ts): one object per agent (at most `agents`), each key optional, the team's
      * value where absent: lr, criticLr, klCoef, clip, entropyCoef, temperature, topP, maxTokens. */
     agentSettings: AgentSettings[];
-    /** Asynchronous rollouts (MAPoRL, CoLLM; lib/train/trainers/pipeline.ts): iteration i's update overlaps the
+    /** Asynchronous rollouts (MAPoRL, CoLLM, MAGRPO; lib/train/trainers/pipeline.ts): iteration i's update overlaps the
      * sampling of iterations i + 1 .. i + maxStaleness by snapshots of the agents; 0 = the on-policy loop. */
     asyncRollout: { maxStaleness: number };
-    /** Rollouts sampled on a fleet (MAPoRL, CoLLM with model.dir; fleetRollout.ts): `serve` maporl serve processes the
+    /** Rollouts sampled on a fleet (every algorithm, with model.dir; fleetRollout.ts): `serve` maporl serve processes the
      * job starts on its base (at `dtype`, `threads` each), and/or `endpoints` the user runs (base URLs of vLLM, SGLang
      * or maporl serve with runtime LoRA loading, serving the same base as `model`). The agents' adapters train in
      * process and are pushed after every update; `concurrency` requests in flight per endpoint. */
@@ -304,10 +304,6 @@ export function resolveConfig(partial: unknown, where = "config"): TrainConfig {
     if (fleet && !c.model.dir)
         throw new RangeError(
             `${where}: rolloutFleet: a fleet samples LoRA adapters on a Hugging Face base; give model.dir (--model DIR), or leave rolloutFleet.serve 0 and rolloutFleet.endpoints empty`,
-        );
-    if (fleet && c.algo === "magrpo")
-        throw new RangeError(
-            `${where}: rolloutFleet: MAGRPO's joint-action trees sample in process; a fleet samples MAPoRL and CoLLM rollouts`,
         );
     if (c.rolloutFleet.endpoints.length > 0 && c.sft.steps > 0)
         throw new RangeError(

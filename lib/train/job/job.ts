@@ -13,6 +13,7 @@ import { join, resolve } from "node:path";
 import { NativePolicy } from "../../model/nativePolicy.js";
 import { replaceFileDurable } from "../../durable.js";
 import { loadModel } from "./checkpoint.js";
+import { restorePipeline } from "./resume.js";
 import { calibrateClock } from "./calibrate.js";
 import { JobRun, type JobStage } from "./run.js";
 import { mean, summarize, taskProtocol } from "./summary.js";
@@ -203,7 +204,20 @@ async function coTrain(
     await fleet?.push(m, start);
     const pipe =
         cfg.asyncRollout.maxStaleness > 0 || fleet
-            ? new RolloutPipeline(cfg, run.task, st.schedule, m, base, seedOf, cfg.iterations, run.signal, fleet)
+            ? new RolloutPipeline(
+                  cfg,
+                  run.task,
+                  st.schedule,
+                  m,
+                  base,
+                  seedOf,
+                  cfg.iterations,
+                  run.signal,
+                  fleet,
+                  resuming && !fleet
+                      ? await restorePipeline(state, cfg, ckpt.dir, m, base, start, run.log.bind(run))
+                      : undefined,
+              )
             : null;
     try {
         for (let it = start; it < cfg.iterations; it++) {
@@ -211,10 +225,14 @@ async function coTrain(
             await trainIteration(run, base, st, m, pipe, seedOf(it), it);
             if ((it + 1) % cfg.evalEvery === 0 && it + 1 < cfg.iterations)
                 await run.evaluate(label, m.agents, it + 1, st.name);
-            await run.save({ ...baseOf(run, base), ...m.named }, st.name, it + 1);
+            // an asynchronous run's checkpoint holds the snapshots its rollouts in flight were launched on
+            const piped = it + 1 < cfg.iterations ? await pipe?.checkpoint(it + 1) : null;
+            run.state.pipeline = piped?.state ?? null;
+            await run.save({ ...baseOf(run, base), ...m.named, ...piped?.models }, st.name, it + 1);
         }
     } finally {
         await pipe?.close(); // (after a failure: the rollouts launched ahead are stopped, not left to run)
+        run.state.pipeline = null;
     }
     run.state.evals[st.name] = await run.evaluate(label, m.agents, cfg.iterations, st.name);
     for (const [name, model] of Object.entries(m.named)) {

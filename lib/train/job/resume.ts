@@ -4,6 +4,10 @@ import { readdirSync, statSync } from "node:fs";
 import { join } from "node:path";
 
 import { sha256File } from "../../files.js";
+import type { NativePolicy } from "../../model/nativePolicy.js";
+import { snapshotName } from "../trainers/pipeline.js";
+import type { StageModels } from "../trainers/stage.js";
+import { loadModel } from "./checkpoint.js";
 import type { TrainConfig } from "./config.js";
 import type { JobState } from "./types.js";
 /** SHA-256 of every regular file directly in model directory `dir` (weights, config, tokenizer), by name. */
@@ -85,4 +89,55 @@ export function checkResumeInputs(
             );
     }
     return now;
+}
+
+/**
+ * A resumed asynchronous stage's pipeline (JobState.pipeline): where it started and the snapshots of the versions
+ * its rollouts in flight were launched at, loaded from checkpoint `dir` (each agent model's by its name in
+ * `m.named`). Undefined when the checkpoint records none, or when asyncRollout.maxStaleness changed since (accepted
+ * with --allow-config-change): the pipeline then starts again at `step`. Throws, naming the field, on a record that
+ * cannot be this run's.
+ */
+export async function restorePipeline(
+    state: JobState,
+    cfg: TrainConfig,
+    dir: string,
+    m: StageModels,
+    base: NativePolicy,
+    step: number,
+    log: (l: string) => void,
+): Promise<{ start: number; snapshots: Map<number, Map<NativePolicy, NativePolicy>> } | undefined> {
+    const p = state.pipeline;
+    const d = cfg.asyncRollout.maxStaleness;
+    if (p === undefined || p === null) return undefined;
+    const int = (x: unknown, lo: number, hi: number) =>
+        Number.isSafeInteger(x) && (x as number) >= lo && (x as number) <= hi;
+    const bad = (field: string, want: string, got: unknown) =>
+        new Error(
+            `train: --resume: ${join(dir, "state.json")}: pipeline${field ? `.${field}` : ""}: expected ${want}, got ${JSON.stringify(got)}`,
+        );
+    if (typeof p !== "object") throw bad("", "an object", p);
+    if (!int(p.start, 0, step)) throw bad("start", `an integer in [0, ${step}]`, p.start);
+    if (!int(p.maxStaleness, 1, 64)) throw bad("maxStaleness", "an integer in [1, 64]", p.maxStaleness);
+    if (
+        !Array.isArray(p.versions) ||
+        p.versions.length > p.maxStaleness ||
+        !p.versions.every((v) => int(v, p.start, step - 1))
+    )
+        throw bad("versions", `at most ${p.maxStaleness} integers in [${p.start}, ${step - 1}]`, p.versions);
+    if (p.maxStaleness !== d) {
+        log(
+            `train: asyncRollout.maxStaleness is ${d}, the checkpoint's pipeline ran at ${p.maxStaleness}: its rollouts start again at iteration ${step + 1}`,
+        );
+        return undefined;
+    }
+    const nameOf = new Map(Object.entries(m.named).map(([k, v]) => [v, k]));
+    const snapshots = new Map<number, Map<NativePolicy, NativePolicy>>();
+    for (const v of p.versions) {
+        const snap = new Map<NativePolicy, NativePolicy>();
+        for (const a of new Set(m.agents))
+            snap.set(a, await loadModel(dir, snapshotName(v, nameOf.get(a) ?? "?"), cfg.device, base));
+        snapshots.set(v, snap);
+    }
+    return { start: p.start, snapshots };
 }

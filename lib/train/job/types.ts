@@ -70,4 +70,14 @@ export interface JobState {
     config?: TrainConfig;
     /** SHA-256 of every file of model.dir when the run started (a resume compares; absent without model.dir). */
     modelFiles?: Record<string, string>;
+    /** An asynchronous stage's pipeline at this checkpoint (pipeline.ts; null or absent: none to restore). */
+    pipeline?: PipelineState | null;
+}
+
+/** What a checkpoint records of an in-process rollout pipeline (lib/train/trainers/pipeline.ts): the iteration it
+ * started at, its bound, and the versions whose snapshots the checkpoint holds (models `pipeline-v<version>-<name>`). */
+export interface PipelineState {
+    start: number;
+    maxStaleness: number;
+    versions: number[];
 }

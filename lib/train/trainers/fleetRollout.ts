@@ -1,6 +1,7 @@
-// fleetRollout.ts: the trainers' rollouts sampled on a fleet (config `rolloutFleet`): `maporl serve` processes the job
-// starts on its base (`serve: N`) or servers the user runs (`endpoints`: vLLM, SGLang or maporl serve with runtime LoRA
-// loading), the agents' LoRA adapters trained in process and pushed (FleetPolicy.pushAdapter) after every update.
+// fleetRollout.ts: the trainers' rollouts (MAPoRL's and CoLLM's debates, MAGRPO's joint-action trees) sampled on a
+// fleet (config `rolloutFleet`): `maporl serve` processes the job starts on its base (`serve: N`) or servers the
+// user runs (`endpoints`: vLLM, SGLang or maporl serve with runtime LoRA loading), the agents' LoRA adapters trained
+// in process and pushed (FleetPolicy.pushAdapter) after every update.
 // Policy version v = v updates done in the stage; every rollout entry names the served version that sampled it, so the
 // trainer knows each row's staleness. A request in flight when a version is pushed finishes on the version it asked
 // for (the fleet unloads a retired version once its requests are answered).
@@ -14,7 +15,6 @@ import { FleetPolicy } from "../../remote/fleet.js";
 import { startServeProcess, type ServeProcess } from "../../serve/serveProcess.js";
 import type { TrainConfig } from "../job/config.js";
 import type { StageModels } from "./stage.js";
-import type { TeamRollout } from "./rollout.js";
 
 /** The built CLI the job's servers run: next to this module in the package, dist/cli.js when run from the sources. */
 function cliPath(): string {
@@ -149,21 +149,19 @@ export class RolloutFleet {
         return this.fleet;
     }
 
-    /** The oldest policy version that sampled a trained agent's entry of `r` (entries of the base model are not
-     * versioned), and the mean version; null when no entry names a pushed version. */
-    versionsOf(r: TeamRollout): { min: number; mean: number } | null {
+    /** The oldest policy version among `served` (the served models that sampled a rollout's answers: entries of the
+     * base model are not versioned), and the mean version; null when none names a pushed version. */
+    versionsOf(served: Iterable<string | undefined>): { min: number; mean: number } | null {
         let min = Infinity,
             sum = 0,
             n = 0;
-        for (const ep of r.entries)
-            for (const turn of ep)
-                for (const e of turn) {
-                    const v = e.model !== undefined ? this.versions.get(e.model) : undefined;
-                    if (v === undefined) continue;
-                    min = Math.min(min, v);
-                    sum += v;
-                    n++;
-                }
+        for (const name of served) {
+            const v = name !== undefined ? this.versions.get(name) : undefined;
+            if (v === undefined) continue;
+            min = Math.min(min, v);
+            sum += v;
+            n++;
+        }
         return n ? { min, mean: sum / n } : null;
     }
 

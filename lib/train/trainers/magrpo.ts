@@ -9,7 +9,8 @@
 //   - loss -A * log pi(answer), the sequence log-prob summed over its tokens ('seq-mean-token-sum'), no ratio, no
 //     clip; an optional KL to the reference policy (Schulman k3, `klCoef`), in the loss rather than the reward.
 import { JointRollout, type JointTree } from "../../debate/jointRollout.js";
-import type { Generation } from "../../policy/types.js";
+import type { Generation, Policy } from "../../policy/types.js";
+import { TreeIds, type RowIds } from "./magrpoIds.js";
 import type { NativePolicy } from "../../model/nativePolicy.js";
 import { treeReturns } from "../../rl/tree.js";
 import type { TrainConfig } from "../job/config.js";
@@ -33,7 +34,6 @@ import {
     turnScores,
     type RolloutEntry,
     type TeamRollout,
-    answerEnd,
 } from "./rollout.js";
 import type { ToolResult } from "../../env/tools.js";
 import type { IterationResult } from "./iteration.js";
@@ -52,7 +52,7 @@ async function firstPath(
     tree: JointTree,
     item: TaskItem,
     turns: number,
-    tokenize: (s: string) => number[],
+    ids: TreeIds,
     extra: (action: number, agent: number) => Promise<Partial<RolloutEntry>>,
 ): Promise<RolloutEntry[][]> {
     const path: RolloutEntry[][] = [];
@@ -64,10 +64,7 @@ async function firstPath(
         path.push(
             await Promise.all(
                 act.generations.map(async (g, a) => ({
-                    prompt: tokenize(act.prompts[a] as string),
-                    completion: (g.tokens ?? []) as number[],
-                    ...answerEnd(g),
-                    ...(g.logprobs ? { logprobs: g.logprobs } : {}),
+                    ...ids.of(g, act.prompts[a] as string),
                     text: g.text,
                     extracted: answerOf(task, g.text),
                     correct: right(task, g.text, item),
@@ -86,8 +83,10 @@ export type Roll = {
     temperature: number;
     maxTokens: number;
     seed: number;
-    turn0?: NativePolicy[];
+    turn0?: Policy[];
     signal?: AbortSignal;
+    /** The trainer's stop tokens (a remote answer that stopped must end on one). */
+    isStop?: (id: number) => boolean;
 };
 
 // The joint-action trees of every item through JointRollout.runBatch (breadth first: one batched decode per depth
@@ -98,8 +97,9 @@ async function trees(
     cfg: TrainConfig,
     task: Task,
     items: TaskItem[],
-    agents: NativePolicy[],
+    agents: Policy[],
     roll: Roll,
+    ids: TreeIds,
 ): Promise<{
     grown: JointTree[];
     toolsOf: (item: TaskItem, a: number, depth: number, text: string) => Promise<ToolResult[] | undefined>;
@@ -157,7 +157,10 @@ async function trees(
             : {}),
         seed: (item) => (roll.seed % 1_000_000_007) * 1_000_003 + items.indexOf(item) * 100_003, // < 2^53
     });
-    return { grown: await rollout.runBatch(items, roll.signal ? { signal: roll.signal } : {}), toolsOf };
+    const grown = await rollout.runBatch(items, roll.signal ? { signal: roll.signal } : {});
+    const sampling = cfg.agentSettings.length ? agentSampling(cfg, agents.length) : null;
+    ids.check(grown, agents, roll.turn0, roll.isStop, (a) => sampling?.[a]?.stop);
+    return { grown, toolsOf };
 }
 
 // The trees of an iteration: with DAPO's overlong punishment, every joint action's reward gains its answers' mean
@@ -169,8 +172,9 @@ async function grow(
     cfg: TrainConfig,
     task: Task,
     items: TaskItem[],
-    agents: NativePolicy[],
+    agents: Policy[],
     roll: Roll,
+    ids: TreeIds,
 ): Promise<{
     grown: JointTree[];
     toolsOf: Awaited<ReturnType<typeof trees>>["toolsOf"];
@@ -202,6 +206,7 @@ async function grow(
             batch,
             agents,
             batches === 0 ? roll : { ...roll, seed: roll.seed + batches * 10_000_019 },
+            ids,
         );
         batches++;
         first ??= r;
@@ -246,25 +251,31 @@ export async function magrpoIteration(
 }
 
 /** An iteration's sampled trees (MAGRPO's rollout phase), before any update: what the asynchronous pipeline samples
- * ahead on snapshots of the agents. */
+ * ahead on snapshots of the agents, or on a fleet. */
 export interface MagrpoSample {
     items: TaskItem[];
     agents: number;
-    tokenizer: NativePolicy["tokenizer"];
+    ids: TreeIds;
     grown: Awaited<ReturnType<typeof grow>>;
 }
 
-/** The joint-action trees of `items` (with DAPO's filter, the items it kept and the ones it sampled more). */
+/** The joint-action trees of `items` (with DAPO's filter, the items it kept and the ones it sampled more), sampled by
+ * `agents`: the embedded models, or remote samplers whose answers become rows through `tokenizer` (the trainer's). */
 export async function magrpoSample(
     cfg: TrainConfig,
     task: Task,
     items: TaskItem[],
-    agents: NativePolicy[],
+    agents: Policy[],
     roll: Roll,
+    tokenizer: NativePolicy["tokenizer"] = (agents[0] as NativePolicy).tokenizer,
 ): Promise<MagrpoSample> {
-    const grown = await grow(cfg, task, items, agents, roll);
-    return { items, agents: agents.length, tokenizer: agents[0]!.tokenizer, grown };
+    const ids = new TreeIds(tokenizer);
+    const grown = await grow(cfg, task, items, agents, roll, ids);
+    return { items, agents: agents.length, ids, grown };
 }
+
+/** The served models that sampled the kept trees' answers (a fleet's adapter versions), one per remote answer. */
+export const magrpoServed = (sample: MagrpoSample): string[] => sample.ids.served(sample.grown.grown);
 
 /** MAGRPO's update of the trainable models on sampled trees (by these models or by a snapshot of them). */
 export async function magrpoUpdate(
@@ -279,20 +290,9 @@ export async function magrpoUpdate(
     const correction = correctionOptions(cfg.rolloutCorrection);
     const A = sample.agents,
         mg = cfg.magrpo,
-        tok = sample.tokenizer;
+        ids = sample.ids;
     let items = sample.items;
-    const rows = new Map<
-        NativePolicy,
-        {
-            prompt: number[];
-            completion: number[];
-            stopped: boolean;
-            truncated: boolean;
-            logprobs?: number[];
-            adv: number;
-            a: number;
-        }[]
-    >();
+    const rows = new Map<NativePolicy, (RowIds & { adv: number; a: number })[]>();
     const paths: RolloutEntry[][][] = [];
     const truncated = new Float64Array(A);
     const rewardSum = new Float64Array(A),
@@ -321,14 +321,7 @@ export async function magrpoUpdate(
         const model = trainable[a];
         if (!model || !trainTurn(depth)) return;
         credit.set(`${action}/${a}`, adv);
-        pushTo(rows, model, {
-            prompt: tok.encodeChat([{ role: "user", content: prompt }]),
-            completion: (g.tokens ?? []) as number[],
-            ...answerEnd(g),
-            ...(g.logprobs ? { logprobs: g.logprobs } : {}),
-            adv,
-            a,
-        });
+        pushTo(rows, model, { ...ids.of(g, prompt), adv, a });
     };
     for (const [i, item] of items.entries()) {
         const tree = forest[i]!;
@@ -377,19 +370,12 @@ export async function magrpoUpdate(
                 );
             }
         paths.push(
-            await firstPath(
-                task,
-                tree,
-                item,
-                roll.turns,
-                (s) => tok.encodeChat([{ role: "user", content: s }]),
-                async (n, a) => {
-                    const act = tree.actions[n]!,
-                        results = await toolsOf(item, a, act.depth, act.generations[a]!.text),
-                        c = credit.get(`${n}/${a}`);
-                    return { ...(results ? { toolResults: results } : {}), ...(c !== undefined ? { credit: c } : {}) };
-                },
-            ),
+            await firstPath(task, tree, item, roll.turns, ids, async (n, a) => {
+                const act = tree.actions[n]!,
+                    results = await toolsOf(item, a, act.depth, act.generations[a]!.text),
+                    c = credit.get(`${n}/${a}`);
+                return { ...(results ? { toolResults: results } : {}), ...(c !== undefined ? { credit: c } : {}) };
+            }),
         );
     }
     const stats: AgentStats[] = Array.from({ length: A }, (_, a) => ({
@@ -416,7 +402,7 @@ export async function magrpoUpdate(
     // them before the first step (the sampler's lag, not this update's own earlier steps).
     const prepared = [];
     for (const [model, list, who] of split) {
-        const b = packRows(list, tok.eos, model.config.contextLength);
+        const b = packRows(list, model.tokenizer.eos, model.config.contextLength);
         const corr = correction && b.rolloutLogp ? await correctBatch(b, await model.logprobs(b), correction) : null;
         prepared.push({ model, list, who, b, corr });
     }

@@ -276,7 +276,7 @@ export function answerEnd(g: Generation): { stopped: boolean; truncated: boolean
  * and end a stopped answer on one of the trainer's stop tokens (`isStop`; packRows appends the trainer's eos, as for
  * the embedded model's answers). A string says why an answer cannot be trained on.
  */
-function answerIds(
+export function answerIds(
     model: Policy,
     g: Generation,
     content: string,
