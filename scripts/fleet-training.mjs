@@ -5,8 +5,8 @@
 // on float32 or int8 servers. Per run: iterations per minute of the co-training loop (from its first to its last
 // iteration), the held-out majority accuracy at the last turn, the mean staleness and the mean mismatch k3.
 //
-//   npm run build:ts && node scripts/fleet-training.mjs [--task tool-lookup] [--iterations 20] [--seeds 0,1,2]
-//                                                       [--only "name|name"] [--out DIR]
+//   npm run build:ts && node scripts/fleet-training.mjs [--task tool-lookup] [--algo maporl] [--iterations 20]
+//                                                       [--seeds 0,1,2] [--only "name|name"] [--out DIR]
 import { spawnSync } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -18,6 +18,7 @@ import { trainJob } from "../dist/train/job/job.js";
 const { values: a } = parseArgs({
     options: {
         task: { type: "string", default: "tool-lookup" },
+        algo: { type: "string", default: "maporl" },
         iterations: { type: "string", default: "20" },
         seeds: { type: "string", default: "0,1,2" },
         only: { type: "string", default: "" },
@@ -82,7 +83,7 @@ const mean = (xs) => xs.reduce((s, x) => s + x, 0) / Math.max(1, xs.length);
 const f = (x, d = 3) => (Number.isFinite(x) ? x.toFixed(d) : "-");
 
 console.log(
-    `${a.task}, ${a.iterations} iterations, seeds ${a.seeds}\n` +
+    `${a.task}, ${a.algo}, ${a.iterations} iterations, seeds ${a.seeds}\n` +
         "| setting | iterations / min (per seed) | mean | accuracy (per seed) | mean | staleness (mean) | mismatch k3 (mean) |\n" +
         "| --- | --- | --- | --- | --- | --- | --- |",
 );
@@ -102,6 +103,7 @@ for (const [name, extra] of SETTINGS) {
                 ...common,
                 model: { ...common.model, dir: base },
                 iterations: Number(a.iterations),
+                algo: a.algo,
                 seed,
                 ...extra,
             },

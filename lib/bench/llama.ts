@@ -23,6 +23,7 @@ import { lcg } from "../random.js";
 import { median, timeMedian, timeWithProbe } from "./measure.js";
 import { blasName, runPython } from "./python.js";
 import { type BenchContext, type BenchRow } from "./types.js";
+import { benchLlamaCpp } from "./llamaCpp.js";
 
 export const SMOL = {
     model_type: "llama",
@@ -353,5 +354,7 @@ export async function benchLlama(ctx: BenchContext): Promise<BenchRow[]> {
     } finally {
         rmSync(dir, { recursive: true, force: true });
     }
+    // llama.cpp on the same GGUF files, where node-llama-cpp is installed (llamaCpp.ts)
+    rows.push(...(await benchLlamaCpp(ctx, SMOL, size)));
     return rows;
 }

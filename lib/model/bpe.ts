@@ -98,14 +98,28 @@ export interface AddedToken {
 
 /** tokenizer.json of a byte-level BPE tokenizer (GPT-2's, Llama 3's, Qwen2's) for `model` and its `added` tokens.
  * `split`: a pre-tokenization pattern applied before the byte-level step (null: GPT-2's own pattern);
- * `ignoreMerges`: a word found whole in the vocabulary is one token (Llama 3's setting). */
+ * `ignoreMerges`: a word found whole in the vocabulary is one token (Llama 3's setting); `digits`: every digit is
+ * split off first, then GPT-2's pattern (SmolLM's tokenizer, llama.cpp's 'smollm' pre-tokenizer). */
 export function tokenizerJson(
     model: BpeModel,
     added: AddedToken[],
     split: string | null = null,
     ignoreMerges = false,
+    digits = false,
 ): Record<string, unknown> {
     const byteLevel = { type: "ByteLevel", add_prefix_space: false, trim_offsets: true, use_regex: split === null };
+    const pre =
+        split !== null
+            ? {
+                  type: "Sequence",
+                  pretokenizers: [
+                      { type: "Split", pattern: { Regex: split }, behavior: "Isolated", invert: false },
+                      byteLevel,
+                  ],
+              }
+            : digits
+              ? { type: "Sequence", pretokenizers: [{ type: "Digits", individual_digits: true }, byteLevel] }
+              : byteLevel;
     return {
         version: "1.0",
         truncation: null,
@@ -120,16 +134,7 @@ export function tokenizerJson(
             special: t.special,
         })),
         normalizer: null,
-        pre_tokenizer:
-            split === null
-                ? byteLevel
-                : {
-                      type: "Sequence",
-                      pretokenizers: [
-                          { type: "Split", pattern: { Regex: split }, behavior: "Isolated", invert: false },
-                          byteLevel,
-                      ],
-                  },
+        pre_tokenizer: pre,
         post_processor: { type: "ByteLevel", add_prefix_space: false, trim_offsets: false, use_regex: true },
         decoder: { type: "ByteLevel", add_prefix_space: true, trim_offsets: true, use_regex: true },
         model: {

@@ -2,7 +2,7 @@
 // Hugging Face directory would hold, read by HfTokenizer (@huggingface/tokenizers, @huggingface/jinja). Byte-level
 // BPE ("gpt2", the tokenizer of Llama 3, Qwen2 and SmolLM): tokens and merges as they are, control and user-defined
 // tokens as added tokens, the pre-tokenizer's split pattern chosen by tokenizer.ggml.pre as llama.cpp chooses it
-// (gpt2's, llama-bpe's, qwen2's; another pre is an error that names it and the way out: options.tokenizer).
+// (gpt2's, llama-bpe's, qwen2's, smollm's; another pre is an error that names it and the way out: options.tokenizer).
 // SentencePiece ("llama") tokenizers are not read in this version.
 import { describe } from "../validate.js";
 import { type AddedToken, tokenizerJson } from "./bpe.js";
@@ -14,9 +14,12 @@ const LLAMA3 =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 const QWEN2 =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+// (llama.cpp's converter writes 'gpt-2' for GPT-2's pattern; 'smollm' splits every digit off first, then GPT-2's)
 const SPLITS: Record<string, string | null> = {
     gpt2: null,
+    "gpt-2": null,
     default: null,
+    smollm: null,
     "llama-bpe": LLAMA3,
     llama3: LLAMA3,
     qwen2: QWEN2,
@@ -60,7 +63,7 @@ export function ggufTokenizer(
     });
     const split = SPLITS[pre]!;
     // (llama.cpp ignores merges for Llama 3's pre-tokenizer only)
-    const json = tokenizerJson({ vocab, merges: merges as string[] }, added, split, split === LLAMA3);
+    const json = tokenizerJson({ vocab, merges: merges as string[] }, added, split, split === LLAMA3, pre === "smollm");
     const name = (k: string): string | null => {
         const v = md[k];
         const i = typeof v === "bigint" ? Number(v) : v;
