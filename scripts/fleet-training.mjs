@@ -121,11 +121,13 @@ for (const [name, extra] of SETTINGS) {
             .filter((l) => l.includes('"kind":"train"'))
             .map((l) => JSON.parse(l));
         stale.push(mean(lines.map((l) => l.stalenessMean ?? l.staleness ?? 0)));
-        k3.push(mean(lines.flatMap((l) => l.agents.map((g) => g.mismatchK3 ?? NaN).filter(Number.isFinite))));
+        // (MAGRPO measures the mismatch only when it corrects: none measured is "-")
+        const measured = lines.flatMap((l) => l.agents.map((g) => g.mismatchK3 ?? NaN).filter(Number.isFinite));
+        k3.push(measured.length ? mean(measured) : NaN);
         rmSync(out, { recursive: true, force: true });
     }
     console.log(
-        `| ${name} | ${rates.map((x) => f(x, 1)).join(", ")} | ${f(mean(rates), 1)} | ${accs.map((x) => f(x)).join(", ")} | ${f(mean(accs))} | ${f(mean(stale), 2)} | ${mean(k3).toExponential(1)} |`,
+        `| ${name} | ${rates.map((x) => f(x, 1)).join(", ")} | ${f(mean(rates), 1)} | ${accs.map((x) => f(x)).join(", ")} | ${f(mean(accs))} | ${f(mean(stale), 2)} | ${Number.isFinite(mean(k3)) ? mean(k3).toExponential(1) : "-"} |`,
     );
 }
 if (!a.out) rmSync(root, { recursive: true, force: true });

@@ -61,14 +61,16 @@ function encode(x: Float32Array, kind: GgufKind): Uint8Array {
         return new Uint8Array(out.buffer);
     }
     const out = new Uint8Array((x.length / 32) * 34),
-        view = new DataView(out.buffer);
+        q = new Int8Array(out.buffer);
     for (let b = 0; b < x.length / 32; b++) {
         let amax = 0;
         for (let i = 0; i < 32; i++) amax = Math.max(amax, Math.abs(x[b * 32 + i]!));
         const d = Math.fround(amax / 127),
-            inv = d > 0 ? 1 / d : 0;
-        view.setUint16(b * 34, toHalf(d), true);
-        for (let i = 0; i < 32; i++) view.setInt8(b * 34 + 2 + i, Math.round(x[b * 32 + i]! * inv));
+            inv = d > 0 ? 1 / d : 0,
+            h = toHalf(d);
+        out[b * 34] = h & 0xff;
+        out[b * 34 + 1] = h >>> 8;
+        for (let i = 0; i < 32; i++) q[b * 34 + 2 + i] = Math.round(x[b * 32 + i]! * inv);
     }
     return out;
 }

@@ -355,6 +355,6 @@ export async function benchLlama(ctx: BenchContext): Promise<BenchRow[]> {
         rmSync(dir, { recursive: true, force: true });
     }
     // llama.cpp on the same GGUF files, where node-llama-cpp is installed (llamaCpp.ts)
-    rows.push(...(await benchLlamaCpp(ctx, SMOL, size)));
+    rows.push(...benchLlamaCpp(ctx, SMOL, size));
     return rows;
 }

@@ -12,6 +12,7 @@ import {
     truncateSync,
     writeFileSync,
 } from "node:fs";
+import { setMaxListeners } from "node:events";
 import { join } from "node:path";
 
 import { backend, setMatmulPrecision } from "../../backend.js";
@@ -108,7 +109,9 @@ export class JobRun {
         this.metricsFile = join(o.out, "metrics.jsonl");
         this.tracesFile = join(o.out, "traces.jsonl");
         this.log = o.log ?? (() => undefined);
-        this.signal = o.signal;
+        // (a signal of its own: every request, tool call and step in flight listens to it, hundreds at once)
+        this.signal = o.signal ? AbortSignal.any([o.signal]) : undefined;
+        if (this.signal) setMaxListeners(0, this.signal);
         this.task = makeTask(cfg);
         this.stages = [{ name: cfg.algo, schedule: cfg.schedule }];
         if (cfg.controls && cfg.schedule !== "independent")

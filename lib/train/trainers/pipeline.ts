@@ -21,6 +21,8 @@
 // still <= d (launched at most d versions ahead, versions only grow). maxStaleness 0 is the on-policy loop on a fleet.
 // A fleet's versions depend on when each request started, so a resumed run on a fleet launches its rollouts again on
 // the version it resumes at (staleness 0 .. d, as at a stage's start).
+import { setMaxListeners } from "node:events";
+
 import type { NativePolicy } from "../../model/nativePolicy.js";
 import type { TrainConfig } from "../job/config.js";
 import type { PipelineState } from "../job/types.js";
@@ -66,6 +68,8 @@ export class RolloutPipeline {
         restored?: { start: number; snapshots: Map<number, Snapshot> },
     ) {
         this.rolloutSignal = signal ? AbortSignal.any([signal, this.stop.signal]) : this.stop.signal;
+        // every request, tool call and step in flight listens to it (a MAGRPO depth's tool calls: hundreds at once)
+        setMaxListeners(0, this.rolloutSignal);
         this.start = restored && !fleet ? restored.start : null;
         if (restored && !fleet) for (const [v, s] of restored.snapshots) this.snaps.set(v, Promise.resolve(s));
     }
