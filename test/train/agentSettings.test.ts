@@ -2,9 +2,13 @@
 // iteration each agent samples at its own temperature (a greedy agent answers the same whatever the seed, a hot one
 // does not; the trace records both temperatures) and trains at its own learning rate (lr 0 leaves its model
 // untouched while its partner's changes), and the metrics report both.
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+
 import { describe, expect, it } from "vitest";
 
-import { NativePolicy } from "../../lib/index.js";
+import { NativePolicy, trainJob } from "../../lib/index.js";
 import { native } from "../../lib/native.js";
 import { resolveConfig, type Algo } from "../../lib/train/job/config.js";
 import { runIteration, stageModels } from "../../lib/train/trainers/stage.js";
@@ -188,4 +192,42 @@ describe("mini-batches in MAGRPO and CoLLM", () => {
                 expect(split.r.stats.map((s) => s.updates)).toEqual([1, 6]);
             } else expect(split.r.stats[1].updates).toBeGreaterThan(whole.r.stats[1].updates);
         });
+});
+
+describe("agentSettings in a job's evaluation", () => {
+    it("the held-out evaluation samples each agent with its own settings (maxTokens here), as training does", async () => {
+        const work = mkdtempSync(join(tmpdir(), "maporl-agent-eval-"));
+        try {
+            const run = async (name: string, extra: Record<string, unknown>) => {
+                const out = join(work, name);
+                await trainJob({
+                    out,
+                    config: {
+                        iterations: 1,
+                        episodesPerIteration: 3,
+                        evalEpisodes: 6,
+                        controls: false,
+                        sft: { steps: 2, batchSize: 4 },
+                        model: { layers: 1, heads: 2, dModel: 32, contextLength: 64 },
+                        critic: { layers: 1, heads: 2, dModel: 32 },
+                        sampling: { temperature: 1, maxTokens: 16 },
+                        ...extra,
+                    },
+                });
+                return readFileSync(join(out, "metrics.jsonl"), "utf8")
+                    .split("\n")
+                    .filter((l) => l.includes('"kind":"eval"'))
+                    .map((l) => JSON.parse(l) as { tokensPerTurn: number[] });
+            };
+            // the untrained random model rarely stops early: at the team's 16 tokens its answers run long ...
+            const team = await run("team", {});
+            expect(Math.max(...team.flatMap((e) => e.tokensPerTurn))).toBeGreaterThan(3);
+            // ... and at each agent's maxTokens 3 no evaluation answer is longer
+            const own = await run("own", { agentSettings: [{ maxTokens: 3 }, { maxTokens: 3 }, { maxTokens: 3 }] });
+            expect(own.length).toBeGreaterThan(0);
+            for (const e of own) for (const t of e.tokensPerTurn) expect(t).toBeLessThanOrEqual(3);
+        } finally {
+            rmSync(work, { recursive: true, force: true });
+        }
+    }, 120_000);
 });

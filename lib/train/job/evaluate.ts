@@ -2,6 +2,7 @@
 // 1/k), per-agent accuracy per turn, solo accuracy (each agent's turn-0 answer, given with empty discussion slots:
 // the agent alone, the knowledge-vs-collaboration control) and the turn-to-turn transitions.
 import { debateMetrics, type Transitions } from "../../debate/metrics.js";
+import type { SamplingOptions } from "../../policy/types.js";
 import type { NativePolicy } from "../../model/nativePolicy.js";
 import { rolloutTeam, type TeamRollout } from "../trainers/rollout.js";
 import { answerersOf, type Task, type TaskItem } from "../tasks/tasks.js";
@@ -17,6 +18,8 @@ export interface EvalResult {
     /** With a separate turn-0 model: each agent's trained (turns >= 1) model answering alone, empty slots. */
     trainedAlone?: number[];
     episodes: number;
+    /** Per turn: the mean completion tokens of the answerers' answers (verl's response_length). */
+    tokensPerTurn: number[];
 }
 
 /** The team's metrics: over the answers of the task's answerers (every agent in a debate; the solver of tool-lookup). */
@@ -44,6 +47,7 @@ export function teamMetrics(r: TeamRollout): EvalResult {
         transitions: m.transitions.map((x) => x.all),
         gain: maj[maj.length - 1]! - maj[0]!,
         episodes: m.episodes,
+        tokensPerTurn: m.tokensPerTurn,
     };
 }
 
@@ -60,6 +64,8 @@ export async function evaluateTeam(
         feedback?: boolean;
         signal?: AbortSignal;
         onAnswers?: (n: number) => void;
+        /** Per-agent sampling (agentSettings: temperature, topP, maxTokens, stop), as in training. */
+        agentSampling?: SamplingOptions[];
     },
 ): Promise<EvalResult> {
     const r = teamMetrics(await rolloutTeam(task, items, agents, o));

@@ -21,6 +21,7 @@ import type { NativePolicy } from "../../model/nativePolicy.js";
 import { fsyncFile, writeFileDurable } from "../../durable.js";
 import { prefixSha256, readCheckpoint, writeCheckpoint } from "./checkpoint.js";
 import { answersPerRollout, JobClock } from "./clock.js";
+import { agentSampling } from "./agentSettings.js";
 import { resolveConfig, type TrainConfig } from "./config.js";
 import { evaluateTeam, type EvalResult } from "./evaluate.js";
 import { checkResumeInputs, digestModelDir } from "./resume.js";
@@ -297,6 +298,8 @@ export class JobRun {
             feedback: cfg.feedback,
             ...(turn0 ? { turn0 } : {}),
             ...(this.signal ? { signal: this.signal } : {}),
+            // each agent answers with its own sampling settings, stop strings included, as in training
+            ...(cfg.agentSettings.length ? { agentSampling: agentSampling(cfg, cfg.agents) } : {}),
             onAnswers: (n) => {
                 done += n;
                 step(done);
