@@ -75,8 +75,9 @@ function encode(x: Float32Array, kind: GgufKind): Uint8Array {
     return out;
 }
 
-/** Writes `path`: shape `cfg`, matrices as `kind`, weights uniform with standard deviation `std` from `seed`. */
-export function writeRandomGguf(path: string, cfg: LlamaShape, kind: GgufKind, seed = 0, std = 0.02): void {
+/** Writes `path`: shape `cfg`, matrices as `kind`, weights uniform with standard deviation `std` from `seed`; with
+ * `eos` false, the file names no end-of-sequence token (generation runs to its maxTokens in any engine). */
+export function writeRandomGguf(path: string, cfg: LlamaShape, kind: GgufKind, seed = 0, std = 0.02, eos = true): void {
     const H = cfg.hidden_size,
         I = cfg.intermediate_size,
         hd = H / cfg.num_attention_heads,
@@ -133,7 +134,7 @@ export function writeRandomGguf(path: string, cfg: LlamaShape, kind: GgufKind, s
             subType: GGUFValueType.INT32,
         },
         "tokenizer.ggml.merges": { value: [] as string[], type: GGUFValueType.ARRAY, subType: GGUFValueType.STRING },
-        "tokenizer.ggml.eos_token_id": u32(tokens.length - 1),
+        ...(eos ? { "tokenizer.ggml.eos_token_id": u32(tokens.length - 1) } : {}),
     };
     md.kv_count.value = BigInt(Object.keys(md).length - 3);
     const head = serializeGgufMetadata(md as Parameters<typeof serializeGgufMetadata>[0], { alignment: 1 });

@@ -6,9 +6,9 @@
 // both several-fold. Per precision, in three rounds alternating the engines (a shared VM's speed drifts):
 // single-stream decoding after a 64-token prompt, the time per decoded token as (T(64 new) - T(1 new)) / 63 for both
 // (the prompt's prefill cancels), and 8 streams of 64-token prompts and 64 new tokens each, prefill included, in
-// tokens per second. Greedy, the same thread count. A check file first (a small shape, std 0.25, so that greedy
-// decoding is not degenerate): both engines must decode the same 24 tokens from it at each precision, or the row says
-// they differ.
+// tokens per second. Greedy, the same thread count; the files name no end-of-sequence token, so every answer runs its
+// full length in both engines. A check file first (a small shape, std 0.25, so that greedy decoding is not
+// degenerate): the row's note says whether both engines decoded the same 24 tokens from it at its precision.
 import { spawnSync } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createRequire } from "node:module";
@@ -55,7 +55,11 @@ const p = await NativePolicy.load(a.file, { dtype: a.dtype, tokenizer: null, con
 const gen = (n, s) => p.generate(a.prompts.slice(0, s).map((promptTokenIds) => ({ promptTokenIds, sampling: { temperature: 0, maxTokens: n } })));
 if (a.mode === "check") console.log(JSON.stringify({ tokens: (await gen(24, 1))[0].tokens }));
 else {
-    const time = async (n, s) => { const t0 = performance.now(); await gen(n, s); return performance.now() - t0; };
+    const time = async (n, s) => {
+        const t0 = performance.now(), g = await gen(n, s), ms = performance.now() - t0;
+        if (g.some((x) => x.tokens.length !== n)) throw new Error("an answer stopped before " + n + " tokens");
+        return ms;
+    };
     await time(4, 1);
     const t64 = await time(64, 1), t1 = await time(1, 1), t8 = await time(64, 8);
     console.log(JSON.stringify({ perToken: (t64 - t1) / 63, streams8: t8 }));
@@ -123,7 +127,12 @@ export function benchLlamaCpp(ctx: BenchContext, shape: LlamaShape, label: strin
     const dir = mkdtempSync(join(tmpdir(), "maporl-bench-gguf-"));
     const ours = join(dir, "maporl.mjs"),
         theirs = join(dir, "llama-cpp.mjs");
-    writeFileSync(ours, OURS(fileURLToPath(new URL("../index.js", import.meta.url))));
+    // the package's entry point next to this module (dist/), or dist/index.js when run from the sources
+    const index = fileURLToPath(new URL("../index.js", import.meta.url));
+    writeFileSync(
+        ours,
+        OURS(existsSync(index) ? index : fileURLToPath(new URL("../../dist/index.js", import.meta.url))),
+    );
     writeFileSync(theirs, THEIRS(lib.entry));
     const rows: BenchRow[] = [];
     const impl = `llama.cpp (node-llama-cpp ${lib.version}, prebuilt CPU)`;
@@ -141,7 +150,7 @@ export function benchLlamaCpp(ctx: BenchContext, shape: LlamaShape, label: strin
         const agree: Record<string, string> = {};
         for (const kind of ["f32", "bf16", "q8_0"] as GgufKind[]) {
             const file = join(dir, `check-${kind}.gguf`);
-            writeRandomGguf(file, small, kind, 1, 0.25);
+            writeRandomGguf(file, small, kind, 1, 0.25, false);
             const args = {
                 mode: "check",
                 file,
@@ -164,7 +173,7 @@ export function benchLlamaCpp(ctx: BenchContext, shape: LlamaShape, label: strin
         );
         for (const kind of ["f32", "bf16", "q8_0"] as GgufKind[]) {
             const file = join(dir, `model-${kind}.gguf`);
-            writeRandomGguf(file, shape, kind, 0);
+            writeRandomGguf(file, shape, kind, 0, 0.02, false);
             const args = { mode: "time", file, dtype: DTYPE[kind], threads: ctx.threads, prompts };
             const o: { perToken: number; streams8: number }[] = [],
                 t: typeof o = [];

@@ -97,23 +97,31 @@ export interface AddedToken {
 }
 
 /** tokenizer.json of a byte-level BPE tokenizer (GPT-2's, Llama 3's, Qwen2's) for `model` and its `added` tokens.
- * `split`: a pre-tokenization pattern applied before the byte-level step (null: GPT-2's own pattern);
+ * `split`: a pre-tokenization pattern (or patterns, in turn) applied before the byte-level step (null: GPT-2's own
+ * pattern);
  * `ignoreMerges`: a word found whole in the vocabulary is one token (Llama 3's setting); `digits`: every digit is
  * split off first, then GPT-2's pattern (SmolLM's tokenizer, llama.cpp's 'smollm' pre-tokenizer). */
 export function tokenizerJson(
     model: BpeModel,
     added: AddedToken[],
-    split: string | null = null,
+    split: string | readonly string[] | null = null,
     ignoreMerges = false,
     digits = false,
 ): Record<string, unknown> {
     const byteLevel = { type: "ByteLevel", add_prefix_space: false, trim_offsets: true, use_regex: split === null };
+    // (several patterns split in turn, each the pieces of the one before: llama.cpp's regex lists)
+    const splits = split === null ? [] : typeof split === "string" ? [split] : split;
     const pre =
         split !== null
             ? {
                   type: "Sequence",
                   pretokenizers: [
-                      { type: "Split", pattern: { Regex: split }, behavior: "Isolated", invert: false },
+                      ...splits.map((p) => ({
+                          type: "Split",
+                          pattern: { Regex: p },
+                          behavior: "Isolated",
+                          invert: false,
+                      })),
                       byteLevel,
                   ],
               }

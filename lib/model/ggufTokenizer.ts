@@ -2,7 +2,8 @@
 // Hugging Face directory would hold, read by HfTokenizer (@huggingface/tokenizers, @huggingface/jinja). Byte-level
 // BPE ("gpt2", the tokenizer of Llama 3, Qwen2 and SmolLM): tokens and merges as they are, control and user-defined
 // tokens as added tokens, the pre-tokenizer's split pattern chosen by tokenizer.ggml.pre as llama.cpp chooses it
-// (gpt2's, llama-bpe's, qwen2's, smollm's; another pre is an error that names it and the way out: options.tokenizer).
+// (gpt2's, llama.cpp's default list, llama-bpe's, qwen2's, smollm's; another pre is an error that names it and the
+// way out: options.tokenizer).
 // SentencePiece ("llama") tokenizers are not read in this version.
 import { describe } from "../validate.js";
 import { type AddedToken, tokenizerJson } from "./bpe.js";
@@ -14,11 +15,15 @@ const LLAMA3 =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 const QWEN2 =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+// llama.cpp's default (a file naming no pre-tokenizer, or 'default'): punctuation runs, GPT-2's pattern, digit runs,
+// then runs of three digits, each splitting the pieces of the one before.
+const GPT2 = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)";
+const DEFAULT = ["[\\p{P}\\$\\+<=>\\^~\\|]+", GPT2, "\\p{N}+", "[0-9][0-9][0-9]"];
 // (llama.cpp's converter writes 'gpt-2' for GPT-2's pattern; 'smollm' splits every digit off first, then GPT-2's)
-const SPLITS: Record<string, string | null> = {
+const SPLITS: Record<string, string | readonly string[] | null> = {
     gpt2: null,
     "gpt-2": null,
-    default: null,
+    default: DEFAULT,
     smollm: null,
     "llama-bpe": LLAMA3,
     llama3: LLAMA3,

@@ -140,11 +140,21 @@ describe("an asynchronous run resumes exactly", () => {
             /state.json: pipeline.start: expected an integer in \[0, 5\], got 6/,
         );
         await expect(restore({ start: 0, maxStaleness: 2, versions: [3, 5] })).rejects.toThrow(
-            /pipeline.versions: expected at most 2 integers in \[0, 4\], got \[3,5\]/,
+            /pipeline.versions: expected at most 2 distinct integers in \[0, 4\], got \[3,5\]/,
         );
         await expect(restore({ start: 0, maxStaleness: 2, versions: [1, 2, 3] })).rejects.toThrow(/pipeline.versions/);
         await expect(restore({ start: 0, maxStaleness: "2", versions: [] })).rejects.toThrow(/pipeline.maxStaleness/);
         await expect(restore("x")).rejects.toThrow(/pipeline: expected an object/);
+        await expect(restore({ start: 0, maxStaleness: 2, versions: [3, 3] })).rejects.toThrow(
+            /pipeline.versions: expected at most 2 distinct integers/,
+        );
+        // resumed with more iterations than the checkpoint planned for: a version it does not hold restarts the
+        // pipeline (rollouts 5 and 6 need versions 3 and 4; the checkpoint, written for 6 iterations, holds 3)
+        const more = resolveConfig({ iterations: 10, asyncRollout: { maxStaleness: 2 } });
+        expect(await restore({ start: 0, maxStaleness: 2, versions: [3] }, more)).toBeUndefined();
+        expect(logs.join("\n")).toMatch(
+            /holds no snapshot of version\(s\) 4 \(iterations changed since it was written\)/,
+        );
         expect(await restore(null)).toBeUndefined();
         // resumed with another bound (--allow-config-change asyncRollout): the rollouts start again, and it says so
         expect(await restore({ start: 0, maxStaleness: 1, versions: [4] })).toBeUndefined();

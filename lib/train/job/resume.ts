@@ -118,26 +118,50 @@ export async function restorePipeline(
         );
     if (typeof p !== "object") throw bad("", "an object", p);
     if (!int(p.start, 0, step)) throw bad("start", `an integer in [0, ${step}]`, p.start);
-    if (!int(p.maxStaleness, 1, 64)) throw bad("maxStaleness", "an integer in [1, 64]", p.maxStaleness);
+    if (!int(p.maxStaleness, 1, 8)) throw bad("maxStaleness", "an integer in [1, 8]", p.maxStaleness);
     if (
         !Array.isArray(p.versions) ||
         p.versions.length > p.maxStaleness ||
-        !p.versions.every((v) => int(v, p.start, step - 1))
+        !p.versions.every((v) => int(v, p.start, step - 1)) ||
+        new Set(p.versions).size !== p.versions.length
     )
-        throw bad("versions", `at most ${p.maxStaleness} integers in [${p.start}, ${step - 1}]`, p.versions);
+        throw bad("versions", `at most ${p.maxStaleness} distinct integers in [${p.start}, ${step - 1}]`, p.versions);
     if (p.maxStaleness !== d) {
         log(
             `train: asyncRollout.maxStaleness is ${d}, the checkpoint's pipeline ran at ${p.maxStaleness}: its rollouts start again at iteration ${step + 1}`,
         );
         return undefined;
     }
+    // the versions the rollouts of step .. step + d - 1 are launched at (iterations may have changed since, accepted
+    // with --allow-config-change: a version the checkpoint does not hold starts the pipeline again)
+    const start = p.start;
+    const needed = new Set<number>();
+    for (let j = step; j < Math.min(cfg.iterations, step + d); j++) needed.add(Math.max(start, j - d));
+    const missing = [...needed].filter((v) => v < step && !p.versions.includes(v));
+    if (missing.length) {
+        log(
+            `train: the checkpoint holds no snapshot of version(s) ${missing.join(", ")} (iterations changed since it was written): the rollouts start again at iteration ${step + 1}`,
+        );
+        return undefined;
+    }
     const nameOf = new Map(Object.entries(m.named).map(([k, v]) => [v, k]));
     const snapshots = new Map<number, Map<NativePolicy, NativePolicy>>();
-    for (const v of p.versions) {
-        const snap = new Map<NativePolicy, NativePolicy>();
-        for (const a of new Set(m.agents))
-            snap.set(a, await loadModel(dir, snapshotName(v, nameOf.get(a) ?? "?"), cfg.device, base));
-        snapshots.set(v, snap);
+    try {
+        for (const v of p.versions) {
+            const snap = new Map<NativePolicy, NativePolicy>();
+            snapshots.set(v, snap);
+            for (const a of new Set(m.agents))
+                snap.set(a, await loadModel(dir, snapshotName(v, nameOf.get(a) ?? "?"), cfg.device, base));
+        }
+    } catch (e) {
+        // (the snapshots loaded so far are released: an adapter's name is taken on the base until it is deleted)
+        for (const snap of snapshots.values())
+            for (const [orig, copy] of snap) {
+                const name = copy.adapter;
+                await copy.dispose();
+                if (name !== null) await orig.deleteAdapter(name);
+            }
+        throw e;
     }
-    return { start: p.start, snapshots };
+    return { start, snapshots };
 }

@@ -136,7 +136,7 @@ export class RolloutPipeline {
             const agents = this.m.agents.map((a) => of.get(a)!);
             const r =
                 this.cfg.algo === "magrpo"
-                    ? await magrpoSample(this.cfg, this.task, items, agents, roll)
+                    ? await magrpoSample(this.cfg, this.task, items, agents, roll, this.m.agents[0]!.tokenizer)
                     : await rolloutTeam(this.task, items, agents, roll);
             return { r, version };
         })();
@@ -150,12 +150,12 @@ export class RolloutPipeline {
     ): Promise<IterationResult & { staleness: number; policyVersion: number; stalenessMean?: number }> {
         const d = this.cfg.asyncRollout.maxStaleness;
         this.start ??= it;
-        // the snapshots no rollout from `it` on is launched at (their rollouts were trained before `it`)
-        for (const v of [...this.snaps.keys()]) if (v < this.versionOf(it)) await this.release(v);
         for (let j = it; j <= it + d; j++) this.launch(j, it);
         const launched = this.pending.get(it)!;
         this.pending.delete(it);
         const { r, version } = await launched;
+        // the snapshots no rollout after `it` is launched at (every rollout that used them is in: the last was `it`'s)
+        for (const v of [...this.snaps.keys()]) if (v < this.versionOf(it + 1)) await this.release(v);
         let res: IterationResult;
         if ("grown" in r) {
             const { trainable, trainTurn } = scheduled(this.cfg, this.schedule, this.m, it);
