@@ -128,7 +128,7 @@ describe("maporl gateway", () => {
             execFile(
                 process.execPath,
                 args,
-                { env: { ...process.env, MAPORL_AGENT_MODE: "reward" }, timeout: 60_000 },
+                { env: { ...process.env, MAPORL_AGENT_MODE: "reward-distinct" }, timeout: 60_000 },
                 (e, stdout, stderr) => resolve({ code: e ? ((e.code as number) ?? 1) : 0, stdout, stderr }),
             ),
         );
@@ -153,7 +153,8 @@ describe("maporl gateway", () => {
             [1, 4, 0],
             [2, 4, 0],
         ]);
-        // (the fixture's reward is the answer's length: it varies within a group, so both agents take steps)
+        // (the fixture's reward is the answer's length plus a random fraction: it differs within every group, so both
+        // agents take steps; with the length alone, an iteration whose groups all tied in length gave no step)
         for (const l of lines)
             for (const a of ["researcher", "solver"]) {
                 expect(l.agents[a].rows).toBe(4);
