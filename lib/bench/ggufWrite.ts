@@ -28,6 +28,19 @@ export interface LlamaShape {
     rope_theta: number;
 }
 
+/** A small llama shape (2 layers, hidden 64, GQA 4/2, 320 ids): the bench's check file, the writer's tests. */
+export const SMALL_LLAMA: LlamaShape = {
+    vocab_size: 320,
+    hidden_size: 64,
+    intermediate_size: 128,
+    num_hidden_layers: 2,
+    num_attention_heads: 4,
+    num_key_value_heads: 2,
+    max_position_embeddings: 512,
+    rms_norm_eps: 1e-5,
+    rope_theta: 10000,
+};
+
 /** float32 -> IEEE half, round to nearest even (finite inputs below 65504). */
 export function toHalf(x: number): number {
     const f = new Float32Array([x]),

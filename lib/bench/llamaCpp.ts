@@ -17,7 +17,7 @@ import { dirname, join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 
 import { lcg } from "../random.js";
-import { writeRandomGguf, type GgufKind, type LlamaShape } from "./ggufWrite.js";
+import { SMALL_LLAMA, writeRandomGguf, type GgufKind, type LlamaShape } from "./ggufWrite.js";
 import { median } from "./measure.js";
 import type { BenchContext, BenchRow } from "./types.js";
 
@@ -104,7 +104,10 @@ function child<T>(script: string, args: object): T | { error: string } {
     try {
         return JSON.parse(line) as T;
     } catch {
-        return { error: `exit ${r.status}: ${(r.stderr ?? "").trim().slice(-300)}` };
+        // the error's own line (a stack and Node's version line follow it)
+        const lines = (r.stderr ?? "").split("\n").filter((l) => l.trim() !== "" && !/^Node\.js v/.test(l));
+        const why = lines.find((l) => /Error/.test(l)) ?? lines.at(-1) ?? "";
+        return { error: `exit ${r.status}: ${why.trim().slice(0, 300)}` };
     }
 }
 
@@ -138,19 +141,10 @@ export function benchLlamaCpp(ctx: BenchContext, shape: LlamaShape, label: strin
     const impl = `llama.cpp (node-llama-cpp ${lib.version}, prebuilt CPU)`;
     try {
         // The check: both engines decode the same greedy tokens from a small, non-degenerate file.
-        const small: LlamaShape = {
-            ...shape,
-            vocab_size: 320,
-            hidden_size: 64,
-            intermediate_size: 128,
-            num_hidden_layers: 2,
-            num_attention_heads: 4,
-            num_key_value_heads: 2,
-        };
         const agree: Record<string, string> = {};
         for (const kind of ["f32", "bf16", "q8_0"] as GgufKind[]) {
             const file = join(dir, `check-${kind}.gguf`);
-            writeRandomGguf(file, small, kind, 1, 0.25, false);
+            writeRandomGguf(file, SMALL_LLAMA, kind, 1, 0.25, false);
             const args = {
                 mode: "check",
                 file,

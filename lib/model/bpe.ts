@@ -99,14 +99,12 @@ export interface AddedToken {
 /** tokenizer.json of a byte-level BPE tokenizer (GPT-2's, Llama 3's, Qwen2's) for `model` and its `added` tokens.
  * `split`: a pre-tokenization pattern (or patterns, in turn) applied before the byte-level step (null: GPT-2's own
  * pattern);
- * `ignoreMerges`: a word found whole in the vocabulary is one token (Llama 3's setting); `digits`: every digit is
- * split off first, then GPT-2's pattern (SmolLM's tokenizer, llama.cpp's 'smollm' pre-tokenizer). */
+ * `ignoreMerges`: a word found whole in the vocabulary is one token (Llama 3's setting). */
 export function tokenizerJson(
     model: BpeModel,
     added: AddedToken[],
     split: string | readonly string[] | null = null,
     ignoreMerges = false,
-    digits = false,
 ): Record<string, unknown> {
     const byteLevel = { type: "ByteLevel", add_prefix_space: false, trim_offsets: true, use_regex: split === null };
     // (several patterns split in turn, each the pieces of the one before: llama.cpp's regex lists)
@@ -125,9 +123,7 @@ export function tokenizerJson(
                       byteLevel,
                   ],
               }
-            : digits
-              ? { type: "Sequence", pretokenizers: [{ type: "Digits", individual_digits: true }, byteLevel] }
-              : byteLevel;
+            : byteLevel;
     return {
         version: "1.0",
         truncation: null,

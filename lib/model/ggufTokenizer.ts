@@ -24,7 +24,7 @@ const SPLITS: Record<string, string | readonly string[] | null> = {
     gpt2: null,
     "gpt-2": null,
     default: DEFAULT,
-    smollm: null,
+    smollm: ["\\p{N}", GPT2],
     "llama-bpe": LLAMA3,
     llama3: LLAMA3,
     qwen2: QWEN2,
@@ -68,7 +68,7 @@ export function ggufTokenizer(
     });
     const split = SPLITS[pre]!;
     // (llama.cpp ignores merges for Llama 3's pre-tokenizer only)
-    const json = tokenizerJson({ vocab, merges: merges as string[] }, added, split, split === LLAMA3, pre === "smollm");
+    const json = tokenizerJson({ vocab, merges: merges as string[] }, added, split, split === LLAMA3);
     const name = (k: string): string | null => {
         const v = md[k];
         const i = typeof v === "bigint" ? Number(v) : v;

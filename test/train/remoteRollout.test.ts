@@ -14,13 +14,17 @@ import type { NativePolicy } from "../../lib/model/nativePolicy.js";
 
 const EOS = 2;
 
-// A remote-like sampler: its answer for item i comes from `reply(i)`; prompt ids [10 + i, 11].
-function sampler(reply: (i: number) => Partial<Generation>): Policy {
+// A remote-like sampler: its answer for item i (`itemOf` the request; by default rolloutTeam's seed says it) comes from
+// `reply(i)`; prompt ids [10 + i, 11].
+function sampler(
+    reply: (i: number) => Partial<Generation>,
+    itemOf: (r: GenerateRequest) => number = (r) => Math.floor(Number(r.seed) / 1000) % 1000,
+): Policy {
     return {
         name: "remote",
         async generate(reqs: GenerateRequest[]): Promise<Generation[]> {
             return reqs.map((r) => {
-                const i = Math.floor(Number(r.seed) / 1000) % 1000;
+                const i = itemOf(r);
                 return {
                     text: "1+1=2;2",
                     finishReason: "stop",
@@ -99,25 +103,15 @@ describe("rollouts on a remote sampler", () => {
         const task = arithDebateTask({ agents: 2 }),
             items = task.generate(3, 7);
         // the answer depends on the question the prompt holds: item 0 well formed, 1 without exact ids, 2 misaligned
-        const p: Policy = {
-            name: "remote",
-            async generate(reqs: GenerateRequest[]): Promise<Generation[]> {
-                return reqs.map((r) => {
-                    const i = items.findIndex((x) => r.prompt!.includes(x.question));
-                    return {
-                        text: "1+1=2;2",
-                        finishReason: "stop",
-                        usage: { promptTokens: 2, completionTokens: 3 },
-                        latencyMs: 0,
-                        promptTokenIds: [10 + i, 11],
-                        tokenIds: [5, 6, EOS],
-                        logprobs: i === 2 ? [-0.1, -0.2] : [-0.1, -0.2, -0.3],
-                        tokenIdsExact: i !== 1,
-                        model: `agent-v${i}-x`,
-                    };
-                });
-            },
-        };
+        const p = sampler(
+            (i) => ({
+                tokenIds: [5, 6, EOS],
+                logprobs: i === 2 ? [-0.1, -0.2] : [-0.1, -0.2, -0.3],
+                tokenIdsExact: i !== 1,
+                model: `agent-v${i}-x`,
+            }),
+            (r) => items.findIndex((x) => r.prompt!.includes(x.question)),
+        );
         const cfg = resolveConfig({
             algo: "magrpo",
             agents: 2,

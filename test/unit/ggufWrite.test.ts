@@ -10,7 +10,7 @@ import { join } from "node:path";
 import { gguf } from "@huggingface/gguf";
 import { afterAll, describe, expect, it } from "vitest";
 
-import { toHalf, writeRandomGguf, type LlamaShape } from "../../lib/bench/ggufWrite.js";
+import { SMALL_LLAMA, toHalf, writeRandomGguf } from "../../lib/bench/ggufWrite.js";
 import { NativePolicy } from "../../lib/model/nativePolicy.js";
 
 const work = mkdtempSync(join(tmpdir(), "maporl-gguf-write-"));
@@ -24,17 +24,7 @@ function halfValue(h: number): number {
     return e === 0 ? s * m * 2 ** -24 : s * (1 + m / 1024) * 2 ** (e - 15);
 }
 
-const shape: LlamaShape = {
-    vocab_size: 320,
-    hidden_size: 64,
-    intermediate_size: 128,
-    num_hidden_layers: 2,
-    num_attention_heads: 4,
-    num_key_value_heads: 2,
-    max_position_embeddings: 256,
-    rms_norm_eps: 1e-5,
-    rope_theta: 10000,
-};
+const shape = SMALL_LLAMA;
 
 describe("the benchmark's GGUF writer", () => {
     it("toHalf: the nearest half, ties to even, subnormals included", () => {

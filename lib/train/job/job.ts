@@ -214,9 +214,7 @@ async function coTrain(
                   cfg.iterations,
                   run.signal,
                   fleet,
-                  resuming && !fleet
-                      ? await restorePipeline(state, cfg, ckpt.dir, m, base, start, run.log.bind(run))
-                      : undefined,
+                  resuming && !fleet ? await restorePipeline(state, cfg, ckpt.dir, m, base, start, run.log) : undefined,
               )
             : null;
     try {

@@ -5,7 +5,7 @@ import { join } from "node:path";
 
 import { sha256File } from "../../files.js";
 import type { NativePolicy } from "../../model/nativePolicy.js";
-import { snapshotName } from "../trainers/pipeline.js";
+import { releaseSnapshot, snapshotName, type Snapshot } from "../trainers/pipeline.js";
 import type { StageModels } from "../trainers/stage.js";
 import { loadModel } from "./checkpoint.js";
 import type { TrainConfig } from "./config.js";
@@ -106,7 +106,7 @@ export async function restorePipeline(
     base: NativePolicy,
     step: number,
     log: (l: string) => void,
-): Promise<{ start: number; snapshots: Map<number, Map<NativePolicy, NativePolicy>> } | undefined> {
+): Promise<{ start: number; snapshots: Map<number, Snapshot> } | undefined> {
     const p = state.pipeline;
     const d = cfg.asyncRollout.maxStaleness;
     if (p === undefined || p === null) return undefined;
@@ -145,22 +145,16 @@ export async function restorePipeline(
         return undefined;
     }
     const nameOf = new Map(Object.entries(m.named).map(([k, v]) => [v, k]));
-    const snapshots = new Map<number, Map<NativePolicy, NativePolicy>>();
+    const snapshots = new Map<number, Snapshot>();
     try {
         for (const v of p.versions) {
-            const snap = new Map<NativePolicy, NativePolicy>();
+            const snap: Snapshot = new Map();
             snapshots.set(v, snap);
             for (const a of new Set(m.agents))
                 snap.set(a, await loadModel(dir, snapshotName(v, nameOf.get(a) ?? "?"), cfg.device, base));
         }
     } catch (e) {
-        // (the snapshots loaded so far are released: an adapter's name is taken on the base until it is deleted)
-        for (const snap of snapshots.values())
-            for (const [orig, copy] of snap) {
-                const name = copy.adapter;
-                await copy.dispose();
-                if (name !== null) await orig.deleteAdapter(name);
-            }
+        for (const snap of snapshots.values()) await releaseSnapshot(snap); // (those loaded so far)
         throw e;
     }
     return { start, snapshots };

@@ -129,6 +129,7 @@ async function trees(
         if (!p) m.set(key, (p = runTools(task, item, a, text, depth, roll.signal)));
         return p;
     };
+    const sampling = cfg.agentSettings.length ? agentSampling(cfg, agents.length) : null;
     const rollout = new JointRollout<TaskItem>({
         agents,
         ...(roll.turn0 ? { firstTurnAgents: roll.turn0 } : {}),
@@ -150,15 +151,10 @@ async function trees(
         reward: async (texts, item, turn) =>
             task.finalReward && turn < roll.turns - 1 ? 0 : jointScore(task, await scores(item, texts)),
         sampling: { temperature: roll.temperature, maxTokens: roll.maxTokens },
-        ...(cfg.agentSettings.length
-            ? {
-                  agentSampling: agentSampling(cfg, agents.length),
-              }
-            : {}),
+        ...(sampling ? { agentSampling: sampling } : {}),
         seed: (item) => (roll.seed % 1_000_000_007) * 1_000_003 + items.indexOf(item) * 100_003, // < 2^53
     });
     const grown = await rollout.runBatch(items, roll.signal ? { signal: roll.signal } : {});
-    const sampling = cfg.agentSettings.length ? agentSampling(cfg, agents.length) : null;
     ids.check(grown, agents, roll.turn0, roll.isStop, (a) => sampling?.[a]?.stop);
     return { grown, toolsOf };
 }

@@ -40,7 +40,16 @@ interface Launched {
 }
 
 /** A snapshot of the agents at one version: each distinct agent model and its copy. */
-type Snapshot = Map<NativePolicy, NativePolicy>;
+export type Snapshot = Map<NativePolicy, NativePolicy>;
+
+/** Releases a snapshot's copies (an adapter copy's name is taken on its base until it is deleted). */
+export async function releaseSnapshot(snap: Snapshot): Promise<void> {
+    for (const [orig, copy] of snap) {
+        const name = copy.adapter;
+        await copy.dispose();
+        if (name !== null) await orig.deleteAdapter(name);
+    }
+}
 
 /** The checkpoint name of agent model `name`'s snapshot at `version`. */
 export const snapshotName = (version: number, name: string): string => `pipeline-v${version}-${name}`;
@@ -109,12 +118,7 @@ export class RolloutPipeline {
         const s = this.snaps.get(v);
         this.snaps.delete(v);
         const snap = await s?.catch(() => null);
-        if (snap)
-            for (const [orig, copy] of snap) {
-                const name = copy.adapter;
-                await copy.dispose();
-                if (name !== null) await orig.deleteAdapter(name);
-            }
+        if (snap) await releaseSnapshot(snap);
     }
 
     /** The version iteration j's rollout is launched at. */
@@ -184,8 +188,9 @@ export class RolloutPipeline {
     async checkpoint(next: number): Promise<{ state: PipelineState; models: Record<string, NativePolicy> } | null> {
         if (this.fleet || this.start === null) return null;
         const versions = new Set<number>();
+        // (each is before `next`: rollout j <= next + d - 1 is launched at max(start, j - d) <= next - 1)
         for (let j = next; j < Math.min(this.end, next + this.cfg.asyncRollout.maxStaleness); j++)
-            if (this.versionOf(j) < next) versions.add(this.versionOf(j));
+            versions.add(this.versionOf(j));
         const nameOf = new Map(Object.entries(this.m.named).map(([k, v]) => [v, k]));
         if (this.m.agents.some((a) => !nameOf.has(a))) return null;
         const models: Record<string, NativePolicy> = {};
