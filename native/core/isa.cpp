@@ -68,6 +68,15 @@ Isa active_isa() {
     return (Isa)o;
 }
 
+bool cpu_has_avx512_vnni() {
+#if MAPORL_X86_KERNELS
+    static const bool has = cpu_isa() == Isa::Avx512 && __builtin_cpu_supports("avx512vnni");
+    return has;
+#else
+    return false;
+#endif
+}
+
 const char * isa_name(Isa isa) {
     switch (isa) {
         case Isa::Avx512:

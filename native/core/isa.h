@@ -13,5 +13,7 @@ Isa cpu_isa();
 // Level the kernels use now: cpu_isa() unless lowered.
 Isa active_isa();
 const char * isa_name(Isa isa);
+// Whether the CPU has AVX512-VNNI (the int8 dot products of w8a8_avx512.cpp; only used at the AVX-512 level).
+bool cpu_has_avx512_vnni();
 
 }  // namespace maporl

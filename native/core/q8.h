@@ -76,14 +76,37 @@ static inline bool q8_quantize_block(const float * x, int8_t * q, uint16_t * d) 
     return true;
 }
 
-// A position in a Q8 matrix, used by the kernels as they use a pointer to float or bfloat16 weights: p + k moves k
-// values along the flat row-major matrix, q8_at(p, k) is that weight as a float.
-struct Q8Ptr {
-    const int8_t * q;
-    const uint16_t * d;
-    int64_t i;
-};
-static inline Q8Ptr operator+(Q8Ptr p, int64_t k) { return Q8Ptr{p.q, p.d, p.i + k}; }
-static inline float q8_at(Q8Ptr p, int64_t k) { return (float)p.q[p.i + k] * f16_to_float(p.d[(p.i + k) / kQ8Block]); }
+// The layout an int8 base holds a matrix [rows, cols] in (the W8A8 kernels read it as it is; w8a8.h): rows in groups of
+// kQ8Rows = 16, the last group padded with zero rows, and inside a group the values interleaved four at a time: for
+// each c4 < cols / 4, 64 bytes, row j's values 4 c4 .. 4 c4 + 3 at bytes 4 j .. 4 j + 3 (one 32-bit lane per row:
+// one AVX-512 vector holds four columns of the group's 16 rows). Each value is stored as q + 128, an unsigned byte
+// (the u8 operand of VNNI's dot product). The scales: per group and block of 32 columns, the 16 rows' halves in row
+// order. q = -128 (which the quantizer above never writes, and llama.cpp's neither) is stored as -127.
+constexpr int64_t kQ8Rows = 16;
+static inline int64_t q8_padded_rows(int64_t rows) { return (rows + kQ8Rows - 1) / kQ8Rows * kQ8Rows; }
+static inline int64_t q8_packed_index(int64_t cols, int64_t r, int64_t c) {
+    return (r / kQ8Rows) * kQ8Rows * cols + (c / 4) * (4 * kQ8Rows) + (r % kQ8Rows) * 4 + c % 4;
+}
+static inline int64_t q8_packed_scale_index(int64_t cols, int64_t r, int64_t c) {
+    return (r / kQ8Rows) * kQ8Rows * (cols / kQ8Block) + (c / kQ8Block) * kQ8Rows + r % kQ8Rows;
+}
+// Stores row r from its row-major values q [cols] and scales d [cols / 32].
+static inline void q8_pack_row(uint8_t * pq, uint16_t * pd, int64_t cols, int64_t r, const int8_t * q,
+                               const uint16_t * d) {
+    for (int64_t c = 0; c < cols; ++c)
+        pq[q8_packed_index(cols, r, c)] = (uint8_t)((q[c] < -127 ? -127 : q[c]) + 128);
+    for (int64_t b = 0; b < cols / kQ8Block; ++b) pd[q8_packed_scale_index(cols, r, b * kQ8Block)] = d[b];
+}
+// Row r as floats, q * d exactly.
+static inline void q8_unpack_row(float * dst, const uint8_t * pq, const uint16_t * pd, int64_t cols, int64_t r) {
+    const float * table = f16_table();
+    for (int64_t b = 0; b < cols / kQ8Block; ++b) {
+        const float d = table[pd[q8_packed_scale_index(cols, r, b * kQ8Block)]];
+        const uint8_t * src = pq + q8_packed_index(cols, r, b * kQ8Block);
+        for (int64_t c4 = 0; c4 < kQ8Block / 4; ++c4)
+            for (int64_t t = 0; t < 4; ++t)
+                dst[b * kQ8Block + 4 * c4 + t] = (float)((int)src[c4 * 4 * kQ8Rows + t] - 128) * d;
+    }
+}
 
 }  // namespace maporl

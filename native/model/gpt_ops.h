@@ -92,7 +92,8 @@ struct RowsPart {
     const F * bias;
     F * out;
     int64_t OC;
-    const int8_t * w8 = nullptr;  // a Q8 weight (q8.h; float builds only): its values and scales d8
+    const uint8_t * w8 = nullptr;  // an int8 base's weight (q8.h's packed layout; float builds only), computed W8A8
+    // (w8a8.h); its scales d8
     const uint16_t * d8 = nullptr;
 };
 // matmul_forward_rows for several weights that read the same input (a layer's q, k, v; its gate and up) as one
@@ -108,11 +109,10 @@ void matmul_forward_rows_bf16(float * out, const float * inp, const uint16_t * w
                               int64_t C, int64_t OC);
 void matmul_backward_input_bf16(float * dinp, const float * dout, const uint16_t * weight, int64_t N, int64_t C,
                                 int64_t OC, bool set_dinp = false);
-// The same with a Q8 weight [OC, C] (q8.h: int8 values q, a half scale d per 32; C a multiple of 32), widened exactly
-// inside the kernels: the same bits as the float functions on the dequantized weight.
-void matmul_forward_q8(float * out, const float * inp, const int8_t * q, const uint16_t * d, const float * bias,
-                       int64_t N, int64_t C, int64_t OC);
-void matmul_backward_input_q8(float * dinp, const float * dout, const int8_t * q, const uint16_t * d, int64_t N,
+// The input's gradient through an int8 base's weight [OC, C] (q8.h's packed layout; its forward is W8A8: w8a8.h):
+// dinp (+)= dout @ W with W dequantized exactly (the float GEMM on row blocks of q * d), so the activations'
+// rounding in the forward passes the gradient straight through.
+void matmul_backward_input_q8(float * dinp, const float * dout, const uint8_t * pq, const uint16_t * pd, int64_t N,
                               int64_t C, int64_t OC, bool set_dinp = false);
 // dinp += dout @ weight; dweight += dout^T @ inp; dbias += sum_n dout (dweight and dbias may be null: a frozen
 // weight, as LoRA's base, gets the input's gradient only). With set_dinp, dinp = dout @ weight: its old values are

@@ -15,6 +15,7 @@
 #include "native/core/core.h"
 #include "native/core/threadpool.h"
 #include "native/model/init.h"
+#include "native/model/w8a8.h"
 
 namespace maporl {
 namespace llama {
@@ -106,7 +107,7 @@ Model<F>::Model(const Config & c) : cfg(c), layout(make_layout(c)) {
             auto & t = layout.tensors[i];
             if (t.shape.size() == 2 && cfg.int8 && t.shape[1] % kQ8Block == 0) {
                 q8_off[i] = nq;
-                nq += t.size;
+                nq += q8_padded_rows(t.shape[0]) * t.shape[1];
                 t.offset = -1;
             } else if (t.shape.size() == 2) {
                 half_off[i] = nh;
@@ -118,7 +119,7 @@ Model<F>::Model(const Config & c) : cfg(c), layout(make_layout(c)) {
             }
         }
         half.assign((size_t)nh, 0);
-        q8.assign((size_t)nq, 0);
+        q8.assign((size_t)nq, 128);  // q = 0 (q8.h stores q + 128), the padding rows' too
         q8d.assign((size_t)(nq / kQ8Block), 0);
         layout.total = nf;
     }
@@ -152,11 +153,15 @@ void Model<F>::init(uint64_t seed) {
             continue;
         }
         if (is_q8((int64_t)k)) {  // the same normal values, quantized block by block
-            const Q8Ptr w = q8p((int64_t)k);
-            float blk[kQ8Block];
-            for (int64_t b = 0; b < t.size / kQ8Block; ++b) {
-                for (int64_t i = 0; i < kQ8Block; ++i) blk[i] = (float)(0.02 * init_normal(gen));
-                q8_quantize_block(blk, const_cast<int8_t *>(w.q) + b * kQ8Block, const_cast<uint16_t *>(w.d) + b);
+            const int64_t cols = t.shape[1];
+            std::vector<float> row((size_t)cols);
+            std::vector<int8_t> q((size_t)cols);
+            std::vector<uint16_t> d((size_t)(cols / kQ8Block));
+            for (int64_t r = 0; r < t.shape[0]; ++r) {
+                for (int64_t i = 0; i < cols; ++i) row[(size_t)i] = (float)(0.02 * init_normal(gen));
+                for (int64_t b = 0; b < cols / kQ8Block; ++b)
+                    q8_quantize_block(row.data() + b * kQ8Block, q.data() + b * kQ8Block, d.data() + b);
+                q8_pack_row(q8.data() + q8_off[k], q8d.data() + q8_off[k] / kQ8Block, cols, r, q.data(), d.data());
             }
             continue;
         }
@@ -283,7 +288,7 @@ void Model<F>::lin(F * out, const F * inp, int64_t w, int64_t bias, int64_t N, i
     const F * b = bias >= 0 ? p(bias) : (const F *)nullptr;
     if constexpr (std::is_same<F, float>::value) {
         if (is_half(w)) return gpt::matmul_forward_bf16(out, inp, h(w), b, N, Cin, OC);
-        if (is_q8(w)) return gpt::matmul_forward_q8(out, inp, q8p(w).q, q8p(w).d, b, N, Cin, OC);
+        if (is_q8(w)) return gpt::matmul_forward_w8a8(out, inp, q8q(w), q8s(w), b, N, Cin, OC);
     }
     matmul_forward(out, inp, p(w), b, N, Cin, OC);
 }
@@ -296,7 +301,7 @@ void Model<F>::lin_back(F * dinp, F * dw, F * db, const F * dout, const F * inp,
             if (dw || db)
                 throw_error(MAPORL_ERR_INTERNAL, "llama: a gradient asked of the frozen %s tensor %s",
                             is_q8(w) ? "int8" : "bfloat16", layout.tensors[(size_t)w].name.c_str());
-            if (is_q8(w)) return gpt::matmul_backward_input_q8(dinp, dout, q8p(w).q, q8p(w).d, N, Cin, OC, set_dinp);
+            if (is_q8(w)) return gpt::matmul_backward_input_q8(dinp, dout, q8q(w), q8s(w), N, Cin, OC, set_dinp);
             return gpt::matmul_backward_input_bf16(dinp, dout, h(w), N, Cin, OC, set_dinp);
         }
     matmul_backward(dinp, dw, db, dout, inp, p(w), N, Cin, OC, set_dinp);
@@ -311,8 +316,7 @@ void Model<F>::embed_row(F * dst, int32_t id) {
         return;
     }
     if (is_q8(layout.embed)) {
-        const Q8Ptr src = q8p(layout.embed) + (int64_t)id * C;
-        for (int64_t c = 0; c < C; ++c) dst[c] = (F)q8_at(src, c);
+        if constexpr (std::is_same<F, float>::value) q8_unpack_row(dst, q8q(layout.embed), q8s(layout.embed), C, id);
         return;
     }
     std::memcpy(dst, p(layout.embed) + (int64_t)id * C, sizeof(F) * (size_t)C);

@@ -103,15 +103,14 @@ struct Model {
     std::vector<uint16_t> half;
     std::vector<int64_t> half_off;  // per tensor: offset in half, or -1 (a float tensor, in params)
     bool is_half(int64_t tensor) const { return !half_off.empty() && half_off[(size_t)tensor] >= 0; }
-    // cfg.int8: the Q8 matrices' values and scales (q8.h); q8_off per tensor: its offset in q8 (its scales' is / 32),
-    // or -1.
-    std::vector<int8_t> q8;
+    // cfg.int8: the Q8 matrices in q8.h's packed layout (rows padded to a multiple of 16); q8_off per tensor: its
+    // values' offset in q8 (its scales' is that / 32), or -1.
+    std::vector<uint8_t> q8;
     std::vector<uint16_t> q8d;
     std::vector<int64_t> q8_off;
     bool is_q8(int64_t tensor) const { return !q8_off.empty() && q8_off[(size_t)tensor] >= 0; }
-    Q8Ptr q8p(int64_t tensor) const {
-        return Q8Ptr{q8.data() + q8_off[(size_t)tensor], q8d.data() + q8_off[(size_t)tensor] / kQ8Block, 0};
-    }
+    const uint8_t * q8q(int64_t tensor) const { return q8.data() + q8_off[(size_t)tensor]; }
+    const uint16_t * q8s(int64_t tensor) const { return q8d.data() + q8_off[(size_t)tensor] / kQ8Block; }
     // A frozen matrix (bfloat16 or int8): no gradient, no update.
     bool is_frozen(int64_t tensor) const { return is_half(tensor) || is_q8(tensor); }
     // "bfloat16" or "int8" for a frozen base, else null.

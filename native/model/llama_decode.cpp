@@ -256,8 +256,8 @@ void Model<F>::matmul_forward_wt_or(std::initializer_list<Proj> projs, const F *
                       pr.bias >= 0 ? p(pr.bias) : (const F *)nullptr,
                       pr.out,
                       pr.OC,
-                      q ? q8p(pr.w).q : nullptr,
-                      q ? q8p(pr.w).d : nullptr};
+                      q ? q8q(pr.w) : nullptr,
+                      q ? q8s(pr.w) : nullptr};
     }
     gpt::matmul_forward_rows_parts(parts, n, inp, N, Cin);
 }

@@ -13,6 +13,7 @@
 #include "native/core/q8.h"
 #include "native/core/core.h"
 #include "native/model/gpt_ops.h"
+#include "native/model/w8a8.h"
 #include "native/core/isa.h"
 #include "native/core/threadpool.h"
 
@@ -30,12 +31,6 @@ void gemm_acc_bf16(int64_t M, int64_t Nc, int64_t K, const float * A, int64_t ld
                    int64_t ldb_k, int64_t ldb_j, float * Cm, int64_t ldc);
 void gemv_rows_bf16(int64_t N, int64_t OC, int64_t C, const float * X, const uint16_t * Wm, const float * bias,
                     float * out, int64_t o0, int64_t o1);
-void gemm_acc_q8(int64_t M, int64_t Nc, int64_t K, const float * A, int64_t lda_i, int64_t lda_k, const int8_t * Bq,
-                 const uint16_t * Bd, int64_t ldb_k, int64_t ldb_j, float * Cm, int64_t ldc);
-void gemm_set_q8(int64_t M, int64_t Nc, int64_t K, const float * A, int64_t lda_i, int64_t lda_k, const int8_t * Bq,
-                 const uint16_t * Bd, int64_t ldb_k, int64_t ldb_j, float * Cm, int64_t ldc, const float * bias);
-void gemv_rows_q8(int64_t N, int64_t OC, int64_t C, const float * X, const int8_t * Wq, const uint16_t * Wd,
-                  const float * bias, float * out, int64_t o0, int64_t o1);
 }
 namespace avx2 {
 void gemm_acc_f32(int64_t M, int64_t Nc, int64_t K, const float * A, int64_t lda_i, int64_t lda_k, const float * B,
@@ -50,18 +45,12 @@ void gemm_acc_bf16(int64_t M, int64_t Nc, int64_t K, const float * A, int64_t ld
                    int64_t ldb_k, int64_t ldb_j, float * Cm, int64_t ldc);
 void gemv_rows_bf16(int64_t N, int64_t OC, int64_t C, const float * X, const uint16_t * Wm, const float * bias,
                     float * out, int64_t o0, int64_t o1);
-void gemm_acc_q8(int64_t M, int64_t Nc, int64_t K, const float * A, int64_t lda_i, int64_t lda_k, const int8_t * Bq,
-                 const uint16_t * Bd, int64_t ldb_k, int64_t ldb_j, float * Cm, int64_t ldc);
-void gemm_set_q8(int64_t M, int64_t Nc, int64_t K, const float * A, int64_t lda_i, int64_t lda_k, const int8_t * Bq,
-                 const uint16_t * Bd, int64_t ldb_k, int64_t ldb_j, float * Cm, int64_t ldc, const float * bias);
-void gemv_rows_q8(int64_t N, int64_t OC, int64_t C, const float * X, const int8_t * Wq, const uint16_t * Wd,
-                  const float * bias, float * out, int64_t o0, int64_t o1);
 }
 namespace gpt {
 namespace {
 
-// The kernels of one SIMD level (matmul_vec.inc): C (+)= A B with B float, bfloat16 or Q8 (acc adds onto C; set
-// writes bias + A B without reading C), and the decoding GEMV.
+// The kernels of one SIMD level (matmul_vec.inc): C (+)= A B with B float or bfloat16 (acc adds onto C; set writes
+// bias + A B without reading C), and the decoding GEMV.
 struct GemmKernels {
     decltype(&avx512::gemm_acc_f32) acc_f32;
     decltype(&avx512::gemm_set_f32) set_f32;
@@ -69,19 +58,14 @@ struct GemmKernels {
     decltype(&avx512::gemm_set_bf16) set_bf16;
     decltype(&avx512::gemv_rows_f32) gemv_f32;
     decltype(&avx512::gemv_rows_bf16) gemv_bf16;
-    decltype(&avx512::gemm_acc_q8) acc_q8;
-    decltype(&avx512::gemm_set_q8) set_q8;
-    decltype(&avx512::gemv_rows_q8) gemv_q8;
 };
 
 // The active level's kernels, or null at the scalar level.
 const GemmKernels * simd_kernels() {
     static const GemmKernels k512{avx512::gemm_acc_f32,  avx512::gemm_set_f32,  avx512::gemm_acc_bf16,
-                                  avx512::gemm_set_bf16, avx512::gemv_rows_f32, avx512::gemv_rows_bf16,
-                                  avx512::gemm_acc_q8,   avx512::gemm_set_q8,   avx512::gemv_rows_q8};
+                                  avx512::gemm_set_bf16, avx512::gemv_rows_f32, avx512::gemv_rows_bf16};
     static const GemmKernels k2{avx2::gemm_acc_f32,  avx2::gemm_set_f32,  avx2::gemm_acc_bf16,
-                                avx2::gemm_set_bf16, avx2::gemv_rows_f32, avx2::gemv_rows_bf16,
-                                avx2::gemm_acc_q8,   avx2::gemm_set_q8,   avx2::gemv_rows_q8};
+                                avx2::gemm_set_bf16, avx2::gemv_rows_f32, avx2::gemv_rows_bf16};
     const Isa isa = active_isa();
     return isa == Isa::Avx512 ? &k512 : isa == Isa::Avx2 ? &k2 : nullptr;
 }
@@ -121,30 +105,40 @@ void matmul_forward_wt(F * out, const F * inp, const F * wt, const F * bias, int
 
 template <typename F>
 void matmul_forward_rows_parts(const RowsPart<F> * parts, int nparts, const F * inp, int64_t N, int64_t C) {
+    // Work units: a float / bfloat16 part's outputs, an int8 part's groups of 16 rows (its input quantized once).
     int64_t total = 0;
+    bool any8 = false;
     for (int i = 0; i < nparts; ++i) {
         if ((parts[i].w != nullptr) + (parts[i].w16 != nullptr) + (parts[i].w8 != nullptr) != 1)
             throw_error(MAPORL_ERR_INTERNAL, "matmul_forward_rows_parts: part %d: expected exactly one of w, w16, w8",
                         i);
-        if (parts[i].w8 && (C % kQ8Block != 0 || !parts[i].d8))
+        if (parts[i].w8 && (!std::is_same<F, float>::value || C % kQ8Block != 0 || !parts[i].d8))
             throw_error(MAPORL_ERR_INTERNAL,
-                        "matmul_forward_rows_parts: part %d: a Q8 weight needs C %% 32 == 0 and scales", i);
-        total += parts[i].OC;
+                        "matmul_forward_rows_parts: part %d: an int8 weight needs float, C %% 32 == 0 and scales", i);
+        any8 = any8 || parts[i].w8;
+        total += parts[i].w8 ? q8_padded_rows(parts[i].OC) / kQ8Rows : parts[i].OC;
     }
+    thread_local W8A8Input in8_buffer;
+    W8A8Input & in8 = in8_buffer;  // (the pool's threads read the caller's: a lambda names a thread_local, not captures)
+    if constexpr (std::is_same<F, float>::value)
+        if (any8) w8a8_quantize(in8, inp, N, C);
     const GemmKernels * k = simd_kernels_for<F>();
-    // One job over the parts' outputs end to end; each chunk runs its piece of every part it overlaps.
-    parallel_for(total, 16, [&](int64_t g0, int64_t g1) {
+    // One job over the parts' units end to end; each chunk runs its piece of every part it overlaps.
+    parallel_for(total, any8 ? 1 : 16, [&](int64_t g0, int64_t g1) {
         int64_t off = 0;
         for (int i = 0; i < nparts; ++i) {
             const RowsPart<F> & pt = parts[i];
-            const int64_t o0 = std::max(g0, off) - off, o1 = std::min(g1, off + pt.OC) - off;
-            off += pt.OC;
+            const int64_t units = pt.w8 ? q8_padded_rows(pt.OC) / kQ8Rows : pt.OC;
+            const int64_t o0 = std::max(g0, off) - off, o1 = std::min(g1, off + units) - off;
+            off += units;
             if (o0 >= o1) continue;
+            if constexpr (std::is_same<F, float>::value)
+                if (pt.w8) {
+                    w8a8_groups(in8, pt.w8, pt.d8, pt.OC, pt.bias, pt.out, o0, o1);
+                    continue;
+                }
             if (k) {
-                if (pt.w8)
-                    k->gemv_q8(N, pt.OC, C, (const float *)inp, pt.w8, pt.d8, (const float *)pt.bias, (float *)pt.out,
-                               o0, o1);
-                else if (pt.w16)
+                if (pt.w16)
                     k->gemv_bf16(N, pt.OC, C, (const float *)inp, pt.w16, (const float *)pt.bias, (float *)pt.out, o0,
                                  o1);
                 else
@@ -156,10 +150,7 @@ void matmul_forward_rows_parts(const RowsPart<F> * parts, int nparts, const F * 
                 for (int64_t n = 0; n < N; ++n) {
                     F s = pt.bias ? pt.bias[o] : F(0);
                     const F * x = inp + n * C;
-                    if (pt.w8) {
-                        const Q8Ptr w{pt.w8, pt.d8, o * C};
-                        for (int64_t c = 0; c < C; ++c) s += x[c] * (F)q8_at(w, c);
-                    } else if (pt.w16)
+                    if (pt.w16)
                         for (int64_t c = 0; c < C; ++c) s += x[c] * (F)bf16_to_float(pt.w16[o * C + c]);
                     else
                         for (int64_t c = 0; c < C; ++c) s += x[c] * pt.w[o * C + c];
@@ -278,40 +269,34 @@ void matmul_backward_input_bf16(float * dinp, const float * dout, const uint16_t
                     set_dinp);
 }
 
-// Q8 weights (q8.h: a frozen int8 base) as bfloat16 ones: widened exactly inside the SIMD kernels; the scalar level
-// widens a float copy.
-namespace {
-std::vector<float> widened(const int8_t * q, const uint16_t * d, int64_t n) {
-    std::vector<float> out((size_t)n);
-    const Q8Ptr w{q, d, 0};
-    for (int64_t i = 0; i < n; ++i) out[(size_t)i] = q8_at(w, i);
-    return out;
-}
-void require_q8_cols(int64_t cols) {
-    if (cols % kQ8Block != 0)
-        throw_error(MAPORL_ERR_INTERNAL, "Q8 matmul: the weight's rows have %lld values, not a multiple of 32",
-                    (long long)cols);
-}
-}  // namespace
-
-void matmul_forward_q8(float * out, const float * inp, const int8_t * q, const uint16_t * d, const float * bias,
-                       int64_t N, int64_t C, int64_t OC) {
-    require_q8_cols(C);
-    if (const GemmKernels * k = simd_kernels()) return k->set_q8(N, OC, C, inp, C, 1, q, d, 1, C, out, OC, bias);
-    const std::vector<float> w = widened(q, d, OC * C);
-    matmul_forward(out, inp, w.data(), bias, N, C, OC);
-}
-
-void matmul_backward_input_q8(float * dinp, const float * dout, const int8_t * q, const uint16_t * d, int64_t N,
+// An int8 base's weight (q8.h's packed layout) in the backward: row blocks of W dequantized into a float buffer and
+// accumulated by the float GEMM in order (each block's bits do not depend on the thread count).
+void matmul_backward_input_q8(float * dinp, const float * dout, const uint8_t * pq, const uint16_t * pd, int64_t N,
                               int64_t C, int64_t OC, bool set_dinp) {
-    require_q8_cols(C);
-    if (const GemmKernels * k = simd_kernels()) {
-        if (set_dinp) return k->set_q8(N, C, OC, dout, OC, 1, q, d, C, 1, dinp, C, nullptr);
-        return k->acc_q8(N, C, OC, dout, OC, 1, q, d, C, 1, dinp, C);
+    if (C % kQ8Block != 0)
+        throw_error(MAPORL_ERR_INTERNAL, "Q8 matmul: the weight's rows have %lld values, not a multiple of 32",
+                    (long long)C);
+    const GemmKernels * k = simd_kernels();
+    const int64_t KB = k ? 256 : OC;  // rows of W per block (the scalar level: all of them, then the float loops)
+    thread_local std::vector<float> wf_buffer;
+    std::vector<float> & wf = wf_buffer;  // (the caller's, in the pool's threads too)
+    if (wf.size() < (size_t)(std::min(KB, OC) * C)) wf.resize((size_t)(std::min(KB, OC) * C));
+    for (int64_t k0 = 0; k0 < OC; k0 += KB) {
+        const int64_t kc = std::min(KB, OC - k0);
+        parallel_for(kc, 16, [&](int64_t r0, int64_t r1) {
+            for (int64_t r = r0; r < r1; ++r) q8_unpack_row(wf.data() + r * C, pq, pd, C, k0 + r);
+        });
+        const bool set = set_dinp && k0 == 0;
+        if (!k) {
+            matmul_backward(dinp, (float *)nullptr, (float *)nullptr, dout, (const float *)nullptr, wf.data(), N, C, OC,
+                            set);
+            continue;
+        }
+        if (set)
+            k->set_f32(N, C, kc, dout + k0, OC, 1, wf.data(), C, 1, dinp, C, nullptr);
+        else
+            k->acc_f32(N, C, kc, dout + k0, OC, 1, wf.data(), C, 1, dinp, C);
     }
-    const std::vector<float> w = widened(q, d, OC * C);
-    matmul_backward(dinp, (float *)nullptr, (float *)nullptr, dout, (const float *)nullptr, w.data(), N, C, OC,
-                    set_dinp);
 }
 
 #define MAPORL_INSTANTIATE(F)                                                                              \

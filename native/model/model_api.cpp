@@ -480,11 +480,12 @@ namespace {
 // An int8 base's matrix from F32 / BF16 / F16 values (quantized block by block) or Q8_0 blocks (taken as they are).
 void set_q8_tensor(llama::Model<float> & m, int64_t index, int dtype, const void * data) {
     const auto & t = m.layout.tensors[(size_t)index];
-    const Q8Ptr w = m.q8p(index);
-    int8_t * q = const_cast<int8_t *>(w.q);
-    uint16_t * d = const_cast<uint16_t *>(w.d);
+    const int64_t rows = t.shape[0], cols = t.shape[1];
     const uint8_t * src = (const uint8_t *)data;  // possibly unaligned (a view into a file buffer)
     const int64_t blocks = t.size / kQ8Block;
+    // Row-major blocks first (the tensor is unchanged if a block is refused), then packed (q8.h) on the pool.
+    std::vector<int8_t> nq((size_t)t.size);
+    std::vector<uint16_t> nd((size_t)blocks);
     if (dtype == MAPORL_DTYPE_Q8_0) {
         for (int64_t b = 0; b < blocks; ++b) {  // every scale checked before anything is written
             uint16_t h;
@@ -494,58 +495,60 @@ void set_q8_tensor(llama::Model<float> & m, int64_t index, int dtype, const void
                             (long long)b);
         }
         for (int64_t b = 0; b < blocks; ++b) {
-            std::memcpy(d + b, src + 34 * b, 2);
-            std::memcpy(q + b * kQ8Block, src + 34 * b + 2, kQ8Block);
+            std::memcpy(nd.data() + b, src + 34 * b, 2);
+            std::memcpy(nq.data() + b * kQ8Block, src + 34 * b + 2, kQ8Block);
         }
-        return;
-    }
-    if (dtype != MAPORL_DTYPE_F32 && dtype != MAPORL_DTYPE_BF16 && dtype != MAPORL_DTYPE_F16)
-        throw_error(MAPORL_ERR_INVALID_ARG, "dtype: expected 0 (F32), 1 (BF16), 2 (F16) or 3 (Q8_0), got %d", dtype);
-    const int64_t es = dtype == MAPORL_DTYPE_F32 ? 4 : 2;
-    auto read_block = [&](int64_t b, float * blk) {
-        for (int64_t i = 0; i < kQ8Block; ++i) {
-            const uint8_t * e = src + es * (b * kQ8Block + i);
-            if (dtype == MAPORL_DTYPE_F32) {
-                std::memcpy(&blk[i], e, 4);
-            } else {
-                uint16_t x;
-                std::memcpy(&x, e, 2);
-                blk[i] = dtype == MAPORL_DTYPE_BF16 ? bf16_to_float(x) : f16_to_float(x);
+    } else {
+        if (dtype != MAPORL_DTYPE_F32 && dtype != MAPORL_DTYPE_BF16 && dtype != MAPORL_DTYPE_F16)
+            throw_error(MAPORL_ERR_INVALID_ARG, "dtype: expected 0 (F32), 1 (BF16), 2 (F16) or 3 (Q8_0), got %d",
+                        dtype);
+        const int64_t es = dtype == MAPORL_DTYPE_F32 ? 4 : 2;
+        auto read_block = [&](int64_t b, float * blk) {
+            for (int64_t i = 0; i < kQ8Block; ++i) {
+                const uint8_t * e = src + es * (b * kQ8Block + i);
+                if (dtype == MAPORL_DTYPE_F32) {
+                    std::memcpy(&blk[i], e, 4);
+                } else {
+                    uint16_t x;
+                    std::memcpy(&x, e, 2);
+                    blk[i] = dtype == MAPORL_DTYPE_BF16 ? bf16_to_float(x) : f16_to_float(x);
+                }
             }
-        }
-    };
-    // Quantized on the pool into new arrays (the tensor is unchanged if a block is refused); the first refused
-    // block is reported.
-    std::vector<int8_t> nq((size_t)t.size);
-    std::vector<uint16_t> nd((size_t)blocks);
-    std::atomic<int64_t> bad{blocks};
-    parallel_for(blocks, 256, [&](int64_t b0, int64_t b1) {
-        float blk[kQ8Block];
-        for (int64_t b = b0; b < b1; ++b) {
+        };
+        // Quantized on the pool; the first refused block is reported.
+        std::atomic<int64_t> bad{blocks};
+        parallel_for(blocks, 256, [&](int64_t b0, int64_t b1) {
+            float blk[kQ8Block];
+            for (int64_t b = b0; b < b1; ++b) {
+                read_block(b, blk);
+                if (!q8_quantize_block(blk, nq.data() + b * kQ8Block, nd.data() + b)) {
+                    int64_t cur = bad.load();
+                    while (b < cur && !bad.compare_exchange_weak(cur, b)) {}
+                    return;
+                }
+            }
+        });
+        if (const int64_t b = bad.load(); b < blocks) {
+            float blk[kQ8Block];
             read_block(b, blk);
-            if (!q8_quantize_block(blk, nq.data() + b * kQ8Block, nd.data() + b)) {
-                int64_t cur = bad.load();
-                while (b < cur && !bad.compare_exchange_weak(cur, b)) {}
-                return;
-            }
+            int64_t at = 0;
+            while (at < kQ8Block && std::isfinite(blk[at])) ++at;
+            if (at < kQ8Block)
+                throw_error(MAPORL_ERR_INVALID_ARG,
+                            "data: tensor %s has a non-finite value (%g) at index %lld; int8 cannot hold it",
+                            t.name.c_str(), (double)blk[at], (long long)(b * kQ8Block + at));
+            throw_error(
+                MAPORL_ERR_INVALID_ARG,
+                "data: tensor %s: values near index %lld are beyond int8's range (max |x| / 127 past a half's 65504)",
+                t.name.c_str(), (long long)(b * kQ8Block));
         }
-    });
-    if (const int64_t b = bad.load(); b < blocks) {
-        float blk[kQ8Block];
-        read_block(b, blk);
-        int64_t at = 0;
-        while (at < kQ8Block && std::isfinite(blk[at])) ++at;
-        if (at < kQ8Block)
-            throw_error(MAPORL_ERR_INVALID_ARG,
-                        "data: tensor %s has a non-finite value (%g) at index %lld; int8 cannot hold it",
-                        t.name.c_str(), (double)blk[at], (long long)(b * kQ8Block + at));
-        throw_error(
-            MAPORL_ERR_INVALID_ARG,
-            "data: tensor %s: values near index %lld are beyond int8's range (max |x| / 127 past a half's 65504)",
-            t.name.c_str(), (long long)(b * kQ8Block));
     }
-    std::memcpy(q, nq.data(), nq.size());
-    std::memcpy(d, nd.data(), 2 * nd.size());
+    uint8_t * pq = const_cast<uint8_t *>(m.q8q(index));
+    uint16_t * pd = const_cast<uint16_t *>(m.q8s(index));
+    parallel_for(rows, 16, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r)
+            q8_pack_row(pq, pd, cols, r, nq.data() + r * cols, nd.data() + r * cols / kQ8Block);
+    });
 }
 }  // namespace
 

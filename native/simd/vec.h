@@ -6,7 +6,6 @@
 #include <utility>
 
 #include "native/core/bf16.h"
-#include "native/core/q8.h"
 
 #if !defined(MAPORL_ISA) || !defined(MAPORL_VEC_W)
 #error "define MAPORL_ISA and MAPORL_VEC_W before including vec.h"
@@ -80,42 +79,14 @@ MAPORL_INLINE vf load_bf16(const uint16_t * p) {
 }
 MAPORL_INLINE vf loadw(const float * p) { return load(p); }
 MAPORL_INLINE vf loadw(const uint16_t * p) { return load_bf16(p); }
-// W int8 values widened to floats (sign-extended, exact).
-MAPORL_INLINE vf load_i8(const int8_t * p) {
-#if defined(__AVX512F__) && MAPORL_VEC_W == 16
-    const __m512i i = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p)));
-    vi v;
-    __builtin_memcpy(&v, &i, sizeof v);
-    return __builtin_convertvector(v, vf);
-#elif defined(__AVX2__) && MAPORL_VEC_W == 8
-    const __m256i i = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(p)));
-    vi v;
-    __builtin_memcpy(&v, &i, sizeof v);
-    return __builtin_convertvector(v, vf);
-#else
-    vi v;
-    for (int i = 0; i < W; ++i) v[i] = p[i];
-    return __builtin_convertvector(v, vf);
-#endif
-}
-// W weights of a Q8 matrix (q8.h) as floats, q * d exactly; the lanes may straddle two blocks (each lane its scale).
-MAPORL_INLINE vf loadw(Q8Ptr p) {
-    if ((p.i % kQ8Block) + W <= kQ8Block) return load_i8(p.q + p.i) * broadcast(f16_table()[p.d[p.i / kQ8Block]]);
-    vf v;
-    for (int i = 0; i < W; ++i) v[i] = q8_at(p, i);
-    return v;
-}
-// Weight k of a row as a float (the scalar tails): float, bfloat16 or Q8.
+// Weight k of a row as a float (the scalar tails): float or bfloat16.
 MAPORL_INLINE float at(const float * p, int64_t k) { return p[k]; }
 MAPORL_INLINE float at(const uint16_t * p, int64_t k) { return bf16_to_float(p[k]); }
-MAPORL_INLINE float at(Q8Ptr p, int64_t k) { return q8_at(p, k); }
 // The address of a weight (for prefetching) and the bytes a weight takes in the stream.
 MAPORL_INLINE const void * addr(const float * p) { return p; }
 MAPORL_INLINE const void * addr(const uint16_t * p) { return p; }
-MAPORL_INLINE const void * addr(Q8Ptr p) { return p.q + p.i; }
 MAPORL_INLINE constexpr int64_t weight_bytes(const float *) { return 4; }
 MAPORL_INLINE constexpr int64_t weight_bytes(const uint16_t *) { return 2; }
-MAPORL_INLINE constexpr int64_t weight_bytes(Q8Ptr) { return 1; }
 // W bytes widened to floats. NOTE(u8 load): GCC 12 lowers __builtin_convertvector from a byte vector lane by
 // lane (scalar byte extracts, 2x slower than the whole GAE kernel), so the x86 units use the zero-extend
 // intrinsic (vpmovzxbd) directly.

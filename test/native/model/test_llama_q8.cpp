@@ -1,7 +1,8 @@
-// test_llama_q8.cpp: a Llama-family base with int8 matrices (cfg.int8: Q8_0 blocks, frozen) computes the very bits of
-// a float model holding its dequantized values, at every SIMD level: the forward, the head in row chunks, prefilled
-// and decoded batches (GEMV and GEMM), and a LoRA adapter's gradients; a matrix whose rows are not a multiple of 32
-// long stays bfloat16; training or merging into the base is refused. Through the C API: set_tensor quantizes float
+// test_llama_q8.cpp: a Llama-family base with int8 matrices (cfg.int8: Q8_0 blocks, frozen, computed W8A8: w8a8.h)
+// at every SIMD level: close to a float model holding its dequantized values (the forward, the head in row chunks,
+// decoded batches, a LoRA adapter's gradients: only the activations' rounding differs), and decoding two rows gives
+// the bits of those rows decoded among nine (one kernel for the GEMV and the GEMM); a matrix whose rows are not a
+// multiple of 32 long stays bfloat16; training or merging into the base is refused. Through the C API: set_tensor quantizes float
 // data as the format says, takes GGUF's Q8_0 blocks as they are, and names the tensor of a non-finite value.
 #include <algorithm>
 #include <cmath>
@@ -55,7 +56,17 @@ bool refused(const std::function<void()> & fn, const char * needle) {
     return false;
 }
 
-TEST(an_int8_base_computes_the_bits_of_its_dequantized_float_twin) {
+// max |a - b| / max |b|.
+double rel(const std::vector<float> & a, const std::vector<float> & b) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+        num = std::max(num, std::fabs((double)a[i] - (double)b[i]));
+        den = std::max(den, std::fabs((double)b[i]));
+    }
+    return a.size() == b.size() && den > 0 ? num / den : INFINITY;
+}
+
+TEST(an_int8_base_is_close_to_its_dequantized_float_twin) {
     for (const char * level : {"scalar", "avx2", "avx512"}) {
         if (maporl_set_simd(level) != MAPORL_OK) continue;
         for (const Variant & var : variants()) {
@@ -63,15 +74,16 @@ TEST(an_int8_base_computes_the_bits_of_its_dequantized_float_twin) {
             qc.int8 = true;
             L::Model<float> qm(qc), f(var.c);
             qm.init(11);
-            int64_t q8_elems = 0, half_elems = 0;
+            int64_t q8_elems = 0, q8_pad = 0, half_elems = 0;
             for (size_t k = 0; k < f.layout.tensors.size(); ++k) {
                 const auto & t = f.layout.tensors[k];
                 float * x = f.p((int64_t)k);
                 if (t.shape.size() == 2 && t.shape[1] % 32 == 0) {
                     CHECK(qm.is_q8((int64_t)k), "%s: %s is not int8", var.name, t.name.c_str());
-                    const maporl::Q8Ptr w = qm.q8p((int64_t)k);
-                    for (int64_t i = 0; i < t.size; ++i) x[i] = maporl::q8_at(w, i);
+                    for (int64_t r = 0; r < t.shape[0]; ++r)
+                        maporl::q8_unpack_row(x + r * t.shape[1], qm.q8q((int64_t)k), qm.q8s((int64_t)k), t.shape[1], r);
                     q8_elems += t.size;
+                    q8_pad += (maporl::q8_padded_rows(t.shape[0]) - t.shape[0]) * t.shape[1];
                 } else if (t.shape.size() == 2) {
                     CHECK(qm.is_half((int64_t)k), "%s: %s is not bfloat16", var.name, t.name.c_str());
                     for (int64_t i = 0; i < t.size; ++i) x[i] = maporl::bf16_to_float(qm.h((int64_t)k)[i]);
@@ -80,7 +92,7 @@ TEST(an_int8_base_computes_the_bits_of_its_dequantized_float_twin) {
                     std::copy(qm.p((int64_t)k), qm.p((int64_t)k) + t.size, x);
                 }
             }
-            CHECK((int64_t)qm.q8.size() == q8_elems && (int64_t)qm.q8d.size() * 32 == q8_elems &&
+            CHECK((int64_t)qm.q8.size() == q8_elems + q8_pad && (int64_t)qm.q8d.size() * 32 == q8_elems + q8_pad &&
                       (int64_t)qm.half.size() == half_elems && (half_elems > 0) == (var.c.intermediate % 32 != 0),
                   "%s: %zu int8, %zu scales, %zu bf16 for %lld + %lld", var.name, qm.q8.size(), qm.q8d.size(),
                   qm.half.size(), (long long)q8_elems, (long long)half_elems);
@@ -92,12 +104,18 @@ TEST(an_int8_base_computes_the_bits_of_its_dequantized_float_twin) {
             for (size_t i = 0; i < tok.size(); ++i) tok[i] = (int32_t)((i * 7 + 3) % (size_t)V);
             f.forward(tok.data(), B, T);
             qm.forward(tok.data(), B, T);
-            CHECK(f.logits == qm.logits && f.values == qm.values, "%s %s: the forward differs from the float twin",
-                  level, var.name);
+            // The activations' rounding (half a step of max |x| / 127 per block) moves logits by a few in a thousand.
+            const double tol = 0.03;
+            CHECK(rel(qm.logits, f.logits) < tol && rel(qm.values, f.values) < tol,
+                  "%s %s: the forward is %.4f / %.4f from the float twin's (relative to its largest)", level, var.name,
+                  rel(qm.logits, f.logits), rel(qm.values, f.values));
+            CHECK(rel(qm.logits, f.logits) > 0, "%s %s: the int8 forward equals the float one: no W8A8?", level,
+                  var.name);
             std::vector<float> zf((size_t)(3 * V)), zq((size_t)(3 * V));
             f.head_rows(zf.data(), 4, 3);
             qm.head_rows(zq.data(), 4, 3);
-            CHECK(zf == zq, "%s %s: head_rows differ", level, var.name);
+            CHECK(rel(zq, zf) < tol, "%s %s: head_rows %.4f apart", level, var.name, rel(zq, zf));
+            std::vector<float> two_rows;
             for (int64_t rows : {2, 9}) {  // decode steps by the GEMV (<= 8 rows) and by the GEMM
                 std::vector<int32_t> head((size_t)(rows * 3)), cur((size_t)rows);
                 std::vector<int64_t> lens((size_t)rows), pos((size_t)rows);
@@ -112,8 +130,15 @@ TEST(an_int8_base_computes_the_bits_of_its_dequantized_float_twin) {
                     m->prefill(head.data(), lens.data(), 3);
                     m->decode_rows(cur.data(), pos.data());
                 }
-                CHECK(f.step_logits == qm.step_logits && f.step_values == qm.step_values,
-                      "%s %s: %lld rows decode differently", level, var.name, (long long)rows);
+                CHECK(rel(qm.step_logits, f.step_logits) < tol && rel(qm.step_values, f.step_values) < tol,
+                      "%s %s: %lld rows decode %.4f from the float twin", level, var.name, (long long)rows,
+                      rel(qm.step_logits, f.step_logits));
+                if (rows == 2)
+                    two_rows = qm.step_logits;
+                else
+                    CHECK(std::equal(two_rows.begin(), two_rows.end(), qm.step_logits.begin()),
+                          "%s %s: two rows decoded alone (GEMV) differ from the same rows among nine (GEMM)", level,
+                          var.name);
             }
             L::LoraConfig lc;
             lc.rank = 2;
@@ -130,7 +155,8 @@ TEST(an_int8_base_computes_the_bits_of_its_dequantized_float_twin) {
                 m->backward(dl.data(), dv.data());
                 grads.push_back(ad.grads);
             }
-            CHECK(grads[0] == grads[1], "%s %s: the adapter's gradients differ on the int8 base", level, var.name);
+            CHECK(rel(grads[1], grads[0]) < 0.05, "%s %s: the adapter's gradients on the int8 base are %.4f from the float "
+                  "base's", level, var.name, rel(grads[1], grads[0]));
             const int64_t id = qm.active;
             CHECK(refused([&] { qm.lora_merge(id); }, "int8"), "%s: merging into the int8 base is refused", var.name);
             qm.active = -1;
@@ -174,13 +200,21 @@ TEST(set_tensor_quantizes_takes_q8_0_blocks_and_names_a_non_finite_value) {
     for (int64_t i = 0; i < n; ++i) w[(size_t)i] = std::sin(0.37 * (double)i) * (1 + i % 5);
     CHECK(maporl_gpt_set_tensor(g, idx, MAPORL_DTYPE_F32, w.data(), n) == MAPORL_OK, "set f32: %s",
           maporl_last_error());
-    const maporl::Q8Ptr got = g->lm->q8p(idx);
+    // The stored blocks, read back row-major from the packed layout (q8.h).
+    const uint8_t * pq = g->lm->q8q(idx);
+    const uint16_t * pd = g->lm->q8s(idx);
+    auto block_d = [&](int64_t b) { return pd[maporl::q8_packed_scale_index(32, b, 0)]; };  // up_proj: [64, 32]
+    auto block_same = [&](int64_t b, const int8_t * q) {
+        for (int64_t i = 0; i < 32; ++i)
+            if ((int)pq[maporl::q8_packed_index(32, b, i)] - 128 != std::max(-127, (int)q[i])) return false;
+        return true;
+    };
     int bad = 0;
     for (int64_t b = 0; b < n / 32; ++b) {
         int8_t q[32];
         uint16_t d;
         maporl::q8_quantize_block(w.data() + b * 32, q, &d);
-        if (d != got.d[b] || std::memcmp(q, got.q + b * 32, 32) != 0) ++bad;
+        if (d != block_d(b) || !block_same(b, q)) ++bad;
     }
     CHECK(bad == 0, "%d blocks differ from q8_quantize_block", bad);
     // GGUF's Q8_0: 34-byte blocks (half d, 32 int8), stored unchanged.
@@ -193,11 +227,13 @@ TEST(set_tensor_quantizes_takes_q8_0_blocks_and_names_a_non_finite_value) {
     CHECK(maporl_gpt_set_tensor(g, idx, MAPORL_DTYPE_Q8_0, blocks.data(), n) == MAPORL_OK, "set q8_0: %s",
           maporl_last_error());
     bad = 0;
-    for (int64_t b = 0; b < n / 32; ++b)
-        if (std::memcmp(&got.d[b], &blocks[(size_t)(b * 34)], 2) != 0 ||
-            std::memcmp(got.q + b * 32, &blocks[(size_t)(b * 34 + 2)], 32) != 0)
-            ++bad;
-    CHECK(bad == 0, "%d Q8_0 blocks not stored as they are", bad);
+    auto stored = [&](int64_t b) {
+        const uint16_t d = block_d(b);
+        return std::memcmp(&d, &blocks[(size_t)(b * 34)], 2) == 0 &&
+               block_same(b, (const int8_t *)&blocks[(size_t)(b * 34 + 2)]);
+    };
+    for (int64_t b = 0; b < n / 32; ++b) bad += !stored(b);
+    CHECK(bad == 0, "%d Q8_0 blocks not stored as they are (-128 as -127)", bad);
     w[70] = NAN;
     CHECK(maporl_gpt_set_tensor(g, idx, MAPORL_DTYPE_F32, w.data(), n) == MAPORL_ERR_INVALID_ARG &&
               std::strstr(maporl_last_error(), "up_proj.weight has a non-finite value") &&
@@ -206,9 +242,7 @@ TEST(set_tensor_quantizes_takes_q8_0_blocks_and_names_a_non_finite_value) {
     // A refused write leaves the tensor as it was (the Q8_0 blocks above), here and after the Inf scale below.
     auto unchanged = [&] {
         for (int64_t b = 0; b < n / 32; ++b)
-            if (std::memcmp(&got.d[b], &blocks[(size_t)(b * 34)], 2) != 0 ||
-                std::memcmp(got.q + b * 32, &blocks[(size_t)(b * 34 + 2)], 32) != 0)
-                return false;
+            if (!stored(b)) return false;
         return true;
     };
     CHECK(unchanged(), "a refused F32 write changed the tensor");

@@ -1,9 +1,7 @@
-// test_q8.cpp: the int8 weight format of a frozen base (native/core/q8.h: llama.cpp's Q8_0 blocks) and its kernels.
-// The half conversions against double arithmetic over every half and over random and boundary floats; quantizing a
-// block (error at most half a step, zeros, non-finite and out-of-range values refused); and the GEMM and decoding
-// GEMV on Q8 weights at each vector level against the same fmaf chains as the float kernels' over the dequantized
-// values (q * d is exact, so the contract is bit for bit), plus the public matmuls at every level, scalar included,
-// against the float matmuls on the dequantized matrix.
+// test_q8.cpp: the int8 weight format of a frozen base (native/core/q8.h: llama.cpp's Q8_0 blocks). The half
+// conversions against double arithmetic over every half and over random and boundary floats; quantizing a block
+// (error at most half a step, zeros, non-finite and out-of-range values refused); the packed layout the model holds.
+// The kernels that read it: test_w8a8.cpp.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -18,24 +16,6 @@
 #include "native/model/gpt_ops.h"
 #include "test/native/core/check.h"
 
-namespace maporl {
-#define MAPORL_Q8_DECLS                                                                                              \
-    void gemm_acc_q8(int64_t M, int64_t Nc, int64_t K, const float * A, int64_t lda_i, int64_t lda_k,                \
-                     const int8_t * Bq, const uint16_t * Bd, int64_t ldb_k, int64_t ldb_j, float * Cm, int64_t ldc); \
-    void gemm_set_q8(int64_t M, int64_t Nc, int64_t K, const float * A, int64_t lda_i, int64_t lda_k,                \
-                     const int8_t * Bq, const uint16_t * Bd, int64_t ldb_k, int64_t ldb_j, float * Cm, int64_t ldc,  \
-                     const float * bias);                                                                            \
-    void gemv_rows_q8(int64_t N, int64_t OC, int64_t C, const float * X, const int8_t * Wq, const uint16_t * Wd,     \
-                      const float * bias, float * out, int64_t o0, int64_t o1);
-namespace avx512 {
-MAPORL_Q8_DECLS
-}
-namespace avx2 {
-MAPORL_Q8_DECLS
-}
-#undef MAPORL_Q8_DECLS
-}  // namespace maporl
-
 namespace {
 
 using maporl::kQ8Block;
@@ -47,22 +27,6 @@ std::vector<float> rnd(size_t n, uint32_t seed, float scale = 1.0f) {
     for (auto & x : v) x = u(r);
     return v;
 }
-
-// A matrix [rows, cols] quantized block by block, and its dequantized float twin.
-struct Q8Mat {
-    std::vector<int8_t> q;
-    std::vector<uint16_t> d;
-    std::vector<float> deq;
-    Q8Mat(int64_t rows, int64_t cols, uint32_t seed) : q((size_t)(rows * cols)), d(q.size() / kQ8Block), deq(q.size()) {
-        std::vector<float> w = rnd(q.size(), seed);
-        for (size_t b = 0; b < d.size(); ++b) {  // blocks of different magnitudes, as real weights have
-            const float s = std::ldexp(1.0f, (int)(b % 7) - 4);
-            for (int64_t i = 0; i < kQ8Block; ++i) w[b * kQ8Block + (size_t)i] *= s;
-            maporl::q8_quantize_block(w.data() + b * kQ8Block, q.data() + b * kQ8Block, &d[b]);
-        }
-        for (size_t i = 0; i < q.size(); ++i) deq[i] = (float)q[i] * maporl::f16_to_float(d[i / kQ8Block]);
-    }
-};
 
 // The nearest half to x (ties to even), in double: the reference for float_to_f16.
 uint16_t f16_reference(float x) {
@@ -167,160 +131,44 @@ TEST(a_quantized_block_is_within_half_a_step_and_refuses_what_it_cannot_hold) {
     CHECK(maporl::q8_quantize_block(x, q, &d) && q[3] == 127, "8e6 refused");
 }
 
-struct Level {
-    const char * name;
-    maporl::Isa isa;
-    int W;
-    decltype(&maporl::avx512::gemm_acc_q8) acc;
-    decltype(&maporl::avx512::gemm_set_q8) set;
-    decltype(&maporl::avx512::gemv_rows_q8) gemv;
-};
-const Level kLevels[] = {
-    {"avx512", maporl::Isa::Avx512, 16, maporl::avx512::gemm_acc_q8, maporl::avx512::gemm_set_q8,
-     maporl::avx512::gemv_rows_q8},
-    {"avx2", maporl::Isa::Avx2, 8, maporl::avx2::gemm_acc_q8, maporl::avx2::gemm_set_q8, maporl::avx2::gemv_rows_q8}};
-
-size_t first_diff(const std::vector<float> & a, const std::vector<float> & b, size_t * count) {
-    size_t first = 0;
-    *count = 0;
-    for (size_t i = 0; i < a.size(); ++i)
-        if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0 && (*count)++ == 0) first = i;
-    return first;
-}
-
-// The two ways a Linear reads its weight W [OC, C]: the forward (out = inp W^T: B(k, j) = W[j, k], read in place as
-// its transpose) and the input's gradient (dinp = dout W: B(k, j) = W[k, j]); set (from a bias or 0) and accumulate;
-// rows past a block, K in slices, 1 and 3 threads. Every element is the fmaf chain over k of the dequantized values.
-TEST(q8_gemm_is_the_fma_chain_over_the_dequantized_weight) {
-    struct Shape {
-        int64_t M, OC, C;
-    };
-    const Shape shapes[] = {{1, 1, 32}, {5, 37, 64}, {200, 300, 576}, {13, 70, 608}};
-    int levels_run = 0;
-    for (const Level & lv : kLevels) {
-        if (maporl::cpu_isa() < lv.isa) continue;
-        ++levels_run;
-        for (const Shape s : shapes) {
-            const Q8Mat w(s.OC, s.C, 21);
-            for (int backward = 0; backward < 2; ++backward)
-                for (int set = 0; set < 2; ++set) {
-                    // forward: A [M, C], out [M, OC]; backward: A = dout [M, OC], out = dinp [M, C]
-                    const int64_t K = backward ? s.OC : s.C, Nc = backward ? s.C : s.OC;
-                    const int64_t ldb_k = backward ? s.C : 1, ldb_j = backward ? 1 : s.C;
-                    const std::vector<float> a = rnd((size_t)(s.M * K), 22), c0 = rnd((size_t)(s.M * Nc), 23),
-                                             bias = rnd((size_t)Nc, 24);
-                    const float * sb = set && !backward ? bias.data() : nullptr;
-                    std::vector<float> want(c0);
-                    for (int64_t i = 0; i < s.M; ++i)
-                        for (int64_t j = 0; j < Nc; ++j) {
-                            float acc = set ? (sb ? sb[j] : 0.0f) : c0[(size_t)(i * Nc + j)];
-                            for (int64_t k = 0; k < K; ++k)
-                                acc = std::fmaf(a[(size_t)(i * K + k)], w.deq[(size_t)(k * ldb_k + j * ldb_j)], acc);
-                            want[(size_t)(i * Nc + j)] = acc;
-                        }
-                    for (int threads : {1, 3}) {
-                        maporl_set_threads(threads);
-                        std::vector<float> got = set ? std::vector<float>(c0.size(), NAN) : c0;
-                        if (set)
-                            lv.set(s.M, Nc, K, a.data(), K, 1, w.q.data(), w.d.data(), ldb_k, ldb_j, got.data(), Nc,
-                                   sb);
-                        else
-                            lv.acc(s.M, Nc, K, a.data(), K, 1, w.q.data(), w.d.data(), ldb_k, ldb_j, got.data(), Nc);
-                        size_t bad = 0;
-                        const size_t first = first_diff(got, want, &bad);
-                        CHECK(bad == 0,
-                              "%s M=%lld OC=%lld C=%lld %s %s %d threads: %zu of %zu differ (first %zu: %.9g "
-                              "vs %.9g)",
-                              lv.name, (long long)s.M, (long long)s.OC, (long long)s.C,
-                              backward ? "input gradient" : "forward", set ? "set" : "accumulate", threads, bad,
-                              got.size(), first, bad ? got[first] : 0.0f, bad ? want[first] : 0.0f);
-                    }
-                }
+// q8.h's packed layout against the index written out here: group g = r / 16, lane j = r % 16, 64 bytes per four
+// columns; values stored as q + 128 (-128 as -127); scales per group and block in lane order; a row unpacks to q * d.
+TEST(the_packed_layout_interleaves_sixteen_rows_four_columns_at_a_time) {
+    const int64_t rows = 19, cols = 64, nb = cols / kQ8Block;
+    std::mt19937 r(5);
+    std::vector<int8_t> q((size_t)(rows * cols));
+    std::vector<uint16_t> d((size_t)(rows * nb));
+    for (auto & v : q) v = (int8_t)((int)(r() % 255) - 127);
+    q[77] = -128;
+    for (size_t i = 0; i < d.size(); ++i) d[i] = maporl::float_to_f16(0.001f * (float)(i + 1));
+    CHECK(maporl::q8_padded_rows(rows) == 32 && maporl::q8_padded_rows(16) == 16, "padded rows");
+    std::vector<uint8_t> pq((size_t)(32 * cols), 128);
+    std::vector<uint16_t> pd((size_t)(32 * nb), 0);
+    for (int64_t o = 0; o < rows; ++o)
+        maporl::q8_pack_row(pq.data(), pd.data(), cols, o, q.data() + o * cols, d.data() + o * nb);
+    int bad = 0, bad_d = 0, bad_row = 0;
+    for (int64_t o = 0; o < rows; ++o) {
+        const int64_t g = o / 16, j = o % 16;
+        for (int64_t c = 0; c < cols; ++c) {
+            const int want = std::max(-127, (int)q[(size_t)(o * cols + c)]) + 128;
+            if (pq[(size_t)(g * 16 * cols + (c / 4) * 64 + j * 4 + c % 4)] != want) ++bad;
         }
+        for (int64_t b = 0; b < nb; ++b)
+            if (pd[(size_t)(g * 16 * nb + b * 16 + j)] != d[(size_t)(o * nb + b)]) ++bad_d;
+        std::vector<float> row((size_t)cols);
+        maporl::q8_unpack_row(row.data(), pq.data(), pd.data(), cols, o);
+        for (int64_t c = 0; c < cols; ++c)
+            if (row[(size_t)c] != (float)std::max(-127, (int)q[(size_t)(o * cols + c)]) *
+                                      maporl::f16_to_float(d[(size_t)(o * nb + c / kQ8Block)]))
+                ++bad_row;
     }
-    maporl_set_threads(0);
-    CHECK(levels_run > 0 || maporl::cpu_isa() == maporl::Isa::Scalar, "no vector level ran");
-}
-
-// The decoding GEMV on Q8 rows: the float GEMV's documented order (two accumulators over c in steps of 2W, lanes
-// summed from 0, then the bias) on the dequantized values, for outputs split anywhere.
-TEST(q8_decoding_gemv_is_the_float_gemv_order_on_the_dequantized_weight) {
-    struct Shape {
-        int64_t N, OC, C;
-    };
-    const Shape shapes[] = {{1, 1, 32}, {1, 37, 576}, {3, 133, 608}, {8, 70, 1536}};
-    for (const Level & lv : kLevels) {
-        if (maporl::cpu_isa() < lv.isa) continue;
-        const int W = lv.W;
-        for (const Shape & sh : shapes)
-            for (int with_bias = 0; with_bias < 2; ++with_bias)
-                for (int pieces : {1, 3}) {
-                    const Q8Mat w(sh.OC, sh.C, 31);
-                    const auto x = rnd((size_t)(sh.N * sh.C), 32), bias = rnd((size_t)sh.OC, 33);
-                    std::vector<float> want((size_t)(sh.N * sh.OC)), got(want.size(), NAN);
-                    for (int64_t n = 0; n < sh.N; ++n)
-                        for (int64_t o = 0; o < sh.OC; ++o) {
-                            const float * xr = x.data() + n * sh.C;
-                            const float * wr = w.deq.data() + o * sh.C;
-                            float s = 0.0f;
-                            for (int i = 0; i < W; ++i) {
-                                float a0 = 0.0f, a1 = 0.0f;
-                                for (int64_t c = 0; c < sh.C; c += 2 * W) {
-                                    a0 = std::fmaf(xr[c + i], wr[c + i], a0);
-                                    a1 = std::fmaf(xr[c + W + i], wr[c + W + i], a1);
-                                }
-                                s += a0 + a1;
-                            }
-                            want[(size_t)(n * sh.OC + o)] = (with_bias ? bias[(size_t)o] : 0.0f) + s;
-                        }
-                    const int64_t cut[4] = {0, pieces == 1 ? sh.OC : sh.OC / 3,
-                                            pieces == 1 ? sh.OC : (sh.OC * 2) / 3 + 1, sh.OC};
-                    for (int i = 0; i < 3; ++i) {
-                        const int64_t o0 = std::min(cut[i], sh.OC), o1 = std::min(cut[i + 1], sh.OC);
-                        if (o0 < o1)
-                            lv.gemv(sh.N, sh.OC, sh.C, x.data(), w.q.data(), w.d.data(),
-                                    with_bias ? bias.data() : nullptr, got.data(), o0, o1);
-                    }
-                    size_t bad = 0;
-                    const size_t first = first_diff(got, want, &bad);
-                    CHECK(bad == 0, "%s N=%lld OC=%lld C=%lld bias=%d pieces=%d: %zu of %zu differ (first %zu)",
-                          lv.name, (long long)sh.N, (long long)sh.OC, (long long)sh.C, with_bias, pieces, bad,
-                          got.size(), first);
-                }
-    }
-}
-
-// The public entry points at each level the CPU runs (scalar: a widened copy): the forward, the rows' GEMV and the
-// input's gradient give the float functions' bits on the dequantized matrix.
-TEST(public_q8_matmuls_equal_the_float_ones_on_the_dequantized_weight_at_every_level) {
-    namespace G = maporl::gpt;
-    const int64_t N = 5, C = 96, OC = 40;
-    const Q8Mat w(OC, C, 41);
-    const auto x = rnd((size_t)(N * C), 42), bias = rnd((size_t)OC, 43), dout = rnd((size_t)(N * OC), 44);
-    int run = 0;
-    for (const char * level : {"scalar", "avx2", "avx512"}) {
-        if (maporl_set_simd(level) != MAPORL_OK) continue;
-        ++run;
-        std::vector<float> a((size_t)(N * OC)), b(a.size());
-        G::matmul_forward_q8(a.data(), x.data(), w.q.data(), w.d.data(), bias.data(), N, C, OC);
-        G::matmul_forward(b.data(), x.data(), w.deq.data(), bias.data(), N, C, OC);
-        CHECK(a == b, "%s: matmul_forward_q8", level);
-        G::RowsPart<float> q8part{nullptr, nullptr, bias.data(), a.data(), OC, w.q.data(), w.d.data()};
-        G::matmul_forward_rows_parts(&q8part, 1, x.data(), N, C);
-        G::matmul_forward_rows(b.data(), x.data(), w.deq.data(), bias.data(), N, C, OC);
-        CHECK(a == b, "%s: the rows' GEMV", level);
-        std::vector<float> da((size_t)(N * C), 0.5f), db(da);
-        G::matmul_backward_input_q8(da.data(), dout.data(), w.q.data(), w.d.data(), N, C, OC, false);
-        G::matmul_backward(db.data(), (float *)nullptr, (float *)nullptr, dout.data(), x.data(), w.deq.data(), N, C, OC,
-                           false);
-        CHECK(da == db, "%s: matmul_backward_input_q8 (accumulate)", level);
-        G::matmul_backward_input_q8(da.data(), dout.data(), w.q.data(), w.d.data(), N, C, OC, true);
-        G::matmul_backward(db.data(), (float *)nullptr, (float *)nullptr, dout.data(), x.data(), w.deq.data(), N, C, OC,
-                           true);
-        CHECK(da == db, "%s: matmul_backward_input_q8 (set)", level);
-    }
-    maporl_set_simd("best");
-    CHECK(run >= 1, "no level ran");
+    CHECK(bad == 0 && bad_d == 0 && bad_row == 0, "%d values, %d scales, %d unpacked values misplaced", bad, bad_d,
+          bad_row);
+    CHECK(pq[(size_t)maporl::q8_packed_index(cols, 1, 13)] == 1, "-128 is stored as -127");
+    int padding = 0;
+    for (int64_t o = rows; o < 32; ++o)
+        for (int64_t c = 0; c < cols; ++c) padding += pq[(size_t)maporl::q8_packed_index(cols, o, c)] != 128;
+    CHECK(padding == 0, "the padding rows were written");
 }
 
 }  // namespace
