@@ -93,9 +93,14 @@ static inline int64_t q8_packed_scale_index(int64_t cols, int64_t r, int64_t c) 
 // Stores row r from its row-major values q [cols] and scales d [cols / 32].
 static inline void q8_pack_row(uint8_t * pq, uint16_t * pd, int64_t cols, int64_t r, const int8_t * q,
                                const uint16_t * d) {
-    for (int64_t c = 0; c < cols; ++c)
-        pq[q8_packed_index(cols, r, c)] = (uint8_t)((q[c] < -127 ? -127 : q[c]) + 128);
-    for (int64_t b = 0; b < cols / kQ8Block; ++b) pd[q8_packed_scale_index(cols, r, b * kQ8Block)] = d[b];
+    uint8_t * dst = pq + q8_packed_index(cols, r, 0);
+    for (int64_t c4 = 0; c4 < cols / 4; ++c4)
+        for (int64_t t = 0; t < 4; ++t) {
+            const int8_t v = q[4 * c4 + t];
+            dst[c4 * 4 * kQ8Rows + t] = (uint8_t)((v < -127 ? -127 : v) + 128);
+        }
+    uint16_t * ds = pd + q8_packed_scale_index(cols, r, 0);
+    for (int64_t b = 0; b < cols / kQ8Block; ++b) ds[b * kQ8Rows] = d[b];
 }
 // Row r as floats, q * d exactly.
 static inline void q8_unpack_row(float * dst, const uint8_t * pq, const uint16_t * pd, int64_t cols, int64_t r) {

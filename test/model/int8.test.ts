@@ -1,9 +1,10 @@
 // int8.test.ts: a Hugging Face model loaded with dtype 'int8' (its matrices quantized to llama.cpp's Q8_0 as they
-// load, frozen). The quantizer written again here in float64 (a half scale to nearest even, then round-half-even of
-// x / d) gives the dequantized weights; a float32 load of a directory holding them computes the int8 load's very
-// bits (log-probs, sampled tokens, adapter training). Against the float32 load of the original weights it is close;
-// an adapter trained on the int8 base saves in the PEFT layout and loads on the float base; its own training is a
-// named error.
+// load, frozen, and computed W8A8: each activation row quantized per block of 32 too). The quantizer written again
+// here in float64 (a half scale to nearest even, then round-half-even of x / d) gives the dequantized weights; a
+// float32 load of a directory holding them differs from the int8 load by the activations' rounding only, well inside
+// the weights' own rounding (log-probs, adapter training). Against the float32 load of the original weights it is
+// close; an adapter trained on the int8 base saves in the PEFT layout and loads on the float base; its own training
+// is a named error.
 import { cpSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -83,7 +84,7 @@ describe("an int8 base", () => {
     }, 60_000);
     afterAll(() => rmSync(root, { recursive: true, force: true }));
 
-    it("computes the bits of a float32 model of its dequantized weights: log-probs, sampling, adapter training", async () => {
+    it("is the float32 model of its dequantized weights up to the activations' rounding: log-probs, training", async () => {
         const q = await NativePolicy.load(dir, { tokenizer: null, dtype: "int8" });
         const f = await NativePolicy.load(twin, { tokenizer: null });
         expect([q.dtype, f.dtype]).toEqual(["int8", "float32"]);
@@ -92,23 +93,34 @@ describe("an int8 base", () => {
             tokens: Int32Array.from({ length: 3 * 11 }, (_, i) => (i * 29 + 4) % V),
             shape: [3, 11] as [number, number],
         };
-        expect(await q.logprobs(seqs)).toEqual(await f.logprobs(seqs));
+        const orig = await NativePolicy.load(dir, { tokenizer: null });
+        const [lpq, lpf, lpo] = [await q.logprobs(seqs), await f.logprobs(seqs), await orig.logprobs(seqs)];
+        const gap = (a: Float32Array, b: Float32Array) => Math.max(...Array.from(a, (x, i) => Math.abs(x - b[i])));
+        // the activations' rounding: nonzero, and below the weights' (twin against the original float32 weights)
+        console.log(`int8 vs twin ${gap(lpq, lpf).toExponential(2)}, twin vs float32 ${gap(lpf, lpo).toExponential(2)}`);
+        expect(gap(lpq, lpf)).toBeGreaterThan(0);
+        expect(gap(lpq, lpf)).toBeLessThan(gap(lpf, lpo));
         const reqs = [[5, 9, 17], [40, 41, 42, 43, 44], [88]].map((p, i) => ({
             promptTokenIds: p,
             seed: i,
-            sampling: { temperature: 0.8, maxTokens: 10 },
+            sampling: { temperature: 1, maxTokens: 10 },
         }));
-        const [gq, gf] = [await q.generate(reqs), await f.generate(reqs)];
-        expect(gq.map((g) => [g.tokenIds, g.logprobs])).toEqual(gf.map((g) => [g.tokenIds, g.logprobs]));
+        // the log-probs sampling reports are the int8 forward's own (the decoding GEMV and the GEMM: one kernel)
+        for (const g of await q.generate(reqs)) {
+            const ids = [...g.promptTokenIds, ...g.tokenIds];
+            const lp = await q.logprobs({ tokens: Int32Array.from(ids), shape: [1, ids.length] });
+            const mine = Array.from(lp.subarray(g.promptTokenIds.length - 1, ids.length - 1));
+            expect(gap(Float32Array.from(mine), Float32Array.from(g.logprobs))).toBeLessThan(1e-4);
+        }
         const [aq, af] = [
             await q.withAdapter("a", { rank: 4, alpha: 8 }),
             await f.withAdapter("a", { rank: 4, alpha: 8 }),
         ];
         for (let s = 0; s < 3; s++) {
             const [lq, lf] = [await aq.trainStep(batch(s), { lr: 1e-2 }), await af.trainStep(batch(s), { lr: 1e-2 })];
-            expect(lq.loss).toBe(lf.loss);
+            expect(Math.abs(lq.loss - lf.loss)).toBeLessThan(2e-3 * Math.abs(lf.loss));
         }
-        expect(await aq.logprobs(seqs)).toEqual(await af.logprobs(seqs));
+        expect(gap(await aq.logprobs(seqs), await af.logprobs(seqs))).toBeLessThan(gap(lpf, lpo) * 2);
         // The adapter saves in the PEFT layout and loads on the float32 base of the original weights.
         const saved = join(root, "adapter");
         await aq.save(saved, { baseModel: dir });
@@ -122,7 +134,7 @@ describe("an int8 base", () => {
             /matrices are int8 in memory .* load the model with dtype 'float32'/,
         );
         await expect(aq.mergeAdapter()).rejects.toThrow(/merge: the base's matrices are int8/);
-        for (const p of [aq, af, q, f, onFloat, base]) await p.dispose();
+        for (const p of [aq, af, q, f, onFloat, base, orig]) await p.dispose();
     }, 60_000);
 
     it("stays within the order of bfloat16's error of the float32 load: log-prob differences", async () => {
