@@ -2,7 +2,7 @@
 // is warm-started once on the task (1600 SFT steps); then every setting co-trains LoRA adapters on that base for the
 // same number of iterations, in process or with its rollouts on `maporl serve` processes the job starts
 // (rolloutFleet), on-policy or asynchronous (asyncRollout.maxStaleness), with or without the token-level correction,
-// on float32 or int8 servers. Per run: iterations per minute of the co-training loop (from its first to its last
+// on float32 or int8 servers (or an int8 base in process). Per run: iterations per minute of the co-training loop (from its first to its last
 // iteration), the held-out majority accuracy at the last turn, the mean staleness and the mean mismatch k3.
 //
 //   npm run build:ts && node scripts/fleet-training.mjs [--task tool-lookup] [--algo maporl] [--iterations 20]
@@ -55,6 +55,7 @@ const base = join(warm, "models", "base");
 const TIS = { rolloutIs: "token", rolloutIsThreshold: 2 };
 const SETTINGS = [
     ["in process", {}],
+    ["in process, int8 base", { model: { ...common.model, dir: base, dtype: "int8" } }],
     ["fleet 2, on-policy", { rolloutFleet: { serve: 2 } }],
     ["fleet 2, d = 1", { rolloutFleet: { serve: 2 }, asyncRollout: { maxStaleness: 1 } }],
     ["fleet 2, d = 2", { rolloutFleet: { serve: 2 }, asyncRollout: { maxStaleness: 2 } }],

@@ -242,7 +242,7 @@ export async function benchLlama(ctx: BenchContext): Promise<BenchRow[]> {
             `(${(100 * bfFloor.share).toFixed(0)}% of it)`,
     });
     await pb.dispose();
-    // Single stream on an int8 base (Q8_0 blocks: 34 bytes per 32 weights, widened in the GEMV).
+    // Single stream on an int8 base (Q8_0 blocks: 34 bytes per 32 weights; W8A8: activations quantized per block too).
     const pq = await NativePolicy.fromConfig(SMOL, { tokenizer: null, seed: 0, contextLength: 512, dtype: "int8" });
     const qBytes = (34 / 32) * SMOL_MATRICES + 4 * (pq.parameterCount - SMOL_MATRICES);
     const singleQ = await timeWithProbe(() => pq.generate(one), readBw, 3, 1);

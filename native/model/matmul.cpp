@@ -119,7 +119,8 @@ void matmul_forward_rows_parts(const RowsPart<F> * parts, int nparts, const F * 
         total += parts[i].w8 ? q8_padded_rows(parts[i].OC) / kQ8Rows : parts[i].OC;
     }
     thread_local W8A8Input in8_buffer;
-    W8A8Input & in8 = in8_buffer;  // (the pool's threads read the caller's: a lambda names a thread_local, not captures)
+    W8A8Input & in8 =
+        in8_buffer;  // (the pool's threads read the caller's: a lambda names a thread_local, not captures)
     if constexpr (std::is_same<F, float>::value)
         if (any8) w8a8_quantize(in8, inp, N, C);
     const GemmKernels * k = simd_kernels_for<F>();

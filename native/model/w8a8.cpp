@@ -77,8 +77,8 @@ void groups_scalar(int64_t N, int64_t C, const int8_t * qx, const float * dx, co
 
 void require_cols(int64_t C) {
     if (C <= 0 || C % kQ8Block != 0)
-        throw_error(MAPORL_ERR_INTERNAL, "W8A8 matmul: the weight's rows have %lld values, not a positive multiple of 32",
-                    (long long)C);
+        throw_error(MAPORL_ERR_INTERNAL,
+                    "W8A8 matmul: the weight's rows have %lld values, not a positive multiple of 32", (long long)C);
 }
 
 }  // namespace

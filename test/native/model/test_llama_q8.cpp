@@ -81,7 +81,8 @@ TEST(an_int8_base_is_close_to_its_dequantized_float_twin) {
                 if (t.shape.size() == 2 && t.shape[1] % 32 == 0) {
                     CHECK(qm.is_q8((int64_t)k), "%s: %s is not int8", var.name, t.name.c_str());
                     for (int64_t r = 0; r < t.shape[0]; ++r)
-                        maporl::q8_unpack_row(x + r * t.shape[1], qm.q8q((int64_t)k), qm.q8s((int64_t)k), t.shape[1], r);
+                        maporl::q8_unpack_row(x + r * t.shape[1], qm.q8q((int64_t)k), qm.q8s((int64_t)k), t.shape[1],
+                                              r);
                     q8_elems += t.size;
                     q8_pad += (maporl::q8_padded_rows(t.shape[0]) - t.shape[0]) * t.shape[1];
                 } else if (t.shape.size() == 2) {
@@ -155,8 +156,10 @@ TEST(an_int8_base_is_close_to_its_dequantized_float_twin) {
                 m->backward(dl.data(), dv.data());
                 grads.push_back(ad.grads);
             }
-            CHECK(rel(grads[1], grads[0]) < 0.05, "%s %s: the adapter's gradients on the int8 base are %.4f from the float "
-                  "base's", level, var.name, rel(grads[1], grads[0]));
+            CHECK(rel(grads[1], grads[0]) < 0.05,
+                  "%s %s: the adapter's gradients on the int8 base are %.4f from the float "
+                  "base's",
+                  level, var.name, rel(grads[1], grads[0]));
             const int64_t id = qm.active;
             CHECK(refused([&] { qm.lora_merge(id); }, "int8"), "%s: merging into the int8 base is refused", var.name);
             qm.active = -1;
@@ -230,7 +233,7 @@ TEST(set_tensor_quantizes_takes_q8_0_blocks_and_names_a_non_finite_value) {
     auto stored = [&](int64_t b) {
         const uint16_t d = block_d(b);
         return std::memcmp(&d, &blocks[(size_t)(b * 34)], 2) == 0 &&
-               block_same(b, (const int8_t *)&blocks[(size_t)(b * 34 + 2)]);
+            block_same(b, (const int8_t *)&blocks[(size_t)(b * 34 + 2)]);
     };
     for (int64_t b = 0; b < n / 32; ++b) bad += !stored(b);
     CHECK(bad == 0, "%d Q8_0 blocks not stored as they are (-128 as -127)", bad);

@@ -158,8 +158,9 @@ TEST(the_packed_layout_interleaves_sixteen_rows_four_columns_at_a_time) {
         std::vector<float> row((size_t)cols);
         maporl::q8_unpack_row(row.data(), pq.data(), pd.data(), cols, o);
         for (int64_t c = 0; c < cols; ++c)
-            if (row[(size_t)c] != (float)std::max(-127, (int)q[(size_t)(o * cols + c)]) *
-                                      maporl::f16_to_float(d[(size_t)(o * nb + c / kQ8Block)]))
+            if (row[(size_t)c] !=
+                (float)std::max(-127, (int)q[(size_t)(o * cols + c)]) *
+                    maporl::f16_to_float(d[(size_t)(o * nb + c / kQ8Block)]))
                 ++bad_row;
     }
     CHECK(bad == 0 && bad_d == 0 && bad_row == 0, "%d values, %d scales, %d unpacked values misplaced", bad, bad_d,

@@ -43,8 +43,13 @@ struct Weight {
     std::vector<uint8_t> pq;
     std::vector<uint16_t> pd;
     Weight(int64_t r, int64_t c, uint32_t seed)
-        : rows(r), cols(c), q((size_t)(r * c)), d(q.size() / kQ8Block), deq(q.size()),
-          pq((size_t)(maporl::q8_padded_rows(r) * c), 128), pd((size_t)(maporl::q8_padded_rows(r) * c / kQ8Block), 0) {
+        : rows(r),
+          cols(c),
+          q((size_t)(r * c)),
+          d(q.size() / kQ8Block),
+          deq(q.size()),
+          pq((size_t)(maporl::q8_padded_rows(r) * c), 128),
+          pd((size_t)(maporl::q8_padded_rows(r) * c / kQ8Block), 0) {
         const std::vector<float> w = rnd(q.size(), seed, 0.05f);
         for (size_t b = 0; b < d.size(); ++b)
             maporl::q8_quantize_block(w.data() + b * kQ8Block, q.data() + b * kQ8Block, &d[b]);
@@ -77,7 +82,8 @@ std::vector<float> matmul_ref(const std::vector<float> & x, int64_t N, const Wei
     const int64_t C = w.cols, nb = C / kQ8Block;
     std::vector<int8_t> qx((size_t)(N * C));
     std::vector<float> dx((size_t)(N * nb));
-    for (int64_t i = 0; i < N * nb; ++i) quantize_ref(x.data() + i * kQ8Block, qx.data() + i * kQ8Block, &dx[(size_t)i]);
+    for (int64_t i = 0; i < N * nb; ++i)
+        quantize_ref(x.data() + i * kQ8Block, qx.data() + i * kQ8Block, &dx[(size_t)i]);
     std::vector<float> out((size_t)(N * w.rows));
     for (int64_t n = 0; n < N; ++n)
         for (int64_t o = 0; o < w.rows; ++o) {
@@ -124,7 +130,8 @@ TEST(activations_are_quantized_by_q8_0s_rule_within_half_a_step_at_every_level) 
             quantize_ref(x.data() + b * kQ8Block, q, &d);
             int32_t s = 0;
             for (int8_t v : q) s += v;
-            const bool same_d = std::memcmp(&d, &in.d[(size_t)b], 4) == 0 || (std::isnan(d) && std::isnan(in.d[(size_t)b]));
+            const bool same_d =
+                std::memcmp(&d, &in.d[(size_t)b], 4) == 0 || (std::isnan(d) && std::isnan(in.d[(size_t)b]));
             if (!same_d || std::memcmp(q, in.q.data() + b * kQ8Block, kQ8Block) != 0 || s != in.s[(size_t)b]) ++bad;
             if (std::isfinite(d))
                 for (int64_t i = 0; i < kQ8Block; ++i) {
@@ -147,8 +154,8 @@ TEST(the_matmul_is_the_integer_block_dot_chain_at_every_level_thread_count_and_s
     struct Shape {
         int64_t N, OC, C;
     };
-    const Shape shapes[] = {{1, 1, 32}, {1, 37, 576}, {2, 16, 64}, {3, 70, 608}, {4, 48, 96}, {5, 33, 128},
-                            {9, 130, 576}};
+    const Shape shapes[] = {{1, 1, 32},  {1, 37, 576}, {2, 16, 64},  {3, 70, 608},
+                            {4, 48, 96}, {5, 33, 128}, {9, 130, 576}};
     int run = 0;
     for (const char * level : kLevels) {
         if (maporl_set_simd(level) != MAPORL_OK) continue;
@@ -165,7 +172,8 @@ TEST(the_matmul_is_the_integer_block_dot_chain_at_every_level_thread_count_and_s
                     G::matmul_forward_w8a8(got.data(), x.data(), w.pq.data(), w.pd.data(), bp, s.N, s.C, s.OC);
                     size_t first = 0;
                     const size_t bad = count_diff(got, want, &first);
-                    CHECK(bad == 0, "%s (%s) N=%lld OC=%lld C=%lld bias=%d threads=%d: %zu of %zu differ (first %zu: "
+                    CHECK(bad == 0,
+                          "%s (%s) N=%lld OC=%lld C=%lld bias=%d threads=%d: %zu of %zu differ (first %zu: "
                           "%.9g vs %.9g)",
                           level, G::w8a8_level(), (long long)s.N, (long long)s.OC, (long long)s.C, with_bias, threads,
                           bad, got.size(), first, bad ? got[first] : 0.0f, bad ? want[first] : 0.0f);
@@ -174,10 +182,10 @@ TEST(the_matmul_is_the_integer_block_dot_chain_at_every_level_thread_count_and_s
                 const Weight w2(19, s.C, 30);
                 const auto wf = rnd((size_t)(5 * s.C), 31);
                 std::vector<float> a(want.size(), NAN), b((size_t)(s.N * 19), NAN), f((size_t)(s.N * 5), NAN);
-                const G::RowsPart<float> parts[3] = {{wf.data(), nullptr, nullptr, f.data(), 5},
-                                                     {nullptr, nullptr, bp, a.data(), s.OC, w.pq.data(), w.pd.data()},
-                                                     {nullptr, nullptr, nullptr, b.data(), 19, w2.pq.data(),
-                                                      w2.pd.data()}};
+                const G::RowsPart<float> parts[3] = {
+                    {wf.data(), nullptr, nullptr, f.data(), 5},
+                    {nullptr, nullptr, bp, a.data(), s.OC, w.pq.data(), w.pd.data()},
+                    {nullptr, nullptr, nullptr, b.data(), 19, w2.pq.data(), w2.pd.data()}};
                 G::matmul_forward_rows_parts(parts, 3, x.data(), s.N, s.C);
                 size_t first = 0;
                 CHECK(count_diff(a, want, &first) == 0 && count_diff(b, matmul_ref(x, s.N, w2, nullptr), &first) == 0,
@@ -207,7 +215,8 @@ TEST(the_distance_to_float64_is_within_the_activations_rounding) {
             double exact = 0, bound = 0, mag = 0;
             for (int64_t b = 0; b < C / kQ8Block; ++b) {
                 float amax = 0;
-                for (int64_t i = 0; i < kQ8Block; ++i) amax = std::max(amax, std::fabs(x[(size_t)(n * C + b * 32 + i)]));
+                for (int64_t i = 0; i < kQ8Block; ++i)
+                    amax = std::max(amax, std::fabs(x[(size_t)(n * C + b * 32 + i)]));
                 for (int64_t i = 0; i < kQ8Block; ++i) {
                     const double wv = w.deq[(size_t)(o * C + b * 32 + i)], xv = x[(size_t)(n * C + b * 32 + i)];
                     exact += wv * xv;
@@ -256,8 +265,8 @@ TEST(the_input_gradient_is_the_float_backward_on_the_dequantized_weight) {
         for (int set = 0; set < 2; ++set) {
             std::vector<float> da((size_t)(N * C), 0.5f), db(da);
             G::matmul_backward_input_q8(da.data(), dout.data(), w.pq.data(), w.pd.data(), N, C, OC, set);
-            G::matmul_backward(db.data(), (float *)nullptr, (float *)nullptr, dout.data(), x.data(), w.deq.data(), N,
-                               C, OC, set);
+            G::matmul_backward(db.data(), (float *)nullptr, (float *)nullptr, dout.data(), x.data(), w.deq.data(), N, C,
+                               OC, set);
             CHECK(da == db, "%s: matmul_backward_input_q8 (%s)", level, set ? "set" : "accumulate");
         }
     }
