@@ -2,7 +2,7 @@
 // @huggingface/gguf; the metadata becomes the config.json transformers would have (architectures llama, mistral,
 // qwen2, qwen3), llama.cpp's tensor names map to transformers' (token_embd -> model.embed_tokens, blk.N.attn_q ->
 // model.layers.N.self_attn.q_proj, ...), and each tensor is read from the file on its own: F32, F16 and BF16 as in a
-// safetensors file; Q8_0 blocks taken as they are by an int8 base (dtype 'int8'), widened to float32 otherwise
+// safetensors file; Q8_0 blocks taken as they are by an int8 base (dtype 'int8'; a q of -128 as -127), widened to float32 otherwise
 // (q * d, exact). llama.cpp's converter permutes the rows of a llama model's q and k projections for its rotary
 // layout (per head, the halves interleaved); they are put back here. The tokenizer: tokenizer.ggml.* as a byte-level
 // BPE tokenizer.json (ggufTokenizer.ts), or the `tokenizer` option (a directory, an HfTokenizer, or null).

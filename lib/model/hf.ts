@@ -193,15 +193,16 @@ export function llamaLayout(e: LlamaEngineConfig): { name: string; shape: number
 }
 
 /** The bytes the engine allocates to hold a Llama-family model of `e`: its weights (float32; bfloat16 matrices with
- * `e.bf16`; with `e.int8`, 34 bytes per 32 values of a matrix whose rows are a multiple of 32 long, bfloat16 for the
- * others) and the value head. Gradients and AdamW moments (8 more bytes a trained parameter) come with the first
+ * `e.bf16`; with `e.int8`, 34 bytes per 32 values of a matrix whose rows are a multiple of 32 long, its rows padded
+ * to a multiple of 16, bfloat16 for the others) and the value head. Gradients and AdamW moments (8 more bytes a trained parameter) come with the first
  * training step; activations and the KV cache with each batch. */
 export function llamaWeightBytes(e: LlamaEngineConfig): number {
     let bytes = 4 * (e.dModel + 1);
     for (const t of llamaLayout(e)) {
         const n = t.shape.reduce((a, b) => a * b, 1);
         if (t.shape.length !== 2 || (e.bf16 !== true && e.int8 !== true)) bytes += 4 * n;
-        else if (e.int8 === true && t.shape[1]! % 32 === 0) bytes += (n / 32) * 34;
+        else if (e.int8 === true && t.shape[1]! % 32 === 0)
+            bytes += ((Math.ceil(t.shape[0]! / 16) * 16 * t.shape[1]!) / 32) * 34; // rows padded to 16 (q8.h)
         else bytes += 2 * n;
     }
     return bytes;

@@ -138,8 +138,8 @@ export interface HfLoadOptions {
      * for LoRA adapters, or a model that only generates and scores. Its own trainStep, save and clone are errors.
      * 'int8': the same with the matrices quantized when loading to llama.cpp's Q8_0 (blocks of 32 int8 values and a
      * float16 scale: 34 bytes per 32 weights, about 0.53x bfloat16; a matrix whose rows are not a multiple of 32 long
-     * stays bfloat16), widened exactly inside the kernels: the model computes what a float32 model of the quantized
-     * values computes (docs/models.md states the log-prob differences against float32). QLoRA's idea: LoRA adapters
+     * stays bfloat16), computed W8A8 as llama.cpp computes Q8_0 (each activation row quantized per block of 32 too,
+     * integer dot products; docs/models.md states the log-prob differences against float32). QLoRA's idea: LoRA adapters
      * train in float32 on the frozen quantized base, and save in the PEFT layout, loadable on the float base. */
     dtype?: "float32" | "bfloat16" | "int8";
     name?: string;

@@ -1,8 +1,8 @@
 // q8.h: the int8 weight format of a frozen base, llama.cpp's Q8_0: a matrix [rows, cols] with cols a multiple of
-// 32 is held as int8 values q (row-major, as the float matrix) and one IEEE half scale d per block of 32 consecutive
-// values of a row (d[i / 32] scales q[i]). A weight is q * d, exact in float (8 bits times 11 bits of mantissa), so
-// the kernels widen it exactly, as they widen bfloat16: the same bits as the float kernels on the dequantized matrix.
-// Quantizing a block: d = half(max |x| / 127) (nearest even), q = round(x / d) (nearest even) clamped to +-127.
+// 32 has int8 values q and one IEEE half scale d per block of 32 consecutive values of a row. A weight is q * d,
+// exact in float (8 bits times 11 bits of mantissa). Quantizing a block: d = half(max |x| / 127) (nearest even),
+// q = round(x / d) (nearest even) clamped to +-127. The model holds the blocks in the packed layout below, which the
+// W8A8 kernels (native/model/w8a8.h) read; the backward and the embedding read them back as q * d.
 #pragma once
 
 #include <stdint.h>

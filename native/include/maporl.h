@@ -535,7 +535,8 @@ typedef struct maporl_llama_config {
     /* 1: the matrices stored as int8 in llama.cpp's Q8_0 blocks (32 values and one half scale: about 1.06 bytes a
      * weight) and frozen, as bf16_matrices (not both); a matrix whose rows are not a multiple of 32 long is held as
      * bfloat16. set_tensor quantizes F32 / BF16 / F16 (d = half(max |x| / 127), q = round(x / d)) and stores Q8_0 as
-     * it is; a non-finite value is an error naming the tensor. */
+     * it is (a q of -128, which llama.cpp's quantizer never writes, as -127); a non-finite value is an error naming the
+     * tensor. The forward computes them W8A8 (activations quantized per block of 32 too: native/model/w8a8.h). */
     int int8_matrices;
 } maporl_llama_config;
 

@@ -278,22 +278,29 @@ void matmul_backward_input_q8(float * dinp, const float * dout, const uint8_t * 
         throw_error(MAPORL_ERR_INTERNAL, "Q8 matmul: the weight's rows have %lld values, not a multiple of 32",
                     (long long)C);
     const GemmKernels * k = simd_kernels();
-    const int64_t KB = k ? 256 : OC;  // rows of W per block (the scalar level: all of them, then the float loops)
+    if (OC == 0) {
+        if (set_dinp) zero_parallel(dinp, (size_t)(N * C));
+        return;
+    }
+    if (!k) {  // the scalar level: the whole matrix dequantized (freed after), then the float loops
+        std::vector<float> w((size_t)(OC * C));
+        parallel_for(OC, 16, [&](int64_t r0, int64_t r1) {
+            for (int64_t r = r0; r < r1; ++r) q8_unpack_row(w.data() + r * C, pq, pd, C, r);
+        });
+        matmul_backward(dinp, (float *)nullptr, (float *)nullptr, dout, (const float *)nullptr, w.data(), N, C, OC,
+                        set_dinp);
+        return;
+    }
+    constexpr int64_t KB = 256;  // rows of W per block
     thread_local std::vector<float> wf_buffer;
-    std::vector<float> & wf = wf_buffer;  // (the caller's, in the pool's threads too)
+    std::vector<float> & wf = wf_buffer;  // (the caller's, in the pool's threads too; KB x C floats at most)
     if (wf.size() < (size_t)(std::min(KB, OC) * C)) wf.resize((size_t)(std::min(KB, OC) * C));
     for (int64_t k0 = 0; k0 < OC; k0 += KB) {
         const int64_t kc = std::min(KB, OC - k0);
         parallel_for(kc, 16, [&](int64_t r0, int64_t r1) {
             for (int64_t r = r0; r < r1; ++r) q8_unpack_row(wf.data() + r * C, pq, pd, C, k0 + r);
         });
-        const bool set = set_dinp && k0 == 0;
-        if (!k) {
-            matmul_backward(dinp, (float *)nullptr, (float *)nullptr, dout, (const float *)nullptr, wf.data(), N, C, OC,
-                            set);
-            continue;
-        }
-        if (set)
+        if (set_dinp && k0 == 0)
             k->set_f32(N, C, kc, dout + k0, OC, 1, wf.data(), C, 1, dinp, C, nullptr);
         else
             k->acc_f32(N, C, kc, dout + k0, OC, 1, wf.data(), C, 1, dinp, C);

@@ -1,5 +1,6 @@
 // w8a8.h: the linear layer of an int8 base (q8.h's packed layout), W8A8 as llama.cpp computes Q8_0: each row of the
-// input is quantized per block of 32 as the weights are (d = max |x| / 127, kept as a float; q = round(x / d), to
+// input is quantized per block of 32 as the weights are (d = max |x| / 127, kept as a float where llama.cpp rounds it
+// to a half; q = round(x / d), to
 // nearest even, through x * (1 / d)), the block's dot product is taken in integers, exactly, and scaled:
 //   out[n, o] = (sum over blocks b, in order, of fmaf((float) S[n, o, b], dw[o, b] * dx[n, b], acc)) + bias[o]
 // with acc starting at 0 and S the integer sum of q_x * q_w over the block. Every SIMD level (AVX-512 VNNI, AVX2,

@@ -167,7 +167,7 @@ describe("rollouts on a fleet (rolloutFleet)", () => {
         const { lines } = await fleetJob("int8", { iterations: 2, rolloutFleet: { serve: 1, dtype: "int8" } });
         for (const l of lines) {
             expect(l.staleness).toBe(0);
-            // measured: 3.8e-7 and 8.4e-7 per token, against at most 1.4e-14 for the float32 fleet above
+            // measured (W8A8 servers): 1.6e-6 and 1.1e-6 per token, against at most 1.4e-14 for the float32 fleet above
             expect(l.agents[0].mismatchK3!).toBeGreaterThan(1e-8);
         }
     }, 120_000);

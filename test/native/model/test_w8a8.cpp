@@ -6,6 +6,7 @@
 // through the packed weight equal to the float backward on the dequantized matrix.
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -154,12 +155,14 @@ TEST(the_matmul_is_the_integer_block_dot_chain_at_every_level_thread_count_and_s
     struct Shape {
         int64_t N, OC, C;
     };
-    const Shape shapes[] = {{1, 1, 32},  {1, 37, 576}, {2, 16, 64},  {3, 70, 608},
-                            {4, 48, 96}, {5, 33, 128}, {9, 130, 576}};
+    // (OC % 16 from 0 to 14: every lane count of the last group, both halves of AVX2's)
+    const Shape shapes[] = {{1, 1, 32},   {1, 37, 576},  {2, 16, 64}, {3, 70, 608}, {4, 48, 96},
+                            {5, 33, 128}, {9, 130, 576}, {2, 29, 64}, {6, 45, 96},  {1, 14, 32}};
     int run = 0;
     for (const char * level : kLevels) {
         if (maporl_set_simd(level) != MAPORL_OK) continue;
         ++run;
+        std::printf("  %s: the W8A8 kernels run at %s\n", level, G::w8a8_level());
         for (const Shape & s : shapes)
             for (int with_bias = 0; with_bias < 2; ++with_bias) {
                 const Weight w(s.OC, s.C, (uint32_t)(10 + s.OC));
