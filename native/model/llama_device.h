@@ -135,6 +135,13 @@ struct DeviceLlama : DeviceModel {
         Buf xn1, rstd1, q, k, qn, kn, qrstd, krstd, qr, kr, v, att, y, res2, xn2, rstd2, gate, up, hmid, res3;
     };
     std::vector<Acts> acts;
+    // When the layers' probabilities do not all fit (an allocation of one fails), the forward keeps one buffer for
+    // every layer's in turn and the backward recomputes each layer's attention forward before its backward (the
+    // same kernels and inputs: the same bits). att_recompute_n: the smallest B x heads x T^2 that failed (0: none);
+    // a forward at least that large recomputes from the start, a smaller one tries every layer's buffer again.
+    Buf att_shared;
+    bool att_recompute = false;
+    int64_t att_recompute_n = 0;
     Buf dlnf, dres, dh, dgate, dup, dxn, dy, dqr, dkr, dv, dqn, dkn, dq, dk, scratch, dvalues, dlogits;
     bool dlnf_open = false;
 
@@ -276,6 +283,12 @@ struct DeviceLlama : DeviceModel {
         D::to_device(tokens.need(N), tok, N * (int64_t)sizeof(int32_t));
         D::embedding_forward(embedded.need(N * C), tokens.p, p(layout.embed), N, C);
         acts.resize((size_t)cfg.layers);
+        const int64_t np = B_ * cfg.heads * T_ * T_;
+        att_recompute = att_recompute_n > 0 && np >= att_recompute_n;
+        if (att_recompute)
+            for (Acts & a : acts) a.att.free();
+        else
+            att_shared.free();
         const float * x = embedded.p;
         for (int64_t l = 0; l < cfg.layers; ++l) {
             const auto & bl = layout.blocks[(size_t)l];
@@ -327,20 +340,31 @@ struct DeviceLlama : DeviceModel {
         if (head && logits_out) head_rows(logits_out, 0, N);
     }
 
-    // The attention probabilities kept for the backward: B x heads x T^2 floats a layer (attention_probs_bytes), the
-    // bound on T of a training forward on the device; out of memory here names it.
+    // The attention probabilities kept for the backward: B x heads x T^2 floats a layer (attention_probs_bytes), or
+    // one such buffer for all layers when theirs do not fit (att_recompute); out of memory for that one names it.
     float * att_probs(Acts & a, int64_t B_, int64_t T_) {
+        const int64_t n = B_ * cfg.heads * T_ * T_;
+        if (!att_recompute) {
+            try {
+                return a.att.need(n);
+            } catch (const Error & e) {
+                if (e.status != MAPORL_ERR_OUT_OF_MEMORY) throw;
+                for (Acts & x : acts) x.att.free();  // (this forward's earlier layers: recomputed in the backward)
+                att_recompute = true;
+                att_recompute_n = att_recompute_n > 0 ? std::min(att_recompute_n, n) : n;
+            }
+        }
         try {
-            return a.att.need(B_ * cfg.heads * T_ * T_);
+            return att_shared.need(n);
         } catch (const Error & e) {
             if (e.status != MAPORL_ERR_OUT_OF_MEMORY) throw;
             throw_error(MAPORL_ERR_OUT_OF_MEMORY,
-                        "forward: the attention probabilities kept for the backward (B x heads x T^2 floats a layer: "
-                        "B=%lld heads=%lld T=%lld, "
-                        "%lld bytes a layer, %lld for %lld layers) do not fit on the device: run fewer rows (B) or "
-                        "shorter sequences (T) per call",
-                        (long long)B_, (long long)cfg.heads, (long long)T_, (long long)(B_ * cfg.heads * T_ * T_ * 4),
-                        (long long)attention_probs_bytes(cfg, B_, T_), (long long)cfg.layers);
+                        "forward: the attention probabilities (B x heads x T^2 floats: B=%lld heads=%lld T=%lld, %lld "
+                        "bytes, one layer's at a time and recomputed in the backward, as the %lld layers' together, "
+                        "%lld bytes, did not fit) do not fit on the device: run fewer rows (B) or shorter sequences "
+                        "(T) per call",
+                        (long long)B_, (long long)cfg.heads, (long long)T_, (long long)(n * 4), (long long)cfg.layers,
+                        (long long)attention_probs_bytes(cfg, B_, T_));
         }
     }
     void require_forward(const char * what) const {
@@ -453,8 +477,14 @@ struct DeviceLlama : DeviceModel {
             // res2 = x + o_proj(y).
             D::matmul_backward(dy.zeroed(N * QC), g(bl.o), gbias(bl.ob), dres.p, a.y.p, p(bl.o), N, QC, C);
             lo(l, kO, dy.p, dres.p, a.y.p);
+            const float * probs = a.att.p;
+            if (att_recompute) {  // this layer's probabilities again (a.y gets the bits it had; already read above)
+                if (l < cfg.layers - 1)
+                    D::attention_gqa_forward(a.y.p, att_shared.p, a.qr.p, a.kr.p, a.v.p, B, T, NH, NKV, hd);
+                probs = att_shared.p;
+            }
             D::attention_gqa_backward(dqr.zeroed(N * QC), dkr.zeroed(N * KC), dv.zeroed(N * KC), dy.p, a.qr.p, a.kr.p,
-                                      a.v.p, a.att.p, B, T, NH, NKV, hd, scratch.p);
+                                      a.v.p, probs, B, T, NH, NKV, hd, scratch.p);
             D::rope_backward(dqn.zeroed(N * QC), dqr.p, cos.p, sin.p, B, T, 0, NH, hd);
             D::rope_backward(dkn.zeroed(N * KC), dkr.p, cos.p, sin.p, B, T, 0, NKV, hd);
             float *dqp = dqn.p, *dkp = dkn.p;

@@ -26,8 +26,8 @@ DeviceBytes DeviceLlama<D>::memory() const {
         b.activations += sum(a.xn1, a.rstd1, a.q, a.k, a.qn, a.kn, a.qrstd, a.krstd, a.qr, a.kr, a.v, a.att, a.y,
                              a.res2, a.xn2, a.rstd2, a.gate, a.up, a.hmid, a.res3);
     b.activations += sum(lora_tmp, lora_du, row_mask, tokens, embedded, lnf, lnf_rstd, values, head_out, dlnf, dres, dh,
-                         dgate, dup, dxn, dy, dqr, dkr, dv, dqn, dkn, dq, dk, scratch, dvalues, dlogits, sx, sxn, srs,
-                         sq, sk, sv, sy, sproj, sgate, sup, shmid, sscores, srb, srt, stok);
+                         dgate, dup, dxn, dy, dqr, dkr, dv, dqn, dkn, dq, dk, scratch, dvalues, dlogits, att_shared, sx,
+                         sxn, srs, sq, sk, sv, sy, sproj, sgate, sup, shmid, sscores, srb, srt, stok);
     b.cache = sum(kcache, vcache);
     return b;
 }

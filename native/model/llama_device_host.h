@@ -27,9 +27,10 @@ namespace L = maporl::llama;
 
 struct HostDevice {
     // The emulated device's accounting (tests): bytes held now, and an injected failure: the fail_after-th
-    // allocation from now (0: none) fails as cudaMalloc's out-of-memory does in cuda/model/gpt.cu.
+    // allocation from now (0: none) fails as cudaMalloc's out-of-memory does in cuda/model/gpt.cu, and so do the
+    // fail_more allocations right after it.
     struct Counters {
-        int64_t live = 0, allocs = 0, fail_after = 0;
+        int64_t live = 0, allocs = 0, fail_after = 0, fail_more = 0;
     };
     static Counters & counters() {
         static Counters c;
@@ -37,10 +38,12 @@ struct HostDevice {
     }
     static void * alloc(int64_t bytes) {
         Counters & c = counters();
-        if (c.fail_after > 0 && --c.fail_after == 0)
+        if (c.fail_after > 0 && --c.fail_after == 0) {
+            if (c.fail_more > 0) --c.fail_more, c.fail_after = 1;
             throw_error(MAPORL_ERR_OUT_OF_MEMORY,
                         "out of device memory asking for %lld bytes (an injected failure of the emulated device)",
                         (long long)bytes);
+        }
         // A header before the block keeps its size, for the count at release.
         void * p = std::malloc((size_t)bytes + 16);
         if (!p) throw std::bad_alloc();

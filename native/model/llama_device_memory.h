@@ -37,6 +37,8 @@ struct DevicePlan {
     int64_t step_rows = 0;                   // the most rows one decode / prefill step runs (<= 256 for a prefill)
     int64_t norm_scratch = 0;  // the op table's RMSNorm backward scratch in floats: the largest D::rmsnorm_scratch of
         // (N, C), (N x heads, head_dim), (N x kv_heads, head_dim) (CUDA's; 0 on the emulated device)
+    bool recompute_attention = false;  // one layer's attention probabilities kept at a time (recomputed in the
+                                       // backward), as the device model does when the layers' together do not fit
 };
 
 // The attention probabilities a training forward keeps: B x heads x T^2 floats per layer (the bound on T).
@@ -72,10 +74,12 @@ inline DeviceBytes device_plan(const Config & c, const Layout & layout, const De
     int64_t a = 0;
     if (N > 0) {
         // forward: per layer xn1 rstd1 q k v qr kr att y res2 xn2 rstd2 gate up hmid res3 (+ qn kn qrstd krstd)
-        int64_t layer = N * (4 * C + 3 * QC + 3 * KC + 3 * I + 2) + w.B * NH * w.T * w.T;
+        const int64_t probs = w.B * NH * w.T * w.T;
+        int64_t layer = N * (4 * C + 3 * QC + 3 * KC + 3 * I + 2) + (w.recompute_attention ? 0 : probs);
         if (c.qk_norm) layer += N * (QC + KC + NH + NKV);
-        a += L * layer + N * (2 * C + 2);  // + embedded, lnf, lnf_rstd, values
-        a += N;                            // tokens (int32)
+        a += L * layer + N * (2 * C + 2);       // + embedded, lnf, lnf_rstd, values
+        if (w.recompute_attention) a += probs;  // the one probabilities buffer
+        a += N;                                 // tokens (int32)
         if (w.lora_rank > 0)
             a += L * ntargets * N * w.lora_rank + N * maxout + N * w.lora_rank;  // kept u, lora_tmp, lora_du
         if (w.backward) {

@@ -3,8 +3,9 @@
 // the bytes by kind against the planned formula (device_plan) for LoRA training, base training and generation, and
 // against every byte the emulated device holds; generation and LoRA training allocate no base gradients or moments;
 // a removed adapter's device copy is freed (maporl_lora_remove, through the C entry points); a backward that runs out
-// of memory anywhere adds nothing (a retry gives the bits of a clean backward); the attention probabilities' bound is
-// named when it does not fit; and a 7B-shaped configuration accounted without allocating it.
+// of memory anywhere adds nothing (a retry gives the bits of a clean backward); attention probabilities that do not
+// fit layer by layer are kept once and recomputed in the backward (the same bits), and named when even that does not
+// fit; and a 7B-shaped configuration accounted without allocating it.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -262,7 +263,88 @@ TEST(an_uploaded_first_moment_is_kept_by_the_first_step) {
           worst_v);
 }
 
-TEST(attention_probabilities_that_do_not_fit_are_named) {
+// A layer's probabilities that do not fit (the injected failure of that allocation): the forward keeps one buffer
+// for all layers and the backward recomputes each layer's; logits, values and gradients are the bits of the forward
+// that kept them all, and the bytes are the plan with recompute_attention. A later forward of that size recomputes
+// from the start; a smaller one keeps every layer's again.
+TEST(attention_probabilities_that_do_not_fit_are_recomputed_with_the_same_bits) {
+    for (const Variant & var : variants()) {
+        const L::Config c = decoder_config(var);
+        L::Model<float> host(c);
+        perturb(host, 21);
+        const int64_t B = 2, T = 9, N = B * T, V = c.vocab, chunk = 5;
+        const auto tok = tokens(N, V, 22);
+        const auto dlog = uniform(N * V, 23), dval = uniform(N, 24);
+        struct Out {
+            std::vector<float> logits, values, grads;
+        };
+        auto run = [&](Dev & d, Out & o) {
+            o.logits.assign((size_t)(N * V), 0.0f);
+            o.values.assign((size_t)N, 0.0f);
+            d.forward(tok.data(), B, T, true, o.logits.data(), o.values.data());
+        };
+        auto back = [&](Dev & d, Out & o) {
+            chunked_backward(d, dlog, dval, N, V, chunk);
+            o.grads.assign((size_t)d.layout.total, 0.0f);
+            d.download(3, o.grads.data(), d.layout.total);
+        };
+        Out want;
+        int64_t allocs = 0;
+        {
+            Dev d(c, &host);
+            d.upload(0, host.params.data(), host.layout.total);
+            const int64_t a0 = E::counters().allocs;
+            run(d, want);
+            allocs = E::counters().allocs - a0;
+            CHECK(!d.att_recompute, "%s: a forward that fits keeps every layer's probabilities", var.name);
+            back(d, want);
+        }
+        int recomputed = 0;
+        for (int64_t k = 1; k <= allocs; ++k) {
+            Dev d(c, &host);
+            d.upload(0, host.params.data(), host.layout.total);
+            E::counters().fail_after = k;
+            Out got;
+            bool oom = false;
+            try {
+                run(d, got);
+            } catch (const maporl::Error & e) { oom = e.status == MAPORL_ERR_OUT_OF_MEMORY; }
+            const bool consumed = E::counters().fail_after == 0;
+            E::counters().fail_after = 0;
+            CHECK(consumed, "%s: allocation %lld of the forward was reached", var.name, (long long)k);
+            if (oom || !d.att_recompute) continue;  // (another buffer's failure: an error, as before)
+            ++recomputed;
+            back(d, got);
+            CHECK(got.logits == want.logits && got.values == want.values && got.grads == want.grads,
+                  "%s: allocation %lld failed, probabilities recomputed: the bits of the forward that kept them",
+                  var.name, (long long)k);
+            Out again;
+            run(d, again);
+            CHECK(d.att_recompute && again.logits == want.logits,
+                  "%s: the next forward of that size recomputes from the start, the same logits", var.name);
+            std::vector<float> l1((size_t)(T * V)), v1((size_t)T);
+            d.forward(tok.data(), 1, T, true, l1.data(), v1.data());
+            CHECK(!d.att_recompute, "%s: a smaller forward keeps every layer's probabilities again", var.name);
+            // The bytes of a training step that recomputes (the head in chunks, as the plan counts it).
+            Dev m(c, &host);
+            m.upload(0, host.params.data(), host.layout.total);
+            E::counters().fail_after = k;
+            m.forward(tok.data(), B, T, false, nullptr, nullptr);
+            E::counters().fail_after = 0;
+            chunked_backward(m, dlog, dval, N, V, chunk);
+            m.update(maporl::gpt::AdamW{1e-3f, 0.9f, 0.95f, 1e-8f, 0.0f}, 1.0, 1);
+            L::DevicePlan w;
+            w.B = B, w.T = T, w.backward = true, w.head_rows = chunk, w.train_base = true, w.recompute_attention = true;
+            CHECK(m.att_recompute && same(m.memory(), L::device_plan(c, m.layout, w), var.name),
+                  "%s: the bytes are the plan's with recompute_attention", var.name);
+        }
+        CHECK(recomputed == c.layers, "%s: each layer's probabilities failing is recomputed (%d of %lld)", var.name,
+              recomputed, (long long)c.layers);
+    }
+}
+
+// When even one layer's probabilities do not fit, the error names B, heads and T.
+TEST(attention_probabilities_that_do_not_fit_at_all_are_named) {
     const L::Config c = decoder_config(variants()[0]);
     L::Model<float> host(c);
     const auto tok = tokens(2 * 9, c.vocab, 1);
@@ -270,20 +352,25 @@ TEST(attention_probabilities_that_do_not_fit_are_named) {
     for (int k = 1; k <= 40; ++k) {
         Dev d(c, &host);
         E::counters().fail_after = k;
+        E::counters().fail_more = 1;  // (that allocation and the next: a layer's, then the one for all layers)
         try {
             d.forward(tok.data(), 2, 9, false, nullptr, nullptr);
         } catch (const maporl::Error & e) {
             if (e.message.find("attention probabilities") != std::string::npos) {
                 ++named;
                 CHECK(e.status == MAPORL_ERR_OUT_OF_MEMORY && e.message.find("T=9") != std::string::npos &&
-                          e.message.find("B=2") != std::string::npos,
+                          e.message.find("B=2") != std::string::npos &&
+                          e.message.find("recomputed in the backward") != std::string::npos,
                       "the error names B and T: %s", e.message.c_str());
             }
         }
         E::counters().fail_after = 0;
+        E::counters().fail_more = 0;
     }
-    CHECK(named == c.layers, "each layer's attention-probability allocation, failing, is named (%d of %lld)", named,
-          (long long)c.layers);
+    CHECK(named == c.layers,
+          "each layer's attention-probability allocation, failing with the next, is named (%d of "
+          "%lld)",
+          named, (long long)c.layers);
 }
 
 // Llama-2-7B's shape (6.74e9 parameters), accounted without allocating.
