@@ -106,6 +106,7 @@ void matmul_forward_wt(F * out, const F * inp, const F * wt, const F * bias, int
 template <typename F>
 void matmul_forward_rows_parts(const RowsPart<F> * parts, int nparts, const F * inp, int64_t N, int64_t C) {
     // Work units: a float / bfloat16 part's outputs, an int8 part's groups of 16 rows (its input quantized once).
+    auto units_of = [](const RowsPart<F> & pt) { return pt.w8 ? q8_padded_rows(pt.OC) / kQ8Rows : pt.OC; };
     int64_t total = 0;
     bool any8 = false;
     for (int i = 0; i < nparts; ++i) {
@@ -116,11 +117,11 @@ void matmul_forward_rows_parts(const RowsPart<F> * parts, int nparts, const F * 
             throw_error(MAPORL_ERR_INTERNAL,
                         "matmul_forward_rows_parts: part %d: an int8 weight needs float, C %% 32 == 0 and scales", i);
         any8 = any8 || parts[i].w8;
-        total += parts[i].w8 ? q8_padded_rows(parts[i].OC) / kQ8Rows : parts[i].OC;
+        total += units_of(parts[i]);
     }
+    // (the pool's threads read the caller's buffer: a lambda names a thread_local, it does not capture it)
     thread_local W8A8Input in8_buffer;
-    W8A8Input & in8 =
-        in8_buffer;  // (the pool's threads read the caller's: a lambda names a thread_local, not captures)
+    W8A8Input & in8 = in8_buffer;
     if constexpr (std::is_same<F, float>::value)
         if (any8) w8a8_quantize(in8, inp, N, C);
     const GemmKernels * k = simd_kernels_for<F>();
@@ -129,7 +130,7 @@ void matmul_forward_rows_parts(const RowsPart<F> * parts, int nparts, const F * 
         int64_t off = 0;
         for (int i = 0; i < nparts; ++i) {
             const RowsPart<F> & pt = parts[i];
-            const int64_t units = pt.w8 ? q8_padded_rows(pt.OC) / kQ8Rows : pt.OC;
+            const int64_t units = units_of(pt);
             const int64_t o0 = std::max(g0, off) - off, o1 = std::min(g1, off + units) - off;
             off += units;
             if (o0 >= o1) continue;
@@ -282,11 +283,14 @@ void matmul_backward_input_q8(float * dinp, const float * dout, const uint8_t * 
         if (set_dinp) zero_parallel(dinp, (size_t)(N * C));
         return;
     }
+    auto unpack = [&](float * dst, int64_t k0, int64_t kc) {  // rows k0 .. k0 + kc of W into dst, on the pool
+        parallel_for(kc, 16, [&](int64_t r0, int64_t r1) {
+            for (int64_t r = r0; r < r1; ++r) q8_unpack_row(dst + r * C, pq, pd, C, k0 + r);
+        });
+    };
     if (!k) {  // the scalar level: the whole matrix dequantized (freed after), then the float loops
         std::vector<float> w((size_t)(OC * C));
-        parallel_for(OC, 16, [&](int64_t r0, int64_t r1) {
-            for (int64_t r = r0; r < r1; ++r) q8_unpack_row(w.data() + r * C, pq, pd, C, r);
-        });
+        unpack(w.data(), 0, OC);
         matmul_backward(dinp, (float *)nullptr, (float *)nullptr, dout, (const float *)nullptr, w.data(), N, C, OC,
                         set_dinp);
         return;
@@ -297,9 +301,7 @@ void matmul_backward_input_q8(float * dinp, const float * dout, const uint8_t * 
     if (wf.size() < (size_t)(std::min(KB, OC) * C)) wf.resize((size_t)(std::min(KB, OC) * C));
     for (int64_t k0 = 0; k0 < OC; k0 += KB) {
         const int64_t kc = std::min(KB, OC - k0);
-        parallel_for(kc, 16, [&](int64_t r0, int64_t r1) {
-            for (int64_t r = r0; r < r1; ++r) q8_unpack_row(wf.data() + r * C, pq, pd, C, k0 + r);
-        });
+        unpack(wf.data(), k0, kc);
         if (set_dinp && k0 == 0)
             k->set_f32(N, C, kc, dout + k0, OC, 1, wf.data(), C, 1, dinp, C, nullptr);
         else

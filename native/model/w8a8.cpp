@@ -38,21 +38,15 @@ void quantize_rows_scalar(const float * x, int64_t n0, int64_t n1, int64_t C, in
         for (int64_t b = 0; b < nb; ++b) {
             const float * xb = x + n * C + b * kQ8Block;
             int8_t * qb = q + n * C + b * kQ8Block;
-            float amax = 0.0f;
-            bool finite = true;
-            for (int64_t i = 0; i < kQ8Block; ++i) {
-                finite = finite && std::isfinite(xb[i]);
-                const float a = std::fabs(xb[i]);
-                amax = a > amax ? a : amax;
-            }
-            const float db = amax >= 1e-30f ? amax / 127.0f : 0.0f, id = db > 0.0f ? 1.0f / db : 0.0f;
+            float db, id;
+            const bool finite = w8a8_block_scale(xb, &db, &id);
             int32_t sum = 0;
             for (int64_t i = 0; i < kQ8Block; ++i) {
                 const float r = finite ? std::nearbyint(xb[i] * id) : 0.0f;
                 qb[i] = (int8_t)(r > 127.0f ? 127 : r < -127.0f ? -127 : (int)r);
                 sum += qb[i];
             }
-            d[n * nb + b] = finite ? db : NAN;
+            d[n * nb + b] = db;
             s[n * nb + b] = sum;
         }
 }

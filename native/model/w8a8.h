@@ -11,10 +11,31 @@
 
 #include <stdint.h>
 
+#include <cmath>
 #include <vector>
 
 namespace maporl {
 namespace gpt {
+
+// One block of 32 input values' scale d and its inverse id (every level's quantizer starts here); false, with d =
+// NaN and id = 0, when the block holds Inf or NaN. `static`: the per-ISA units include it too (q8.h says why).
+static inline bool w8a8_block_scale(const float * xb, float * d, float * id) {
+    float amax = 0.0f;
+    bool finite = true;
+    for (int i = 0; i < 32; ++i) {
+        finite = finite && std::isfinite(xb[i]);
+        const float a = std::fabs(xb[i]);
+        amax = a > amax ? a : amax;
+    }
+    if (!finite) {
+        *d = NAN;
+        *id = 0.0f;
+        return false;
+    }
+    *d = amax >= 1e-30f ? amax / 127.0f : 0.0f;
+    *id = *d > 0.0f ? 1.0f / *d : 0.0f;
+    return true;
+}
 
 // An input quantized per row and block: q [N, C], d and s (the sum of the block's q) [N, C / 32].
 struct W8A8Input {
