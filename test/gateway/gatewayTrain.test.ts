@@ -148,13 +148,16 @@ describe("trainGatewayIteration", () => {
         const researcher = await NativePolicy.load(join(work, "m")),
             solver = await NativePolicy.load(join(work, "m"));
         const gw = await startGateway({ agents: { researcher, solver }, port: 0 });
+        // (a reward that differs between every episode: at temperature 0.1 a group's answers can all be the same, and
+        // a group whose advantages are all zero trains nothing and measures nothing)
+        let episode = 0;
         try {
             const run = (temperature: number) =>
                 trainGatewayIteration([question(1), question(2)], {
                     gateway: gw,
                     models: { solver },
                     program: ({ item, baseUrl }) => program(item, baseUrl, temperature),
-                    reward: (_item, answer) => String(answer).length,
+                    reward: () => episode++,
                     groups: 4,
                     lr: 1e-4,
                     // (mask mode: tokens whose weight leaves [1/1.1, 1.1] are left out)
