@@ -92,36 +92,42 @@ Layout make_layout(const Config & c) {
     return L;
 }
 
+FrozenLayout frozen_layout(const Config & c, Layout & L) {
+    FrozenLayout fz;
+    fz.half_off.assign(L.tensors.size(), -1);
+    fz.q8_off.assign(L.tensors.size(), -1);
+    int64_t nf = 0;
+    for (size_t i = 0; i < L.tensors.size(); ++i) {
+        auto & t = L.tensors[i];
+        if (t.shape.size() == 2 && c.int8 && t.shape[1] % kQ8Block == 0) {
+            fz.q8_off[i] = fz.q8;
+            fz.q8 += q8_padded_rows(t.shape[0]) * t.shape[1];
+            t.offset = -1;
+        } else if (t.shape.size() == 2) {
+            fz.half_off[i] = fz.half;
+            fz.half += t.size;
+            t.offset = -1;
+        } else {
+            t.offset = nf;
+            nf += t.size;
+        }
+    }
+    L.total = nf;
+    return fz;
+}
+
 template <typename F>
 Model<F>::Model(const Config & c) : cfg(c), layout(make_layout(c)) {
     if (cfg.bf16 && cfg.int8) throw_error(MAPORL_ERR_INVALID_ARG, "config: bf16 and int8 both set: expected one");
     if (cfg.bf16 || cfg.int8) {
         if (!std::is_same<F, float>::value)
             throw_error(MAPORL_ERR_INVALID_ARG, "config.%s: a float model only", cfg.bf16 ? "bf16" : "int8");
-        // The matrices move to `q8` (int8, rows a multiple of 32 long) or `half`; the other tensors are packed again
-        // into params.
-        half_off.assign(layout.tensors.size(), -1);
-        q8_off.assign(layout.tensors.size(), -1);
-        int64_t nh = 0, nq = 0, nf = 0;
-        for (size_t i = 0; i < layout.tensors.size(); ++i) {
-            auto & t = layout.tensors[i];
-            if (t.shape.size() == 2 && cfg.int8 && t.shape[1] % kQ8Block == 0) {
-                q8_off[i] = nq;
-                nq += q8_padded_rows(t.shape[0]) * t.shape[1];
-                t.offset = -1;
-            } else if (t.shape.size() == 2) {
-                half_off[i] = nh;
-                nh += t.size;
-                t.offset = -1;
-            } else {
-                t.offset = nf;
-                nf += t.size;
-            }
-        }
-        half.assign((size_t)nh, 0);
-        q8.assign((size_t)nq, 128);  // q = 0 (q8.h stores q + 128), the padding rows' too
-        q8d.assign((size_t)(nq / kQ8Block), 0);
-        layout.total = nf;
+        const FrozenLayout fz = frozen_layout(cfg, layout);
+        half_off = fz.half_off;
+        q8_off = fz.q8_off;
+        half.assign((size_t)fz.half, 0);
+        q8.assign((size_t)fz.q8, 128);  // q = 0 (q8.h stores q + 128), the padding rows' too
+        q8d.assign((size_t)(fz.q8 / kQ8Block), 0);
     }
     params.assign((size_t)layout.total, F(0));
     rope_tables(rope_cos, rope_sin, rope_inv_freq(c.head_dim, c.rope_theta, c.rope), c.context);

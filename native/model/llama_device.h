@@ -6,8 +6,8 @@
 // maporl_llama_emulate_device), and the CUDA kernels one by one where a GPU is (test_llama_cuda.cpp).
 // Parameters, gradients and AdamW moments live on the device in llama.h's layout (the same offsets, so get / set
 // copy whole vectors); tokens, logits and their gradients cross to the host, in row chunks for the LM head (a
-// vocabulary of 151,936 never needs [B, T, V] at once). Float32 base (a bfloat16 base stays on the CPU in this
-// version). LoRA adapters (lora.h) stay owned by the host model (`host`): their parameters and AdamW moments live
+// vocabulary of 151,936 never needs [B, T, V] at once). The base in float32, or frozen in bfloat16 or int8 (llama_device_weights.h:
+// the CPU model's storage, uploaded as it is). LoRA adapters (lora.h) stay owned by the host model (`host`): their parameters and AdamW moments live
 // there (a few MB), a device copy of each adapter's A, B and value head is refreshed when the host's changes
 // (Lora::version), the adapter's gradients accumulate on the device and come back for the optimizer step
 // (pull_adapter_grads). The selected adapter (host->active) trains with the base frozen; a decode step runs each
@@ -36,6 +36,7 @@
 #include "native/core/core.h"
 #include "native/model/llama.h"
 #include "native/model/llama_device_memory.h"
+#include "native/model/llama_device_weights.h"
 
 namespace maporl {
 namespace llama {
@@ -65,42 +66,13 @@ struct DeviceModel {
     virtual void prefill(const int32_t * tokens, const int64_t * lens, int64_t P) = 0;
     // The selected adapter's gradients accumulated on the device, into the host adapter's grads (for its step).
     virtual void pull_adapter_grads() = 0;
+    // A frozen base's matrices (bf16 / int8: llama.h's frozen_layout), from the host model's arrays.
+    virtual void upload_frozen(const uint16_t * half, int64_t nh, const uint8_t * q8, int64_t nq, const uint16_t * q8d,
+                               int64_t nd) = 0;
     // Host adapter slot id was removed: its device copy (parameters, gradients, kept activations) is freed.
     virtual void lora_removed(int64_t id) = 0;
     // The bytes held on the device now, by kind (llama_device_memory.h).
     virtual DeviceBytes memory() const = 0;
-};
-
-// A device buffer that grows: the new block is allocated before the old one is released (out of memory leaves the
-// old one valid).
-template <class D, typename T = float>
-struct DevBuf {
-    T * p = nullptr;
-    int64_t cap = 0;
-    DevBuf() = default;
-    DevBuf(const DevBuf &) = delete;
-    DevBuf & operator=(const DevBuf &) = delete;
-    DevBuf(DevBuf && o) noexcept : p(o.p), cap(o.cap) { o.p = nullptr, o.cap = 0; }
-    ~DevBuf() { D::release(p); }
-    T * need(int64_t n) {
-        if (n > cap) {
-            T * q = static_cast<T *>(D::alloc(std::max<int64_t>(n, 1) * (int64_t)sizeof(T)));
-            D::release(p);
-            p = q;
-            cap = n;
-        }
-        return p;
-    }
-    void free() {
-        D::release(p);
-        p = nullptr;
-        cap = 0;
-    }
-    T * zeroed(int64_t n) {
-        need(n);
-        D::zero(p, n * (int64_t)sizeof(T));
-        return p;
-    }
 };
 
 template <class D>
@@ -109,6 +81,7 @@ struct DeviceLlama : DeviceModel {
     using IBuf = DevBuf<D, int32_t>;
     Config cfg;
     Layout layout;
+    DeviceWeights<D> W;   // the frozen matrices of a bfloat16 / int8 base (and the products of every matrix)
     Model<float> * host;  // the adapters' owner (null: none)
     // grads: allocated by the first backward or update of the base (or an upload of them); m, v: by the first update
     // (or an upload). Generation and LoRA training (the base frozen) never allocate them.
@@ -151,11 +124,7 @@ struct DeviceLlama : DeviceModel {
     IBuf srb, srt, stok;
 
     explicit DeviceLlama(const Config & c, Model<float> * host_model = nullptr)
-        : cfg(c), layout(make_layout(c)), host(host_model) {
-        if (c.bf16 || c.int8)
-            throw_error(MAPORL_ERR_INVALID_ARG,
-                        "device: a %s base runs on the CPU in this version (load it in float32 to move it)",
-                        c.bf16 ? "bfloat16" : "int8");
+        : cfg(c), layout(make_layout(c)), W(cfg, layout), host(host_model) {
         params.zeroed(layout.total);
         std::vector<float> hc, hs;
         rope_tables(hc, hs, rope_inv_freq(c.head_dim, c.rope_theta, c.rope), c.context);
@@ -217,6 +186,28 @@ struct DeviceLlama : DeviceModel {
         D::to_host(a->grads.data(), mr.grads.p, a->layout.total * (int64_t)sizeof(float));
     }
     float * p(int64_t t) const { return params.p + layout.tensors[(size_t)t].offset; }
+    // A matrix's float values, or null for a frozen one (W holds it).
+    const float * fp(int64_t t) const { return layout.tensors[(size_t)t].offset >= 0 ? p(t) : nullptr; }
+    // out = inp @ W_t^T (+ tensor b's bias, b >= 0) for base matrix t, and its backward (dw, db: null when frozen).
+    void lin(float * out, const float * inp, int64_t t, int64_t b, int64_t N, int64_t Cin, int64_t OC) {
+        W.lin(out, inp, t, fp(t), bias(b), N, Cin, OC);
+    }
+    void lin_back(float * dinp, float * dw, float * db, const float * dout, const float * inp, int64_t t, int64_t N,
+                  int64_t Cin, int64_t OC) {
+        W.lin_back(dinp, dw, db, dout, inp, t, fp(t), N, Cin, OC);
+    }
+    void upload_frozen(const uint16_t * h16, int64_t nh, const uint8_t * pq, int64_t nq, const uint16_t * pd,
+                       int64_t nd) override {
+        W.upload(h16, nh, pq, nq, pd, nd);
+    }
+    // The base trains (no adapter selected): refused for a frozen base, naming the way out (as the CPU model does).
+    void require_trainable_base(const char * what) const {
+        if (W.frozen())
+            throw_error(MAPORL_ERR_INVALID_ARG,
+                        "%s: the base's matrices are %s and frozen: train a LoRA adapter on it, or load the model in "
+                        "float32",
+                        what, W.dtype());
+    }
     float * g(int64_t t) const { return grads.p + layout.tensors[(size_t)t].offset; }
     const float * bias(int64_t t) const { return t >= 0 ? p(t) : nullptr; }
     float * gbias(int64_t t) const { return t >= 0 ? g(t) : nullptr; }
@@ -243,6 +234,7 @@ struct DeviceLlama : DeviceModel {
     }
     bool base_grads() const { return grads.cap >= layout.total; }
     void ensure_grads() {
+        require_trainable_base("training");
         if (!base_grads()) grads.zeroed(layout.total);
     }
     // Host adapter slot id left: its mirror's device memory goes with it (a later adapter in the slot starts afresh).
@@ -281,7 +273,8 @@ struct DeviceLlama : DeviceModel {
         };
         host_tokens.assign(tok, tok + N);
         D::to_device(tokens.need(N), tok, N * (int64_t)sizeof(int32_t));
-        D::embedding_forward(embedded.need(N * C), tokens.p, p(layout.embed), N, C);
+        W.embed(embedded.need(N * C), tokens.p, fp(layout.embed), N, C);
+        W.reserve(N, std::max({C, QC, I}));
         acts.resize((size_t)cfg.layers);
         const int64_t np = B_ * cfg.heads * T_ * T_;
         att_recompute = att_recompute_n > 0 && np >= att_recompute_n;
@@ -294,9 +287,9 @@ struct DeviceLlama : DeviceModel {
             const auto & bl = layout.blocks[(size_t)l];
             Acts & a = acts[(size_t)l];
             D::rmsnorm_forward(a.xn1.need(N * C), a.rstd1.need(N), x, p(bl.in_norm), N, C, cfg.rms_eps);
-            D::matmul_forward(a.q.need(N * QC), a.xn1.p, p(bl.q), bias(bl.qb), N, C, QC);
-            D::matmul_forward(a.k.need(N * KC), a.xn1.p, p(bl.k), bias(bl.kb), N, C, KC);
-            D::matmul_forward(a.v.need(N * KC), a.xn1.p, p(bl.v), bias(bl.vb), N, C, KC);
+            lin(a.q.need(N * QC), a.xn1.p, bl.q, bl.qb, N, C, QC);
+            lin(a.k.need(N * KC), a.xn1.p, bl.k, bl.kb, N, C, KC);
+            lin(a.v.need(N * KC), a.xn1.p, bl.v, bl.vb, N, C, KC);
             lo(l, kQ, a.q.p, a.xn1.p);
             lo(l, kK, a.k.p, a.xn1.p);
             lo(l, kV, a.v.p, a.xn1.p);
@@ -313,16 +306,16 @@ struct DeviceLlama : DeviceModel {
             D::rope_forward(a.kr.need(N * KC), kpre, cos.p, sin.p, B_, T_, 0, NKV, hd);
             D::attention_gqa_forward(a.y.need(N * QC), att_probs(a, B_, T_), a.qr.p, a.kr.p, a.v.p, B_, T_, NH, NKV,
                                      hd);
-            D::matmul_forward(a.res2.need(N * C), a.y.p, p(bl.o), bias(bl.ob), N, QC, C);
+            lin(a.res2.need(N * C), a.y.p, bl.o, bl.ob, N, QC, C);
             lo(l, kO, a.res2.p, a.y.p);
             D::add(a.res2.p, a.res2.p, x, N * C);
             D::rmsnorm_forward(a.xn2.need(N * C), a.rstd2.need(N), a.res2.p, p(bl.post_norm), N, C, cfg.rms_eps);
-            D::matmul_forward(a.gate.need(N * I), a.xn2.p, p(bl.gate), nullptr, N, C, I);
-            D::matmul_forward(a.up.need(N * I), a.xn2.p, p(bl.up), nullptr, N, C, I);
+            lin(a.gate.need(N * I), a.xn2.p, bl.gate, -1, N, C, I);
+            lin(a.up.need(N * I), a.xn2.p, bl.up, -1, N, C, I);
             lo(l, kGate, a.gate.p, a.xn2.p);
             lo(l, kUp, a.up.p, a.xn2.p);
             D::swiglu_forward(a.hmid.need(N * I), a.gate.p, a.up.p, N * I);
-            D::matmul_forward(a.res3.need(N * C), a.hmid.p, p(bl.down), nullptr, N, I, C);
+            lin(a.res3.need(N * C), a.hmid.p, bl.down, -1, N, I, C);
             lo(l, kDown, a.res3.p, a.hmid.p);
             D::add(a.res3.p, a.res3.p, a.res2.p, N * C);
             x = a.res3.p;
@@ -380,7 +373,7 @@ struct DeviceLlama : DeviceModel {
     void head_rows(float * out, int64_t n0, int64_t rows) override {
         require_rows("head_rows", n0, rows);
         const int64_t C = cfg.d_model, V = cfg.vocab;
-        D::matmul_forward(head_out.need(rows * V), lnf.p + n0 * C, p(layout.lm_head), nullptr, rows, C, V);
+        lin(head_out.need(rows * V), lnf.p + n0 * C, layout.lm_head, -1, rows, C, V);
         D::to_host(out, head_out.p, rows * V * (int64_t)sizeof(float));
     }
 
@@ -427,8 +420,8 @@ struct DeviceLlama : DeviceModel {
         if (!dlnf_open) throw_error(MAPORL_ERR_INVALID_ARG, "head_backward_rows: call backward_begin first");
         const int64_t C = cfg.d_model, V = cfg.vocab;
         D::to_device(dlogits.need(rows * V), dlog, rows * V * (int64_t)sizeof(float));
-        D::matmul_backward(dlnf.p + n0 * C, fwd_adapter >= 0 ? nullptr : g(layout.lm_head), nullptr, dlogits.p,
-                           lnf.p + n0 * C, p(layout.lm_head), rows, C, V);
+        lin_back(dlnf.p + n0 * C, fwd_adapter >= 0 ? nullptr : g(layout.lm_head), nullptr, dlogits.p, lnf.p + n0 * C,
+                 layout.lm_head, rows, C, V);
     }
     void backward(const float * dlog, const float * dval) override {
         backward_begin();
@@ -466,16 +459,16 @@ struct DeviceLlama : DeviceModel {
             Acts & a = acts[(size_t)l];
             const float * xin = l == 0 ? embedded.p : acts[(size_t)(l - 1)].res3.p;
             // res3 = res2 + down(swiglu(gate, up)): dres is the gradient of both.
-            D::matmul_backward(dh.zeroed(N * I), g(bl.down), nullptr, dres.p, a.hmid.p, p(bl.down), N, I, C);
+            lin_back(dh.zeroed(N * I), g(bl.down), nullptr, dres.p, a.hmid.p, bl.down, N, I, C);
             lo(l, kDown, dh.p, dres.p, a.hmid.p);
             D::swiglu_backward(dgate.zeroed(N * I), dup.zeroed(N * I), dh.p, a.gate.p, a.up.p, N * I);
-            D::matmul_backward(dxn.zeroed(N * C), g(bl.gate), nullptr, dgate.p, a.xn2.p, p(bl.gate), N, C, I);
-            D::matmul_backward(dxn.p, g(bl.up), nullptr, dup.p, a.xn2.p, p(bl.up), N, C, I);
+            lin_back(dxn.zeroed(N * C), g(bl.gate), nullptr, dgate.p, a.xn2.p, bl.gate, N, C, I);
+            lin_back(dxn.p, g(bl.up), nullptr, dup.p, a.xn2.p, bl.up, N, C, I);
             lo(l, kGate, dxn.p, dgate.p, a.xn2.p);
             lo(l, kUp, dxn.p, dup.p, a.xn2.p);
             D::rmsnorm_backward(dres.p, g(bl.post_norm), dxn.p, a.res2.p, p(bl.post_norm), a.rstd2.p, N, C, scratch.p);
             // res2 = x + o_proj(y).
-            D::matmul_backward(dy.zeroed(N * QC), g(bl.o), gbias(bl.ob), dres.p, a.y.p, p(bl.o), N, QC, C);
+            lin_back(dy.zeroed(N * QC), g(bl.o), gbias(bl.ob), dres.p, a.y.p, bl.o, N, QC, C);
             lo(l, kO, dy.p, dres.p, a.y.p);
             const float * probs = a.att.p;
             if (att_recompute) {  // this layer's probabilities again (a.y gets the bits it had; already read above)
@@ -496,9 +489,9 @@ struct DeviceLlama : DeviceModel {
                 dqp = dq.p;
                 dkp = dk.p;
             }
-            D::matmul_backward(dxn.zeroed(N * C), g(bl.q), gbias(bl.qb), dqp, a.xn1.p, p(bl.q), N, C, QC);
-            D::matmul_backward(dxn.p, g(bl.k), gbias(bl.kb), dkp, a.xn1.p, p(bl.k), N, C, KC);
-            D::matmul_backward(dxn.p, g(bl.v), gbias(bl.vb), dv.p, a.xn1.p, p(bl.v), N, C, KC);
+            lin_back(dxn.zeroed(N * C), g(bl.q), gbias(bl.qb), dqp, a.xn1.p, bl.q, N, C, QC);
+            lin_back(dxn.p, g(bl.k), gbias(bl.kb), dkp, a.xn1.p, bl.k, N, C, KC);
+            lin_back(dxn.p, g(bl.v), gbias(bl.vb), dv.p, a.xn1.p, bl.v, N, C, KC);
             lo(l, kQ, dxn.p, dqp, a.xn1.p);
             lo(l, kK, dxn.p, dkp, a.xn1.p);
             lo(l, kV, dxn.p, dv.p, a.xn1.p);
@@ -520,7 +513,7 @@ struct DeviceLlama : DeviceModel {
     // The base's step (an adapter's runs on the host: pull_adapter_grads, then its update there).
     double update(const gpt::AdamW & h, double max_norm, int64_t t) override {
         if (selected()) throw_error(MAPORL_ERR_INTERNAL, "update: an adapter is selected (its step runs on the host)");
-        ensure_grads();
+        ensure_grads();  // (a frozen base: refused there)
         if (m.cap < layout.total ||
             v.cap < layout.total) {  // the moments of the first step, both allocated before either is kept
             Buf nm, nv;

@@ -13,7 +13,7 @@ template <class D>
 DeviceBytes DeviceLlama<D>::memory() const {
     auto sum = [](const auto &... bufs) { return ((bufs.cap * (int64_t)sizeof(*bufs.p)) + ... + (int64_t)0); };
     DeviceBytes b;
-    b.weights = sum(params, cos, sin);
+    b.weights = sum(params, cos, sin) + W.bytes();
     b.gradients = sum(grads);
     b.moments = sum(m, v);
     for (const Mirror & mr : mirrors) {
@@ -27,7 +27,8 @@ DeviceBytes DeviceLlama<D>::memory() const {
                              a.res2, a.xn2, a.rstd2, a.gate, a.up, a.hmid, a.res3);
     b.activations += sum(lora_tmp, lora_du, row_mask, tokens, embedded, lnf, lnf_rstd, values, head_out, dlnf, dres, dh,
                          dgate, dup, dxn, dy, dqr, dkr, dv, dqn, dkn, dq, dk, scratch, dvalues, dlogits, att_shared, sx,
-                         sxn, srs, sq, sk, sv, sy, sproj, sgate, sup, shmid, sscores, srb, srt, stok);
+                         sxn, srs, sq, sk, sv, sy, sproj, sgate, sup, shmid, sscores, srb, srt, stok) +
+        W.scratch_bytes();
     b.cache = sum(kcache, vcache);
     return b;
 }
@@ -61,7 +62,7 @@ void DeviceLlama<D>::decode_rows(const int32_t * tok, const int64_t * pos, float
     if (!logits_out && !values_out) return;
     D::rmsnorm_forward(sxn.need(Bc * C), srs.need(Bc), sx.p, p(layout.norm), Bc, C, cfg.rms_eps);
     if (logits_out) {
-        D::matmul_forward(head_out.need(Bc * V), sxn.p, p(layout.lm_head), nullptr, Bc, C, V);
+        lin(head_out.need(Bc * V), sxn.p, layout.lm_head, -1, Bc, C, V);
         D::to_host(logits_out, head_out.p, Bc * V * (int64_t)sizeof(float));
     }
     if (values_out) {
@@ -102,7 +103,8 @@ void DeviceLlama<D>::step_rows(const int32_t * tok, const std::vector<int32_t> &
     D::to_device(srt.need(N), rt.data(), N * (int64_t)sizeof(int32_t));
     D::to_device(stok.need(N), tok, N * (int64_t)sizeof(int32_t));
     float * x = sx.need(N * C);
-    D::embedding_forward(x, stok.p, p(layout.embed), N, C);
+    W.embed(x, stok.p, fp(layout.embed), N, C);
+    W.reserve(N, std::max({C, QC, I}));
     // The adapters of the rows (host->row_adapter of their cache row), each with its rows' mask.
     std::vector<std::pair<int64_t, std::vector<int32_t>>> groups;
     for (int64_t n = 0; n < N; ++n) {
@@ -127,9 +129,9 @@ void DeviceLlama<D>::step_rows(const int32_t * tok, const std::vector<int32_t> &
     for (int64_t l = 0; l < cfg.layers; ++l) {
         const auto & bl = layout.blocks[(size_t)l];
         D::rmsnorm_forward(xn, rs, x, p(bl.in_norm), N, C, cfg.rms_eps);
-        D::matmul_forward(q, xn, p(bl.q), bias(bl.qb), N, C, QC);
-        D::matmul_forward(k, xn, p(bl.k), bias(bl.kb), N, C, KC);
-        D::matmul_forward(vv, xn, p(bl.v), bias(bl.vb), N, C, KC);
+        lin(q, xn, bl.q, bl.qb, N, C, QC);
+        lin(k, xn, bl.k, bl.kb, N, C, KC);
+        lin(vv, xn, bl.v, bl.vb, N, C, KC);
         lo(l, kQ, q, xn);
         lo(l, kK, k, xn);
         lo(l, kV, vv, xn);
@@ -142,16 +144,16 @@ void DeviceLlama<D>::step_rows(const int32_t * tok, const std::vector<int32_t> &
         float *kc = kcache.p + l * per_layer, *vc = vcache.p + l * per_layer;
         D::kv_store(kc, vc, k, vv, srb.p, srt.p, N, NKV, cache_len, hd);
         D::attention_rows(y, q, kc, vc, srb.p, srt.p, N, NH, NKV, cache_len, hd, sc);
-        D::matmul_forward(proj, y, p(bl.o), bias(bl.ob), N, QC, C);
+        lin(proj, y, bl.o, bl.ob, N, QC, C);
         lo(l, kO, proj, y);
         D::add(x, proj, x, N * C);
         D::rmsnorm_forward(xn, rs, x, p(bl.post_norm), N, C, cfg.rms_eps);
-        D::matmul_forward(gate, xn, p(bl.gate), nullptr, N, C, I);
-        D::matmul_forward(up, xn, p(bl.up), nullptr, N, C, I);
+        lin(gate, xn, bl.gate, -1, N, C, I);
+        lin(up, xn, bl.up, -1, N, C, I);
         lo(l, kGate, gate, xn);
         lo(l, kUp, up, xn);
         D::swiglu_forward(hmid, gate, up, N * I);
-        D::matmul_forward(proj, hmid, p(bl.down), nullptr, N, I, C);
+        lin(proj, hmid, bl.down, -1, N, I, C);
         lo(l, kDown, proj, hmid);
         D::add(x, proj, x, N * C);
     }

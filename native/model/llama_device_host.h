@@ -18,6 +18,9 @@
 #include "native/model/gpt_ops.h"
 #include "native/model/llama_device.h"
 #include "native/model/llama_ops.h"
+#include "native/model/w8a8.h"
+#include "native/core/bf16.h"
+#include "native/core/q8.h"
 
 namespace maporl {
 namespace llama {
@@ -108,6 +111,33 @@ struct HostDevice {
     static void matmul_backward(float * dinp, float * dw, float * db, const float * dout, const float * inp,
                                 const float * w, int64_t N, int64_t C, int64_t OC) {
         G::matmul_backward<float>(dinp, dw, db, dout, inp, w, N, C, OC);
+    }
+    // A frozen base's products: the CPU model's own (matmul.cpp, w8a8.cpp), whose arithmetic the CUDA kernels
+    // (matmul.cu's widening B loads, w8a8.cu) repeat; the W8A8 input scratch (xq, xd) is the CUDA kernels'.
+    static void matmul_forward_bf16(float * out, const float * inp, const uint16_t * w, const float * bias, int64_t N,
+                                    int64_t C, int64_t OC) {
+        G::matmul_forward_bf16(out, inp, w, bias, N, C, OC);
+    }
+    static void matmul_backward_input_bf16(float * dinp, const float * dout, const uint16_t * w, int64_t N, int64_t C,
+                                           int64_t OC) {
+        G::matmul_backward_input_bf16(dinp, dout, w, N, C, OC);
+    }
+    static void matmul_forward_w8a8(float * out, const float * inp, const uint8_t * pq, const uint16_t * pd,
+                                    const float * bias, int64_t N, int64_t C, int64_t OC, int8_t *, float *) {
+        G::matmul_forward_w8a8(out, inp, pq, pd, bias, N, C, OC);
+    }
+    static void matmul_backward_input_q8(float * dinp, const float * dout, const uint8_t * pq, const uint16_t * pd,
+                                         int64_t N, int64_t C, int64_t OC) {
+        G::matmul_backward_input_q8(dinp, dout, pq, pd, N, C, OC);
+    }
+    // embedding.cu's bf16 / q8 gathers: each value widened (q * d for int8) exactly.
+    static void embedding_forward_bf16(float * out, const int32_t * tok, const uint16_t * w, int64_t N, int64_t C) {
+        for (int64_t n = 0; n < N; ++n)
+            for (int64_t c = 0; c < C; ++c) out[n * C + c] = bf16_to_float(w[(int64_t)tok[n] * C + c]);
+    }
+    static void embedding_forward_q8(float * out, const int32_t * tok, const uint8_t * pq, const uint16_t * pd,
+                                     int64_t N, int64_t C) {
+        for (int64_t n = 0; n < N; ++n) q8_unpack_row(out + n * C, pq, pd, C, tok[n]);
     }
     static void add(float * out, const float * a, const float * b, int64_t n) {
         for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];

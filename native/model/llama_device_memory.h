@@ -4,7 +4,8 @@
 // test_llama_device_memory.cpp checks that the two agree on the emulated device and that their sum is every byte the
 // emulated device holds. The formula is written out in docs/models.md ("Device memory").
 //
-// Kinds: weights (the float32 base and the rotary tables), adapters (the device copies of LoRA adapters' parameters),
+// Kinds: weights (the base: float32, or frozen bfloat16 / int8 matrices with float32 norms and biases; the rotary
+// tables), adapters (the device copies of LoRA adapters' parameters),
 // gradients (the base's when the base trains; each adapter's), moments (AdamW's m and v: only when the base trains;
 // an adapter's moments live on the host), activations (what a training forward keeps for its backward, the
 // backward's buffers, the LM head's row chunk, a decode step's buffers), cache (the KV cache).
@@ -60,6 +61,11 @@ inline DeviceBytes device_plan(const Config & c, const Layout & layout, const De
                   KC = NKV * hd, I = c.intermediate, L = c.layers, V = c.vocab;
     DeviceBytes b;
     b.weights = (P + 2 * c.context * (hd / 2)) * f;
+    if (c.bf16 || c.int8) {  // a frozen base: P counts its float tensors; its matrices as frozen_layout stores them
+        Layout fl = layout;
+        const FrozenLayout fz = frozen_layout(c, fl);
+        b.weights = (fl.total + 2 * c.context * (hd / 2)) * f + 2 * fz.half + fz.q8 + 2 * (fz.q8 / kQ8Block);
+    }
     if (w.train_base) b.gradients = P * f, b.moments = 2 * P * f;
     int64_t ntargets = 0, maxout = 0;
     if (w.lora_rank > 0) {
@@ -97,6 +103,13 @@ inline DeviceBytes device_plan(const Config & c, const Layout & layout, const De
                 // gate up hmid, scores, row_mask
     }
     b.activations = a * f;
+    if (c.int8) {  // the W8A8 input scratch: int8 values and float block scales of the largest input
+        const int64_t mc = std::max({C, QC, I});
+        int64_t xq = 0, xd = 0;
+        for (const auto & in : {std::pair<int64_t, int64_t>{N, mc}, {w.step_rows, mc}, {w.head_rows, C}})
+            xq = std::max(xq, in.first * in.second), xd = std::max(xd, in.first * in.second / 32);
+        b.activations += xq + xd * f;
+    }
     b.cache = 2 * L * w.cache_batch * NKV * w.cache_len * hd * f;
     return b;
 }

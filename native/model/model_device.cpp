@@ -52,8 +52,9 @@ void move_gpt(maporl_gpt * gpt, maporl_device device) {
     m.cache_release();
 }
 
-// On the device the host model keeps its config, layout, step and parameter vector (the staging of later moves) and
-// its LoRA adapters (the device copies theirs); its moments, gradients, activations and caches are released.
+// On the device the host model keeps its config, layout, step and parameter vector (the staging of later moves), a
+// frozen base's matrices (bfloat16 / int8, uploaded as they are; frozen, so never downloaded) and its LoRA adapters
+// (the device copies theirs); its moments, gradients, activations and caches are released.
 // emulate: the device is llama_device_host.h's (host memory), for tests of the device path without a GPU.
 void move_llama(maporl_gpt * gpt, maporl_device device, bool emulate = false) {
     llama::Model<float> & m = *gpt->lm;
@@ -61,8 +62,11 @@ void move_llama(maporl_gpt * gpt, maporl_device device, bool emulate = false) {
     if (device == MAPORL_DEVICE_CUDA) {
         std::unique_ptr<llama::DeviceModel> d(
             emulate ? new llama::DeviceLlama<llama::HostDevice>(m.cfg, &m)
-                    : llama::cuda_model_create(m.cfg, &m));  // (either refuses a bfloat16 base, naming it)
+                    : llama::cuda_model_create(m.cfg, &m));
         d->upload(0, m.params.data(), n);
+        if (m.frozen_dtype())  // (a frozen base's matrices: the host keeps its copy, which never changes)
+            d->upload_frozen(m.half.data(), (int64_t)m.half.size(), m.q8.data(), (int64_t)m.q8.size(), m.q8d.data(),
+                             (int64_t)m.q8d.size());
         if (m.grads.size() == (size_t)n) {
             d->upload(1, m.m.data(), n);
             d->upload(2, m.v.data(), n);

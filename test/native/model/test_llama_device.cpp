@@ -251,7 +251,12 @@ TEST(device_model_misuse_is_named) {
     CHECK(refused([&] { dev.prefill(ok, lens, 2); }, "lens: expected 0..2 at row 1"), "a prompt length past P");
     L::Config h = c;
     h.bf16 = true;
-    CHECK(refused([&] { Dev d(h); }, "bfloat16"), "a bf16 base is refused on the device");
+    Dev frozen(h);
+    const uint16_t half[2] = {0, 0};
+    CHECK(refused([&] { frozen.upload_frozen(half, 2, nullptr, 0, nullptr, 0); }, "bfloat16 values"),
+          "a frozen base's matrices of the wrong size");
+    h.int8 = true;
+    CHECK(refused([&] { Dev d(h); }, "bf16 and int8 both set"), "a base both bfloat16 and int8");
 }
 
 }  // namespace

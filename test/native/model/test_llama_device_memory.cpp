@@ -405,6 +405,17 @@ TEST(a_7b_shaped_model_accounted_without_allocating) {
     CHECK(f.gradients + f.moments == 3 * layout.total * 4 && f.total() > 139.0 * (1 << 30),
           "full float32 training: 12 bytes a parameter beyond the weights (%.1f GB in all: more than an H200)",
           f.total() / GB);
+    // A frozen base under the same adapter: bfloat16 about 2 bytes a parameter, int8 (34 bytes a block of 32) 1.06.
+    for (bool int8 : {false, true}) {
+        L::Config q = c;
+        (int8 ? q.int8 : q.bf16) = true;
+        const L::DeviceBytes b = L::device_plan(q, layout, lora);
+        std::printf("  7B LoRA r16 training on a %s base: weights %.2f GB, total %.2f GB\n", int8 ? "int8" : "bfloat16",
+                    b.weights / GB, b.total() / GB);
+        const double per = (double)b.weights / (double)layout.total;
+        CHECK(int8 ? per > 1.06 && per < 1.07 : per > 2.0 && per < 2.01,
+              "%s base: %.4f bytes a parameter on the device", int8 ? "int8" : "bfloat16", per);
+    }
     CHECK(L::attention_probs_bytes(c, 1, 4096) == (int64_t)32 * 32 * 4096 * 4096 * 4,
           "the attention bound at T=4096: %.1f GB", L::attention_probs_bytes(c, 1, 4096) / GB);
 }
