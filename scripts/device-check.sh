@@ -47,7 +47,7 @@ while read -r t; do
     name=$(basename "$t")
     args=()
     case "$name" in
-        test_gae|test_group_advantages|test_policy_loss|test_sampling|test_gpt_cuda|test_matmul_cuda|test_llama_cuda) [ "$devices" -gt 0 ] && args=(--bench) ;;
+        test_gae|test_group_advantages|test_policy_loss|test_sampling|test_gpt_cuda|test_matmul_cuda|test_llama_cuda|test_w8a8_cuda) [ "$devices" -gt 0 ] && args=(--bench) ;;
     esac
     out=$(timeout -k 5 "${TEST_TIMEOUT:-300}" "$t" "${args[@]}" 2>&1)
     rc=$?
@@ -135,7 +135,7 @@ main() {
     if [ "$devices" -gt 0 ]; then
         if command -v compute-sanitizer >/dev/null 2>&1; then
             for tool in memcheck racecheck synccheck; do
-                for name in test_llama_cuda test_sampling test_policy_loss; do
+                for name in test_llama_cuda test_w8a8_cuda test_sampling test_policy_loss; do
                     [ -x "$build/$name" ] || { fails+=("$name: not built"); continue; }
                     lim=$(( $(left) - 150 )); [ "$lim" -gt "${SANITIZE_TIMEOUT:-150}" ] && lim=${SANITIZE_TIMEOUT:-150}
                     if [ "$lim" -lt 20 ]; then echo "compute-sanitizer $tool $name: not run (the time budget is spent)"; fails+=("sanitizer $tool $name: no time left"); continue; fi

@@ -2,6 +2,9 @@
 // embed_row and its backward). The forward gathers rows; the backward's scatter into the embedding's gradient has no
 // float atomics: the host groups the positions of every distinct token (gpt::cuda::bucket_tokens, a counting sort)
 // and one block per distinct token adds its rows in ascending position order (the CPU model's row order).
+#include <cuda_fp16.h>
+
+#include "native/core/q8.h"
 #include "native/model/gpt_cuda.h"
 #include "native/model/llama_cuda.h"
 #include "cuda/core/common.cuh"
@@ -14,6 +17,22 @@ namespace {
 __global__ void embedding_forward_kernel(float * out, const int32_t * tok, const float * wte, int64_t N, int64_t C) {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < N * C; i += (int64_t)gridDim.x * blockDim.x)
         out[i] = wte[(int64_t)tok[i / C] * C + i % C];
+}
+
+// A frozen base's embedding: bfloat16 rows widened, or int8 rows (q8.h's packed layout) as q * d, exactly (the CPU
+// model's embed_row).
+__global__ void embedding_forward_bf16_kernel(float * out, const int32_t * tok, const uint16_t * wte, int64_t N,
+                                              int64_t C) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < N * C; i += (int64_t)gridDim.x * blockDim.x)
+        out[i] = __uint_as_float((uint32_t)wte[(int64_t)tok[i / C] * C + i % C] << 16);
+}
+__global__ void embedding_forward_q8_kernel(float * out, const int32_t * tok, const uint8_t * pq, const uint16_t * pd,
+                                            int64_t N, int64_t C) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < N * C; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t r = tok[i / C], c = i % C;
+        out[i] = (float)((int)pq[q8_packed_index(C, r, c)] - 128) *
+            __half2float(__ushort_as_half(pd[q8_packed_scale_index(C, r, c)]));
+    }
 }
 
 // Block k: token ids[k]; threads stride over channels.
@@ -34,6 +53,19 @@ void embedding_forward(float * out, const int32_t * tokens, const float * wte, i
     if (N * C <= 0) return;
     embedding_forward_kernel<<<grid_for(N * C, 256), 256>>>(out, tokens, wte, N, C);
     MAPORL_CUDA_LAUNCHED("embedding_forward");
+}
+
+void embedding_forward_bf16(float * out, const int32_t * tokens, const uint16_t * wte, int64_t N, int64_t C) {
+    if (N * C <= 0) return;
+    embedding_forward_bf16_kernel<<<grid_for(N * C, 256), 256>>>(out, tokens, wte, N, C);
+    MAPORL_CUDA_LAUNCHED("embedding_forward_bf16");
+}
+
+void embedding_forward_q8(float * out, const int32_t * tokens, const uint8_t * pq, const uint16_t * pd, int64_t N,
+                          int64_t C) {
+    if (N * C <= 0) return;
+    embedding_forward_q8_kernel<<<grid_for(N * C, 256), 256>>>(out, tokens, pq, pd, N, C);
+    MAPORL_CUDA_LAUNCHED("embedding_forward_q8");
 }
 
 void embedding_backward(float * dwte, const float * dout, const int32_t * host_tokens, int64_t N, int64_t C) {

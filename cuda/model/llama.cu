@@ -74,6 +74,29 @@ struct CudaOps {
                                 const float * w, int64_t N, int64_t Cc, int64_t OC) {
         G::matmul_backward(dinp, dw, db, dout, inp, w, N, Cc, OC);
     }
+    static void matmul_forward_bf16(float * out, const float * inp, const uint16_t * w, const float * bias, int64_t N,
+                                    int64_t Cc, int64_t OC) {
+        G::matmul_forward_bf16(out, inp, w, bias, N, Cc, OC);
+    }
+    static void matmul_backward_input_bf16(float * dinp, const float * dout, const uint16_t * w, int64_t N, int64_t Cc,
+                                           int64_t OC) {
+        G::matmul_backward_input_bf16(dinp, dout, w, N, Cc, OC);
+    }
+    static void matmul_forward_w8a8(float * out, const float * inp, const uint8_t * pq, const uint16_t * pd,
+                                    const float * bias, int64_t N, int64_t Cc, int64_t OC, int8_t * xq, float * xd) {
+        G::matmul_forward_w8a8(out, inp, pq, pd, bias, N, Cc, OC, xq, xd);
+    }
+    static void matmul_backward_input_q8(float * dinp, const float * dout, const uint8_t * pq, const uint16_t * pd,
+                                         int64_t N, int64_t Cc, int64_t OC) {
+        G::matmul_backward_input_q8(dinp, dout, pq, pd, N, Cc, OC);
+    }
+    static void embedding_forward_bf16(float * out, const int32_t * tok, const uint16_t * w, int64_t N, int64_t Cc) {
+        C::embedding_forward_bf16(out, tok, w, N, Cc);
+    }
+    static void embedding_forward_q8(float * out, const int32_t * tok, const uint8_t * pq, const uint16_t * pd,
+                                     int64_t N, int64_t Cc) {
+        C::embedding_forward_q8(out, tok, pq, pd, N, Cc);
+    }
     static void add(float * out, const float * a, const float * b, int64_t n) { G::residual_forward(out, a, b, n); }
     static void scale(float * x, float s, int64_t n) { C::scale(x, s, n); }
     static void add_rows(float * out, const float * d, const int32_t * mask, int64_t N, int64_t Cc) {
@@ -98,6 +121,11 @@ struct CudaLlama final : DeviceLlama<CudaOps> {
     using Base = DeviceLlama<CudaOps>;
     CudaLlama(const Config & c, Model<float> * host) : Base(c, host) { G::synchronize("llama: to the device"); }
     void upload(int which, const float * host, int64_t n) override { Base::upload(which, host, n); }
+    void upload_frozen(const uint16_t * h, int64_t nh, const uint8_t * q, int64_t nq, const uint16_t * d,
+                       int64_t nd) override {
+        Base::upload_frozen(h, nh, q, nq, d, nd);
+        G::synchronize("llama: to the device");
+    }
     void download(int which, float * host, int64_t n) const override { Base::download(which, host, n); }
     void forward(const int32_t * tok, int64_t B_, int64_t T_, bool head, float * logits, float * values) override {
         Base::forward(tok, B_, T_, head, logits, values);

@@ -9,12 +9,16 @@
 // eight warps each owning a 16 x 32 strip, float32 accumulation in the fragments; the epilogue (bias, accumulate,
 // bounds) goes through a shared-memory tile so its global writes coalesce. Fixed summation order in hardware, so
 // results repeat run to run; they differ from float32 by the TF32 rounding (~1e-3 relative per product).
-// NOTE(perf): no double buffering, no BF16 path. Not yet run on a GPU in this project's CI;
+// A frozen base's weights enter through the same kernels: bfloat16 widened and int8 dequantized (q * d) exactly as
+// the slabs load, so the product is the float GEMM's on the widened weight. NOTE(perf): no double buffering, no BF16
+// tensor-core path. Not yet run on a GPU in this project's CI;
 // scripts/device-check.sh checks it against the CPU and times both precisions.
+#include <cuda_fp16.h>
 #include <mma.h>
 
 #include "native/model/gpt_cuda.h"
 #include "cuda/core/common.cuh"
+#include "native/core/q8.h"
 
 namespace maporl {
 namespace gpt {
@@ -23,13 +27,41 @@ namespace {
 
 constexpr int BM = 64, BN = 64, BK = 16, kThreads = 256;
 
+// The B operands: B(k, j) as a float, and whether j is the contiguous index (the slab loads run along it).
+// FloatB: B[k * bk + j * bj]. Bf16B: the same strides over bfloat16 values, widened exactly (a frozen bfloat16 base's
+// weight). Q8B: W[k, j] of an int8 base's weight [rows, C] in q8.h's packed layout, q * d exactly (the input's
+// gradient through it: k = the output o, j = the input channel c).
+struct FloatB {
+    const float * p;
+    int64_t bk, bj;
+    __device__ bool j_fast() const { return bj == 1; }
+    __device__ float operator()(int64_t k, int64_t j) const { return p[k * bk + j * bj]; }
+};
+struct Bf16B {
+    const uint16_t * p;
+    int64_t bk, bj;
+    __device__ bool j_fast() const { return bj == 1; }
+    __device__ float operator()(int64_t k, int64_t j) const {
+        return __uint_as_float((uint32_t)p[k * bk + j * bj] << 16);
+    }
+};
+struct Q8B {
+    const uint8_t * q;
+    const uint16_t * d;
+    int64_t C;
+    __device__ bool j_fast() const { return true; }
+    __device__ float operator()(int64_t k, int64_t j) const {
+        return (float)((int)q[q8_packed_index(C, k, j)] - 128) *
+            __half2float(__ushort_as_half(d[q8_packed_scale_index(C, k, j)]));
+    }
+};
+
 // The k0 slab of A into As[k][i] (a BM x KD block) and of B into Bs[k][j] (KD x BN), zero outside the matrices,
 // each read along whichever index is contiguous (coalesced); `store` maps a value as it enters shared memory.
-template <int KD, int LD, typename Store>
+template <int KD, int LD, typename BSrc, typename Store>
 __device__ __forceinline__ void load_slabs(float (*As)[LD], float (*Bs)[LD], int64_t M, int64_t Ncols, int64_t K,
-                                           const float * __restrict__ A, int64_t ai, int64_t ak,
-                                           const float * __restrict__ Bm, int64_t bk, int64_t bj, int64_t i0,
-                                           int64_t j0, int64_t k0, Store store) {
+                                           const float * __restrict__ A, int64_t ai, int64_t ak, const BSrc & Bm,
+                                           int64_t i0, int64_t j0, int64_t k0, Store store) {
     const int tid = threadIdx.x;
 #pragma unroll
     for (int r = 0; r < (BM * KD) / kThreads; ++r) {
@@ -45,11 +77,12 @@ __device__ __forceinline__ void load_slabs(float (*As)[LD], float (*Bs)[LD], int
         const int64_t gi = i0 + ii, gk = k0 + kk;
         As[kk][ii] = store((gi < M && gk < K) ? A[gi * ai + gk * ak] : 0.0f);
     }
+    const bool jf = Bm.j_fast();
 #pragma unroll
     for (int r = 0; r < (BN * KD) / kThreads; ++r) {
         const int e = tid + r * kThreads;
         int jj, kk;
-        if (bj == 1) {
+        if (jf) {
             jj = e % BN;
             kk = e / BN;
         } else {
@@ -57,14 +90,15 @@ __device__ __forceinline__ void load_slabs(float (*As)[LD], float (*Bs)[LD], int
             jj = e / KD;
         }
         const int64_t gj = j0 + jj, gk = k0 + kk;
-        Bs[kk][jj] = store((gj < Ncols && gk < K) ? Bm[gk * bk + gj * bj] : 0.0f);
+        Bs[kk][jj] = store((gj < Ncols && gk < K) ? Bm(gk, gj) : 0.0f);
     }
 }
 
+template <typename BSrc>
 __global__ void __launch_bounds__(kThreads)
-    gemm_kernel(int64_t M, int64_t Ncols, int64_t K, const float * __restrict__ A, int64_t ai, int64_t ak,
-                const float * __restrict__ Bm, int64_t bk, int64_t bj, float * __restrict__ Cm, int64_t ldc,
-                bool accumulate, const float * __restrict__ bias, bool rows_on_x) {
+    gemm_kernel(int64_t M, int64_t Ncols, int64_t K, const float * __restrict__ A, int64_t ai, int64_t ak, BSrc Bm,
+                float * __restrict__ Cm, int64_t ldc, bool accumulate, const float * __restrict__ bias,
+                bool rows_on_x) {
     __shared__ float As[BK][BM + 4];
     __shared__ float Bs[BK][BN + 4];
     const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
@@ -72,7 +106,7 @@ __global__ void __launch_bounds__(kThreads)
                   j0 = (int64_t)(rows_on_x ? blockIdx.y : blockIdx.x) * BN;
     float acc[4][4] = {};
     for (int64_t k0 = 0; k0 < K; k0 += BK) {
-        load_slabs<BK, BM + 4>(As, Bs, M, Ncols, K, A, ai, ak, Bm, bk, bj, i0, j0, k0, [](float v) { return v; });
+        load_slabs<BK, BM + 4>(As, Bs, M, Ncols, K, A, ai, ak, Bm, i0, j0, k0, [](float v) { return v; });
         __syncthreads();
 #pragma unroll
         for (int kk = 0; kk < BK; ++kk) {
@@ -125,10 +159,11 @@ __global__ void column_sum_kernel(float * dbias, const float * dout, int64_t N, 
 // columns 32 * (w % 2) of the block's tile: one A fragment, two B fragments and two accumulators per 8-deep step.
 constexpr int TK = 32, kPad = 8, kLd = BM + kPad;  // kLd * 4 bytes keeps every fragment pointer 32-byte aligned
 
+template <typename BSrc>
 __global__ void __launch_bounds__(kThreads)
-    gemm_tf32_kernel(int64_t M, int64_t Ncols, int64_t K, const float * __restrict__ A, int64_t ai, int64_t ak,
-                     const float * __restrict__ Bm, int64_t bk, int64_t bj, float * __restrict__ Cm, int64_t ldc,
-                     bool accumulate, const float * __restrict__ bias, bool rows_on_x) {
+    gemm_tf32_kernel(int64_t M, int64_t Ncols, int64_t K, const float * __restrict__ A, int64_t ai, int64_t ak, BSrc Bm,
+                     float * __restrict__ Cm, int64_t ldc, bool accumulate, const float * __restrict__ bias,
+                     bool rows_on_x) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     namespace wmma = nvcuda::wmma;
     __shared__ __align__(32) float As[TK][kLd];  // As[k][i] = A(i0 + i, k0 + k): a column-major 64 x TK block
@@ -141,7 +176,7 @@ __global__ void __launch_bounds__(kThreads)
     wmma::fill_fragment(acc[0], 0.0f);
     wmma::fill_fragment(acc[1], 0.0f);
     for (int64_t k0 = 0; k0 < K; k0 += TK) {
-        load_slabs<TK, kLd>(As, Bs, M, Ncols, K, A, ai, ak, Bm, bk, bj, i0, j0, k0,
+        load_slabs<TK, kLd>(As, Bs, M, Ncols, K, A, ai, ak, Bm, i0, j0, k0,
                             [](float v) { return wmma::__float_to_tf32(v); });
         __syncthreads();
 #pragma unroll
@@ -189,8 +224,9 @@ void require_tf32(const char * what) {
                     what, dev, major, minor);
 }
 
-void gemm(int64_t M, int64_t Ncols, int64_t K, const float * A, int64_t ai, int64_t ak, const float * B, int64_t bk,
-          int64_t bj, float * C, int64_t ldc, bool accumulate, const float * bias, const char * what) {
+template <typename BSrc>
+void gemm(int64_t M, int64_t Ncols, int64_t K, const float * A, int64_t ai, int64_t ak, BSrc B, float * C, int64_t ldc,
+          bool accumulate, const float * bias, const char * what) {
     if (M <= 0 || Ncols <= 0) return;
     // The larger tile count goes on gridDim.x (2^31 - 1 blocks), the other on y (65,535): the LM head's backward has
     // the vocabulary as its rows, which on y would stop at 65,535 x 64 = 4.2M.
@@ -199,10 +235,10 @@ void gemm(int64_t M, int64_t Ncols, int64_t K, const float * A, int64_t ai, int6
     const unsigned gx = grid_dim(rows_on_x ? rt : ct, what), gy = grid_dim(rows_on_x ? ct : rt, what, kGridYZ);
     if (maporl_get_matmul_precision() == MAPORL_MATMUL_HIGH) {
         require_tf32(what);
-        gemm_tf32_kernel<<<dim3(gx, gy), kThreads>>>(M, Ncols, K, A, ai, ak, B, bk, bj, C, ldc, accumulate, bias,
-                                                     rows_on_x);
+        gemm_tf32_kernel<BSrc>
+            <<<dim3(gx, gy), kThreads>>>(M, Ncols, K, A, ai, ak, B, C, ldc, accumulate, bias, rows_on_x);
     } else
-        gemm_kernel<<<dim3(gx, gy), kThreads>>>(M, Ncols, K, A, ai, ak, B, bk, bj, C, ldc, accumulate, bias, rows_on_x);
+        gemm_kernel<BSrc><<<dim3(gx, gy), kThreads>>>(M, Ncols, K, A, ai, ak, B, C, ldc, accumulate, bias, rows_on_x);
     MAPORL_CUDA_LAUNCHED(what);
 }
 
@@ -211,19 +247,34 @@ void gemm(int64_t M, int64_t Ncols, int64_t K, const float * A, int64_t ai, int6
 void matmul_forward(float * out, const float * inp, const float * weight, const float * bias, int64_t N, int64_t C,
                     int64_t OC) {
     // out[n, o] = bias[o] + sum_c inp[n, c] weight[o, c]
-    gemm(N, OC, C, inp, C, 1, weight, 1, C, out, OC, false, bias, "matmul_forward");
+    gemm(N, OC, C, inp, C, 1, FloatB{weight, 1, C}, out, OC, false, bias, "matmul_forward");
 }
 
 void matmul_backward(float * dinp, float * dweight, float * dbias, const float * dout, const float * inp,
                      const float * weight, int64_t N, int64_t C, int64_t OC) {
     // dinp[n, c] += sum_o dout[n, o] weight[o, c]
-    gemm(N, C, OC, dout, OC, 1, weight, C, 1, dinp, C, true, nullptr, "matmul_backward");
+    gemm(N, C, OC, dout, OC, 1, FloatB{weight, C, 1}, dinp, C, true, nullptr, "matmul_backward");
     // dweight[o, c] += sum_n dout[n, o] inp[n, c] (null: a frozen weight, as a base under LoRA)
-    if (dweight) gemm(OC, C, N, dout, 1, OC, inp, C, 1, dweight, C, true, nullptr, "matmul_backward");
+    if (dweight) gemm(OC, C, N, dout, 1, OC, FloatB{inp, C, 1}, dweight, C, true, nullptr, "matmul_backward");
     if (dbias && N > 0 && OC > 0) {
         column_sum_kernel<<<grid_dim((OC + 31) / 32, "matmul_backward"), dim3(32, 32)>>>(dbias, dout, N, OC);
         MAPORL_CUDA_LAUNCHED("matmul_backward");
     }
+}
+
+void matmul_forward_bf16(float * out, const float * inp, const uint16_t * weight, const float * bias, int64_t N,
+                         int64_t C, int64_t OC) {
+    gemm(N, OC, C, inp, C, 1, Bf16B{weight, 1, C}, out, OC, false, bias, "matmul_forward_bf16");
+}
+
+void matmul_backward_input_bf16(float * dinp, const float * dout, const uint16_t * weight, int64_t N, int64_t C,
+                                int64_t OC) {
+    gemm(N, C, OC, dout, OC, 1, Bf16B{weight, C, 1}, dinp, C, true, nullptr, "matmul_backward_input_bf16");
+}
+
+void matmul_backward_input_q8(float * dinp, const float * dout, const uint8_t * pq, const uint16_t * pd, int64_t N,
+                              int64_t C, int64_t OC) {
+    gemm(N, C, OC, dout, OC, 1, Q8B{pq, pd, C}, dinp, C, true, nullptr, "matmul_backward_input_q8");
 }
 
 }  // namespace cuda

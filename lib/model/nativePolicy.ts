@@ -109,14 +109,12 @@ export class NativePolicy implements Policy {
         return new NativePolicy(config).placed("NativePolicy.create", config.device);
     }
 
-    // Moves a new model to `device`, freeing it if that fails (the caller never sees a half-made policy). 'auto' keeps
-    // a bfloat16 or int8 base on the CPU (where it runs in this version); 'cuda' says so, naming it.
+    // Moves a new model to `device`, freeing it if that fails (the caller never sees a half-made policy).
     /** @internal */
     placed(fn: string, device: unknown): NativePolicy {
         const d = resolveDevice(fn, device ?? "cpu", 1, 0);
         try {
-            const cpuOnly = this.family === "llama" && this.dtype !== "float32";
-            if (d === "cuda" && !(cpuOnly && device === "auto")) native.gptSetDevice(this.h(), 1);
+            if (d === "cuda") native.gptSetDevice(this.h(), 1);
         } catch (e) {
             this.core.free();
             throw e;

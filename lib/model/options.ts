@@ -121,8 +121,8 @@ export interface TrainResult {
 
 /** Options of NativePolicy.load (LoadOptions) but `base`: what loading a model directory takes. */
 export interface HfLoadOptions {
-    /** 'cpu' (default), 'cuda' or 'auto'. A Llama-family model in float32 (and its LoRA adapters) runs on either; a
-     * bfloat16 or int8 base runs on the CPU in this version ('auto' keeps it there; 'cuda' is an error naming it). */
+    /** 'cpu' (default), 'cuda' or 'auto'. A Llama-family model and its LoRA adapters run on either, in every dtype: a
+     * bfloat16 or int8 base is uploaded as it is held (frozen; its adapters train on the device). */
     device?: Device;
     /** Hugging Face directories: cap the positions below max_position_embeddings (KV-cache and activation memory grow
      * with it). Defaults to min(max_position_embeddings, sliding_window where one applies, 8192). */

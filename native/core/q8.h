@@ -10,6 +10,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "native/core/hd.h"
+
 namespace maporl {
 
 constexpr int64_t kQ8Block = 32;
@@ -83,11 +85,11 @@ static inline bool q8_quantize_block(const float * x, int8_t * q, uint16_t * d) 
 // (the u8 operand of VNNI's dot product). The scales: per group and block of 32 columns, the 16 rows' halves in row
 // order. q = -128 (which the quantizer above never writes, and llama.cpp's neither) is stored as -127.
 constexpr int64_t kQ8Rows = 16;
-static inline int64_t q8_padded_rows(int64_t rows) { return (rows + kQ8Rows - 1) / kQ8Rows * kQ8Rows; }
-static inline int64_t q8_packed_index(int64_t cols, int64_t r, int64_t c) {
+static MAPORL_HD int64_t q8_padded_rows(int64_t rows) { return (rows + kQ8Rows - 1) / kQ8Rows * kQ8Rows; }
+static MAPORL_HD int64_t q8_packed_index(int64_t cols, int64_t r, int64_t c) {
     return (r / kQ8Rows) * kQ8Rows * cols + (c / 4) * (4 * kQ8Rows) + (r % kQ8Rows) * 4 + c % 4;
 }
-static inline int64_t q8_packed_scale_index(int64_t cols, int64_t r, int64_t c) {
+static MAPORL_HD int64_t q8_packed_scale_index(int64_t cols, int64_t r, int64_t c) {
     return (r / kQ8Rows) * kQ8Rows * (cols / kQ8Block) + (c / kQ8Block) * kQ8Rows + r % kQ8Rows;
 }
 // Stores row r from its row-major values q [cols] and scales d [cols / 32].

@@ -59,6 +59,18 @@ void matmul_forward(float * out, const float * inp, const float * weight, const 
                     int64_t OC);
 void matmul_backward(float * dinp, float * dweight, float * dbias, const float * dout, const float * inp,
                      const float * weight, int64_t N, int64_t C, int64_t OC);
+// A frozen base's weight [OC, C] (gpt_ops.h's CPU twins): bfloat16 (widened exactly), or int8 in q8.h's packed layout.
+// The bfloat16 products and the int8 input gradient are the float GEMM on the exactly widened weight (its gradient
+// is ADDED into dinp); the int8 forward is W8A8 (cuda/model/w8a8.cu: w8a8.h's arithmetic, the CPU's bits), its
+// input quantized into the device scratch xq [N, C] and xd [N, C / 32].
+void matmul_forward_bf16(float * out, const float * inp, const uint16_t * weight, const float * bias, int64_t N,
+                         int64_t C, int64_t OC);
+void matmul_backward_input_bf16(float * dinp, const float * dout, const uint16_t * weight, int64_t N, int64_t C,
+                                int64_t OC);
+void matmul_backward_input_q8(float * dinp, const float * dout, const uint8_t * pq, const uint16_t * pd, int64_t N,
+                              int64_t C, int64_t OC);
+void matmul_forward_w8a8(float * out, const float * inp, const uint8_t * pq, const uint16_t * pd, const float * bias,
+                         int64_t N, int64_t C, int64_t OC, int8_t * xq, float * xd);
 
 void attention_forward(float * out, float * att, const float * qkv, int64_t B, int64_t T, int64_t C, int64_t NH);
 // scratch: B * NH * T * T floats (the pre-softmax gradient).

@@ -59,6 +59,10 @@ void attention_rows(float * out, const float * q, const float * kc, const float 
 // token's rows in ascending order (host_tokens: the same ids on the host, bucketed there).
 void embedding_forward(float * out, const int32_t * tokens, const float * wte, int64_t N, int64_t C);
 void embedding_backward(float * dwte, const float * dout, const int32_t * host_tokens, int64_t N, int64_t C);
+// A frozen base's embedding rows: bfloat16 widened, or int8 in q8.h's packed layout as q * d (exactly, as the CPU's).
+void embedding_forward_bf16(float * out, const int32_t * tokens, const uint16_t * wte, int64_t N, int64_t C);
+void embedding_forward_q8(float * out, const int32_t * tokens, const uint8_t * pq, const uint16_t * pd, int64_t N,
+                          int64_t C);
 
 // LoRA's elementwise steps (lora.cu): x *= s; out [N, C] rows += d rows where mask[n] != 0.
 void scale(float * x, float s, int64_t n);

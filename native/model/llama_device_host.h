@@ -18,7 +18,7 @@
 #include "native/model/gpt_ops.h"
 #include "native/model/llama_device.h"
 #include "native/model/llama_ops.h"
-#include "native/model/w8a8.h"
+#include "native/model/w8a8_tile.h"
 #include "native/core/bf16.h"
 #include "native/core/q8.h"
 
@@ -112,8 +112,9 @@ struct HostDevice {
                                 const float * w, int64_t N, int64_t C, int64_t OC) {
         G::matmul_backward<float>(dinp, dw, db, dout, inp, w, N, C, OC);
     }
-    // A frozen base's products: the CPU model's own (matmul.cpp, w8a8.cpp), whose arithmetic the CUDA kernels
-    // (matmul.cu's widening B loads, w8a8.cu) repeat; the W8A8 input scratch (xq, xd) is the CUDA kernels'.
+    // A frozen base's products: the bfloat16 ones and the int8 input gradient are the CPU model's own (matmul.cpp),
+    // whose arithmetic matmul.cu's widening slab loads repeat; the W8A8 forward is the CUDA kernels' decomposition
+    // itself (w8a8_tile.h's emulation, through the device scratch xq, xd), which must give the CPU's bits.
     static void matmul_forward_bf16(float * out, const float * inp, const uint16_t * w, const float * bias, int64_t N,
                                     int64_t C, int64_t OC) {
         G::matmul_forward_bf16(out, inp, w, bias, N, C, OC);
@@ -123,8 +124,8 @@ struct HostDevice {
         G::matmul_backward_input_bf16(dinp, dout, w, N, C, OC);
     }
     static void matmul_forward_w8a8(float * out, const float * inp, const uint8_t * pq, const uint16_t * pd,
-                                    const float * bias, int64_t N, int64_t C, int64_t OC, int8_t *, float *) {
-        G::matmul_forward_w8a8(out, inp, pq, pd, bias, N, C, OC);
+                                    const float * bias, int64_t N, int64_t C, int64_t OC, int8_t * xq, float * xd) {
+        G::w8a8_tile::emulate(out, inp, pq, pd, bias, N, C, OC, xq, xd);
     }
     static void matmul_backward_input_q8(float * dinp, const float * dout, const uint8_t * pq, const uint16_t * pd,
                                          int64_t N, int64_t C, int64_t OC) {

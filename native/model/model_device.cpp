@@ -60,9 +60,8 @@ void move_llama(maporl_gpt * gpt, maporl_device device, bool emulate = false) {
     llama::Model<float> & m = *gpt->lm;
     const int64_t n = m.layout.total;
     if (device == MAPORL_DEVICE_CUDA) {
-        std::unique_ptr<llama::DeviceModel> d(
-            emulate ? new llama::DeviceLlama<llama::HostDevice>(m.cfg, &m)
-                    : llama::cuda_model_create(m.cfg, &m));
+        std::unique_ptr<llama::DeviceModel> d(emulate ? new llama::DeviceLlama<llama::HostDevice>(m.cfg, &m)
+                                                      : llama::cuda_model_create(m.cfg, &m));
         d->upload(0, m.params.data(), n);
         if (m.frozen_dtype())  // (a frozen base's matrices: the host keeps its copy, which never changes)
             d->upload_frozen(m.half.data(), (int64_t)m.half.size(), m.q8.data(), (int64_t)m.q8.size(), m.q8d.data(),

@@ -42,8 +42,7 @@ void quantize_rows_scalar(const float * x, int64_t n0, int64_t n1, int64_t C, in
             const bool finite = w8a8_block_scale(xb, &db, &id);
             int32_t sum = 0;
             for (int64_t i = 0; i < kQ8Block; ++i) {
-                const float r = finite ? std::nearbyint(xb[i] * id) : 0.0f;
-                qb[i] = (int8_t)(r > 127.0f ? 127 : r < -127.0f ? -127 : (int)r);
+                qb[i] = finite ? w8a8_quantize_value(xb[i], id) : (int8_t)0;
                 sum += qb[i];
             }
             d[n * nb + b] = db;

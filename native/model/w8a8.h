@@ -14,17 +14,20 @@
 #include <cmath>
 #include <vector>
 
+#include "native/core/hd.h"
+
 namespace maporl {
 namespace gpt {
 
-// One block of 32 input values' scale d and its inverse id (every level's quantizer starts here); false, with d =
-// NaN and id = 0, when the block holds Inf or NaN. `static`: the per-ISA units include it too (q8.h says why).
-static inline bool w8a8_block_scale(const float * xb, float * d, float * id) {
+// One block of 32 input values' scale d and its inverse id (every level's quantizer starts here, the CUDA one too:
+// cuda/model/w8a8.cu); false, with d = NaN and id = 0, when the block holds Inf or NaN. `static`: the per-ISA units
+// include it too (q8.h says why).
+static MAPORL_HD bool w8a8_block_scale(const float * xb, float * d, float * id) {
     float amax = 0.0f;
     bool finite = true;
     for (int i = 0; i < 32; ++i) {
-        finite = finite && std::isfinite(xb[i]);
-        const float a = std::fabs(xb[i]);
+        const float a = fabsf(xb[i]);
+        finite = finite && a <= 3.40282347e+38f;  // (false for Inf and NaN)
         amax = a > amax ? a : amax;
     }
     if (!finite) {
@@ -35,6 +38,12 @@ static inline bool w8a8_block_scale(const float * xb, float * d, float * id) {
     *d = amax >= 1e-30f ? amax / 127.0f : 0.0f;
     *id = *d > 0.0f ? 1.0f / *d : 0.0f;
     return true;
+}
+
+// One value of a finite block: round(x * id) to nearest even, clamped to +-127.
+static MAPORL_HD int8_t w8a8_quantize_value(float x, float id) {
+    const float r = rintf(x * id);
+    return (int8_t)(r > 127.0f ? 127 : r < -127.0f ? -127 : (int)r);
 }
 
 // An input quantized per row and block: q [N, C], d and s (the sum of the block's q) [N, C / 32].

@@ -4,7 +4,7 @@
 // float32 load of a directory holding them differs from the int8 load by the activations' rounding only, well inside
 // the weights' own rounding (log-probs, adapter training). Against the float32 load of the original weights it is
 // close; an adapter trained on the int8 base saves in the PEFT layout and loads on the float base; its own training
-// is a named error.
+// is a named error. On the device (its CPU emulation here) the base is uploaded as it is held: the CPU's bits.
 import { cpSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -13,6 +13,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 
 import { NativePolicy, rolloutCorrection } from "../../lib/index.js";
 import { readSafetensors, writeSafetensors } from "../../lib/model/safetensors.js";
+import { native } from "../../lib/native.js";
 import { tinyHfModel } from "../helpers/serve.js";
 
 // The nearest IEEE half to x, ties to even (x >= 0, below 65520): the half grid's step at x's binade, in float64.
@@ -215,12 +216,48 @@ describe("an int8 base", () => {
         await f.dispose();
     }, 60_000);
 
-    it("dtype 'int8' is named in errors, and device 'cuda' refuses it", async () => {
+    it("moves onto the device as it is held: the CPU's log-probs, adapter steps and greedy tokens, and back", async () => {
+        // (gptSetDevice(h, 2): the CPU emulation of the CUDA model, llama_device_host.h; its products are the CPU's)
+        const cpu = await NativePolicy.load(dir, { tokenizer: null, dtype: "int8" });
+        const dev = await NativePolicy.load(dir, { tokenizer: null, dtype: "int8" });
+        native.gptSetDevice(dev.h(), 2);
+        expect([dev.device, dev.dtype]).toEqual(["cuda", "int8"]);
+        const seqs = {
+            tokens: Int32Array.from({ length: 3 * 11 }, (_, i) => (i * 29 + 4) % V),
+            shape: [3, 11] as [number, number],
+        };
+        expect(await dev.logprobs(seqs)).toEqual(await cpu.logprobs(seqs));
+        await expect(dev.trainStep(batch(0), { lr: 1e-2 })).rejects.toThrow(/int8 and frozen: train a LoRA adapter/);
+        const [ac, ad] = [
+            await cpu.withAdapter("a", { rank: 4, alpha: 8 }),
+            await dev.withAdapter("a", { rank: 4, alpha: 8 }),
+        ];
+        for (let s = 0; s < 3; s++) {
+            const [lc, ld] = [await ac.trainStep(batch(s), { lr: 1e-2 }), await ad.trainStep(batch(s), { lr: 1e-2 })];
+            expect([ld.loss, ld.gradNorm]).toEqual([lc.loss, lc.gradNorm]);
+        }
+        expect(await ad.logprobs(seqs)).toEqual(await ac.logprobs(seqs));
+        const reqs = [
+            [5, 9, 17],
+            [40, 41, 42, 43, 44],
+        ].map((p) => ({
+            promptTokenIds: p,
+            sampling: { temperature: 0, maxTokens: 8 },
+        }));
+        const tokens = async (p: NativePolicy) => (await p.generate(reqs)).map((g) => g.tokenIds);
+        expect(await tokens(ad)).toEqual(await tokens(ac));
+        await ad.dispose();
+        await dev.to("cpu");
+        expect(await dev.logprobs(seqs)).toEqual(await cpu.logprobs(seqs));
+        for (const p of [ac, cpu, dev]) await p.dispose();
+    }, 60_000);
+
+    it("dtype 'int8' is named in errors; device 'cuda' without a GPU is the no-device error", async () => {
         await expect(NativePolicy.load(dir, { tokenizer: null, dtype: "q8" as never })).rejects.toThrow(
             /dtype: expected 'float32', 'bfloat16' or 'int8', got "q8"/,
         );
         await expect(NativePolicy.load(dir, { tokenizer: null, dtype: "int8", device: "cuda" })).rejects.toThrow(
-            /cuda|CUDA|int8/,
+            /MAPORL_ERR_NO_DEVICE|no CUDA|device/,
         );
     });
 });

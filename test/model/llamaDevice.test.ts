@@ -124,10 +124,18 @@ describe("the Llama family's device model, emulated on the CPU", () => {
         });
     }
 
-    it("a bf16 base stays on the CPU, by name; a model with adapters moves with them", async () => {
+    it("a bf16 base moves as it is held (the CPU's log-probs); a model with adapters moves with them", async () => {
         const h = await NativePolicy.load(join(FIX, "qwen3-bf16-sharded"), { tokenizer: null, dtype: "bfloat16" });
-        expect(() => native.gptSetDevice(handle(h), 2)).toThrow(/a bfloat16 base runs on the CPU in this version/);
-        expect(h.device).toBe("cpu");
+        const hc = await NativePolicy.load(join(FIX, "qwen3-bf16-sharded"), { tokenizer: null, dtype: "bfloat16" });
+        native.gptSetDevice(handle(h), 2);
+        expect([h.device, h.dtype]).toEqual(["cuda", "bfloat16"]);
+        const s = {
+            tokens: Int32Array.from({ length: 2 * 9 }, (_, i) => (i * 13 + 1) % V),
+            shape: [2, 9] as [number, number],
+        };
+        expect(await h.logprobs(s)).toEqual(await hc.logprobs(s));
+        await expect(h.trainStep(batch(1), { lr: 1e-2 })).rejects.toThrow(/bfloat16 and frozen: train a LoRA adapter/);
+        await hc.dispose();
         const a = await (
             await NativePolicy.load(join(FIX, "llama"), { tokenizer: null })
         ).withAdapter("a", { rank: 2, alpha: 4 });

@@ -309,10 +309,62 @@ GPU_TEST(cuda_llama_lora_adapters_match_the_cpu_model) {
     }
 }
 
+// A frozen bfloat16 or int8 base on the device (llama_device_weights.h) against the CPU model holding the same base:
+// the base's forward, and an adapter's forward and gradients. bfloat16: the float GEMM on the widened weights (1e-4,
+// as float32's). int8: every W8A8 product is the CPU's bits for the same input (test_w8a8_cuda), but the inputs come
+// from the device's norms and attention, and a value on the other side of a rounding step moves by a quantum of its
+// block (max |x| / 127) before the weights: 1e-2 of the largest logit.
+GPU_TEST(cuda_llama_frozen_base_matches_the_cpu_model) {
+    using namespace llama_variants;
+    for (bool int8 : {false, true})
+        for (const Variant & var : variants()) {
+            L::Config c = var.c;
+            c.context = 12, c.d_model = 64, c.intermediate = 80, c.vocab = 13;
+            (int8 ? c.int8 : c.bf16) = true;
+            const double tol = int8 ? 1e-2 : 1e-4;
+            L::Model<float> host(c), twin(c);
+            host.init(31);
+            twin.init(31);
+            std::unique_ptr<L::DeviceModel> dev(L::cuda_model_create(c, &twin));
+            dev->upload(0, twin.params.data(), twin.layout.total);
+            dev->upload_frozen(twin.half.data(), (int64_t)twin.half.size(), twin.q8.data(), (int64_t)twin.q8.size(),
+                               twin.q8d.data(), (int64_t)twin.q8d.size());
+            const int64_t B = 2, T = 7, N = B * T, V = c.vocab;
+            std::vector<int32_t> tok((size_t)N);
+            for (int64_t i = 0; i < N; ++i) tok[(size_t)i] = (int32_t)((7 * i + 3) % V);
+            Vec logits((size_t)(N * V)), values((size_t)N);
+            host.forward(tok.data(), B, T);
+            dev->forward(tok.data(), B, T, true, logits.data(), values.data());
+            CHECK(close_rel(logits, host.logits, tol, "frozen logits"), "%s int8=%d: the base's forward", var.name,
+                  (int)int8);
+            L::LoraConfig a;
+            a.rank = 4;
+            for (L::Model<float> * m : {&host, &twin}) {
+                m->active = m->lora_add(a, 5);
+                for (size_t i = 0; i < m->adapters[0]->params.size(); ++i)
+                    m->adapters[0]->params[i] += 0.2f * std::sin((float)i);
+                m->adapters[0]->weights_changed();
+            }
+            const Vec dlogits = rnd((size_t)(N * V), 1), dvalues = rnd((size_t)N, 2);
+            host.forward(tok.data(), B, T);
+            dev->forward(tok.data(), B, T, true, logits.data(), values.data());
+            host.zero_grad();
+            host.backward(dlogits.data(), dvalues.data());
+            dev->zero_grad();
+            dev->backward(dlogits.data(), dvalues.data());
+            dev->pull_adapter_grads();
+            CHECK(close_rel(logits, host.logits, tol, "adapter logits") &&
+                      close_rel(twin.adapters[0]->grads, host.adapters[0]->grads, int8 ? 3e-2 : 1e-3, "adapter grads"),
+                  "%s int8=%d: an adapter on the frozen base", var.name, (int)int8);
+        }
+}
+
 // `--bench` (scripts/device-check.sh): the SmolLM2-135M shape of `npx maporl bench llama` (random weights) on the
 // device: a full fine-tuning step at B=4, T=256 through the scoring path's pieces (forward without the head, the
 // head's logits to the host and their gradient back in 256-row chunks, the rest of the backward, AdamW), and KV-cache
 // decoding at batch 1 and 8 (64 steps after a 64-token prefill), tokens/s.
+void decode_bench(L::DeviceModel & dev, const char * dtype, int64_t batch, int64_t V);
+
 void bench() {
     if (gpu_check::devices() == 0) {
         std::printf("llama bench (CUDA): no device\n");
@@ -356,26 +408,42 @@ void bench() {
         3);
     std::printf("llama bench (CUDA, SmolLM2-135M shape): full fine-tuning step B=4 T=256 %.1f ms = %.0f tokens/s\n",
                 step_ms, (double)N / step_ms * 1e3);
-    for (int64_t batch : {1, 8}) {
+    for (int64_t batch : {1, 8}) decode_bench(*dev, "float32", batch, V);
+    for (bool int8 : {false, true}) {  // the same model with its matrices bfloat16 / int8 (frozen: generation only)
+        L::Config q = c;
+        (int8 ? q.int8 : q.bf16) = true;
+        L::Model<float> qh(q);
+        qh.init(1);
+        std::unique_ptr<L::DeviceModel> qd(L::cuda_model_create(q, nullptr));
+        qd->upload(0, qh.params.data(), qh.layout.total);
+        qd->upload_frozen(qh.half.data(), (int64_t)qh.half.size(), qh.q8.data(), (int64_t)qh.q8.size(), qh.q8d.data(),
+                          (int64_t)qh.q8d.size());
+        for (int64_t batch : {1, 8}) decode_bench(*qd, int8 ? "int8" : "bfloat16", batch, V);
+    }
+}
+
+// KV-cache decoding of `dev` at `batch` rows: 64-token prompts, 64 new tokens each.
+void decode_bench(L::DeviceModel & dev, const char * dtype, int64_t batch, int64_t V) {
+    {
         Vec logits((size_t)(batch * V));
         std::vector<int32_t> prompt((size_t)(batch * 64)), cur((size_t)batch, 5);
         for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = (int32_t)((i * 31) % V);
         const std::vector<int64_t> lens((size_t)batch, 63);
         const double ms = gpu_check::median_ms(
             [&] {
-                dev->cache_reset(batch, 128);
-                dev->prefill(prompt.data(), lens.data(), 64);
+                dev.cache_reset(batch, 128);
+                dev.prefill(prompt.data(), lens.data(), 64);
                 std::vector<int64_t> pos((size_t)batch, 63);
                 for (int s = 0; s < 64; ++s) {
-                    dev->decode_rows(cur.data(), pos.data(), logits.data(), nullptr);
+                    dev.decode_rows(cur.data(), pos.data(), logits.data(), nullptr);
                     for (auto & p : pos) ++p;
                 }
             },
             3);
         std::printf(
-            "llama bench (CUDA, SmolLM2-135M shape): generate B=%lld, 64-token prompts, 64 new: %.1f ms = %.0f "
-            "tokens/s\n",
-            (long long)batch, ms, (double)(batch * 64) / ms * 1e3);
+            "llama bench (CUDA, SmolLM2-135M shape, %s base): generate B=%lld, 64-token prompts, 64 new: %.1f ms = "
+            "%.0f tokens/s\n",
+            dtype, (long long)batch, ms, (double)(batch * 64) / ms * 1e3);
     }
 }
 

@@ -410,8 +410,8 @@ TEST(a_7b_shaped_model_accounted_without_allocating) {
         L::Config q = c;
         (int8 ? q.int8 : q.bf16) = true;
         const L::DeviceBytes b = L::device_plan(q, layout, lora);
-        std::printf("  7B LoRA r16 training on a %s base: weights %.2f GB, total %.2f GB\n", int8 ? "int8" : "bfloat16",
-                    b.weights / GB, b.total() / GB);
+        std::printf("  7B LoRA r16 training on %s base: weights %.2f GB, total %.2f GB\n",
+                    int8 ? "an int8" : "a bfloat16", b.weights / GB, b.total() / GB);
         const double per = (double)b.weights / (double)layout.total;
         CHECK(int8 ? per > 1.06 && per < 1.07 : per > 2.0 && per < 2.01,
               "%s base: %.4f bytes a parameter on the device", int8 ? "int8" : "bfloat16", per);
