@@ -48,8 +48,8 @@ void matmul_forward_w8a8(float * out, const float * inp, const uint8_t * pq, con
                          int64_t N, int64_t C, int64_t OC, int8_t * xq, float * xd) {
     if (N <= 0 || OC <= 0) return;
     if (C <= 0 || C % 32 != 0)
-        throw_error(MAPORL_ERR_INTERNAL, "matmul_forward_w8a8: the weight's rows have %lld values, not a multiple of 32",
-                    (long long)C);
+        throw_error(MAPORL_ERR_INTERNAL,
+                    "matmul_forward_w8a8: the weight's rows have %lld values, not a multiple of 32", (long long)C);
     const int64_t blocks = N * (C / 32);
     w8a8_quantize_kernel<<<grid_for(blocks, W::kThreads), W::kThreads>>>(inp, blocks, xq, xd);
     MAPORL_CUDA_LAUNCHED("matmul_forward_w8a8");

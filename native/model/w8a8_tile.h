@@ -31,7 +31,8 @@ static MAPORL_HD int32_t dp4a(int32_t a, int32_t b, int32_t c) {
 #if defined(__CUDA_ARCH__)
     return __dp4a(a, b, c);
 #else
-    for (int t = 0; t < 4; ++t) c += (int32_t)(int8_t)(uint8_t)(a >> (8 * t)) * (int32_t)(int8_t)(uint8_t)(b >> (8 * t));
+    for (int t = 0; t < 4; ++t)
+        c += (int32_t)(int8_t)(uint8_t)(a >> (8 * t)) * (int32_t)(int8_t)(uint8_t)(b >> (8 * t));
     return c;
 #endif
 }
@@ -125,8 +126,8 @@ MAPORL_HD void load_chunk(Tile<TO> & sh, int tid, const int8_t * xq, const float
 
 // Thread tid's blocks of chunk b0 for output o (< OC) and tile rows nl .. nl + 3 (nl = 4 (tid / TO)), into acc.
 template <int TO>
-MAPORL_HD void compute_chunk(const Tile<TO> & sh, int tid, const uint8_t * pq, const uint16_t * pd, int64_t C, int64_t o,
-                             int64_t b0, float * acc) {
+MAPORL_HD void compute_chunk(const Tile<TO> & sh, int tid, const uint8_t * pq, const uint16_t * pd, int64_t C,
+                             int64_t o, int64_t b0, float * acc) {
     const int nl = (tid / TO) * 4;
     const int64_t nb = C / 32;
     // Row o's word for columns 4 c4 .. 4 c4 + 3 is at wrow + 4 kQ8Rows c4; its block b's scale at drow[kQ8Rows b].
@@ -135,8 +136,7 @@ MAPORL_HD void compute_chunk(const Tile<TO> & sh, int tid, const uint8_t * pq, c
     for (int k = 0; k < kChunk && b0 + k < nb; ++k) {
         const int64_t b = b0 + k;
         int32_t w[8];
-        for (int j = 0; j < 8; ++j)
-            w[j] = load_word(wrow + (b * 8 + j) * 4 * kQ8Rows) ^ (int32_t)0x80808080u;
+        for (int j = 0; j < 8; ++j) w[j] = load_word(wrow + (b * 8 + j) * 4 * kQ8Rows) ^ (int32_t)0x80808080u;
         const float dw = half_value(drow[b * kQ8Rows]);
         for (int r = 0; r < 4; ++r) {
             int32_t S = 0;

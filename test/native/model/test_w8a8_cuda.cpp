@@ -56,8 +56,8 @@ Q8 pack(const Vec & w, int64_t OC, int64_t C) {
 struct Shape {
     int64_t N, C, OC;
 };
-const Shape kShapes[] = {{1, 32, 1},   {1, 576, 1536}, {3, 96, 17},    {4, 160, 257},
-                         {5, 64, 15},  {17, 512, 48},  {130, 192, 100}};
+const Shape kShapes[] = {{1, 32, 1},  {1, 576, 1536}, {3, 96, 17},    {4, 160, 257},
+                         {5, 64, 15}, {17, 512, 48},  {130, 192, 100}};
 
 // An input of random values whose first row holds a block of zeros, one below the 1e-30 floor and one of huge values,
 // and whose last row (N > 1) holds a NaN.
@@ -166,7 +166,8 @@ GPU_TEST(frozen_embedding_rows_are_exact) {
     for (int64_t n = 0; n < N; ++n) tok[(size_t)n] = (int32_t)((n * 13 + 5) % V);
     Vec want16((size_t)(N * C)), wantq((size_t)(N * C));
     for (int64_t n = 0; n < N; ++n) {
-        for (int64_t c = 0; c < C; ++c) want16[(size_t)(n * C + c)] = maporl::bf16_to_float(w16[(size_t)(tok[n] * C + c)]);
+        for (int64_t c = 0; c < C; ++c)
+            want16[(size_t)(n * C + c)] = maporl::bf16_to_float(w16[(size_t)(tok[n] * C + c)]);
         maporl::q8_unpack_row(wantq.data() + n * C, p.q.data(), p.d.data(), C, tok[(size_t)n]);
     }
     D<int32_t> T(tok);
@@ -189,8 +190,8 @@ void bench() {
         int64_t C, OC;
         const char * name;
     };
-    for (const S s : {S{576, 576, "q_proj"}, S{576, 1536, "gate_proj"}, S{1536, 576, "down_proj"},
-                      S{576, 49152, "lm_head"}})
+    for (const S s :
+         {S{576, 576, "q_proj"}, S{576, 1536, "gate_proj"}, S{1536, 576, "down_proj"}, S{576, 49152, "lm_head"}})
         for (int64_t N : {1, 8, 64}) {
             const Q8 p = pack(rnd((size_t)(s.OC * s.C), 2, 0.05f), s.OC, s.C);
             D<float> X(rnd((size_t)(N * s.C), 1)), O(N * s.OC), XD(N * s.C / 32);
