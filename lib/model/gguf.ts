@@ -5,7 +5,8 @@
 // safetensors file; Q8_0 blocks taken as they are by an int8 base (dtype 'int8'; a q of -128 as -127), widened to float32 otherwise
 // (q * d, exact). llama.cpp's converter permutes the rows of a llama model's q and k projections for its rotary
 // layout (per head, the halves interleaved); they are put back here. The tokenizer: tokenizer.ggml.* as a byte-level
-// BPE tokenizer.json (ggufTokenizer.ts), or the `tokenizer` option (a directory, an HfTokenizer, or null).
+// BPE or SentencePiece tokenizer.json (ggufTokenizer.ts), or the `tokenizer` option (a directory, an HfTokenizer, or
+// null).
 import { closeSync, openSync, readSync } from "node:fs";
 import { totalmem } from "node:os";
 

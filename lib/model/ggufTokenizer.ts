@@ -4,7 +4,13 @@
 // tokens as added tokens, the pre-tokenizer's split pattern chosen by tokenizer.ggml.pre as llama.cpp chooses it
 // (gpt2's, llama.cpp's default list, llama-bpe's, qwen2's, smollm's; another pre is an error that names it and the
 // way out: options.tokenizer).
-// SentencePiece ("llama") tokenizers are not read in this version.
+// SentencePiece ("llama": Llama 2, Mistral, TinyLlama): the tokenizer.json transformers writes for such a model
+// (LlamaTokenizerFast): a BPE model with byte fallback whose merges come from the pieces' scores (every split of a
+// piece into two pieces, ranked by the piece's score: sentencepiece merges the pair whose piece scores highest), a
+// normalizer that prepends the dummy-prefix '▁' (tokenizer.ggml.add_space_prefix, default true) and writes spaces as
+// '▁', and the decoder that undoes it; control and unknown pieces as special added tokens. Checked against
+// sentencepiece's own ids (test/model/ggufSpm.test.ts). Where it differs from sentencepiece, as transformers' does:
+// a control piece's text in the input ("<s>") is the control token, as a chat template needs.
 import { describe } from "../validate.js";
 import { type AddedToken, tokenizerJson } from "./bpe.js";
 import type { HfModelInfo } from "./hf.js";
@@ -39,10 +45,11 @@ export function ggufTokenizer(
 ): HfTokenizer {
     const fn = "NativePolicy.load";
     const model = md["tokenizer.ggml.model"];
-    if (model !== "gpt2")
+    if (model !== "gpt2" && model !== "llama")
         throw new RangeError(
-            `${fn}: ${file}: tokenizer.ggml.model: '${String(model)}' is not read in this version (byte-level BPE, 'gpt2', is); pass tokenizer: a directory with tokenizer.json, or null`,
+            `${fn}: ${file}: tokenizer.ggml.model: '${String(model)}' is not read in this version (byte-level BPE, 'gpt2', and SentencePiece, 'llama', are); pass tokenizer: a directory with tokenizer.json, or null`,
         );
+    if (model === "llama") return finish(file, md, info, sentencePieceJson(file, md), chatTemplate);
     const pre = typeof md["tokenizer.ggml.pre"] === "string" ? md["tokenizer.ggml.pre"] : "default";
     if (!Object.hasOwn(SPLITS, pre))
         throw new RangeError(
@@ -68,7 +75,25 @@ export function ggufTokenizer(
     });
     const split = SPLITS[pre]!;
     // (llama.cpp ignores merges for Llama 3's pre-tokenizer only)
-    const json = tokenizerJson({ vocab, merges: merges as string[] }, added, split, split === LLAMA3);
+    return finish(
+        file,
+        md,
+        info,
+        tokenizerJson({ vocab, merges: merges as string[] }, added, split, split === LLAMA3),
+        chatTemplate,
+    );
+}
+
+// The HfTokenizer of a tokenizer.json made from the file, with the special tokens and chat template of its metadata.
+function finish(
+    file: string,
+    md: Record<string, unknown>,
+    info: HfModelInfo,
+    json: Record<string, unknown>,
+    chatTemplate: string | undefined,
+): HfTokenizer {
+    const fn = "NativePolicy.load";
+    const tokens = md["tokenizer.ggml.tokens"] as string[];
     const name = (k: string): string | null => {
         const v = md[k];
         const i = typeof v === "bigint" ? Number(v) : v;
@@ -78,7 +103,11 @@ export function ggufTokenizer(
     };
     const template = md["tokenizer.chat_template"];
     const tokenizerConfig: Record<string, unknown> = {
-        bos_token: md["tokenizer.ggml.add_bos_token"] === true ? name("tokenizer.ggml.bos_token_id") : null,
+        // (a SentencePiece vocabulary adds its bos unless the file says otherwise, as llama.cpp reads it)
+        bos_token:
+            (md["tokenizer.ggml.add_bos_token"] ?? md["tokenizer.ggml.model"] === "llama") === true
+                ? name("tokenizer.ggml.bos_token_id")
+                : null,
         eos_token: name("tokenizer.ggml.eos_token_id"),
         pad_token: name("tokenizer.ggml.padding_token_id"),
         unk_token: null,
@@ -93,4 +122,100 @@ export function ggufTokenizer(
     } catch (e) {
         throw new Error(`${fn}: ${file}: the GGUF tokenizer: ${(e as Error).message}`);
     }
+}
+
+// tokenizer.ggml.tokens, .scores and .token_type of a SentencePiece ("llama") vocabulary as transformers'
+// LlamaTokenizerFast tokenizer.json (the header says how).
+function sentencePieceJson(file: string, md: Record<string, unknown>): Record<string, unknown> {
+    const fn = "NativePolicy.load";
+    const tokens = md["tokenizer.ggml.tokens"],
+        scores = md["tokenizer.ggml.scores"],
+        types = md["tokenizer.ggml.token_type"];
+    if (!Array.isArray(tokens) || tokens.length === 0 || tokens.some((t) => typeof t !== "string"))
+        throw new SyntaxError(
+            `${fn}: ${file}: tokenizer.ggml.tokens: expected an array of strings, got ${describe(tokens)}`,
+        );
+    const n = tokens.length;
+    if (
+        !Array.isArray(scores) ||
+        scores.length !== n ||
+        scores.some((x) => typeof x !== "number" || !Number.isFinite(x))
+    )
+        throw new SyntaxError(
+            `${fn}: ${file}: tokenizer.ggml.scores: expected ${n} finite numbers (one per token), got ${describe(scores)}`,
+        );
+    if (types !== undefined && (!Array.isArray(types) || types.length !== n))
+        throw new SyntaxError(
+            `${fn}: ${file}: tokenizer.ggml.token_type: expected ${n} types (one per token), got ${describe(types)}`,
+        );
+    const type = (i: number) => (Array.isArray(types) ? Number(types[i]) : 1);
+    const vocab: Record<string, number> = Object.create(null) as Record<string, number>;
+    const added: Record<string, unknown>[] = [];
+    (tokens as string[]).forEach((t, i) => {
+        if (vocab[t] === undefined) vocab[t] = i; // (a duplicate piece keeps its first id, as sentencepiece does)
+        const k = type(i); // 1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused, 6 byte
+        if (k === 2 || k === 3 || k === 4)
+            added.push({
+                id: i,
+                content: t,
+                single_word: false,
+                lstrip: false,
+                rstrip: false,
+                normalized: false,
+                special: k !== 4,
+            });
+    });
+    // Every split of a normal piece into two normal pieces, the piece's score its rank (higher first; then the
+    // piece's id, and the halves' ids, as transformers' SentencePieceExtractor orders them).
+    const normal = (t: string) => {
+        const i = vocab[t];
+        return i !== undefined && type(i) === 1;
+    };
+    const merges: { l: string; r: string; score: number; id: number; li: number; ri: number }[] = [];
+    (tokens as string[]).forEach((t, id) => {
+        if (type(id) !== 1 || vocab[t] !== id) return;
+        const cps = Array.from(t);
+        for (let k = 1; k < cps.length; k++) {
+            const l = cps.slice(0, k).join(""),
+                r = cps.slice(k).join("");
+            if (normal(l) && normal(r))
+                merges.push({ l, r, score: (scores as number[])[id]!, id, li: vocab[l]!, ri: vocab[r]! });
+        }
+    });
+    merges.sort((a, b) => b.score - a.score || a.id - b.id || a.li - b.li || a.ri - b.ri);
+    const unk = (tokens as string[]).find((_, i) => type(i) === 2) ?? null;
+    const prefix = md["tokenizer.ggml.add_space_prefix"] !== false;
+    const spaces = { type: "Replace", pattern: { String: " " }, content: "\u2581" };
+    return {
+        version: "1.0",
+        truncation: null,
+        padding: null,
+        added_tokens: added,
+        normalizer: prefix
+            ? { type: "Sequence", normalizers: [{ type: "Prepend", prepend: "\u2581" }, spaces] }
+            : spaces,
+        pre_tokenizer: null,
+        post_processor: null,
+        decoder: {
+            type: "Sequence",
+            decoders: [
+                { type: "Replace", pattern: { String: "\u2581" }, content: " " },
+                { type: "ByteFallback" },
+                { type: "Fuse" },
+                ...(prefix ? [{ type: "Strip", content: " ", start: 1, stop: 0 }] : []),
+            ],
+        },
+        model: {
+            type: "BPE",
+            dropout: null,
+            unk_token: unk,
+            continuing_subword_prefix: null,
+            end_of_word_suffix: null,
+            fuse_unk: true,
+            byte_fallback: true,
+            ignore_merges: false,
+            vocab,
+            merges: merges.map((m) => [m.l, m.r]),
+        },
+    };
 }

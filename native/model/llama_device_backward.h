@@ -46,8 +46,8 @@ void DeviceLlama<D>::reserve_backward() {
     dkn.need(N * KC);
     if (cfg.qk_norm) dq.need(N * QC), dk.need(N * KC);
     dvalues.need(N);
-    scratch.need(std::max({B * NH * T * T, D::rmsnorm_scratch(N, C), D::rmsnorm_scratch(N * NH, hd),
-                           D::rmsnorm_scratch(N * NKV, hd)}));
+    scratch.need(std::max(
+        {B * NH * T * T, D::rmsnorm_scratch(N, C), D::rmsnorm_scratch(N * NH, hd), D::rmsnorm_scratch(N * NKV, hd)}));
 }
 
 template <class D>
@@ -86,13 +86,13 @@ void DeviceLlama<D>::backward_hidden(const float * dval) {
     if (dval) {
         D::to_device(dvalues.need(N), dval, N * (int64_t)sizeof(float));
         if (ad)
-            D::matmul_backward(dlnf.p, at(mr->grads, *ad, ad->layout.vw), at(mr->grads, *ad, ad->layout.vb),
-                               dvalues.p, lnf.p, at(mr->params, *ad, ad->layout.vw), N, C, 1);
+            D::matmul_backward(dlnf.p, at(mr->grads, *ad, ad->layout.vw), at(mr->grads, *ad, ad->layout.vb), dvalues.p,
+                               lnf.p, at(mr->params, *ad, ad->layout.vw), N, C, 1);
         else
             D::matmul_backward(dlnf.p, g(layout.vw), g(layout.vb), dvalues.p, lnf.p, p(layout.vw), N, C, 1);
     }
-    D::rmsnorm_backward(dres.zeroed(N * C), g(layout.norm), dlnf.p, acts.back().res3.p, p(layout.norm), lnf_rstd.p,
-                        N, C, scratch.p);
+    D::rmsnorm_backward(dres.zeroed(N * C), g(layout.norm), dlnf.p, acts.back().res3.p, p(layout.norm), lnf_rstd.p, N,
+                        C, scratch.p);
     for (int64_t l = cfg.layers - 1; l >= 0; --l) {
         const auto & bl = layout.blocks[(size_t)l];
         Acts & a = acts[(size_t)l];
@@ -136,8 +136,7 @@ void DeviceLlama<D>::backward_hidden(const float * dval) {
         lo(l, kV, dxn.p, dv.p, a.xn1.p);
         D::rmsnorm_backward(dres.p, g(bl.in_norm), dxn.p, xin, p(bl.in_norm), a.rstd1.p, N, C, scratch.p);
     }
-    if (!ad)
-        D::embedding_backward(g(layout.embed), dres.p, host_tokens.data(), N, C);  // (the embedding is frozen too)
+    if (!ad) D::embedding_backward(g(layout.embed), dres.p, host_tokens.data(), N, C);  // (the embedding is frozen too)
 }
 
 }  // namespace llama

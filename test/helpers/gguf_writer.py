@@ -3,8 +3,9 @@
 # (ggml's docs/gguf.md) and the conventions of llama.cpp's convert_hf_to_gguf.py: tensor names blk.N.attn_q ...,
 # dimensions listed fastest first, q and k rows permuted for llama's rotary layout, norms kept F32, Q8_0 blocks
 # quantized as ggml's quantize_row_q8_0_ref (d = amax / 127 stored as a half, q = round-half-away(x / d)).
-# Usage: gguf_writer.py MODEL_DIR OUT.gguf f32|q8_0 [rope_freqs]   (rope_freqs: add the tensor llama.cpp's converter
-# writes for llama3 rope scaling)
+# Usage: gguf_writer.py MODEL_DIR OUT.gguf f32|q8_0 [rope_freqs] [spm=FIXTURE.json]   (rope_freqs: add the tensor
+# llama.cpp's converter writes for llama3 rope scaling; spm=: a SentencePiece vocabulary instead of the directory's
+# tokenizer, as the converter writes one: tokenizer.ggml.model 'llama', tokens, scores, token types, bos 1, eos 2)
 import json
 import struct
 import sys
@@ -57,7 +58,8 @@ for name, w in tensors.items():
         elif g.endswith("attn_k.weight"):
             w = permute(w, kv)
     out_tensors.append((g, w))
-if len(sys.argv) > 4 and sys.argv[4] == "rope_freqs":
+extra = sys.argv[4:]
+if "rope_freqs" in extra:
     out_tensors.append(("rope_freqs.weight", np.ones(cfg["hidden_size"] // heads // 2, dtype=np.float32)))
 
 
@@ -120,6 +122,18 @@ kvs.append(("tokenizer.ggml.token_type", 9, (5, [3 if i in special else 1 for i 
 kvs.append(("tokenizer.ggml.merges", 9, (8, merges)))
 kv_u32("tokenizer.ggml.eos_token_id", eos)
 kv_str("tokenizer.chat_template", tcfg["chat_template"])
+spm = [a[4:] for a in extra if a.startswith("spm=")]
+if spm:
+    fx = json.load(open(spm[0]))
+    kvs = [kv for kv in kvs if not kv[0].startswith("tokenizer.")]
+    kv_str("tokenizer.ggml.model", "llama")
+    kvs.append(("tokenizer.ggml.tokens", 9, (8, fx["tokens"])))
+    kvs.append(("tokenizer.ggml.scores", 9, (6, fx["scores"])))
+    kvs.append(("tokenizer.ggml.token_type", 9, (5, fx["token_type"])))
+    kv_u32("tokenizer.ggml.bos_token_id", 1)
+    kv_u32("tokenizer.ggml.eos_token_id", 2)
+    kvs.append(("tokenizer.ggml.add_space_prefix", 7, fx["add_space_prefix"]))
+    kv_str("tokenizer.chat_template", "{{ bos_token }}{% for m in messages %}[INST] {{ m['content'] }} [/INST]{% endfor %}")
 
 
 def s(x):
@@ -136,6 +150,8 @@ def value(t, v):
         return struct.pack("<i", v)
     if t == 6:
         return struct.pack("<f", v)
+    if t == 7:
+        return struct.pack("<?", v)
     if t == 9:
         et, items = v
         return struct.pack("<IQ", et, len(items)) + b"".join(value(et, i) for i in items)
