@@ -7,6 +7,8 @@
 // run on a GPU in this project's CI; test_w8a8_cuda compares it with the CPU where one is visible and times it.
 #include <cuda_fp16.h>
 
+#include <type_traits>
+
 #include "native/model/gpt_cuda.h"
 #include "native/model/w8a8_tile.h"
 #include "cuda/core/common.cuh"
@@ -28,10 +30,11 @@ template <int TO>
 __global__ void __launch_bounds__(W::kThreads)
     w8a8_gemm_kernel(const int8_t * __restrict__ xq, const float * __restrict__ xd, const uint8_t * __restrict__ pq,
                      const uint16_t * __restrict__ pd, const float * __restrict__ bias, float * __restrict__ out,
-                     int64_t N, int64_t C, int64_t OC) {
+                     int64_t N, int64_t C, int64_t OC, bool rows_on_x) {
     __shared__ W::Tile<TO> sh;
     const int tid = threadIdx.x;
-    const int64_t o = (int64_t)blockIdx.x * TO + tid % TO, n0 = (int64_t)blockIdx.y * W::Tile<TO>::TN;
+    const int64_t ot = rows_on_x ? blockIdx.y : blockIdx.x, nt = rows_on_x ? blockIdx.x : blockIdx.y;
+    const int64_t o = ot * TO + tid % TO, n0 = nt * W::Tile<TO>::TN;
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     for (int64_t b0 = 0; b0 < C / 32; b0 += W::kChunk) {
         W::load_chunk<TO>(sh, tid, xq, xd, N, C, n0, b0);
@@ -53,15 +56,19 @@ void matmul_forward_w8a8(float * out, const float * inp, const uint8_t * pq, con
     const int64_t blocks = N * (C / 32);
     w8a8_quantize_kernel<<<grid_for(blocks, W::kThreads), W::kThreads>>>(inp, blocks, xq, xd);
     MAPORL_CUDA_LAUNCHED("matmul_forward_w8a8");
-    if (W::narrow(N)) {
-        w8a8_gemm_kernel<256><<<dim3(grid_dim((OC + 255) / 256, "matmul_forward_w8a8"), 1), W::kThreads>>>(
-            xq, xd, pq, pd, bias, out, N, C, OC);
-    } else {
-        constexpr int TN = W::Tile<64>::TN;
-        const unsigned gy = grid_dim((N + TN - 1) / TN, "matmul_forward_w8a8", kGridYZ);
-        w8a8_gemm_kernel<64><<<dim3(grid_dim((OC + 63) / 64, "matmul_forward_w8a8"), gy), W::kThreads>>>(
-            xq, xd, pq, pd, bias, out, N, C, OC);
-    }
+    // The larger tile count goes on gridDim.x (2^31 - 1 blocks), the other on y (65,535), as the SGEMM's.
+    auto launch = [&](auto tile) {
+        constexpr int TO = decltype(tile)::value, TN = W::Tile<TO>::TN;
+        const int64_t ct = (OC + TO - 1) / TO, rt = (N + TN - 1) / TN;
+        const bool rows_on_x = rt > ct;
+        const unsigned gx = grid_dim(rows_on_x ? rt : ct, "matmul_forward_w8a8"),
+                       gy = grid_dim(rows_on_x ? ct : rt, "matmul_forward_w8a8", kGridYZ);
+        w8a8_gemm_kernel<TO><<<dim3(gx, gy), W::kThreads>>>(xq, xd, pq, pd, bias, out, N, C, OC, rows_on_x);
+    };
+    if (W::narrow(N))
+        launch(std::integral_constant<int, 256>{});
+    else
+        launch(std::integral_constant<int, 64>{});
     MAPORL_CUDA_LAUNCHED("matmul_forward_w8a8");
 }
 

@@ -10,7 +10,11 @@
 // normalizer that prepends the dummy-prefix '▁' (tokenizer.ggml.add_space_prefix, default true) and writes spaces as
 // '▁', and the decoder that undoes it; control and unknown pieces as special added tokens. Checked against
 // sentencepiece's own ids (test/model/ggufSpm.test.ts). Where it differs from sentencepiece, as transformers' does:
-// a control piece's text in the input ("<s>") is the control token, as a chat template needs.
+// a control piece's text in the input ("<s>") is the control token, as a chat template needs. Merges are made of
+// normal pieces only (transformers' extractor takes every piece; sentencepiece can merge into an unused piece and
+// split it again): the same ids for vocabularies whose control, byte and unused pieces are not spelled by normal
+// ones, as Llama 2's and Mistral's. The bos token is the chat template's {{ bos_token }}; encoding text adds no
+// special token, as for every tokenizer here.
 import { describe } from "../validate.js";
 import { type AddedToken, tokenizerJson } from "./bpe.js";
 import type { HfModelInfo } from "./hf.js";
@@ -124,6 +128,9 @@ function finish(
     }
 }
 
+// The longest SentencePiece piece read (in UTF-16 units; real vocabularies' are under a hundred).
+const MAX_PIECE = 4096;
+
 // tokenizer.ggml.tokens, .scores and .token_type of a SentencePiece ("llama") vocabulary as transformers'
 // LlamaTokenizerFast tokenizer.json (the header says how).
 function sentencePieceJson(file: string, md: Record<string, unknown>): Record<string, unknown> {
@@ -131,23 +138,29 @@ function sentencePieceJson(file: string, md: Record<string, unknown>): Record<st
     const tokens = md["tokenizer.ggml.tokens"],
         scores = md["tokenizer.ggml.scores"],
         types = md["tokenizer.ggml.token_type"];
-    if (!Array.isArray(tokens) || tokens.length === 0 || tokens.some((t) => typeof t !== "string"))
-        throw new SyntaxError(
-            `${fn}: ${file}: tokenizer.ggml.tokens: expected an array of strings, got ${describe(tokens)}`,
+    const bad = (key: string, expected: string, got: string) =>
+        new SyntaxError(`${fn}: ${file}: tokenizer.ggml.${key}: expected ${expected}, got ${got}`);
+    if (!Array.isArray(tokens) || tokens.length === 0)
+        throw bad("tokens", "a non-empty array of strings", describe(tokens));
+    // (a piece is a few characters; a huge one is a broken or hostile file, and its splits would cost its length^2)
+    const i0 = tokens.findIndex((t) => typeof t !== "string" || t.length > MAX_PIECE);
+    if (i0 >= 0)
+        throw bad(
+            `tokens[${i0}]`,
+            `a string of at most ${MAX_PIECE} characters`,
+            typeof tokens[i0] === "string" ? `${tokens[i0].length} characters` : describe(tokens[i0]),
         );
     const n = tokens.length;
-    if (
-        !Array.isArray(scores) ||
-        scores.length !== n ||
-        scores.some((x) => typeof x !== "number" || !Number.isFinite(x))
-    )
-        throw new SyntaxError(
-            `${fn}: ${file}: tokenizer.ggml.scores: expected ${n} finite numbers (one per token), got ${describe(scores)}`,
-        );
-    if (types !== undefined && (!Array.isArray(types) || types.length !== n))
-        throw new SyntaxError(
-            `${fn}: ${file}: tokenizer.ggml.token_type: expected ${n} types (one per token), got ${describe(types)}`,
-        );
+    if (!Array.isArray(scores) || scores.length !== n)
+        throw bad("scores", `${n} finite numbers (one per token)`, describe(scores));
+    const s0 = scores.findIndex((x) => typeof x !== "number" || !Number.isFinite(x));
+    if (s0 >= 0) throw bad(`scores[${s0}]`, "a finite number", describe(scores[s0]));
+    if (types !== undefined) {
+        if (!Array.isArray(types) || types.length !== n)
+            throw bad("token_type", `${n} types (one per token)`, describe(types));
+        const t0 = types.findIndex((x) => !(Number.isInteger(x) && (x as number) >= 1 && (x as number) <= 6));
+        if (t0 >= 0) throw bad(`token_type[${t0}]`, "an integer in 1..6 (normal .. byte)", describe(types[t0]));
+    }
     const type = (i: number) => (Array.isArray(types) ? Number(types[i]) : 1);
     const vocab: Record<string, number> = Object.create(null) as Record<string, number>;
     const added: Record<string, unknown>[] = [];

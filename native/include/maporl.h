@@ -516,8 +516,9 @@ maporl_status maporl_llama_emulate_device(maporl_gpt * gpt);
 
 /* ---- the Llama model family (Hugging Face Llama / Mistral / Qwen2 / Qwen3) on the same handle --------------
  * A model made by maporl_llama_create answers every maporl_gpt_* call above (forward, backward, step, cache,
- * get / set, tensors with transformers' names), on the CPU or, in float32 without LoRA adapters, on CUDA
- * (maporl_gpt_set_device; a bfloat16 base or a model with adapters is refused, naming it, and stays on the CPU).
+ * get / set, tensors with transformers' names), on the CPU or on CUDA (maporl_gpt_set_device), with its LoRA
+ * adapters; a frozen bfloat16 or int8 base moves as it is held, its adapters train there, its own training is
+ * refused by name (on either device). On CUDA, LoRA dropout in training and lora_merge are refused, naming them.
  * Its gradients and AdamW moments are allocated on the first training call. */
 
 typedef struct maporl_llama_config {

@@ -6,12 +6,13 @@
 // maporl_llama_emulate_device), and the CUDA kernels one by one where a GPU is (test_llama_cuda.cpp).
 // Parameters, gradients and AdamW moments live on the device in llama.h's layout (the same offsets, so get / set
 // copy whole vectors); tokens, logits and their gradients cross to the host, in row chunks for the LM head (a
-// vocabulary of 151,936 never needs [B, T, V] at once). The base in float32, or frozen in bfloat16 or int8 (llama_device_weights.h:
-// the CPU model's storage, uploaded as it is). LoRA adapters (lora.h) stay owned by the host model (`host`): their parameters and AdamW moments live
-// there (a few MB), a device copy of each adapter's A, B and value head is refreshed when the host's changes
-// (Lora::version), the adapter's gradients accumulate on the device and come back for the optimizer step
-// (pull_adapter_grads). The selected adapter (host->active) trains with the base frozen; a decode step runs each
-// row's adapter (host->row_adapter), every adapter's term over the batch, added to its own rows.
+// vocabulary of 151,936 never needs [B, T, V] at once). The base in float32, or frozen in bfloat16 or int8
+// (llama_device_weights.h: the CPU model's storage, uploaded as it is). LoRA adapters (lora.h) stay owned by the
+// host model (`host`): their parameters and AdamW moments live there (a few MB), a device copy of each adapter's
+// A, B and value head is refreshed when the host's changes (Lora::version), the adapter's gradients accumulate on
+// the device and come back for the optimizer step (pull_adapter_grads). The selected adapter (host->active) trains
+// with the base frozen; a decode step runs each row's adapter (host->row_adapter), every adapter's term over the
+// batch, added to its own rows.
 //
 // D provides static functions on device pointers (every backward ADDS into its gradients, as the CPU ops):
 //   alloc(bytes) / release(p) / to_device(dst, src, bytes) / to_host(dst, src, bytes) / zero(p, bytes)

@@ -66,7 +66,8 @@ inline DeviceBytes device_plan(const Config & c, const Layout & layout, const De
         const FrozenLayout fz = frozen_layout(c, fl);
         b.weights = (fl.total + 2 * c.context * (hd / 2)) * f + 2 * fz.half + fz.q8 + 2 * (fz.q8 / kQ8Block);
     }
-    if (w.train_base) b.gradients = P * f, b.moments = 2 * P * f;
+    if (w.train_base && !c.bf16 && !c.int8)  // (a frozen base never trains: the device refuses it)
+        b.gradients = P * f, b.moments = 2 * P * f;
     int64_t ntargets = 0, maxout = 0;
     if (w.lora_rank > 0) {
         const int64_t out[kLoraTargets] = {QC, KC, KC, C, I, I, C};

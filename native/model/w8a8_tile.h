@@ -16,6 +16,10 @@
 #include <cmath>
 #include <cstring>
 
+#if defined(__CUDACC__)
+#include <cuda_fp16.h>
+#endif
+
 #include "native/core/hd.h"
 #include "native/core/q8.h"
 #include "native/model/w8a8.h"
@@ -162,8 +166,8 @@ MAPORL_HD void store(int tid, const float * acc, const float * bias, float * out
 // weight), 64 x 16 otherwise.
 static MAPORL_HD bool narrow(int64_t N) { return N <= 4; }
 
-#if !defined(__CUDACC__)
-// The CPU emulation of the two launches: every block of the grid, its threads one after another between barriers.
+// The CPU emulation of the two launches (host code; nvcc compiles it too where the emulated device is included):
+// every block of the grid, its threads one after another between barriers.
 template <int TO>
 void emulate_gemm(const int8_t * xq, const float * xd, const uint8_t * pq, const uint16_t * pd, const float * bias,
                   float * out, int64_t N, int64_t C, int64_t OC) {
@@ -195,7 +199,6 @@ inline void emulate(float * out, const float * inp, const uint8_t * pq, const ui
     else
         emulate_gemm<64>(xq, xd, pq, pd, bias, out, N, C, OC);
 }
-#endif
 
 }  // namespace w8a8_tile
 }  // namespace gpt

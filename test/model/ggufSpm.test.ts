@@ -68,7 +68,20 @@ describe("a GGUF SentencePiece vocabulary", () => {
         const nan = [...fx.scores];
         nan[7] = NaN;
         expect(() => ggufTokenizer("spm.gguf", md({ "tokenizer.ggml.scores": nan }), info)).toThrow(
-            /tokenizer.ggml.scores/,
+            /tokenizer.ggml.scores\[7\]: expected a finite number, got NaN/,
+        );
+        const types = [...fx.token_type];
+        types[9] = 9;
+        expect(() => ggufTokenizer("spm.gguf", md({ "tokenizer.ggml.token_type": types }), info)).toThrow(
+            /tokenizer.ggml.token_type\[9\]: expected an integer in 1..6/,
+        );
+        const huge = [...fx.tokens];
+        huge[300] = "a".repeat(1 << 20); // (its splits would cost 10^12 steps)
+        expect(() => ggufTokenizer("spm.gguf", md({ "tokenizer.ggml.tokens": huge }), info)).toThrow(
+            /tokenizer.ggml.tokens\[300\]: expected a string of at most 4096 characters, got 1048576 characters/,
+        );
+        expect(() => ggufTokenizer("spm.gguf", md({ "tokenizer.ggml.tokens": [] }), info)).toThrow(
+            /tokenizer.ggml.tokens: expected a non-empty array of strings/,
         );
         expect(() => ggufTokenizer("spm.gguf", md({ "tokenizer.ggml.token_type": [1, 2] }), info)).toThrow(
             /tokenizer.ggml.token_type: expected 600 types/,

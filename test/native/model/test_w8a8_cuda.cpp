@@ -1,7 +1,7 @@
 // test_w8a8_cuda.cpp: a frozen base's products on CUDA (cuda/model/w8a8.cu, matmul.cu's widening loads,
 // embedding.cu's gathers). In every build: the W8A8 kernels' decomposition (w8a8_tile.h) emulated on the CPU gives
-// the CPU kernels' bits. Against their CPU twins where a GPU is visible: the W8A8 forward gives the CPU's bits
-// (w8a8.h's arithmetic: the same quantizer, integer block dots, the same fma chain) at shapes off the tiles (N across
+// the CPU kernels' bits. Against their CPU twins where a GPU is visible: the W8A8 forward gives the CPU's bits (NaN as
+// NaN) (w8a8.h's arithmetic: the same quantizer, integer block dots, the same fma chain) at shapes off the tiles (N across
 // the decode and GEMM tiles, OC across the 16-row groups, C from one block to several chunks), with a bias or none,
 // and with blocks of zeros, of values below the 1e-30 floor, of huge values and one holding NaN (NaN out for its
 // row); the input gradient through an int8 or bfloat16 weight and the bfloat16 forward are the float GEMM on the
@@ -65,7 +65,7 @@ Vec special_input(const Shape & s) {
     Vec x = rnd((size_t)(s.N * s.C), 1, 2.0f);
     for (int64_t i = 0; i < 32 && s.C >= 32; ++i) x[(size_t)i] = 0.0f;
     if (s.C >= 64)
-        for (int64_t i = 32; i < 64; ++i) x[(size_t)i] = 1e-31f * (float)(i - 40);
+        for (int64_t i = 32; i < 64; ++i) x[(size_t)i] = 1e-32f * (float)(i - 40);  // (max |x| 2.3e-31)
     if (s.C >= 96)
         for (int64_t i = 64; i < 96; ++i) x[(size_t)i] = 3e37f * (float)((i % 7) - 3);
     if (s.N > 1) x[(size_t)((s.N - 1) * s.C + s.C / 2)] = NAN;
@@ -92,6 +92,11 @@ TEST(the_cuda_decomposition_emulated_is_the_cpus_bits) {
     for (const Shape & s : kShapes) {
         const Vec x = special_input(s), w = rnd((size_t)(s.OC * s.C), 2, 0.05f), b = rnd((size_t)s.OC, 3);
         const Q8 p = pack(w, s.OC, s.C);
+        if (s.C >= 64) {  // the second block is under the floor: nonzero values, counted as zero
+            float d = -1.0f, id = -1.0f;
+            CHECK(g::w8a8_block_scale(x.data() + 32, &d, &id) && d == 0.0f && id == 0.0f && x[33] != 0.0f,
+                  "a block of values below 1e-30 has the scale 0 (got %g)", (double)d);
+        }
         for (bool bias : {true, false}) {
             Vec want((size_t)(s.N * s.OC)), got((size_t)(s.N * s.OC), -1.0f), xd((size_t)(s.N * s.C / 32));
             std::vector<int8_t> xq((size_t)(s.N * s.C));
