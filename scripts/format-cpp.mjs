@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 // format-cpp.mjs: clang-format (the clang-format npm package's pinned binary, .clang-format's style) over the C++ and
-// CUDA sources git tracks. `--check` reports the files that differ and exits 1 (npm run lint); without it, formats
+// CUDA sources git tracks and the new ones it does not ignore (a file not yet added is formatted before its first
+// commit). `--check` reports the files that differ and exits 1 (npm run lint); without it, formats
 // them in place (npm run format).
 import { execFileSync, spawnSync } from "node:child_process";
 import { createRequire } from "node:module";
@@ -11,10 +12,14 @@ const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 const require = createRequire(import.meta.url);
 const bin = join(dirname(require.resolve("clang-format/package.json")), "bin", "linux_x64", "clang-format");
 const check = process.argv.includes("--check");
-const files = execFileSync("git", ["ls-files", "*.cpp", "*.h", "*.cu", "*.cuh", "*.inc"], {
-    cwd: root,
-    encoding: "utf8",
-})
+const files = execFileSync(
+    "git",
+    ["ls-files", "--cached", "--others", "--exclude-standard", "*.cpp", "*.h", "*.cu", "*.cuh", "*.inc"],
+    {
+        cwd: root,
+        encoding: "utf8",
+    },
+)
     .split("\n")
     .filter((f) => f && !f.startsWith("node_modules/"));
 const bad = [];
