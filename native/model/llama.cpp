@@ -93,6 +93,7 @@ Layout make_layout(const Config & c) {
 }
 
 FrozenLayout frozen_layout(const Config & c, Layout & L) {
+    if (c.bf16 && c.int8) throw_error(MAPORL_ERR_INVALID_ARG, "config: bf16 and int8 both set: expected one");
     FrozenLayout fz;
     fz.half_off.assign(L.tensors.size(), -1);
     fz.q8_off.assign(L.tensors.size(), -1);
@@ -118,13 +119,12 @@ FrozenLayout frozen_layout(const Config & c, Layout & L) {
 
 template <typename F>
 Model<F>::Model(const Config & c) : cfg(c), layout(make_layout(c)) {
-    if (cfg.bf16 && cfg.int8) throw_error(MAPORL_ERR_INVALID_ARG, "config: bf16 and int8 both set: expected one");
     if (cfg.bf16 || cfg.int8) {
+        FrozenLayout fz = frozen_layout(cfg, layout);  // (first: both set is refused there)
         if (!std::is_same<F, float>::value)
             throw_error(MAPORL_ERR_INVALID_ARG, "config.%s: a float model only", cfg.bf16 ? "bf16" : "int8");
-        const FrozenLayout fz = frozen_layout(cfg, layout);
-        half_off = fz.half_off;
-        q8_off = fz.q8_off;
+        half_off = std::move(fz.half_off);
+        q8_off = std::move(fz.q8_off);
         half.assign((size_t)fz.half, 0);
         q8.assign((size_t)fz.q8, 128);  // q = 0 (q8.h stores q + 128), the padding rows' too
         q8d.assign((size_t)(fz.q8 / kQ8Block), 0);

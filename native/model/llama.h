@@ -59,7 +59,8 @@ Layout make_layout(const Config & c);
 // A frozen base's storage (c.bf16 or c.int8): the matrices move out of the float parameters, to int8 (q8.h's packed
 // layout; rows a multiple of 32 long) or bfloat16; the other tensors are packed again. Rewrites L's offsets (-1 for a
 // matrix) and total (the float tensors'); per tensor, its offset in the bfloat16 values or the packed int8 values
-// (its scales' is that / 32), or -1; and the two counts. The CPU model and the device model hold the same layout.
+// (its scales' is that / 32), or -1; and the two counts. Both bf16 and int8 set is an error naming them. The CPU
+// model and the device model hold the same layout.
 struct FrozenLayout {
     std::vector<int64_t> half_off, q8_off;
     int64_t half = 0, q8 = 0;

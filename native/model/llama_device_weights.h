@@ -67,8 +67,7 @@ struct DeviceWeights {
     DevBuf<D, float> xd;
 
     DeviceWeights(const Config & c, Layout & L) : cfg(c), layout(L) {
-        if (c.bf16 && c.int8) throw_error(MAPORL_ERR_INVALID_ARG, "config: bf16 and int8 both set: expected one");
-        if (c.bf16 || c.int8) {
+        if (c.bf16 || c.int8) {  // (frozen_layout refuses both at once)
             fz = frozen_layout(c, L);
             half.zeroed(fz.half);
             q8.zeroed(fz.q8);  // (with zero scales every weight is 0 until the upload)
